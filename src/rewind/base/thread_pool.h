@@ -1,0 +1,53 @@
+// A fixed pool of worker threads for data-parallel loops. Threads split *outputs*, never
+// reductions (docs/ARCHITECTURE.md, "bit-exact"): parallel_for hands each worker a disjoint
+// range of items, so results never depend on the thread count.
+//
+// Thread-safety: one caller at a time (the engine thread). parallel_for blocks until done.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace rw {
+
+class ThreadPool {
+ public:
+  // n_threads >= 1; the calling thread is one of them (n_threads - 1 workers are spawned).
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int n_threads() const { return n_threads_; }
+
+  // Calls fn(thread_index, begin, end) on a static, contiguous split of [0, n_items) into
+  // n_threads parts (granularity `grain`: every boundary but the last is a multiple of it).
+  void parallel_for(int64_t n_items, int64_t grain,
+                    const std::function<void(int, int64_t, int64_t)>& fn);
+
+ private:
+  void worker(int index);
+
+  int n_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_start_;
+  std::condition_variable cv_done_;
+  const std::function<void(int, int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_items_ = 0;
+  int64_t job_grain_ = 1;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+};
+
+// Split [0, n_items) into `parts` contiguous ranges whose inner boundaries are multiples of
+// grain. Returns the range of part `index`.
+void split_range(int64_t n_items, int64_t grain, int parts, int index, int64_t* begin, int64_t* end);
+
+}  // namespace rw

@@ -1,0 +1,69 @@
+// Batch-invariant matrix multiply y[M,N] = x[M,K] . W[N,K]^T (W in PyTorch [out,in] layout).
+//
+// Contract (docs/ARCHITECTURE.md, "bit-exact"): every output y[m,n] is ONE fp32 accumulator
+// that starts at +0.0f and receives fma(x[m,k], w[n,k], acc) for k = 0, 1, ..., K-1 in that
+// order. Nothing else: no split-K, no partial sums combined later, no kernel choice that depends
+// on M. Hence y[m,:] is bit-identical whatever M is, whatever other rows are in x, whatever
+// the thread count, and whatever SIMD width the machine has (AVX-512, AVX2 and the scalar
+// fallback give the same bits). Threads split N (output panels), never K.
+//
+// Weights are packed once at load time into panels (PackedMatrix); F32 or BF16 storage, with
+// BF16 widened exactly to fp32 inside the kernel.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "rewind/base/aligned.h"
+#include "rewind/tensor/dtype.h"
+
+namespace rw {
+
+class ThreadPool;
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  PackedMatrix(PackedMatrix&&) noexcept = default;
+  PackedMatrix& operator=(PackedMatrix&&) noexcept = default;
+
+  // Packs W [n, k] (row-major, element type src_type: F32, BF16 or F16) into panels stored as
+  // `store` (F32 or BF16). F16 -> F32 and F32 -> BF16 conversions happen here (F32 -> BF16
+  // rounds to nearest even). Cost: O(n*k), one pass. pool may be null.
+  static PackedMatrix pack(const void* src, DType src_type, int64_t n, int64_t k, DType store,
+                           ThreadPool* pool = nullptr);
+
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  DType store() const { return store_; }
+  size_t bytes() const;  // bytes of packed storage (what a decode step reads)
+  bool empty() const { return n_ == 0; }
+
+  // Element (row r, col c) of the original W, converted to f32 (slow; tests and references).
+  float at(int64_t r, int64_t c) const;
+
+  // Implementation detail, used by the kernels.
+  const void* raw() const { return data_.data(); }
+
+ private:
+  int64_t n_ = 0;
+  int64_t k_ = 0;
+  DType store_ = DType::F32;
+  AlignedBuffer<std::byte> data_;
+};
+
+// y[m, n] for m < M, n < W.n(). x is [M, K] with row stride ldx (>= K) floats; y is [M, N] with
+// row stride ldy (>= N). pool may be null (single thread).
+void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
+            ThreadPool* pool);
+
+// Naive reference: double accumulation over the unpacked weight values (w.at()).
+void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,
+                  int64_t ldy);
+
+// Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
+const char* matmul_isa();
+// Force a path (for tests comparing paths); returns false if the machine lacks it.
+bool matmul_force_isa(const std::string& isa);
+
+}  // namespace rw

@@ -1,0 +1,1 @@
+// placeholder so the layer library has a translation unit
