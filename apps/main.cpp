@@ -1,7 +1,82 @@
-// rewind: command-line entry point (subcommands dispatch to apps/cmd_*.cpp).
+// rewind: command-line entry point. Subcommands live in apps/cmd_*.cpp and apps/make_model.cpp.
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+
+namespace rw::app {
+
+int fail(const std::string& msg) {
+  std::fprintf(stderr, "rewind: %s\n", msg.c_str());
+  return 1;
+}
+
+int default_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
+                                          ThreadPool* pool, double* seconds) {
+  LoadOptions opt;
+  opt.pool = pool;
+  if (store == "auto") {
+    opt.store = WeightStore::Auto;
+  } else if (store == "f32") {
+    opt.store = WeightStore::F32;
+  } else if (store == "bf16") {
+    opt.store = WeightStore::BF16;
+  } else {
+    return make_error("--weights must be auto, f32 or bf16 (got '" + store + "')");
+  }
+  const double t0 = now_seconds();
+  double last = t0;
+  bool shown = false;
+  opt.progress = [&](size_t done, size_t total) {
+    if (total < (64u << 20)) return;
+    const double t = now_seconds();
+    if (t - last < 0.25 && done < total) return;
+    last = t;
+    shown = true;
+    std::fprintf(stderr, "\rloading %s: %5.1f%% of %.2f GB", dir.c_str(),
+                 100.0 * static_cast<double>(done) / static_cast<double>(total),
+                 static_cast<double>(total) / 1e9);
+    std::fflush(stderr);
+  };
+  auto m = Model::load(dir, opt);
+  if (shown) std::fprintf(stderr, "\n");
+  if (seconds) *seconds = now_seconds() - t0;
+  return m;
+}
+
+}  // namespace rw::app
+
 int main(int argc, char** argv) {
-  std::fprintf(stderr, "rewind: usage: rewind <make-model|run|logits|bench> [options]\n");
-  return argc > 1 && std::strcmp(argv[1], "--help") == 0 ? 0 : 2;
+  using namespace rw::app;
+  const char* usage =
+      "usage: rewind <command> [options]\n"
+      "commands:\n"
+      "  make-model  write a seeded random model in the Hugging Face layout\n"
+      "  run         generate text from a prompt\n"
+      "  logits      print the logits of a token list as JSON\n"
+      "  bench       prefill/decode throughput against this machine's limits\n"
+      "Run 'rewind <command> --help' for its options.\n";
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "make-model") return cmd_make_model(argc - 2, argv + 2);
+  if (cmd == "run") return cmd_run(argc - 2, argv + 2);
+  if (cmd == "logits") return cmd_logits(argc - 2, argv + 2);
+  if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
+  std::fprintf(stderr, "rewind: unknown command '%s'\n%s", cmd.c_str(), usage);
+  return 2;
 }

@@ -63,7 +63,8 @@ void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
 
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
 const char* matmul_isa();
-// Force a path (for tests comparing paths); returns false if the machine lacks it.
+// Force a path (for tests comparing paths); returns false if the machine lacks it (or the name
+// is unknown). "auto" restores the dispatcher's own choice. Not thread-safe with running matmuls.
 bool matmul_force_isa(const std::string& isa);
 
 }  // namespace rw

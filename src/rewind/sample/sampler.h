@@ -1,6 +1,11 @@
 // Token sampling from logits: greedy, temperature, top-k, top-p, min-p, with a seeded RNG.
 // Deterministic for a seed: the same logits and the same seed give the same token on every
 // machine (the RNG is a fixed algorithm, not std:: distributions whose output is unspecified).
+//
+// RNG: xoshiro256** seeded by four splitmix64 outputs of `seed`; a uniform double takes the top
+// 53 bits. Scaling, softmax and the cumulative sums are in double. NaN logits count as -inf.
+// A row that is all -inf/NaN yields token 0 (what argmax gives). Ties in ordering (argmax,
+// top-k, top-p) go to the lowest token id. Not thread-safe: one Sampler per sequence.
 #pragma once
 
 #include <cstdint>
@@ -20,18 +25,35 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
   // Picks a token from logits[0..n_vocab). Filters apply in the order: temperature scaling,
-  // top-k, top-p, min-p; then one draw. Advances the RNG only when not greedy.
+  // top-k, top-p, min-p; then one draw. Advances the RNG only when not greedy, and then by
+  // exactly one draw per call. top-p keeps the smallest prefix of the sorted distribution whose
+  // mass reaches top_p (at least one token); min-p keeps p >= min_p * p_max of what is left.
+  // Cost: O(n_vocab) plus a sort of the candidates when top-p is on (usually a partial sort).
   int32_t sample(const float* logits, int32_t n_vocab);
-  // The probabilities actually sampled from (after all filters), for tests and logprobs.
+  // The probabilities actually sampled from (after all filters), for tests and logprobs:
+  // n_vocab entries summing to 1 (one-hot at argmax when greedy).
   std::vector<float> probabilities(const float* logits, int32_t n_vocab) const;
   const SamplingParams& params() const { return p_; }
 
  private:
+  struct Candidate {
+    int32_t id;
+    double z;  // logit / temperature
+    double w;  // exp(z - z_max), unnormalised probability
+  };
+  // The tokens that survive the filters, sorted by id, with their weights; sum of w in *total.
+  void filter(const float* logits, int32_t n_vocab, std::vector<Candidate>& out,
+              double* total) const;
+
   SamplingParams p_;
-  uint64_t state_;
+  uint64_t s_[4];         // xoshiro256** state
+  std::vector<Candidate> scratch_;
+  uint64_t next_u64();
   double next_uniform();  // [0, 1)
 };
 
+// Index of the largest value (NaN counts as -inf; lowest index on ties; 0 when all are -inf
+// or NaN). Precondition: n > 0.
 int32_t argmax(const float* v, int32_t n);
 
 }  // namespace rw

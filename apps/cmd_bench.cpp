@@ -1,0 +1,108 @@
+// `rewind bench`: prefill (one P-token prompt) and decode (N tokens, one per forward)
+// throughput, each next to this machine's limits measured in the same run: read bandwidth for
+// decode (bytes of packed weights one token reads / bandwidth) and the fp32 FMA peak for
+// prefill (matmul FLOPs per token / peak). Ratios, not absolute times, are what compare.
+#include <cstdio>
+
+#include "args.h"
+#include "commands.h"
+#include "rewind/kernels/machine_limits.h"
+#include "rewind/sample/sampler.h"
+
+namespace rw::app {
+
+int cmd_bench(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, {"--model", "-p", "-n", "-t", "--threads", "--weights", "--seed"},
+                          {"--json", "--help"});
+  if (!args.ok()) return fail(args.error_message());
+  if (args->has("--help")) {
+    std::printf("usage: rewind bench --model DIR [-p 512] [-n 128] [-t THREADS]\n"
+                "                    [--weights auto|f32|bf16] [--json]\n");
+    return 0;
+  }
+  const std::string dir = args->str("--model");
+  if (dir.empty()) return fail("--model DIR is required");
+  auto p = args->int_("-p", 512);
+  auto n = args->int_("-n", 128);
+  auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
+  auto seed = args->int_("--seed", 1);
+  for (auto* r : {&p, &n, &th, &seed})
+    if (!r->ok()) return fail(r->error_message());
+  if (p.value() < 1 || n.value() < 1 || th.value() < 1) return fail("-p, -n and -t must be >= 1");
+
+  ThreadPool pool(static_cast<int>(th.value()));
+  double load_s = 0;
+  auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s);
+  if (!model.ok()) return fail(model.error_message());
+  Model& m = *model.value();
+  const int64_t V = m.config().vocab_size;
+
+  std::fprintf(stderr, "measuring machine limits...\n");
+  const MachineLimits lim = measure_machine_limits(&pool, 1.0);
+
+  // Seeded random prompt.
+  std::vector<int32_t> prompt(static_cast<size_t>(p.value()));
+  uint64_t s = static_cast<uint64_t>(seed.value()) * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& t : prompt) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    t = static_cast<int32_t>(s % static_cast<uint64_t>(V));
+  }
+  std::vector<float> logits;
+  // Warm-up: one small forward so first-touch costs do not count.
+  {
+    SequenceState w = m.new_state();
+    SeqInput in{&w, std::span<const int32_t>(prompt.data(), 1), {0}};
+    (void)m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
+  }
+  SequenceState st = m.new_state();
+  const double t0 = now_seconds();
+  {
+    SeqInput in{&st, prompt, {static_cast<int32_t>(prompt.size() - 1)}};
+    Status r = m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
+    if (!r.ok()) return fail(r.error_message());
+  }
+  const double t1 = now_seconds();
+  for (int64_t i = 0; i < n.value(); ++i) {
+    const int32_t next = argmax(logits.data(), static_cast<int32_t>(V));
+    SeqInput in{&st, std::span<const int32_t>(&next, 1), {0}};
+    Status r = m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
+    if (!r.ok()) return fail(r.error_message());
+  }
+  const double t2 = now_seconds();
+
+  const double prefill_tps = static_cast<double>(p.value()) / (t1 - t0);
+  const double decode_tps = static_cast<double>(n.value()) / (t2 - t1);
+  const double prefill_flops =
+      2.0 * (static_cast<double>(p.value()) * static_cast<double>(m.matmul_macs_per_token_layers()) +
+             static_cast<double>(m.matmul_macs_lm_head()));
+  const double prefill_gflop_s = prefill_flops / (t1 - t0) / 1e9;
+  const double bytes_tok = static_cast<double>(m.decode_bytes_per_token());
+  const double decode_gb_s = decode_tps * bytes_tok / 1e9;
+  const double frac_bw = decode_gb_s / lim.read_bandwidth_gb_s;
+  const double frac_peak = prefill_gflop_s / lim.fma_peak_gflop_s;
+
+  if (args->has("--json")) {
+    std::printf(
+        "{\"model\":\"%s\",\"weights_bytes\":%zu,\"threads\":%lld,\"isa\":\"%s\",\"load_s\":%.3f,"
+        "\"prompt_tokens\":%lld,\"decode_tokens\":%lld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
+        "\"prefill_gflop_s\":%.2f,\"decode_gb_s\":%.3f,\"decode_bytes_per_token\":%.0f,"
+        "\"bandwidth_gb_s\":%.3f,\"fma_peak_gflop_s\":%.2f,\"decode_fraction_of_bound\":%.4f,"
+        "\"prefill_fraction_of_peak\":%.4f}\n",
+        dir.c_str(), m.packed_bytes(), static_cast<long long>(th.value()), m.isa(), load_s,
+        static_cast<long long>(p.value()), static_cast<long long>(n.value()), prefill_tps,
+        decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, lim.read_bandwidth_gb_s,
+        lim.fma_peak_gflop_s, frac_bw, frac_peak);
+  } else {
+    std::printf("model %s: %.2f GB packed weights, %lld threads, %s\n", dir.c_str(),
+                static_cast<double>(m.packed_bytes()) / 1e9, static_cast<long long>(th.value()), m.isa());
+    std::printf("machine: read bandwidth %.2f GB/s, fp32 FMA peak %.1f GFLOP/s\n",
+                lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s);
+    std::printf("prefill %lld tokens: %8.2f tok/s  %7.1f GFLOP/s  = %5.1f%% of FMA peak\n",
+                static_cast<long long>(p.value()), prefill_tps, prefill_gflop_s, 100 * frac_peak);
+    std::printf("decode  %lld tokens: %8.2f tok/s  %7.2f GB/s     = %5.1f%% of bandwidth bound\n",
+                static_cast<long long>(n.value()), decode_tps, decode_gb_s, 100 * frac_bw);
+  }
+  return 0;
+}
+
+}  // namespace rw::app

@@ -1,0 +1,300 @@
+// `rewind make-model`: writes a model with seeded random weights in the exact Hugging Face
+// layout (config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
+// generation_config.json). Names, shapes and config layout follow ARCH-qwen35.md per family:
+// qwen3_5 (nested text_config, model.language_model.*), qwen3_5_moe (fused experts) and
+// qwen3_next (flat config, interleaved in_proj_qkvz / in_proj_ba, per-expert tensors).
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "commands.h"
+#include "rewind/io/safetensors.h"
+#include "rewind/tensor/dtype.h"
+#include "rewind/tokenizer/tokenizer.h"
+
+namespace rw::app {
+
+namespace {
+
+struct Shape {
+  std::string family;  // qwen3_5 | qwen3_5_moe | qwen3_next
+  int64_t V, H, L, nh, nkv, D, Hk, Hv, dk, dv, K, I, E = 0, k = 0, Im = 0, Is = 0;
+  bool tied = false;
+  double theta = 1e7;
+  int64_t n_merges;
+};
+
+Result<Shape> preset(const std::string& name) {
+  if (name == "tiny") return Shape{"qwen3_5", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 128, 0, 0, 0, 0, false, 1e7, 249};
+  if (name == "qwen3.5-moe-tiny")
+    return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 249};
+  if (name == "qwen3-next-tiny")
+    return Shape{"qwen3_next", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 249};
+  if (name == "qwen3.5-0.8b")
+    return Shape{"qwen3_5", 248320, 1024, 24, 8, 2, 256, 16, 16, 128, 128, 4, 3584, 0, 0, 0, 0, true, 1e7, 2000};
+  return make_error("unknown preset '" + name +
+                    "' (tiny, qwen3.5-0.8b, qwen3.5-moe-tiny, qwen3-next-tiny)");
+}
+
+// splitmix64-based generator; normals by Box-Muller. Deterministic per (seed, tensor name).
+class Rng {
+ public:
+  explicit Rng(uint64_t s) : s_(s) {}
+  uint64_t next() {
+    uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+  float normal() {
+    if (have_) {
+      have_ = false;
+      return spare_;
+    }
+    const double u1 = uniform() + 1e-300, u2 = uniform();
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = static_cast<float>(r * std::sin(6.283185307179586 * u2));
+    have_ = true;
+    return static_cast<float>(r * std::cos(6.283185307179586 * u2));
+  }
+
+ private:
+  uint64_t s_;
+  bool have_ = false;
+  float spare_ = 0;
+};
+
+uint64_t hash_name(const std::string& s, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull ^ seed;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+struct Tensors {
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::vector<float>> data;
+  void add(std::string n, std::vector<int64_t> shape, std::vector<float> v) {
+    names.push_back(std::move(n));
+    shapes.push_back(std::move(shape));
+    data.push_back(std::move(v));
+  }
+};
+
+const char* kChatTemplate =
+    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+}  // namespace
+
+int cmd_make_model(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, {"--preset", "--dtype", "--seed", "--out"}, {"--help"});
+  if (!args.ok()) return fail(args.error_message());
+  if (args->has("--help")) {
+    std::printf(
+        "usage: rewind make-model --preset tiny|qwen3.5-0.8b|qwen3.5-moe-tiny|qwen3-next-tiny\n"
+        "                         [--dtype f32|bf16] [--seed N] --out DIR\n");
+    return 0;
+  }
+  auto ps = preset(args->str("--preset", "tiny"));
+  if (!ps.ok()) return fail(ps.error_message());
+  const Shape S = ps.value();
+  const std::string dtype = args->str("--dtype", "f32");
+  if (dtype != "f32" && dtype != "bf16") return fail("--dtype must be f32 or bf16");
+  auto seed_r = args->int_("--seed", 0);
+  if (!seed_r.ok()) return fail(seed_r.error_message());
+  const uint64_t seed = static_cast<uint64_t>(seed_r.value());
+  const std::string out = args->str("--out");
+  if (out.empty()) return fail("--out DIR is required");
+  ::mkdir(out.c_str(), 0755);
+
+  // Tokenizer first: its size must fit the vocab.
+  BpeTrainOptions topt;
+  topt.n_merges = static_cast<int32_t>(S.n_merges);
+  topt.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
+                         "<tool_call>", "</tool_call>"};
+  const std::string tok_json = train_bpe_tokenizer_json(builtin_training_text(), topt);
+  auto tok = Tokenizer::from_json(tok_json, "tokenizer.json");
+  if (!tok.ok()) return fail(tok.error_message());
+  if (tok->vocab_size() > S.V)
+    return fail("tokenizer has " + std::to_string(tok->vocab_size()) + " ids, more than vocab_size");
+
+  const bool next = S.family == "qwen3_next";
+  const bool moe = S.E > 0;
+  const std::string P = next ? "model." : "model.language_model.";
+  Tensors T;
+  auto lin = [&](const std::string& n, int64_t o, int64_t i) {
+    Rng r(hash_name(n, seed));
+    std::vector<float> v(static_cast<size_t>(o * i));
+    const float sc = 1.0f / std::sqrt(static_cast<float>(i));
+    for (auto& x : v) x = r.normal() * sc;
+    T.add(n, {o, i}, std::move(v));
+  };
+  auto vecf = [&](const std::string& n, std::vector<int64_t> shape, float base, float sd) {
+    Rng r(hash_name(n, seed));
+    int64_t cnt = 1;
+    for (auto d : shape) cnt *= d;
+    std::vector<float> v(static_cast<size_t>(cnt));
+    for (auto& x : v) x = base + sd * r.normal();
+    T.add(n, std::move(shape), std::move(v));
+  };
+
+  vecf(P + "embed_tokens.weight", {S.V, S.H}, 0.0f, 1.0f);
+  const int64_t KD = S.Hk * S.dk, VD = S.Hv * S.dv, CD = 2 * KD + VD, r = S.Hv / S.Hk;
+  nlohmann::json layer_types = nlohmann::json::array();
+  for (int64_t il = 0; il < S.L; ++il) {
+    const bool full = (il + 1) % 4 == 0;
+    layer_types.push_back(full ? "full_attention" : "linear_attention");
+    const std::string lp = P + "layers." + std::to_string(il) + ".";
+    vecf(lp + "input_layernorm.weight", {S.H}, 0.0f, 0.1f);
+    vecf(lp + "post_attention_layernorm.weight", {S.H}, 0.0f, 0.1f);
+    if (full) {
+      const std::string a = lp + "self_attn.";
+      lin(a + "q_proj.weight", S.nh * S.D * 2, S.H);
+      lin(a + "k_proj.weight", S.nkv * S.D, S.H);
+      lin(a + "v_proj.weight", S.nkv * S.D, S.H);
+      lin(a + "o_proj.weight", S.H, S.nh * S.D);
+      vecf(a + "q_norm.weight", {S.D}, 0.0f, 0.1f);
+      vecf(a + "k_norm.weight", {S.D}, 0.0f, 0.1f);
+    } else {
+      const std::string a = lp + "linear_attn.";
+      if (next) {
+        lin(a + "in_proj_qkvz.weight", 2 * KD + 2 * VD, S.H);
+        lin(a + "in_proj_ba.weight", 2 * S.Hv, S.H);
+      } else {
+        lin(a + "in_proj_qkv.weight", CD, S.H);
+        lin(a + "in_proj_z.weight", VD, S.H);
+        lin(a + "in_proj_b.weight", S.Hv, S.H);
+        lin(a + "in_proj_a.weight", S.Hv, S.H);
+      }
+      vecf(a + "conv1d.weight", {CD, 1, S.K}, 0.0f, 0.5f);
+      {
+        Rng rr(hash_name(a + "A_log", seed));
+        std::vector<float> v(static_cast<size_t>(S.Hv));
+        for (auto& x : v) x = static_cast<float>(std::log(0.5 + 7.5 * rr.uniform()));
+        T.add(a + "A_log", {S.Hv}, std::move(v));
+      }
+      vecf(a + "dt_bias", {S.Hv}, -2.0f, 0.5f);
+      vecf(a + "norm.weight", {S.dv}, 1.0f, 0.1f);
+      lin(a + "out_proj.weight", S.H, VD);
+    }
+    const std::string m = lp + "mlp.";
+    if (!moe) {
+      lin(m + "gate_proj.weight", S.I, S.H);
+      lin(m + "up_proj.weight", S.I, S.H);
+      lin(m + "down_proj.weight", S.H, S.I);
+    } else {
+      lin(m + "gate.weight", S.E, S.H);
+      if (next) {
+        for (int64_t e = 0; e < S.E; ++e) {
+          const std::string ep = m + "experts." + std::to_string(e) + ".";
+          lin(ep + "gate_proj.weight", S.Im, S.H);
+          lin(ep + "up_proj.weight", S.Im, S.H);
+          lin(ep + "down_proj.weight", S.H, S.Im);
+        }
+      } else {
+        lin(m + "experts.gate_up_proj", S.E * 2 * S.Im, S.H);
+        T.shapes.back() = {S.E, 2 * S.Im, S.H};
+        lin(m + "experts.down_proj", S.E * S.H, S.Im);
+        T.shapes.back() = {S.E, S.H, S.Im};
+      }
+      lin(m + "shared_expert.gate_proj.weight", S.Is, S.H);
+      lin(m + "shared_expert.up_proj.weight", S.Is, S.H);
+      lin(m + "shared_expert.down_proj.weight", S.H, S.Is);
+      lin(m + "shared_expert_gate.weight", 1, S.H);
+    }
+  }
+  vecf(P + "norm.weight", {S.H}, 0.0f, 0.1f);
+  if (!S.tied) lin("lm_head.weight", S.V, S.H);
+  (void)r;
+
+  // Tensors go out sorted by name, as safetensors writers do.
+  std::vector<size_t> order(T.names.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return T.names[a] < T.names[b]; });
+  std::vector<std::vector<uint16_t>> half(T.names.size());
+  std::vector<TensorToWrite> tw;
+  for (size_t i : order) {
+    // A_log stays F32 in a BF16 checkpoint, as the real files do.
+    const bool keep_f32 = dtype == "f32" || T.names[i].find("A_log") != std::string::npos;
+    if (keep_f32) {
+      tw.push_back({T.names[i], DType::F32, T.shapes[i], T.data[i].data()});
+    } else {
+      half[i].resize(T.data[i].size());
+      for (size_t j = 0; j < T.data[i].size(); ++j) half[i][j] = f32_to_bf16(T.data[i][j]);
+      std::vector<float>().swap(T.data[i]);
+      tw.push_back({T.names[i], DType::BF16, T.shapes[i], half[i].data()});
+    }
+  }
+  Status st = write_safetensors(out + "/model.safetensors", tw, {{"format", "pt"}});
+  if (!st.ok()) return fail(st.error_message());
+
+  const int32_t eos = tok->token_id("<|im_end|>"), eot = tok->token_id("<|endoftext|>");
+  nlohmann::json text = {
+      {"vocab_size", S.V}, {"hidden_size", S.H}, {"num_hidden_layers", S.L},
+      {"layer_types", layer_types}, {"full_attention_interval", 4},
+      {"num_attention_heads", S.nh}, {"num_key_value_heads", S.nkv}, {"head_dim", S.D},
+      {"linear_num_key_heads", S.Hk}, {"linear_num_value_heads", S.Hv},
+      {"linear_key_head_dim", S.dk}, {"linear_value_head_dim", S.dv},
+      {"linear_conv_kernel_dim", S.K}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-6},
+      {"attention_bias", false}, {"attn_output_gate", true}, {"max_position_embeddings", 262144},
+      {"tie_word_embeddings", S.tied}, {"mamba_ssm_dtype", "float32"},
+      {"eos_token_id", eos}, {"mtp_num_hidden_layers", 0},
+      {"torch_dtype", dtype == "f32" ? "float32" : "bfloat16"}};
+  if (!moe) text["intermediate_size"] = S.I;
+  if (moe) {
+    text["num_experts"] = S.E;
+    text["num_experts_per_tok"] = S.k;
+    text["moe_intermediate_size"] = S.Im;
+    text["shared_expert_intermediate_size"] = S.Is;
+  }
+  nlohmann::json cfg;
+  if (next) {
+    cfg = text;
+    cfg["model_type"] = "qwen3_next";
+    cfg["architectures"] = {"Qwen3NextForCausalLM"};
+    cfg["rope_theta"] = S.theta;
+    cfg["partial_rotary_factor"] = 0.25;
+    cfg["rope_scaling"] = nullptr;
+    cfg["norm_topk_prob"] = true;
+    cfg["decoder_sparse_step"] = 1;
+    cfg["mlp_only_layers"] = nlohmann::json::array();
+    cfg["intermediate_size"] = 4 * S.H;
+  } else {
+    text["model_type"] = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
+    text["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", S.theta},
+                               {"partial_rotary_factor", 0.25},
+                               {"mrope_section", {11, 11, 10}}, {"mrope_interleaved", true}};
+    text["partial_rotary_factor"] = 0.25;
+    cfg = {{"architectures", {moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"}},
+           {"model_type", moe ? "qwen3_5_moe" : "qwen3_5"},
+           {"text_config", text},
+           {"tie_word_embeddings", S.tied}};
+  }
+  auto write = [&](const std::string& name, const std::string& body) {
+    std::ofstream f(out + "/" + name, std::ios::binary);
+    f << body;
+    return static_cast<bool>(f);
+  };
+  nlohmann::json tcfg = {{"tokenizer_class", "Qwen2Tokenizer"}, {"bos_token", nullptr},
+                         {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"},
+                         {"model_max_length", 262144}, {"chat_template", kChatTemplate},
+                         {"add_prefix_space", false}};
+  nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
+  if (!write("config.json", cfg.dump(2) + "\n") || !write("tokenizer.json", tok_json) ||
+      !write("tokenizer_config.json", tcfg.dump(2) + "\n") ||
+      !write("generation_config.json", gcfg.dump(2) + "\n"))
+    return fail("cannot write files in " + out);
+  std::printf("wrote %s (%s, %s, seed %llu)\n", out.c_str(), args->str("--preset", "tiny").c_str(),
+              dtype.c_str(), static_cast<unsigned long long>(seed));
+  return 0;
+}
+
+}  // namespace rw::app

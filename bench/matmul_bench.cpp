@@ -1,0 +1,152 @@
+// matmul_bench: speed of rw::matmul on the Qwen3.5-0.8B projection shapes, as fractions of this
+// machine's measured limits (kernels/machine_limits.h): decode (M=1) against the read bandwidth
+// (bytes of packed weights / time), prefill (M=512) against the fp32 FMA peak (2*M*N*K / time).
+//
+// M=1 "cold" rotates over enough packed copies of the weights (>= 2 x L3, at least 1 GiB in all)
+// that every call streams them from memory, as a real decode step does (all layers' weights are
+// far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits).
+//
+// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] [--shape NAME] [--seconds S]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "rewind/base/thread_pool.h"
+#include "rewind/kernels/machine_limits.h"
+#include "rewind/kernels/matmul.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Shape {
+  const char* name;
+  int64_t k, n;
+};
+
+// Qwen3.5-0.8B: hidden 1024, intermediate 3584, vocab 248320.
+const Shape kShapes[] = {
+    {"in_proj", 1024, 6144},  {"gate|up", 1024, 3584}, {"down", 3584, 1024},
+    {"o_proj", 2048, 1024},   {"lm_head", 1024, 248320},
+};
+
+double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+std::vector<int64_t> parse_list(const std::string& s) {
+  std::vector<int64_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::atoll(item.c_str()));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<int64_t> ms = {1, 512};
+  std::vector<std::string> dtypes = {"f32", "bf16"};
+  std::string only_shape;
+  double seconds = 0.5;  // per measurement
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "matmul_bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--threads") {
+      n_threads = std::atoi(next().c_str());
+    } else if (a == "--m") {
+      ms = parse_list(next());
+    } else if (a == "--dtype") {
+      dtypes.clear();
+      std::stringstream ss(next());
+      std::string d;
+      while (std::getline(ss, d, ',')) dtypes.push_back(d);
+    } else if (a == "--shape") {
+      only_shape = next();
+    } else if (a == "--seconds") {
+      seconds = std::atof(next().c_str());
+    } else {
+      std::fprintf(stderr,
+                   "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] "
+                   "[--shape NAME] [--seconds S]\n");
+      return a == "--help" ? 0 : 2;
+    }
+  }
+  rw::ThreadPool pool(n_threads);
+  const rw::MachineLimits lim = rw::measure_machine_limits(&pool, 1.5);
+  std::printf("machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
+              "matmul path: %s\n\n",
+              lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
+              rw::matmul_isa());
+
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const size_t cold_bytes = std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);
+
+  std::printf("%-8s %6s %7s %5s %4s %6s %10s %9s %8s %7s %7s %9s %7s\n", "shape", "K", "N", "dtype",
+              "M", "copies", "time_ms", "GFLOP/s", "GB/s", "%BW", "%peak", "hot GB/s", "hot%BW");
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  for (const Shape& s : kShapes) {
+    if (!only_shape.empty() && only_shape != s.name) continue;
+    std::vector<float> w(static_cast<size_t>(s.n * s.k));
+    for (float& v : w) v = uni(rng);
+    for (const std::string& dt : dtypes) {
+      const rw::DType store = dt == "bf16" ? rw::DType::BF16 : rw::DType::F32;
+      std::vector<rw::PackedMatrix> copies;
+      copies.push_back(rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool));
+      const size_t bytes = copies[0].bytes();
+      for (int64_t m : ms) {
+        // Cold copies only for the bandwidth-bound small-M runs.
+        const size_t want = m <= 16 ? std::max<size_t>(1, (cold_bytes + bytes - 1) / bytes) : 1;
+        while (copies.size() < want)
+          copies.push_back(rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool));
+        std::vector<float> x(static_cast<size_t>(m * s.k));
+        for (float& v : x) v = uni(rng);
+        std::vector<float> y(static_cast<size_t>(m * s.n));
+        auto run_best = [&](size_t n_copies) {
+          double best = 1e30;
+          const double t_end = now_s() + seconds;
+          for (int rep = 0; rep < 3 || now_s() < t_end; ++rep) {
+            const double t0 = now_s();
+            for (size_t c = 0; c < n_copies; ++c)
+              rw::matmul(x.data(), m, s.k, copies[c], y.data(), s.n, &pool);
+            best = std::min(best, (now_s() - t0) / static_cast<double>(n_copies));
+            if (rep > 1000) break;
+          }
+          return best;
+        };
+        rw::matmul(x.data(), m, s.k, copies[0], y.data(), s.n, &pool);  // warm up
+        const double t = run_best(want);
+        const double flops = 2.0 * static_cast<double>(m) * s.n * s.k;
+        const double gflops = flops / t / 1e9;
+        const double gbs = static_cast<double>(bytes) / t / 1e9;
+        std::printf("%-8s %6lld %7lld %5s %4lld %6zu %10.3f %9.1f %8.1f %6.1f%% %6.1f%%", s.name,
+                    static_cast<long long>(s.k), static_cast<long long>(s.n), dt.c_str(),
+                    static_cast<long long>(m), want, t * 1e3, gflops, gbs,
+                    100.0 * gbs / lim.read_bandwidth_gb_s, 100.0 * gflops / lim.fma_peak_gflop_s);
+        if (m <= 16 && want > 1) {
+          const double th = run_best(1);
+          const double hot = static_cast<double>(bytes) / th / 1e9;
+          std::printf(" %9.1f %6.1f%%", hot, 100.0 * hot / lim.read_bandwidth_gb_s);
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}

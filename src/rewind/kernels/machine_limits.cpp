@@ -1,0 +1,249 @@
+#include "rewind/kernels/machine_limits.h"
+
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <new>
+#include <vector>
+
+#include "rewind/base/thread_pool.h"
+
+namespace rw {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Runs fn(thread_index) once on every thread of the pool (or once inline without a pool).
+void run_on_all(ThreadPool* pool, const std::function<void(int)>& fn) {
+  if (!pool) {
+    fn(0);
+    return;
+  }
+  pool->parallel_for(pool->n_threads(), 1, [&](int t, int64_t, int64_t) { fn(t); });
+}
+
+// ---- read bandwidth ------------------------------------------------------------------------
+// Sum of p[0, n) (n a multiple of 128 floats, p 64-byte aligned), 8 independent accumulators so
+// that the loads, not the adds, limit the speed. kPrefetch: software prefetch distance in
+// floats (0: rely on the hardware prefetchers only). Both variants run; the best one counts.
+template <int kPrefetch>
+__attribute__((target("avx512f"))) float stream_sum_avx512(const float* p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (size_t i = 0; i < n; i += 128) {
+    if constexpr (kPrefetch > 0) {
+      for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetch + 16 * l), _MM_HINT_T0);
+    }
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+    a4 = _mm512_add_ps(a4, _mm512_load_ps(p + i + 64));
+    a5 = _mm512_add_ps(a5, _mm512_load_ps(p + i + 80));
+    a6 = _mm512_add_ps(a6, _mm512_load_ps(p + i + 96));
+    a7 = _mm512_add_ps(a7, _mm512_load_ps(p + i + 112));
+  }
+  a0 = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+  a4 = _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7));
+  alignas(64) float t[16];
+  _mm512_store_ps(t, _mm512_add_ps(a0, a4));
+  float s = 0;
+  for (float v : t) s += v;
+  return s;
+}
+
+template <int kPrefetch>
+__attribute__((target("avx2"))) float stream_sum_avx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (size_t i = 0; i < n; i += 128) {
+    if constexpr (kPrefetch > 0) {
+      for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetch + 16 * l), _MM_HINT_T0);
+    }
+    for (int h = 0; h < 128; h += 64) {
+      a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i + h));
+      a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + h + 8));
+      a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + h + 16));
+      a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + h + 24));
+      a4 = _mm256_add_ps(a4, _mm256_load_ps(p + i + h + 32));
+      a5 = _mm256_add_ps(a5, _mm256_load_ps(p + i + h + 40));
+      a6 = _mm256_add_ps(a6, _mm256_load_ps(p + i + h + 48));
+      a7 = _mm256_add_ps(a7, _mm256_load_ps(p + i + h + 56));
+    }
+  }
+  a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  a4 = _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7));
+  a0 = _mm256_add_ps(a0, a4);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, a0);
+  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+}
+
+float stream_sum_scalar(const float* p, size_t n) {
+  float s[8] = {};
+  for (size_t i = 0; i < n; i += 8)
+    for (int l = 0; l < 8; ++l) s[l] += p[i + l];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+using StreamFn = float (*)(const float*, size_t);
+
+std::vector<StreamFn> stream_variants() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f"))
+    return {&stream_sum_avx512<0>, &stream_sum_avx512<256>, &stream_sum_avx512<1024>};
+  if (__builtin_cpu_supports("avx2"))
+    return {&stream_sum_avx2<0>, &stream_sum_avx2<256>, &stream_sum_avx2<1024>};
+  return {&stream_sum_scalar};
+}
+
+// ---- FMA peak ------------------------------------------------------------------------------
+// kChains independent FMA chains on registers (enough to cover latency x ports: 4 x 2 on
+// current Intel/AMD cores). The constants keep the values normal (fixpoint b / (1 - a)).
+constexpr int kChains = 12;
+
+__attribute__((target("avx512f"))) float fma_loop_avx512(int64_t iters) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(0.01f * static_cast<float>(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(0.001f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
+  alignas(64) float t[16];
+  _mm512_store_ps(t, s);
+  float sum = 0;
+  for (float v : t) sum += v;
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(int64_t iters) {
+  __m256 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(0.01f * static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(0.001f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm256_add_ps(s, acc[i]);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, s);
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+float fma_loop_scalar(int64_t iters) {
+  float acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = 0.01f * static_cast<float>(i);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < kChains; ++i) acc[i] = std::fma(acc[i], 0.999f, 0.001f);
+  float s = 0;
+  for (int i = 0; i < kChains; ++i) s += acc[i];
+  return s;
+}
+
+volatile float g_sink;  // keeps the measured loops from being optimised away
+
+}  // namespace
+
+double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget) {
+  const int n_threads = pool ? pool->n_threads() : 1;
+  // Every thread gets a contiguous chunk, a multiple of 128 floats (512 B); the prefetch
+  // variants may touch up to 4 KiB past a chunk, so the buffer has that much slack.
+  const size_t chunk = std::max<size_t>(bytes / 4 / n_threads / 128, 1) * 128;  // floats
+  const size_t n = chunk * n_threads;
+  const size_t alloc_bytes = (n * 4 + 8192 + 4095) / 4096 * 4096;
+  float* buf = static_cast<float*>(std::aligned_alloc(4096, alloc_bytes));
+  if (!buf) throw std::bad_alloc();
+  const auto t_start = Clock::now();
+  // First touch from the thread that will read the chunk.
+  run_on_all(pool, [&](int t) {
+    float* p = buf + chunk * t;
+    const size_t len = (t == n_threads - 1) ? (alloc_bytes / 4 - chunk * t) : chunk;
+    for (size_t i = 0; i < len; ++i) p[i] = 1.0f;
+  });
+  const std::vector<StreamFn> variants = stream_variants();
+  double best = 0;
+  std::vector<float> sums(n_threads);
+  for (int pass = 0;; ++pass) {
+    const StreamFn fn = variants[pass % variants.size()];
+    const auto t0 = Clock::now();
+    run_on_all(pool, [&](int t) { sums[t] = fn(buf + chunk * t, chunk); });
+    const double dt = seconds_since(t0);
+    g_sink = sums[0];
+    best = std::max(best, static_cast<double>(n) * 4 / dt / 1e9);
+    const int min_passes = 2 * static_cast<int>(variants.size());
+    if (pass + 1 >= min_passes && seconds_since(t_start) >= seconds_budget) break;
+    if (pass >= 64) break;
+  }
+  std::free(buf);
+  return best;
+}
+
+double measure_fma_peak_gflop_s(ThreadPool* pool, double seconds_budget, std::string* isa) {
+  __builtin_cpu_init();
+  float (*fn)(int64_t) = &fma_loop_scalar;
+  int lanes = 1;
+  std::string name = "scalar";
+  if (__builtin_cpu_supports("avx512f")) {
+    fn = &fma_loop_avx512;
+    lanes = 16;
+    name = "avx512";
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    fn = &fma_loop_avx2;
+    lanes = 8;
+    name = "avx2";
+  }
+  if (isa) *isa = name;
+  const int n_threads = pool ? pool->n_threads() : 1;
+  // Calibrate the iteration count so one run takes about a tenth of the budget.
+  int64_t iters = 1 << 16;
+  for (;;) {
+    const auto t0 = Clock::now();
+    g_sink = fn(iters);
+    const double dt = seconds_since(t0);
+    if (dt > 0.01 || iters > (int64_t{1} << 40)) {
+      iters = std::max<int64_t>(iters, static_cast<int64_t>(iters * (seconds_budget / 10) / dt));
+      break;
+    }
+    iters *= 4;
+  }
+  const auto t_start = Clock::now();
+  double best = 0;
+  std::vector<float> sums(n_threads);
+  for (int run = 0;; ++run) {
+    const auto t0 = Clock::now();
+    run_on_all(pool, [&](int t) { sums[t] = fn(iters); });
+    const double dt = seconds_since(t0);
+    g_sink = sums[0];
+    const double flops = 2.0 * lanes * kChains * static_cast<double>(iters) * n_threads;
+    best = std::max(best, flops / dt / 1e9);
+    if (run >= 1 && seconds_since(t_start) >= seconds_budget) break;
+  }
+  return best;
+}
+
+MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
+  MachineLimits lim;
+  lim.n_threads = pool ? pool->n_threads() : 1;
+  // Buffer: max(1 GiB, 2 x L3), but at most a quarter of physical memory.
+  size_t bytes = size_t{1} << 30;
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l3 > 0) bytes = std::max(bytes, 2 * static_cast<size_t>(l3));
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) bytes = std::min(bytes, static_cast<size_t>(pages) * page / 4);
+  lim.read_bandwidth_gb_s = measure_read_bandwidth_gb_s(pool, bytes, seconds_budget * 0.6);
+  lim.fma_peak_gflop_s = measure_fma_peak_gflop_s(pool, seconds_budget * 0.4, &lim.isa);
+  return lim;
+}
+
+}  // namespace rw

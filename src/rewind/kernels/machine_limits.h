@@ -1,0 +1,35 @@
+// Measured limits of this machine, the denominators of every benchmark fraction: read bandwidth
+// from main memory and the fp32 FMA peak, both with all threads of a pool. A decode step is
+// judged against the bandwidth (bytes of weights / time), a prefill against the FMA peak
+// (2*M*N*K flops / time). The numbers are measured in-process, best of a few passes, so they are
+// what this code can actually reach here (not datasheet values, and not pessimistic ones).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rw {
+
+class ThreadPool;
+
+struct MachineLimits {
+  double read_bandwidth_gb_s = 0;  // 1e9 bytes/s, all threads streaming a buffer >> L3
+  double fma_peak_gflop_s = 0;     // 1e9 flop/s, 2 flops per fp32 FMA lane, all threads
+  int n_threads = 1;
+  std::string isa;                 // widest SIMD used for the peak: "avx512", "avx2", "scalar"
+};
+
+// Measures both limits with every thread of `pool` (null: one thread). Cost: about
+// seconds_budget of wall time (a little more on a slow machine: at least two passes of each
+// measurement run) and a temporary buffer of max(1 GiB, 2 x L3) bytes (less if the machine has
+// little memory). Not thread-safe with other work on the pool; run it on an idle machine.
+MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget = 1.0);
+
+// Read bandwidth alone over a buffer of `bytes` (best of passes within seconds_budget).
+// Exposed so benchmarks can show the cache hierarchy (small buffers give cache bandwidth).
+double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget);
+
+// FMA peak alone (best of runs within seconds_budget), at the widest ISA; *isa gets its name.
+double measure_fma_peak_gflop_s(ThreadPool* pool, double seconds_budget, std::string* isa);
+
+}  // namespace rw

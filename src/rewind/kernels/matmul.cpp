@@ -1,0 +1,312 @@
+// Matmul: weight packing, the cache-blocking driver shared by all SIMD paths, the scalar path,
+// the ISA dispatcher and the naive reference. The micro-kernels live in matmul_avx512.cpp and
+// matmul_avx2.cpp; the packed layout and the micro-kernel contract are in matmul_isa.h.
+//
+// Blocking (BLIS-style, weights in the role of BLIS's B): for a block of mc rows and nc panels,
+// K is walked in kc slices; for each slice, each group of np panels (np * kc * 64 B, held in L1)
+// is applied to every MR-row tile of the row block (x slice mc * kc * 4 B and the y block in L2).
+// The accumulators are spilled to y between K slices and reloaded (exact), so the arithmetic is
+// the contract's single sequential FMA chain per output whatever the blocking; the blocking is
+// allowed to depend on M because it cannot change a bit.
+#include "rewind/kernels/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "rewind/base/check.h"
+#include "rewind/base/thread_pool.h"
+#include "rewind/kernels/matmul_isa.h"
+
+namespace rw {
+namespace detail {
+namespace {
+
+// ---- scalar path -----------------------------------------------------------------------------
+// The reference for the per-element arithmetic: one std::fma chain per output, k in order.
+
+void tile_f32_scalar(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
+                     int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    for (int c = 0; c < ncols; ++c) {
+      const float* wc = w + (c / kMatmulNR) * w_stride + (c % kMatmulNR);
+      float acc = accumulate ? y[r * ldy + c] : 0.0f;
+      for (int64_t k = 0; k < kc; ++k) acc = std::fma(xr[k], wc[k * kMatmulNR], acc);
+      y[r * ldy + c] = acc;
+    }
+  }
+}
+
+void tile_bf16_scalar(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride,
+                      int64_t kc, int rows, int np, float* y, int64_t ldy, int ncols,
+                      bool accumulate) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    for (int c = 0; c < ncols; ++c) {
+      const uint16_t* wc = w + (c / kMatmulNR) * w_stride + 2 * (c % kMatmulNR);
+      float acc = accumulate ? y[r * ldy + c] : 0.0f;
+      for (int64_t k = 0; k < kc; ++k)
+        acc = std::fma(xr[k], bf16_to_f32(wc[(k / 2) * 2 * kMatmulNR + (k % 2)]), acc);
+      y[r * ldy + c] = acc;
+    }
+  }
+}
+
+void widen_bf16_scalar(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* out) {
+  for (int p = 0; p < np; ++p)
+    for (int64_t k = 0; k < kc; ++k)
+      for (int j = 0; j < kMatmulNR; ++j)
+        out[(p * kc + k) * kMatmulNR + j] =
+            bf16_to_f32(w[p * w_stride + (k / 2) * 2 * kMatmulNR + 2 * j + (k % 2)]);
+}
+
+constexpr MatmulIsa kScalarIsa = {"scalar", 4, 1, 1, 4, &tile_f32_scalar, &tile_bf16_scalar,
+                                  &widen_bf16_scalar};
+
+}  // namespace
+
+const MatmulIsa* matmul_isa_scalar() { return &kScalarIsa; }
+
+}  // namespace detail
+
+namespace {
+
+using detail::kMatmulNR;
+using detail::MatmulIsa;
+
+// ---- dispatch --------------------------------------------------------------------------------
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+const MatmulIsa* detect_isa() {
+  if (cpu_has_avx512()) return detail::matmul_isa_avx512();
+  if (cpu_has_avx2()) return detail::matmul_isa_avx2();
+  return detail::matmul_isa_scalar();
+}
+
+std::atomic<const MatmulIsa*> g_isa{nullptr};
+
+const MatmulIsa& current_isa() {
+  const MatmulIsa* isa = g_isa.load(std::memory_order_acquire);
+  if (!isa) {
+    isa = detect_isa();
+    g_isa.store(isa, std::memory_order_release);
+  }
+  return *isa;
+}
+
+// ---- blocking --------------------------------------------------------------------------------
+
+constexpr int64_t kKc = 128;        // K slice (even: BF16 pairs never straddle two slices)
+constexpr int64_t kMc = 256;        // rows per row block (rounded down to a multiple of MR)
+constexpr int64_t kNcPanels = 48;   // panels per column block (768 columns)
+constexpr int64_t kMinRowTilesToBlock = 3;  // fewer row tiles: stream W once, no K slicing
+constexpr int kMaxNp = 8;
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Panels [p0, p1) of y for all m rows (one thread's share).
+void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
+                const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+  const int64_t n = w.n(), k = w.k();
+  const bool bf16 = w.store() == DType::BF16;
+  const int64_t w_stride = bf16 ? cdiv(k, 2) * 2 * kMatmulNR : k * kMatmulNR;  // elements
+  const int mr = m <= isa.mr_small ? isa.mr_small : isa.mr;
+  const int np = m <= isa.mr_small ? isa.np_small : isa.np;
+  REWIND_CHECK(np <= kMaxNp);
+  const bool block = cdiv(m, mr) >= kMinRowTilesToBlock;
+  const int64_t kc = block ? kKc : k;
+  const int64_t mc = block ? std::max<int64_t>(kMc / mr, 1) * mr : m;
+  const int64_t nc = block ? kNcPanels : p1 - p0;
+  const bool widen = bf16 && block;
+  // Widened BF16 slice [np][kKc][16] f32 (used only when blocking, so kc == kKc).
+  alignas(64) float wide[kMaxNp * kKc * kMatmulNR];
+
+  for (int64_t r_blk = 0; r_blk < m; r_blk += mc) {
+    const int64_t r_end = std::min(m, r_blk + mc);
+    for (int64_t n_blk = p0; n_blk < p1; n_blk += nc) {
+      const int64_t n_end = std::min(p1, n_blk + nc);
+      for (int64_t k0 = 0; k0 < k; k0 += kc) {
+        const int64_t kb = std::min(kc, k - k0);
+        const bool accumulate = k0 > 0;
+        for (int64_t pg = n_blk; pg < n_end; pg += np) {
+          const int npg = static_cast<int>(std::min<int64_t>(np, n_end - pg));
+          const int ncols = static_cast<int>(std::min<int64_t>(n - pg * kMatmulNR, npg * kMatmulNR));
+          float* yb = y + pg * kMatmulNR;
+          if (bf16) {
+            const uint16_t* wp = static_cast<const uint16_t*>(w.raw()) + pg * w_stride + k0 * kMatmulNR;
+            if (widen) {
+              isa.widen_bf16(wp, w_stride, kb, npg, wide);
+              for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
+                const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
+                isa.tile_f32(x + r0 * ldx + k0, ldx, wide, kb * kMatmulNR, kb, rows, npg,
+                             yb + r0 * ldy, ldy, ncols, accumulate);
+              }
+            } else {
+              for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
+                const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
+                isa.tile_bf16(x + r0 * ldx + k0, ldx, wp, w_stride, kb, rows, npg,
+                              yb + r0 * ldy, ldy, ncols, accumulate);
+              }
+            }
+          } else {
+            const float* wp = static_cast<const float*>(w.raw()) + pg * w_stride + k0 * kMatmulNR;
+            for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
+              const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
+              isa.tile_f32(x + r0 * ldx + k0, ldx, wp, w_stride, kb, rows, npg, yb + r0 * ldy,
+                           ldy, ncols, accumulate);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+float load_as_f32(const void* src, DType t, int64_t i) {
+  switch (t) {
+    case DType::F32:
+      return static_cast<const float*>(src)[i];
+    case DType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
+    default:
+      REWIND_CHECK_MSG(false, "matmul: unsupported weight type");
+  }
+  return 0;
+}
+
+}  // namespace
+
+// ---- PackedMatrix ------------------------------------------------------------------------------
+
+PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int64_t k,
+                                DType store, ThreadPool* pool) {
+  REWIND_CHECK_MSG(src_type == DType::F32 || src_type == DType::BF16 || src_type == DType::F16,
+                   "matmul: weights must be F32, BF16 or F16");
+  REWIND_CHECK_MSG(store == DType::F32 || store == DType::BF16, "matmul: store must be F32 or BF16");
+  REWIND_CHECK(n >= 0 && k >= 0);
+  REWIND_CHECK(src != nullptr || n * k == 0);
+  PackedMatrix pm;
+  pm.n_ = n;
+  pm.k_ = k;
+  pm.store_ = store;
+  const int64_t n_panels = cdiv(n, kMatmulNR);
+  if (n_panels == 0 || k == 0) {
+    return pm;
+  }
+  const bool bf16 = store == DType::BF16;
+  const int64_t panel_elems = bf16 ? cdiv(k, 2) * 2 * kMatmulNR : k * kMatmulNR;
+  pm.data_.resize(static_cast<size_t>(n_panels * panel_elems) * (bf16 ? 2 : 4));  // zero-filled
+  auto pack_panels = [&](int, int64_t pb, int64_t pe) {
+    for (int64_t p = pb; p < pe; ++p) {
+      for (int j = 0; j < kMatmulNR; ++j) {
+        const int64_t row = p * kMatmulNR + j;
+        if (row >= n) break;
+        if (!bf16) {
+          float* dst = reinterpret_cast<float*>(pm.data_.data()) + p * panel_elems + j;
+          for (int64_t c = 0; c < k; ++c) dst[c * kMatmulNR] = load_as_f32(src, src_type, row * k + c);
+        } else {
+          uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.data()) + p * panel_elems + 2 * j;
+          for (int64_t c = 0; c < k; ++c) {
+            const int64_t i = row * k + c;
+            const uint16_t v = src_type == DType::BF16 ? static_cast<const uint16_t*>(src)[i]
+                                                       : f32_to_bf16(load_as_f32(src, src_type, i));
+            dst[(c / 2) * 2 * kMatmulNR + (c % 2)] = v;
+          }
+        }
+      }
+    }
+  };
+  if (pool) {
+    pool->parallel_for(n_panels, 1, pack_panels);
+  } else {
+    pack_panels(0, 0, n_panels);
+  }
+  return pm;
+}
+
+size_t PackedMatrix::bytes() const { return data_.size(); }
+
+float PackedMatrix::at(int64_t r, int64_t c) const {
+  REWIND_CHECK(r >= 0 && r < n_ && c >= 0 && c < k_);
+  const int64_t p = r / kMatmulNR, j = r % kMatmulNR;
+  if (store_ == DType::F32) {
+    return reinterpret_cast<const float*>(data_.data())[(p * k_ + c) * kMatmulNR + j];
+  }
+  const int64_t k2 = cdiv(k_, 2);
+  return bf16_to_f32(reinterpret_cast<const uint16_t*>(
+      data_.data())[(p * k2 + c / 2) * 2 * kMatmulNR + 2 * j + (c % 2)]);
+}
+
+// ---- matmul ----------------------------------------------------------------------------------
+
+void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
+            ThreadPool* pool) {
+  const int64_t n = w.n(), k = w.k();
+  REWIND_CHECK(m >= 0 && ldx >= k && ldy >= n);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // every accumulator stays +0.0f
+    for (int64_t r = 0; r < m; ++r) std::fill(y + r * ldy, y + r * ldy + n, 0.0f);
+    return;
+  }
+  const MatmulIsa& isa = current_isa();
+  auto work = [&](int, int64_t c0, int64_t c1) {
+    run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+  };
+  // Threads split the output columns on panel boundaries (grain = panel width), never K.
+  if (pool) {
+    pool->parallel_for(n, kMatmulNR, work);
+  } else {
+    work(0, 0, n);
+  }
+}
+
+void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,
+                  int64_t ldy) {
+  const int64_t n = w.n(), k = w.k();
+  std::vector<float> wt(static_cast<size_t>(n * k));  // [n, k] f32, unpacked
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) wt[r * k + c] = w.at(r, c);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t r = 0; r < n; ++r) {
+      double acc = 0;
+      for (int64_t c = 0; c < k; ++c)
+        acc += static_cast<double>(x[i * ldx + c]) * static_cast<double>(wt[r * k + c]);
+      y[i * ldy + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+const char* matmul_isa() { return current_isa().name; }
+
+bool matmul_force_isa(const std::string& isa) {
+  const MatmulIsa* chosen = nullptr;
+  if (isa == "avx512") {
+    if (cpu_has_avx512()) chosen = detail::matmul_isa_avx512();
+  } else if (isa == "avx2") {
+    if (cpu_has_avx2()) chosen = detail::matmul_isa_avx2();
+  } else if (isa == "scalar") {
+    chosen = detail::matmul_isa_scalar();
+  } else if (isa == "auto") {
+    chosen = detect_isa();
+  }
+  if (!chosen) return false;
+  g_isa.store(chosen, std::memory_order_release);
+  return true;
+}
+
+}  // namespace rw

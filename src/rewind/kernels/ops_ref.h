@@ -1,0 +1,85 @@
+// Naive references for kernels/ops.h: plain loops, double accumulation, the formulas exactly
+// as written in ARCH-qwen35.md. Tests compare the fast kernels against these within a
+// tolerance; they are also the building blocks of the naive reference model (model/reference.h).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace rw::ref {
+
+inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
+inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+
+// y = x / sqrt(mean(x^2) + eps) * w over n.
+inline void rmsnorm(const double* x, const double* w, double* y, int64_t n, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const double inv = 1.0 / std::sqrt(ss / n + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * w[i];
+}
+
+inline void l2norm(double* x, int64_t n, double eps, double scale) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const double inv = 1.0 / std::sqrt(ss + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * inv * scale;
+}
+
+inline void gated_rmsnorm(const double* o, const double* z, const double* w, double* y, int64_t d,
+                          double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < d; ++i) ss += o[i] * o[i];
+  const double inv = 1.0 / std::sqrt(ss / d + eps);
+  for (int64_t i = 0; i < d; ++i) y[i] = w[i] * (o[i] * inv) * silu(z[i]);
+}
+
+// rotate_half partial RoPE on one head of d dims, theta^(-2i/rope_dim).
+inline void rope(double* x, int64_t rope_dim, double theta, int64_t pos) {
+  const int64_t half = rope_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / rope_dim);
+    const double ang = static_cast<double>(pos) * inv_freq;
+    const double a = x[i], b = x[i + half];
+    x[i] = a * std::cos(ang) - b * std::sin(ang);
+    x[i + half] = b * std::cos(ang) + a * std::sin(ang);
+  }
+}
+
+// Delta rule for one head: S [dk, dv].
+inline void gdn_step(double* S, const double* q, const double* k, const double* v, double alpha,
+                     double beta, double* o, int64_t dk, int64_t dv) {
+  for (int64_t i = 0; i < dk * dv; ++i) S[i] *= alpha;
+  std::vector<double> m(dv, 0.0);
+  for (int64_t j = 0; j < dv; ++j)
+    for (int64_t i = 0; i < dk; ++i) m[j] += S[i * dv + j] * k[i];
+  for (int64_t i = 0; i < dk; ++i)
+    for (int64_t j = 0; j < dv; ++j) S[i * dv + j] += k[i] * beta * (v[j] - m[j]);
+  for (int64_t j = 0; j < dv; ++j) {
+    double acc = 0;
+    for (int64_t i = 0; i < dk; ++i) acc += S[i * dv + j] * q[i];
+    o[j] = acc;
+  }
+}
+
+// Causal softmax attention of one query over n_keys keys/values (rows of d, contiguous).
+inline void attention(const double* q, const double* keys, const double* vals, int64_t n_keys,
+                      int64_t d, double scale, double* out) {
+  std::vector<double> s(n_keys);
+  double mx = -INFINITY;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    double acc = 0;
+    for (int64_t i = 0; i < d; ++i) acc += q[i] * keys[j * d + i];
+    s[j] = acc * scale;
+    mx = std::max(mx, s[j]);
+  }
+  double sum = 0;
+  for (auto& x : s) sum += (x = std::exp(x - mx));
+  for (int64_t i = 0; i < d; ++i) out[i] = 0;
+  for (int64_t j = 0; j < n_keys; ++j)
+    for (int64_t i = 0; i < d; ++i) out[i] += s[j] / sum * vals[j * d + i];
+}
+
+}  // namespace rw::ref

@@ -1,0 +1,82 @@
+// The Qwen3.5 / Qwen3.5-MoE / Qwen3-Next hybrid decoder on the CPU (one file per architecture:
+// model/qwen35.cpp). Loads a Hugging Face checkpoint directory, packs its matrices once, and
+// runs the forward pass over a ragged batch: several sequences, each with its own new tokens
+// and its own SequenceState, concatenated without padding.
+//
+// Bit-exact contract (docs/ARCHITECTURE.md): the logits of a token depend only on its
+// sequence's tokens, never on how they were cut into forward calls, which other sequences
+// shared the batch, or the thread count. Tests prove it with memcmp.
+//
+// Thread-safety: forward() mutates the model's scratch buffers and the given states: one
+// caller at a time (the engine thread).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rewind/base/aligned.h"
+#include "rewind/base/result.h"
+#include "rewind/kernels/matmul.h"
+#include "rewind/model/config.h"
+#include "rewind/model/weight_source.h"
+#include "rewind/state/sequence_state.h"
+
+namespace rw {
+
+class ThreadPool;
+
+enum class WeightStore { Auto, F32, BF16 };  // Auto: BF16 checkpoints stay BF16, others F32
+
+struct LoadOptions {
+  WeightStore store = WeightStore::Auto;
+  ThreadPool* pool = nullptr;  // used for packing
+  // Called while packing with (bytes done, bytes total); may be empty.
+  std::function<void(size_t, size_t)> progress;
+};
+
+// One sequence's part of a forward batch.
+struct SeqInput {
+  SequenceState* state = nullptr;
+  std::span<const int32_t> tokens;   // new tokens, appended at state->n_pos()
+  std::vector<int32_t> logit_rows;   // indices into `tokens` whose logits are wanted, ascending
+};
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadOptions& opt);
+  ~Model();
+
+  const ModelConfig& config() const { return cfg_; }
+  const WeightSet& weights() const { return *ws_; }
+  StateShape state_shape() const;
+  SequenceState new_state() const { return SequenceState(state_shape()); }
+
+  // Runs the batch. On success every state has advanced by its token count, and `logits` holds
+  // one row of vocab_size floats per requested row, in batch order then row order.
+  // Errors (nothing is changed): a token id out of range, an empty token list.
+  Status forward(std::span<SeqInput> batch, std::vector<float>* logits, ThreadPool* pool);
+
+  // Bytes of packed weights one decode token reads (every dense matrix, lm_head, and for MoE
+  // the router plus top-k experts and the shared expert).
+  size_t decode_bytes_per_token() const;
+  // Multiply-adds per token in matmuls over all layers (for FLOP counts); lm_head separately.
+  int64_t matmul_macs_per_token_layers() const;
+  int64_t matmul_macs_lm_head() const;
+  size_t packed_bytes() const;
+  const char* isa() const { return matmul_isa(); }
+
+  struct Impl;
+
+ private:
+  Model();
+  ModelConfig cfg_;
+  std::unique_ptr<TensorSet> tensors_;
+  std::unique_ptr<WeightSet> ws_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rw

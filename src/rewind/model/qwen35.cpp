@@ -1,0 +1,499 @@
+// Qwen3.5 / Qwen3.5-MoE / Qwen3-Next forward pass (ARCH-qwen35.md section 3), CPU, fp32
+// activations. Every layer dispatches on its kind to the Gated DeltaNet or the gated attention
+// block; the FFN is dense SwiGLU or MoE. Row-wise ops run on the whole ragged [T, H] batch;
+// conv, recurrence and attention run per sequence on its rows with its own state.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "rewind/base/thread_pool.h"
+#include "rewind/kernels/ops.h"
+#include "rewind/model/model.h"
+
+namespace rw {
+
+namespace {
+
+struct LinearW {
+  PackedMatrix in_proj, out_proj;
+  std::vector<float> conv, A, dt_bias, gnorm;
+};
+struct AttnW {
+  PackedMatrix qkv, o_proj;
+  std::vector<float> q_norm, k_norm;
+};
+struct ExpertW {
+  PackedMatrix gate_up, down;
+};
+struct LayerW {
+  LayerKind kind;
+  int64_t rec_index = -1;   // index among linear layers
+  int64_t attn_index = -1;  // index among full-attention layers
+  std::vector<float> in_norm, post_norm;
+  LinearW lin;
+  AttnW attn;
+  bool moe = false;
+  ExpertW dense;  // dense FFN, or the shared expert of a MoE layer
+  PackedMatrix router, shared_gate;
+  std::vector<ExpertW> experts;
+};
+
+std::vector<float> vec(const WeightSource& w) { return w.to_f32(); }
+
+}  // namespace
+
+struct Model::Impl {
+  std::vector<LayerW> layers;
+  PackedMatrix lm_head;
+  std::vector<float> final_norm;
+  std::vector<float> inv_freq;
+  size_t packed_bytes = 0;
+
+  // Scratch, reused across calls ([rows, width] f32).
+  AlignedBuffer<float> x, xn, big, big2, out, tmp;
+};
+
+Model::Model() = default;
+Model::~Model() = default;
+
+StateShape Model::state_shape() const {
+  StateShape s;
+  s.n_attn_layers = cfg_.n_full_layers();
+  s.kv_dim = cfg_.n_head_kv * cfg_.head_dim;
+  s.n_rec_layers = cfg_.n_linear_layers();
+  s.conv_rows = cfg_.conv_kernel - 1;
+  s.conv_dim = cfg_.conv_dim();
+  s.n_head_v = cfg_.lin_n_head_v;
+  s.dk = cfg_.lin_dk;
+  s.dv = cfg_.lin_dv;
+  return s;
+}
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOptions& opt) {
+  std::unique_ptr<Model> m(new Model());
+  REWIND_TRY(m->cfg_, load_model_config(dir + "/config.json"));
+  REWIND_TRY(TensorSet ts, TensorSet::open_dir(dir));
+  m->tensors_ = std::make_unique<TensorSet>(std::move(ts));
+  REWIND_TRY(WeightSet ws, WeightSet::from_hf(*m->tensors_, m->cfg_));
+  m->ws_ = std::make_unique<WeightSet>(std::move(ws));
+  m->impl_ = std::make_unique<Impl>();
+  const ModelConfig& c = m->cfg_;
+  Impl& I = *m->impl_;
+  const WeightSet& W = *m->ws_;
+
+  // Bytes to pack, for progress.
+  std::vector<std::string> mats;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string p = "l" + std::to_string(il) + ".";
+    if (c.layer_kinds[il] == LayerKind::Linear) {
+      mats.push_back(p + "in_proj");
+      mats.push_back(p + "out_proj");
+    } else {
+      mats.push_back(p + "qkv");
+      mats.push_back(p + "o_proj");
+    }
+    if (c.layer_is_moe(il)) {
+      mats.push_back(p + "router");
+      mats.push_back(p + "sh.gate");
+      mats.push_back(p + "sh.gate_up");
+      mats.push_back(p + "sh.down");
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        mats.push_back(p + "e" + std::to_string(e) + ".gate_up");
+        mats.push_back(p + "e" + std::to_string(e) + ".down");
+      }
+    } else {
+      mats.push_back(p + "gate_up");
+      mats.push_back(p + "down");
+    }
+  }
+  mats.push_back("lm_head");
+  size_t total = 0, done = 0;
+  auto src_bytes = [&](const WeightSource& s) {
+    size_t b = 0;
+    for (auto& blk : s.blocks) b += static_cast<size_t>(blk.rows * s.cols) * dtype_size(blk.dtype);
+    return b;
+  };
+  for (auto& n : mats) total += src_bytes(W.get(n));
+
+  auto pack = [&](const std::string& name) {
+    const WeightSource& s = W.get(name);
+    DType dt;
+    std::vector<std::byte> scratch;
+    const void* p = s.contiguous(&dt, &scratch);
+    DType store = DType::F32;
+    if (opt.store == WeightStore::BF16 || (opt.store == WeightStore::Auto && s.file_dtype == DType::BF16))
+      store = DType::BF16;
+    PackedMatrix pm = PackedMatrix::pack(p, dt, s.rows(), s.cols, store, opt.pool);
+    I.packed_bytes += pm.bytes();
+    done += src_bytes(s);
+    if (opt.progress) opt.progress(done, total);
+    return pm;
+  };
+
+  int64_t n_rec = 0, n_attn = 0;
+  I.layers.resize(static_cast<size_t>(c.n_layer));
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    LayerW& L = I.layers[il];
+    const std::string p = "l" + std::to_string(il) + ".";
+    L.kind = c.layer_kinds[il];
+    L.in_norm = vec(W.get(p + "in_norm"));
+    L.post_norm = vec(W.get(p + "post_norm"));
+    if (L.kind == LayerKind::Linear) {
+      L.rec_index = n_rec++;
+      L.lin.in_proj = pack(p + "in_proj");
+      L.lin.out_proj = pack(p + "out_proj");
+      L.lin.conv = vec(W.get(p + "conv"));
+      L.lin.A = vec(W.get(p + "A"));
+      L.lin.dt_bias = vec(W.get(p + "dt_bias"));
+      L.lin.gnorm = vec(W.get(p + "gnorm"));
+    } else {
+      L.attn_index = n_attn++;
+      L.attn.qkv = pack(p + "qkv");
+      L.attn.o_proj = pack(p + "o_proj");
+      L.attn.q_norm = vec(W.get(p + "q_norm"));
+      L.attn.k_norm = vec(W.get(p + "k_norm"));
+    }
+    L.moe = c.layer_is_moe(il);
+    if (L.moe) {
+      L.router = pack(p + "router");
+      L.shared_gate = pack(p + "sh.gate");
+      L.dense.gate_up = pack(p + "sh.gate_up");
+      L.dense.down = pack(p + "sh.down");
+      L.experts.resize(static_cast<size_t>(c.n_expert));
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        L.experts[e].gate_up = pack(p + "e" + std::to_string(e) + ".gate_up");
+        L.experts[e].down = pack(p + "e" + std::to_string(e) + ".down");
+      }
+    } else {
+      L.dense.gate_up = pack(p + "gate_up");
+      L.dense.down = pack(p + "down");
+    }
+  }
+  I.lm_head = pack("lm_head");
+  I.final_norm = vec(W.get("final_norm"));
+  I.inv_freq.resize(static_cast<size_t>(c.rope_dim / 2));
+  for (int64_t i = 0; i < c.rope_dim / 2; ++i)
+    I.inv_freq[i] = static_cast<float>(
+        1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.rope_dim)));
+  return m;
+}
+
+size_t Model::packed_bytes() const { return impl_->packed_bytes; }
+
+size_t Model::decode_bytes_per_token() const {
+  size_t b = impl_->lm_head.bytes();
+  for (auto& L : impl_->layers) {
+    if (L.kind == LayerKind::Linear) {
+      b += L.lin.in_proj.bytes() + L.lin.out_proj.bytes();
+    } else {
+      b += L.attn.qkv.bytes() + L.attn.o_proj.bytes();
+    }
+    b += L.dense.gate_up.bytes() + L.dense.down.bytes();
+    if (L.moe) {
+      b += L.router.bytes() + L.shared_gate.bytes();
+      if (!L.experts.empty())
+        b += static_cast<size_t>(cfg_.n_expert_used) *
+             (L.experts[0].gate_up.bytes() + L.experts[0].down.bytes());
+    }
+  }
+  return b;
+}
+
+int64_t Model::matmul_macs_per_token_layers() const {
+  int64_t macs = 0;
+  auto mk = [](const PackedMatrix& m) { return m.n() * m.k(); };
+  for (auto& L : impl_->layers) {
+    if (L.kind == LayerKind::Linear) {
+      macs += mk(L.lin.in_proj) + mk(L.lin.out_proj);
+    } else {
+      macs += mk(L.attn.qkv) + mk(L.attn.o_proj);
+    }
+    macs += mk(L.dense.gate_up) + mk(L.dense.down);
+    if (L.moe) {
+      macs += mk(L.router) + mk(L.shared_gate);
+      if (!L.experts.empty())
+        macs += cfg_.n_expert_used * (mk(L.experts[0].gate_up) + mk(L.experts[0].down));
+    }
+  }
+  return macs;
+}
+
+int64_t Model::matmul_macs_lm_head() const { return impl_->lm_head.n() * impl_->lm_head.k(); }
+
+Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, ThreadPool* pool) {
+  const ModelConfig& c = cfg_;
+  Impl& I = *impl_;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // Validate everything before touching any state.
+  int64_t T = 0, n_out = 0;
+  std::vector<int64_t> off(batch.size() + 1, 0);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SeqInput& in = batch[s];
+    REWIND_CHECK(in.state != nullptr);
+    if (in.tokens.empty()) return make_error("forward: sequence " + std::to_string(s) + " has no tokens");
+    for (int32_t t : in.tokens)
+      if (t < 0 || t >= V)
+        return make_error("token id " + std::to_string(t) + " out of range [0, " + std::to_string(V) + ")");
+    for (size_t i = 0; i < in.logit_rows.size(); ++i) {
+      const int32_t r = in.logit_rows[i];
+      if (r < 0 || r >= static_cast<int32_t>(in.tokens.size()) || (i && r <= in.logit_rows[i - 1]))
+        return make_error("forward: logit rows must be ascending indices into the tokens");
+    }
+    off[s] = T;
+    T += static_cast<int64_t>(in.tokens.size());
+    n_out += static_cast<int64_t>(in.logit_rows.size());
+  }
+  off[batch.size()] = T;
+  for (auto& in : batch) in.state->prepare_append(static_cast<int64_t>(in.tokens.size()));
+
+  auto par_rows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+    if (pool)
+      pool->parallel_for(n, 1, [&](int, int64_t b, int64_t e) { f(b, e); });
+    else
+      f(0, n);
+  };
+
+  I.x.reserve_at_least(static_cast<size_t>(T * H));
+  I.xn.reserve_at_least(static_cast<size_t>(T * H));
+  I.out.reserve_at_least(static_cast<size_t>(T * H));
+  float* x = I.x.data();
+  float* xn = I.xn.data();
+  float* out = I.out.data();
+
+  // Embedding.
+  {
+    const WeightSource& emb = ws_->get("embed");
+    int64_t row = 0;
+    for (auto& in : batch)
+      for (int32_t t : in.tokens) emb.row_f32(t, x + (row++) * H);
+  }
+
+  for (size_t il = 0; il < I.layers.size(); ++il) {
+    const LayerW& L = I.layers[il];
+    par_rows(T, [&](int64_t b, int64_t e) {
+      rmsnorm(x + b * H, H, L.in_norm.data(), xn + b * H, H, e - b, H, eps);
+    });
+
+    if (L.kind == LayerKind::Linear) {
+      const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
+      const int64_t r = Hv / Hk, CD = c.conv_dim(), VD = c.value_dim(), KD = c.key_dim();
+      const int64_t NP = L.lin.in_proj.n();  // CD + VD + 2 Hv
+      I.big.reserve_at_least(static_cast<size_t>(T * NP));
+      I.big2.reserve_at_least(static_cast<size_t>(T * CD));
+      I.tmp.reserve_at_least(static_cast<size_t>(T * VD));
+      float* proj = I.big.data();   // [T, NP] = [mixed (CD) | z (VD) | b (Hv) | a (Hv)]
+      float* conv = I.big2.data();  // [T, CD] conv + SiLU outputs: [q | k | v]
+      float* o = I.tmp.data();      // [T, VD]
+      matmul(xn, T, H, L.lin.in_proj, proj, NP, pool);
+      const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+      for (size_t s = 0; s < batch.size(); ++s) {
+        SequenceState& st = *batch[s].state;
+        const int64_t t0 = off[s], n = off[s + 1] - off[s];
+        float* window = st.conv(L.rec_index);
+        // Channels are independent over time: threads split channels.
+        if (pool)
+          pool->parallel_for(CD, 16, [&](int, int64_t b, int64_t e) {
+            conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), conv + t0 * CD, CD, n, CD,
+                      c.conv_kernel, b, e);
+          });
+        else
+          conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), conv + t0 * CD, CD, n, CD,
+                    c.conv_kernel, 0, CD);
+      }
+      // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
+      par_rows(T, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+          l2norm_heads(conv + t * CD, Hk, dk, 1e-6f, qscale);
+          l2norm_heads(conv + t * CD + KD, Hk, dk, 1e-6f, 1.0f);
+        }
+      });
+      // Recurrence: each (sequence, value head) runs its tokens in order.
+      const int64_t n_jobs = static_cast<int64_t>(batch.size()) * Hv;
+      auto run_heads = [&](int64_t jb, int64_t je) {
+        for (int64_t job = jb; job < je; ++job) {
+          const int64_t s = job / Hv, h = job % Hv, g = h / r;
+          SequenceState& st = *batch[s].state;
+          float* S = st.ssm(L.rec_index) + h * dk * dv;
+          for (int64_t t = off[s]; t < off[s + 1]; ++t) {
+            const float* row = conv + t * CD;
+            const float* prow = proj + t * NP;
+            const float bl = prow[CD + VD + h];
+            const float al = prow[CD + VD + Hv + h];
+            const float gate = L.lin.A[h] * softplus(al + L.lin.dt_bias[h]);
+            const float alpha = std::exp(gate);
+            const float beta = sigmoid(bl);
+            gdn_step(S, row + g * dk, row + KD + g * dk, row + 2 * KD + h * dv, alpha, beta,
+                     o + t * VD + h * dv, dk, dv);
+          }
+        }
+      };
+      if (pool)
+        pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run_heads(b, e); });
+      else
+        run_heads(0, n_jobs);
+      par_rows(T, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t)
+          gated_rmsnorm_heads(o + t * VD, proj + t * NP + CD, L.lin.gnorm.data(), o + t * VD, Hv,
+                              dv, eps);
+      });
+      matmul(o, T, VD, L.lin.out_proj, out, H, pool);
+    } else {
+      const int64_t nh = c.n_head, nkv = c.n_head_kv, D = c.head_dim, grp = nh / nkv;
+      const int64_t NQ = L.attn.qkv.n();  // nh*2D + 2 nkv D
+      I.big.reserve_at_least(static_cast<size_t>(T * NQ));
+      I.tmp.reserve_at_least(static_cast<size_t>(T * nh * D));
+      float* qkv = I.big.data();
+      float* att = I.tmp.data();  // [T, nh*D]
+      matmul(xn, T, H, L.attn.qkv, qkv, NQ, pool);
+      // q/k norms and RoPE per row; k and v go into the sequence's pages.
+      for (size_t s = 0; s < batch.size(); ++s) {
+        SequenceState& st = *batch[s].state;
+        const int64_t t0 = off[s], p0 = st.n_pos();
+        par_rows(off[s + 1] - t0, [&](int64_t b, int64_t e) {
+          std::vector<float> qh(static_cast<size_t>(D));
+          for (int64_t i = b; i < e; ++i) {
+            float* row = qkv + (t0 + i) * NQ;
+            const int64_t pos = p0 + i;
+            for (int64_t h = 0; h < nh; ++h) {
+              float* q = row + h * 2 * D;  // [q_h | gate_h]
+              rmsnorm_heads(q, 1, D, L.attn.q_norm.data(), eps);
+              rope_heads(q, 1, D, c.rope_dim, I.inv_freq.data(), pos);
+            }
+            float* k = row + nh * 2 * D;
+            float* v = k + nkv * D;
+            rmsnorm_heads(k, nkv, D, L.attn.k_norm.data(), eps);
+            rope_heads(k, nkv, D, c.rope_dim, I.inv_freq.data(), pos);
+            std::memcpy(st.k_row(L.attn_index, pos), k, static_cast<size_t>(nkv * D) * sizeof(float));
+            std::memcpy(st.v_row(L.attn_index, pos), v, static_cast<size_t>(nkv * D) * sizeof(float));
+          }
+        });
+      }
+      // Attention per (row, head).
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      const int64_t PT = batch.empty() ? 64 : batch[0].state->shape().page_tokens;
+      std::vector<int64_t> row_seq(static_cast<size_t>(T));
+      for (size_t s = 0; s < batch.size(); ++s)
+        for (int64_t t = off[s]; t < off[s + 1]; ++t) row_seq[t] = static_cast<int64_t>(s);
+      auto run = [&](int64_t jb, int64_t je) {
+        std::vector<float> scratch;
+        std::vector<const float*> kb, vb;
+        for (int64_t job = jb; job < je; ++job) {
+          const int64_t t = job / nh, h = job % nh, kvh = h / grp;
+          const int64_t s = row_seq[t];
+          const SequenceState& st = *batch[s].state;
+          const int64_t n_keys = st.n_pos() + (t - off[s]) + 1;
+          const int64_t nb = (n_keys + PT - 1) / PT;
+          kb.resize(static_cast<size_t>(nb));
+          vb.resize(static_cast<size_t>(nb));
+          for (int64_t bi = 0; bi < nb; ++bi) {
+            kb[bi] = st.k_block(L.attn_index, bi) + kvh * D;
+            vb[bi] = st.v_block(L.attn_index, bi) + kvh * D;
+          }
+          scratch.resize(static_cast<size_t>(n_keys));
+          attention_head(qkv + t * NQ + h * 2 * D, kb.data(), vb.data(), PT, nkv * D, n_keys, D,
+                         scale, att + t * nh * D + h * D, scratch.data());
+          // Output gate.
+          const float* gate = qkv + t * NQ + h * 2 * D + D;
+          float* a = att + t * nh * D + h * D;
+          for (int64_t i = 0; i < D; ++i) a[i] = a[i] * sigmoid(gate[i]);
+        }
+      };
+      if (pool)
+        pool->parallel_for(T * nh, 1, [&](int, int64_t b, int64_t e) { run(b, e); });
+      else
+        run(0, T * nh);
+      matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
+    }
+    par_rows(T, [&](int64_t b, int64_t e) {
+      for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
+    });
+
+    // FFN.
+    par_rows(T, [&](int64_t b, int64_t e) {
+      rmsnorm(x + b * H, H, L.post_norm.data(), xn + b * H, H, e - b, H, eps);
+    });
+    auto swiglu_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
+      const int64_t F = w.down.k();
+      AlignedBuffer<float> gu(static_cast<size_t>(m * 2 * F)), act(static_cast<size_t>(m * F));
+      matmul(in, m, H, w.gate_up, gu.data(), 2 * F, pool);
+      for (int64_t i = 0; i < m; ++i) swiglu(gu.data() + i * 2 * F, gu.data() + i * 2 * F + F, act.data() + i * F, F);
+      matmul(act.data(), m, F, w.down, y, H, pool);
+    };
+    if (!L.moe) {
+      swiglu_ffn(L.dense, xn, T, out);
+    } else {
+      const int64_t E = c.n_expert, k = c.n_expert_used;
+      AlignedBuffer<float> rl(static_cast<size_t>(T * E)), sg(static_cast<size_t>(T));
+      matmul(xn, T, H, L.router, rl.data(), E, pool);
+      matmul(xn, T, H, L.shared_gate, sg.data(), 1, pool);
+      std::vector<int32_t> sel(static_cast<size_t>(T * k));
+      std::vector<float> wsel(static_cast<size_t>(T * k));
+      for (int64_t t = 0; t < T; ++t) {
+        const float* l = rl.data() + t * E;
+        float mx = -INFINITY;
+        for (int64_t e = 0; e < E; ++e) mx = std::max(mx, l[e]);
+        std::vector<float> p(static_cast<size_t>(E));
+        float sum = 0.0f;
+        for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+        for (int64_t e = 0; e < E; ++e) p[e] = p[e] / sum;
+        std::vector<int32_t> idx(static_cast<size_t>(E));
+        std::iota(idx.begin(), idx.end(), 0);
+        std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+        float wsum = 0.0f;
+        for (int64_t j = 0; j < k; ++j) wsum += p[idx[j]];
+        for (int64_t j = 0; j < k; ++j) {
+          sel[t * k + j] = idx[j];
+          wsel[t * k + j] = c.norm_topk_prob ? p[idx[j]] / wsum : p[idx[j]];
+        }
+      }
+      // Expert outputs per (row, slot).
+      AlignedBuffer<float> slots(static_cast<size_t>(T * k * H));
+      for (int64_t e = 0; e < E; ++e) {
+        std::vector<int64_t> rows;  // row*k + slot
+        for (int64_t i = 0; i < T * k; ++i)
+          if (sel[i] == e) rows.push_back(i);
+        if (rows.empty()) continue;
+        const int64_t m = static_cast<int64_t>(rows.size());
+        AlignedBuffer<float> in(static_cast<size_t>(m * H)), y(static_cast<size_t>(m * H));
+        for (int64_t i = 0; i < m; ++i)
+          std::memcpy(in.data() + i * H, xn + (rows[i] / k) * H, static_cast<size_t>(H) * sizeof(float));
+        swiglu_ffn(L.experts[e], in.data(), m, y.data());
+        for (int64_t i = 0; i < m; ++i)
+          std::memcpy(slots.data() + rows[i] * H, y.data() + i * H, static_cast<size_t>(H) * sizeof(float));
+      }
+      swiglu_ffn(L.dense, xn, T, out);  // shared expert
+      for (int64_t t = 0; t < T; ++t) {
+        const float g = sigmoid(sg[t]);
+        float* o = out + t * H;
+        for (int64_t i = 0; i < H; ++i) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < k; ++j) acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
+          o[i] = acc + g * o[i];
+        }
+      }
+    }
+    par_rows(T, [&](int64_t b, int64_t e) {
+      for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
+    });
+  }
+
+  for (auto& in : batch) in.state->commit_append(static_cast<int64_t>(in.tokens.size()));
+
+  // Final norm and lm_head on the requested rows only.
+  logits->assign(static_cast<size_t>(n_out * V), 0.0f);
+  if (n_out > 0) {
+    int64_t j = 0;
+    for (size_t s = 0; s < batch.size(); ++s)
+      for (int32_t r : batch[s].logit_rows) {
+        rmsnorm(x + (off[s] + r) * H, H, I.final_norm.data(), xn + j * H, H, 1, H, eps);
+        ++j;
+      }
+    matmul(xn, n_out, H, I.lm_head, logits->data(), V, pool);
+  }
+  return Ok{};
+}
+
+}  // namespace rw

@@ -1,0 +1,299 @@
+#include "rewind/model/weight_source.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace rw {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+const std::byte* row_ptr(const RowBlock& b, int64_t r, int64_t cols) {
+  return static_cast<const std::byte*>(b.data) + static_cast<size_t>(r * cols) * dtype_size(b.dtype);
+}
+
+// Finds tensors of one checkpoint and turns them into WeightSources.
+class Resolver {
+ public:
+  Resolver(const TensorSet& t) : t_(t) {}
+
+  Result<const TensorView*> need(const std::string& name, std::vector<int64_t> shape) {
+    const TensorView* v = t_.find(name);
+    if (!v) return make_error("checkpoint: missing tensor '" + name + "' (expected shape " +
+                              shape_str(shape) + ")");
+    if (v->dtype != DType::F32 && v->dtype != DType::BF16 && v->dtype != DType::F16)
+      return make_error(v->file + ": tensor '" + name + "': dtype " +
+                        std::string(dtype_name(v->dtype)) +
+                        " not supported for weights (F32, BF16, F16)");
+    if (v->shape != shape)
+      return make_error(v->file + ": tensor '" + name + "': shape " + shape_str(v->shape) +
+                        ", expected " + shape_str(shape));
+    return v;
+  }
+
+  // A matrix [rows, cols] viewed directly.
+  static WeightSource view(const TensorView* v, int64_t rows, int64_t cols) {
+    WeightSource w;
+    w.cols = cols;
+    w.file_dtype = v->dtype;
+    w.blocks.push_back(RowBlock{v->data, v->dtype, rows, nullptr});
+    return w;
+  }
+  // Rows [r0, r0+n) of a tensor viewed as [*, cols].
+  static RowBlock rows_of(const TensorView* v, int64_t r0, int64_t n, int64_t cols) {
+    return RowBlock{v->data + static_cast<size_t>(r0 * cols) * dtype_size(v->dtype), v->dtype, n,
+                    nullptr};
+  }
+  // Small tensor converted to f32, with f applied elementwise.
+  template <typename F>
+  static WeightSource owned(const TensorView* v, int64_t rows, int64_t cols, F f) {
+    auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols));
+    convert_to_f32(v->data, v->dtype, buf->size(), buf->data());
+    for (auto& x : *buf) x = f(x);
+    WeightSource w;
+    w.cols = cols;
+    w.file_dtype = v->dtype;
+    w.blocks.push_back(RowBlock{buf->data(), DType::F32, rows, buf});
+    return w;
+  }
+
+ private:
+  const TensorSet& t_;
+};
+
+}  // namespace
+
+int64_t WeightSource::rows() const {
+  int64_t r = 0;
+  for (auto& b : blocks) r += b.rows;
+  return r;
+}
+
+void WeightSource::row_f32(int64_t r, float* out) const {
+  for (auto& b : blocks) {
+    if (r < b.rows) {
+      convert_to_f32(row_ptr(b, r, cols), b.dtype, static_cast<size_t>(cols), out);
+      return;
+    }
+    r -= b.rows;
+  }
+  REWIND_CHECK_MSG(false, "row out of range");
+}
+
+void WeightSource::row_f64(int64_t r, double* out) const {
+  std::vector<float> tmp(static_cast<size_t>(cols));
+  row_f32(r, tmp.data());
+  for (int64_t i = 0; i < cols; ++i) out[i] = tmp[i];
+}
+
+std::vector<float> WeightSource::to_f32() const {
+  std::vector<float> out(static_cast<size_t>(rows() * cols));
+  for (int64_t r = 0; r < rows(); ++r) row_f32(r, out.data() + r * cols);
+  return out;
+}
+
+const void* WeightSource::contiguous(DType* dtype, std::vector<std::byte>* scratch) const {
+  if (blocks.size() == 1) {
+    *dtype = blocks[0].dtype;
+    return blocks[0].data;
+  }
+  bool same = true;
+  for (auto& b : blocks) same = same && b.dtype == blocks[0].dtype;
+  const DType t = same ? blocks[0].dtype : DType::F32;
+  const size_t es = dtype_size(t);
+  scratch->resize(static_cast<size_t>(rows() * cols) * es);
+  std::byte* dst = scratch->data();
+  for (auto& b : blocks) {
+    const size_t n = static_cast<size_t>(b.rows * cols);
+    if (same) {
+      std::memcpy(dst, b.data, n * es);
+    } else {
+      convert_to_f32(b.data, b.dtype, n, reinterpret_cast<float*>(dst));
+    }
+    dst += n * es;
+  }
+  *dtype = t;
+  return scratch->data();
+}
+
+const WeightSource& WeightSet::get(const std::string& name) const {
+  auto it = map_.find(name);
+  REWIND_CHECK_MSG(it != map_.end(), "no weight '" + name + "'");
+  return it->second;
+}
+
+Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig& c) {
+  WeightSet ws;
+  Resolver R(tensors);
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  auto plus1 = [](float x) { return x + 1.0f; };
+  auto same = [](float x) { return x; };
+
+  std::string P;
+  if (tensors.find("model.language_model.embed_tokens.weight")) {
+    P = "model.language_model.";
+  } else if (tensors.find("model.embed_tokens.weight")) {
+    P = "model.";
+  } else {
+    return make_error(std::string("checkpoint: missing tensor '") +
+                      (c.multimodal_prefix ? "model.language_model." : "model.") +
+                      "embed_tokens.weight'");
+  }
+
+  REWIND_TRY(auto* embed, R.need(P + "embed_tokens.weight", {V, H}));
+  ws.map_["embed"] = Resolver::view(embed, V, H);
+  const TensorView* lm = tensors.find("lm_head.weight");
+  if (c.tie_word_embeddings || !lm) {
+    ws.map_["lm_head"] = ws.map_["embed"];
+  } else {
+    REWIND_TRY(lm, R.need("lm_head.weight", {V, H}));
+    ws.map_["lm_head"] = Resolver::view(lm, V, H);
+  }
+  REWIND_TRY(auto* fn, R.need(P + "norm.weight", {H}));
+  ws.map_["final_norm"] = Resolver::owned(fn, 1, H, plus1);
+
+  const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
+  const int64_t r = Hk > 0 ? Hv / Hk : 0, K = c.conv_kernel;
+  const int64_t D = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string lp = P + "layers." + std::to_string(il) + ".";
+    const std::string cp = "l" + std::to_string(il) + ".";
+    REWIND_TRY(auto* in_norm, R.need(lp + "input_layernorm.weight", {H}));
+    REWIND_TRY(auto* post_norm, R.need(lp + "post_attention_layernorm.weight", {H}));
+    ws.map_[cp + "in_norm"] = Resolver::owned(in_norm, 1, H, plus1);
+    ws.map_[cp + "post_norm"] = Resolver::owned(post_norm, 1, H, plus1);
+
+    if (c.layer_kinds[il] == LayerKind::Linear) {
+      const std::string ap = lp + "linear_attn.";
+      WeightSource in;
+      in.cols = H;
+      if (tensors.find(ap + "in_proj_qkvz.weight")) {
+        // Qwen3-Next: rows grouped per key head g: [q_g (dk); k_g (dk); v_g (r dv); z_g (r dv)].
+        const int64_t blk = 2 * dk + 2 * r * dv;
+        REWIND_TRY(auto* qkvz, R.need(ap + "in_proj_qkvz.weight", {Hk * blk, H}));
+        REWIND_TRY(auto* ba, R.need(ap + "in_proj_ba.weight", {2 * Hv, H}));
+        in.file_dtype = qkvz->dtype;
+        for (int64_t g = 0; g < Hk; ++g) in.blocks.push_back(Resolver::rows_of(qkvz, g * blk, dk, H));
+        for (int64_t g = 0; g < Hk; ++g)
+          in.blocks.push_back(Resolver::rows_of(qkvz, g * blk + dk, dk, H));
+        for (int64_t g = 0; g < Hk; ++g)
+          in.blocks.push_back(Resolver::rows_of(qkvz, g * blk + 2 * dk, r * dv, H));
+        for (int64_t g = 0; g < Hk; ++g)
+          in.blocks.push_back(Resolver::rows_of(qkvz, g * blk + 2 * dk + r * dv, r * dv, H));
+        for (int64_t g = 0; g < Hk; ++g) in.blocks.push_back(Resolver::rows_of(ba, g * 2 * r, r, H));
+        for (int64_t g = 0; g < Hk; ++g)
+          in.blocks.push_back(Resolver::rows_of(ba, g * 2 * r + r, r, H));
+      } else {
+        REWIND_TRY(auto* qkv, R.need(ap + "in_proj_qkv.weight", {c.conv_dim(), H}));
+        REWIND_TRY(auto* z, R.need(ap + "in_proj_z.weight", {c.value_dim(), H}));
+        REWIND_TRY(auto* b, R.need(ap + "in_proj_b.weight", {Hv, H}));
+        REWIND_TRY(auto* a, R.need(ap + "in_proj_a.weight", {Hv, H}));
+        in.file_dtype = qkv->dtype;
+        in.blocks = {Resolver::rows_of(qkv, 0, c.conv_dim(), H), Resolver::rows_of(z, 0, c.value_dim(), H),
+                     Resolver::rows_of(b, 0, Hv, H), Resolver::rows_of(a, 0, Hv, H)};
+      }
+      ws.map_[cp + "in_proj"] = std::move(in);
+      REWIND_TRY(auto* conv, R.need(ap + "conv1d.weight", {c.conv_dim(), 1, K}));
+      ws.map_[cp + "conv"] = Resolver::owned(conv, c.conv_dim(), K, same);
+      REWIND_TRY(auto* alog, R.need(ap + "A_log", {Hv}));
+      ws.map_[cp + "A"] = Resolver::owned(alog, 1, Hv, [](float x) { return -std::exp(x); });
+      REWIND_TRY(auto* dtb, R.need(ap + "dt_bias", {Hv}));
+      ws.map_[cp + "dt_bias"] = Resolver::owned(dtb, 1, Hv, same);
+      REWIND_TRY(auto* gn, R.need(ap + "norm.weight", {dv}));
+      ws.map_[cp + "gnorm"] = Resolver::owned(gn, 1, dv, same);
+      REWIND_TRY(auto* out, R.need(ap + "out_proj.weight", {H, c.value_dim()}));
+      ws.map_[cp + "out_proj"] = Resolver::view(out, H, c.value_dim());
+    } else {
+      const std::string ap = lp + "self_attn.";
+      REWIND_TRY(auto* q, R.need(ap + "q_proj.weight", {nh * 2 * D, H}));
+      REWIND_TRY(auto* k, R.need(ap + "k_proj.weight", {nkv * D, H}));
+      REWIND_TRY(auto* v, R.need(ap + "v_proj.weight", {nkv * D, H}));
+      WeightSource qkv;
+      qkv.cols = H;
+      qkv.file_dtype = q->dtype;
+      qkv.blocks = {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
+                    Resolver::rows_of(v, 0, nkv * D, H)};
+      ws.map_[cp + "qkv"] = std::move(qkv);
+      REWIND_TRY(auto* qn, R.need(ap + "q_norm.weight", {D}));
+      REWIND_TRY(auto* kn, R.need(ap + "k_norm.weight", {D}));
+      ws.map_[cp + "q_norm"] = Resolver::owned(qn, 1, D, plus1);
+      ws.map_[cp + "k_norm"] = Resolver::owned(kn, 1, D, plus1);
+      REWIND_TRY(auto* o, R.need(ap + "o_proj.weight", {H, nh * D}));
+      ws.map_[cp + "o_proj"] = Resolver::view(o, H, nh * D);
+    }
+
+    const std::string mp = lp + "mlp.";
+    if (!c.layer_is_moe(il)) {
+      const int64_t I = c.intermediate_size;
+      REWIND_TRY(auto* g, R.need(mp + "gate_proj.weight", {I, H}));
+      REWIND_TRY(auto* u, R.need(mp + "up_proj.weight", {I, H}));
+      REWIND_TRY(auto* d, R.need(mp + "down_proj.weight", {H, I}));
+      WeightSource gu;
+      gu.cols = H;
+      gu.file_dtype = g->dtype;
+      gu.blocks = {Resolver::rows_of(g, 0, I, H), Resolver::rows_of(u, 0, I, H)};
+      ws.map_[cp + "gate_up"] = std::move(gu);
+      ws.map_[cp + "down"] = Resolver::view(d, H, I);
+    } else {
+      const int64_t E = c.n_expert, Im = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
+      REWIND_TRY(auto* router, R.need(mp + "gate.weight", {E, H}));
+      ws.map_[cp + "router"] = Resolver::view(router, E, H);
+      if (tensors.find(mp + "experts.gate_up_proj")) {
+        REWIND_TRY(auto* gu, R.need(mp + "experts.gate_up_proj", {E, 2 * Im, H}));
+        REWIND_TRY(auto* dn, R.need(mp + "experts.down_proj", {E, H, Im}));
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string ep = cp + "e" + std::to_string(e) + ".";
+          WeightSource w;
+          w.cols = H;
+          w.file_dtype = gu->dtype;
+          w.blocks = {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)};
+          ws.map_[ep + "gate_up"] = std::move(w);
+          WeightSource d;
+          d.cols = Im;
+          d.file_dtype = dn->dtype;
+          d.blocks = {Resolver::rows_of(dn, e * H, H, Im)};
+          ws.map_[ep + "down"] = std::move(d);
+        }
+      } else {
+        for (int64_t e = 0; e < E; ++e) {
+          const std::string xp = mp + "experts." + std::to_string(e) + ".";
+          const std::string ep = cp + "e" + std::to_string(e) + ".";
+          REWIND_TRY(auto* g, R.need(xp + "gate_proj.weight", {Im, H}));
+          REWIND_TRY(auto* u, R.need(xp + "up_proj.weight", {Im, H}));
+          REWIND_TRY(auto* d, R.need(xp + "down_proj.weight", {H, Im}));
+          WeightSource w;
+          w.cols = H;
+          w.file_dtype = g->dtype;
+          w.blocks = {Resolver::rows_of(g, 0, Im, H), Resolver::rows_of(u, 0, Im, H)};
+          ws.map_[ep + "gate_up"] = std::move(w);
+          ws.map_[ep + "down"] = Resolver::view(d, H, Im);
+        }
+      }
+      REWIND_TRY(auto* sg, R.need(mp + "shared_expert.gate_proj.weight", {Is, H}));
+      REWIND_TRY(auto* su, R.need(mp + "shared_expert.up_proj.weight", {Is, H}));
+      REWIND_TRY(auto* sd, R.need(mp + "shared_expert.down_proj.weight", {H, Is}));
+      REWIND_TRY(auto* sgate, R.need(mp + "shared_expert_gate.weight", {1, H}));
+      WeightSource w;
+      w.cols = H;
+      w.file_dtype = sg->dtype;
+      w.blocks = {Resolver::rows_of(sg, 0, Is, H), Resolver::rows_of(su, 0, Is, H)};
+      ws.map_[cp + "sh.gate_up"] = std::move(w);
+      ws.map_[cp + "sh.down"] = Resolver::view(sd, H, Is);
+      ws.map_[cp + "sh.gate"] = Resolver::view(sgate, 1, H);
+    }
+  }
+  for (auto& n : tensors.names())
+    if (n.rfind("mtp.", 0) == 0) ws.mtp_names_.push_back(n);
+  return ws;
+}
+
+}  // namespace rw

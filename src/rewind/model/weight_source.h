@@ -1,0 +1,70 @@
+// Logical weights of a model after the load-time transforms of ARCH-qwen35.md 2.4, before any
+// packing: each is a list of row blocks (views into the mmap'd file, or small owned f32 buffers
+// where a transform made new values) under a canonical name. Both the fast model (which packs
+// them) and the naive reference model (which reads them in double) consume this, so the name
+// mapping and the transforms exist once.
+//
+// Canonical names (il = layer index, e = expert):
+//   embed [V,H]; lm_head [V,H] (the same rows as embed when tied); final_norm [H] (+1 folded)
+//   l{il}.in_norm, l{il}.post_norm [H] (+1 folded)
+//   linear:  l{il}.in_proj [conv_dim + value_dim + 2*Hv, H] = rows [q;k;v ; z ; b ; a]
+//            l{il}.conv [conv_dim, K]; l{il}.A [Hv] = -exp(A_log); l{il}.dt_bias [Hv];
+//            l{il}.gnorm [dv] (no +1); l{il}.out_proj [H, value_dim]
+//   full:    l{il}.qkv [nh*2D + 2*nkv*D, H] = rows [q_proj (per-head q|gate) ; k_proj ; v_proj]
+//            l{il}.q_norm, l{il}.k_norm [D] (+1 folded); l{il}.o_proj [H, nh*D]
+//   dense:   l{il}.gate_up [2I, H] = rows [gate ; up]; l{il}.down [H, I]
+//   moe:     l{il}.router [E, H]; l{il}.e{e}.gate_up [2Im, H]; l{il}.e{e}.down [H, Im];
+//            l{il}.sh.gate_up [2Is, H]; l{il}.sh.down [H, Is]; l{il}.sh.gate [1, H]
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rewind/base/result.h"
+#include "rewind/io/safetensors.h"
+#include "rewind/model/config.h"
+#include "rewind/tensor/dtype.h"
+
+namespace rw {
+
+struct RowBlock {
+  const void* data = nullptr;  // rows x cols elements of `dtype`, row-major
+  DType dtype = DType::F32;
+  int64_t rows = 0;
+  std::shared_ptr<std::vector<float>> owned;  // set when the values were made at load time
+};
+
+struct WeightSource {
+  std::vector<RowBlock> blocks;
+  int64_t cols = 0;
+  DType file_dtype = DType::F32;  // dtype in the checkpoint (decides the default packed store)
+
+  int64_t rows() const;
+  // Row r converted to f32 / f64 (cols values).
+  void row_f32(int64_t r, float* out) const;
+  void row_f64(int64_t r, double* out) const;
+  std::vector<float> to_f32() const;  // all rows, [rows, cols]
+  // Contiguous rows in one dtype: a view when there is one block, else a concatenated copy.
+  // Returns the pointer and dtype; `scratch` holds a copy if one was needed.
+  const void* contiguous(DType* dtype, std::vector<std::byte>* scratch) const;
+};
+
+class WeightSet {
+ public:
+  // Resolves every tensor the config needs in `tensors` (HF names, per family), checks shapes
+  // and dtypes, applies the load-time transforms. `tensors` must outlive the WeightSet.
+  static Result<WeightSet> from_hf(const TensorSet& tensors, const ModelConfig& cfg);
+
+  const WeightSource& get(const std::string& name) const;  // check-fails if absent
+  bool has(const std::string& name) const { return map_.count(name) > 0; }
+  const std::vector<std::string>& mtp_tensor_names() const { return mtp_names_; }
+
+ private:
+  std::map<std::string, WeightSource> map_;
+  std::vector<std::string> mtp_names_;
+};
+
+}  // namespace rw

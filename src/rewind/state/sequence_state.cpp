@@ -1,0 +1,99 @@
+#include "rewind/state/sequence_state.h"
+
+#include <cstring>
+
+#include "rewind/base/check.h"
+
+namespace rw {
+
+KvPage::KvPage(const StateShape& s)
+    : stride_(s.page_tokens * s.kv_dim), data_(static_cast<size_t>(s.n_attn_layers * 2 * stride_)) {}
+
+std::unique_ptr<KvPage> KvPage::clone() const {
+  return std::unique_ptr<KvPage>(new KvPage(stride_, data_.clone()));
+}
+
+SequenceState::SequenceState(const StateShape& shape)
+    : shape_(shape), rec_(static_cast<size_t>(shape.n_rec_layers * shape.rec_floats_per_layer())) {
+  REWIND_CHECK(shape.page_tokens > 0);
+}
+
+SequenceState SequenceState::clone() const {
+  SequenceState s(shape_);
+  s.restore_from(*this);
+  return s;
+}
+
+void SequenceState::restore_from(const SequenceState& other) {
+  if (this == &other) return;
+  REWIND_CHECK(other.shape_.n_rec_layers == shape_.n_rec_layers &&
+               other.shape_.n_attn_layers == shape_.n_attn_layers &&
+               other.shape_.kv_dim == shape_.kv_dim &&
+               other.shape_.page_tokens == shape_.page_tokens &&
+               other.rec_.size() == rec_.size());
+  n_pos_ = other.n_pos_;
+  pages_ = other.pages_;
+  if (rec_.size()) std::memcpy(rec_.data(), other.rec_.data(), rec_.size() * sizeof(float));
+}
+
+bool SequenceState::can_trim_to(int64_t n) const {
+  if (n < 0 || n > n_pos_) return false;
+  if (n == n_pos_) return true;
+  // A recurrent state at n_pos summarises every earlier token; it cannot go back.
+  return shape_.n_rec_layers == 0;
+}
+
+void SequenceState::trim_to(int64_t n) {
+  REWIND_CHECK_MSG(can_trim_to(n), "trim_to(" + std::to_string(n) + ") at n_pos " +
+                                       std::to_string(n_pos_));
+  n_pos_ = n;
+  const int64_t keep = (n + shape_.page_tokens - 1) / shape_.page_tokens;
+  pages_.resize(static_cast<size_t>(keep));
+}
+
+void SequenceState::prepare_append(int64_t n_new) {
+  if (shape_.n_attn_layers == 0 || n_new <= 0) return;
+  const int64_t first = n_pos_ / shape_.page_tokens;
+  const int64_t last = (n_pos_ + n_new - 1) / shape_.page_tokens;
+  for (int64_t b = first; b <= last; ++b) {
+    if (b < n_pages()) {
+      if (pages_[b].use_count() > 1) pages_[b] = std::shared_ptr<KvPage>(pages_[b]->clone());
+    } else {
+      REWIND_CHECK(b == n_pages());
+      pages_.push_back(std::make_shared<KvPage>(shape_));
+    }
+  }
+}
+
+void SequenceState::commit_append(int64_t n_new) { n_pos_ += n_new; }
+
+float* SequenceState::k_row(int64_t layer, int64_t pos) {
+  return pages_[pos / shape_.page_tokens]->k(layer) + (pos % shape_.page_tokens) * shape_.kv_dim;
+}
+float* SequenceState::v_row(int64_t layer, int64_t pos) {
+  return pages_[pos / shape_.page_tokens]->v(layer) + (pos % shape_.page_tokens) * shape_.kv_dim;
+}
+
+size_t SequenceState::kv_bytes_used() const {
+  size_t b = 0;
+  for (auto& p : pages_) b += p->bytes();
+  return b;
+}
+
+bool SequenceState::same_contents(const SequenceState& o) const {
+  if (n_pos_ != o.n_pos_ || rec_.size() != o.rec_.size()) return false;
+  if (rec_.size() && std::memcmp(rec_.data(), o.rec_.data(), rec_.size() * sizeof(float)) != 0)
+    return false;
+  const size_t row = static_cast<size_t>(shape_.kv_dim) * sizeof(float);
+  for (int64_t l = 0; l < shape_.n_attn_layers; ++l)
+    for (int64_t p = 0; p < n_pos_; ++p) {
+      auto* self = const_cast<SequenceState*>(this);
+      auto* other = const_cast<SequenceState*>(&o);
+      if (std::memcmp(self->k_row(l, p), other->k_row(l, p), row) != 0 ||
+          std::memcmp(self->v_row(l, p), other->v_row(l, p), row) != 0)
+        return false;
+    }
+  return true;
+}
+
+}  // namespace rw

@@ -1,0 +1,107 @@
+// Per-sequence model state: attention KV in fixed-size pages behind a page table, and each
+// recurrent (Gated DeltaNet) layer's conv window and fp32 SSM state. No model knowledge: the
+// shape comes from StateShape.
+//
+// Cost rules (STYLE.md): the state is move-only; clone() says what it copies. Attention pages
+// are refcounted: clone() shares them (O(pages) refcount bumps) and a shared page is copied
+// only when a sequence writes into it (copy-on-write, which in practice is only ever the last,
+// partly filled page). Recurrent state is copied (recurrent_bytes()).
+//
+// Capabilities are queries, never probes: can_trim_to(n) says whether trim_to(n) is possible;
+// trim_to on an impossible n is a broken invariant (check failure), not an error value.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rewind/base/aligned.h"
+
+namespace rw {
+
+struct StateShape {
+  int64_t n_attn_layers = 0;  // full-attention layers
+  int64_t kv_dim = 0;         // n_head_kv * head_dim: floats per token per layer, per K and V
+  int64_t n_rec_layers = 0;   // Gated DeltaNet layers
+  int64_t conv_rows = 0;      // conv kernel - 1
+  int64_t conv_dim = 0;       // channels convolved (q, k, v)
+  int64_t n_head_v = 0;
+  int64_t dk = 0;
+  int64_t dv = 0;
+  int64_t page_tokens = 64;   // tokens per KV page; attention reduces in blocks of this size
+
+  int64_t conv_floats() const { return conv_rows * conv_dim; }
+  int64_t ssm_floats() const { return n_head_v * dk * dv; }
+  int64_t rec_floats_per_layer() const { return conv_floats() + ssm_floats(); }
+};
+
+// One page: K and V of page_tokens positions for every attention layer.
+// Layout: [n_attn_layers][2 (K, V)][page_tokens][kv_dim] f32.
+class KvPage {
+ public:
+  explicit KvPage(const StateShape& s);
+  float* k(int64_t layer) { return data_.data() + (layer * 2) * stride_; }
+  float* v(int64_t layer) { return data_.data() + (layer * 2 + 1) * stride_; }
+  const float* k(int64_t layer) const { return data_.data() + (layer * 2) * stride_; }
+  const float* v(int64_t layer) const { return data_.data() + (layer * 2 + 1) * stride_; }
+  size_t bytes() const { return data_.size() * sizeof(float); }
+  std::unique_ptr<KvPage> clone() const;  // copies bytes()
+
+ private:
+  KvPage(int64_t stride, AlignedBuffer<float> data) : stride_(stride), data_(std::move(data)) {}
+  int64_t stride_;  // page_tokens * kv_dim
+  AlignedBuffer<float> data_;
+};
+
+class SequenceState {
+ public:
+  explicit SequenceState(const StateShape& shape);
+  SequenceState(SequenceState&&) noexcept = default;
+  SequenceState& operator=(SequenceState&&) noexcept = default;
+  SequenceState(const SequenceState&) = delete;
+  SequenceState& operator=(const SequenceState&) = delete;
+
+  const StateShape& shape() const { return shape_; }
+  int64_t n_pos() const { return n_pos_; }  // tokens consumed so far
+
+  // Copies recurrent_bytes() and shares the KV pages (copy-on-write).
+  SequenceState clone() const;
+  // Makes *this an exact copy of `other` (same shape required); same cost as clone().
+  void restore_from(const SequenceState& other);
+
+  bool can_trim_to(int64_t n) const;
+  void trim_to(int64_t n);  // precondition: can_trim_to(n)
+
+  // --- used by the forward pass ---
+  // Makes pages for positions [n_pos, n_pos + n_new) exist and be private to this sequence.
+  void prepare_append(int64_t n_new);
+  // Advances n_pos after a forward pass wrote n_new tokens.
+  void commit_append(int64_t n_new);
+  float* k_row(int64_t layer, int64_t pos);
+  float* v_row(int64_t layer, int64_t pos);
+  // Base of block b (positions [b*page_tokens, (b+1)*page_tokens)) for one layer.
+  const float* k_block(int64_t layer, int64_t b) const { return pages_[b]->k(layer); }
+  const float* v_block(int64_t layer, int64_t b) const { return pages_[b]->v(layer); }
+  int64_t n_pages() const { return static_cast<int64_t>(pages_.size()); }
+
+  float* conv(int64_t il_rec) { return rec_.data() + il_rec * shape_.rec_floats_per_layer(); }
+  float* ssm(int64_t il_rec) { return conv(il_rec) + shape_.conv_floats(); }
+  const float* conv(int64_t il_rec) const {
+    return rec_.data() + il_rec * shape_.rec_floats_per_layer();
+  }
+  const float* ssm(int64_t il_rec) const { return conv(il_rec) + shape_.conv_floats(); }
+
+  size_t recurrent_bytes() const { return rec_.size() * sizeof(float); }
+  size_t kv_bytes_used() const;  // bytes of pages referenced (shared pages counted in full)
+  // True when both states hold bit-identical contents at the same position (recurrent state
+  // and every KV row below n_pos). For tests and checks.
+  bool same_contents(const SequenceState& other) const;
+
+ private:
+  StateShape shape_;
+  int64_t n_pos_ = 0;
+  std::vector<std::shared_ptr<KvPage>> pages_;
+  AlignedBuffer<float> rec_;  // [n_rec_layers][conv [conv_rows, conv_dim] ; ssm [Hv, dk, dv]]
+};
+
+}  // namespace rw

@@ -1,0 +1,65 @@
+// Shared helpers for tests: paths of the test data and of the built binary, a seeded RNG,
+// and a model cache so each test binary loads a fixture once.
+#pragma once
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rewind/model/model.h"
+
+namespace rw::test {
+
+inline std::string data_dir() { return REWIND_TEST_DATA; }
+inline std::string fixture_dir(const std::string& variant) {
+  return data_dir() + "/qwen35-tiny/" + variant;
+}
+inline const std::vector<std::string>& fixture_variants() {
+  static const std::vector<std::string> v = {"qwen3_5", "qwen3_5_moe", "qwen3_next"};
+  return v;
+}
+
+// Loaded once per (dir, store) per process.
+inline Model& cached_model(const std::string& dir, WeightStore store = WeightStore::Auto) {
+  static std::map<std::pair<std::string, int>, std::unique_ptr<Model>> cache;
+  auto key = std::make_pair(dir, static_cast<int>(store));
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    LoadOptions opt;
+    opt.store = store;
+    auto m = Model::load(dir, opt);
+    if (!m.ok()) {
+      std::fprintf(stderr, "cannot load %s: %s\n", dir.c_str(), m.error_message().c_str());
+      std::abort();
+    }
+    it = cache.emplace(key, std::move(m).value()).first;
+  }
+  return *it->second;
+}
+
+inline std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return t;
+}
+
+// Runs a shell command, returns its stdout; *rc gets the exit status.
+inline std::string run_command(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    *rc = -1;
+    return out;
+  }
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+}  // namespace rw::test

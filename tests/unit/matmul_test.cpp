@@ -1,0 +1,390 @@
+// Tests of kernels/matmul: packing, agreement with the naive reference, and the bit-exact
+// contract (one sequential fp32 FMA chain per output): batch invariance, thread-count
+// invariance, identical bits on every SIMD path, and equality with an explicit std::fma loop.
+#include "rewind/kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rewind/base/thread_pool.h"
+
+namespace rw {
+namespace {
+
+const char* const kIsas[] = {"avx512", "avx2", "scalar"};
+
+// Restores the dispatcher's own choice when a test that forces a path ends.
+struct IsaGuard {
+  ~IsaGuard() { matmul_force_isa("auto"); }
+};
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& f : v) f = d(rng);
+  return v;
+}
+
+// Weights [n, k] of the given source type, filled from random floats, plus the raw bytes.
+struct Source {
+  DType type;
+  std::vector<float> f32;
+  std::vector<uint16_t> u16;
+  const void* data() const { return type == DType::F32 ? static_cast<const void*>(f32.data()) : u16.data(); }
+};
+
+Source make_source(DType type, int64_t n, int64_t k, uint32_t seed) {
+  Source s;
+  s.type = type;
+  s.f32 = random_floats(static_cast<size_t>(n * k), seed);
+  if (type == DType::BF16) {
+    for (float f : s.f32) s.u16.push_back(f32_to_bf16(f));
+  } else if (type == DType::F16) {
+    for (float f : s.f32) s.u16.push_back(f32_to_f16(f));
+  }
+  return s;
+}
+
+// Value of source element i after packing into `store` (what at() must return).
+float expected_packed(const Source& s, size_t i, DType store) {
+  float v = 0;
+  switch (s.type) {
+    case DType::F32: v = s.f32[i]; break;
+    case DType::BF16: return bf16_to_f32(s.u16[i]);  // BF16 -> F32 or BF16: exact
+    case DType::F16: v = f16_to_f32(s.u16[i]); break;
+    default: break;
+  }
+  return store == DType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+}
+
+// The contract, spelled out: one fp32 accumulator from +0.0f, std::fma over k in order.
+void matmul_sequential_fma(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
+                           float* y, int64_t ldy) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t r = 0; r < w.n(); ++r) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < w.k(); ++c) acc = std::fma(x[i * ldx + c], w.at(r, c), acc);
+      y[i * ldy + r] = acc;
+    }
+  }
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+
+// ---- packing ---------------------------------------------------------------------------------
+
+TEST(MatmulPack, AtReturnsSourceValues) {
+  for (DType src : {DType::F32, DType::BF16, DType::F16}) {
+    for (DType store : {DType::F32, DType::BF16}) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {5, 3}, {16, 16}, {17, 33}, {33, 7}}) {
+        const Source s = make_source(src, n, k, 7);
+        const PackedMatrix pm = PackedMatrix::pack(s.data(), src, n, k, store);
+        ASSERT_EQ(pm.n(), n);
+        ASSERT_EQ(pm.k(), k);
+        ASSERT_EQ(pm.store(), store);
+        const int64_t panels = (n + 15) / 16;
+        const size_t expect_bytes = store == DType::F32 ? panels * k * 16 * 4 : panels * ((k + 1) / 2) * 32 * 2;
+        EXPECT_EQ(pm.bytes(), expect_bytes);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < k; ++c) {
+            const float want = expected_packed(s, r * k + c, store);
+            const float got = pm.at(r, c);
+            ASSERT_EQ(std::memcmp(&want, &got, 4), 0)
+                << dtype_name(src) << "->" << dtype_name(store) << " n=" << n << " k=" << k
+                << " at (" << r << "," << c << "): " << got << " vs " << want;
+          }
+      }
+    }
+  }
+}
+
+TEST(MatmulPack, F32ToBf16RoundsLikeF32ToBf16) {
+  // Ties (both parities), just above/below ties, subnormals, huge, inf, signed zeros.
+  std::vector<float> v;
+  for (uint32_t u : {0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, 0x00000001u, 0x807fffffu,
+                     0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x80000000u, 0x00000000u, 0x3f800000u,
+                     0x4049ffffu, 0xc0490fdbu, 0x7f7f8000u, 0x00018000u}) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    v.push_back(f);
+  }
+  const std::vector<float> more = random_floats(64, 3, -1e6f, 1e6f);
+  v.insert(v.end(), more.begin(), more.end());
+  const int64_t n = static_cast<int64_t>(v.size());
+  const PackedMatrix pm = PackedMatrix::pack(v.data(), DType::F32, n, 1, DType::BF16);
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = bf16_to_f32(f32_to_bf16(v[i]));
+    const float got = pm.at(i, 0);
+    EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << "value " << v[i];
+  }
+}
+
+TEST(MatmulPack, BF16SourceKeepsBitsWhenStoredAsBF16) {
+  std::vector<uint16_t> raw = {0x7fc1, 0xffff, 0x0001, 0x8000, 0x3f80, 0x7f80, 0x0000, 0x1234,
+                               0xabcd, 0x4000, 0xc000, 0x0080, 0x807f, 0x7f7f, 0x3c00, 0x5555, 0x1111};
+  const int64_t n = static_cast<int64_t>(raw.size());
+  const PackedMatrix pm = PackedMatrix::pack(raw.data(), DType::BF16, n, 1, DType::BF16);
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = bf16_to_f32(raw[i]);
+    const float got = pm.at(i, 0);
+    EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << i;
+  }
+}
+
+TEST(MatmulPack, ParallelPackingIsIdentical) {
+  ThreadPool pool(2);
+  const Source s = make_source(DType::F32, 300, 77, 11);
+  for (DType store : {DType::F32, DType::BF16}) {
+    const PackedMatrix a = PackedMatrix::pack(s.data(), DType::F32, 300, 77, store);
+    const PackedMatrix b = PackedMatrix::pack(s.data(), DType::F32, 300, 77, store, &pool);
+    ASSERT_EQ(a.bytes(), b.bytes());
+    EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.bytes()), 0);
+  }
+}
+
+// ---- agreement with the naive reference ------------------------------------------------------
+
+// |fast - naive| <= tol: the naive reference accumulates in double; a sequential fp32 chain of
+// K FMAs is within about K * eps * sum|x*w| of the exact value.
+void expect_close_to_naive(const std::vector<float>& x, int64_t m, int64_t ldx,
+                           const PackedMatrix& w, const std::vector<float>& y, int64_t ldy,
+                           const std::vector<float>& ref, const std::string& what) {
+  const int64_t n = w.n(), k = w.k();
+  const double eps = std::numeric_limits<float>::epsilon();
+  std::vector<double> wt(static_cast<size_t>(n * k));  // |w| unpacked
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < k; ++c) wt[r * k + c] = std::fabs(w.at(r, c));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t r = 0; r < n; ++r) {
+      double mag = 0;
+      for (int64_t c = 0; c < k; ++c) mag += std::fabs(static_cast<double>(x[i * ldx + c])) * wt[r * k + c];
+      const double tol = (static_cast<double>(k) + 2) * eps * mag + 1e-30;
+      const double err = std::fabs(static_cast<double>(y[i * ldy + r]) - ref[i * ldy + r]);
+      ASSERT_LE(err, tol) << what << " at (" << i << "," << r << ")";
+    }
+  }
+}
+
+void check_against_naive(DType src, DType store, int64_t m, int64_t n, int64_t k, int64_t ldx,
+                         int64_t ldy, ThreadPool* pool) {
+  const std::string what = std::string(dtype_name(src)) + "->" + std::string(dtype_name(store)) +
+                           " M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                           " K=" + std::to_string(k) + " ldx=" + std::to_string(ldx) +
+                           " ldy=" + std::to_string(ldy);
+  const Source s = make_source(src, n, k, static_cast<uint32_t>(m * 131 + n * 7 + k));
+  const PackedMatrix w = PackedMatrix::pack(s.data(), src, n, k, store);
+  const std::vector<float> x = random_floats(static_cast<size_t>(m * ldx), static_cast<uint32_t>(k + 5));
+  const float sentinel = -12345.0f;
+  std::vector<float> y(static_cast<size_t>(m * ldy), sentinel), ref(static_cast<size_t>(m * ldy), sentinel);
+  matmul(x.data(), m, ldx, w, y.data(), ldy, pool);
+  matmul_naive(x.data(), m, ldx, w, ref.data(), ldy);
+  expect_close_to_naive(x, m, ldx, w, y, ldy, ref, what);
+  // Padding between rows of y is never written.
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = n; c < ldy; ++c) ASSERT_EQ(y[i * ldy + c], sentinel) << what;
+}
+
+TEST(MatmulNaive, AllShapesF32) {
+  ThreadPool pool(2);
+  for (int64_t m : {1, 2, 3, 7, 8, 9, 17, 64, 100})
+    for (int64_t n : {1, 5, 16, 17, 33, 100, 300})
+      for (int64_t k : {1, 3, 16, 17, 64, 100, 1000})
+        check_against_naive(DType::F32, DType::F32, m, n, k, k, n, (m + n) % 2 ? &pool : nullptr);
+}
+
+TEST(MatmulNaive, AllShapesBF16Store) {
+  ThreadPool pool(2);
+  for (int64_t m : {1, 2, 3, 7, 8, 9, 17, 64, 100})
+    for (int64_t n : {1, 5, 16, 17, 33, 100, 300})
+      for (int64_t k : {1, 3, 16, 17, 64, 100, 1000})
+        check_against_naive(DType::F32, DType::BF16, m, n, k, k, n, (m + n) % 2 ? nullptr : &pool);
+}
+
+TEST(MatmulNaive, OtherSourceTypes) {
+  ThreadPool pool(2);
+  for (DType src : {DType::BF16, DType::F16})
+    for (DType store : {DType::F32, DType::BF16})
+      for (int64_t m : {1, 3, 9, 64})
+        for (int64_t n : {5, 17, 100})
+          for (int64_t k : {3, 17, 100})
+            check_against_naive(src, store, m, n, k, k, n, &pool);
+}
+
+TEST(MatmulNaive, StridedRows) {
+  ThreadPool pool(2);
+  for (DType store : {DType::F32, DType::BF16})
+    for (int64_t m : {1, 7, 9, 33})
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{17, 33}, {100, 17}, {300, 257}})
+        check_against_naive(DType::F32, store, m, n, k, k + 13, n + 5, &pool);
+}
+
+// ---- the bit-exact contract --------------------------------------------------------------------
+
+// y from the kernel equals the explicit sequential std::fma loop, bit for bit, on every path.
+TEST(MatmulExact, EqualsSequentialFmaLoop) {
+  IsaGuard guard;
+  ThreadPool pool(2);
+  for (const char* isa : kIsas) {
+    if (!matmul_force_isa(isa)) continue;
+    for (DType store : {DType::F32, DType::BF16})
+      for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 17, 1}, {1, 100, 257},
+                             {3, 33, 17}, {8, 48, 128}, {9, 100, 129}, {17, 5, 300},
+                             {40, 70, 301}, {64, 300, 64}}) {
+        const Source s = make_source(DType::F32, n, k, 99);
+        const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
+        const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 5);
+        std::vector<float> y(static_cast<size_t>(m * n)), ref(static_cast<size_t>(m * n));
+        matmul(x.data(), m, k, w, y.data(), n, &pool);
+        matmul_sequential_fma(x.data(), m, k, w, ref.data(), n);
+        EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size()))
+            << isa << " " << dtype_name(store) << " M=" << m << " N=" << n << " K=" << k;
+      }
+  }
+}
+
+// Signed zeros, infinities, NaN and subnormals go through the same FMA chain as the reference.
+TEST(MatmulExact, SpecialValues) {
+  IsaGuard guard;
+  const int64_t m = 9, n = 20, k = 7;
+  std::vector<float> wv = random_floats(static_cast<size_t>(n * k), 8);
+  std::vector<float> x = random_floats(static_cast<size_t>(m * k), 9);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
+                            1e-40f, -1e-40f, 3e38f};
+  for (size_t i = 0; i < wv.size(); i += 3) wv[i] = specials[i % 8];
+  for (size_t i = 0; i < x.size(); i += 5) x[i] = specials[(i / 5) % 8];
+  for (int64_t r = 0; r < n; ++r) wv[r * k] = -0.0f;  // some rows entirely of zeros below
+  for (int64_t c = 0; c < k; ++c) wv[3 * k + c] = 0.0f;
+  for (int64_t c = 0; c < k; ++c) x[2 * k + c] = -1.0f;
+  for (const char* isa : kIsas) {
+    if (!matmul_force_isa(isa)) continue;
+    for (DType store : {DType::F32, DType::BF16}) {
+      const PackedMatrix w = PackedMatrix::pack(wv.data(), DType::F32, n, k, store);
+      std::vector<float> y(static_cast<size_t>(m * n)), ref(static_cast<size_t>(m * n));
+      matmul(x.data(), m, k, w, y.data(), n, nullptr);
+      matmul_sequential_fma(x.data(), m, k, w, ref.data(), n);
+      EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size())) << isa << " " << dtype_name(store);
+    }
+  }
+}
+
+// Every SIMD path gives the bits of the scalar path.
+TEST(MatmulExact, IdenticalBitsAcrossIsas) {
+  IsaGuard guard;
+  ThreadPool pool(2);
+  for (DType store : {DType::F32, DType::BF16})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {100, 129}, {300, 1000}, {1000, 301}})
+      for (int64_t m : {1, 2, 7, 9, 33, 100}) {
+        const Source s = make_source(DType::F32, n, k, 21);
+        const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
+        const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 22);
+        ASSERT_TRUE(matmul_force_isa("scalar"));
+        std::vector<float> ref(static_cast<size_t>(m * n));
+        matmul(x.data(), m, k, w, ref.data(), n, &pool);
+        for (const char* isa : {"avx512", "avx2"}) {
+          if (!matmul_force_isa(isa)) continue;
+          std::vector<float> y(static_cast<size_t>(m * n));
+          matmul(x.data(), m, k, w, y.data(), n, &pool);
+          EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size()))
+              << isa << " vs scalar, " << dtype_name(store) << " M=" << m << " N=" << n << " K=" << k;
+        }
+      }
+}
+
+TEST(MatmulExact, ForceIsaReportsPath) {
+  IsaGuard guard;
+  EXPECT_TRUE(matmul_force_isa("scalar"));
+  EXPECT_STREQ(matmul_isa(), "scalar");
+  EXPECT_FALSE(matmul_force_isa("no-such-isa"));
+  EXPECT_STREQ(matmul_isa(), "scalar");
+  EXPECT_TRUE(matmul_force_isa("auto"));
+  const std::string chosen = matmul_isa();
+  EXPECT_TRUE(chosen == "avx512" || chosen == "avx2" || chosen == "scalar") << chosen;
+}
+
+// Row r of a big-M product equals the same row computed alone (M=1), and with any other split
+// of the rows into calls, with 1 and 2 threads, on every path (blocking differs with M: K slices
+// and row blocks engage only for larger M; the bits must not notice).
+TEST(MatmulExact, BatchInvariance) {
+  IsaGuard guard;
+  ThreadPool pool1(1), pool2(2);
+  const int64_t m = 300, n = 1000, k = 301;  // crosses K slices, row blocks and column blocks
+  const Source s = make_source(DType::F32, n, k, 31);
+  const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 32);
+  for (const char* isa : kIsas) {
+    if (!matmul_force_isa(isa)) continue;
+    for (DType store : {DType::F32, DType::BF16}) {
+      const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
+      std::vector<float> big(static_cast<size_t>(m * n));
+      matmul(x.data(), m, k, w, big.data(), n, &pool2);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool2}) {
+        const int threads = pool ? pool->n_threads() : 0;
+        // Splits: all M=1, then uneven chunks.
+        for (const std::vector<int64_t>& chunks :
+             {std::vector<int64_t>{1}, std::vector<int64_t>{2, 3, 7, 9, 17, 33, 64, 1},
+              std::vector<int64_t>{299, 1}, std::vector<int64_t>{8, 16, 24, 100}}) {
+          std::vector<float> y(static_cast<size_t>(m * n));
+          int64_t r0 = 0;
+          for (size_t ci = 0; r0 < m; ++ci) {
+            const int64_t rows = std::min(chunks[ci % chunks.size()], m - r0);
+            matmul(x.data() + r0 * k, rows, k, w, y.data() + r0 * n, n, pool);
+            r0 += rows;
+          }
+          for (int64_t r = 0; r < m; ++r)
+            ASSERT_TRUE(same_bits(big.data() + r * n, y.data() + r * n, n))
+                << isa << " " << dtype_name(store) << " threads=" << threads
+                << " first chunk=" << chunks[0] << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+// The strides ldx > K and ldy > N change nothing but where rows live.
+TEST(MatmulExact, StridesDoNotChangeBits) {
+  ThreadPool pool(2);
+  const int64_t m = 37, n = 130, k = 200, ldx = 211, ldy = 141;
+  const Source s = make_source(DType::F32, n, k, 41);
+  const std::vector<float> xs = random_floats(static_cast<size_t>(m * ldx), 42);
+  std::vector<float> xc(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i) std::memcpy(&xc[i * k], &xs[i * ldx], k * 4);
+  for (DType store : {DType::F32, DType::BF16}) {
+    const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
+    std::vector<float> yc(static_cast<size_t>(m * n)), ys(static_cast<size_t>(m * ldy), 7.0f);
+    matmul(xc.data(), m, k, w, yc.data(), n, &pool);
+    matmul(xs.data(), m, ldx, w, ys.data(), ldy, &pool);
+    for (int64_t i = 0; i < m; ++i) {
+      ASSERT_TRUE(same_bits(&yc[i * n], &ys[i * ldy], n)) << dtype_name(store) << " row " << i;
+      for (int64_t c = n; c < ldy; ++c) ASSERT_EQ(ys[i * ldy + c], 7.0f);
+    }
+  }
+}
+
+TEST(MatmulEdge, EmptyShapes) {
+  const std::vector<float> wv = random_floats(16 * 4, 1);
+  const PackedMatrix w = PackedMatrix::pack(wv.data(), DType::F32, 16, 4, DType::F32);
+  std::vector<float> y(16, 3.0f);
+  const std::vector<float> x(4, 1.0f);
+  matmul(x.data(), 0, 4, w, y.data(), 16, nullptr);  // M = 0: nothing written
+  for (float v : y) EXPECT_EQ(v, 3.0f);
+  // K = 0: every output is the untouched accumulator, +0.0f.
+  const PackedMatrix w0 = PackedMatrix::pack(nullptr, DType::F32, 16, 0, DType::BF16);
+  EXPECT_EQ(w0.bytes(), 0u);
+  matmul(x.data(), 1, 0, w0, y.data(), 16, nullptr);
+  for (float v : y) {
+    EXPECT_EQ(v, 0.0f);
+    EXPECT_FALSE(std::signbit(v));
+  }
+  const PackedMatrix empty;
+  EXPECT_TRUE(empty.empty());
+}
+
+}  // namespace
+}  // namespace rw

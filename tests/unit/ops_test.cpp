@@ -1,0 +1,166 @@
+// Fast kernels of kernels/ops.h against the naive double references of kernels/ops_ref.h,
+// over several shapes including ragged ones; plus the order contracts that make them
+// batch-invariant (the conv over T tokens equals T single steps, bit for bit).
+#include "rewind/kernels/ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "rewind/kernels/ops_ref.h"
+
+namespace rw {
+namespace {
+
+std::vector<float> randv(std::mt19937_64& r, int64_t n, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(r);
+  return v;
+}
+std::vector<double> to_d(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+TEST(Ops, DotFixedMatchesDouble) {
+  std::mt19937_64 r(1);
+  for (int64_t n : {1, 3, 15, 16, 17, 31, 64, 100, 1000, 4097}) {
+    auto a = randv(r, n), b = randv(r, n);
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i) want += static_cast<double>(a[i]) * b[i];
+    EXPECT_NEAR(dot_fixed(a.data(), b.data(), n), want, 1e-5 * std::sqrt(static_cast<double>(n)) + 1e-6) << n;
+  }
+}
+
+TEST(Ops, RmsNormAndHeads) {
+  std::mt19937_64 r(2);
+  for (int64_t n : {8, 32, 64, 100, 1024}) {
+    auto x = randv(r, 3 * n), w = randv(r, n);
+    std::vector<float> y(x.size());
+    rmsnorm(x.data(), n, w.data(), y.data(), n, 3, n, 1e-6f);
+    for (int64_t row = 0; row < 3; ++row) {
+      std::vector<double> yd(static_cast<size_t>(n));
+      auto xd = to_d(x), wd = to_d(w);
+      ref::rmsnorm(xd.data() + row * n, wd.data(), yd.data(), n, 1e-6);
+      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[row * n + i], yd[i], 1e-5 * (1 + std::abs(yd[i])));
+    }
+  }
+}
+
+TEST(Ops, L2NormAndGatedNorm) {
+  std::mt19937_64 r(3);
+  for (int64_t d : {8, 16, 128}) {
+    auto x = randv(r, 4 * d);
+    auto xd = to_d(x);
+    l2norm_heads(x.data(), 4, d, 1e-6f, 0.25f);
+    for (int64_t h = 0; h < 4; ++h) ref::l2norm(xd.data() + h * d, d, 1e-6, 0.25);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], xd[i], 1e-6);
+    auto o = randv(r, 4 * d), z = randv(r, 4 * d), w = randv(r, d);
+    std::vector<float> y(o.size());
+    gated_rmsnorm_heads(o.data(), z.data(), w.data(), y.data(), 4, d, 1e-6f);
+    auto od = to_d(o), zd = to_d(z), wd = to_d(w);
+    for (int64_t h = 0; h < 4; ++h) {
+      std::vector<double> yd(static_cast<size_t>(d));
+      ref::gated_rmsnorm(od.data() + h * d, zd.data() + h * d, wd.data(), yd.data(), d, 1e-6);
+      for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(y[h * d + i], yd[i], 1e-5 * (1 + std::abs(yd[i])));
+    }
+  }
+}
+
+TEST(Ops, RopePartialRotateHalf) {
+  std::mt19937_64 r(4);
+  for (int64_t pos : {0, 1, 17, 1000, 200000}) {
+    const int64_t d = 32, R = 8, nh = 3;
+    auto x = randv(r, nh * d);
+    auto xd = to_d(x);
+    std::vector<float> inv(static_cast<size_t>(R / 2));
+    for (int64_t i = 0; i < R / 2; ++i) inv[i] = static_cast<float>(std::pow(1e7, -2.0 * i / R));
+    rope_heads(x.data(), nh, d, R, inv.data(), pos);
+    for (int64_t h = 0; h < nh; ++h) ref::rope(xd.data() + h * d, R, 1e7, pos);
+    // fp32 angles at large positions lose absolute precision, as in the HF model.
+    const double tol = pos > 1000 ? 2e-2 : 1e-5;
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], xd[i], tol) << pos << " " << i;
+  }
+}
+
+TEST(Ops, ConvOverTokensEqualsSingleStepsBitwise) {
+  std::mt19937_64 r(5);
+  const int64_t C = 37, K = 4, T = 11;
+  auto w = randv(r, C * K), in = randv(r, T * C), win0 = randv(r, (K - 1) * C);
+  std::vector<float> win_a = win0, win_b = win0, out_a(static_cast<size_t>(T * C)), out_b(out_a.size());
+  conv_silu(win_a.data(), in.data(), C, w.data(), out_a.data(), C, T, C, K, 0, C);
+  for (int64_t t = 0; t < T; ++t) {
+    // Split the channels too: ranges must not matter.
+    conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K, 0, 20);
+    conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K, 20, C);
+  }
+  EXPECT_EQ(0, std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(win_a.data(), win_b.data(), win_a.size() * sizeof(float)));
+  // Against the double formula, with the initial window as history.
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j < K; ++j) {
+        const int64_t src = t - (K - 1) + j;
+        const double xv = src < 0 ? win0[(K - 1 + src) * C + c] : in[src * C + c];
+        acc += static_cast<double>(w[c * K + j]) * xv;
+      }
+      EXPECT_NEAR(out_a[t * C + c], ref::silu(acc), 1e-5);
+    }
+  // Window holds the last K-1 raw inputs.
+  for (int64_t j = 0; j < K - 1; ++j)
+    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(win_a[j * C + c], in[(T - (K - 1) + j) * C + c]);
+}
+
+TEST(Ops, GdnStepMatchesReference) {
+  std::mt19937_64 r(6);
+  for (auto [dk, dv] : std::vector<std::pair<int64_t, int64_t>>{{16, 8}, {128, 128}, {5, 3}}) {
+    std::vector<float> S(static_cast<size_t>(dk * dv), 0.0f);
+    std::vector<double> Sd(S.size(), 0.0);
+    for (int step = 0; step < 20; ++step) {
+      auto q = randv(r, dk, 0.2f), k = randv(r, dk, 0.2f), v = randv(r, dv);
+      const float alpha = 0.9f, beta = 0.6f;
+      std::vector<float> o(static_cast<size_t>(dv));
+      std::vector<double> od(static_cast<size_t>(dv));
+      gdn_step(S.data(), q.data(), k.data(), v.data(), alpha, beta, o.data(), dk, dv);
+      auto qd = to_d(q), kd = to_d(k), vd = to_d(v);
+      ref::gdn_step(Sd.data(), qd.data(), kd.data(), vd.data(), alpha, beta, od.data(), dk, dv);
+      for (int64_t j = 0; j < dv; ++j) ASSERT_NEAR(o[j], od[j], 1e-4 * (1 + std::abs(od[j])));
+    }
+  }
+}
+
+TEST(Ops, AttentionBlocksMatchReference) {
+  std::mt19937_64 r(7);
+  const int64_t d = 32, ld = 64;  // two kv heads interleaved in rows; we read head 1
+  for (int64_t block : {1, 4, 64}) {
+    for (int64_t n_keys : {1, 5, 64, 65, 130}) {
+      const int64_t nb = (n_keys + block - 1) / block;
+      std::vector<std::vector<float>> kb(static_cast<size_t>(nb)), vb(static_cast<size_t>(nb));
+      std::vector<const float*> kp, vp;
+      std::vector<double> keys, vals;
+      for (int64_t b = 0; b < nb; ++b) {
+        kb[b] = randv(r, block * ld);
+        vb[b] = randv(r, block * ld);
+        kp.push_back(kb[b].data() + d);
+        vp.push_back(vb[b].data() + d);
+        for (int64_t j = 0; j < block && b * block + j < n_keys; ++j)
+          for (int64_t i = 0; i < d; ++i) {
+            keys.push_back(kb[b][j * ld + d + i]);
+            vals.push_back(vb[b][j * ld + d + i]);
+          }
+      }
+      auto q = randv(r, d);
+      std::vector<float> out(static_cast<size_t>(d)), scratch(static_cast<size_t>(n_keys));
+      attention_head(q.data(), kp.data(), vp.data(), block, ld, n_keys, d, 0.17f, out.data(), scratch.data());
+      std::vector<double> od(static_cast<size_t>(d));
+      auto qd = to_d(q);
+      ref::attention(qd.data(), keys.data(), vals.data(), n_keys, d, 0.17, od.data());
+      for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[i], od[i], 1e-5) << block << " " << n_keys;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rw
