@@ -7,11 +7,16 @@
 // far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits).
 //
 // Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] [--shape NAME] [--seconds S]
+//                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
+//                     [--limits-only]  (measure and print the machine limits, then exit)
+//                     [--cpu-time]  (time by process CPU time, not wall time: with --threads 1,
+//                                    tuning on a machine shared with other jobs)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -39,7 +44,16 @@ const Shape kShapes[] = {
     {"o_proj", 2048, 1024},   {"lm_head", 1024, 248320},
 };
 
-double now_s() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+bool g_cpu_time = false;
+
+double now_s() {
+  if (g_cpu_time) {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> v;
@@ -57,6 +71,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> dtypes = {"f32", "bf16"};
   std::string only_shape;
   double seconds = 0.5;  // per measurement
+  double given_bw = 0, given_peak = 0;
+  bool limits_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -79,19 +95,36 @@ int main(int argc, char** argv) {
       only_shape = next();
     } else if (a == "--seconds") {
       seconds = std::atof(next().c_str());
+    } else if (a == "--limits-only") {
+      limits_only = true;
+    } else if (a == "--cpu-time") {
+      g_cpu_time = true;
+    } else if (a == "--limits") {
+      const std::string v = next();
+      given_bw = std::atof(v.c_str());
+      given_peak = v.find(',') == std::string::npos ? 0 : std::atof(v.c_str() + v.find(',') + 1);
     } else {
       std::fprintf(stderr,
                    "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] "
-                   "[--shape NAME] [--seconds S]\n");
+                   "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n");
       return a == "--help" ? 0 : 2;
     }
   }
   rw::ThreadPool pool(n_threads);
-  const rw::MachineLimits lim = rw::measure_machine_limits(&pool, 1.5);
+  rw::MachineLimits lim;
+  if (given_bw > 0 && given_peak > 0) {
+    lim.read_bandwidth_gb_s = given_bw;
+    lim.fma_peak_gflop_s = given_peak;
+    lim.n_threads = n_threads;
+    lim.isa = "given";
+  } else {
+    lim = rw::measure_machine_limits(&pool, 1.5);
+  }
   std::printf("machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
               "matmul path: %s\n\n",
               lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
               rw::matmul_isa());
+  if (limits_only) return 0;
 
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   const size_t cold_bytes = std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);

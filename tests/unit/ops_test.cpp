@@ -104,7 +104,7 @@ TEST(Ops, ConvOverTokensEqualsSingleStepsBitwise) {
       for (int64_t j = 0; j < K; ++j) {
         const int64_t src = t - (K - 1) + j;
         const double xv = src < 0 ? win0[(K - 1 + src) * C + c] : in[src * C + c];
-        acc += static_cast<double>(w[c * K + j]) * xv;
+        acc += static_cast<double>(w[j * C + c]) * xv;
       }
       EXPECT_NEAR(out_a[t * C + c], ref::silu(acc), 1e-5);
     }

@@ -32,58 +32,60 @@ void run_on_all(ThreadPool* pool, const std::function<void(int)>& fn) {
 }
 
 // ---- read bandwidth ------------------------------------------------------------------------
-// Sum of p[0, n) (n a multiple of 128 floats, p 64-byte aligned), 8 independent accumulators so
-// that the loads, not the adds, limit the speed. kPrefetch: software prefetch distance in
-// floats (0: rely on the hardware prefetchers only). Both variants run; the best one counts.
-template <int kPrefetch>
+// Sum of p[0, n) (n a multiple of 4096 floats, p 64-byte aligned) read as S concurrent streams
+// (S equal parts, one 256-byte block of each per step; several streams per thread keep more
+// misses in flight than one), kPrefetch: software prefetch distance in floats (0: hardware
+// prefetchers only). Every variant runs; the best counts.
+template <int S, int kPrefetch>
 __attribute__((target("avx512f"))) float stream_sum_avx512(const float* p, size_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  for (size_t i = 0; i < n; i += 128) {
-    if constexpr (kPrefetch > 0) {
-      for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetch + 16 * l), _MM_HINT_T0);
+  const size_t len = n / S;
+  __m512 acc[S];
+  for (int s = 0; s < S; ++s) acc[s] = _mm512_setzero_ps();
+  for (size_t i = 0; i < len; i += 64) {
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float* q = p + s * len + i;
+      if constexpr (kPrefetch > 0) {
+        for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetch + 16 * l), _MM_HINT_T0);
+      }
+      const __m512 a = _mm512_add_ps(_mm512_load_ps(q), _mm512_load_ps(q + 16));
+      const __m512 b = _mm512_add_ps(_mm512_load_ps(q + 32), _mm512_load_ps(q + 48));
+      acc[s] = _mm512_add_ps(acc[s], _mm512_add_ps(a, b));
     }
-    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-    a4 = _mm512_add_ps(a4, _mm512_load_ps(p + i + 64));
-    a5 = _mm512_add_ps(a5, _mm512_load_ps(p + i + 80));
-    a6 = _mm512_add_ps(a6, _mm512_load_ps(p + i + 96));
-    a7 = _mm512_add_ps(a7, _mm512_load_ps(p + i + 112));
   }
-  a0 = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-  a4 = _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7));
+  for (int s = 1; s < S; ++s) acc[0] = _mm512_add_ps(acc[0], acc[s]);
   alignas(64) float t[16];
-  _mm512_store_ps(t, _mm512_add_ps(a0, a4));
-  float s = 0;
-  for (float v : t) s += v;
-  return s;
+  _mm512_store_ps(t, acc[0]);
+  float sum = 0;
+  for (float v : t) sum += v;
+  return sum;
 }
 
-template <int kPrefetch>
+template <int S, int kPrefetch>
 __attribute__((target("avx2"))) float stream_sum_avx2(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  for (size_t i = 0; i < n; i += 128) {
-    if constexpr (kPrefetch > 0) {
-      for (int l = 0; l < 8; ++l) _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetch + 16 * l), _MM_HINT_T0);
-    }
-    for (int h = 0; h < 128; h += 64) {
-      a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i + h));
-      a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + h + 8));
-      a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + h + 16));
-      a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + h + 24));
-      a4 = _mm256_add_ps(a4, _mm256_load_ps(p + i + h + 32));
-      a5 = _mm256_add_ps(a5, _mm256_load_ps(p + i + h + 40));
-      a6 = _mm256_add_ps(a6, _mm256_load_ps(p + i + h + 48));
-      a7 = _mm256_add_ps(a7, _mm256_load_ps(p + i + h + 56));
+  const size_t len = n / S;
+  __m256 acc[S];
+  for (int s = 0; s < S; ++s) acc[s] = _mm256_setzero_ps();
+  for (size_t i = 0; i < len; i += 64) {
+#pragma GCC unroll 8
+    for (int s = 0; s < S; ++s) {
+      const float* q = p + s * len + i;
+      if constexpr (kPrefetch > 0) {
+        for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetch + 16 * l), _MM_HINT_T0);
+      }
+      __m256 a = _mm256_add_ps(_mm256_load_ps(q), _mm256_load_ps(q + 8));
+      __m256 b = _mm256_add_ps(_mm256_load_ps(q + 16), _mm256_load_ps(q + 24));
+      a = _mm256_add_ps(a, _mm256_add_ps(_mm256_load_ps(q + 32), _mm256_load_ps(q + 40)));
+      b = _mm256_add_ps(b, _mm256_add_ps(_mm256_load_ps(q + 48), _mm256_load_ps(q + 56)));
+      acc[s] = _mm256_add_ps(acc[s], _mm256_add_ps(a, b));
     }
   }
-  a0 = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-  a4 = _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7));
-  a0 = _mm256_add_ps(a0, a4);
+  for (int s = 1; s < S; ++s) acc[0] = _mm256_add_ps(acc[0], acc[s]);
   alignas(32) float t[8];
-  _mm256_store_ps(t, a0);
-  return ((t[0] + t[1]) + (t[2] + t[3])) + ((t[4] + t[5]) + (t[6] + t[7]));
+  _mm256_store_ps(t, acc[0]);
+  float sum = 0;
+  for (float v : t) sum += v;
+  return sum;
 }
 
 float stream_sum_scalar(const float* p, size_t n) {
@@ -98,9 +100,11 @@ using StreamFn = float (*)(const float*, size_t);
 std::vector<StreamFn> stream_variants() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f"))
-    return {&stream_sum_avx512<0>, &stream_sum_avx512<256>, &stream_sum_avx512<1024>};
+    return {&stream_sum_avx512<1, 0>, &stream_sum_avx512<1, 256>, &stream_sum_avx512<4, 0>,
+            &stream_sum_avx512<8, 0>};
   if (__builtin_cpu_supports("avx2"))
-    return {&stream_sum_avx2<0>, &stream_sum_avx2<256>, &stream_sum_avx2<1024>};
+    return {&stream_sum_avx2<1, 0>, &stream_sum_avx2<1, 256>, &stream_sum_avx2<4, 0>,
+            &stream_sum_avx2<8, 0>};
   return {&stream_sum_scalar};
 }
 
@@ -157,9 +161,9 @@ volatile float g_sink;  // keeps the measured loops from being optimised away
 
 double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget) {
   const int n_threads = pool ? pool->n_threads() : 1;
-  // Every thread gets a contiguous chunk, a multiple of 128 floats (512 B); the prefetch
-  // variants may touch up to 4 KiB past a chunk, so the buffer has that much slack.
-  const size_t chunk = std::max<size_t>(bytes / 4 / n_threads / 128, 1) * 128;  // floats
+  // Every thread gets a contiguous chunk, a multiple of 4096 floats (16 KiB); the prefetch
+  // variant may touch up to 1 KiB past a chunk, so the buffer has some slack.
+  const size_t chunk = std::max<size_t>(bytes / 4 / n_threads / 4096, 1) * 4096;  // floats
   const size_t n = chunk * n_threads;
   const size_t alloc_bytes = (n * 4 + 8192 + 4095) / 4096 * 4096;
   float* buf = static_cast<float*>(std::aligned_alloc(4096, alloc_bytes));

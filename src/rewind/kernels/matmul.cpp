@@ -2,12 +2,12 @@
 // the ISA dispatcher and the naive reference. The micro-kernels live in matmul_avx512.cpp and
 // matmul_avx2.cpp; the packed layout and the micro-kernel contract are in matmul_isa.h.
 //
-// Blocking (BLIS-style, weights in the role of BLIS's B): for a block of mc rows and nc panels,
-// K is walked in kc slices; for each slice, each group of np panels (np * kc * 64 B, held in L1)
-// is applied to every MR-row tile of the row block (x slice mc * kc * 4 B and the y block in L2).
-// The accumulators are spilled to y between K slices and reloaded (exact), so the arithmetic is
-// the contract's single sequential FMA chain per output whatever the blocking; the blocking is
-// allowed to depend on M because it cannot change a bit.
+// Blocking (run_panels): a thread owns a contiguous range of panels. For each group of np
+// panels (weights in L2, prefetched while the previous group runs), every MR-row tile of the
+// row block runs the whole K (sliced only past kKcMax) with its accumulators in registers.
+// Accumulators spilled to y between K slices are reloaded exactly, so the arithmetic is always
+// the contract's single sequential FMA chain per output; the blocking may therefore depend on M
+// (decode uses wide 1-2 row tiles, prefill 8-row tiles) without changing a bit.
 #include "rewind/kernels/matmul.h"
 
 #include <algorithm>
@@ -28,7 +28,8 @@ namespace {
 // The reference for the per-element arithmetic: one std::fma chain per output, k in order.
 
 void tile_f32_scalar(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
-                     int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate) {
+                     int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate,
+                     const char* pf, int64_t pf_lines) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     for (int c = 0; c < ncols; ++c) {
@@ -42,7 +43,7 @@ void tile_f32_scalar(const float* x, int64_t ldx, const float* w, int64_t w_stri
 
 void tile_bf16_scalar(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride,
                       int64_t kc, int rows, int np, float* y, int64_t ldy, int ncols,
-                      bool accumulate) {
+                      bool accumulate, const char* pf, int64_t pf_lines) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     for (int c = 0; c < ncols; ++c) {
@@ -109,65 +110,83 @@ const MatmulIsa& current_isa() {
 
 // ---- blocking --------------------------------------------------------------------------------
 
-constexpr int64_t kKc = 128;        // K slice (even: BF16 pairs never straddle two slices)
-constexpr int64_t kMc = 256;        // rows per row block (rounded down to a multiple of MR)
-constexpr int64_t kNcPanels = 48;   // panels per column block (768 columns)
-constexpr int64_t kMinRowTilesToBlock = 3;  // fewer row tiles: stream W once, no K slicing
+constexpr int64_t kKcMax = 4096;  // longest K slice (even: BF16 pairs never straddle slices)
+constexpr int64_t kMc = 512;      // rows per row block (rounded down to a multiple of MR)
+constexpr int64_t kMinRowTilesToWiden = 3;  // widen a BF16 panel group once per >= 3 tiles
 constexpr int kMaxNp = 8;
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Per-thread scratch for a widened BF16 panel group ([np][kc][16] f32: np * kc * 64 bytes).
+float* wide_scratch(size_t n_floats) {
+  thread_local AlignedBuffer<float> buf;
+  buf.reserve_at_least(n_floats);
+  return buf.data();
+}
+
 // Panels [p0, p1) of y for all m rows (one thread's share).
+//
+// Loop nest: row blocks of mc rows > K slices (only when K > kKcMax) > groups of np panels >
+// tiles of mr rows. A group's weights for the slice (np * kc * 64 B: 192 KiB at K = 1024) stay
+// in L2 while every row tile of the block runs over them with its x rows streaming from L2/L3;
+// meanwhile each tile prefetches a share of the next group's weights into L2, so the group
+// switch does not stall on memory. BF16 groups are widened once into f32 scratch when at least
+// kMinRowTilesToWiden tiles reuse them (exact, so the bits do not depend on that choice);
+// otherwise (decode) the tiles widen on the fly with one shift/AND per 16 weights.
 void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
                 const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t n = w.n(), k = w.k();
   const bool bf16 = w.store() == DType::BF16;
+  const int64_t elem = bf16 ? 2 : 4;
   const int64_t w_stride = bf16 ? cdiv(k, 2) * 2 * kMatmulNR : k * kMatmulNR;  // elements
+  const char* w_bytes = static_cast<const char*>(w.raw());
   const int mr = m <= isa.mr_small ? isa.mr_small : isa.mr;
   const int np = m <= isa.mr_small ? isa.np_small : isa.np;
   REWIND_CHECK(np <= kMaxNp);
-  const bool block = cdiv(m, mr) >= kMinRowTilesToBlock;
-  const int64_t kc = block ? kKc : k;
-  const int64_t mc = block ? std::max<int64_t>(kMc / mr, 1) * mr : m;
-  const int64_t nc = block ? kNcPanels : p1 - p0;
-  const bool widen = bf16 && block;
-  // Widened BF16 slice [np][kKc][16] f32 (used only when blocking, so kc == kKc).
-  alignas(64) float wide[kMaxNp * kKc * kMatmulNR];
+  const int64_t kc = std::min(k, kKcMax);
+  const int64_t mc = std::max<int64_t>(kMc / mr, 1) * mr;
+  const bool widen = bf16 && cdiv(std::min(m, mc), mr) >= kMinRowTilesToWiden;
+  float* wide = widen ? wide_scratch(static_cast<size_t>(np * kc * kMatmulNR)) : nullptr;
 
   for (int64_t r_blk = 0; r_blk < m; r_blk += mc) {
     const int64_t r_end = std::min(m, r_blk + mc);
-    for (int64_t n_blk = p0; n_blk < p1; n_blk += nc) {
-      const int64_t n_end = std::min(p1, n_blk + nc);
-      for (int64_t k0 = 0; k0 < k; k0 += kc) {
-        const int64_t kb = std::min(kc, k - k0);
-        const bool accumulate = k0 > 0;
-        for (int64_t pg = n_blk; pg < n_end; pg += np) {
-          const int npg = static_cast<int>(std::min<int64_t>(np, n_end - pg));
-          const int ncols = static_cast<int>(std::min<int64_t>(n - pg * kMatmulNR, npg * kMatmulNR));
-          float* yb = y + pg * kMatmulNR;
-          if (bf16) {
-            const uint16_t* wp = static_cast<const uint16_t*>(w.raw()) + pg * w_stride + k0 * kMatmulNR;
-            if (widen) {
-              isa.widen_bf16(wp, w_stride, kb, npg, wide);
-              for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
-                const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
-                isa.tile_f32(x + r0 * ldx + k0, ldx, wide, kb * kMatmulNR, kb, rows, npg,
-                             yb + r0 * ldy, ldy, ncols, accumulate);
-              }
-            } else {
-              for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
-                const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
-                isa.tile_bf16(x + r0 * ldx + k0, ldx, wp, w_stride, kb, rows, npg,
-                              yb + r0 * ldy, ldy, ncols, accumulate);
-              }
-            }
+    for (int64_t k0 = 0; k0 < k; k0 += kc) {
+      const int64_t kb = std::min(kc, k - k0);
+      const bool accumulate = k0 > 0;
+      const int64_t lines_per_tile = cdiv(kb, 4);  // what one tile call can prefetch
+      for (int64_t pg = p0; pg < p1; pg += np) {
+        const int npg = static_cast<int>(std::min<int64_t>(np, p1 - pg));
+        const int ncols = static_cast<int>(std::min<int64_t>(n - pg * kMatmulNR, npg * kMatmulNR));
+        float* yb = y + pg * kMatmulNR;
+        const char* wg = w_bytes + (pg * w_stride + k0 * kMatmulNR) * elem;  // group at k0
+        // Prefetch range: the next group's slice, contiguous when the slice is all of K (its
+        // panels are adjacent), else the slice of its first panel only.
+        const char* pf = nullptr;
+        int64_t pf_lines = 0;
+        if (pg + np < p1) {
+          pf = wg + np * w_stride * elem;
+          const int64_t next_panels = kb == k ? std::min<int64_t>(np, p1 - pg - np) : 1;
+          pf_lines = next_panels * kb * kMatmulNR * elem / 64;
+        }
+        const float* wf = reinterpret_cast<const float*>(wg);
+        int64_t wf_stride = w_stride;
+        if (widen) {
+          isa.widen_bf16(reinterpret_cast<const uint16_t*>(wg), w_stride, kb, npg, wide);
+          wf = wide;
+          wf_stride = kb * kMatmulNR;
+        }
+        for (int64_t r0 = r_blk, t = 0; r0 < r_end; r0 += mr, ++t) {
+          const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
+          const int64_t first = t * lines_per_tile;
+          const int64_t tile_pf_lines = std::clamp<int64_t>(pf_lines - first, 0, lines_per_tile);
+          const char* tile_pf = tile_pf_lines > 0 ? pf + first * 64 : nullptr;
+          if (bf16 && !widen) {
+            isa.tile_bf16(x + r0 * ldx + k0, ldx, reinterpret_cast<const uint16_t*>(wg), w_stride,
+                          kb, rows, npg, yb + r0 * ldy, ldy, ncols, accumulate, tile_pf,
+                          tile_pf_lines);
           } else {
-            const float* wp = static_cast<const float*>(w.raw()) + pg * w_stride + k0 * kMatmulNR;
-            for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
-              const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
-              isa.tile_f32(x + r0 * ldx + k0, ldx, wp, w_stride, kb, rows, npg, yb + r0 * ldy,
-                           ldy, ncols, accumulate);
-            }
+            isa.tile_f32(x + r0 * ldx + k0, ldx, wf, wf_stride, kb, rows, npg, yb + r0 * ldy, ldy,
+                         ncols, accumulate, tile_pf, tile_pf_lines);
           }
         }
       }

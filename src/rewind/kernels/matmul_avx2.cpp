@@ -22,6 +22,7 @@ constexpr int kNP = 1;
 constexpr int kMRSmall = 1;   // decode: 1 row x 3 panels = 6 accumulators
 constexpr int kNPSmall = 3;
 constexpr int kMaxR = kMR;
+constexpr int kBf16PrefetchBytes = 2048;  // BF16 stream prefetch (see matmul_avx512.cpp)
 constexpr int kMaxP = kNPSmall;
 
 constexpr bool tile_exists(int r, int p) {
@@ -34,9 +35,25 @@ inline __m256i half_mask(int valid) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), iota);
 }
 
+inline void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+template <int R, int P>
+inline __attribute__((always_inline)) void fma_step(__m256 (&acc)[R][2 * P], const __m256 (&b)[2 * P],
+                                                    const float* const (&xr)[R], int64_t k) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m256 a = _mm256_broadcast_ss(xr[r] + k);
+#pragma GCC unroll 8
+    for (int h = 0; h < 2 * P; ++h) acc[r][h] = _mm256_fmadd_ps(a, b[h], acc[r][h]);
+  }
+}
+
+
 template <int R, int P>
 void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
-                 float* y, int64_t ldy, int ncols, bool accumulate) {
+                 float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                 int64_t pf_lines) {
   __m256 acc[R][2 * P];
   const bool full = ncols >= 16 * P;
   __m256i mask[2 * P];
@@ -56,20 +73,26 @@ void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, 
   }
   const float* xr[R];
   for (int r = 0; r < R; ++r) xr[r] = x + r * ldx;
-  for (int64_t k = 0; k < kc; ++k) {
+  auto step = [&](int64_t k) __attribute__((always_inline)) {
     __m256 b[2 * P];
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p) {
       b[2 * p] = _mm256_load_ps(w + p * w_stride + k * 16);
       b[2 * p + 1] = _mm256_load_ps(w + p * w_stride + k * 16 + 8);
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      const __m256 a = _mm256_broadcast_ss(xr[r] + k);
-#pragma GCC unroll 8
-      for (int h = 0; h < 2 * P; ++h) acc[r][h] = _mm256_fmadd_ps(a, b[h], acc[r][h]);
-    }
+    fma_step<R, P>(acc, b, xr, k);
+  };
+  // While there are lines to prefetch: one per 4 k steps; then the plain loop.
+  const int64_t k_pf_end = pf ? min64(kc & ~int64_t{3}, 4 * pf_lines) : 0;
+  int64_t k = 0;
+  for (; k < k_pf_end; k += 4) {
+    prefetch_l2(pf + (k >> 2) * 64);
+    step(k);
+    step(k + 1);
+    step(k + 2);
+    step(k + 3);
   }
+  for (; k < kc; ++k) step(k);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
@@ -84,19 +107,9 @@ void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, 
 }
 
 template <int R, int P>
-inline __attribute__((always_inline)) void fma_step(__m256 (&acc)[R][2 * P], const __m256 (&b)[2 * P],
-                                                    const float* const (&xr)[R], int64_t k) {
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    const __m256 a = _mm256_broadcast_ss(xr[r] + k);
-#pragma GCC unroll 8
-    for (int h = 0; h < 2 * P; ++h) acc[r][h] = _mm256_fmadd_ps(a, b[h], acc[r][h]);
-  }
-}
-
-template <int R, int P>
 void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
-                  float* y, int64_t ldy, int ncols, bool accumulate) {
+                  float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                  int64_t pf_lines) {
   __m256 acc[R][2 * P];
   const bool full = ncols >= 16 * P;
   __m256i mask[2 * P];
@@ -119,8 +132,7 @@ void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stri
   const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   // Pair-row q of a panel: 32 bf16 = two ymm; ymm h holds columns 8h..8h+7, each lane the pair
   // (w[c, 2q] low, w[c, 2q + 1] high).
-  int64_t k = 0;
-  for (; k + 2 <= kc; k += 2) {
+  auto step2 = [&](int64_t k) __attribute__((always_inline)) {  // k and k + 1
     __m256 lo[2 * P], hi[2 * P];
 #pragma GCC unroll 8
     for (int h = 0; h < 2 * P; ++h) {
@@ -129,9 +141,24 @@ void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stri
       lo[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
       hi[h] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
     }
+    {  // bandwidth-bound: as in matmul_avx512.cpp (kBf16PrefetchBytes)
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p)
+        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w + p * w_stride + k * 16) +
+                                                   kBf16PrefetchBytes),
+                     _MM_HINT_T0);
+    }
     fma_step<R, P>(acc, lo, xr, k);
     fma_step<R, P>(acc, hi, xr, k + 1);
+  };
+  const int64_t k_pf_end = pf ? min64(kc & ~int64_t{3}, 4 * pf_lines) : 0;
+  int64_t k = 0;
+  for (; k < k_pf_end; k += 4) {
+    prefetch_l2(pf + (k >> 2) * 64);
+    step2(k);
+    step2(k + 2);
   }
+  for (; k + 2 <= kc; k += 2) step2(k);
   if (k < kc) {
     __m256 lo[2 * P];
 #pragma GCC unroll 8
@@ -172,9 +199,9 @@ void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* 
 }
 
 using TileF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
-                         int, bool);
+                         int, bool, const char*, int64_t);
 using TileBf16 = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*,
-                          int64_t, int, bool);
+                          int64_t, int, bool, const char*, int64_t);
 
 struct Tables {
   TileF32 f32[kMaxR + 1][kMaxP + 1];
@@ -203,13 +230,15 @@ constexpr Tables make_tables() {
 constexpr Tables kTables = make_tables();
 
 void tile_f32(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc, int rows,
-              int np, float* y, int64_t ldy, int ncols, bool accumulate) {
-  kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate);
+              int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+              int64_t pf_lines) {
+  kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
 }
 
 void tile_bf16(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
-               int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate) {
-  kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate);
+               int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+               int64_t pf_lines) {
+  kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
 }
 
 #pragma GCC pop_options

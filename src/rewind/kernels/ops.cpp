@@ -109,23 +109,25 @@ REWIND_CLONES
 void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, float* out,
                int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1) {
   const int64_t W = K - 1;
-  for (int64_t c = c0; c < c1; ++c) {
-    const float* wc = w + c * K;
-    for (int64_t t = 0; t < T; ++t) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < K; ++j) {
-        const int64_t src = t - W + j;  // < 0: from the window
-        const float xv = src < 0 ? window[(W + src) * C + c] : in[src * ld_in + c];
-        acc = std::fma(wc[j], xv, acc);
-      }
-      out[t * ld_out + c] = silu(acc);
+  // Row j of [window ; in] (j < W + T), for the channels handled.
+  auto seq = [&](int64_t j) { return j < W ? window + j * C : in + (j - W) * ld_in; };
+  // Tokens outer, channels inner (contiguous, vectorisable); per element the taps run j = 0..K-1.
+  for (int64_t t = 0; t < T; ++t) {
+    float* o = out + t * ld_out;
+    for (int64_t c = c0; c < c1; ++c) o[c] = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      const float* x = seq(t + j);
+      const float* wj = w + j * C;
+      for (int64_t c = c0; c < c1; ++c) o[c] = std::fma(wj[c], x[c], o[c]);
     }
-    // New window: the last W rows of [window ; in].
-    for (int64_t j = 0; j < W; ++j) {
-      const int64_t src = T - W + j;
-      const float xv = src < 0 ? window[(W + src) * C + c] : in[src * ld_in + c];
-      window[j * C + c] = xv;  // in increasing j: reads of window rows come from later rows
-    }
+    for (int64_t c = c0; c < c1; ++c) o[c] = silu(o[c]);
+  }
+  // New window: rows T .. T+W-1 of [window ; in]. Row j reads row T+j > j, not yet overwritten.
+  for (int64_t j = 0; j < W; ++j) {
+    const float* x = seq(T + j);
+    float* dst = window + j * C;
+    if (x != dst)
+      for (int64_t c = c0; c < c1; ++c) dst[c] = x[c];
   }
 }
 

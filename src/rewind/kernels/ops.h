@@ -49,8 +49,8 @@ void swiglu(const float* g, const float* u, float* y, int64_t n);
 // Causal depthwise conv over T tokens for channels [c0, c1), then SiLU.
 // window: [K-1, C] previous raw inputs, oldest first, row stride C (updated in place for the
 // channels handled: afterwards it holds the last K-1 inputs); in: [T, ld_in] raw inputs;
-// w: [C, K] (w[c, K-1] multiplies the current token); out: [T, ld_out].
-// out[t, c] = silu(acc) with acc = 0, then acc = fma(w[c, j], seq[t - (K-1) + j][c], acc) for
+// w: [K, C] tap-major (w[K-1, c] multiplies the current token); out: [T, ld_out].
+// out[t, c] = silu(acc) with acc = 0, then acc = fma(w[j, c], seq[t - (K-1) + j][c], acc) for
 // j = 0..K-1, seq being window rows followed by `in` rows.
 void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, float* out,
                int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1);

@@ -51,7 +51,7 @@ struct ModelConfig {
   std::vector<int64_t> mlp_only_layers;
 
   double rms_norm_eps = 1e-6;
-  bool tie_word_embeddings = false;
+  bool tie_word_embeddings = false;   // text_config value if present, else top level, else false
   int64_t max_position_embeddings = 0;
   int64_t mtp_num_hidden_layers = 0;
 
@@ -69,7 +69,9 @@ struct ModelConfig {
 };
 
 // Parses config.json text. `where` names the file in error messages. Every missing or
-// ill-typed required field, unknown model_type, or inconsistent size is an Error naming it.
+// ill-typed required field, unknown model_type, or inconsistent size is an Error naming it
+// (`<where>: field 'text_config.hidden_size' must be an integer (got string "64")`).
+// Which fields are required and which take HF defaults: the comment at the top of config.cpp.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& where);
 Result<ModelConfig> load_model_config(const std::string& config_json_path);
 

@@ -17,7 +17,8 @@ namespace {
 
 struct LinearW {
   PackedMatrix in_proj, out_proj;
-  std::vector<float> conv, A, dt_bias, gnorm;
+  std::vector<float> conv;  // [K, conv_dim] tap-major
+  std::vector<float> A, dt_bias, gnorm;
 };
 struct AttnW {
   PackedMatrix qkv, o_proj;
@@ -52,6 +53,7 @@ struct Model::Impl {
 
   // Scratch, reused across calls ([rows, width] f32).
   AlignedBuffer<float> x, xn, big, big2, out, tmp;
+  AlignedBuffer<float> gu, act, moe_in, moe_out, slots, router, shared_gate;
 };
 
 Model::Model() = default;
@@ -143,7 +145,14 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
       L.rec_index = n_rec++;
       L.lin.in_proj = pack(p + "in_proj");
       L.lin.out_proj = pack(p + "out_proj");
-      L.lin.conv = vec(W.get(p + "conv"));
+      {
+        // Tap-major [K, conv_dim] for the conv kernel.
+        const std::vector<float> cw = vec(W.get(p + "conv"));
+        const int64_t CD = c.conv_dim(), K = c.conv_kernel;
+        L.lin.conv.resize(cw.size());
+        for (int64_t ch = 0; ch < CD; ++ch)
+          for (int64_t j = 0; j < K; ++j) L.lin.conv[j * CD + ch] = cw[ch * K + j];
+      }
       L.lin.A = vec(W.get(p + "A"));
       L.lin.dt_bias = vec(W.get(p + "dt_bias"));
       L.lin.gnorm = vec(W.get(p + "gnorm"));
@@ -417,22 +426,30 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
     });
     auto swiglu_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
       const int64_t F = w.down.k();
-      AlignedBuffer<float> gu(static_cast<size_t>(m * 2 * F)), act(static_cast<size_t>(m * F));
-      matmul(in, m, H, w.gate_up, gu.data(), 2 * F, pool);
-      for (int64_t i = 0; i < m; ++i) swiglu(gu.data() + i * 2 * F, gu.data() + i * 2 * F + F, act.data() + i * F, F);
-      matmul(act.data(), m, F, w.down, y, H, pool);
+      I.gu.reserve_at_least(static_cast<size_t>(m * 2 * F));
+      I.act.reserve_at_least(static_cast<size_t>(m * F));
+      float* gu = I.gu.data();
+      float* act = I.act.data();
+      matmul(in, m, H, w.gate_up, gu, 2 * F, pool);
+      par_rows(m, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) swiglu(gu + i * 2 * F, gu + i * 2 * F + F, act + i * F, F);
+      });
+      matmul(act, m, F, w.down, y, H, pool);
     };
     if (!L.moe) {
       swiglu_ffn(L.dense, xn, T, out);
     } else {
       const int64_t E = c.n_expert, k = c.n_expert_used;
-      AlignedBuffer<float> rl(static_cast<size_t>(T * E)), sg(static_cast<size_t>(T));
-      matmul(xn, T, H, L.router, rl.data(), E, pool);
-      matmul(xn, T, H, L.shared_gate, sg.data(), 1, pool);
+      I.router.reserve_at_least(static_cast<size_t>(T * E));
+      I.shared_gate.reserve_at_least(static_cast<size_t>(T));
+      float* rl = I.router.data();
+      float* sg = I.shared_gate.data();
+      matmul(xn, T, H, L.router, rl, E, pool);
+      matmul(xn, T, H, L.shared_gate, sg, 1, pool);
       std::vector<int32_t> sel(static_cast<size_t>(T * k));
       std::vector<float> wsel(static_cast<size_t>(T * k));
       for (int64_t t = 0; t < T; ++t) {
-        const float* l = rl.data() + t * E;
+        const float* l = rl + t * E;
         float mx = -INFINITY;
         for (int64_t e = 0; e < E; ++e) mx = std::max(mx, l[e]);
         std::vector<float> p(static_cast<size_t>(E));
@@ -450,19 +467,23 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
         }
       }
       // Expert outputs per (row, slot).
-      AlignedBuffer<float> slots(static_cast<size_t>(T * k * H));
+      I.slots.reserve_at_least(static_cast<size_t>(T * k * H));
+      float* slots = I.slots.data();
       for (int64_t e = 0; e < E; ++e) {
         std::vector<int64_t> rows;  // row*k + slot
         for (int64_t i = 0; i < T * k; ++i)
           if (sel[i] == e) rows.push_back(i);
         if (rows.empty()) continue;
         const int64_t m = static_cast<int64_t>(rows.size());
-        AlignedBuffer<float> in(static_cast<size_t>(m * H)), y(static_cast<size_t>(m * H));
+        I.moe_in.reserve_at_least(static_cast<size_t>(m * H));
+        I.moe_out.reserve_at_least(static_cast<size_t>(m * H));
+        float* ein = I.moe_in.data();
+        float* eout = I.moe_out.data();
         for (int64_t i = 0; i < m; ++i)
-          std::memcpy(in.data() + i * H, xn + (rows[i] / k) * H, static_cast<size_t>(H) * sizeof(float));
-        swiglu_ffn(L.experts[e], in.data(), m, y.data());
+          std::memcpy(ein + i * H, xn + (rows[i] / k) * H, static_cast<size_t>(H) * sizeof(float));
+        swiglu_ffn(L.experts[e], ein, m, eout);
         for (int64_t i = 0; i < m; ++i)
-          std::memcpy(slots.data() + rows[i] * H, y.data() + i * H, static_cast<size_t>(H) * sizeof(float));
+          std::memcpy(slots + rows[i] * H, eout + i * H, static_cast<size_t>(H) * sizeof(float));
       }
       swiglu_ffn(L.dense, xn, T, out);  // shared expert
       for (int64_t t = 0; t < T; ++t) {

@@ -19,10 +19,14 @@ uint64_t splitmix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 // Higher z first, then lower id: the order top-k and top-p keep from.
-bool better(const auto& a, const auto& b) { return a.z != b.z ? a.z > b.z : a.id < b.id; }
+bool better(const auto& a, const auto& b) {
+  return a.z != b.z ? a.z > b.z : a.id < b.id;
+}
 
 }  // namespace
 
@@ -56,7 +60,9 @@ uint64_t Sampler::next_u64() {
   return result;
 }
 
-double Sampler::next_uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double Sampler::next_uniform() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
 
 void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
                      double* total) const {
@@ -128,7 +134,8 @@ void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
   }
 
   if (!by_id)
-    std::sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
+    std::sort(c.begin(), c.end(),
+              [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
   double sum = 0.0;
   for (const Candidate& x : c) sum += x.w;
   *total = sum;

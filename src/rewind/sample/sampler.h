@@ -46,7 +46,7 @@ class Sampler {
               double* total) const;
 
   SamplingParams p_;
-  uint64_t s_[4];         // xoshiro256** state
+  uint64_t s_[4];  // xoshiro256** state
   std::vector<Candidate> scratch_;
   uint64_t next_u64();
   double next_uniform();  // [0, 1)

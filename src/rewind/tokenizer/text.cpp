@@ -92,8 +92,12 @@ int codepoint_to_byte(char32_t cp) {
 
 }  // namespace
 
-char32_t byte_to_codepoint(uint8_t b) { return byte_map().cp[b]; }
-const std::string& byte_to_utf8(uint8_t b) { return byte_map().utf8[b]; }
+char32_t byte_to_codepoint(uint8_t b) {
+  return byte_map().cp[b];
+}
+const std::string& byte_to_utf8(uint8_t b) {
+  return byte_map().utf8[b];
+}
 
 std::string bytes_to_byte_level(std::string_view bytes) {
   std::string out;
@@ -160,8 +164,20 @@ std::string nfc(std::string_view s) {
 
 bool is_whitespace(char32_t cp) {
   switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return cp >= 0x2000 && cp <= 0x200A;
@@ -172,9 +188,14 @@ bool is_word_char(char32_t cp) {
   if (cp == '_') return true;
   if (cp > 0x10FFFF) return false;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
       return true;
     default:
       return false;
@@ -204,13 +225,26 @@ std::string onig_to_pcre2(std::string_view p) {
       std::string_view set;
       bool negated = false;
       switch (e) {
-        case 's': set = kOnigSpace; break;
-        case 'S': set = kOnigSpace, negated = true; break;
-        case 'w': set = kOnigWord; break;
-        case 'W': set = kOnigWord, negated = true; break;
-        case 'h': set = kOnigHex; break;
-        case 'H': set = kOnigHex, negated = true; break;
-        default: break;
+        case 's':
+          set = kOnigSpace;
+          break;
+        case 'S':
+          set = kOnigSpace, negated = true;
+          break;
+        case 'w':
+          set = kOnigWord;
+          break;
+        case 'W':
+          set = kOnigWord, negated = true;
+          break;
+        case 'h':
+          set = kOnigHex;
+          break;
+        case 'H':
+          set = kOnigHex, negated = true;
+          break;
+        default:
+          break;
       }
       if (set.empty() || (in_class && negated)) {
         // A negated shorthand inside a class cannot be spelled as a set: keep PCRE2's own,
@@ -264,14 +298,13 @@ Result<Regex> Regex::compile(std::string_view pattern, bool literal) {
   PCRE2_SIZE err_off = 0;
   uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
   opts |= literal ? PCRE2_LITERAL : PCRE2_UCP;  // LITERAL forbids UCP (meaningless there)
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(), opts,
-                                   &err, &err_off, nullptr);
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.data()), pat.size(), opts, &err,
+                                   &err_off, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(err, buf, sizeof buf);
     return make_error("invalid regex '" + std::string(pattern) + "': " +
-                      reinterpret_cast<const char*>(buf) + " at offset " +
-                      std::to_string(err_off));
+                      reinterpret_cast<const char*>(buf) + " at offset " + std::to_string(err_off));
   }
   auto c = std::make_shared<Code>();
   c->code = code;

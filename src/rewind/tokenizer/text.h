@@ -28,9 +28,9 @@ inline constexpr std::string_view kGpt2Regex =
 // One step of UTF-8 scanning at s[i] (i < s.size()).
 struct Utf8Step {
   enum Kind { kValid, kInvalid, kTruncated } kind;
-  int len;            // bytes consumed: the sequence (valid), its maximal subpart (invalid, >= 1),
-                      // or the valid prefix that runs into the end of the input (truncated)
-  char32_t cp;        // the code point when valid
+  int len;      // bytes consumed: the sequence (valid), its maximal subpart (invalid, >= 1),
+                // or the valid prefix that runs into the end of the input (truncated)
+  char32_t cp;  // the code point when valid
 };
 Utf8Step utf8_step(std::string_view s, size_t i);
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,8 @@ constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
 // Pre-tokens longer than this are not cached (long runs are rare and would bloat the cache).
 constexpr size_t kMaxCachedPiece = 256;
 constexpr size_t kMaxCacheEntries = 1 << 16;
+// Sequence normalizers / pre-tokenizers nest at most this deep (real files: 1 level).
+constexpr int kMaxNesting = 8;
 
 enum class Behavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
@@ -134,13 +137,13 @@ struct Tokenizer::Impl {
     bool added = false, special = false;
   };
   std::vector<Entry> entries;
-  std::vector<int32_t> slot;  // id -> entry index, -1 for a hole
+  std::vector<int32_t> slot;                                // id -> entry index, -1 for a hole
   std::unordered_map<std::string, int32_t> model_by_text;   // vocab text -> id
   std::unordered_map<std::string, int32_t> model_by_bytes;  // decoded bytes -> id (ignore_merges)
   std::unordered_map<std::string, int32_t> added_by_content;
-  std::array<int32_t, 256> byte_id{};                            // -1: byte not in vocab
+  std::array<int32_t, 256> byte_id{};                                   // -1: byte not in vocab
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merge_map;  // (a, b) -> (rank, id)
-  std::vector<std::pair<int32_t, int32_t>> merge_list;               // rank -> (a, b)
+  std::vector<std::pair<int32_t, int32_t>> merge_list;                  // rank -> (a, b)
   std::vector<AddedToken> added;
   AddedMatcher raw_matcher, norm_matcher;
   bool nfc = false;
@@ -376,9 +379,7 @@ void Tokenizer::Impl::bpe_uncached(std::string_view piece, std::vector<int32_t>&
 
   struct Cand {
     int32_t rank, pos, new_id;
-    bool operator>(const Cand& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> queue;
   auto push = [&](int32_t pos) {
@@ -423,7 +424,7 @@ Result<std::unique_ptr<Tokenizer::Impl>> build(const Spec& spec, const std::stri
   t.ignore_merges = spec.ignore_merges;
   t.byte_id.fill(-1);
 
-  if (spec.vocab.empty() && spec.added.empty()) return fail("model.vocab is empty");
+  if (spec.vocab.empty()) return fail("model.vocab is empty");
   int64_t max_id = -1;
   for (const auto& [text, id] : spec.vocab) {
     if (id < 0 || id > kMaxTokenId)
@@ -455,7 +456,8 @@ Result<std::unique_ptr<Tokenizer::Impl>> build(const Spec& spec, const std::stri
     if (!text::byte_level_to_bytes(text, e.bytes)) {
       e.bytes = text;
     } else {
-      if (e.bytes.size() == 1) t.byte_id[static_cast<uint8_t>(e.bytes[0])] = static_cast<int32_t>(id);
+      if (e.bytes.size() == 1)
+        t.byte_id[static_cast<uint8_t>(e.bytes[0])] = static_cast<int32_t>(id);
       if (spec.ignore_merges) t.model_by_bytes.emplace(e.bytes, static_cast<int32_t>(id));
     }
     t.slot[id] = static_cast<int32_t>(t.entries.size());
@@ -465,15 +467,20 @@ Result<std::unique_ptr<Tokenizer::Impl>> build(const Spec& spec, const std::stri
   t.merge_map.reserve(spec.merges.size());
   t.merge_list.reserve(spec.merges.size());
   for (size_t r = 0; r < spec.merges.size(); ++r) {
-    const auto& [a, b] = spec.merges[r];
-    const std::string rank = "model.merges[" + std::to_string(r) + "] (" + quote(a) + " " + quote(b) + ")";
+    const std::string& a = spec.merges[r].first;  // not a structured binding: lambdas capture it
+    const std::string& b = spec.merges[r].second;
+    auto rank = [&] {
+      return "model.merges[" + std::to_string(r) + "] (" + quote(a) + " " + quote(b) + ")";
+    };
     const auto ia = t.model_by_text.find(a);
-    if (ia == t.model_by_text.end()) return fail(rank + " refers to " + quote(a) + ", not in model.vocab");
+    if (ia == t.model_by_text.end())
+      return fail(rank() + " refers to " + quote(a) + ", not in model.vocab");
     const auto ib = t.model_by_text.find(b);
-    if (ib == t.model_by_text.end()) return fail(rank + " refers to " + quote(b) + ", not in model.vocab");
+    if (ib == t.model_by_text.end())
+      return fail(rank() + " refers to " + quote(b) + ", not in model.vocab");
     const auto im = t.model_by_text.find(a + b);
     if (im == t.model_by_text.end())
-      return fail(rank + ": the merged token " + quote(a + b) + " is not in model.vocab");
+      return fail(rank() + ": the merged token " + quote(a + b) + " is not in model.vocab");
     // A repeated pair takes the later rank, as HF's HashMap collect does.
     t.merge_map[pair_key(ia->second, ib->second)] = {static_cast<int32_t>(r), im->second};
     t.merge_list.emplace_back(ia->second, ib->second);
@@ -534,6 +541,13 @@ std::string type_of(const json& j) {
   return t != nullptr && t->is_string() ? t->get<std::string>() : std::string();
 }
 
+// How an unsupported component is named in errors: its "type", or the JSON kind when it has
+// none (never a dump, which could be huge or deeply nested).
+std::string kind_of(const json& j, const std::string& type) {
+  if (!type.empty()) return quote(type);
+  return std::string("(a JSON ") + j.type_name() + (j.is_object() ? " without \"type\")" : ")");
+}
+
 // A boolean field that may be absent (default) or null (default).
 Result<bool> get_bool(const json& obj, const char* key, bool def, const std::string& ctx) {
   const json* f = field(obj, key);
@@ -542,8 +556,9 @@ Result<bool> get_bool(const json& obj, const char* key, bool def, const std::str
   return f->get<bool>();
 }
 
-Status parse_normalizer(const json& n, Spec& spec, const std::string& ctx) {
+Status parse_normalizer(const json& n, Spec& spec, const std::string& ctx, int depth = 0) {
   if (n.is_null()) return Ok{};
+  if (depth > kMaxNesting) return make_error(ctx + ": Sequences nested too deeply");
   const std::string type = type_of(n);
   if (type == "NFC") {
     spec.nfc = true;
@@ -553,20 +568,24 @@ Status parse_normalizer(const json& n, Spec& spec, const std::string& ctx) {
     const json* list = field(n, "normalizers");
     if (list == nullptr || !list->is_array()) return make_error(ctx + ".normalizers is not a list");
     for (size_t i = 0; i < list->size(); ++i)
-      REWIND_TRY_STATUS(parse_normalizer((*list)[i], spec, ctx + ".normalizers[" + std::to_string(i) + "]"));
+      REWIND_TRY_STATUS(parse_normalizer(
+          (*list)[i], spec, ctx + ".normalizers[" + std::to_string(i) + "]", depth + 1));
     return Ok{};
   }
-  return make_error(ctx + ": unsupported normalizer type " + quote(type.empty() ? n.dump() : type) +
+  return make_error(ctx + ": unsupported normalizer type " + kind_of(n, type) +
                     " (supported: null, NFC, Sequence of NFC)");
 }
 
-Status parse_pre_tokenizer(const json& p, Spec& spec, const std::string& ctx, bool nested) {
+Status parse_pre_tokenizer(const json& p, Spec& spec, const std::string& ctx, int depth = 0) {
+  if (depth > kMaxNesting) return make_error(ctx + ": Sequences nested too deeply");
   const std::string type = type_of(p);
-  if (type == "Sequence" && !nested) {
+  if (type == "Sequence") {
     const json* list = field(p, "pretokenizers");
-    if (list == nullptr || !list->is_array()) return make_error(ctx + ".pretokenizers is not a list");
+    if (list == nullptr || !list->is_array())
+      return make_error(ctx + ".pretokenizers is not a list");
     for (size_t i = 0; i < list->size(); ++i)
-      REWIND_TRY_STATUS(parse_pre_tokenizer((*list)[i], spec, ctx + ".pretokenizers[" + std::to_string(i) + "]", true));
+      REWIND_TRY_STATUS(parse_pre_tokenizer(
+          (*list)[i], spec, ctx + ".pretokenizers[" + std::to_string(i) + "]", depth + 1));
     return Ok{};
   }
   StepSpec s;
@@ -591,17 +610,23 @@ Status parse_pre_tokenizer(const json& p, Spec& spec, const std::string& ctx, bo
     }
     const json* beh = field(p, "behavior");
     const std::string b = beh != nullptr && beh->is_string() ? beh->get<std::string>() : "";
-    if (b == "Isolated") s.behavior = Behavior::kIsolated;
-    else if (b == "Removed") s.behavior = Behavior::kRemoved;
-    else if (b == "MergedWithPrevious") s.behavior = Behavior::kMergedWithPrevious;
-    else if (b == "MergedWithNext") s.behavior = Behavior::kMergedWithNext;
-    else if (b == "Contiguous") s.behavior = Behavior::kContiguous;
-    else return make_error(ctx + ".behavior " + quote(b) + " is not a split behavior");
+    if (b == "Isolated")
+      s.behavior = Behavior::kIsolated;
+    else if (b == "Removed")
+      s.behavior = Behavior::kRemoved;
+    else if (b == "MergedWithPrevious")
+      s.behavior = Behavior::kMergedWithPrevious;
+    else if (b == "MergedWithNext")
+      s.behavior = Behavior::kMergedWithNext;
+    else if (b == "Contiguous")
+      s.behavior = Behavior::kContiguous;
+    else
+      return make_error(ctx + ".behavior " + quote(b) + " is not a split behavior");
     REWIND_TRY(s.invert, get_bool(p, "invert", false, ctx));
     spec.steps.push_back(s);
     return Ok{};
   }
-  return make_error(ctx + ": unsupported pre-tokenizer type " + quote(type.empty() ? p.dump() : type) +
+  return make_error(ctx + ": unsupported pre-tokenizer type " + kind_of(p, type) +
                     " (supported: ByteLevel, Split, Sequence of those)");
 }
 
@@ -620,7 +645,8 @@ Status parse_merges(const json& m, Spec& spec) {
     } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
       spec.merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
     } else {
-      return make_error("model.merges[" + std::to_string(r) + "] is neither \"a b\" nor [\"a\", \"b\"]");
+      return make_error("model.merges[" + std::to_string(r) +
+                        "] is neither \"a b\" nor [\"a\", \"b\"]");
     }
   }
   return Ok{};
@@ -632,7 +658,8 @@ Status parse_model(const json& m, Spec& spec) {
   if (!type.empty() && type != "BPE")
     return make_error("model type " + quote(type) + " is not supported (only BPE)");
   const json* vocab = field(m, "vocab");
-  if (vocab == nullptr || !vocab->is_object()) return make_error("model.vocab is missing or not an object");
+  if (vocab == nullptr || !vocab->is_object())
+    return make_error("model.vocab is missing or not an object");
   const json* merges = field(m, "merges");
   if (merges == nullptr) return make_error("model.merges is missing");
   spec.vocab.reserve(vocab->size());
@@ -649,7 +676,8 @@ Status parse_model(const json& m, Spec& spec) {
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     const json* f = field(m, key);
-    if (f != nullptr && !f->is_null() && !(f->is_string() && f->get_ref<const std::string&>().empty()))
+    if (f != nullptr && !f->is_null() &&
+        !(f->is_string() && f->get_ref<const std::string&>().empty()))
       return make_error(std::string("model.") + key + " must be empty for byte-level BPE");
   }
   REWIND_TRY(const bool byte_fallback, get_bool(m, "byte_fallback", false, "model"));
@@ -666,11 +694,14 @@ Status parse_added(const json& list, Spec& spec) {
     const std::string ctx = "added_tokens[" + std::to_string(i) + "]";
     const json* id = field(a, "id");
     const json* content = field(a, "content");
-    if (id == nullptr || !id->is_number_integer()) return make_error(ctx + ".id is missing or not an integer");
-    if (content == nullptr || !content->is_string()) return make_error(ctx + ".content is missing or not a string");
+    if (id == nullptr || !id->is_number_integer())
+      return make_error(ctx + ".id is missing or not an integer");
+    if (content == nullptr || !content->is_string())
+      return make_error(ctx + ".content is missing or not a string");
     const int64_t v = id->get<int64_t>();
     if (v < 0 || v > kMaxTokenId)
-      return make_error(ctx + ".id " + std::to_string(v) + " is outside [0, " + std::to_string(kMaxTokenId) + "]");
+      return make_error(ctx + ".id " + std::to_string(v) + " is outside [0, " +
+                        std::to_string(kMaxTokenId) + "]");
     AddedToken t;
     t.id = static_cast<int32_t>(v);
     t.content = content->get<std::string>();
@@ -695,7 +726,7 @@ Result<Spec> parse_spec(const json& root) {
   const json* pre = field(root, "pre_tokenizer");
   if (pre == nullptr || pre->is_null())
     return make_error("pre_tokenizer is missing; byte-level BPE needs a ByteLevel pre-tokenizer");
-  REWIND_TRY_STATUS(parse_pre_tokenizer(*pre, spec, "pre_tokenizer", false));
+  REWIND_TRY_STATUS(parse_pre_tokenizer(*pre, spec, "pre_tokenizer"));
   int n_byte_level = 0;
   for (const StepSpec& s : spec.steps) n_byte_level += s.byte_level ? 1 : 0;
   if (n_byte_level != 1 || !spec.steps.back().byte_level)
@@ -707,8 +738,7 @@ Result<Spec> parse_spec(const json& root) {
       type = list != nullptr && list->is_array() && list->size() == 1 ? type_of((*list)[0]) : "";
     }
     if (type != "ByteLevel")
-      return make_error("decoder type " + quote(type.empty() ? d->dump() : type) +
-                        " is not supported (only ByteLevel)");
+      return make_error("decoder type " + kind_of(*d, type) + " is not supported (only ByteLevel)");
   }
   if (const json* a = field(root, "added_tokens"); a != nullptr)
     REWIND_TRY_STATUS(parse_added(*a, spec));
@@ -835,7 +865,9 @@ std::vector<std::pair<std::string, std::string>> Tokenizer::merges() const {
   return out;
 }
 
-int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->slot.size()); }
+int32_t Tokenizer::vocab_size() const {
+  return static_cast<int32_t>(impl_->slot.size());
+}
 
 int32_t Tokenizer::token_id(std::string_view token_text) const {
   const std::string key(token_text);

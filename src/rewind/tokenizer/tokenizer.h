@@ -37,9 +37,9 @@ inline constexpr std::string_view kQwen3PreTokenizerRegex =
 
 struct AddedToken {
   int32_t id = -1;
-  std::string content;       // raw UTF-8, matched in the text as is
+  std::string content;  // raw UTF-8, matched in the text as is
   bool special = true;
-  bool normalized = false;   // true: matched after NFC instead of on the raw text
+  bool normalized = false;  // true: matched after NFC instead of on the raw text
   bool lstrip = false, rstrip = false, single_word = false;
 };
 
@@ -47,7 +47,7 @@ struct AddedToken {
 struct BpeVocab {
   std::vector<std::string> tokens;  // id -> byte-level vocab text; "" for a hole
   std::vector<std::pair<std::string, std::string>> merges;  // rank order
-  std::vector<AddedToken> added;    // ids may point into `tokens` (that entry is replaced)
+  std::vector<AddedToken> added;  // ids may point into `tokens` (that entry is replaced)
   std::string pre_regex = std::string(kQwen35PreTokenizerRegex);  // Split(Isolated); "" = none
   bool nfc = true;
 };
@@ -77,6 +77,7 @@ class Tokenizer {
   std::vector<std::string> pre_tokenize(std::string_view text) const;
 
   // Decode ids to bytes (may end inside a multi-byte UTF-8 sequence; see StreamDecoder).
+  // Unknown ids add nothing. Special tokens decode to their content.
   std::string decode(const std::vector<int32_t>& ids) const;
   // The bytes of one token (empty for unknown ids).
   std::string token_bytes(int32_t id) const;
@@ -86,8 +87,10 @@ class Tokenizer {
   // The model's merges in rank order, as vocab texts.
   std::vector<std::pair<std::string, std::string>> merges() const;
 
-  int32_t vocab_size() const;                 // 1 + the largest id (base vocab + added)
-  int32_t token_id(std::string_view token_text) const;  // exact vocab/added lookup; -1 if absent
+  int32_t vocab_size() const;  // 1 + the largest id (base vocab + added)
+  // Exact lookup of an added token's content or a model token's vocab text (byte-level, e.g.
+  // "Ġthe", not " the"); -1 if absent.
+  int32_t token_id(std::string_view token_text) const;
   bool is_special(int32_t id) const;
   bool is_added(int32_t id) const;  // an added_tokens entry (special or not)
 
@@ -99,7 +102,9 @@ class Tokenizer {
 };
 
 // Streams decoded text as valid UTF-8: holds back an incomplete multi-byte sequence at the end
-// until the next token completes it (invalid sequences become U+FFFD).
+// until the next token completes it (invalid sequences become U+FFFD, one per maximal invalid
+// subpart, as Python's errors="replace" and Rust's from_utf8_lossy do). The Tokenizer must
+// outlive it. Not thread-safe; one per stream.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok) : tok_(&tok) {}
@@ -112,7 +117,9 @@ class StreamDecoder {
 };
 
 struct BpeTrainOptions {
-  int32_t n_merges = 256;  // number of merges to learn (vocab = 256 bytes + merges + specials)
+  // Merges to learn (vocab = 256 bytes + merges + specials). The built-in text supports about
+  // 2300 before no pair is left.
+  int32_t n_merges = 256;
   std::vector<std::string> special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   // The Qwen3.5 pre-tokenizer regex (ARCH-qwen35.md 7.1) is used by default.
 };
@@ -129,7 +136,7 @@ struct BpeTrainOptions {
 // touches; ~50 KB and a few thousand merges take well under a second.
 std::string train_bpe_tokenizer_json(std::string_view corpus, const BpeTrainOptions& opt);
 
-// ~36 KB of plain English prose (written for rewind, public domain) with digits, punctuation,
+// ~40 KB of plain English prose (written for rewind, public domain) with digits, punctuation,
 // quotes, contractions and newlines, for `rewind make-model` to train its tokenizer on.
 // Deterministic; the view points at storage that lives for the whole program.
 std::string_view builtin_training_text();

@@ -1,6 +1,6 @@
 // The built-in English training text for `rewind make-model`: a few hand-written paragraphs
 // followed by sentences generated from small word lists with a fixed LCG, so the text is
-// deterministic, ~36 KB, and contains digits, punctuation, quotes, contractions and newlines.
+// deterministic, ~40 KB, and contains digits, punctuation, quotes, contractions and newlines.
 // All of it was written for rewind and is dedicated to the public domain.
 #include <array>
 #include <cstdint>
@@ -52,68 +52,76 @@ I wrote back about the island. I told her about the 212 steps, the green door, t
 )";
 
 constexpr std::array<std::string_view, 40> kNames = {
-    "Anna", "Ben", "Clara", "David", "Elena", "Frank", "Grace", "Hugo", "Iris", "James", "Kate",
-    "Leo", "Maria", "Nathan", "Olivia", "Peter", "Quinn", "Rosa", "Samuel", "Tara", "Victor",
-    "Wendy", "Yusuf", "Zoe", "Agnes", "Bruno", "Celia", "Dmitri", "Esther", "Felix", "Greta",
-    "Henrik", "Ingrid", "Jonas", "Lena", "Marcus", "Nadia", "Oscar", "Priya", "Rupert"};
+    "Anna",   "Ben",   "Clara",  "David",  "Elena",  "Frank",  "Grace",  "Hugo",
+    "Iris",   "James", "Kate",   "Leo",    "Maria",  "Nathan", "Olivia", "Peter",
+    "Quinn",  "Rosa",  "Samuel", "Tara",   "Victor", "Wendy",  "Yusuf",  "Zoe",
+    "Agnes",  "Bruno", "Celia",  "Dmitri", "Esther", "Felix",  "Greta",  "Henrik",
+    "Ingrid", "Jonas", "Lena",   "Marcus", "Nadia",  "Oscar",  "Priya",  "Rupert"};
 constexpr std::array<std::string_view, 87> kNouns = {
-    "garden", "river", "window", "letter", "market", "bridge", "kitchen", "library", "mountain",
-    "village", "station", "bicycle", "lantern", "harbour", "forest", "school", "bakery",
-    "orchard", "workshop", "meadow", "tower", "island", "road", "field", "clock", "piano",
-    "notebook", "kettle", "train", "boat", "museum", "cathedral", "chimney", "cottage", "valley",
-    "canal", "factory", "theatre", "hospital", "courtyard", "balcony", "staircase", "basement",
-    "lighthouse", "greenhouse", "telescope", "umbrella", "blanket", "compass", "engine",
-    "ladder", "barrel", "cabinet", "mirror", "painting", "sculpture", "festival", "parliament",
-    "newspaper", "typewriter", "microscope", "calendar", "orchestra", "carriage", "cellar",
-    "pavilion", "quarry", "shipyard", "vineyard", "windmill", "glacier", "volcano", "desert",
-    "jungle", "lagoon", "prairie", "tundra", "reservoir", "aqueduct", "monastery", "fortress",
-    "observatory", "warehouse", "laboratory", "university", "pharmacy", "restaurant"};
+    "garden",     "river",      "window",     "letter",      "market",    "bridge",
+    "kitchen",    "library",    "mountain",   "village",     "station",   "bicycle",
+    "lantern",    "harbour",    "forest",     "school",      "bakery",    "orchard",
+    "workshop",   "meadow",     "tower",      "island",      "road",      "field",
+    "clock",      "piano",      "notebook",   "kettle",      "train",     "boat",
+    "museum",     "cathedral",  "chimney",    "cottage",     "valley",    "canal",
+    "factory",    "theatre",    "hospital",   "courtyard",   "balcony",   "staircase",
+    "basement",   "lighthouse", "greenhouse", "telescope",   "umbrella",  "blanket",
+    "compass",    "engine",     "ladder",     "barrel",      "cabinet",   "mirror",
+    "painting",   "sculpture",  "festival",   "parliament",  "newspaper", "typewriter",
+    "microscope", "calendar",   "orchestra",  "carriage",    "cellar",    "pavilion",
+    "quarry",     "shipyard",   "vineyard",   "windmill",    "glacier",   "volcano",
+    "desert",     "jungle",     "lagoon",     "prairie",     "tundra",    "reservoir",
+    "aqueduct",   "monastery",  "fortress",   "observatory", "warehouse", "laboratory",
+    "university", "pharmacy",   "restaurant"};
 constexpr std::array<std::string_view, 54> kPlural = {
-    "apples", "books", "birds", "candles", "children", "coins", "letters", "lamps", "stones",
-    "friends", "questions", "tickets", "boxes", "trees", "songs", "maps", "shells", "cups",
-    "chairs", "stories", "clouds", "ships", "houses", "keys", "blankets", "photographs",
-    "envelopes", "potatoes", "strawberries", "feathers", "pebbles", "bottles", "sandwiches",
-    "newspapers", "umbrellas", "pencils", "mushrooms", "carrots", "journeys", "mountains",
-    "rivers", "windows", "gardens", "engineers", "musicians", "farmers", "sailors", "painters",
-    "teachers", "visitors", "neighbours", "travellers", "strangers", "volunteers"};
+    "apples",    "books",       "birds",      "candles",    "children",     "coins",
+    "letters",   "lamps",       "stones",     "friends",    "questions",    "tickets",
+    "boxes",     "trees",       "songs",      "maps",       "shells",       "cups",
+    "chairs",    "stories",     "clouds",     "ships",      "houses",       "keys",
+    "blankets",  "photographs", "envelopes",  "potatoes",   "strawberries", "feathers",
+    "pebbles",   "bottles",     "sandwiches", "newspapers", "umbrellas",    "pencils",
+    "mushrooms", "carrots",     "journeys",   "mountains",  "rivers",       "windows",
+    "gardens",   "engineers",   "musicians",  "farmers",    "sailors",      "painters",
+    "teachers",  "visitors",    "neighbours", "travellers", "strangers",    "volunteers"};
 constexpr std::array<std::string_view, 54> kVerbsPast = {
-    "found", "carried", "painted", "counted", "repaired", "visited", "watched", "opened",
-    "cleaned", "described", "remembered", "followed", "measured", "collected", "built",
-    "borrowed", "noticed", "sold", "planted", "wrote", "crossed", "closed", "checked", "forgot",
-    "discovered", "explained", "delivered", "imagined", "organised", "recorded", "returned",
-    "polished", "sketched", "whispered", "shouted", "wandered", "gathered", "arranged",
-    "balanced", "celebrated", "decorated", "examined", "finished", "harvested", "invented",
-    "launched", "mended", "photographed", "questioned", "rescued", "scattered", "travelled",
-    "unlocked", "weighed"};
+    "found",     "carried",   "painted",   "counted",    "repaired",   "visited",      "watched",
+    "opened",    "cleaned",   "described", "remembered", "followed",   "measured",     "collected",
+    "built",     "borrowed",  "noticed",   "sold",       "planted",    "wrote",        "crossed",
+    "closed",    "checked",   "forgot",    "discovered", "explained",  "delivered",    "imagined",
+    "organised", "recorded",  "returned",  "polished",   "sketched",   "whispered",    "shouted",
+    "wandered",  "gathered",  "arranged",  "balanced",   "celebrated", "decorated",    "examined",
+    "finished",  "harvested", "invented",  "launched",   "mended",     "photographed", "questioned",
+    "rescued",   "scattered", "travelled", "unlocked",   "weighed"};
 constexpr std::array<std::string_view, 32> kVerbs = {
-    "bring", "fix", "read", "find", "paint", "visit", "open", "clean", "carry", "count",
-    "finish", "check", "plant", "sell", "build", "write", "explain", "deliver", "imagine",
-    "organise", "record", "return", "polish", "sketch", "gather", "arrange", "examine",
-    "harvest", "invent", "measure", "borrow", "describe"};
+    "bring",   "fix",     "read",    "find",     "paint",  "visit",   "open",   "clean",
+    "carry",   "count",   "finish",  "check",    "plant",  "sell",    "build",  "write",
+    "explain", "deliver", "imagine", "organise", "record", "return",  "polish", "sketch",
+    "gather",  "arrange", "examine", "harvest",  "invent", "measure", "borrow", "describe"};
 constexpr std::array<std::string_view, 49> kAdjectives = {
-    "old", "quiet", "bright", "narrow", "small", "heavy", "warm", "distant", "green", "empty",
-    "careful", "busy", "strange", "gentle", "simple", "wooden", "ancient", "curious", "enormous",
-    "fragile", "golden", "hollow", "invisible", "magnificent", "ordinary", "peculiar", "rusty",
-    "silver", "tremendous", "unusual", "valuable", "wonderful", "yellow", "crooked", "delicate",
-    "elegant", "famous", "generous", "hungry", "lonely", "mysterious", "northern", "southern",
-    "patient", "restless", "shallow", "slippery", "sturdy", "thoughtful"};
+    "old",        "quiet",     "bright",      "narrow",    "small",    "heavy",      "warm",
+    "distant",    "green",     "empty",       "careful",   "busy",     "strange",    "gentle",
+    "simple",     "wooden",    "ancient",     "curious",   "enormous", "fragile",    "golden",
+    "hollow",     "invisible", "magnificent", "ordinary",  "peculiar", "rusty",      "silver",
+    "tremendous", "unusual",   "valuable",    "wonderful", "yellow",   "crooked",    "delicate",
+    "elegant",    "famous",    "generous",    "hungry",    "lonely",   "mysterious", "northern",
+    "southern",   "patient",   "restless",    "shallow",   "slippery", "sturdy",     "thoughtful"};
 constexpr std::array<std::string_view, 12> kTimes = {
-    "in the morning", "after lunch", "before dark", "on Monday", "on Friday evening",
-    "at dawn", "late at night", "during the storm", "last spring", "every Sunday",
-    "in early October", "after the rain"};
+    "in the morning",    "after lunch",  "before dark",      "on Monday",
+    "on Friday evening", "at dawn",      "late at night",    "during the storm",
+    "last spring",       "every Sunday", "in early October", "after the rain"};
 constexpr std::array<std::string_view, 12> kAdverbs = {
-    "slowly", "carefully", "quietly", "quickly", "happily", "patiently",
-    "suddenly", "gladly", "twice", "again", "together", "alone"};
-constexpr std::array<std::string_view, 10> kMonths = {
-    "January", "March", "April", "May", "June", "July", "August", "September", "November",
-    "December"};
+    "slowly",   "carefully", "quietly", "quickly", "happily",  "patiently",
+    "suddenly", "gladly",    "twice",   "again",   "together", "alone"};
+constexpr std::array<std::string_view, 10> kMonths = {"January",  "March",   "April",  "May",
+                                                      "June",     "July",    "August", "September",
+                                                      "November", "December"};
 
 // Syllables for made-up place names, which give the trainer many distinct words to merge.
 constexpr std::array<std::string_view, 48> kSyllables = {
-    "ka", "mor", "len", "vast", "ri", "tho", "bel", "un", "sar", "quin", "do", "fel",
-    "ash", "wick", "ton", "mere", "gar", "os", "bri", "nel", "har", "cot", "ed", "lin",
-    "pra", "zu", "ven", "ith", "cal", "dro", "sten", "ora", "mil", "bay", "rook", "ers",
-    "tal", "ny", "wes", "ford", "al", "gan", "poe", "thi", "vel", "mar", "sk", "ey"};
+    "ka",  "mor",  "len", "vast", "ri",  "tho", "bel",  "un",  "sar", "quin", "do",   "fel",
+    "ash", "wick", "ton", "mere", "gar", "os",  "bri",  "nel", "har", "cot",  "ed",   "lin",
+    "pra", "zu",   "ven", "ith",  "cal", "dro", "sten", "ora", "mil", "bay",  "rook", "ers",
+    "tal", "ny",   "wes", "ford", "al",  "gan", "poe",  "thi", "vel", "mar",  "sk",   "ey"};
 
 class Lcg {
  public:
@@ -123,7 +131,9 @@ class Lcg {
     return static_cast<uint32_t>(x_ >> 33);
   }
   template <typename A>
-  std::string_view pick(const A& a) { return a[next() % a.size()]; }
+  std::string_view pick(const A& a) {
+    return a[next() % a.size()];
+  }
   uint32_t below(uint32_t n) { return next() % n; }
 
  private:
@@ -132,7 +142,8 @@ class Lcg {
 
 std::string capitalize(std::string_view s) {
   std::string out(s);
-  if (!out.empty() && out[0] >= 'a' && out[0] <= 'z') out[0] = static_cast<char>(out[0] - 'a' + 'A');
+  if (!out.empty() && out[0] >= 'a' && out[0] <= 'z')
+    out[0] = static_cast<char>(out[0] - 'a' + 'A');
   return out;
 }
 
@@ -146,16 +157,19 @@ std::string place(Lcg& r) {
 std::string sentence(Lcg& r) {
   const std::string n = std::to_string(2 + r.below(97));
   std::string s;
-  switch (r.below(15)) {
+  switch (r.below(18)) {
     case 12:
+    case 15:
       s = "The road from " + place(r) + " to " + place(r) + " is " + n + " miles long, and " +
           "it passes " + place(r) + " on the way.";
       break;
     case 13:
+    case 16:
       s = std::string(r.pick(kNames)) + " was born in " + place(r) + ", a " +
           std::string(r.pick(kAdjectives)) + " town near " + place(r) + ".";
       break;
     case 14:
+    case 17:
       s = "Ships from " + place(r) + " and " + place(r) + " brought " + n + " " +
           std::string(r.pick(kPlural)) + " to the " + std::string(r.pick(kNouns)) + ".";
       break;
@@ -180,18 +194,17 @@ std::string sentence(Lcg& r) {
       break;
     case 4:
       s = "The " + std::string(r.pick(kNouns)) + " was " + std::string(r.pick(kAdjectives)) +
-          ", and the " + std::string(r.pick(kNouns)) + " was " +
-          std::string(r.pick(kAdjectives)) + "; nobody knew why.";
+          ", and the " + std::string(r.pick(kNouns)) + " was " + std::string(r.pick(kAdjectives)) +
+          "; nobody knew why.";
       break;
     case 5:
       s = "On " + std::to_string(1 + r.below(28)) + " " + std::string(r.pick(kMonths)) + " " +
-          std::to_string(1890 + r.below(130)) + ", the " + std::string(r.pick(kNouns)) +
-          " held " + n + " " + std::string(r.pick(kPlural)) + ".";
+          std::to_string(1890 + r.below(130)) + ", the " + std::string(r.pick(kNouns)) + " held " +
+          n + " " + std::string(r.pick(kPlural)) + ".";
       break;
     case 6:
-      s = "Is it true that " + std::string(r.pick(kNames)) + " " +
-          std::string(r.pick(kVerbsPast)) + " the " + std::string(r.pick(kNouns)) + " " +
-          std::string(r.pick(kAdverbs)) + "?";
+      s = "Is it true that " + std::string(r.pick(kNames)) + " " + std::string(r.pick(kVerbsPast)) +
+          " the " + std::string(r.pick(kNouns)) + " " + std::string(r.pick(kAdverbs)) + "?";
       break;
     case 7:
       s = "It's " + std::to_string(r.below(24)) + ":" + std::to_string(10 + r.below(50)) +
@@ -223,14 +236,14 @@ std::string make_text() {
   std::string t(kOpening);
   Lcg r(20240607);
   int chapter = 5;
-  while (t.size() < 36000) {
+  while (t.size() < 39000) {
     t += "\nChapter " + std::to_string(chapter++) + ". The " + capitalize(r.pick(kNouns)) + "\n\n";
     const uint32_t n_paragraphs = 3 + r.below(3);
     for (uint32_t p = 0; p < n_paragraphs; ++p) {
       if (r.below(5) == 0) {  // a short list
         const uint32_t n_items = 2 + r.below(3);
         for (uint32_t i = 0; i < n_items; ++i)
-          t += "- " + std::to_string(1 + r.below(20)) + " " + std::string(r.pick(kPlural)) +
+          t += "- " + std::to_string(2 + r.below(20)) + " " + std::string(r.pick(kPlural)) +
                " for the " + std::string(r.pick(kNouns)) + "\n";
         t += "\n";
         continue;

@@ -1,0 +1,234 @@
+// Sampler tests: greedy and its tie rule, NaN/-inf handling, determinism per seed, the filters
+// (top-k, top-p, min-p) against direct computations, and a fixed-seed chi-square check that
+// sampled frequencies follow softmax(logits / T).
+#include "rewind/sample/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace rw {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<double> softmax(const std::vector<float>& logits, double t) {
+  double m = -1e300;
+  for (float x : logits) m = std::max(m, x / t);
+  std::vector<double> p;
+  double s = 0;
+  for (float x : logits) s += std::exp(x / t - m);
+  for (float x : logits) p.push_back(std::exp(x / t - m) / s);
+  return p;
+}
+
+// A fixed pseudo-random row (not the sampler's RNG).
+std::vector<float> row(int n, uint32_t seed, float scale) {
+  std::vector<float> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (float& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = scale * static_cast<float>(x >> 8) / static_cast<float>(1 << 24);
+  }
+  return v;
+}
+
+SamplingParams params(float t, int32_t k = 0, float p = 1.0f, float min_p = 0.0f,
+                      uint64_t seed = 0) {
+  SamplingParams s;
+  s.temperature = t;
+  s.top_k = k;
+  s.top_p = p;
+  s.min_p = min_p;
+  s.seed = seed;
+  return s;
+}
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
+  Sampler s(params(0.0f));
+  const std::vector<float> a = {0.5f, 3.0f, -1.0f, 3.0f, 2.0f};
+  EXPECT_EQ(s.sample(a.data(), 5), 1);
+  EXPECT_EQ(argmax(a.data(), 5), 1);
+  const std::vector<float> b = {kNaN, 1.0f, kNaN, 0.5f};
+  EXPECT_EQ(argmax(b.data(), 4), 1);
+  const std::vector<float> all_inf = {-kInf, -kInf, -kInf};
+  EXPECT_EQ(argmax(all_inf.data(), 3), 0);
+  const std::vector<float> all_nan = {kNaN, kNaN};
+  EXPECT_EQ(argmax(all_nan.data(), 2), 0);
+  Sampler neg(params(-1.0f));  // temperature <= 0 is greedy too
+  EXPECT_EQ(neg.sample(a.data(), 5), 1);
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
+  const std::vector<float> logits(64, 0.0f);  // uniform
+  Sampler a(params(1.0f, 0, 1.0f, 0.0f, 42)), b(params(1.0f, 0, 1.0f, 0.0f, 42));
+  Sampler c(params(1.0f, 0, 1.0f, 0.0f, 43));
+  std::vector<int32_t> ta, tb, tc;
+  for (int i = 0; i < 200; ++i) {
+    ta.push_back(a.sample(logits.data(), 64));
+    tb.push_back(b.sample(logits.data(), 64));
+    tc.push_back(c.sample(logits.data(), 64));
+  }
+  EXPECT_EQ(ta, tb);
+  EXPECT_NE(ta, tc);
+}
+
+TEST(Sampler, FixedAlgorithmGivesFixedTokens) {
+  // Pins the RNG (splitmix64 -> xoshiro256**) and the draw: these must never change. With equal
+  // weights the token is floor(u * 1000); the values were checked against an independent
+  // transcription of the reference splitmix64 / xoshiro256** code.
+  const std::vector<float> logits(1000, 0.0f);
+  Sampler s(params(1.0f, 0, 1.0f, 0.0f, 12345));
+  std::vector<int32_t> got;
+  for (int i = 0; i < 8; ++i) got.push_back(s.sample(logits.data(), 1000));
+  EXPECT_EQ(got, (std::vector<int32_t>{743, 130, 963, 48, 555, 10, 159, 295}));
+}
+
+TEST(Sampler, TopK1AndTinyTopPAreGreedy) {
+  for (uint32_t r = 0; r < 50; ++r) {
+    std::vector<float> v = row(300, r, 4.0f);
+    v[r % 300] = v[(r * 7 + 3) % 300] = 5.0f;  // a tie at the top
+    const int32_t want = argmax(v.data(), 300);
+    Sampler k1(params(1.0f, 1, 1.0f, 0.0f, r));
+    Sampler p0(params(0.8f, 0, 1e-6f, 0.0f, r));
+    EXPECT_EQ(k1.sample(v.data(), 300), want);
+    EXPECT_EQ(p0.sample(v.data(), 300), want);
+  }
+}
+
+TEST(Sampler, TopKKeepsTheKLargest) {
+  const std::vector<float> v = {1.0f, 4.0f, 2.0f, 4.0f, 3.0f};
+  Sampler s(params(1.0f, 3));
+  const auto p = s.probabilities(v.data(), 5);
+  // Kept: ids 1, 3 (tied 4.0) and 4 (3.0).
+  EXPECT_EQ(p[0], 0.0f);
+  EXPECT_EQ(p[2], 0.0f);
+  EXPECT_FLOAT_EQ(p[1], p[3]);
+  EXPECT_NEAR(p[1] / p[4], std::exp(1.0), 1e-5);
+  // A tie at the cut goes to the lower id.
+  Sampler s2(params(1.0f, 1));
+  const auto p2 = s2.probabilities(v.data(), 5);
+  EXPECT_EQ(p2[1], 1.0f);
+  EXPECT_EQ(p2[3], 0.0f);
+}
+
+TEST(Sampler, TopPKeepsTheSmallestSufficientPrefix) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05.
+  const std::vector<float> v = {std::log(0.15f), std::log(0.5f), std::log(0.05f), std::log(0.3f)};
+  Sampler s(params(1.0f, 0, 0.75f));
+  auto p = s.probabilities(v.data(), 4);
+  EXPECT_NEAR(p[1], 0.5 / 0.8, 1e-6);
+  EXPECT_NEAR(p[3], 0.3 / 0.8, 1e-6);
+  EXPECT_EQ(p[0], 0.0f);
+  EXPECT_EQ(p[2], 0.0f);
+  Sampler s2(params(1.0f, 0, 0.9f));
+  p = s2.probabilities(v.data(), 4);
+  EXPECT_GT(p[0], 0.0f);
+  EXPECT_EQ(p[2], 0.0f);
+
+  // Large rows, a flat one (nucleus of thousands: the full-sort path) and a peaked one, against
+  // a direct computation.
+  for (float scale : {1.0f, 30.0f}) {
+    const std::vector<float> big = row(5000, 7, scale);
+    const float top_p = 0.9f;
+    const auto ref = softmax(big, 1.0);
+    std::vector<int32_t> order(5000);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](int32_t a, int32_t b) { return big[a] != big[b] ? big[a] > big[b] : a < b; });
+    double cum = 0;
+    size_t keep = 0;
+    while (keep < order.size() && cum < top_p) cum += ref[order[keep++]];
+    Sampler sp(params(1.0f, 0, top_p));
+    const auto got = sp.probabilities(big.data(), 5000);
+    size_t nonzero = 0;
+    for (float x : got) nonzero += x > 0.0f ? 1 : 0;
+    // Summation order differs from the sampler's: allow one token of slack at the boundary.
+    EXPECT_NEAR(static_cast<double>(nonzero), static_cast<double>(keep), 1.0) << scale;
+    for (size_t i = 0; i + 1 < keep; ++i) EXPECT_GT(got[order[i]], 0.0f);
+  }
+}
+
+TEST(Sampler, MinPDropsTokensBelowAFractionOfTheMax) {
+  const std::vector<float> v = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  Sampler s(params(1.0f, 0, 1.0f, 0.2f));  // keep p >= 0.1
+  const auto p = s.probabilities(v.data(), 4);
+  EXPECT_NEAR(p[0], 0.5 / 0.95, 1e-6);
+  EXPECT_NEAR(p[1], 0.3 / 0.95, 1e-6);
+  EXPECT_NEAR(p[2], 0.15 / 0.95, 1e-6);
+  EXPECT_EQ(p[3], 0.0f);
+  Sampler all(params(1.0f, 0, 1.0f, 1.0f));  // only the max survives
+  const auto q = all.probabilities(v.data(), 4);
+  EXPECT_EQ(q[0], 1.0f);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(all.sample(v.data(), 4), 0);
+}
+
+TEST(Sampler, ProbabilitiesSumToOne) {
+  const std::vector<float> v = row(1000, 3, 8.0f);
+  for (const SamplingParams& sp :
+       {params(0.0f), params(1.0f), params(0.5f), params(2.0f, 40), params(1.0f, 0, 0.9f),
+        params(1.0f, 0, 1.0f, 0.05f), params(0.7f, 100, 0.95f, 0.01f)}) {
+    Sampler s(sp);
+    const auto p = s.probabilities(v.data(), 1000);
+    ASSERT_EQ(p.size(), 1000u);
+    double sum = 0;
+    for (float x : p) {
+      EXPECT_GE(x, 0.0f);
+      sum += x;
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+  Sampler greedy(params(0.0f));
+  const auto g = greedy.probabilities(v.data(), 1000);
+  EXPECT_EQ(g[argmax(v.data(), 1000)], 1.0f);
+}
+
+TEST(Sampler, NaNAndInfinities) {
+  const std::vector<float> v = {kNaN, 0.0f, -kInf, 0.0f};
+  Sampler s(params(1.0f, 0, 1.0f, 0.0f, 9));
+  for (int i = 0; i < 200; ++i) {
+    const int32_t t = s.sample(v.data(), 4);
+    EXPECT_TRUE(t == 1 || t == 3) << t;
+  }
+  const auto p = s.probabilities(v.data(), 4);
+  EXPECT_EQ(p[0], 0.0f);
+  EXPECT_EQ(p[2], 0.0f);
+  EXPECT_FLOAT_EQ(p[1], 0.5f);
+  // +inf logits share all the mass.
+  const std::vector<float> w = {0.0f, kInf, 100.0f, kInf};
+  const auto q = s.probabilities(w.data(), 4);
+  EXPECT_EQ(q, (std::vector<float>{0.0f, 0.5f, 0.0f, 0.5f}));
+  // A row with nothing finite: token 0, as argmax.
+  const std::vector<float> dead = {-kInf, kNaN, -kInf};
+  EXPECT_EQ(s.sample(dead.data(), 3), 0);
+  EXPECT_EQ(s.probabilities(dead.data(), 3)[0], 1.0f);
+}
+
+TEST(Sampler, FrequenciesFollowSoftmaxChiSquare) {
+  const std::vector<float> logits = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f};
+  const float t = 0.7f;
+  const auto p = softmax(logits, static_cast<double>(t));
+  const int n = 20000;
+  Sampler s(params(t, 0, 1.0f, 0.0f, 2024));
+  std::vector<int> count(5, 0);
+  for (int i = 0; i < n; ++i) ++count[s.sample(logits.data(), 5)];
+  double chi2 = 0;
+  for (int i = 0; i < 5; ++i) {
+    const double e = n * p[i];
+    chi2 += (count[i] - e) * (count[i] - e) / e;
+  }
+  // 4 degrees of freedom: P(chi2 > 25) is about 5e-5. The seed is fixed, so this is
+  // deterministic; the bound only guards against a wrong distribution.
+  EXPECT_LT(chi2, 25.0) << count[0] << " " << count[1] << " " << count[2] << " " << count[3] << " "
+                        << count[4];
+  // The filtered distribution is what probabilities() reports.
+  const auto q = s.probabilities(logits.data(), 5);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(q[i], p[i], 1e-6);
+}
+
+}  // namespace
+}  // namespace rw
