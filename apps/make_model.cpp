@@ -35,10 +35,12 @@ Result<Shape> preset(const std::string& name) {
     return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 249};
   if (name == "qwen3-next-tiny")
     return Shape{"qwen3_next", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 249};
+  if (name == "qwen3.5-mini")  // small real-ratio shape for cache benchmarks on slow machines
+    return Shape{"qwen3_5", 4096, 256, 8, 4, 2, 64, 4, 4, 64, 64, 4, 768, 0, 0, 0, 0, true, 1e7, 2000};
   if (name == "qwen3.5-0.8b")
     return Shape{"qwen3_5", 248320, 1024, 24, 8, 2, 256, 16, 16, 128, 128, 4, 3584, 0, 0, 0, 0, true, 1e7, 2000};
   return make_error("unknown preset '" + name +
-                    "' (tiny, qwen3.5-0.8b, qwen3.5-moe-tiny, qwen3-next-tiny)");
+                    "' (tiny, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, qwen3-next-tiny)");
 }
 
 // splitmix64-based generator; normals by Box-Muller. Deterministic per (seed, tensor name).
@@ -99,7 +101,8 @@ int cmd_make_model(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind make-model --preset tiny|qwen3.5-0.8b|qwen3.5-moe-tiny|qwen3-next-tiny\n"
+        "usage: rewind make-model --preset tiny|qwen3.5-mini|qwen3.5-0.8b|qwen3.5-moe-tiny|\n"
+        "                                  qwen3-next-tiny\n"
         "                         [--dtype f32|bf16] [--seed N] --out DIR\n");
     return 0;
   }

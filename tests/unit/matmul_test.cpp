@@ -280,7 +280,7 @@ TEST(MatmulExact, IdenticalBitsAcrossIsas) {
   IsaGuard guard;
   ThreadPool pool(2);
   for (DType store : {DType::F32, DType::BF16})
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {100, 129}, {300, 1000}, {1000, 301}})
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {100, 129}, {300, 257}, {50, 1001}})
       for (int64_t m : {1, 2, 7, 9, 33, 100}) {
         const Source s = make_source(DType::F32, n, k, 21);
         const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
@@ -310,12 +310,13 @@ TEST(MatmulExact, ForceIsaReportsPath) {
 }
 
 // Row r of a big-M product equals the same row computed alone (M=1), and with any other split
-// of the rows into calls, with 1 and 2 threads, on every path (blocking differs with M: K slices
-// and row blocks engage only for larger M; the bits must not notice).
+// of the rows into calls, with 1 and 2 threads, on every path. The tiling differs with M (1-2
+// rows: wide decode tiles; more: 8-row tiles; 3+ row tiles: BF16 widened once per panel group),
+// and the thread count moves the panel split; the bits must not notice.
 TEST(MatmulExact, BatchInvariance) {
   IsaGuard guard;
   ThreadPool pool1(1), pool2(2);
-  const int64_t m = 300, n = 1000, k = 301;  // crosses K slices, row blocks and column blocks
+  const int64_t m = 100, n = 200, k = 301;
   const Source s = make_source(DType::F32, n, k, 31);
   const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 32);
   for (const char* isa : kIsas) {
@@ -344,6 +345,36 @@ TEST(MatmulExact, BatchInvariance) {
         }
       }
     }
+  }
+}
+
+// Long K (sliced, with the accumulators spilled to y and reloaded between slices: kKcMax = 4096
+// in matmul.cpp) and many rows (several row blocks: kMc = 512): still the sequential FMA chain,
+// and still batch-invariant.
+TEST(MatmulExact, LongKAndManyRows) {
+  IsaGuard guard;
+  ThreadPool pool(2);
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const char* isa : kIsas) {
+    if (!matmul_force_isa(isa)) continue;
+    for (DType store : {DType::F32, DType::BF16})
+      for (Case c : {Case{20, 33, 9001}, Case{530, 17, 16}}) {
+        const Source s = make_source(DType::F32, c.n, c.k, 51);
+        const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, c.n, c.k, store);
+        const std::vector<float> x = random_floats(static_cast<size_t>(c.m * c.k), 52);
+        std::vector<float> y(static_cast<size_t>(c.m * c.n)), ref(y.size()), row(c.n);
+        matmul(x.data(), c.m, c.k, w, y.data(), c.n, &pool);
+        matmul_sequential_fma(x.data(), c.m, c.k, w, ref.data(), c.n);
+        EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size()))
+            << isa << " " << dtype_name(store) << " M=" << c.m << " K=" << c.k;
+        for (int64_t r : {int64_t{0}, c.m / 2, c.m - 1}) {
+          matmul(x.data() + r * c.k, 1, c.k, w, row.data(), c.n, nullptr);
+          EXPECT_TRUE(same_bits(row.data(), y.data() + r * c.n, c.n))
+              << isa << " " << dtype_name(store) << " M=" << c.m << " row " << r;
+        }
+      }
   }
 }
 

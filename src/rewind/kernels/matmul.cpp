@@ -29,7 +29,7 @@ namespace {
 
 void tile_f32_scalar(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
                      int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate,
-                     const char* pf, int64_t pf_lines) {
+                     const char* pf, int64_t pf_lines, bool stream) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     for (int c = 0; c < ncols; ++c) {
@@ -43,7 +43,7 @@ void tile_f32_scalar(const float* x, int64_t ldx, const float* w, int64_t w_stri
 
 void tile_bf16_scalar(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride,
                       int64_t kc, int rows, int np, float* y, int64_t ldy, int ncols,
-                      bool accumulate, const char* pf, int64_t pf_lines) {
+                      bool accumulate, const char* pf, int64_t pf_lines, bool stream) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     for (int c = 0; c < ncols; ++c) {
@@ -112,7 +112,7 @@ const MatmulIsa& current_isa() {
 
 constexpr int64_t kKcMax = 4096;  // longest K slice (even: BF16 pairs never straddle slices)
 constexpr int64_t kMc = 512;      // rows per row block (rounded down to a multiple of MR)
-constexpr int64_t kMinRowTilesToWiden = 3;  // widen a BF16 panel group once per >= 3 tiles
+constexpr int64_t kMinRowTilesToReuse = 3;  // tiles per panel group that make it compute-bound
 constexpr int kMaxNp = 8;
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -131,8 +131,9 @@ float* wide_scratch(size_t n_floats) {
 // in L2 while every row tile of the block runs over them with its x rows streaming from L2/L3;
 // meanwhile each tile prefetches a share of the next group's weights into L2, so the group
 // switch does not stall on memory. BF16 groups are widened once into f32 scratch when at least
-// kMinRowTilesToWiden tiles reuse them (exact, so the bits do not depend on that choice);
-// otherwise (decode) the tiles widen on the fly with one shift/AND per 16 weights.
+// kMinRowTilesToReuse tiles reuse them (exact, so the bits do not depend on that choice);
+// otherwise (decode) the tiles widen on the fly with one shift/AND per 16 weights and prefetch
+// their panel streams ahead.
 void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
                 const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t n = w.n(), k = w.k();
@@ -145,7 +146,12 @@ void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
   REWIND_CHECK(np <= kMaxNp);
   const int64_t kc = std::min(k, kKcMax);
   const int64_t mc = std::max<int64_t>(kMc / mr, 1) * mr;
-  const bool widen = bf16 && cdiv(std::min(m, mc), mr) >= kMinRowTilesToWiden;
+  // Few row tiles per panel group: the weights are streamed from memory about once, so the call
+  // is bandwidth-bound: stream prefetch on, BF16 widened on the fly. Many: the group is reused
+  // from L2 by every tile (BF16 widened once into f32 scratch).
+  const bool reused = cdiv(std::min(m, mc), mr) >= kMinRowTilesToReuse;
+  const bool widen = bf16 && reused;
+  const bool stream = !reused;
   float* wide = widen ? wide_scratch(static_cast<size_t>(np * kc * kMatmulNR)) : nullptr;
 
   for (int64_t r_blk = 0; r_blk < m; r_blk += mc) {
@@ -183,29 +189,15 @@ void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
           if (bf16 && !widen) {
             isa.tile_bf16(x + r0 * ldx + k0, ldx, reinterpret_cast<const uint16_t*>(wg), w_stride,
                           kb, rows, npg, yb + r0 * ldy, ldy, ncols, accumulate, tile_pf,
-                          tile_pf_lines);
+                          tile_pf_lines, stream);
           } else {
             isa.tile_f32(x + r0 * ldx + k0, ldx, wf, wf_stride, kb, rows, npg, yb + r0 * ldy, ldy,
-                         ncols, accumulate, tile_pf, tile_pf_lines);
+                         ncols, accumulate, tile_pf, tile_pf_lines, stream);
           }
         }
       }
     }
   }
-}
-
-float load_as_f32(const void* src, DType t, int64_t i) {
-  switch (t) {
-    case DType::F32:
-      return static_cast<const float*>(src)[i];
-    case DType::BF16:
-      return bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
-    case DType::F16:
-      return f16_to_f32(static_cast<const uint16_t*>(src)[i]);
-    default:
-      REWIND_CHECK_MSG(false, "matmul: unsupported weight type");
-  }
-  return 0;
 }
 
 }  // namespace
@@ -230,22 +222,36 @@ PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int6
   const bool bf16 = store == DType::BF16;
   const int64_t panel_elems = bf16 ? cdiv(k, 2) * 2 * kMatmulNR : k * kMatmulNR;
   pm.data_.resize(static_cast<size_t>(n_panels * panel_elems) * (bf16 ? 2 : 4));  // zero-filled
+  const size_t src_elem = dtype_size(src_type);
+  // One panel at a time: its 16 source rows are converted to f32 (or, BF16 -> BF16, copied raw)
+  // into a scratch block, then written out sequentially in the panel layout.
   auto pack_panels = [&](int, int64_t pb, int64_t pe) {
+    std::vector<float> rows(static_cast<size_t>(kMatmulNR * k));       // [16, k] f32
+    std::vector<uint16_t> rows16;                                      // [16, k] raw bf16
+    const bool raw_bf16 = bf16 && src_type == DType::BF16;             // keep the bits as they are
+    if (raw_bf16) rows16.resize(static_cast<size_t>(kMatmulNR * k));
     for (int64_t p = pb; p < pe; ++p) {
-      for (int j = 0; j < kMatmulNR; ++j) {
-        const int64_t row = p * kMatmulNR + j;
-        if (row >= n) break;
-        if (!bf16) {
-          float* dst = reinterpret_cast<float*>(pm.data_.data()) + p * panel_elems + j;
-          for (int64_t c = 0; c < k; ++c) dst[c * kMatmulNR] = load_as_f32(src, src_type, row * k + c);
+      const int64_t nr = std::min<int64_t>(kMatmulNR, n - p * kMatmulNR);
+      for (int64_t j = 0; j < kMatmulNR; ++j) {
+        const char* src_row = static_cast<const char*>(src) + (p * kMatmulNR + j) * k * src_elem;
+        if (raw_bf16) {
+          if (j < nr) std::memcpy(&rows16[j * k], src_row, static_cast<size_t>(k) * 2);
+          else std::fill(&rows16[j * k], &rows16[j * k] + k, uint16_t{0});
         } else {
-          uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.data()) + p * panel_elems + 2 * j;
-          for (int64_t c = 0; c < k; ++c) {
-            const int64_t i = row * k + c;
-            const uint16_t v = src_type == DType::BF16 ? static_cast<const uint16_t*>(src)[i]
-                                                       : f32_to_bf16(load_as_f32(src, src_type, i));
-            dst[(c / 2) * 2 * kMatmulNR + (c % 2)] = v;
-          }
+          if (j < nr) convert_to_f32(src_row, src_type, static_cast<size_t>(k), &rows[j * k]);
+          else std::fill(&rows[j * k], &rows[j * k] + k, 0.0f);
+        }
+      }
+      if (!bf16) {
+        float* dst = reinterpret_cast<float*>(pm.data_.data()) + p * panel_elems;  // [k][16]
+        for (int64_t c = 0; c < k; ++c)
+          for (int64_t j = 0; j < kMatmulNR; ++j) dst[c * kMatmulNR + j] = rows[j * k + c];
+      } else {
+        uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.data()) + p * panel_elems;  // [k/2][16][2]
+        for (int64_t c = 0; c < k; ++c) {
+          uint16_t* d = dst + (c / 2) * 2 * kMatmulNR + (c % 2);
+          for (int64_t j = 0; j < kMatmulNR; ++j)
+            d[2 * j] = raw_bf16 ? rows16[j * k + c] : f32_to_bf16(rows[j * k + c]);
         }
       }
     }

@@ -22,7 +22,7 @@ constexpr int kNP = 1;
 constexpr int kMRSmall = 1;   // decode: 1 row x 3 panels = 6 accumulators
 constexpr int kNPSmall = 3;
 constexpr int kMaxR = kMR;
-constexpr int kBf16PrefetchBytes = 2048;  // BF16 stream prefetch (see matmul_avx512.cpp)
+constexpr int kStreamPrefetchK = 64;  // stream prefetch distance in k steps (matmul_avx512.cpp)
 constexpr int kMaxP = kNPSmall;
 
 constexpr bool tile_exists(int r, int p) {
@@ -35,8 +35,15 @@ inline __m256i half_mask(int valid) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), iota);
 }
 
-inline void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
+inline __attribute__((always_inline)) void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+// Prefetch (into L1) `bytes` past p. The address is formed as an integer: it may lie past the
+// panel or the buffer (prefetches never fault), and no out-of-bounds pointer is ever formed.
+// always_inline matters: GCC 12 finds a prefetch-only function "const" and deletes calls to it
+// from always_inline lambdas before inlining (seen as missing prefetcht0 in the object code).
+inline __attribute__((always_inline)) void prefetch_ahead(const void* p, int64_t bytes) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + bytes), _MM_HINT_T0);
+}
 
 template <int R, int P>
 inline __attribute__((always_inline)) void fma_step(__m256 (&acc)[R][2 * P], const __m256 (&b)[2 * P],
@@ -50,10 +57,10 @@ inline __attribute__((always_inline)) void fma_step(__m256 (&acc)[R][2 * P], con
 }
 
 
-template <int R, int P>
-void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
-                 float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-                 int64_t pf_lines) {
+template <int R, int P, bool kStream>
+void tile_f32_body(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
+                   float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                   int64_t pf_lines) {
   __m256 acc[R][2 * P];
   const bool full = ncols >= 16 * P;
   __m256i mask[2 * P];
@@ -79,6 +86,10 @@ void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, 
     for (int p = 0; p < P; ++p) {
       b[2 * p] = _mm256_load_ps(w + p * w_stride + k * 16);
       b[2 * p + 1] = _mm256_load_ps(w + p * w_stride + k * 16 + 8);
+    }
+    if constexpr (kStream) {
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) prefetch_ahead(w + p * w_stride + k * 16, kStreamPrefetchK * 64);
     }
     fma_step<R, P>(acc, b, xr, k);
   };
@@ -106,10 +117,10 @@ void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, 
   }
 }
 
-template <int R, int P>
-void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
-                  float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-                  int64_t pf_lines) {
+template <int R, int P, bool kStream>
+void tile_bf16_body(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
+                    float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                    int64_t pf_lines) {
   __m256 acc[R][2 * P];
   const bool full = ncols >= 16 * P;
   __m256i mask[2 * P];
@@ -141,12 +152,9 @@ void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stri
       lo[h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
       hi[h] = _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask));
     }
-    {  // bandwidth-bound: as in matmul_avx512.cpp (kBf16PrefetchBytes)
+    if constexpr (kStream) {
 #pragma GCC unroll 8
-      for (int p = 0; p < P; ++p)
-        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w + p * w_stride + k * 16) +
-                                                   kBf16PrefetchBytes),
-                     _MM_HINT_T0);
+      for (int p = 0; p < P; ++p) prefetch_ahead(w + p * w_stride + k * 16, kStreamPrefetchK * 32);
     }
     fma_step<R, P>(acc, lo, xr, k);
     fma_step<R, P>(acc, hi, xr, k + 1);
@@ -182,6 +190,29 @@ void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stri
   }
 }
 
+// The stream-prefetch variant is chosen per call (see MatmulIsa::tile_f32).
+template <int R, int P>
+void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
+                 float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                 int64_t pf_lines, bool stream) {
+  if (stream) {
+    tile_f32_body<R, P, true>(x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+  } else {
+    tile_f32_body<R, P, false>(x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+  }
+}
+
+template <int R, int P>
+void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
+                  float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                  int64_t pf_lines, bool stream) {
+  if (stream) {
+    tile_bf16_body<R, P, true>(x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+  } else {
+    tile_bf16_body<R, P, false>(x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+  }
+}
+
 void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* out) {
   const __m256i hi_mask = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   for (int p = 0; p < np; ++p) {
@@ -199,9 +230,9 @@ void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* 
 }
 
 using TileF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
-                         int, bool, const char*, int64_t);
+                         int, bool, const char*, int64_t, bool);
 using TileBf16 = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*,
-                          int64_t, int, bool, const char*, int64_t);
+                          int64_t, int, bool, const char*, int64_t, bool);
 
 struct Tables {
   TileF32 f32[kMaxR + 1][kMaxP + 1];
@@ -231,14 +262,14 @@ constexpr Tables kTables = make_tables();
 
 void tile_f32(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc, int rows,
               int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-              int64_t pf_lines) {
-  kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+              int64_t pf_lines, bool stream) {
+  kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
 }
 
 void tile_bf16(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
                int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-               int64_t pf_lines) {
-  kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+               int64_t pf_lines, bool stream) {
+  kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
 }
 
 #pragma GCC pop_options

@@ -23,13 +23,11 @@ constexpr int kNP = 3;
 constexpr int kMRSmall = 2;   // decode tiles: up to 2 rows x 6 panels
 constexpr int kNPSmall = 6;
 constexpr int kMaxR = kMR;
-// BF16 tiles (used directly only when few row tiles share the weights, i.e. when memory-bound)
-// prefetch each panel stream this far ahead (bytes): the panels are short (K * 32 B) and the
-// hardware prefetchers ramp up too slowly on each new one; measured +10-15% single-thread read
-// rate on Sapphire Rapids (F32 tiles gain nothing and do not do it). Past a panel's end the
-// prefetch lands in the next panel or past the buffer: prefetches never fault, and the address
-// is formed as an integer (no out-of-bounds pointer arithmetic).
-constexpr int kBf16PrefetchBytes = 2048;
+// Stream prefetch distance, in k steps (64 k = 4 KiB ahead in an F32 panel, 2 KiB in a BF16
+// one), for the tile calls the driver marks as memory-bound (few rows share each weight): the
+// hardware prefetchers ramp up too slowly on each new panel stream. Measured on Sapphire Rapids
+// with 2 threads: BF16 M=1 +10-15%, F32 M=4..16 +10-15%, F32 M=1 unchanged.
+constexpr int kStreamPrefetchK = 64;
 constexpr int kMaxP = kNPSmall;
 
 constexpr bool tile_exists(int r, int p) {
@@ -82,13 +80,20 @@ inline __attribute__((always_inline)) void fma_step(__m512 (&acc)[R][P], const _
   }
 }
 
-inline void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
+inline __attribute__((always_inline)) void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+// Prefetch (into L1) `bytes` past p. The address is formed as an integer: it may lie past the
+// panel or the buffer (prefetches never fault), and no out-of-bounds pointer is ever formed.
+// always_inline matters: GCC 12 finds a prefetch-only function "const" and deletes calls to it
+// from always_inline lambdas before inlining (seen as missing prefetcht0 in the object code).
+inline __attribute__((always_inline)) void prefetch_ahead(const void* p, int64_t bytes) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + bytes), _MM_HINT_T0);
+}
 
-template <int R, int P>
-void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
-                 float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-                 int64_t pf_lines) {
+template <int R, int P, bool kStream>
+void tile_f32_body(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
+                   float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                   int64_t pf_lines) {
   __mmask16 mask[P];
   for (int p = 0; p < P; ++p) mask[p] = col_mask(ncols - 16 * p);
   __m512 acc[R][P];
@@ -99,6 +104,10 @@ void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, 
     __m512 b[P];
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p) b[p] = _mm512_load_ps(w + p * w_stride + k * 16);
+    if constexpr (kStream) {
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) prefetch_ahead(w + p * w_stride + k * 16, kStreamPrefetchK * 64);
+    }
     fma_step<R, P>(acc, b, xr, k);
   };
   // While there are lines to prefetch: one per 4 k steps; then the plain loop.
@@ -115,10 +124,10 @@ void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, 
   store_acc<R, P>(acc, mask, y, ldy);
 }
 
-template <int R, int P>
-void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
-                  float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-                  int64_t pf_lines) {
+template <int R, int P, bool kStream>
+void tile_bf16_body(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
+                    float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                    int64_t pf_lines) {
   __mmask16 mask[P];
   for (int p = 0; p < P; ++p) mask[p] = col_mask(ncols - 16 * p);
   __m512 acc[R][P];
@@ -134,12 +143,9 @@ void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stri
       lo[p] = low_half_f32(v);                                    // w[., k]
       hi[p] = _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask));  // w[., k + 1]
     }
-    {  // bandwidth-bound (the driver uses these tiles only for few rows): see kBf16PrefetchBytes
+    if constexpr (kStream) {
 #pragma GCC unroll 8
-      for (int p = 0; p < P; ++p)
-        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(w + p * w_stride + k * 16) +
-                                                   kBf16PrefetchBytes),
-                     _MM_HINT_T0);
+      for (int p = 0; p < P; ++p) prefetch_ahead(w + p * w_stride + k * 16, kStreamPrefetchK * 32);
     }
     fma_step<R, P>(acc, lo, xr, k);
     fma_step<R, P>(acc, hi, xr, k + 1);
@@ -162,6 +168,29 @@ void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stri
   store_acc<R, P>(acc, mask, y, ldy);
 }
 
+// The stream-prefetch variant is chosen per call (see MatmulIsa::tile_f32).
+template <int R, int P>
+void tile_f32_rp(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
+                 float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                 int64_t pf_lines, bool stream) {
+  if (stream) {
+    tile_f32_body<R, P, true>(x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+  } else {
+    tile_f32_body<R, P, false>(x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+  }
+}
+
+template <int R, int P>
+void tile_bf16_rp(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
+                  float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
+                  int64_t pf_lines, bool stream) {
+  if (stream) {
+    tile_bf16_body<R, P, true>(x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+  } else {
+    tile_bf16_body<R, P, false>(x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+  }
+}
+
 void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* out) {
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int p = 0; p < np; ++p) {
@@ -176,9 +205,9 @@ void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* 
 }
 
 using TileF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
-                         int, bool, const char*, int64_t);
+                         int, bool, const char*, int64_t, bool);
 using TileBf16 = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*,
-                          int64_t, int, bool, const char*, int64_t);
+                          int64_t, int, bool, const char*, int64_t, bool);
 
 struct Tables {
   TileF32 f32[kMaxR + 1][kMaxP + 1];
@@ -208,14 +237,14 @@ constexpr Tables kTables = make_tables();
 
 void tile_f32(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc, int rows,
               int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-              int64_t pf_lines) {
-  kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+              int64_t pf_lines, bool stream) {
+  kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
 }
 
 void tile_bf16(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
                int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-               int64_t pf_lines) {
-  kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines);
+               int64_t pf_lines, bool stream) {
+  kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
 }
 
 #pragma GCC pop_options

@@ -33,17 +33,19 @@ struct MatmulIsa {
   // (panel stride w_stride elements); y at y[row0, col0] (row stride ldy). accumulate: the
   // accumulators start from y (an earlier K block) instead of +0.0f.
   // rows <= mr and np <= this->np, or rows <= mr_small and np <= np_small.
-  // pf, pf_lines: a hint with no effect on results. The kernel prefetches (into L2) the 64-byte
-  // lines pf + 64 * i for i < pf_lines, one line per 4 k steps (so pf_lines <= ceil(kc / 4));
-  // the driver points it at the weights the next tiles will read. pf may be null.
+  // pf, pf_lines, stream: hints with no effect on results. The kernel prefetches (into L2) the
+  // 64-byte lines pf + 64 * i for i < pf_lines, one line per 4 k steps (so pf_lines <=
+  // ceil(kc / 4)); the driver points it at the weights the next tiles will read (pf may be
+  // null). stream: the call is memory-bound (its weights come from DRAM and few rows share
+  // them); the kernel prefetches each panel stream a fixed distance ahead.
   void (*tile_f32)(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
                    int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate,
-                   const char* pf, int64_t pf_lines);
+                   const char* pf, int64_t pf_lines, bool stream);
   // Same on BF16 storage: w points at pair-row k0/2 of panel 0 (k0 even); w_stride in uint16
   // elements. kc may be odd only for the block that ends at k.
   void (*tile_bf16)(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride,
                     int64_t kc, int rows, int np, float* y, int64_t ldy, int ncols,
-                    bool accumulate, const char* pf, int64_t pf_lines);
+                    bool accumulate, const char* pf, int64_t pf_lines, bool stream);
   // Widens the BF16 K block [k0, k0 + kc) of np panels (w as for tile_bf16) to the F32 layout
   // [np][kc][16] in out (exact). Lets a tile sequence over many rows reuse the widened block.
   void (*widen_bf16)(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* out);

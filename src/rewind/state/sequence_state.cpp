@@ -36,6 +36,31 @@ void SequenceState::restore_from(const SequenceState& other) {
   if (rec_.size()) std::memcpy(rec_.data(), other.rec_.data(), rec_.size() * sizeof(float));
 }
 
+std::shared_ptr<const Snapshot> SequenceState::take_snapshot() const {
+  auto s = std::make_shared<Snapshot>();
+  s->pos = n_pos_;
+  s->rec = rec_.clone();
+  return s;
+}
+
+void SequenceState::resume(std::vector<PagePtr> pages, const Snapshot* snap, int64_t p) {
+  REWIND_CHECK(p >= 0);
+  const int64_t need = shape_.n_attn_layers == 0 ? 0 : (p + shape_.page_tokens - 1) / shape_.page_tokens;
+  REWIND_CHECK_MSG(static_cast<int64_t>(pages.size()) == need,
+                   "resume at " + std::to_string(p) + " needs " + std::to_string(need) + " pages");
+  if (shape_.n_rec_layers > 0) {
+    if (snap) {
+      REWIND_CHECK(snap->pos == p && snap->rec.size() == rec_.size());
+      std::memcpy(rec_.data(), snap->rec.data(), rec_.size() * sizeof(float));
+    } else {
+      REWIND_CHECK_MSG(p == 0, "a hybrid state resumes only at 0 or from a snapshot");
+      std::memset(rec_.data(), 0, rec_.size() * sizeof(float));
+    }
+  }
+  pages_ = std::move(pages);
+  n_pos_ = p;
+}
+
 bool SequenceState::can_trim_to(int64_t n) const {
   if (n < 0 || n > n_pos_) return false;
   if (n == n_pos_) return true;

@@ -53,6 +53,17 @@ class KvPage {
   AlignedBuffer<float> data_;
 };
 
+// An immutable copy of every recurrent layer's state (conv windows + fp32 SSM) of one sequence
+// after `pos` tokens: a checkpoint. Costs recurrent bytes only; the attention part of a
+// checkpoint is the KV pages below `pos`, shared, never copied.
+struct Snapshot {
+  int64_t pos = 0;
+  AlignedBuffer<float> rec;  // same layout as SequenceState's recurrent buffer
+  size_t bytes() const { return rec.size() * sizeof(float); }
+};
+
+using PagePtr = std::shared_ptr<KvPage>;
+
 class SequenceState {
  public:
   explicit SequenceState(const StateShape& shape);
@@ -68,6 +79,15 @@ class SequenceState {
   SequenceState clone() const;
   // Makes *this an exact copy of `other` (same shape required); same cost as clone().
   void restore_from(const SequenceState& other);
+
+  // Copies the recurrent state at n_pos (recurrent_bytes()).
+  std::shared_ptr<const Snapshot> take_snapshot() const;
+  // Resets this state to position p: `pages` must cover [0, p) (exactly ceil(p / page_tokens)
+  // entries, shared, not copied) and `snap` must be a snapshot at p, or null when p == 0 or the
+  // model has no recurrent layer. Pages written later are copied first if shared.
+  void resume(std::vector<PagePtr> pages, const Snapshot* snap, int64_t p);
+  // The page table (entry b covers positions [b*page_tokens, (b+1)*page_tokens)).
+  const std::vector<PagePtr>& pages() const { return pages_; }
 
   bool can_trim_to(int64_t n) const;
   void trim_to(int64_t n);  // precondition: can_trim_to(n)
@@ -100,7 +120,7 @@ class SequenceState {
  private:
   StateShape shape_;
   int64_t n_pos_ = 0;
-  std::vector<std::shared_ptr<KvPage>> pages_;
+  std::vector<PagePtr> pages_;
   AlignedBuffer<float> rec_;  // [n_rec_layers][conv [conv_rows, conv_dim] ; ssm [Hv, dk, dv]]
 };
 

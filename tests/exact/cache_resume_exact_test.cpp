@@ -1,0 +1,120 @@
+// The prefix cache's exactness contract (docs/ARCHITECTURE.md): for random trees of prompts
+// (shared prefixes, edits at random points, extensions, repeats, extensions through generated
+// replies), under a byte budget small enough that eviction happens, every request served with
+// the cache produces logits and tokens bit-identical (memcmp) to a cold run of the same prompt
+// with the cache off. Tiny models of all three families.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "rewind/base/thread_pool.h"
+#include "rewind/engine/engine.h"
+#include "test_util.h"
+
+namespace rw {
+namespace {
+
+class CacheResumeExact : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
+  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  const int64_t V = m.config().vocab_size;
+  ThreadPool pool(2);
+  EngineOptions on;
+  on.cache.budget_bytes = 320 << 10;  // a few pages and snapshots: eviction happens
+  on.cache.policy.interval = 24;
+  on.cache.policy.max_per_branch = 6;
+  on.prefill_chunk = 40;
+  EngineOptions off = on;
+  off.cache_enabled = false;
+  off.prefill_chunk = 1000;  // the cold run goes in one piece: cutting must not matter
+  Engine cached(m, &pool, on);
+  Engine cold(m, nullptr, off);
+
+  std::mt19937_64 rng(std::hash<std::string>()(GetParam()));
+  std::vector<std::vector<int32_t>> seen;  // prompts and prompt+reply histories so far
+  int64_t hits = 0, evictions_before = 0;
+  const int n_requests = 90;
+  for (int i = 0; i < n_requests; ++i) {
+    std::vector<int32_t> prompt;
+    const int op = seen.empty() ? 0 : static_cast<int>(rng() % 5);
+    if (op == 0) {  // fresh prompt
+      prompt = test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 200), V);
+    } else {
+      const auto& base = seen[rng() % seen.size()];
+      prompt = base;
+      if (op == 1) {  // extension (possibly through a generated reply)
+        auto more = test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 60), V);
+        prompt.insert(prompt.end(), more.begin(), more.end());
+      } else if (op == 2) {  // edit at a random point, maybe with a different tail
+        const size_t at = rng() % prompt.size();
+        prompt[at] = static_cast<int32_t>((prompt[at] + 1 + rng() % (V - 1)) % V);
+        if (rng() % 2) {
+          prompt.resize(at + 1);
+          auto tail = test::random_tokens(rng, static_cast<int64_t>(rng() % 80), V);
+          prompt.insert(prompt.end(), tail.begin(), tail.end());
+        }
+      } else if (op == 3) {  // truncation: a prefix of a cached history
+        prompt.resize(1 + rng() % prompt.size());
+      }  // op 4: exact repeat
+    }
+    GenerateRequest req;
+    req.prompt = prompt;
+    req.max_tokens = 1 + static_cast<int32_t>(rng() % 6);
+    req.keep_first_logits = true;
+    if (rng() % 2) {  // chat-like boundaries
+      const int64_t n = static_cast<int64_t>(prompt.size());
+      for (int b = 0; b < 3 && n > 2; ++b) req.boundaries.push_back(1 + static_cast<int64_t>(rng() % (n - 1)));
+      std::sort(req.boundaries.begin(), req.boundaries.end());
+      req.boundaries.erase(std::unique(req.boundaries.begin(), req.boundaries.end()), req.boundaries.end());
+      req.anchor = req.boundaries.empty() ? -1 : req.boundaries.front();
+    }
+    auto a = cached.generate(req);
+    ASSERT_TRUE(a.ok()) << a.error_message();
+    GenerateRequest creq = req;
+    auto b = cold.generate(creq);
+    ASSERT_TRUE(b.ok());
+    ASSERT_EQ(a->first_logits.size(), b->first_logits.size());
+    ASSERT_EQ(0, std::memcmp(a->first_logits.data(), b->first_logits.data(),
+                             a->first_logits.size() * sizeof(float)))
+        << "request " << i << " op " << op << " n=" << prompt.size() << " resumed at " << a->resumed_at;
+    ASSERT_EQ(a->output, b->output) << "request " << i;
+    // At least one prompt token always runs; never resume past the common prefix.
+    EXPECT_GE(a->rerun_tokens, 1);
+    EXPECT_LE(a->resumed_at, a->diverged_at);
+    if (a->resumed_at > 0) ++hits;
+    const CacheStats st = cached.cache()->stats();
+    ASSERT_EQ(cached.cache()->bytes(), cached.cache()->bytes_by_walk());
+    if (!st.over_budget) EXPECT_LE(cached.cache()->bytes(), on.cache.budget_bytes);
+    evictions_before = st.evictions_nodes + st.evictions_snapshots;
+    seen.push_back(prompt);
+    auto hist = prompt;
+    hist.insert(hist.end(), a->output.begin(), a->output.end() - 1);  // what the state consumed
+    seen.push_back(hist);
+  }
+  EXPECT_GT(hits, n_requests / 6) << "the workload should hit the cache often";
+  EXPECT_GT(evictions_before, 0) << "the budget should force evictions";
+}
+
+TEST_P(CacheResumeExact, ExactRepeatRerunsOneToken) {
+  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  EngineOptions on;
+  on.cache.policy.interval = 32;
+  Engine e(m, nullptr, on);
+  std::mt19937_64 rng(3);
+  GenerateRequest req;
+  req.prompt = test::random_tokens(rng, 100, m.config().vocab_size);
+  req.max_tokens = 2;
+  ASSERT_TRUE(e.generate(req).ok());
+  auto r = e.generate(req);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->diverged_at, 100);
+  EXPECT_EQ(r->resumed_at, 99);
+  EXPECT_EQ(r->rerun_tokens, 1);
+  EXPECT_EQ(r->kind, HitKind::Exact);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CacheResumeExact, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+
+}  // namespace
+}  // namespace rw
