@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "rewind/base/thread_pool.h"
+#include "rewind/cache/prefix_cache.h"
 #include "rewind/engine/engine.h"
 #include "test_util.h"
 
@@ -112,6 +113,43 @@ TEST_P(CacheResumeExact, ExactRepeatRerunsOneToken) {
   EXPECT_EQ(r->resumed_at, 99);
   EXPECT_EQ(r->rerun_tokens, 1);
   EXPECT_EQ(r->kind, HitKind::Exact);
+}
+
+// Resuming copies no attention KV: the resumed state's page table holds the very page objects
+// the first sequence wrote (refcounts go up, no page is copied until the resumed sequence
+// writes into the last, partly filled one).
+TEST_P(CacheResumeExact, ResumeSharesPagesWithoutCopying) {
+  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  PrefixCache::Options o;
+  o.policy.interval = 64;
+  PrefixCache cache(o);
+  std::mt19937_64 rng(11);
+  auto prompt = test::random_tokens(rng, 200, m.config().vocab_size);
+  SequenceState a = m.new_state();
+  std::vector<std::shared_ptr<const Snapshot>> snaps;
+  std::vector<float> logits;
+  for (int64_t pos = 0; pos < 200; pos += 64) {
+    const int64_t end = std::min<int64_t>(200, pos + 64);
+    SeqInput in{&a, std::span<const int32_t>(prompt.data() + pos, static_cast<size_t>(end - pos)), {}};
+    ASSERT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &logits, nullptr).ok());
+    snaps.push_back(a.take_snapshot());
+  }
+  cache.insert(prompt, a.pages(), snaps);
+  auto edited = prompt;
+  edited[150] = (edited[150] + 1) % static_cast<int32_t>(m.config().vocab_size);
+  auto r = cache.lookup(edited);
+  ASSERT_EQ(r.resume_pos, 128);
+  ASSERT_EQ(r.pages.size(), 2u);
+  const long uses_before = a.pages()[0].use_count();
+  SequenceState b = m.new_state();
+  b.resume(r.pages, r.snapshot.get(), r.resume_pos);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(b.pages()[i].get(), a.pages()[i].get()) << "page " << i;
+  EXPECT_EQ(a.pages()[0].use_count(), uses_before + 1);
+  // Appending at 128 starts a new page: the shared ones stay shared.
+  SeqInput in{&b, std::span<const int32_t>(edited.data() + 128, 72), {71}};
+  ASSERT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &logits, nullptr).ok());
+  EXPECT_EQ(b.pages()[0].get(), a.pages()[0].get());
+  EXPECT_EQ(b.pages()[1].get(), a.pages()[1].get());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CacheResumeExact, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
