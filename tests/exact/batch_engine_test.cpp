@@ -111,11 +111,15 @@ TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
   ASSERT_TRUE(a.ok() && b.ok());
   eng.cancel(a.value());
   col.wait(2);
-  std::lock_guard<std::mutex> lock(col.mu);
+  std::unique_lock<std::mutex> lock(col.mu);
   EXPECT_EQ(col.final_ev[a.value()].finish, FinishReason::Cancelled);
   EXPECT_EQ(col.final_ev[b.value()].finish, FinishReason::Length);
   EXPECT_EQ(col.tokens[b.value()].size(), 5u);
+  lock.unlock();
   EXPECT_EQ(eng.metrics().requests_cancelled, 1);
+  // The running gauge is updated at the end of the engine step that finished them.
+  for (int i = 0; i < 2000 && eng.metrics().running != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(eng.metrics().running, 0);
 }
 
