@@ -175,6 +175,16 @@ int cmd_cache_bench(int argc, char** argv) {
   EngineOptions off = on;
   off.cache_enabled = false;
 
+  // Warm-up (scratch buffers, first-touch page faults) so the first timed request is not charged
+  // for them.
+  {
+    Engine warm(m, &pool, off);
+    GenerateRequest g;
+    g.prompt = script.tokens(std::min<int64_t>(512, m.config().vocab_size));
+    g.max_tokens = 2;
+    auto w = warm.generate(g);
+    if (!w.ok()) return fail(w.error_message());
+  }
   bool all_identical = true;
   int request = 0;
   for (auto& w : wls.value()) {
