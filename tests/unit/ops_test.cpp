@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -133,7 +134,7 @@ TEST(Ops, GdnStepMatchesReference) {
 
 TEST(Ops, AttentionBlocksMatchReference) {
   std::mt19937_64 r(7);
-  const int64_t d = 32, ld = 64;  // two kv heads interleaved in rows; we read head 1
+  const int64_t d = 32, ld = 64;  // V rows hold two kv heads; we read head 1
   for (int64_t block : {1, 4, 64}) {
     for (int64_t n_keys : {1, 5, 64, 65, 130}) {
       const int64_t nb = (n_keys + block - 1) / block;
@@ -141,13 +142,13 @@ TEST(Ops, AttentionBlocksMatchReference) {
       std::vector<const float*> kp, vp;
       std::vector<double> keys, vals;
       for (int64_t b = 0; b < nb; ++b) {
-        kb[b] = randv(r, block * ld);
+        kb[b] = randv(r, d * block);  // dim-major [d][block]
         vb[b] = randv(r, block * ld);
-        kp.push_back(kb[b].data() + d);
+        kp.push_back(kb[b].data());
         vp.push_back(vb[b].data() + d);
         for (int64_t j = 0; j < block && b * block + j < n_keys; ++j)
           for (int64_t i = 0; i < d; ++i) {
-            keys.push_back(kb[b][j * ld + d + i]);
+            keys.push_back(kb[b][i * block + j]);
             vals.push_back(vb[b][j * ld + d + i]);
           }
       }
@@ -160,6 +161,25 @@ TEST(Ops, AttentionBlocksMatchReference) {
       for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[i], od[i], 1e-5) << block << " " << n_keys;
     }
   }
+}
+
+}  // namespace
+}  // namespace rw
+
+namespace rw {
+namespace {
+
+TEST(Ops, ExpFixedAccurateAndSameInVectorLoops) {
+  std::vector<float> xs;
+  for (float x = -90.0f; x <= 90.0f; x += 0.01237f) xs.push_back(x);
+  for (float x : xs) {
+    const double want = std::exp(static_cast<double>(std::clamp(x, -87.0f, 88.0f)));
+    EXPECT_NEAR(exp_fixed(x) / want, 1.0, 5e-7) << x;
+  }
+  // swiglu uses the same exp inside a vectorised loop: element-wise equal to the scalar silu.
+  std::vector<float> u(xs.size(), 1.0f), y(xs.size());
+  swiglu(xs.data(), u.data(), y.data(), static_cast<int64_t>(xs.size()));
+  for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(y[i], silu(xs[i])) << xs[i];
 }
 
 }  // namespace

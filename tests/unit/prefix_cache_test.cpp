@@ -78,8 +78,10 @@ struct Sim {
     st.prepare_append(to - from);
     for (int64_t q = from; q < to; ++q) {
       h = step(h, t[static_cast<size_t>(q)]);
-      row_k(st.k_row(0, q), h, q);
-      row_v(st.v_row(0, q), h, q);
+      float k[2], v[2];
+      row_k(k, h, q);
+      row_v(v, h, q);
+      st.write_kv(0, q, k, v);
     }
     if (recurrent) {
       put(st.conv(0), h);
@@ -105,7 +107,9 @@ struct Sim {
       row_k(k, h, q);
       row_v(v, h, q);
       const KvPage& pg = *r.pages[static_cast<size_t>(q / kPT)];
-      ASSERT_EQ(std::memcmp(pg.k(0) + (q % kPT) * 2, k, 8), 0) << "K row " << q << " of p " << p;
+      float kr[2];
+      pg.read_k(0, q % kPT, kr);
+      ASSERT_EQ(std::memcmp(kr, k, 8), 0) << "K row " << q << " of p " << p;
       ASSERT_EQ(std::memcmp(pg.v(0) + (q % kPT) * 2, v, 8), 0) << "V row " << q << " of p " << p;
     }
     if (!recurrent || p == 0) {

@@ -24,8 +24,9 @@ void append(SequenceState& st, int64_t n, float base) {
   st.prepare_append(n);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t l = 0; l < 2; ++l) {
-      float* k = st.k_row(l, st.n_pos() + i);
-      for (int j = 0; j < 4; ++j) k[j] = base + static_cast<float>(i);
+      float k[4], v[4];
+      for (int j = 0; j < 4; ++j) k[j] = v[j] = base + static_cast<float>(i);
+      st.write_kv(l, st.n_pos() + i, k, v);
     }
   st.commit_append(n);
 }
@@ -66,8 +67,12 @@ TEST(SequenceState, CloneSharesPagesAndCopiesOnWrite) {
   EXPECT_NE(b.k_block(0, 1), a.k_block(0, 1));
   EXPECT_EQ(b.k_block(0, 0), a.k_block(0, 0));
   EXPECT_EQ(a.n_pos(), 6);
-  EXPECT_EQ(b.k_row(0, 5)[0], a.k_row(0, 5)[0]);  // earlier rows carried over
-  EXPECT_EQ(b.k_row(0, 6)[0], 100.0f);
+  float ka[4], kb[4];
+  a.read_k(0, 5, ka);
+  b.read_k(0, 5, kb);
+  EXPECT_EQ(kb[0], ka[0]);  // earlier rows carried over
+  b.read_k(0, 6, kb);
+  EXPECT_EQ(kb[0], 100.0f);
   b.ssm(0)[0] = 7.0f;  // recurrent state is a copy
   EXPECT_EQ(a.ssm(0)[0], 42.0f);
   a.restore_from(b);

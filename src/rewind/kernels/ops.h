@@ -39,10 +39,15 @@ void gated_rmsnorm_heads(const float* o, const float* z, const float* w, float* 
 void rope_heads(float* x, int64_t n_heads, int64_t d, int64_t rope_dim, const float* inv_freq,
                 int64_t pos);
 
-// Scalar activations (fp32, same formula everywhere).
+// e^x by a fixed algorithm (same bits on every machine and SIMD width; rel. error ~2e-7;
+// inputs clamped to [-87, 88]).
+float exp_fixed(float x);
+// Scalar activations (fp32, same formula everywhere; they use exp_fixed).
 float silu(float x);
 float sigmoid(float x);
 float softplus(float x);
+// a[i] *= sigmoid(gate[i]) for i < n (the attention output gate).
+void sigmoid_gate(float* a, const float* gate, int64_t n);
 // y[i] = silu(g[i]) * u[i] for i < n.
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 
@@ -61,13 +66,22 @@ void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, fl
 void gdn_step(float* S, const float* q, const float* k, const float* v, float alpha, float beta,
               float* o, int64_t dk, int64_t dv);
 
-// Causal attention for one query head against keys [0, n_keys) of one sequence, reduced over
-// keys in blocks of `block` positions aligned to absolute positions (block b covers
-// [b*block, (b+1)*block)); keys/values of block b start at k_blocks[b] / v_blocks[b] with row
-// stride ld (floats). Two passes: max over scores, then sum of exp(s - max) and the weighted
-// sum of values in key order. q: [d] (already scaled by the caller or scale given); out: [d].
+// Causal attention for one query head against keys [0, n_keys) of one sequence. Keys come in
+// blocks of `block` positions aligned to absolute positions (block b covers [b*block,
+// (b+1)*block)): K of block b is dim-major at k_blocks[b] (element (i, j) at [i*block + j]),
+// V of block b row-major at v_blocks[b] (row j at [j*ld]). Each score is one fma chain over
+// the d dims in order, times scale; softmax with exp_fixed and a fixed-order sum; the output is
+// the p-weighted sum of values in key order. q: [d]; out: [d]; scratch: [n_keys].
 void attention_head(const float* q, const float* const* k_blocks, const float* const* v_blocks,
                     int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale,
                     float* out, float* scratch /* [n_keys] */);
+
+// The same for m query rows of one head of one sequence at once (row r at q + r*ldq, attending
+// to keys [0, n_keys[r]), n_keys ascending), so each K/V block is read once for all rows.
+// Each row's result is bit-identical to attention_head on that row alone.
+// out: row r at out + r*ldo; scratch: [m, n_keys[m-1]].
+void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_keys,
+                    const float* const* k_blocks, const float* const* v_blocks, int64_t block,
+                    int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch);
 
 }  // namespace rw

@@ -375,45 +375,55 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
             float* v = k + nkv * D;
             rmsnorm_heads(k, nkv, D, L.attn.k_norm.data(), eps);
             rope_heads(k, nkv, D, c.rope_dim, I.inv_freq.data(), pos);
-            std::memcpy(st.k_row(L.attn_index, pos), k, static_cast<size_t>(nkv * D) * sizeof(float));
-            std::memcpy(st.v_row(L.attn_index, pos), v, static_cast<size_t>(nkv * D) * sizeof(float));
+            st.write_kv(L.attn_index, pos, k, v);
           }
         });
       }
-      // Attention per (row, head).
+      // Attention per (sequence, head, tile of up to kTile rows): a tile shares each K/V block.
       const float scale = 1.0f / std::sqrt(static_cast<float>(D));
       const int64_t PT = batch.empty() ? 64 : batch[0].state->shape().page_tokens;
-      std::vector<int64_t> row_seq(static_cast<size_t>(T));
+      constexpr int64_t kTile = 16;
+      struct Job {
+        int64_t s, h, t0, m;
+      };
+      std::vector<Job> jobs;
       for (size_t s = 0; s < batch.size(); ++s)
-        for (int64_t t = off[s]; t < off[s + 1]; ++t) row_seq[t] = static_cast<int64_t>(s);
+        for (int64_t h = 0; h < nh; ++h)
+          for (int64_t t = off[s]; t < off[s + 1]; t += kTile)
+            jobs.push_back({static_cast<int64_t>(s), h, t, std::min(kTile, off[s + 1] - t)});
       auto run = [&](int64_t jb, int64_t je) {
         std::vector<float> scratch;
         std::vector<const float*> kb, vb;
-        for (int64_t job = jb; job < je; ++job) {
-          const int64_t t = job / nh, h = job % nh, kvh = h / grp;
-          const int64_t s = row_seq[t];
-          const SequenceState& st = *batch[s].state;
-          const int64_t n_keys = st.n_pos() + (t - off[s]) + 1;
-          const int64_t nb = (n_keys + PT - 1) / PT;
+        int64_t n_keys[kTile];
+        for (int64_t ji = jb; ji < je; ++ji) {
+          const Job& J = jobs[ji];
+          const SequenceState& st = *batch[J.s].state;
+          const int64_t kvh = J.h / grp;
+          for (int64_t r = 0; r < J.m; ++r) n_keys[r] = st.n_pos() + (J.t0 + r - off[J.s]) + 1;
+          const int64_t n_max = n_keys[J.m - 1];
+          const int64_t nb = (n_max + PT - 1) / PT;
           kb.resize(static_cast<size_t>(nb));
           vb.resize(static_cast<size_t>(nb));
           for (int64_t bi = 0; bi < nb; ++bi) {
-            kb[bi] = st.k_block(L.attn_index, bi) + kvh * D;
+            kb[bi] = st.k_block(L.attn_index, bi) + kvh * D * PT;  // dim-major
             vb[bi] = st.v_block(L.attn_index, bi) + kvh * D;
           }
-          scratch.resize(static_cast<size_t>(n_keys));
-          attention_head(qkv + t * NQ + h * 2 * D, kb.data(), vb.data(), PT, nkv * D, n_keys, D,
-                         scale, att + t * nh * D + h * D, scratch.data());
+          scratch.resize(static_cast<size_t>(J.m * n_max));
+          float* o = att + J.t0 * nh * D + J.h * D;
+          attention_rows(qkv + J.t0 * NQ + J.h * 2 * D, NQ, J.m, n_keys, kb.data(), vb.data(), PT,
+                         nkv * D, D, scale, o, nh * D, scratch.data());
           // Output gate.
-          const float* gate = qkv + t * NQ + h * 2 * D + D;
-          float* a = att + t * nh * D + h * D;
-          for (int64_t i = 0; i < D; ++i) a[i] = a[i] * sigmoid(gate[i]);
+          for (int64_t r = 0; r < J.m; ++r) {
+            const float* gate = qkv + (J.t0 + r) * NQ + J.h * 2 * D + D;
+            sigmoid_gate(o + r * nh * D, gate, D);
+          }
         }
       };
+      const int64_t n_jobs = static_cast<int64_t>(jobs.size());
       if (pool)
-        pool->parallel_for(T * nh, 1, [&](int, int64_t b, int64_t e) { run(b, e); });
+        pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run(b, e); });
       else
-        run(0, T * nh);
+        run(0, n_jobs);
       matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
     }
     par_rows(T, [&](int64_t b, int64_t e) {

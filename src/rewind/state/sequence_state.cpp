@@ -7,10 +7,23 @@
 namespace rw {
 
 KvPage::KvPage(const StateShape& s)
-    : stride_(s.page_tokens * s.kv_dim), data_(static_cast<size_t>(s.n_attn_layers * 2 * stride_)) {}
+    : stride_(s.page_tokens * s.kv_dim),
+      page_tokens_(s.page_tokens),
+      kv_dim_(s.kv_dim),
+      data_(static_cast<size_t>(s.n_attn_layers * 2 * stride_)) {}
 
 std::unique_ptr<KvPage> KvPage::clone() const {
-  return std::unique_ptr<KvPage>(new KvPage(stride_, data_.clone()));
+  return std::unique_ptr<KvPage>(new KvPage(stride_, page_tokens_, kv_dim_, data_.clone()));
+}
+
+void KvPage::write_k(int64_t layer, int64_t slot, const float* src) {
+  float* base = k(layer) + slot;
+  for (int64_t i = 0; i < kv_dim_; ++i) base[i * page_tokens_] = src[i];
+}
+
+void KvPage::read_k(int64_t layer, int64_t slot, float* out) const {
+  const float* base = k(layer) + slot;
+  for (int64_t i = 0; i < kv_dim_; ++i) out[i] = base[i * page_tokens_];
 }
 
 SequenceState::SequenceState(const StateShape& shape)
@@ -92,10 +105,19 @@ void SequenceState::prepare_append(int64_t n_new) {
 
 void SequenceState::commit_append(int64_t n_new) { n_pos_ += n_new; }
 
-float* SequenceState::k_row(int64_t layer, int64_t pos) {
-  return pages_[pos / shape_.page_tokens]->k(layer) + (pos % shape_.page_tokens) * shape_.kv_dim;
+void SequenceState::write_kv(int64_t layer, int64_t pos, const float* k, const float* v) {
+  KvPage& pg = *pages_[pos / shape_.page_tokens];
+  pg.write_k(layer, pos % shape_.page_tokens, k);
+  std::memcpy(pg.v(layer) + (pos % shape_.page_tokens) * shape_.kv_dim, v,
+              static_cast<size_t>(shape_.kv_dim) * sizeof(float));
+}
+void SequenceState::read_k(int64_t layer, int64_t pos, float* out) const {
+  pages_[pos / shape_.page_tokens]->read_k(layer, pos % shape_.page_tokens, out);
 }
 float* SequenceState::v_row(int64_t layer, int64_t pos) {
+  return pages_[pos / shape_.page_tokens]->v(layer) + (pos % shape_.page_tokens) * shape_.kv_dim;
+}
+const float* SequenceState::v_row(int64_t layer, int64_t pos) const {
   return pages_[pos / shape_.page_tokens]->v(layer) + (pos % shape_.page_tokens) * shape_.kv_dim;
 }
 
@@ -110,12 +132,12 @@ bool SequenceState::same_contents(const SequenceState& o) const {
   if (rec_.size() && std::memcmp(rec_.data(), o.rec_.data(), rec_.size() * sizeof(float)) != 0)
     return false;
   const size_t row = static_cast<size_t>(shape_.kv_dim) * sizeof(float);
+  std::vector<float> ka(static_cast<size_t>(shape_.kv_dim)), kb(ka.size());
   for (int64_t l = 0; l < shape_.n_attn_layers; ++l)
     for (int64_t p = 0; p < n_pos_; ++p) {
-      auto* self = const_cast<SequenceState*>(this);
-      auto* other = const_cast<SequenceState*>(&o);
-      if (std::memcmp(self->k_row(l, p), other->k_row(l, p), row) != 0 ||
-          std::memcmp(self->v_row(l, p), other->v_row(l, p), row) != 0)
+      read_k(l, p, ka.data());
+      o.read_k(l, p, kb.data());
+      if (std::memcmp(ka.data(), kb.data(), row) != 0 || std::memcmp(v_row(l, p), o.v_row(l, p), row) != 0)
         return false;
     }
   return true;

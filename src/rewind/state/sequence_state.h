@@ -36,10 +36,14 @@ struct StateShape {
 };
 
 // One page: K and V of page_tokens positions for every attention layer.
-// Layout: [n_attn_layers][2 (K, V)][page_tokens][kv_dim] f32.
+// Layout per layer: K dim-major [kv_dim][page_tokens] (so attention scores 16 keys per vector),
+// then V row-major [page_tokens][kv_dim]; f32.
 class KvPage {
  public:
   explicit KvPage(const StateShape& s);
+  // Writes / reads the K row of slot (position % page_tokens) of one layer.
+  void write_k(int64_t layer, int64_t slot, const float* k);
+  void read_k(int64_t layer, int64_t slot, float* out) const;
   float* k(int64_t layer) { return data_.data() + (layer * 2) * stride_; }
   float* v(int64_t layer) { return data_.data() + (layer * 2 + 1) * stride_; }
   const float* k(int64_t layer) const { return data_.data() + (layer * 2) * stride_; }
@@ -48,8 +52,10 @@ class KvPage {
   std::unique_ptr<KvPage> clone() const;  // copies bytes()
 
  private:
-  KvPage(int64_t stride, AlignedBuffer<float> data) : stride_(stride), data_(std::move(data)) {}
+  KvPage(int64_t stride, int64_t page_tokens, int64_t kv_dim, AlignedBuffer<float> data)
+      : stride_(stride), page_tokens_(page_tokens), kv_dim_(kv_dim), data_(std::move(data)) {}
   int64_t stride_;  // page_tokens * kv_dim
+  int64_t page_tokens_, kv_dim_;
   AlignedBuffer<float> data_;
 };
 
@@ -97,9 +103,14 @@ class SequenceState {
   void prepare_append(int64_t n_new);
   // Advances n_pos after a forward pass wrote n_new tokens.
   void commit_append(int64_t n_new);
-  float* k_row(int64_t layer, int64_t pos);
+  // K and V of one position of one layer (kv_dim floats each); the page must be private
+  // (prepare_append).
+  void write_kv(int64_t layer, int64_t pos, const float* k, const float* v);
+  void read_k(int64_t layer, int64_t pos, float* out) const;
   float* v_row(int64_t layer, int64_t pos);
-  // Base of block b (positions [b*page_tokens, (b+1)*page_tokens)) for one layer.
+  const float* v_row(int64_t layer, int64_t pos) const;
+  // Base of block b (positions [b*page_tokens, (b+1)*page_tokens)) for one layer: K dim-major
+  // [kv_dim][page_tokens], V row-major [page_tokens][kv_dim].
   const float* k_block(int64_t layer, int64_t b) const { return pages_[b]->k(layer); }
   const float* v_block(int64_t layer, int64_t b) const { return pages_[b]->v(layer); }
   int64_t n_pages() const { return static_cast<int64_t>(pages_.size()); }
