@@ -16,6 +16,15 @@ void split_range(int64_t n_items, int64_t grain, int parts, int index, int64_t* 
   *end = std::min(n_items, g1 * grain);
 }
 
+namespace {
+constexpr int kSpinIters = 20000;  // with a pause each: on the order of a millisecond
+inline void cpu_relax() {
+#if defined(__x86_64__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
   REWIND_CHECK(n_threads >= 1);
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
@@ -24,7 +33,8 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true);
+    generation_.fetch_add(1, std::memory_order_release);
   }
   cv_start_.notify_all();
   for (auto& t : workers_) t.join();
@@ -37,43 +47,46 @@ void ThreadPool::parallel_for(int64_t n_items, int64_t grain,
     fn(0, 0, n_items);
     return;
   }
+  job_ = &fn;
+  job_items_ = n_items;
+  job_grain_ = grain;
+  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
+    // Under the lock so that a worker deciding to sleep cannot miss the new generation.
     std::lock_guard<std::mutex> lock(mu_);
-    job_ = &fn;
-    job_items_ = n_items;
-    job_grain_ = grain;
-    pending_ = n_threads_ - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
-  cv_start_.notify_all();
+  if (sleepers_.load(std::memory_order_acquire) > 0) cv_start_.notify_all();
   int64_t b, e;
   split_range(n_items, grain, n_threads_, 0, &b, &e);
   if (b < e) fn(0, b, e);
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [this] { return pending_ == 0; });
+  for (int i = 0; i < kSpinIters && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
+  if (pending_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  }
   job_ = nullptr;
 }
 
 void ThreadPool::worker(int index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int, int64_t, int64_t)>* job;
-    int64_t items, grain;
-    {
+    for (int i = 0; i < kSpinIters && generation_.load(std::memory_order_acquire) == seen; ++i)
+      cpu_relax();
+    if (generation_.load(std::memory_order_acquire) == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      items = job_items_;
-      grain = job_grain_;
+      sleepers_.fetch_add(1);
+      cv_start_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      sleepers_.fetch_sub(1);
     }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
     int64_t b, e;
-    split_range(items, grain, n_threads_, index, &b, &e);
-    if (b < e) (*job)(index, b, e);
-    {
+    split_range(job_items_, job_grain_, n_threads_, index, &b, &e);
+    if (b < e) (*job_)(index, b, e);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }
