@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Reproduces the README's measured figures (not part of CI; takes several minutes and ~7 GB of
+# disk for the generated models under models/). Usage: scripts/bench.sh [threads]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+t="${1:-2}"
+scripts/build.sh release >/dev/null
+bin=build/release/rewind
+mkdir -p models
+[ -f models/qwen3.5-0.8b-f32/model.safetensors ] || $bin make-model --preset qwen3.5-0.8b --dtype f32 --seed 1 --out models/qwen3.5-0.8b-f32
+[ -f models/qwen3.5-0.8b-bf16/model.safetensors ] || $bin make-model --preset qwen3.5-0.8b --dtype bf16 --seed 1 --out models/qwen3.5-0.8b-bf16
+[ -f models/qwen3.5-mini/model.safetensors ] || $bin make-model --preset qwen3.5-mini --seed 1 --out models/qwen3.5-mini
+echo "== engine: qwen3.5-0.8b shape, prefill 512, decode 128, $t threads"
+$bin bench --model models/qwen3.5-0.8b-f32 -p 512 -n 128 -t "$t"
+$bin bench --model models/qwen3.5-0.8b-bf16 -p 512 -n 128 -t "$t"
+echo "== prefix cache: all workloads, cache on vs off (qwen3.5-mini shape)"
+$bin cache-bench --model models/qwen3.5-mini --workload all -t "$t"
+echo "== prefix cache: shared-system and repeat on the qwen3.5-0.8b shape"
+$bin cache-bench --model models/qwen3.5-0.8b-bf16 --workload shared-system -t "$t"
+$bin cache-bench --model models/qwen3.5-0.8b-bf16 --workload repeat --scale 0.5 -t "$t"
