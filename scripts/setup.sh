@@ -8,12 +8,15 @@ PKGS=(
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev
   clang-format
+  libcpp-httplib-dev curl nodejs
 )
 
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Debian's nodejs comes without npm (NodeSource's bundles it): ask for npm only when it is absent.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

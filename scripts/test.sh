@@ -6,4 +6,7 @@ cd "$(dirname "$0")/.."
 preset="${1:-release}"
 scripts/setup.sh
 scripts/build.sh "$preset"
+# The official openai npm client for tests/integration/server_test.cpp (OpenAiNodeClient).
+(cd tests/integration/openai_client && (npm ci --no-audit --no-fund || npm install --no-audit --no-fund)) ||
+  echo "test.sh: warning: npm could not install tests/integration/openai_client; ServerTest.OpenAiNodeClient will fail" >&2
 ctest --preset "$preset" -j2

@@ -1,0 +1,214 @@
+// `rewind serve`: the OpenAI-compatible HTTP server (src/rewind/server/http_server.h) over one
+// model and one BatchEngine.
+//
+// Shutdown: SIGINT or SIGTERM stops accepting connections at once (open streams end there and
+// their requests are cancelled); non-streaming requests already running get a grace period of
+// kGraceSeconds to finish, then the engine shuts down without draining (what is left is
+// cancelled and answered 503). A second signal skips the grace period. Exit status 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "args.h"
+#include "commands.h"
+#include "rewind/chat/chat_template.h"
+#include "rewind/engine/batch_engine.h"
+#include "rewind/server/generation_defaults.h"
+#include "rewind/server/http_server.h"
+#include "rewind/tokenizer/tokenizer.h"
+
+namespace rw::app {
+
+namespace {
+
+constexpr int kGraceSeconds = 5;
+
+// True when the checkpoint ships a chat template (tokenizer_config.json `chat_template` or
+// chat_template.jinja); then it must load. Otherwise rewind's own ChatML template is used.
+bool has_chat_template(const std::string& dir) {
+  if (std::ifstream(dir + "/chat_template.jinja")) return true;
+  std::ifstream f(dir + "/tokenizer_config.json");
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  return !j.is_discarded() && j.is_object() && j.contains("chat_template") &&
+         !j["chat_template"].is_null();
+}
+
+std::string basename_of(std::string dir) {
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const size_t s = dir.find_last_of('/');
+  return s == std::string::npos ? dir : dir.substr(s + 1);
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  auto args = Args::parse(argc, argv,
+                          {"--model", "--host", "--port", "--api-key", "--parallel", "--ctx-size",
+                           "--cache-ram", "--checkpoint-interval", "--checkpoint-max", "--threads",
+                           "-t", "--max-queue", "--max-body", "--weights"},
+                          {"--no-cache", "--help"});
+  if (!args.ok()) return fail(args.error_message());
+  if (args->has("--help")) {
+    std::printf(
+        "usage: rewind serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
+        "                    [--parallel 4] [--ctx-size 32768] [--cache-ram 4096]\n"
+        "                    [--checkpoint-interval 512] [--checkpoint-max 32] [--no-cache]\n"
+        "                    [--threads N] [--max-queue 64] [--max-body 8388608]\n"
+        "                    [--weights auto|f32|bf16]\n"
+        "  OpenAI-compatible API: POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
+        "  /v1/cache, /metrics, /health.\n"
+        "  --port 0             pick a free port (printed on start)\n"
+        "  --api-key KEY        require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
+        "  --parallel N         sequences decoding at once (continuous batching)\n"
+        "  --ctx-size N         prompt + max_tokens limit per request\n"
+        "  --cache-ram MiB      prefix cache budget (KV pages + recurrent checkpoints)\n"
+        "  --checkpoint-interval N  checkpoint grid in tokens (0: none; turn starts still count)\n"
+        "  --checkpoint-max N   checkpoints kept per branch (0: no limit)\n"
+        "  --max-queue N        requests waiting beyond --parallel before 429\n"
+        "  --max-body BYTES     request body limit (413 beyond)\n"
+        "  SIGINT/SIGTERM: stop accepting, give running requests %d s, then cancel; exit 0.\n",
+        kGraceSeconds);
+    return 0;
+  }
+  const std::string dir = args->str("--model");
+  if (dir.empty()) return fail("--model DIR is required");
+  auto port = args->int_("--port", 8080);
+  auto parallel = args->int_("--parallel", 4);
+  auto ctx = args->int_("--ctx-size", 32768);
+  auto cache_ram = args->int_("--cache-ram", 4096);
+  auto ck_int = args->int_("--checkpoint-interval", 512);
+  auto ck_max = args->int_("--checkpoint-max", 32);
+  auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
+  auto max_queue = args->int_("--max-queue", 64);
+  auto max_body = args->int_("--max-body", 8 << 20);
+  for (auto* r : {&port, &parallel, &ctx, &cache_ram, &ck_int, &ck_max, &th, &max_queue, &max_body})
+    if (!r->ok()) return fail(r->error_message());
+  if (port.value() < 0 || port.value() > 65535) return fail("--port must be in [0, 65535]");
+  if (parallel.value() < 1 || parallel.value() > 4096)
+    return fail("--parallel must be in [1, 4096]");
+  if (ctx.value() < 2) return fail("--ctx-size must be >= 2");
+  if (ctx.value() > (int64_t{1} << 31) - 1) return fail("--ctx-size must be < 2^31");
+  if (cache_ram.value() < 1)
+    return fail("--cache-ram must be >= 1 (MiB); use --no-cache to turn it off");
+  if (ck_int.value() < 0) return fail("--checkpoint-interval must be >= 0");
+  if (ck_max.value() < 0 || ck_max.value() == 1)
+    return fail("--checkpoint-max must be 0 (no limit) or >= 2");
+  if (th.value() < 1) return fail("--threads must be >= 1");
+  if (max_queue.value() < 0 || max_queue.value() > 65536)
+    return fail("--max-queue must be in [0, 65536]");
+  if (max_body.value() < 1) return fail("--max-body must be >= 1");
+  const std::string host = args->str("--host", "127.0.0.1");
+
+  // Signals go to one thread (sigwait), so block them before any thread is created.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGUSR1);  // wakes the signal thread at a normal exit
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  if (!tok.ok()) return fail(tok.error_message());
+  auto tmpl = has_chat_template(dir)
+                  ? ChatTemplate::load_dir(dir)
+                  : ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>");
+  if (!tmpl.ok()) return fail("chat template: " + tmpl.error_message());
+  if (!has_chat_template(dir))
+    std::fprintf(stderr, "rewind: %s has no chat template; using rewind's ChatML template\n",
+                 dir.c_str());
+
+  ThreadPool pool(static_cast<int>(th.value()));
+  double load_s = 0;
+  auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s);
+  if (!model.ok()) return fail(model.error_message());
+  Model& m = *model.value();
+  if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)
+    std::fprintf(
+        stderr,
+        "rewind: warning: --ctx-size %lld exceeds the model's max_position_embeddings %lld\n",
+        static_cast<long long>(ctx.value()),
+        static_cast<long long>(m.config().max_position_embeddings));
+
+  BatchEngineOptions eo;
+  eo.max_running = static_cast<int32_t>(parallel.value());
+  eo.max_queued = static_cast<int32_t>(max_queue.value());
+  eo.ctx_size = ctx.value();
+  eo.cache_enabled = !args->has("--no-cache");
+  eo.cache.budget_bytes = static_cast<size_t>(cache_ram.value()) << 20;
+  eo.cache.policy.interval = ck_int.value();
+  eo.cache.policy.max_per_branch = ck_max.value();
+  eo.sample_vocab =
+      static_cast<int32_t>(std::min<int64_t>(tok->vocab_size(), m.config().vocab_size));
+  BatchEngine engine(m, &pool, eo);
+
+  ServerOptions so;
+  so.host = host;
+  so.port = static_cast<int>(port.value());
+  so.api_key = args->str("--api-key");
+  so.max_body = static_cast<size_t>(max_body.value());
+  so.model_id = basename_of(dir);
+  GenerationDefaults defaults = load_generation_defaults(dir, m.config(), tok.value());
+  for (const auto& w : defaults.warnings) std::fprintf(stderr, "rewind: warning: %s\n", w.c_str());
+  if (defaults.stop_ids.empty())
+    std::fprintf(stderr,
+                 "rewind: warning: no end-of-sequence token found; replies end at max_tokens\n");
+  HttpServer server(engine, tok.value(), tmpl.value(), std::move(defaults), so);
+  auto bound = server.bind();
+  if (!bound.ok()) {
+    engine.shutdown(false);
+    return fail(bound.error_message());
+  }
+  const std::string url = "http://" + host + ":" + std::to_string(bound.value());
+  std::printf(
+      "rewind serve: listening on %s (model %s, %s, loaded in %.2f s; parallel %lld, ctx %lld, "
+      "cache %s)\n",
+      url.c_str(), so.model_id.c_str(), m.isa(), load_s, static_cast<long long>(parallel.value()),
+      static_cast<long long>(ctx.value()),
+      eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off");
+  std::printf(
+      "try: curl %s/v1/chat/completions -H 'Content-Type: application/json'%s "
+      "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
+      url.c_str(), so.api_key.empty() ? "" : " -H 'Authorization: Bearer <api-key>'");
+  std::fflush(stdout);
+
+  std::atomic<bool> exiting{false};
+  std::thread sig_thread([&] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    if (exiting.load()) return;
+    std::fprintf(stderr, "rewind serve: signal %d, stopping (running requests get %d s)\n", sig,
+                 kGraceSeconds);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kGraceSeconds);
+    bool engine_down = false;
+    while (!exiting.load()) {
+      server.stop();  // again each round: run() may not have been listening yet
+      if (!engine_down &&
+          (server.in_flight() == 0 || std::chrono::steady_clock::now() >= deadline)) {
+        engine.shutdown(/*drain=*/false);  // cancels what is left; its handlers answer 503
+        engine_down = true;
+      }
+      timespec ts{0, 100 * 1000 * 1000};
+      const int again = sigtimedwait(&sigs, nullptr, &ts);
+      if (again == SIGINT || again == SIGTERM)
+        deadline = std::chrono::steady_clock::now();  // no grace
+    }
+  });
+  server.run();
+  exiting.store(true);
+  pthread_kill(sig_thread.native_handle(), SIGUSR1);
+  sig_thread.join();
+  engine.shutdown(/*drain=*/false);
+  std::fprintf(stderr, "rewind serve: stopped\n");
+  return 0;
+}
+
+}  // namespace rw::app

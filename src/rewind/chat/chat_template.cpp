@@ -1,0 +1,259 @@
+// ChatTemplate (chat_template.h): loads a checkpoint's Jinja chat template, renders it with
+// the variables Hugging Face passes (messages, tools, add_generation_prompt, enable_thinking,
+// bos_token, eos_token), and finds where each message starts by tracing the template's loop
+// over `messages` (jinja.h, RenderOptions::tracked).
+//
+// Message starts. The renderer records every `for` loop that wrote to the output and iterated
+// elements of `messages` (by identity, so `messages[1:]` counts too). The last such loop whose
+// elements came in increasing order and that wrote something (or, if none wrote anything, the
+// last one in increasing order) is the rendering pass; message i
+// starts where its iteration started. A message the pass did not visit starts where the next
+// visited one starts (a system message that the template renders before the loop, or whose
+// iteration writes nothing, starts at 0). system_end is the start of the first non-system
+// message (if all are system messages: where the first one's rendering ends); npos when that
+// is 0 (no system part). Templates that never loop over `messages` render normally with
+// message_starts empty and system_end npos; so do (defensively) passes whose offsets are not
+// monotonic.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "rewind/chat/chat_template.h"
+#include "rewind/chat/jinja.h"
+#include "rewind/tokenizer/tokenizer.h"
+
+namespace rw {
+
+using ojson = nlohmann::ordered_json;
+
+struct ChatTemplate::Impl {
+  jinja::Template tmpl;
+  std::string bos, eos;
+};
+
+ChatTemplate::ChatTemplate() = default;
+ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
+ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
+ChatTemplate::~ChatTemplate() = default;
+
+namespace {
+
+bool read_file(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  *out = ss.str();
+  return static_cast<bool>(f) || f.eof();
+}
+
+// bos_token / eos_token in tokenizer_config.json: a string, {"content": ...}, or null.
+std::string special_token(const nlohmann::json& cfg, const char* key) {
+  auto it = cfg.find(key);
+  if (it == cfg.end()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_object()) {
+    auto c = it->find("content");
+    if (c != it->end() && c->is_string()) return c->get<std::string>();
+  }
+  return {};
+}
+
+ojson message_json(const ChatMessage& m) {
+  ojson j = ojson::object();
+  j["role"] = m.role;
+  j["content"] = m.content;
+  if (!m.reasoning_content.empty()) j["reasoning_content"] = m.reasoning_content;
+  if (!m.tool_calls.empty()) {
+    ojson calls = ojson::array();
+    for (const ToolCall& c : m.tool_calls) {
+      auto parsed = parse_json_ordered(c.arguments_json);
+      ojson args = parsed.ok() ? std::move(parsed).value()
+                               : ojson(c.arguments_json);  // not JSON: the template sees the text
+      ojson fn = ojson::object();
+      fn["name"] = c.name;
+      fn["arguments"] = std::move(args);
+      ojson call = ojson::object();
+      call["id"] = c.id;
+      call["type"] = "function";
+      call["function"] = std::move(fn);
+      calls.push_back(std::move(call));
+    }
+    j["tool_calls"] = std::move(calls);
+  }
+  if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+  if (!m.name.empty()) j["name"] = m.name;
+  return j;
+}
+
+void find_message_starts(const std::vector<ChatMessage>& msgs,
+                         const std::vector<jinja::LoopPass>& passes, RenderedChat* out) {
+  constexpr size_t npos = std::string::npos;
+  const size_t n = msgs.size();
+  const jinja::LoopPass* pass = nullptr;   // the last increasing pass that wrote something
+  const jinja::LoopPass* quiet = nullptr;  // the last increasing pass
+  for (const auto& p : passes) {
+    bool increasing = true;
+    for (size_t i = 1; i < p.iterations.size(); ++i)
+      if (p.iterations[i].index <= p.iterations[i - 1].index) increasing = false;
+    if (!increasing) continue;
+    quiet = &p;
+    if (p.end > p.begin) pass = &p;
+  }
+  if (!pass) pass = quiet;  // e.g. only a system message, rendered before the loop
+  if (!pass || n == 0) return;
+  std::vector<size_t> start(n, npos), end(n, npos);
+  for (const auto& it : pass->iterations) {
+    if (it.index < 0 || static_cast<size_t>(it.index) >= n) return;
+    start[static_cast<size_t>(it.index)] = it.begin;
+    end[static_cast<size_t>(it.index)] = it.end;
+  }
+  if (msgs[0].role == "system" && (start[0] == npos || end[0] == start[0])) start[0] = 0;
+  size_t next = pass->end;
+  for (size_t i = n; i-- > 0;) {
+    if (start[i] == npos) start[i] = next;
+    else next = start[i];
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (start[i] > out->text.size() || (i > 0 && start[i] < start[i - 1])) return;
+  size_t system_end = npos;
+  for (size_t i = 0; i < n; ++i)
+    if (msgs[i].role != "system") {
+      system_end = start[i];
+      break;
+    }
+  if (system_end == npos && msgs[0].role == "system")
+    system_end = (end[0] != npos && end[0] > start[0]) ? end[0] : pass->end;
+  out->message_starts = std::move(start);
+  out->system_end = system_end == 0 ? npos : system_end;
+}
+
+}  // namespace
+
+Result<ChatTemplate> ChatTemplate::from_string(const std::string& source,
+                                               const std::string& bos_token,
+                                               const std::string& eos_token) {
+  auto t = jinja::Template::parse(source);
+  if (!t.ok()) return make_error("chat template: " + t.error_message());
+  ChatTemplate ct;
+  ct.impl_ = std::make_unique<Impl>();
+  ct.impl_->tmpl = std::move(t).value();
+  ct.impl_->bos = bos_token;
+  ct.impl_->eos = eos_token;
+  return ct;
+}
+
+Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {
+  nlohmann::json cfg = nlohmann::json::object();
+  const std::string cfg_path = dir + "/tokenizer_config.json";
+  std::string text;
+  if (read_file(cfg_path, &text)) {
+    cfg = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (cfg.is_discarded() || !cfg.is_object())
+      return make_error(cfg_path + ": not a JSON object");
+  }
+  std::string source, where;
+  const std::string jinja_path = dir + "/chat_template.jinja";
+  if (read_file(jinja_path, &source)) {
+    where = jinja_path;  // as in transformers, the separate file wins over the config entry
+  } else if (auto it = cfg.find("chat_template"); it != cfg.end() && !it->is_null()) {
+    where = cfg_path + " chat_template";
+    if (it->is_string()) {
+      source = it->get<std::string>();
+    } else if (it->is_array()) {
+      std::string names;
+      bool found = false;
+      for (const auto& e : *it) {
+        if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) continue;
+        const std::string name = e["name"].get<std::string>();
+        names += (names.empty() ? "" : ", ") + name;
+        if (name == "default" && e.contains("template") && e["template"].is_string()) {
+          source = e["template"].get<std::string>();
+          found = true;
+        }
+      }
+      if (!found)
+        return make_error(where + ": no template named \"default\" (found: " + names + ")");
+    } else {
+      return make_error(where + ": must be a string or a list of {name, template}");
+    }
+  } else {
+    return make_error("no chat template in " + dir +
+                      " (no chat_template.jinja, no chat_template in tokenizer_config.json)");
+  }
+  auto t = from_string(source, special_token(cfg, "bos_token"), special_token(cfg, "eos_token"));
+  if (!t.ok()) return make_error(where + ": " + t.error_message());
+  return t;
+}
+
+Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                          const ChatRenderOptions& opt) const {
+  ojson vars = ojson::object();
+  ojson msgs = ojson::array();
+  for (const ChatMessage& m : messages) msgs.push_back(message_json(m));
+  vars["messages"] = std::move(msgs);
+  nlohmann::json more = nlohmann::json::object();
+  if (!opt.tools_ordered.is_null()) {
+    vars["tools"] = opt.tools_ordered;
+  } else if (!opt.tools.is_null()) {
+    more["tools"] = opt.tools;
+  }
+  vars["add_generation_prompt"] = opt.add_generation_prompt;
+  if (opt.enable_thinking >= 0) vars["enable_thinking"] = opt.enable_thinking != 0;
+  vars["bos_token"] = impl_->bos;
+  vars["eos_token"] = impl_->eos;
+
+  std::vector<jinja::LoopPass> passes;
+  jinja::RenderOptions ro;
+  ro.limits = opt.limits;
+  ro.tracked = "messages";
+  ro.trace = &passes;
+  auto text = impl_->tmpl.render(vars, more, ro);
+  if (!text.ok()) return make_error("chat template: " + text.error_message());
+  RenderedChat out;
+  out.text = std::move(text).value();
+  find_message_starts(messages, passes, &out);
+  return out;
+}
+
+std::vector<int32_t> tokenize_chat(const Tokenizer& tok, const RenderedChat& chat,
+                                   std::vector<int64_t>* boundaries, int64_t* anchor) {
+  const std::string& text = chat.text;
+  std::vector<size_t> cuts;
+  for (size_t s : chat.message_starts)
+    if (s > 0 && s < text.size()) cuts.push_back(s);
+  const bool has_anchor = chat.system_end != std::string::npos && chat.system_end > 0 &&
+                          chat.system_end <= text.size();
+  if (has_anchor) cuts.push_back(chat.system_end);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+
+  std::vector<int32_t> ids;
+  std::vector<int64_t> at;  // token position of each cut
+  size_t prev = 0;
+  for (size_t c : cuts) {
+    const auto part = tok.encode(std::string_view(text).substr(prev, c - prev));
+    ids.insert(ids.end(), part.begin(), part.end());
+    at.push_back(static_cast<int64_t>(ids.size()));
+    prev = c;
+  }
+  const auto tail = tok.encode(std::string_view(text).substr(prev));
+  ids.insert(ids.end(), tail.begin(), tail.end());
+
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (boundaries) {
+    boundaries->clear();
+    for (int64_t p : at)
+      if (p > 0 && p < n && (boundaries->empty() || boundaries->back() < p))
+        boundaries->push_back(p);
+  }
+  if (anchor) {
+    *anchor = -1;
+    if (has_anchor)
+      for (size_t i = 0; i < cuts.size(); ++i)
+        if (cuts[i] == chat.system_end) *anchor = at[i];
+  }
+  return ids;
+}
+
+}  // namespace rw

@@ -1,0 +1,212 @@
+#include "rewind/server/metrics.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace rw {
+
+namespace {
+
+const std::vector<double> kLatencyBounds = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                            1,     2.5,  5,     10,   30,  60,   120};
+
+// Shortest of %.15g / %.17g that reads back as the same double (integers print as integers).
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+class Page {
+ public:
+  void family(const std::string& name, const char* type, const std::string& help) {
+    os_ << "# HELP " << name << ' ' << help << '\n' << "# TYPE " << name << ' ' << type << '\n';
+  }
+  void sample(const std::string& name, const std::string& labels, double v) {
+    os_ << name;
+    if (!labels.empty()) os_ << '{' << labels << '}';
+    os_ << ' ' << num(v) << '\n';
+  }
+  void one(const std::string& name, const char* type, const std::string& help, double v) {
+    family(name, type, help);
+    sample(name, "", v);
+  }
+  void histogram(const std::string& name, const std::string& help, const Histogram& h) {
+    family(name, "histogram", help);
+    int64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      sample(name + "_bucket", "le=\"" + num(h.bounds[i]) + "\"", static_cast<double>(cum));
+    }
+    cum += h.counts.back();
+    sample(name + "_bucket", "le=\"+Inf\"", static_cast<double>(cum));
+    sample(name + "_sum", "", h.sum);
+    sample(name + "_count", "", static_cast<double>(h.count));
+  }
+  std::string str() const { return os_.str(); }
+
+ private:
+  std::ostringstream os_;
+};
+
+std::string escape_label(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  ++counts[i];
+  sum += v;
+  ++count;
+}
+
+ServerMetrics::ServerMetrics() : ttft_(kLatencyBounds), request_(kLatencyBounds) {}
+
+void ServerMetrics::count_response(const std::string& endpoint, int status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++responses_[{endpoint, status}];
+}
+
+void ServerMetrics::observe_request(double ttft_ms, double total_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ttft_ms > 0) ttft_.observe(ttft_ms / 1000.0);
+  request_.observe(total_ms / 1000.0);
+}
+
+std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
+  Page p;
+  p.family("rewind_requests_total", "counter", "Generation requests by outcome.");
+  p.sample("rewind_requests_total", "outcome=\"finished\"",
+           static_cast<double>(em.requests_finished));
+  p.sample("rewind_requests_total", "outcome=\"cancelled\"",
+           static_cast<double>(em.requests_cancelled));
+  p.sample("rewind_requests_total", "outcome=\"rejected\"",
+           static_cast<double>(em.requests_rejected));
+  p.sample("rewind_requests_total", "outcome=\"failed\"", static_cast<double>(em.requests_failed));
+  p.one("rewind_requests_submitted_total", "counter", "Requests accepted by the engine.",
+        static_cast<double>(em.requests_submitted));
+  p.one("rewind_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",
+        static_cast<double>(em.prompt_tokens));
+  p.one("rewind_generated_tokens_total", "counter", "Tokens generated.",
+        static_cast<double>(em.generated_tokens));
+  p.one("rewind_prefill_tokens_run_total", "counter",
+        "Prompt tokens actually run through the model (not resumed from the cache).",
+        static_cast<double>(em.prefill_tokens_run));
+  p.one("rewind_engine_steps_total", "counter", "Forward steps of the engine.",
+        static_cast<double>(em.steps));
+  p.one("rewind_requests_running", "gauge", "Sequences prefilling or decoding now.", em.running);
+  p.one("rewind_requests_queued", "gauge", "Requests waiting for a free sequence slot.", em.queued);
+
+  const CacheStats& c = em.cache;
+  auto counter = [&](const char* field, const char* help, int64_t v) {
+    p.one(std::string("rewind_cache_") + field + "_total", "counter", help, static_cast<double>(v));
+  };
+  auto gauge = [&](const char* field, const char* help, double v) {
+    p.one(std::string("rewind_cache_") + field, "gauge", help, v);
+  };
+  counter("lookups", "Prefix cache lookups.", c.lookups);
+  counter("hits_exact", "Lookups whose prompt was a repeat or prefix of a cached history.",
+          c.hits_exact);
+  counter("hits_extension", "Lookups that extended a cached history.", c.hits_extension);
+  counter("hits_checkpoint", "Lookups resumed from a checkpoint on a diverged path.",
+          c.hits_checkpoint);
+  counter("misses", "Lookups that resumed nothing.", c.misses);
+  counter("tokens_reused", "Prompt tokens resumed from the cache.", c.tokens_reused);
+  counter("tokens_rerun", "Prompt tokens re-run after the resume point.", c.tokens_rerun);
+  counter("lost_to_spacing", "Tokens matched but re-run for want of a checkpoint.",
+          c.lost_to_spacing);
+  counter("evictions_nodes", "Tree nodes evicted for the budget.", c.evictions_nodes);
+  counter("evictions_snapshots", "Snapshots evicted for the budget.", c.evictions_snapshots);
+  counter("thinned_snapshots", "Snapshots dropped by per-branch thinning.", c.thinned_snapshots);
+  counter("inserts", "Histories published into the cache.", c.inserts);
+  counter("over_budget_events", "Inserts or releases that ended over budget.",
+          c.over_budget_events);
+  gauge("bytes_pages", "Bytes of KV pages referenced by the cache.",
+        static_cast<double>(c.bytes_pages));
+  gauge("bytes_snapshots", "Bytes of recurrent-state snapshots in the cache.",
+        static_cast<double>(c.bytes_snapshots));
+  gauge("budget_bytes", "Byte budget of the cache.", static_cast<double>(c.budget_bytes));
+  gauge("pages", "Distinct KV pages referenced by the cache.", static_cast<double>(c.n_pages));
+  gauge("snapshots", "Snapshots in the cache.", static_cast<double>(c.n_snapshots));
+  gauge("nodes", "Tree nodes (excluding the root).", static_cast<double>(c.n_nodes));
+  gauge("active_leases", "Cache leases held by running requests.",
+        static_cast<double>(c.active_leases));
+  gauge("over_budget", "1 when the cache is over its budget (everything left is pinned).",
+        c.over_budget ? 1.0 : 0.0);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  p.histogram("rewind_time_to_first_token_seconds", "Submit to first generated token.", ttft_);
+  p.histogram("rewind_request_duration_seconds", "Submit to last event of a request.", request_);
+  p.family("rewind_http_responses_total", "counter", "HTTP responses by endpoint and status.");
+  for (const auto& [k, v] : responses_)
+    p.sample(
+        "rewind_http_responses_total",
+        "endpoint=\"" + escape_label(k.first) + "\",status=\"" + std::to_string(k.second) + "\"",
+        static_cast<double>(v));
+  return p.str();
+}
+
+nlohmann::json cache_json(const EngineMetrics& em, const BatchEngineOptions& opt) {
+  const CacheStats& c = em.cache;
+  nlohmann::json recent = nlohmann::json::array();
+  for (const auto& r : em.recent)
+    recent.push_back({{"id", r.id},
+                      {"prompt_tokens", r.prompt_tokens},
+                      {"diverged_at", r.diverged_at},
+                      {"resumed_at", r.resumed_at},
+                      {"rerun_tokens", r.rerun_tokens},
+                      {"lost_to_spacing", r.lost_to_spacing},
+                      {"hit", r.hit}});
+  return {{"enabled", opt.cache_enabled},
+          {"budget_bytes", c.budget_bytes},
+          {"bytes",
+           {{"pages", c.bytes_pages},
+            {"snapshots", c.bytes_snapshots},
+            {"total", c.bytes_pages + c.bytes_snapshots}}},
+          {"over_budget", c.over_budget},
+          {"counts",
+           {{"pages", c.n_pages},
+            {"snapshots", c.n_snapshots},
+            {"nodes", c.n_nodes},
+            {"active_leases", c.active_leases}}},
+          {"hits",
+           {{"lookups", c.lookups},
+            {"exact", c.hits_exact},
+            {"extension", c.hits_extension},
+            {"checkpoint", c.hits_checkpoint},
+            {"misses", c.misses}}},
+          {"tokens",
+           {{"reused", c.tokens_reused},
+            {"rerun", c.tokens_rerun},
+            {"lost_to_spacing", c.lost_to_spacing}}},
+          {"evictions",
+           {{"nodes", c.evictions_nodes},
+            {"snapshots", c.evictions_snapshots},
+            {"thinned_snapshots", c.thinned_snapshots},
+            {"over_budget_events", c.over_budget_events}}},
+          {"inserts", c.inserts},
+          {"policy",
+           {{"interval", opt.cache.policy.interval},
+            {"max_per_branch", opt.cache.policy.max_per_branch},
+            {"at_prompt_end", opt.cache.policy.at_prompt_end},
+            {"page_tokens", opt.cache.page_tokens}}},
+          {"recent", std::move(recent)}};
+}
+
+}  // namespace rw

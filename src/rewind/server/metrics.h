@@ -1,0 +1,60 @@
+// Server-side observability: the Prometheus text of GET /metrics and the JSON of GET /v1/cache.
+//
+// /metrics (text format 0.0.4) holds
+//   rewind_requests_total{outcome="finished|cancelled|rejected|failed"},
+//   rewind_requests_submitted_total, rewind_prompt_tokens_total, rewind_generated_tokens_total,
+//   rewind_prefill_tokens_run_total, rewind_engine_steps_total, rewind_requests_running,
+//   rewind_requests_queued (gauges), rewind_http_responses_total{endpoint,status} (every HTTP
+//   answer, 4xx included), rewind_time_to_first_token_seconds and rewind_request_duration_seconds
+//   (histograms of the requests this server completed: cumulative since start, unlike
+//   EngineMetrics' bounded samples), and every CacheStats field as rewind_cache_* (counters end in
+//   _total).
+// /v1/cache: budget, bytes by kind, counts, hit counters and the engine's recent requests
+//   (diverged_at / resumed_at / rerun_tokens / lost_to_spacing).
+//
+// Thread-safety: ServerMetrics is safe to use from every HTTP thread at once (one mutex; each
+// call is a few map updates).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "rewind/engine/batch_engine.h"
+
+namespace rw {
+
+// A Prometheus histogram with fixed upper bounds (seconds).
+struct Histogram {
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  std::vector<double> bounds;
+  std::vector<int64_t> counts;  // per bucket (not cumulative); last = +Inf
+  double sum = 0;
+  int64_t count = 0;
+};
+
+class ServerMetrics {
+ public:
+  ServerMetrics();
+  // One HTTP answer (endpoint: the route, e.g. "/v1/chat/completions"; "other" for 404s).
+  void count_response(const std::string& endpoint, int status);
+  // A request that produced tokens: its time to first token and total time, from the engine.
+  void observe_request(double ttft_ms, double total_ms);
+  // The whole /metrics page.
+  std::string prometheus(const EngineMetrics& em) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, int64_t> responses_;
+  Histogram ttft_, request_;
+};
+
+// GET /v1/cache body. `enabled`: the engine runs with a prefix cache.
+nlohmann::json cache_json(const EngineMetrics& em, const BatchEngineOptions& opt);
+
+}  // namespace rw

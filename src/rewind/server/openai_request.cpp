@@ -1,0 +1,500 @@
+#include "rewind/server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+namespace rw {
+
+namespace {
+
+// Ordered: tools keep the client's key order, as Hugging Face renders them.
+using json = nlohmann::ordered_json;
+
+std::string type_name(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_number_integer()) return "integer";
+  if (v.is_number()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_array()) return "array";
+  if (v.is_object()) return "object";
+  return "value";
+}
+
+Error type_error(const std::string& field, const char* want, const json& got) {
+  return make_error("'" + field + "' must be " + want + " (got " + type_name(got) + ")");
+}
+
+// Nesting depth of JSON text, counting brackets outside strings. A cheap guard before parsing
+// (the parser itself is iterative, but every later walk of the tree is recursive).
+int json_depth(std::string_view s) {
+  int depth = 0, worst = 0;
+  bool in_str = false, esc = false;
+  for (char c : s) {
+    if (in_str) {
+      if (esc) {
+        esc = false;
+      } else if (c == '\\') {
+        esc = true;
+      } else if (c == '"') {
+        in_str = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      worst = std::max(worst, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return worst;
+}
+
+Result<json> parse_object(std::string_view body, const Limits& lim) {
+  if (body.empty()) return make_error("request body is empty (expected a JSON object)");
+  if (json_depth(body) > lim.max_json_depth)
+    return make_error("request JSON is nested deeper than " + std::to_string(lim.max_json_depth) +
+                      " levels");
+  // Linear time however many keys an object has (nlohmann's ordered parser is quadratic).
+  auto parsed = parse_json_ordered(body);
+  if (!parsed.ok())
+    return make_error("request body is not valid JSON (" + parsed.error_message() + ")");
+  json j = std::move(parsed).value();
+  if (!j.is_object())
+    return make_error("request body must be a JSON object (got " + type_name(j) + ")");
+  return j;
+}
+
+// The field's value, or nullptr when absent or null.
+const json* field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+Result<int64_t> get_int(const json& v, const std::string& name, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return make_error("'" + name + "' must be at most " + std::to_string(hi));
+    x = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    x = v.get<int64_t>();
+  } else {
+    return type_error(name, "an integer", v);
+  }
+  if (x < lo || x > hi)
+    return make_error("'" + name + "' must be in [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "] (got " + std::to_string(x) + ")");
+  return x;
+}
+
+Result<double> get_num(const json& v, const std::string& name, double lo, double hi,
+                       bool lo_open = false) {
+  if (!v.is_number()) return type_error(name, "a number", v);
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x > hi || x < lo || (lo_open && x == lo))
+    return make_error("'" + name + "' must be in " + std::string(lo_open ? "(" : "[") +
+                      json(lo).dump() + ", " + json(hi).dump() + "] (got " + v.dump() + ")");
+  return x;
+}
+
+Result<bool> get_bool(const json& v, const std::string& name) {
+  if (!v.is_boolean()) return type_error(name, "a boolean", v);
+  return v.get<bool>();
+}
+
+Result<std::string> get_str(const json& v, const std::string& name) {
+  if (!v.is_string()) return type_error(name, "a string", v);
+  return v.get<std::string>();
+}
+
+// Fields both endpoints share. `chat` selects the chat meaning of logprobs (a boolean plus
+// top_logprobs) over the completions one (an integer count of alternatives).
+Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* out) {
+  if (const json* v = field(j, "model")) {
+    REWIND_TRY(out->model, get_str(*v, "model"));
+  }
+  if (const json* v = field(j, "stream")) {
+    REWIND_TRY(out->stream, get_bool(*v, "stream"));
+  }
+  if (const json* v = field(j, "stream_options")) {
+    if (!v->is_object()) return type_error("stream_options", "an object", *v);
+    if (!out->stream) return make_error("'stream_options' is only allowed when 'stream' is true");
+    if (const json* u = field(*v, "include_usage")) {
+      REWIND_TRY(out->include_usage, get_bool(*u, "stream_options.include_usage"));
+    }
+  }
+  const int64_t max_tok_hi = std::min<int64_t>(lim.ctx_size, std::numeric_limits<int32_t>::max());
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    if (const json* v = field(j, name)) {
+      REWIND_TRY(int64_t n, get_int(*v, name, 1, max_tok_hi));
+      if (out->max_tokens && *out->max_tokens != n)
+        return make_error("'max_tokens' and 'max_completion_tokens' disagree");
+      out->max_tokens = static_cast<int32_t>(n);
+    }
+  }
+  SamplingOverrides& s = out->sampling;
+  if (const json* v = field(j, "temperature")) {
+    REWIND_TRY(s.temperature, get_num(*v, "temperature", 0.0, 2.0));
+  }
+  if (const json* v = field(j, "top_p")) {
+    REWIND_TRY(s.top_p, get_num(*v, "top_p", 0.0, 1.0, /*lo_open=*/true));
+  }
+  if (const json* v = field(j, "min_p")) {
+    REWIND_TRY(s.min_p, get_num(*v, "min_p", 0.0, 1.0));
+  }
+  if (const json* v = field(j, "top_k")) {
+    REWIND_TRY(int64_t k, get_int(*v, "top_k", -1, std::numeric_limits<int32_t>::max()));
+    s.top_k = static_cast<int32_t>(k < 0 ? 0 : k);
+  }
+  if (const json* v = field(j, "seed")) {
+    if (v->is_number_unsigned()) {
+      s.seed = v->get<uint64_t>();
+    } else if (v->is_number_integer()) {
+      s.seed = static_cast<uint64_t>(v->get<int64_t>());
+    } else {
+      return type_error("seed", "an integer", *v);
+    }
+  }
+  if (const json* v = field(j, "n")) {
+    REWIND_TRY(int64_t n, get_int(*v, "n", 1, std::numeric_limits<int32_t>::max()));
+    if (n != 1) return make_error("'n' must be 1 (rewind returns one choice per request)");
+  }
+  if (const json* v = field(j, "best_of")) {
+    REWIND_TRY(int64_t n, get_int(*v, "best_of", 1, std::numeric_limits<int32_t>::max()));
+    if (n != 1) return make_error("'best_of' must be 1 (not supported)");
+  }
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    if (const json* v = field(j, name)) {
+      REWIND_TRY(double x, get_num(*v, name, -2.0, 2.0));
+      if (x != 0.0) return make_error(std::string("'") + name + "' is not supported (must be 0)");
+    }
+  }
+  if (const json* v = field(j, "repetition_penalty")) {
+    REWIND_TRY(double x, get_num(*v, "repetition_penalty", 0.0, 1e9, true));
+    if (x != 1.0) return make_error("'repetition_penalty' is not supported (must be 1)");
+  }
+  if (const json* v = field(j, "logit_bias")) {
+    if (!v->is_object()) return type_error("logit_bias", "an object", *v);
+    if (!v->empty()) return make_error("'logit_bias' is not supported (must be empty)");
+  }
+  if (const json* v = field(j, "stop")) {
+    if (v->is_string()) {
+      out->stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      if (static_cast<int64_t>(v->size()) > lim.max_stop)
+        return make_error("'stop' has " + std::to_string(v->size()) + " sequences; at most " +
+                          std::to_string(lim.max_stop) + " are allowed");
+      for (size_t i = 0; i < v->size(); ++i) {
+        REWIND_TRY(std::string s1, get_str((*v)[i], "stop[" + std::to_string(i) + "]"));
+        out->stop.push_back(std::move(s1));
+      }
+    } else {
+      return type_error("stop", "a string or an array of strings", *v);
+    }
+    for (const auto& s1 : out->stop) {
+      if (s1.empty()) return make_error("'stop' sequences must not be empty");
+      if (s1.size() > lim.max_stop_bytes)
+        return make_error("a 'stop' sequence is longer than " + std::to_string(lim.max_stop_bytes) +
+                          " bytes");
+    }
+  }
+  if (const json* v = field(j, "ignore_eos")) {
+    REWIND_TRY(out->ignore_eos, get_bool(*v, "ignore_eos"));
+  }
+  if (chat) {
+    if (const json* v = field(j, "logprobs")) {
+      REWIND_TRY(out->logprobs, get_bool(*v, "logprobs"));
+    }
+    if (const json* v = field(j, "top_logprobs")) {
+      REWIND_TRY(int64_t n, get_int(*v, "top_logprobs", 0, lim.max_top_logprobs));
+      if (!out->logprobs && n > 0) return make_error("'top_logprobs' requires 'logprobs': true");
+      out->top_logprobs = static_cast<int32_t>(n);
+    }
+  } else {
+    if (const json* v = field(j, "logprobs")) {
+      if (v->is_boolean()) return type_error("logprobs", "an integer", *v);
+      REWIND_TRY(int64_t n, get_int(*v, "logprobs", 0, lim.max_top_logprobs));
+      out->logprobs = true;
+      out->top_logprobs = static_cast<int32_t>(n);
+    }
+  }
+  return Ok{};
+}
+
+// Message content: a string, or an array of parts of which only {"type":"text"} is served.
+Result<std::string> parse_content(const json& v, const std::string& where) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) return type_error(where, "a string or an array of content parts", v);
+  std::string text;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string pw = where + "[" + std::to_string(i) + "]";
+    const json& part = v[i];
+    if (part.is_string()) {  // lenient: a bare string part
+      text += part.get<std::string>();
+      continue;
+    }
+    if (!part.is_object()) return type_error(pw, "a content part object", part);
+    const json* t = field(part, "type");
+    if (!t) return make_error("'" + pw + ".type' is required");
+    REWIND_TRY(std::string type, get_str(*t, pw + ".type"));
+    if (type != "text")
+      return make_error("'" + pw + "': content part type '" + type +
+                        "' is not supported (rewind serves text-only models; send text parts)");
+    const json* tx = field(part, "text");
+    if (!tx) return make_error("'" + pw + ".text' is required");
+    REWIND_TRY(std::string s, get_str(*tx, pw + ".text"));
+    text += s;
+  }
+  return text;
+}
+
+Result<ToolCall> parse_tool_call(const json& v, const std::string& where) {
+  if (!v.is_object()) return type_error(where, "an object", v);
+  ToolCall tc;
+  if (const json* id = field(v, "id")) {
+    REWIND_TRY(tc.id, get_str(*id, where + ".id"));
+  }
+  if (const json* t = field(v, "type")) {
+    REWIND_TRY(std::string type, get_str(*t, where + ".type"));
+    if (type != "function") return make_error("'" + where + ".type' must be \"function\"");
+  }
+  const json* f = field(v, "function");
+  if (!f) return make_error("'" + where + ".function' is required");
+  if (!f->is_object()) return type_error(where + ".function", "an object", *f);
+  const json* name = field(*f, "name");
+  if (!name) return make_error("'" + where + ".function.name' is required");
+  REWIND_TRY(tc.name, get_str(*name, where + ".function.name"));
+  if (const json* a = field(*f, "arguments")) {
+    if (a->is_string()) {
+      tc.arguments_json = a->get<std::string>();
+      const json parsed = json::parse(tc.arguments_json, nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object())
+        return make_error("'" + where +
+                          ".function.arguments' must be a JSON object encoded as a string");
+    } else if (a->is_object()) {  // lenient: an object instead of its text
+      tc.arguments_json = a->dump();
+    } else {
+      return type_error(where + ".function.arguments", "a string", *a);
+    }
+  } else {
+    tc.arguments_json = "{}";
+  }
+  return tc;
+}
+
+Result<ChatMessage> parse_message(const json& v, const std::string& where) {
+  if (!v.is_object()) return type_error(where, "an object", v);
+  ChatMessage m;
+  const json* role = field(v, "role");
+  if (!role) return make_error("'" + where + ".role' is required");
+  REWIND_TRY(m.role, get_str(*role, where + ".role"));
+  if (m.role == "developer") m.role = "system";  // OpenAI's newer name for the system role
+  if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
+    return make_error("'" + where +
+                      ".role' must be system, developer, user, assistant or tool (got '" + m.role +
+                      "')");
+  if (const json* c = field(v, "content")) {
+    REWIND_TRY(m.content, parse_content(*c, where + ".content"));
+  } else if (m.role != "assistant") {
+    return make_error("'" + where + ".content' is required for role '" + m.role + "'");
+  }
+  for (const char* audio : {"audio", "input_audio"})
+    if (field(v, audio))
+      return make_error("'" + where + "." + audio + "' is not supported (text only)");
+  if (const json* r = field(v, "reasoning_content")) {
+    REWIND_TRY(m.reasoning_content, get_str(*r, where + ".reasoning_content"));
+  }
+  if (const json* n = field(v, "name")) {
+    REWIND_TRY(m.name, get_str(*n, where + ".name"));
+  }
+  if (const json* tc = field(v, "tool_calls")) {
+    if (m.role != "assistant")
+      return make_error("'" + where + ".tool_calls' is only allowed for role 'assistant'");
+    if (!tc->is_array()) return type_error(where + ".tool_calls", "an array", *tc);
+    for (size_t i = 0; i < tc->size(); ++i) {
+      REWIND_TRY(ToolCall call,
+                 parse_tool_call((*tc)[i], where + ".tool_calls[" + std::to_string(i) + "]"));
+      m.tool_calls.push_back(std::move(call));
+    }
+  }
+  if (const json* id = field(v, "tool_call_id")) {
+    REWIND_TRY(m.tool_call_id, get_str(*id, where + ".tool_call_id"));
+  }
+  if (m.role == "tool" && m.tool_call_id.empty() && m.name.empty())
+    return make_error("'" + where + ".tool_call_id' is required for role 'tool'");
+  return m;
+}
+
+Status parse_tools(const json& j, ParsedChatRequest* out) {
+  const json* tools = field(j, "tools");
+  if (tools) {
+    if (!tools->is_array()) return type_error("tools", "an array", *tools);
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string w = "tools[" + std::to_string(i) + "]";
+      const json& t = (*tools)[i];
+      if (!t.is_object()) return type_error(w, "an object", t);
+      const json* type = field(t, "type");
+      if (!type) return make_error("'" + w + ".type' is required");
+      REWIND_TRY(std::string ty, get_str(*type, w + ".type"));
+      if (ty != "function")
+        return make_error("'" + w + ".type' must be \"function\" (got '" + ty + "')");
+      const json* f = field(t, "function");
+      if (!f) return make_error("'" + w + ".function' is required");
+      if (!f->is_object()) return type_error(w + ".function", "an object", *f);
+      const json* name = field(*f, "name");
+      if (!name) return make_error("'" + w + ".function.name' is required");
+      REWIND_TRY(std::string nm, get_str(*name, w + ".function.name"));
+      if (nm.empty()) return make_error("'" + w + ".function.name' must not be empty");
+      if (const json* d = field(*f, "description")) {
+        REWIND_TRY(std::string desc, get_str(*d, w + ".function.description"));
+      }
+      if (const json* p = field(*f, "parameters"))
+        if (!p->is_object()) return type_error(w + ".function.parameters", "an object", *p);
+    }
+    if (!tools->empty()) out->tools = *tools;
+  }
+  bool choice_none = false;
+  if (const json* c = field(j, "tool_choice")) {
+    if (c->is_string()) {
+      const std::string s = c->get<std::string>();
+      if (s == "none") {
+        choice_none = true;
+      } else if (s == "required") {
+        return make_error(
+            "'tool_choice': \"required\" is not supported (use \"auto\" or \"none\")");
+      } else if (s != "auto") {
+        return make_error("'tool_choice' must be \"auto\" or \"none\" (got '" + s + "')");
+      }
+    } else if (c->is_object()) {
+      return make_error(
+          "'tool_choice' naming a function is not supported (use \"auto\" or \"none\")");
+    } else {
+      return type_error("tool_choice", "a string", *c);
+    }
+  }
+  if (const json* p = field(j, "parallel_tool_calls")) {
+    REWIND_TRY(bool b, get_bool(*p, "parallel_tool_calls"));
+    (void)b;
+  }
+  out->parse_tools = !out->tools.is_null() && !choice_none;
+  return Ok{};
+}
+
+Status check_response_format(const json& j) {
+  if (const json* rf = field(j, "response_format")) {
+    if (!rf->is_object()) return type_error("response_format", "an object", *rf);
+    const json* t = field(*rf, "type");
+    if (!t) return make_error("'response_format.type' is required");
+    REWIND_TRY(std::string ty, get_str(*t, "response_format.type"));
+    if (ty != "text")
+      return make_error("'response_format' type '" + ty + "' is not supported (only \"text\")");
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+Result<ParsedChatRequest> parse_chat_request(std::string_view body, const Limits& limits) {
+  REWIND_TRY(json j, parse_object(body, limits));
+  ParsedChatRequest out;
+  REWIND_TRY_STATUS(parse_common(j, limits, /*chat=*/true, &out));
+  const json* msgs = field(j, "messages");
+  if (!msgs) return make_error("'messages' is required");
+  if (!msgs->is_array()) return type_error("messages", "an array", *msgs);
+  if (msgs->empty()) return make_error("'messages' must not be empty");
+  if (msgs->size() > limits.max_messages)
+    return make_error("'messages' has more than " + std::to_string(limits.max_messages) +
+                      " entries");
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    REWIND_TRY(ChatMessage m, parse_message((*msgs)[i], "messages[" + std::to_string(i) + "]"));
+    out.messages.push_back(std::move(m));
+  }
+  for (const char* media : {"modalities", "audio"}) {
+    if (const json* v = field(j, media)) {
+      if (std::string(media) == "modalities" && v->is_array()) {
+        for (const auto& m : *v)
+          if (!m.is_string() || m.get<std::string>() != "text")
+            return make_error("'modalities' other than \"text\" are not supported");
+      } else {
+        return make_error(std::string("'") + media + "' is not supported (text only)");
+      }
+    }
+  }
+  REWIND_TRY_STATUS(parse_tools(j, &out));
+  REWIND_TRY_STATUS(check_response_format(j));
+  if (const json* k = field(j, "chat_template_kwargs")) {
+    if (!k->is_object()) return type_error("chat_template_kwargs", "an object", *k);
+    for (auto it = k->begin(); it != k->end(); ++it) {
+      if (it.key() == "enable_thinking") {
+        if (it->is_null()) continue;
+        REWIND_TRY(bool b, get_bool(*it, "chat_template_kwargs.enable_thinking"));
+        out.enable_thinking = b ? 1 : 0;
+      } else {
+        return make_error("'chat_template_kwargs." + it.key() +
+                          "' is not supported (only enable_thinking)");
+      }
+    }
+  }
+  return out;
+}
+
+Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
+                                                         const Limits& limits) {
+  REWIND_TRY(json j, parse_object(body, limits));
+  ParsedCompletionRequest out;
+  REWIND_TRY_STATUS(parse_common(j, limits, /*chat=*/false, &out));
+  const json* p = field(j, "prompt");
+  if (!p) return make_error("'prompt' is required");
+  auto tokens_of = [&](const json& arr, const std::string& where) -> Status {
+    if (arr.empty()) return make_error("'" + where + "' must not be empty");
+    out.prompt_tokens.reserve(arr.size());
+    for (size_t i = 0; i < arr.size(); ++i) {
+      const int64_t hi =
+          limits.vocab_size > 0 ? limits.vocab_size - 1 : std::numeric_limits<int32_t>::max();
+      REWIND_TRY(int64_t id, get_int(arr[i], where + "[" + std::to_string(i) + "]", 0, hi));
+      out.prompt_tokens.push_back(static_cast<int32_t>(id));
+    }
+    out.has_token_prompt = true;
+    return Ok{};
+  };
+  if (p->is_string()) {
+    out.prompt_text = p->get<std::string>();
+  } else if (p->is_array()) {
+    if (p->empty()) return make_error("'prompt' must not be an empty array");
+    const json& first = (*p)[0];
+    if (first.is_string() || first.is_array()) {
+      if (p->size() != 1)
+        return make_error("'prompt' must hold exactly one prompt (got " +
+                          std::to_string(p->size()) + "; batches of prompts are not supported)");
+      if (first.is_string()) {
+        out.prompt_text = first.get<std::string>();
+      } else {
+        REWIND_TRY_STATUS(tokens_of(first, "prompt[0]"));
+      }
+    } else if (first.is_number_integer()) {
+      REWIND_TRY_STATUS(tokens_of(*p, "prompt"));
+    } else {
+      return type_error("prompt[0]", "a string, an integer or an array of integers", first);
+    }
+  } else {
+    return type_error("prompt", "a string or an array", *p);
+  }
+  if (!out.has_token_prompt && out.prompt_text.empty())
+    return make_error("'prompt' must not be empty");
+  if (const json* e = field(j, "echo")) {
+    REWIND_TRY(bool b, get_bool(*e, "echo"));
+    if (b) return make_error("'echo' is not supported");
+  }
+  if (const json* s = field(j, "suffix")) {
+    REWIND_TRY(std::string sfx, get_str(*s, "suffix"));
+    if (!sfx.empty()) return make_error("'suffix' is not supported");
+  }
+  return out;
+}
+
+}  // namespace rw

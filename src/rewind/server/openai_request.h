@@ -1,0 +1,89 @@
+// Parsers for the bodies of OpenAI-compatible requests (POST /v1/chat/completions and
+// /v1/completions). They turn untrusted JSON text into plain structs, or an Error whose one-line
+// message becomes the 400 response: malformed JSON, wrong types, missing fields, values out of
+// range, and features rewind does not serve (n > 1, image/audio/video content parts, penalties,
+// logit_bias, echo, suffix, best_of, structured output, forced tool choice). Nothing is clamped
+// or dropped silently: a field that is present and meaningful is either honoured or refused.
+// Unknown fields are ignored (clients such as the official SDKs send extras like `user`).
+// JSON null counts as an absent optional field. Extensions beyond OpenAI's schema: top_k, min_p,
+// ignore_eos (as vLLM), chat_template_kwargs.enable_thinking; top-level and `developer` role
+// names follow OpenAI (developer is rendered as system).
+//
+// The parsers are pure functions of (body, limits): no model, no tokenizer, no engine. That
+// keeps them cheap to fuzz (tests/fuzz/fuzz_openai_request.cpp) and guarantees that a bad request
+// changes nothing anywhere. Checks that need the tokenizer (the prompt's token count against the
+// context size) happen in the server after parsing.
+//
+// Thread-safety: reentrant. Cost: linear in the body size.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rewind/base/result.h"
+#include "rewind/chat/chat_template.h"
+
+namespace rw {
+
+// What a request may ask for. Defaults are the server's (see `rewind serve --help`).
+struct Limits {
+  int64_t ctx_size = 32768;       // max_tokens must not exceed it; prompt + max_tokens must fit
+  int64_t vocab_size = 0;         // token-id prompts must be in [0, vocab_size); 0: unchecked
+  int32_t max_stop = 4;           // stop sequences per request (OpenAI: 4)
+  size_t max_stop_bytes = 1024;   // bytes of one stop sequence
+  int32_t max_top_logprobs = 20;  // chat top_logprobs / completions logprobs upper bound
+  size_t max_messages = 65536;    // messages per chat request
+  int max_json_depth = 64;        // nesting depth of the request JSON
+};
+
+// Sampling fields as the client sent them; unset ones take the model's defaults
+// (generation_config.json) in the server.
+struct SamplingOverrides {
+  std::optional<double> temperature;  // [0, 2]
+  std::optional<double> top_p;        // (0, 1]
+  std::optional<int32_t> top_k;       // >= 0 (0: off); -1 is accepted as "off" (vLLM)
+  std::optional<double> min_p;        // [0, 1]
+  std::optional<uint64_t> seed;       // any integer (negative values wrap to uint64)
+};
+
+// Fields the two endpoints share.
+struct CommonRequest {
+  std::string model;  // informational; any name is accepted
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage (stream only)
+  std::optional<int32_t> max_tokens;  // max_tokens or max_completion_tokens; >= 1
+  SamplingOverrides sampling;
+  std::vector<std::string> stop;  // non-empty strings, at most Limits::max_stop
+  bool logprobs = false;          // report the chosen tokens' log-probabilities
+  int32_t top_logprobs = 0;       // alternatives per token
+  bool ignore_eos = false;        // extension (as vLLM): generate through end-of-sequence ids
+};
+
+struct ParsedChatRequest : CommonRequest {
+  std::vector<ChatMessage> messages;  // at least one; text content only
+  // Array of {type:"function", function:{name,...}} or null, keys in the client's order.
+  nlohmann::ordered_json tools = nullptr;
+  bool parse_tools = false;  // tools given and tool_choice is not "none"
+  int enable_thinking = -1;  // chat_template_kwargs.enable_thinking: -1 absent, 0/1
+};
+
+struct ParsedCompletionRequest : CommonRequest {
+  // Exactly one of the two is used: text (to be tokenized, special tokens recognised) or token
+  // ids (prompt given as an array of integers, or a one-element array of such an array).
+  bool has_token_prompt = false;
+  std::string prompt_text;
+  std::vector<int32_t> prompt_tokens;
+};
+
+// Errors name the field (`messages[2].content[0].type`), e.g.
+//   "messages[0].content[1]: content part type 'image_url' is not supported (rewind serves
+//    text-only models)".
+Result<ParsedChatRequest> parse_chat_request(std::string_view body, const Limits& limits);
+Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
+                                                         const Limits& limits);
+
+}  // namespace rw

@@ -1,0 +1,290 @@
+#include "rewind/server/openai_response.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "rewind/tokenizer/tokenizer.h"
+
+namespace rw {
+
+using nlohmann::json;
+
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
+}
+
+json error_json(const std::string& message, const std::string& type, const std::string& code) {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", nullptr},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+std::string random_id(const std::string& prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t salt = [] {
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^
+           static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
+  // splitmix64 of salt + counter: unique per process, unpredictable enough for ids.
+  uint64_t z = salt + 0x9e3779b97f4a7c15ull * (counter.fetch_add(1) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  uint64_t w = z * 0xd6e8feb86659fd93ull ^ salt;
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%08llx", static_cast<unsigned long long>(z),
+                static_cast<unsigned long long>(w >> 32));
+  return prefix + buf;
+}
+
+json usage_json(const UsageCounts& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+namespace {
+
+json bytes_of(const std::string& s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+}  // namespace
+
+json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps) {
+  json content = json::array();
+  for (const auto& lp : lps) {
+    const std::string s = tok.token_bytes(lp.token);
+    json top = json::array();
+    for (const auto& [id, l] : lp.top) {
+      const std::string ts = tok.token_bytes(id);
+      top.push_back({{"token", ts}, {"logprob", l}, {"bytes", bytes_of(ts)}});
+    }
+    content.push_back({{"token", s},
+                       {"logprob", lp.logprob},
+                       {"bytes", bytes_of(s)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
+
+json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
+                              bool with_top, int64_t offset0) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(),
+       offsets = json::array();
+  int64_t off = offset0;
+  for (const auto& lp : lps) {
+    const std::string s = tok.token_bytes(lp.token);
+    tokens.push_back(s);
+    token_lps.push_back(lp.logprob);
+    offsets.push_back(off);
+    off += static_cast<int64_t>(s.size());
+    if (with_top) {
+      // Keyed by token text (dump_json replaces invalid UTF-8 in keys as in values). Two
+      // alternatives whose bytes are equal cannot occur: token bytes are unique per id.
+      json t = json::object();
+      for (const auto& [id, l] : lp.top) t[tok.token_bytes(id)] = l;
+      tops.push_back(std::move(t));
+    }
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_lps)},
+          {"top_logprobs", with_top ? std::move(tops) : json(nullptr)},
+          {"text_offset", std::move(offsets)}};
+}
+
+// ---- StopMatcher ----
+
+StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
+}
+
+std::string StopMatcher::push(std::string_view text) {
+  if (stopped_) {
+    rest_.append(text);
+    return {};
+  }
+  if (stops_.empty()) return std::string(text);
+  held_.append(text);
+  // Earliest complete match (longest on a tie).
+  size_t best = std::string::npos, best_len = 0;
+  int best_i = -1;
+  for (size_t i = 0; i < stops_.size(); ++i) {
+    const size_t p = held_.find(stops_[i]);
+    if (p == std::string::npos) continue;
+    if (p < best || (p == best && stops_[i].size() > best_len)) {
+      best = p;
+      best_len = stops_[i].size();
+      best_i = static_cast<int>(i);
+    }
+  }
+  if (best != std::string::npos) {
+    std::string out = held_.substr(0, best);
+    rest_ = held_.substr(best + best_len);
+    held_.clear();
+    stopped_ = true;
+    matched_ = best_i;
+    return out;
+  }
+  // Hold back the longest suffix that is a proper prefix of some stop sequence.
+  size_t keep = 0;
+  for (const auto& s : stops_) {
+    const size_t max_l = std::min(s.size() - 1, held_.size());
+    for (size_t l = max_l; l > keep; --l) {
+      if (held_.compare(held_.size() - l, l, s, 0, l) == 0) {
+        keep = l;
+        break;
+      }
+    }
+  }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string StopMatcher::flush() {
+  std::string out;
+  out.swap(held_);
+  return out;
+}
+
+// ---- tool calls ----
+
+namespace {
+constexpr const char* kToolMarker = "<tool_call>";
+
+void fill_ids(std::vector<ToolCall>& calls) {
+  for (auto& c : calls)
+    if (c.id.empty()) c.id = random_id("call_");
+}
+}  // namespace
+
+static std::vector<ToolCall> parse_calls(const std::string& text, std::string* content,
+                                         const json& tools) {
+  return tools.is_array() ? parse_tool_calls(text, content, tools)
+                          : parse_tool_calls(text, content);
+}
+
+ToolCallSplitter::ToolCallSplitter(json tools) : marker_({kToolMarker}), tools_(std::move(tools)) {}
+
+std::string ToolCallSplitter::push(std::string_view text) {
+  return marker_.push(text);
+}
+
+std::pair<std::string, std::vector<ToolCall>> ToolCallSplitter::finish() {
+  if (!marker_.stopped()) return {marker_.flush(), {}};
+  const std::string tail = std::string(kToolMarker) + marker_.rest();
+  std::string content;
+  std::vector<ToolCall> calls = parse_calls(tail, &content, tools_);
+  if (calls.empty()) return {tail, {}};
+  fill_ids(calls);
+  return {content, std::move(calls)};
+}
+
+std::pair<std::string, std::vector<ToolCall>> split_tool_calls(const std::string& text,
+                                                               bool parse_tools,
+                                                               const json& tools) {
+  if (!parse_tools || text.find(kToolMarker) == std::string::npos) return {text, {}};
+  std::string content;
+  std::vector<ToolCall> calls = parse_calls(text, &content, tools);
+  if (calls.empty()) return {text, {}};
+  fill_ids(calls);
+  return {content, std::move(calls)};
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
+  json a = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json c = {{"id", calls[i].id},
+              {"type", "function"},
+              {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments_json}}}};
+    if (with_index) c["index"] = i;
+    a.push_back(std::move(c));
+  }
+  return a;
+}
+
+// ---- whole responses and chunks ----
+
+json chat_completion_json(const std::string& id, int64_t created, const std::string& model,
+                          const std::string& content, const std::vector<ToolCall>& calls,
+                          const std::string& finish_reason, const json& logprobs,
+                          const UsageCounts& usage) {
+  json msg = {{"role", "assistant"},
+              {"content", content.empty() && !calls.empty() ? json(nullptr) : json(content)}};
+  if (!calls.empty()) msg["tool_calls"] = tool_calls_json(calls, false);
+  return {{"id", id},
+          {"object", "chat.completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"message", std::move(msg)},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason}}})},
+          {"usage", usage_json(usage)}};
+}
+
+json chat_chunk_json(const std::string& id, int64_t created, const std::string& model,
+                     const json& delta, const json& finish_reason, const json& logprobs) {
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"delta", delta},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason}}})}};
+}
+
+json chat_usage_chunk_json(const std::string& id, int64_t created, const std::string& model,
+                           const UsageCounts& usage) {
+  return {{"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
+          {"model", model}, {"choices", json::array()},          {"usage", usage_json(usage)}};
+}
+
+json completion_json(const std::string& id, int64_t created, const std::string& model,
+                     const std::string& text, const std::string& finish_reason,
+                     const json& logprobs, const UsageCounts& usage) {
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"text", text},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason}}})},
+          {"usage", usage_json(usage)}};
+}
+
+json completion_chunk_json(const std::string& id, int64_t created, const std::string& model,
+                           const std::string& text, const json& finish_reason,
+                           const json& logprobs) {
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"text", text},
+                                    {"logprobs", logprobs},
+                                    {"finish_reason", finish_reason}}})}};
+}
+
+json completion_usage_chunk_json(const std::string& id, int64_t created, const std::string& model,
+                                 const UsageCounts& usage) {
+  return {{"id", id},       {"object", "text_completion"}, {"created", created},
+          {"model", model}, {"choices", json::array()},    {"usage", usage_json(usage)}};
+}
+
+std::string sse_event(const json& j) {
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+}  // namespace rw

@@ -1,0 +1,143 @@
+// The response side of the OpenAI schema: JSON bodies of chat and text completions (whole and
+// streamed chunks), usage, logprobs, errors; stop-sequence matching on streamed text; the
+// split of generated text into content and tool calls. Pure functions and small value types,
+// no HTTP and no engine, so every rule is unit-testable (tests/unit/openai_request_test.cpp).
+//
+// JSON text is always produced with dump_json, which replaces invalid UTF-8 (a token's raw
+// bytes can be a partial character) with U+FFFD instead of throwing.
+//
+// Thread-safety: the free functions are reentrant; StopMatcher and ToolCallSplitter are value
+// types, one per stream.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "rewind/chat/chat_template.h"
+
+namespace rw {
+
+class Tokenizer;
+
+// Serialises JSON compactly; invalid UTF-8 inside strings becomes U+FFFD.
+std::string dump_json(const nlohmann::json& j);
+
+// {"error": {"message", "type", "code", "param": null}}. `code` may be empty (then null).
+nlohmann::json error_json(const std::string& message, const std::string& type,
+                          const std::string& code = "");
+
+// An id with a prefix and 24 random hex digits ("chatcmpl-...", "cmpl-...", "call_...").
+// Thread-safe.
+std::string random_id(const std::string& prefix);
+
+struct UsageCounts {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
+// {"cached_tokens"}}
+nlohmann::json usage_json(const UsageCounts& u);
+
+// One generated token with its log-probability and the alternatives asked for (best first).
+struct TokenLogprob {
+  int32_t token = -1;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token","logprob","bytes"}]}]}
+nlohmann::json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps);
+// Completions: {"tokens", "token_logprobs", "top_logprobs" ([{token: logprob}] or null when no
+// alternatives were asked for), "text_offset"}; `offset0` is the text offset of the first token.
+nlohmann::json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
+                                        bool with_top, int64_t offset0);
+
+// Holds back streamed text that may still turn into a stop sequence, and cuts the text where
+// one completes (the stop sequence itself is not returned). Matching is on bytes of the decoded
+// text; the earliest match wins, the longest one on a tie. Cost: O(held bytes * stops) per push;
+// at most max(stop length) - 1 bytes are ever held.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops);
+  // Adds text; returns what can no longer be part of a match. Once a stop sequence completes,
+  // stopped() is true, the return value ends just before it, and the text after the match is
+  // kept in rest(); later pushes return "" and add to rest().
+  std::string push(std::string_view text);
+  // Generation ended: returns the held-back text (empty after a match).
+  std::string flush();
+  bool stopped() const { return stopped_; }
+  int matched_index() const { return matched_; }  // which stop sequence, -1 if none
+  const std::string& rest() const { return rest_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;
+  std::string rest_;
+  bool stopped_ = false;
+  int matched_ = -1;
+};
+
+// Streams assistant text while tool calls may appear: text before the first "<tool_call>" is
+// content (a partial marker is held back); from the marker on, everything is buffered and
+// parsed at the end with parse_tool_calls. If that finds no call, the buffered text is content
+// after all, so no generated text is ever lost.
+class ToolCallSplitter {
+ public:
+  // `tools`: the request's tools (types the parsed arguments; see parse_tool_calls), or null.
+  explicit ToolCallSplitter(nlohmann::json tools = nullptr);
+  std::string push(std::string_view text);  // content to emit now
+  // End of generation: the remaining content and the parsed calls (ids filled in).
+  std::pair<std::string, std::vector<ToolCall>> finish();
+
+ private:
+  StopMatcher marker_;
+  nlohmann::json tools_;
+};
+
+// Splits a whole reply: tool calls parsed out (ids filled in when the text gave none), and the
+// remaining content. When `parse_tools` is false the text is all content. `tools` as above.
+std::pair<std::string, std::vector<ToolCall>> split_tool_calls(
+    const std::string& text, bool parse_tools, const nlohmann::json& tools = nullptr);
+
+// message.tool_calls / delta.tool_calls entries:
+// {"id","type":"function","function":{name,arguments}} (deltas also carry "index").
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
+
+// A whole chat completion ("object": "chat.completion"). `finish_reason` is "stop", "length"
+// or "tool_calls"; content is null when empty and tool calls are present.
+nlohmann::json chat_completion_json(const std::string& id, int64_t created,
+                                    const std::string& model, const std::string& content,
+                                    const std::vector<ToolCall>& calls,
+                                    const std::string& finish_reason,
+                                    const nlohmann::json& logprobs, const UsageCounts& usage);
+// One streamed chunk ("object": "chat.completion.chunk") with one choice; finish_reason and
+// logprobs may be null.
+nlohmann::json chat_chunk_json(const std::string& id, int64_t created, const std::string& model,
+                               const nlohmann::json& delta, const nlohmann::json& finish_reason,
+                               const nlohmann::json& logprobs);
+// The last streamed chunk when stream_options.include_usage is set: no choices, the usage.
+nlohmann::json chat_usage_chunk_json(const std::string& id, int64_t created,
+                                     const std::string& model, const UsageCounts& usage);
+
+// A whole text completion ("object": "text_completion").
+nlohmann::json completion_json(const std::string& id, int64_t created, const std::string& model,
+                               const std::string& text, const std::string& finish_reason,
+                               const nlohmann::json& logprobs, const UsageCounts& usage);
+// One streamed text-completion chunk (same object, one choice, usage absent or null).
+nlohmann::json completion_chunk_json(const std::string& id, int64_t created,
+                                     const std::string& model, const std::string& text,
+                                     const nlohmann::json& finish_reason,
+                                     const nlohmann::json& logprobs);
+nlohmann::json completion_usage_chunk_json(const std::string& id, int64_t created,
+                                           const std::string& model, const UsageCounts& usage);
+
+// "data: <json>\n\n"
+std::string sse_event(const nlohmann::json& j);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+
+}  // namespace rw

@@ -1,0 +1,59 @@
+// libFuzzer target for the server's request parsers (src/rewind/server/openai_request.h): any
+// bytes must give a parsed request or an Error, never a crash, a hang or a sanitizer report; an
+// accepted request must satisfy the limits it was parsed under.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "rewind/server/openai_request.h"
+
+namespace {
+
+void check_common(const rw::CommonRequest& c, const rw::Limits& lim) {
+  if (static_cast<int64_t>(c.stop.size()) > lim.max_stop) std::abort();
+  for (const auto& s : c.stop)
+    if (s.empty() || s.size() > lim.max_stop_bytes) std::abort();
+  if (c.max_tokens && (*c.max_tokens < 1 || *c.max_tokens > lim.ctx_size)) std::abort();
+  if (c.top_logprobs < 0 || c.top_logprobs > lim.max_top_logprobs) std::abort();
+  if (c.include_usage && !c.stream) std::abort();
+  const auto& s = c.sampling;
+  if (s.temperature && !(*s.temperature >= 0 && *s.temperature <= 2)) std::abort();
+  if (s.top_p && !(*s.top_p > 0 && *s.top_p <= 1)) std::abort();
+  if (s.min_p && !(*s.min_p >= 0 && *s.min_p <= 1)) std::abort();
+  if (s.top_k && *s.top_k < 0) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view body(reinterpret_cast<const char*>(data), size);
+  rw::Limits lim;
+  lim.ctx_size = 4096;
+  lim.vocab_size = 1000;
+  auto chat = rw::parse_chat_request(body, lim);
+  if (chat.ok()) {
+    check_common(chat.value(), lim);
+    if (chat->messages.empty() || chat->messages.size() > lim.max_messages) std::abort();
+    for (const auto& m : chat->messages)
+      if (m.role != "system" && m.role != "user" && m.role != "assistant" && m.role != "tool")
+        std::abort();
+    if (chat->parse_tools && !chat->tools.is_array()) std::abort();
+  } else if (chat.error_message().empty()) {
+    std::abort();
+  }
+  auto comp = rw::parse_completion_request(body, lim);
+  if (comp.ok()) {
+    check_common(comp.value(), lim);
+    if (comp->has_token_prompt) {
+      if (comp->prompt_tokens.empty()) std::abort();
+      for (int32_t t : comp->prompt_tokens)
+        if (t < 0 || t >= lim.vocab_size) std::abort();
+    } else if (comp->prompt_text.empty()) {
+      std::abort();
+    }
+  } else if (comp.error_message().empty()) {
+    std::abort();
+  }
+  return 0;
+}

@@ -1,0 +1,824 @@
+// `rewind serve` end to end: the built binary (REWIND_BINARY) serves a tiny seeded model made by
+// `rewind make-model --preset tiny` on an ephemeral port, and real clients drive it: curl for
+// chat and completions (streaming and not), stop sequences, max_tokens, logprobs, usage and
+// cached tokens, /v1/models, /health, /metrics, /v1/cache and every error status; raw sockets
+// for a client that disconnects mid-stream and for a full queue; 8 concurrent curl clients
+// whose greedy outputs must equal each one's output alone (bit-exact: logprobs included); and
+// the official `openai` npm client (tests/integration/openai_client, installed by
+// scripts/test.sh) when node is available.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "test_util.h"
+
+namespace rw {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+const char* kKey = "test-key-123";
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& s) {
+  std::ofstream f(path, std::ios::binary);
+  f << s;
+}
+
+// A scratch directory for this test process.
+const std::string& tmp_dir() {
+  static const std::string d = [] {
+    char tmpl[] = "/tmp/rewind_server_test_XXXXXX";
+    const char* p = mkdtemp(tmpl);
+    if (!p) std::abort();
+    return std::string(p);
+  }();
+  return d;
+}
+
+// Removes the scratch directory when the test program ends (after every suite's teardown, so
+// after the servers are gone).
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp_dir(), ec);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kScratchCleanup =
+    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
+
+std::string tmp_path(const std::string& name) {
+  static std::atomic<int> n{0};
+  return tmp_dir() + "/" + std::to_string(n++) + "_" + name;
+}
+
+// The tiny model, made once per test process.
+const std::string& model_dir() {
+  static const std::string d = [] {
+    const std::string dir = tmp_dir() + "/tiny";
+    int rc = 0;
+    const std::string out = test::run_command(
+        std::string(REWIND_BINARY) + " make-model --preset tiny --out " + dir + " 2>&1", &rc);
+    if (rc != 0) {
+      std::fprintf(stderr, "make-model failed: %s\n", out.c_str());
+      std::abort();
+    }
+    return dir;
+  }();
+  return d;
+}
+
+// A `rewind serve` child process.
+class Server {
+ public:
+  static std::unique_ptr<Server> start(std::vector<std::string> extra) {
+    auto s = std::unique_ptr<Server>(new Server());
+    s->log_ = tmp_path("server.log");
+    std::vector<std::string> args = {REWIND_BINARY, "serve", "--model",   model_dir(),
+                                     "--port",      "0",     "--threads", "1"};
+    for (auto& e : extra) args.push_back(e);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int fd = ::open(s->log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    s->pid_ = pid;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string log = read_file(s->log_);
+      const std::string marker = "listening on http://127.0.0.1:";
+      const size_t at = log.find(marker);
+      if (at != std::string::npos) {
+        s->port_ = std::atoi(log.c_str() + at + marker.size());
+        s->url_ = "http://127.0.0.1:" + std::to_string(s->port_);
+        return s;
+      }
+      int st = 0;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        s->pid_ = -1;
+        ADD_FAILURE() << "server exited early:\n" << log;
+        return nullptr;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    ADD_FAILURE() << "server did not start:\n" << read_file(s->log_);
+    return nullptr;
+  }
+
+  ~Server() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Sends `sig` and waits for the exit; returns the exit status (-1: killed / timeout).
+  int stop(int sig = SIGTERM, std::chrono::seconds timeout = 30s) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
+
+  const std::string& url() const { return url_; }
+  int port() const { return port_; }
+  std::string log() const { return read_file(log_); }
+
+ private:
+  Server() = default;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string url_, log_;
+};
+
+struct Http {
+  int status = 0;
+  std::string body;
+  json j() const { return json::parse(body, nullptr, false); }
+};
+
+// One request through curl. `key`: the API key to send ("" = no Authorization header).
+Http curl(const Server& s, const std::string& method, const std::string& path,
+          const std::string& body = "", const std::string& key = kKey,
+          const std::string& extra = "") {
+  const std::string out = tmp_path("out");
+  std::string cmd =
+      "curl -sS -N -o " + out + " -w '%{http_code}' -X " + method + " '" + s.url() + path + "'";
+  if (!key.empty()) cmd += " -H 'Authorization: Bearer " + key + "'";
+  if (!body.empty() || method == "POST") {
+    const std::string in = tmp_path("in.json");
+    write_file(in, body);
+    cmd += " -H 'Content-Type: application/json' --data-binary @" + in;
+  }
+  cmd += " " + extra + " 2>&1";
+  int rc = 0;
+  const std::string code = test::run_command(cmd, &rc);
+  Http h;
+  h.status = std::atoi(code.c_str());
+  h.body = read_file(out);
+  return h;
+}
+
+Http post(const Server& s, const std::string& path, const json& body) {
+  return curl(s, "POST", path, body.dump());
+}
+
+// The `data:` payloads of an SSE body, in order ("[DONE]" included).
+std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < body.size()) {
+    size_t e = body.find("\n\n", i);
+    if (e == std::string::npos) e = body.size();
+    const std::string ev = body.substr(i, e - i);
+    if (ev.rfind("data: ", 0) == 0) out.push_back(ev.substr(6));
+    i = e + 2;
+  }
+  return out;
+}
+
+json chat_body(const std::string& user, int max_tokens, json extra = json::object()) {
+  json b = {{"model", "tiny"},
+            {"messages", json::array({{{"role", "system"}, {"content", "You are terse."}},
+                                      {{"role", "user"}, {"content", user}}})},
+            {"max_tokens", max_tokens},
+            {"temperature", 0}};
+  for (auto it = extra.begin(); it != extra.end(); ++it) b[it.key()] = it.value();
+  return b;
+}
+
+json completion_body(const std::string& prompt, int max_tokens, json extra = json::object()) {
+  json b = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+  for (auto it = extra.begin(); it != extra.end(); ++it) b[it.key()] = it.value();
+  return b;
+}
+
+// A metric's value from the /metrics page (the first line starting with `name`), -1 if absent.
+double metric(const Server& s, const std::string& name) {
+  const Http h = curl(s, "GET", "/metrics");
+  std::istringstream is(h.body);
+  std::string line;
+  while (std::getline(is, line))
+    if (line.rfind(name + " ", 0) == 0) return std::atof(line.c_str() + name.size() + 1);
+  return -1;
+}
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::seconds timeout = 20s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return cond();
+}
+
+// A raw HTTP client on a socket: sends a request and reads as much as it is told, so a test
+// can stop reading or hang up mid-stream.
+class RawClient {
+ public:
+  RawClient(int port, const std::string& path, const std::string& body) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+    const std::string req =
+        "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+        std::string(kKey) +
+        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n\r\n" + body;
+    (void)!write(fd_, req.data(), req.size());
+  }
+  ~RawClient() { close(); }
+  bool ok() const { return fd_ >= 0; }
+  // Reads until `needle` has been seen (or EOF / 30 s); returns what was read.
+  std::string read_until(const std::string& needle) {
+    timeval tv{30, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[4096];
+    while (got_.find(needle) == std::string::npos) {
+      const ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      got_.append(buf, static_cast<size_t>(n));
+    }
+    return got_;
+  }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string got_;
+};
+
+// One server for most tests of this process (ctest runs each TEST in a process of its own).
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = Server::start({"--api-key", kKey, "--parallel", "4", "--ctx-size", "32768",
+                             "--max-body", "1048576"})
+                  .release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr); }
+  const Server& s() const { return *server_; }
+  static Server* server_;
+};
+Server* ServerTest::server_ = nullptr;
+
+// ---- basic endpoints ----------------------------------------------------------------------------
+
+TEST_F(ServerTest, HealthIsOpen) {
+  const Http h = curl(s(), "GET", "/health", "", "");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.j(), json({{"status", "ok"}}));
+}
+
+TEST_F(ServerTest, Models) {
+  const Http h = curl(s(), "GET", "/v1/models");
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  EXPECT_EQ(j["object"], "list");
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0]["id"], "tiny");
+  EXPECT_EQ(j["data"][0]["object"], "model");
+}
+
+// ---- chat
+// -----------------------------------------------------------------------------------------
+
+TEST_F(ServerTest, ChatWhole) {
+  const Http h = post(s(), "/v1/chat/completions", chat_body("Hello there", 12));
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(j["model"], "tiny");
+  const json& c = j["choices"][0];
+  EXPECT_EQ(c["index"], 0);
+  EXPECT_EQ(c["message"]["role"], "assistant");
+  EXPECT_TRUE(c["message"]["content"].is_string());
+  const std::string fr = c["finish_reason"];
+  EXPECT_TRUE(fr == "stop" || fr == "length") << fr;
+  const json& u = j["usage"];
+  EXPECT_GT(u["prompt_tokens"].get<int>(), 5);
+  EXPECT_GE(u["completion_tokens"].get<int>(), 1);
+  EXPECT_LE(u["completion_tokens"].get<int>(), 12);
+  EXPECT_EQ(u["total_tokens"].get<int>(),
+            u["prompt_tokens"].get<int>() + u["completion_tokens"].get<int>());
+  EXPECT_TRUE(u["prompt_tokens_details"]["cached_tokens"].is_number_integer());
+  if (fr == "length") {
+    EXPECT_EQ(u["completion_tokens"], 12);
+  }
+}
+
+TEST_F(ServerTest, ChatStreamEqualsWhole) {
+  const json req = chat_body("Tell me a story", 20, {{"ignore_eos", true}});
+  const Http whole = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  json sreq = req;
+  sreq["stream"] = true;
+  sreq["stream_options"] = {{"include_usage", true}};
+  const Http st = post(s(), "/v1/chat/completions", sreq);
+  ASSERT_EQ(st.status, 200) << st.body;
+  const auto data = sse_data(st.body);
+  ASSERT_GE(data.size(), 4u) << st.body;
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string text;
+  std::string finish;
+  json usage;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const json c = json::parse(data[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c.contains("usage") && !c["usage"].is_null()) {
+      usage = c["usage"];
+      EXPECT_TRUE(c["choices"].empty());
+      continue;
+    }
+    const json& ch = c["choices"][0];
+    if (i == 0) {
+      EXPECT_EQ(ch["delta"]["role"], "assistant");
+    }
+    if (ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  const json wj = whole.j();
+  EXPECT_EQ(text, wj["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(wj["choices"][0]["finish_reason"], "length");
+  ASSERT_TRUE(usage.is_object()) << st.body;
+  EXPECT_EQ(usage["completion_tokens"], 20);
+  EXPECT_EQ(usage["prompt_tokens"], wj["usage"]["prompt_tokens"]);
+}
+
+TEST_F(ServerTest, CachedTokensOnRepeatedConversation) {
+  const json req = chat_body("Please remember this conversation about lighthouses.", 4);
+  const Http a = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(a.status, 200) << a.body;
+  const Http b = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(b.status, 200) << b.body;
+  const json ub = b.j()["usage"];
+  EXPECT_GT(ub["prompt_tokens_details"]["cached_tokens"].get<int>(), 0) << b.body;
+  EXPECT_LT(ub["prompt_tokens_details"]["cached_tokens"].get<int>(),
+            ub["prompt_tokens"].get<int>());
+  // Same greedy reply both times (resumed from the cache, bit-exact).
+  EXPECT_EQ(a.j()["choices"], b.j()["choices"]);
+  // The resume shows in /v1/cache.
+  const Http c = curl(s(), "GET", "/v1/cache");
+  ASSERT_EQ(c.status, 200);
+  const json cj = c.j();
+  ASSERT_FALSE(cj["recent"].empty());
+  EXPECT_GT(cj["recent"].back()["resumed_at"].get<int>(), 0);
+}
+
+TEST_F(ServerTest, ChatLogprobs) {
+  const Http h = post(s(), "/v1/chat/completions",
+                      chat_body("Numbers please", 6, {{"logprobs", true}, {"top_logprobs", 3}}));
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  const json& content = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), j["usage"]["completion_tokens"].get<size_t>());
+  for (const auto& e : content) {
+    EXPECT_TRUE(e["token"].is_string());
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(e["top_logprobs"].size(), 3u);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(e["logprob"].get<double>(), e["top_logprobs"][0]["logprob"].get<double>());
+    EXPECT_GE(e["top_logprobs"][0]["logprob"].get<double>(),
+              e["top_logprobs"][1]["logprob"].get<double>());
+    EXPECT_TRUE(e["bytes"].is_array());
+  }
+  // Without logprobs: null.
+  const Http n = post(s(), "/v1/chat/completions", chat_body("Numbers please", 2));
+  EXPECT_TRUE(n.j()["choices"][0]["logprobs"].is_null());
+}
+
+TEST_F(ServerTest, ChatToolsAreAccepted) {
+  json req = chat_body("What is the weather in Paris?", 8);
+  req["tools"] =
+      json::array({{{"type", "function"},
+                    {"function",
+                     {{"name", "get_weather"},
+                      {"description", "Weather for a city"},
+                      {"parameters",
+                       {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}}});
+  const Http h = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(h.status, 200) << h.body;
+  const std::string fr = h.j()["choices"][0]["finish_reason"];
+  EXPECT_TRUE(fr == "stop" || fr == "length" || fr == "tool_calls") << fr;
+}
+
+// ---- completions
+// ------------------------------------------------------------------------------------
+
+TEST_F(ServerTest, CompletionsWholeAndStream) {
+  const json req = completion_body("Once upon a time", 16, {{"ignore_eos", true}});
+  const Http whole = post(s(), "/v1/completions", req);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json wj = whole.j();
+  EXPECT_EQ(wj["object"], "text_completion");
+  EXPECT_EQ(wj["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(wj["usage"]["completion_tokens"], 16);
+  json sreq = req;
+  sreq["stream"] = true;
+  const Http st = post(s(), "/v1/completions", sreq);
+  ASSERT_EQ(st.status, 200) << st.body;
+  const auto data = sse_data(st.body);
+  ASSERT_GE(data.size(), 2u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string text, finish;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const json c = json::parse(data[i]);
+    text += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+    EXPECT_FALSE(c.contains("usage") && !c["usage"].is_null()) << "usage without include_usage";
+  }
+  EXPECT_EQ(text, wj["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(finish, "length");
+}
+
+TEST_F(ServerTest, CompletionsTokenPromptAndLogprobs) {
+  const Http h = post(s(), "/v1/completions",
+                      {{"prompt", json::array({10, 20, 30, 40})},
+                       {"max_tokens", 5},
+                       {"temperature", 0},
+                       {"logprobs", 2},
+                       {"ignore_eos", true}});
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 4);
+  const json& lp = j["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 5u);
+  ASSERT_EQ(lp["token_logprobs"].size(), 5u);
+  ASSERT_EQ(lp["top_logprobs"].size(), 5u);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  ASSERT_EQ(lp["text_offset"].size(), 5u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+}
+
+TEST_F(ServerTest, MaxTokens) {
+  for (int n : {1, 3, 7}) {
+    const Http h =
+        post(s(), "/v1/completions", completion_body("The lighthouse", n, {{"ignore_eos", true}}));
+    ASSERT_EQ(h.status, 200) << h.body;
+    EXPECT_EQ(h.j()["usage"]["completion_tokens"], n);
+    EXPECT_EQ(h.j()["choices"][0]["finish_reason"], "length");
+  }
+}
+
+TEST_F(ServerTest, StopSequences) {
+  const json base = completion_body("The keeper counted the steps", 48, {{"ignore_eos", true}});
+  const Http full = post(s(), "/v1/completions", base);
+  ASSERT_EQ(full.status, 200) << full.body;
+  const std::string t = full.j()["choices"][0]["text"];
+  // A short ASCII piece from the middle of the reply.
+  std::string stop;
+  for (size_t k = t.size() / 3; k + 3 <= t.size() && stop.empty(); ++k) {
+    bool ascii = true;
+    for (size_t i = k; i < k + 3; ++i)
+      ascii &= static_cast<unsigned char>(t[i]) >= 0x20 && static_cast<unsigned char>(t[i]) < 0x7f;
+    if (ascii) stop = t.substr(k, 3);
+  }
+  ASSERT_FALSE(stop.empty()) << "no ASCII run in: " << t;
+  const std::string expected = t.substr(0, t.find(stop));
+
+  json req = base;
+  req["stop"] = json::array({"\x01never", stop});
+  const Http h = post(s(), "/v1/completions", req);
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  EXPECT_EQ(j["choices"][0]["text"], expected);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_LT(j["usage"]["completion_tokens"].get<int>(), 48);
+
+  req["stream"] = true;
+  const Http st = post(s(), "/v1/completions", req);
+  ASSERT_EQ(st.status, 200) << st.body;
+  std::string text, finish;
+  for (const auto& d : sse_data(st.body)) {
+    if (d == "[DONE]") continue;
+    const json c = json::parse(d);
+    text += c["choices"][0]["text"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, expected);
+  EXPECT_EQ(finish, "stop");
+
+  // Chat with a stop string as a plain string.
+  json creq = chat_body("Say something", 40, {{"ignore_eos", true}});
+  const Http cf = post(s(), "/v1/chat/completions", creq);
+  const std::string ct = cf.j()["choices"][0]["message"]["content"];
+  if (ct.size() > 6 && static_cast<unsigned char>(ct[4]) < 0x7f &&
+      static_cast<unsigned char>(ct[4]) >= 0x20) {
+    creq["stop"] = ct.substr(4, 1);
+    const Http cs = post(s(), "/v1/chat/completions", creq);
+    EXPECT_EQ(cs.j()["choices"][0]["message"]["content"], ct.substr(0, ct.find(ct.substr(4, 1))));
+    EXPECT_EQ(cs.j()["choices"][0]["finish_reason"], "stop");
+  }
+}
+
+// ---- observability
+// ----------------------------------------------------------------------------------
+
+TEST_F(ServerTest, MetricsPage) {
+  ASSERT_EQ(post(s(), "/v1/completions", completion_body("metrics", 2)).status, 200);
+  const Http h = curl(s(), "GET", "/metrics");
+  ASSERT_EQ(h.status, 200);
+  for (const char* needle :
+       {"rewind_requests_total{outcome=\"finished\"}",
+        "rewind_requests_total{outcome=\"cancelled\"}", "rewind_cache_lookups_total",
+        "rewind_cache_bytes_pages", "rewind_cache_budget_bytes",
+        "rewind_time_to_first_token_seconds_bucket", "rewind_request_duration_seconds_count",
+        "rewind_requests_running", "rewind_requests_queued", "rewind_generated_tokens_total"})
+    EXPECT_NE(h.body.find(needle), std::string::npos) << needle;
+  EXPECT_GE(metric(s(), "rewind_requests_total{outcome=\"finished\"}"), 1);
+  EXPECT_GE(metric(s(), "rewind_cache_lookups_total"), 1);
+  EXPECT_EQ(metric(s(), "rewind_cache_budget_bytes"), 4096.0 * 1024 * 1024);
+}
+
+TEST_F(ServerTest, CacheEndpoint) {
+  ASSERT_EQ(post(s(), "/v1/completions", completion_body("cache me", 2)).status, 200);
+  const Http h = curl(s(), "GET", "/v1/cache");
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  EXPECT_EQ(j["enabled"], true);
+  EXPECT_EQ(j["budget_bytes"], 4096ll << 20);
+  EXPECT_TRUE(j["bytes"]["pages"].is_number());
+  EXPECT_TRUE(j["bytes"]["snapshots"].is_number());
+  EXPECT_GE(j["counts"]["nodes"].get<int>(), 1);
+  EXPECT_GE(j["hits"]["lookups"].get<int>(), 1);
+  ASSERT_FALSE(j["recent"].empty());
+  for (const char* k :
+       {"diverged_at", "resumed_at", "rerun_tokens", "lost_to_spacing", "prompt_tokens"})
+    EXPECT_TRUE(j["recent"].back()[k].is_number_integer()) << k;
+}
+
+// ---- errors
+// -----------------------------------------------------------------------------------------
+
+void expect_error(const Http& h, int status, const std::string& needle = "") {
+  EXPECT_EQ(h.status, status) << h.body;
+  const json j = h.j();
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << h.body;
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+  if (!needle.empty()) {
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << h.body;
+  }
+}
+
+TEST_F(ServerTest, Unauthorized) {
+  const std::string body = chat_body("x", 2).dump();
+  expect_error(curl(s(), "POST", "/v1/chat/completions", body, ""), 401, "API key");
+  expect_error(curl(s(), "POST", "/v1/chat/completions", body, "wrong"), 401);
+  expect_error(
+      curl(s(), "POST", "/v1/completions", completion_body("x", 2).dump(), "wrong-key-123"), 401);
+  expect_error(curl(s(), "GET", "/v1/models", "", ""), 401);
+  expect_error(curl(s(), "GET", "/v1/cache", "", ""), 401);
+  expect_error(curl(s(), "GET", "/metrics", "", ""), 401);
+  EXPECT_EQ(curl(s(), "GET", "/health", "", "").status, 200);
+}
+
+TEST_F(ServerTest, BadRequests) {
+  const double submitted0 = metric(s(), "rewind_requests_submitted_total");
+  expect_error(curl(s(), "POST", "/v1/chat/completions", "{not json"), 400, "not valid JSON");
+  expect_error(curl(s(), "POST", "/v1/chat/completions", "{}"), 400, "'messages' is required");
+  expect_error(
+      curl(s(), "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":3}]})"),
+      400);
+  expect_error(
+      post(s(), "/v1/chat/completions",
+           {{"messages",
+             json::array(
+                 {{{"role", "user"},
+                   {"content", json::array({{{"type", "image_url"},
+                                             {"image_url", {{"url", "http://x/y.png"}}}}})}}})}}),
+      400, "image_url");
+  expect_error(post(s(), "/v1/chat/completions", chat_body("x", 2, {{"n", 2}})), 400,
+               "'n' must be 1");
+  expect_error(post(s(), "/v1/completions", {{"prompt", json::array({1, 99999})}}), 400);
+  expect_error(post(s(), "/v1/completions",
+                    completion_body("x", 2, {{"stop", json::array({"a", "b", "c", "d", "e"})}})),
+               400, "at most 4");
+  // Prompt + max_tokens over the context size (32768).
+  expect_error(post(s(), "/v1/completions", completion_body("hello world", 32768)), 400);
+  std::string huge;
+  for (int i = 0; i < 40000; ++i) huge += " a";
+  expect_error(curl(s(), "POST", "/v1/completions", completion_body(huge, 1).dump()), 400,
+               "context size");
+  // Nothing was submitted for any of these.
+  EXPECT_EQ(metric(s(), "rewind_requests_submitted_total"), submitted0);
+}
+
+TEST_F(ServerTest, NotFound) {
+  expect_error(curl(s(), "GET", "/nope"), 404, "/nope");
+  expect_error(curl(s(), "POST", "/v1/nope", "{}"), 404);
+  expect_error(curl(s(), "GET", "/v1/chat/completions"), 404);
+}
+
+TEST_F(ServerTest, BodyTooLarge) {
+  std::string big(1100000, 'x');
+  const std::string body = "{\"prompt\":\"" + big + "\"}";
+  // curl sends Expect: 100-continue for a large body: refused before it is sent.
+  expect_error(curl(s(), "POST", "/v1/completions", body), 413, "1048576");
+  // Without Expect: refused from Content-Length.
+  expect_error(curl(s(), "POST", "/v1/completions", body, kKey, "-H 'Expect:'"), 413);
+  // Chunked, no Content-Length: cut off at the limit.
+  expect_error(curl(s(), "POST", "/v1/completions", body, kKey,
+                    "-H 'Transfer-Encoding: chunked' -H 'Expect:'"),
+               413);
+  // The server still works.
+  EXPECT_EQ(post(s(), "/v1/completions", completion_body("still fine", 2)).status, 200);
+}
+
+// ---- concurrency, disconnects
+// -----------------------------------------------------------------------
+
+TEST_F(ServerTest, ConcurrentGreedyClientsMatchSolo) {
+  const int n = 8;
+  std::vector<json> reqs;
+  for (int i = 0; i < n; ++i)
+    reqs.push_back(
+        chat_body("Client " + std::to_string(i) + " asks about " + std::string(i + 1, 'z'), 24,
+                  {{"logprobs", true}, {"top_logprobs", 2}, {"ignore_eos", i % 2 == 0}}));
+  std::vector<json> solo;
+  for (const auto& r : reqs) {
+    const Http h = post(s(), "/v1/chat/completions", r);
+    ASSERT_EQ(h.status, 200) << h.body;
+    solo.push_back(h.j()["choices"]);
+  }
+  // All at once.
+  std::string cmd;
+  std::vector<std::string> outs;
+  for (int i = 0; i < n; ++i) {
+    const std::string in = tmp_path("c.json"), out = tmp_path("c.out");
+    write_file(in, reqs[i].dump());
+    outs.push_back(out);
+    cmd += "curl -sS -o " + out + " -H 'Authorization: Bearer " + kKey +
+           "' -H 'Content-Type: application/json' --data-binary @" + in + " " + s().url() +
+           "/v1/chat/completions & ";
+  }
+  cmd += "wait";
+  int rc = 0;
+  test::run_command(cmd, &rc);
+  ASSERT_EQ(rc, 0);
+  for (int i = 0; i < n; ++i) {
+    const json j = json::parse(read_file(outs[i]), nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("choices")) << read_file(outs[i]);
+    EXPECT_EQ(j["choices"], solo[i]) << "client " << i;
+  }
+}
+
+TEST_F(ServerTest, DisconnectMidStreamCancels) {
+  const json probe = chat_body("An unrelated question", 16, {{"logprobs", true}});
+  const Http alone = post(s(), "/v1/chat/completions", probe);
+  ASSERT_EQ(alone.status, 200);
+  const double cancelled0 = metric(s(), "rewind_requests_total{outcome=\"cancelled\"}");
+  const double generated0 = metric(s(), "rewind_generated_tokens_total");
+
+  json longreq =
+      completion_body("A very long story", 30000, {{"ignore_eos", true}, {"stream", true}});
+  RawClient c(s().port(), "/v1/completions", longreq.dump());
+  ASSERT_TRUE(c.ok());
+  const std::string got = c.read_until("\"text\"");  // a first token has streamed
+  ASSERT_NE(got.find("200 OK"), std::string::npos) << got;
+  ASSERT_NE(got.find("data: "), std::string::npos) << got;
+  // Another client while the long one runs, then hang up the long one.
+  const Http during = post(s(), "/v1/chat/completions", probe);
+  c.close();
+  EXPECT_TRUE(wait_for([&] {
+    return metric(s(), "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
+  })) << "the disconnected stream was not cancelled";
+  EXPECT_TRUE(wait_for([&] { return metric(s(), "rewind_requests_running") == 0; }));
+  ASSERT_EQ(during.status, 200) << during.body;
+  EXPECT_EQ(during.j()["choices"], alone.j()["choices"]);
+  // The cancelled request did not run to its 30000 tokens.
+  EXPECT_LT(metric(s(), "rewind_generated_tokens_total") - generated0, 25000);
+}
+
+// ---- queue limits and shutdown (servers of their own) -------------------------------------------
+
+TEST(ServerLimits, QueueFullIs429) {
+  auto srv = Server::start({"--api-key", kKey, "--parallel", "1", "--max-queue", "0"});
+  ASSERT_NE(srv, nullptr);
+  const std::string longreq =
+      completion_body("long", 30000, {{"ignore_eos", true}, {"stream", true}}).dump();
+  RawClient a(srv->port(), "/v1/completions", longreq);
+  ASSERT_TRUE(a.ok());
+  a.read_until("\"text\"");
+  ASSERT_TRUE(wait_for([&] { return metric(*srv, "rewind_requests_running") == 1; }));
+  RawClient b(srv->port(), "/v1/completions", longreq);  // waits in the queue
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE(wait_for([&] { return metric(*srv, "rewind_requests_queued") == 1; }));
+  const Http c = post(*srv, "/v1/completions", completion_body("third", 2));
+  expect_error(c, 429, "queue");
+  a.close();
+  b.close();
+  EXPECT_TRUE(wait_for([&] {
+    return metric(*srv, "rewind_requests_running") == 0 &&
+           metric(*srv, "rewind_requests_queued") == 0;
+  }));
+  EXPECT_EQ(post(*srv, "/v1/completions", completion_body("after", 2)).status, 200);
+  EXPECT_EQ(srv->stop(), 0) << srv->log();
+}
+
+TEST(ServerLimits, SigtermStopsCleanly) {
+  auto srv = Server::start({"--api-key", kKey});
+  ASSERT_NE(srv, nullptr);
+  // A stream and a whole (non-streaming) request in flight.
+  RawClient a(srv->port(), "/v1/completions",
+              completion_body("long", 30000, {{"ignore_eos", true}, {"stream", true}}).dump());
+  a.read_until("\"text\"");
+  Http whole;
+  std::thread t([&] {
+    whole =
+        post(*srv, "/v1/completions", completion_body("long too", 30000, {{"ignore_eos", true}}));
+  });
+  ASSERT_TRUE(wait_for([&] { return metric(*srv, "rewind_requests_running") == 2; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(srv->stop(SIGTERM), 0) << srv->log();
+  t.join();
+  // The whole request either finished within the grace period or was cancelled: 503.
+  EXPECT_TRUE(whole.status == 200 || whole.status == 503) << whole.status << " " << whole.body;
+  if (whole.status == 503) {
+    EXPECT_NE(whole.body.find("shutting down"), std::string::npos) << whole.body;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+  EXPECT_NE(srv->log().find("stopped"), std::string::npos) << srv->log();
+}
+
+TEST(ServerLimits, BadOptionsFail) {
+  int rc = 0;
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --parallel 0 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--parallel"), std::string::npos) << out;
+  test::run_command(std::string(REWIND_BINARY) + " serve --help", &rc);
+  EXPECT_EQ(rc, 0);
+}
+
+// ---- the official openai client
+// -------------------------------------------------------------------
+
+TEST_F(ServerTest, OpenAiNodeClient) {
+  int rc = 0;
+  test::run_command("command -v node >/dev/null 2>&1", &rc);
+  if (rc != 0) GTEST_SKIP() << "node is not installed: the openai npm client test needs Node.js";
+  const std::string dir = test::data_dir() + "/../integration/openai_client";
+  const std::string out =
+      test::run_command("cd " + dir + " && OPENAI_BASE_URL=" + s().url() +
+                            "/v1 OPENAI_API_KEY=" + kKey + " node client_test.mjs 2>&1",
+                        &rc);
+  EXPECT_EQ(rc, 0)
+      << out << "\n(if 'openai' is missing: run (cd tests/integration/openai_client && npm ci))";
+  EXPECT_NE(out.find("ok: all"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace rw

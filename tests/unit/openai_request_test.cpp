@@ -1,0 +1,713 @@
+// The OpenAI schema of the server (src/rewind/server): the request parsers on every malformed
+// case (each must be an Error naming the field, never a crash or a silent default) and on the
+// accepted forms; and the pure response helpers they pair with: stop-sequence matching on
+// streamed text, tool-call splitting, usage/error/logprobs JSON, and the /metrics and
+// /v1/cache renderings.
+#include "rewind/server/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "rewind/server/metrics.h"
+#include "rewind/server/openai_response.h"
+#include "rewind/tokenizer/tokenizer.h"
+
+namespace rw {
+namespace {
+
+using json = nlohmann::json;
+
+Limits limits() {
+  Limits l;
+  l.ctx_size = 4096;
+  l.vocab_size = 512;
+  return l;
+}
+
+const std::string kMsgs = R"("messages":[{"role":"user","content":"hi"}])";
+
+std::string chat_with(const std::string& extra) {
+  return "{" + kMsgs + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+// Expects a parse error whose message contains `needle`.
+void expect_chat_error(const std::string& body, const std::string& needle) {
+  auto r = parse_chat_request(body, limits());
+  ASSERT_FALSE(r.ok()) << "accepted: " << body;
+  EXPECT_NE(r.error_message().find(needle), std::string::npos)
+      << "body: " << body << "\nmessage: " << r.error_message() << "\nwanted: " << needle;
+}
+
+void expect_completion_error(const std::string& body, const std::string& needle) {
+  auto r = parse_completion_request(body, limits());
+  ASSERT_FALSE(r.ok()) << "accepted: " << body;
+  EXPECT_NE(r.error_message().find(needle), std::string::npos)
+      << "body: " << body << "\nmessage: " << r.error_message() << "\nwanted: " << needle;
+}
+
+// ---- chat: accepted forms ---------------------------------------------------------------------
+
+TEST(ChatRequest, MinimalDefaults) {
+  auto r = parse_chat_request(chat_with(""), limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  const ParsedChatRequest& c = r.value();
+  ASSERT_EQ(c.messages.size(), 1u);
+  EXPECT_EQ(c.messages[0].role, "user");
+  EXPECT_EQ(c.messages[0].content, "hi");
+  EXPECT_FALSE(c.stream);
+  EXPECT_FALSE(c.max_tokens.has_value());
+  EXPECT_FALSE(c.sampling.temperature.has_value());
+  EXPECT_FALSE(c.sampling.seed.has_value());
+  EXPECT_TRUE(c.stop.empty());
+  EXPECT_FALSE(c.logprobs);
+  EXPECT_FALSE(c.parse_tools);
+  EXPECT_EQ(c.enable_thinking, -1);
+}
+
+TEST(ChatRequest, AllFields) {
+  const std::string body = R"({
+    "model": "m", "stream": true, "stream_options": {"include_usage": true},
+    "messages": [
+      {"role": "developer", "content": "sys"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null, "reasoning_content": "think",
+       "tool_calls": [{"id": "c1", "type": "function",
+                       "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "42"}
+    ],
+    "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "seed": -1,
+    "n": 1, "stop": ["a", "bc"], "logprobs": true, "top_logprobs": 3,
+    "tools": [{"type": "function", "function": {"name": "f", "description": "d",
+               "parameters": {"type": "object"}}}],
+    "tool_choice": "auto", "parallel_tool_calls": true,
+    "chat_template_kwargs": {"enable_thinking": false},
+    "presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "user": "u",
+    "response_format": {"type": "text"}, "ignore_eos": true
+  })";
+  auto r = parse_chat_request(body, limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  const ParsedChatRequest& c = r.value();
+  EXPECT_EQ(c.model, "m");
+  EXPECT_TRUE(c.stream);
+  EXPECT_TRUE(c.include_usage);
+  ASSERT_EQ(c.messages.size(), 4u);
+  EXPECT_EQ(c.messages[0].role, "system");
+  EXPECT_EQ(c.messages[1].content, "ab");
+  EXPECT_EQ(c.messages[2].content, "");
+  EXPECT_EQ(c.messages[2].reasoning_content, "think");
+  ASSERT_EQ(c.messages[2].tool_calls.size(), 1u);
+  EXPECT_EQ(c.messages[2].tool_calls[0].id, "c1");
+  EXPECT_EQ(c.messages[2].tool_calls[0].name, "f");
+  EXPECT_EQ(json::parse(c.messages[2].tool_calls[0].arguments_json), json({{"x", 1}}));
+  EXPECT_EQ(c.messages[3].tool_call_id, "c1");
+  EXPECT_EQ(*c.max_tokens, 7);
+  EXPECT_DOUBLE_EQ(*c.sampling.temperature, 0.5);
+  EXPECT_DOUBLE_EQ(*c.sampling.top_p, 0.9);
+  EXPECT_EQ(*c.sampling.top_k, 40);
+  EXPECT_DOUBLE_EQ(*c.sampling.min_p, 0.05);
+  EXPECT_EQ(*c.sampling.seed, ~uint64_t{0});
+  EXPECT_EQ(c.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_TRUE(c.logprobs);
+  EXPECT_EQ(c.top_logprobs, 3);
+  EXPECT_TRUE(c.parse_tools);
+  ASSERT_TRUE(c.tools.is_array());
+  EXPECT_EQ(c.tools.size(), 1u);
+  EXPECT_EQ(c.enable_thinking, 0);
+  EXPECT_TRUE(c.ignore_eos);
+}
+
+TEST(ChatRequest, NullsAreAbsent) {
+  auto r = parse_chat_request(
+      chat_with(R"("max_tokens":null,"temperature":null,"stop":null,"tools":null,"seed":null,)"
+                R"("stream":null,"logprobs":null,"top_logprobs":null,"n":null)"),
+      limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_FALSE(r->max_tokens.has_value());
+  EXPECT_FALSE(r->sampling.temperature.has_value());
+  EXPECT_TRUE(r->stop.empty());
+  EXPECT_TRUE(r->tools.is_null());
+}
+
+TEST(ChatRequest, StopAsString) {
+  auto r = parse_chat_request(chat_with(R"("stop":"END")"), limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(r->stop, std::vector<std::string>{"END"});
+}
+
+TEST(ChatRequest, MaxCompletionTokens) {
+  auto r = parse_chat_request(chat_with(R"("max_completion_tokens":9)"), limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(*r->max_tokens, 9);
+  auto same =
+      parse_chat_request(chat_with(R"("max_tokens":9,"max_completion_tokens":9)"), limits());
+  EXPECT_TRUE(same.ok()) << same.error_message();
+}
+
+TEST(ChatRequest, TopKMinusOneIsOff) {
+  auto r = parse_chat_request(chat_with(R"("top_k":-1)"), limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(*r->sampling.top_k, 0);
+}
+
+TEST(ChatRequest, ToolsKeepTheClientsKeyOrder) {
+  auto r = parse_chat_request(
+      chat_with(
+          R"("tools":[{"type":"function","function":{"name":"f","parameters":{"zeta":1,"alpha":2}}}])"),
+      limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  const std::string dumped = r->tools.dump();
+  EXPECT_LT(dumped.find("zeta"), dumped.find("alpha")) << dumped;
+  EXPECT_LT(dumped.find("\"type\""), dumped.find("\"function\"")) << dumped;
+}
+
+TEST(ChatRequest, ToolChoiceNoneKeepsToolsUnparsed) {
+  auto r = parse_chat_request(
+      chat_with(R"("tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none")"),
+      limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_FALSE(r->parse_tools);
+}
+
+TEST(ChatRequest, LargeSeedAndExtremes) {
+  auto r = parse_chat_request(
+      chat_with(
+          R"("seed":18446744073709551615,"temperature":2,"top_p":1,"min_p":0,"max_tokens":4096)"),
+      limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(*r->sampling.seed, ~uint64_t{0});
+}
+
+// ---- chat: malformed --------------------------------------------------------------------------
+
+TEST(ChatRequest, MalformedBodies) {
+  expect_chat_error("", "empty");
+  expect_chat_error("{", "not valid JSON");
+  expect_chat_error("{\"messages\": [}", "not valid JSON");
+  expect_chat_error("[1,2]", "must be a JSON object");
+  expect_chat_error("\"hi\"", "must be a JSON object");
+  expect_chat_error("null", "must be a JSON object");
+  expect_chat_error("{} trailing", "not valid JSON");
+  expect_chat_error(std::string(100, '[') + std::string(100, ']'), "nested deeper");
+  // Invalid UTF-8 inside a string.
+  expect_chat_error("{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}",
+                    "not valid JSON");
+}
+
+TEST(ChatRequest, MessagesMalformed) {
+  expect_chat_error("{}", "'messages' is required");
+  expect_chat_error(R"({"messages":null})", "'messages' is required");
+  expect_chat_error(R"({"messages":"hi"})", "'messages' must be an array");
+  expect_chat_error(R"({"messages":{}})", "'messages' must be an array");
+  expect_chat_error(R"({"messages":[]})", "must not be empty");
+  expect_chat_error(R"({"messages":[1]})", "'messages[0]' must be an object");
+  expect_chat_error(R"({"messages":[{"content":"x"}]})", "'messages[0].role' is required");
+  expect_chat_error(R"({"messages":[{"role":7,"content":"x"}]})",
+                    "'messages[0].role' must be a string");
+  expect_chat_error(R"({"messages":[{"role":"robot","content":"x"}]})",
+                    "must be system, developer");
+  expect_chat_error(R"({"messages":[{"role":"user"}]})", "'messages[0].content' is required");
+  expect_chat_error(R"({"messages":[{"role":"user","content":null}]})",
+                    "'messages[0].content' is required");
+  expect_chat_error(R"({"messages":[{"role":"user","content":5}]})",
+                    "string or an array of content parts");
+  expect_chat_error(R"({"messages":[{"role":"user","content":[5]}]})",
+                    "'messages[0].content[0]' must be a content part");
+  expect_chat_error(R"({"messages":[{"role":"user","content":[{"text":"a"}]}]})",
+                    "'messages[0].content[0].type' is required");
+  expect_chat_error(R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})",
+                    "'messages[0].content[0].text' is required");
+  expect_chat_error(R"({"messages":[{"role":"user","content":[{"type":"text","text":1}]}]})",
+                    "must be a string");
+  expect_chat_error(R"({"messages":[{"role":"user","name":3,"content":"x"}]})",
+                    "'messages[0].name'");
+  expect_chat_error(R"({"messages":[{"role":"user","content":"x"},{"role":"tool","content":"r"}]})",
+                    "'messages[1].tool_call_id' is required");
+}
+
+TEST(ChatRequest, NonTextContentPartsAreRefused) {
+  for (const char* type : {"image_url", "input_audio", "video_url", "file", "image"}) {
+    const std::string body =
+        std::string(
+            R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":")") +
+        type + R"(","x":{}}]}]})";
+    expect_chat_error(body, std::string("content part type '") + type + "' is not supported");
+    expect_chat_error(body, "text-only");
+  }
+  expect_chat_error(R"({"messages":[{"role":"user","content":"x","audio":{"id":"a"}}]})",
+                    "not supported");
+  expect_chat_error(chat_with(R"("modalities":["text","audio"])"), "modalities");
+  expect_chat_error(chat_with(R"("audio":{"voice":"x"})"), "'audio' is not supported");
+}
+
+TEST(ChatRequest, ToolCallsInMessagesMalformed) {
+  expect_chat_error(R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+                    "only allowed for role 'assistant'");
+  expect_chat_error(R"({"messages":[{"role":"assistant","content":"x","tool_calls":{}}]})",
+                    "'messages[0].tool_calls' must be an array");
+  expect_chat_error(R"({"messages":[{"role":"assistant","tool_calls":[{"type":"function"}]}]})",
+                    "'messages[0].tool_calls[0].function' is required");
+  expect_chat_error(
+      R"({"messages":[{"role":"assistant","tool_calls":[{"type":"x","function":{"name":"f"}}]}]})",
+      "must be \"function\"");
+  expect_chat_error(R"({"messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})",
+                    "function.name' is required");
+  expect_chat_error(
+      R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":"{bad"}}]}]})",
+      "JSON object encoded as a string");
+  expect_chat_error(
+      R"({"messages":[{"role":"assistant","tool_calls":[{"function":{"name":"f","arguments":5}}]}]})",
+      "arguments' must be a string");
+}
+
+TEST(ChatRequest, FieldTypesAndRanges) {
+  expect_chat_error(chat_with(R"("model":5)"), "'model' must be a string");
+  expect_chat_error(chat_with(R"("stream":"yes")"), "'stream' must be a boolean");
+  expect_chat_error(chat_with(R"("stream_options":{"include_usage":true})"),
+                    "only allowed when 'stream' is true");
+  expect_chat_error(chat_with(R"("stream":true,"stream_options":[])"),
+                    "'stream_options' must be an object");
+  expect_chat_error(chat_with(R"("stream":true,"stream_options":{"include_usage":1})"),
+                    "include_usage");
+  expect_chat_error(chat_with(R"("max_tokens":"5")"), "'max_tokens' must be an integer");
+  expect_chat_error(chat_with(R"("max_tokens":5.5)"), "'max_tokens' must be an integer");
+  expect_chat_error(chat_with(R"("max_tokens":0)"), "'max_tokens' must be in [1, 4096]");
+  expect_chat_error(chat_with(R"("max_tokens":-3)"), "'max_tokens' must be in");
+  expect_chat_error(chat_with(R"("max_tokens":4097)"), "'max_tokens' must be in");
+  expect_chat_error(chat_with(R"("max_tokens":99999999999999999999)"), "'max_tokens'");
+  expect_chat_error(chat_with(R"("max_tokens":5,"max_completion_tokens":6)"), "disagree");
+  expect_chat_error(chat_with(R"("max_completion_tokens":true)"),
+                    "'max_completion_tokens' must be an integer");
+  expect_chat_error(chat_with(R"("temperature":"hot")"), "'temperature' must be a number");
+  expect_chat_error(chat_with(R"("temperature":-0.1)"), "'temperature' must be in");
+  expect_chat_error(chat_with(R"("temperature":2.5)"), "'temperature' must be in");
+  expect_chat_error(chat_with(R"("top_p":0)"), "'top_p' must be in (0");
+  expect_chat_error(chat_with(R"("top_p":1.01)"), "'top_p' must be in");
+  expect_chat_error(chat_with(R"("top_k":-2)"), "'top_k' must be in");
+  expect_chat_error(chat_with(R"("top_k":1.5)"), "'top_k' must be an integer");
+  expect_chat_error(chat_with(R"("min_p":1.5)"), "'min_p' must be in");
+  expect_chat_error(chat_with(R"("seed":"1")"), "'seed' must be an integer");
+  expect_chat_error(chat_with(R"("seed":1.5)"), "'seed' must be an integer");
+  expect_chat_error(chat_with(R"("n":2)"), "'n' must be 1");
+  expect_chat_error(chat_with(R"("n":0)"), "'n' must be in");
+  expect_chat_error(chat_with(R"("n":"1")"), "'n' must be an integer");
+  expect_chat_error(chat_with(R"("best_of":3)"), "'best_of'");
+  expect_chat_error(chat_with(R"("presence_penalty":0.5)"), "'presence_penalty' is not supported");
+  expect_chat_error(chat_with(R"("frequency_penalty":-1)"), "'frequency_penalty' is not supported");
+  expect_chat_error(chat_with(R"("frequency_penalty":"x")"), "must be a number");
+  expect_chat_error(chat_with(R"("repetition_penalty":1.1)"),
+                    "'repetition_penalty' is not supported");
+  expect_chat_error(chat_with(R"("logit_bias":{"5":10})"), "'logit_bias' is not supported");
+  expect_chat_error(chat_with(R"("logit_bias":[1])"), "'logit_bias' must be an object");
+  expect_chat_error(chat_with(R"("ignore_eos":1)"), "'ignore_eos' must be a boolean");
+}
+
+TEST(ChatRequest, StopMalformed) {
+  expect_chat_error(chat_with(R"("stop":5)"), "'stop' must be a string or an array of strings");
+  expect_chat_error(chat_with(R"("stop":{"a":1})"), "'stop' must be a string or an array");
+  expect_chat_error(chat_with(R"("stop":["a",1])"), "'stop[1]' must be a string");
+  expect_chat_error(chat_with(R"("stop":["a","b","c","d","e"])"), "at most 4");
+  expect_chat_error(chat_with(R"("stop":"")"), "must not be empty");
+  expect_chat_error(chat_with(R"("stop":["x",""])"), "must not be empty");
+  expect_chat_error(chat_with("\"stop\":\"" + std::string(2000, 'x') + "\""),
+                    "longer than 1024 bytes");
+}
+
+TEST(ChatRequest, LogprobsMalformed) {
+  expect_chat_error(chat_with(R"("logprobs":1)"), "'logprobs' must be a boolean");
+  expect_chat_error(chat_with(R"("logprobs":true,"top_logprobs":21)"),
+                    "'top_logprobs' must be in [0, 20]");
+  expect_chat_error(chat_with(R"("logprobs":true,"top_logprobs":-1)"), "'top_logprobs' must be in");
+  expect_chat_error(chat_with(R"("top_logprobs":2)"), "requires 'logprobs': true");
+  expect_chat_error(chat_with(R"("logprobs":true,"top_logprobs":"2")"), "must be an integer");
+}
+
+TEST(ChatRequest, ToolsMalformed) {
+  expect_chat_error(chat_with(R"("tools":{})"), "'tools' must be an array");
+  expect_chat_error(chat_with(R"("tools":[1])"), "'tools[0]' must be an object");
+  expect_chat_error(chat_with(R"("tools":[{"function":{"name":"f"}}])"),
+                    "'tools[0].type' is required");
+  expect_chat_error(chat_with(R"("tools":[{"type":"retrieval","function":{"name":"f"}}])"),
+                    "must be \"function\"");
+  expect_chat_error(chat_with(R"("tools":[{"type":"function"}])"),
+                    "'tools[0].function' is required");
+  expect_chat_error(chat_with(R"("tools":[{"type":"function","function":"f"}])"),
+                    "must be an object");
+  expect_chat_error(chat_with(R"("tools":[{"type":"function","function":{}}])"),
+                    "function.name' is required");
+  expect_chat_error(chat_with(R"("tools":[{"type":"function","function":{"name":""}}])"),
+                    "must not be empty");
+  expect_chat_error(
+      chat_with(R"("tools":[{"type":"function","function":{"name":"f","parameters":[]}}])"),
+      "parameters' must be an object");
+  expect_chat_error(
+      chat_with(R"("tools":[{"type":"function","function":{"name":"f","description":1}}])"),
+      "description' must be a string");
+  expect_chat_error(chat_with(R"("tool_choice":"required")"), "\"required\" is not supported");
+  expect_chat_error(chat_with(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
+                    "naming a function is not supported");
+  expect_chat_error(chat_with(R"("tool_choice":"sometimes")"), "must be \"auto\" or \"none\"");
+  expect_chat_error(chat_with(R"("tool_choice":3)"), "'tool_choice' must be a string");
+  expect_chat_error(chat_with(R"("parallel_tool_calls":"yes")"), "must be a boolean");
+}
+
+TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
+  expect_chat_error(chat_with(R"("response_format":{"type":"json_object"})"),
+                    "'json_object' is not supported");
+  expect_chat_error(chat_with(R"("response_format":"json")"),
+                    "'response_format' must be an object");
+  expect_chat_error(chat_with(R"("response_format":{})"), "'response_format.type' is required");
+  expect_chat_error(chat_with(R"("chat_template_kwargs":[])"),
+                    "'chat_template_kwargs' must be an object");
+  expect_chat_error(chat_with(R"("chat_template_kwargs":{"enable_thinking":"no"})"),
+                    "must be a boolean");
+  expect_chat_error(chat_with(R"("chat_template_kwargs":{"foo":1})"),
+                    "'chat_template_kwargs.foo' is not supported");
+  auto on =
+      parse_chat_request(chat_with(R"("chat_template_kwargs":{"enable_thinking":true})"), limits());
+  ASSERT_TRUE(on.ok()) << on.error_message();
+  EXPECT_EQ(on->enable_thinking, 1);
+}
+
+// ---- completions ------------------------------------------------------------------------------
+
+TEST(CompletionRequest, PromptForms) {
+  auto s = parse_completion_request(R"({"prompt":"hello","max_tokens":3})", limits());
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(s->has_token_prompt);
+  EXPECT_EQ(s->prompt_text, "hello");
+  EXPECT_EQ(*s->max_tokens, 3);
+
+  auto one = parse_completion_request(R"({"prompt":["hello"]})", limits());
+  ASSERT_TRUE(one.ok()) << one.error_message();
+  EXPECT_EQ(one->prompt_text, "hello");
+
+  auto ids = parse_completion_request(R"({"prompt":[1,2,511]})", limits());
+  ASSERT_TRUE(ids.ok()) << ids.error_message();
+  EXPECT_TRUE(ids->has_token_prompt);
+  EXPECT_EQ(ids->prompt_tokens, (std::vector<int32_t>{1, 2, 511}));
+
+  auto nested = parse_completion_request(R"({"prompt":[[7,8]]})", limits());
+  ASSERT_TRUE(nested.ok()) << nested.error_message();
+  EXPECT_EQ(nested->prompt_tokens, (std::vector<int32_t>{7, 8}));
+
+  auto lp =
+      parse_completion_request(R"({"prompt":"x","logprobs":2,"echo":false,"suffix":""})", limits());
+  ASSERT_TRUE(lp.ok()) << lp.error_message();
+  EXPECT_TRUE(lp->logprobs);
+  EXPECT_EQ(lp->top_logprobs, 2);
+  auto lp0 = parse_completion_request(R"({"prompt":"x","logprobs":0})", limits());
+  ASSERT_TRUE(lp0.ok()) << lp0.error_message();
+  EXPECT_TRUE(lp0->logprobs);
+  EXPECT_EQ(lp0->top_logprobs, 0);
+}
+
+TEST(CompletionRequest, Malformed) {
+  expect_completion_error("", "empty");
+  expect_completion_error("nope", "not valid JSON");
+  expect_completion_error("[]", "must be a JSON object");
+  expect_completion_error("{}", "'prompt' is required");
+  expect_completion_error(R"({"prompt":null})", "'prompt' is required");
+  expect_completion_error(R"({"prompt":5})", "'prompt' must be a string or an array");
+  expect_completion_error(R"({"prompt":{}})", "'prompt' must be a string or an array");
+  expect_completion_error(R"({"prompt":""})", "'prompt' must not be empty");
+  expect_completion_error(R"({"prompt":[""]})", "'prompt' must not be empty");
+  expect_completion_error(R"({"prompt":[]})", "must not be an empty array");
+  expect_completion_error(R"({"prompt":["a","b"]})", "exactly one prompt");
+  expect_completion_error(R"({"prompt":[[1],[2]]})", "exactly one prompt");
+  expect_completion_error(R"({"prompt":[[]]})", "'prompt[0]' must not be empty");
+  expect_completion_error(R"({"prompt":[1,"a"]})", "'prompt[1]' must be an integer");
+  expect_completion_error(R"({"prompt":[1.5]})", "'prompt[0]' must be a string, an integer");
+  expect_completion_error(R"({"prompt":[true]})", "'prompt[0]' must be a string, an integer");
+  expect_completion_error(R"({"prompt":[1,512]})", "'prompt[1]' must be in [0, 511]");
+  expect_completion_error(R"({"prompt":[-1]})", "'prompt[0]' must be in");
+  expect_completion_error(R"({"prompt":[[1,99999999999]]})", "'prompt[0][1]'");
+  expect_completion_error(R"({"prompt":"x","echo":true})", "'echo' is not supported");
+  expect_completion_error(R"({"prompt":"x","echo":"no"})", "'echo' must be a boolean");
+  expect_completion_error(R"({"prompt":"x","suffix":"tail"})", "'suffix' is not supported");
+  expect_completion_error(R"({"prompt":"x","suffix":3})", "'suffix' must be a string");
+  expect_completion_error(R"({"prompt":"x","logprobs":true})", "'logprobs' must be an integer");
+  expect_completion_error(R"({"prompt":"x","logprobs":21})", "'logprobs' must be in [0, 20]");
+  expect_completion_error(R"({"prompt":"x","n":3})", "'n' must be 1");
+  expect_completion_error(R"({"prompt":"x","max_tokens":0})", "'max_tokens' must be in");
+  expect_completion_error(R"({"prompt":"x","stop":[1]})", "'stop[0]' must be a string");
+  expect_completion_error(R"({"prompt":"x","temperature":[]})", "'temperature' must be a number");
+}
+
+// ---- StopMatcher ------------------------------------------------------------------------------
+
+TEST(StopMatcher, NoStopsPassesThrough) {
+  StopMatcher m({});
+  EXPECT_EQ(m.push("abc"), "abc");
+  EXPECT_EQ(m.flush(), "");
+  EXPECT_FALSE(m.stopped());
+}
+
+TEST(StopMatcher, HoldsBackPartialMatchesAndCutsAcrossPushes) {
+  StopMatcher m({"END"});
+  EXPECT_EQ(m.push("hello E"), "hello ");
+  EXPECT_EQ(m.push("N"), "");
+  EXPECT_EQ(m.push("D tail"), "");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(m.matched_index(), 0);
+  EXPECT_EQ(m.rest(), " tail");
+  EXPECT_EQ(m.push("more"), "");
+  EXPECT_EQ(m.flush(), "");
+}
+
+TEST(StopMatcher, FalseStartIsReleased) {
+  StopMatcher m({"END"});
+  EXPECT_EQ(m.push("xEN"), "x");
+  EXPECT_EQ(m.push("x"), "ENx");
+  EXPECT_EQ(m.push("E"), "");
+  EXPECT_EQ(m.flush(), "E");
+  EXPECT_FALSE(m.stopped());
+}
+
+TEST(StopMatcher, EarliestMatchWinsThenLongest) {
+  StopMatcher m({"cd", "bcd", "b"});
+  EXPECT_EQ(m.push("abcde"), "a");
+  EXPECT_EQ(m.matched_index(), 1);  // "bcd" and "b" both start at 1; the longer wins
+  StopMatcher m2({"xyz", "a"});
+  EXPECT_EQ(m2.push("123a xyz"), "123");
+  EXPECT_EQ(m2.matched_index(), 1);
+}
+
+TEST(StopMatcher, MatchInsideOnePush) {
+  StopMatcher m({"\n\n"});
+  EXPECT_EQ(m.push("line\n\nnext"), "line");
+  EXPECT_TRUE(m.stopped());
+}
+
+TEST(StopMatcher, MultibyteStops) {
+  StopMatcher m({"\xC3\xA9t\xC3\xA9"});  // "été"
+  EXPECT_EQ(m.push("un \xC3\xA9"), "un ");
+  EXPECT_EQ(m.push("t"), "");
+  EXPECT_EQ(m.push("\xC3\xA9!"), "");
+  EXPECT_TRUE(m.stopped());
+}
+
+// ---- tool calls -------------------------------------------------------------------------------
+
+const char* kXmlCall =
+    "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+    "</tool_call>";
+
+TEST(ToolCalls, SplitWholeReply) {
+  auto [content, calls] = split_tool_calls(std::string("Let me check.\n") + kXmlCall, true);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(calls[0].arguments_json), json({{"city", "Paris"}}));
+  EXPECT_FALSE(calls[0].id.empty());
+  EXPECT_EQ(content, "Let me check.");
+
+  auto [c2, none] = split_tool_calls(std::string("Let me check.\n") + kXmlCall, false);
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(c2, std::string("Let me check.\n") + kXmlCall);
+
+  auto [c3, none3] = split_tool_calls("plain text", true);
+  EXPECT_TRUE(none3.empty());
+  EXPECT_EQ(c3, "plain text");
+}
+
+TEST(ToolCalls, TypedByTheRequestsTools) {
+  const std::string text =
+      "<tool_call>\n<function=set>\n<parameter=code>\n42\n</parameter>\n</function>\n</tool_call>";
+  const json tools =
+      json::parse(R"([{"type":"function","function":{"name":"set","parameters":{"type":"object",)"
+                  R"("properties":{"code":{"type":"string"}}}}}])");
+  auto [c1, typed] = split_tool_calls(text, true, tools);
+  ASSERT_EQ(typed.size(), 1u);
+  EXPECT_EQ(json::parse(typed[0].arguments_json), json({{"code", "42"}}));
+  ToolCallSplitter s(tools);
+  EXPECT_EQ(s.push(text), "");
+  auto [c2, streamed] = s.finish();
+  ASSERT_EQ(streamed.size(), 1u);
+  EXPECT_EQ(json::parse(streamed[0].arguments_json), json({{"code", "42"}}));
+}
+
+TEST(ToolCalls, JsonForm) {
+  auto [content, calls] = split_tool_calls(
+      "<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1, \"b\": 2}}\n</tool_call>", true);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "add");
+  EXPECT_EQ(json::parse(calls[0].arguments_json), json({{"a", 1}, {"b", 2}}));
+  EXPECT_EQ(content, "");
+}
+
+TEST(ToolCalls, StreamingSplitter) {
+  ToolCallSplitter s;
+  std::string shown;
+  const std::string text = std::string("Sure. ") + kXmlCall;
+  for (size_t i = 0; i < text.size(); i += 3) shown += s.push(text.substr(i, 3));
+  auto [tail, calls] = s.finish();
+  EXPECT_EQ(shown, "Sure. ");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(tail,
+            "");  // only the buffered part (from the marker on) is parsed; shown text stays shown
+}
+
+TEST(ToolCalls, StreamingSplitterKeepsUnparsableText) {
+  ToolCallSplitter s;
+  std::string shown = s.push("a <tool_call> not really");
+  auto [tail, calls] = s.finish();
+  EXPECT_TRUE(calls.empty());
+  EXPECT_EQ(shown + tail, "a <tool_call> not really");
+}
+
+TEST(ToolCalls, Json) {
+  std::vector<ToolCall> calls = {{"call_1", "f", "{\"x\":1}"}};
+  json j = tool_calls_json(calls, true);
+  EXPECT_EQ(j[0]["id"], "call_1");
+  EXPECT_EQ(j[0]["type"], "function");
+  EXPECT_EQ(j[0]["function"]["name"], "f");
+  EXPECT_EQ(j[0]["function"]["arguments"], "{\"x\":1}");
+  EXPECT_EQ(j[0]["index"], 0);
+  json resp = chat_completion_json("id", 1, "m", "", calls, "tool_calls", nullptr, {3, 2, 1});
+  EXPECT_TRUE(resp["choices"][0]["message"]["content"].is_null());
+  EXPECT_EQ(resp["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(resp["choices"][0]["message"]["tool_calls"].size(), 1u);
+}
+
+// ---- JSON shapes ------------------------------------------------------------------------------
+
+TEST(ResponseJson, UsageAndErrors) {
+  json u = usage_json({10, 4, 6});
+  EXPECT_EQ(u["prompt_tokens"], 10);
+  EXPECT_EQ(u["completion_tokens"], 4);
+  EXPECT_EQ(u["total_tokens"], 14);
+  EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"], 6);
+  json e = error_json("bad", "invalid_request_error", "x");
+  EXPECT_EQ(e["error"]["message"], "bad");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(e["error"]["code"], "x");
+  EXPECT_TRUE(error_json("bad", "t")["error"]["code"].is_null());
+}
+
+TEST(ResponseJson, InvalidUtf8IsReplacedNotThrown) {
+  const std::string s = dump_json(json{{"t", std::string("a\xff"
+                                                         "b")}});
+  EXPECT_NE(s.find("\xEF\xBF\xBD"), std::string::npos);
+  EXPECT_EQ(sse_event(json{{"a", 1}}), "data: {\"a\":1}\n\n");
+}
+
+TEST(ResponseJson, ChunksAndIds) {
+  json c = chat_chunk_json("id", 5, "m", {{"content", "x"}}, nullptr, nullptr);
+  EXPECT_EQ(c["object"], "chat.completion.chunk");
+  EXPECT_EQ(c["choices"][0]["delta"]["content"], "x");
+  EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+  json u = chat_usage_chunk_json("id", 5, "m", {1, 2, 0});
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(u["usage"]["total_tokens"], 3);
+  json t = completion_json("id", 5, "m", "txt", "length", nullptr, {1, 1, 0});
+  EXPECT_EQ(t["object"], "text_completion");
+  EXPECT_EQ(t["choices"][0]["text"], "txt");
+  EXPECT_NE(random_id("chatcmpl-"), random_id("chatcmpl-"));
+  EXPECT_EQ(random_id("cmpl-").rfind("cmpl-", 0), 0u);
+}
+
+const Tokenizer& trained() {
+  static const Tokenizer tok = [] {
+    BpeTrainOptions opt;
+    opt.n_merges = 200;
+    auto t =
+        Tokenizer::from_json(train_bpe_tokenizer_json(builtin_training_text(), opt), "trained");
+    EXPECT_TRUE(t.ok()) << t.error_message();
+    return std::move(t).value();
+  }();
+  return tok;
+}
+
+TEST(ResponseJson, Logprobs) {
+  const Tokenizer& tok = trained();
+  const auto ids = tok.encode("Hello world");
+  ASSERT_GE(ids.size(), 2u);
+  std::vector<TokenLogprob> lps = {{ids[0], -0.5f, {{ids[0], -0.5f}, {ids[1], -1.5f}}},
+                                   {ids[1], -0.25f, {{ids[1], -0.25f}, {ids[0], -2.0f}}}};
+  json c = chat_logprobs_json(tok, lps);
+  ASSERT_EQ(c["content"].size(), 2u);
+  EXPECT_EQ(c["content"][0]["token"], tok.token_bytes(ids[0]));
+  EXPECT_FLOAT_EQ(c["content"][0]["logprob"].get<float>(), -0.5f);
+  EXPECT_EQ(c["content"][0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(c["content"][0]["bytes"].size(), tok.token_bytes(ids[0]).size());
+  json t = completion_logprobs_json(tok, lps, true, 0);
+  EXPECT_EQ(t["tokens"].size(), 2u);
+  EXPECT_EQ(t["token_logprobs"].size(), 2u);
+  EXPECT_EQ(t["top_logprobs"][1].size(), 2u);
+  EXPECT_EQ(t["text_offset"][1], static_cast<int64_t>(tok.token_bytes(ids[0]).size()));
+  EXPECT_TRUE(completion_logprobs_json(tok, lps, false, 0)["top_logprobs"].is_null());
+}
+
+// ---- metrics ----------------------------------------------------------------------------------
+
+TEST(Metrics, PrometheusHasEveryCacheFieldAndHistograms) {
+  ServerMetrics sm;
+  sm.count_response("/v1/completions", 200);
+  sm.count_response("/v1/completions", 429);
+  sm.observe_request(12.0, 340.0);
+  EngineMetrics em;
+  em.requests_finished = 3;
+  em.requests_cancelled = 1;
+  em.cache.lookups = 7;
+  em.cache.bytes_pages = 4096;
+  em.cache.over_budget = true;
+  const std::string page = sm.prometheus(em);
+  for (const char* line :
+       {"rewind_requests_total{outcome=\"finished\"} 3",
+        "rewind_requests_total{outcome=\"cancelled\"} 1",
+        "rewind_cache_lookups_total 7",
+        "rewind_cache_hits_exact_total 0",
+        "rewind_cache_hits_extension_total 0",
+        "rewind_cache_hits_checkpoint_total 0",
+        "rewind_cache_misses_total 0",
+        "rewind_cache_tokens_reused_total 0",
+        "rewind_cache_tokens_rerun_total 0",
+        "rewind_cache_lost_to_spacing_total 0",
+        "rewind_cache_evictions_nodes_total 0",
+        "rewind_cache_evictions_snapshots_total 0",
+        "rewind_cache_thinned_snapshots_total 0",
+        "rewind_cache_inserts_total 0",
+        "rewind_cache_over_budget_events_total 0",
+        "rewind_cache_bytes_pages 4096",
+        "rewind_cache_bytes_snapshots 0",
+        "rewind_cache_budget_bytes 0",
+        "rewind_cache_pages 0",
+        "rewind_cache_snapshots 0",
+        "rewind_cache_nodes 0",
+        "rewind_cache_active_leases 0",
+        "rewind_cache_over_budget 1",
+        "rewind_requests_running 0",
+        "rewind_requests_queued 0",
+        "rewind_time_to_first_token_seconds_bucket{le=\"0.025\"} 1",
+        "rewind_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1",
+        "rewind_request_duration_seconds_bucket{le=\"0.25\"} 0",
+        "rewind_request_duration_seconds_bucket{le=\"0.5\"} 1",
+        "rewind_request_duration_seconds_count 1",
+        "rewind_http_responses_total{endpoint=\"/v1/completions\",status=\"429\"} 1",
+        "# TYPE rewind_request_duration_seconds histogram"})
+    EXPECT_NE(page.find(line), std::string::npos) << "missing: " << line << "\n" << page;
+}
+
+TEST(Metrics, CacheJson) {
+  EngineMetrics em;
+  em.cache.budget_bytes = 100;
+  em.cache.bytes_pages = 10;
+  em.cache.bytes_snapshots = 5;
+  em.cache.hits_exact = 2;
+  em.recent.push_back({9, 100, 80, 64, 36, 16, "checkpoint"});
+  BatchEngineOptions opt;
+  json j = cache_json(em, opt);
+  EXPECT_EQ(j["budget_bytes"], 100);
+  EXPECT_EQ(j["bytes"]["total"], 15);
+  EXPECT_EQ(j["hits"]["exact"], 2);
+  ASSERT_EQ(j["recent"].size(), 1u);
+  EXPECT_EQ(j["recent"][0]["diverged_at"], 80);
+  EXPECT_EQ(j["recent"][0]["resumed_at"], 64);
+  EXPECT_EQ(j["recent"][0]["rerun_tokens"], 36);
+  EXPECT_EQ(j["recent"][0]["lost_to_spacing"], 16);
+  EXPECT_EQ(j["recent"][0]["hit"], "checkpoint");
+}
+
+}  // namespace
+}  // namespace rw
