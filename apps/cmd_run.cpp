@@ -2,7 +2,6 @@
 // the chosen sampler, streaming valid UTF-8 to stdout; then prints load time, prefill and
 // decode throughput (or one JSON object with --json).
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -10,37 +9,12 @@
 #include "args.h"
 #include "commands.h"
 #include "rewind/sample/sampler.h"
+#include "rewind/server/generation_defaults.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw::app {
 
 namespace {
-
-// Stop ids: generation_config.json eos_token_id (int or list), else config.json's, else the
-// tokenizer's <|im_end|> / <|endoftext|>.
-std::set<int32_t> stop_ids(const std::string& dir, const Model& m, const Tokenizer& tok) {
-  std::set<int32_t> ids;
-  std::ifstream f(dir + "/generation_config.json");
-  if (f) {
-    std::stringstream ss;
-    ss << f.rdbuf();
-    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (!j.is_discarded() && j.is_object() && j.contains("eos_token_id")) {
-      const auto& e = j["eos_token_id"];
-      if (e.is_number_integer()) ids.insert(e.get<int32_t>());
-      if (e.is_array())
-        for (auto& v : e)
-          if (v.is_number_integer()) ids.insert(v.get<int32_t>());
-    }
-  }
-  if (ids.empty())
-    for (auto e : m.config().eos_token_ids) ids.insert(static_cast<int32_t>(e));
-  if (ids.empty()) {
-    for (const char* s : {"<|im_end|>", "<|endoftext|>"})
-      if (tok.token_id(s) >= 0) ids.insert(tok.token_id(s));
-  }
-  return ids;
-}
 
 std::string json_escape(const std::string& s) { return nlohmann::json(s).dump(); }
 
@@ -100,7 +74,7 @@ int cmd_run(int argc, char** argv) {
   for (int32_t t : prompt)
     if (t >= m.config().vocab_size)
       return fail("tokenizer id " + std::to_string(t) + " is outside the model's vocab");
-  const std::set<int32_t> stops = stop_ids(dir, m, tok.value());
+  const std::set<int32_t> stops = load_generation_defaults(dir, m.config(), tok.value()).stop_ids;
 
   SamplingParams sp;
   sp.temperature = static_cast<float>(temp.value());

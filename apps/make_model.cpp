@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "rewind/chat/chat_template.h"
 #include "rewind/io/safetensors.h"
 #include "rewind/tensor/dtype.h"
 #include "rewind/tokenizer/tokenizer.h"
@@ -30,11 +31,11 @@ struct Shape {
 };
 
 Result<Shape> preset(const std::string& name) {
-  if (name == "tiny") return Shape{"qwen3_5", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 128, 0, 0, 0, 0, false, 1e7, 249};
+  if (name == "tiny") return Shape{"qwen3_5", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 128, 0, 0, 0, 0, false, 1e7, 247};
   if (name == "qwen3.5-moe-tiny")
-    return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 249};
+    return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
   if (name == "qwen3-next-tiny")
-    return Shape{"qwen3_next", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 249};
+    return Shape{"qwen3_next", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
   if (name == "qwen3.5-mini")  // small real-ratio shape for cache benchmarks on slow machines
     return Shape{"qwen3_5", 4096, 256, 8, 4, 2, 64, 4, 4, 64, 64, 4, 768, 0, 0, 0, 0, true, 1e7, 2000};
   if (name == "qwen3.5-0.8b")
@@ -89,11 +90,6 @@ struct Tensors {
   }
 };
 
-const char* kChatTemplate =
-    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
-    "{{- '<|im_start|>assistant\\n' }}{%- endif %}";
-
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
@@ -122,7 +118,7 @@ int cmd_make_model(int argc, char** argv) {
   BpeTrainOptions topt;
   topt.n_merges = static_cast<int32_t>(S.n_merges);
   topt.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
-                         "<tool_call>", "</tool_call>"};
+                         "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"};
   const std::string tok_json = train_bpe_tokenizer_json(builtin_training_text(), topt);
   auto tok = Tokenizer::from_json(tok_json, "tokenizer.json");
   if (!tok.ok()) return fail(tok.error_message());
@@ -288,7 +284,7 @@ int cmd_make_model(int argc, char** argv) {
   };
   nlohmann::json tcfg = {{"tokenizer_class", "Qwen2Tokenizer"}, {"bos_token", nullptr},
                          {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"},
-                         {"model_max_length", 262144}, {"chat_template", kChatTemplate},
+                         {"model_max_length", 262144}, {"chat_template", rewind_chatml_template()},
                          {"add_prefix_space", false}};
   nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
   if (!write("config.json", cfg.dump(2) + "\n") || !write("tokenizer.json", tok_json) ||

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main command: set up, build, write the built-in default model (seeded random
-# weights, preset "tiny") if it is not there yet, and run a prompt through it.
-# Extra arguments go to `rewind run` (for example -n 64 --temperature 0.8).
+# weights, preset "tiny") if it is not there yet, and start the OpenAI-compatible server on it
+# (it prints a curl line to try). Extra arguments go to `rewind serve` (e.g. --port 9000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -11,4 +11,4 @@ if [ ! -f "$model/model.safetensors" ]; then
   mkdir -p models
   build/release/rewind make-model --preset tiny --seed 42 --out "$model"
 fi
-build/release/rewind run --model "$model" --prompt "The quick brown fox" -n 32 --ignore-eos "$@"
+exec build/release/rewind serve --model "$model" "$@"
