@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "rewind/chat/jinja_internal.h"
+#include "rewind/tokenizer/text.h"
 
 namespace rw::jinja {
 
@@ -47,21 +48,7 @@ bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+  rw::text::append_utf8(out, static_cast<char32_t>(cp));
 }
 
 int hex_value(char c) {
