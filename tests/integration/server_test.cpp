@@ -820,5 +820,50 @@ TEST_F(ServerTest, OpenAiNodeClient) {
   EXPECT_NE(out.find("ok: all"), std::string::npos) << out;
 }
 
+// Cache through the API: a conversation whose third user message is edited resumes from the
+// newest checkpoint before the edit (cached_tokens and /v1/cache show it), and its greedy reply
+// equals the reply a freshly started server gives to the same request.
+TEST(ServerCache, EditedThirdUserMessageResumesAndMatchesFreshServer) {
+  auto conv = [](const std::string& third) {
+    return json{{"model", "tiny"},
+                {"max_tokens", 6},
+                {"temperature", 0},
+                {"messages",
+                 json::array({{{"role", "system"}, {"content", "You answer questions about old lighthouses and the sea."}},
+                              {{"role", "user"}, {"content", "Tell me about the oldest lighthouse you know, and why it was built where it stands."}},
+                              {{"role", "assistant"}, {"content", "It stands on a rocky point; ships kept wrecking there in winter storms."}},
+                              {{"role", "user"}, {"content", "How did the keepers live there through the long winters, with supplies so far away?"}},
+                              {{"role", "assistant"}, {"content", "They stored food in autumn and kept the lamp lit every night until spring."}},
+                              {{"role", "user"}, {"content", third}}})}};
+  };
+  const int interval = 16;
+  auto a = Server::start({"--checkpoint-interval", std::to_string(interval)});
+  ASSERT_NE(a, nullptr);
+  const Http first = post(*a, "/v1/chat/completions",
+                          conv("What did they do when the lamp failed on a stormy night at sea?"));
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json edited = conv("What did they do when the lamp failed on a calm night in the harbour?");
+  const Http second = post(*a, "/v1/chat/completions", edited);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const int prompt = second.j()["usage"]["prompt_tokens"].get<int>();
+  const int cached = second.j()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  const Http c = curl(*a, "GET", "/v1/cache");
+  ASSERT_EQ(c.status, 200);
+  const json last = c.j()["recent"].back();
+  const int diverged = last["diverged_at"].get<int>();
+  EXPECT_EQ(last["resumed_at"].get<int>(), cached);
+  EXPECT_GT(cached, prompt / 2) << "the first two turns must come from the cache";
+  EXPECT_LE(cached, diverged);
+  EXPECT_LT(diverged - cached, interval) << "resumed from the newest checkpoint before the edit";
+  EXPECT_EQ(last["rerun_tokens"].get<int>(), prompt - cached);
+  // A freshly started server gives the same greedy reply.
+  auto b = Server::start({});
+  ASSERT_NE(b, nullptr);
+  const Http fresh = post(*b, "/v1/chat/completions", edited);
+  ASSERT_EQ(fresh.status, 200) << fresh.body;
+  EXPECT_EQ(fresh.j()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
+  EXPECT_EQ(fresh.j()["choices"], second.j()["choices"]);
+}
+
 }  // namespace
 }  // namespace rw
