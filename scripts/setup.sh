@@ -7,7 +7,7 @@ PKGS=(
   cmake ninja-build g++ pkg-config
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev
-  clang-format
+  clang-format clang libclang-rt-14-dev
   libcpp-httplib-dev curl nodejs
 )
 

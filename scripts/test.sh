@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: set up, build, run every test (ctest -j2).
+# The README's test command: set up, build, run every test (ctest -j2), then run the fuzz
+# targets briefly (REWIND_FUZZ_SECONDS per target, default 15).
 # Usage: scripts/test.sh [release|debug]   (debug = ASan + UBSan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,3 +11,7 @@ scripts/build.sh "$preset"
 (cd tests/integration/openai_client && (npm ci --no-audit --no-fund || npm install --no-audit --no-fund)) ||
   echo "test.sh: warning: npm could not install tests/integration/openai_client; ServerTest.OpenAiNodeClient will fail" >&2
 ctest --preset "$preset" -j2
+# The parsers' libFuzzer targets, briefly (release runs only; the debug preset is already slow).
+if [ "$preset" = release ]; then
+  scripts/fuzz.sh "${REWIND_FUZZ_SECONDS:-15}"
+fi

@@ -57,8 +57,14 @@ TEST_P(Golden, CliLogitsMatchesFp64Reference) {
   const auto exp = read_json(dir + "/expected_logits.json");
   const auto tokens = exp["tokens"].get<std::vector<int32_t>>();
   std::string toks, pos;
-  for (size_t i = 0; i < tokens.size(); ++i) toks += (i ? "," : "") + std::to_string(tokens[i]);
-  for (auto& p : exp["positions"]) pos += (pos.empty() ? "" : ",") + std::to_string(p.get<int>());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i) toks += ',';
+    toks += std::to_string(tokens[i]);
+  }
+  for (auto& p : exp["positions"]) {
+    if (!pos.empty()) pos += ',';
+    pos += std::to_string(p.get<int>());
+  }
   int rc = 0;
   const std::string out = test::run_command(std::string(REWIND_BINARY) + " logits --model " + dir +
                                                 " --tokens " + toks + " --positions " + pos + " -t 2",

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (build/fuzz) and runs each for a short time from the
+# project's seed inputs. Usage: scripts/fuzz.sh [seconds per target, default 15]
+# The test command (scripts/test.sh) runs it briefly; run it longer by hand when changing a parser.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-15}"
+CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DREWIND_BUILD_FUZZ=ON \
+  -DREWIND_BUILD_TESTS=OFF >/dev/null
+ninja -C build/fuzz fuzz_safetensors fuzz_tokenizer fuzz_openai_request fuzz_chat_template >/dev/null
+seeds=build/fuzz/seeds
+mkdir -p "$seeds"/{safetensors,tokenizer,openai,chat}
+cp tests/data/qwen35-tiny/qwen3_5/model.safetensors "$seeds/safetensors/" 2>/dev/null || true
+printf '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stop":["x"],"tools":[]}' \
+  > "$seeds/openai/chat.json"
+printf '{"prompt":"hello","max_tokens":3,"logprobs":2}' > "$seeds/openai/completion.json"
+printf '{%% for m in messages %%}{{ m.role }}: {{ m.content | trim }}\n{%% endfor %%}' > "$seeds/chat/t1.jinja"
+printf 'Hello <|im_start|>world 123 \xc3\xa9\n' > "$seeds/tokenizer/text.txt"
+status=0
+for t in safetensors:safetensors tokenizer:tokenizer openai_request:openai chat_template:chat; do
+  bin="build/fuzz/tests/fuzz/fuzz_${t%%:*}"
+  corpus="build/fuzz/corpus_${t%%:*}"
+  mkdir -p "$corpus"
+  echo "fuzz: ${t%%:*} for ${secs}s"
+  if ! "$bin" -max_total_time="$secs" -max_len=65536 -print_final_stats=0 "$corpus" "$seeds/${t##*:}" \
+      > "build/fuzz/${t%%:*}.log" 2>&1; then
+    echo "fuzz: ${t%%:*} FAILED (see build/fuzz/${t%%:*}.log)" >&2
+    tail -30 "build/fuzz/${t%%:*}.log" >&2
+    status=1
+  fi
+done
+exit $status
