@@ -52,6 +52,14 @@ class Resolver {
     return RowBlock{v->data + static_cast<size_t>(r0 * cols) * dtype_size(v->dtype), v->dtype, n,
                     nullptr};
   }
+  // Row blocks stacked into one matrix of `cols` columns.
+  static WeightSource stacked(int64_t cols, DType file_dtype, std::vector<RowBlock> blocks) {
+    WeightSource w;
+    w.cols = cols;
+    w.file_dtype = file_dtype;
+    w.blocks = std::move(blocks);
+    return w;
+  }
   // Small tensor converted to f32, with f applied elementwise.
   template <typename F>
   static WeightSource owned(const TensorView* v, int64_t rows, int64_t cols, F f) {
@@ -182,16 +190,16 @@ Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig
         REWIND_TRY(auto* qkvz, R.need(ap + "in_proj_qkvz.weight", {Hk * blk, H}));
         REWIND_TRY(auto* ba, R.need(ap + "in_proj_ba.weight", {2 * Hv, H}));
         in.file_dtype = qkvz->dtype;
-        for (int64_t g = 0; g < Hk; ++g) in.blocks.push_back(Resolver::rows_of(qkvz, g * blk, dk, H));
-        for (int64_t g = 0; g < Hk; ++g)
-          in.blocks.push_back(Resolver::rows_of(qkvz, g * blk + dk, dk, H));
-        for (int64_t g = 0; g < Hk; ++g)
-          in.blocks.push_back(Resolver::rows_of(qkvz, g * blk + 2 * dk, r * dv, H));
-        for (int64_t g = 0; g < Hk; ++g)
-          in.blocks.push_back(Resolver::rows_of(qkvz, g * blk + 2 * dk + r * dv, r * dv, H));
-        for (int64_t g = 0; g < Hk; ++g) in.blocks.push_back(Resolver::rows_of(ba, g * 2 * r, r, H));
-        for (int64_t g = 0; g < Hk; ++g)
-          in.blocks.push_back(Resolver::rows_of(ba, g * 2 * r + r, r, H));
+        // One slice of every key-head group, for all groups in order.
+        auto slices = [&](const TensorView* t, int64_t group_rows, int64_t at, int64_t n) {
+          for (int64_t g = 0; g < Hk; ++g) in.blocks.push_back(Resolver::rows_of(t, g * group_rows + at, n, H));
+        };
+        slices(qkvz, blk, 0, dk);                     // q
+        slices(qkvz, blk, dk, dk);                    // k
+        slices(qkvz, blk, 2 * dk, r * dv);            // v
+        slices(qkvz, blk, 2 * dk + r * dv, r * dv);   // z
+        slices(ba, 2 * r, 0, r);                      // b
+        slices(ba, 2 * r, r, r);                      // a
       } else {
         REWIND_TRY(auto* qkv, R.need(ap + "in_proj_qkv.weight", {c.conv_dim(), H}));
         REWIND_TRY(auto* z, R.need(ap + "in_proj_z.weight", {c.value_dim(), H}));
@@ -217,12 +225,10 @@ Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig
       REWIND_TRY(auto* q, R.need(ap + "q_proj.weight", {nh * 2 * D, H}));
       REWIND_TRY(auto* k, R.need(ap + "k_proj.weight", {nkv * D, H}));
       REWIND_TRY(auto* v, R.need(ap + "v_proj.weight", {nkv * D, H}));
-      WeightSource qkv;
-      qkv.cols = H;
-      qkv.file_dtype = q->dtype;
-      qkv.blocks = {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
-                    Resolver::rows_of(v, 0, nkv * D, H)};
-      ws.map_[cp + "qkv"] = std::move(qkv);
+      ws.map_[cp + "qkv"] = Resolver::stacked(
+          H, q->dtype,
+          {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
+           Resolver::rows_of(v, 0, nkv * D, H)});
       REWIND_TRY(auto* qn, R.need(ap + "q_norm.weight", {D}));
       REWIND_TRY(auto* kn, R.need(ap + "k_norm.weight", {D}));
       ws.map_[cp + "q_norm"] = Resolver::owned(qn, 1, D, plus1);
@@ -232,62 +238,37 @@ Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig
     }
 
     const std::string mp = lp + "mlp.";
+    // SwiGLU of width F from `src`{gate,up,down}_proj.weight into `dst`{gate_up, down}.
+    auto swiglu = [&](const std::string& src, const std::string& dst, int64_t F) -> Status {
+      REWIND_TRY(auto* g, R.need(src + "gate_proj.weight", {F, H}));
+      REWIND_TRY(auto* u, R.need(src + "up_proj.weight", {F, H}));
+      REWIND_TRY(auto* d, R.need(src + "down_proj.weight", {H, F}));
+      ws.map_[dst + "gate_up"] =
+          Resolver::stacked(H, g->dtype, {Resolver::rows_of(g, 0, F, H), Resolver::rows_of(u, 0, F, H)});
+      ws.map_[dst + "down"] = Resolver::view(d, H, F);
+      return Ok{};
+    };
     if (!c.layer_is_moe(il)) {
-      const int64_t I = c.intermediate_size;
-      REWIND_TRY(auto* g, R.need(mp + "gate_proj.weight", {I, H}));
-      REWIND_TRY(auto* u, R.need(mp + "up_proj.weight", {I, H}));
-      REWIND_TRY(auto* d, R.need(mp + "down_proj.weight", {H, I}));
-      WeightSource gu;
-      gu.cols = H;
-      gu.file_dtype = g->dtype;
-      gu.blocks = {Resolver::rows_of(g, 0, I, H), Resolver::rows_of(u, 0, I, H)};
-      ws.map_[cp + "gate_up"] = std::move(gu);
-      ws.map_[cp + "down"] = Resolver::view(d, H, I);
+      REWIND_TRY_STATUS(swiglu(mp, cp, c.intermediate_size));
     } else {
       const int64_t E = c.n_expert, Im = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
       REWIND_TRY(auto* router, R.need(mp + "gate.weight", {E, H}));
       ws.map_[cp + "router"] = Resolver::view(router, E, H);
       if (tensors.find(mp + "experts.gate_up_proj")) {
+        // Fused 3-D experts: gate = the first Im rows of gate_up_proj[e], up = the next Im.
         REWIND_TRY(auto* gu, R.need(mp + "experts.gate_up_proj", {E, 2 * Im, H}));
         REWIND_TRY(auto* dn, R.need(mp + "experts.down_proj", {E, H, Im}));
         for (int64_t e = 0; e < E; ++e) {
           const std::string ep = cp + "e" + std::to_string(e) + ".";
-          WeightSource w;
-          w.cols = H;
-          w.file_dtype = gu->dtype;
-          w.blocks = {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)};
-          ws.map_[ep + "gate_up"] = std::move(w);
-          WeightSource d;
-          d.cols = Im;
-          d.file_dtype = dn->dtype;
-          d.blocks = {Resolver::rows_of(dn, e * H, H, Im)};
-          ws.map_[ep + "down"] = std::move(d);
+          ws.map_[ep + "gate_up"] = Resolver::stacked(H, gu->dtype, {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)});
+          ws.map_[ep + "down"] = Resolver::stacked(Im, dn->dtype, {Resolver::rows_of(dn, e * H, H, Im)});
         }
       } else {
-        for (int64_t e = 0; e < E; ++e) {
-          const std::string xp = mp + "experts." + std::to_string(e) + ".";
-          const std::string ep = cp + "e" + std::to_string(e) + ".";
-          REWIND_TRY(auto* g, R.need(xp + "gate_proj.weight", {Im, H}));
-          REWIND_TRY(auto* u, R.need(xp + "up_proj.weight", {Im, H}));
-          REWIND_TRY(auto* d, R.need(xp + "down_proj.weight", {H, Im}));
-          WeightSource w;
-          w.cols = H;
-          w.file_dtype = g->dtype;
-          w.blocks = {Resolver::rows_of(g, 0, Im, H), Resolver::rows_of(u, 0, Im, H)};
-          ws.map_[ep + "gate_up"] = std::move(w);
-          ws.map_[ep + "down"] = Resolver::view(d, H, Im);
-        }
+        for (int64_t e = 0; e < E; ++e)
+          REWIND_TRY_STATUS(swiglu(mp + "experts." + std::to_string(e) + ".", cp + "e" + std::to_string(e) + ".", Im));
       }
-      REWIND_TRY(auto* sg, R.need(mp + "shared_expert.gate_proj.weight", {Is, H}));
-      REWIND_TRY(auto* su, R.need(mp + "shared_expert.up_proj.weight", {Is, H}));
-      REWIND_TRY(auto* sd, R.need(mp + "shared_expert.down_proj.weight", {H, Is}));
+      REWIND_TRY_STATUS(swiglu(mp + "shared_expert.", cp + "sh.", Is));
       REWIND_TRY(auto* sgate, R.need(mp + "shared_expert_gate.weight", {1, H}));
-      WeightSource w;
-      w.cols = H;
-      w.file_dtype = sg->dtype;
-      w.blocks = {Resolver::rows_of(sg, 0, Is, H), Resolver::rows_of(su, 0, Is, H)};
-      ws.map_[cp + "sh.gate_up"] = std::move(w);
-      ws.map_[cp + "sh.down"] = Resolver::view(sd, H, Is);
       ws.map_[cp + "sh.gate"] = Resolver::view(sgate, 1, H);
     }
   }

@@ -214,6 +214,25 @@ json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
 
 // ---- whole responses and chunks ----
 
+namespace {
+
+// {"id", "object", "created", "model", "choices": [choice]} (+ "usage" when given).
+json envelope(const std::string& id, const char* object, int64_t created, const std::string& model,
+              json choices, const UsageCounts* usage) {
+  json j = {{"id", id}, {"object", object}, {"created", created}, {"model", model},
+            {"choices", std::move(choices)}};
+  if (usage) j["usage"] = usage_json(*usage);
+  return j;
+}
+
+// The one choice of n = 1: {"index": 0, key: value, "logprobs", "finish_reason"}.
+json one_choice(const char* key, json value, const json& logprobs, const json& finish_reason) {
+  return json::array({{{"index", 0}, {key, std::move(value)}, {"logprobs", logprobs},
+                       {"finish_reason", finish_reason}}});
+}
+
+}  // namespace
+
 json chat_completion_json(const std::string& id, int64_t created, const std::string& model,
                           const std::string& content, const std::vector<ToolCall>& calls,
                           const std::string& finish_reason, const json& logprobs,
@@ -221,66 +240,38 @@ json chat_completion_json(const std::string& id, int64_t created, const std::str
   json msg = {{"role", "assistant"},
               {"content", content.empty() && !calls.empty() ? json(nullptr) : json(content)}};
   if (!calls.empty()) msg["tool_calls"] = tool_calls_json(calls, false);
-  return {{"id", id},
-          {"object", "chat.completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"index", 0},
-                                    {"message", std::move(msg)},
-                                    {"logprobs", logprobs},
-                                    {"finish_reason", finish_reason}}})},
-          {"usage", usage_json(usage)}};
+  return envelope(id, "chat.completion", created, model,
+                  one_choice("message", std::move(msg), logprobs, finish_reason), &usage);
 }
 
 json chat_chunk_json(const std::string& id, int64_t created, const std::string& model,
                      const json& delta, const json& finish_reason, const json& logprobs) {
-  return {{"id", id},
-          {"object", "chat.completion.chunk"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"index", 0},
-                                    {"delta", delta},
-                                    {"logprobs", logprobs},
-                                    {"finish_reason", finish_reason}}})}};
+  return envelope(id, "chat.completion.chunk", created, model,
+                  one_choice("delta", delta, logprobs, finish_reason), nullptr);
 }
 
 json chat_usage_chunk_json(const std::string& id, int64_t created, const std::string& model,
                            const UsageCounts& usage) {
-  return {{"id", id},       {"object", "chat.completion.chunk"}, {"created", created},
-          {"model", model}, {"choices", json::array()},          {"usage", usage_json(usage)}};
+  return envelope(id, "chat.completion.chunk", created, model, json::array(), &usage);
 }
 
 json completion_json(const std::string& id, int64_t created, const std::string& model,
                      const std::string& text, const std::string& finish_reason,
                      const json& logprobs, const UsageCounts& usage) {
-  return {{"id", id},
-          {"object", "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"index", 0},
-                                    {"text", text},
-                                    {"logprobs", logprobs},
-                                    {"finish_reason", finish_reason}}})},
-          {"usage", usage_json(usage)}};
+  return envelope(id, "text_completion", created, model,
+                  one_choice("text", text, logprobs, finish_reason), &usage);
 }
 
 json completion_chunk_json(const std::string& id, int64_t created, const std::string& model,
                            const std::string& text, const json& finish_reason,
                            const json& logprobs) {
-  return {{"id", id},
-          {"object", "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"index", 0},
-                                    {"text", text},
-                                    {"logprobs", logprobs},
-                                    {"finish_reason", finish_reason}}})}};
+  return envelope(id, "text_completion", created, model,
+                  one_choice("text", text, logprobs, finish_reason), nullptr);
 }
 
 json completion_usage_chunk_json(const std::string& id, int64_t created, const std::string& model,
                                  const UsageCounts& usage) {
-  return {{"id", id},       {"object", "text_completion"}, {"created", created},
-          {"model", model}, {"choices", json::array()},    {"usage", usage_json(usage)}};
+  return envelope(id, "text_completion", created, model, json::array(), &usage);
 }
 
 std::string sse_event(const json& j) {
