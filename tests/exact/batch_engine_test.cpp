@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/engine.h"
@@ -109,10 +110,20 @@ TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
   auto a = eng.submit(longr, col.cb());
   auto b = eng.submit(shortr, col.cb());
   ASSERT_TRUE(a.ok() && b.ok());
+  // Cancel while it is running (it has produced tokens), not while it waits in the queue.
+  for (int i = 0; i < 20000; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(col.mu);
+      if (!col.tokens[a.value()].empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   eng.cancel(a.value());
   col.wait(2);
   std::unique_lock<std::mutex> lock(col.mu);
   EXPECT_EQ(col.final_ev[a.value()].finish, FinishReason::Cancelled);
+  EXPECT_FALSE(col.tokens[a.value()].empty());
+  EXPECT_LT(col.tokens[a.value()].size(), 4000u);
   EXPECT_EQ(col.final_ev[b.value()].finish, FinishReason::Length);
   EXPECT_EQ(col.tokens[b.value()].size(), 5u);
   lock.unlock();

@@ -121,35 +121,41 @@ TEST_P(CacheResumeExact, ExactRepeatRerunsOneToken) {
 TEST_P(CacheResumeExact, ResumeSharesPagesWithoutCopying) {
   Model& m = test::cached_model(test::fixture_dir(GetParam()));
   PrefixCache::Options o;
-  o.policy.interval = 64;
   PrefixCache cache(o);
   std::mt19937_64 rng(11);
   auto prompt = test::random_tokens(rng, 200, m.config().vocab_size);
   SequenceState a = m.new_state();
   std::vector<std::shared_ptr<const Snapshot>> snaps;
   std::vector<float> logits;
-  for (int64_t pos = 0; pos < 200; pos += 64) {
-    const int64_t end = std::min<int64_t>(200, pos + 64);
+  for (int64_t pos = 0; pos < 200; pos += 48) {  // snapshots at 48, 96, 144, 192, 200
+    const int64_t end = std::min<int64_t>(200, pos + 48);
     SeqInput in{&a, std::span<const int32_t>(prompt.data() + pos, static_cast<size_t>(end - pos)), {}};
     ASSERT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &logits, nullptr).ok());
     snaps.push_back(a.take_snapshot());
   }
   cache.insert(prompt, a.pages(), snaps);
   auto edited = prompt;
-  edited[150] = (edited[150] + 1) % static_cast<int32_t>(m.config().vocab_size);
+  edited[170] = (edited[170] + 1) % static_cast<int32_t>(m.config().vocab_size);
   auto r = cache.lookup(edited);
-  ASSERT_EQ(r.resume_pos, 128);
-  ASSERT_EQ(r.pages.size(), 2u);
+  ASSERT_EQ(r.resume_pos, 144);
+  ASSERT_EQ(r.pages.size(), 3u);  // page 2 (positions 128..191) is only partly used by the resume
   const long uses_before = a.pages()[0].use_count();
   SequenceState b = m.new_state();
   b.resume(r.pages, r.snapshot.get(), r.resume_pos);
-  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(b.pages()[i].get(), a.pages()[i].get()) << "page " << i;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(b.pages()[i].get(), a.pages()[i].get()) << "page " << i;
   EXPECT_EQ(a.pages()[0].use_count(), uses_before + 1);
-  // Appending at 128 starts a new page: the shared ones stay shared.
-  SeqInput in{&b, std::span<const int32_t>(edited.data() + 128, 72), {71}};
+  const int64_t kv = m.state_shape().kv_dim;
+  std::vector<float> k_before(static_cast<size_t>(kv)), k_after(static_cast<size_t>(kv));
+  a.read_k(0, 170, k_before.data());
+  // Appending at 144 writes into the shared, partly filled page 2: b copies it first; the full
+  // pages stay shared and a's rows are untouched.
+  SeqInput in{&b, std::span<const int32_t>(edited.data() + 144, 56), {55}};
   ASSERT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &logits, nullptr).ok());
   EXPECT_EQ(b.pages()[0].get(), a.pages()[0].get());
   EXPECT_EQ(b.pages()[1].get(), a.pages()[1].get());
+  EXPECT_NE(b.pages()[2].get(), a.pages()[2].get());
+  a.read_k(0, 170, k_after.data());
+  EXPECT_EQ(k_before, k_after);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CacheResumeExact, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
