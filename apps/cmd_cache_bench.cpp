@@ -196,7 +196,7 @@ int cmd_cache_bench(int argc, char** argv) {
       req.max_tokens = static_cast<int32_t>(n_gen.value());
       req.keep_first_logits = true;
       req.anchor = step.anchor;
-      if (w.name == "chat" && !history.empty()) {
+      if (!history.empty()) {
         req.prompt = history;
         req.boundaries = step.boundaries;
         req.boundaries.push_back(static_cast<int64_t>(history.size()));  // new message start
@@ -217,7 +217,7 @@ int cmd_cache_bench(int argc, char** argv) {
                                     r.first_logits.size() * sizeof(float)) == 0 &&
                         r.output == b->output;
       all_identical = all_identical && same;
-      if (w.name == "chat") {
+      if (step.extend_with_reply) {
         history = req.prompt;
         history.insert(history.end(), r.output.begin(), r.output.end());
       }

@@ -146,7 +146,7 @@ int cmd_make_model(int argc, char** argv) {
   };
 
   vecf(P + "embed_tokens.weight", {S.V, S.H}, 0.0f, 1.0f);
-  const int64_t KD = S.Hk * S.dk, VD = S.Hv * S.dv, CD = 2 * KD + VD, r = S.Hv / S.Hk;
+  const int64_t KD = S.Hk * S.dk, VD = S.Hv * S.dv, CD = 2 * KD + VD;
   nlohmann::json layer_types = nlohmann::json::array();
   for (int64_t il = 0; il < S.L; ++il) {
     const bool full = (il + 1) % 4 == 0;
@@ -212,7 +212,6 @@ int cmd_make_model(int argc, char** argv) {
   }
   vecf(P + "norm.weight", {S.H}, 0.0f, 0.1f);
   if (!S.tied) lin("lm_head.weight", S.V, S.H);
-  (void)r;
 
   // Tensors go out sorted by name, as safetensors writers do.
   std::vector<size_t> order(T.names.size());

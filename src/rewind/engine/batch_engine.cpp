@@ -305,6 +305,7 @@ void BatchEngine::step() {
     TokenEvent ev;
   };
   std::vector<Done> done;
+  std::vector<int32_t> idx;  // top_logprobs scratch, reused across the step's rows
   for (size_t i = 0; i < who.size(); ++i) {
     Seq& s = *who[i];
     const float* lg = nullptr;
@@ -338,7 +339,7 @@ void BatchEngine::step() {
       const double lse = mx + std::log(sum);
       ev.logprob = static_cast<float>(lg[tok] - lse);
       if (s.req.top_logprobs > 0) {
-        std::vector<int32_t> idx(static_cast<size_t>(nv));
+        idx.resize(static_cast<size_t>(nv));
         for (int32_t v = 0; v < nv; ++v) idx[v] = v;
         const int32_t k = std::min(s.req.top_logprobs, nv);
         std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),

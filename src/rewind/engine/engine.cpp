@@ -54,6 +54,12 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
   std::vector<int64_t> cuts;
   if (cache_) cuts = opt_.cache.policy.cut_points(p, n, req.boundaries);
   const bool recurrent = model_.config().n_linear_layers() > 0;
+  auto snapshot = [&] {  // every checkpoint taken for this request is counted and timed
+    const double ts = now_ms();
+    snaps.push_back(st.take_snapshot());
+    rep.snapshot_ms += now_ms() - ts;
+    ++rep.snapshots_taken;
+  };
   std::vector<float> logits;
   size_t ci = 0;
   int64_t pos = p;
@@ -65,12 +71,7 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
     if (end == n) in.logit_rows = {static_cast<int32_t>(end - pos - 1)};
     REWIND_TRY_STATUS(model_.forward(std::span<SeqInput>(&in, 1), &logits, pool_));
     pos = end;
-    if (cache_ && recurrent && ci < cuts.size() && cuts[ci] == pos) {
-      const double ts = now_ms();
-      snaps.push_back(st.take_snapshot());
-      rep.snapshot_ms += now_ms() - ts;
-      ++rep.snapshots_taken;
-    }
+    if (cache_ && recurrent && ci < cuts.size() && cuts[ci] == pos) snapshot();
   }
 
   Sampler sampler(req.sampling);
@@ -87,11 +88,11 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
     history.push_back(next);
     // Grid checkpoints crossed while decoding.
     if (cache_ && recurrent && opt_.cache.policy.interval > 0 && st.n_pos() % opt_.cache.policy.interval == 0)
-      snaps.push_back(st.take_snapshot());
+      snapshot();
   }
   // The end of the generated reply is a checkpoint (a follow-up turn extends through it).
   if (cache_ && recurrent && st.n_pos() > n && (snaps.empty() || snaps.back()->pos != st.n_pos()))
-    snaps.push_back(st.take_snapshot());
+    snapshot();
   if (cache_ && req.publish) cache_->insert(history, st.pages(), snaps, req.anchor);
   hit.reset();  // release the lease
   rep.total_ms = now_ms() - t0;

@@ -362,7 +362,6 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
         SequenceState& st = *batch[s].state;
         const int64_t t0 = off[s], p0 = st.n_pos();
         par_rows(off[s + 1] - t0, [&](int64_t b, int64_t e) {
-          std::vector<float> qh(static_cast<size_t>(D));
           for (int64_t i = b; i < e; ++i) {
             float* row = qkv + (t0 + i) * NQ;
             const int64_t pos = p0 + i;
@@ -458,31 +457,37 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
       matmul(xn, T, H, L.shared_gate, sg, 1, pool);
       std::vector<int32_t> sel(static_cast<size_t>(T * k));
       std::vector<float> wsel(static_cast<size_t>(T * k));
-      for (int64_t t = 0; t < T; ++t) {
-        const float* l = rl + t * E;
-        float mx = -INFINITY;
-        for (int64_t e = 0; e < E; ++e) mx = std::max(mx, l[e]);
+      par_rows(T, [&](int64_t tb, int64_t te) {
         std::vector<float> p(static_cast<size_t>(E));
-        float sum = 0.0f;
-        for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
-        for (int64_t e = 0; e < E; ++e) p[e] = p[e] / sum;
         std::vector<int32_t> idx(static_cast<size_t>(E));
-        std::iota(idx.begin(), idx.end(), 0);
-        std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
-        float wsum = 0.0f;
-        for (int64_t j = 0; j < k; ++j) wsum += p[idx[j]];
-        for (int64_t j = 0; j < k; ++j) {
-          sel[t * k + j] = idx[j];
-          wsel[t * k + j] = c.norm_topk_prob ? p[idx[j]] / wsum : p[idx[j]];
+        for (int64_t t = tb; t < te; ++t) {
+          const float* l = rl + t * E;
+          float mx = -INFINITY;
+          for (int64_t e = 0; e < E; ++e) mx = std::max(mx, l[e]);
+          float sum = 0.0f;
+          for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+          for (int64_t e = 0; e < E; ++e) p[e] = p[e] / sum;
+          std::iota(idx.begin(), idx.end(), 0);
+          // Top k by probability, ties to the lower expert id (the order of a stable sort).
+          std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+            return p[a] > p[b] || (p[a] == p[b] && a < b);
+          });
+          float wsum = 0.0f;
+          for (int64_t j = 0; j < k; ++j) wsum += p[idx[j]];
+          for (int64_t j = 0; j < k; ++j) {
+            sel[t * k + j] = idx[j];
+            wsel[t * k + j] = c.norm_topk_prob ? p[idx[j]] / wsum : p[idx[j]];
+          }
         }
-      }
+      });
+      // Slots (row * k + rank) routed to each expert, in slot order.
+      std::vector<std::vector<int64_t>> routed(static_cast<size_t>(E));
+      for (int64_t i = 0; i < T * k; ++i) routed[sel[i]].push_back(i);
       // Expert outputs per (row, slot).
       I.slots.reserve_at_least(static_cast<size_t>(T * k * H));
       float* slots = I.slots.data();
       for (int64_t e = 0; e < E; ++e) {
-        std::vector<int64_t> rows;  // row*k + slot
-        for (int64_t i = 0; i < T * k; ++i)
-          if (sel[i] == e) rows.push_back(i);
+        const std::vector<int64_t>& rows = routed[e];
         if (rows.empty()) continue;
         const int64_t m = static_cast<int64_t>(rows.size());
         I.moe_in.reserve_at_least(static_cast<size_t>(m * H));
@@ -496,15 +501,17 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
           std::memcpy(slots + rows[i] * H, eout + i * H, static_cast<size_t>(H) * sizeof(float));
       }
       swiglu_ffn(L.dense, xn, T, out);  // shared expert
-      for (int64_t t = 0; t < T; ++t) {
-        const float g = sigmoid(sg[t]);
-        float* o = out + t * H;
-        for (int64_t i = 0; i < H; ++i) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < k; ++j) acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
-          o[i] = acc + g * o[i];
+      par_rows(T, [&](int64_t tb, int64_t te) {
+        for (int64_t t = tb; t < te; ++t) {
+          const float g = sigmoid(sg[t]);
+          float* o = out + t * H;
+          for (int64_t i = 0; i < H; ++i) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < k; ++j) acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
+            o[i] = acc + g * o[i];
+          }
         }
-      }
+      });
     }
     par_rows(T, [&](int64_t b, int64_t e) {
       for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];

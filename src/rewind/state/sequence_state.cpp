@@ -86,7 +86,7 @@ void SequenceState::trim_to(int64_t n) {
                                        std::to_string(n_pos_));
   n_pos_ = n;
   const int64_t keep = (n + shape_.page_tokens - 1) / shape_.page_tokens;
-  pages_.resize(static_cast<size_t>(keep));
+  if (keep < n_pages()) pages_.resize(static_cast<size_t>(keep));
 }
 
 void SequenceState::prepare_append(int64_t n_new) {
