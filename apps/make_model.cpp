@@ -183,8 +183,10 @@ int cmd_make_model(int argc, char** argv) {
         "       rewind make-model --from DIR --noise SIGMA [--seed N] --out DIR\n"
         "  --mtp          also write the multi-token-prediction head (mtp.*)\n"
         "  --layers N     number of decoder layers (default: the preset's)\n"
-        "  --layer-types  one of full|linear per layer (default: every 4th layer full)\n"
-        "  --from/--noise copy DIR adding SIGMA * rms(w) * N(0,1) to each float weight\n");
+        "  --layer-types  one of full|linear per layer (default: every 4th layer full;\n"
+        "                 all full for tiny-dense)\n"
+        "  --from/--noise copy DIR adding SIGMA * rms(w) * N(0,1) to each float weight\n"
+        "                 but A_log (same dtype); other files are copied unchanged\n");
     return 0;
   }
   if (args->has("--from")) {
