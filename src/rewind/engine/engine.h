@@ -15,11 +15,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "rewind/base/result.h"
 #include "rewind/cache/prefix_cache.h"
+#include "rewind/engine/speculative.h"
 #include "rewind/model/model.h"
 #include "rewind/sample/sampler.h"
 
@@ -45,6 +47,7 @@ struct GenerateRequest {
   std::set<int32_t> stop_ids;
   bool publish = true;      // publish prompt + reply into the cache
   bool keep_first_logits = false;
+  SpecConfig spec;          // speculative decoding (kind Off: plain decoding)
 };
 
 struct RequestReport {
@@ -60,12 +63,16 @@ struct RequestReport {
   double snapshot_ms = 0;       // time spent taking snapshots
   std::vector<int32_t> output;  // generated tokens (the stop token included if hit)
   std::vector<float> first_logits;  // logits the first token was sampled from (if asked)
+  SpecStats spec;                   // speculative rounds (all zero when off)
 };
 
 class Engine {
  public:
   Engine(Model& model, ThreadPool* pool, const EngineOptions& opt);
   Result<RequestReport> generate(const GenerateRequest& req);
+  // The state of the last generate() call's sequence (after its last consumed token), for
+  // tests that compare states bit for bit; null before the first call.
+  const SequenceState* last_state() const { return last_state_ ? &*last_state_ : nullptr; }
   // Null when the cache is off.
   const PrefixCache* cache() const { return cache_.get(); }
   const EngineOptions& options() const { return opt_; }
@@ -75,6 +82,7 @@ class Engine {
   ThreadPool* pool_;
   EngineOptions opt_;
   std::unique_ptr<PrefixCache> cache_;
+  std::optional<SequenceState> last_state_;
 };
 
 }  // namespace rw
