@@ -865,5 +865,58 @@ TEST(ServerCache, EditedThirdUserMessageResumesAndMatchesFreshServer) {
   EXPECT_EQ(fresh.j()["choices"], second.j()["choices"]);
 }
 
+// ---- speculative decoding -----------------------------------------------------------------------
+
+TEST(ServerSpec, PerRequestSpeculationMatchesPlainAndShowsInMetrics) {
+  // The model as its own draft: every draft is accepted, and greedy text must not change.
+  auto srv = Server::start({"--api-key", kKey, "--spec", "draft:" + model_dir(), "--draft-k", "3"});
+  ASSERT_NE(srv, nullptr);
+  const json base = {{"ignore_eos", true}};
+  auto text = [&](json extra) {
+    for (auto it = base.begin(); it != base.end(); ++it) extra[it.key()] = it.value();
+    const Http h = post(*srv, "/v1/completions", completion_body("The cat sat on the", 20, extra));
+    EXPECT_EQ(h.status, 200) << h.body;
+    return h.status == 200 ? h.j()["choices"][0]["text"].get<std::string>() : std::string("<error>");
+  };
+  const std::string plain = text({{"speculative", "off"}});
+  EXPECT_EQ(metric(*srv, "rewind_spec_drafted_tokens_total"), 0);
+  EXPECT_EQ(text(json::object()), plain);  // the server default: the draft model
+  const double drafted = metric(*srv, "rewind_spec_drafted_tokens_total");
+  EXPECT_GT(drafted, 0);
+  EXPECT_EQ(metric(*srv, "rewind_spec_accepted_tokens_total"), drafted);
+  EXPECT_EQ(metric(*srv, "rewind_spec_acceptance_rate"), 1.0);
+  EXPECT_EQ(text({{"speculative", {{"method", "ngram"}, {"k", 2}}}}), plain);
+  EXPECT_EQ(text({{"speculative", {{"method", "draft"}, {"k", 5}}}}), plain);
+  // Streaming with speculation: the same text, token events in order.
+  json sb = completion_body("The cat sat on the", 20, {{"stream", true}, {"ignore_eos", true}});
+  const Http st = post(*srv, "/v1/completions", sb);
+  ASSERT_EQ(st.status, 200);
+  std::string streamed;
+  for (const std::string& d : sse_data(st.body))
+    if (d != "[DONE]") streamed += json::parse(d)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, plain);
+  // Refused with 400 and a JSON error: no MTP head, an unknown method, k out of range.
+  for (const json& bad : {json{{"speculative", "mtp"}}, json{{"speculative", "bogus"}},
+                          json{{"speculative", {{"method", "ngram"}, {"k", 0}}}},
+                          json{{"speculative", true}}}) {
+    const Http h = post(*srv, "/v1/completions", completion_body("x", 2, bad));
+    EXPECT_EQ(h.status, 400) << bad.dump() << " " << h.body;
+    EXPECT_TRUE(h.j().contains("error")) << h.body;
+  }
+  EXPECT_EQ(text({{"speculative", false}}), plain);
+}
+
+TEST(ServerSpec, BadSpecOptionsFail) {
+  int rc = 0;
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --spec mtp 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("MTP"), std::string::npos) << out;
+  const std::string out2 = test::run_command(
+      std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --spec wrong 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out2.find("--spec"), std::string::npos) << out2;
+}
+
 }  // namespace
 }  // namespace rw

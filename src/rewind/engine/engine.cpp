@@ -77,11 +77,17 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
   }
 
   Sampler sampler(req.sampling);
+  const int32_t nv = opt_.sample_vocab > 0 && opt_.sample_vocab < V ? opt_.sample_vocab
+                                                                     : static_cast<int32_t>(V);
   std::vector<int32_t>& out = rep.output;
   std::vector<int32_t> history = req.prompt;  // tokens consumed by the state
   const int64_t interval = cache_ && recurrent ? opt_.cache.policy.interval : 0;
   if (req.keep_first_logits) rep.first_logits = logits;
-  out.push_back(sampler.sample(logits.data(), static_cast<int32_t>(V)));
+  auto emit = [&](int32_t t) {
+    out.push_back(t);
+    if (req.on_token) req.on_token(t);
+  };
+  emit(sampler.sample(logits.data(), nv));
   rep.ttft_ms = now_ms() - t0;
   std::optional<SpecSequence> spec;
   if (req.spec.kind != SpecKind::Off) spec.emplace(model_, req.spec);
@@ -99,7 +105,7 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
           spec->abort();
           return fs.error();
         }
-        o = spec->commit(logits.data(), V, static_cast<int32_t>(V), sampler, req.stop_ids,
+        o = spec->commit(logits.data(), V, nv, sampler, req.stop_ids,
                          interval, pool_);
       } catch (const std::exception& e) {
         spec->abort();  // the sequence is back at its last committed state
@@ -108,7 +114,7 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
       }
       history.push_back(last);
       history.insert(history.end(), o.tokens.begin(), o.tokens.end() - 1);
-      out.insert(out.end(), o.tokens.begin(), o.tokens.end());
+      for (int32_t t : o.tokens) emit(t);
       for (auto& sn : o.snaps) {
         snaps.push_back(std::move(sn));
         ++rep.snapshots_taken;
@@ -120,7 +126,7 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
     history.push_back(last);
     // Grid checkpoints crossed while decoding.
     if (interval > 0 && st.n_pos() % interval == 0) snapshot();
-    out.push_back(sampler.sample(logits.data(), static_cast<int32_t>(V)));
+    emit(sampler.sample(logits.data(), nv));
   }
   if (spec) rep.spec = spec->stats();
   // The end of the generated reply is a checkpoint (a follow-up turn extends through it).

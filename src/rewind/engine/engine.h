@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -33,6 +34,7 @@ struct EngineOptions {
   bool cache_enabled = true;
   PrefixCache::Options cache;   // budget, page size, checkpoint policy
   int64_t prefill_chunk = 512;  // max tokens per forward during prefill
+  int32_t sample_vocab = 0;     // ids >= this are never sampled (tokenizer size); 0: all
 };
 
 struct GenerateRequest {
@@ -48,6 +50,9 @@ struct GenerateRequest {
   bool publish = true;      // publish prompt + reply into the cache
   bool keep_first_logits = false;
   SpecConfig spec;          // speculative decoding (kind Off: plain decoding)
+  // Called on the calling thread with each generated token, in order, as soon as it is final
+  // (streaming). May be empty.
+  std::function<void(int32_t)> on_token;
 };
 
 struct RequestReport {
@@ -58,7 +63,7 @@ struct RequestReport {
   int64_t lost_to_spacing = 0;  // min(L, n-1) - p
   HitKind kind = HitKind::Miss;
   int64_t snapshots_taken = 0;
-  double ttft_ms = 0;           // request start to first sampled token
+  double ttft_ms = 0;           // request start to first sampled token (prefill included)
   double total_ms = 0;
   double snapshot_ms = 0;       // time spent taking snapshots
   std::vector<int32_t> output;  // generated tokens (the stop token included if hit)

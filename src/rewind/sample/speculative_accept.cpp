@@ -25,12 +25,13 @@ AcceptResult speculative_accept(Sampler& sampler, const float* logits, int64_t l
     const int32_t d = drafts[i];
     const float* q = draft_probs ? draft_probs + i * ld_q : nullptr;
     const double qd = q ? static_cast<double>(q[d]) : 1.0;
+    const double pd = d >= 0 && d < n_vocab ? static_cast<double>(p[d]) : 0.0;  // never sampled
     const double u = sampler.uniform();
-    if (u * qd < static_cast<double>(p[d])) continue;  // accepted: u < p(d) / q(d)
+    if (u * qd < pd) continue;  // accepted: u < p(d) / q(d)
     // Rejected: draw from the residual max(0, p - q).
     if (q) {
       for (int32_t v = 0; v < n_vocab; ++v) p[v] = std::max(0.0f, p[v] - q[v]);
-    } else {
+    } else if (d >= 0 && d < n_vocab) {
       p[d] = 0.0f;
     }
     bool any = false;

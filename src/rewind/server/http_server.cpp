@@ -381,6 +381,15 @@ struct HttpServer::Impl {
     if (!c.ignore_eos) p->sub.stop_ids = defaults.stop_ids;
     p->sub.logprobs = c.logprobs;
     p->sub.top_logprobs = c.top_logprobs;
+    if (!c.speculative.empty()) {
+      p->sub.spec_kind = c.speculative == "off"     ? SpecKind::Off
+                         : c.speculative == "ngram" ? SpecKind::Ngram
+                         : c.speculative == "draft" ? SpecKind::Draft
+                                                    : SpecKind::Mtp;
+    }
+    p->sub.spec_k = c.speculative_k;
+    if (auto sc = resolve_spec(engine.model(), engine.options().spec, p->sub); !sc.ok())
+      return bad_request(sc.error_message());
     p->stop = c.stop;
     p->stream = c.stream;
     p->include_usage = c.include_usage;
