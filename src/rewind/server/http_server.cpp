@@ -66,6 +66,7 @@ struct Plan {
   SubmitRequest sub;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, parse_tools = false;
+  bool think_open = false;  // the rendered prompt ends inside an open <think> block
   json tools;  // the request's tools when parse_tools (types parsed tool-call arguments)
   bool logprobs = false;
   int32_t top_logprobs = 0;
@@ -414,6 +415,11 @@ struct HttpServer::Impl {
     p->sub.prompt = tokenize_chat(tok, rendered.value(), &p->sub.boundaries, &p->sub.anchor);
     p->parse_tools = c.parse_tools;
     if (c.parse_tools) p->tools = json::parse(c.tools.dump());
+    {  // Did the generation prompt open a reasoning block (Qwen3 with thinking on)?
+      std::string_view t = rendered->text;
+      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+      p->think_open = t.size() >= 7 && t.substr(t.size() - 7) == "<think>";
+    }
     return finish_plan(c, p);
   }
 
@@ -470,11 +476,13 @@ struct HttpServer::Impl {
     metrics.observe_request(gen.ttft_ms(), gen.total_ms());
     json body;
     if (plan.chat) {
-      auto [content, calls] = split_tool_calls(text, plan.parse_tools, plan.tools);
+      ReasoningSplitter rs(plan.think_open);
+      ReasoningSplitter::Out a = rs.push(text), b = rs.finish();
+      auto [content, calls] = split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
       const std::string finish = calls.empty() ? gen.finish_reason() : "tool_calls";
       body = chat_completion_json(plan.id, plan.created, opt.model_id, content, calls, finish,
                                   plan.logprobs ? chat_logprobs_json(tok, lps) : json(nullptr),
-                                  gen.usage());
+                                  gen.usage(), a.reasoning + b.reasoning);
     } else {
       body = completion_json(plan.id, plan.created, opt.model_id, text, gen.finish_reason(),
                              plan.logprobs
@@ -492,6 +500,7 @@ struct HttpServer::Impl {
     uint64_t id = 0;
     std::unique_ptr<Generation> gen;
     ToolCallSplitter tools;
+    ReasoningSplitter reasoning;
     bool started = false, finished = false;
     int64_t text_offset = 0;
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
@@ -505,6 +514,7 @@ struct HttpServer::Impl {
     st->id = id;
     st->gen = std::make_unique<Generation>(tok, st->plan->sub.stop_ids, *st->plan);
     st->tools = ToolCallSplitter(st->plan->tools);
+    st->reasoning = ReasoningSplitter(st->plan->think_open);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
@@ -561,11 +571,9 @@ struct HttpServer::Impl {
   std::string chunk_for(Stream& st, Generation::Piece& p) {
     const Plan& plan = *st.plan;
     if (plan.chat) {
-      std::string content = plan.parse_tools ? st.tools.push(p.text) : p.text;
-      if (content.empty() && p.lps.empty()) return {};
-      json lp = p.lps.empty() ? json(nullptr) : chat_logprobs_json(tok, p.lps);
-      return sse_event(chat_chunk_json(plan.id, plan.created, opt.model_id, {{"content", content}},
-                                       nullptr, lp));
+      const ReasoningSplitter::Out r = st.reasoning.push(p.text);
+      return chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content,
+                        p.lps);
     }
     if (p.text.empty() && p.lps.empty()) return {};
     json lp = p.lps.empty()
@@ -575,6 +583,17 @@ struct HttpServer::Impl {
       st.text_offset += static_cast<int64_t>(tok.token_bytes(l.token).size());
     return sse_event(
         completion_chunk_json(plan.id, plan.created, opt.model_id, p.text, nullptr, lp));
+  }
+
+  // One chat chunk with reasoning and/or content (and the token logprobs); "" when empty.
+  std::string chat_delta(const Stream& st, const std::string& reasoning, const std::string& content,
+                         const std::vector<TokenLogprob>& lps) {
+    if (reasoning.empty() && content.empty() && lps.empty()) return {};
+    json delta = json::object();
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!content.empty() || reasoning.empty()) delta["content"] = content;
+    json lp = lps.empty() ? json(nullptr) : chat_logprobs_json(tok, lps);
+    return sse_event(chat_chunk_json(st.plan->id, st.plan->created, opt.model_id, delta, nullptr, lp));
   }
 
   std::string final_chunks(Stream& st) {
@@ -588,6 +607,8 @@ struct HttpServer::Impl {
     const UsageCounts u = st.gen->usage();
     if (plan.chat) {
       std::string finish = st.gen->finish_reason();
+      const ReasoningSplitter::Out r = st.reasoning.finish();
+      out += chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content, {});
       if (plan.parse_tools) {
         auto [content, calls] = st.tools.finish();
         if (!content.empty())
