@@ -744,6 +744,27 @@ TEST_F(ServerTest, DisconnectMidStreamCancels) {
 
 // ---- queue limits and shutdown (servers of their own) -------------------------------------------
 
+TEST_F(ServerTest, DisconnectDuringWholeReplyCancels) {
+  const double cancelled0 = metric(s(), "rewind_requests_total{outcome=\"cancelled\"}");
+  const double generated0 = metric(s(), "rewind_generated_tokens_total");
+  // A non-streaming request: nothing is written until the end, so only the server watching
+  // the socket can notice the client leaving.
+  json longreq = completion_body("A very long story, whole", 30000, {{"ignore_eos", true}});
+  RawClient c(s().port(), "/v1/completions", longreq.dump());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(wait_for([&] { return metric(s(), "rewind_generated_tokens_total") > generated0 ||
+                                    metric(s(), "rewind_requests_running") >= 1; }));
+  std::this_thread::sleep_for(300ms);
+  c.close();
+  EXPECT_TRUE(wait_for([&] {
+    return metric(s(), "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
+  })) << "the client that left was not noticed";
+  EXPECT_TRUE(wait_for([&] { return metric(s(), "rewind_requests_running") == 0; }));
+  EXPECT_LT(metric(s(), "rewind_generated_tokens_total") - generated0, 25000);
+  // The server still serves.
+  EXPECT_EQ(post(s(), "/v1/completions", completion_body("still here", 2)).status, 200);
+}
+
 TEST(ServerLimits, QueueFullIs429) {
   auto srv = Server::start({"--api-key", kKey, "--parallel", "1", "--max-queue", "0"});
   ASSERT_NE(srv, nullptr);

@@ -1,11 +1,16 @@
 #include "rewind/server/http_server.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <mutex>
@@ -56,6 +61,63 @@ struct HttpError {
 
 HttpError bad_request(std::string msg, std::string code = "") {
   return {400, std::move(msg), "invalid_request_error", std::move(code)};
+}
+
+// The socket of a request's connection, found by its addresses (cpp-httplib 0.11 gives a
+// handler no way to learn that its client has gone; newer versions have
+// Request::is_connection_closed). The handler's thread owns the connection while it runs, so
+// the descriptor cannot be closed or reused under it. -1 when not found.
+int connection_fd(const httplib::Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    sockaddr_storage peer{}, self{};
+    socklen_t pl = sizeof peer, sl = sizeof self;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&self), &sl) != 0) continue;
+    auto addr_port = [](const sockaddr_storage& a, std::string* host) {
+      char buf[INET6_ADDRSTRLEN] = {0};
+      if (a.ss_family == AF_INET) {
+        auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+        inet_ntop(AF_INET, &v4->sin_addr, buf, sizeof buf);
+        *host = buf;
+        return static_cast<int>(ntohs(v4->sin_port));
+      }
+      if (a.ss_family == AF_INET6) {
+        auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+        inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof buf);
+        *host = buf;
+        return static_cast<int>(ntohs(v6->sin6_port));
+      }
+      return -1;
+    };
+    std::string ph, sh;
+    if (addr_port(peer, &ph) == req.remote_port && ph == req.remote_addr &&
+        addr_port(self, &sh) == req.local_port) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// True when the peer has closed its side of the connection (or it broke). A client that sends
+// its next request early is still there: unread bytes are peeked, not consumed.
+bool peer_gone(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (p.revents & POLLIN) {
+    char c;
+    return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+  return false;
 }
 
 // Everything about one accepted generation request, fixed before it is submitted.
@@ -337,7 +399,7 @@ struct HttpServer::Impl {
         }
         std::optional<std::string> body = read_body(req, res, reader);
         if (!body) return;
-        handle_generation(chat, *body, res);
+        handle_generation(chat, *body, res, connection_fd(req));
       };
     };
     svr.Post("/v1/chat/completions", generation(true));
@@ -433,7 +495,8 @@ struct HttpServer::Impl {
     return finish_plan(c, p);
   }
 
-  void handle_generation(bool chat, const std::string& body, httplib::Response& res) {
+  // conn_fd: the client's socket (-1 unknown), watched while a non-streaming reply runs.
+  void handle_generation(bool chat, const std::string& body, httplib::Response& res, int conn_fd) {
     auto plan = std::make_shared<Plan>();
     if (auto e = chat ? plan_chat(body, plan.get()) : plan_completion(body, plan.get()))
       return send_error(res, *e);
@@ -456,16 +519,26 @@ struct HttpServer::Impl {
       std::atomic<int>& n;
       ~Done() { --n; }
     } done{in_flight};
-    whole(*plan, *q, id.value(), res);
+    whole(*plan, *q, id.value(), res, conn_fd);
   }
 
-  void whole(const Plan& plan, EventQueue& q, uint64_t id, httplib::Response& res) {
+  void whole(const Plan& plan, EventQueue& q, uint64_t id, httplib::Response& res, int conn_fd) {
     Generation gen(tok, plan.sub.stop_ids, plan);
     std::string text;
     std::vector<TokenLogprob> lps;
+    bool client_gone = false;
+    auto next_check = std::chrono::steady_clock::now();
     while (!gen.done()) {
+      // The client hung up while its whole reply was being generated: free the sequence.
+      if (const auto now = std::chrono::steady_clock::now(); !client_gone && now >= next_check) {
+        next_check = now + std::chrono::milliseconds(200);
+        if (peer_gone(conn_fd)) {
+          client_gone = true;
+          engine.cancel(id);
+        }
+      }
       TokenEvent ev;
-      if (!q.pop(&ev, std::chrono::milliseconds(1000))) continue;
+      if (!q.pop(&ev, std::chrono::milliseconds(200))) continue;
       bool cancel = false;
       Generation::Piece p = gen.on_event(ev, &cancel);
       if (cancel) engine.cancel(id);
