@@ -5,6 +5,7 @@
 // attention-only drafts) and forced patterns; and a failing round leaves the sequence at its
 // committed state with the prefix cache usable.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -277,6 +278,59 @@ TEST_P(SpecExact, CheckpointsCrossedInsideAcceptedRunsAreExact) {
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecExact,
                          ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+
+std::string make_model_dir(const std::string& args, const std::string& tag) {
+  const std::string dir =
+      ::testing::TempDir() + "/spec_" + tag + "_" + std::to_string(static_cast<long>(::getpid()));
+  std::filesystem::remove_all(dir);
+  int rc = 0;
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " make-model " + args + " --out " + dir + " 2>&1", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  return dir;
+}
+
+TEST(SpecDraft, AttentionOnlyAndNoisyDraftsWithAHybridTarget) {
+  // Hybrid target (tiny: 3 GDN + 1 attention), an attention-only draft with the same
+  // tokenizer (tiny-dense), and a draft made of the target's own weights plus noise.
+  const std::string target_dir = make_model_dir("--preset tiny --seed 3", "target");
+  const std::string dense_dir = make_model_dir("--preset tiny-dense --seed 4", "dense");
+  const std::string noisy_dir =
+      make_model_dir("--from " + target_dir + " --noise 0.02 --seed 5", "noisy");
+  auto load = [](const std::string& d) {
+    auto m = Model::load(d, LoadOptions{});
+    EXPECT_TRUE(m.ok()) << m.error_message();
+    return std::move(m).value();
+  };
+  auto target = load(target_dir), dense = load(dense_dir), noisy = load(noisy_dir);
+  ASSERT_EQ(dense->config().n_linear_layers(), 0);
+  ASSERT_GT(target->config().n_linear_layers(), 0);
+  ThreadPool pool(2);
+  Engine e(*target, &pool, no_cache());
+  std::mt19937_64 rng(31);
+  int64_t noisy_acc = 0, noisy_drafted = 0;
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto prompt = test::random_tokens(rng, 10 + static_cast<int64_t>(rng() % 50), 400);
+    Gen plain = generate(e, prompt, 40);
+    for (Model* d : {dense.get(), noisy.get()}) {
+      SpecConfig sc;
+      sc.kind = SpecKind::Draft;
+      sc.draft = d;
+      sc.k = 2 + trial;
+      Gen spec = generate(e, prompt, 40, sc);
+      EXPECT_EQ(spec.out, plain.out)
+          << (d == dense.get() ? "dense" : "noisy") << " trial " << trial;
+      EXPECT_TRUE(spec.state.same_contents(plain.state));
+      EXPECT_GT(spec.rep.spec.drafted, 0);
+      if (d == noisy.get()) {
+        noisy_acc += spec.rep.spec.accepted;
+        noisy_drafted += spec.rep.spec.drafted;
+      }
+    }
+  }
+  // The noisy copy agrees with its target for real reasons: most drafts are accepted.
+  EXPECT_GT(noisy_acc * 2, noisy_drafted);
+}
 
 TEST(SpecRollback, DeeperThanRecordedFailsLoudly) {
   Model& m = test::cached_model(test::fixture_dir("qwen3_5"));
