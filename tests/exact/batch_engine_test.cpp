@@ -155,6 +155,26 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   EXPECT_EQ(eng.metrics().requests_rejected, 3);
   EXPECT_EQ(eng.metrics().requests_submitted, 0);
   EXPECT_EQ(eng.metrics().cache.lookups, 0);
+  // Queue full: one running plus max_queued (0) waiting; a burst of submissions overflows it
+  // and the refused ones change nothing for those accepted.
+  r.prompt = std::vector<int32_t>(60, 2);
+  r.max_tokens = 39;
+  std::vector<uint64_t> accepted;
+  int full = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto id = eng.submit(r, nullptr);
+    if (id.ok()) {
+      accepted.push_back(*id);
+    } else {
+      EXPECT_EQ(id.error_message(), "queue full");
+      ++full;
+    }
+  }
+  EXPECT_GE(full, 1);
+  EXPECT_LE(accepted.size(), 2u);
+  EXPECT_EQ(eng.metrics().requests_rejected, 3 + full);
+  eng.shutdown(true);  // the accepted ones finish
+  EXPECT_EQ(eng.metrics().requests_finished, static_cast<int64_t>(accepted.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchEngineTest, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));

@@ -419,11 +419,13 @@ TEST_F(ServerTest, CachedTokensOnRepeatedConversation) {
 
 TEST_F(ServerTest, ChatLogprobs) {
   const Http h = post(s(), "/v1/chat/completions",
-                      chat_body("Numbers please", 6, {{"logprobs", true}, {"top_logprobs", 3}}));
+                      chat_body("Numbers please", 6,
+                                {{"logprobs", true}, {"top_logprobs", 3}, {"ignore_eos", true}}));
   ASSERT_EQ(h.status, 200) << h.body;
   const json j = h.j();
   const json& content = j["choices"][0]["logprobs"]["content"];
-  ASSERT_EQ(content.size(), j["usage"]["completion_tokens"].get<size_t>());
+  ASSERT_EQ(j["usage"]["completion_tokens"].get<size_t>(), 6u);  // ignore_eos: all six
+  ASSERT_EQ(content.size(), 6u);
   for (const auto& e : content) {
     EXPECT_TRUE(e["token"].is_string());
     EXPECT_LE(e["logprob"].get<double>(), 0.0);
@@ -554,13 +556,17 @@ TEST_F(ServerTest, StopSequences) {
   json creq = chat_body("Say something", 40, {{"ignore_eos", true}});
   const Http cf = post(s(), "/v1/chat/completions", creq);
   const std::string ct = cf.j()["choices"][0]["message"]["content"];
-  if (ct.size() > 6 && static_cast<unsigned char>(ct[4]) < 0x7f &&
-      static_cast<unsigned char>(ct[4]) >= 0x20) {
-    creq["stop"] = ct.substr(4, 1);
-    const Http cs = post(s(), "/v1/chat/completions", creq);
-    EXPECT_EQ(cs.j()["choices"][0]["message"]["content"], ct.substr(0, ct.find(ct.substr(4, 1))));
-    EXPECT_EQ(cs.j()["choices"][0]["finish_reason"], "stop");
-  }
+  size_t at = 1;  // the first printable ASCII character after the first byte
+  while (at < ct.size() && !(static_cast<unsigned char>(ct[at]) >= 0x21 &&
+                             static_cast<unsigned char>(ct[at]) < 0x7f))
+    ++at;
+  ASSERT_LT(at, ct.size()) << "no ASCII character in the chat reply: " << ct;
+  const std::string cstop = ct.substr(at, 1);
+  creq["stop"] = cstop;
+  const Http cs = post(s(), "/v1/chat/completions", creq);
+  ASSERT_EQ(cs.status, 200) << cs.body;
+  EXPECT_EQ(cs.j()["choices"][0]["message"]["content"], ct.substr(0, ct.find(cstop)));
+  EXPECT_EQ(cs.j()["choices"][0]["finish_reason"], "stop");
 }
 
 // ---- observability
