@@ -12,31 +12,13 @@
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/engine.h"
+#include "event_collector.h"
 #include "test_util.h"
 
 namespace rw {
 namespace {
 
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, TokenEvent> final_ev;
-  EventCallback cb() {
-    return [this](const TokenEvent& ev) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (ev.token >= 0) tokens[ev.id].push_back(ev.token);
-      if (ev.finish != FinishReason::None) {
-        final_ev[ev.id] = ev;
-        cv.notify_all();
-      }
-    };
-  }
-  void wait(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return final_ev.size() >= n; }));
-  }
-};
+using test::Collector;
 
 class BatchEngineTest : public ::testing::TestWithParam<std::string> {};
 

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <stdexcept>
 
@@ -43,6 +44,22 @@ EngineOptions no_cache() {
   EngineOptions o;
   o.cache_enabled = false;
   return o;
+}
+
+// A drafter that proposes the known plain output `ref` (the tokens after a prompt of n_prompt
+// tokens), with draft j of the reply replaced by (ref[j] + 1) % vocab where wrong(j) says so.
+SpecConfig reference_drafter(const std::vector<int32_t>& ref, size_t n_prompt, int64_t vocab,
+                             int32_t k, std::function<bool(size_t)> wrong = nullptr) {
+  SpecConfig sc;
+  sc.kind = SpecKind::Custom;
+  sc.k = k;
+  sc.custom = [ref, n_prompt, vocab, wrong](std::span<const int32_t> c, int32_t kk) {
+    std::vector<int32_t> d;
+    for (size_t j = c.size() - n_prompt; j < ref.size() && static_cast<int32_t>(d.size()) < kk; ++j)
+      d.push_back(wrong && wrong(j) ? static_cast<int32_t>((ref[j] + 1) % vocab) : ref[j]);
+    return d;
+  };
+  return sc;
 }
 
 // Drafts from the known plain output, corrupted where the pattern says: the oracle that lets
@@ -118,17 +135,7 @@ TEST_P(SpecExact, AllAcceptedManyRoundsNeedNoReplay) {
   std::mt19937_64 rng(11);
   const auto prompt = test::random_tokens(rng, 33, V);
   Gen plain = generate(e, prompt, 40);
-  SpecConfig sc;
-  sc.kind = SpecKind::Custom;
-  sc.k = 4;
-  const size_t n = prompt.size();
-  const std::vector<int32_t> ref = plain.out;
-  sc.custom = [&](std::span<const int32_t> c, int32_t k) {
-    std::vector<int32_t> d;
-    for (size_t j = c.size() - n; j < ref.size() && static_cast<int32_t>(d.size()) < k; ++j)
-      d.push_back(ref[j]);
-    return d;
-  };
+  SpecConfig sc = reference_drafter(plain.out, prompt.size(), V, 4);
   Gen spec = generate(e, prompt, 40, sc);
   EXPECT_EQ(spec.out, plain.out);
   EXPECT_TRUE(spec.state.same_contents(plain.state));
@@ -192,17 +199,8 @@ TEST_P(SpecExact, FailingRoundLeavesCommittedStateAndCacheUsable) {
   for (const char* stage : {"draft", "verify"}) {
     const auto prompt = test::random_tokens(rng, 40, V);
     Gen plain = generate(cold, prompt, 30);
-    SpecConfig sc;
-    sc.kind = SpecKind::Custom;
-    sc.k = 3;
-    const std::vector<int32_t> ref = plain.out;
     const size_t n = prompt.size();
-    sc.custom = [&](std::span<const int32_t> c, int32_t k) {
-      std::vector<int32_t> d;
-      for (size_t j = c.size() - n; j < ref.size() && static_cast<int32_t>(d.size()) < k; ++j)
-        d.push_back(j % 3 == 0 ? static_cast<int32_t>((ref[j] + 1) % V) : ref[j]);
-      return d;
-    };
+    SpecConfig sc = reference_drafter(plain.out, n, V, 3, [](size_t j) { return j % 3 == 0; });
     int calls = 0;
     sc.fault = [&](const char* s) {
       if (std::string(s) == stage && ++calls == 4) throw std::runtime_error("injected fault");
@@ -240,18 +238,9 @@ TEST_P(SpecExact, CheckpointsCrossedInsideAcceptedRunsAreExact) {
   std::mt19937_64 rng(29);
   const auto prompt = test::random_tokens(rng, 23, V);
   Gen plain = generate(plain_e, prompt, 36);
-  SpecConfig sc;
-  sc.kind = SpecKind::Custom;
-  sc.k = 6;
-  sc.adaptive = false;
   const std::vector<int32_t> ref = plain.out;
-  sc.custom = [&](std::span<const int32_t> c, int32_t k) {
-    std::vector<int32_t> d;
-    for (size_t j = c.size() - prompt.size(); j < ref.size() && static_cast<int32_t>(d.size()) < k;
-         ++j)
-      d.push_back(j % 7 == 5 ? static_cast<int32_t>((ref[j] + 1) % V) : ref[j]);
-    return d;
-  };
+  SpecConfig sc = reference_drafter(ref, prompt.size(), V, 6, [](size_t j) { return j % 7 == 5; });
+  sc.adaptive = false;
   Gen spec = generate(spec_e, prompt, 36, sc);
   ASSERT_EQ(spec.out, plain.out);
   EXPECT_EQ(spec.rep.snapshots_taken, plain.rep.snapshots_taken);
