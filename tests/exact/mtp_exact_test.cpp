@@ -346,6 +346,35 @@ TEST_P(MtpExact, GreedySpeculationEqualsPlain) {
   EXPECT_GT(total.replayed, 0);  // rollbacks happened (and restored the carry)
 }
 
+// Sampling: MTP drafts are deterministic (q one-hot); whatever is accepted, the state after
+// the request equals a plain run over the tokens it consumed.
+TEST_P(MtpExact, SampledSpeculationKeepsStateExact) {
+  Model& m = mtp_model(GetParam(), true);
+  const int64_t V = m.config().vocab_size;
+  EngineOptions opt;
+  opt.cache_enabled = false;
+  Engine e(m, nullptr, opt);
+  std::mt19937_64 rng(13);
+  for (int trial = 0; trial < 3; ++trial) {
+    GenerateRequest r;
+    r.prompt = test::random_tokens(rng, 10 + static_cast<int64_t>(rng() % 40), V);
+    r.max_tokens = 30;
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = rng();
+    r.spec.kind = SpecKind::Mtp;
+    r.spec.k = 1 + trial;
+    auto rep = e.generate(r);
+    ASSERT_TRUE(rep.ok()) << rep.error_message();
+    EXPECT_GT(rep->spec.rounds, 0);
+    std::vector<int32_t> consumed = r.prompt;
+    consumed.insert(consumed.end(), rep->output.begin(), rep->output.end() - 1);
+    SequenceState plain = m.new_state();
+    std::vector<float> logits;
+    ASSERT_TRUE(run(m, plain, consumed, &logits, nullptr).ok());
+    EXPECT_TRUE(e.last_state()->same_contents(plain)) << "trial " << trial;
+  }
+}
+
 TEST_P(MtpExact, SpeculationWithPrefixCacheEqualsPlain) {
   Model& m = mtp_model(GetParam(), true);
   const int64_t V = m.config().vocab_size;

@@ -691,6 +691,8 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
   for (size_t s = 0; s < batch.size(); ++s) {
     const SeqInput& in = batch[s];
     REWIND_CHECK(in.state != nullptr);
+    REWIND_CHECK_MSG(in.state->shape().carry_floats == (I.mtp ? H : 0),
+                     "forward: state shape mismatch (made with a different LoadOptions::mtp)");
     if (in.tokens.empty()) return make_error("forward: sequence " + std::to_string(s) + " has no tokens");
     for (int32_t t : in.tokens)
       if (t < 0 || t >= V)
@@ -810,7 +812,7 @@ Status Model::mtp_draft(std::span<MtpDraft> batch, std::vector<float>* logits,
   if (!I.mtp) return make_error("mtp_draft: the model was loaded without an MTP head");
   int64_t kmax = 0, n_rows = 0;
   for (const MtpDraft& d : batch) {
-    REWIND_CHECK(d.state != nullptr);
+    REWIND_CHECK(d.state != nullptr && d.state->shape().carry_floats == H);
     if (d.state->n_pos() < 1) return make_error("mtp_draft: the sequence has consumed no token");
     if (d.last < 0 || d.last >= V)
       return make_error("token id " + std::to_string(d.last) + " out of range [0, " +
