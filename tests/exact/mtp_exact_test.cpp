@@ -297,6 +297,24 @@ TEST_P(MtpExact, LoadingWithoutMtpChangesNothing) {
   EXPECT_NE(s2.error_message().find("no MTP head"), std::string::npos);
 }
 
+// An attention-only model has no snapshots to carry the head's state through the prefix
+// cache: loading it with MTP is refused up front (without MTP it loads as before).
+TEST(MtpLoad, AttentionOnlyIsRefused) {
+  const std::string dir = ::testing::TempDir() + "/mtp_exact_dense_" + std::to_string(::getpid());
+  int rc = 0;
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " make-model --mtp --preset tiny-dense --out " + dir + " 2>&1",
+      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  LoadOptions opt;
+  opt.mtp = true;
+  auto m = Model::load(dir, opt);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error_message().find("recurrent layers"), std::string::npos);
+  opt.mtp = false;
+  EXPECT_TRUE(Model::load(dir, opt).ok());
+}
+
 struct Gen {
   std::vector<int32_t> out;
   SequenceState state;

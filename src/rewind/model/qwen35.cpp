@@ -150,6 +150,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   }
   mats.push_back("lm_head");
   const bool mtp = opt.mtp && W.has_mtp();
+  // The carry lives in the recurrent buffer and reaches a resumed state only through a
+  // snapshot; the engine and the prefix cache take snapshots only for models with recurrent
+  // layers, so an attention-only model could not resume with it.
+  if (mtp && c.n_linear_layers() == 0)
+    return make_error("MTP drafting needs a model with recurrent layers (" + dir +
+                      " is attention-only)");
   if (mtp) {  // the MTP head: fc and its full-attention layer l{n_layer}
     const std::string p = "l" + std::to_string(c.n_layer) + ".";
     for (const char* n : {"qkv", "o_proj"}) mats.push_back(p + n);
