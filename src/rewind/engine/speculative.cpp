@@ -40,7 +40,10 @@ Status spec_check(const Model& target, const SpecConfig& cfg) {
                         " ids) differs from the target's (" +
                         std::to_string(target.config().vocab_size) + ")");
   }
-  if (cfg.kind == SpecKind::Mtp) return make_error("speculative: MTP drafting is not available");
+  if (cfg.kind == SpecKind::Mtp && !target.mtp_loaded())
+    return make_error(target.weights().has_mtp()
+                          ? "speculative: MTP drafting needs the model loaded with its MTP head"
+                          : "speculative: the checkpoint has no MTP head (MTP drafting needs one)");
   if (cfg.kind == SpecKind::Custom && !cfg.custom)
     return make_error("speculative: no custom drafter given");
   return Ok{};
@@ -88,6 +91,7 @@ Status SpecSequence::begin(SequenceState* st, const std::vector<int32_t>& histor
     Status ds = Ok{};
     if (k > 0 && cfg_.kind == SpecKind::Ngram) ds = draft_ngram(history, last, k);
     if (k > 0 && cfg_.kind == SpecKind::Draft) ds = draft_model(history, last, k, sampler, pool);
+    if (k > 0 && cfg_.kind == SpecKind::Mtp) ds = draft_mtp(last, k, pool);
     if (k > 0 && cfg_.kind == SpecKind::Custom) {
       std::vector<int32_t> ctx(history.begin(), history.end());
       ctx.push_back(last);
@@ -108,8 +112,9 @@ Status SpecSequence::begin(SequenceState* st, const std::vector<int32_t>& histor
     abort();
     throw;
   }
-  // The pre-round copy: what a rollback restores (recurrent bytes; none for attention-only).
-  if (target_.config().n_linear_layers() > 0) {
+  // The pre-round copy: what a rollback restores (recurrent bytes with the MTP carry; none for
+  // an attention-only model without MTP).
+  if (target_.state_shape().rec_floats() > 0) {
     st->save_recurrent(&pre_);
     pre_saved_ = true;
   }
@@ -194,6 +199,23 @@ Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t la
   return Ok{};
 }
 
+Status SpecSequence::draft_mtp(int32_t last, int32_t k, ThreadPool* pool) {
+  // The target's MTP head drafts greedily (deterministic drafts: q is one-hot, so sampling
+  // stays exact through speculative_accept). It writes only the head's KV slots n-1 ..
+  // n+k-2, never the recurrent state or the carry, so pre_ (saved after drafting) is still
+  // the pre-round state. The scratch slots are harmless: the head's KV is read only while
+  // drafting (forward() runs the head K/V-only), and a draft at n' reads slots 0 .. n'-2,
+  // written with true pairs by the forwards that consumed t_1 .. t_{n'-1} (the verify forward
+  // over [last, d1..dk] rewrites slots n-1 .. n+k-1, a superset of what a commit keeps), plus
+  // slots n'-1 .. that it writes itself first. An abort or rollback to n' only makes slots
+  // >= n'-1 undefined, which is what the state promises anyway (lagged_attn_layers).
+  if (st_->n_pos() < 1) return Ok{};  // no carry yet: no drafts
+  MtpDraft d{st_, last, k, {}};
+  REWIND_TRY_STATUS(target_.mtp_draft(std::span<MtpDraft>(&d, 1), nullptr, pool));
+  verify_.insert(verify_.end(), d.drafts.begin(), d.drafts.end());
+  return Ok{};
+}
+
 void SpecSequence::commit_draft_model(int32_t keep, ThreadPool* pool) {
   if (dp0_ < 0) return;  // the draft did not run this round
   const int32_t k = drafted();
@@ -243,7 +265,7 @@ SpecOutcome SpecSequence::commit(const float* logits, int64_t ld, int32_t n_voca
     out.drafted = k;
     out.accepted = std::min(a.accepted, keep);
     const int64_t n_after = p0_ + keep;
-    const bool rec = target_.config().n_linear_layers() > 0;
+    const bool rec = target_.state_shape().rec_floats() > 0;
     std::vector<int64_t> cross;  // grid checkpoints in (p0, n_after]
     if (rec && snapshot_interval > 0)
       for (int64_t c = (p0_ / snapshot_interval + 1) * snapshot_interval; c <= n_after;

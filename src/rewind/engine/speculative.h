@@ -59,8 +59,9 @@ struct SpecConfig {
 
 // Whether `target` (and the draft model) can run speculative rounds of up to cfg.k drafts:
 // every recurrent layer kind must support capture + replay, the draft must share the target's
-// vocabulary, MTP needs the checkpoint's MTP head. Checked once before any round, on any
-// state (an empty or fresh one included).
+// vocabulary, MTP needs the checkpoint's MTP head packed (LoadOptions::mtp; drafts greedily
+// from Model::mtp_draft). Checked once before any round, on any state (an empty or fresh one
+// included).
 Status spec_check(const Model& target, const SpecConfig& cfg);
 
 struct SpecStats {
@@ -127,6 +128,7 @@ class SpecSequence {
   Status draft_model(const std::vector<int32_t>& history, int32_t last, int32_t k,
                      const Sampler& sampler, ThreadPool* pool);
   void commit_draft_model(int32_t keep, ThreadPool* pool);
+  Status draft_mtp(int32_t last, int32_t k, ThreadPool* pool);
 
   const Model& target_;
   SpecConfig cfg_;

@@ -36,6 +36,10 @@ struct LoadOptions {
   ThreadPool* pool = nullptr;  // used for packing
   // Called while packing with (bytes done, bytes total); may be empty.
   std::function<void(size_t, size_t)> progress;
+  // Pack the checkpoint's MTP head (when it has one: WeightSet::has_mtp()) for speculative
+  // drafting. States then carry the head's KV and carry (StateShape); without it nothing
+  // changes and plain models pay nothing.
+  bool mtp = false;
 };
 
 // The inputs of every recurrent layer's per-token update, recorded by forward() for one
@@ -45,10 +49,13 @@ struct LoadOptions {
 // shift and the same gdn_step on the same inputs as the forward, hence the same bits.
 // Rows append across forward calls until clear(); nothing is recorded when capture is null
 // (prefill and plain decoding pay nothing).
+// With the MTP head loaded each row also ends with the token's final hidden state (after the
+// final norm), so a rollback sets the MTP carry to the last kept token's hidden state.
 struct RecCapture {
   int64_t n = 0;           // tokens recorded
-  int64_t row_floats = 0;  // floats per token: n_rec * (2*conv_dim + 2*Hv)
-  // [n][n_rec][conv inputs (conv_dim) | normed q,k and v (conv_dim) | alpha (Hv) | beta (Hv)]
+  int64_t row_floats = 0;  // floats per token: n_rec * (2*conv_dim + 2*Hv) [+ H with MTP]
+  // [n][ n_rec x [conv inputs (conv_dim) | normed q,k and v (conv_dim) | alpha (Hv) | beta (Hv)]
+  //      | final hidden (H, MTP only) ]
   std::vector<float> rows;
   void clear() {
     n = 0;
@@ -63,6 +70,14 @@ struct SeqInput {
   std::span<const int32_t> tokens;   // new tokens, appended at state->n_pos()
   std::vector<int32_t> logit_rows;   // indices into `tokens` whose logits are wanted, ascending
   RecCapture* capture = nullptr;     // when set, the recurrence inputs of `tokens` are appended
+};
+
+// One sequence's MTP drafting request (Model::mtp_draft).
+struct MtpDraft {
+  SequenceState* state = nullptr;  // n_pos >= 1, made by a model loaded with MTP
+  int32_t last = 0;                // the sampled, not yet consumed token t_{n_pos}
+  int32_t k = 1;                   // drafts wanted, >= 1
+  std::vector<int32_t> drafts;     // out: k greedy drafts
 };
 
 class Model {
@@ -88,6 +103,24 @@ class Model {
                         ThreadPool* pool) const;
   // Floats one captured token takes (RecCapture::row_floats for this model).
   int64_t capture_row_floats() const;
+
+  // --- MTP head (ARCH-qwen35.md 2.5; LoadOptions::mtp) ---
+  // True when the head was packed. Then forward() also runs it (KV only) on every consumed
+  // token: MTP entry j pairs h_j (the main model's final-normed hidden state at position j)
+  // with t_{j+1} and writes the head's KV slot j; a forward at n_pos = p over n tokens writes
+  // slots p-1 .. p+n-2 (slot p-1 from the state's carry h_{p-1}) and leaves the carry at
+  // h_{p+n-1}. The slots depend only on the sequence's tokens (cut-invariant, bit-exact).
+  bool mtp_loaded() const;
+  // Drafts d.k greedy tokens per sequence with the MTP head, batched over sequences: entry
+  // n-1 = (carry, last) gives d1 = argmax of its logits, then entry n-1+i chains (entry
+  // n-2+i's post-mtp.norm state, d_i) for d_{i+1}. Writes the head's KV slots n-1 .. n+k-2
+  // (pages made private first; slots >= n - 1 are scratch until the verifying forward
+  // rewrites them with the true pairs), leaves n_pos and the recurrent state (carry included)
+  // alone. `logits` (may be null) receives [sequence][draft][vocab] rows, batch order.
+  // Errors (nothing changed): no MTP head loaded, n_pos == 0, `last` out of range, k < 1.
+  // Const because the weights are (speculation holds the target as const); it uses the same
+  // scratch buffers as forward(), so the one-caller-at-a-time rule covers both.
+  Status mtp_draft(std::span<MtpDraft> batch, std::vector<float>* logits, ThreadPool* pool) const;
 
   // Bytes of packed weights one decode token reads (every dense matrix, lm_head, and for MoE
   // the router plus top-k experts and the shared expert).

@@ -22,6 +22,7 @@ struct LinearW {
 };
 struct AttnW {
   PackedMatrix qkv, o_proj;
+  PackedMatrix kv;  // MTP layer only: the k and v rows of qkv, for forward()'s K/V-only pass
   std::vector<float> q_norm, k_norm;
 };
 struct ExpertW {
@@ -51,10 +52,43 @@ struct Model::Impl {
   std::vector<float> inv_freq;
   size_t packed_bytes = 0;
 
+  // MTP head (LoadOptions::mtp and a checkpoint with one): its decoder layer is attention
+  // layer n_full_layers of the state (the lagging one, StateShape::lagged_attn_layers).
+  bool mtp = false;
+  LayerW mtp_layer;
+  PackedMatrix mtp_fc;  // [H, 2H]
+  std::vector<float> mtp_enorm, mtp_hnorm, mtp_norm;
+
   // Scratch, reused across calls ([rows, width] f32).
   AlignedBuffer<float> x, xn, big, big2, out, tmp;
   AlignedBuffer<float> gu, act, moe_in, moe_out, slots, router, shared_gate;
+  AlignedBuffer<float> fh, mx, mcat, mh;  // final hidden, MTP rows, MTP fc input, MTP chain
+
+  // One sequence's rows of a layer call: rows [off, off + n) of the batch at positions
+  // pos0 .. pos0 + n - 1 of `st`; `cap` is its first capture row (null: no capture).
+  struct Seg {
+    SequenceState* st;
+    int64_t off, n, pos0;
+    float* cap;
+  };
+  // One pre-norm residual decoder layer on the T rows of x (in place). Attention layers write
+  // K/V at each row's position and attend over positions [0, pos]; kv_only stops after the
+  // K/V writes (x is then left unchanged). RF: capture row stride.
+  void layer(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs, int64_t T,
+             float* x, int64_t RF, ThreadPool* pool, bool kv_only);
+  // MTP entry inputs: out[i] = mtp.fc . [enorm(embed(tok[i])) ; hnorm(hid[i])], i < M.
+  void mtp_inputs(const ModelConfig& c, const WeightSource& emb, const int32_t* tok,
+                  const float* const* hid, int64_t M, float* out, ThreadPool* pool);
 };
+
+namespace {
+void par_rows(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+  if (pool)
+    pool->parallel_for(n, 1, [&](int, int64_t b, int64_t e) { f(b, e); });
+  else
+    f(0, n);
+}
+}  // namespace
 
 Model::Model() = default;
 Model::~Model() = default;
@@ -69,6 +103,11 @@ StateShape Model::state_shape() const {
   s.n_head_v = cfg_.lin_n_head_v;
   s.dk = cfg_.lin_dk;
   s.dv = cfg_.lin_dv;
+  if (impl_->mtp) {
+    s.n_attn_layers += 1;
+    s.lagged_attn_layers = 1;
+    s.carry_floats = cfg_.hidden_size;
+  }
   return s;
 }
 
@@ -110,6 +149,28 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     }
   }
   mats.push_back("lm_head");
+  const bool mtp = opt.mtp && W.has_mtp();
+  // The carry lives in the recurrent buffer and reaches a resumed state only through a
+  // snapshot; the engine and the prefix cache take snapshots only for models with recurrent
+  // layers, so an attention-only model could not resume with it.
+  if (mtp && c.n_linear_layers() == 0)
+    return make_error("MTP drafting needs a model with recurrent layers (" + dir +
+                      " is attention-only)");
+  if (mtp) {  // the MTP head: fc and its full-attention layer l{n_layer}
+    const std::string p = "l" + std::to_string(c.n_layer) + ".";
+    for (const char* n : {"qkv", "o_proj"}) mats.push_back(p + n);
+    if (c.mtp_layer_is_moe()) {
+      for (const char* n : {"router", "sh.gate", "sh.gate_up", "sh.down"}) mats.push_back(p + n);
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        mats.push_back(p + "e" + std::to_string(e) + ".gate_up");
+        mats.push_back(p + "e" + std::to_string(e) + ".down");
+      }
+    } else {
+      mats.push_back(p + "gate_up");
+      mats.push_back(p + "down");
+    }
+    mats.push_back("mtp.fc");
+  }
   size_t total = 0, done = 0;
   auto src_bytes = [&](const WeightSource& s) {
     size_t b = 0;
@@ -180,6 +241,49 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     }
   }
   I.lm_head = pack("lm_head");
+  if (mtp) {
+    I.mtp = true;
+    LayerW& L = I.mtp_layer;
+    const std::string p = "l" + std::to_string(c.n_layer) + ".";
+    L.kind = LayerKind::Full;
+    L.attn_index = n_attn;  // the lagging attention layer after the main ones (StateShape)
+    L.in_norm = vec(W.get(p + "in_norm"));
+    L.post_norm = vec(W.get(p + "post_norm"));
+    L.attn.qkv = pack(p + "qkv");
+    {
+      // The k and v rows alone: forward() needs only the head's K/V, a fraction of qkv.
+      const WeightSource& s = W.get(p + "qkv");
+      DType dt;
+      std::vector<std::byte> scratch;
+      const auto* base = static_cast<const std::byte*>(s.contiguous(&dt, &scratch));
+      const int64_t q_rows = c.n_head * 2 * c.head_dim;
+      L.attn.kv = PackedMatrix::pack(base + static_cast<size_t>(q_rows * s.cols) * dtype_size(dt),
+                                     dt, s.rows() - q_rows, s.cols, L.attn.qkv.store(), opt.pool);
+      I.packed_bytes += L.attn.kv.bytes();
+    }
+    L.attn.o_proj = pack(p + "o_proj");
+    L.attn.q_norm = vec(W.get(p + "q_norm"));
+    L.attn.k_norm = vec(W.get(p + "k_norm"));
+    L.moe = c.mtp_layer_is_moe();
+    if (L.moe) {
+      L.router = pack(p + "router");
+      L.shared_gate = pack(p + "sh.gate");
+      L.dense.gate_up = pack(p + "sh.gate_up");
+      L.dense.down = pack(p + "sh.down");
+      L.experts.resize(static_cast<size_t>(c.n_expert));
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        L.experts[e].gate_up = pack(p + "e" + std::to_string(e) + ".gate_up");
+        L.experts[e].down = pack(p + "e" + std::to_string(e) + ".down");
+      }
+    } else {
+      L.dense.gate_up = pack(p + "gate_up");
+      L.dense.down = pack(p + "down");
+    }
+    I.mtp_fc = pack("mtp.fc");
+    I.mtp_enorm = vec(W.get("mtp.enorm"));
+    I.mtp_hnorm = vec(W.get("mtp.hnorm"));
+    I.mtp_norm = vec(W.get("mtp.norm"));
+  }
   I.final_norm = vec(W.get("final_norm"));
   I.inv_freq.resize(static_cast<size_t>(c.rope_dim / 2));
   for (int64_t i = 0; i < c.rope_dim / 2; ++i)
@@ -231,7 +335,12 @@ int64_t Model::matmul_macs_per_token_layers() const {
 int64_t Model::matmul_macs_lm_head() const { return impl_->lm_head.n() * impl_->lm_head.k(); }
 
 int64_t Model::capture_row_floats() const {
-  return cfg_.n_linear_layers() * (2 * cfg_.conv_dim() + 2 * cfg_.lin_n_head_v);
+  return cfg_.n_linear_layers() * (2 * cfg_.conv_dim() + 2 * cfg_.lin_n_head_v) +
+         (impl_->mtp ? cfg_.hidden_size : 0);
+}
+
+bool Model::mtp_loaded() const {
+  return impl_->mtp;
 }
 
 void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t from, int64_t to,
@@ -239,9 +348,13 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
   const ModelConfig& c = cfg_;
   const Impl& I = *impl_;
   REWIND_CHECK(0 <= from && from <= to && to <= cap.n);
-  if (from == to || c.n_linear_layers() == 0) return;
+  if (from == to) return;
   const int64_t RF = capture_row_floats();
   REWIND_CHECK(cap.row_floats == RF);
+  if (I.mtp)  // the carry: the final hidden state of the last replayed token (end of its row)
+    std::memcpy(st->carry(), cap.rows.data() + to * RF - c.hidden_size,
+                static_cast<size_t>(c.hidden_size) * sizeof(float));
+  if (c.n_linear_layers() == 0) return;
   const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
   const int64_t r = Hv / Hk, CD = c.conv_dim(), KD = c.key_dim(), n = to - from;
   std::vector<const LayerW*> rec;
@@ -280,6 +393,298 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
     run(0, n_jobs);
 }
 
+void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
+                        int64_t T, float* x, int64_t RF, ThreadPool* pool, bool kv_only) {
+  Impl& I = *this;
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const size_t S = segs.size();
+  I.xn.reserve_at_least(static_cast<size_t>(T * H));
+  I.out.reserve_at_least(static_cast<size_t>(T * H));
+  float* xn = I.xn.data();
+  float* out = I.out.data();
+  auto par = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+    par_rows(pool, n, f);
+  };
+
+  par(T, [&](int64_t b, int64_t e) {
+    rmsnorm(x + b * H, H, L.in_norm.data(), xn + b * H, H, e - b, H, eps);
+  });
+
+  if (L.kind == LayerKind::Linear) {
+    const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
+    const int64_t r = Hv / Hk, CD = c.conv_dim(), VD = c.value_dim(), KD = c.key_dim();
+    const int64_t NP = L.lin.in_proj.n();  // CD + VD + 2 Hv
+    I.big.reserve_at_least(static_cast<size_t>(T * NP));
+    I.big2.reserve_at_least(static_cast<size_t>(T * CD));
+    I.tmp.reserve_at_least(static_cast<size_t>(T * VD));
+    float* proj = I.big.data();   // [T, NP] = [mixed (CD) | z (VD) | b (Hv) | a (Hv)]
+    float* conv = I.big2.data();  // [T, CD] conv + SiLU outputs: [q | k | v]
+    float* o = I.tmp.data();      // [T, VD]
+    matmul(xn, T, H, L.lin.in_proj, proj, NP, pool);
+    const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+    // Captured layout per token and layer: [conv inputs | normed q,k,v | alpha | beta].
+    const int64_t cap_off = L.rec_index * (2 * CD + 2 * Hv);
+    auto cap_row = [&](size_t s, int64_t t) {
+      return segs[s].cap + (t - segs[s].off) * RF + cap_off;
+    };
+    for (size_t s = 0; s < S; ++s)
+      if (segs[s].cap)
+        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
+          std::memcpy(cap_row(s, t), proj + t * NP, static_cast<size_t>(CD) * sizeof(float));
+    for (size_t s = 0; s < S; ++s) {
+      SequenceState& st = *segs[s].st;
+      const int64_t t0 = segs[s].off, n = segs[s].n;
+      float* window = st.conv(L.rec_index);
+      // Channels are independent over time: threads split channels.
+      if (pool)
+        pool->parallel_for(CD, 16, [&](int, int64_t b, int64_t e) {
+          conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), conv + t0 * CD, CD, n, CD,
+                    c.conv_kernel, b, e);
+        });
+      else
+        conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), conv + t0 * CD, CD, n, CD,
+                  c.conv_kernel, 0, CD);
+    }
+    // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
+    par(T, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        l2norm_heads(conv + t * CD, Hk, dk, 1e-6f, qscale);
+        l2norm_heads(conv + t * CD + KD, Hk, dk, 1e-6f, 1.0f);
+      }
+    });
+    for (size_t s = 0; s < S; ++s)
+      if (segs[s].cap)
+        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
+          std::memcpy(cap_row(s, t) + CD, conv + t * CD, static_cast<size_t>(CD) * sizeof(float));
+    // Recurrence: each (sequence, value head) runs its tokens in order.
+    const int64_t n_jobs = static_cast<int64_t>(S) * Hv;
+    auto run_heads = [&](int64_t jb, int64_t je) {
+      for (int64_t job = jb; job < je; ++job) {
+        const int64_t s = job / Hv, h = job % Hv, g = h / r;
+        SequenceState& st = *segs[s].st;
+        float* Sm = st.ssm(L.rec_index) + h * dk * dv;
+        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t) {
+          const float* row = conv + t * CD;
+          const float* prow = proj + t * NP;
+          const float bl = prow[CD + VD + h];
+          const float al = prow[CD + VD + Hv + h];
+          const float gate = L.lin.A[h] * softplus(al + L.lin.dt_bias[h]);
+          const float alpha = std::exp(gate);
+          const float beta = sigmoid(bl);
+          if (segs[s].cap) {
+            cap_row(s, t)[2 * CD + h] = alpha;
+            cap_row(s, t)[2 * CD + Hv + h] = beta;
+          }
+          gdn_step(Sm, row + g * dk, row + KD + g * dk, row + 2 * KD + h * dv, alpha, beta,
+                   o + t * VD + h * dv, dk, dv);
+        }
+      }
+    };
+    if (pool)
+      pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run_heads(b, e); });
+    else
+      run_heads(0, n_jobs);
+    par(T, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        gated_rmsnorm_heads(o + t * VD, proj + t * NP + CD, L.lin.gnorm.data(), o + t * VD, Hv, dv,
+                            eps);
+    });
+    matmul(o, T, VD, L.lin.out_proj, out, H, pool);
+  } else {
+    const int64_t nh = c.n_head, nkv = c.n_head_kv, D = c.head_dim, grp = nh / nkv;
+    // K/V only with a k,v matrix: rows hold [k | v]; else [q_h | gate_h]... | k | v.
+    const bool kv_mat = kv_only && !L.attn.kv.empty();
+    const PackedMatrix& Wq = kv_mat ? L.attn.kv : L.attn.qkv;
+    const int64_t NQ = Wq.n();  // nh*2D + 2 nkv D (or 2 nkv D)
+    const int64_t k_col = kv_mat ? 0 : nh * 2 * D;
+    I.big.reserve_at_least(static_cast<size_t>(T * NQ));
+    I.tmp.reserve_at_least(static_cast<size_t>(T * nh * D));
+    float* qkv = I.big.data();
+    float* att = I.tmp.data();  // [T, nh*D]
+    matmul(xn, T, H, Wq, qkv, NQ, pool);
+    // q/k norms and RoPE per row; k and v go into the sequence's pages.
+    for (size_t s = 0; s < S; ++s) {
+      SequenceState& st = *segs[s].st;
+      const int64_t t0 = segs[s].off, p0 = segs[s].pos0;
+      par(segs[s].n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          float* row = qkv + (t0 + i) * NQ;
+          const int64_t pos = p0 + i;
+          if (!kv_only)
+            for (int64_t h = 0; h < nh; ++h) {
+              float* q = row + h * 2 * D;  // [q_h | gate_h]
+              rmsnorm_heads(q, 1, D, L.attn.q_norm.data(), eps);
+              rope_heads(q, 1, D, c.rope_dim, I.inv_freq.data(), pos);
+            }
+          float* k = row + k_col;
+          float* v = k + nkv * D;
+          rmsnorm_heads(k, nkv, D, L.attn.k_norm.data(), eps);
+          rope_heads(k, nkv, D, c.rope_dim, I.inv_freq.data(), pos);
+          st.write_kv(L.attn_index, pos, k, v);
+        }
+      });
+    }
+    if (kv_only) return;
+    // Attention per (sequence, head, tile of up to kTile rows): a tile shares each K/V block.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int64_t PT = segs.empty() ? 64 : segs[0].st->shape().page_tokens;
+    constexpr int64_t kTile = 16;
+    struct Job {
+      int64_t s, h, t0, m;
+    };
+    std::vector<Job> jobs;
+    for (size_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < nh; ++h)
+        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; t += kTile)
+          jobs.push_back(
+              {static_cast<int64_t>(s), h, t, std::min(kTile, segs[s].off + segs[s].n - t)});
+    auto run = [&](int64_t jb, int64_t je) {
+      std::vector<float> scratch;
+      std::vector<const float*> kb, vb;
+      int64_t n_keys[kTile];
+      for (int64_t ji = jb; ji < je; ++ji) {
+        const Job& J = jobs[ji];
+        const Seg& sg = segs[J.s];
+        const SequenceState& st = *sg.st;
+        const int64_t kvh = J.h / grp;
+        for (int64_t r = 0; r < J.m; ++r) n_keys[r] = sg.pos0 + (J.t0 + r - sg.off) + 1;
+        const int64_t n_max = n_keys[J.m - 1];
+        const int64_t nb = (n_max + PT - 1) / PT;
+        kb.resize(static_cast<size_t>(nb));
+        vb.resize(static_cast<size_t>(nb));
+        for (int64_t bi = 0; bi < nb; ++bi) {
+          kb[bi] = st.k_block(L.attn_index, bi) + kvh * D * PT;  // dim-major
+          vb[bi] = st.v_block(L.attn_index, bi) + kvh * D;
+        }
+        scratch.resize(static_cast<size_t>(J.m * n_max));
+        float* o = att + J.t0 * nh * D + J.h * D;
+        attention_rows(qkv + J.t0 * NQ + J.h * 2 * D, NQ, J.m, n_keys, kb.data(), vb.data(), PT,
+                       nkv * D, D, scale, o, nh * D, scratch.data());
+        // Output gate.
+        for (int64_t r = 0; r < J.m; ++r) {
+          const float* gate = qkv + (J.t0 + r) * NQ + J.h * 2 * D + D;
+          sigmoid_gate(o + r * nh * D, gate, D);
+        }
+      }
+    };
+    const int64_t n_jobs = static_cast<int64_t>(jobs.size());
+    if (pool)
+      pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run(b, e); });
+    else
+      run(0, n_jobs);
+    matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
+  }
+  par(T, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
+  });
+
+  // FFN.
+  par(T, [&](int64_t b, int64_t e) {
+    rmsnorm(x + b * H, H, L.post_norm.data(), xn + b * H, H, e - b, H, eps);
+  });
+  auto swiglu_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
+    const int64_t F = w.down.k();
+    I.gu.reserve_at_least(static_cast<size_t>(m * 2 * F));
+    I.act.reserve_at_least(static_cast<size_t>(m * F));
+    float* gu = I.gu.data();
+    float* act = I.act.data();
+    matmul(in, m, H, w.gate_up, gu, 2 * F, pool);
+    par(m, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) swiglu(gu + i * 2 * F, gu + i * 2 * F + F, act + i * F, F);
+    });
+    matmul(act, m, F, w.down, y, H, pool);
+  };
+  if (!L.moe) {
+    swiglu_ffn(L.dense, xn, T, out);
+  } else {
+    const int64_t E = c.n_expert, k = c.n_expert_used;
+    I.router.reserve_at_least(static_cast<size_t>(T * E));
+    I.shared_gate.reserve_at_least(static_cast<size_t>(T));
+    float* rl = I.router.data();
+    float* sg = I.shared_gate.data();
+    matmul(xn, T, H, L.router, rl, E, pool);
+    matmul(xn, T, H, L.shared_gate, sg, 1, pool);
+    std::vector<int32_t> sel(static_cast<size_t>(T * k));
+    std::vector<float> wsel(static_cast<size_t>(T * k));
+    par(T, [&](int64_t tb, int64_t te) {
+      std::vector<float> p(static_cast<size_t>(E));
+      std::vector<int32_t> idx(static_cast<size_t>(E));
+      for (int64_t t = tb; t < te; ++t) {
+        const float* l = rl + t * E;
+        float mx = -INFINITY;
+        for (int64_t e = 0; e < E; ++e) mx = std::max(mx, l[e]);
+        float sum = 0.0f;
+        for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
+        for (int64_t e = 0; e < E; ++e) p[e] = p[e] / sum;
+        std::iota(idx.begin(), idx.end(), 0);
+        // Top k by probability, ties to the lower expert id (the order of a stable sort).
+        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+          return p[a] > p[b] || (p[a] == p[b] && a < b);
+        });
+        float wsum = 0.0f;
+        for (int64_t j = 0; j < k; ++j) wsum += p[idx[j]];
+        for (int64_t j = 0; j < k; ++j) {
+          sel[t * k + j] = idx[j];
+          wsel[t * k + j] = c.norm_topk_prob ? p[idx[j]] / wsum : p[idx[j]];
+        }
+      }
+    });
+    // Slots (row * k + rank) routed to each expert, in slot order.
+    std::vector<std::vector<int64_t>> routed(static_cast<size_t>(E));
+    for (int64_t i = 0; i < T * k; ++i) routed[sel[i]].push_back(i);
+    // Expert outputs per (row, slot).
+    I.slots.reserve_at_least(static_cast<size_t>(T * k * H));
+    float* slots = I.slots.data();
+    for (int64_t e = 0; e < E; ++e) {
+      const std::vector<int64_t>& rows = routed[e];
+      if (rows.empty()) continue;
+      const int64_t m = static_cast<int64_t>(rows.size());
+      I.moe_in.reserve_at_least(static_cast<size_t>(m * H));
+      I.moe_out.reserve_at_least(static_cast<size_t>(m * H));
+      float* ein = I.moe_in.data();
+      float* eout = I.moe_out.data();
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(ein + i * H, xn + (rows[i] / k) * H, static_cast<size_t>(H) * sizeof(float));
+      swiglu_ffn(L.experts[e], ein, m, eout);
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(slots + rows[i] * H, eout + i * H, static_cast<size_t>(H) * sizeof(float));
+    }
+    swiglu_ffn(L.dense, xn, T, out);  // shared expert
+    par(T, [&](int64_t tb, int64_t te) {
+      for (int64_t t = tb; t < te; ++t) {
+        const float g = sigmoid(sg[t]);
+        float* o = out + t * H;
+        for (int64_t i = 0; i < H; ++i) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < k; ++j) acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
+          o[i] = acc + g * o[i];
+        }
+      }
+    });
+  }
+  par(T, [&](int64_t b, int64_t e) {
+    for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
+  });
+}
+
+void Model::Impl::mtp_inputs(const ModelConfig& c, const WeightSource& emb, const int32_t* tok,
+                             const float* const* hid, int64_t M, float* out, ThreadPool* pool) {
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  mcat.reserve_at_least(static_cast<size_t>(M * 2 * H));
+  float* cat = mcat.data();
+  par_rows(pool, M, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float* row = cat + i * 2 * H;
+      emb.row_f32(tok[i], row);
+      rmsnorm(row, H, mtp_enorm.data(), row, H, 1, H, eps);
+      rmsnorm(hid[i], H, mtp_hnorm.data(), row + H, H, 1, H, eps);
+    }
+  });
+  matmul(cat, M, 2 * H, mtp_fc, out, H, pool);
+}
+
 Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, ThreadPool* pool) {
   const ModelConfig& c = cfg_;
   Impl& I = *impl_;
@@ -292,6 +697,8 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
   for (size_t s = 0; s < batch.size(); ++s) {
     const SeqInput& in = batch[s];
     REWIND_CHECK(in.state != nullptr);
+    REWIND_CHECK_MSG(in.state->shape().carry_floats == (I.mtp ? H : 0),
+                     "forward: state shape mismatch (made with a different LoadOptions::mtp)");
     if (in.tokens.empty()) return make_error("forward: sequence " + std::to_string(s) + " has no tokens");
     for (int32_t t : in.tokens)
       if (t < 0 || t >= V)
@@ -306,307 +713,174 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
     n_out += static_cast<int64_t>(in.logit_rows.size());
   }
   off[batch.size()] = T;
-  for (auto& in : batch) in.state->prepare_append(static_cast<int64_t>(in.tokens.size()));
-  // Capture rows for speculative verification: cap_base[s] is this forward's first row.
+  for (auto& in : batch) {
+    const int64_t p = in.state->n_pos(), n = static_cast<int64_t>(in.tokens.size());
+    // With MTP the lagging head also writes slot p - 1, possibly in a shared page.
+    in.state->prepare_write(I.mtp && p > 0 ? p - 1 : p, p + n);
+  }
+  // Capture rows for speculative verification: segs[s].cap is this forward's first row.
   const int64_t RF = capture_row_floats();
-  std::vector<float*> cap_base(batch.size(), nullptr);
-  for (size_t s = 0; s < batch.size(); ++s)
+  std::vector<Impl::Seg> segs(batch.size());
+  for (size_t s = 0; s < batch.size(); ++s) {
+    segs[s] = {batch[s].state, off[s], off[s + 1] - off[s], batch[s].state->n_pos(), nullptr};
     if (RecCapture* cap = batch[s].capture; cap && RF > 0) {
       REWIND_CHECK(cap->row_floats == 0 || cap->row_floats == RF);
       cap->row_floats = RF;
       cap->rows.resize(static_cast<size_t>((cap->n + off[s + 1] - off[s]) * RF));
-      cap_base[s] = cap->rows.data() + cap->n * RF;
+      segs[s].cap = cap->rows.data() + cap->n * RF;
     }
-
-  auto par_rows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
-    if (pool)
-      pool->parallel_for(n, 1, [&](int, int64_t b, int64_t e) { f(b, e); });
-    else
-      f(0, n);
-  };
+  }
 
   I.x.reserve_at_least(static_cast<size_t>(T * H));
-  I.xn.reserve_at_least(static_cast<size_t>(T * H));
-  I.out.reserve_at_least(static_cast<size_t>(T * H));
   float* x = I.x.data();
-  float* xn = I.xn.data();
-  float* out = I.out.data();
 
   // Embedding.
+  const WeightSource& emb = ws_->get("embed");
   {
-    const WeightSource& emb = ws_->get("embed");
     int64_t row = 0;
     for (auto& in : batch)
       for (int32_t t : in.tokens) emb.row_f32(t, x + (row++) * H);
   }
 
-  for (size_t il = 0; il < I.layers.size(); ++il) {
-    const LayerW& L = I.layers[il];
-    par_rows(T, [&](int64_t b, int64_t e) {
-      rmsnorm(x + b * H, H, L.in_norm.data(), xn + b * H, H, e - b, H, eps);
-    });
+  for (const LayerW& L : I.layers) I.layer(c, L, segs, T, x, RF, pool, false);
 
-    if (L.kind == LayerKind::Linear) {
-      const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
-      const int64_t r = Hv / Hk, CD = c.conv_dim(), VD = c.value_dim(), KD = c.key_dim();
-      const int64_t NP = L.lin.in_proj.n();  // CD + VD + 2 Hv
-      I.big.reserve_at_least(static_cast<size_t>(T * NP));
-      I.big2.reserve_at_least(static_cast<size_t>(T * CD));
-      I.tmp.reserve_at_least(static_cast<size_t>(T * VD));
-      float* proj = I.big.data();   // [T, NP] = [mixed (CD) | z (VD) | b (Hv) | a (Hv)]
-      float* conv = I.big2.data();  // [T, CD] conv + SiLU outputs: [q | k | v]
-      float* o = I.tmp.data();      // [T, VD]
-      matmul(xn, T, H, L.lin.in_proj, proj, NP, pool);
-      const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
-      // Captured layout per token and layer: [conv inputs | normed q,k,v | alpha | beta].
-      const int64_t cap_off = L.rec_index * (2 * CD + 2 * Hv);
-      auto cap_row = [&](size_t s, int64_t t) { return cap_base[s] + (t - off[s]) * RF + cap_off; };
-      for (size_t s = 0; s < batch.size(); ++s)
-        if (cap_base[s])
-          for (int64_t t = off[s]; t < off[s + 1]; ++t)
-            std::memcpy(cap_row(s, t), proj + t * NP, static_cast<size_t>(CD) * sizeof(float));
-      for (size_t s = 0; s < batch.size(); ++s) {
-        SequenceState& st = *batch[s].state;
-        const int64_t t0 = off[s], n = off[s + 1] - off[s];
-        float* window = st.conv(L.rec_index);
-        // Channels are independent over time: threads split channels.
-        if (pool)
-          pool->parallel_for(CD, 16, [&](int, int64_t b, int64_t e) {
-            conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), conv + t0 * CD, CD, n, CD,
-                      c.conv_kernel, b, e);
-          });
-        else
-          conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), conv + t0 * CD, CD, n, CD,
-                    c.conv_kernel, 0, CD);
+  // Final norm: requested rows only, or every row when the MTP head needs them all.
+  float* fh = nullptr;
+  if (I.mtp) {
+    I.fh.reserve_at_least(static_cast<size_t>(T * H));
+    fh = I.fh.data();
+    par_rows(pool, T, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        rmsnorm(x + t * H, H, I.final_norm.data(), fh + t * H, H, 1, H, eps);
+    });
+    // MTP entries j = p-1 .. p+n-2 of each sequence (p-1 only when p > 0): the pair
+    // (h_j, t_{j+1}) through fc and the head's layer, K/V only (slot j). Entry p-1 reads the
+    // carry h_{p-1}; the others read this forward's rows.
+    std::vector<Impl::Seg> msegs;
+    std::vector<int32_t> mtok;
+    std::vector<const float*> mhid;
+    for (size_t s = 0; s < batch.size(); ++s) {
+      SequenceState* st = batch[s].state;
+      const int64_t p = st->n_pos(), n = off[s + 1] - off[s];
+      const int64_t j0 = p > 0 ? p - 1 : 0, m = p + n - 1 - j0;
+      if (m > 0) msegs.push_back({st, static_cast<int64_t>(mtok.size()), m, j0, nullptr});
+      for (int64_t j = j0; j <= p + n - 2; ++j) {
+        mhid.push_back(j == p - 1 ? st->carry() : fh + (off[s] + j - p) * H);
+        mtok.push_back(batch[s].tokens[static_cast<size_t>(j + 1 - p)]);
       }
-      // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
-      par_rows(T, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) {
-          l2norm_heads(conv + t * CD, Hk, dk, 1e-6f, qscale);
-          l2norm_heads(conv + t * CD + KD, Hk, dk, 1e-6f, 1.0f);
-        }
-      });
-      for (size_t s = 0; s < batch.size(); ++s)
-        if (cap_base[s])
-          for (int64_t t = off[s]; t < off[s + 1]; ++t)
-            std::memcpy(cap_row(s, t) + CD, conv + t * CD, static_cast<size_t>(CD) * sizeof(float));
-      // Recurrence: each (sequence, value head) runs its tokens in order.
-      const int64_t n_jobs = static_cast<int64_t>(batch.size()) * Hv;
-      auto run_heads = [&](int64_t jb, int64_t je) {
-        for (int64_t job = jb; job < je; ++job) {
-          const int64_t s = job / Hv, h = job % Hv, g = h / r;
-          SequenceState& st = *batch[s].state;
-          float* S = st.ssm(L.rec_index) + h * dk * dv;
-          for (int64_t t = off[s]; t < off[s + 1]; ++t) {
-            const float* row = conv + t * CD;
-            const float* prow = proj + t * NP;
-            const float bl = prow[CD + VD + h];
-            const float al = prow[CD + VD + Hv + h];
-            const float gate = L.lin.A[h] * softplus(al + L.lin.dt_bias[h]);
-            const float alpha = std::exp(gate);
-            const float beta = sigmoid(bl);
-            if (cap_base[s]) {
-              cap_row(s, t)[2 * CD + h] = alpha;
-              cap_row(s, t)[2 * CD + Hv + h] = beta;
-            }
-            gdn_step(S, row + g * dk, row + KD + g * dk, row + 2 * KD + h * dv, alpha, beta,
-                     o + t * VD + h * dv, dk, dv);
-          }
-        }
-      };
-      if (pool)
-        pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run_heads(b, e); });
-      else
-        run_heads(0, n_jobs);
-      par_rows(T, [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t)
-          gated_rmsnorm_heads(o + t * VD, proj + t * NP + CD, L.lin.gnorm.data(), o + t * VD, Hv,
-                              dv, eps);
-      });
-      matmul(o, T, VD, L.lin.out_proj, out, H, pool);
-    } else {
-      const int64_t nh = c.n_head, nkv = c.n_head_kv, D = c.head_dim, grp = nh / nkv;
-      const int64_t NQ = L.attn.qkv.n();  // nh*2D + 2 nkv D
-      I.big.reserve_at_least(static_cast<size_t>(T * NQ));
-      I.tmp.reserve_at_least(static_cast<size_t>(T * nh * D));
-      float* qkv = I.big.data();
-      float* att = I.tmp.data();  // [T, nh*D]
-      matmul(xn, T, H, L.attn.qkv, qkv, NQ, pool);
-      // q/k norms and RoPE per row; k and v go into the sequence's pages.
-      for (size_t s = 0; s < batch.size(); ++s) {
-        SequenceState& st = *batch[s].state;
-        const int64_t t0 = off[s], p0 = st.n_pos();
-        par_rows(off[s + 1] - t0, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            float* row = qkv + (t0 + i) * NQ;
-            const int64_t pos = p0 + i;
-            for (int64_t h = 0; h < nh; ++h) {
-              float* q = row + h * 2 * D;  // [q_h | gate_h]
-              rmsnorm_heads(q, 1, D, L.attn.q_norm.data(), eps);
-              rope_heads(q, 1, D, c.rope_dim, I.inv_freq.data(), pos);
-            }
-            float* k = row + nh * 2 * D;
-            float* v = k + nkv * D;
-            rmsnorm_heads(k, nkv, D, L.attn.k_norm.data(), eps);
-            rope_heads(k, nkv, D, c.rope_dim, I.inv_freq.data(), pos);
-            st.write_kv(L.attn_index, pos, k, v);
-          }
-        });
-      }
-      // Attention per (sequence, head, tile of up to kTile rows): a tile shares each K/V block.
-      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-      const int64_t PT = batch.empty() ? 64 : batch[0].state->shape().page_tokens;
-      constexpr int64_t kTile = 16;
-      struct Job {
-        int64_t s, h, t0, m;
-      };
-      std::vector<Job> jobs;
-      for (size_t s = 0; s < batch.size(); ++s)
-        for (int64_t h = 0; h < nh; ++h)
-          for (int64_t t = off[s]; t < off[s + 1]; t += kTile)
-            jobs.push_back({static_cast<int64_t>(s), h, t, std::min(kTile, off[s + 1] - t)});
-      auto run = [&](int64_t jb, int64_t je) {
-        std::vector<float> scratch;
-        std::vector<const float*> kb, vb;
-        int64_t n_keys[kTile];
-        for (int64_t ji = jb; ji < je; ++ji) {
-          const Job& J = jobs[ji];
-          const SequenceState& st = *batch[J.s].state;
-          const int64_t kvh = J.h / grp;
-          for (int64_t r = 0; r < J.m; ++r) n_keys[r] = st.n_pos() + (J.t0 + r - off[J.s]) + 1;
-          const int64_t n_max = n_keys[J.m - 1];
-          const int64_t nb = (n_max + PT - 1) / PT;
-          kb.resize(static_cast<size_t>(nb));
-          vb.resize(static_cast<size_t>(nb));
-          for (int64_t bi = 0; bi < nb; ++bi) {
-            kb[bi] = st.k_block(L.attn_index, bi) + kvh * D * PT;  // dim-major
-            vb[bi] = st.v_block(L.attn_index, bi) + kvh * D;
-          }
-          scratch.resize(static_cast<size_t>(J.m * n_max));
-          float* o = att + J.t0 * nh * D + J.h * D;
-          attention_rows(qkv + J.t0 * NQ + J.h * 2 * D, NQ, J.m, n_keys, kb.data(), vb.data(), PT,
-                         nkv * D, D, scale, o, nh * D, scratch.data());
-          // Output gate.
-          for (int64_t r = 0; r < J.m; ++r) {
-            const float* gate = qkv + (J.t0 + r) * NQ + J.h * 2 * D + D;
-            sigmoid_gate(o + r * nh * D, gate, D);
-          }
-        }
-      };
-      const int64_t n_jobs = static_cast<int64_t>(jobs.size());
-      if (pool)
-        pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run(b, e); });
-      else
-        run(0, n_jobs);
-      matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
     }
-    par_rows(T, [&](int64_t b, int64_t e) {
-      for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
-    });
-
-    // FFN.
-    par_rows(T, [&](int64_t b, int64_t e) {
-      rmsnorm(x + b * H, H, L.post_norm.data(), xn + b * H, H, e - b, H, eps);
-    });
-    auto swiglu_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
-      const int64_t F = w.down.k();
-      I.gu.reserve_at_least(static_cast<size_t>(m * 2 * F));
-      I.act.reserve_at_least(static_cast<size_t>(m * F));
-      float* gu = I.gu.data();
-      float* act = I.act.data();
-      matmul(in, m, H, w.gate_up, gu, 2 * F, pool);
-      par_rows(m, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) swiglu(gu + i * 2 * F, gu + i * 2 * F + F, act + i * F, F);
-      });
-      matmul(act, m, F, w.down, y, H, pool);
-    };
-    if (!L.moe) {
-      swiglu_ffn(L.dense, xn, T, out);
-    } else {
-      const int64_t E = c.n_expert, k = c.n_expert_used;
-      I.router.reserve_at_least(static_cast<size_t>(T * E));
-      I.shared_gate.reserve_at_least(static_cast<size_t>(T));
-      float* rl = I.router.data();
-      float* sg = I.shared_gate.data();
-      matmul(xn, T, H, L.router, rl, E, pool);
-      matmul(xn, T, H, L.shared_gate, sg, 1, pool);
-      std::vector<int32_t> sel(static_cast<size_t>(T * k));
-      std::vector<float> wsel(static_cast<size_t>(T * k));
-      par_rows(T, [&](int64_t tb, int64_t te) {
-        std::vector<float> p(static_cast<size_t>(E));
-        std::vector<int32_t> idx(static_cast<size_t>(E));
-        for (int64_t t = tb; t < te; ++t) {
-          const float* l = rl + t * E;
-          float mx = -INFINITY;
-          for (int64_t e = 0; e < E; ++e) mx = std::max(mx, l[e]);
-          float sum = 0.0f;
-          for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(l[e] - mx));
-          for (int64_t e = 0; e < E; ++e) p[e] = p[e] / sum;
-          std::iota(idx.begin(), idx.end(), 0);
-          // Top k by probability, ties to the lower expert id (the order of a stable sort).
-          std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
-            return p[a] > p[b] || (p[a] == p[b] && a < b);
-          });
-          float wsum = 0.0f;
-          for (int64_t j = 0; j < k; ++j) wsum += p[idx[j]];
-          for (int64_t j = 0; j < k; ++j) {
-            sel[t * k + j] = idx[j];
-            wsel[t * k + j] = c.norm_topk_prob ? p[idx[j]] / wsum : p[idx[j]];
-          }
-        }
-      });
-      // Slots (row * k + rank) routed to each expert, in slot order.
-      std::vector<std::vector<int64_t>> routed(static_cast<size_t>(E));
-      for (int64_t i = 0; i < T * k; ++i) routed[sel[i]].push_back(i);
-      // Expert outputs per (row, slot).
-      I.slots.reserve_at_least(static_cast<size_t>(T * k * H));
-      float* slots = I.slots.data();
-      for (int64_t e = 0; e < E; ++e) {
-        const std::vector<int64_t>& rows = routed[e];
-        if (rows.empty()) continue;
-        const int64_t m = static_cast<int64_t>(rows.size());
-        I.moe_in.reserve_at_least(static_cast<size_t>(m * H));
-        I.moe_out.reserve_at_least(static_cast<size_t>(m * H));
-        float* ein = I.moe_in.data();
-        float* eout = I.moe_out.data();
-        for (int64_t i = 0; i < m; ++i)
-          std::memcpy(ein + i * H, xn + (rows[i] / k) * H, static_cast<size_t>(H) * sizeof(float));
-        swiglu_ffn(L.experts[e], ein, m, eout);
-        for (int64_t i = 0; i < m; ++i)
-          std::memcpy(slots + rows[i] * H, eout + i * H, static_cast<size_t>(H) * sizeof(float));
-      }
-      swiglu_ffn(L.dense, xn, T, out);  // shared expert
-      par_rows(T, [&](int64_t tb, int64_t te) {
-        for (int64_t t = tb; t < te; ++t) {
-          const float g = sigmoid(sg[t]);
-          float* o = out + t * H;
-          for (int64_t i = 0; i < H; ++i) {
-            float acc = 0.0f;
-            for (int64_t j = 0; j < k; ++j) acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
-            o[i] = acc + g * o[i];
-          }
-        }
-      });
+    const int64_t M = static_cast<int64_t>(mtok.size());
+    if (M > 0) {
+      I.mx.reserve_at_least(static_cast<size_t>(M * H));
+      I.mtp_inputs(c, emb, mtok.data(), mhid.data(), M, I.mx.data(), pool);
+      I.layer(c, I.mtp_layer, msegs, M, I.mx.data(), 0, pool, true);
     }
-    par_rows(T, [&](int64_t b, int64_t e) {
-      for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
-    });
+    // The carry moves to the last row; captured rows end with their hidden state.
+    for (size_t s = 0; s < batch.size(); ++s) {
+      std::memcpy(batch[s].state->carry(), fh + (off[s + 1] - 1) * H,
+                  static_cast<size_t>(H) * sizeof(float));
+      if (segs[s].cap)
+        for (int64_t t = off[s]; t < off[s + 1]; ++t)
+          std::memcpy(segs[s].cap + (t - off[s]) * RF + RF - H, fh + t * H,
+                      static_cast<size_t>(H) * sizeof(float));
+    }
   }
 
   for (auto& in : batch) in.state->commit_append(static_cast<int64_t>(in.tokens.size()));
   for (size_t s = 0; s < batch.size(); ++s)
-    if (cap_base[s]) batch[s].capture->n += off[s + 1] - off[s];
+    if (segs[s].cap) batch[s].capture->n += off[s + 1] - off[s];
 
-  // Final norm and lm_head on the requested rows only.
+  // lm_head on the requested rows only.
   logits->assign(static_cast<size_t>(n_out * V), 0.0f);
   if (n_out > 0) {
+    I.xn.reserve_at_least(static_cast<size_t>(n_out * H));
+    float* xn = I.xn.data();
     int64_t j = 0;
     for (size_t s = 0; s < batch.size(); ++s)
       for (int32_t r : batch[s].logit_rows) {
-        rmsnorm(x + (off[s] + r) * H, H, I.final_norm.data(), xn + j * H, H, 1, H, eps);
+        if (fh)
+          std::memcpy(xn + j * H, fh + (off[s] + r) * H, static_cast<size_t>(H) * sizeof(float));
+        else
+          rmsnorm(x + (off[s] + r) * H, H, I.final_norm.data(), xn + j * H, H, 1, H, eps);
         ++j;
       }
     matmul(xn, n_out, H, I.lm_head, logits->data(), V, pool);
+  }
+  return Ok{};
+}
+
+Status Model::mtp_draft(std::span<MtpDraft> batch, std::vector<float>* logits,
+                        ThreadPool* pool) const {
+  const ModelConfig& c = cfg_;
+  Impl& I = *impl_;
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  if (!I.mtp) return make_error("mtp_draft: the model was loaded without an MTP head");
+  int64_t kmax = 0, n_rows = 0;
+  for (const MtpDraft& d : batch) {
+    REWIND_CHECK(d.state != nullptr && d.state->shape().carry_floats == H);
+    if (d.state->n_pos() < 1) return make_error("mtp_draft: the sequence has consumed no token");
+    if (d.last < 0 || d.last >= V)
+      return make_error("token id " + std::to_string(d.last) + " out of range [0, " +
+                        std::to_string(V) + ")");
+    if (d.k < 1) return make_error("mtp_draft: k must be >= 1");
+    kmax = std::max<int64_t>(kmax, d.k);
+    n_rows += d.k;
+  }
+  const int64_t S = static_cast<int64_t>(batch.size());
+  std::vector<int64_t> out_row(static_cast<size_t>(S), 0);  // first logits row per sequence
+  for (int64_t s = 1; s < S; ++s) out_row[s] = out_row[s - 1] + batch[s - 1].k;
+  if (logits) logits->assign(static_cast<size_t>(n_rows * V), 0.0f);
+  for (MtpDraft& d : batch) {
+    const int64_t n = d.state->n_pos();
+    d.state->prepare_write(n - 1, n - 1 + d.k);
+    d.drafts.clear();
+  }
+  // Step i: entry n-1+i of every sequence still drafting, one row each.
+  const WeightSource& emb = ws_->get("embed");
+  I.mh.reserve_at_least(static_cast<size_t>(S * H));
+  float* chain = I.mh.data();  // [S, H] post-mtp.norm state of each sequence's last entry
+  std::vector<float> lg;
+  for (int64_t i = 0; i < kmax; ++i) {
+    std::vector<Impl::Seg> segs;
+    std::vector<int32_t> tok;
+    std::vector<const float*> hid;
+    std::vector<int64_t> who;
+    for (int64_t s = 0; s < S; ++s) {
+      MtpDraft& d = batch[s];
+      if (d.k <= i) continue;
+      const int64_t M = static_cast<int64_t>(tok.size());
+      segs.push_back({d.state, M, 1, d.state->n_pos() - 1 + i, nullptr});
+      tok.push_back(i == 0 ? d.last : d.drafts.back());
+      hid.push_back(i == 0 ? d.state->carry() : chain + s * H);
+      who.push_back(s);
+    }
+    const int64_t M = static_cast<int64_t>(tok.size());
+    I.mx.reserve_at_least(static_cast<size_t>(M * H));
+    float* x = I.mx.data();
+    I.mtp_inputs(c, emb, tok.data(), hid.data(), M, x, pool);
+    I.layer(c, I.mtp_layer, segs, M, x, 0, pool, false);
+    I.xn.reserve_at_least(static_cast<size_t>(M * H));
+    float* xn = I.xn.data();
+    rmsnorm(x, H, I.mtp_norm.data(), xn, H, M, H, eps);
+    lg.resize(static_cast<size_t>(M * V));
+    matmul(xn, M, H, I.lm_head, lg.data(), V, pool);
+    for (int64_t r = 0; r < M; ++r) {
+      const int64_t s = who[r];
+      std::memcpy(chain + s * H, xn + r * H, static_cast<size_t>(H) * sizeof(float));
+      const float* row = lg.data() + r * V;
+      int32_t best = 0;  // greedy: lowest id on ties, NaN never wins (as rw::argmax)
+      float best_v = -INFINITY;
+      for (int32_t v = 0; v < V; ++v)
+        if (row[v] > best_v) {
+          best_v = row[v];
+          best = v;
+        }
+      batch[s].drafts.push_back(best);
+      if (logits)
+        std::memcpy(logits->data() + (out_row[s] + i) * V, row,
+                    static_cast<size_t>(V) * sizeof(float));
+    }
   }
   return Ok{};
 }

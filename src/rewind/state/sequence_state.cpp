@@ -27,8 +27,9 @@ void KvPage::read_k(int64_t layer, int64_t slot, float* out) const {
 }
 
 SequenceState::SequenceState(const StateShape& shape)
-    : shape_(shape), rec_(static_cast<size_t>(shape.n_rec_layers * shape.rec_floats_per_layer())) {
+    : shape_(shape), rec_(static_cast<size_t>(shape.rec_floats())) {
   REWIND_CHECK(shape.page_tokens > 0);
+  REWIND_CHECK(shape.lagged_attn_layers >= 0 && shape.lagged_attn_layers <= shape.n_attn_layers);
 }
 
 SequenceState SequenceState::clone() const {
@@ -43,6 +44,7 @@ void SequenceState::restore_from(const SequenceState& other) {
                other.shape_.n_attn_layers == shape_.n_attn_layers &&
                other.shape_.kv_dim == shape_.kv_dim &&
                other.shape_.page_tokens == shape_.page_tokens &&
+               other.shape_.lagged_attn_layers == shape_.lagged_attn_layers &&
                other.rec_.size() == rec_.size());
   n_pos_ = other.n_pos_;
   pages_ = other.pages_;
@@ -61,7 +63,7 @@ void SequenceState::resume(std::vector<PagePtr> pages, const Snapshot* snap, int
   const int64_t need = shape_.n_attn_layers == 0 ? 0 : (p + shape_.page_tokens - 1) / shape_.page_tokens;
   REWIND_CHECK_MSG(static_cast<int64_t>(pages.size()) == need,
                    "resume at " + std::to_string(p) + " needs " + std::to_string(need) + " pages");
-  if (shape_.n_rec_layers > 0) {
+  if (rec_.size() > 0) {
     if (snap) {
       REWIND_CHECK(snap->pos == p && snap->rec.size() == rec_.size());
       std::memcpy(rec_.data(), snap->rec.data(), rec_.size() * sizeof(float));
@@ -77,8 +79,9 @@ void SequenceState::resume(std::vector<PagePtr> pages, const Snapshot* snap, int
 bool SequenceState::can_trim_to(int64_t n) const {
   if (n < 0 || n > n_pos_) return false;
   if (n == n_pos_) return true;
-  // A recurrent state at n_pos summarises every earlier token; it cannot go back.
-  return shape_.n_rec_layers == 0;
+  // A recurrent state (or the MTP carry) at n_pos summarises every earlier token; it cannot go
+  // back.
+  return rec_.size() == 0;
 }
 
 void SequenceState::trim_to(int64_t n) {
@@ -107,10 +110,11 @@ void SequenceState::rewind_kv_to(int64_t n) {
   if (keep < n_pages()) pages_.resize(static_cast<size_t>(keep));
 }
 
-void SequenceState::prepare_append(int64_t n_new) {
-  if (shape_.n_attn_layers == 0 || n_new <= 0) return;
-  const int64_t first = n_pos_ / shape_.page_tokens;
-  const int64_t last = (n_pos_ + n_new - 1) / shape_.page_tokens;
+void SequenceState::prepare_write(int64_t from, int64_t to) {
+  REWIND_CHECK(from >= 0);
+  if (shape_.n_attn_layers == 0 || to <= from) return;
+  const int64_t first = from / shape_.page_tokens;
+  const int64_t last = (to - 1) / shape_.page_tokens;
   for (int64_t b = first; b <= last; ++b) {
     if (b < n_pages()) {
       if (pages_[b].use_count() > 1) pages_[b] = std::shared_ptr<KvPage>(pages_[b]->clone());
@@ -152,7 +156,7 @@ bool SequenceState::same_contents(const SequenceState& o) const {
   const size_t row = static_cast<size_t>(shape_.kv_dim) * sizeof(float);
   std::vector<float> ka(static_cast<size_t>(shape_.kv_dim)), kb(ka.size());
   for (int64_t l = 0; l < shape_.n_attn_layers; ++l)
-    for (int64_t p = 0; p < n_pos_; ++p) {
+    for (int64_t p = 0; p < n_pos_ - (l >= shape_.n_attn_layers - shape_.lagged_attn_layers); ++p) {
       read_k(l, p, ka.data());
       o.read_k(l, p, kb.data());
       if (std::memcmp(ka.data(), kb.data(), row) != 0 || std::memcmp(v_row(l, p), o.v_row(l, p), row) != 0)

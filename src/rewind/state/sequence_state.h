@@ -29,10 +29,19 @@ struct StateShape {
   int64_t dk = 0;
   int64_t dv = 0;
   int64_t page_tokens = 64;   // tokens per KV page; attention reduces in blocks of this size
+  // MTP head (model/qwen35.cpp, loaded on request): its attention layer is the last of the
+  // n_attn_layers and lags by one position (its slot p is written once token p+1 is consumed,
+  // so at n_pos only slots below n_pos - 1 are defined); `carry_floats` more floats at the end
+  // of the recurrent buffer hold the carry (the main model's final hidden state of the last
+  // consumed token), so snapshots and rollback copies include it. Zero without MTP.
+  int64_t lagged_attn_layers = 0;
+  int64_t carry_floats = 0;
 
   int64_t conv_floats() const { return conv_rows * conv_dim; }
   int64_t ssm_floats() const { return n_head_v * dk * dv; }
   int64_t rec_floats_per_layer() const { return conv_floats() + ssm_floats(); }
+  // The whole recurrent buffer: every recurrent layer, then the carry.
+  int64_t rec_floats() const { return n_rec_layers * rec_floats_per_layer() + carry_floats; }
 };
 
 // One page: K and V of page_tokens positions for every attention layer.
@@ -111,7 +120,12 @@ class SequenceState {
 
   // --- used by the forward pass ---
   // Makes pages for positions [n_pos, n_pos + n_new) exist and be private to this sequence.
-  void prepare_append(int64_t n_new);
+  void prepare_append(int64_t n_new) { prepare_write(n_pos_, n_pos_ + n_new); }
+  // Makes pages for positions [from, to) exist and be private to this sequence (shared ones
+  // are copied first), n_pos unchanged. Positions below n_pos are allowed: the lagging MTP
+  // layer writes its slot n_pos - 1, which may lie in a page shared with the prefix cache,
+  // and MTP drafting writes slots past n_pos (pages past n_pos are dropped by rewind_kv_to).
+  void prepare_write(int64_t from, int64_t to);
   // Advances n_pos after a forward pass wrote n_new tokens.
   void commit_append(int64_t n_new);
   // K and V of one position of one layer (kv_dim floats each); the page must be private
@@ -132,18 +146,25 @@ class SequenceState {
     return rec_.data() + il_rec * shape_.rec_floats_per_layer();
   }
   const float* ssm(int64_t il_rec) const { return conv(il_rec) + shape_.conv_floats(); }
+  // The MTP carry (StateShape::carry_floats floats; valid once n_pos >= 1).
+  float* carry() { return rec_.data() + shape_.n_rec_layers * shape_.rec_floats_per_layer(); }
+  const float* carry() const {
+    return rec_.data() + shape_.n_rec_layers * shape_.rec_floats_per_layer();
+  }
 
   size_t recurrent_bytes() const { return rec_.size() * sizeof(float); }
   size_t kv_bytes_used() const;  // bytes of pages referenced (shared pages counted in full)
   // True when both states hold bit-identical contents at the same position (recurrent state
-  // and every KV row below n_pos). For tests and checks.
+  // with the MTP carry, and every defined KV row: below n_pos, below n_pos - 1 for a lagging
+  // layer). For tests and checks.
   bool same_contents(const SequenceState& other) const;
 
  private:
   StateShape shape_;
   int64_t n_pos_ = 0;
   std::vector<PagePtr> pages_;
-  AlignedBuffer<float> rec_;  // [n_rec_layers][conv [conv_rows, conv_dim] ; ssm [Hv, dk, dv]]
+  // [n_rec_layers][conv [conv_rows, conv_dim] ; ssm [Hv, dk, dv]], then the carry
+  AlignedBuffer<float> rec_;
 };
 
 }  // namespace rw
