@@ -73,7 +73,7 @@ int cmd_run(int argc, char** argv) {
   auto spec = spec_from_args(args.value(), store, &pool);
   if (!spec.ok()) return fail(spec.error_message());
   double load_s = 0;
-  auto model = load_model(dir, store, &pool, &load_s);
+  auto model = load_model(dir, store, &pool, &load_s, spec->wants_mtp());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());

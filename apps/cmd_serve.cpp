@@ -133,7 +133,9 @@ int cmd_serve(int argc, char** argv) {
 
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;
-  auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s);
+  auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), &pool);
+  if (!spec.ok()) return fail(spec.error_message());
+  auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s, spec->wants_mtp());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)
@@ -153,8 +155,6 @@ int cmd_serve(int argc, char** argv) {
   eo.cache.policy.max_per_branch = ck_max.value();
   eo.sample_vocab =
       static_cast<int32_t>(std::min<int64_t>(tok->vocab_size(), m.config().vocab_size));
-  auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), &pool);
-  if (!spec.ok()) return fail(spec.error_message());
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());
   eo.spec = spec->cfg;
   BatchEngine engine(m, &pool, eo);

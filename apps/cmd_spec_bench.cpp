@@ -5,7 +5,8 @@
 //   plain      no speculation (the baseline, run first and again last to show its noise)
 //   ngram      prompt lookup over the sequence's own tokens
 //   draft      --draft DIR, a draft model with the same tokenizer
-//   mtp        the checkpoint's MTP head (when it has one)
+//   mtp        the checkpoint's MTP head (when it has one; with "plain+head", plain decoding of
+//              the model loaded with its head, whose forward also fills the head's KV)
 //   oracle     drafts = the plain output itself: every draft accepted; the ceiling for k
 //   rejected   drafts that are always wrong at the first position: the cost of a fully
 //              rejected round (one token per round, like plain, plus drafting + verification
@@ -158,9 +159,6 @@ int cmd_spec_bench(int argc, char** argv) {
     c.draft = draft.get();
     if (!add("draft", c)) return 1;
   }
-  c = base;
-  c.kind = SpecKind::Mtp;
-  if (!add("mtp", c)) return 1;
   const size_t np = prompt.size();
   c = base;
   c.kind = SpecKind::Custom;
@@ -182,6 +180,42 @@ int cmd_spec_bench(int argc, char** argv) {
   };
   if (!add("rejected", c)) return 1;
   if (!add("plain-again", SpecConfig{})) return 1;
+  // MTP: the same checkpoint loaded again with its head (every forward then also fills the
+  // head's KV, so its own plain baseline is measured too).
+  std::unique_ptr<Model> with_mtp;
+  if (m.weights().has_mtp()) {
+    double ms = 0;
+    auto wm = load_model(dir, store, &pool, &ms, true);
+    if (!wm.ok()) return fail(wm.error_message());
+    with_mtp = std::move(wm).value();
+    Engine mtp_engine(*with_mtp, &pool, eo);
+    auto run_mtp = [&](const std::string& name, SpecConfig sc) -> bool {
+      GenerateRequest r;
+      r.prompt = prompt;
+      r.max_tokens = static_cast<int32_t>(n_gen.value());
+      r.spec = sc;
+      auto rep = mtp_engine.generate(r);
+      if (!rep.ok()) {
+        fail(name + ": " + rep.error_message());
+        return false;
+      }
+      Row row;
+      row.method = name;
+      row.ms = rep->total_ms - rep->ttft_ms;
+      row.n_out = rep->output.size();
+      row.tok_s = static_cast<double>(rep->output.size() - 1) / (row.ms / 1e3);
+      row.st = rep->spec;
+      row.identical = rep->output == ref;
+      rows.push_back(row);
+      return true;
+    };
+    if (!run_mtp("plain+head", SpecConfig{})) return 1;
+    c = base;
+    c.kind = SpecKind::Mtp;
+    if (!run_mtp("mtp", c)) return 1;
+  } else {
+    std::fprintf(stderr, "rewind: mtp skipped: the checkpoint has no MTP head\n");
+  }
 
   const double plain = rows[0].tok_s;
   if (args->has("--json")) {

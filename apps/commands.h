@@ -25,8 +25,9 @@ int default_threads();
 
 // Loads a model, showing a progress line on stderr while packing large files (> 64 MiB).
 // store: "auto", "f32", "bf16".
+// mtp: also load the checkpoint's MTP head (for --spec mtp).
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
-                                          ThreadPool* pool, double* seconds);
+                                          ThreadPool* pool, double* seconds, bool mtp = false);
 
 double now_seconds();
 

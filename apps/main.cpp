@@ -24,9 +24,10 @@ double now_seconds() {
 }
 
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
-                                          ThreadPool* pool, double* seconds) {
+                                          ThreadPool* pool, double* seconds, bool mtp) {
   LoadOptions opt;
   opt.pool = pool;
+  opt.mtp = mtp;
   if (store == "auto") {
     opt.store = WeightStore::Auto;
   } else if (store == "f32") {
