@@ -3,14 +3,15 @@
 // equals the same request run alone without speculation. A stream closed early leaves a
 // committed state that the prefix cache reuses exactly.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <mutex>
 
+#include "event_collector.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/batch_engine.h"
 #include "rewind/engine/engine.h"
-#include "event_collector.h"
 #include "test_util.h"
 
 namespace rw {
@@ -140,6 +141,57 @@ TEST_P(SpecBatch, EarlyCloseThenTheCacheServesTheSamePrompt) {
   col.wait(2);
   EXPECT_EQ(col.tokens[*id2], want);
   EXPECT_GT(col.final_ev[*id2].usage.cached_tokens, 0);
+}
+
+TEST(SpecBatchMtp, MtpRowsAndPlainRowsShareStepsAndEqualAlone) {
+  for (const char* preset : {"tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"}) {
+    const std::string dir = ::testing::TempDir() + "/specbatch_mtp_" + preset + "_" +
+                            std::to_string(static_cast<long>(::getpid()));
+    int rc = 0;
+    const std::string log = test::run_command(std::string(REWIND_BINARY) + " make-model --preset " +
+                                                  preset + " --mtp --seed 8 --out " + dir + " 2>&1",
+                                              &rc);
+    ASSERT_EQ(rc, 0) << log;
+    LoadOptions lo;
+    lo.mtp = true;
+    auto loaded = Model::load(dir, lo);
+    ASSERT_TRUE(loaded.ok()) << loaded.error_message();
+    Model& m = **loaded;
+    ASSERT_TRUE(m.mtp_loaded());
+    std::mt19937_64 rng(47);
+    std::vector<SubmitRequest> subs;
+    std::vector<std::vector<int32_t>> want;
+    for (int i = 0; i < 6; ++i) {
+      SubmitRequest s;
+      s.prompt = test::random_tokens(rng, 4 + static_cast<int64_t>(rng() % 50), 400);
+      s.max_tokens = 5 + static_cast<int32_t>(rng() % 15);
+      if (i % 3 == 2)
+        s.spec_kind = SpecKind::Off;
+      else
+        s.spec_k = 1 + i % 3;
+      want.push_back(alone(m, s.prompt, s.max_tokens));
+      subs.push_back(s);
+    }
+    BatchEngineOptions opt;
+    opt.max_running = 6;
+    opt.step_tokens = 29;
+    opt.cache.policy.interval = 8;
+    opt.spec.kind = SpecKind::Mtp;
+    opt.spec.k = 3;
+    BatchEngine eng(m, nullptr, opt);
+    Collector col;
+    std::vector<uint64_t> ids;
+    for (int round = 0; round < 2; ++round)  // the second round resumes from the cache
+      for (auto& s : subs) {
+        auto id = eng.submit(s, col.cb());
+        ASSERT_TRUE(id.ok()) << id.error_message();
+        ids.push_back(*id);
+      }
+    col.wait(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i)
+      EXPECT_EQ(col.tokens[ids[i]], want[i % subs.size()]) << preset << " request " << i;
+    EXPECT_GT(eng.metrics().spec.drafted, 0) << preset;
+  }
 }
 
 TEST(SpecBatchRefusals, RequestsTheEngineCannotServeAreRefusedUpFront) {
