@@ -16,8 +16,9 @@ int cmd_bench(int argc, char** argv) {
                           {"--json", "--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
-    std::printf("usage: rewind bench --model DIR|FILE.gguf [-p 512] [-n 128] [-t THREADS]\n"
-                "                    [--weights auto|f32|bf16] [--json]\n");
+    std::printf(
+        "usage: rewind bench --model DIR|FILE.gguf [-p 512] [-n 128] [-t THREADS]\n"
+        "                    [--weights auto|f32|bf16] [--json]\n");
     return 0;
   }
   const std::string dir = args->str("--model");

@@ -14,8 +14,9 @@ int cmd_logits(int argc, char** argv) {
                           {"--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
-    std::printf("usage: rewind logits --model DIR|FILE.gguf --tokens 1,2,3,... [--positions i,j,...]\n"
-                "                     [--threads N] [--weights auto|f32|bf16]\n");
+    std::printf(
+        "usage: rewind logits --model DIR|FILE.gguf --tokens 1,2,3,... [--positions i,j,...]\n"
+        "                     [--threads N] [--weights auto|f32|bf16]\n");
     return 0;
   }
   if (args->str("--model").empty()) return fail("--model DIR|FILE.gguf is required");

@@ -29,7 +29,8 @@ int cmd_run(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind run --model DIR|FILE.gguf --prompt TEXT [-n N] [--temperature T] [--top-k K]\n"
+        "usage: rewind run --model DIR|FILE.gguf --prompt TEXT [-n N] [--temperature T] [--top-k "
+        "K]\n"
         "                  [--top-p P] [--min-p P] [--seed S] [--threads N] [--chunk N]\n"
         "                  [--weights auto|f32|bf16] [--ignore-eos] [--json]\n"
         "  -n N          tokens to generate (default 32)\n"

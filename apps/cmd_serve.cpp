@@ -61,7 +61,8 @@ int cmd_serve(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
+        "usage: rewind serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key "
+        "KEY]\n"
         "                    [--parallel 4] [--ctx-size 32768] [--cache-ram 4096]\n"
         "                    [--checkpoint-interval 512] [--checkpoint-max 32] [--no-cache]\n"
         "                    [--threads N] [--max-queue 64] [--max-body 8388608]\n"
@@ -134,7 +135,7 @@ int cmd_serve(int argc, char** argv) {
       gguf_eos = tok->token_text(static_cast<int32_t>(eos.value()));
   }
   const bool has_template = is_gguf_path(dir) ? !gguf_template.empty() : has_chat_template(dir);
-  auto tmpl = !has_template          ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
+  auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
               : is_gguf_path(dir) ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
                                   : ChatTemplate::load_dir(dir);
   if (!tmpl.ok()) return fail("chat template: " + tmpl.error_message());

@@ -1,8 +1,8 @@
 // rewind: command-line entry point. Subcommands live in apps/cmd_*.cpp and apps/make_model.cpp.
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -26,7 +26,9 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-bool is_gguf_path(const std::string& model_path) { return std::filesystem::is_regular_file(model_path); }
+bool is_gguf_path(const std::string& model_path) {
+  return std::filesystem::is_regular_file(model_path);
+}
 
 Result<Tokenizer> load_tokenizer(const std::string& model_path) {
   if (!is_gguf_path(model_path)) return Tokenizer::load(model_path + "/tokenizer.json");
@@ -75,7 +77,8 @@ int main(int argc, char** argv) {
       "usage: rewind <command> [options]\n"
       "commands:\n"
       "  make-model  write a seeded random model in the Hugging Face layout (or as GGUF)\n"
-      "  convert     write a Hugging Face checkpoint as a GGUF file (f32, bf16, f16, q8_0, q4_k, q6_k)\n"
+      "  convert     write a Hugging Face checkpoint as a GGUF file (f32, bf16, f16, q8_0, q4_k, "
+      "q6_k)\n"
       "  run         generate text from a prompt\n"
       "  logits      print the logits of a token list as JSON\n"
       "  bench       prefill/decode throughput against this machine's limits\n"

@@ -37,14 +37,17 @@ Result<Shape> preset(const std::string& name) {
     return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
   if (name == "qwen3-next-tiny")
     return Shape{"qwen3_next", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
-  if (name == "qwen3.5-tiny-256")  // every matmul row length a multiple of 256 (K-quant tests), Hv > Hk
-    return Shape{"qwen3_5", 512, 256, 4, 4, 2, 64, 2, 4, 32, 64, 4, 512, 0, 0, 0, 0, false, 1e7, 247};
+  if (name ==
+      "qwen3.5-tiny-256")  // every matmul row length a multiple of 256 (K-quant tests), Hv > Hk
+    return Shape{"qwen3_5", 512, 256, 4, 4, 2, 64, 2,     4,   32,
+                 64,        4,   512, 0, 0, 0, 0,  false, 1e7, 247};
   if (name == "qwen3.5-mini")  // small real-ratio shape for cache benchmarks on slow machines
     return Shape{"qwen3_5", 4096, 256, 8, 4, 2, 64, 4, 4, 64, 64, 4, 768, 0, 0, 0, 0, true, 1e7, 2000};
   if (name == "qwen3.5-0.8b")
     return Shape{"qwen3_5", 248320, 1024, 24, 8, 2, 256, 16, 16, 128, 128, 4, 3584, 0, 0, 0, 0, true, 1e7, 2000};
-  return make_error("unknown preset '" + name +
-                    "' (tiny, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, qwen3-next-tiny)");
+  return make_error(
+      "unknown preset '" + name +
+      "' (tiny, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, qwen3-next-tiny)");
 }
 
 // splitmix64-based generator; normals by Box-Muller. Deterministic per (seed, tensor name).
@@ -96,11 +99,13 @@ struct Tensors {
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--preset", "--dtype", "--seed", "--out", "--format", "--type"}, {"--help"});
+  auto args = Args::parse(
+      argc, argv, {"--preset", "--dtype", "--seed", "--out", "--format", "--type"}, {"--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind make-model --preset tiny|qwen3.5-tiny-256|qwen3.5-mini|qwen3.5-0.8b|qwen3.5-moe-tiny|\n"
+        "usage: rewind make-model --preset "
+        "tiny|qwen3.5-tiny-256|qwen3.5-mini|qwen3.5-0.8b|qwen3.5-moe-tiny|\n"
         "                                  qwen3-next-tiny\n"
         "                         [--dtype f32|bf16] [--seed N] --out DIR\n"
         "                         [--format hf|gguf] [--type f32|f16|bf16|q8_0|q4_k|q6_k]\n"

@@ -226,7 +226,8 @@ void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t l
       for (int64_t pg = p0; pg < p1; pg += np) {
         const int npg = static_cast<int>(std::min<int64_t>(np, p1 - pg));
         const int ncols = static_cast<int>(std::min<int64_t>(n - pg * kMatmulNR, npg * kMatmulNR));
-        detail::widen_quant(t, w_bytes + pg * panel_stride, panel_stride, k0 / bk, kb / bk, npg, wide);
+        detail::widen_quant(t, w_bytes + pg * panel_stride, panel_stride, k0 / bk, kb / bk, npg,
+                            wide);
         for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
           const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
           isa.tile_f32(x + r0 * ldx + k0, ldx, wide, kb * kMatmulNR, kb, rows, npg,
@@ -251,19 +252,23 @@ PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int6
     pm.k_ = k;
     pm.store_ = store;
     const int64_t n_panels = cdiv(n, kMatmulNR);
-    const int64_t panel_bytes = k / dtype_block_elems(store) * detail::quant_panel_block_bytes(store);
+    const int64_t panel_bytes =
+        k / dtype_block_elems(store) * detail::quant_panel_block_bytes(store);
     pm.data_.resize(static_cast<size_t>(n_panels * panel_bytes));
     const size_t row_bytes = dtype_row_bytes(store, k);
     auto pack_panels = [&](int, int64_t pb, int64_t pe) {
       for (int64_t p = pb; p < pe; ++p) {
         const std::byte* rows[kMatmulNR];
         const int nr = static_cast<int>(std::min<int64_t>(kMatmulNR, n - p * kMatmulNR));
-        for (int j = 0; j < nr; ++j) rows[j] = static_cast<const std::byte*>(src) + (p * kMatmulNR + j) * row_bytes;
+        for (int j = 0; j < nr; ++j)
+          rows[j] = static_cast<const std::byte*>(src) + (p * kMatmulNR + j) * row_bytes;
         detail::pack_quant_panel(store, rows, nr, k, pm.data_.data() + p * panel_bytes);
       }
     };
-    if (pool) pool->parallel_for(n_panels, 1, pack_panels);
-    else pack_panels(0, 0, n_panels);
+    if (pool)
+      pool->parallel_for(n_panels, 1, pack_panels);
+    else
+      pack_panels(0, 0, n_panels);
     return pm;
   }
   REWIND_CHECK_MSG(src_type == DType::F32 || src_type == DType::BF16 || src_type == DType::F16,

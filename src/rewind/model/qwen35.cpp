@@ -123,14 +123,15 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   size_t total = 0, done = 0;
   auto src_bytes = [&](const WeightSource& s) {
     size_t b = 0;
-    for (auto& blk : s.blocks) b += static_cast<size_t>(blk.rows) * dtype_row_bytes(blk.dtype, s.cols);
+    for (auto& blk : s.blocks)
+      b += static_cast<size_t>(blk.rows) * dtype_row_bytes(blk.dtype, s.cols);
     return b;
   };
   for (auto& n : mats) total += src_bytes(W.get(n));
 
   auto pack = [&](const std::string& name) {
     const WeightSource& s = W.get(name);
-    const DType store = opt.store == WeightStore::BF16 ? DType::BF16
+    const DType store = opt.store == WeightStore::BF16  ? DType::BF16
                         : opt.store == WeightStore::F32 ? DType::F32
                                                         : s.default_store();
     PackedMatrix pm = s.pack(store, opt.pool);

@@ -19,7 +19,8 @@ std::string shape_str(const std::vector<int64_t>& s) {
 }
 
 const std::byte* row_ptr(const RowBlock& b, int64_t r, int64_t cols) {
-  return static_cast<const std::byte*>(b.data) + static_cast<size_t>(r) * dtype_row_bytes(b.dtype, cols);
+  return static_cast<const std::byte*>(b.data) +
+         static_cast<size_t>(r) * dtype_row_bytes(b.dtype, cols);
 }
 
 // Finds tensors of one checkpoint and turns them into WeightSources.
@@ -51,8 +52,8 @@ class Resolver {
   }
   // Rows [r0, r0+n) of a tensor viewed as [*, cols].
   static RowBlock rows_of(const TensorView* v, int64_t r0, int64_t n, int64_t cols) {
-    return RowBlock{v->data + static_cast<size_t>(r0) * dtype_row_bytes(v->dtype, cols), v->dtype, n,
-                    nullptr};
+    return RowBlock{v->data + static_cast<size_t>(r0) * dtype_row_bytes(v->dtype, cols), v->dtype,
+                    n, nullptr};
   }
   // Row blocks stacked into one matrix of `cols` columns.
   static WeightSource stacked(int64_t cols, DType file_dtype, std::vector<RowBlock> blocks) {

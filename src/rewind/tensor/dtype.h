@@ -18,7 +18,10 @@ inline size_t dtype_size(DType t) {
     case DType::BF16: case DType::F16: return 2;
     case DType::F64: case DType::I64: return 8;
     case DType::U8: case DType::I8: case DType::BOOL: return 1;
-    case DType::Q8_0: case DType::Q4_K: case DType::Q6_K: return 0;
+    case DType::Q8_0:
+    case DType::Q4_K:
+    case DType::Q6_K:
+      return 0;
   }
   return 0;
 }
@@ -32,10 +35,14 @@ inline int64_t dtype_block_elems(DType t) {
 }
 inline int64_t dtype_block_bytes(DType t) {
   switch (t) {
-    case DType::Q8_0: return 34;
-    case DType::Q4_K: return 144;
-    case DType::Q6_K: return 210;
-    default: return static_cast<int64_t>(dtype_size(t));
+    case DType::Q8_0:
+      return 34;
+    case DType::Q4_K:
+      return 144;
+    case DType::Q6_K:
+      return 210;
+    default:
+      return static_cast<int64_t>(dtype_size(t));
   }
 }
 // Bytes of n consecutive elements (n a multiple of the block for quantised types).
@@ -54,9 +61,12 @@ inline std::string_view dtype_name(DType t) {
     case DType::U8: return "U8";
     case DType::I8: return "I8";
     case DType::BOOL: return "BOOL";
-    case DType::Q8_0: return "Q8_0";
-    case DType::Q4_K: return "Q4_K";
-    case DType::Q6_K: return "Q6_K";
+    case DType::Q8_0:
+      return "Q8_0";
+    case DType::Q4_K:
+      return "Q4_K";
+    case DType::Q6_K:
+      return "Q6_K";
   }
   return "?";
 }
