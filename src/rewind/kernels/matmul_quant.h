@@ -39,6 +39,16 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 // True while matmul_force_isa chose a path without an AVX-512 widen ("avx2", "scalar").
 extern bool g_quant_force_scalar;
 
+// Decode tiles: y[r, 0..ncols) = the whole K of x rows r < rows (1..kQuantDecodeRows) against
+// np panels (panel p at panels + p * panel_stride, nb k-blocks), dequantising in registers with
+// the widen's arithmetic and one FMA chain per output in k order: the same bits as widen + the
+// F32 micro-kernel. Available on AVX-512 unless a test forced another path.
+constexpr int kQuantDecodeRows = 2;
+constexpr int kQuantDecodePanels = 4;
+bool quant_decode_tiles_available();
+void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
+                        int64_t panel_stride, int64_t nb, int np, float* y, int64_t ldy, int ncols);
+
 // Widens blocks [b0, b0 + nb) of np panels (panel p at panels + p * panel_stride bytes) into
 // out [np][nb * block][16] f32.
 void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t b0, int64_t nb,
