@@ -215,9 +215,11 @@ void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t l
   const std::byte* w_bytes = static_cast<const std::byte*>(w.raw());
   if (m <= detail::kQuantDecodeRows && detail::quant_decode_tiles_available()) {
     // Decode: dequantise in registers, whole K per tile, no scratch.
-    const int ncols = static_cast<int>(std::min<int64_t>(n - p0 * kMatmulNR, (p1 - p0) * kMatmulNR));
-    detail::quant_decode_tiles(t, x, ldx, static_cast<int>(m), w_bytes + p0 * panel_stride, panel_stride, k / bk,
-                               static_cast<int>(p1 - p0), y + p0 * kMatmulNR, ldy, ncols);
+    const int ncols =
+        static_cast<int>(std::min<int64_t>(n - p0 * kMatmulNR, (p1 - p0) * kMatmulNR));
+    detail::quant_decode_tiles(t, x, ldx, static_cast<int>(m), w_bytes + p0 * panel_stride,
+                               panel_stride, k / bk, static_cast<int>(p1 - p0), y + p0 * kMatmulNR,
+                               ldy, ncols);
     return;
   }
   const int mr = m <= isa.mr_small ? isa.mr_small : isa.mr;
