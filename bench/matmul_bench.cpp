@@ -6,11 +6,14 @@
 // that every call streams them from memory, as a real decode step does (all layers' weights are
 // far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits).
 //
-// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] [--shape NAME] [--seconds S]
+// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] [--shape NAME]
+//                     [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
 //                     [--cpu-time]  (time by process CPU time, not wall time: with --threads 1,
 //                                    tuning on a machine shared with other jobs)
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,12 +25,12 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/machine_limits.h"
 #include "rewind/kernels/matmul.h"
+#include "rewind/tensor/quant.h"
 
 namespace {
 
@@ -40,8 +43,8 @@ struct Shape {
 
 // Qwen3.5-0.8B: hidden 1024, intermediate 3584, vocab 248320.
 const Shape kShapes[] = {
-    {"in_proj", 1024, 6144},  {"gate|up", 1024, 3584}, {"down", 3584, 1024},
-    {"o_proj", 2048, 1024},   {"lm_head", 1024, 248320},
+    {"in_proj", 1024, 6144}, {"gate|up", 1024, 3584},   {"down", 3584, 1024},
+    {"o_proj", 2048, 1024},  {"lm_head", 1024, 248320},
 };
 
 bool g_cpu_time = false;
@@ -104,9 +107,10 @@ int main(int argc, char** argv) {
       given_bw = std::atof(v.c_str());
       given_peak = v.find(',') == std::string::npos ? 0 : std::atof(v.c_str() + v.find(',') + 1);
     } else {
-      std::fprintf(stderr,
-                   "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] "
-                   "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n");
+      std::fprintf(
+          stderr,
+          "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] "
+          "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -120,14 +124,16 @@ int main(int argc, char** argv) {
   } else {
     lim = rw::measure_machine_limits(&pool, 1.5);
   }
-  std::printf("machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
-              "matmul path: %s\n\n",
-              lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
-              rw::matmul_isa());
+  std::printf(
+      "machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
+      "matmul path: %s\n\n",
+      lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
+      rw::matmul_isa());
   if (limits_only) return 0;
 
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  const size_t cold_bytes = std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);
+  const size_t cold_bytes =
+      std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);
 
   std::printf("%-8s %6s %7s %5s %4s %6s %10s %9s %8s %7s %7s %9s %7s\n", "shape", "K", "N", "dtype",
               "M", "copies", "time_ms", "GFLOP/s", "GB/s", "%BW", "%peak", "hot GB/s", "hot%BW");
@@ -138,15 +144,31 @@ int main(int argc, char** argv) {
     std::vector<float> w(static_cast<size_t>(s.n * s.k));
     for (float& v : w) v = uni(rng);
     for (const std::string& dt : dtypes) {
-      const rw::DType store = dt == "bf16" ? rw::DType::BF16 : rw::DType::F32;
+      const rw::DType store = dt == "bf16"   ? rw::DType::BF16
+                              : dt == "q8_0" ? rw::DType::Q8_0
+                              : dt == "q4_k" ? rw::DType::Q4_K
+                              : dt == "q6_k" ? rw::DType::Q6_K
+                                             : rw::DType::F32;
+      // Quantised stores pack ggml blocks of the same random weights.
+      std::vector<std::byte> qw;
+      if (rw::dtype_is_quant(store)) {
+        const size_t rb = rw::dtype_row_bytes(store, s.k);
+        qw.resize(rb * static_cast<size_t>(s.n));
+        for (int64_t r = 0; r < s.n; ++r)
+          rw::quantize_row(w.data() + r * s.k, store, s.k, qw.data() + r * rb);
+      }
+      auto pack = [&] {
+        return rw::dtype_is_quant(store)
+                   ? rw::PackedMatrix::pack(qw.data(), store, s.n, s.k, store, &pool)
+                   : rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool);
+      };
       std::vector<rw::PackedMatrix> copies;
-      copies.push_back(rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool));
+      copies.push_back(pack());
       const size_t bytes = copies[0].bytes();
       for (int64_t m : ms) {
         // Cold copies only for the bandwidth-bound small-M runs.
         const size_t want = m <= 16 ? std::max<size_t>(1, (cold_bytes + bytes - 1) / bytes) : 1;
-        while (copies.size() < want)
-          copies.push_back(rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool));
+        while (copies.size() < want) copies.push_back(pack());
         std::vector<float> x(static_cast<size_t>(m * s.k));
         for (float& v : x) v = uni(rng);
         std::vector<float> y(static_cast<size_t>(m * s.n));

@@ -126,7 +126,7 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
                      : static_cast<__mmask16>((1u << (valid > 0 ? valid : 0)) - 1u);
 }
 
-constexpr int64_t kPrefetchBytes = 1536;  // per panel stream, ahead of the loads
+constexpr int64_t kPrefetchBytes = 4096;  // per panel stream, ahead of the loads
 
 // acc[r][p] = fma(x[r, k], w[p], acc[r][p]).
 template <int R, int P>
