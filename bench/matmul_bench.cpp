@@ -43,8 +43,8 @@ struct Shape {
 
 // Qwen3.5-0.8B: hidden 1024, intermediate 3584, vocab 248320.
 const Shape kShapes[] = {
-    {"in_proj", 1024, 6144}, {"gate|up", 1024, 3584},   {"down", 3584, 1024},
-    {"o_proj", 2048, 1024},  {"lm_head", 1024, 248320},
+    {"in_proj", 1024, 6144},  {"gate|up", 1024, 3584}, {"down", 3584, 1024},
+    {"o_proj", 2048, 1024},   {"lm_head", 1024, 248320},
 };
 
 bool g_cpu_time = false;
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] "
+          "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] "
           "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n");
       return a == "--help" ? 0 : 2;
     }
@@ -124,16 +124,14 @@ int main(int argc, char** argv) {
   } else {
     lim = rw::measure_machine_limits(&pool, 1.5);
   }
-  std::printf(
-      "machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
-      "matmul path: %s\n\n",
-      lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
-      rw::matmul_isa());
+  std::printf("machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
+              "matmul path: %s\n\n",
+              lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
+              rw::matmul_isa());
   if (limits_only) return 0;
 
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  const size_t cold_bytes =
-      std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);
+  const size_t cold_bytes = std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);
 
   std::printf("%-8s %6s %7s %5s %4s %6s %10s %9s %8s %7s %7s %9s %7s\n", "shape", "K", "N", "dtype",
               "M", "copies", "time_ms", "GFLOP/s", "GB/s", "%BW", "%peak", "hot GB/s", "hot%BW");
