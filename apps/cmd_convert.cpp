@@ -37,7 +37,7 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
-                          const std::string& type) {
+                          const std::string& type, const std::string& name_in) {
   REWIND_TRY(DType t, parse_type(type));
   REWIND_TRY(ModelConfig cfg, load_model_config(hf_dir + "/config.json"));
   REWIND_TRY(TensorSet ts, TensorSet::open_dir(hf_dir));
@@ -82,7 +82,9 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
   if (v.eos_id < 0 && !cfg.eos_token_ids.empty()) v.eos_id = cfg.eos_token_ids[0];
   v.pad_id = special_id("pad_token");
   v.bos_id = special_id("bos_token");
-  const std::string name = std::filesystem::path(hf_dir).lexically_normal().filename().string();
+  const std::string name =
+      name_in.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string()
+                      : name_in;
   return write_gguf_model(out, cfg, ws, v, t, name.empty() ? "rewind" : name);
 }
 

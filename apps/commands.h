@@ -38,7 +38,8 @@ bool is_gguf_path(const std::string& model_path);  // a regular file (not a dire
 // Writes the HF checkpoint in `hf_dir` (config.json, safetensors, tokenizer.json, chat template
 // in tokenizer_config.json or chat_template.jinja) as a GGUF file in llama.cpp's layout, with
 // matrices stored as `type` (f32, f16, bf16, q8_0, q4_k, q6_k).
+// `name` goes to general.name ("" = the directory's name).
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
-                          const std::string& type);
+                          const std::string& type, const std::string& name = "");
 
 }  // namespace rw::app

@@ -134,7 +134,8 @@ int cmd_make_model(int argc, char** argv) {
     std::vector<char*> hv;
     for (auto& a : hf_args) hv.push_back(a.data());
     if (int rc = cmd_make_model(static_cast<int>(hv.size()), hv.data())) return rc;
-    Status st = convert_hf_to_gguf(tmp, out, args->str("--type", "f32"));
+    Status st = convert_hf_to_gguf(tmp, out, args->str("--type", "f32"),
+                                   "rewind " + args->str("--preset", "tiny"));
     std::error_code ec;
     std::filesystem::remove_all(tmp, ec);
     if (!st.ok()) return fail(st.error_message());
