@@ -107,6 +107,38 @@ INSTANTIATE_TEST_SUITE_P(Families, GgufExact,
                            return n;
                          });
 
+// Through the binary: `rewind logits` and greedy `rewind run` (tokenizer and stop ids from the
+// GGUF metadata) print the same bytes for the GGUF file as for the HF directory.
+TEST(GgufCommands, LogitsAndRunMatchHf) {
+  const std::string hf = hf_model("tiny", "f32");
+  const std::string gg = gguf_model("tiny", "f32", "f32");
+  const std::string bin = REWIND_BINARY;
+  int rc1 = 0, rc2 = 0;
+  const std::string logits_args = " --tokens 5,17,300,2,99 --threads 2";
+  const std::string a = test::run_command(bin + " logits --model " + hf + logits_args, &rc1);
+  const std::string b = test::run_command(bin + " logits --model " + gg + logits_args, &rc2);
+  ASSERT_EQ(rc1, 0);
+  ASSERT_EQ(rc2, 0);
+  EXPECT_GT(a.size(), 1000u);
+  EXPECT_EQ(a, b);
+  const std::string run_args = " --prompt 'The cat sat on the mat.' -n 12 --json --ignore-eos";
+  const std::string c =
+      test::run_command(bin + " run --model " + hf + run_args + " 2>/dev/null", &rc1);
+  const std::string d =
+      test::run_command(bin + " run --model " + gg + run_args + " 2>/dev/null", &rc2);
+  ASSERT_EQ(rc1, 0);
+  ASSERT_EQ(rc2, 0);
+  auto field = [](const std::string& j, const std::string& k) {  // "k":[...] or "k":"..."
+    const size_t at = j.find("\"" + k + "\":");
+    if (at == std::string::npos) return std::string();
+    const size_t end = j.find_first_of("]\"", j.find_first_of("[\"", at + k.size() + 3) + 1);
+    return j.substr(at, end - at);
+  };
+  EXPECT_FALSE(field(c, "tokens").empty()) << c;
+  EXPECT_EQ(field(c, "tokens"), field(d, "tokens"));
+  EXPECT_EQ(field(c, "text"), field(d, "text"));
+}
+
 class GgufQuantExact : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
