@@ -24,7 +24,8 @@ Result<DType> parse_type(const std::string& s) {
   if (s == "q8_0") return DType::Q8_0;
   if (s == "q4_k") return DType::Q4_K;
   if (s == "q6_k") return DType::Q6_K;
-  return make_error("--type must be f32, f16, bf16, q8_0, q4_k or q6_k (got '" + s + "')");
+  if (s == "q4_k_m") return DType::Q4_K;  // with the mixture rule below
+  return make_error("--type must be f32, f16, bf16, q8_0, q4_k, q4_k_m or q6_k (got '" + s + "')");
 }
 
 std::string read_file(const std::string& path) {
@@ -85,7 +86,9 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
   const std::string name =
       name_in.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string()
                       : name_in;
-  return write_gguf_model(out, cfg, ws, v, t, name.empty() ? "rewind" : name);
+  const bool mix = type == "q4_k_m";
+  return write_gguf_model(out, cfg, ws, v, t, name.empty() ? "rewind" : name,
+                          mix ? gguf_q4_k_m_rule(cfg) : nullptr, mix ? 15 : -1);
 }
 
 int cmd_convert(int argc, char** argv) {
@@ -93,10 +96,12 @@ int cmd_convert(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind convert --in HF_DIR --out FILE.gguf [--type f32|f16|bf16|q8_0|q4_k|q6_k]\n"
+        "usage: rewind convert --in HF_DIR --out FILE.gguf [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q6_k]\n"
         "Writes the checkpoint as one GGUF file in llama.cpp's layout (qwen35, qwen35moe,\n"
         "qwen3next). Matrices get --type (default f32); a row length that is not a multiple of\n"
-        "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n");
+        "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n"
+        "q4_k_m: llama-quantize's mixture (q6_k for output and, in some layers, attn_v and\n"
+        "ffn_down; q4_k elsewhere).\n");
     return 0;
   }
   const std::string in = args->str("--in"), out = args->str("--out");

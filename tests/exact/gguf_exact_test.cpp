@@ -154,7 +154,8 @@ TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, GgufQuantExact, ::testing::Values("q8_0", "q4_k", "q6_k"));
+INSTANTIATE_TEST_SUITE_P(Types, GgufQuantExact,
+                         ::testing::Values("q8_0", "q4_k", "q6_k", "q4_k_m"));
 
 }  // namespace
 }  // namespace rw

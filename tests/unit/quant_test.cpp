@@ -194,5 +194,55 @@ TEST(QuantMatmul, KPermutationGathersInput) {
   }
 }
 
+// A stack of parts in different stores equals the F32 matrix of all its rows, for every M; with
+// a k permutation on the stack, the F32 matmul on the gathered input.
+TEST(QuantMatmul, StackOfStores) {
+  const int64_t k = 512;
+  const std::pair<DType, int64_t> parts[] = {
+      {DType::Q4_K, 20}, {DType::Q6_K, 9}, {DType::F32, 17}, {DType::Q8_0, 16}};
+  std::vector<PackedMatrix> packed;
+  std::vector<float> all;  // [rows, k] the values every part holds
+  uint32_t seed = 40;
+  for (auto [t, n] : parts) {
+    const auto w = randn(static_cast<size_t>(n * k), ++seed);
+    if (t == DType::F32) {
+      packed.push_back(PackedMatrix::pack(w.data(), DType::F32, n, k, DType::F32));
+      all.insert(all.end(), w.begin(), w.end());
+    } else {
+      const auto q = quantize(w, t, n, k);
+      packed.push_back(PackedMatrix::pack(q.data(), t, n, k, t));
+      const auto d = dequantize(q, t, n, k);
+      all.insert(all.end(), d.begin(), d.end());
+    }
+  }
+  size_t bytes = 0;
+  for (auto& p : packed) bytes += p.bytes();
+  PackedMatrix st = PackedMatrix::stack(std::move(packed));
+  const int64_t n = static_cast<int64_t>(all.size()) / k;
+  ASSERT_EQ(st.n(), n);
+  EXPECT_EQ(st.bytes(), bytes);
+  for (int64_t r = 0; r < n; r += 5) EXPECT_EQ(st.at(r, 77), all[r * k + 77]);
+  PackedMatrix pf = PackedMatrix::pack(all.data(), DType::F32, n, k, DType::F32);
+  ThreadPool pool(2);
+  for (int64_t m : {1, 2, 3, 20}) {
+    const auto x = randn(static_cast<size_t>(m * k), 9);
+    std::vector<float> ys(static_cast<size_t>(m * n)), yf(ys.size());
+    matmul(x.data(), m, k, st, ys.data(), n, &pool);
+    matmul(x.data(), m, k, pf, yf.data(), n, nullptr);
+    EXPECT_EQ(std::memcmp(ys.data(), yf.data(), ys.size() * 4), 0) << m;
+  }
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) perm[j] = static_cast<int32_t>((j * 101) % k);
+  st.set_k_perm(perm);
+  const auto x = randn(static_cast<size_t>(3 * k), 10);
+  std::vector<float> xg(x.size());
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t j = 0; j < k; ++j) xg[r * k + j] = x[r * k + perm[j]];
+  std::vector<float> ys(static_cast<size_t>(3 * n)), yf(ys.size());
+  matmul(x.data(), 3, k, st, ys.data(), n, &pool);
+  matmul(xg.data(), 3, k, pf, yf.data(), n, nullptr);
+  EXPECT_EQ(std::memcmp(ys.data(), yf.data(), ys.size() * 4), 0);
+}
+
 }  // namespace
 }  // namespace rw

@@ -338,7 +338,24 @@ PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int6
   return pm;
 }
 
-size_t PackedMatrix::bytes() const { return data_.size(); }
+size_t PackedMatrix::bytes() const {
+  size_t b = data_.size();
+  for (auto& p : parts_) b += p.bytes();
+  return b;
+}
+
+PackedMatrix PackedMatrix::stack(std::vector<PackedMatrix> parts) {
+  REWIND_CHECK(!parts.empty());
+  PackedMatrix pm;
+  pm.k_ = parts[0].k();
+  pm.store_ = parts[0].store();
+  for (auto& p : parts) {
+    REWIND_CHECK(p.k() == pm.k_ && p.k_perm().empty() && p.parts().empty() && p.n() > 0);
+    pm.n_ += p.n();
+  }
+  pm.parts_ = std::move(parts);
+  return pm;
+}
 
 void PackedMatrix::set_k_perm(std::vector<int32_t> perm) {
   REWIND_CHECK(static_cast<int64_t>(perm.size()) == k_);
@@ -354,6 +371,10 @@ void PackedMatrix::set_k_perm(std::vector<int32_t> perm) {
 float PackedMatrix::at(int64_t r, int64_t c) const {
   REWIND_CHECK(r >= 0 && r < n_ && c >= 0 && c < k_);
   if (!k_inv_.empty()) c = k_inv_[c];
+  for (auto& p : parts_) {
+    if (r < p.n()) return p.at(r, c);
+    r -= p.n();
+  }
   const int64_t p = r / kMatmulNR, j = r % kMatmulNR;
   if (dtype_is_quant(store_)) {
     const int64_t bk = dtype_block_elems(store_), pb = detail::quant_panel_block_bytes(store_);
@@ -389,6 +410,14 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
       for (int64_t j = 0; j < k; ++j) xp.data()[r * k + j] = x[r * ldx + perm[j]];
     x = xp.data();
     ldx = k;
+  }
+  if (!w.parts().empty()) {  // a stack: each part into its own output columns
+    int64_t off = 0;
+    for (auto& p : w.parts()) {
+      matmul(x, m, ldx, p, y + off, ldy, pool);
+      off += p.n();
+    }
+    return;
   }
   const bool quant = w.quantised();
   auto work = [&](int, int64_t c0, int64_t c1) {

@@ -43,6 +43,13 @@ class PackedMatrix {
   // Used where a file's column order differs from the model's and the store cannot be
   // permuted (quantised blocks). Cost: O(M*K) per matmul.
   void set_k_perm(std::vector<int32_t> perm);
+
+  // Rows stacked from parts packed in different stores (a fused projection whose pieces a file
+  // stores in different types, e.g. Q4_K q/k with a Q6_K v). All parts have the same k and no
+  // k permutation of their own; matmul runs each part into its own output columns, so every
+  // output is still one chain of the contract. Parts must be non-empty.
+  static PackedMatrix stack(std::vector<PackedMatrix> parts);
+  const std::vector<PackedMatrix>& parts() const { return parts_; }
   const std::vector<int32_t>& k_perm() const { return k_perm_; }
 
   int64_t n() const { return n_; }
@@ -64,6 +71,7 @@ class PackedMatrix {
   DType store_ = DType::F32;
   AlignedBuffer<std::byte> data_;
   std::vector<int32_t> k_perm_, k_inv_;  // empty: identity
+  std::vector<PackedMatrix> parts_;       // non-empty: a stack (data_ unused)
 };
 
 // y[m, n] for m < M, n < W.n(). x is [M, K] with row stride ldx (>= K) floats; y is [M, N] with

@@ -463,6 +463,24 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
 
 // ---- writer ------------------------------------------------------------------------------------
 
+std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& c) {
+  auto more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+  std::vector<int64_t> attn_index(static_cast<size_t>(c.n_layer), -1);
+  int64_t n_attn = 0;
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (c.layer_kinds[il] == LayerKind::Full) attn_index[il] = n_attn++;
+  const int64_t n_layer = c.n_layer;
+  return [=](const std::string& name) {
+    if (name == "output.weight") return DType::Q6_K;
+    if (name.rfind("blk.", 0) != 0) return DType::Q4_K;
+    const int64_t il = std::strtoll(name.c_str() + 4, nullptr, 10);
+    if (il < 0 || il >= n_layer) return DType::Q4_K;
+    if (name.find(".attn_v.") != std::string::npos && more_bits(attn_index[il], n_attn)) return DType::Q6_K;
+    if (name.find(".ffn_down") != std::string::npos && more_bits(il, n_layer)) return DType::Q6_K;
+    return DType::Q4_K;
+  };
+}
+
 DType gguf_matrix_type(DType want, int64_t ne0) {
   if (ne0 % dtype_block_elems(want) == 0) return want;
   if (ne0 % 32 == 0) return DType::Q8_0;
@@ -482,8 +500,9 @@ struct Out {
 
 }  // namespace
 
-Status write_gguf_model(const std::string& path, const ModelConfig& c, const WeightSet& ws,
-                        const GgufVocab& vocab, DType matrix_type, const std::string& name) {
+Status write_gguf_model(const std::string& path, const ModelConfig& c, const WeightSet& ws, const GgufVocab& vocab,
+                        DType matrix_type, const std::string& name,
+                        const std::function<DType(const std::string&)>& type_for, int64_t file_type) {
   const int64_t H = c.hidden_size, V = c.vocab_size;
   const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dv = c.lin_dv;
   const int64_t r = Hv / Hk, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
@@ -644,7 +663,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
                         : matrix_type == DType::Q6_K ? 18
                         : matrix_type == DType::BF16 ? 32
                                                      : 0;
-  u32("general.file_type", ftype);
+  u32("general.file_type", file_type >= 0 ? file_type : ftype);
   if (dtype_is_quant(matrix_type)) u32("general.quantization_version", 2);
   const std::string a = arch + ".";
   u32(a + "context_length", c.max_position_embeddings);
@@ -713,7 +732,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
 
   std::vector<GgufTensorToWrite> tw;
   for (auto& o : outs) {
-    const DType t = o.matrix ? gguf_matrix_type(matrix_type, o.cols) : DType::F32;
+    const DType t = o.matrix ? gguf_matrix_type(type_for ? type_for(o.name) : matrix_type, o.cols) : DType::F32;
     GgufTensorToWrite w;
     w.name = o.name;
     w.type = ggml_from_dtype(t);

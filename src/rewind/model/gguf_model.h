@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,8 +49,17 @@ struct GgufVocab {
 // a multiple of that type's block falls back to Q8_0 (if a multiple of 32) or F32, as
 // llama-quantize falls back. 1-D tensors, norms, ssm_conv1d, ssm_a and ssm_dt.bias are F32.
 // Streams one tensor at a time. `name` goes to general.name.
+// `type_for` (optional) picks a matrix's type by tensor name instead (the fallback still
+// applies); `file_type` overrides general.file_type (llama.cpp's LLAMA_FTYPE number).
 Status write_gguf_model(const std::string& path, const ModelConfig& cfg, const WeightSet& ws,
-                        const GgufVocab& vocab, DType matrix_type, const std::string& name);
+                        const GgufVocab& vocab, DType matrix_type, const std::string& name,
+                        const std::function<DType(const std::string&)>& type_for = nullptr,
+                        int64_t file_type = -1);
+
+// llama-quantize's Q4_K_M mixture for `cfg`: Q6_K for output.weight and, in the layers its
+// use_more_bits rule picks (the first and last eighth and every third between), for attn_v
+// (counted over attention layers) and ffn_down*; Q4_K for every other matrix.
+std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& cfg);
 
 // The type a matrix of row length ne0 gets when `want` is asked for (the fallback above).
 DType gguf_matrix_type(DType want, int64_t ne0);

@@ -131,10 +131,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
 
   auto pack = [&](const std::string& name) {
     const WeightSource& s = W.get(name);
-    const DType store = opt.store == WeightStore::BF16  ? DType::BF16
-                        : opt.store == WeightStore::F32 ? DType::F32
-                                                        : s.default_store();
-    PackedMatrix pm = s.pack(store, opt.pool);
+    PackedMatrix pm = opt.store == WeightStore::Auto ? s.pack_default(opt.pool)
+                      : s.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
     I.packed_bytes += pm.bytes();
     done += src_bytes(s);
     if (opt.progress) opt.progress(done, total);

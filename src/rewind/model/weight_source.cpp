@@ -172,6 +172,30 @@ PackedMatrix WeightSource::pack(DType store, ThreadPool* pool) const {
   return PackedMatrix::pack(p, dt, rows(), cols, store, pool);
 }
 
+PackedMatrix WeightSource::pack_default(ThreadPool* pool) const {
+  bool mixed = false, any_quant = false;
+  for (auto& b : blocks) {
+    mixed = mixed || b.dtype != blocks[0].dtype;
+    any_quant = any_quant || dtype_is_quant(b.dtype);
+  }
+  if (!mixed || !any_quant) return pack(default_store(), pool);
+  const DType float_store = file_dtype == DType::BF16 ? DType::BF16 : DType::F32;
+  std::vector<PackedMatrix> parts;
+  for (size_t i = 0; i < blocks.size();) {
+    size_t j = i + 1;
+    while (j < blocks.size() && blocks[j].dtype == blocks[i].dtype) ++j;
+    WeightSource run;  // no col_perm: stored order, the stack gathers the input
+    run.cols = cols;
+    run.file_dtype = file_dtype;
+    run.blocks.assign(blocks.begin() + static_cast<std::ptrdiff_t>(i), blocks.begin() + static_cast<std::ptrdiff_t>(j));
+    parts.push_back(run.pack(dtype_is_quant(blocks[i].dtype) ? blocks[i].dtype : float_store, pool));
+    i = j;
+  }
+  PackedMatrix pm = PackedMatrix::stack(std::move(parts));
+  if (!col_perm.empty()) pm.set_k_perm(col_perm);
+  return pm;
+}
+
 const WeightSource& WeightSet::get(const std::string& name) const {
   auto it = map_.find(name);
   REWIND_CHECK_MSG(it != map_.end(), "no weight '" + name + "'");

@@ -56,6 +56,11 @@ struct WeightSource {
   // Packs for matmul (F32, BF16 or the blocks' quantised type). Float stores pack the logical
   // (unpermuted) columns, so the FMA order is the model's column order.
   PackedMatrix pack(DType store, ThreadPool* pool) const;
+  // What a plain load packs: pack(default_store()), except that blocks of different types one
+  // of which is quantised become a stack (PackedMatrix::stack) of one part per run of blocks of
+  // one type, each kept in its type (float runs as default_store() would store them), all in
+  // the stored column order with col_perm on the stack.
+  PackedMatrix pack_default(ThreadPool* pool) const;
   // Row r converted to f32 / f64 (cols values).
   void row_f32(int64_t r, float* out) const;
   void row_f64(int64_t r, double* out) const;
