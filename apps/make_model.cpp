@@ -108,7 +108,7 @@ int cmd_make_model(int argc, char** argv) {
         "tiny|qwen3.5-tiny-256|qwen3.5-mini|qwen3.5-0.8b|qwen3.5-moe-tiny|\n"
         "                                  qwen3-next-tiny\n"
         "                         [--dtype f32|bf16] [--seed N] --out DIR\n"
-        "                         [--format hf|gguf] [--type f32|f16|bf16|q8_0|q4_k|q6_k]\n"
+        "                         [--format hf|gguf] [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q6_k]\n"
         "--format gguf writes --out FILE.gguf (llama.cpp's layout, matrices as --type) from the\n"
         "same weights the HF layout would hold.\n");
     return 0;
