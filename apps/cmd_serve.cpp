@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "args.h"
+#include "spec_args.h"
 #include "commands.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
@@ -56,8 +57,9 @@ int cmd_serve(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"--model", "--host", "--port", "--api-key", "--parallel", "--ctx-size",
                            "--cache-ram", "--checkpoint-interval", "--checkpoint-max", "--threads",
-                           "-t", "--max-queue", "--max-body", "--weights"},
-                          {"--no-cache", "--help"});
+                           "-t", "--max-queue", "--max-body", "--weights", kSpecValueOpts[0],
+                           kSpecValueOpts[1]},
+                          {"--no-cache", "--help", kSpecFlagOpts[0]});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
@@ -66,7 +68,7 @@ int cmd_serve(int argc, char** argv) {
         "                    [--parallel 4] [--ctx-size 32768] [--cache-ram 4096]\n"
         "                    [--checkpoint-interval 512] [--checkpoint-max 32] [--no-cache]\n"
         "                    [--threads N] [--max-queue 64] [--max-body 8388608]\n"
-        "                    [--weights auto|f32|bf16]\n"
+        "                    [--weights auto|f32|bf16] [--spec METHOD] [--draft-k K]\n"
         "  OpenAI-compatible API: POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
         "  /v1/cache, /metrics, /health.\n"
         "  --port 0             pick a free port (printed on start)\n"
@@ -78,8 +80,11 @@ int cmd_serve(int argc, char** argv) {
         "  --checkpoint-max N   checkpoints kept per branch (0: no limit)\n"
         "  --max-queue N        requests waiting beyond --parallel before 429\n"
         "  --max-body BYTES     request body limit (413 beyond)\n"
+        "%s"
+        "  A request may pick its own: \"speculative\": \"off\"|\"ngram\"|\"draft\"|\"mtp\" or\n"
+        "  {\"method\": ..., \"k\": K}.\n"
         "  SIGINT/SIGTERM: stop accepting, give running requests %d s, then cancel; exit 0.\n",
-        kGraceSeconds);
+        kSpecHelp, kGraceSeconds);
     return 0;
   }
   const std::string dir = args->str("--model");
@@ -165,6 +170,10 @@ int cmd_serve(int argc, char** argv) {
   eo.cache.policy.max_per_branch = ck_max.value();
   eo.sample_vocab =
       static_cast<int32_t>(std::min<int64_t>(tok->vocab_size(), m.config().vocab_size));
+  auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), &pool);
+  if (!spec.ok()) return fail(spec.error_message());
+  if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());
+  eo.spec = spec->cfg;
   BatchEngine engine(m, &pool, eo);
 
   ServerOptions so;

@@ -17,6 +17,7 @@ int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_cache_bench(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_spec_bench(int argc, char** argv);
 
 // Prints "rewind: <msg>" to stderr and returns exit code 1.
 int fail(const std::string& msg);

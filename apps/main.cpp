@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       "  logits      print the logits of a token list as JSON\n"
       "  bench       prefill/decode throughput against this machine's limits\n"
       "  cache-bench scripted multi-request workloads with the prefix cache on and off\n"
+      "  spec-bench  speculative decoding (n-gram, draft model, MTP) against plain decoding\n"
       "  serve       OpenAI-compatible HTTP server (chat, completions, streaming, metrics)\n"
       "Run 'rewind <command> --help' for its options.\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
   if (cmd == "cache-bench") return cmd_cache_bench(argc - 2, argv + 2);
   if (cmd == "serve") return cmd_serve(argc - 2, argv + 2);
+  if (cmd == "spec-bench") return cmd_spec_bench(argc - 2, argv + 2);
   std::fprintf(stderr, "rewind: unknown command '%s'\n%s", cmd.c_str(), usage);
   return 2;
 }

@@ -3,11 +3,16 @@
 // generation_config.json). Names, shapes and config layout follow ARCH-qwen35.md per family:
 // qwen3_5 (nested text_config, model.language_model.*), qwen3_5_moe (fused experts) and
 // qwen3_next (flat config, interleaved in_proj_qkvz / in_proj_ba, per-expert tensors).
+// --mtp adds the multi-token-prediction head (mtp.*, ARCH-qwen35.md 2.5); --layers and
+// --layer-types change the layer pattern (tiny-dense: attention only, tokenizer of tiny).
+// With --from DIR --noise SIGMA it instead copies a model directory, adding seeded Gaussian
+// noise to every floating-point weight (a draft that agrees with its target for real reasons).
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -29,9 +34,15 @@ struct Shape {
   bool tied = false;
   double theta = 1e7;
   int64_t n_merges;
+  bool all_full = false;  // every layer full attention (no GDN layers)
 };
 
 Result<Shape> preset(const std::string& name) {
+  if (name == "tiny-dense") {  // attention only; vocab and tokenizer of tiny (a draft for it)
+    Shape s{"qwen3_5", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 128, 0, 0, 0, 0, false, 1e7, 247};
+    s.all_full = true;
+    return s;
+  }
   if (name == "tiny") return Shape{"qwen3_5", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 128, 0, 0, 0, 0, false, 1e7, 247};
   if (name == "qwen3.5-moe-tiny")
     return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
@@ -47,7 +58,8 @@ Result<Shape> preset(const std::string& name) {
     return Shape{"qwen3_5", 248320, 1024, 24, 8, 2, 256, 16, 16, 128, 128, 4, 3584, 0, 0, 0, 0, true, 1e7, 2000};
   return make_error(
       "unknown preset '" + name +
-      "' (tiny, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, qwen3-next-tiny)");
+      "' (tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, "
+      "qwen3-next-tiny)");
 }
 
 // splitmix64-based generator; normals by Box-Muller. Deterministic per (seed, tensor name).
@@ -96,21 +108,94 @@ struct Tensors {
   }
 };
 
+// Copies every file of `from` into `out`; in each *.safetensors file every floating-point tensor
+// except A_log becomes w + sigma * rms(w) * N(0,1), in its own dtype. The normals are seeded
+// per tensor name from a stream distinct from the one make-model draws weights from.
+int noise_copy(const std::string& from, const std::string& out, double sigma, uint64_t seed) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(from, ec)) return fail("--from " + from + ": not a directory");
+  fs::create_directories(out, ec);
+  if (ec) return fail("cannot create " + out + ": " + ec.message());
+  if (fs::equivalent(from, out, ec)) return fail("--out must differ from --from");
+  int64_t n_noised = 0;
+  for (const auto& entry : fs::directory_iterator(from)) {
+    const fs::path dst = fs::path(out) / entry.path().filename();
+    if (entry.path().extension() != ".safetensors" || !entry.is_regular_file()) {
+      fs::copy(entry.path(), dst,
+               fs::copy_options::overwrite_existing | fs::copy_options::recursive, ec);
+      if (ec) return fail("cannot copy " + entry.path().string() + ": " + ec.message());
+      continue;
+    }
+    auto f = SafetensorsFile::open(entry.path().string());
+    if (!f.ok()) return fail(f.error_message());
+    std::vector<TensorToWrite> tw;
+    std::vector<std::vector<std::byte>> bufs;
+    bufs.reserve(f->tensors().size());
+    for (const TensorView& t : f->tensors()) {
+      if (!dtype_is_float(t.dtype) || t.name.find("A_log") != std::string::npos) {
+        tw.push_back({t.name, t.dtype, t.shape, t.data});
+        continue;
+      }
+      const size_t n = static_cast<size_t>(t.numel());
+      std::vector<float> v(n);
+      convert_to_f32(t.data, t.dtype, n, v.data());
+      double ss = 0;
+      for (float x : v) ss += static_cast<double>(x) * x;
+      const double sd = sigma * std::sqrt(n > 0 ? ss / static_cast<double>(n) : 0.0);
+      Rng r(hash_name("noise/" + t.name, seed));
+      for (auto& x : v) x = static_cast<float>(x + sd * r.normal());
+      std::vector<std::byte> b(n * dtype_size(t.dtype));
+      for (size_t i = 0; i < n; ++i) {
+        std::byte* p = b.data() + i * dtype_size(t.dtype);
+        if (t.dtype == DType::F32) {
+          std::memcpy(p, &v[i], 4);
+        } else if (t.dtype == DType::F64) {
+          const double d = v[i];
+          std::memcpy(p, &d, 8);
+        } else {
+          const uint16_t h = t.dtype == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+          std::memcpy(p, &h, 2);
+        }
+      }
+      bufs.push_back(std::move(b));
+      tw.push_back({t.name, t.dtype, t.shape, bufs.back().data()});
+      ++n_noised;
+    }
+    Status st = write_safetensors(dst.string(), tw, f->metadata());
+    if (!st.ok()) return fail(st.error_message());
+  }
+  std::printf("wrote %s (%s with noise %g x rms on %lld tensors, seed %llu)\n", out.c_str(),
+              from.c_str(), sigma, static_cast<long long>(n_noised),
+              static_cast<unsigned long long>(seed));
+  return 0;
+}
+
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
   auto args = Args::parse(
-      argc, argv, {"--preset", "--dtype", "--seed", "--out", "--format", "--type"}, {"--help"});
+      argc, argv,
+      {"--preset", "--dtype", "--seed", "--out", "--layers", "--layer-types", "--from", "--noise",
+       "--format", "--type"},
+      {"--help", "--mtp"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind make-model --preset "
-        "tiny|qwen3.5-tiny-256|qwen3.5-mini|qwen3.5-0.8b|qwen3.5-moe-tiny|\n"
-        "                                  qwen3-next-tiny\n"
-        "                         [--dtype f32|bf16] [--seed N] --out DIR\n"
+        "usage: rewind make-model --preset tiny|tiny-dense|qwen3.5-tiny-256|qwen3.5-mini|\n"
+        "                                  qwen3.5-0.8b|qwen3.5-moe-tiny|qwen3-next-tiny\n"
+        "                         [--dtype f32|bf16] [--seed N] [--mtp]\n"
+        "                         [--layers N] [--layer-types full,linear,...] --out DIR\n"
         "                         [--format hf|gguf] [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q6_k]\n"
-        "--format gguf writes --out FILE.gguf (llama.cpp's layout, matrices as --type) from the\n"
-        "same weights the HF layout would hold.\n");
+        "       rewind make-model --from DIR --noise SIGMA [--seed N] --out DIR\n"
+        "  --mtp          also write the multi-token-prediction head (mtp.*)\n"
+        "  --layers N     number of decoder layers (default: the preset's)\n"
+        "  --layer-types  one of full|linear per layer (default: every 4th layer full;\n"
+        "                 all full for tiny-dense)\n"
+        "  --from/--noise copy DIR adding SIGMA * rms(w) * N(0,1) to each float weight\n"
+        "                 but A_log (same dtype); other files are copied unchanged\n"
+        "  --format gguf  write --out FILE.gguf (llama.cpp's layout, matrices as --type) from the\n"
+        "                 same weights the HF layout would hold (no MTP head in the GGUF)\n");
     return 0;
   }
   const std::string format = args->str("--format", "hf");
@@ -142,9 +227,53 @@ int cmd_make_model(int argc, char** argv) {
     std::printf("wrote %s (gguf, %s)\n", out.c_str(), args->str("--type", "f32").c_str());
     return 0;
   }
+  if (args->has("--from")) {
+    if (args->has("--preset") || args->has("--mtp") || args->has("--layers") ||
+        args->has("--layer-types") || args->has("--dtype"))
+      return fail("--from copies a model: only --noise, --seed and --out apply");
+    auto sigma = args->num("--noise", 0.0);
+    if (!sigma.ok()) return fail(sigma.error_message());
+    if (!args->has("--noise") || !(sigma.value() >= 0))
+      return fail("--from needs --noise SIGMA >= 0");
+    auto sd = args->int_("--seed", 0);
+    if (!sd.ok()) return fail(sd.error_message());
+    if (args->str("--out").empty()) return fail("--out DIR is required");
+    return noise_copy(args->str("--from"), args->str("--out"), sigma.value(),
+                      static_cast<uint64_t>(sd.value()));
+  }
+  if (args->has("--noise")) return fail("--noise needs --from DIR");
   auto ps = preset(args->str("--preset", "tiny"));
   if (!ps.ok()) return fail(ps.error_message());
-  const Shape S = ps.value();
+  Shape S = ps.value();
+  const bool mtp = args->has("--mtp");
+  // Layer pattern: --layer-types, else all full (tiny-dense), else every 4th layer full.
+  auto n_layers = args->int_("--layers", S.L);
+  if (!n_layers.ok()) return fail(n_layers.error_message());
+  if (n_layers.value() < 1 || n_layers.value() > 4096) return fail("--layers must be in [1, 4096]");
+  S.L = n_layers.value();
+  std::vector<bool> full_layer;
+  if (args->has("--layer-types")) {
+    const std::string lt = args->str("--layer-types");
+    size_t i = 0;
+    while (i <= lt.size()) {
+      const size_t j = std::min(lt.find(',', i), lt.size());
+      const std::string t = lt.substr(i, j - i);
+      if (t == "full" || t == "full_attention") {
+        full_layer.push_back(true);
+      } else if (t == "linear" || t == "linear_attention") {
+        full_layer.push_back(false);
+      } else {
+        return fail("--layer-types: '" + t + "' is not full or linear");
+      }
+      i = j + 1;
+    }
+    if (args->has("--layers") && static_cast<int64_t>(full_layer.size()) != S.L)
+      return fail("--layer-types has " + std::to_string(full_layer.size()) +
+                  " entries but --layers is " + std::to_string(S.L));
+    S.L = static_cast<int64_t>(full_layer.size());
+  } else {
+    for (int64_t il = 0; il < S.L; ++il) full_layer.push_back(S.all_full || (il + 1) % 4 == 0);
+  }
   const std::string dtype = args->str("--dtype", "f32");
   if (dtype != "f32" && dtype != "bf16") return fail("--dtype must be f32 or bf16");
   auto seed_r = args->int_("--seed", 0);
@@ -185,46 +314,17 @@ int cmd_make_model(int argc, char** argv) {
     T.add(n, std::move(shape), std::move(v));
   };
 
-  vecf(P + "embed_tokens.weight", {S.V, S.H}, 0.0f, 1.0f);
-  const int64_t KD = S.Hk * S.dk, VD = S.Hv * S.dv, CD = 2 * KD + VD;
-  nlohmann::json layer_types = nlohmann::json::array();
-  for (int64_t il = 0; il < S.L; ++il) {
-    const bool full = (il + 1) % 4 == 0;
-    layer_types.push_back(full ? "full_attention" : "linear_attention");
-    const std::string lp = P + "layers." + std::to_string(il) + ".";
-    vecf(lp + "input_layernorm.weight", {S.H}, 0.0f, 0.1f);
-    vecf(lp + "post_attention_layernorm.weight", {S.H}, 0.0f, 0.1f);
-    if (full) {
-      const std::string a = lp + "self_attn.";
-      lin(a + "q_proj.weight", S.nh * S.D * 2, S.H);
-      lin(a + "k_proj.weight", S.nkv * S.D, S.H);
-      lin(a + "v_proj.weight", S.nkv * S.D, S.H);
-      lin(a + "o_proj.weight", S.H, S.nh * S.D);
-      vecf(a + "q_norm.weight", {S.D}, 0.0f, 0.1f);
-      vecf(a + "k_norm.weight", {S.D}, 0.0f, 0.1f);
-    } else {
-      const std::string a = lp + "linear_attn.";
-      if (next) {
-        lin(a + "in_proj_qkvz.weight", 2 * KD + 2 * VD, S.H);
-        lin(a + "in_proj_ba.weight", 2 * S.Hv, S.H);
-      } else {
-        lin(a + "in_proj_qkv.weight", CD, S.H);
-        lin(a + "in_proj_z.weight", VD, S.H);
-        lin(a + "in_proj_b.weight", S.Hv, S.H);
-        lin(a + "in_proj_a.weight", S.Hv, S.H);
-      }
-      vecf(a + "conv1d.weight", {CD, 1, S.K}, 0.0f, 0.5f);
-      {
-        Rng rr(hash_name(a + "A_log", seed));
-        std::vector<float> v(static_cast<size_t>(S.Hv));
-        for (auto& x : v) x = static_cast<float>(std::log(0.5 + 7.5 * rr.uniform()));
-        T.add(a + "A_log", {S.Hv}, std::move(v));
-      }
-      vecf(a + "dt_bias", {S.Hv}, -2.0f, 0.5f);
-      vecf(a + "norm.weight", {S.dv}, 1.0f, 0.1f);
-      lin(a + "out_proj.weight", S.H, VD);
-    }
-    const std::string m = lp + "mlp.";
+  // Full attention from `a` (…self_attn.); the family's MLP or MoE from `m` (…mlp.). Shared by
+  // the main layers and the MTP layer.
+  auto full_attention = [&](const std::string& a) {
+    lin(a + "q_proj.weight", S.nh * S.D * 2, S.H);
+    lin(a + "k_proj.weight", S.nkv * S.D, S.H);
+    lin(a + "v_proj.weight", S.nkv * S.D, S.H);
+    lin(a + "o_proj.weight", S.H, S.nh * S.D);
+    vecf(a + "q_norm.weight", {S.D}, 0.0f, 0.1f);
+    vecf(a + "k_norm.weight", {S.D}, 0.0f, 0.1f);
+  };
+  auto mlp = [&](const std::string& m) {
     if (!moe) {
       lin(m + "gate_proj.weight", S.I, S.H);
       lin(m + "up_proj.weight", S.I, S.H);
@@ -249,9 +349,56 @@ int cmd_make_model(int argc, char** argv) {
       lin(m + "shared_expert.down_proj.weight", S.H, S.Is);
       lin(m + "shared_expert_gate.weight", 1, S.H);
     }
+  };
+
+  vecf(P + "embed_tokens.weight", {S.V, S.H}, 0.0f, 1.0f);
+  const int64_t KD = S.Hk * S.dk, VD = S.Hv * S.dv, CD = 2 * KD + VD;
+  nlohmann::json layer_types = nlohmann::json::array();
+  for (int64_t il = 0; il < S.L; ++il) {
+    const bool full = full_layer[static_cast<size_t>(il)];
+    layer_types.push_back(full ? "full_attention" : "linear_attention");
+    const std::string lp = P + "layers." + std::to_string(il) + ".";
+    vecf(lp + "input_layernorm.weight", {S.H}, 0.0f, 0.1f);
+    vecf(lp + "post_attention_layernorm.weight", {S.H}, 0.0f, 0.1f);
+    if (full) {
+      full_attention(lp + "self_attn.");
+    } else {
+      const std::string a = lp + "linear_attn.";
+      if (next) {
+        lin(a + "in_proj_qkvz.weight", 2 * KD + 2 * VD, S.H);
+        lin(a + "in_proj_ba.weight", 2 * S.Hv, S.H);
+      } else {
+        lin(a + "in_proj_qkv.weight", CD, S.H);
+        lin(a + "in_proj_z.weight", VD, S.H);
+        lin(a + "in_proj_b.weight", S.Hv, S.H);
+        lin(a + "in_proj_a.weight", S.Hv, S.H);
+      }
+      vecf(a + "conv1d.weight", {CD, 1, S.K}, 0.0f, 0.5f);
+      {
+        Rng rr(hash_name(a + "A_log", seed));
+        std::vector<float> v(static_cast<size_t>(S.Hv));
+        for (auto& x : v) x = static_cast<float>(std::log(0.5 + 7.5 * rr.uniform()));
+        T.add(a + "A_log", {S.Hv}, std::move(v));
+      }
+      vecf(a + "dt_bias", {S.Hv}, -2.0f, 0.5f);
+      vecf(a + "norm.weight", {S.dv}, 1.0f, 0.1f);
+      lin(a + "out_proj.weight", S.H, VD);
+    }
+    mlp(lp + "mlp.");
   }
   vecf(P + "norm.weight", {S.H}, 0.0f, 0.1f);
   if (!S.tied) lin("lm_head.weight", S.V, S.H);
+  if (mtp) {  // one MTP layer: fc over [normed embedding ; normed hidden], then a full-attention
+              // layer
+    lin("mtp.fc.weight", S.H, 2 * S.H);
+    vecf("mtp.pre_fc_norm_embedding.weight", {S.H}, 0.0f, 0.1f);
+    vecf("mtp.pre_fc_norm_hidden.weight", {S.H}, 0.0f, 0.1f);
+    vecf("mtp.norm.weight", {S.H}, 0.0f, 0.1f);
+    vecf("mtp.layers.0.input_layernorm.weight", {S.H}, 0.0f, 0.1f);
+    vecf("mtp.layers.0.post_attention_layernorm.weight", {S.H}, 0.0f, 0.1f);
+    full_attention("mtp.layers.0.self_attn.");
+    mlp("mtp.layers.0.mlp.");
+  }
 
   // Tensors go out sorted by name, as safetensors writers do.
   std::vector<size_t> order(T.names.size());
@@ -275,17 +422,29 @@ int cmd_make_model(int argc, char** argv) {
   if (!st.ok()) return fail(st.error_message());
 
   const int32_t eos = tok->token_id("<|im_end|>"), eot = tok->token_id("<|endoftext|>");
-  nlohmann::json text = {
-      {"vocab_size", S.V}, {"hidden_size", S.H}, {"num_hidden_layers", S.L},
-      {"layer_types", layer_types}, {"full_attention_interval", 4},
-      {"num_attention_heads", S.nh}, {"num_key_value_heads", S.nkv}, {"head_dim", S.D},
-      {"linear_num_key_heads", S.Hk}, {"linear_num_value_heads", S.Hv},
-      {"linear_key_head_dim", S.dk}, {"linear_value_head_dim", S.dv},
-      {"linear_conv_kernel_dim", S.K}, {"hidden_act", "silu"}, {"rms_norm_eps", 1e-6},
-      {"attention_bias", false}, {"attn_output_gate", true}, {"max_position_embeddings", 262144},
-      {"tie_word_embeddings", S.tied}, {"mamba_ssm_dtype", "float32"},
-      {"eos_token_id", eos}, {"mtp_num_hidden_layers", 0},
-      {"torch_dtype", dtype == "f32" ? "float32" : "bfloat16"}};
+  nlohmann::json text = {{"vocab_size", S.V},
+                         {"hidden_size", S.H},
+                         {"num_hidden_layers", S.L},
+                         {"layer_types", layer_types},
+                         {"full_attention_interval", 4},
+                         {"num_attention_heads", S.nh},
+                         {"num_key_value_heads", S.nkv},
+                         {"head_dim", S.D},
+                         {"linear_num_key_heads", S.Hk},
+                         {"linear_num_value_heads", S.Hv},
+                         {"linear_key_head_dim", S.dk},
+                         {"linear_value_head_dim", S.dv},
+                         {"linear_conv_kernel_dim", S.K},
+                         {"hidden_act", "silu"},
+                         {"rms_norm_eps", 1e-6},
+                         {"attention_bias", false},
+                         {"attn_output_gate", true},
+                         {"max_position_embeddings", 262144},
+                         {"tie_word_embeddings", S.tied},
+                         {"mamba_ssm_dtype", "float32"},
+                         {"eos_token_id", eos},
+                         {"mtp_num_hidden_layers", mtp ? 1 : 0},
+                         {"torch_dtype", dtype == "f32" ? "float32" : "bfloat16"}};
   if (!moe) text["intermediate_size"] = S.I;
   if (moe) {
     text["num_experts"] = S.E;

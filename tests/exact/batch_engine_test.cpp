@@ -12,31 +12,13 @@
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/engine.h"
+#include "event_collector.h"
 #include "test_util.h"
 
 namespace rw {
 namespace {
 
-struct Collector {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, TokenEvent> final_ev;
-  EventCallback cb() {
-    return [this](const TokenEvent& ev) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (ev.token >= 0) tokens[ev.id].push_back(ev.token);
-      if (ev.finish != FinishReason::None) {
-        final_ev[ev.id] = ev;
-        cv.notify_all();
-      }
-    };
-  }
-  void wait(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return final_ev.size() >= n; }));
-  }
-};
+using test::Collector;
 
 class BatchEngineTest : public ::testing::TestWithParam<std::string> {};
 
@@ -155,6 +137,26 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   EXPECT_EQ(eng.metrics().requests_rejected, 3);
   EXPECT_EQ(eng.metrics().requests_submitted, 0);
   EXPECT_EQ(eng.metrics().cache.lookups, 0);
+  // Queue full: one running plus max_queued (0) waiting; a burst of submissions overflows it
+  // and the refused ones change nothing for those accepted.
+  r.prompt = std::vector<int32_t>(60, 2);
+  r.max_tokens = 39;
+  std::vector<uint64_t> accepted;
+  int full = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto id = eng.submit(r, nullptr);
+    if (id.ok()) {
+      accepted.push_back(*id);
+    } else {
+      EXPECT_EQ(id.error_message(), "queue full");
+      ++full;
+    }
+  }
+  EXPECT_GE(full, 1);
+  EXPECT_LE(accepted.size(), 2u);
+  EXPECT_EQ(eng.metrics().requests_rejected, 3 + full);
+  eng.shutdown(true);  // the accepted ones finish
+  EXPECT_EQ(eng.metrics().requests_finished, static_cast<int64_t>(accepted.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, BatchEngineTest, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));

@@ -82,7 +82,9 @@ TEST_P(GgufExact, SameLogitsAsHfCheckpoint) {
   ASSERT_GT(hf.config().lin_n_head_v, hf.config().lin_n_head_k);  // the V-head reorder is exercised
   EXPECT_EQ(gg.config().family, hf.config().family);
   // Same stores (BF16 differs only where GGUF keeps a 1-D tensor in F32: the shared-expert gate).
-  if (c.dtype == "f32") EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes());
+  if (c.dtype == "f32") {
+    EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes());
+  }
   std::mt19937_64 rng(99);
   ThreadPool pool(2);
   for (int trial = 0; trial < 3; ++trial) {

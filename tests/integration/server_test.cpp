@@ -419,11 +419,13 @@ TEST_F(ServerTest, CachedTokensOnRepeatedConversation) {
 
 TEST_F(ServerTest, ChatLogprobs) {
   const Http h = post(s(), "/v1/chat/completions",
-                      chat_body("Numbers please", 6, {{"logprobs", true}, {"top_logprobs", 3}}));
+                      chat_body("Numbers please", 6,
+                                {{"logprobs", true}, {"top_logprobs", 3}, {"ignore_eos", true}}));
   ASSERT_EQ(h.status, 200) << h.body;
   const json j = h.j();
   const json& content = j["choices"][0]["logprobs"]["content"];
-  ASSERT_EQ(content.size(), j["usage"]["completion_tokens"].get<size_t>());
+  ASSERT_EQ(j["usage"]["completion_tokens"].get<size_t>(), 6u);  // ignore_eos: all six
+  ASSERT_EQ(content.size(), 6u);
   for (const auto& e : content) {
     EXPECT_TRUE(e["token"].is_string());
     EXPECT_LE(e["logprob"].get<double>(), 0.0);
@@ -554,13 +556,17 @@ TEST_F(ServerTest, StopSequences) {
   json creq = chat_body("Say something", 40, {{"ignore_eos", true}});
   const Http cf = post(s(), "/v1/chat/completions", creq);
   const std::string ct = cf.j()["choices"][0]["message"]["content"];
-  if (ct.size() > 6 && static_cast<unsigned char>(ct[4]) < 0x7f &&
-      static_cast<unsigned char>(ct[4]) >= 0x20) {
-    creq["stop"] = ct.substr(4, 1);
-    const Http cs = post(s(), "/v1/chat/completions", creq);
-    EXPECT_EQ(cs.j()["choices"][0]["message"]["content"], ct.substr(0, ct.find(ct.substr(4, 1))));
-    EXPECT_EQ(cs.j()["choices"][0]["finish_reason"], "stop");
-  }
+  size_t at = 1;  // the first printable ASCII character after the first byte
+  while (at < ct.size() && !(static_cast<unsigned char>(ct[at]) >= 0x21 &&
+                             static_cast<unsigned char>(ct[at]) < 0x7f))
+    ++at;
+  ASSERT_LT(at, ct.size()) << "no ASCII character in the chat reply: " << ct;
+  const std::string cstop = ct.substr(at, 1);
+  creq["stop"] = cstop;
+  const Http cs = post(s(), "/v1/chat/completions", creq);
+  ASSERT_EQ(cs.status, 200) << cs.body;
+  EXPECT_EQ(cs.j()["choices"][0]["message"]["content"], ct.substr(0, ct.find(cstop)));
+  EXPECT_EQ(cs.j()["choices"][0]["finish_reason"], "stop");
 }
 
 // ---- observability
@@ -744,6 +750,27 @@ TEST_F(ServerTest, DisconnectMidStreamCancels) {
 
 // ---- queue limits and shutdown (servers of their own) -------------------------------------------
 
+TEST_F(ServerTest, DisconnectDuringWholeReplyCancels) {
+  const double cancelled0 = metric(s(), "rewind_requests_total{outcome=\"cancelled\"}");
+  const double generated0 = metric(s(), "rewind_generated_tokens_total");
+  // A non-streaming request: nothing is written until the end, so only the server watching
+  // the socket can notice the client leaving.
+  json longreq = completion_body("A very long story, whole", 30000, {{"ignore_eos", true}});
+  RawClient c(s().port(), "/v1/completions", longreq.dump());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(wait_for([&] { return metric(s(), "rewind_generated_tokens_total") > generated0 ||
+                                    metric(s(), "rewind_requests_running") >= 1; }));
+  std::this_thread::sleep_for(300ms);
+  c.close();
+  EXPECT_TRUE(wait_for([&] {
+    return metric(s(), "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
+  })) << "the client that left was not noticed";
+  EXPECT_TRUE(wait_for([&] { return metric(s(), "rewind_requests_running") == 0; }));
+  EXPECT_LT(metric(s(), "rewind_generated_tokens_total") - generated0, 25000);
+  // The server still serves.
+  EXPECT_EQ(post(s(), "/v1/completions", completion_body("still here", 2)).status, 200);
+}
+
 TEST(ServerLimits, QueueFullIs429) {
   auto srv = Server::start({"--api-key", kKey, "--parallel", "1", "--max-queue", "0"});
   ASSERT_NE(srv, nullptr);
@@ -863,6 +890,59 @@ TEST(ServerCache, EditedThirdUserMessageResumesAndMatchesFreshServer) {
   ASSERT_EQ(fresh.status, 200) << fresh.body;
   EXPECT_EQ(fresh.j()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
   EXPECT_EQ(fresh.j()["choices"], second.j()["choices"]);
+}
+
+// ---- speculative decoding -----------------------------------------------------------------------
+
+TEST(ServerSpec, PerRequestSpeculationMatchesPlainAndShowsInMetrics) {
+  // The model as its own draft: every draft is accepted, and greedy text must not change.
+  auto srv = Server::start({"--api-key", kKey, "--spec", "draft:" + model_dir(), "--draft-k", "3"});
+  ASSERT_NE(srv, nullptr);
+  const json base = {{"ignore_eos", true}};
+  auto text = [&](json extra) {
+    for (auto it = base.begin(); it != base.end(); ++it) extra[it.key()] = it.value();
+    const Http h = post(*srv, "/v1/completions", completion_body("The cat sat on the", 20, extra));
+    EXPECT_EQ(h.status, 200) << h.body;
+    return h.status == 200 ? h.j()["choices"][0]["text"].get<std::string>() : std::string("<error>");
+  };
+  const std::string plain = text({{"speculative", "off"}});
+  EXPECT_EQ(metric(*srv, "rewind_spec_drafted_tokens_total"), 0);
+  EXPECT_EQ(text(json::object()), plain);  // the server default: the draft model
+  const double drafted = metric(*srv, "rewind_spec_drafted_tokens_total");
+  EXPECT_GT(drafted, 0);
+  EXPECT_EQ(metric(*srv, "rewind_spec_accepted_tokens_total"), drafted);
+  EXPECT_EQ(metric(*srv, "rewind_spec_acceptance_rate"), 1.0);
+  EXPECT_EQ(text({{"speculative", {{"method", "ngram"}, {"k", 2}}}}), plain);
+  EXPECT_EQ(text({{"speculative", {{"method", "draft"}, {"k", 5}}}}), plain);
+  // Streaming with speculation: the same text, token events in order.
+  json sb = completion_body("The cat sat on the", 20, {{"stream", true}, {"ignore_eos", true}});
+  const Http st = post(*srv, "/v1/completions", sb);
+  ASSERT_EQ(st.status, 200);
+  std::string streamed;
+  for (const std::string& d : sse_data(st.body))
+    if (d != "[DONE]") streamed += json::parse(d)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, plain);
+  // Refused with 400 and a JSON error: no MTP head, an unknown method, k out of range.
+  for (const json& bad : {json{{"speculative", "mtp"}}, json{{"speculative", "bogus"}},
+                          json{{"speculative", {{"method", "ngram"}, {"k", 0}}}},
+                          json{{"speculative", true}}}) {
+    const Http h = post(*srv, "/v1/completions", completion_body("x", 2, bad));
+    EXPECT_EQ(h.status, 400) << bad.dump() << " " << h.body;
+    EXPECT_TRUE(h.j().contains("error")) << h.body;
+  }
+  EXPECT_EQ(text({{"speculative", false}}), plain);
+}
+
+TEST(ServerSpec, BadSpecOptionsFail) {
+  int rc = 0;
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --spec mtp 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("MTP"), std::string::npos) << out;
+  const std::string out2 = test::run_command(
+      std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --spec wrong 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out2.find("--spec"), std::string::npos) << out2;
 }
 
 }  // namespace

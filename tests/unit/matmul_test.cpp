@@ -279,6 +279,7 @@ TEST(MatmulExact, SpecialValues) {
 TEST(MatmulExact, IdenticalBitsAcrossIsas) {
   IsaGuard guard;
   ThreadPool pool(2);
+  int compared = 0;
   for (DType store : {DType::F32, DType::BF16})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {100, 129}, {300, 257}, {50, 1001}})
       for (int64_t m : {1, 2, 7, 9, 33, 100}) {
@@ -290,12 +291,14 @@ TEST(MatmulExact, IdenticalBitsAcrossIsas) {
         matmul(x.data(), m, k, w, ref.data(), n, &pool);
         for (const char* isa : {"avx512", "avx2"}) {
           if (!matmul_force_isa(isa)) continue;
+          ++compared;
           std::vector<float> y(static_cast<size_t>(m * n));
           matmul(x.data(), m, k, w, y.data(), n, &pool);
           EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size()))
               << isa << " vs scalar, " << dtype_name(store) << " M=" << m << " N=" << n << " K=" << k;
         }
       }
+  if (compared == 0) GTEST_SKIP() << "this machine has no SIMD path to compare with scalar";
 }
 
 TEST(MatmulExact, ForceIsaReportsPath) {

@@ -709,5 +709,58 @@ TEST(Metrics, CacheJson) {
   EXPECT_EQ(j["recent"][0]["hit"], "checkpoint");
 }
 
+// ---- reasoning split ---------------------------------------------------------------------------
+
+// Feeds `text` in pieces of `step` bytes; returns {reasoning, content}.
+std::pair<std::string, std::string> split_reasoning(const std::string& text, size_t step, bool opened) {
+  ReasoningSplitter s(opened);
+  std::string r, c;
+  for (size_t i = 0; i < text.size(); i += step) {
+    auto o = s.push(std::string_view(text).substr(i, step));
+    r += o.reasoning;
+    c += o.content;
+  }
+  auto o = s.finish();
+  return {r + o.reasoning, c + o.content};
+}
+
+TEST(ReasoningSplitter, SplitsThinkBlocksWhateverThePieceSize) {
+  for (size_t step : {1, 2, 3, 5, 7, 100}) {
+    EXPECT_EQ(split_reasoning("<think>\nLet me see.\n</think>\n\nThe answer is 4.", step, false),
+              std::make_pair(std::string("\nLet me see.\n"), std::string("The answer is 4.")))
+        << step;
+    // The generation prompt opened the block: the reply starts inside it.
+    EXPECT_EQ(split_reasoning("Thinking...</think>\n\nDone <think> stays", step, true),
+              std::make_pair(std::string("Thinking..."), std::string("Done <think> stays")))
+        << step;
+    // No tag at the start: all content, unchanged (a tag later is just text).
+    EXPECT_EQ(split_reasoning("Hello <think>x</think>", step, false),
+              std::make_pair(std::string(""), std::string("Hello <think>x</think>")))
+        << step;
+    // A prefix of the tag that turns out not to be one is content after all.
+    EXPECT_EQ(split_reasoning("<thin ice", step, false),
+              std::make_pair(std::string(""), std::string("<thin ice")))
+        << step;
+    // Unterminated: everything is reasoning; a partial end tag is given back at the end.
+    EXPECT_EQ(split_reasoning("<think>still going </thi", step, false),
+              std::make_pair(std::string("still going </thi"), std::string("")))
+        << step;
+    EXPECT_EQ(split_reasoning("  \n<think>a</think>b", step, false),
+              std::make_pair(std::string("a"), std::string("b")))
+        << step;
+  }
+  EXPECT_EQ(split_reasoning("", 1, false), std::make_pair(std::string(""), std::string("")));
+  EXPECT_EQ(split_reasoning("<th", 1, false), std::make_pair(std::string(""), std::string("<th")));
+}
+
+TEST(ReasoningSplitter, ChatCompletionCarriesReasoningOnlyWhenPresent) {
+  UsageCounts u;
+  auto with = chat_completion_json("id", 1, "m", "answer", {}, "stop", nullptr, u, "why");
+  EXPECT_EQ(with["choices"][0]["message"]["reasoning_content"], "why");
+  EXPECT_EQ(with["choices"][0]["message"]["content"], "answer");
+  auto without = chat_completion_json("id", 1, "m", "answer", {}, "stop", nullptr, u);
+  EXPECT_FALSE(without["choices"][0]["message"].contains("reasoning_content"));
+}
+
 }  // namespace
 }  // namespace rw

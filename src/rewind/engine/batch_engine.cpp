@@ -45,11 +45,25 @@ struct BatchEngine::Seq {
   std::vector<int32_t> out;
   bool decoding = false;
   RequestUsage usage;
+  SpecConfig spec_cfg;               // resolved at submit (kind Off: plain decoding)
+  std::optional<SpecSequence> spec;  // from the first decode step on
 };
+
+Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_default,
+                                const SubmitRequest& req) {
+  SpecConfig c = engine_default;
+  if (req.spec_kind) c.kind = *req.spec_kind;
+  if (req.spec_k != 0) c.k = req.spec_k;
+  if (c.kind == SpecKind::Draft && !c.draft)
+    return make_error("speculative: this server has no draft model (start it with --spec draft:DIR)");
+  REWIND_TRY_STATUS(spec_check(model, c));
+  return c;
+}
 
 BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const BatchEngineOptions& opt)
     : model_(model), pool_(pool), opt_(opt) {
   REWIND_CHECK(opt_.max_running >= 1 && opt_.step_tokens >= 1 && opt_.max_queued >= 0);
+  REWIND_CHECK_MSG(spec_check(model, opt_.spec).ok(), "BatchEngine: speculative options not checked");
   if (opt_.sample_vocab <= 0 || opt_.sample_vocab > model.config().vocab_size)
     opt_.sample_vocab = static_cast<int32_t>(model.config().vocab_size);
   opt_.cache.has_recurrent = model.config().n_linear_layers() > 0;
@@ -80,7 +94,10 @@ Result<uint64_t> BatchEngine::submit(SubmitRequest req, EventCallback cb) {
   if (req.top_logprobs < 0 || req.top_logprobs > 20) return reject("top_logprobs must be in [0, 20]");
   for (int64_t b : req.boundaries)
     if (b < 0) return reject("negative checkpoint boundary");
+  auto spec = resolve_spec(model_, opt_.spec, req);
+  if (!spec.ok()) return reject(spec.error_message());
   auto s = std::make_unique<Seq>();
+  s->spec_cfg = std::move(spec).value();
   s->req = std::move(req);
   s->cb = std::move(cb);
   s->t_submit = now_ms();
@@ -213,6 +230,11 @@ void BatchEngine::step() {
     if (why != FinishReason::Error) publish(s);
     s.hit.reset();  // releases the lease at once
     s.usage.completion_tokens = static_cast<int64_t>(s.out.size());
+    if (s.spec) {
+      s.spec->abort();  // no-op unless a round is open (a failed step)
+      s.usage.spec_drafted = s.spec->stats().drafted;
+      s.usage.spec_accepted = s.spec->stats().accepted;
+    }
     s.usage.total_ms = now_ms() - s.t_submit;
     ev.id = s.id;
     ev.finish = why;
@@ -224,6 +246,7 @@ void BatchEngine::step() {
       else if (why == FinishReason::Error) ++metrics_.requests_failed;
       else ++metrics_.requests_finished;
       metrics_.prompt_tokens += s.usage.prompt_tokens;
+      if (s.spec) metrics_.spec.add(s.spec->stats());
       metrics_.generated_tokens += s.usage.completion_tokens;
       auto push = [](std::vector<double>& v, double x) {
         if (v.size() >= kLatencySamples) v.erase(v.begin());
@@ -256,13 +279,46 @@ void BatchEngine::step() {
   std::vector<Seq*> who;
   std::vector<int64_t> chunk_end;
   int64_t budget = opt_.step_tokens;
+  std::vector<std::pair<Seq*, std::string>> failed;  // rounds that could not start
   for (auto& sp : running_)
     if (sp->decoding) {
-      batch.push_back({&*sp->state, std::span<const int32_t>(&sp->out.back(), 1), {0}});
-      who.push_back(sp.get());
+      Seq& s = *sp;
+      if (s.spec_cfg.kind != SpecKind::Off) {
+        // A speculative round: [last, d1..dk] verified in this step's forward.
+        if (!s.spec) s.spec.emplace(model_, s.spec_cfg);
+        const int32_t left = s.req.max_tokens - static_cast<int32_t>(s.out.size());
+        Status bs = Ok{};
+        try {
+          bs = s.spec->begin(&*s.state, s.history, s.out.back(), left, *s.sampler, pool_);
+        } catch (const std::exception& e) {
+          bs = make_error(std::string("speculative drafting failed: ") + e.what());
+        }
+        if (!bs.ok()) {
+          failed.emplace_back(&s, bs.error_message());
+          continue;
+        }
+        batch.push_back(s.spec->verify_input());
+        who.push_back(&s);
+        chunk_end.push_back(-1);
+        budget -= s.spec->drafted() + 1;
+        continue;
+      }
+      batch.push_back({&*s.state, std::span<const int32_t>(&s.out.back(), 1), {0}});
+      who.push_back(&s);
       chunk_end.push_back(-1);
       --budget;
     }
+  for (auto& [seq, msg] : failed)
+    for (auto& sp : running_)
+      if (sp.get() == seq) finish(sp, FinishReason::Error, msg, TokenEvent{});
+  if (!failed.empty()) {
+    std::erase_if(running_, [](auto& p) { return !p; });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      metrics_.spec_failed_rounds += static_cast<int64_t>(failed.size());
+    }
+    if (running_.empty()) return;
+  }
   const size_t n_run = running_.size();
   ++rr_;  // rotate which prefill goes first: fair progress between long prefills
   for (size_t k = 0; k < n_run && budget > 0; ++k) {
@@ -288,7 +344,8 @@ void BatchEngine::step() {
     st = make_error(std::string("forward failed: ") + e.what());
   }
   if (!st.ok()) {
-    // A failed step leaves the states unusable: fail every request in it.
+    // A failed step: speculative rows go back to their committed state (finish() aborts
+    // their open round); every request in the step fails.
     for (auto& sp : running_)
       if (std::find(who.begin(), who.end(), sp.get()) != who.end())
         finish(sp, FinishReason::Error, st.error_message(), TokenEvent{});
@@ -306,8 +363,68 @@ void BatchEngine::step() {
   };
   std::vector<Done> done;
   std::vector<int32_t> idx;  // top_logprobs scratch, reused across the step's rows
+  // Log-probabilities of `tok` (and the top alternatives) under logits row lg.
+  auto fill_logprobs = [&](const Seq& s, const float* lg, int32_t tok, TokenEvent& ev) {
+    if (!s.req.logprobs && s.req.top_logprobs <= 0) return;
+    const int32_t nv = opt_.sample_vocab;
+    double mx = -INFINITY;
+    for (int32_t v = 0; v < nv; ++v) mx = std::max(mx, static_cast<double>(lg[v]));
+    double sum = 0;
+    for (int32_t v = 0; v < nv; ++v) sum += std::exp(static_cast<double>(lg[v]) - mx);
+    const double lse = mx + std::log(sum);
+    ev.logprob = static_cast<float>(lg[tok] - lse);
+    if (s.req.top_logprobs > 0) {
+      idx.resize(static_cast<size_t>(nv));
+      for (int32_t v = 0; v < nv; ++v) idx[v] = v;
+      const int32_t k = std::min(s.req.top_logprobs, nv);
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
+      for (int32_t j = 0; j < k; ++j) ev.top.push_back({idx[j], static_cast<float>(lg[idx[j]] - lse)});
+    }
+  };
+  // Emits one sampled token; false when it ends the request (queued in `done`).
+  auto emit = [&](Seq& s, const float* lg, int32_t tok) {
+    TokenEvent ev;
+    ev.id = s.id;
+    ev.token = tok;
+    fill_logprobs(s, lg, tok, ev);
+    s.out.push_back(tok);
+    if (s.out.size() == 1) s.usage.ttft_ms = now_ms() - s.t_submit;
+    FinishReason why = FinishReason::None;
+    if (s.req.stop_ids.count(tok)) why = FinishReason::Stop;
+    else if (static_cast<int32_t>(s.out.size()) >= s.req.max_tokens) why = FinishReason::Length;
+    if (why == FinishReason::None) {
+      if (s.cb) s.cb(ev);
+      return true;
+    }
+    done.push_back({&s, why, std::move(ev)});
+    return false;
+  };
+  const int64_t interval = cache_ && recurrent ? opt_.cache.policy.interval : 0;
   for (size_t i = 0; i < who.size(); ++i) {
     Seq& s = *who[i];
+    if (s.decoding && s.spec && s.spec->round_open()) {
+      // Close the speculative round: accept, cut, roll back; one event per emitted token.
+      const int32_t rows = s.spec->drafted() + 1;
+      const float* lg = logits.data() + row * V;
+      row += static_cast<size_t>(rows);
+      const int32_t last = s.out.back();
+      SpecOutcome o;
+      try {
+        o = s.spec->commit(lg, V, opt_.sample_vocab, *s.sampler, s.req.stop_ids, interval, pool_);
+      } catch (const std::exception& e) {
+        // commit() aborted the round: the sequence is at its committed state.
+        done.push_back({&s, FinishReason::Error, TokenEvent{}});
+        done.back().ev.error = std::string("speculative round failed: ") + e.what();
+        continue;
+      }
+      s.history.push_back(last);
+      s.history.insert(s.history.end(), o.tokens.begin(), o.tokens.end() - 1);
+      for (auto& sn : o.snaps) s.snaps.push_back(std::move(sn));
+      for (size_t j = 0; j < o.tokens.size(); ++j)
+        if (!emit(s, lg + static_cast<int64_t>(o.rows[j]) * V, o.tokens[j])) break;
+      continue;
+    }
     const float* lg = nullptr;
     if (!batch[i].logit_rows.empty()) lg = logits.data() + (row++) * V;
     if (!s.decoding) {
@@ -321,46 +438,17 @@ void BatchEngine::step() {
       s.decoding = true;
     } else {
       s.history.push_back(s.out.back());
-      if (cache_ && recurrent && opt_.cache.policy.interval > 0 &&
-          s.state->n_pos() % opt_.cache.policy.interval == 0)
+      if (interval > 0 && s.state->n_pos() % interval == 0)
         s.snaps.push_back(s.state->take_snapshot());
     }
-    // Sample the next token.
-    const int32_t nv = opt_.sample_vocab;
-    const int32_t tok = s.sampler->sample(lg, nv);
-    TokenEvent ev;
-    ev.id = s.id;
-    ev.token = tok;
-    if (s.req.logprobs || s.req.top_logprobs > 0) {
-      double mx = -INFINITY;
-      for (int32_t v = 0; v < nv; ++v) mx = std::max(mx, static_cast<double>(lg[v]));
-      double sum = 0;
-      for (int32_t v = 0; v < nv; ++v) sum += std::exp(static_cast<double>(lg[v]) - mx);
-      const double lse = mx + std::log(sum);
-      ev.logprob = static_cast<float>(lg[tok] - lse);
-      if (s.req.top_logprobs > 0) {
-        idx.resize(static_cast<size_t>(nv));
-        for (int32_t v = 0; v < nv; ++v) idx[v] = v;
-        const int32_t k = std::min(s.req.top_logprobs, nv);
-        std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                          [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
-        for (int32_t j = 0; j < k; ++j) ev.top.push_back({idx[j], static_cast<float>(lg[idx[j]] - lse)});
-      }
-    }
-    s.out.push_back(tok);
-    if (s.out.size() == 1) s.usage.ttft_ms = now_ms() - s.t_submit;
-    FinishReason why = FinishReason::None;
-    if (s.req.stop_ids.count(tok)) why = FinishReason::Stop;
-    else if (static_cast<int32_t>(s.out.size()) >= s.req.max_tokens) why = FinishReason::Length;
-    if (why == FinishReason::None) {
-      if (s.cb) s.cb(ev);
-    } else {
-      done.push_back({&s, why, std::move(ev)});
-    }
+    emit(s, lg, s.sampler->sample(lg, opt_.sample_vocab));
   }
   for (auto& d : done)
     for (auto& sp : running_)
-      if (sp.get() == d.seq) finish(sp, d.why, "", std::move(d.ev));
+      if (sp.get() == d.seq) {
+        std::string err = std::move(d.ev.error);
+        finish(sp, d.why, std::move(err), std::move(d.ev));
+      }
   std::erase_if(running_, [](auto& p) { return !p; });
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -25,6 +26,7 @@
 
 #include "rewind/base/result.h"
 #include "rewind/cache/prefix_cache.h"
+#include "rewind/engine/speculative.h"
 #include "rewind/model/model.h"
 #include "rewind/sample/sampler.h"
 
@@ -40,6 +42,9 @@ struct BatchEngineOptions {
   int32_t sample_vocab = 0;       // ids >= this are never sampled (tokenizer size); 0: all
   bool cache_enabled = true;
   PrefixCache::Options cache;     // budget, checkpoint policy
+  // Speculative decoding: what requests get unless they say otherwise (kind Off: plain). Its
+  // draft model, when kind is Draft, is the one every request's drafts come from.
+  SpecConfig spec;
 };
 
 struct SubmitRequest {
@@ -51,6 +56,10 @@ struct SubmitRequest {
   std::set<int32_t> stop_ids;
   int32_t top_logprobs = 0;         // alternatives reported per token (0: none)
   bool logprobs = false;            // report the chosen token's log-probability
+  // Per-request speculation: unset takes BatchEngineOptions::spec; a request may turn it off,
+  // change k, or pick ngram (a draft model or MTP only when the engine has one).
+  std::optional<SpecKind> spec_kind;
+  int32_t spec_k = 0;               // 0: the engine's k
 };
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };
@@ -66,6 +75,8 @@ struct RequestUsage {
   double queue_ms = 0;
   double ttft_ms = 0;            // submit to first token
   double total_ms = 0;
+  int64_t spec_drafted = 0;      // draft tokens proposed for this request
+  int64_t spec_accepted = 0;     // of which accepted
 };
 
 struct TokenEvent {
@@ -86,6 +97,8 @@ struct EngineMetrics {
   int64_t prompt_tokens = 0, generated_tokens = 0, prefill_tokens_run = 0;
   int64_t steps = 0;
   int32_t running = 0, queued = 0;
+  SpecStats spec;              // speculative rounds of finished requests
+  int64_t spec_failed_rounds = 0;
   CacheStats cache;
   std::vector<double> ttft_ms, request_ms;  // recent values (bounded), for histograms
   struct RecentRequest {
@@ -139,5 +152,10 @@ class BatchEngine {
   size_t rr_ = 0;                              // engine thread only: prefill round-robin
   std::thread thread_;
 };
+
+// The speculation a request gets: its own choice over the engine's default. Errors: a kind the
+// engine cannot serve (a draft model or MTP it does not have), k out of range.
+Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_default,
+                                const SubmitRequest& req);
 
 }  // namespace rw

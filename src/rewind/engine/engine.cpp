@@ -34,6 +34,8 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
       return make_error("request: token id " + std::to_string(t) + " out of range [0, " + std::to_string(V) + ")");
   if (req.max_tokens < 1) return make_error("request: max_tokens must be >= 1");
 
+  // Speculation is checked before any work: a request that cannot speculate fails up front.
+  REWIND_TRY_STATUS(spec_check(model_, req.spec));
   RequestReport rep;
   rep.prompt_tokens = n;
   SequenceState st = model_.new_state();
@@ -75,26 +77,64 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
   }
 
   Sampler sampler(req.sampling);
+  const int32_t nv = opt_.sample_vocab > 0 && opt_.sample_vocab < V ? opt_.sample_vocab
+                                                                     : static_cast<int32_t>(V);
   std::vector<int32_t>& out = rep.output;
   std::vector<int32_t> history = req.prompt;  // tokens consumed by the state
-  for (int32_t i = 0; i < req.max_tokens; ++i) {
-    if (i == 0 && req.keep_first_logits) rep.first_logits = logits;
-    const int32_t next = sampler.sample(logits.data(), static_cast<int32_t>(V));
-    if (i == 0) rep.ttft_ms = now_ms() - t0;
-    out.push_back(next);
-    if (req.stop_ids.count(next) || i + 1 == req.max_tokens) break;
+  const int64_t interval = cache_ && recurrent ? opt_.cache.policy.interval : 0;
+  if (req.keep_first_logits) rep.first_logits = logits;
+  auto emit = [&](int32_t t) {
+    out.push_back(t);
+    if (req.on_token) req.on_token(t);
+  };
+  emit(sampler.sample(logits.data(), nv));
+  rep.ttft_ms = now_ms() - t0;
+  std::optional<SpecSequence> spec;
+  if (req.spec.kind != SpecKind::Off) spec.emplace(model_, req.spec);
+  while (!req.stop_ids.count(out.back()) && static_cast<int32_t>(out.size()) < req.max_tokens) {
+    const int32_t last = out.back();
+    if (spec) {
+      // One speculative round: draft, verify in one forward, accept, roll back exactly.
+      const int32_t budget = req.max_tokens - static_cast<int32_t>(out.size());
+      SpecOutcome o;
+      try {
+        REWIND_TRY_STATUS(spec->begin(&st, history, last, budget, sampler, pool_));
+        SeqInput in = spec->verify_input();
+        const Status fs = model_.forward(std::span<SeqInput>(&in, 1), &logits, pool_);
+        if (!fs.ok()) {
+          spec->abort();
+          return fs.error();
+        }
+        o = spec->commit(logits.data(), V, nv, sampler, req.stop_ids,
+                         interval, pool_);
+      } catch (const std::exception& e) {
+        spec->abort();  // the sequence is back at its last committed state
+        last_state_.emplace(std::move(st));
+        return make_error(std::string("speculative round failed: ") + e.what());
+      }
+      history.push_back(last);
+      history.insert(history.end(), o.tokens.begin(), o.tokens.end() - 1);
+      for (int32_t t : o.tokens) emit(t);
+      for (auto& sn : o.snaps) {
+        snaps.push_back(std::move(sn));
+        ++rep.snapshots_taken;
+      }
+      continue;
+    }
     SeqInput in{&st, std::span<const int32_t>(&out.back(), 1), {0}};
     REWIND_TRY_STATUS(model_.forward(std::span<SeqInput>(&in, 1), &logits, pool_));
-    history.push_back(next);
+    history.push_back(last);
     // Grid checkpoints crossed while decoding.
-    if (cache_ && recurrent && opt_.cache.policy.interval > 0 && st.n_pos() % opt_.cache.policy.interval == 0)
-      snapshot();
+    if (interval > 0 && st.n_pos() % interval == 0) snapshot();
+    emit(sampler.sample(logits.data(), nv));
   }
+  if (spec) rep.spec = spec->stats();
   // The end of the generated reply is a checkpoint (a follow-up turn extends through it).
   if (cache_ && recurrent && st.n_pos() > n && (snaps.empty() || snaps.back()->pos != st.n_pos()))
     snapshot();
   if (cache_ && req.publish) cache_->insert(history, st.pages(), snaps, req.anchor);
   hit.reset();  // release the lease
+  last_state_.emplace(std::move(st));
   rep.total_ms = now_ms() - t0;
   return rep;
 }

@@ -14,12 +14,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
 #include "rewind/base/result.h"
 #include "rewind/cache/prefix_cache.h"
+#include "rewind/engine/speculative.h"
 #include "rewind/model/model.h"
 #include "rewind/sample/sampler.h"
 
@@ -31,6 +34,7 @@ struct EngineOptions {
   bool cache_enabled = true;
   PrefixCache::Options cache;   // budget, page size, checkpoint policy
   int64_t prefill_chunk = 512;  // max tokens per forward during prefill
+  int32_t sample_vocab = 0;     // ids >= this are never sampled (tokenizer size); 0: all
 };
 
 struct GenerateRequest {
@@ -45,6 +49,10 @@ struct GenerateRequest {
   std::set<int32_t> stop_ids;
   bool publish = true;      // publish prompt + reply into the cache
   bool keep_first_logits = false;
+  SpecConfig spec;          // speculative decoding (kind Off: plain decoding)
+  // Called on the calling thread with each generated token, in order, as soon as it is final
+  // (streaming). May be empty.
+  std::function<void(int32_t)> on_token;
 };
 
 struct RequestReport {
@@ -55,17 +63,21 @@ struct RequestReport {
   int64_t lost_to_spacing = 0;  // min(L, n-1) - p
   HitKind kind = HitKind::Miss;
   int64_t snapshots_taken = 0;
-  double ttft_ms = 0;           // request start to first sampled token
+  double ttft_ms = 0;           // request start to first sampled token (prefill included)
   double total_ms = 0;
   double snapshot_ms = 0;       // time spent taking snapshots
   std::vector<int32_t> output;  // generated tokens (the stop token included if hit)
   std::vector<float> first_logits;  // logits the first token was sampled from (if asked)
+  SpecStats spec;                   // speculative rounds (all zero when off)
 };
 
 class Engine {
  public:
   Engine(Model& model, ThreadPool* pool, const EngineOptions& opt);
   Result<RequestReport> generate(const GenerateRequest& req);
+  // The state of the last generate() call's sequence (after its last consumed token), for
+  // tests that compare states bit for bit; null before the first call.
+  const SequenceState* last_state() const { return last_state_ ? &*last_state_ : nullptr; }
   // Null when the cache is off.
   const PrefixCache* cache() const { return cache_.get(); }
   const EngineOptions& options() const { return opt_; }
@@ -75,6 +87,7 @@ class Engine {
   ThreadPool* pool_;
   EngineOptions opt_;
   std::unique_ptr<PrefixCache> cache_;
+  std::optional<SequenceState> last_state_;
 };
 
 }  // namespace rw

@@ -64,6 +64,9 @@ struct ModelConfig {
   int64_t value_dim() const { return lin_n_head_v * lin_dv; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
   bool layer_is_moe(int64_t il) const;  // per family rules (ARCH 1.2)
+  // The MTP decoder layer's FFN is MoE in the MoE families (as their main layers), dense in
+  // qwen3_5.
+  bool mtp_layer_is_moe() const { return family != Family::Qwen35 && n_expert > 0; }
   int64_t n_full_layers() const;
   int64_t n_linear_layers() const;
 };

@@ -41,11 +41,31 @@ struct LoadOptions {
   std::function<void(size_t, size_t)> progress;
 };
 
+// The inputs of every recurrent layer's per-token update, recorded by forward() for one
+// sequence when SeqInput::capture is set (speculative verification, DESIGN section 5). With
+// them, a partly accepted round is undone exactly: restore the pre-round recurrent state and
+// replay only the accepted tokens' updates (Model::replay_recurrent), the same conv-window
+// shift and the same gdn_step on the same inputs as the forward, hence the same bits.
+// Rows append across forward calls until clear(); nothing is recorded when capture is null
+// (prefill and plain decoding pay nothing).
+struct RecCapture {
+  int64_t n = 0;           // tokens recorded
+  int64_t row_floats = 0;  // floats per token: n_rec * (2*conv_dim + 2*Hv)
+  // [n][n_rec][conv inputs (conv_dim) | normed q,k and v (conv_dim) | alpha (Hv) | beta (Hv)]
+  std::vector<float> rows;
+  void clear() {
+    n = 0;
+    rows.clear();
+  }
+  size_t bytes() const { return rows.size() * sizeof(float); }
+};
+
 // One sequence's part of a forward batch.
 struct SeqInput {
   SequenceState* state = nullptr;
   std::span<const int32_t> tokens;   // new tokens, appended at state->n_pos()
   std::vector<int32_t> logit_rows;   // indices into `tokens` whose logits are wanted, ascending
+  RecCapture* capture = nullptr;     // when set, the recurrence inputs of `tokens` are appended
 };
 
 class Model {
@@ -63,6 +83,15 @@ class Model {
   // one row of vocab_size floats per requested row, in batch order then row order.
   // Errors (nothing is changed): a token id out of range, an empty token list.
   Status forward(std::span<SeqInput> batch, std::vector<float>* logits, ThreadPool* pool);
+
+  // Applies the recorded updates of capture rows [from, to) to st's recurrent state (conv
+  // windows and SSM states; KV and n_pos are left alone), which must hold the recurrent state
+  // the sequence had just before row `from` was run. Cost: the conv and gdn_step work of
+  // to - from tokens, no matmul. Precondition: 0 <= from <= to <= cap.n.
+  void replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t from, int64_t to,
+                        ThreadPool* pool) const;
+  // Floats one captured token takes (RecCapture::row_floats for this model).
+  int64_t capture_row_floats() const;
 
   // Bytes of packed weights one decode token reads (every dense matrix, lm_head, and for MoE
   // the router plus top-k experts and the shared expert).

@@ -236,6 +236,56 @@ int64_t Model::matmul_macs_per_token_layers() const {
 
 int64_t Model::matmul_macs_lm_head() const { return impl_->lm_head.n() * impl_->lm_head.k(); }
 
+int64_t Model::capture_row_floats() const {
+  return cfg_.n_linear_layers() * (2 * cfg_.conv_dim() + 2 * cfg_.lin_n_head_v);
+}
+
+void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t from, int64_t to,
+                             ThreadPool* pool) const {
+  const ModelConfig& c = cfg_;
+  const Impl& I = *impl_;
+  REWIND_CHECK(0 <= from && from <= to && to <= cap.n);
+  if (from == to || c.n_linear_layers() == 0) return;
+  const int64_t RF = capture_row_floats();
+  REWIND_CHECK(cap.row_floats == RF);
+  const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
+  const int64_t r = Hv / Hk, CD = c.conv_dim(), KD = c.key_dim(), n = to - from;
+  std::vector<const LayerW*> rec;
+  for (const LayerW& L : I.layers)
+    if (L.kind == LayerKind::Linear) rec.push_back(&L);
+  const int64_t NR = static_cast<int64_t>(rec.size());
+  // Jobs: one conv window per layer, then one (layer, value head) recurrence each. The conv
+  // job of a layer and its heads touch disjoint state, so they may run in any order.
+  const int64_t n_jobs = NR * (1 + Hv);
+  auto run = [&](int64_t jb, int64_t je) {
+    std::vector<float> scratch;
+    for (int64_t job = jb; job < je; ++job) {
+      const int64_t il = job / (1 + Hv), h = job % (1 + Hv) - 1;
+      const LayerW& L = *rec[il];
+      const float* base = cap.rows.data() + from * RF + il * (2 * CD + 2 * Hv);
+      if (h < 0) {  // the conv window shift: the same kernel on the same inputs, output unused
+        scratch.resize(static_cast<size_t>(n * CD));
+        conv_silu(st->conv(L.rec_index), base, RF, L.lin.conv.data(), scratch.data(), CD, n, CD,
+                  c.conv_kernel, 0, CD);
+        continue;
+      }
+      const int64_t g = h / r;
+      float* S = st->ssm(L.rec_index) + h * dk * dv;
+      scratch.resize(static_cast<size_t>(dv));
+      for (int64_t t = 0; t < n; ++t) {
+        const float* row = base + t * RF + CD;  // normed [q | k | v]
+        const float alpha = base[t * RF + 2 * CD + h], beta = base[t * RF + 2 * CD + Hv + h];
+        gdn_step(S, row + g * dk, row + KD + g * dk, row + 2 * KD + h * dv, alpha, beta,
+                 scratch.data(), dk, dv);
+      }
+    }
+  };
+  if (pool)
+    pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run(b, e); });
+  else
+    run(0, n_jobs);
+}
+
 Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, ThreadPool* pool) {
   const ModelConfig& c = cfg_;
   Impl& I = *impl_;
@@ -263,6 +313,16 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
   }
   off[batch.size()] = T;
   for (auto& in : batch) in.state->prepare_append(static_cast<int64_t>(in.tokens.size()));
+  // Capture rows for speculative verification: cap_base[s] is this forward's first row.
+  const int64_t RF = capture_row_floats();
+  std::vector<float*> cap_base(batch.size(), nullptr);
+  for (size_t s = 0; s < batch.size(); ++s)
+    if (RecCapture* cap = batch[s].capture; cap && RF > 0) {
+      REWIND_CHECK(cap->row_floats == 0 || cap->row_floats == RF);
+      cap->row_floats = RF;
+      cap->rows.resize(static_cast<size_t>((cap->n + off[s + 1] - off[s]) * RF));
+      cap_base[s] = cap->rows.data() + cap->n * RF;
+    }
 
   auto par_rows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
     if (pool)
@@ -304,6 +364,13 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
       float* o = I.tmp.data();      // [T, VD]
       matmul(xn, T, H, L.lin.in_proj, proj, NP, pool);
       const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+      // Captured layout per token and layer: [conv inputs | normed q,k,v | alpha | beta].
+      const int64_t cap_off = L.rec_index * (2 * CD + 2 * Hv);
+      auto cap_row = [&](size_t s, int64_t t) { return cap_base[s] + (t - off[s]) * RF + cap_off; };
+      for (size_t s = 0; s < batch.size(); ++s)
+        if (cap_base[s])
+          for (int64_t t = off[s]; t < off[s + 1]; ++t)
+            std::memcpy(cap_row(s, t), proj + t * NP, static_cast<size_t>(CD) * sizeof(float));
       for (size_t s = 0; s < batch.size(); ++s) {
         SequenceState& st = *batch[s].state;
         const int64_t t0 = off[s], n = off[s + 1] - off[s];
@@ -325,6 +392,10 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
           l2norm_heads(conv + t * CD + KD, Hk, dk, 1e-6f, 1.0f);
         }
       });
+      for (size_t s = 0; s < batch.size(); ++s)
+        if (cap_base[s])
+          for (int64_t t = off[s]; t < off[s + 1]; ++t)
+            std::memcpy(cap_row(s, t) + CD, conv + t * CD, static_cast<size_t>(CD) * sizeof(float));
       // Recurrence: each (sequence, value head) runs its tokens in order.
       const int64_t n_jobs = static_cast<int64_t>(batch.size()) * Hv;
       auto run_heads = [&](int64_t jb, int64_t je) {
@@ -340,6 +411,10 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
             const float gate = L.lin.A[h] * softplus(al + L.lin.dt_bias[h]);
             const float alpha = std::exp(gate);
             const float beta = sigmoid(bl);
+            if (cap_base[s]) {
+              cap_row(s, t)[2 * CD + h] = alpha;
+              cap_row(s, t)[2 * CD + Hv + h] = beta;
+            }
             gdn_step(S, row + g * dk, row + KD + g * dk, row + 2 * KD + h * dv, alpha, beta,
                      o + t * VD + h * dv, dk, dv);
           }
@@ -525,6 +600,8 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
   }
 
   for (auto& in : batch) in.state->commit_append(static_cast<int64_t>(in.tokens.size()));
+  for (size_t s = 0; s < batch.size(); ++s)
+    if (cap_base[s]) batch[s].capture->n += off[s + 1] - off[s];
 
   // Final norm and lm_head on the requested rows only.
   logits->assign(static_cast<size_t>(n_out * V), 0.0f);

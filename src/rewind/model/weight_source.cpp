@@ -236,13 +236,74 @@ Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig
   const int64_t r = Hk > 0 ? Hv / Hk : 0, K = c.conv_kernel;
   const int64_t D = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
 
-  for (int64_t il = 0; il < c.n_layer; ++il) {
-    const std::string lp = P + "layers." + std::to_string(il) + ".";
-    const std::string cp = "l" + std::to_string(il) + ".";
+  // Norms of a decoder layer (either kind): `lp` HF prefix, `cp` canonical prefix.
+  auto map_norms = [&](const std::string& lp, const std::string& cp) -> Status {
     REWIND_TRY(auto* in_norm, R.need(lp + "input_layernorm.weight", {H}));
     REWIND_TRY(auto* post_norm, R.need(lp + "post_attention_layernorm.weight", {H}));
     ws.map_[cp + "in_norm"] = Resolver::owned(in_norm, 1, H, plus1);
     ws.map_[cp + "post_norm"] = Resolver::owned(post_norm, 1, H, plus1);
+    return Ok{};
+  };
+  // Gated full attention from `ap` (…self_attn.) into `cp`.
+  auto map_full_attention = [&](const std::string& ap, const std::string& cp) -> Status {
+    REWIND_TRY(auto* q, R.need(ap + "q_proj.weight", {nh * 2 * D, H}));
+    REWIND_TRY(auto* k, R.need(ap + "k_proj.weight", {nkv * D, H}));
+    REWIND_TRY(auto* v, R.need(ap + "v_proj.weight", {nkv * D, H}));
+    ws.map_[cp + "qkv"] = Resolver::stacked(
+        H, q->dtype,
+        {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
+         Resolver::rows_of(v, 0, nkv * D, H)});
+    REWIND_TRY(auto* qn, R.need(ap + "q_norm.weight", {D}));
+    REWIND_TRY(auto* kn, R.need(ap + "k_norm.weight", {D}));
+    ws.map_[cp + "q_norm"] = Resolver::owned(qn, 1, D, plus1);
+    ws.map_[cp + "k_norm"] = Resolver::owned(kn, 1, D, plus1);
+    REWIND_TRY(auto* o, R.need(ap + "o_proj.weight", {H, nh * D}));
+    ws.map_[cp + "o_proj"] = Resolver::view(o, H, nh * D);
+    return Ok{};
+  };
+  // SwiGLU of width F from `src`{gate,up,down}_proj.weight into `dst`{gate_up, down}.
+  auto swiglu = [&](const std::string& src, const std::string& dst, int64_t F) -> Status {
+    REWIND_TRY(auto* g, R.need(src + "gate_proj.weight", {F, H}));
+    REWIND_TRY(auto* u, R.need(src + "up_proj.weight", {F, H}));
+    REWIND_TRY(auto* d, R.need(src + "down_proj.weight", {H, F}));
+    ws.map_[dst + "gate_up"] = Resolver::stacked(
+        H, g->dtype, {Resolver::rows_of(g, 0, F, H), Resolver::rows_of(u, 0, F, H)});
+    ws.map_[dst + "down"] = Resolver::view(d, H, F);
+    return Ok{};
+  };
+  // Dense SwiGLU or MoE (router, experts in either layout, shared expert) from `mp` (…mlp.).
+  auto map_mlp = [&](const std::string& mp, const std::string& cp, bool moe) -> Status {
+    if (!moe) return swiglu(mp, cp, c.intermediate_size);
+    const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
+                  Is = c.shared_expert_intermediate_size;
+    REWIND_TRY(auto* router, R.need(mp + "gate.weight", {E, H}));
+    ws.map_[cp + "router"] = Resolver::view(router, E, H);
+    if (tensors.find(mp + "experts.gate_up_proj")) {
+      // Fused 3-D experts: gate = the first Im rows of gate_up_proj[e], up = the next Im.
+      REWIND_TRY(auto* gu, R.need(mp + "experts.gate_up_proj", {E, 2 * Im, H}));
+      REWIND_TRY(auto* dn, R.need(mp + "experts.down_proj", {E, H, Im}));
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ep = cp + "e" + std::to_string(e) + ".";
+        ws.map_[ep + "gate_up"] =
+            Resolver::stacked(H, gu->dtype, {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)});
+        ws.map_[ep + "down"] =
+            Resolver::stacked(Im, dn->dtype, {Resolver::rows_of(dn, e * H, H, Im)});
+      }
+    } else {
+      for (int64_t e = 0; e < E; ++e)
+        REWIND_TRY_STATUS(swiglu(mp + "experts." + std::to_string(e) + ".",
+                                 cp + "e" + std::to_string(e) + ".", Im));
+    }
+    REWIND_TRY_STATUS(swiglu(mp + "shared_expert.", cp + "sh.", Is));
+    REWIND_TRY(auto* sgate, R.need(mp + "shared_expert_gate.weight", {1, H}));
+    ws.map_[cp + "sh.gate"] = Resolver::view(sgate, 1, H);
+    return Ok{};
+  };
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string lp = P + "layers." + std::to_string(il) + ".";
+    const std::string cp = "l" + std::to_string(il) + ".";
+    REWIND_TRY_STATUS(map_norms(lp, cp));
 
     if (c.layer_kinds[il] == LayerKind::Linear) {
       const std::string ap = lp + "linear_attn.";
@@ -285,56 +346,40 @@ Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig
       REWIND_TRY(auto* out, R.need(ap + "out_proj.weight", {H, c.value_dim()}));
       ws.map_[cp + "out_proj"] = Resolver::view(out, H, c.value_dim());
     } else {
-      const std::string ap = lp + "self_attn.";
-      REWIND_TRY(auto* q, R.need(ap + "q_proj.weight", {nh * 2 * D, H}));
-      REWIND_TRY(auto* k, R.need(ap + "k_proj.weight", {nkv * D, H}));
-      REWIND_TRY(auto* v, R.need(ap + "v_proj.weight", {nkv * D, H}));
-      ws.map_[cp + "qkv"] = Resolver::stacked(
-          H, q->dtype,
-          {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
-           Resolver::rows_of(v, 0, nkv * D, H)});
-      REWIND_TRY(auto* qn, R.need(ap + "q_norm.weight", {D}));
-      REWIND_TRY(auto* kn, R.need(ap + "k_norm.weight", {D}));
-      ws.map_[cp + "q_norm"] = Resolver::owned(qn, 1, D, plus1);
-      ws.map_[cp + "k_norm"] = Resolver::owned(kn, 1, D, plus1);
-      REWIND_TRY(auto* o, R.need(ap + "o_proj.weight", {H, nh * D}));
-      ws.map_[cp + "o_proj"] = Resolver::view(o, H, nh * D);
+      REWIND_TRY_STATUS(map_full_attention(lp + "self_attn.", cp));
     }
+    REWIND_TRY_STATUS(map_mlp(lp + "mlp.", cp, c.layer_is_moe(il)));
+  }
 
-    const std::string mp = lp + "mlp.";
-    // SwiGLU of width F from `src`{gate,up,down}_proj.weight into `dst`{gate_up, down}.
-    auto swiglu = [&](const std::string& src, const std::string& dst, int64_t F) -> Status {
-      REWIND_TRY(auto* g, R.need(src + "gate_proj.weight", {F, H}));
-      REWIND_TRY(auto* u, R.need(src + "up_proj.weight", {F, H}));
-      REWIND_TRY(auto* d, R.need(src + "down_proj.weight", {H, F}));
-      ws.map_[dst + "gate_up"] =
-          Resolver::stacked(H, g->dtype, {Resolver::rows_of(g, 0, F, H), Resolver::rows_of(u, 0, F, H)});
-      ws.map_[dst + "down"] = Resolver::view(d, H, F);
+  // MTP head (ARCH-qwen35.md 2.5): absent altogether is fine; partly present or mis-shaped is
+  // an error naming the tensor.
+  bool any_mtp = false;
+  for (auto& n : tensors.names()) any_mtp = any_mtp || n.rfind("mtp.", 0) == 0;
+  if (c.mtp_num_hidden_layers > 0 && any_mtp) {
+    auto mtp = [&]() -> Status {
+      REWIND_TRY(auto* fc, R.need("mtp.fc.weight", {H, 2 * H}));
+      ws.map_["mtp.fc"] = Resolver::view(fc, H, 2 * H);
+      REWIND_TRY(auto* en, R.need("mtp.pre_fc_norm_embedding.weight", {H}));
+      ws.map_["mtp.enorm"] = Resolver::owned(en, 1, H, plus1);
+      REWIND_TRY(auto* hn, R.need("mtp.pre_fc_norm_hidden.weight", {H}));
+      ws.map_["mtp.hnorm"] = Resolver::owned(hn, 1, H, plus1);
+      REWIND_TRY(auto* mn, R.need("mtp.norm.weight", {H}));
+      ws.map_["mtp.norm"] = Resolver::owned(mn, 1, H, plus1);
+      for (int64_t j = 0; j < c.mtp_num_hidden_layers; ++j) {
+        const std::string lp = "mtp.layers." + std::to_string(j) + ".";
+        const std::string cp = "l" + std::to_string(c.n_layer + j) + ".";
+        REWIND_TRY_STATUS(map_norms(lp, cp));
+        REWIND_TRY_STATUS(map_full_attention(lp + "self_attn.", cp));
+        REWIND_TRY_STATUS(map_mlp(lp + "mlp.", cp, c.mtp_layer_is_moe()));
+      }
       return Ok{};
     };
-    if (!c.layer_is_moe(il)) {
-      REWIND_TRY_STATUS(swiglu(mp, cp, c.intermediate_size));
-    } else {
-      const int64_t E = c.n_expert, Im = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
-      REWIND_TRY(auto* router, R.need(mp + "gate.weight", {E, H}));
-      ws.map_[cp + "router"] = Resolver::view(router, E, H);
-      if (tensors.find(mp + "experts.gate_up_proj")) {
-        // Fused 3-D experts: gate = the first Im rows of gate_up_proj[e], up = the next Im.
-        REWIND_TRY(auto* gu, R.need(mp + "experts.gate_up_proj", {E, 2 * Im, H}));
-        REWIND_TRY(auto* dn, R.need(mp + "experts.down_proj", {E, H, Im}));
-        for (int64_t e = 0; e < E; ++e) {
-          const std::string ep = cp + "e" + std::to_string(e) + ".";
-          ws.map_[ep + "gate_up"] = Resolver::stacked(H, gu->dtype, {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)});
-          ws.map_[ep + "down"] = Resolver::stacked(Im, dn->dtype, {Resolver::rows_of(dn, e * H, H, Im)});
-        }
-      } else {
-        for (int64_t e = 0; e < E; ++e)
-          REWIND_TRY_STATUS(swiglu(mp + "experts." + std::to_string(e) + ".", cp + "e" + std::to_string(e) + ".", Im));
-      }
-      REWIND_TRY_STATUS(swiglu(mp + "shared_expert.", cp + "sh.", Is));
-      REWIND_TRY(auto* sgate, R.need(mp + "shared_expert_gate.weight", {1, H}));
-      ws.map_[cp + "sh.gate"] = Resolver::view(sgate, 1, H);
-    }
+    Status st = mtp();
+    if (!st.ok())
+      return make_error(st.error_message() + " (MTP head: mtp_num_hidden_layers = " +
+                        std::to_string(c.mtp_num_hidden_layers) +
+                        " and some mtp.* tensors are present)");
+    ws.has_mtp_ = true;
   }
   for (auto& n : tensors.names())
     if (n.rfind("mtp.", 0) == 0) ws.mtp_names_.push_back(n);

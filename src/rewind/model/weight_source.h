@@ -15,6 +15,16 @@
 //   dense:   l{il}.gate_up [2I, H] = rows [gate ; up]; l{il}.down [H, I]
 //   moe:     l{il}.router [E, H]; l{il}.e{e}.gate_up [2Im, H]; l{il}.e{e}.down [H, Im];
 //            l{il}.sh.gate_up [2Is, H]; l{il}.sh.down [H, Is]; l{il}.sh.gate [1, H]
+//   MTP head (only when config mtp_num_hidden_layers > 0 and the checkpoint has mtp.* tensors;
+//   then has_mtp() is true; ARCH-qwen35.md 2.5):
+//            mtp.fc [H, 2H]: columns [0, H) multiply the normed embedding of the next token,
+//              columns [H, 2H) the normed hidden state (mtp.fc.weight as is)
+//            mtp.enorm [H] (pre_fc_norm_embedding, +1 folded); mtp.hnorm [H] (pre_fc_norm_hidden,
+//              +1 folded); mtp.norm [H] (+1 folded); the MTP head shares embed and lm_head
+//            mtp.layers.{j} -> canonical layer l{n_layer + j}: a full-attention layer with exactly
+//              the names above (in_norm, post_norm, qkv, q_norm, k_norm, o_proj) and the
+//              family's MLP (dense gate_up/down, or router/e{e}.*/sh.* when
+//              cfg.mtp_layer_is_moe()). Released checkpoints have j = 0 only.
 #pragma once
 
 #include <cstdint>
@@ -84,10 +94,14 @@ class WeightSet {
   const WeightSource& get(const std::string& name) const;  // check-fails if absent
   bool has(const std::string& name) const { return map_.count(name) > 0; }
   const std::vector<std::string>& mtp_tensor_names() const { return mtp_names_; }
+  // True when the MTP head was mapped (names above). False when the config has no MTP layers or
+  // the checkpoint ships none of the mtp.* tensors; a partial or mis-shaped head is a load error.
+  bool has_mtp() const { return has_mtp_; }
 
  private:
   std::map<std::string, WeightSource> map_;
   std::vector<std::string> mtp_names_;
+  bool has_mtp_ = false;
 };
 
 }  // namespace rw

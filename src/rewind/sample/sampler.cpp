@@ -154,6 +154,24 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   return scratch_.back().id;  // u within rounding of the total
 }
 
+int32_t Sampler::draw(const float* w, int32_t n) {
+  double total = 0.0;
+  int32_t last = 0;
+  for (int32_t i = 0; i < n; ++i)
+    if (w[i] > 0.0f) {
+      total += w[i];
+      last = i;
+    }
+  const double u = next_uniform() * total;
+  double cum = 0.0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!(w[i] > 0.0f)) continue;
+    cum += w[i];
+    if (u < cum) return i;
+  }
+  return last;
+}
+
 std::vector<float> Sampler::probabilities(const float* logits, int32_t n_vocab) const {
   std::vector<Candidate> c;
   double total = 0.0;

@@ -34,6 +34,12 @@ class Sampler {
   // n_vocab entries summing to 1 (one-hot at argmax when greedy).
   std::vector<float> probabilities(const float* logits, int32_t n_vocab) const;
   const SamplingParams& params() const { return p_; }
+  bool greedy() const { return p_.temperature <= 0.0f; }
+  // One uniform draw in [0, 1) from this sampler's RNG (speculative acceptance tests).
+  double uniform() { return next_uniform(); }
+  // Draws an index from weights w[0..n) (non-negative, not all zero; need not sum to 1) with
+  // one uniform draw; the last positive index if rounding leaves the draw past the total.
+  int32_t draw(const float* w, int32_t n);
 
  private:
   struct Candidate {

@@ -1,11 +1,16 @@
 #include "rewind/server/http_server.h"
 
 #include <httplib.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <ctime>
 #include <deque>
 #include <mutex>
@@ -58,6 +63,63 @@ HttpError bad_request(std::string msg, std::string code = "") {
   return {400, std::move(msg), "invalid_request_error", std::move(code)};
 }
 
+// The socket of a request's connection, found by its addresses (cpp-httplib 0.11 gives a
+// handler no way to learn that its client has gone; newer versions have
+// Request::is_connection_closed). The handler's thread owns the connection while it runs, so
+// the descriptor cannot be closed or reused under it. -1 when not found.
+int connection_fd(const httplib::Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    sockaddr_storage peer{}, self{};
+    socklen_t pl = sizeof peer, sl = sizeof self;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&self), &sl) != 0) continue;
+    auto addr_port = [](const sockaddr_storage& a, std::string* host) {
+      char buf[INET6_ADDRSTRLEN] = {0};
+      if (a.ss_family == AF_INET) {
+        auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
+        inet_ntop(AF_INET, &v4->sin_addr, buf, sizeof buf);
+        *host = buf;
+        return static_cast<int>(ntohs(v4->sin_port));
+      }
+      if (a.ss_family == AF_INET6) {
+        auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
+        inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof buf);
+        *host = buf;
+        return static_cast<int>(ntohs(v6->sin6_port));
+      }
+      return -1;
+    };
+    std::string ph, sh;
+    if (addr_port(peer, &ph) == req.remote_port && ph == req.remote_addr &&
+        addr_port(self, &sh) == req.local_port) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// True when the peer has closed its side of the connection (or it broke). A client that sends
+// its next request early is still there: unread bytes are peeked, not consumed.
+bool peer_gone(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (p.revents & POLLIN) {
+    char c;
+    return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+  return false;
+}
+
 // Everything about one accepted generation request, fixed before it is submitted.
 struct Plan {
   bool chat = true;
@@ -66,6 +128,7 @@ struct Plan {
   SubmitRequest sub;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, parse_tools = false;
+  bool think_open = false;  // the rendered prompt ends inside an open <think> block
   json tools;  // the request's tools when parse_tools (types parsed tool-call arguments)
   bool logprobs = false;
   int32_t top_logprobs = 0;
@@ -336,7 +399,7 @@ struct HttpServer::Impl {
         }
         std::optional<std::string> body = read_body(req, res, reader);
         if (!body) return;
-        handle_generation(chat, *body, res);
+        handle_generation(chat, *body, res, connection_fd(req));
       };
     };
     svr.Post("/v1/chat/completions", generation(true));
@@ -381,6 +444,15 @@ struct HttpServer::Impl {
     if (!c.ignore_eos) p->sub.stop_ids = defaults.stop_ids;
     p->sub.logprobs = c.logprobs;
     p->sub.top_logprobs = c.top_logprobs;
+    if (!c.speculative.empty()) {
+      p->sub.spec_kind = c.speculative == "off"     ? SpecKind::Off
+                         : c.speculative == "ngram" ? SpecKind::Ngram
+                         : c.speculative == "draft" ? SpecKind::Draft
+                                                    : SpecKind::Mtp;
+    }
+    p->sub.spec_k = c.speculative_k;
+    if (auto sc = resolve_spec(engine.model(), engine.options().spec, p->sub); !sc.ok())
+      return bad_request(sc.error_message());
     p->stop = c.stop;
     p->stream = c.stream;
     p->include_usage = c.include_usage;
@@ -405,6 +477,11 @@ struct HttpServer::Impl {
     p->sub.prompt = tokenize_chat(tok, rendered.value(), &p->sub.boundaries, &p->sub.anchor);
     p->parse_tools = c.parse_tools;
     if (c.parse_tools) p->tools = json::parse(c.tools.dump());
+    {  // Did the generation prompt open a reasoning block (Qwen3 with thinking on)?
+      std::string_view t = rendered->text;
+      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+      p->think_open = t.size() >= 7 && t.substr(t.size() - 7) == "<think>";
+    }
     return finish_plan(c, p);
   }
 
@@ -418,7 +495,8 @@ struct HttpServer::Impl {
     return finish_plan(c, p);
   }
 
-  void handle_generation(bool chat, const std::string& body, httplib::Response& res) {
+  // conn_fd: the client's socket (-1 unknown), watched while a non-streaming reply runs.
+  void handle_generation(bool chat, const std::string& body, httplib::Response& res, int conn_fd) {
     auto plan = std::make_shared<Plan>();
     if (auto e = chat ? plan_chat(body, plan.get()) : plan_completion(body, plan.get()))
       return send_error(res, *e);
@@ -441,16 +519,26 @@ struct HttpServer::Impl {
       std::atomic<int>& n;
       ~Done() { --n; }
     } done{in_flight};
-    whole(*plan, *q, id.value(), res);
+    whole(*plan, *q, id.value(), res, conn_fd);
   }
 
-  void whole(const Plan& plan, EventQueue& q, uint64_t id, httplib::Response& res) {
+  void whole(const Plan& plan, EventQueue& q, uint64_t id, httplib::Response& res, int conn_fd) {
     Generation gen(tok, plan.sub.stop_ids, plan);
     std::string text;
     std::vector<TokenLogprob> lps;
+    bool client_gone = false;
+    auto next_check = std::chrono::steady_clock::now();
     while (!gen.done()) {
+      // The client hung up while its whole reply was being generated: free the sequence.
+      if (const auto now = std::chrono::steady_clock::now(); !client_gone && now >= next_check) {
+        next_check = now + std::chrono::milliseconds(200);
+        if (peer_gone(conn_fd)) {
+          client_gone = true;
+          engine.cancel(id);
+        }
+      }
       TokenEvent ev;
-      if (!q.pop(&ev, std::chrono::milliseconds(1000))) continue;
+      if (!q.pop(&ev, std::chrono::milliseconds(200))) continue;
       bool cancel = false;
       Generation::Piece p = gen.on_event(ev, &cancel);
       if (cancel) engine.cancel(id);
@@ -461,11 +549,13 @@ struct HttpServer::Impl {
     metrics.observe_request(gen.ttft_ms(), gen.total_ms());
     json body;
     if (plan.chat) {
-      auto [content, calls] = split_tool_calls(text, plan.parse_tools, plan.tools);
+      ReasoningSplitter rs(plan.think_open);
+      ReasoningSplitter::Out a = rs.push(text), b = rs.finish();
+      auto [content, calls] = split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
       const std::string finish = calls.empty() ? gen.finish_reason() : "tool_calls";
       body = chat_completion_json(plan.id, plan.created, opt.model_id, content, calls, finish,
                                   plan.logprobs ? chat_logprobs_json(tok, lps) : json(nullptr),
-                                  gen.usage());
+                                  gen.usage(), a.reasoning + b.reasoning);
     } else {
       body = completion_json(plan.id, plan.created, opt.model_id, text, gen.finish_reason(),
                              plan.logprobs
@@ -483,6 +573,7 @@ struct HttpServer::Impl {
     uint64_t id = 0;
     std::unique_ptr<Generation> gen;
     ToolCallSplitter tools;
+    ReasoningSplitter reasoning;
     bool started = false, finished = false;
     int64_t text_offset = 0;
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
@@ -496,6 +587,7 @@ struct HttpServer::Impl {
     st->id = id;
     st->gen = std::make_unique<Generation>(tok, st->plan->sub.stop_ids, *st->plan);
     st->tools = ToolCallSplitter(st->plan->tools);
+    st->reasoning = ReasoningSplitter(st->plan->think_open);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     res.set_chunked_content_provider(
@@ -552,11 +644,9 @@ struct HttpServer::Impl {
   std::string chunk_for(Stream& st, Generation::Piece& p) {
     const Plan& plan = *st.plan;
     if (plan.chat) {
-      std::string content = plan.parse_tools ? st.tools.push(p.text) : p.text;
-      if (content.empty() && p.lps.empty()) return {};
-      json lp = p.lps.empty() ? json(nullptr) : chat_logprobs_json(tok, p.lps);
-      return sse_event(chat_chunk_json(plan.id, plan.created, opt.model_id, {{"content", content}},
-                                       nullptr, lp));
+      const ReasoningSplitter::Out r = st.reasoning.push(p.text);
+      return chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content,
+                        p.lps);
     }
     if (p.text.empty() && p.lps.empty()) return {};
     json lp = p.lps.empty()
@@ -566,6 +656,17 @@ struct HttpServer::Impl {
       st.text_offset += static_cast<int64_t>(tok.token_bytes(l.token).size());
     return sse_event(
         completion_chunk_json(plan.id, plan.created, opt.model_id, p.text, nullptr, lp));
+  }
+
+  // One chat chunk with reasoning and/or content (and the token logprobs); "" when empty.
+  std::string chat_delta(const Stream& st, const std::string& reasoning, const std::string& content,
+                         const std::vector<TokenLogprob>& lps) {
+    if (reasoning.empty() && content.empty() && lps.empty()) return {};
+    json delta = json::object();
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+    if (!content.empty() || reasoning.empty()) delta["content"] = content;
+    json lp = lps.empty() ? json(nullptr) : chat_logprobs_json(tok, lps);
+    return sse_event(chat_chunk_json(st.plan->id, st.plan->created, opt.model_id, delta, nullptr, lp));
   }
 
   std::string final_chunks(Stream& st) {
@@ -579,6 +680,8 @@ struct HttpServer::Impl {
     const UsageCounts u = st.gen->usage();
     if (plan.chat) {
       std::string finish = st.gen->finish_reason();
+      const ReasoningSplitter::Out r = st.reasoning.finish();
+      out += chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content, {});
       if (plan.parse_tools) {
         auto [content, calls] = st.tools.finish();
         if (!content.empty())

@@ -112,6 +112,23 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
         static_cast<double>(em.steps));
   p.one("rewind_requests_running", "gauge", "Sequences prefilling or decoding now.", em.running);
   p.one("rewind_requests_queued", "gauge", "Requests waiting for a free sequence slot.", em.queued);
+  const SpecStats& sp = em.spec;
+  p.one("rewind_spec_rounds_total", "counter", "Speculative rounds with at least one draft (finished requests).",
+        static_cast<double>(sp.rounds));
+  p.one("rewind_spec_drafted_tokens_total", "counter", "Draft tokens proposed.",
+        static_cast<double>(sp.drafted));
+  p.one("rewind_spec_accepted_tokens_total", "counter", "Draft tokens accepted by the target.",
+        static_cast<double>(sp.accepted));
+  p.one("rewind_spec_acceptance_rate", "gauge", "Accepted / drafted tokens so far (0 before any draft).",
+        sp.drafted ? static_cast<double>(sp.accepted) / static_cast<double>(sp.drafted) : 0.0);
+  p.one("rewind_spec_replayed_tokens_total", "counter",
+        "Tokens whose recurrence was replayed after a partly accepted round.",
+        static_cast<double>(sp.replayed));
+  p.one("rewind_spec_full_rounds_total", "counter", "Rounds where every draft was accepted.",
+        static_cast<double>(sp.full));
+  p.one("rewind_spec_failed_rounds_total", "counter",
+        "Rounds that failed before verification (the request failed, its state stayed committed).",
+        static_cast<double>(em.spec_failed_rounds));
 
   const CacheStats& c = em.cache;
   auto counter = [&](const char* field, const char* help, int64_t v) {

@@ -203,6 +203,28 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
                           " bytes");
     }
   }
+  if (const json* v = field(j, "speculative")) {
+    const json* method = v;
+    if (v->is_object()) {
+      method = field(*v, "method");
+      if (!method) return make_error("'speculative' needs a 'method' (off, ngram, draft, mtp)");
+      if (const json* k = field(*v, "k")) {
+        REWIND_TRY(int64_t n, get_int(*k, "speculative.k", 1, 16));
+        out->speculative_k = static_cast<int32_t>(n);
+      }
+    } else if (v->is_boolean()) {
+      if (v->get<bool>()) return make_error("'speculative': true is ambiguous: name a method (ngram, draft, mtp)");
+      out->speculative = "off";
+      method = nullptr;
+    }
+    if (method) {
+      REWIND_TRY(out->speculative, get_str(*method, v->is_object() ? "speculative.method" : "speculative"));
+      if (out->speculative != "off" && out->speculative != "ngram" && out->speculative != "draft" &&
+          out->speculative != "mtp")
+        return make_error("'speculative' method '" + out->speculative +
+                          "' is not one of off, ngram, draft, mtp");
+    }
+  }
   if (const json* v = field(j, "ignore_eos")) {
     REWIND_TRY(out->ignore_eos, get_bool(*v, "ignore_eos"));
   }

@@ -6,7 +6,7 @@
 // or dropped silently: a field that is present and meaningful is either honoured or refused.
 // Unknown fields are ignored (clients such as the official SDKs send extras like `user`).
 // JSON null counts as an absent optional field. Extensions beyond OpenAI's schema: top_k, min_p,
-// ignore_eos (as vLLM), chat_template_kwargs.enable_thinking; top-level and `developer` role
+// ignore_eos (as vLLM), speculative, chat_template_kwargs.enable_thinking; top-level and `developer` role
 // names follow OpenAI (developer is rendered as system).
 //
 // The parsers are pure functions of (body, limits): no model, no tokenizer, no engine. That
@@ -61,6 +61,10 @@ struct CommonRequest {
   bool logprobs = false;          // report the chosen tokens' log-probabilities
   int32_t top_logprobs = 0;       // alternatives per token
   bool ignore_eos = false;        // extension (as vLLM): generate through end-of-sequence ids
+  // Extension: "speculative": "off" | "ngram" | "draft" | "mtp", or {"method": one of those,
+  // "k": 1..16}. Empty: the server's default (--spec).
+  std::string speculative;
+  int32_t speculative_k = 0;  // 0: the server's --draft-k
 };
 
 struct ParsedChatRequest : CommonRequest {

@@ -236,9 +236,10 @@ json one_choice(const char* key, json value, const json& logprobs, const json& f
 json chat_completion_json(const std::string& id, int64_t created, const std::string& model,
                           const std::string& content, const std::vector<ToolCall>& calls,
                           const std::string& finish_reason, const json& logprobs,
-                          const UsageCounts& usage) {
+                          const UsageCounts& usage, const std::string& reasoning) {
   json msg = {{"role", "assistant"},
               {"content", content.empty() && !calls.empty() ? json(nullptr) : json(content)}};
+  if (!reasoning.empty()) msg["reasoning_content"] = reasoning;
   if (!calls.empty()) msg["tool_calls"] = tool_calls_json(calls, false);
   return envelope(id, "chat.completion", created, model,
                   one_choice("message", std::move(msg), logprobs, finish_reason), &usage);
@@ -276,6 +277,68 @@ json completion_usage_chunk_json(const std::string& id, int64_t created, const s
 
 std::string sse_event(const json& j) {
   return "data: " + dump_json(j) + "\n\n";
+}
+
+}  // namespace rw
+
+namespace rw {
+
+namespace {
+constexpr std::string_view kThinkOpen = "<think>";
+}  // namespace
+
+ReasoningSplitter::ReasoningSplitter(bool prompt_opened_think)
+    : state_(prompt_opened_think ? State::Reasoning : State::Start), end_({"</think>"}) {}
+
+void ReasoningSplitter::to_content(std::string_view text, Out* o) {
+  if (strip_newlines_) {
+    size_t i = 0;
+    while (i < text.size() && (text[i] == '\n' || text[i] == '\r')) ++i;
+    text.remove_prefix(i);
+    if (!text.empty()) strip_newlines_ = false;
+  }
+  o->content += text;
+}
+
+ReasoningSplitter::Out ReasoningSplitter::push(std::string_view text) {
+  Out o;
+  if (state_ == State::Start) {
+    held_ += text;
+    size_t i = 0;
+    while (i < held_.size() && (held_[i] == ' ' || held_[i] == '\n' || held_[i] == '\r' || held_[i] == '\t')) ++i;
+    const std::string_view rest = std::string_view(held_).substr(i);
+    if (rest.size() < kThinkOpen.size() && kThinkOpen.substr(0, rest.size()) == rest) return o;  // undecided
+    if (rest.substr(0, kThinkOpen.size()) == kThinkOpen) {
+      state_ = State::Reasoning;
+      const std::string after(rest.substr(kThinkOpen.size()));
+      held_.clear();
+      Out more = push(after);
+      return more;
+    }
+    state_ = State::Content;
+    o.content = std::move(held_);
+    held_.clear();
+    return o;
+  }
+  if (state_ == State::Reasoning) {
+    o.reasoning = end_.push(text);
+    if (end_.stopped()) {
+      state_ = State::Content;
+      strip_newlines_ = true;
+      to_content(end_.rest(), &o);
+    }
+    return o;
+  }
+  to_content(text, &o);
+  return o;
+}
+
+ReasoningSplitter::Out ReasoningSplitter::finish() {
+  Out o;
+  if (state_ == State::Start) o.content = std::move(held_);
+  if (state_ == State::Reasoning) o.reasoning = end_.flush();
+  held_.clear();
+  return o;
 }
 
 }  // namespace rw

@@ -99,6 +99,31 @@ class ToolCallSplitter {
   nlohmann::json tools_;
 };
 
+// Splits a reply's reasoning (Qwen3 style: between <think> and </think>) from its content,
+// streaming: message.reasoning_content / delta.reasoning_content as the reasoning parsers of
+// other OpenAI-compatible servers return it. The reply is reasoning when the prompt ended
+// inside an open <think> block (the template's generation prompt opened it) or when the reply
+// itself starts with <think> (after whitespace). The tags are dropped, and so are the newlines
+// that follow </think>. A partial tag is held back until it is decided; an unterminated block
+// is all reasoning. Text with no tag at its start is all content, unchanged.
+class ReasoningSplitter {
+ public:
+  explicit ReasoningSplitter(bool prompt_opened_think = false);
+  struct Out {
+    std::string reasoning, content;
+  };
+  Out push(std::string_view text);
+  Out finish();  // end of generation: whatever was held back
+
+ private:
+  enum class State { Start, Reasoning, Content };
+  State state_;
+  std::string held_;        // Start: undecided prefix
+  StopMatcher end_;         // finds </think> in the reasoning
+  bool strip_newlines_ = false;  // just after </think>
+  void to_content(std::string_view text, Out* o);
+};
+
 // Splits a whole reply: tool calls parsed out (ids filled in when the text gave none), and the
 // remaining content. When `parse_tools` is false the text is all content. `tools` as above.
 std::pair<std::string, std::vector<ToolCall>> split_tool_calls(
@@ -110,11 +135,13 @@ nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_ind
 
 // A whole chat completion ("object": "chat.completion"). `finish_reason` is "stop", "length"
 // or "tool_calls"; content is null when empty and tool calls are present.
+// message.reasoning_content is present only when `reasoning` is not empty.
 nlohmann::json chat_completion_json(const std::string& id, int64_t created,
                                     const std::string& model, const std::string& content,
                                     const std::vector<ToolCall>& calls,
                                     const std::string& finish_reason,
-                                    const nlohmann::json& logprobs, const UsageCounts& usage);
+                                    const nlohmann::json& logprobs, const UsageCounts& usage,
+                                    const std::string& reasoning = "");
 // One streamed chunk ("object": "chat.completion.chunk") with one choice; finish_reason and
 // logprobs may be null.
 nlohmann::json chat_chunk_json(const std::string& id, int64_t created, const std::string& model,

@@ -89,6 +89,24 @@ void SequenceState::trim_to(int64_t n) {
   if (keep < n_pages()) pages_.resize(static_cast<size_t>(keep));
 }
 
+void SequenceState::save_recurrent(AlignedBuffer<float>* out) const {
+  if (out->size() < rec_.size()) out->resize(rec_.size());
+  if (rec_.size()) std::memcpy(out->data(), rec_.data(), rec_.size() * sizeof(float));
+}
+
+void SequenceState::load_recurrent(const AlignedBuffer<float>& saved) {
+  REWIND_CHECK(saved.size() >= rec_.size());
+  if (rec_.size()) std::memcpy(rec_.data(), saved.data(), rec_.size() * sizeof(float));
+}
+
+void SequenceState::rewind_kv_to(int64_t n) {
+  REWIND_CHECK_MSG(n >= 0 && n <= n_pos_,
+                   "rewind_kv_to(" + std::to_string(n) + ") at n_pos " + std::to_string(n_pos_));
+  n_pos_ = n;
+  const int64_t keep = shape_.n_attn_layers == 0 ? 0 : (n + shape_.page_tokens - 1) / shape_.page_tokens;
+  if (keep < n_pages()) pages_.resize(static_cast<size_t>(keep));
+}
+
 void SequenceState::prepare_append(int64_t n_new) {
   if (shape_.n_attn_layers == 0 || n_new <= 0) return;
   const int64_t first = n_pos_ / shape_.page_tokens;

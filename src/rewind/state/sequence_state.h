@@ -98,6 +98,17 @@ class SequenceState {
   bool can_trim_to(int64_t n) const;
   void trim_to(int64_t n);  // precondition: can_trim_to(n)
 
+  // --- speculative rollback (engine/speculative.h) ---
+  // Copies the recurrent state into *out (recurrent_bytes(); *out grows when too small).
+  void save_recurrent(AlignedBuffer<float>* out) const;
+  // Overwrites the recurrent state with one saved by save_recurrent (recurrent_bytes()).
+  void load_recurrent(const AlignedBuffer<float>& saved);
+  // Moves n_pos back to n (0 <= n <= n_pos) and drops pages wholly past it, leaving the
+  // recurrent part untouched: the caller has already made it the state after n tokens (restore
+  // + replay of the accepted tokens). Unlike trim_to this is allowed on hybrid states, because
+  // the caller, not this class, vouches for the recurrent part.
+  void rewind_kv_to(int64_t n);
+
   // --- used by the forward pass ---
   // Makes pages for positions [n_pos, n_pos + n_new) exist and be private to this sequence.
   void prepare_append(int64_t n_new);

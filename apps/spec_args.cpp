@@ -1,0 +1,32 @@
+#include "spec_args.h"
+
+#include "commands.h"
+
+namespace rw::app {
+
+Result<SpecSetup> spec_from_args(const Args& a, const std::string& store, ThreadPool* pool) {
+  SpecSetup s;
+  const std::string m = a.str("--spec", "off");
+  REWIND_TRY(int64_t k, a.int_("--draft-k", 4));
+  if (k < 1 || k > SpecConfig::kMaxDraft)
+    return make_error("--draft-k must be in [1, " + std::to_string(SpecConfig::kMaxDraft) + "]");
+  s.cfg.k = static_cast<int32_t>(k);
+  s.cfg.adaptive = !a.has("--spec-fixed-k");
+  if (m == "off") {
+    s.cfg.kind = SpecKind::Off;
+  } else if (m == "ngram") {
+    s.cfg.kind = SpecKind::Ngram;
+  } else if (m == "mtp") {
+    s.cfg.kind = SpecKind::Mtp;
+  } else if (m.rfind("draft:", 0) == 0 && m.size() > 6) {
+    s.cfg.kind = SpecKind::Draft;
+    double secs = 0;
+    REWIND_TRY(s.draft, load_model(m.substr(6), store, pool, &secs));
+    s.cfg.draft = s.draft.get();
+  } else {
+    return make_error("--spec must be off, ngram, draft:DIR or mtp (got '" + m + "')");
+  }
+  return s;
+}
+
+}  // namespace rw::app

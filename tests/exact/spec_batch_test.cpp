@@ -1,0 +1,165 @@
+// Speculative decoding inside continuous batching: speculative and plain rows share each ragged
+// step, every row with its own k and its own accepted count, and every request's greedy output
+// equals the same request run alone without speculation. A stream closed early leaves a
+// committed state that the prefix cache reuses exactly.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <mutex>
+
+#include "rewind/base/thread_pool.h"
+#include "rewind/engine/batch_engine.h"
+#include "rewind/engine/engine.h"
+#include "event_collector.h"
+#include "test_util.h"
+
+namespace rw {
+namespace {
+
+using test::Collector;
+
+std::vector<int32_t> alone(Model& m, const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  EngineOptions off;
+  off.cache_enabled = false;
+  Engine e(m, nullptr, off);
+  GenerateRequest g;
+  g.prompt = prompt;
+  g.max_tokens = max_tokens;
+  auto out = e.generate(g);
+  EXPECT_TRUE(out.ok());
+  return out.ok() ? out->output : std::vector<int32_t>{};
+}
+
+class SpecBatch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SpecBatch, MixedRowsWithTheirOwnKAndAcceptanceEqualAlone) {
+  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  const int64_t V = m.config().vocab_size;
+  std::mt19937_64 rng(41);
+  struct Req {
+    std::vector<int32_t> prompt, want;
+    int32_t max_tokens;
+  };
+  std::vector<Req> reqs;
+  for (int i = 0; i < 8; ++i) {
+    Req r;
+    r.prompt = test::random_tokens(rng, 5 + static_cast<int64_t>(rng() % 60), V);
+    r.max_tokens = 6 + static_cast<int32_t>(rng() % 20);
+    r.want = alone(m, r.prompt, r.max_tokens);
+    reqs.push_back(r);
+  }
+  // The engine's drafter knows every request's plain output and corrupts drafts at random
+  // positions, so rows accept different counts in the same step.
+  auto rng2 = std::make_shared<std::mt19937_64>(5);
+  BatchEngineOptions opt;
+  opt.max_running = 8;
+  opt.step_tokens = 41;
+  opt.cache.policy.interval = 8;
+  opt.spec.kind = SpecKind::Custom;
+  opt.spec.k = 3;
+  opt.spec.custom = [&reqs, rng2](std::span<const int32_t> ctx, int32_t k) {
+    std::vector<int32_t> d;
+    for (const Req& r : reqs) {
+      if (ctx.size() <= r.prompt.size() ||
+          !std::equal(r.prompt.begin(), r.prompt.end(), ctx.begin()))
+        continue;
+      const size_t j = ctx.size() - r.prompt.size();
+      for (size_t i = j; i < r.want.size() && static_cast<int32_t>(d.size()) < k; ++i)
+        d.push_back(r.want[i]);
+      if (!d.empty() && (*rng2)() % 2) d[(*rng2)() % d.size()] ^= 1;
+      break;
+    }
+    return d;
+  };
+  ThreadPool pool(2);
+  BatchEngine eng(m, &pool, opt);
+  Collector col;
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    SubmitRequest s;
+    s.prompt = reqs[i].prompt;
+    s.max_tokens = reqs[i].max_tokens;
+    if (i % 4 == 3)
+      s.spec_kind = SpecKind::Off;  // plain rows in the same steps
+    else
+      s.spec_k = 1 + static_cast<int32_t>(i % 4);  // k = 1, 2, 3
+    auto id = eng.submit(s, col.cb());
+    ASSERT_TRUE(id.ok()) << id.error_message();
+    ids.push_back(*id);
+  }
+  col.wait(ids.size());
+  int64_t drafted = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(col.tokens[ids[i]], reqs[i].want) << "request " << i;
+    EXPECT_NE(col.final_ev[ids[i]].finish, FinishReason::Error) << col.final_ev[ids[i]].error;
+    drafted += col.final_ev[ids[i]].usage.spec_drafted;
+    if (i % 4 == 3) EXPECT_EQ(col.final_ev[ids[i]].usage.spec_drafted, 0);
+  }
+  const EngineMetrics em = eng.metrics();
+  EXPECT_EQ(em.spec.drafted, drafted);
+  EXPECT_GT(em.spec.accepted, 0);
+  EXPECT_LT(em.spec.accepted, em.spec.drafted);  // some rejected
+  EXPECT_GT(em.spec.replayed, 0);
+}
+
+TEST_P(SpecBatch, EarlyCloseThenTheCacheServesTheSamePrompt) {
+  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  const int64_t V = m.config().vocab_size;
+  std::mt19937_64 rng(43);
+  // Repetitive prompt: n-gram drafts happen.
+  const auto block = test::random_tokens(rng, 16, V);
+  std::vector<int32_t> prompt;
+  for (int r = 0; r < 4; ++r) prompt.insert(prompt.end(), block.begin(), block.end());
+  const std::vector<int32_t> want = alone(m, prompt, 30);
+  BatchEngineOptions opt;
+  opt.cache.policy.interval = 8;
+  opt.spec.kind = SpecKind::Ngram;
+  opt.spec.k = 4;
+  BatchEngine eng(m, nullptr, opt);
+  Collector col;
+  BatchEngine* ep = &eng;
+  SubmitRequest s;
+  s.prompt = prompt;
+  s.max_tokens = 30;
+  // The client goes away after its third token (cancel from the callback, as a dropped
+  // connection does).
+  col.also = [&](const TokenEvent& ev) {
+    if (ev.finish == FinishReason::None && col.tokens[ev.id].size() == 3) ep->cancel(ev.id);
+  };
+  auto id = eng.submit(s, col.cb());
+  ASSERT_TRUE(id.ok());
+  col.wait(1);
+  EXPECT_EQ(col.final_ev[*id].finish, FinishReason::Cancelled);
+  const auto& got = col.tokens[*id];
+  ASSERT_GE(got.size(), 3u);
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()));
+  col.also = nullptr;
+  // The same prompt again: resumed from the cache, the same full output.
+  auto id2 = eng.submit(s, col.cb());
+  ASSERT_TRUE(id2.ok());
+  col.wait(2);
+  EXPECT_EQ(col.tokens[*id2], want);
+  EXPECT_GT(col.final_ev[*id2].usage.cached_tokens, 0);
+}
+
+TEST(SpecBatchRefusals, RequestsTheEngineCannotServeAreRefusedUpFront) {
+  Model& m = test::cached_model(test::fixture_dir("qwen3_5"));
+  BatchEngineOptions opt;
+  BatchEngine eng(m, nullptr, opt);
+  SubmitRequest s;
+  s.prompt = {1, 2, 3};
+  s.spec_kind = SpecKind::Draft;  // no draft model loaded
+  auto r = eng.submit(s, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error_message().find("draft model"), std::string::npos);
+  s.spec_kind = SpecKind::Ngram;
+  s.spec_k = 99;
+  EXPECT_FALSE(eng.submit(s, nullptr).ok());
+  EXPECT_EQ(eng.metrics().requests_submitted, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, SpecBatch,
+                         ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+
+}  // namespace
+}  // namespace rw
