@@ -86,7 +86,7 @@ class WeightSet {
   // and dtypes, applies the load-time transforms. `tensors` must outlive the WeightSet.
   static Result<WeightSet> from_hf(const TensorSet& tensors, const ModelConfig& cfg);
   // The same from a llama.cpp GGUF file (qwen35 / qwen35moe / qwen3next): tensor names and
-  // conventions in ../shared GGUF notes and model/gguf_model.cpp (norms already hold the +1,
+  // conventions in model/gguf_model.h (norms already hold the +1,
   // ssm_a is already -exp(A_log), V heads tiled in qwen35/qwen35moe files are put back in the
   // model's grouped order). `file` must outlive the WeightSet.
   static Result<WeightSet> from_gguf(const GgufFile& file, const ModelConfig& cfg);
