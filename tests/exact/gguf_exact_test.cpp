@@ -16,13 +16,18 @@
 namespace rw {
 namespace {
 
+// A scratch directory for this process, removed at exit.
 std::string work_dir() {
-  static const std::string d = [] {
-    const std::string p = ::testing::TempDir() + "/rewind_gguf_exact_" + std::to_string(::getpid());
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return d;
+  struct Dir {
+    std::string path = ::testing::TempDir() + "/rewind_gguf_exact_" + std::to_string(::getpid());
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Dir d;
+  return d.path;
 }
 
 void sh(const std::string& cmd) {

@@ -19,13 +19,18 @@
 namespace rw {
 namespace {
 
+// A scratch directory for this process, removed at exit.
 std::string work_dir() {
-  static const std::string d = [] {
-    const std::string p = ::testing::TempDir() + "/rewind_gguf_quant_" + std::to_string(::getpid());
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return d;
+  struct Dir {
+    std::string path = ::testing::TempDir() + "/rewind_gguf_quant_" + std::to_string(::getpid());
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Dir d;
+  return d.path;
 }
 
 std::string gguf(const std::string& type) {
