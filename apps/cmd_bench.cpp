@@ -16,12 +16,13 @@ int cmd_bench(int argc, char** argv) {
                           {"--json", "--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
-    std::printf("usage: rewind bench --model DIR [-p 512] [-n 128] [-t THREADS]\n"
-                "                    [--weights auto|f32|bf16] [--json]\n");
+    std::printf(
+        "usage: rewind bench --model DIR|FILE.gguf [-p 512] [-n 128] [-t THREADS]\n"
+        "                    [--weights auto|f32|bf16] [--json]\n");
     return 0;
   }
   const std::string dir = args->str("--model");
-  if (dir.empty()) return fail("--model DIR is required");
+  if (dir.empty()) return fail("--model DIR|FILE.gguf is required");
   auto p = args->int_("-p", 512);
   auto n = args->int_("-n", 128);
   auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());

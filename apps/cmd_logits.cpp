@@ -14,11 +14,12 @@ int cmd_logits(int argc, char** argv) {
                           {"--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
-    std::printf("usage: rewind logits --model DIR --tokens 1,2,3,... [--positions i,j,...]\n"
-                "                     [--threads N] [--weights auto|f32|bf16]\n");
+    std::printf(
+        "usage: rewind logits --model DIR|FILE.gguf --tokens 1,2,3,... [--positions i,j,...]\n"
+        "                     [--threads N] [--weights auto|f32|bf16]\n");
     return 0;
   }
-  if (args->str("--model").empty()) return fail("--model DIR is required");
+  if (args->str("--model").empty()) return fail("--model DIR|FILE.gguf is required");
   auto toks = args->int_list("--tokens");
   if (!toks.ok()) return fail(toks.error_message());
   if (toks->empty()) return fail("--tokens needs at least one token id");

@@ -31,7 +31,8 @@ int cmd_run(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind run --model DIR --prompt TEXT [-n N] [--temperature T] [--top-k K]\n"
+        "usage: rewind run --model DIR|FILE.gguf --prompt TEXT [-n N] [--temperature T] [--top-k "
+        "K]\n"
         "                  [--top-p P] [--min-p P] [--seed S] [--threads N] [--chunk N]\n"
         "                  [--weights auto|f32|bf16] [--ignore-eos] [--json]\n"
         "                  [--spec off|ngram|draft:DIR|mtp] [--draft-k K] [--spec-fixed-k]\n"
@@ -43,7 +44,7 @@ int cmd_run(int argc, char** argv) {
     return 0;
   }
   const std::string dir = args->str("--model");
-  if (dir.empty()) return fail("--model DIR is required");
+  if (dir.empty()) return fail("--model DIR|FILE.gguf is required");
   if (!args->has("--prompt")) return fail("--prompt TEXT is required");
   auto n_gen = args->int_("-n", 32);
   auto temp = args->num("--temperature", 0.0);
@@ -66,7 +67,7 @@ int cmd_run(int argc, char** argv) {
   if (top_k.value() < 0) return fail("--top-k must be >= 0");
   const bool json = args->has("--json");
 
-  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  auto tok = load_tokenizer(dir);
   if (!tok.ok()) return fail(tok.error_message());
   ThreadPool pool(static_cast<int>(th.value()));
   const std::string store = args->str("--weights", "auto");

@@ -20,8 +20,10 @@
 #include "commands.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
+#include "rewind/io/gguf.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/server/http_server.h"
+#include "rewind/tokenizer/gguf_vocab.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw::app {
@@ -61,7 +63,8 @@ int cmd_serve(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind serve --model DIR [--host 127.0.0.1] [--port 8080] [--api-key KEY]\n"
+        "usage: rewind serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key "
+        "KEY]\n"
         "                    [--parallel 4] [--ctx-size 32768] [--cache-ram 4096]\n"
         "                    [--checkpoint-interval 512] [--checkpoint-max 32] [--no-cache]\n"
         "                    [--threads N] [--max-queue 64] [--max-body 8388608]\n"
@@ -85,7 +88,7 @@ int cmd_serve(int argc, char** argv) {
     return 0;
   }
   const std::string dir = args->str("--model");
-  if (dir.empty()) return fail("--model DIR is required");
+  if (dir.empty()) return fail("--model DIR|FILE.gguf is required");
   auto port = args->int_("--port", 8080);
   auto parallel = args->int_("--parallel", 4);
   auto ctx = args->int_("--ctx-size", 32768);
@@ -121,13 +124,27 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&sigs, SIGUSR1);  // wakes the signal thread at a normal exit
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  auto tok = load_tokenizer(dir);
   if (!tok.ok()) return fail(tok.error_message());
-  auto tmpl = has_chat_template(dir)
-                  ? ChatTemplate::load_dir(dir)
-                  : ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>");
+  // A GGUF file's template is tokenizer.chat_template (eos: tokenizer.ggml.eos_token_id).
+  std::string gguf_template, gguf_eos = "<|im_end|>";
+  if (is_gguf_path(dir)) {
+    auto g = GgufFile::open(dir);
+    if (!g.ok()) return fail(g.error_message());
+    auto src = chat_template_from_gguf(g.value());
+    if (!src.ok()) return fail(src.error_message());
+    gguf_template = src.value();
+    auto eos = g->get_int_or("tokenizer.ggml.eos_token_id", -1);
+    if (!eos.ok()) return fail(eos.error_message());
+    if (eos.value() >= 0 && !tok->token_text(static_cast<int32_t>(eos.value())).empty())
+      gguf_eos = tok->token_text(static_cast<int32_t>(eos.value()));
+  }
+  const bool has_template = is_gguf_path(dir) ? !gguf_template.empty() : has_chat_template(dir);
+  auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
+              : is_gguf_path(dir) ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
+                                  : ChatTemplate::load_dir(dir);
   if (!tmpl.ok()) return fail("chat template: " + tmpl.error_message());
-  if (!has_chat_template(dir))
+  if (!has_template)
     std::fprintf(stderr, "rewind: %s has no chat template; using rewind's ChatML template\n",
                  dir.c_str());
 

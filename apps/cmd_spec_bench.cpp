@@ -84,7 +84,7 @@ int cmd_spec_bench(int argc, char** argv) {
   if (workload != "code" && workload != "text") return fail("--workload must be code or text");
   const std::string store = args->str("--weights", "auto");
 
-  auto tok = Tokenizer::load(dir + "/tokenizer.json");
+  auto tok = load_tokenizer(dir);
   if (!tok.ok()) return fail(tok.error_message());
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;

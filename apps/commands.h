@@ -6,10 +6,12 @@
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/model/model.h"
+#include "rewind/tokenizer/tokenizer.h"
 
 namespace rw::app {
 
 int cmd_make_model(int argc, char** argv);
+int cmd_convert(int argc, char** argv);
 int cmd_run(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
@@ -30,5 +32,16 @@ Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::str
                                           ThreadPool* pool, double* seconds, bool mtp = false);
 
 double now_seconds();
+
+// The tokenizer of a model path: DIR/tokenizer.json, or the metadata of a .gguf file.
+Result<Tokenizer> load_tokenizer(const std::string& model_path);
+bool is_gguf_path(const std::string& model_path);  // a regular file (not a directory)
+
+// Writes the HF checkpoint in `hf_dir` (config.json, safetensors, tokenizer.json, chat template
+// in tokenizer_config.json or chat_template.jinja) as a GGUF file in llama.cpp's layout, with
+// matrices stored as `type` (f32, f16, bf16, q8_0, q4_k, q6_k).
+// `name` goes to general.name ("" = the directory's name).
+Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
+                          const std::string& type, const std::string& name = "");
 
 }  // namespace rw::app

@@ -2,10 +2,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 
 #include "commands.h"
+#include "rewind/io/gguf.h"
+#include "rewind/tokenizer/gguf_vocab.h"
 
 namespace rw::app {
 
@@ -21,6 +24,16 @@ int default_threads() {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool is_gguf_path(const std::string& model_path) {
+  return std::filesystem::is_regular_file(model_path);
+}
+
+Result<Tokenizer> load_tokenizer(const std::string& model_path) {
+  if (!is_gguf_path(model_path)) return Tokenizer::load(model_path + "/tokenizer.json");
+  REWIND_TRY(GgufFile g, GgufFile::open(model_path));
+  return tokenizer_from_gguf(g);
 }
 
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
@@ -64,7 +77,9 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: rewind <command> [options]\n"
       "commands:\n"
-      "  make-model  write a seeded random model in the Hugging Face layout\n"
+      "  make-model  write a seeded random model in the Hugging Face layout (or as GGUF)\n"
+      "  convert     write a Hugging Face checkpoint as a GGUF file (f32, bf16, f16, q8_0, q4_k, "
+      "q6_k)\n"
       "  run         generate text from a prompt\n"
       "  logits      print the logits of a token list as JSON\n"
       "  bench       prefill/decode throughput against this machine's limits\n"
@@ -78,6 +93,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "make-model") return cmd_make_model(argc - 2, argv + 2);
+  if (cmd == "convert") return cmd_convert(argc - 2, argv + 2);
   if (cmd == "run") return cmd_run(argc - 2, argv + 2);
   if (cmd == "logits") return cmd_logits(argc - 2, argv + 2);
   if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);

@@ -48,13 +48,18 @@ Result<Shape> preset(const std::string& name) {
     return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
   if (name == "qwen3-next-tiny")
     return Shape{"qwen3_next", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
+  if (name ==
+      "qwen3.5-tiny-256")  // every matmul row length a multiple of 256 (K-quant tests), Hv > Hk
+    return Shape{"qwen3_5", 512, 256, 4, 4, 2, 64, 2,     4,   32,
+                 64,        4,   512, 0, 0, 0, 0,  false, 1e7, 247};
   if (name == "qwen3.5-mini")  // small real-ratio shape for cache benchmarks on slow machines
     return Shape{"qwen3_5", 4096, 256, 8, 4, 2, 64, 4, 4, 64, 64, 4, 768, 0, 0, 0, 0, true, 1e7, 2000};
   if (name == "qwen3.5-0.8b")
     return Shape{"qwen3_5", 248320, 1024, 24, 8, 2, 256, 16, 16, 128, 128, 4, 3584, 0, 0, 0, 0, true, 1e7, 2000};
   return make_error(
       "unknown preset '" + name +
-      "' (tiny, tiny-dense, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, qwen3-next-tiny)");
+      "' (tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, "
+      "qwen3-next-tiny)");
 }
 
 // splitmix64-based generator; normals by Box-Muller. Deterministic per (seed, tensor name).
@@ -171,22 +176,55 @@ int noise_copy(const std::string& from, const std::string& out, double sigma, ui
 int cmd_make_model(int argc, char** argv) {
   auto args = Args::parse(
       argc, argv,
-      {"--preset", "--dtype", "--seed", "--out", "--layers", "--layer-types", "--from", "--noise"},
+      {"--preset", "--dtype", "--seed", "--out", "--layers", "--layer-types", "--from", "--noise",
+       "--format", "--type"},
       {"--help", "--mtp"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind make-model --preset tiny|tiny-dense|qwen3.5-mini|qwen3.5-0.8b|\n"
-        "                                  qwen3.5-moe-tiny|qwen3-next-tiny\n"
+        "usage: rewind make-model --preset tiny|tiny-dense|qwen3.5-tiny-256|qwen3.5-mini|\n"
+        "                                  qwen3.5-0.8b|qwen3.5-moe-tiny|qwen3-next-tiny\n"
         "                         [--dtype f32|bf16] [--seed N] [--mtp]\n"
         "                         [--layers N] [--layer-types full,linear,...] --out DIR\n"
+        "                         [--format hf|gguf] [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q6_k]\n"
         "       rewind make-model --from DIR --noise SIGMA [--seed N] --out DIR\n"
         "  --mtp          also write the multi-token-prediction head (mtp.*)\n"
         "  --layers N     number of decoder layers (default: the preset's)\n"
         "  --layer-types  one of full|linear per layer (default: every 4th layer full;\n"
         "                 all full for tiny-dense)\n"
         "  --from/--noise copy DIR adding SIGMA * rms(w) * N(0,1) to each float weight\n"
-        "                 but A_log (same dtype); other files are copied unchanged\n");
+        "                 but A_log (same dtype); other files are copied unchanged\n"
+        "  --format gguf  write --out FILE.gguf (llama.cpp's layout, matrices as --type) from the\n"
+        "                 same weights the HF layout would hold (no MTP head in the GGUF)\n");
+    return 0;
+  }
+  const std::string format = args->str("--format", "hf");
+  if (format != "hf" && format != "gguf") return fail("--format must be hf or gguf");
+  if (format == "gguf") {
+    // The HF files go to a scratch directory next to the output, then through `convert`.
+    const std::string out = args->str("--out");
+    if (out.empty()) return fail("--out FILE.gguf is required");
+    const std::string tmp = out + ".hf.tmp";
+    std::vector<std::string> hf_args;
+    for (int i = 0; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--format" || a == "--type" || a == "--out") {
+        ++i;
+        continue;
+      }
+      hf_args.push_back(a);
+    }
+    hf_args.push_back("--out");
+    hf_args.push_back(tmp);
+    std::vector<char*> hv;
+    for (auto& a : hf_args) hv.push_back(a.data());
+    if (int rc = cmd_make_model(static_cast<int>(hv.size()), hv.data())) return rc;
+    Status st = convert_hf_to_gguf(tmp, out, args->str("--type", "f32"),
+                                   "rewind " + args->str("--preset", "tiny"));
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    if (!st.ok()) return fail(st.error_message());
+    std::printf("wrote %s (gguf, %s)\n", out.c_str(), args->str("--type", "f32").c_str());
     return 0;
   }
   if (args->has("--from")) {

@@ -6,11 +6,14 @@
 // that every call streams them from memory, as a real decode step does (all layers' weights are
 // far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits).
 //
-// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] [--shape NAME] [--seconds S]
+// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] [--shape NAME]
+//                     [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
 //                     [--cpu-time]  (time by process CPU time, not wall time: with --threads 1,
 //                                    tuning on a machine shared with other jobs)
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,12 +25,12 @@
 #include <sstream>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/machine_limits.h"
 #include "rewind/kernels/matmul.h"
+#include "rewind/tensor/quant.h"
 
 namespace {
 
@@ -104,9 +107,10 @@ int main(int argc, char** argv) {
       given_bw = std::atof(v.c_str());
       given_peak = v.find(',') == std::string::npos ? 0 : std::atof(v.c_str() + v.find(',') + 1);
     } else {
-      std::fprintf(stderr,
-                   "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16] "
-                   "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n");
+      std::fprintf(
+          stderr,
+          "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] "
+          "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -138,15 +142,31 @@ int main(int argc, char** argv) {
     std::vector<float> w(static_cast<size_t>(s.n * s.k));
     for (float& v : w) v = uni(rng);
     for (const std::string& dt : dtypes) {
-      const rw::DType store = dt == "bf16" ? rw::DType::BF16 : rw::DType::F32;
+      const rw::DType store = dt == "bf16"   ? rw::DType::BF16
+                              : dt == "q8_0" ? rw::DType::Q8_0
+                              : dt == "q4_k" ? rw::DType::Q4_K
+                              : dt == "q6_k" ? rw::DType::Q6_K
+                                             : rw::DType::F32;
+      // Quantised stores pack ggml blocks of the same random weights.
+      std::vector<std::byte> qw;
+      if (rw::dtype_is_quant(store)) {
+        const size_t rb = rw::dtype_row_bytes(store, s.k);
+        qw.resize(rb * static_cast<size_t>(s.n));
+        for (int64_t r = 0; r < s.n; ++r)
+          rw::quantize_row(w.data() + r * s.k, store, s.k, qw.data() + r * rb);
+      }
+      auto pack = [&] {
+        return rw::dtype_is_quant(store)
+                   ? rw::PackedMatrix::pack(qw.data(), store, s.n, s.k, store, &pool)
+                   : rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool);
+      };
       std::vector<rw::PackedMatrix> copies;
-      copies.push_back(rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool));
+      copies.push_back(pack());
       const size_t bytes = copies[0].bytes();
       for (int64_t m : ms) {
         // Cold copies only for the bandwidth-bound small-M runs.
         const size_t want = m <= 16 ? std::max<size_t>(1, (cold_bytes + bytes - 1) / bytes) : 1;
-        while (copies.size() < want)
-          copies.push_back(rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool));
+        while (copies.size() < want) copies.push_back(pack());
         std::vector<float> x(static_cast<size_t>(m * s.k));
         for (float& v : x) v = uni(rng);
         std::vector<float> y(static_cast<size_t>(m * s.n));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the README's measured figures (not part of CI; takes several minutes and ~7 GB of
+# Reproduces the README's measured figures (not part of CI; takes several minutes and ~13 GB of
 # disk for the generated models under models/). Usage: scripts/bench.sh [threads]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,11 @@ mkdir -p models
 echo "== engine: qwen3.5-0.8b shape, prefill 512, decode 128, $t threads"
 $bin bench --model models/qwen3.5-0.8b-f32 -p 512 -n 128 -t "$t"
 $bin bench --model models/qwen3.5-0.8b-bf16 -p 512 -n 128 -t "$t"
+echo "== GGUF: the f32 checkpoint converted to f32, bf16, q8_0, q4_k; prefill 512, decode 128, $t threads"
+for ty in f32 bf16 q8_0 q4_k; do
+  [ -f models/qwen3.5-0.8b-$ty.gguf ] || $bin convert --in models/qwen3.5-0.8b-f32 --out models/qwen3.5-0.8b-$ty.gguf --type $ty
+  $bin bench --model models/qwen3.5-0.8b-$ty.gguf -p 512 -n 128 -t "$t"
+done
 echo "== prefix cache: all workloads, cache on vs off (qwen3.5-mini shape)"
 $bin cache-bench --model models/qwen3.5-mini --workload all -t "$t"
 echo "== prefix cache: shared-system and repeat on the qwen3.5-0.8b shape"

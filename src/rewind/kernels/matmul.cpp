@@ -19,6 +19,8 @@
 #include "rewind/base/check.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/matmul_isa.h"
+#include "rewind/kernels/matmul_quant.h"
+#include "rewind/tensor/quant.h"
 
 namespace rw {
 namespace detail {
@@ -200,12 +202,84 @@ void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
   }
 }
 
+// Quantised stores: every group of np panels is widened (exactly) K block by K block into f32
+// scratch and the F32 micro-kernel runs on it, so the arithmetic is the F32 contract on the
+// dequantised weights whatever M is. Decode (few rows) uses short K slices so the widened
+// block stays in L1/L2; prefill longer ones, reused by every row tile.
+void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
+                      const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+  const DType t = w.store();
+  const int64_t n = w.n(), k = w.k();
+  const int64_t bk = dtype_block_elems(t), pb = detail::quant_panel_block_bytes(t);
+  const int64_t panel_stride = k / bk * pb;
+  const std::byte* w_bytes = static_cast<const std::byte*>(w.raw());
+  if (m <= detail::kQuantDecodeRows && detail::quant_decode_tiles_available()) {
+    // Decode: dequantise in registers, whole K per tile, no scratch.
+    const int ncols =
+        static_cast<int>(std::min<int64_t>(n - p0 * kMatmulNR, (p1 - p0) * kMatmulNR));
+    detail::quant_decode_tiles(t, x, ldx, static_cast<int>(m), w_bytes + p0 * panel_stride,
+                               panel_stride, k / bk, static_cast<int>(p1 - p0), y + p0 * kMatmulNR,
+                               ldy, ncols);
+    return;
+  }
+  const int mr = m <= isa.mr_small ? isa.mr_small : isa.mr;
+  const int np = m <= isa.mr_small ? isa.np_small : isa.np;
+  const bool reused = cdiv(std::min(m, kMc), mr) >= kMinRowTilesToReuse;
+  const int64_t kc = std::min(k, std::max(bk, (reused ? int64_t{1024} : int64_t{256}) / bk * bk));
+  const int64_t mc = std::max<int64_t>(kMc / mr, 1) * mr;
+  float* wide = wide_scratch(static_cast<size_t>(np * kc * kMatmulNR));
+  for (int64_t r_blk = 0; r_blk < m; r_blk += mc) {
+    const int64_t r_end = std::min(m, r_blk + mc);
+    for (int64_t k0 = 0; k0 < k; k0 += kc) {
+      const int64_t kb = std::min(kc, k - k0);
+      for (int64_t pg = p0; pg < p1; pg += np) {
+        const int npg = static_cast<int>(std::min<int64_t>(np, p1 - pg));
+        const int ncols = static_cast<int>(std::min<int64_t>(n - pg * kMatmulNR, npg * kMatmulNR));
+        detail::widen_quant(t, w_bytes + pg * panel_stride, panel_stride, k0 / bk, kb / bk, npg,
+                            wide);
+        for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
+          const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
+          isa.tile_f32(x + r0 * ldx + k0, ldx, wide, kb * kMatmulNR, kb, rows, npg,
+                       y + r0 * ldy + pg * kMatmulNR, ldy, ncols, k0 > 0, nullptr, 0, false);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // ---- PackedMatrix ------------------------------------------------------------------------------
 
 PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int64_t k,
                                 DType store, ThreadPool* pool) {
+  if (dtype_is_quant(store)) {
+    REWIND_CHECK_MSG(src_type == store, "matmul: a quantised store needs rows of the same type");
+    REWIND_CHECK(n >= 0 && k >= 0 && k % dtype_block_elems(store) == 0);
+    PackedMatrix pm;
+    pm.n_ = n;
+    pm.k_ = k;
+    pm.store_ = store;
+    const int64_t n_panels = cdiv(n, kMatmulNR);
+    const int64_t panel_bytes =
+        k / dtype_block_elems(store) * detail::quant_panel_block_bytes(store);
+    pm.data_.resize(static_cast<size_t>(n_panels * panel_bytes));
+    const size_t row_bytes = dtype_row_bytes(store, k);
+    auto pack_panels = [&](int, int64_t pb, int64_t pe) {
+      for (int64_t p = pb; p < pe; ++p) {
+        const std::byte* rows[kMatmulNR];
+        const int nr = static_cast<int>(std::min<int64_t>(kMatmulNR, n - p * kMatmulNR));
+        for (int j = 0; j < nr; ++j)
+          rows[j] = static_cast<const std::byte*>(src) + (p * kMatmulNR + j) * row_bytes;
+        detail::pack_quant_panel(store, rows, nr, k, pm.data_.data() + p * panel_bytes);
+      }
+    };
+    if (pool)
+      pool->parallel_for(n_panels, 1, pack_panels);
+    else
+      pack_panels(0, 0, n_panels);
+    return pm;
+  }
   REWIND_CHECK_MSG(src_type == DType::F32 || src_type == DType::BF16 || src_type == DType::F16,
                    "matmul: weights must be F32, BF16 or F16");
   REWIND_CHECK_MSG(store == DType::F32 || store == DType::BF16, "matmul: store must be F32 or BF16");
@@ -264,11 +338,50 @@ PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int6
   return pm;
 }
 
-size_t PackedMatrix::bytes() const { return data_.size(); }
+size_t PackedMatrix::bytes() const {
+  size_t b = data_.size();
+  for (auto& p : parts_) b += p.bytes();
+  return b;
+}
+
+PackedMatrix PackedMatrix::stack(std::vector<PackedMatrix> parts) {
+  REWIND_CHECK(!parts.empty());
+  PackedMatrix pm;
+  pm.k_ = parts[0].k();
+  pm.store_ = parts[0].store();
+  for (auto& p : parts) {
+    REWIND_CHECK(p.k() == pm.k_ && p.k_perm().empty() && p.parts().empty() && p.n() > 0);
+    pm.n_ += p.n();
+  }
+  pm.parts_ = std::move(parts);
+  return pm;
+}
+
+void PackedMatrix::set_k_perm(std::vector<int32_t> perm) {
+  REWIND_CHECK(static_cast<int64_t>(perm.size()) == k_);
+  std::vector<int32_t> inv(perm.size(), -1);
+  for (size_t j = 0; j < perm.size(); ++j) {
+    REWIND_CHECK(perm[j] >= 0 && perm[j] < k_ && inv[perm[j]] < 0);
+    inv[perm[j]] = static_cast<int32_t>(j);
+  }
+  k_perm_ = std::move(perm);
+  k_inv_ = std::move(inv);
+}
 
 float PackedMatrix::at(int64_t r, int64_t c) const {
   REWIND_CHECK(r >= 0 && r < n_ && c >= 0 && c < k_);
+  if (!k_inv_.empty()) c = k_inv_[c];
+  for (auto& p : parts_) {
+    if (r < p.n()) return p.at(r, c);
+    r -= p.n();
+  }
   const int64_t p = r / kMatmulNR, j = r % kMatmulNR;
+  if (dtype_is_quant(store_)) {
+    const int64_t bk = dtype_block_elems(store_), pb = detail::quant_panel_block_bytes(store_);
+    float blk[256 * kMatmulNR];
+    detail::widen_quant(store_, data_.data() + p * (k_ / bk * pb), k_ / bk * pb, c / bk, 1, 1, blk);
+    return blk[(c % bk) * kMatmulNR + j];
+  }
   if (store_ == DType::F32) {
     return reinterpret_cast<const float*>(data_.data())[(p * k_ + c) * kMatmulNR + j];
   }
@@ -289,8 +402,30 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
     return;
   }
   const MatmulIsa& isa = current_isa();
+  if (!w.k_perm().empty()) {  // gather x into the stored column order
+    thread_local AlignedBuffer<float> xp;
+    xp.reserve_at_least(static_cast<size_t>(m * k));
+    const int32_t* perm = w.k_perm().data();
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j) xp.data()[r * k + j] = x[r * ldx + perm[j]];
+    x = xp.data();
+    ldx = k;
+  }
+  if (!w.parts().empty()) {  // a stack: each part into its own output columns
+    int64_t off = 0;
+    for (auto& p : w.parts()) {
+      matmul(x, m, ldx, p, y + off, ldy, pool);
+      off += p.n();
+    }
+    return;
+  }
+  const bool quant = w.quantised();
   auto work = [&](int, int64_t c0, int64_t c1) {
-    run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+    if (quant) {
+      run_panels_quant(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+    } else {
+      run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+    }
   };
   // Threads split the output columns on panel boundaries (grain = panel width), never K.
   if (pool) {
@@ -331,6 +466,7 @@ bool matmul_force_isa(const std::string& isa) {
   }
   if (!chosen) return false;
   g_isa.store(chosen, std::memory_order_release);
+  detail::g_quant_force_scalar = isa == "avx2" || isa == "scalar";
   return true;
 }
 

@@ -8,11 +8,14 @@
 // fallback give the same bits). Threads split N (output panels), never K.
 //
 // Weights are packed once at load time into panels (PackedMatrix); F32 or BF16 storage, with
-// BF16 widened exactly to fp32 inside the kernel.
+// BF16 widened exactly to fp32 inside the kernel; or ggml's Q8_0 / Q4_K / Q6_K blocks, widened
+// exactly (ggml's dequantisation) to fp32 panels block by block inside the kernel, so a
+// quantised matrix gives the same bits as the F32 matrix of its dequantised values, for every M.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rewind/base/aligned.h"
 #include "rewind/tensor/dtype.h"
@@ -30,13 +33,30 @@ class PackedMatrix {
   // Packs W [n, k] (row-major, element type src_type: F32, BF16 or F16) into panels stored as
   // `store` (F32 or BF16). F16 -> F32 and F32 -> BF16 conversions happen here (F32 -> BF16
   // rounds to nearest even). Cost: O(n*k), one pass. pool may be null.
+  // Quantised stores (Q8_0, Q4_K, Q6_K): src_type must equal store; src holds n rows of
+  // dtype_row_bytes(store, k) bytes (ggml blocks); k must be a multiple of the block size.
   static PackedMatrix pack(const void* src, DType src_type, int64_t n, int64_t k, DType store,
                            ThreadPool* pool = nullptr);
+
+  // Input permutation: stored column j multiplies x[perm[j]] (perm is a permutation of [0, k)).
+  // matmul gathers x into that order first, so the FMA chain runs over stored columns in order.
+  // Used where a file's column order differs from the model's and the store cannot be
+  // permuted (quantised blocks). Cost: O(M*K) per matmul.
+  void set_k_perm(std::vector<int32_t> perm);
+
+  // Rows stacked from parts packed in different stores (a fused projection whose pieces a file
+  // stores in different types, e.g. Q4_K q/k with a Q6_K v). All parts have the same k and no
+  // k permutation of their own; matmul runs each part into its own output columns, so every
+  // output is still one chain of the contract. Parts must be non-empty.
+  static PackedMatrix stack(std::vector<PackedMatrix> parts);
+  const std::vector<PackedMatrix>& parts() const { return parts_; }
+  const std::vector<int32_t>& k_perm() const { return k_perm_; }
 
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   DType store() const { return store_; }
   size_t bytes() const;  // bytes of packed storage (what a decode step reads)
+  bool quantised() const { return dtype_is_quant(store_); }
   bool empty() const { return n_ == 0; }
 
   // Element (row r, col c) of the original W, converted to f32 (slow; tests and references).
@@ -50,6 +70,8 @@ class PackedMatrix {
   int64_t k_ = 0;
   DType store_ = DType::F32;
   AlignedBuffer<std::byte> data_;
+  std::vector<int32_t> k_perm_, k_inv_;  // empty: identity
+  std::vector<PackedMatrix> parts_;       // non-empty: a stack (data_ unused)
 };
 
 // y[m, n] for m < M, n < W.n(). x is [M, K] with row stride ldx (>= K) floats; y is [M, N] with

@@ -1,5 +1,6 @@
 // The Qwen3.5 / Qwen3.5-MoE / Qwen3-Next hybrid decoder on the CPU (one file per architecture:
-// model/qwen35.cpp). Loads a Hugging Face checkpoint directory, packs its matrices once, and
+// model/qwen35.cpp). Loads a Hugging Face checkpoint directory or a llama.cpp GGUF file
+// (model/gguf_model.h), packs its matrices once, and
 // runs the forward pass over a ragged batch: several sequences, each with its own new tokens
 // and its own SequenceState, concatenated without padding.
 //
@@ -29,7 +30,9 @@ namespace rw {
 
 class ThreadPool;
 
-enum class WeightStore { Auto, F32, BF16 };  // Auto: BF16 checkpoints stay BF16, others F32
+// Auto: quantised GGUF matrices stay in their type (Q8_0, Q4_K, Q6_K), BF16 stays BF16, the
+// rest becomes F32. F32 / BF16 force that store (quantised weights are dequantised exactly).
+enum class WeightStore { Auto, F32, BF16 };
 
 struct LoadOptions {
   WeightStore store = WeightStore::Auto;
@@ -82,7 +85,8 @@ struct MtpDraft {
 
 class Model {
  public:
-  static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadOptions& opt);
+  // `path`: an HF checkpoint directory, or a .gguf file (any regular file is read as GGUF).
+  static Result<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& opt);
   ~Model();
 
   const ModelConfig& config() const { return cfg_; }
@@ -137,6 +141,7 @@ class Model {
   Model();
   ModelConfig cfg_;
   std::unique_ptr<TensorSet> tensors_;
+  std::unique_ptr<GgufFile> gguf_;
   std::unique_ptr<WeightSet> ws_;
   std::unique_ptr<Impl> impl_;
 };

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/ops.h"
+#include "rewind/model/gguf_model.h"
 #include "rewind/model/model.h"
 
 namespace rw {
@@ -113,11 +115,19 @@ StateShape Model::state_shape() const {
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOptions& opt) {
   std::unique_ptr<Model> m(new Model());
-  REWIND_TRY(m->cfg_, load_model_config(dir + "/config.json"));
-  REWIND_TRY(TensorSet ts, TensorSet::open_dir(dir));
-  m->tensors_ = std::make_unique<TensorSet>(std::move(ts));
-  REWIND_TRY(WeightSet ws, WeightSet::from_hf(*m->tensors_, m->cfg_));
-  m->ws_ = std::make_unique<WeightSet>(std::move(ws));
+  if (std::filesystem::is_regular_file(dir)) {  // a GGUF file
+    REWIND_TRY(GgufFile g, GgufFile::open(dir));
+    m->gguf_ = std::make_unique<GgufFile>(std::move(g));
+    REWIND_TRY(m->cfg_, config_from_gguf(*m->gguf_));
+    REWIND_TRY(WeightSet ws, WeightSet::from_gguf(*m->gguf_, m->cfg_));
+    m->ws_ = std::make_unique<WeightSet>(std::move(ws));
+  } else {
+    REWIND_TRY(m->cfg_, load_model_config(dir + "/config.json"));
+    REWIND_TRY(TensorSet ts, TensorSet::open_dir(dir));
+    m->tensors_ = std::make_unique<TensorSet>(std::move(ts));
+    REWIND_TRY(WeightSet ws, WeightSet::from_hf(*m->tensors_, m->cfg_));
+    m->ws_ = std::make_unique<WeightSet>(std::move(ws));
+  }
   m->impl_ = std::make_unique<Impl>();
   const ModelConfig& c = m->cfg_;
   Impl& I = *m->impl_;
@@ -174,20 +184,16 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   size_t total = 0, done = 0;
   auto src_bytes = [&](const WeightSource& s) {
     size_t b = 0;
-    for (auto& blk : s.blocks) b += static_cast<size_t>(blk.rows * s.cols) * dtype_size(blk.dtype);
+    for (auto& blk : s.blocks)
+      b += static_cast<size_t>(blk.rows) * dtype_row_bytes(blk.dtype, s.cols);
     return b;
   };
   for (auto& n : mats) total += src_bytes(W.get(n));
 
   auto pack = [&](const std::string& name) {
     const WeightSource& s = W.get(name);
-    DType dt;
-    std::vector<std::byte> scratch;
-    const void* p = s.contiguous(&dt, &scratch);
-    DType store = DType::F32;
-    if (opt.store == WeightStore::BF16 || (opt.store == WeightStore::Auto && s.file_dtype == DType::BF16))
-      store = DType::BF16;
-    PackedMatrix pm = PackedMatrix::pack(p, dt, s.rows(), s.cols, store, opt.pool);
+    PackedMatrix pm = opt.store == WeightStore::Auto ? s.pack_default(opt.pool)
+                      : s.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
     I.packed_bytes += pm.bytes();
     done += src_bytes(s);
     if (opt.progress) opt.progress(done, total);

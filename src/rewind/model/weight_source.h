@@ -34,14 +34,17 @@
 #include <vector>
 
 #include "rewind/base/result.h"
+#include "rewind/io/gguf.h"
 #include "rewind/io/safetensors.h"
+#include "rewind/kernels/matmul.h"
 #include "rewind/model/config.h"
 #include "rewind/tensor/dtype.h"
 
 namespace rw {
 
 struct RowBlock {
-  const void* data = nullptr;  // rows x cols elements of `dtype`, row-major
+  const void* data = nullptr;  // rows x cols elements of `dtype`, row-major (quantised: ggml
+                               // blocks, dtype_row_bytes(dtype, cols) bytes per row)
   DType dtype = DType::F32;
   int64_t rows = 0;
   std::shared_ptr<std::vector<float>> owned;  // set when the values were made at load time
@@ -51,8 +54,23 @@ struct WeightSource {
   std::vector<RowBlock> blocks;
   int64_t cols = 0;
   DType file_dtype = DType::F32;  // dtype in the checkpoint (decides the default packed store)
+  // Column order of the stored rows when it differs from the model's (GGUF V heads in tiled
+  // order): stored column j is logical column col_perm[j]. Empty: identity. row_f32 and to_f32
+  // return logical order; pack() keeps quantised blocks as stored and permutes the input.
+  std::vector<int32_t> col_perm;
 
   int64_t rows() const;
+  // The store a plain load packs into: the blocks' quantised type when they all share one,
+  // BF16 for a BF16 checkpoint, else F32.
+  DType default_store() const;
+  // Packs for matmul (F32, BF16 or the blocks' quantised type). Float stores pack the logical
+  // (unpermuted) columns, so the FMA order is the model's column order.
+  PackedMatrix pack(DType store, ThreadPool* pool) const;
+  // What a plain load packs: pack(default_store()), except that blocks of different types one
+  // of which is quantised become a stack (PackedMatrix::stack) of one part per run of blocks of
+  // one type, each kept in its type (float runs as default_store() would store them), all in
+  // the stored column order with col_perm on the stack.
+  PackedMatrix pack_default(ThreadPool* pool) const;
   // Row r converted to f32 / f64 (cols values).
   void row_f32(int64_t r, float* out) const;
   void row_f64(int64_t r, double* out) const;
@@ -67,6 +85,11 @@ class WeightSet {
   // Resolves every tensor the config needs in `tensors` (HF names, per family), checks shapes
   // and dtypes, applies the load-time transforms. `tensors` must outlive the WeightSet.
   static Result<WeightSet> from_hf(const TensorSet& tensors, const ModelConfig& cfg);
+  // The same from a llama.cpp GGUF file (qwen35 / qwen35moe / qwen3next): tensor names and
+  // conventions in model/gguf_model.h (norms already hold the +1,
+  // ssm_a is already -exp(A_log), V heads tiled in qwen35/qwen35moe files are put back in the
+  // model's grouped order). `file` must outlive the WeightSet.
+  static Result<WeightSet> from_gguf(const GgufFile& file, const ModelConfig& cfg);
 
   const WeightSource& get(const std::string& name) const;  // check-fails if absent
   bool has(const std::string& name) const { return map_.count(name) > 0; }

@@ -1,5 +1,7 @@
 // Element types of stored weights and their scalar conversions (header-only).
 // BF16 -> F32 is exact (a shift); F32 -> BF16 rounds to nearest even (NaN kept quiet).
+// Q8_0, Q4_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
+// element (dtype_size() is 0); use dtype_row_bytes().
 #pragma once
 
 #include <cstdint>
@@ -8,7 +10,7 @@
 
 namespace rw {
 
-enum class DType : uint8_t { F32, BF16, F16, F64, I32, I64, U8, I8, BOOL };
+enum class DType : uint8_t { F32, BF16, F16, F64, I32, I64, U8, I8, BOOL, Q8_0, Q4_K, Q6_K };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -16,8 +18,36 @@ inline size_t dtype_size(DType t) {
     case DType::BF16: case DType::F16: return 2;
     case DType::F64: case DType::I64: return 8;
     case DType::U8: case DType::I8: case DType::BOOL: return 1;
+    case DType::Q8_0:
+    case DType::Q4_K:
+    case DType::Q6_K:
+      return 0;
   }
   return 0;
+}
+
+inline bool dtype_is_quant(DType t) {
+  return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+}
+// Elements per block (1 for plain types) and bytes per block (ggml-common.h block structs).
+inline int64_t dtype_block_elems(DType t) {
+  return t == DType::Q8_0 ? 32 : (t == DType::Q4_K || t == DType::Q6_K) ? 256 : 1;
+}
+inline int64_t dtype_block_bytes(DType t) {
+  switch (t) {
+    case DType::Q8_0:
+      return 34;
+    case DType::Q4_K:
+      return 144;
+    case DType::Q6_K:
+      return 210;
+    default:
+      return static_cast<int64_t>(dtype_size(t));
+  }
+}
+// Bytes of n consecutive elements (n a multiple of the block for quantised types).
+inline size_t dtype_row_bytes(DType t, int64_t n) {
+  return static_cast<size_t>(n / dtype_block_elems(t) * dtype_block_bytes(t));
 }
 
 inline std::string_view dtype_name(DType t) {
@@ -31,6 +61,12 @@ inline std::string_view dtype_name(DType t) {
     case DType::U8: return "U8";
     case DType::I8: return "I8";
     case DType::BOOL: return "BOOL";
+    case DType::Q8_0:
+      return "Q8_0";
+    case DType::Q4_K:
+      return "Q4_K";
+    case DType::Q6_K:
+      return "Q6_K";
   }
   return "?";
 }

@@ -1,0 +1,119 @@
+// `rewind convert`: writes a Hugging Face checkpoint directory as one GGUF file in llama.cpp's
+// layout (model/gguf_model.h), with the matrices in F32, F16, BF16, Q8_0, Q4_K or Q6_K, and the
+// tokenizer and chat template in the metadata.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "rewind/io/safetensors.h"
+#include "rewind/model/gguf_model.h"
+#include "rewind/tokenizer/gguf_vocab.h"
+
+namespace rw::app {
+
+namespace {
+
+Result<DType> parse_type(const std::string& s) {
+  if (s == "f32") return DType::F32;
+  if (s == "f16") return DType::F16;
+  if (s == "bf16") return DType::BF16;
+  if (s == "q8_0") return DType::Q8_0;
+  if (s == "q4_k") return DType::Q4_K;
+  if (s == "q6_k") return DType::Q6_K;
+  if (s == "q4_k_m") return DType::Q4_K;  // with the mixture rule below
+  return make_error("--type must be f32, f16, bf16, q8_0, q4_k, q4_k_m or q6_k (got '" + s + "')");
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
+                          const std::string& type, const std::string& name_in) {
+  REWIND_TRY(DType t, parse_type(type));
+  REWIND_TRY(ModelConfig cfg, load_model_config(hf_dir + "/config.json"));
+  REWIND_TRY(TensorSet ts, TensorSet::open_dir(hf_dir));
+  REWIND_TRY(WeightSet ws, WeightSet::from_hf(ts, cfg));
+  REWIND_TRY(Tokenizer tok, Tokenizer::load(hf_dir + "/tokenizer.json"));
+  GgufVocab v;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    const std::string text = tok.token_text(id);
+    if (text.empty()) {
+      v.tokens.push_back("[PAD" + std::to_string(id) + "]");
+      v.token_type.push_back(5);
+    } else {
+      v.tokens.push_back(text);
+      v.token_type.push_back(tok.is_special(id) ? 3 : tok.is_added(id) ? 4 : 1);
+    }
+  }
+  for (auto& [a, b] : tok.merges()) v.merges.push_back(a + " " + b);
+  REWIND_TRY(v.pre, gguf_pre_name(tok));
+
+  // Chat template and special ids from tokenizer_config.json (or chat_template.jinja).
+  const std::string tc_path = hf_dir + "/tokenizer_config.json";
+  nlohmann::json tc = nlohmann::json::object();
+  if (std::filesystem::exists(tc_path)) {
+    tc = nlohmann::json::parse(read_file(tc_path), nullptr, false);
+    if (tc.is_discarded() || !tc.is_object()) return make_error(tc_path + ": not a JSON object");
+  }
+  if (tc.contains("chat_template") && tc["chat_template"].is_string()) {
+    v.chat_template = tc["chat_template"].get<std::string>();
+  } else if (tc.contains("chat_template") && tc["chat_template"].is_array()) {
+    for (auto& e : tc["chat_template"])
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+          e["template"].is_string())
+        v.chat_template = e["template"].get<std::string>();
+  } else if (std::filesystem::exists(hf_dir + "/chat_template.jinja")) {
+    v.chat_template = read_file(hf_dir + "/chat_template.jinja");
+  }
+  auto special_id = [&](const char* key) -> int64_t {
+    if (!tc.contains(key) || !tc[key].is_string()) return -1;
+    return tok.token_id(tc[key].get<std::string>());
+  };
+  v.eos_id = special_id("eos_token");
+  if (v.eos_id < 0 && !cfg.eos_token_ids.empty()) v.eos_id = cfg.eos_token_ids[0];
+  v.pad_id = special_id("pad_token");
+  v.bos_id = special_id("bos_token");
+  const std::string name =
+      name_in.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string()
+                      : name_in;
+  const bool mix = type == "q4_k_m";
+  return write_gguf_model(out, cfg, ws, v, t, name.empty() ? "rewind" : name,
+                          mix ? gguf_q4_k_m_rule(cfg) : nullptr, mix ? 15 : -1);
+}
+
+int cmd_convert(int argc, char** argv) {
+  auto args = Args::parse(argc, argv, {"--in", "--out", "--type"}, {"--help"});
+  if (!args.ok()) return fail(args.error_message());
+  if (args->has("--help")) {
+    std::printf(
+        "usage: rewind convert --in HF_DIR --out FILE.gguf [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q6_k]\n"
+        "Writes the checkpoint as one GGUF file in llama.cpp's layout (qwen35, qwen35moe,\n"
+        "qwen3next). Matrices get --type (default f32); a row length that is not a multiple of\n"
+        "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n"
+        "q4_k_m: llama-quantize's mixture (q6_k for output and, in some layers, attn_v and\n"
+        "ffn_down; q4_k elsewhere).\n");
+    return 0;
+  }
+  const std::string in = args->str("--in"), out = args->str("--out");
+  if (in.empty() || out.empty()) return fail("--in HF_DIR and --out FILE.gguf are required");
+  const double t0 = now_seconds();
+  Status st = convert_hf_to_gguf(in, out, args->str("--type", "f32"));
+  if (!st.ok()) return fail(st.error_message());
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(out, ec);
+  std::printf("wrote %s (%s, %.1f MB, %.1f s)\n", out.c_str(), args->str("--type", "f32").c_str(),
+              ec ? 0.0 : static_cast<double>(size) / 1e6, now_seconds() - t0);
+  return 0;
+}
+
+}  // namespace rw::app

@@ -1,0 +1,756 @@
+#include "rewind/model/gguf_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <sstream>
+
+#include "rewind/tensor/quant.h"
+
+namespace rw {
+
+namespace {
+
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+constexpr int64_t kMaxLayers = int64_t{1} << 16;
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << "]";
+  return o.str();
+}
+
+bool dtype_from_ggml(GgmlType t, DType* out) {
+  switch (t) {
+    case GgmlType::F32:
+      *out = DType::F32;
+      return true;
+    case GgmlType::F16:
+      *out = DType::F16;
+      return true;
+    case GgmlType::BF16:
+      *out = DType::BF16;
+      return true;
+    case GgmlType::Q8_0:
+      *out = DType::Q8_0;
+      return true;
+    case GgmlType::Q4_K:
+      *out = DType::Q4_K;
+      return true;
+    case GgmlType::Q6_K:
+      *out = DType::Q6_K;
+      return true;
+    default:
+      return false;
+  }
+}
+
+GgmlType ggml_from_dtype(DType t) {
+  switch (t) {
+    case DType::F16:
+      return GgmlType::F16;
+    case DType::BF16:
+      return GgmlType::BF16;
+    case DType::Q8_0:
+      return GgmlType::Q8_0;
+    case DType::Q4_K:
+      return GgmlType::Q4_K;
+    case DType::Q6_K:
+      return GgmlType::Q6_K;
+    default:
+      return GgmlType::F32;
+  }
+}
+
+// A tensor found and checked: numpy-order shape, rewind dtype.
+struct Found {
+  const GgufTensor* t = nullptr;
+  DType dtype = DType::F32;
+};
+
+class Resolver {
+ public:
+  explicit Resolver(const GgufFile& f) : f_(f) {}
+  bool has(const std::string& name) const { return f_.find(name) != nullptr; }
+
+  // `shape` in numpy order (HF order): the reverse of ne.
+  Result<Found> need(const std::string& name, std::vector<int64_t> shape) const {
+    const GgufTensor* t = f_.find(name);
+    if (!t)
+      return make_error(f_.path() + ": missing tensor '" + name + "' (expected shape " +
+                        shape_str(shape) + ")");
+    Found r{t, DType::F32};
+    if (!dtype_from_ggml(t->type, &r.dtype))
+      return make_error(f_.path() + ": tensor '" + name + "': type " +
+                        ggml_type_name(static_cast<uint32_t>(t->type)) +
+                        " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q6_K)");
+    std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
+    if (got != shape)
+      return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
+                        " (ne reversed), expected " + shape_str(shape));
+    return r;
+  }
+
+  static RowBlock rows_of(const Found& v, int64_t r0, int64_t n, int64_t cols) {
+    return RowBlock{v.t->data + static_cast<size_t>(r0) * dtype_row_bytes(v.dtype, cols), v.dtype,
+                    n, nullptr};
+  }
+  static WeightSource view(const Found& v, int64_t rows, int64_t cols) {
+    WeightSource w;
+    w.cols = cols;
+    w.file_dtype = v.dtype;
+    w.blocks.push_back(rows_of(v, 0, rows, cols));
+    return w;
+  }
+  // A small tensor as f32 [rows, cols]; output row r is stored row src_row(r) (the tensor is
+  // dequantised whole, with ne[0] as its row length, whatever its type).
+  static WeightSource owned(const Found& v, int64_t rows, int64_t cols,
+                            const std::function<int64_t(int64_t)>& src_row = nullptr) {
+    const int64_t ne0 = v.t->ne[0], n = v.t->numel();
+    std::vector<float> all(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n / ne0; ++i)
+      convert_row_to_f32(v.t->data + static_cast<size_t>(i) * dtype_row_bytes(v.dtype, ne0),
+                         v.dtype, ne0, all.data() + i * ne0);
+    auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t s = src_row ? src_row(r) : r;
+      std::memcpy(buf->data() + r * cols, all.data() + s * cols, static_cast<size_t>(cols) * 4);
+    }
+    WeightSource w;
+    w.cols = cols;
+    w.file_dtype = v.dtype;
+    w.blocks.push_back(RowBlock{buf->data(), DType::F32, rows, buf});
+    return w;
+  }
+
+ private:
+  const GgufFile& f_;
+};
+
+// Stored position of the model's (grouped-order) value head h.
+struct VHeads {
+  bool tiled = false;
+  int64_t Hk = 1, r = 1;
+  int64_t pos(int64_t h) const { return tiled ? (h % r) * Hk + h / r : h; }
+  int64_t head_at(int64_t t) const { return tiled ? (t % Hk) * r + t / Hk : t; }  // inverse
+};
+
+VHeads vheads(const ModelConfig& c) {
+  VHeads v;
+  v.Hk = c.lin_n_head_k;
+  v.r = c.lin_n_head_v / c.lin_n_head_k;
+  v.tiled = c.family != Family::Qwen3Next && v.r > 1;
+  return v;
+}
+
+}  // namespace
+
+const char* gguf_arch_name(Family f) {
+  switch (f) {
+    case Family::Qwen35:
+      return "qwen35";
+    case Family::Qwen35Moe:
+      return "qwen35moe";
+    case Family::Qwen3Next:
+      return "qwen3next";
+  }
+  return "?";
+}
+
+Result<ModelConfig> config_from_gguf(const GgufFile& g) {
+  const std::string& w = g.path();
+  REWIND_TRY(std::string arch, g.get_string("general.architecture"));
+  ModelConfig c;
+  if (arch == "qwen35") {
+    c.family = Family::Qwen35;
+    c.model_type = "qwen3_5_text";
+  } else if (arch == "qwen35moe") {
+    c.family = Family::Qwen35Moe;
+    c.model_type = "qwen3_5_moe_text";
+  } else if (arch == "qwen3next") {
+    c.family = Family::Qwen3Next;
+    c.model_type = "qwen3_next";
+  } else {
+    return make_error(w + ": architecture '" + arch +
+                      "' is not supported (qwen35, qwen35moe, qwen3next)");
+  }
+  const std::string a = arch + ".";
+  auto in_range = [&](const std::string& key, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v < lo || v > hi)
+      return make_error(w + ": key '" + key + "' = " + std::to_string(v) + " is out of range [" +
+                        std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return Ok{};
+  };
+  auto req = [&](const std::string& k, int64_t lo, int64_t hi) -> Result<int64_t> {
+    REWIND_TRY(int64_t v, g.get_int(a + k));
+    REWIND_TRY_STATUS(in_range(a + k, v, lo, hi));
+    return v;
+  };
+  auto opt = [&](const std::string& k, int64_t def, int64_t lo, int64_t hi) -> Result<int64_t> {
+    REWIND_TRY(int64_t v, g.get_int_or(a + k, def));
+    REWIND_TRY_STATUS(in_range(a + k, v, lo, hi));
+    return v;
+  };
+
+  const GgufTensor* emb = g.find("token_embd.weight");
+  if (!emb || emb->ne.size() != 2)
+    return make_error(w + ": missing 2-D tensor 'token_embd.weight'");
+  c.vocab_size = emb->ne[1];
+  REWIND_TRY(c.hidden_size, req("embedding_length", 1, kMaxDim));
+  if (emb->ne[0] != c.hidden_size)
+    return make_error(w + ": tensor 'token_embd.weight' has ne[0] = " + std::to_string(emb->ne[0]) +
+                      " but '" + a + "embedding_length' is " + std::to_string(c.hidden_size));
+  REWIND_TRY_STATUS(in_range("token_embd.weight ne[1]", c.vocab_size, 1, kMaxDim));
+  REWIND_TRY(int64_t blocks, req("block_count", 1, kMaxLayers));
+  REWIND_TRY(c.mtp_num_hidden_layers, opt("nextn_predict_layers", 0, 0, blocks - 1));
+  c.n_layer = blocks - c.mtp_num_hidden_layers;
+  REWIND_TRY(c.n_head, req("attention.head_count", 1, kMaxDim));
+  REWIND_TRY(c.n_head_kv, req("attention.head_count_kv", 1, kMaxDim));
+  REWIND_TRY(c.head_dim, req("attention.key_length", 1, kMaxDim));
+  REWIND_TRY(int64_t vlen, opt("attention.value_length", c.head_dim, 1, kMaxDim));
+  if (vlen != c.head_dim)
+    return make_error(w + ": key '" + a + "attention.value_length' = " + std::to_string(vlen) +
+                      " differs from '" + a +
+                      "attention.key_length' = " + std::to_string(c.head_dim));
+  if (c.n_head % c.n_head_kv != 0)
+    return make_error(
+        w + ": key '" + a + "attention.head_count' = " + std::to_string(c.n_head) +
+        " is not a multiple of 'attention.head_count_kv' = " + std::to_string(c.n_head_kv));
+  REWIND_TRY(c.rope_dim, opt("rope.dimension_count", c.head_dim, 2, c.head_dim));
+  if (c.rope_dim % 2 != 0)
+    return make_error(w + ": key '" + a + "rope.dimension_count' must be even");
+  REWIND_TRY(c.rope_theta, g.get_float(a + "rope.freq_base"));
+  if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0)
+    return make_error(w + ": key '" + a + "rope.freq_base' must be a positive number");
+  REWIND_TRY(c.rms_norm_eps, g.get_float(a + "attention.layer_norm_rms_epsilon"));
+  if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0)
+    return make_error(w + ": key '" + a + "attention.layer_norm_rms_epsilon' must be positive");
+  REWIND_TRY(c.max_position_embeddings, opt("context_length", 32768, 1, int64_t{1} << 40));
+
+  REWIND_TRY(c.lin_n_head_k, req("ssm.group_count", 1, kMaxDim));
+  REWIND_TRY(c.lin_n_head_v, req("ssm.time_step_rank", 1, kMaxDim));
+  REWIND_TRY(c.lin_dk, req("ssm.state_size", 1, kMaxDim));
+  REWIND_TRY(c.conv_kernel, req("ssm.conv_kernel", 1, kMaxDim));
+  REWIND_TRY(int64_t inner, req("ssm.inner_size", 1, kMaxDim));
+  if (c.lin_n_head_v % c.lin_n_head_k != 0 || inner % c.lin_n_head_v != 0)
+    return make_error(
+        w + ": keys '" + a + "ssm.time_step_rank' = " + std::to_string(c.lin_n_head_v) +
+        " must be a multiple of 'ssm.group_count' = " + std::to_string(c.lin_n_head_k) +
+        " and divide 'ssm.inner_size' = " + std::to_string(inner));
+  c.lin_dv = inner / c.lin_n_head_v;
+
+  if (const GgufValue* rl = g.get(a + "attention.recurrent_layers")) {
+    REWIND_TRY(std::vector<int64_t> flags, g.get_ints(a + "attention.recurrent_layers"));
+    if (static_cast<int64_t>(flags.size()) != blocks)
+      return make_error(w + ": key '" + a + "attention.recurrent_layers' has " +
+                        std::to_string(flags.size()) + " entries but block_count is " +
+                        std::to_string(blocks));
+    (void)rl;
+    for (int64_t il = 0; il < c.n_layer; ++il)
+      c.layer_kinds.push_back(flags[il] ? LayerKind::Linear : LayerKind::Full);
+  } else {
+    REWIND_TRY(int64_t n, opt("full_attention_interval", 4, 1, kMaxLayers));
+    for (int64_t il = 0; il < c.n_layer; ++il)
+      c.layer_kinds.push_back((il + 1) % n == 0 ? LayerKind::Full : LayerKind::Linear);
+  }
+
+  REWIND_TRY(c.intermediate_size, opt("feed_forward_length", 0, 0, kMaxDim));
+  if (c.family != Family::Qwen35) {
+    REWIND_TRY(c.n_expert, req("expert_count", 1, kMaxDim));
+    REWIND_TRY(c.n_expert_used, req("expert_used_count", 1, c.n_expert));
+    REWIND_TRY(c.moe_intermediate_size, req("expert_feed_forward_length", 1, kMaxDim));
+    REWIND_TRY(c.shared_expert_intermediate_size,
+               req("expert_shared_feed_forward_length", 1, kMaxDim));
+  }
+  c.norm_topk_prob = true;  // llama.cpp renormalises the top-k weights for all three
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (!c.layer_is_moe(il) && c.intermediate_size <= 0)
+      return make_error(w + ": key '" + a + "feed_forward_length' is missing or 0, but layer " +
+                        std::to_string(il) + " has a dense MLP");
+  c.tie_word_embeddings = g.find("output.weight") == nullptr;
+  REWIND_TRY(c.bos_token_id, g.get_int_or("tokenizer.ggml.bos_token_id", -1));
+  REWIND_TRY(int64_t eos, g.get_int_or("tokenizer.ggml.eos_token_id", -1));
+  if (eos >= 0) c.eos_token_ids = {eos};
+  return c;
+}
+
+Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) {
+  WeightSet ws;
+  const Resolver R(g);
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  REWIND_TRY(Found embed, R.need("token_embd.weight", {V, H}));
+  ws.map_["embed"] = Resolver::view(embed, V, H);
+  if (R.has("output.weight")) {
+    REWIND_TRY(Found out, R.need("output.weight", {V, H}));
+    ws.map_["lm_head"] = Resolver::view(out, V, H);
+  } else {
+    ws.map_["lm_head"] = ws.map_["embed"];
+  }
+  REWIND_TRY(Found fn, R.need("output_norm.weight", {H}));
+  ws.map_["final_norm"] = Resolver::owned(fn, 1, H);
+
+  const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
+  const int64_t r = Hv / Hk, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
+                CD = c.conv_dim();
+  const int64_t D = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
+  const VHeads vh = vheads(c);
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string cp = "l" + std::to_string(il) + ".";
+    REWIND_TRY(Found in_norm, R.need(p + "attn_norm.weight", {H}));
+    REWIND_TRY(Found post_norm, R.need(p + "post_attention_norm.weight", {H}));
+    ws.map_[cp + "in_norm"] = Resolver::owned(in_norm, 1, H);
+    ws.map_[cp + "post_norm"] = Resolver::owned(post_norm, 1, H);
+
+    if (c.layer_kinds[il] == LayerKind::Linear) {
+      WeightSource in;
+      in.cols = H;
+      // Rows of value heads (dv rows each, or 1 for beta/alpha) in the model's order.
+      auto heads = [&](const Found& t, int64_t base, int64_t rows_per_head) {
+        if (!vh.tiled) {
+          in.blocks.push_back(Resolver::rows_of(t, base, Hv * rows_per_head, H));
+          return;
+        }
+        for (int64_t h = 0; h < Hv; ++h)
+          in.blocks.push_back(
+              Resolver::rows_of(t, base + vh.pos(h) * rows_per_head, rows_per_head, H));
+      };
+      if (R.has(p + "attn_qkv.weight") || !R.has(p + "ssm_in.weight")) {
+        REWIND_TRY(Found qkv, R.need(p + "attn_qkv.weight", {CD, H}));
+        REWIND_TRY(Found z, R.need(p + "attn_gate.weight", {VD, H}));
+        in.file_dtype = qkv.dtype;
+        in.blocks.push_back(Resolver::rows_of(qkv, 0, 2 * KD, H));  // q, k
+        heads(qkv, 2 * KD, dv);                                     // v
+        heads(z, 0, dv);                                            // z
+      } else {
+        // Legacy qwen3next ssm_in: HF's in_proj_qkvz, per key-head group [q; k; v (r dv); z (r
+        // dv)].
+        const int64_t blk = 2 * dk + 2 * r * dv;
+        REWIND_TRY(Found qkvz, R.need(p + "ssm_in.weight", {Hk * blk, H}));
+        in.file_dtype = qkvz.dtype;
+        for (int64_t at : {int64_t{0}, dk})
+          for (int64_t gi = 0; gi < Hk; ++gi)
+            in.blocks.push_back(Resolver::rows_of(qkvz, gi * blk + at, dk, H));
+        for (int64_t at : {2 * dk, 2 * dk + r * dv})
+          for (int64_t gi = 0; gi < Hk; ++gi)
+            in.blocks.push_back(Resolver::rows_of(qkvz, gi * blk + at, r * dv, H));
+      }
+      if (R.has(p + "ssm_ba.weight")) {
+        if (vh.tiled)
+          return make_error(g.path() + ": tensor '" + p +
+                            "ssm_ba.weight' is only used by qwen3next");
+        REWIND_TRY(Found ba, R.need(p + "ssm_ba.weight", {2 * Hv, H}));
+        for (int64_t at : {int64_t{0}, r})
+          for (int64_t gi = 0; gi < Hk; ++gi)
+            in.blocks.push_back(Resolver::rows_of(ba, gi * 2 * r + at, r, H));
+      } else {
+        REWIND_TRY(Found b, R.need(p + "ssm_beta.weight", {Hv, H}));
+        REWIND_TRY(Found al, R.need(p + "ssm_alpha.weight", {Hv, H}));
+        heads(b, 0, 1);
+        heads(al, 0, 1);
+      }
+      ws.map_[cp + "in_proj"] = std::move(in);
+
+      REWIND_TRY(Found conv, R.need(p + "ssm_conv1d.weight", {CD, K}));
+      ws.map_[cp + "conv"] = Resolver::owned(conv, CD, K, [&](int64_t ch) {
+        return ch < 2 * KD ? ch : 2 * KD + vh.pos((ch - 2 * KD) / dv) * dv + (ch - 2 * KD) % dv;
+      });
+      REWIND_TRY(Found A, R.need(p + "ssm_a", {Hv}));
+      REWIND_TRY(Found dtb, R.need(p + "ssm_dt.bias", {Hv}));
+      // [Hv] viewed as Hv rows of one value, so the head permutation is a row permutation.
+      auto per_head = [&](const Found& t) {
+        WeightSource s = Resolver::owned(t, Hv, 1, [&](int64_t h) { return vh.pos(h); });
+        s.cols = Hv;
+        s.blocks[0].rows = 1;
+        return s;
+      };
+      ws.map_[cp + "A"] = per_head(A);
+      ws.map_[cp + "dt_bias"] = per_head(dtb);
+      REWIND_TRY(Found gn, R.need(p + "ssm_norm.weight", {dv}));
+      ws.map_[cp + "gnorm"] = Resolver::owned(gn, 1, dv);
+      REWIND_TRY(Found out, R.need(p + "ssm_out.weight", {H, VD}));
+      WeightSource o = Resolver::view(out, H, VD);
+      if (vh.tiled) {
+        o.col_perm.resize(static_cast<size_t>(VD));
+        for (int64_t j = 0; j < VD; ++j)
+          o.col_perm[j] = static_cast<int32_t>(vh.head_at(j / dv) * dv + j % dv);
+      }
+      ws.map_[cp + "out_proj"] = std::move(o);
+    } else {
+      if (R.has(p + "attn_q.weight") || !R.has(p + "attn_qkv.weight")) {
+        REWIND_TRY(Found q, R.need(p + "attn_q.weight", {nh * 2 * D, H}));
+        REWIND_TRY(Found k, R.need(p + "attn_k.weight", {nkv * D, H}));
+        REWIND_TRY(Found v, R.need(p + "attn_v.weight", {nkv * D, H}));
+        WeightSource s;
+        s.cols = H;
+        s.file_dtype = q.dtype;
+        s.blocks = {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
+                    Resolver::rows_of(v, 0, nkv * D, H)};
+        ws.map_[cp + "qkv"] = std::move(s);
+      } else {
+        REWIND_TRY(Found qkv, R.need(p + "attn_qkv.weight", {nh * 2 * D + 2 * nkv * D, H}));
+        ws.map_[cp + "qkv"] = Resolver::view(qkv, nh * 2 * D + 2 * nkv * D, H);
+      }
+      REWIND_TRY(Found qn, R.need(p + "attn_q_norm.weight", {D}));
+      REWIND_TRY(Found kn, R.need(p + "attn_k_norm.weight", {D}));
+      ws.map_[cp + "q_norm"] = Resolver::owned(qn, 1, D);
+      ws.map_[cp + "k_norm"] = Resolver::owned(kn, 1, D);
+      REWIND_TRY(Found o, R.need(p + "attn_output.weight", {H, nh * D}));
+      ws.map_[cp + "o_proj"] = Resolver::view(o, H, nh * D);
+    }
+
+    auto swiglu = [&](const std::string& sfx, const std::string& dst, int64_t F) -> Status {
+      REWIND_TRY(Found gt, R.need(p + "ffn_gate" + sfx + ".weight", {F, H}));
+      REWIND_TRY(Found up, R.need(p + "ffn_up" + sfx + ".weight", {F, H}));
+      REWIND_TRY(Found dn, R.need(p + "ffn_down" + sfx + ".weight", {H, F}));
+      WeightSource s;
+      s.cols = H;
+      s.file_dtype = gt.dtype;
+      s.blocks = {Resolver::rows_of(gt, 0, F, H), Resolver::rows_of(up, 0, F, H)};
+      ws.map_[dst + "gate_up"] = std::move(s);
+      ws.map_[dst + "down"] = Resolver::view(dn, H, F);
+      return Ok{};
+    };
+    if (!c.layer_is_moe(il)) {
+      REWIND_TRY_STATUS(swiglu("", cp, c.intermediate_size));
+    } else {
+      const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
+                    Is = c.shared_expert_intermediate_size;
+      REWIND_TRY(Found router, R.need(p + "ffn_gate_inp.weight", {E, H}));
+      ws.map_[cp + "router"] = Resolver::view(router, E, H);
+      REWIND_TRY(Found dn, R.need(p + "ffn_down_exps.weight", {E, H, Im}));
+      const bool fused = R.has(p + "ffn_gate_up_exps.weight");
+      Found gu, gt, up;
+      if (fused) {
+        REWIND_TRY(gu, R.need(p + "ffn_gate_up_exps.weight", {E, 2 * Im, H}));
+      } else {
+        REWIND_TRY(gt, R.need(p + "ffn_gate_exps.weight", {E, Im, H}));
+        REWIND_TRY(up, R.need(p + "ffn_up_exps.weight", {E, Im, H}));
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ep = cp + "e" + std::to_string(e) + ".";
+        WeightSource s;
+        s.cols = H;
+        s.file_dtype = fused ? gu.dtype : gt.dtype;
+        if (fused) {
+          s.blocks = {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)};
+        } else {
+          s.blocks = {Resolver::rows_of(gt, e * Im, Im, H), Resolver::rows_of(up, e * Im, Im, H)};
+        }
+        ws.map_[ep + "gate_up"] = std::move(s);
+        WeightSource d;
+        d.cols = Im;
+        d.file_dtype = dn.dtype;
+        d.blocks = {Resolver::rows_of(dn, e * H, H, Im)};
+        ws.map_[ep + "down"] = std::move(d);
+      }
+      REWIND_TRY_STATUS(swiglu("_shexp", cp + "sh.", Is));
+      REWIND_TRY(Found sg, R.need(p + "ffn_gate_inp_shexp.weight", {H}));
+      ws.map_[cp + "sh.gate"] = Resolver::view(sg, 1, H);
+    }
+  }
+  // MTP blocks (blk.N for N >= n_layer): listed, not loaded.
+  for (auto& t : g.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    const int64_t n = std::strtoll(t.name.c_str() + 4, nullptr, 10);
+    if (n >= c.n_layer) ws.mtp_names_.push_back(t.name);
+  }
+  return ws;
+}
+
+// ---- writer ------------------------------------------------------------------------------------
+
+std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& c) {
+  auto more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+  std::vector<int64_t> attn_index(static_cast<size_t>(c.n_layer), -1);
+  int64_t n_attn = 0;
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (c.layer_kinds[il] == LayerKind::Full) attn_index[il] = n_attn++;
+  const int64_t n_layer = c.n_layer;
+  return [=](const std::string& name) {
+    if (name == "output.weight") return DType::Q6_K;
+    if (name.rfind("blk.", 0) != 0) return DType::Q4_K;
+    const int64_t il = std::strtoll(name.c_str() + 4, nullptr, 10);
+    if (il < 0 || il >= n_layer) return DType::Q4_K;
+    if (name.find(".attn_v.") != std::string::npos && more_bits(attn_index[il], n_attn)) return DType::Q6_K;
+    if (name.find(".ffn_down") != std::string::npos && more_bits(il, n_layer)) return DType::Q6_K;
+    return DType::Q4_K;
+  };
+}
+
+DType gguf_matrix_type(DType want, int64_t ne0) {
+  if (ne0 % dtype_block_elems(want) == 0) return want;
+  if (ne0 % 32 == 0) return DType::Q8_0;
+  return DType::F32;
+}
+
+namespace {
+
+// One GGUF tensor to write: rows in file order (numpy rows), each produced in f32 by `row`.
+struct Out {
+  std::string name;
+  std::vector<int64_t> ne;  // ggml order
+  int64_t rows = 0, cols = 0;
+  bool matrix = true;  // false: always F32
+  std::function<void(int64_t, float*)> row;
+};
+
+}  // namespace
+
+Status write_gguf_model(const std::string& path, const ModelConfig& c, const WeightSet& ws, const GgufVocab& vocab,
+                        DType matrix_type, const std::string& name,
+                        const std::function<DType(const std::string&)>& type_for, int64_t file_type) {
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dv = c.lin_dv;
+  const int64_t r = Hv / Hk, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
+                CD = c.conv_dim();
+  const int64_t D = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
+  const VHeads vh = vheads(c);
+  const std::string arch = gguf_arch_name(c.family);
+  if (static_cast<int64_t>(vocab.tokens.size()) > V)
+    return make_error(path + ": the tokenizer has " + std::to_string(vocab.tokens.size()) +
+                      " tokens, more than vocab_size " + std::to_string(V));
+
+  std::vector<Out> outs;
+  // Rows [r0, r0 + n) of canonical weight `w`, mapped by `src` (file row -> weight row).
+  auto mat = [&](const std::string& gname, const std::string& w, int64_t rows, int64_t cols,
+                 std::function<int64_t(int64_t)> src, std::vector<int64_t> ne = {}) {
+    const WeightSource* s = &ws.get(w);
+    Out o;
+    o.name = gname;
+    o.rows = rows;
+    o.cols = cols;
+    o.ne = ne.empty() ? std::vector<int64_t>{cols, rows} : ne;
+    o.row = [s, src](int64_t i, float* out) { s->row_f32(src(i), out); };
+    outs.push_back(std::move(o));
+  };
+  auto vec = [&](const std::string& gname, const std::string& w, int64_t n,
+                 std::function<int64_t(int64_t)> src) {
+    const WeightSource* s = &ws.get(w);
+    Out o;
+    o.name = gname;
+    o.rows = 1;
+    o.cols = n;
+    o.ne = {n};
+    o.matrix = false;
+    o.row = [s, src, n](int64_t, float* out) {
+      std::vector<float> all(static_cast<size_t>(s->rows() * s->cols));
+      for (int64_t i = 0; i < s->rows(); ++i) s->row_f32(i, all.data() + i * s->cols);
+      for (int64_t i = 0; i < n; ++i) out[i] = all[src(i)];
+    };
+    outs.push_back(std::move(o));
+  };
+  auto id = [](int64_t i) { return i; };
+  auto plus = [](int64_t base) { return [base](int64_t i) { return base + i; }; };
+
+  mat("token_embd.weight", "embed", V, H, id);
+  vec("output_norm.weight", "final_norm", H, id);
+  if (!c.tie_word_embeddings) mat("output.weight", "lm_head", V, H, id);
+  // File head position t holds the model's head vh.head_at(t).
+  auto vrow = [&](int64_t base, int64_t per_head) {
+    return [base, per_head, vh](int64_t i) {
+      return base + vh.head_at(i / per_head) * per_head + i % per_head;
+    };
+  };
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string cp = "l" + std::to_string(il) + ".";
+    vec(p + "attn_norm.weight", cp + "in_norm", H, id);
+    vec(p + "post_attention_norm.weight", cp + "post_norm", H, id);
+    if (c.layer_kinds[il] == LayerKind::Linear) {
+      const std::string in = cp + "in_proj";  // rows [q; k; v (VD) ; z (VD) ; b (Hv) ; a (Hv)]
+      mat(p + "attn_qkv.weight", in, CD, H,
+          [=](int64_t i) { return i < 2 * KD ? i : vrow(2 * KD, dv)(i - 2 * KD); });
+      mat(p + "attn_gate.weight", in, VD, H, vrow(CD, dv));
+      if (c.family == Family::Qwen3Next) {
+        // Per key-head group [b (r) | a (r)].
+        mat(p + "ssm_ba.weight", in, 2 * Hv, H, [=](int64_t i) {
+          const int64_t gi = i / (2 * r), j = i % (2 * r);
+          return CD + VD + (j < r ? 0 : Hv) + gi * r + j % r;
+        });
+      } else {
+        mat(p + "ssm_beta.weight", in, Hv, H, vrow(CD + VD, 1));
+        mat(p + "ssm_alpha.weight", in, Hv, H, vrow(CD + VD + Hv, 1));
+      }
+      {
+        const WeightSource* s = &ws.get(cp + "conv");  // [CD, K]
+        Out o;
+        o.name = p + "ssm_conv1d.weight";
+        o.rows = CD;
+        o.cols = K;
+        o.ne = {K, CD};
+        o.matrix = false;
+        o.row = [s, KD, dv, vh](int64_t ch, float* out) {
+          s->row_f32(
+              ch < 2 * KD ? ch : 2 * KD + vh.head_at((ch - 2 * KD) / dv) * dv + (ch - 2 * KD) % dv,
+              out);
+        };
+        outs.push_back(std::move(o));
+      }
+      vec(p + "ssm_a", cp + "A", Hv, [vh](int64_t t) { return vh.head_at(t); });
+      vec(p + "ssm_dt.bias", cp + "dt_bias", Hv, [vh](int64_t t) { return vh.head_at(t); });
+      vec(p + "ssm_norm.weight", cp + "gnorm", dv, id);
+      {
+        const WeightSource* s =
+            &ws.get(cp + "out_proj");  // [H, VD], columns permuted to file order
+        Out o;
+        o.name = p + "ssm_out.weight";
+        o.rows = H;
+        o.cols = VD;
+        o.ne = {VD, H};
+        o.row = [s, VD, dv, vh](int64_t i, float* out) {
+          std::vector<float> tmp(static_cast<size_t>(VD));
+          s->row_f32(i, tmp.data());
+          for (int64_t j = 0; j < VD; ++j) out[j] = tmp[vh.head_at(j / dv) * dv + j % dv];
+        };
+        outs.push_back(std::move(o));
+      }
+    } else {
+      const std::string q = cp + "qkv";
+      mat(p + "attn_q.weight", q, nh * 2 * D, H, id);
+      mat(p + "attn_k.weight", q, nkv * D, H, plus(nh * 2 * D));
+      mat(p + "attn_v.weight", q, nkv * D, H, plus(nh * 2 * D + nkv * D));
+      vec(p + "attn_q_norm.weight", cp + "q_norm", D, id);
+      vec(p + "attn_k_norm.weight", cp + "k_norm", D, id);
+      mat(p + "attn_output.weight", cp + "o_proj", H, nh * D, id);
+    }
+    if (!c.layer_is_moe(il)) {
+      const int64_t I = c.intermediate_size;
+      mat(p + "ffn_gate.weight", cp + "gate_up", I, H, id);
+      mat(p + "ffn_up.weight", cp + "gate_up", I, H, plus(I));
+      mat(p + "ffn_down.weight", cp + "down", H, I, id);
+    } else {
+      const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
+                    Is = c.shared_expert_intermediate_size;
+      mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
+      // 3-D experts: file row i = expert i / n, row i % n of that expert.
+      auto experts = [&](const std::string& gname, const std::string& part, int64_t n, int64_t cols,
+                         int64_t r0) {
+        std::vector<const WeightSource*> src;
+        for (int64_t e = 0; e < E; ++e)
+          src.push_back(&ws.get(cp + "e" + std::to_string(e) + "." + part));
+        Out o;
+        o.name = gname;
+        o.rows = E * n;
+        o.cols = cols;
+        o.ne = {cols, n, E};
+        o.row = [src, n, r0](int64_t i, float* out) { src[i / n]->row_f32(r0 + i % n, out); };
+        outs.push_back(std::move(o));
+      };
+      experts(p + "ffn_gate_exps.weight", "gate_up", Im, H, 0);
+      experts(p + "ffn_up_exps.weight", "gate_up", Im, H, Im);
+      experts(p + "ffn_down_exps.weight", "down", H, Im, 0);
+      vec(p + "ffn_gate_inp_shexp.weight", cp + "sh.gate", H, id);
+      mat(p + "ffn_gate_shexp.weight", cp + "sh.gate_up", Is, H, id);
+      mat(p + "ffn_up_shexp.weight", cp + "sh.gate_up", Is, H, plus(Is));
+      mat(p + "ffn_down_shexp.weight", cp + "sh.down", H, Is, id);
+    }
+  }
+
+  // Metadata, in gguf-py's order: general.*, architecture keys, tokenizer.
+  std::vector<std::pair<std::string, GgufValue>> kv;
+  auto u32 = [&](const std::string& k, int64_t v) {
+    kv.emplace_back(k, GgufValue::u32(static_cast<uint32_t>(v)));
+  };
+  kv.emplace_back("general.architecture", GgufValue::string(arch));
+  kv.emplace_back("general.name", GgufValue::string(name));
+  const int64_t ftype = matrix_type == DType::F16    ? 1
+                        : matrix_type == DType::Q8_0 ? 7
+                        : matrix_type == DType::Q4_K ? 14
+                        : matrix_type == DType::Q6_K ? 18
+                        : matrix_type == DType::BF16 ? 32
+                                                     : 0;
+  u32("general.file_type", file_type >= 0 ? file_type : ftype);
+  if (dtype_is_quant(matrix_type)) u32("general.quantization_version", 2);
+  const std::string a = arch + ".";
+  u32(a + "context_length", c.max_position_embeddings);
+  u32(a + "embedding_length", H);
+  u32(a + "block_count", c.n_layer);
+  if (c.intermediate_size > 0) u32(a + "feed_forward_length", c.intermediate_size);
+  u32(a + "attention.head_count", nh);
+  u32(a + "attention.head_count_kv", nkv);
+  u32(a + "attention.key_length", D);
+  u32(a + "attention.value_length", D);
+  kv.emplace_back(a + "attention.layer_norm_rms_epsilon",
+                  GgufValue::f32(static_cast<float>(c.rms_norm_eps)));
+  kv.emplace_back(a + "rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
+  u32(a + "rope.dimension_count", c.rope_dim);
+  if (c.family != Family::Qwen3Next) {
+    const int64_t n = c.rope_dim / 2;  // text positions: the split does not change the result
+    kv.emplace_back(a + "rope.dimension_sections",
+                    GgufValue::array_i32({n / 3 + (n % 3 > 0), n / 3 + (n % 3 > 1), n / 3, 0}));
+  }
+  u32(a + "ssm.conv_kernel", K);
+  u32(a + "ssm.state_size", c.lin_dk);
+  u32(a + "ssm.group_count", Hk);
+  u32(a + "ssm.time_step_rank", Hv);
+  u32(a + "ssm.inner_size", VD);
+  {
+    int64_t interval = 0;  // the interval that reproduces layer_kinds, if any
+    for (int64_t n = 1; n <= c.n_layer && !interval; ++n) {
+      bool ok = true;
+      for (int64_t il = 0; il < c.n_layer; ++il)
+        ok = ok && (c.layer_kinds[il] == LayerKind::Full) == ((il + 1) % n == 0);
+      if (ok) interval = n;
+    }
+    if (interval > 0) {
+      u32(a + "full_attention_interval", interval);
+    } else {
+      std::vector<int64_t> flags;
+      for (auto k : c.layer_kinds) flags.push_back(k == LayerKind::Linear);
+      kv.emplace_back(a + "attention.recurrent_layers", GgufValue::array_bool(std::move(flags)));
+    }
+  }
+  if (c.n_expert > 0) {
+    u32(a + "expert_count", c.n_expert);
+    u32(a + "expert_used_count", c.n_expert_used);
+    u32(a + "expert_feed_forward_length", c.moe_intermediate_size);
+    u32(a + "expert_shared_feed_forward_length", c.shared_expert_intermediate_size);
+  }
+  std::vector<std::string> tokens = vocab.tokens;
+  std::vector<int64_t> types = vocab.token_type;
+  types.resize(tokens.size(), 1);
+  for (int64_t i = static_cast<int64_t>(tokens.size()); i < V;
+       ++i) {  // padding rows, as the HF converter
+    tokens.push_back("[PAD" + std::to_string(i) + "]");
+    types.push_back(5);  // UNUSED
+  }
+  kv.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
+  kv.emplace_back("tokenizer.ggml.pre", GgufValue::string(vocab.pre));
+  kv.emplace_back("tokenizer.ggml.tokens", GgufValue::array_string(std::move(tokens)));
+  kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array_i32(std::move(types)));
+  kv.emplace_back("tokenizer.ggml.merges", GgufValue::array_string(vocab.merges));
+  if (vocab.eos_id >= 0) u32("tokenizer.ggml.eos_token_id", vocab.eos_id);
+  if (vocab.pad_id >= 0) u32("tokenizer.ggml.padding_token_id", vocab.pad_id);
+  if (vocab.bos_id >= 0) u32("tokenizer.ggml.bos_token_id", vocab.bos_id);
+  kv.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(false));
+  if (!vocab.chat_template.empty())
+    kv.emplace_back("tokenizer.chat_template", GgufValue::string(vocab.chat_template));
+
+  std::vector<GgufTensorToWrite> tw;
+  for (auto& o : outs) {
+    const DType t = o.matrix ? gguf_matrix_type(type_for ? type_for(o.name) : matrix_type, o.cols) : DType::F32;
+    GgufTensorToWrite w;
+    w.name = o.name;
+    w.type = ggml_from_dtype(t);
+    w.ne = o.ne;
+    const Out* op = &o;
+    w.fill = [op, t](std::byte* dst, size_t nbytes) -> Status {
+      const size_t rb = dtype_row_bytes(t, op->cols);
+      REWIND_CHECK(rb * static_cast<size_t>(op->rows) == nbytes);
+      std::vector<float> row(static_cast<size_t>(op->cols));
+      for (int64_t i = 0; i < op->rows; ++i) {
+        op->row(i, row.data());
+        quantize_row(row.data(), t, op->cols, dst + static_cast<size_t>(i) * rb);
+      }
+      return Ok{};
+    };
+    tw.push_back(std::move(w));
+  }
+  return write_gguf(path, kv, tw);
+}
+
+}  // namespace rw

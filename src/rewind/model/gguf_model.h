@@ -1,0 +1,67 @@
+// llama.cpp's GGUF layout of the qwen35 / qwen35moe / qwen3next architectures: the model
+// configuration from GGUF metadata, the tensor-name map to rewind's canonical weights
+// (WeightSet::from_gguf, in gguf_model.cpp), and the writer that turns canonical weights back
+// into a GGUF file llama.cpp loads (names, keys, conventions, tokenizer keys).
+//
+// Conventions that differ from the HF layout (all handled here, nowhere else):
+//   * ne[0] is the contiguous axis, so a 2-D {in, out} tensor is HF's [out, in] row-major.
+//   * Zero-centred norms hold w + 1 (ssm_norm does not); ssm_a holds -exp(A_log). These are
+//     exactly rewind's canonical values, so they pass through unchanged.
+//   * qwen35 / qwen35moe files store the GDN value heads in "tiled" order when Hk != Hv (value
+//     head t reads key head t % Hk); rewind's canonical order is HF's "grouped" order (value
+//     head h reads key head h / (Hv/Hk)). qwen3next files keep the grouped order.
+//   * qwen3next stores beta/alpha fused as ssm_ba (per key-head group [beta(r) | alpha(r)]).
+//   * block_count includes the MTP layers (blk.N.nextn.* and that block's other tensors); they
+//     are listed as MTP tensors and not loaded.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "rewind/base/result.h"
+#include "rewind/io/gguf.h"
+#include "rewind/model/config.h"
+#include "rewind/model/weight_source.h"
+
+namespace rw {
+
+// "qwen35", "qwen35moe", "qwen3next".
+const char* gguf_arch_name(Family f);
+
+// Configuration from the metadata (`<arch>.*` keys, token_embd's shape for the vocab, the
+// presence of output.weight for tied embeddings). Errors name the file and key.
+Result<ModelConfig> config_from_gguf(const GgufFile& file);
+
+// Tokenizer parts for the writer (tokenizer.ggml.*): BPE "gpt2" model.
+struct GgufVocab {
+  std::vector<std::string> tokens;  // byte-level vocab texts, id order
+  std::vector<int64_t> token_type;  // 1 normal, 3 control (special), 4 user-defined
+  std::vector<std::string> merges;  // "a b", rank order
+  std::string pre = "qwen35";       // tokenizer.ggml.pre
+  std::string chat_template;        // empty: not written
+  int64_t eos_id = -1, pad_id = -1, bos_id = -1;
+};
+
+// Writes `ws` (canonical weights of `cfg`) as a GGUF file in llama.cpp's layout. Matrices are
+// stored as `matrix_type` (F32, F16, BF16, Q8_0, Q4_K, Q6_K); a matrix whose row length is not
+// a multiple of that type's block falls back to Q8_0 (if a multiple of 32) or F32, as
+// llama-quantize falls back. 1-D tensors, norms, ssm_conv1d, ssm_a and ssm_dt.bias are F32.
+// Streams one tensor at a time. `name` goes to general.name.
+// `type_for` (optional) picks a matrix's type by tensor name instead (the fallback still
+// applies); `file_type` overrides general.file_type (llama.cpp's LLAMA_FTYPE number).
+Status write_gguf_model(const std::string& path, const ModelConfig& cfg, const WeightSet& ws,
+                        const GgufVocab& vocab, DType matrix_type, const std::string& name,
+                        const std::function<DType(const std::string&)>& type_for = nullptr,
+                        int64_t file_type = -1);
+
+// llama-quantize's Q4_K_M mixture for `cfg`: Q6_K for output.weight and, in the layers its
+// use_more_bits rule picks (the first and last eighth and every third between), for attn_v
+// (counted over attention layers) and ffn_down*; Q4_K for every other matrix.
+std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& cfg);
+
+// The type a matrix of row length ne0 gets when `want` is asked for (the fallback above).
+DType gguf_matrix_type(DType want, int64_t ne0);
+
+}  // namespace rw

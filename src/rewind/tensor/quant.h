@@ -1,0 +1,273 @@
+// ggml's block-quantised weight formats Q8_0, Q4_K and Q6_K (ggml-common.h), with their exact
+// dequantisation and a reference quantiser (header-only).
+//
+// Dequantisation follows ggml's definition to the bit (dequantize_row_* in ggml-quants.c):
+//   Q8_0  w = d * q                       (d f16, q i8; the product is exact)
+//   Q4_K  w = (d * sc) * q - (dmin * m)   (sc, m 6-bit; both products are exact, one rounding)
+//   Q6_K  w = (d * sc) * q                (sc i8, q in [-32, 31]; d * sc exact, one rounding)
+// so any engine that follows ggml's definition sees the same weights.
+//
+// Quantisers: Q8_0 is ggml's reference (amax / 127, round to nearest). Q4_K and Q6_K follow the
+// reference's scheme (per-sub-block scale/min, 6-bit or 8-bit scales relative to an f16 super
+// scale, values re-quantised with the quantised scales) with a small search over the sub-block
+// scale instead of ggml's weighted RMSE search: valid files, slightly different bits from
+// llama-quantize.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "rewind/base/check.h"
+#include "rewind/tensor/dtype.h"
+
+namespace rw {
+
+constexpr int kQK8_0 = 32;
+constexpr int kQK_K = 256;
+
+struct BlockQ8_0 {
+  uint16_t d;  // f16
+  int8_t qs[kQK8_0];
+};
+struct BlockQ4_K {
+  uint16_t d;          // f16 super-block scale for the sub-block scales
+  uint16_t dmin;       // f16 super-block scale for the sub-block mins
+  uint8_t scales[12];  // 8 scales + 8 mins, 6 bits each
+  uint8_t qs[kQK_K / 2];
+};
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];  // low 4 bits
+  uint8_t qh[kQK_K / 4];  // high 2 bits
+  int8_t scales[kQK_K / 16];
+  uint16_t d;  // f16
+};
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+
+// Sub-block j (0..7) scale and min of a Q4_K block.
+inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Q6_K element e (0..255) of a block as a signed 6-bit value and its sub-block (0..15).
+inline int q6k_value(const BlockQ6_K& b, int e) {
+  const int half = e / 128, r = e % 128, l = r % 32, quarter = r / 32;
+  const uint8_t* ql = b.ql + 64 * half;
+  const uint8_t* qh = b.qh + 32 * half;
+  const int lo = quarter == 0   ? (ql[l] & 0xF)
+                 : quarter == 1 ? (ql[l + 32] & 0xF)
+                 : quarter == 2 ? (ql[l] >> 4)
+                                : (ql[l + 32] >> 4);
+  const int hi = (qh[l] >> (2 * quarter)) & 3;
+  return (lo | (hi << 4)) - 32;
+}
+
+inline void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float d = f16_to_f32(x[i].d);
+    for (int j = 0; j < kQK8_0; ++j) y[i * kQK8_0 + j] = static_cast<float>(x[i].qs[j]) * d;
+  }
+}
+
+inline void dequantize_row_q4_k(const BlockQ4_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_to_f32(x[i].d), dmin = f16_to_f32(x[i].dmin);
+    const uint8_t* q = x[i].qs;
+    for (int j = 0; j < 4; ++j) {  // 64 values: low nibbles of 32 bytes, then high nibbles
+      uint8_t sc, m;
+      q4k_scale_min(2 * j, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      q4k_scale_min(2 * j + 1, x[i].scales, &sc, &m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
+      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+      q += 32;
+    }
+  }
+}
+
+inline void dequantize_row_q6_k(const BlockQ6_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_to_f32(x[i].d);
+    for (int e = 0; e < kQK_K; ++e)
+      y[i * kQK_K + e] =
+          d * static_cast<float>(x[i].scales[e / 16]) * static_cast<float>(q6k_value(x[i], e));
+  }
+}
+
+// n elements of any float or quantised dtype to f32.
+inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) {
+  switch (t) {
+    case DType::Q8_0:
+      return dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
+    case DType::Q4_K:
+      return dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), dst, n);
+    case DType::Q6_K:
+      return dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n);
+    default:
+      convert_to_f32(src, t, static_cast<size_t>(n), dst);
+  }
+}
+
+// ---- quantisers ---------------------------------------------------------------------------
+
+inline int nearest_int(float x) {
+  return static_cast<int>(std::lrintf(x));
+}
+
+inline void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    float amax = 0;
+    for (int j = 0; j < kQK8_0; ++j) amax = std::max(amax, std::fabs(x[i * kQK8_0 + j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    for (int j = 0; j < kQK8_0; ++j)
+      y[i].qs[j] = static_cast<int8_t>(std::roundf(x[i * kQK8_0 + j] * id));
+  }
+}
+
+// Q4_K: per 32-value sub-block an unsigned 4-bit code with scale s and offset -min (min <= 0),
+// the scale chosen by a short search over nmax candidates minimising the squared error.
+inline void quantize_row_q4_k(const float* x, BlockQ4_K* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[8], mins[8];
+    for (int j = 0; j < 8; ++j) {
+      const float* v = xb + 32 * j;
+      float lo = v[0], hi = v[0];
+      for (int l = 1; l < 32; ++l) lo = std::min(lo, v[l]), hi = std::max(hi, v[l]);
+      lo = std::min(lo, 0.0f);
+      float best_s = (hi - lo) / 15.0f, best_err = INFINITY;
+      for (int step = 0; step <= 8 && hi > lo; ++step) {  // scales of (hi - lo) / (15 - ..)
+        const float s = (hi - lo) / (15.0f - 0.25f * static_cast<float>(step));
+        float err = 0;
+        for (int l = 0; l < 32; ++l) {
+          const int q = std::clamp(nearest_int((v[l] - lo) / s), 0, 15);
+          const float e = s * static_cast<float>(q) + lo - v[l];
+          err += e * e;
+        }
+        if (err < best_err) best_err = err, best_s = s;
+      }
+      scales[j] = hi > lo ? best_s : 0.0f;
+      mins[j] = -lo;
+    }
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j)
+      max_scale = std::max(max_scale, scales[j]), max_min = std::max(max_min, mins[j]);
+    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    uint8_t ls[8], lm[8];
+    for (int j = 0; j < 8; ++j) {
+      ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+      lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+    }
+    std::memset(y[i].scales, 0, sizeof y[i].scales);
+    for (int j = 0; j < 8; ++j) {
+      if (j < 4) {
+        y[i].scales[j] = ls[j];
+        y[i].scales[j + 4] = lm[j];
+      } else {
+        y[i].scales[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+        y[i].scales[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
+        y[i].scales[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
+      }
+    }
+    y[i].d = f32_to_f16(max_scale / 63.0f);
+    y[i].dmin = f32_to_f16(max_min / 63.0f);
+    // Re-quantise with the scales as they will be decoded.
+    const float d = f16_to_f32(y[i].d), dmin = f16_to_f32(y[i].dmin);
+    uint8_t L[kQK_K];
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      q4k_scale_min(j, y[i].scales, &sc, &m);
+      const float dd = d * sc, dm = dmin * m;
+      for (int l = 0; l < 32; ++l)
+        L[32 * j + l] = static_cast<uint8_t>(
+            dd != 0 ? std::clamp(nearest_int((xb[32 * j + l] + dm) / dd), 0, 15) : 0);
+    }
+    uint8_t* q = y[i].qs;
+    for (int j = 0; j < kQK_K; j += 64) {
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+      q += 32;
+    }
+  }
+}
+
+// Q6_K: per 16-value sub-block a signed scale that maps the value of largest magnitude to -32
+// (as ggml's make_qx_quants starts from), i8 sub-block scales relative to the f16 super scale.
+inline void quantize_row_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0, vmax = 0;
+      for (int l = 0; l < 16; ++l) {
+        const float v = xb[16 * j + l];
+        if (std::fabs(v) > amax) amax = std::fabs(v), vmax = v;
+      }
+      scales[j] = amax > 0 ? -vmax / 32.0f : 0.0f;
+      if (std::fabs(scales[j]) > max_abs_scale)
+        max_abs_scale = std::fabs(scales[j]), max_scale = scales[j];
+    }
+    std::memset(&y[i], 0, sizeof y[i]);
+    if (max_abs_scale == 0) continue;  // all zero: d = 0
+    const float iscale = -128.0f / max_scale;
+    y[i].d = f32_to_f16(1.0f / iscale);
+    for (int j = 0; j < 16; ++j)
+      y[i].scales[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[j])));
+    const float d = f16_to_f32(y[i].d);
+    uint8_t L[kQK_K];
+    for (int j = 0; j < 16; ++j) {
+      const float dd = d * static_cast<float>(y[i].scales[j]);
+      for (int l = 0; l < 16; ++l)
+        L[16 * j + l] = static_cast<uint8_t>(
+            (dd != 0 ? std::clamp(nearest_int(xb[16 * j + l] / dd), -32, 31) : 0) + 32);
+    }
+    for (int h = 0; h < 2; ++h) {
+      uint8_t* ql = y[i].ql + 64 * h;
+      uint8_t* qh = y[i].qh + 32 * h;
+      const uint8_t* Lh = L + 128 * h;
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t q1 = Lh[l], q2 = Lh[l + 32], q3 = Lh[l + 64], q4 = Lh[l + 96];
+        ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
+        ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
+        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) |
+                                     ((q4 >> 4) << 6));
+      }
+    }
+  }
+}
+
+// n f32 values to dtype t (F32, BF16, F16 or a quantised type); dst holds dtype_row_bytes(t, n).
+inline void quantize_row(const float* src, DType t, int64_t n, void* dst) {
+  switch (t) {
+    case DType::Q8_0:
+      return quantize_row_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
+    case DType::Q4_K:
+      return quantize_row_q4_k(src, static_cast<BlockQ4_K*>(dst), n);
+    case DType::Q6_K:
+      return quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n);
+    case DType::F32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * 4);
+      return;
+    case DType::BF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
+      return;
+    case DType::F16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = f32_to_f16(src[i]);
+      return;
+    default:
+      REWIND_CHECK_MSG(false, "quantize_row: unsupported dtype");
+  }
+}
+
+}  // namespace rw

@@ -1,0 +1,280 @@
+// Tests for model/gguf_model.h and tokenizer/gguf_vocab.h: a converted tiny model loads, and each
+// malformed variant (edited metadata or tensors of a valid file) fails with a one-line error
+// naming the file and the key or tensor; MTP blocks are listed, not loaded; the GGUF tokenizer
+// encodes like tokenizer.json and rejects malformed vocab metadata.
+#include "rewind/model/gguf_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include "rewind/io/gguf.h"
+#include "rewind/tokenizer/gguf_vocab.h"
+#include "test_util.h"
+
+namespace rw {
+namespace {
+
+// A scratch directory for this process, removed at exit.
+std::string work_dir() {
+  struct Dir {
+    std::string path = ::testing::TempDir() + "/rewind_gguf_model_" + std::to_string(::getpid());
+    Dir() { std::filesystem::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const Dir d;
+  return d.path;
+}
+
+// A tiny model as HF and as GGUF (`type`), made once per process.
+std::string made(const std::string& preset, const std::string& type,
+                 std::string* hf_out = nullptr) {
+  const std::string hf = work_dir() + "/" + preset;
+  const std::string path = work_dir() + "/" + preset + "_" + type + ".gguf";
+  int rc = 0;
+  if (!std::filesystem::exists(hf + "/config.json"))
+    test::run_command(
+        std::string(REWIND_BINARY) + " make-model --preset " + preset + " --out " + hf + " 2>&1",
+        &rc);
+  if (!std::filesystem::exists(path))
+    test::run_command(std::string(REWIND_BINARY) + " convert --in " + hf + " --out " + path +
+                          " --type " + type + " 2>&1",
+                      &rc);
+  if (hf_out) *hf_out = hf;
+  return path;
+}
+
+using Kv = std::vector<std::pair<std::string, GgufValue>>;
+struct T {
+  std::string name;
+  GgmlType type;
+  std::vector<int64_t> ne;
+  std::vector<std::byte> data;
+};
+
+// Copies a valid file with edits to its metadata and tensors; returns the new path.
+std::string rewrite(const std::string& src, const std::string& tag,
+                    const std::function<void(Kv&)>& kv_edit,
+                    const std::function<void(std::vector<T>&)>& t_edit = nullptr) {
+  auto g = GgufFile::open(src);
+  EXPECT_TRUE(g.ok()) << g.error_message();
+  Kv kv;
+  kv.emplace_back("general.architecture", *g->get("general.architecture"));
+  for (auto& [k, v] : g->metadata())
+    if (k != "general.architecture") kv.emplace_back(k, v);
+  std::vector<T> ts;
+  for (auto& t : g->tensors())
+    ts.push_back({t.name, t.type, t.ne, std::vector<std::byte>(t.data, t.data + t.nbytes)});
+  if (kv_edit) kv_edit(kv);
+  if (t_edit) t_edit(ts);
+  std::vector<GgufTensorToWrite> tw;
+  for (auto& t : ts) {
+    GgufTensorToWrite w;
+    w.name = t.name;
+    w.type = t.type;
+    w.ne = t.ne;
+    const T* tp = &t;
+    w.fill = [tp](std::byte* out, size_t n) -> Status {
+      std::memset(out, 0, n);
+      std::memcpy(out, tp->data.data(), std::min(n, tp->data.size()));
+      return Ok{};
+    };
+    tw.push_back(std::move(w));
+  }
+  const std::string path = work_dir() + "/edit_" + tag + ".gguf";
+  Status st = write_gguf(path, kv, tw);
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return path;
+}
+
+void set(Kv& kv, const std::string& k, GgufValue v) {
+  for (auto& [key, val] : kv)
+    if (key == k) {
+      val = std::move(v);
+      return;
+    }
+  kv.emplace_back(k, std::move(v));
+}
+void drop(Kv& kv, const std::string& k) {
+  std::erase_if(kv, [&](const auto& e) { return e.first == k; });
+}
+
+void expect_load_error(const std::string& path, const std::string& what) {
+  auto m = Model::load(path, LoadOptions{});
+  ASSERT_FALSE(m.ok()) << "expected: " << what;
+  const std::string msg = m.error_message();
+  EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_NE(msg.find(what), std::string::npos) << msg;
+}
+
+TEST(GgufModel, ConfigMatchesHf) {
+  std::string hf;
+  for (const char* preset : {"tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"}) {
+    const std::string path = made(preset, "f32", &hf);
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.ok()) << g.error_message();
+    auto c = config_from_gguf(g.value());
+    ASSERT_TRUE(c.ok()) << c.error_message();
+    auto h = load_model_config(hf + "/config.json");
+    ASSERT_TRUE(h.ok());
+    EXPECT_EQ(c->family, h->family);
+    EXPECT_EQ(c->vocab_size, h->vocab_size);
+    EXPECT_EQ(c->hidden_size, h->hidden_size);
+    EXPECT_EQ(c->n_layer, h->n_layer);
+    EXPECT_EQ(c->layer_kinds, h->layer_kinds);
+    EXPECT_EQ(c->rope_dim, h->rope_dim);
+    EXPECT_EQ(c->rope_theta, h->rope_theta);
+    EXPECT_EQ(c->lin_n_head_k, h->lin_n_head_k);
+    EXPECT_EQ(c->lin_n_head_v, h->lin_n_head_v);
+    EXPECT_EQ(c->lin_dv, h->lin_dv);
+    EXPECT_EQ(c->n_expert, h->n_expert);
+    EXPECT_EQ(c->moe_intermediate_size, h->moe_intermediate_size);
+    EXPECT_EQ(c->tie_word_embeddings, h->tie_word_embeddings);
+    EXPECT_EQ(static_cast<float>(c->rms_norm_eps), static_cast<float>(h->rms_norm_eps));
+    EXPECT_EQ(g->get_string("general.architecture").value(), gguf_arch_name(h->family));
+  }
+}
+
+TEST(GgufModel, MetadataErrors) {
+  const std::string src = made("tiny", "f32");
+  expect_load_error(
+      rewrite(src, "arch",
+              [](Kv& kv) { set(kv, "general.architecture", GgufValue::string("llama")); }),
+      "architecture 'llama' is not supported");
+  expect_load_error(rewrite(src, "nokey", [](Kv& kv) { drop(kv, "qwen35.ssm.group_count"); }),
+                    "missing key 'qwen35.ssm.group_count'");
+  expect_load_error(
+      rewrite(src, "type", [](Kv& kv) { set(kv, "qwen35.block_count", GgufValue::string("4")); }),
+      "key 'qwen35.block_count' must be an integer (got string)");
+  expect_load_error(
+      rewrite(src, "range",
+              [](Kv& kv) { set(kv, "qwen35.attention.head_count_kv", GgufValue::u32(0)); }),
+      "'qwen35.attention.head_count_kv' = 0 is out of range");
+  expect_load_error(
+      rewrite(src, "heads",
+              [](Kv& kv) { set(kv, "qwen35.ssm.time_step_rank", GgufValue::u32(3)); }),
+      "must be a multiple of 'ssm.group_count'");
+  expect_load_error(
+      rewrite(src, "recur",
+              [](Kv& kv) {
+                set(kv, "qwen35.attention.recurrent_layers", GgufValue::array_bool({1, 0}));
+              }),
+      "has 2 entries but block_count is 4");
+  expect_load_error(
+      rewrite(
+          src, "eps",
+          [](Kv& kv) { set(kv, "qwen35.attention.layer_norm_rms_epsilon", GgufValue::f32(-1)); }),
+      "layer_norm_rms_epsilon' must be positive");
+}
+
+TEST(GgufModel, TensorErrors) {
+  const std::string src = made("tiny", "f32");
+  expect_load_error(rewrite(src, "missing", nullptr,
+                            [](std::vector<T>& ts) {
+                              std::erase_if(ts, [](const T& t) { return t.name == "blk.1.ssm_a"; });
+                            }),
+                    "missing tensor 'blk.1.ssm_a'");
+  expect_load_error(
+      rewrite(src, "shape", nullptr,
+              [](std::vector<T>& ts) {
+                for (auto& t : ts)
+                  if (t.name == "blk.0.attn_gate.weight") std::swap(t.ne[0], t.ne[1]);
+              }),
+      "tensor 'blk.0.attn_gate.weight': shape [64, 32] (ne reversed), expected [32, 64]");
+  const std::string q = made("qwen3.5-tiny-256", "f32");
+  expect_load_error(rewrite(q, "q5k", nullptr,
+                            [](std::vector<T>& ts) {
+                              for (auto& t : ts)
+                                if (t.name == "blk.0.ffn_up.weight") t.type = GgmlType::Q5_K;
+                            }),
+                    "tensor 'blk.0.ffn_up.weight': type Q5_K is not supported for weights");
+}
+
+TEST(GgufModel, MtpBlocksAreListedNotLoaded) {
+  const std::string src = made("tiny", "f32");
+  const std::string path = rewrite(
+      src, "mtp",
+      [](Kv& kv) {
+        set(kv, "qwen35.block_count", GgufValue::u32(5));
+        set(kv, "qwen35.nextn_predict_layers", GgufValue::u32(1));
+      },
+      [](std::vector<T>& ts) {
+        ts.push_back({"blk.4.nextn.eh_proj.weight",
+                      GgmlType::F32,
+                      {128, 64},
+                      std::vector<std::byte>(128 * 64 * 4)});
+        ts.push_back(
+            {"blk.4.attn_norm.weight", GgmlType::F32, {64}, std::vector<std::byte>(64 * 4)});
+      });
+  auto m = Model::load(path, LoadOptions{});
+  ASSERT_TRUE(m.ok()) << m.error_message();
+  EXPECT_EQ(m.value()->config().n_layer, 4);
+  EXPECT_EQ(m.value()->config().mtp_num_hidden_layers, 1);
+  EXPECT_EQ(m.value()->weights().mtp_tensor_names(),
+            (std::vector<std::string>{"blk.4.nextn.eh_proj.weight", "blk.4.attn_norm.weight"}));
+}
+
+TEST(GgufVocab, EncodesLikeTokenizerJson) {
+  std::string hf;
+  const std::string path = made("tiny", "f32", &hf);
+  auto g = GgufFile::open(path);
+  ASSERT_TRUE(g.ok());
+  auto a = Tokenizer::load(hf + "/tokenizer.json");
+  auto b = tokenizer_from_gguf(g.value());
+  ASSERT_TRUE(a.ok() && b.ok()) << b.error_message();
+  const std::string text =
+      "Hello, world! <|im_start|>user\nIt's 2024: naïve café x\xcc\x81y.<|im_end|>";
+  EXPECT_EQ(a->encode(text), b->encode(text));
+  EXPECT_EQ(b->decode(b->encode(text)), text);
+  EXPECT_EQ(a->token_id("<|im_end|>"), b->token_id("<|im_end|>"));
+  EXPECT_TRUE(b->is_special(b->token_id("<|im_end|>")));
+  auto tmpl = chat_template_from_gguf(g.value());
+  ASSERT_TRUE(tmpl.ok());
+  EXPECT_NE(tmpl->find("im_start"), std::string::npos);
+  EXPECT_EQ(gguf_pre_name(a.value()).value(), "qwen35");
+}
+
+TEST(GgufVocab, MalformedVocab) {
+  const std::string src = made("tiny", "f32");
+  auto err = [&](const std::string& tag, const std::function<void(Kv&)>& edit,
+                 const std::string& what) {
+    const std::string path = rewrite(src, "tok_" + tag, edit);
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.ok());
+    auto t = tokenizer_from_gguf(g.value());
+    ASSERT_FALSE(t.ok()) << what;
+    EXPECT_EQ(t.error_message().rfind(path + ": ", 0), 0u) << t.error_message();
+    EXPECT_NE(t.error_message().find(what), std::string::npos) << t.error_message();
+  };
+  err(
+      "model", [](Kv& kv) { set(kv, "tokenizer.ggml.model", GgufValue::string("llama")); },
+      "only 'gpt2'");
+  err(
+      "pre", [](Kv& kv) { set(kv, "tokenizer.ggml.pre", GgufValue::string("falcon")); },
+      "'falcon': supported are");
+  err(
+      "nomerges", [](Kv& kv) { drop(kv, "tokenizer.ggml.merges"); },
+      "missing key 'tokenizer.ggml.merges'");
+  err(
+      "merge", [](Kv& kv) { set(kv, "tokenizer.ggml.merges", GgufValue::array_string({"ab"})); },
+      "entry 0 is not two tokens");
+  err(
+      "types",
+      [](Kv& kv) {
+        set(kv, "tokenizer.ggml.token_type", GgufValue::array_i32({1, 1}));
+      },
+      "has 2 entries but 'tokenizer.ggml.tokens' has");
+  err(
+      "tokens", [](Kv& kv) { set(kv, "tokenizer.ggml.tokens", GgufValue::u32(1)); },
+      "must be an array of strings");
+}
+
+}  // namespace
+}  // namespace rw

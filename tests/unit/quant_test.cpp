@@ -1,0 +1,248 @@
+// Tests of tensor/quant.h (ggml's Q8_0 / Q4_K / Q6_K blocks) and the quantised matmul stores:
+// known-answer dequantisation of hand-built blocks, quantise -> dequantise error bounds, and the
+// exactness contract: a quantised PackedMatrix gives the same bits as the F32 matrix of its
+// dequantised values, for every M, thread count and SIMD path; with a k permutation, the same
+// bits as the F32 matmul on the gathered input.
+#include "rewind/tensor/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "rewind/base/thread_pool.h"
+#include "rewind/kernels/matmul.h"
+
+namespace rw {
+namespace {
+
+struct IsaGuard {
+  ~IsaGuard() { matmul_force_isa("auto"); }
+};
+
+std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<std::byte> quantize(const std::vector<float>& x, DType t, int64_t rows, int64_t k) {
+  std::vector<std::byte> q(dtype_row_bytes(t, k) * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    quantize_row(x.data() + r * k, t, k, q.data() + r * dtype_row_bytes(t, k));
+  return q;
+}
+
+std::vector<float> dequantize(const std::vector<std::byte>& q, DType t, int64_t rows, int64_t k) {
+  std::vector<float> y(static_cast<size_t>(rows * k));
+  for (int64_t r = 0; r < rows; ++r)
+    convert_row_to_f32(q.data() + r * dtype_row_bytes(t, k), t, k, y.data() + r * k);
+  return y;
+}
+
+TEST(Quant, Q8_0KnownAnswer) {
+  BlockQ8_0 b;
+  b.d = 0x3800;  // f16 0.5
+  for (int j = 0; j < 32; ++j) b.qs[j] = static_cast<int8_t>(j - 16);
+  float y[32];
+  dequantize_row_q8_0(&b, y, 32);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.5f * static_cast<float>(j - 16));
+}
+
+TEST(Quant, Q4_KKnownAnswer) {
+  // Sub-block j: scale j + 1 + 40 * (j >= 6), min 2 j (6-bit values spread over the 12 bytes
+  // as ggml packs them), value code (e * 7) % 16 for element e.
+  uint8_t sc[8], mn[8];
+  for (int j = 0; j < 8; ++j)
+    sc[j] = static_cast<uint8_t>(j + 1 + (j >= 6 ? 40 : 0)),
+    mn[j] = static_cast<uint8_t>(2 * j + (j == 7 ? 49 : 0));
+  BlockQ4_K b{};
+  b.d = 0x3C00;     // 1.0
+  b.dmin = 0x3800;  // 0.5
+  for (int j = 0; j < 4; ++j) {
+    b.scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    b.scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    b.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+  auto code = [](int e) { return (e * 7) % 16; };
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l)
+      b.qs[32 * c + l] = static_cast<uint8_t>(code(64 * c + l) | (code(64 * c + 32 + l) << 4));
+  float y[256];
+  dequantize_row_q4_k(&b, y, 256);
+  for (int e = 0; e < 256; ++e)
+    EXPECT_EQ(y[e], static_cast<float>(sc[e / 32]) * static_cast<float>(code(e)) -
+                        0.5f * static_cast<float>(mn[e / 32]))
+        << e;
+}
+
+TEST(Quant, Q6_KKnownAnswer) {
+  BlockQ6_K b{};
+  b.d = 0x3400;  // 0.25
+  for (int s = 0; s < 16; ++s) b.scales[s] = static_cast<int8_t>(s - 8);
+  auto code = [](int e) { return (e * 13) % 64; };  // stored 0..63, value code - 32
+  for (int h = 0; h < 2; ++h)
+    for (int l = 0; l < 32; ++l) {
+      const int q1 = code(128 * h + l), q2 = code(128 * h + l + 32), q3 = code(128 * h + l + 64),
+                q4 = code(128 * h + l + 96);
+      b.ql[64 * h + l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
+      b.ql[64 * h + l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
+      b.qh[32 * h + l] =
+          static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+    }
+  float y[256];
+  dequantize_row_q6_k(&b, y, 256);
+  for (int e = 0; e < 256; ++e)
+    EXPECT_EQ(y[e], 0.25f * static_cast<float>(e / 16 - 8) * static_cast<float>(code(e) - 32)) << e;
+}
+
+// Relative RMS error of quantise -> dequantise on Gaussian rows: within what each format's bits
+// allow (and far below what a layout mistake would give, which is O(1)).
+TEST(Quant, RoundTripError) {
+  const int64_t rows = 8, k = 1024;
+  const auto x = randn(static_cast<size_t>(rows * k), 1);
+  const std::pair<DType, double> cases[] = {
+      {DType::Q8_0, 0.01}, {DType::Q6_K, 0.03}, {DType::Q4_K, 0.12}};
+  for (auto [t, bound] : cases) {
+    const auto y = dequantize(quantize(x, t, rows, k), t, rows, k);
+    double se = 0, ss = 0;
+    for (size_t i = 0; i < x.size(); ++i) se += (x[i] - y[i]) * (x[i] - y[i]), ss += x[i] * x[i];
+    const double rel = std::sqrt(se / ss);
+    EXPECT_LT(rel, bound) << dtype_name(t);
+    EXPECT_GT(rel, bound / 50) << dtype_name(
+        t);  // it is lossy: values really went through the format
+  }
+}
+
+TEST(Quant, ZeroRowsStayZero) {
+  std::vector<float> x(256, 0.0f);
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const auto y = dequantize(quantize(x, t, 1, 256), t, 1, 256);
+    for (float v : y) EXPECT_EQ(v, 0.0f) << dtype_name(t);
+  }
+}
+
+// The quantised matmul equals, bit for bit, the F32 matmul of the dequantised weights.
+TEST(QuantMatmul, EqualsF32OfDequantised) {
+  IsaGuard guard;
+  ThreadPool pool(2);
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    for (int64_t n : {1, 16, 37, 100}) {
+      const int64_t k = t == DType::Q8_0 ? 96 : 512;
+      const auto w = randn(static_cast<size_t>(n * k), 7 + static_cast<uint32_t>(n));
+      const auto q = quantize(w, t, n, k);
+      const auto wf = dequantize(q, t, n, k);
+      PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
+      PackedMatrix pf = PackedMatrix::pack(wf.data(), DType::F32, n, k, DType::F32);
+      const int64_t panel_block = t == DType::Q8_0 ? 544 : t == DType::Q4_K ? 2368 : 4384;
+      EXPECT_EQ(pq.bytes(),
+                static_cast<size_t>((n + 15) / 16 * (k / dtype_block_elems(t)) * panel_block));
+      for (int64_t r = 0; r < n; r += 7)
+        for (int64_t c = 0; c < k; c += 13) ASSERT_EQ(pq.at(r, c), wf[r * k + c]);
+      for (int64_t m : {1, 2, 5, 33}) {
+        const auto x = randn(static_cast<size_t>(m * k), 99 + static_cast<uint32_t>(m));
+        std::vector<float> yf(static_cast<size_t>(m * n)), yq(yf.size()),
+            y1(static_cast<size_t>(n));
+        matmul(x.data(), m, k, pf, yf.data(), n, nullptr);
+        for (const char* isa : {"avx512", "avx2", "scalar"}) {
+          if (!matmul_force_isa(isa)) continue;
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::fill(yq.begin(), yq.end(), -1.0f);
+            matmul(x.data(), m, k, pq, yq.data(), n, p);
+            ASSERT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0)
+                << dtype_name(t) << " n=" << n << " m=" << m << " " << isa;
+          }
+          // Row 0 alone (decode) gives the same bits as inside the batch.
+          matmul(x.data(), 1, k, pq, y1.data(), n, &pool);
+          ASSERT_EQ(std::memcmp(y1.data(), yq.data(), y1.size() * 4), 0);
+        }
+        matmul_force_isa("auto");
+      }
+    }
+  }
+}
+
+TEST(QuantMatmul, KPermutationGathersInput) {
+  const int64_t n = 20, k = 512;
+  const DType t = DType::Q4_K;
+  const auto w = randn(static_cast<size_t>(n * k), 3);
+  const auto q = quantize(w, t, n, k);
+  const auto wf = dequantize(q, t, n, k);
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j)
+    perm[j] = static_cast<int32_t>((j * 37) % k);  // 37 is odd: a permutation
+  PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t);
+  pq.set_k_perm(perm);
+  PackedMatrix pf = PackedMatrix::pack(wf.data(), DType::F32, n, k, DType::F32);
+  for (int64_t m : {1, 9}) {
+    const auto x = randn(static_cast<size_t>(m * k), 5);
+    std::vector<float> xg(x.size());
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j) xg[r * k + j] = x[r * k + perm[j]];
+    std::vector<float> yq(static_cast<size_t>(m * n)), yf(yq.size()), yn(yq.size());
+    matmul(x.data(), m, k, pq, yq.data(), n, nullptr);
+    matmul(xg.data(), m, k, pf, yf.data(), n, nullptr);
+    EXPECT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0);
+    // at() is in the logical (unpermuted) order: the naive reference agrees closely.
+    matmul_naive(x.data(), m, k, pq, yn.data(), n);
+    for (size_t i = 0; i < yq.size(); ++i)
+      EXPECT_NEAR(yq[i], yn[i], 1e-3f * (1 + std::fabs(yn[i])));
+  }
+}
+
+// A stack of parts in different stores equals the F32 matrix of all its rows, for every M; with
+// a k permutation on the stack, the F32 matmul on the gathered input.
+TEST(QuantMatmul, StackOfStores) {
+  const int64_t k = 512;
+  const std::pair<DType, int64_t> parts[] = {
+      {DType::Q4_K, 20}, {DType::Q6_K, 9}, {DType::F32, 17}, {DType::Q8_0, 16}};
+  std::vector<PackedMatrix> packed;
+  std::vector<float> all;  // [rows, k] the values every part holds
+  uint32_t seed = 40;
+  for (auto [t, n] : parts) {
+    const auto w = randn(static_cast<size_t>(n * k), ++seed);
+    if (t == DType::F32) {
+      packed.push_back(PackedMatrix::pack(w.data(), DType::F32, n, k, DType::F32));
+      all.insert(all.end(), w.begin(), w.end());
+    } else {
+      const auto q = quantize(w, t, n, k);
+      packed.push_back(PackedMatrix::pack(q.data(), t, n, k, t));
+      const auto d = dequantize(q, t, n, k);
+      all.insert(all.end(), d.begin(), d.end());
+    }
+  }
+  size_t bytes = 0;
+  for (auto& p : packed) bytes += p.bytes();
+  PackedMatrix st = PackedMatrix::stack(std::move(packed));
+  const int64_t n = static_cast<int64_t>(all.size()) / k;
+  ASSERT_EQ(st.n(), n);
+  EXPECT_EQ(st.bytes(), bytes);
+  for (int64_t r = 0; r < n; r += 5) EXPECT_EQ(st.at(r, 77), all[r * k + 77]);
+  PackedMatrix pf = PackedMatrix::pack(all.data(), DType::F32, n, k, DType::F32);
+  ThreadPool pool(2);
+  for (int64_t m : {1, 2, 3, 20}) {
+    const auto x = randn(static_cast<size_t>(m * k), 9);
+    std::vector<float> ys(static_cast<size_t>(m * n)), yf(ys.size());
+    matmul(x.data(), m, k, st, ys.data(), n, &pool);
+    matmul(x.data(), m, k, pf, yf.data(), n, nullptr);
+    EXPECT_EQ(std::memcmp(ys.data(), yf.data(), ys.size() * 4), 0) << m;
+  }
+  std::vector<int32_t> perm(static_cast<size_t>(k));
+  for (int64_t j = 0; j < k; ++j) perm[j] = static_cast<int32_t>((j * 101) % k);
+  st.set_k_perm(perm);
+  const auto x = randn(static_cast<size_t>(3 * k), 10);
+  std::vector<float> xg(x.size());
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t j = 0; j < k; ++j) xg[r * k + j] = x[r * k + perm[j]];
+  std::vector<float> ys(static_cast<size_t>(3 * n)), yf(ys.size());
+  matmul(x.data(), 3, k, st, ys.data(), n, &pool);
+  matmul(xg.data(), 3, k, pf, yf.data(), n, nullptr);
+  EXPECT_EQ(std::memcmp(ys.data(), yf.data(), ys.size() * 4), 0);
+}
+
+}  // namespace
+}  // namespace rw
