@@ -53,9 +53,9 @@ std::vector<float> all_logits(Model& m, const std::vector<int32_t>& tokens) {
   return logits;
 }
 
-class TrainedLogits : public ::testing::TestWithParam<std::string> {};
+class trained_logits : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(TrainedLogits, MatchTrainingScriptFp64Forward) {
+TEST_P(trained_logits, MatchTrainingScriptFp64Forward) {
   const auto exp = read_json(kjv_data() + "/" + GetParam() + "_golden.json");
   Model& m = test::cached_model(model_dir(GetParam()));
   const int64_t V = m.config().vocab_size;
@@ -87,10 +87,10 @@ TEST_P(TrainedLogits, MatchTrainingScriptFp64Forward) {
   std::printf("[ kjv-%s ] max |rewind - fp64 reference| = %.3g\n", GetParam().c_str(), worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TrainedLogits, ::testing::Values("target", "draft"),
+INSTANTIATE_TEST_SUITE_P(Models, trained_logits, ::testing::Values("target", "draft"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
-TEST(TrainedModel, TokenizerMatchesTrainingScript) {
+TEST(trained_model, TokenizerMatchesTrainingScript) {
   auto tok = Tokenizer::load(model_dir("target") + "/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.error_message();
   EXPECT_EQ(tok->vocab_size(), 4096);
@@ -104,14 +104,14 @@ TEST(TrainedModel, TokenizerMatchesTrainingScript) {
   }
 }
 
-TEST(TrainedModel, DraftAndTargetShareTheTokenizer) {
+TEST(trained_model, DraftAndTargetShareTheTokenizer) {
   EXPECT_EQ(read_file(model_dir("target") + "/tokenizer.json"),
             read_file(model_dir("draft") + "/tokenizer.json"));
   EXPECT_EQ(read_file(model_dir("target") + "/tokenizer_config.json"),
             read_file(model_dir("draft") + "/tokenizer_config.json"));
 }
 
-TEST(TrainedModel, ChatTemplateRendersLikeTheTrainingData) {
+TEST(trained_model, ChatTemplateRendersLikeTheTrainingData) {
   auto tmpl = ChatTemplate::load_dir(model_dir("target"));
   ASSERT_TRUE(tmpl.ok()) << tmpl.error_message();
   // ordered_json: the tools and arguments keep the key order the script wrote (and rendered).
@@ -142,7 +142,7 @@ TEST(TrainedModel, ChatTemplateRendersLikeTheTrainingData) {
   }
 }
 
-TEST(TrainedModel, GreedyTextIsEnglishWordsOfTheCorpus) {
+TEST(trained_model, GreedyTextIsEnglishWordsOfTheCorpus) {
   auto tok = Tokenizer::load(model_dir("target") + "/tokenizer.json");
   ASSERT_TRUE(tok.ok()) << tok.error_message();
   std::set<std::string> words;
