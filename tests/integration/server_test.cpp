@@ -93,10 +93,12 @@ const std::string& model_dir() {
 // A `rewind serve` child process.
 class Server {
  public:
-  static std::unique_ptr<Server> start(std::vector<std::string> extra) {
+  // model: a checkpoint directory; empty = the tiny random model.
+  static std::unique_ptr<Server> start(std::vector<std::string> extra, std::string model = "") {
     auto s = std::unique_ptr<Server>(new Server());
     s->log_ = tmp_path("server.log");
-    std::vector<std::string> args = {REWIND_BINARY, "serve", "--model",   model_dir(),
+    if (model.empty()) model = model_dir();
+    std::vector<std::string> args = {REWIND_BINARY, "serve", "--model",   model,
                                      "--port",      "0",     "--threads", "1"};
     for (auto& e : extra) args.push_back(e);
     const pid_t pid = fork();
@@ -890,6 +892,88 @@ TEST(ServerCache, EditedThirdUserMessageResumesAndMatchesFreshServer) {
   ASSERT_EQ(fresh.status, 200) << fresh.body;
   EXPECT_EQ(fresh.j()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
   EXPECT_EQ(fresh.j()["choices"], second.j()["choices"]);
+}
+
+// ---- tool calls from the trained model ----------------------------------------------------------
+
+// The built-in trained model (models/kjv-target) answers a verse lookup with a call of the
+// `lookup_verse` tool when the tool is offered (it was trained to; the arguments it picks are
+// not checked, only that they parse into the tool's typed fields).
+const json kLookupTool = json::parse(R"({
+  "type": "function",
+  "function": {
+    "name": "lookup_verse",
+    "description": "Look up one verse of the King James Bible by its reference.",
+    "parameters": {
+      "type": "object",
+      "properties": {
+        "book": {"type": "string", "description": "Book name, e.g. Genesis"},
+        "chapter": {"type": "integer", "description": "Chapter number"},
+        "verse": {"type": "integer", "description": "Verse number"}
+      },
+      "required": ["book", "chapter", "verse"]
+    }
+  }
+})");
+
+std::string trained_model_dir() { return test::data_dir() + "/../../models/kjv-target"; }
+
+void expect_lookup_call(const json& call) {
+  EXPECT_EQ(call["type"], "function") << call.dump();
+  EXPECT_EQ(call["function"]["name"], "lookup_verse") << call.dump();
+  EXPECT_TRUE(call["id"].is_string() && !call["id"].get<std::string>().empty()) << call.dump();
+  const json args = json::parse(call["function"]["arguments"].get<std::string>());
+  EXPECT_TRUE(args["book"].is_string()) << args.dump();
+  EXPECT_TRUE(args["chapter"].is_number_integer()) << args.dump();
+  EXPECT_TRUE(args["verse"].is_number_integer()) << args.dump();
+}
+
+TEST(ServerTools, TrainedModelCallsTheToolWholeAndStreamed) {
+  auto srv = Server::start({"--api-key", kKey}, trained_model_dir());
+  ASSERT_NE(srv, nullptr);
+  json body = json::parse(R"({"messages": [
+      {"role": "system", "content": "You are a helpful assistant."},
+      {"role": "user", "content": "Look up John 3:16."}], "max_tokens": 80, "temperature": 0})");
+  body["tools"] = json::array({kLookupTool});
+  const Http h = post(*srv, "/v1/chat/completions", body);
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json resp = h.j();
+  const json& choice = resp["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << h.body;
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << h.body;
+  expect_lookup_call(choice["message"]["tool_calls"][0]);
+  // The template's empty think block is not reported as reasoning.
+  EXPECT_FALSE(choice["message"].contains("reasoning_content")) << h.body;
+
+  json sb = body;
+  sb["stream"] = true;
+  const Http st = post(*srv, "/v1/chat/completions", sb);
+  ASSERT_EQ(st.status, 200);
+  json call;
+  std::string finish;
+  for (const std::string& d : sse_data(st.body)) {
+    if (d == "[DONE]") continue;
+    const json c = json::parse(d);
+    const json& delta = c["choices"][0]["delta"];
+    if (delta.contains("tool_calls")) call = delta["tool_calls"][0];
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_FALSE(call.is_null()) << st.body;
+  expect_lookup_call(call);
+  EXPECT_EQ(call["function"], choice["message"]["tool_calls"][0]["function"]);
+
+  // The same through the official openai npm client.
+  int rc = 0;
+  test::run_command("command -v node >/dev/null 2>&1", &rc);
+  if (rc != 0) GTEST_SKIP() << "node is not installed: the openai npm client test needs Node.js";
+  const std::string dir = test::data_dir() + "/../integration/openai_client";
+  const std::string out = test::run_command(
+      "cd " + dir + " && OPENAI_BASE_URL=" + srv->url() + "/v1 OPENAI_API_KEY=" + kKey +
+          " node tool_call_test.mjs 2>&1",
+      &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("ok: all"), std::string::npos) << out;
 }
 
 // ---- speculative decoding -----------------------------------------------------------------------

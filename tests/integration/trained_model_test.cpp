@@ -7,6 +7,7 @@
 // too (mtp_logits) for when rewind runs the MTP head.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -89,6 +90,58 @@ TEST_P(trained_logits, MatchTrainingScriptFp64Forward) {
 
 INSTANTIATE_TEST_SUITE_P(Models, trained_logits, ::testing::Values("target", "draft"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// The MTP head as rewind runs it (Model::mtp_draft after a forward over t_0..t_i: entry i pairs
+// h_i with t_{i+1}) against the training script's fp64 forward of the head. The script rotates
+// entry i at position i+1, rewind at i (as vLLM does); RoPE scores depend only on position
+// differences, so the two agree up to rounding.
+TEST(trained_model, MtpHeadMatchesTrainingScriptFp64Forward) {
+  const auto exp = read_json(kjv_data() + "/target_golden.json");
+  LoadOptions lo;
+  lo.mtp = true;
+  auto loaded = Model::load(model_dir("target"), lo);
+  ASSERT_TRUE(loaded.ok()) << loaded.error_message();
+  Model& m = **loaded;
+  ASSERT_TRUE(m.mtp_loaded());
+  const int64_t V = m.config().vocab_size;
+  double worst = 0;
+  int64_t checked = 0, argmax_checked = 0;
+  for (const auto& seq : exp["sequences"]) {
+    const auto tokens = seq["tokens"].get<std::vector<int32_t>>();
+    const auto want_pos = seq["mtp_positions"].get<std::vector<int64_t>>();
+    const auto amax = seq["mtp_argmax"].get<std::vector<int32_t>>();
+    const auto margin = seq["mtp_argmax_margin"].get<std::vector<double>>();
+    SequenceState st = m.new_state();
+    std::vector<float> logits, mlog;
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      SeqInput in{&st, std::span<const int32_t>(&tokens[i], 1), {}};
+      ASSERT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &logits, nullptr).ok());
+      MtpDraft d;
+      d.state = &st;
+      d.last = tokens[i + 1];
+      d.k = 1;
+      ASSERT_TRUE(m.mtp_draft(std::span<MtpDraft>(&d, 1), &mlog, nullptr).ok());
+      ASSERT_EQ(static_cast<int64_t>(mlog.size()), V);
+      if (std::find(want_pos.begin(), want_pos.end(), static_cast<int64_t>(i)) != want_pos.end()) {
+        const auto ref = seq["mtp_logits"][std::to_string(i)].get<std::vector<double>>();
+        for (int64_t v = 0; v < V; ++v) {
+          const double diff = std::abs(static_cast<double>(mlog[v]) - ref[v]);
+          worst = std::max(worst, diff);
+          ASSERT_LE(diff, 1e-4) << seq["name"] << " entry " << i << " token " << v;
+        }
+        ++checked;
+      }
+      if (margin[i] >= 1e-3) {
+        EXPECT_EQ(d.drafts[0], amax[i]) << seq["name"] << " entry " << i;
+        ++argmax_checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+  EXPECT_GT(argmax_checked, 100);
+  std::printf("[ kjv-target MTP ] max |rewind - fp64 reference| = %.3g over %lld entries\n", worst,
+              static_cast<long long>(checked));
+}
 
 TEST(trained_model, TokenizerMatchesTrainingScript) {
   auto tok = Tokenizer::load(model_dir("target") + "/tokenizer.json");

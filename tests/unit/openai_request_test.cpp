@@ -727,7 +727,7 @@ std::pair<std::string, std::string> split_reasoning(const std::string& text, siz
 TEST(ReasoningSplitter, SplitsThinkBlocksWhateverThePieceSize) {
   for (size_t step : {1, 2, 3, 5, 7, 100}) {
     EXPECT_EQ(split_reasoning("<think>\nLet me see.\n</think>\n\nThe answer is 4.", step, false),
-              std::make_pair(std::string("\nLet me see.\n"), std::string("The answer is 4.")))
+              std::make_pair(std::string("Let me see.\n"), std::string("The answer is 4.")))
         << step;
     // The generation prompt opened the block: the reply starts inside it.
     EXPECT_EQ(split_reasoning("Thinking...</think>\n\nDone <think> stays", step, true),
@@ -744,6 +744,13 @@ TEST(ReasoningSplitter, SplitsThinkBlocksWhateverThePieceSize) {
     // Unterminated: everything is reasoning; a partial end tag is given back at the end.
     EXPECT_EQ(split_reasoning("<think>still going </thi", step, false),
               std::make_pair(std::string("still going </thi"), std::string("")))
+        << step;
+    // An empty block (what a template writes when thinking is off) is no reasoning at all.
+    EXPECT_EQ(split_reasoning("<think>\n\n</think>\n\nHello", step, false),
+              std::make_pair(std::string(""), std::string("Hello")))
+        << step;
+    EXPECT_EQ(split_reasoning("<think>\n\n", step, false),
+              std::make_pair(std::string(""), std::string("")))
         << step;
     EXPECT_EQ(split_reasoning("  \n<think>a</think>b", step, false),
               std::make_pair(std::string("a"), std::string("b")))

@@ -322,6 +322,14 @@ ReasoningSplitter::Out ReasoningSplitter::push(std::string_view text) {
   }
   if (state_ == State::Reasoning) {
     o.reasoning = end_.push(text);
+    if (!reasoning_started_) {  // whitespace before the first word of reasoning is dropped
+      size_t i = 0;
+      while (i < o.reasoning.size() && (o.reasoning[i] == '\n' || o.reasoning[i] == '\r' ||
+                                        o.reasoning[i] == ' ' || o.reasoning[i] == '\t'))
+        ++i;
+      o.reasoning.erase(0, i);
+      reasoning_started_ = !o.reasoning.empty();
+    }
     if (end_.stopped()) {
       state_ = State::Content;
       strip_newlines_ = true;
@@ -336,7 +344,11 @@ ReasoningSplitter::Out ReasoningSplitter::push(std::string_view text) {
 ReasoningSplitter::Out ReasoningSplitter::finish() {
   Out o;
   if (state_ == State::Start) o.content = std::move(held_);
-  if (state_ == State::Reasoning) o.reasoning = end_.flush();
+  if (state_ == State::Reasoning) {
+    o.reasoning = end_.flush();
+    if (!reasoning_started_ && o.reasoning.find_first_not_of(" \t\r\n") == std::string::npos)
+      o.reasoning.clear();
+  }
   held_.clear();
   return o;
 }

@@ -103,8 +103,9 @@ class ToolCallSplitter {
 // streaming: message.reasoning_content / delta.reasoning_content as the reasoning parsers of
 // other OpenAI-compatible servers return it. The reply is reasoning when the prompt ended
 // inside an open <think> block (the template's generation prompt opened it) or when the reply
-// itself starts with <think> (after whitespace). The tags are dropped, and so are the newlines
-// that follow </think>. A partial tag is held back until it is decided; an unterminated block
+// itself starts with <think> (after whitespace). The tags are dropped, and so are the
+// whitespace that opens the reasoning and the newlines that follow </think> (an empty block,
+// "<think>\n\n</think>\n\n", gives no reasoning at all). A partial tag is held back until it is decided; an unterminated block
 // is all reasoning. Text with no tag at its start is all content, unchanged.
 class ReasoningSplitter {
  public:
@@ -121,6 +122,7 @@ class ReasoningSplitter {
   std::string held_;        // Start: undecided prefix
   StopMatcher end_;         // finds </think> in the reasoning
   bool strip_newlines_ = false;  // just after </think>
+  bool reasoning_started_ = false;  // a non-space character of reasoning was emitted
   void to_content(std::string_view text, Out* o);
 };
 
