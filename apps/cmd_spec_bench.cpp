@@ -12,7 +12,8 @@
 //              rejected round (one token per round, like plain, plus drafting + verification
 //              of k+1 tokens + restore and replay)
 // Prompt (--workload): "code" (a source file followed by the request to repeat it with one
-// change: n-gram lookup has something to find), "text" (the built-in English text).
+// change: n-gram lookup has something to find), "text" (the built-in English text), or
+// --prompt TEXT.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -57,15 +58,16 @@ struct Row {
 }  // namespace
 
 int cmd_spec_bench(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      {"--model", "--draft", "-n", "--draft-k", "--threads", "-t", "--weights", "--workload"},
-      {"--json", "--help", "--spec-fixed-k"});
+  auto args = Args::parse(argc, argv,
+                          {"--model", "--draft", "-n", "--draft-k", "--threads", "-t", "--weights",
+                           "--workload", "--prompt"},
+                          {"--json", "--help", "--spec-fixed-k"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind spec-bench --model DIR [--draft DIR] [-n 64] [--draft-k 4]\n"
-        "                         [--workload code|text] [--threads N] [--weights auto|f32|bf16]\n"
+        "                         [--workload code|text] [--prompt TEXT] [--threads N]\n"
+        "                         [--weights auto|f32|bf16]\n"
         "                         [--spec-fixed-k] [--json]\n"
         "  Greedy decoding of one prompt, plain and with each drafter, side by side.\n");
     return 0;
@@ -98,8 +100,10 @@ int cmd_spec_bench(int argc, char** argv) {
     if (!d.ok()) return fail(d.error_message());
     draft = std::move(d).value();
   }
-  const std::string text =
-      workload == "code" ? code_prompt() : std::string(builtin_training_text().substr(0, 1500));
+  const std::string text = args->has("--prompt") ? args->str("--prompt")
+                           : workload == "code"
+                               ? code_prompt()
+                               : std::string(builtin_training_text().substr(0, 1500));
   std::vector<int32_t> prompt = tok->encode(text);
   if (prompt.empty()) return fail("the prompt encodes to no tokens");
 
@@ -241,9 +245,9 @@ int cmd_spec_bench(int argc, char** argv) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("model %s, %zu prompt tokens (%s), %lld generated greedy, k %lld%s, %lld threads\n",
-                dir.c_str(), np, workload.c_str(), static_cast<long long>(n_gen.value()),
-                static_cast<long long>(k.value()), base.adaptive ? " adaptive" : " fixed",
-                static_cast<long long>(th.value()));
+                dir.c_str(), np, args->has("--prompt") ? "--prompt" : workload.c_str(),
+                static_cast<long long>(n_gen.value()), static_cast<long long>(k.value()),
+                base.adaptive ? " adaptive" : " fixed", static_cast<long long>(th.value()));
     std::printf("%-12s %9s %8s %7s %8s %8s %7s %8s %9s\n", "method", "tok/s", "speedup", "rounds",
                 "drafted", "accepted", "accept", "replayed", "identical");
     for (const Row& r : rows)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the README's measured figures (not part of CI; takes several minutes and ~13 GB of
+# Reproduces the README's measured figures (not part of CI; takes several minutes and ~15 GB of
 # disk for the generated models under models/). Usage: scripts/bench.sh [threads]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,3 +25,16 @@ $bin cache-bench --model models/qwen3.5-0.8b-bf16 --workload shared-system -t "$
 $bin cache-bench --model models/qwen3.5-0.8b-bf16 --workload repeat --scale 0.5 -t "$t"
 echo "== server under load: 4 clients x (3 turns + 1 edit), cache on vs off (qwen3.5-mini shape)"
 python3 bench/load_bench.py --binary "$bin" --model models/qwen3.5-mini --clients 4 --turns 3 --max-tokens 16 --threads "$t"
+echo "== speculative decoding: the trained pair on held-out chapters (128 tokens, k 4)"
+for ref in "John 11:1-3" "Acts 7:1-3" "Joshua 1:1-3" "Proverbs 14:1-3"; do
+  if command -v bible >/dev/null; then
+    prompt="$(bible -f "$ref" | sed -E 's/^[^ ]+ //')"
+  else
+    echo "(bible-kjv-text is not installed: apt-get install bible-kjv-text for the held-out prompts)"
+    prompt="And it came to pass in those days,"
+  fi
+  $bin spec-bench --model models/kjv-target --draft models/kjv-draft --prompt "$prompt" -n 128 --draft-k 4 -t "$t"
+done
+echo "== speculative decoding: qwen3.5-0.8b shape (BF16), a noisy copy as the draft"
+[ -f models/qwen3.5-0.8b-bf16-noisy/model.safetensors ] || $bin make-model --from models/qwen3.5-0.8b-bf16 --noise 0.03 --seed 9 --out models/qwen3.5-0.8b-bf16-noisy
+$bin spec-bench --model models/qwen3.5-0.8b-bf16 --draft models/qwen3.5-0.8b-bf16-noisy -n 48 --draft-k 4 -t "$t"
