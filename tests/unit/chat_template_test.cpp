@@ -64,9 +64,9 @@ const Tokenizer& chat_tokenizer() {
   static const Tokenizer tok = [] {
     BpeTrainOptions opt;
     opt.n_merges = 800;
-    opt.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>",     "<think>",
-                          "</think>",      "<tool_call>",  "</tool_call>",   "<tool_response>",
-                          "</tool_response>"};
+    opt.special_tokens = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
+                          "<think>",       "</think>",        "<tool_call>",
+                          "</tool_call>",  "<tool_response>", "</tool_response>"};
     auto t = Tokenizer::from_json(train_bpe_tokenizer_json(builtin_training_text(), opt), "chat");
     EXPECT_TRUE(t.ok()) << t.error_message();
     return std::move(t).value();
@@ -184,7 +184,8 @@ TEST(ChatTemplate, ToolCallsRenderAndParseBack) {
       "<parameter=opts>\n{\"a\": [1, true, null]}\n</parameter>\n</function>\n</tool_call>"
       "<|im_end|>\n";
   ASSERT_GE(r.message_starts.size(), 3u);
-  const std::string turn = r.text.substr(r.message_starts[1], r.message_starts[2] - r.message_starts[1]);
+  const std::string turn =
+      r.text.substr(r.message_starts[1], r.message_starts[2] - r.message_starts[1]);
   EXPECT_EQ(turn, want_turn);
 
   // Parse the generated part (after "<think>...</think>\n\n") back.
@@ -343,8 +344,13 @@ TEST(ChatTemplate, Qwen3StyleTemplate) {
   a2.tool_calls = {call("c1", "get_weather", R"({"city": "Zürich", "days": 2})")};
   ChatMessage a3 = msg("assistant", "Sunny.");
   a3.reasoning_content = "\nr3\n";
-  const std::vector<ChatMessage> m = {msg("system", "S"), msg("user", "q1"), a1,
-                                      msg("user", "q2"), a2, msg("tool", "{\"t\": 20}"), a3};
+  const std::vector<ChatMessage> m = {msg("system", "S"),
+                                      msg("user", "q1"),
+                                      a1,
+                                      msg("user", "q2"),
+                                      a2,
+                                      msg("tool", "{\"t\": 20}"),
+                                      a3};
   ChatRenderOptions o = thinking(0);
   o.tools_ordered = ojson::parse(R"([{"type": "function", "function": {"name": "get_weather"}}])");
   const RenderedChat r = render_ok(*t, m, o);
@@ -478,9 +484,10 @@ TEST(Jinja, WhitespaceControl) {
 }
 
 TEST(Jinja, ErrorsHaveLineAndColumn) {
-  EXPECT_EQ(jinja("ok\n  {% if x %}open"), "ERROR: line 2, column 3: unclosed '{% if %}' "
-                                            "(expected '{% elif %}' or '{% else %}' or "
-                                            "'{% endif %}')");
+  EXPECT_EQ(jinja("ok\n  {% if x %}open"),
+            "ERROR: line 2, column 3: unclosed '{% if %}' "
+            "(expected '{% elif %}' or '{% else %}' or "
+            "'{% endif %}')");
   EXPECT_EQ(jinja("{{ x | nope }}"), "ERROR: line 1, column 8: no filter named 'nope'");
   EXPECT_EQ(jinja("{{ x is nope }}"), "ERROR: line 1, column 9: no test named 'nope'");
   EXPECT_EQ(jinja("a\n{{ 'abc }}"), "ERROR: line 2, column 4: unterminated string literal");
@@ -514,8 +521,9 @@ TEST(Jinja, LimitsStopRunawayTemplates) {
             std::string::npos);
   EXPECT_NE(jinja("{% for i in range(100000000) %}{% endfor %}").find("exceeds the loop limit"),
             std::string::npos);
-  EXPECT_NE(jinja("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("recursion deeper"),
-            std::string::npos);
+  EXPECT_NE(
+      jinja("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("recursion deeper"),
+      std::string::npos);
   EXPECT_NE(jinja("{% set ns = namespace(s='x') %}{% for i in range(64) %}"
                   "{% set ns.s = ns.s ~ ns.s %}{% endfor %}")
                 .find("string longer than the limit"),
@@ -532,8 +540,9 @@ TEST(Jinja, LimitsStopRunawayTemplates) {
                 .find("step limit"),
             std::string::npos);
   // A namespace that contains itself cannot be printed.
-  EXPECT_NE(jinja("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}").find("nested too deeply"),
-            std::string::npos);
+  EXPECT_NE(
+      jinja("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}").find("nested too deeply"),
+      std::string::npos);
   // Parse-time nesting limits.
   EXPECT_NE(jinja("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}")
                 .find("nested too deeply"),
@@ -543,7 +552,8 @@ TEST(Jinja, LimitsStopRunawayTemplates) {
   EXPECT_NE(jinja(chain + " }}").find("too deeply nested"), std::string::npos);
 }
 
-// ---- tokenize_chat -------------------------------------------------------------------------------
+// ---- tokenize_chat
+// -------------------------------------------------------------------------------
 
 TEST(ChatTemplate, TokenizeChatBoundariesAreTokenCountsOfPrefixes) {
   const Tokenizer& tok = chat_tokenizer();
@@ -583,7 +593,8 @@ TEST(ChatTemplate, TokenizeChatBoundariesAreTokenCountsOfPrefixes) {
   EXPECT_EQ(anchor, -1);
 }
 
-// ---- parse_tool_calls ----------------------------------------------------------------------------
+// ---- parse_tool_calls
+// ----------------------------------------------------------------------------
 
 TEST(ParseToolCalls, XmlForm) {
   const std::string text =
@@ -645,9 +656,9 @@ TEST(ParseToolCalls, ToleratesLooseXml) {
 TEST(ParseToolCalls, MalformedBlocksStayInContent) {
   const std::vector<std::string> junk = {
       "<tool_call>\nnot json at all\n</tool_call>",
-      "<tool_call>\n{\"arguments\": {}}\n</tool_call>",           // no name
+      "<tool_call>\n{\"arguments\": {}}\n</tool_call>",  // no name
       "<tool_call>\n{\"name\": \"f\", \"arguments\": 5}\n</tool_call>",
-      "<tool_call>\n<function=>\n</function>\n</tool_call>",       // empty name
+      "<tool_call>\n<function=>\n</function>\n</tool_call>",  // empty name
       "<tool_call>\n<function=f>\ngarbage\n</function>\n</tool_call>",
       "<tool_call>\n<function=f>\n</function>\nextra\n</tool_call>",
       "<tool_call>\n<function=f\n</tool_call>",
@@ -676,10 +687,12 @@ TEST(ParseToolCalls, MalformedBlocksStayInContent) {
   EXPECT_EQ(content, "<tool_call> x");
 }
 
-// ---- parse_json_ordered --------------------------------------------------------------------------
+// ---- parse_json_ordered
+// --------------------------------------------------------------------------
 
 TEST(ParseJsonOrdered, KeepsOrderAndPythonDuplicates) {
-  auto j = parse_json_ordered(R"({"z": 1, "a": {"y": [1, {"q": null}], "b": 2.5}, "z2": "s", "z": 3})");
+  auto j =
+      parse_json_ordered(R"({"z": 1, "a": {"y": [1, {"q": null}], "b": 2.5}, "z2": "s", "z": 3})");
   ASSERT_TRUE(j.ok()) << j.error_message();
   EXPECT_EQ(j->dump(), R"({"z":3,"a":{"y":[1,{"q":null}],"b":2.5},"z2":"s"})");
   EXPECT_EQ(parse_json_ordered("[]")->dump(), "[]");
@@ -692,7 +705,8 @@ TEST(ParseJsonOrdered, KeepsOrderAndPythonDuplicates) {
   EXPECT_NE(deep.error_message().find("nested deeper than 256"), std::string::npos);
   // Linear in the keys: a 200k-key object (about half a minute with ordered_json::parse).
   std::string big = "{";
-  for (int i = 0; i < 200000; ++i) big += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+  for (int i = 0; i < 200000; ++i)
+    big += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
   big += "}";
   auto b = parse_json_ordered(big);
   ASSERT_TRUE(b.ok());
@@ -719,8 +733,9 @@ class LoadDir : public ::testing::Test {
 };
 
 TEST_F(LoadDir, FromTokenizerConfig) {
-  write("tokenizer_config.json",
-        R"({"chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}",
+  write(
+      "tokenizer_config.json",
+      R"({"chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}{{ eos_token }}",
             "bos_token": {"content": "<s>"}, "eos_token": "</s>"})");
   auto t = ChatTemplate::load_dir(dir_.string());
   ASSERT_TRUE(t.ok()) << t.error_message();
@@ -730,8 +745,9 @@ TEST_F(LoadDir, FromTokenizerConfig) {
 }
 
 TEST_F(LoadDir, NamedTemplatesAndJinjaFile) {
-  write("tokenizer_config.json",
-        R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+  write(
+      "tokenizer_config.json",
+      R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
   auto t = ChatTemplate::load_dir(dir_.string());
   ASSERT_TRUE(t.ok()) << t.error_message();
   EXPECT_EQ(render_ok(*t, {msg("user", "a")}, {}).text, "D");
@@ -751,6 +767,100 @@ TEST_F(LoadDir, Errors) {
   EXPECT_NE(bad.error_message().find("chat_template.jinja: chat template: line 2, column 1"),
             std::string::npos)
       << bad.error_message();
+}
+
+}  // namespace
+}  // namespace rw
+
+namespace rw {
+namespace {
+
+// ARCH-qwen35.md 7.1's test vector (thinking off, one user message "Hello") with the real
+// Qwen3.5 ids. The real vocabulary (248077 ids) is not on this machine, so the tokenizer here
+// holds exactly the entries the vector needs at their real ids: the 256 byte symbols (with
+// "Ċ" = 198), the merges that build "user", "Hello", "assistant" and "ĊĊ" (271), and the
+// special tokens. Everything else is rewind's: the template, the special-token matching, the
+// Qwen3.5 pre-tokenizer regex and BPE.
+TEST(Qwen35TokenVector, HelloWithThinkingOffGivesTheReferenceIds) {
+  using json = nlohmann::json;
+  // GPT-2 byte map: printable bytes map to themselves, the others to U+0100 upwards in order.
+  std::vector<std::string> sym(256);
+  int next = 0;
+  auto utf8 = [](int cp) {
+    std::string s;
+    if (cp < 0x80) {
+      s += static_cast<char>(cp);
+    } else {
+      s += static_cast<char>(0xC0 | (cp >> 6));
+      s += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    return s;
+  };
+  for (int b = 0; b < 256; ++b) {
+    const bool keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    sym[b] = utf8(keep ? b : 256 + next++);
+  }
+  ASSERT_EQ(sym['\n'], "\xC4\x8A");  // "Ċ"
+  json vocab = json::object();
+  int id = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (b == '\n') continue;
+    while (id == 198 || id == 271) ++id;
+    vocab[sym[b]] = id++;
+  }
+  vocab[sym['\n']] = 198;
+  json merges = json::array();
+  auto word = [&](const std::string& w, int final_id) {
+    std::string cur(1, w[0]);
+    for (size_t i = 1; i < w.size(); ++i) {
+      merges.push_back(cur + " " + std::string(1, w[i]));
+      cur += w[i];
+      if (!vocab.contains(cur))
+        vocab[cur] = i + 1 == w.size() ? final_id : 100000 + static_cast<int>(merges.size());
+    }
+  };
+  word("user", 846);
+  word("Hello", 9419);
+  word("assistant", 74455);
+  merges.push_back(sym['\n'] + " " + sym['\n']);
+  vocab[sym['\n'] + sym['\n']] = 271;
+  json added = json::array();
+  for (auto [tok, tid] : std::vector<std::pair<std::string, int>>{{"<|endoftext|>", 248044},
+                                                                  {"<|im_start|>", 248045},
+                                                                  {"<|im_end|>", 248046},
+                                                                  {"<tool_call>", 248058},
+                                                                  {"</tool_call>", 248059},
+                                                                  {"<think>", 248068},
+                                                                  {"</think>", 248069}})
+    added.push_back({{"id", tid}, {"content", tok}, {"special", true}, {"normalized", false}});
+  const json tj = {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         json::array(
+             {{{"type", "Split"},
+               {"pattern", {{"Regex", std::string(kQwen35PreTokenizerRegex)}}},
+               {"behavior", "Isolated"},
+               {"invert", false}},
+              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  auto tok = Tokenizer::from_json(tj.dump(), "qwen35-subset.json");
+  ASSERT_TRUE(tok.ok()) << tok.error_message();
+  ChatRenderOptions ro;
+  ro.add_generation_prompt = true;
+  ro.enable_thinking = 0;
+  auto rendered = chatml().render({msg("user", "Hello")}, ro);
+  ASSERT_TRUE(rendered.ok()) << rendered.error_message();
+  std::vector<int64_t> bounds;
+  int64_t anchor = -1;
+  const std::vector<int32_t> ids = tokenize_chat(tok.value(), rendered.value(), &bounds, &anchor);
+  EXPECT_EQ(ids, (std::vector<int32_t>{248045, 846, 198, 9419, 248046, 198, 248045, 74455, 198,
+                                       248068, 271, 248069, 271}))
+      << rendered->text;
 }
 
 }  // namespace
