@@ -2,7 +2,10 @@
 // and a model cache so each test binary loads a fixture once.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -13,7 +16,9 @@
 
 namespace rw::test {
 
-inline std::string data_dir() { return REWIND_TEST_DATA; }
+inline std::string data_dir() {
+  return REWIND_TEST_DATA;
+}
 inline std::string fixture_dir(const std::string& variant) {
   return data_dir() + "/qwen35-tiny/" + variant;
 }
@@ -44,6 +49,23 @@ inline std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t n, int64
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
   return t;
+}
+
+// A path for scratch files of this test process: <tmp>/rewind_test_<pid>/<tag>. The whole
+// per-process folder is removed when the process exits.
+inline std::string scratch_dir(const std::string& tag) {
+  struct Root {
+    std::string path;
+    ~Root() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  static Root root{(std::filesystem::temp_directory_path() /
+                    ("rewind_test_" + std::to_string(static_cast<long>(::getpid()))))
+                       .string()};
+  std::filesystem::create_directories(root.path);
+  return root.path + "/" + tag;
 }
 
 // Runs a shell command, returns its stdout; *rc gets the exit status.

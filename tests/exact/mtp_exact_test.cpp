@@ -27,8 +27,7 @@ Model& mtp_model(const std::string& preset, bool mtp) {
   static std::map<std::pair<std::string, bool>, std::unique_ptr<Model>> loaded;
   auto it = made.find(preset);
   if (it == made.end()) {
-    const std::string dir =
-        ::testing::TempDir() + "/mtp_exact_" + preset + "_" + std::to_string(::getpid());
+    const std::string dir = test::scratch_dir("mtp_exact_" + preset);
     int rc = 0;
     const std::string out =
         test::run_command(std::string(REWIND_BINARY) + " make-model --mtp --preset " + preset +
@@ -300,7 +299,7 @@ TEST_P(MtpExact, LoadingWithoutMtpChangesNothing) {
 // An attention-only model has no snapshots to carry the head's state through the prefix
 // cache: loading it with MTP is refused up front (without MTP it loads as before).
 TEST(MtpLoad, AttentionOnlyIsRefused) {
-  const std::string dir = ::testing::TempDir() + "/mtp_exact_dense_" + std::to_string(::getpid());
+  const std::string dir = test::scratch_dir("mtp_exact_dense");
   int rc = 0;
   const std::string out = test::run_command(
       std::string(REWIND_BINARY) + " make-model --mtp --preset tiny-dense --out " + dir + " 2>&1",

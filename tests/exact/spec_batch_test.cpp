@@ -145,8 +145,7 @@ TEST_P(SpecBatch, EarlyCloseThenTheCacheServesTheSamePrompt) {
 
 TEST(SpecBatchMtp, MtpRowsAndPlainRowsShareStepsAndEqualAlone) {
   for (const char* preset : {"tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"}) {
-    const std::string dir = ::testing::TempDir() + "/specbatch_mtp_" + preset + "_" +
-                            std::to_string(static_cast<long>(::getpid()));
+    const std::string dir = test::scratch_dir(std::string("specbatch_mtp_") + preset);
     int rc = 0;
     const std::string log = test::run_command(std::string(REWIND_BINARY) + " make-model --preset " +
                                                   preset + " --mtp --seed 8 --out " + dir + " 2>&1",

@@ -269,8 +269,7 @@ INSTANTIATE_TEST_SUITE_P(Families, SpecExact,
                          ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
 
 std::string make_model_dir(const std::string& args, const std::string& tag) {
-  const std::string dir =
-      ::testing::TempDir() + "/spec_" + tag + "_" + std::to_string(static_cast<long>(::getpid()));
+  const std::string dir = test::scratch_dir("spec_" + tag);
   std::filesystem::remove_all(dir);
   int rc = 0;
   const std::string out = test::run_command(

@@ -18,7 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string make_model(const std::string& args, const std::string& tag, int* rc) {
-  const std::string dir = ::testing::TempDir() + "/mm_" + tag;
+  const std::string dir = test::scratch_dir("mm_" + tag);
   fs::remove_all(dir);
   const std::string out = test::run_command(
       std::string(REWIND_BINARY) + " make-model " + args + " --out " + dir + " 2>&1", rc);

@@ -21,8 +21,7 @@ Model& mtp_model(const std::string& preset) {
   static std::map<std::string, std::string> made;
   auto it = made.find(preset);
   if (it == made.end()) {
-    const std::string dir =
-        ::testing::TempDir() + "/ref_mtp_" + preset + "_" + std::to_string(::getpid());
+    const std::string dir = test::scratch_dir("ref_mtp_" + preset);
     int rc = 0;
     const std::string out =
         test::run_command(std::string(REWIND_BINARY) + " make-model --mtp --preset " + preset +

@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 // Copies a fixture into a temp dir, rewriting its safetensors with `edit` applied.
 std::string edited_copy(const std::string& variant, const std::string& tag,
-                        const std::function<void(std::vector<TensorToWrite>&, std::vector<std::vector<float>>&)>& edit) {
+                        const std::function<void(std::vector<TensorToWrite>&,
+                                                 std::vector<std::vector<float>>&)>& edit) {
   const std::string src = test::fixture_dir(variant);
   const std::string dst = ::testing::TempDir() + "/ws_" + variant + "_" + tag;
   fs::create_directories(dst);
@@ -45,10 +46,14 @@ std::string load_error(const std::string& dir) {
 
 TEST(WeightSource, MissingTensor) {
   const std::string dir = edited_copy("qwen3_5", "missing", [](auto& tw, auto&) {
-    std::erase_if(tw, [](auto& t) { return t.name == "model.language_model.layers.1.linear_attn.in_proj_z.weight"; });
+    std::erase_if(tw, [](auto& t) {
+      return t.name == "model.language_model.layers.1.linear_attn.in_proj_z.weight";
+    });
   });
   const std::string e = load_error(dir);
-  EXPECT_NE(e.find("missing tensor 'model.language_model.layers.1.linear_attn.in_proj_z.weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing tensor 'model.language_model.layers.1.linear_attn.in_proj_z.weight'"),
+            std::string::npos)
+      << e;
 }
 
 TEST(WeightSource, MisShapedTensor) {
@@ -95,7 +100,8 @@ TEST(WeightSource, Qwen3NextDeinterleavesToSplitLayout) {
   ASSERT_NE(qkvz, nullptr);
   const auto* raw = reinterpret_cast<const float*>(qkvz->data);
   const WeightSource& in = m.weights().get("l0.in_proj");
-  const int64_t H = c.hidden_size, dk = c.lin_dk, dv = c.lin_dv, r = c.lin_n_head_v / c.lin_n_head_k;
+  const int64_t H = c.hidden_size, dk = c.lin_dk, dv = c.lin_dv,
+                r = c.lin_n_head_v / c.lin_n_head_k;
   const int64_t blk = 2 * dk + 2 * r * dv;
   std::vector<float> row(static_cast<size_t>(H));
   // k of key head 1, dim 2 sits at split row key_dim + 1*dk + 2; in qkvz at 1*blk + dk + 2.
@@ -112,8 +118,7 @@ std::string mtp_model(const std::string& preset) {
   static std::map<std::string, std::string> made;
   auto it = made.find(preset);
   if (it != made.end()) return it->second;
-  const std::string dir =
-      ::testing::TempDir() + "/ws_mtp_" + preset + "_" + std::to_string(::getpid());
+  const std::string dir = test::scratch_dir("ws_mtp_" + preset);
   int rc = 0;
   const std::string out =
       test::run_command(std::string(REWIND_BINARY) + " make-model --mtp --preset " + preset +
