@@ -18,16 +18,12 @@ namespace {
 
 // A scratch directory for this process, removed at exit.
 std::string work_dir() {
-  struct Dir {
-    std::string path = ::testing::TempDir() + "/rewind_gguf_exact_" + std::to_string(::getpid());
-    Dir() { std::filesystem::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  };
-  static const Dir d;
-  return d.path;
+  static const std::string d = [] {
+    const std::string p = test::scratch_dir("gguf_exact");
+    std::filesystem::create_directories(p);
+    return p;
+  }();
+  return d;
 }
 
 void sh(const std::string& cmd) {
