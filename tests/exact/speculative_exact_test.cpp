@@ -15,30 +15,14 @@
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/engine.h"
+#include "engine_run.h"
 #include "test_util.h"
 
 namespace rw {
 namespace {
 
-struct Gen {
-  std::vector<int32_t> out;
-  SequenceState state;
-  RequestReport rep;
-};
-
-Gen generate(Engine& e, const std::vector<int32_t>& prompt, int32_t max_tokens,
-             const SpecConfig& spec = {}) {
-  GenerateRequest r;
-  r.prompt = prompt;
-  r.max_tokens = max_tokens;
-  r.spec = spec;
-  auto rep = e.generate(r);
-  if (!rep.ok()) {
-    ADD_FAILURE() << rep.error_message();
-    return {{}, e.last_state() ? e.last_state()->clone() : SequenceState(StateShape{}), {}};
-  }
-  return {rep->output, e.last_state()->clone(), *rep};
-}
+using test::Gen;
+using test::generate;
 
 EngineOptions no_cache() {
   EngineOptions o;
