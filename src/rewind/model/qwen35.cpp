@@ -200,6 +200,24 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     return pm;
   };
 
+  // The FFN of a layer (main or MTP): dense SwiGLU, or router + experts + shared expert.
+  auto pack_ffn = [&](LayerW& L, const std::string& p, bool moe) {
+    L.moe = moe;
+    if (moe) {
+      L.router = pack(p + "router");
+      L.shared_gate = pack(p + "sh.gate");
+      L.dense.gate_up = pack(p + "sh.gate_up");
+      L.dense.down = pack(p + "sh.down");
+      L.experts.resize(static_cast<size_t>(c.n_expert));
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        L.experts[e].gate_up = pack(p + "e" + std::to_string(e) + ".gate_up");
+        L.experts[e].down = pack(p + "e" + std::to_string(e) + ".down");
+      }
+    } else {
+      L.dense.gate_up = pack(p + "gate_up");
+      L.dense.down = pack(p + "down");
+    }
+  };
   int64_t n_rec = 0, n_attn = 0;
   I.layers.resize(static_cast<size_t>(c.n_layer));
   for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -230,21 +248,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
       L.attn.q_norm = vec(W.get(p + "q_norm"));
       L.attn.k_norm = vec(W.get(p + "k_norm"));
     }
-    L.moe = c.layer_is_moe(il);
-    if (L.moe) {
-      L.router = pack(p + "router");
-      L.shared_gate = pack(p + "sh.gate");
-      L.dense.gate_up = pack(p + "sh.gate_up");
-      L.dense.down = pack(p + "sh.down");
-      L.experts.resize(static_cast<size_t>(c.n_expert));
-      for (int64_t e = 0; e < c.n_expert; ++e) {
-        L.experts[e].gate_up = pack(p + "e" + std::to_string(e) + ".gate_up");
-        L.experts[e].down = pack(p + "e" + std::to_string(e) + ".down");
-      }
-    } else {
-      L.dense.gate_up = pack(p + "gate_up");
-      L.dense.down = pack(p + "down");
-    }
+    pack_ffn(L, p, c.layer_is_moe(il));
   }
   I.lm_head = pack("lm_head");
   if (mtp) {
@@ -270,21 +274,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     L.attn.o_proj = pack(p + "o_proj");
     L.attn.q_norm = vec(W.get(p + "q_norm"));
     L.attn.k_norm = vec(W.get(p + "k_norm"));
-    L.moe = c.mtp_layer_is_moe();
-    if (L.moe) {
-      L.router = pack(p + "router");
-      L.shared_gate = pack(p + "sh.gate");
-      L.dense.gate_up = pack(p + "sh.gate_up");
-      L.dense.down = pack(p + "sh.down");
-      L.experts.resize(static_cast<size_t>(c.n_expert));
-      for (int64_t e = 0; e < c.n_expert; ++e) {
-        L.experts[e].gate_up = pack(p + "e" + std::to_string(e) + ".gate_up");
-        L.experts[e].down = pack(p + "e" + std::to_string(e) + ".down");
-      }
-    } else {
-      L.dense.gate_up = pack(p + "gate_up");
-      L.dense.down = pack(p + "down");
-    }
+    pack_ffn(L, p, c.mtp_layer_is_moe());
     I.mtp_fc = pack("mtp.fc");
     I.mtp_enorm = vec(W.get("mtp.enorm"));
     I.mtp_hnorm = vec(W.get("mtp.hnorm"));
