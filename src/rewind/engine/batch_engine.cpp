@@ -418,8 +418,7 @@ void BatchEngine::step() {
         done.back().ev.error = std::string("speculative round failed: ") + e.what();
         continue;
       }
-      s.history.push_back(last);
-      s.history.insert(s.history.end(), o.tokens.begin(), o.tokens.end() - 1);
+      o.append_consumed(last, &s.history);
       for (auto& sn : o.snaps) s.snaps.push_back(std::move(sn));
       for (size_t j = 0; j < o.tokens.size(); ++j)
         if (!emit(s, lg + static_cast<int64_t>(o.rows[j]) * V, o.tokens[j])) break;

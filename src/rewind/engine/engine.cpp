@@ -112,8 +112,7 @@ Result<RequestReport> Engine::generate(const GenerateRequest& req) {
         last_state_.emplace(std::move(st));
         return make_error(std::string("speculative round failed: ") + e.what());
       }
-      history.push_back(last);
-      history.insert(history.end(), o.tokens.begin(), o.tokens.end() - 1);
+      o.append_consumed(last, &history);
       for (int32_t t : o.tokens) emit(t);
       for (auto& sn : o.snaps) {
         snaps.push_back(std::move(sn));

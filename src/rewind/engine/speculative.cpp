@@ -49,21 +49,30 @@ Status spec_check(const Model& target, const SpecConfig& cfg) {
   return Ok{};
 }
 
-std::vector<int32_t> ngram_lookup(std::span<const int32_t> ctx, int32_t k, int32_t n_min,
-                                  int32_t n_max) {
-  const int64_t L = static_cast<int64_t>(ctx.size());
+std::vector<int32_t> ngram_lookup(std::span<const int32_t> history, int32_t last, int32_t k,
+                                  int32_t n_min, int32_t n_max) {
+  // The context is history + [last], read in place (no copy of the history per round).
+  const int64_t L = static_cast<int64_t>(history.size()) + 1;
+  auto at = [&](int64_t i) { return i + 1 < L ? history[static_cast<size_t>(i)] : last; };
   for (int64_t n = std::min<int64_t>(n_max, L - 1); n >= n_min; --n) {
-    const int32_t* suf = ctx.data() + L - n;
-    // Most recent earlier occurrence: the match must end before the suffix itself does.
+    // Most recent earlier occurrence of the suffix [L-n, L): it must end before L.
     for (int64_t start = L - n - 1; start >= 0; --start) {
-      if (!std::equal(suf, suf + n, ctx.data() + start)) continue;
+      int64_t i = 0;
+      while (i < n && at(start + i) == at(L - n + i)) ++i;
+      if (i < n) continue;
       std::vector<int32_t> out;
       for (int64_t j = start + n; j < L && static_cast<int32_t>(out.size()) < k; ++j)
-        out.push_back(ctx[j]);
+        out.push_back(at(j));
       return out;
     }
   }
   return {};
+}
+
+std::vector<int32_t> ngram_lookup(std::span<const int32_t> ctx, int32_t k, int32_t n_min,
+                                  int32_t n_max) {
+  if (ctx.empty()) return {};
+  return ngram_lookup(ctx.first(ctx.size() - 1), ctx.back(), k, n_min, n_max);
 }
 
 SpecSequence::SpecSequence(const Model& target, const SpecConfig& cfg)
@@ -129,11 +138,7 @@ SeqInput SpecSequence::verify_input() {
 }
 
 Status SpecSequence::draft_ngram(const std::vector<int32_t>& history, int32_t last, int32_t k) {
-  std::vector<int32_t> ctx;
-  ctx.reserve(history.size() + 1);
-  ctx.assign(history.begin(), history.end());
-  ctx.push_back(last);
-  const std::vector<int32_t> d = ngram_lookup(ctx, k, cfg_.ngram_min, cfg_.ngram_max);
+  const std::vector<int32_t> d = ngram_lookup(history, last, k, cfg_.ngram_min, cfg_.ngram_max);
   verify_.insert(verify_.end(), d.begin(), d.end());
   return Ok{};
 }

@@ -86,6 +86,11 @@ struct SpecOutcome {
   int32_t drafted = 0, accepted = 0;
   // Grid checkpoints crossed by the accepted run, exact (position-ascending).
   std::vector<std::shared_ptr<const Snapshot>> snaps;
+  // Appends what the state consumed in this round, [last, tokens[0..E-2]], to `history`.
+  void append_consumed(int32_t last, std::vector<int32_t>* history) const {
+    history->push_back(last);
+    history->insert(history->end(), tokens.begin(), tokens.end() - 1);
+  }
 };
 
 // Per-sequence speculation state: the drafter's own state and the open round's buffers.
@@ -163,5 +168,8 @@ class SpecSequence {
 // most k; empty when none matches.
 std::vector<int32_t> ngram_lookup(std::span<const int32_t> context, int32_t k, int32_t n_min,
                                   int32_t n_max);
+// The same over the context history + [last], without copying the history.
+std::vector<int32_t> ngram_lookup(std::span<const int32_t> history, int32_t last, int32_t k,
+                                  int32_t n_min, int32_t n_max);
 
 }  // namespace rw
