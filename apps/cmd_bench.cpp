@@ -1,24 +1,28 @@
 // `rewind bench`: prefill (one P-token prompt) and decode (N tokens, one per forward)
 // throughput, each next to this machine's limits measured in the same run: read bandwidth for
-// decode (bytes of packed weights one token reads / bandwidth) and the fp32 FMA peak for
-// prefill (matmul FLOPs per token / peak). Ratios, not absolute times, are what compare.
+// decode (bytes of packed weights one token reads / bandwidth) and, for prefill (matmul
+// operations per token / peak), the fp32 FMA peak, or the int8 dot-product peak when most
+// weights are quantised and the int8 dot multiplies them. Ratios, not absolute times, compare.
+#include <algorithm>
 #include <cstdio>
 
 #include "args.h"
 #include "commands.h"
 #include "rewind/kernels/machine_limits.h"
+#include "rewind/kernels/matmul.h"
 #include "rewind/sample/sampler.h"
 
 namespace rw::app {
 
 int cmd_bench(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--model", "-p", "-n", "-t", "--threads", "--weights", "--seed"},
-                          {"--json", "--help"});
+  auto args = Args::parse(
+      argc, argv, {"--model", "-p", "-n", "-t", "--threads", "--weights", "--quant-dot", "--seed"},
+      {"--json", "--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind bench --model DIR|FILE.gguf [-p 512] [-n 128] [-t THREADS]\n"
-        "                    [--weights auto|f32|bf16] [--json]\n");
+        "                    [--weights auto|f32|bf16] [--quant-dot auto|int8|f32] [--json]\n");
     return 0;
   }
   const std::string dir = args->str("--model");
@@ -33,6 +37,8 @@ int cmd_bench(int argc, char** argv) {
 
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;
+  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
+    return fail(qd.error_message());
   auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
@@ -80,26 +86,42 @@ int cmd_bench(int argc, char** argv) {
   const double bytes_tok = static_cast<double>(m.decode_bytes_per_token());
   const double decode_gb_s = decode_tps * bytes_tok / 1e9;
   const double frac_bw = decode_gb_s / lim.read_bandwidth_gb_s;
-  const double frac_peak = prefill_gflop_s / lim.fma_peak_gflop_s;
+  // The peak that applies: the int8 dot's when it multiplies most of the weights.
+  const bool int8 = matmul_quant_dot() == QuantDot::Int8 && lim.int8_peak_gop_s > 0 &&
+                    2 * m.quantised_bytes() > m.packed_bytes();
+  const double frac_fma = prefill_gflop_s / lim.fma_peak_gflop_s;
+  const double frac_int8 = lim.int8_peak_gop_s > 0 ? prefill_gflop_s / lim.int8_peak_gop_s : 0;
+  const double frac_peak = int8 ? frac_int8 : frac_fma;
 
   if (args->has("--json")) {
     std::printf(
         "{\"model\":\"%s\",\"weights_bytes\":%zu,\"threads\":%lld,\"isa\":\"%s\",\"load_s\":%.3f,"
-        "\"prompt_tokens\":%lld,\"decode_tokens\":%lld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
+        "\"prompt_tokens\":%lld,\"decode_tokens\":%lld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%."
+        "3f,"
         "\"prefill_gflop_s\":%.2f,\"decode_gb_s\":%.3f,\"decode_bytes_per_token\":%.0f,"
-        "\"bandwidth_gb_s\":%.3f,\"fma_peak_gflop_s\":%.2f,\"decode_fraction_of_bound\":%.4f,"
-        "\"prefill_fraction_of_peak\":%.4f}\n",
+        "\"bandwidth_gb_s\":%.3f,\"fma_peak_gflop_s\":%.2f,\"int8_peak_gop_s\":%.2f,"
+        "\"quant_dot\":\"%s\",\"quantised_bytes\":%zu,\"decode_fraction_of_bound\":%.4f,"
+        "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f}\n",
         dir.c_str(), m.packed_bytes(), static_cast<long long>(th.value()), m.isa(), load_s,
         static_cast<long long>(p.value()), static_cast<long long>(n.value()), prefill_tps,
         decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, lim.read_bandwidth_gb_s,
-        lim.fma_peak_gflop_s, frac_bw, frac_peak);
+        lim.fma_peak_gflop_s, lim.int8_peak_gop_s, quant_dot_name(matmul_quant_dot()),
+        m.quantised_bytes(), frac_bw, int8 ? "int8" : "fma", frac_peak);
   } else {
-    std::printf("model %s: %.2f GB packed weights, %lld threads, %s\n", dir.c_str(),
-                static_cast<double>(m.packed_bytes()) / 1e9, static_cast<long long>(th.value()), m.isa());
-    std::printf("machine: read bandwidth %.2f GB/s, fp32 FMA peak %.1f GFLOP/s\n",
-                lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s);
-    std::printf("prefill %lld tokens: %8.2f tok/s  %7.1f GFLOP/s  = %5.1f%% of FMA peak\n",
-                static_cast<long long>(p.value()), prefill_tps, prefill_gflop_s, 100 * frac_peak);
+    std::printf("model %s: %.2f GB packed weights (%.0f%% quantised, %s dot), %lld threads, %s\n",
+                dir.c_str(), static_cast<double>(m.packed_bytes()) / 1e9,
+                100.0 * static_cast<double>(m.quantised_bytes()) /
+                    static_cast<double>(std::max<size_t>(m.packed_bytes(), 1)),
+                quant_dot_name(matmul_quant_dot()), static_cast<long long>(th.value()), m.isa());
+    std::printf(
+        "machine: read bandwidth %.2f GB/s, fp32 FMA peak %.1f GFLOP/s, int8 dot peak "
+        "%.1f GOP/s\n",
+        lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.int8_peak_gop_s);
+    std::printf(
+        "prefill %lld tokens: %8.2f tok/s  %7.1f GOP/s    = %5.1f%% of %s peak "
+        "(%.1f%% of FMA peak)\n",
+        static_cast<long long>(p.value()), prefill_tps, prefill_gflop_s, 100 * frac_peak,
+        int8 ? "int8 dot" : "FMA", 100 * frac_fma);
     std::printf("decode  %lld tokens: %8.2f tok/s  %7.2f GB/s     = %5.1f%% of bandwidth bound\n",
                 static_cast<long long>(n.value()), decode_tps, decode_gb_s, 100 * frac_bw);
   }

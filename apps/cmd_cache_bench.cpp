@@ -126,17 +126,19 @@ Result<std::vector<Workload>> build(const std::string& which, double scale, Scri
 }  // namespace
 
 int cmd_cache_bench(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--model", "--workload", "--scale", "--interval", "--budget-mib",
-                           "--max-per-branch", "-n", "--threads", "-t", "--seed", "--weights", "--chunk"},
-                          {"--json", "--help"});
+  auto args = Args::parse(
+      argc, argv,
+      {"--model", "--workload", "--scale", "--interval", "--budget-mib", "--max-per-branch", "-n",
+       "--threads", "-t", "--seed", "--weights", "--quant-dot", "--chunk"},
+      {"--json", "--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind cache-bench --model DIR|FILE.gguf --workload NAME [--scale 1.0] [--interval "
         "512]\n"
         "                          [--budget-mib 4096] [--max-per-branch 32] [-n 4] [--chunk 512]\n"
-        "                          [--threads N] [--seed 1] [--weights auto|f32|bf16] [--json]\n"
+        "                          [--threads N] [--seed 1] [--weights auto|f32|bf16] [--quant-dot "
+        "auto|int8|f32] [--json]\n"
         "  NAME: shared-system | edit-turn | long-branch | repeat | chat | all\n"
         "  --scale multiplies every prompt size of the workload (1.0: the documented sizes)\n");
     return 0;
@@ -161,6 +163,8 @@ int cmd_cache_bench(int argc, char** argv) {
   const bool json = args->has("--json");
 
   ThreadPool pool(static_cast<int>(th.value()));
+  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
+    return fail(qd.error_message());
   auto model = load_model(dir, args->str("--weights", "auto"), &pool, nullptr);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();

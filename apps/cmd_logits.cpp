@@ -10,13 +10,16 @@
 namespace rw::app {
 
 int cmd_logits(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--model", "--tokens", "--positions", "--threads", "-t", "--weights"},
-                          {"--help"});
+  auto args = Args::parse(
+      argc, argv,
+      {"--model", "--tokens", "--positions", "--threads", "-t", "--weights", "--quant-dot"},
+      {"--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind logits --model DIR|FILE.gguf --tokens 1,2,3,... [--positions i,j,...]\n"
-        "                     [--threads N] [--weights auto|f32|bf16]\n");
+        "                     [--threads N] [--weights auto|f32|bf16] [--quant-dot "
+        "auto|int8|f32]\n");
     return 0;
   }
   if (args->str("--model").empty()) return fail("--model DIR|FILE.gguf is required");
@@ -29,6 +32,8 @@ int cmd_logits(int argc, char** argv) {
   if (!th.ok()) return fail(th.error_message());
   if (th.value() < 1) return fail("--threads must be >= 1");
   ThreadPool pool(static_cast<int>(th.value()));
+  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
+    return fail(qd.error_message());
   auto model = load_model(args->str("--model"), args->str("--weights", "auto"), &pool, nullptr);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();

@@ -23,18 +23,19 @@ std::string json_escape(const std::string& s) { return nlohmann::json(s).dump();
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      {"--model", "--prompt", "-n", "--temperature", "--top-k", "--top-p", "--min-p", "--seed",
-       "--threads", "-t", "--weights", "--chunk", kSpecValueOpts[0], kSpecValueOpts[1]},
-      {"--json", "--ignore-eos", "--help", kSpecFlagOpts[0]});
+  auto args = Args::parse(argc, argv,
+                          {"--model", "--prompt", "-n", "--temperature", "--top-k", "--top-p",
+                           "--min-p", "--seed", "--threads", "-t", "--weights", "--quant-dot",
+                           "--chunk", kSpecValueOpts[0], kSpecValueOpts[1]},
+                          {"--json", "--ignore-eos", "--help", kSpecFlagOpts[0]});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind run --model DIR|FILE.gguf --prompt TEXT [-n N] [--temperature T] [--top-k "
         "K]\n"
         "                  [--top-p P] [--min-p P] [--seed S] [--threads N] [--chunk N]\n"
-        "                  [--weights auto|f32|bf16] [--ignore-eos] [--json]\n"
+        "                  [--weights auto|f32|bf16] [--quant-dot auto|int8|f32] [--ignore-eos] "
+        "[--json]\n"
         "                  [--spec off|ngram|draft:DIR|mtp] [--draft-k K] [--spec-fixed-k]\n"
         "  -n N          tokens to generate (default 32)\n"
         "  --temperature 0 = greedy (default)\n"
@@ -74,6 +75,8 @@ int cmd_run(int argc, char** argv) {
   auto spec = spec_from_args(args.value(), store, &pool);
   if (!spec.ok()) return fail(spec.error_message());
   double load_s = 0;
+  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
+    return fail(qd.error_message());
   auto model = load_model(dir, store, &pool, &load_s, spec->wants_mtp());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();

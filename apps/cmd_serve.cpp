@@ -54,12 +54,12 @@ std::string basename_of(std::string dir) {
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--model", "--host", "--port", "--api-key", "--parallel", "--ctx-size",
-                           "--cache-ram", "--checkpoint-interval", "--checkpoint-max", "--threads",
-                           "-t", "--max-queue", "--max-body", "--weights", kSpecValueOpts[0],
-                           kSpecValueOpts[1]},
-                          {"--no-cache", "--help", kSpecFlagOpts[0]});
+  auto args = Args::parse(
+      argc, argv,
+      {"--model", "--host", "--port", "--api-key", "--parallel", "--ctx-size", "--cache-ram",
+       "--checkpoint-interval", "--checkpoint-max", "--threads", "-t", "--max-queue", "--max-body",
+       "--weights", "--quant-dot", kSpecValueOpts[0], kSpecValueOpts[1]},
+      {"--no-cache", "--help", kSpecFlagOpts[0]});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
@@ -68,7 +68,8 @@ int cmd_serve(int argc, char** argv) {
         "                    [--parallel 4] [--ctx-size 32768] [--cache-ram 4096]\n"
         "                    [--checkpoint-interval 512] [--checkpoint-max 32] [--no-cache]\n"
         "                    [--threads N] [--max-queue 64] [--max-body 8388608]\n"
-        "                    [--weights auto|f32|bf16] [--spec METHOD] [--draft-k K]\n"
+        "                    [--weights auto|f32|bf16] [--quant-dot auto|int8|f32] [--spec METHOD] "
+        "[--draft-k K]\n"
         "  OpenAI-compatible API: POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
         "  /v1/cache, /metrics, /health.\n"
         "  --port 0             pick a free port (printed on start)\n"
@@ -150,6 +151,8 @@ int cmd_serve(int argc, char** argv) {
 
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;
+  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
+    return fail(qd.error_message());
   auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), &pool);
   if (!spec.ok()) return fail(spec.error_message());
   auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s, spec->wants_mtp());

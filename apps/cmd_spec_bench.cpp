@@ -60,14 +60,14 @@ struct Row {
 int cmd_spec_bench(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"--model", "--draft", "-n", "--draft-k", "--threads", "-t", "--weights",
-                           "--workload", "--prompt"},
+                           "--quant-dot", "--workload", "--prompt"},
                           {"--json", "--help", "--spec-fixed-k"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind spec-bench --model DIR [--draft DIR] [-n 64] [--draft-k 4]\n"
         "                         [--workload code|text] [--prompt TEXT] [--threads N]\n"
-        "                         [--weights auto|f32|bf16]\n"
+        "                         [--weights auto|f32|bf16] [--quant-dot auto|int8|f32]\n"
         "                         [--spec-fixed-k] [--json]\n"
         "  Greedy decoding of one prompt, plain and with each drafter, side by side.\n");
     return 0;
@@ -90,6 +90,8 @@ int cmd_spec_bench(int argc, char** argv) {
   if (!tok.ok()) return fail(tok.error_message());
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;
+  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
+    return fail(qd.error_message());
   auto model = load_model(dir, store, &pool, &load_s);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "rewind/io/gguf.h"
+#include "rewind/kernels/matmul.h"
 #include "rewind/tokenizer/gguf_vocab.h"
 
 namespace rw::app {
@@ -34,6 +35,21 @@ Result<Tokenizer> load_tokenizer(const std::string& model_path) {
   if (!is_gguf_path(model_path)) return Tokenizer::load(model_path + "/tokenizer.json");
   REWIND_TRY(GgufFile g, GgufFile::open(model_path));
   return tokenizer_from_gguf(g);
+}
+
+Status set_quant_dot(const std::string& mode) {
+  if (mode == "int8") {
+    if (!matmul_int8_simd())
+      std::fprintf(stderr,
+                   "rewind: warning: this CPU has no AVX-512 VNNI; the int8 dot runs its scalar "
+                   "reference (slow)\n");
+    matmul_set_quant_dot(QuantDot::Int8);
+  } else if (mode == "f32") {
+    matmul_set_quant_dot(QuantDot::F32);
+  } else if (mode != "auto") {
+    return make_error("--quant-dot must be auto, int8 or f32 (got '" + mode + "')");
+  }
+  return Ok{};
 }
 
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "rewind/base/thread_pool.h"
+#include "rewind/kernels/matmul.h"
 #include "test_util.h"
 
 namespace rw {
@@ -144,17 +145,24 @@ TEST(GgufCommands, LogitsAndRunMatchHf) {
 
 class GgufQuantExact : public ::testing::TestWithParam<std::string> {};
 
+// Whole prompt, token by token and 7-token chunks on 2 threads give the same bits, with either
+// quantised dot (the int8 dot quantises each row's activations on its own).
 TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
   Model& m = test::cached_model(gguf_model("qwen3.5-tiny-256", "f32", GetParam()));
   ThreadPool pool(2);
-  std::mt19937_64 rng(5);
-  for (int trial = 0; trial < 2; ++trial) {
-    const auto tokens =
-        test::random_tokens(rng, 2 + static_cast<int64_t>(rng() % 60), m.config().vocab_size);
-    const auto whole = logits(m, tokens, static_cast<int64_t>(tokens.size()), nullptr);
-    EXPECT_TRUE(same_bytes(logits(m, tokens, 1, nullptr), whole));
-    EXPECT_TRUE(same_bytes(logits(m, tokens, 7, &pool), whole));
+  const QuantDot saved = matmul_quant_dot();
+  for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
+    matmul_set_quant_dot(dot);
+    std::mt19937_64 rng(5);
+    for (int trial = 0; trial < 2; ++trial) {
+      const auto tokens =
+          test::random_tokens(rng, 2 + static_cast<int64_t>(rng() % 60), m.config().vocab_size);
+      const auto whole = logits(m, tokens, static_cast<int64_t>(tokens.size()), nullptr);
+      EXPECT_TRUE(same_bytes(logits(m, tokens, 1, nullptr), whole)) << quant_dot_name(dot);
+      EXPECT_TRUE(same_bytes(logits(m, tokens, 7, &pool), whole)) << quant_dot_name(dot);
+    }
   }
+  matmul_set_quant_dot(saved);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufQuantExact,

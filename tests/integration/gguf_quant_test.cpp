@@ -14,6 +14,7 @@
 #include <fstream>
 
 #include "rewind/io/gguf.h"
+#include "rewind/kernels/matmul.h"
 #include "test_util.h"
 
 namespace rw {
@@ -99,27 +100,35 @@ struct Threshold {
   const char* type;
   double min_top1, max_kl;
 };
-// Measured on this model (printed by the test; README): q8_0 top-1 0.96, KL 0.0004; q6_k 0.84,
-// 0.006; q4_k 0.46, 0.073; q4_k_m 0.48, 0.069 (its fused qkv is a Q4_K/Q6_K stack); bf16 0.98,
-// 4e-5; f16 1.0, 6e-7. KL grows ~16x per 2 bits, as the format's error does. A random-weight
-// model has flat next-token distributions, so top-1 flips easily; KL is the sharper measure.
+// Measured on this model (printed by the test; README), f32 dot: q8_0 top-1 0.96, KL 0.0004;
+// q6_k 0.84, 0.006; q4_k 0.46, 0.073; q4_k_m 0.48, 0.069 (its fused qkv is a Q4_K/Q6_K stack);
+// bf16 0.98, 4e-5; f16 1.0, 6e-7. The int8 dot adds its activation rounding: q8_0 0.945, 0.001;
+// q6_k 0.84, 0.007; q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's error does. A
+// random-weight model has flat next-token distributions, so top-1 flips easily; KL is the sharper
+// measure.
 constexpr Threshold kThresholds[] = {{"q8_0", 0.90, 0.005}, {"q6_k", 0.75, 0.03},
                                      {"q4_k", 0.35, 0.2},   {"q4_k_m", 0.40, 0.15},
                                      {"bf16", 0.97, 5e-4},  {"f16", 0.98, 1e-4}};
 
+// Both quantised dots: f32 (exact dequantisation) and int8 (activations quantised per block).
 TEST(GgufQuant, CloseToF32) {
   Model& f32 = test::cached_model(gguf("f32"));
   const int64_t V = f32.config().vocab_size;
   const auto ps = prompts(V);
   const auto ref = run(f32, ps);
-  for (const Threshold& t : kThresholds) {
-    Model& q = test::cached_model(gguf(t.type));
-    const Quality r = compare(ref, run(q, ps), V);
-    std::printf("%s: top-1 agreement %.3f, mean KL %.2e (thresholds %.2f, %.0e)\n", t.type, r.top1,
-                r.kl, t.min_top1, t.max_kl);
-    EXPECT_GE(r.top1, t.min_top1) << t.type;
-    EXPECT_LE(r.kl, t.max_kl) << t.type;
+  const QuantDot saved = matmul_quant_dot();
+  for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
+    matmul_set_quant_dot(dot);
+    for (const Threshold& t : kThresholds) {
+      Model& q = test::cached_model(gguf(t.type));
+      const Quality r = compare(ref, run(q, ps), V);
+      std::printf("%s dot, %s: top-1 agreement %.3f, mean KL %.2e (thresholds %.2f, %.0e)\n",
+                  quant_dot_name(dot), t.type, r.top1, r.kl, t.min_top1, t.max_kl);
+      EXPECT_GE(r.top1, t.min_top1) << t.type << " " << quant_dot_name(dot);
+      EXPECT_LE(r.kl, t.max_kl) << t.type << " " << quant_dot_name(dot);
+    }
   }
+  matmul_set_quant_dot(saved);
 }
 
 // Writes `type`'s file with the f16 scale of every block of `tensor` changed by `edit`, loads

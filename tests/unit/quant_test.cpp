@@ -1,25 +1,37 @@
 // Tests of tensor/quant.h (ggml's Q8_0 / Q4_K / Q6_K blocks) and the quantised matmul stores:
 // known-answer dequantisation of hand-built blocks, quantise -> dequantise error bounds, and the
 // exactness contract: a quantised PackedMatrix gives the same bits as the F32 matrix of its
-// dequantised values, for every M, thread count and SIMD path; with a k permutation, the same
-// bits as the F32 matmul on the gathered input.
+// dequantised values, for every M, thread count and SIMD path (the f32 dot); with a k
+// permutation, the same bits as the F32 matmul on the gathered input. The int8 dot: every output
+// equals the scalar formula of matmul_quant.h bit for bit (every M, path and thread count), and
+// stays close to the exact product.
 #include "rewind/tensor/quant.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/matmul.h"
+#include "rewind/kernels/matmul_quant.h"
 
 namespace rw {
 namespace {
 
 struct IsaGuard {
   ~IsaGuard() { matmul_force_isa("auto"); }
+};
+
+// Sets the quantised dot for one test and restores the previous one.
+struct QuantDotGuard {
+  QuantDot saved = matmul_quant_dot();
+  explicit QuantDotGuard(QuantDot mode) { matmul_set_quant_dot(mode); }
+  ~QuantDotGuard() { matmul_set_quant_dot(saved); }
 };
 
 std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
@@ -129,6 +141,7 @@ TEST(Quant, ZeroRowsStayZero) {
 // The quantised matmul equals, bit for bit, the F32 matmul of the dequantised weights.
 TEST(QuantMatmul, EqualsF32OfDequantised) {
   IsaGuard guard;
+  QuantDotGuard dot(QuantDot::F32);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
     for (int64_t n : {1, 16, 37, 100}) {
@@ -167,6 +180,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
 }
 
 TEST(QuantMatmul, KPermutationGathersInput) {
+  QuantDotGuard dot(QuantDot::F32);
   const int64_t n = 20, k = 512;
   const DType t = DType::Q4_K;
   const auto w = randn(static_cast<size_t>(n * k), 3);
@@ -197,6 +211,7 @@ TEST(QuantMatmul, KPermutationGathersInput) {
 // A stack of parts in different stores equals the F32 matrix of all its rows, for every M; with
 // a k permutation on the stack, the F32 matmul on the gathered input.
 TEST(QuantMatmul, StackOfStores) {
+  QuantDotGuard dot(QuantDot::F32);
   const int64_t k = 512;
   const std::pair<DType, int64_t> parts[] = {
       {DType::Q4_K, 20}, {DType::Q6_K, 9}, {DType::F32, 17}, {DType::Q8_0, 16}};
@@ -242,6 +257,122 @@ TEST(QuantMatmul, StackOfStores) {
   matmul(x.data(), 3, k, st, ys.data(), n, &pool);
   matmul(xg.data(), 3, k, pf, yf.data(), n, nullptr);
   EXPECT_EQ(std::memcmp(ys.data(), yf.data(), ys.size() * 4), 0);
+}
+
+// ---- int8 dot ----------------------------------------------------------------------------------
+
+// Activation quantisation: known answers, special blocks, SIMD = scalar.
+TEST(QuantInt8, QuantizeActs) {
+  IsaGuard guard;
+  const int64_t k = 64;
+  std::vector<float> x(static_cast<size_t>(3 * k), 0.0f);
+  for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i - 16) * 0.5f;  // amax 8 (at i = 0)
+  x[5] = 7.9f;                                                            // still below amax
+  // Row 1: all zero. Row 2: one NaN in the second block.
+  for (int64_t i = 0; i < k; ++i) x[2 * k + i] = 1.0f;
+  x[2 * k + 40] = std::numeric_limits<float>::quiet_NaN();
+  for (const char* isa : {"avx512", "scalar"}) {
+    if (!matmul_force_isa(isa)) continue;
+    detail::QuantizedActs a;
+    detail::quantize_acts(DType::Q8_0, x.data(), 3, k, k, &a, nullptr);
+    ASSERT_EQ(a.block, 32);
+    EXPECT_EQ(a.d[0], 8.0f / 127.0f);
+    EXPECT_EQ(a.q[0], -127);
+    EXPECT_EQ(a.q[5], static_cast<int8_t>(std::nearbyint(7.9f * (127.0f / 8.0f))));
+    EXPECT_EQ(a.q[17], static_cast<int8_t>(std::nearbyint(0.5f * (127.0f / 8.0f))));  // 7.9375
+    EXPECT_EQ(a.d[1], 0.0f);  // x[32..63] of row 0 are zero
+    int32_t sum = 0;
+    for (int i = 0; i < 16; ++i) sum += a.q[i];
+    EXPECT_EQ(a.s16[0], sum);
+    EXPECT_EQ(a.s32[0], a.s16[0] + a.s16[1]);
+    for (int64_t i = k; i < 2 * k; ++i) EXPECT_EQ(a.q[i], 0);  // zero row
+    EXPECT_EQ(a.d[2], 0.0f);
+    EXPECT_EQ(a.d[4], 1.0f / 127.0f);  // row 2, block 0
+    EXPECT_EQ(a.q[2 * k], 127);
+    EXPECT_TRUE(std::isnan(a.d[5]));  // row 2, block 1 holds the NaN
+  }
+  // SIMD and scalar agree on random rows of every block size.
+  const auto r = randn(static_cast<size_t>(5 * 512), 17, 3.0f);
+  for (DType t : {DType::Q8_0, DType::Q4_K}) {
+    detail::QuantizedActs a, b;
+    matmul_force_isa("auto");
+    detail::quantize_acts(t, r.data(), 5, 512, 512, &a, nullptr);
+    matmul_force_isa("scalar");
+    detail::quantize_acts(t, r.data(), 5, 512, 512, &b, nullptr);
+    EXPECT_EQ(std::memcmp(a.q.data(), b.q.data(), 5 * 512), 0);
+    EXPECT_EQ(std::memcmp(a.d.data(), b.d.data(), a.d.size() * 4), 0);
+  }
+}
+
+// Every output of the int8 dot equals the scalar formula bit for bit, for every M, path and
+// thread count, and row 0 alone equals row 0 inside the batch.
+TEST(QuantInt8, EqualsScalarFormula) {
+  IsaGuard guard;
+  QuantDotGuard dot(QuantDot::Int8);
+  ThreadPool pool(2);
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    for (int64_t n : {1, 16, 37, 100}) {
+      const int64_t k = t == DType::Q8_0 ? 96 : 512;
+      auto w = randn(static_cast<size_t>(n * k), 70 + static_cast<uint32_t>(n));
+      auto q = quantize(w, t, n, k);
+      if (t == DType::Q8_0)  // the code -128 (valid in a file, never made by the quantiser)
+        reinterpret_cast<BlockQ8_0*>(q.data())->qs[3] = -128;
+      PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
+      const int64_t panel_stride = k / dtype_block_elems(t) * detail::quant_panel_block_bytes(t);
+      for (int64_t m : {1, 2, 3, 5, 9, 33}) {
+        auto x = randn(static_cast<size_t>(m * k), 990 + static_cast<uint32_t>(m), 2.0f);
+        x[0] = 100.0f;  // an outlier: the block's other values get few levels
+        detail::QuantizedActs xa;
+        detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr);
+        std::vector<float> ref(static_cast<size_t>(m * n));
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t c = 0; c < n; ++c)
+            ref[r * n + c] = detail::int8_dot_reference(
+                t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
+                static_cast<int>(c % 16));
+        std::vector<float> y(ref.size()), y1(static_cast<size_t>(n));
+        for (const char* isa : {"avx512", "avx2", "scalar"}) {
+          if (!matmul_force_isa(isa)) continue;
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::fill(y.begin(), y.end(), -1.0f);
+            matmul(x.data(), m, k, pq, y.data(), n, p);
+            ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
+                << dtype_name(t) << " n=" << n << " m=" << m << " " << isa;
+          }
+          matmul(x.data(), 1, k, pq, y1.data(), n, &pool);
+          ASSERT_EQ(std::memcmp(y1.data(), ref.data(), y1.size() * 4), 0);
+        }
+        matmul_force_isa("auto");
+      }
+    }
+  }
+}
+
+// The int8 dot stays close to the exact product of the (dequantised) weights: relative RMS
+// error about 0.5% on Gaussian data. A wrong nibble order, scale, min or offset gives errors of
+// tens of percent; the bound is 2%.
+TEST(QuantInt8, CloseToExactProduct) {
+  QuantDotGuard dot(QuantDot::Int8);
+  ThreadPool pool(2);
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+    const int64_t n = 48, k = 1024, m = 7;
+    const auto w = randn(static_cast<size_t>(n * k), 5);
+    const auto q = quantize(w, t, n, k);
+    PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
+    const auto x = randn(static_cast<size_t>(m * k), 6);
+    std::vector<float> y(static_cast<size_t>(m * n)), yn(y.size());
+    matmul(x.data(), m, k, pq, y.data(), n, &pool);
+    matmul_naive(x.data(), m, k, pq, yn.data(), n);
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      err += (y[i] - yn[i]) * static_cast<double>(y[i] - yn[i]);
+      ref += static_cast<double>(yn[i]) * yn[i];
+    }
+    const double rel = std::sqrt(err / ref);
+    EXPECT_LT(rel, 0.02) << dtype_name(t);
+    EXPECT_GT(rel, 0.0) << dtype_name(t);  // the int8 dot really ran
+    std::printf("int8 dot %s: relative RMS error %.4f\n", std::string(dtype_name(t)).c_str(), rel);
+  }
 }
 
 }  // namespace

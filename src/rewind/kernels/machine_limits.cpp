@@ -46,7 +46,8 @@ __attribute__((target("avx512f"))) float stream_sum_avx512(const float* p, size_
     for (int s = 0; s < S; ++s) {
       const float* q = p + s * len + i;
       if constexpr (kPrefetch > 0) {
-        for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetch + 16 * l), _MM_HINT_T0);
+        for (int l = 0; l < 4; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetch + 16 * l), _MM_HINT_T0);
       }
       const __m512 a = _mm512_add_ps(_mm512_load_ps(q), _mm512_load_ps(q + 16));
       const __m512 b = _mm512_add_ps(_mm512_load_ps(q + 32), _mm512_load_ps(q + 48));
@@ -71,7 +72,8 @@ __attribute__((target("avx2"))) float stream_sum_avx2(const float* p, size_t n) 
     for (int s = 0; s < S; ++s) {
       const float* q = p + s * len + i;
       if constexpr (kPrefetch > 0) {
-        for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetch + 16 * l), _MM_HINT_T0);
+        for (int l = 0; l < 4; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetch + 16 * l), _MM_HINT_T0);
       }
       __m256 a = _mm256_add_ps(_mm256_load_ps(q), _mm256_load_ps(q + 8));
       __m256 b = _mm256_add_ps(_mm256_load_ps(q + 16), _mm256_load_ps(q + 24));
@@ -155,7 +157,53 @@ float fma_loop_scalar(int64_t iters) {
   return s;
 }
 
+// ---- int8 dot-product peak -------------------------------------------------------------------
+// kChains independent vpdpbusd chains: 64 u8 x s8 multiply-adds (128 ops) per instruction.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) float dpbusd_loop_avx512(int64_t iters) {
+  __m512i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_epi32(s, acc[i]);
+  return static_cast<float>(_mm512_reduce_add_epi32(s));
+}
+
 volatile float g_sink;  // keeps the measured loops from being optimised away
+
+// Best rate of fn(iters) on every thread of pool within seconds_budget, in 1e9 ops/s, where
+// one call does ops_per_iter * iters ops.
+double measure_loop_peak(ThreadPool* pool, double seconds_budget, float (*fn)(int64_t),
+                         double ops_per_iter) {
+  const int n_threads = pool ? pool->n_threads() : 1;
+  // Calibrate the iteration count so one run takes about a tenth of the budget.
+  int64_t iters = 1 << 16;
+  for (;;) {
+    const auto t0 = Clock::now();
+    g_sink = fn(iters);
+    const double dt = seconds_since(t0);
+    if (dt > 0.01 || iters > (int64_t{1} << 40)) {
+      iters = std::max<int64_t>(iters, static_cast<int64_t>(iters * (seconds_budget / 10) / dt));
+      break;
+    }
+    iters *= 4;
+  }
+  const auto t_start = Clock::now();
+  double best = 0;
+  std::vector<float> sums(n_threads);
+  for (int run = 0;; ++run) {
+    const auto t0 = Clock::now();
+    run_on_all(pool, [&](int t) { sums[t] = fn(iters); });
+    const double dt = seconds_since(t0);
+    g_sink = sums[0];
+    best = std::max(best, ops_per_iter * static_cast<double>(iters) * n_threads / dt / 1e9);
+    if (run >= 1 && seconds_since(t_start) >= seconds_budget) break;
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -209,32 +257,13 @@ double measure_fma_peak_gflop_s(ThreadPool* pool, double seconds_budget, std::st
     name = "avx2";
   }
   if (isa) *isa = name;
-  const int n_threads = pool ? pool->n_threads() : 1;
-  // Calibrate the iteration count so one run takes about a tenth of the budget.
-  int64_t iters = 1 << 16;
-  for (;;) {
-    const auto t0 = Clock::now();
-    g_sink = fn(iters);
-    const double dt = seconds_since(t0);
-    if (dt > 0.01 || iters > (int64_t{1} << 40)) {
-      iters = std::max<int64_t>(iters, static_cast<int64_t>(iters * (seconds_budget / 10) / dt));
-      break;
-    }
-    iters *= 4;
-  }
-  const auto t_start = Clock::now();
-  double best = 0;
-  std::vector<float> sums(n_threads);
-  for (int run = 0;; ++run) {
-    const auto t0 = Clock::now();
-    run_on_all(pool, [&](int t) { sums[t] = fn(iters); });
-    const double dt = seconds_since(t0);
-    g_sink = sums[0];
-    const double flops = 2.0 * lanes * kChains * static_cast<double>(iters) * n_threads;
-    best = std::max(best, flops / dt / 1e9);
-    if (run >= 1 && seconds_since(t_start) >= seconds_budget) break;
-  }
-  return best;
+  return measure_loop_peak(pool, seconds_budget, fn, 2.0 * lanes * kChains);
+}
+
+double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return 0;
+  return measure_loop_peak(pool, seconds_budget, &dpbusd_loop_avx512, 2.0 * 64 * kChains);
 }
 
 MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
@@ -247,7 +276,8 @@ MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) bytes = std::min(bytes, static_cast<size_t>(pages) * page / 4);
   lim.read_bandwidth_gb_s = measure_read_bandwidth_gb_s(pool, bytes, seconds_budget * 0.6);
-  lim.fma_peak_gflop_s = measure_fma_peak_gflop_s(pool, seconds_budget * 0.4, &lim.isa);
+  lim.fma_peak_gflop_s = measure_fma_peak_gflop_s(pool, seconds_budget * 0.25, &lim.isa);
+  lim.int8_peak_gop_s = measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.15);
   return lim;
 }
 

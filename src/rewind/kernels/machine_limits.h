@@ -1,5 +1,6 @@
 // Measured limits of this machine, the denominators of every benchmark fraction: read bandwidth
-// from main memory and the fp32 FMA peak, both with all threads of a pool. A decode step is
+// from main memory, the fp32 FMA peak and the int8 dot-product peak, all with every thread of a
+// pool. A decode step is
 // judged against the bandwidth (bytes of weights / time), a prefill against the FMA peak
 // (2*M*N*K flops / time). The numbers are measured in-process, best of a few passes, so they are
 // what this code can actually reach here (not datasheet values, and not pessimistic ones).
@@ -15,8 +16,10 @@ class ThreadPool;
 struct MachineLimits {
   double read_bandwidth_gb_s = 0;  // 1e9 bytes/s, all threads streaming a buffer >> L3
   double fma_peak_gflop_s = 0;     // 1e9 flop/s, 2 flops per fp32 FMA lane, all threads
+  double int8_peak_gop_s = 0;      // 1e9 op/s, 2 ops per int8 multiply-add of the AVX-512 VNNI
+                                   // dot product (vpdpbusd), all threads; 0 without VNNI
   int n_threads = 1;
-  std::string isa;                 // widest SIMD used for the peak: "avx512", "avx2", "scalar"
+  std::string isa;  // widest SIMD used for the peak: "avx512", "avx2", "scalar"
 };
 
 // Measures both limits with every thread of `pool` (null: one thread). Cost: about
@@ -24,6 +27,9 @@ struct MachineLimits {
 // measurement run) and a temporary buffer of max(1 GiB, 2 x L3) bytes (less if the machine has
 // little memory). Not thread-safe with other work on the pool; run it on an idle machine.
 MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget = 1.0);
+
+// int8 dot-product peak alone (vpdpbusd chains; 0 where the CPU lacks AVX-512 VNNI).
+double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget);
 
 // Read bandwidth alone over a buffer of `bytes` (best of passes within seconds_budget).
 // Exposed so benchmarks can show the cache hierarchy (small buffers give cache bandwidth).

@@ -43,9 +43,9 @@ void tile_f32_scalar(const float* x, int64_t ldx, const float* w, int64_t w_stri
   }
 }
 
-void tile_bf16_scalar(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride,
-                      int64_t kc, int rows, int np, float* y, int64_t ldy, int ncols,
-                      bool accumulate, const char* pf, int64_t pf_lines, bool stream) {
+void tile_bf16_scalar(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
+                      int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate,
+                      const char* pf, int64_t pf_lines, bool stream) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + r * ldx;
     for (int c = 0; c < ncols; ++c) {
@@ -66,12 +66,14 @@ void widen_bf16_scalar(const uint16_t* w, int64_t w_stride, int64_t kc, int np, 
             bf16_to_f32(w[p * w_stride + (k / 2) * 2 * kMatmulNR + 2 * j + (k % 2)]);
 }
 
-constexpr MatmulIsa kScalarIsa = {"scalar", 4, 1, 1, 4, &tile_f32_scalar, &tile_bf16_scalar,
-                                  &widen_bf16_scalar};
+constexpr MatmulIsa kScalarIsa = {
+    "scalar", 4, 1, 1, 4, &tile_f32_scalar, &tile_bf16_scalar, &widen_bf16_scalar};
 
 }  // namespace
 
-const MatmulIsa* matmul_isa_scalar() { return &kScalarIsa; }
+const MatmulIsa* matmul_isa_scalar() {
+  return &kScalarIsa;
+}
 
 }  // namespace detail
 
@@ -117,7 +119,9 @@ constexpr int64_t kMc = 512;      // rows per row block (rounded down to a multi
 constexpr int64_t kMinRowTilesToReuse = 3;  // tiles per panel group that make it compute-bound
 constexpr int kMaxNp = 8;
 
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Per-thread scratch for a widened BF16 panel group ([np][kc][16] f32: np * kc * 64 bytes).
 float* wide_scratch(size_t n_floats) {
@@ -136,8 +140,8 @@ float* wide_scratch(size_t n_floats) {
 // kMinRowTilesToReuse tiles reuse them (exact, so the bits do not depend on that choice);
 // otherwise (decode) the tiles widen on the fly with one shift/AND per 16 weights and prefetch
 // their panel streams ahead.
-void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
-                const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
+                float* y, int64_t ldy, int64_t p0, int64_t p1) {
   const int64_t n = w.n(), k = w.k();
   const bool bf16 = w.store() == DType::BF16;
   const int64_t elem = bf16 ? 2 : 4;
@@ -247,12 +251,47 @@ void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t l
   }
 }
 
+// Int8 dot: the activation rows, quantised once per call by the calling thread's pool, then each
+// thread's panels against all rows.
+void run_panels_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, float* y, int64_t ldy,
+                     int64_t p0, int64_t p1) {
+  const int64_t n = w.n(), k = w.k();
+  const int64_t panel_stride =
+      k / dtype_block_elems(w.store()) * detail::quant_panel_block_bytes(w.store());
+  const int ncols = static_cast<int>(std::min<int64_t>(n - p0 * kMatmulNR, (p1 - p0) * kMatmulNR));
+  detail::int8_dot_panels(w.store(), xa, 0, xa.m,
+                          static_cast<const std::byte*>(w.raw()) + p0 * panel_stride, panel_stride,
+                          static_cast<int>(p1 - p0), y + p0 * kMatmulNR, ldy, ncols);
+}
+
+QuantDot default_quant_dot() {
+  return detail::int8_dot_simd_available() ? QuantDot::Int8 : QuantDot::F32;
+}
+std::atomic<int> g_quant_dot{-1};  // -1: not chosen yet
+
 }  // namespace
+
+void matmul_set_quant_dot(QuantDot mode) {
+  g_quant_dot.store(static_cast<int>(mode), std::memory_order_release);
+}
+
+QuantDot matmul_quant_dot() {
+  const int v = g_quant_dot.load(std::memory_order_acquire);
+  return v < 0 ? default_quant_dot() : static_cast<QuantDot>(v);
+}
+
+const char* quant_dot_name(QuantDot mode) {
+  return mode == QuantDot::Int8 ? "int8" : "f32";
+}
+
+bool matmul_int8_simd() {
+  return detail::int8_dot_simd_available();
+}
 
 // ---- PackedMatrix ------------------------------------------------------------------------------
 
-PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int64_t k,
-                                DType store, ThreadPool* pool) {
+PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int64_t k, DType store,
+                                ThreadPool* pool) {
   if (dtype_is_quant(store)) {
     REWIND_CHECK_MSG(src_type == store, "matmul: a quantised store needs rows of the same type");
     REWIND_CHECK(n >= 0 && k >= 0 && k % dtype_block_elems(store) == 0);
@@ -282,7 +321,8 @@ PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int6
   }
   REWIND_CHECK_MSG(src_type == DType::F32 || src_type == DType::BF16 || src_type == DType::F16,
                    "matmul: weights must be F32, BF16 or F16");
-  REWIND_CHECK_MSG(store == DType::F32 || store == DType::BF16, "matmul: store must be F32 or BF16");
+  REWIND_CHECK_MSG(store == DType::F32 || store == DType::BF16,
+                   "matmul: store must be F32 or BF16");
   REWIND_CHECK(n >= 0 && k >= 0);
   REWIND_CHECK(src != nullptr || n * k == 0);
   PackedMatrix pm;
@@ -300,20 +340,24 @@ PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int6
   // One panel at a time: its 16 source rows are converted to f32 (or, BF16 -> BF16, copied raw)
   // into a scratch block, then written out sequentially in the panel layout.
   auto pack_panels = [&](int, int64_t pb, int64_t pe) {
-    std::vector<float> rows(static_cast<size_t>(kMatmulNR * k));       // [16, k] f32
-    std::vector<uint16_t> rows16;                                      // [16, k] raw bf16
-    const bool raw_bf16 = bf16 && src_type == DType::BF16;             // keep the bits as they are
+    std::vector<float> rows(static_cast<size_t>(kMatmulNR * k));  // [16, k] f32
+    std::vector<uint16_t> rows16;                                 // [16, k] raw bf16
+    const bool raw_bf16 = bf16 && src_type == DType::BF16;        // keep the bits as they are
     if (raw_bf16) rows16.resize(static_cast<size_t>(kMatmulNR * k));
     for (int64_t p = pb; p < pe; ++p) {
       const int64_t nr = std::min<int64_t>(kMatmulNR, n - p * kMatmulNR);
       for (int64_t j = 0; j < kMatmulNR; ++j) {
         const char* src_row = static_cast<const char*>(src) + (p * kMatmulNR + j) * k * src_elem;
         if (raw_bf16) {
-          if (j < nr) std::memcpy(&rows16[j * k], src_row, static_cast<size_t>(k) * 2);
-          else std::fill(&rows16[j * k], &rows16[j * k] + k, uint16_t{0});
+          if (j < nr)
+            std::memcpy(&rows16[j * k], src_row, static_cast<size_t>(k) * 2);
+          else
+            std::fill(&rows16[j * k], &rows16[j * k] + k, uint16_t{0});
         } else {
-          if (j < nr) convert_to_f32(src_row, src_type, static_cast<size_t>(k), &rows[j * k]);
-          else std::fill(&rows[j * k], &rows[j * k] + k, 0.0f);
+          if (j < nr)
+            convert_to_f32(src_row, src_type, static_cast<size_t>(k), &rows[j * k]);
+          else
+            std::fill(&rows[j * k], &rows[j * k] + k, 0.0f);
         }
       }
       if (!bf16) {
@@ -321,7 +365,8 @@ PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int6
         for (int64_t c = 0; c < k; ++c)
           for (int64_t j = 0; j < kMatmulNR; ++j) dst[c * kMatmulNR + j] = rows[j * k + c];
       } else {
-        uint16_t* dst = reinterpret_cast<uint16_t*>(pm.data_.data()) + p * panel_elems;  // [k/2][16][2]
+        uint16_t* dst =
+            reinterpret_cast<uint16_t*>(pm.data_.data()) + p * panel_elems;  // [k/2][16][2]
         for (int64_t c = 0; c < k; ++c) {
           uint16_t* d = dst + (c / 2) * 2 * kMatmulNR + (c % 2);
           for (int64_t j = 0; j < kMatmulNR; ++j)
@@ -420,6 +465,21 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
     return;
   }
   const bool quant = w.quantised();
+  if (quant && matmul_quant_dot() == QuantDot::Int8) {
+    // The calling thread's buffer; the workers get its address (naming a thread_local inside
+    // the lambda would give each worker its own, empty one).
+    thread_local detail::QuantizedActs acts;
+    const detail::QuantizedActs* xa = &acts;
+    detail::quantize_acts(w.store(), x, m, ldx, k, &acts, pool);
+    auto work8 = [&](int, int64_t c0, int64_t c1) {
+      run_panels_int8(*xa, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+    };
+    if (pool)
+      pool->parallel_for(n, kMatmulNR, work8);
+    else
+      work8(0, 0, n);
+    return;
+  }
   auto work = [&](int, int64_t c0, int64_t c1) {
     if (quant) {
       run_panels_quant(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
@@ -451,7 +511,9 @@ void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
   }
 }
 
-const char* matmul_isa() { return current_isa().name; }
+const char* matmul_isa() {
+  return current_isa().name;
+}
 
 bool matmul_force_isa(const std::string& isa) {
   const MatmulIsa* chosen = nullptr;

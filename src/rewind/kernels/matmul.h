@@ -8,9 +8,16 @@
 // fallback give the same bits). Threads split N (output panels), never K.
 //
 // Weights are packed once at load time into panels (PackedMatrix); F32 or BF16 storage, with
-// BF16 widened exactly to fp32 inside the kernel; or ggml's Q8_0 / Q4_K / Q6_K blocks, widened
-// exactly (ggml's dequantisation) to fp32 panels block by block inside the kernel, so a
-// quantised matrix gives the same bits as the F32 matrix of its dequantised values, for every M.
+// BF16 widened exactly to fp32 inside the kernel; or ggml's Q8_0 / Q4_K / Q6_K blocks, used in
+// one of two ways (QuantDot, a process-wide setting):
+//  - F32: widened exactly (ggml's dequantisation) to fp32 panels block by block inside the
+//    kernel, so a quantised matrix gives the same bits as the F32 matrix of its dequantised
+//    values, for every M;
+//  - Int8 (the default where the CPU has AVX-512 VNNI): each activation row is quantised to int8
+//    per block (32 or 256 values, one f32 scale), the weights' integer codes meet it in integer
+//    dot products, and each output is still ONE f32 accumulator fed block by block in k order
+//    (the exact formula is in matmul_quant.h). Row r's values depend on x[r, :] alone, so the
+//    result is just as batch-invariant, and the scalar path gives the same bits.
 #pragma once
 
 #include <cstdint>
@@ -71,7 +78,7 @@ class PackedMatrix {
   DType store_ = DType::F32;
   AlignedBuffer<std::byte> data_;
   std::vector<int32_t> k_perm_, k_inv_;  // empty: identity
-  std::vector<PackedMatrix> parts_;       // non-empty: a stack (data_ unused)
+  std::vector<PackedMatrix> parts_;      // non-empty: a stack (data_ unused)
 };
 
 // y[m, n] for m < M, n < W.n(). x is [M, K] with row stride ldx (>= K) floats; y is [M, N] with
@@ -82,6 +89,16 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
 // Naive reference: double accumulation over the unpacked weight values (w.at()).
 void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,
                   int64_t ldy);
+
+// How quantised weights are multiplied (see the top of this file). Set it before any model runs
+// (not thread-safe with running matmuls): changing it changes every quantised result.
+enum class QuantDot { F32, Int8 };
+void matmul_set_quant_dot(QuantDot mode);
+QuantDot matmul_quant_dot();
+const char* quant_dot_name(QuantDot mode);  // "f32", "int8"
+// True when the int8 dot has its SIMD kernels here (AVX-512 VNNI); else it runs the scalar
+// reference (same bits, much slower), which is why the default is then F32.
+bool matmul_int8_simd();
 
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
 const char* matmul_isa();

@@ -1,14 +1,18 @@
-// Quantised weight panels: packing from ggml blocks and exact widening to f32 (layout in
-// matmul_quant.h). The AVX-512 widen is compiled under a target attribute and chosen at run time;
-// the scalar widen is the reference with the same per-element arithmetic.
+// Quantised weight panels: packing from ggml blocks, exact widening to f32 (the f32 dot) and the
+// int8 dot (layouts and arithmetic in matmul_quant.h). The AVX-512 (and AVX-512 VNNI) kernels are
+// compiled under target attributes and chosen at run time; the scalar code is the reference with
+// the same per-element arithmetic, so every path gives the same bits.
 #include "rewind/kernels/matmul_quant.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "rewind/base/check.h"
+#include "rewind/base/thread_pool.h"
 #include "rewind/tensor/quant.h"
 
 namespace rw::detail {
@@ -17,32 +21,51 @@ namespace {
 
 constexpr int kNR = 16;
 
+// Byte offset, inside a block's code area, of value k of lane j in the 4-byte group layout.
+constexpr int group_byte(int k, int j) {
+  return ((k >> 2) * kNR + j) * 4 + (k & 3);
+}
+// Q4_K: value k of lane j lives in byte ((k / 8) * 16 + j) * 4 + k % 4, nibble (k / 4) % 2.
+constexpr int q4k_byte(int k, int j) {
+  return ((k >> 3) * kNR + j) * 4 + (k & 3);
+}
+constexpr int q4k_shift(int k) {
+  return ((k >> 2) & 1) * 4;
+}
+// Q4_K: min of sub-block s of lane j.
+constexpr int q4k_min_byte(int s, int j) {
+  return ((s >> 1) * kNR + j) * 2 + (s & 1);
+}
+
+constexpr int kQ4KScOff = 64, kQ4KMinOff = 192, kQ4KQOff = 320;
+constexpr int kQ6KScOff = 32, kQ6KQOff = 288;
+constexpr int kQ8QOff = 32;
+
 // ---- scalar ----------------------------------------------------------------------------------
 
 void widen_q8_0_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
-  const auto* q = reinterpret_cast<const int8_t*>(blk + 32);
+  const auto* q = reinterpret_cast<const int8_t*>(blk + kQ8QOff);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]);
-    for (int k = 0; k < 32; ++k) out[k * ld + j] = static_cast<float>(q[k * kNR + j]) * d;
+    for (int k = 0; k < 32; ++k) out[k * ld + j] = static_cast<float>(q[group_byte(k, j)]) * d;
   }
 }
 
 void widen_q4_k_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
   const auto* m16 = reinterpret_cast<const uint16_t*>(blk + 32);
-  const auto* sc = reinterpret_cast<const uint8_t*>(blk + 64);
-  const auto* mn = reinterpret_cast<const uint8_t*>(blk + 192);
-  const auto* q = reinterpret_cast<const uint8_t*>(blk + 320);
+  const auto* sc = reinterpret_cast<const uint8_t*>(blk + kQ4KScOff);
+  const auto* mn = reinterpret_cast<const uint8_t*>(blk + kQ4KMinOff);
+  const auto* q = reinterpret_cast<const uint8_t*>(blk + kQ4KQOff);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]), dmin = f16_to_f32(m16[j]);
     for (int s = 0; s < 8; ++s) {
       const float d1 = d * static_cast<float>(sc[s * kNR + j]);
-      const float m1 = dmin * static_cast<float>(mn[s * kNR + j]);
-      for (int i = 16 * s; i < 16 * s + 16; ++i) {
-        const uint8_t b = q[i * kNR + j];
-        out[(2 * i) * ld + j] = d1 * static_cast<float>(b & 0xF) - m1;
-        out[(2 * i + 1) * ld + j] = d1 * static_cast<float>(b >> 4) - m1;
+      const float m1 = dmin * static_cast<float>(mn[q4k_min_byte(s, j)]);
+      for (int k = 32 * s; k < 32 * s + 32; ++k) {
+        const int v = (q[q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
+        out[k * ld + j] = d1 * static_cast<float>(v) - m1;
       }
     }
   }
@@ -50,21 +73,48 @@ void widen_q4_k_scalar(const std::byte* blk, float* out, int64_t ld) {
 
 void widen_q6_k_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
-  const auto* sc = reinterpret_cast<const int8_t*>(blk + 32);
-  const auto* q = reinterpret_cast<const int8_t*>(blk + 288);
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScOff);
+  const auto* q = reinterpret_cast<const uint8_t*>(blk + kQ6KQOff);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]);
     for (int s = 0; s < 16; ++s) {
       const float ds = d * static_cast<float>(sc[s * kNR + j]);
       for (int k = 16 * s; k < 16 * s + 16; ++k)
-        out[k * ld + j] = ds * static_cast<float>(q[k * kNR + j]);
+        out[k * ld + j] = ds * static_cast<float>(static_cast<int>(q[group_byte(k, j)]) - 32);
     }
   }
+}
+
+// Activation quantisation of one block of n values (the reference; the AVX-512 version below
+// gives the same bits: the max is exact, x * id is one rounding, nearest-even both ways).
+void quantize_block_scalar(const float* x, int n, int8_t* q, float* d) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    finite = finite && a <= std::numeric_limits<float>::max();  // false for inf and NaN
+    amax = std::max(amax, a);
+  }
+  if (!finite) {  // inf / NaN inputs: the block's products become NaN, as in f32
+    std::fill(q, q + n, int8_t{0});
+    *d = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  if (amax < 1e-30f) {  // zeros (and values too small for 127 / amax to be finite)
+    std::fill(q, q + n, int8_t{0});
+    *d = 0.0f;
+    return;
+  }
+  const float id = 127.0f / amax;
+  *d = amax / 127.0f;
+  for (int i = 0; i < n; ++i)
+    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * id), -127.0f, 127.0f));
 }
 
 // ---- AVX-512 ---------------------------------------------------------------------------------
 
 #define REWIND_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#define REWIND_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 // GCC 12's avx512fintrin.h builds the unmasked conversions (cvtepi8_epi32, cvtepi32_ps,
 // cvtph_ps) from their masked forms with an uninitialised pass-through operand and then warns
 // about it in its own header; the operand is dead (all-ones mask).
@@ -72,48 +122,103 @@ void widen_q6_k_scalar(const std::byte* blk, float* out, int64_t ld) {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+REWIND_AVX512 inline __m512 load_f16x16(const std::byte* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+REWIND_AVX512 inline __m512i load_group(const std::byte* p) {
+  return _mm512_loadu_si512(reinterpret_cast<const void*>(p));
+}
+// Byte t of every 32-bit lane of v, sign- or zero-extended.
+template <int T>
+REWIND_AVX512 inline __m512i lane_byte_i8(__m512i v) {
+  return _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * T), 24);
+}
+template <int T>
+REWIND_AVX512 inline __m512i lane_byte_u8(__m512i v) {
+  return _mm512_and_si512(_mm512_srli_epi32(v, 8 * T), _mm512_set1_epi32(0xFF));
+}
+
+// The 4 (Q8_0, Q6_K) or 8 (Q4_K) weight vectors of group g of a block, as f32 in k order, with
+// the widen's arithmetic (per sub-block scale vectors supplied by the caller).
+REWIND_AVX512 inline void q8_0_group(const std::byte* blk, int g, __m512 d, __m512 (&w)[4]) {
+  const __m512i v = load_group(blk + kQ8QOff + 64 * g);
+  w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<0>(v)), d);
+  w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<1>(v)), d);
+  w[2] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<2>(v)), d);
+  w[3] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<3>(v)), d);
+}
+REWIND_AVX512 inline __m512 q4k_value(__m512 d1, __m512 m1, __m512i e) {
+  return _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(e)), m1);
+}
+REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m512 m1,
+                                     __m512 (&w)[8]) {
+  const __m512i v = load_group(blk + kQ4KQOff + 64 * g);
+  const __m512i lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+  const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0F));
+  w[0] = q4k_value(d1, m1, lane_byte_u8<0>(lo));
+  w[1] = q4k_value(d1, m1, lane_byte_u8<1>(lo));
+  w[2] = q4k_value(d1, m1, lane_byte_u8<2>(lo));
+  w[3] = q4k_value(d1, m1, lane_byte_u8<3>(lo));
+  w[4] = q4k_value(d1, m1, lane_byte_u8<0>(hi));
+  w[5] = q4k_value(d1, m1, lane_byte_u8<1>(hi));
+  w[6] = q4k_value(d1, m1, lane_byte_u8<2>(hi));
+  w[7] = q4k_value(d1, m1, lane_byte_u8<3>(hi));
+}
+REWIND_AVX512 inline void q6_k_group(const std::byte* blk, int g, __m512 ds, __m512 (&w)[4]) {
+  const __m512i v = load_group(blk + kQ6KQOff + 64 * g);
+  const __m512i c32 = _mm512_set1_epi32(32);
+  w[0] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<0>(v), c32)));
+  w[1] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<1>(v), c32)));
+  w[2] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<2>(v), c32)));
+  w[3] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<3>(v), c32)));
+}
+
+REWIND_AVX512 inline __m512 q4k_d1(const std::byte* blk, __m512 d, int s) {
+  return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                              reinterpret_cast<const __m128i*>(blk + kQ4KScOff + 16 * s)))));
+}
+// Q4_K mins of sub-block s for the 16 lanes (u8 pairs per lane: gather byte s & 1 of pair s / 2).
+REWIND_AVX512 inline __m512 q4k_m1(const std::byte* blk, __m512 dmin, int s) {
+  const __m512i pairs = _mm512_cvtepu16_epi32(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * (s >> 1))));
+  const __m512i m =
+      (s & 1) ? _mm512_srli_epi32(pairs, 8) : _mm512_and_si512(pairs, _mm512_set1_epi32(0xFF));
+  return _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m));
+}
+REWIND_AVX512 inline __m512 q6k_ds(const std::byte* blk, __m512 d, int s) {
+  return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                              reinterpret_cast<const __m128i*>(blk + kQ6KScOff + 16 * s)))));
+}
+
 REWIND_AVX512 void widen_q8_0_avx512(const std::byte* blk, float* out, int64_t ld) {
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-  const auto* q = reinterpret_cast<const __m128i*>(blk + 32);
-  for (int k = 0; k < 32; ++k) {
-    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + k)));
-    _mm512_storeu_ps(out + k * ld, _mm512_mul_ps(v, d));
+  const __m512 d = load_f16x16(blk);
+  for (int g = 0; g < 8; ++g) {
+    __m512 w[4];
+    q8_0_group(blk, g, d, w);
+    for (int t = 0; t < 4; ++t) _mm512_storeu_ps(out + (4 * g + t) * ld, w[t]);
   }
 }
 
 REWIND_AVX512 void widen_q4_k_avx512(const std::byte* blk, float* out, int64_t ld) {
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-  const __m512 dmin =
-      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
-  const auto* sc = reinterpret_cast<const __m128i*>(blk + 64);
-  const auto* mn = reinterpret_cast<const __m128i*>(blk + 192);
-  const auto* q = reinterpret_cast<const __m128i*>(blk + 320);
-  const __m512i lo_mask = _mm512_set1_epi32(0xF);
+  const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
   for (int s = 0; s < 8; ++s) {
-    const __m512 d1 =
-        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(sc + s))));
-    const __m512 m1 =
-        _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(mn + s))));
-    for (int i = 16 * s; i < 16 * s + 16; ++i) {
-      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(q + i));
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(b, lo_mask));
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4));
-      _mm512_storeu_ps(out + (2 * i) * ld, _mm512_sub_ps(_mm512_mul_ps(d1, lo), m1));
-      _mm512_storeu_ps(out + (2 * i + 1) * ld, _mm512_sub_ps(_mm512_mul_ps(d1, hi), m1));
+    const __m512 d1 = q4k_d1(blk, d, s), m1 = q4k_m1(blk, dmin, s);
+    for (int g = 4 * s; g < 4 * s + 4; ++g) {
+      __m512 w[8];
+      q4_k_group(blk, g, d1, m1, w);
+      for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
     }
   }
 }
 
 REWIND_AVX512 void widen_q6_k_avx512(const std::byte* blk, float* out, int64_t ld) {
-  const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-  const auto* sc = reinterpret_cast<const __m128i*>(blk + 32);
-  const auto* q = reinterpret_cast<const __m128i*>(blk + 288);
+  const __m512 d = load_f16x16(blk);
   for (int s = 0; s < 16; ++s) {
-    const __m512 ds =
-        _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc + s))));
-    for (int k = 16 * s; k < 16 * s + 16; ++k) {
-      const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q + k)));
-      _mm512_storeu_ps(out + k * ld, _mm512_mul_ps(ds, v));
+    const __m512 ds = q6k_ds(blk, d, s);
+    for (int g = 4 * s; g < 4 * s + 4; ++g) {
+      __m512 w[4];
+      q6_k_group(blk, g, ds, w);
+      for (int t = 0; t < 4; ++t) _mm512_storeu_ps(out + (4 * g + t) * ld, w[t]);
     }
   }
 }
@@ -128,17 +233,20 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
 
 constexpr int64_t kPrefetchBytes = 4096;  // per panel stream, ahead of the loads
 
-// acc[r][p] = fma(x[r, k], w[p], acc[r][p]).
-template <int R, int P>
-REWIND_AVX512 __attribute__((always_inline)) inline void fma_step(__m512 (&acc)[R][P],
-                                                                  const __m512 (&w)[P],
-                                                                  const float* x, int64_t ldx,
-                                                                  int64_t k) {
+// acc[r][p] = fma(x[r, k + t], w[p][t], acc[r][p]) for t < T, in order.
+template <int R, int P, int T>
+REWIND_AVX512 __attribute__((always_inline)) inline void fma_steps(__m512 (&acc)[R][P],
+                                                                   const __m512 (&w)[P][T],
+                                                                   const float* x, int64_t ldx,
+                                                                   int64_t k) {
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-    const __m512 a = _mm512_set1_ps(x[r * ldx + k]);
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(x[r * ldx + k + t]);
 #pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(a, w[p], acc[r][p]);
+      for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(a, w[p][t], acc[r][p]);
+    }
   }
 }
 
@@ -150,76 +258,57 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   const int64_t pb = quant_panel_block_bytes(t);
+  auto prefetch = [&](const std::byte* blk, int off) {
+    _mm_prefetch(reinterpret_cast<const char*>(blk + off) + kPrefetchBytes, _MM_HINT_T0);
+  };
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
     for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
     if (t == DType::Q8_0) {
       __m512 d[P];
-      for (int p = 0; p < P; ++p)
-        d[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[p])));
-      for (int kk = 0; kk < 32; ++kk) {
-        __m512 w[P];
+      for (int p = 0; p < P; ++p) d[p] = load_f16x16(blk[p]);
+      for (int g = 0; g < 8; ++g) {
+        __m512 w[P][4];
         for (int p = 0; p < P; ++p) {
-          const auto* q = reinterpret_cast<const __m128i*>(blk[p] + 32) + kk;
-          if ((kk & 3) == 0)
-            _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchBytes, _MM_HINT_T0);
-          w[p] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))), d[p]);
+          prefetch(blk[p], kQ8QOff + 64 * g);
+          q8_0_group(blk[p], g, d[p], w[p]);
         }
-        fma_step<R, P>(acc, w, x, ldx, b * 32 + kk);
+        fma_steps<R, P, 4>(acc, w, x, ldx, b * 32 + 4 * g);
       }
     } else if (t == DType::Q4_K) {
       __m512 d[P], dmin[P];
       for (int p = 0; p < P; ++p) {
-        d[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[p])));
-        dmin[p] =
-            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[p] + 32)));
+        d[p] = load_f16x16(blk[p]);
+        dmin[p] = load_f16x16(blk[p] + 32);
       }
-      const __m512i lo_mask = _mm512_set1_epi32(0xF);
       for (int s = 0; s < 8; ++s) {
         __m512 d1[P], m1[P];
         for (int p = 0; p < P; ++p) {
-          const auto* sc = reinterpret_cast<const __m128i*>(blk[p] + 64) + s;
-          const auto* mn = reinterpret_cast<const __m128i*>(blk[p] + 192) + s;
-          d1[p] =
-              _mm512_mul_ps(d[p], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(sc))));
-          m1[p] =
-              _mm512_mul_ps(dmin[p], _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(mn))));
+          d1[p] = q4k_d1(blk[p], d[p], s);
+          m1[p] = q4k_m1(blk[p], dmin[p], s);
         }
-        for (int i = 16 * s; i < 16 * s + 16; ++i) {
-          __m512 wl[P], wh[P];
+        for (int g = 4 * s; g < 4 * s + 4; ++g) {
+          __m512 w[P][8];
           for (int p = 0; p < P; ++p) {
-            const auto* q = reinterpret_cast<const __m128i*>(blk[p] + 320) + i;
-            if ((i & 3) == 0)
-              _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchBytes, _MM_HINT_T0);
-            const __m512i bb = _mm512_cvtepu8_epi32(_mm_loadu_si128(q));
-            wl[p] = _mm512_sub_ps(
-                _mm512_mul_ps(d1[p], _mm512_cvtepi32_ps(_mm512_and_si512(bb, lo_mask))), m1[p]);
-            wh[p] = _mm512_sub_ps(
-                _mm512_mul_ps(d1[p], _mm512_cvtepi32_ps(_mm512_srli_epi32(bb, 4))), m1[p]);
+            prefetch(blk[p], kQ4KQOff + 64 * g);
+            q4_k_group(blk[p], g, d1[p], m1[p], w[p]);
           }
-          fma_step<R, P>(acc, wl, x, ldx, b * 256 + 2 * i);
-          fma_step<R, P>(acc, wh, x, ldx, b * 256 + 2 * i + 1);
+          fma_steps<R, P, 8>(acc, w, x, ldx, b * 256 + 8 * g);
         }
       }
     } else {  // Q6_K
       __m512 d[P];
-      for (int p = 0; p < P; ++p)
-        d[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[p])));
+      for (int p = 0; p < P; ++p) d[p] = load_f16x16(blk[p]);
       for (int s = 0; s < 16; ++s) {
         __m512 ds[P];
-        for (int p = 0; p < P; ++p)
-          ds[p] = _mm512_mul_ps(d[p], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-                                          reinterpret_cast<const __m128i*>(blk[p] + 32) + s))));
-        for (int k = 16 * s; k < 16 * s + 16; ++k) {
-          __m512 w[P];
+        for (int p = 0; p < P; ++p) ds[p] = q6k_ds(blk[p], d[p], s);
+        for (int g = 4 * s; g < 4 * s + 4; ++g) {
+          __m512 w[P][4];
           for (int p = 0; p < P; ++p) {
-            const auto* q = reinterpret_cast<const __m128i*>(blk[p] + 288) + k;
-            if ((k & 3) == 0)
-              _mm_prefetch(reinterpret_cast<const char*>(q) + kPrefetchBytes, _MM_HINT_T0);
-            w[p] =
-                _mm512_mul_ps(ds[p], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(q))));
+            prefetch(blk[p], kQ6KQOff + 64 * g);
+            q6_k_group(blk[p], g, ds[p], w[p]);
           }
-          fma_step<R, P>(acc, w, x, ldx, b * 256 + k);
+          fma_steps<R, P, 4>(acc, w, x, ldx, b * 256 + 4 * g);
         }
       }
     }
@@ -236,6 +325,210 @@ constexpr DecodeTileFn kDecodeTiles[2][4] = {{decode_tile_avx512<1, 1>, decode_t
                                              {decode_tile_avx512<2, 1>, decode_tile_avx512<2, 2>,
                                               decode_tile_avx512<2, 3>, decode_tile_avx512<2, 4>}};
 
+// ---- int8 dot: AVX-512 VNNI ------------------------------------------------------------------
+
+inline int32_t load_i32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Activation rows of one tile.
+template <int R>
+struct ActRows {
+  const int8_t* q[R];
+  const float* d[R];
+  const int32_t* s16[R];
+  const int16_t* s32[R];
+  ActRows(const QuantizedActs& xa, int64_t r0) {
+    for (int r = 0; r < R; ++r) {
+      q[r] = xa.q.data() + (r0 + r) * xa.k;
+      d[r] = xa.d.data() + (r0 + r) * (xa.k / xa.block);
+      s16[r] = xa.s16.data() + (r0 + r) * (xa.k / 16);
+      s32[r] = xa.s32.data() + (r0 + r) * (xa.k / 32);
+    }
+  }
+};
+
+// acc[r][p] = fma(dw[p] * dx[r], float(s[r][p]), acc[r][p]) (negated product when Neg).
+template <int R, int P, bool Neg = false>
+REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][P],
+                                                               const __m512 (&dw)[P],
+                                                               const ActRows<R>& xr, int64_t b,
+                                                               const __m512i (&s)[R][P]) {
+  for (int r = 0; r < R; ++r) {
+    const __m512 dx = _mm512_set1_ps(xr.d[r][b]);
+    for (int p = 0; p < P; ++p) {
+      const __m512 scale = _mm512_mul_ps(dw[p], dx);
+      const __m512 f = _mm512_cvtepi32_ps(s[r][p]);
+      acc[r][p] =
+          Neg ? _mm512_fnmadd_ps(scale, f, acc[r][p]) : _mm512_fmadd_ps(scale, f, acc[r][p]);
+    }
+  }
+}
+
+template <int R, int P>
+REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
+                                  const std::byte* panels, int64_t panel_stride, float* y,
+                                  int64_t ldy, int ncols) {
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = quant_panel_block_bytes(t), nb = xa.k / xa.block;
+  constexpr bool kStream = R <= 2;  // decode: weights stream from memory, prefetch ahead
+  auto prefetch = [&](const std::byte* p) {
+    if (kStream) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+  };
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[P];
+    for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
+    __m512 dw[P];
+    for (int p = 0; p < P; ++p) dw[p] = load_f16x16(blk[p]);
+    __m512i s[R][P];
+    if (t == DType::Q8_0) {
+      // u8 operand q + 128 (sign bit flipped); -128 * sum(qx) corrects the offset.
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+      for (int r = 0; r < R; ++r) {
+        const __m512i c = _mm512_set1_epi32(-128 * (xr.s16[r][2 * b] + xr.s16[r][2 * b + 1]));
+        for (int p = 0; p < P; ++p) s[r][p] = c;
+      }
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        __m512i w[P];
+        for (int p = 0; p < P; ++p) {
+          prefetch(blk[p] + kQ8QOff + 64 * g);
+          w[p] = _mm512_xor_si512(load_group(blk[p] + kQ8QOff + 64 * g), flip);
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 32 + 4 * g));
+          for (int p = 0; p < P; ++p) s[r][p] = _mm512_dpbusd_epi32(s[r][p], w[p], a);
+        }
+      }
+      combine<R, P>(acc, dw, xr, b, s);
+    } else if (t == DType::Q4_K) {
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+      for (int sb = 0; sb < 8; ++sb) {
+        __m512i is[R][P];
+        for (int r = 0; r < R; ++r)
+          for (int p = 0; p < P; ++p) is[r][p] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+          __m512i lo[P], hi[P];
+          for (int p = 0; p < P; ++p) {
+            prefetch(blk[p] + kQ4KQOff + 64 * g);
+            const __m512i v = load_group(blk[p] + kQ4KQOff + 64 * g);
+            lo[p] = _mm512_and_si512(v, m4);
+            hi[p] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+          }
+          for (int r = 0; r < R; ++r) {
+            const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
+            const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
+            for (int p = 0; p < P; ++p) {
+              is[r][p] = _mm512_dpbusd_epi32(is[r][p], lo[p], a0);
+              is[r][p] = _mm512_dpbusd_epi32(is[r][p], hi[p], a1);
+            }
+          }
+        }
+        for (int p = 0; p < P; ++p) {
+          const __m512i sc = _mm512_cvtepu8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ4KScOff + 16 * sb)));
+          for (int r = 0; r < R; ++r)
+            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+        }
+      }
+      combine<R, P>(acc, dw, xr, b, s);
+      // Mins: sum_s m[s] * sum32[s], pairs of sub-blocks per 16-bit dot product.
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+      for (int tp = 0; tp < 4; ++tp) {
+        __m512i mv[P];
+        for (int p = 0; p < P; ++p)
+          mv[p] = _mm512_cvtepu8_epi16(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[p] + kQ4KMinOff + 32 * tp)));
+        for (int r = 0; r < R; ++r) {
+          const __m512i a = _mm512_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp));
+          for (int p = 0; p < P; ++p) s[r][p] = _mm512_dpwssd_epi32(s[r][p], mv[p], a);
+        }
+      }
+      __m512 dmin[P];
+      for (int p = 0; p < P; ++p) dmin[p] = load_f16x16(blk[p] + 32);
+      combine<R, P, true>(acc, dmin, xr, b, s);
+    } else {  // Q6_K: u8 operand q + 32; -32 * sum16(qx) corrects the offset per sub-block.
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+      for (int sb = 0; sb < 16; ++sb) {
+        __m512i is[R][P];
+        for (int r = 0; r < R; ++r) {
+          const __m512i c = _mm512_set1_epi32(-32 * xr.s16[r][b * 16 + sb]);
+          for (int p = 0; p < P; ++p) is[r][p] = c;
+        }
+#pragma GCC unroll 4
+        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+          __m512i w[P];
+          for (int p = 0; p < P; ++p) {
+            prefetch(blk[p] + kQ6KQOff + 64 * g);
+            w[p] = load_group(blk[p] + kQ6KQOff + 64 * g);
+          }
+          for (int r = 0; r < R; ++r) {
+            const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
+            for (int p = 0; p < P; ++p) is[r][p] = _mm512_dpbusd_epi32(is[r][p], w[p], a);
+          }
+        }
+        for (int p = 0; p < P; ++p) {
+          const __m512i sc = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ6KScOff + 16 * sb)));
+          for (int r = 0; r < R; ++r)
+            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+        }
+      }
+      combine<R, P>(acc, dw, xr, b, s);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p)
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r][p]);
+}
+
+using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
+                            int64_t, int);
+constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
+#define REWIND_INT8_ROW(R) \
+  { int8_tile_avx512<R, 1>, int8_tile_avx512<R, 2>, int8_tile_avx512<R, 3>, int8_tile_avx512<R, 4> }
+#define REWIND_INT8_ROW2(R) \
+  { int8_tile_avx512<R, 1>, int8_tile_avx512<R, 2>, nullptr, nullptr }
+// Rows 5 and 6 only with 1 or 2 panels (the accumulators of 6 x 2 tiles fill the registers).
+constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  REWIND_INT8_ROW(2),
+                                                         REWIND_INT8_ROW(3),  REWIND_INT8_ROW(4),
+                                                         REWIND_INT8_ROW2(5), REWIND_INT8_ROW2(6)};
+#undef REWIND_INT8_ROW2
+#undef REWIND_INT8_ROW
+
+// Activation quantisation, one block of n (a multiple of 16) values: same bits as the scalar.
+REWIND_AVX512 void quantize_block_avx512(const float* x, int n, int8_t* q, float* d) {
+  __m512 mx = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  for (int i = 0; i < n; i += 16) {
+    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + i));
+    bad |= _mm512_cmp_ps_mask(a, big, _CMP_NLE_UQ);  // inf or NaN
+    mx = _mm512_max_ps(mx, a);
+  }
+  const float amax = _mm512_reduce_max_ps(mx);
+  if (bad || amax < 1e-30f) {  // the scalar handles the special blocks
+    quantize_block_scalar(x, n, q, d);
+    return;
+  }
+  const __m512 id = _mm512_set1_ps(127.0f / amax);
+  *d = amax / 127.0f;
+  for (int i = 0; i < n; i += 16) {
+    const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), id));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(v));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 using WidenFn = void (*)(const std::byte*, float*, int64_t);
@@ -247,6 +540,18 @@ bool use_avx512() {
            __builtin_cpu_supports("avx512vl");
   }();
   return yes;
+}
+
+bool use_vnni() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return use_avx512() && __builtin_cpu_supports("avx512vnni");
+  }();
+  return yes;
+}
+
+int64_t act_block(DType t) {
+  return t == DType::Q8_0 ? 32 : 256;
 }
 
 }  // namespace
@@ -261,13 +566,14 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
   REWIND_CHECK(pb > 0 && k % bk == 0);
   std::memset(dst, 0, static_cast<size_t>(nb * pb));
   for (int64_t b = 0; b < nb; ++b) {
-    std::byte* o = dst + b * pb;
+    auto* o = reinterpret_cast<uint8_t*>(dst + b * pb);
     for (int j = 0; j < n_rows; ++j) {
       if (t == DType::Q8_0) {
         BlockQ8_0 x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ8_0), sizeof x);
         std::memcpy(o + 2 * j, &x.d, 2);
-        for (int kk = 0; kk < 32; ++kk) o[32 + kk * kNR + j] = static_cast<std::byte>(x.qs[kk]);
+        for (int kk = 0; kk < 32; ++kk)
+          o[kQ8QOff + group_byte(kk, j)] = static_cast<uint8_t>(x.qs[kk]);
       } else if (t == DType::Q4_K) {
         BlockQ4_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_K), sizeof x);
@@ -276,25 +582,25 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         for (int s = 0; s < 8; ++s) {
           uint8_t sc, m;
           q4k_scale_min(s, x.scales, &sc, &m);
-          o[64 + s * kNR + j] = static_cast<std::byte>(sc);
-          o[192 + s * kNR + j] = static_cast<std::byte>(m);
+          o[kQ4KScOff + s * kNR + j] = sc;
+          o[kQ4KMinOff + q4k_min_byte(s, j)] = m;
         }
         // ggml: byte l of chunk c (64 values) holds value 64c + l (low) and 64c + 32 + l (high).
-        uint8_t v[kQK_K];
         for (int c = 0; c < 4; ++c)
           for (int l = 0; l < 32; ++l) {
-            v[64 * c + l] = x.qs[32 * c + l] & 0xF;
-            v[64 * c + 32 + l] = x.qs[32 * c + l] >> 4;
+            const int lo = 64 * c + l, hi = 64 * c + 32 + l;
+            o[kQ4KQOff + q4k_byte(lo, j)] |=
+                static_cast<uint8_t>((x.qs[32 * c + l] & 0xF) << q4k_shift(lo));
+            o[kQ4KQOff + q4k_byte(hi, j)] |=
+                static_cast<uint8_t>((x.qs[32 * c + l] >> 4) << q4k_shift(hi));
           }
-        for (int i = 0; i < 128; ++i)
-          o[320 + i * kNR + j] = static_cast<std::byte>(v[2 * i] | (v[2 * i + 1] << 4));
       } else {
         BlockQ6_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ6_K), sizeof x);
         std::memcpy(o + 2 * j, &x.d, 2);
-        for (int s = 0; s < 16; ++s) o[32 + s * kNR + j] = static_cast<std::byte>(x.scales[s]);
+        for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
         for (int e = 0; e < kQK_K; ++e)
-          o[288 + e * kNR + j] = static_cast<std::byte>(static_cast<int8_t>(q6k_value(x, e)));
+          o[kQ6KQOff + group_byte(e, j)] = static_cast<uint8_t>(q6k_value(x, e) + 32);
       }
     }
   }
@@ -338,6 +644,133 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
     const std::byte* src = panels + p * panel_stride + b0 * pb;
     float* dst = out + p * kc * kNR;
     for (int64_t b = 0; b < nb; ++b) f(src + b * pb, dst + b * bk * kNR, kNR);
+  }
+}
+
+// ---- int8 dot ---------------------------------------------------------------------------------
+
+void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, QuantizedActs* out,
+                   ThreadPool* pool) {
+  const int64_t block = act_block(t);
+  REWIND_CHECK_MSG(dtype_is_quant(t) && k % block == 0 && m >= 0 && ldx >= k,
+                   "quantize_acts: bad shape");
+  out->m = m;
+  out->k = k;
+  out->block = block;
+  out->q.reserve_at_least(static_cast<size_t>(m * k));
+  out->d.reserve_at_least(static_cast<size_t>(m * (k / block)));
+  out->s16.reserve_at_least(static_cast<size_t>(m * (k / 16)));
+  out->s32.reserve_at_least(static_cast<size_t>(m * (k / 32)));
+  const bool simd = use_avx512() && !g_quant_force_scalar;
+  auto rows = [&](int, int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int8_t* q = out->q.data() + r * k;
+      float* d = out->d.data() + r * (k / block);
+      for (int64_t b = 0; b < k / block; ++b) {
+        if (simd)
+          quantize_block_avx512(x + r * ldx + b * block, static_cast<int>(block), q + b * block,
+                                d + b);
+        else
+          quantize_block_scalar(x + r * ldx + b * block, static_cast<int>(block), q + b * block,
+                                d + b);
+      }
+      int32_t* s16 = out->s16.data() + r * (k / 16);
+      int16_t* s32 = out->s32.data() + r * (k / 32);
+      for (int64_t i = 0; i < k / 16; ++i) {
+        int32_t s = 0;
+        for (int e = 0; e < 16; ++e) s += q[16 * i + e];
+        s16[i] = s;
+      }
+      for (int64_t i = 0; i < k / 32; ++i)
+        s32[i] = static_cast<int16_t>(s16[2 * i] + s16[2 * i + 1]);
+    }
+  };
+  if (pool && m > 1 && m * k >= (int64_t{1} << 16))
+    pool->parallel_for(m, 1, rows);
+  else
+    rows(0, 0, m);
+}
+
+bool int8_dot_simd_available() {
+  return use_vnni() && !g_quant_force_scalar;
+}
+
+float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std::byte* panel,
+                         int j) {
+  const int64_t pb = quant_panel_block_bytes(t), nb = xa.k / xa.block;
+  const int8_t* qx = xa.q.data() + r * xa.k;
+  const float* dx = xa.d.data() + r * nb;
+  const int16_t* s32 = xa.s32.data() + r * (xa.k / 32);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const auto* o = reinterpret_cast<const uint8_t*>(panel + b * pb);
+    const auto* d16 = reinterpret_cast<const uint16_t*>(o);
+    const int8_t* xb = qx + b * xa.block;
+    if (t == DType::Q8_0) {
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(o[kQ8QOff + group_byte(i, j)]) * xb[i];
+      acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
+    } else if (t == DType::Q4_K) {
+      int32_t s1 = 0, s2 = 0;
+      for (int sb = 0; sb < 8; ++sb) {
+        int32_t is = 0;
+        for (int i = 32 * sb; i < 32 * sb + 32; ++i)
+          is += ((o[kQ4KQOff + q4k_byte(i, j)] >> q4k_shift(i)) & 0xF) * xb[i];
+        s1 += o[kQ4KScOff + sb * kNR + j] * is;
+        s2 += o[kQ4KMinOff + q4k_min_byte(sb, j)] * s32[b * 8 + sb];
+      }
+      acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s1), acc);
+      acc = std::fma(-(f16_to_f32(d16[16 + j]) * dx[b]), static_cast<float>(s2), acc);
+    } else {
+      int32_t s = 0;
+      for (int sb = 0; sb < 16; ++sb) {
+        int32_t is = 0;
+        for (int i = 16 * sb; i < 16 * sb + 16; ++i)
+          is += (static_cast<int>(o[kQ6KQOff + group_byte(i, j)]) - 32) * xb[i];
+        s += static_cast<int8_t>(o[kQ6KScOff + sb * kNR + j]) * is;
+      }
+      acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
+    }
+  }
+  return acc;
+}
+
+void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
+                     const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
+                     int ncols) {
+  REWIND_CHECK(r0 >= 0 && r1 <= xa.m && r0 <= r1 && act_block(t) == xa.block);
+  if (!int8_dot_simd_available()) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int c = 0; c < ncols; ++c)
+        y[(r - r0) * ldy + c] =
+            int8_dot_reference(t, xa, r, panels + (c / kNR) * panel_stride, c % kNR);
+    return;
+  }
+  const int64_t rows = r1 - r0;
+  if (rows <= 2) {  // decode: whole K per tile, 4 panel streams
+    for (int p0 = 0; p0 < np; p0 += kInt8MaxP) {
+      const int npg = std::min(kInt8MaxP, np - p0);
+      kInt8Tiles[rows - 1][npg - 1](t, xa, r0, panels + p0 * panel_stride, panel_stride,
+                                    y + 16 * p0, ldy, ncols - 16 * p0);
+    }
+    return;
+  }
+  // Prefill: a group of kP panels (whole K, from L1/L2) serves every kR-row tile of a row block.
+  // Q8_0 keeps one integer accumulator per output, Q4_K / Q6_K two (sub-block and block), so
+  // Q8_0 affords taller tiles in the 32 vector registers.
+  constexpr int kP = 2;
+  const int kR = t == DType::Q8_0 ? 6 : 4;
+  constexpr int64_t kMc = 128;
+  for (int64_t rb = r0; rb < r1; rb += kMc) {
+    const int64_t re = std::min(r1, rb + kMc);
+    for (int p0 = 0; p0 < np; p0 += kP) {
+      const int npg = std::min(kP, np - p0);
+      for (int64_t r = rb; r < re; r += kR) {
+        const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
+        kInt8Tiles[rr - 1][npg - 1](t, xa, r, panels + p0 * panel_stride, panel_stride,
+                                    y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0);
+      }
+    }
   }
 }
 

@@ -1,21 +1,44 @@
-// Internal to the matmul (matmul.cpp, matmul_quant.cpp): the packed layout of quantised weights
-// and the kernels that widen them, exactly, to the F32 panel layout the micro-kernels read.
+// Internal to the matmul (matmul.cpp, matmul_quant.cpp): the packed layout of quantised weights,
+// the kernels that widen them exactly to the F32 panel layout (the "f32" dot), and the integer
+// kernels of the "int8" dot (activations quantised per row, integer dot products, one f32
+// accumulator per output).
 //
 // A quantised PackedMatrix keeps ggml's values (the same d, scales and codes) re-laid per panel
-// of 16 output rows, one k-block (32 values for Q8_0, 256 for Q4_K / Q6_K) after another, with
-// the 16 rows interleaved so one vector load serves all 16 lanes:
-//   Q8_0 block (544 B): d[16] f16 | q[32][16] i8
-//   Q4_K block (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 | m[8][16] u8 |
-//                        q[128][16] u8 (byte i of lane j: k = 2i in the low nibble, 2i+1 high)
-//   Q6_K block (4384 B): d[16] f16 | sc[16][16] i8 | q[256][16] i8 (values -32..31)
+// of 16 output rows, one k-block (32 values for Q8_0, 256 for Q4_K / Q6_K) after another. The
+// codes come in 64-byte groups: group g holds, for each of the 16 lanes (output rows) j, four
+// consecutive bytes (lane j at bytes 4j..4j+3), which is the operand layout of an int8
+// dot-product instruction (4 products summed into each 32-bit lane):
+//   Q8_0 block (544 B):  d[16] f16 | q: 8 groups, byte t of lane j = q[4g + t] (i8)
+//   Q4_K block (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 | m: [4][16][2] u8 (lane j of
+//                        pair t: m[2t], m[2t+1]) | q: 32 groups, byte t of lane j holds
+//                        q[8g + t] in its low nibble and q[8g + 4 + t] in its high nibble
+//   Q6_K block (4384 B): d[16] f16 | sc[16][16] i8 | q: 64 groups, byte t of lane j =
+//                        q[4g + t] + 32 (u8, 0..63)
 // Widening applies ggml's dequantisation arithmetic (tensor/quant.h) per lane, so the F32
 // values are exactly ggml's, and the AVX-512 and scalar widen give the same bits.
+//
+// The int8 dot (QuantDot::Int8). Each activation row is quantised per block of B values (B = 32
+// for Q8_0 weights, 256 for Q4_K / Q6_K): dx = amax / 127, q = nearest-even(x * (127 / amax)),
+// so q is in [-127, 127] (a block of zeros: dx = 0, q = 0). Then for output (row r, column n),
+// one f32 accumulator acc = +0.0f and, for the weight blocks b in k order (integer sums exact):
+//   Q8_0  s  = sum_i qw[i] * qx[i];                      acc = fma(dw * dx, float(s), acc)
+//   Q4_K  s1 = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s1), acc)
+//         s2 = sum_s m[s] * sum_{i in s} qx[i];          acc = fma(-(dmin * dx), float(s2), acc)
+//   Q6_K  s  = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s), acc)
+// (sub-blocks s of 32 values for Q4_K, 16 for Q6_K; float(int) rounds to nearest even). The
+// AVX-512 VNNI kernels and the scalar reference compute exactly this, whatever the tile shape,
+// so the int8 dot is batch-invariant and gives the same bits on every path.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "rewind/base/aligned.h"
 #include "rewind/tensor/dtype.h"
+
+namespace rw {
+class ThreadPool;
+}
 
 namespace rw::detail {
 
@@ -36,8 +59,10 @@ inline int64_t quant_panel_block_bytes(DType t) {
 // are zero) into one panel of the layout above. dst holds (k / block) * block bytes.
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst);
 
-// True while matmul_force_isa chose a path without an AVX-512 widen ("avx2", "scalar").
+// True while matmul_force_isa chose a path without AVX-512 ("avx2", "scalar").
 extern bool g_quant_force_scalar;
+
+// ---- f32 dot ----------------------------------------------------------------------------------
 
 // Decode tiles: y[r, 0..ncols) = the whole K of x rows r < rows (1..kQuantDecodeRows) against
 // np panels (panel p at panels + p * panel_stride, nb k-blocks), dequantising in registers with
@@ -53,5 +78,37 @@ void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const st
 // out [np][nb * block][16] f32.
 void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t b0, int64_t nb,
                  int np, float* out);
+
+// ---- int8 dot ---------------------------------------------------------------------------------
+
+// Activation rows quantised for weights of type t (see above). Row r: q at q + r * k,
+// block scales at d + r * (k / block), sums of q per 16 values at s16 + r * (k / 16) (i32) and
+// per 32 values at s32 + r * (k / 32) (i16, so two neighbours read as one i32).
+struct QuantizedActs {
+  int64_t m = 0, k = 0, block = 0;
+  AlignedBuffer<int8_t> q;
+  AlignedBuffer<float> d;
+  AlignedBuffer<int32_t> s16;
+  AlignedBuffer<int16_t> s32;
+};
+
+// Quantises x [m, k] (row stride ldx) for weights of type t into *out (reusing its buffers).
+// Rows are independent: row r's values depend on x[r, :] alone. pool may be null.
+void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, QuantizedActs* out,
+                   ThreadPool* pool);
+
+// True when the int8 dot runs on AVX-512 VNNI here (else the scalar reference, same bits).
+bool int8_dot_simd_available();
+
+// y[r, c] for r in [r0, r1), c < ncols (ncols <= 16 * np): the int8 dot of activation rows of xa
+// against np panels (panel p at panels + p * panel_stride), all of K. y points at y[r0, col0].
+void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
+                     const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
+                     int ncols);
+
+// The scalar reference for one output (tests): the formula above, row r of xa, lane j of the
+// panel at `panel`.
+float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std::byte* panel,
+                         int j);
 
 }  // namespace rw::detail

@@ -133,6 +133,7 @@ class Model {
   int64_t matmul_macs_per_token_layers() const;
   int64_t matmul_macs_lm_head() const;
   size_t packed_bytes() const;
+  size_t quantised_bytes() const;  // the part of packed_bytes() in quantised stores
   const char* isa() const { return matmul_isa(); }
 
   struct Impl;

@@ -53,6 +53,7 @@ struct Model::Impl {
   std::vector<float> final_norm;
   std::vector<float> inv_freq;
   size_t packed_bytes = 0;
+  size_t quantised_bytes = 0;  // of packed_bytes, in Q8_0 / Q4_K / Q6_K stores
 
   // MTP head (LoadOptions::mtp and a checkpoint with one): its decoder layer is attention
   // layer n_full_layers of the state (the lagging one, StateShape::lagged_attn_layers).
@@ -195,6 +196,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     PackedMatrix pm = opt.store == WeightStore::Auto ? s.pack_default(opt.pool)
                       : s.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
     I.packed_bytes += pm.bytes();
+    if (pm.quantised()) I.quantised_bytes += pm.bytes();
+    for (auto& part : pm.parts())
+      if (part.quantised()) I.quantised_bytes += part.bytes();
     done += src_bytes(s);
     if (opt.progress) opt.progress(done, total);
     return pm;
@@ -289,6 +293,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
 }
 
 size_t Model::packed_bytes() const { return impl_->packed_bytes; }
+size_t Model::quantised_bytes() const {
+  return impl_->quantised_bytes;
+}
 
 size_t Model::decode_bytes_per_token() const {
   size_t b = impl_->lm_head.bytes();
