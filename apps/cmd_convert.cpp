@@ -86,9 +86,14 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
   const std::string name =
       name_in.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string()
                       : name_in;
+  if (ws.has_mtp() && gguf_mtp_blocks(cfg, ws) == 0)
+    std::fprintf(stderr,
+                 "rewind: note: the MTP head is not written (llama.cpp's qwen3next has no MTP "
+                 "block)\n");
   const bool mix = type == "q4_k_m";
   return write_gguf_model(out, cfg, ws, v, t, name.empty() ? "rewind" : name,
-                          mix ? gguf_q4_k_m_rule(cfg) : nullptr, mix ? 15 : -1);
+                          mix ? gguf_q4_k_m_rule(cfg, gguf_mtp_blocks(cfg, ws)) : nullptr,
+                          mix ? 15 : -1);
 }
 
 int cmd_convert(int argc, char** argv) {
@@ -98,7 +103,8 @@ int cmd_convert(int argc, char** argv) {
     std::printf(
         "usage: rewind convert --in HF_DIR --out FILE.gguf [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q6_k]\n"
         "Writes the checkpoint as one GGUF file in llama.cpp's layout (qwen35, qwen35moe,\n"
-        "qwen3next). Matrices get --type (default f32); a row length that is not a multiple of\n"
+        "qwen3next), with its MTP head as blk.N.nextn.* (not for qwen3next).\n"
+        "Matrices get --type (default f32); a row length that is not a multiple of\n"
         "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n"
         "q4_k_m: llama-quantize's mixture (q6_k for output and, in some layers, attn_v and\n"
         "ffn_down; q4_k elsewhere).\n");

@@ -195,7 +195,8 @@ int cmd_make_model(int argc, char** argv) {
         "  --from/--noise copy DIR adding SIGMA * rms(w) * N(0,1) to each float weight\n"
         "                 but A_log (same dtype); other files are copied unchanged\n"
         "  --format gguf  write --out FILE.gguf (llama.cpp's layout, matrices as --type) from the\n"
-        "                 same weights the HF layout would hold (no MTP head in the GGUF)\n");
+        "                 same weights the HF layout would hold (--mtp: the head as\n"
+        "                 blk.N.nextn.*, except for qwen3_next)\n");
     return 0;
   }
   const std::string format = args->str("--format", "hf");

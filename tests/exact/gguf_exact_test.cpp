@@ -3,12 +3,14 @@
 // logits (memcmp) at every position, for all three families and configs with more value heads
 // than key heads (the V-head reorder of qwen35 / qwen35moe files). Quantised GGUF models keep
 // the batch-invariance contract: one piece, one token at a time and another thread count give
-// the same bytes.
+// the same bytes. With an MTP head (`make-model --mtp`), the GGUF's nextn block maps to the same
+// canonical weights, and MTP drafts (logits and tokens) are byte-identical to the HF checkpoint's.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/matmul.h"
@@ -142,6 +144,97 @@ TEST(GgufCommands, LogitsAndRunMatchHf) {
   EXPECT_EQ(field(c, "tokens"), field(d, "tokens"));
   EXPECT_EQ(field(c, "text"), field(d, "text"));
 }
+
+// `make-model --mtp` checkpoint of `preset` as HF and as F32 GGUF, each loaded with the MTP head
+// (once per process).
+Model& mtp_model(const std::string& preset, bool gguf) {
+  static std::map<std::pair<std::string, bool>, std::unique_ptr<Model>> loaded;
+  auto key = std::make_pair(preset, gguf);
+  auto it = loaded.find(key);
+  if (it == loaded.end()) {
+    const std::string hf = work_dir() + "/" + preset + "_mtp";
+    const std::string gg = hf + ".gguf";
+    if (!std::filesystem::exists(hf + "/config.json"))
+      sh(std::string(REWIND_BINARY) + " make-model --mtp --preset " + preset + " --seed 7 --out " +
+         hf);
+    if (gguf && !std::filesystem::exists(gg))
+      sh(std::string(REWIND_BINARY) + " convert --in " + hf + " --out " + gg + " --type f32");
+    LoadOptions opt;
+    opt.mtp = true;
+    auto m = Model::load(gguf ? gg : hf, opt);
+    if (!m.ok()) {
+      std::fprintf(stderr, "cannot load %s: %s\n", (gguf ? gg : hf).c_str(),
+                   m.error_message().c_str());
+      std::abort();
+    }
+    it = loaded.emplace(key, std::move(m).value()).first;
+  }
+  return *it->second;
+}
+
+class GgufMtpExact : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GgufMtpExact, SameWeightsAsHfCheckpoint) {
+  Model& hf = mtp_model(GetParam(), false);
+  Model& gg = mtp_model(GetParam(), true);
+  ASSERT_TRUE(hf.mtp_loaded());
+  ASSERT_TRUE(gg.mtp_loaded());
+  EXPECT_EQ(gg.config().n_layer, hf.config().n_layer);
+  EXPECT_EQ(gg.config().mtp_num_hidden_layers, 1);
+  EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes());
+  std::string l = "l";  // the MTP layer's canonical prefix
+  l += std::to_string(hf.config().n_layer) + ".";
+  std::vector<std::string> names = {"mtp.fc",      "mtp.enorm",     "mtp.hnorm", "mtp.norm",
+                                    l + "in_norm", l + "post_norm", l + "qkv",   l + "q_norm",
+                                    l + "k_norm",  l + "o_proj"};
+  if (hf.config().mtp_layer_is_moe()) {
+    for (const char* n : {"router", "sh.gate", "sh.gate_up", "sh.down", "e0.gate_up", "e7.down"})
+      names.push_back(l + n);
+  } else {
+    names.push_back(l + "gate_up");
+    names.push_back(l + "down");
+  }
+  for (auto& n : names) {
+    ASSERT_TRUE(gg.weights().has(n)) << n;
+    EXPECT_EQ(gg.weights().get(n).to_f32(), hf.weights().get(n).to_f32()) << n;
+  }
+}
+
+TEST_P(GgufMtpExact, SameDraftsAsHfCheckpoint) {
+  Model& hf = mtp_model(GetParam(), false);
+  Model& gg = mtp_model(GetParam(), true);
+  const int64_t V = hf.config().vocab_size;
+  std::mt19937_64 rng(21);
+  ThreadPool pool(2);
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto tokens = test::random_tokens(rng, 2 + static_cast<int64_t>(rng() % 40), V);
+    const int32_t last = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+    std::vector<float> want_logits, got_logits;
+    std::vector<int32_t> want_drafts, got_drafts;
+    for (Model* m : {&hf, &gg}) {
+      SequenceState st = m->new_state();
+      SeqInput in{&st, tokens, {static_cast<int32_t>(tokens.size() - 1)}};
+      std::vector<float> main_logits;
+      ASSERT_TRUE(m->forward(std::span<SeqInput>(&in, 1), &main_logits, &pool).ok());
+      MtpDraft d{&st, last, 3, {}};
+      std::vector<float> ml;
+      ASSERT_TRUE(m->mtp_draft(std::span<MtpDraft>(&d, 1), &ml, &pool).ok());
+      ASSERT_EQ(ml.size(), static_cast<size_t>(3 * V));
+      (m == &hf ? want_logits : got_logits) = ml;
+      (m == &hf ? want_drafts : got_drafts) = d.drafts;
+    }
+    EXPECT_TRUE(same_bytes(got_logits, want_logits)) << trial;
+    EXPECT_EQ(got_drafts, want_drafts) << trial;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GgufMtpExact, ::testing::Values("tiny", "qwen3.5-moe-tiny"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
 
 class GgufQuantExact : public ::testing::TestWithParam<std::string> {};
 

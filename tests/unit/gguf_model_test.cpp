@@ -1,7 +1,8 @@
 // Tests for model/gguf_model.h and tokenizer/gguf_vocab.h: a converted tiny model loads, and each
 // malformed variant (edited metadata or tensors of a valid file) fails with a one-line error
-// naming the file and the key or tensor; MTP blocks are listed, not loaded; the GGUF tokenizer
-// encodes like tokenizer.json and rejects malformed vocab metadata.
+// naming the file and the key or tensor; the MTP head is written as llama.cpp's nextn block and
+// read back, and a partial or mis-shaped block is such an error; the GGUF tokenizer encodes like
+// tokenizer.json and rejects malformed vocab metadata.
 #include "rewind/model/gguf_model.h"
 
 #include <gtest/gtest.h>
@@ -42,6 +43,29 @@ std::string made(const std::string& preset, const std::string& type,
     test::run_command(std::string(REWIND_BINARY) + " convert --in " + hf + " --out " + path +
                           " --type " + type + " 2>&1",
                       &rc);
+  if (hf_out) *hf_out = hf;
+  return path;
+}
+
+// `make-model --mtp --preset P` as HF and converted to F32 GGUF, made once per process.
+std::string made_mtp(const std::string& preset, std::string* hf_out = nullptr,
+                     std::string* convert_out = nullptr) {
+  const std::string hf = work_dir() + "/" + preset + "_mtp";
+  const std::string path = hf + ".gguf";
+  int rc = 0;
+  if (!std::filesystem::exists(hf + "/config.json")) {
+    const std::string out =
+        test::run_command(std::string(REWIND_BINARY) + " make-model --mtp --preset " + preset +
+                              " --out " + hf + " 2>&1",
+                          &rc);
+    EXPECT_EQ(rc, 0) << out;
+  }
+  if (!std::filesystem::exists(path)) {
+    const std::string out = test::run_command(
+        std::string(REWIND_BINARY) + " convert --in " + hf + " --out " + path + " 2>&1", &rc);
+    EXPECT_EQ(rc, 0) << out;
+    if (convert_out) *convert_out = out;
+  }
   if (hf_out) *hf_out = hf;
   return path;
 }
@@ -193,28 +217,164 @@ TEST(GgufModel, TensorErrors) {
                     "tensor 'blk.0.ffn_up.weight': type Q5_K is not supported for weights");
 }
 
-TEST(GgufModel, MtpBlocksAreListedNotLoaded) {
-  const std::string src = made("tiny", "f32");
-  const std::string path = rewrite(
-      src, "mtp",
-      [](Kv& kv) {
-        set(kv, "qwen35.block_count", GgufValue::u32(5));
-        set(kv, "qwen35.nextn_predict_layers", GgufValue::u32(1));
-      },
-      [](std::vector<T>& ts) {
-        ts.push_back({"blk.4.nextn.eh_proj.weight",
-                      GgmlType::F32,
-                      {128, 64},
-                      std::vector<std::byte>(128 * 64 * 4)});
-        ts.push_back(
-            {"blk.4.attn_norm.weight", GgmlType::F32, {64}, std::vector<std::byte>(64 * 4)});
-      });
+std::vector<std::string> names_from(const GgufFile& g, const std::string& prefix) {
+  std::vector<std::string> r;
+  for (auto& t : g.tensors())
+    if (t.name.rfind(prefix, 0) == 0) r.push_back(t.name);
+  return r;
+}
+
+// The writer's nextn block: block_count and nextn_predict_layers, the names and shapes of
+// llama.cpp's qwen35 / qwen35moe MTP block, norms in F32; read back, it is the MTP head.
+TEST(GgufModel, MtpHeadIsWrittenAsNextnBlock) {
+  for (const char* preset : {"tiny", "qwen3.5-moe-tiny"}) {
+    const std::string path = made_mtp(preset);
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.ok()) << g.error_message();
+    const std::string a = g->get_string("general.architecture").value();
+    EXPECT_EQ(g->get_int(a + ".block_count").value(), 5) << preset;
+    EXPECT_EQ(g->get_int(a + ".nextn_predict_layers").value(), 1) << preset;
+    auto shape = [&](const std::string& n) {
+      const GgufTensor* t = g->find(n);
+      return t ? t->ne : std::vector<int64_t>{};
+    };
+    EXPECT_EQ(shape("blk.4.nextn.eh_proj.weight"), (std::vector<int64_t>{128, 64}));
+    for (const char* n : {"enorm", "hnorm", "shared_head_norm"}) {
+      const GgufTensor* t = g->find(std::string("blk.4.nextn.") + n + ".weight");
+      ASSERT_NE(t, nullptr) << n;
+      EXPECT_EQ(t->ne, (std::vector<int64_t>{64}));
+      EXPECT_EQ(t->type, GgmlType::F32);
+    }
+    for (const char* n : {"attn_norm", "post_attention_norm", "attn_q", "attn_k", "attn_v",
+                          "attn_output", "attn_q_norm", "attn_k_norm"})
+      EXPECT_NE(g->find(std::string("blk.4.") + n + ".weight"), nullptr) << preset << " " << n;
+    const bool moe = std::string(preset) != "tiny";
+    for (const char* n : {"ffn_gate", "ffn_up", "ffn_down"}) {
+      EXPECT_EQ(g->find(std::string("blk.4.") + n + ".weight") != nullptr, !moe) << n;
+      EXPECT_EQ(g->find(std::string("blk.4.") + n + "_exps.weight") != nullptr, moe) << n;
+      EXPECT_EQ(g->find(std::string("blk.4.") + n + "_shexp.weight") != nullptr, moe) << n;
+    }
+    EXPECT_EQ(g->find("blk.4.ssm_a"), nullptr);
+    EXPECT_EQ(g->find("blk.5.attn_norm.weight"), nullptr);
+
+    auto plain = Model::load(path, LoadOptions{});
+    ASSERT_TRUE(plain.ok()) << plain.error_message();
+    EXPECT_EQ(plain.value()->config().n_layer, 4);
+    EXPECT_TRUE(plain.value()->weights().has_mtp());
+    EXPECT_FALSE(plain.value()->mtp_loaded());
+    EXPECT_EQ(plain.value()->weights().mtp_tensor_names(), names_from(g.value(), "blk.4."));
+    LoadOptions opt;
+    opt.mtp = true;
+    auto with = Model::load(path, opt);
+    ASSERT_TRUE(with.ok()) << with.error_message();
+    EXPECT_TRUE(with.value()->mtp_loaded());
+  }
+}
+
+// qwen3next: llama.cpp neither converts nor loads an MTP block, so none is written.
+TEST(GgufModel, Qwen3NextWritesNoMtpBlock) {
+  std::string log;
+  const std::string path = made_mtp("qwen3-next-tiny", nullptr, &log);
+  EXPECT_NE(log.find("the MTP head is not written"), std::string::npos) << log;
+  auto g = GgufFile::open(path);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(g->get_int("qwen3next.block_count").value(), 4);
+  EXPECT_EQ(g->get("qwen3next.nextn_predict_layers"), nullptr);
+  EXPECT_TRUE(names_from(g.value(), "blk.4.").empty());
   auto m = Model::load(path, LoadOptions{});
   ASSERT_TRUE(m.ok()) << m.error_message();
-  EXPECT_EQ(m.value()->config().n_layer, 4);
-  EXPECT_EQ(m.value()->config().mtp_num_hidden_layers, 1);
-  EXPECT_EQ(m.value()->weights().mtp_tensor_names(),
-            (std::vector<std::string>{"blk.4.nextn.eh_proj.weight", "blk.4.attn_norm.weight"}));
+  EXPECT_FALSE(m.value()->weights().has_mtp());
+}
+
+std::vector<T>& drop_tensor(std::vector<T>& ts, const std::string& name) {
+  const size_t n = ts.size();
+  std::erase_if(ts, [&](const T& t) { return t.name == name; });
+  EXPECT_EQ(ts.size() + 1, n) << name;
+  return ts;
+}
+
+TEST(GgufModel, PartialMtpBlockIsAnError) {
+  // Only two tensors of block 4 in a file without a head.
+  const std::string src = made("tiny", "f32");
+  expect_load_error(
+      rewrite(
+          src, "mtp_two",
+          [](Kv& kv) {
+            set(kv, "qwen35.block_count", GgufValue::u32(5));
+            set(kv, "qwen35.nextn_predict_layers", GgufValue::u32(1));
+          },
+          [](std::vector<T>& ts) {
+            ts.push_back({"blk.4.nextn.eh_proj.weight",
+                          GgmlType::F32,
+                          {128, 64},
+                          std::vector<std::byte>(128 * 64 * 4)});
+            ts.push_back(
+                {"blk.4.attn_norm.weight", GgmlType::F32, {64}, std::vector<std::byte>(64 * 4)});
+          }),
+      "missing tensor 'blk.4.nextn.enorm.weight' (expected shape [64]) (MTP block: "
+      "nextn_predict_layers = 1 and some blk.4.* tensors are present)");
+  // One tensor dropped from a complete block.
+  const std::string full = made_mtp("tiny");
+  for (const char* n :
+       {"blk.4.nextn.eh_proj.weight", "blk.4.nextn.hnorm.weight", "blk.4.attn_k.weight",
+        "blk.4.attn_q_norm.weight", "blk.4.post_attention_norm.weight", "blk.4.ffn_down.weight"}) {
+    const std::string name = n;
+    expect_load_error(rewrite(full, "mtp_drop_" + name, nullptr,
+                              [&](std::vector<T>& ts) { drop_tensor(ts, name); }),
+                      "missing tensor '" + name + "'");
+  }
+  const std::string moe = made_mtp("qwen3.5-moe-tiny");
+  expect_load_error(
+      rewrite(moe, "mtp_drop_exps", nullptr,
+              [](std::vector<T>& ts) { drop_tensor(ts, "blk.4.ffn_up_exps.weight"); }),
+      "missing tensor 'blk.4.ffn_up_exps.weight'");
+  // Mis-shaped: eh_proj transposed.
+  expect_load_error(rewrite(full, "mtp_shape", nullptr,
+                            [](std::vector<T>& ts) {
+                              for (auto& t : ts)
+                                if (t.name == "blk.4.nextn.eh_proj.weight")
+                                  std::swap(t.ne[0], t.ne[1]);
+                            }),
+                    "tensor 'blk.4.nextn.eh_proj.weight': shape [128, 64] (ne reversed), expected "
+                    "[64, 128]");
+  // Own embedding / output matrices of the head are not supported.
+  expect_load_error(rewrite(full, "mtp_own_head", nullptr,
+                            [](std::vector<T>& ts) {
+                              ts.push_back({"blk.4.nextn.shared_head_head.weight",
+                                            GgmlType::F32,
+                                            {64, 512},
+                                            std::vector<std::byte>(64 * 512 * 4)});
+                            }),
+                    "tensor 'blk.4.nextn.shared_head_head.weight' is not supported");
+}
+
+// Optional parts of llama.cpp's layout: no shared_head_norm means output_norm; a
+// recurrent_layers array must mark MTP blocks as attention.
+TEST(GgufModel, MtpOptionalPartsAndRecurrentLayers) {
+  const std::string full = made_mtp("tiny");
+  auto m = Model::load(
+      rewrite(full, "mtp_no_shnorm", nullptr,
+              [](std::vector<T>& ts) { drop_tensor(ts, "blk.4.nextn.shared_head_norm.weight"); }),
+      LoadOptions{});
+  ASSERT_TRUE(m.ok()) << m.error_message();
+  ASSERT_TRUE(m.value()->weights().has_mtp());
+  EXPECT_EQ(m.value()->weights().get("mtp.norm").to_f32(),
+            m.value()->weights().get("final_norm").to_f32());
+
+  auto with_flags = [&](const std::string& tag, std::vector<int64_t> flags) {
+    return rewrite(full, tag, [&](Kv& kv) {
+      drop(kv, "qwen35.full_attention_interval");
+      set(kv, "qwen35.attention.recurrent_layers", GgufValue::array_bool(flags));
+    });
+  };
+  auto ok = Model::load(with_flags("mtp_recur_ok", {1, 1, 1, 0, 0}), LoadOptions{});
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_TRUE(ok.value()->weights().has_mtp());
+  expect_load_error(with_flags("mtp_recur_bad", {1, 1, 1, 0, 1}),
+                    "key 'qwen35.attention.recurrent_layers' marks block 4 as recurrent, but it "
+                    "is an MTP block");
+  expect_load_error(with_flags("mtp_recur_short", {1, 1, 1, 0}),
+                    "has 4 entries but block_count is 5");
 }
 
 TEST(GgufVocab, EncodesLikeTokenizerJson) {

@@ -250,6 +250,12 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
     (void)rl;
     for (int64_t il = 0; il < c.n_layer; ++il)
       c.layer_kinds.push_back(flags[il] ? LayerKind::Linear : LayerKind::Full);
+    for (int64_t il = c.n_layer; il < blocks; ++il)
+      if (flags[il])
+        return make_error(w + ": key '" + a + "attention.recurrent_layers' marks block " +
+                          std::to_string(il) + " as recurrent, but it is an MTP block ('" + a +
+                          "nextn_predict_layers' = " + std::to_string(c.mtp_num_hidden_layers) +
+                          ")");
   } else {
     REWIND_TRY(int64_t n, opt("full_attention_interval", 4, 1, kMaxLayers));
     for (int64_t il = 0; il < c.n_layer; ++il)
@@ -297,15 +303,99 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
   const int64_t D = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
   const VHeads vh = vheads(c);
 
-  for (int64_t il = 0; il < c.n_layer; ++il) {
-    const std::string p = "blk." + std::to_string(il) + ".";
-    const std::string cp = "l" + std::to_string(il) + ".";
+  // Norms of a decoder layer (either kind): `p` file prefix (blk.N.), `cp` canonical prefix.
+  auto map_norms = [&](const std::string& p, const std::string& cp) -> Status {
     REWIND_TRY(Found in_norm, R.need(p + "attn_norm.weight", {H}));
     REWIND_TRY(Found post_norm, R.need(p + "post_attention_norm.weight", {H}));
     ws.map_[cp + "in_norm"] = Resolver::owned(in_norm, 1, H);
     ws.map_[cp + "post_norm"] = Resolver::owned(post_norm, 1, H);
+    return Ok{};
+  };
+  // Gated full attention (separate attn_q/k/v or a fused attn_qkv).
+  auto map_full_attention = [&](const std::string& p, const std::string& cp) -> Status {
+    if (R.has(p + "attn_q.weight") || !R.has(p + "attn_qkv.weight")) {
+      REWIND_TRY(Found q, R.need(p + "attn_q.weight", {nh * 2 * D, H}));
+      REWIND_TRY(Found k, R.need(p + "attn_k.weight", {nkv * D, H}));
+      REWIND_TRY(Found v, R.need(p + "attn_v.weight", {nkv * D, H}));
+      WeightSource s;
+      s.cols = H;
+      s.file_dtype = q.dtype;
+      s.blocks = {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
+                  Resolver::rows_of(v, 0, nkv * D, H)};
+      ws.map_[cp + "qkv"] = std::move(s);
+    } else {
+      REWIND_TRY(Found qkv, R.need(p + "attn_qkv.weight", {nh * 2 * D + 2 * nkv * D, H}));
+      ws.map_[cp + "qkv"] = Resolver::view(qkv, nh * 2 * D + 2 * nkv * D, H);
+    }
+    REWIND_TRY(Found qn, R.need(p + "attn_q_norm.weight", {D}));
+    REWIND_TRY(Found kn, R.need(p + "attn_k_norm.weight", {D}));
+    ws.map_[cp + "q_norm"] = Resolver::owned(qn, 1, D);
+    ws.map_[cp + "k_norm"] = Resolver::owned(kn, 1, D);
+    REWIND_TRY(Found o, R.need(p + "attn_output.weight", {H, nh * D}));
+    ws.map_[cp + "o_proj"] = Resolver::view(o, H, nh * D);
+    return Ok{};
+  };
+  // Dense SwiGLU or MoE (router, experts split or fused, shared expert).
+  auto map_ffn = [&](const std::string& p, const std::string& cp, bool moe) -> Status {
+    auto swiglu = [&](const std::string& sfx, const std::string& dst, int64_t F) -> Status {
+      REWIND_TRY(Found gt, R.need(p + "ffn_gate" + sfx + ".weight", {F, H}));
+      REWIND_TRY(Found up, R.need(p + "ffn_up" + sfx + ".weight", {F, H}));
+      REWIND_TRY(Found dn, R.need(p + "ffn_down" + sfx + ".weight", {H, F}));
+      WeightSource s;
+      s.cols = H;
+      s.file_dtype = gt.dtype;
+      s.blocks = {Resolver::rows_of(gt, 0, F, H), Resolver::rows_of(up, 0, F, H)};
+      ws.map_[dst + "gate_up"] = std::move(s);
+      ws.map_[dst + "down"] = Resolver::view(dn, H, F);
+      return Ok{};
+    };
+    if (!moe) {
+      REWIND_TRY_STATUS(swiglu("", cp, c.intermediate_size));
+    } else {
+      const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
+                    Is = c.shared_expert_intermediate_size;
+      REWIND_TRY(Found router, R.need(p + "ffn_gate_inp.weight", {E, H}));
+      ws.map_[cp + "router"] = Resolver::view(router, E, H);
+      REWIND_TRY(Found dn, R.need(p + "ffn_down_exps.weight", {E, H, Im}));
+      const bool fused = R.has(p + "ffn_gate_up_exps.weight");
+      Found gu, gt, up;
+      if (fused) {
+        REWIND_TRY(gu, R.need(p + "ffn_gate_up_exps.weight", {E, 2 * Im, H}));
+      } else {
+        REWIND_TRY(gt, R.need(p + "ffn_gate_exps.weight", {E, Im, H}));
+        REWIND_TRY(up, R.need(p + "ffn_up_exps.weight", {E, Im, H}));
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ep = cp + "e" + std::to_string(e) + ".";
+        WeightSource s;
+        s.cols = H;
+        s.file_dtype = fused ? gu.dtype : gt.dtype;
+        if (fused) {
+          s.blocks = {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)};
+        } else {
+          s.blocks = {Resolver::rows_of(gt, e * Im, Im, H), Resolver::rows_of(up, e * Im, Im, H)};
+        }
+        ws.map_[ep + "gate_up"] = std::move(s);
+        WeightSource d;
+        d.cols = Im;
+        d.file_dtype = dn.dtype;
+        d.blocks = {Resolver::rows_of(dn, e * H, H, Im)};
+        ws.map_[ep + "down"] = std::move(d);
+      }
+      REWIND_TRY_STATUS(swiglu("_shexp", cp + "sh.", Is));
+      REWIND_TRY(Found sg, R.need(p + "ffn_gate_inp_shexp.weight", {H}));
+      ws.map_[cp + "sh.gate"] = Resolver::view(sg, 1, H);
+    }
+    return Ok{};
+  };
 
-    if (c.layer_kinds[il] == LayerKind::Linear) {
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string cp = "l" + std::to_string(il) + ".";
+    REWIND_TRY_STATUS(map_norms(p, cp));
+    if (c.layer_kinds[il] == LayerKind::Full) {
+      REWIND_TRY_STATUS(map_full_attention(p, cp));
+    } else {
       WeightSource in;
       in.cols = H;
       // Rows of value heads (dv rows each, or 1 for beta/alpha) in the model's order.
@@ -379,104 +469,83 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
           o.col_perm[j] = static_cast<int32_t>(vh.head_at(j / dv) * dv + j % dv);
       }
       ws.map_[cp + "out_proj"] = std::move(o);
-    } else {
-      if (R.has(p + "attn_q.weight") || !R.has(p + "attn_qkv.weight")) {
-        REWIND_TRY(Found q, R.need(p + "attn_q.weight", {nh * 2 * D, H}));
-        REWIND_TRY(Found k, R.need(p + "attn_k.weight", {nkv * D, H}));
-        REWIND_TRY(Found v, R.need(p + "attn_v.weight", {nkv * D, H}));
-        WeightSource s;
-        s.cols = H;
-        s.file_dtype = q.dtype;
-        s.blocks = {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
-                    Resolver::rows_of(v, 0, nkv * D, H)};
-        ws.map_[cp + "qkv"] = std::move(s);
-      } else {
-        REWIND_TRY(Found qkv, R.need(p + "attn_qkv.weight", {nh * 2 * D + 2 * nkv * D, H}));
-        ws.map_[cp + "qkv"] = Resolver::view(qkv, nh * 2 * D + 2 * nkv * D, H);
-      }
-      REWIND_TRY(Found qn, R.need(p + "attn_q_norm.weight", {D}));
-      REWIND_TRY(Found kn, R.need(p + "attn_k_norm.weight", {D}));
-      ws.map_[cp + "q_norm"] = Resolver::owned(qn, 1, D);
-      ws.map_[cp + "k_norm"] = Resolver::owned(kn, 1, D);
-      REWIND_TRY(Found o, R.need(p + "attn_output.weight", {H, nh * D}));
-      ws.map_[cp + "o_proj"] = Resolver::view(o, H, nh * D);
     }
-
-    auto swiglu = [&](const std::string& sfx, const std::string& dst, int64_t F) -> Status {
-      REWIND_TRY(Found gt, R.need(p + "ffn_gate" + sfx + ".weight", {F, H}));
-      REWIND_TRY(Found up, R.need(p + "ffn_up" + sfx + ".weight", {F, H}));
-      REWIND_TRY(Found dn, R.need(p + "ffn_down" + sfx + ".weight", {H, F}));
-      WeightSource s;
-      s.cols = H;
-      s.file_dtype = gt.dtype;
-      s.blocks = {Resolver::rows_of(gt, 0, F, H), Resolver::rows_of(up, 0, F, H)};
-      ws.map_[dst + "gate_up"] = std::move(s);
-      ws.map_[dst + "down"] = Resolver::view(dn, H, F);
-      return Ok{};
-    };
-    if (!c.layer_is_moe(il)) {
-      REWIND_TRY_STATUS(swiglu("", cp, c.intermediate_size));
-    } else {
-      const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
-                    Is = c.shared_expert_intermediate_size;
-      REWIND_TRY(Found router, R.need(p + "ffn_gate_inp.weight", {E, H}));
-      ws.map_[cp + "router"] = Resolver::view(router, E, H);
-      REWIND_TRY(Found dn, R.need(p + "ffn_down_exps.weight", {E, H, Im}));
-      const bool fused = R.has(p + "ffn_gate_up_exps.weight");
-      Found gu, gt, up;
-      if (fused) {
-        REWIND_TRY(gu, R.need(p + "ffn_gate_up_exps.weight", {E, 2 * Im, H}));
-      } else {
-        REWIND_TRY(gt, R.need(p + "ffn_gate_exps.weight", {E, Im, H}));
-        REWIND_TRY(up, R.need(p + "ffn_up_exps.weight", {E, Im, H}));
-      }
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string ep = cp + "e" + std::to_string(e) + ".";
-        WeightSource s;
-        s.cols = H;
-        s.file_dtype = fused ? gu.dtype : gt.dtype;
-        if (fused) {
-          s.blocks = {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)};
-        } else {
-          s.blocks = {Resolver::rows_of(gt, e * Im, Im, H), Resolver::rows_of(up, e * Im, Im, H)};
-        }
-        ws.map_[ep + "gate_up"] = std::move(s);
-        WeightSource d;
-        d.cols = Im;
-        d.file_dtype = dn.dtype;
-        d.blocks = {Resolver::rows_of(dn, e * H, H, Im)};
-        ws.map_[ep + "down"] = std::move(d);
-      }
-      REWIND_TRY_STATUS(swiglu("_shexp", cp + "sh.", Is));
-      REWIND_TRY(Found sg, R.need(p + "ffn_gate_inp_shexp.weight", {H}));
-      ws.map_[cp + "sh.gate"] = Resolver::view(sg, 1, H);
-    }
+    REWIND_TRY_STATUS(map_ffn(p, cp, c.layer_is_moe(il)));
   }
-  // MTP blocks (blk.N for N >= n_layer): listed, not loaded.
+
+  // MTP blocks (llama.cpp's nextn layout): block n_layer + j holds MTP layer j as a
+  // full-attention layer (the names above) plus nextn.eh_proj (HF mtp.fc, as is: input columns
+  // [normed embedding ; normed hidden]), nextn.enorm, nextn.hnorm and nextn.shared_head_norm (HF
+  // pre_fc_norm_embedding, pre_fc_norm_hidden, norm; +1 folded in as every zero-centred norm).
+  // The head's own tensors are read from the first MTP block (llama.cpp's converter copies them
+  // into each). Absent altogether is fine; partly present or mis-shaped is an error naming the
+  // tensor.
   for (auto& t : g.tensors()) {
     if (t.name.rfind("blk.", 0) != 0) continue;
     const int64_t n = std::strtoll(t.name.c_str() + 4, nullptr, 10);
     if (n >= c.n_layer) ws.mtp_names_.push_back(t.name);
+  }
+  if (c.mtp_num_hidden_layers > 0 && !ws.mtp_names_.empty()) {
+    auto mtp = [&]() -> Status {
+      const std::string nx = "blk." + std::to_string(c.n_layer) + ".nextn.";
+      for (const char* own : {"embed_tokens", "shared_head_head"})
+        if (R.has(nx + own + ".weight"))
+          return make_error(g.path() + ": tensor '" + nx + own +
+                            ".weight' is not supported (rewind's MTP head shares "
+                            "token_embd.weight and the output matrix)");
+      REWIND_TRY(Found fc, R.need(nx + "eh_proj.weight", {H, 2 * H}));
+      ws.map_["mtp.fc"] = Resolver::view(fc, H, 2 * H);
+      REWIND_TRY(Found en, R.need(nx + "enorm.weight", {H}));
+      ws.map_["mtp.enorm"] = Resolver::owned(en, 1, H);
+      REWIND_TRY(Found hn, R.need(nx + "hnorm.weight", {H}));
+      ws.map_["mtp.hnorm"] = Resolver::owned(hn, 1, H);
+      if (R.has(nx + "shared_head_norm.weight")) {
+        REWIND_TRY(Found sn, R.need(nx + "shared_head_norm.weight", {H}));
+        ws.map_["mtp.norm"] = Resolver::owned(sn, 1, H);
+      } else {  // optional: llama.cpp's MTP graph then uses output_norm
+        ws.map_["mtp.norm"] = ws.map_["final_norm"];
+      }
+      for (int64_t j = 0; j < c.mtp_num_hidden_layers; ++j) {
+        const std::string p = "blk." + std::to_string(c.n_layer + j) + ".";
+        const std::string cp = "l" + std::to_string(c.n_layer + j) + ".";
+        REWIND_TRY_STATUS(map_norms(p, cp));
+        REWIND_TRY_STATUS(map_full_attention(p, cp));
+        REWIND_TRY_STATUS(map_ffn(p, cp, c.mtp_layer_is_moe()));
+      }
+      return Ok{};
+    };
+    Status st = mtp();
+    if (!st.ok())
+      return make_error(st.error_message() + " (MTP block: nextn_predict_layers = " +
+                        std::to_string(c.mtp_num_hidden_layers) + " and some blk." +
+                        std::to_string(c.n_layer) + ".* tensors are present)");
+    ws.has_mtp_ = true;
   }
   return ws;
 }
 
 // ---- writer ------------------------------------------------------------------------------------
 
-std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& c) {
+int64_t gguf_mtp_blocks(const ModelConfig& c, const WeightSet& ws) {
+  return ws.has_mtp() && c.family != Family::Qwen3Next ? c.mtp_num_hidden_layers : 0;
+}
+
+std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& c, int64_t n_mtp) {
   auto more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
-  std::vector<int64_t> attn_index(static_cast<size_t>(c.n_layer), -1);
+  // llama-quantize counts every block of the file (block_count), the MTP blocks (full
+  // attention) after the main layers.
+  const int64_t n_all = c.n_layer + n_mtp;
+  std::vector<int64_t> attn_index(static_cast<size_t>(n_all), -1);
   int64_t n_attn = 0;
-  for (int64_t il = 0; il < c.n_layer; ++il)
-    if (c.layer_kinds[il] == LayerKind::Full) attn_index[il] = n_attn++;
-  const int64_t n_layer = c.n_layer;
+  for (int64_t il = 0; il < n_all; ++il)
+    if (il >= c.n_layer || c.layer_kinds[il] == LayerKind::Full) attn_index[il] = n_attn++;
   return [=](const std::string& name) {
     if (name == "output.weight") return DType::Q6_K;
     if (name.rfind("blk.", 0) != 0) return DType::Q4_K;
     const int64_t il = std::strtoll(name.c_str() + 4, nullptr, 10);
-    if (il < 0 || il >= n_layer) return DType::Q4_K;
+    if (il < 0 || il >= n_all) return DType::Q4_K;
     if (name.find(".attn_v.") != std::string::npos && more_bits(attn_index[il], n_attn)) return DType::Q6_K;
-    if (name.find(".ffn_down") != std::string::npos && more_bits(il, n_layer)) return DType::Q6_K;
+    if (name.find(".ffn_down") != std::string::npos && more_bits(il, n_all)) return DType::Q6_K;
     return DType::Q4_K;
   };
 }
@@ -555,12 +624,13 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       return base + vh.head_at(i / per_head) * per_head + i % per_head;
     };
   };
-  for (int64_t il = 0; il < c.n_layer; ++il) {
+  // One decoder layer: a main layer, or an MTP block (full attention, the MTP layer's FFN).
+  auto write_layer = [&](int64_t il, LayerKind kind, bool moe) {
     const std::string p = "blk." + std::to_string(il) + ".";
     const std::string cp = "l" + std::to_string(il) + ".";
     vec(p + "attn_norm.weight", cp + "in_norm", H, id);
     vec(p + "post_attention_norm.weight", cp + "post_norm", H, id);
-    if (c.layer_kinds[il] == LayerKind::Linear) {
+    if (kind == LayerKind::Linear) {
       const std::string in = cp + "in_proj";  // rows [q; k; v (VD) ; z (VD) ; b (Hv) ; a (Hv)]
       mat(p + "attn_qkv.weight", in, CD, H,
           [=](int64_t i) { return i < 2 * KD ? i : vrow(2 * KD, dv)(i - 2 * KD); });
@@ -617,7 +687,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       vec(p + "attn_k_norm.weight", cp + "k_norm", D, id);
       mat(p + "attn_output.weight", cp + "o_proj", H, nh * D, id);
     }
-    if (!c.layer_is_moe(il)) {
+    if (!moe) {
       const int64_t I = c.intermediate_size;
       mat(p + "ffn_gate.weight", cp + "gate_up", I, H, id);
       mat(p + "ffn_up.weight", cp + "gate_up", I, H, plus(I));
@@ -648,6 +718,19 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       mat(p + "ffn_up_shexp.weight", cp + "sh.gate_up", Is, H, plus(Is));
       mat(p + "ffn_down_shexp.weight", cp + "sh.down", H, Is, id);
     }
+  };
+  for (int64_t il = 0; il < c.n_layer; ++il) write_layer(il, c.layer_kinds[il], c.layer_is_moe(il));
+  // MTP blocks blk.{n_layer + j} (llama.cpp's nextn layout; model/gguf_model.h). The head's own
+  // tensors go into every MTP block, as llama.cpp's converter writes them.
+  const int64_t n_mtp = gguf_mtp_blocks(c, ws);
+  for (int64_t j = 0; j < n_mtp; ++j) {
+    const int64_t il = c.n_layer + j;
+    write_layer(il, LayerKind::Full, c.mtp_layer_is_moe());
+    const std::string p = "blk." + std::to_string(il) + ".nextn.";
+    mat(p + "eh_proj.weight", "mtp.fc", H, 2 * H, id);
+    vec(p + "enorm.weight", "mtp.enorm", H, id);
+    vec(p + "hnorm.weight", "mtp.hnorm", H, id);
+    vec(p + "shared_head_norm.weight", "mtp.norm", H, id);
   }
 
   // Metadata, in gguf-py's order: general.*, architecture keys, tokenizer.
@@ -668,7 +751,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   const std::string a = arch + ".";
   u32(a + "context_length", c.max_position_embeddings);
   u32(a + "embedding_length", H);
-  u32(a + "block_count", c.n_layer);
+  u32(a + "block_count", c.n_layer + n_mtp);
   if (c.intermediate_size > 0) u32(a + "feed_forward_length", c.intermediate_size);
   u32(a + "attention.head_count", nh);
   u32(a + "attention.head_count_kv", nkv);
@@ -701,9 +784,11 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
     } else {
       std::vector<int64_t> flags;
       for (auto k : c.layer_kinds) flags.push_back(k == LayerKind::Linear);
+      flags.resize(static_cast<size_t>(c.n_layer + n_mtp), 0);  // MTP blocks: attention
       kv.emplace_back(a + "attention.recurrent_layers", GgufValue::array_bool(std::move(flags)));
     }
   }
+  if (n_mtp > 0) u32(a + "nextn_predict_layers", n_mtp);
   if (c.n_expert > 0) {
     u32(a + "expert_count", c.n_expert);
     u32(a + "expert_used_count", c.n_expert_used);

@@ -11,8 +11,13 @@
 //     head t reads key head t % Hk); rewind's canonical order is HF's "grouped" order (value
 //     head h reads key head h / (Hv/Hk)). qwen3next files keep the grouped order.
 //   * qwen3next stores beta/alpha fused as ssm_ba (per key-head group [beta(r) | alpha(r)]).
-//   * block_count includes the MTP layers (blk.N.nextn.* and that block's other tensors); they
-//     are listed as MTP tensors and not loaded.
+//   * MTP head (llama.cpp's nextn layout): block_count = n_layer + nextn_predict_layers, and
+//     block n_layer + j is MTP layer j: a full-attention layer under the usual names plus
+//     blk.N.nextn.eh_proj {2H, H} (HF mtp.fc as is: input [normed embedding ; normed hidden]),
+//     nextn.enorm, nextn.hnorm, nextn.shared_head_norm {H} (HF mtp.pre_fc_norm_embedding,
+//     pre_fc_norm_hidden, norm; +1 folded). from_gguf maps them to the canonical mtp.* names
+//     (model/weight_source.h); recurrent_layers, when written, is false for MTP blocks.
+//     qwen3next files have no MTP block (llama.cpp's qwen3next neither converts nor loads one).
 #pragma once
 
 #include <cstdint>
@@ -44,7 +49,12 @@ struct GgufVocab {
   int64_t eos_id = -1, pad_id = -1, bos_id = -1;
 };
 
-// Writes `ws` (canonical weights of `cfg`) as a GGUF file in llama.cpp's layout. Matrices are
+// MTP blocks write_gguf_model writes: cfg.mtp_num_hidden_layers when ws has the MTP head; 0
+// without one, or for qwen3next (see above).
+int64_t gguf_mtp_blocks(const ModelConfig& cfg, const WeightSet& ws);
+
+// Writes `ws` (canonical weights of `cfg`) as a GGUF file in llama.cpp's layout, with the MTP
+// head as gguf_mtp_blocks(cfg, ws) nextn blocks. Matrices are
 // stored as `matrix_type` (F32, F16, BF16, Q8_0, Q4_K, Q6_K); a matrix whose row length is not
 // a multiple of that type's block falls back to Q8_0 (if a multiple of 32) or F32, as
 // llama-quantize falls back. 1-D tensors, norms, ssm_conv1d, ssm_a and ssm_dt.bias are F32.
@@ -56,10 +66,13 @@ Status write_gguf_model(const std::string& path, const ModelConfig& cfg, const W
                         const std::function<DType(const std::string&)>& type_for = nullptr,
                         int64_t file_type = -1);
 
-// llama-quantize's Q4_K_M mixture for `cfg`: Q6_K for output.weight and, in the layers its
-// use_more_bits rule picks (the first and last eighth and every third between), for attn_v
-// (counted over attention layers) and ffn_down*; Q4_K for every other matrix.
-std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& cfg);
+// llama-quantize's Q4_K_M mixture for `cfg` written with `n_mtp` MTP blocks: Q6_K for
+// output.weight and, in the blocks its use_more_bits rule picks (the first and last eighth and
+// every third between, over all block_count blocks, MTP blocks last), for attn_v (counted over
+// attention layers, MTP blocks included) and ffn_down*; Q4_K for every other matrix
+// (nextn.eh_proj included).
+std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& cfg,
+                                                          int64_t n_mtp = 0);
 
 // The type a matrix of row length ne0 gets when `want` is asked for (the fallback above).
 DType gguf_matrix_type(DType want, int64_t ne0);

@@ -45,6 +45,27 @@ struct LayerW {
 
 std::vector<float> vec(const WeightSource& w) { return w.to_f32(); }
 
+// Rows [r0, rows) of `w`: views into the same blocks (a block may be entered part way).
+WeightSource rows_from(const WeightSource& w, int64_t r0) {
+  WeightSource out;
+  out.cols = w.cols;
+  out.file_dtype = w.file_dtype;
+  out.col_perm = w.col_perm;
+  for (const RowBlock& b : w.blocks) {
+    if (r0 >= b.rows) {
+      r0 -= b.rows;
+      continue;
+    }
+    RowBlock part = b;
+    part.data = static_cast<const std::byte*>(b.data) +
+                static_cast<size_t>(r0) * dtype_row_bytes(b.dtype, w.cols);
+    part.rows = b.rows - r0;
+    r0 = 0;
+    out.blocks.push_back(std::move(part));
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Model::Impl {
@@ -265,14 +286,13 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     L.post_norm = vec(W.get(p + "post_norm"));
     L.attn.qkv = pack(p + "qkv");
     {
-      // The k and v rows alone: forward() needs only the head's K/V, a fraction of qkv.
-      const WeightSource& s = W.get(p + "qkv");
-      DType dt;
-      std::vector<std::byte> scratch;
-      const auto* base = static_cast<const std::byte*>(s.contiguous(&dt, &scratch));
-      const int64_t q_rows = c.n_head * 2 * c.head_dim;
-      L.attn.kv = PackedMatrix::pack(base + static_cast<size_t>(q_rows * s.cols) * dtype_size(dt),
-                                     dt, s.rows() - q_rows, s.cols, L.attn.qkv.store(), opt.pool);
+      // The k and v rows alone: forward() needs only the head's K/V, a fraction of qkv. Packed
+      // as qkv is (a GGUF's q, k and v may have different types, e.g. Q4_K_M's Q6_K attn_v).
+      const WeightSource kv = rows_from(W.get(p + "qkv"), c.n_head * 2 * c.head_dim);
+      L.attn.kv =
+          opt.store == WeightStore::Auto
+              ? kv.pack_default(opt.pool)
+              : kv.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
       I.packed_bytes += L.attn.kv.bytes();
     }
     L.attn.o_proj = pack(p + "o_proj");

@@ -15,8 +15,9 @@
 //   dense:   l{il}.gate_up [2I, H] = rows [gate ; up]; l{il}.down [H, I]
 //   moe:     l{il}.router [E, H]; l{il}.e{e}.gate_up [2Im, H]; l{il}.e{e}.down [H, Im];
 //            l{il}.sh.gate_up [2Is, H]; l{il}.sh.down [H, Is]; l{il}.sh.gate [1, H]
-//   MTP head (only when config mtp_num_hidden_layers > 0 and the checkpoint has mtp.* tensors;
-//   then has_mtp() is true; ARCH-qwen35.md 2.5):
+//   MTP head (only when config mtp_num_hidden_layers > 0 and the checkpoint has mtp.* tensors,
+//   or in a GGUF file blk.N tensors for N >= n_layer; then has_mtp() is true; ARCH-qwen35.md
+//   2.5; GGUF names in model/gguf_model.h):
 //            mtp.fc [H, 2H]: columns [0, H) multiply the normed embedding of the next token,
 //              columns [H, 2H) the normed hidden state (mtp.fc.weight as is)
 //            mtp.enorm [H] (pre_fc_norm_embedding, +1 folded); mtp.hnorm [H] (pre_fc_norm_hidden,
@@ -88,7 +89,7 @@ class WeightSet {
   // The same from a llama.cpp GGUF file (qwen35 / qwen35moe / qwen3next): tensor names and
   // conventions in model/gguf_model.h (norms already hold the +1,
   // ssm_a is already -exp(A_log), V heads tiled in qwen35/qwen35moe files are put back in the
-  // model's grouped order). `file` must outlive the WeightSet.
+  // model's grouped order; the MTP head from the nextn blocks). `file` must outlive the WeightSet.
   static Result<WeightSet> from_gguf(const GgufFile& file, const ModelConfig& cfg);
 
   const WeightSource& get(const std::string& name) const;  // check-fails if absent
