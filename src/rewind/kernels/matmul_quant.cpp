@@ -410,10 +410,13 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
       const __m512i m4 = _mm512_set1_epi8(0x0F);
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+      // The high nibbles stay in place (16 q, at most 240, a valid u8 operand): their sums are
+      // 16 times the true ones and are shifted back (exactly) once per sub-block.
+      const __m512i m4hi = _mm512_set1_epi8(static_cast<char>(0xF0));
       for (int sb = 0; sb < 8; ++sb) {
-        __m512i is[R][P];
+        __m512i is[R][P], ih[R][P];
         for (int r = 0; r < R; ++r)
-          for (int p = 0; p < P; ++p) is[r][p] = _mm512_setzero_si512();
+          for (int p = 0; p < P; ++p) is[r][p] = ih[r][p] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
           __m512i lo[P], hi[P];
@@ -421,22 +424,24 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
             prefetch(blk[p] + kQ4KQOff + 64 * g);
             const __m512i v = load_group(blk[p] + kQ4KQOff + 64 * g);
             lo[p] = _mm512_and_si512(v, m4);
-            hi[p] = _mm512_and_si512(_mm512_srli_epi32(v, 4), m4);
+            hi[p] = _mm512_and_si512(v, m4hi);
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
             const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
             for (int p = 0; p < P; ++p) {
               is[r][p] = _mm512_dpbusd_epi32(is[r][p], lo[p], a0);
-              is[r][p] = _mm512_dpbusd_epi32(is[r][p], hi[p], a1);
+              ih[r][p] = _mm512_dpbusd_epi32(ih[r][p], hi[p], a1);
             }
           }
         }
         for (int p = 0; p < P; ++p) {
           const __m512i sc = _mm512_cvtepu8_epi32(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ4KScOff + 16 * sb)));
-          for (int r = 0; r < R; ++r)
-            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+          for (int r = 0; r < R; ++r) {
+            const __m512i sum = _mm512_add_epi32(is[r][p], _mm512_srai_epi32(ih[r][p], 4));
+            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(sum, sc));
+          }
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
