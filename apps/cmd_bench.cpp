@@ -108,11 +108,15 @@ int cmd_bench(int argc, char** argv) {
         lim.fma_peak_gflop_s, lim.int8_peak_gop_s, quant_dot_name(matmul_quant_dot()),
         m.quantised_bytes(), frac_bw, int8 ? "int8" : "fma", frac_peak);
   } else {
-    std::printf("model %s: %.2f GB packed weights (%.0f%% quantised, %s dot), %lld threads, %s\n",
-                dir.c_str(), static_cast<double>(m.packed_bytes()) / 1e9,
-                100.0 * static_cast<double>(m.quantised_bytes()) /
-                    static_cast<double>(std::max<size_t>(m.packed_bytes(), 1)),
-                quant_dot_name(matmul_quant_dot()), static_cast<long long>(th.value()), m.isa());
+    char quant[64] = "no quantised weights";
+    if (m.quantised_bytes() > 0)
+      std::snprintf(quant, sizeof quant, "%.0f%% quantised, %s dot",
+                    100.0 * static_cast<double>(m.quantised_bytes()) /
+                        static_cast<double>(m.packed_bytes()),
+                    quant_dot_name(matmul_quant_dot()));
+    std::printf("model %s: %.2f GB packed weights (%s), %lld threads, %s\n", dir.c_str(),
+                static_cast<double>(m.packed_bytes()) / 1e9, quant,
+                static_cast<long long>(th.value()), m.isa());
     std::printf(
         "machine: read bandwidth %.2f GB/s, fp32 FMA peak %.1f GFLOP/s, int8 dot peak "
         "%.1f GOP/s\n",
