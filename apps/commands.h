@@ -31,8 +31,8 @@ int default_threads();
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
                                           ThreadPool* pool, double* seconds, bool mtp = false);
 
-// Applies --quant-dot: "auto" (int8 where the CPU has AVX-512 VNNI, else f32), "int8" or "f32"
-// (kernels/matmul.h, QuantDot). Run before loading a model.
+// Applies --quant-dot: "auto" (int8 where the CPU has AVX-512 VNNI or AVX2, else f32), "int8" or
+// "f32" (kernels/matmul.h, QuantDot). Run before loading a model.
 Status set_quant_dot(const std::string& mode);
 
 double now_seconds();

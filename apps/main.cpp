@@ -41,8 +41,8 @@ Status set_quant_dot(const std::string& mode) {
   if (mode == "int8") {
     if (!matmul_int8_simd())
       std::fprintf(stderr,
-                   "rewind: warning: this CPU has no AVX-512 VNNI; the int8 dot runs its scalar "
-                   "reference (slow)\n");
+                   "rewind: warning: this CPU has neither AVX-512 VNNI nor AVX2; the int8 dot "
+                   "runs its scalar reference (slow)\n");
     matmul_set_quant_dot(QuantDot::Int8);
   } else if (mode == "f32") {
     matmul_set_quant_dot(QuantDot::F32);

@@ -10,6 +10,8 @@
 //                     [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
+//                     [--isa avx512|avx2|scalar]  (force a SIMD path)
+//                     [--quant-dot int8|f32]  (how quantised weights are multiplied)
 //                     [--cpu-time]  (time by process CPU time, not wall time: with --threads 1,
 //                                    tuning on a machine shared with other jobs)
 #include <unistd.h>
@@ -102,6 +104,15 @@ int main(int argc, char** argv) {
       limits_only = true;
     } else if (a == "--cpu-time") {
       g_cpu_time = true;
+    } else if (a == "--isa") {
+      const std::string v = next();
+      if (!rw::matmul_force_isa(v)) {
+        std::fprintf(stderr, "matmul_bench: --isa %s is not available here\n", v.c_str());
+        return 2;
+      }
+    } else if (a == "--quant-dot") {
+      const std::string v = next();
+      rw::matmul_set_quant_dot(v == "f32" ? rw::QuantDot::F32 : rw::QuantDot::Int8);
     } else if (a == "--limits") {
       const std::string v = next();
       given_bw = std::atof(v.c_str());
@@ -110,7 +121,8 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] "
-          "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n");
+          "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
+          "                    [--isa avx512|avx2|scalar] [--quant-dot int8|f32]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -124,10 +136,11 @@ int main(int argc, char** argv) {
   } else {
     lim = rw::measure_machine_limits(&pool, 1.5);
   }
-  std::printf("machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
-              "matmul path: %s\n\n",
-              lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
-              rw::matmul_isa());
+  std::printf(
+      "machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
+      "matmul path: %s; quantised dot: %s (int8 path %s)\n\n",
+      lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
+      rw::matmul_isa(), rw::quant_dot_name(rw::matmul_quant_dot()), rw::matmul_int8_isa());
   if (limits_only) return 0;
 
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);

@@ -287,6 +287,9 @@ const char* quant_dot_name(QuantDot mode) {
 bool matmul_int8_simd() {
   return detail::int8_dot_simd_available();
 }
+const char* matmul_int8_isa() {
+  return detail::int8_dot_isa();
+}
 
 // ---- PackedMatrix ------------------------------------------------------------------------------
 
@@ -529,6 +532,7 @@ bool matmul_force_isa(const std::string& isa) {
   if (!chosen) return false;
   g_isa.store(chosen, std::memory_order_release);
   detail::g_quant_force_scalar = isa == "avx2" || isa == "scalar";
+  detail::g_quant_isa_cap = isa == "scalar" ? 0 : isa == "avx2" ? 1 : 2;
   return true;
 }
 

@@ -13,7 +13,8 @@
 //  - F32: widened exactly (ggml's dequantisation) to fp32 panels block by block inside the
 //    kernel, so a quantised matrix gives the same bits as the F32 matrix of its dequantised
 //    values, for every M;
-//  - Int8 (the default where the CPU has AVX-512 VNNI): each activation row is quantised to int8
+//  - Int8 (the default where the CPU has AVX-512 VNNI or AVX2): each activation row is quantised to
+//  int8
 //    per block (32 or 256 values, one f32 scale), the weights' integer codes meet it in integer
 //    dot products, and each output is still ONE f32 accumulator fed block by block in k order
 //    (the exact formula is in matmul_quant.h). Row r's values depend on x[r, :] alone, so the
@@ -96,9 +97,10 @@ enum class QuantDot { F32, Int8 };
 void matmul_set_quant_dot(QuantDot mode);
 QuantDot matmul_quant_dot();
 const char* quant_dot_name(QuantDot mode);  // "f32", "int8"
-// True when the int8 dot has its SIMD kernels here (AVX-512 VNNI); else it runs the scalar
+// True when the int8 dot has SIMD kernels here (AVX-512 VNNI or AVX2); else it runs the scalar
 // reference (same bits, much slower), which is why the default is then F32.
 bool matmul_int8_simd();
+const char* matmul_int8_isa();  // "avx512vnni", "avx2" or "scalar"
 
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
 const char* matmul_isa();

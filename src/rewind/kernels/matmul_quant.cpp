@@ -534,6 +534,163 @@ REWIND_AVX512 void quantize_block_avx512(const float* x, int n, int8_t* q, float
   }
 }
 
+// ---- int8 dot: AVX2
+// ------------------------------------------------------------------------------ The same integer
+// sums without VNNI: u8 x s8 products summed in pairs (vpmaddubsw, exact while a pair stays within
+// int16: Q8_0 multiplies |q| by x with q's sign moved onto x, Q4_K nibbles are at most 15, Q6_K
+// codes at most 63), then pairs of pairs (vpmaddwd by ones). A panel's 16 lanes are two 8-lane
+// halves.
+
+#define REWIND_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+REWIND_AVX2 inline __m256i dp4_avx2(__m256i acc, __m256i u, __m256i s) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+
+// Half h (8 lanes) of the 64-byte group at off in the blocks of a tile's panels.
+REWIND_AVX2 inline __m256i half_group(const std::byte* const* blk, int h, int off) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[h / 2] + off + 32 * (h % 2)));
+}
+REWIND_AVX2 inline __m256 f16x8(const std::byte* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// acc[r][h] = fma(+-(dw[h] * dx[r]), float(s[r][h]), acc[r][h]).
+template <int R, int H>
+REWIND_AVX2 inline void combine_avx2(__m256 (&acc)[R][H], const __m256 (&dw)[H],
+                                     const ActRows<R>& xr, int64_t b, const __m256i (&s)[R][H],
+                                     bool neg) {
+  for (int r = 0; r < R; ++r) {
+    const __m256 dx = _mm256_set1_ps(xr.d[r][b]);
+    for (int h = 0; h < H; ++h) {
+      const __m256 scale = _mm256_mul_ps(dw[h], dx);
+      const __m256 f = _mm256_cvtepi32_ps(s[r][h]);
+      acc[r][h] =
+          neg ? _mm256_fnmadd_ps(scale, f, acc[r][h]) : _mm256_fmadd_ps(scale, f, acc[r][h]);
+    }
+  }
+}
+
+template <int R, int P>
+REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
+                                const std::byte* panels, int64_t panel_stride, float* y,
+                                int64_t ldy, int ncols) {
+  constexpr int H = 2 * P;  // 8-lane halves
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = quant_panel_block_bytes(t), nb = xa.k / xa.block;
+  __m256 acc[R][H];
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[P];
+    for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
+    __m256 dw[H];
+    for (int h = 0; h < H; ++h) dw[h] = f16x8(blk[h / 2] + 16 * (h % 2));
+    __m256i s[R][H];
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+    if (t == DType::Q8_0) {
+      for (int g = 0; g < 8; ++g) {
+        __m256i w[H], aw[H];
+        for (int h = 0; h < H; ++h) {
+          w[h] = half_group(blk, h, kQ8QOff + 64 * g);
+          aw[h] = _mm256_abs_epi8(w[h]);
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m256i a = _mm256_set1_epi32(load_i32(xr.q[r] + b * 32 + 4 * g));
+          for (int h = 0; h < H; ++h) s[r][h] = dp4_avx2(s[r][h], aw[h], _mm256_sign_epi8(a, w[h]));
+        }
+      }
+      combine_avx2<R, H>(acc, dw, xr, b, s, false);
+    } else if (t == DType::Q4_K) {
+      const __m256i m4 = _mm256_set1_epi8(0x0F);
+      for (int sb = 0; sb < 8; ++sb) {
+        __m256i is[R][H];
+        for (int r = 0; r < R; ++r)
+          for (int h = 0; h < H; ++h) is[r][h] = _mm256_setzero_si256();
+        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+          __m256i lo[H], hi[H];
+          for (int h = 0; h < H; ++h) {
+            const __m256i v = half_group(blk, h, kQ4KQOff + 64 * g);
+            lo[h] = _mm256_and_si256(v, m4);
+            hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          }
+          for (int r = 0; r < R; ++r) {
+            const __m256i a0 = _mm256_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
+            const __m256i a1 = _mm256_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
+            for (int h = 0; h < H; ++h) {
+              is[r][h] = dp4_avx2(is[r][h], lo[h], a0);
+              is[r][h] = dp4_avx2(is[r][h], hi[h], a1);
+            }
+          }
+        }
+        for (int h = 0; h < H; ++h) {
+          const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+              reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KScOff + 16 * sb + 8 * (h % 2))));
+          for (int r = 0; r < R; ++r)
+            s[r][h] = _mm256_add_epi32(s[r][h], _mm256_mullo_epi32(is[r][h], sc));
+        }
+      }
+      combine_avx2<R, H>(acc, dw, xr, b, s, false);
+      for (int r = 0; r < R; ++r)
+        for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+      for (int tp = 0; tp < 4; ++tp) {
+        __m256i mv[H];
+        for (int h = 0; h < H; ++h)
+          mv[h] = _mm256_cvtepu8_epi16(_mm_loadu_si128(
+              reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KMinOff + 32 * tp + 16 * (h % 2))));
+        for (int r = 0; r < R; ++r) {
+          const __m256i a = _mm256_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp));
+          for (int h = 0; h < H; ++h)
+            s[r][h] = _mm256_add_epi32(s[r][h], _mm256_madd_epi16(mv[h], a));
+        }
+      }
+      __m256 dmin[H];
+      for (int h = 0; h < H; ++h) dmin[h] = f16x8(blk[h / 2] + 32 + 16 * (h % 2));
+      combine_avx2<R, H>(acc, dmin, xr, b, s, true);
+    } else {  // Q6_K
+      for (int sb = 0; sb < 16; ++sb) {
+        __m256i is[R][H];
+        for (int r = 0; r < R; ++r) {
+          const __m256i c = _mm256_set1_epi32(-32 * xr.s16[r][b * 16 + sb]);
+          for (int h = 0; h < H; ++h) is[r][h] = c;
+        }
+        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+          __m256i w[H];
+          for (int h = 0; h < H; ++h) w[h] = half_group(blk, h, kQ6KQOff + 64 * g);
+          for (int r = 0; r < R; ++r) {
+            const __m256i a = _mm256_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
+            for (int h = 0; h < H; ++h) is[r][h] = dp4_avx2(is[r][h], w[h], a);
+          }
+        }
+        for (int h = 0; h < H; ++h) {
+          const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+              reinterpret_cast<const __m128i*>(blk[h / 2] + kQ6KScOff + 16 * sb + 8 * (h % 2))));
+          for (int r = 0; r < R; ++r)
+            s[r][h] = _mm256_add_epi32(s[r][h], _mm256_mullo_epi32(is[r][h], sc));
+        }
+      }
+      combine_avx2<R, H>(acc, dw, xr, b, s, false);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int h = 0; h < H; ++h) {
+      const int valid = ncols - 8 * h;
+      if (valid >= 8) {
+        _mm256_storeu_ps(y + r * ldy + 8 * h, acc[r][h]);
+      } else if (valid > 0) {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, acc[r][h]);
+        std::memcpy(y + r * ldy + 8 * h, tmp, static_cast<size_t>(valid) * 4);
+      }
+    }
+}
+
+using Int8TileAvx2Fn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t,
+                                float*, int64_t, int);
+constexpr int kAvx2MaxR = 2, kAvx2MaxP = 2;
+constexpr Int8TileAvx2Fn kInt8TilesAvx2[kAvx2MaxR][kAvx2MaxP] = {
+    {int8_tile_avx2<1, 1>, int8_tile_avx2<1, 2>}, {int8_tile_avx2<2, 1>, int8_tile_avx2<2, 2>}};
+
 #pragma GCC diagnostic pop
 
 using WidenFn = void (*)(const std::byte*, float*, int64_t);
@@ -555,14 +712,33 @@ bool use_vnni() {
   return yes;
 }
 
+bool use_avx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+}
+
 int64_t act_block(DType t) {
   return t == DType::Q8_0 ? 32 : 256;
 }
 
 }  // namespace
 
-// Set by matmul_force_isa("scalar") through quant_force_scalar (tests compare the paths).
+// Set by matmul_force_isa (tests compare the paths).
 bool g_quant_force_scalar = false;
+int g_quant_isa_cap = 2;
+
+namespace {
+enum class Int8Path { Vnni, Avx2, Scalar };
+Int8Path int8_path() {
+  if (use_vnni() && g_quant_isa_cap >= 2) return Int8Path::Vnni;
+  if (use_avx2() && g_quant_isa_cap >= 1) return Int8Path::Avx2;
+  return Int8Path::Scalar;
+}
+}  // namespace
 
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
                       std::byte* dst) {
@@ -697,7 +873,18 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
 }
 
 bool int8_dot_simd_available() {
-  return use_vnni() && !g_quant_force_scalar;
+  return int8_path() != Int8Path::Scalar;
+}
+
+const char* int8_dot_isa() {
+  switch (int8_path()) {
+    case Int8Path::Vnni:
+      return "avx512vnni";
+    case Int8Path::Avx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
 }
 
 float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std::byte* panel,
@@ -744,7 +931,19 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                      const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
                      int ncols) {
   REWIND_CHECK(r0 >= 0 && r1 <= xa.m && r0 <= r1 && act_block(t) == xa.block);
-  if (!int8_dot_simd_available()) {
+  const Int8Path path = int8_path();
+  if (path == Int8Path::Avx2) {
+    for (int64_t r = r0; r < r1; r += kAvx2MaxR) {
+      const int rr = static_cast<int>(std::min<int64_t>(kAvx2MaxR, r1 - r));
+      for (int p0 = 0; p0 < np; p0 += kAvx2MaxP) {
+        const int npg = std::min(kAvx2MaxP, np - p0);
+        kInt8TilesAvx2[rr - 1][npg - 1](t, xa, r, panels + p0 * panel_stride, panel_stride,
+                                        y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0);
+      }
+    }
+    return;
+  }
+  if (path == Int8Path::Scalar) {
     for (int64_t r = r0; r < r1; ++r)
       for (int c = 0; c < ncols; ++c)
         y[(r - r0) * ldy + c] =

@@ -61,6 +61,8 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 
 // True while matmul_force_isa chose a path without AVX-512 ("avx2", "scalar").
 extern bool g_quant_force_scalar;
+// The widest path matmul_force_isa allows the int8 dot: 2 AVX-512 VNNI, 1 AVX2, 0 scalar.
+extern int g_quant_isa_cap;
 
 // ---- f32 dot ----------------------------------------------------------------------------------
 
@@ -97,8 +99,10 @@ struct QuantizedActs {
 void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, QuantizedActs* out,
                    ThreadPool* pool);
 
-// True when the int8 dot runs on AVX-512 VNNI here (else the scalar reference, same bits).
+// True when the int8 dot has SIMD kernels here: AVX-512 VNNI, else AVX2 (else the scalar
+// reference runs; all give the same bits).
 bool int8_dot_simd_available();
+const char* int8_dot_isa();  // "avx512vnni", "avx2" or "scalar": the path the int8 dot takes now
 
 // y[r, c] for r in [r0, r1), c < ncols (ncols <= 16 * np): the int8 dot of activation rows of xa
 // against np panels (panel p at panels + p * panel_stride), all of K. y points at y[r0, col0].
