@@ -37,17 +37,18 @@ std::string work_dir() {
   return d;
 }
 
-std::string gguf(const std::string& type) {
-  const std::string hf = work_dir() + "/hf";
+// The qwen3.5-tiny-256 preset (seed 3; with an MTP head when mtp), converted to GGUF `type`.
+std::string tiny_gguf(const std::string& type, bool mtp) {
+  const std::string hf = work_dir() + (mtp ? "/hf_mtp" : "/hf");
   int rc = 0;
   if (!std::filesystem::exists(hf + "/config.json")) {
     const std::string out = test::run_command(
-        std::string(REWIND_BINARY) + " make-model --preset qwen3.5-tiny-256 --seed 3 --out " + hf +
-            " 2>&1",
+        std::string(REWIND_BINARY) + " make-model" + (mtp ? " --mtp" : "") +
+            " --preset qwen3.5-tiny-256 --seed 3 --out " + hf + " 2>&1",
         &rc);
     EXPECT_EQ(rc, 0) << out;
   }
-  const std::string path = work_dir() + "/m_" + type + ".gguf";
+  const std::string path = work_dir() + (mtp ? "/mtp_" : "/m_") + type + ".gguf";
   if (!std::filesystem::exists(path)) {
     const std::string out = test::run_command(std::string(REWIND_BINARY) + " convert --in " + hf +
                                                   " --out " + path + " --type " + type + " 2>&1",
@@ -56,27 +57,8 @@ std::string gguf(const std::string& type) {
   }
   return path;
 }
-
-// The same preset with an MTP head (`make-model --mtp`), as GGUF `type`.
-std::string gguf_mtp(const std::string& type) {
-  const std::string hf = work_dir() + "/hf_mtp";
-  int rc = 0;
-  if (!std::filesystem::exists(hf + "/config.json")) {
-    const std::string out = test::run_command(
-        std::string(REWIND_BINARY) + " make-model --mtp --preset qwen3.5-tiny-256 --seed 3 --out " +
-            hf + " 2>&1",
-        &rc);
-    EXPECT_EQ(rc, 0) << out;
-  }
-  const std::string path = work_dir() + "/mtp_" + type + ".gguf";
-  if (!std::filesystem::exists(path)) {
-    const std::string out = test::run_command(std::string(REWIND_BINARY) + " convert --in " + hf +
-                                                  " --out " + path + " --type " + type + " 2>&1",
-                                              &rc);
-    EXPECT_EQ(rc, 0) << out;
-  }
-  return path;
-}
+std::string gguf(const std::string& type) { return tiny_gguf(type, false); }
+std::string gguf_mtp(const std::string& type) { return tiny_gguf(type, true); }
 
 // Loaded with the MTP head, once per process.
 Model& mtp_model(const std::string& type) {
