@@ -243,7 +243,6 @@ class GgufQuantExact : public ::testing::TestWithParam<std::string> {};
 TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
   Model& m = test::cached_model(gguf_model("qwen3.5-tiny-256", "f32", GetParam()));
   ThreadPool pool(2);
-  const QuantDot saved = matmul_quant_dot();
   for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
     matmul_set_quant_dot(dot);
     std::mt19937_64 rng(5);
@@ -255,7 +254,7 @@ TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
       EXPECT_TRUE(same_bytes(logits(m, tokens, 7, &pool), whole)) << quant_dot_name(dot);
     }
   }
-  matmul_set_quant_dot(saved);
+  matmul_reset_quant_dot();
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufQuantExact,

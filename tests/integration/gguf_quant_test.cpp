@@ -143,7 +143,6 @@ TEST(GgufQuant, CloseToF32) {
   const int64_t V = f32.config().vocab_size;
   const auto ps = prompts(V);
   const auto ref = run(f32, ps);
-  const QuantDot saved = matmul_quant_dot();
   for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
     matmul_set_quant_dot(dot);
     for (const Threshold& t : kThresholds) {
@@ -155,7 +154,7 @@ TEST(GgufQuant, CloseToF32) {
       EXPECT_LE(r.kl, t.max_kl) << t.type << " " << quant_dot_name(dot);
     }
   }
-  matmul_set_quant_dot(saved);
+  matmul_reset_quant_dot();
 }
 
 // MTP drafts (one per prefix length, so every row has the same inputs in both files) of the

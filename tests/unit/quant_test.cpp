@@ -27,11 +27,10 @@ struct IsaGuard {
   ~IsaGuard() { matmul_force_isa("auto"); }
 };
 
-// Sets the quantised dot for one test and restores the previous one.
+// Sets the quantised dot for one test, then restores this CPU's default.
 struct QuantDotGuard {
-  QuantDot saved = matmul_quant_dot();
   explicit QuantDotGuard(QuantDot mode) { matmul_set_quant_dot(mode); }
-  ~QuantDotGuard() { matmul_set_quant_dot(saved); }
+  ~QuantDotGuard() { matmul_reset_quant_dot(); }
 };
 
 std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
@@ -311,7 +310,8 @@ TEST(QuantInt8, EqualsScalarFormula) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
-    for (int64_t n : {1, 16, 37, 100}) {
+    // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores).
+    for (int64_t n : {1, 16, 20, 29, 37, 100}) {
       const int64_t k = t == DType::Q8_0 ? 96 : 512;
       auto w = randn(static_cast<size_t>(n * k), 70 + static_cast<uint32_t>(n));
       auto q = quantize(w, t, n, k);
@@ -322,6 +322,11 @@ TEST(QuantInt8, EqualsScalarFormula) {
       for (int64_t m : {1, 2, 3, 5, 9, 33}) {
         auto x = randn(static_cast<size_t>(m * k), 990 + static_cast<uint32_t>(m), 2.0f);
         x[0] = 100.0f;  // an outlier: the block's other values get few levels
+        if (m > 2) {    // row 1: a zero block and a block too small to scale (both quantise to 0)
+          const int64_t blk = t == DType::Q8_0 ? 32 : 256;
+          std::fill(x.begin() + k, x.begin() + k + blk, 0.0f);
+          std::fill(x.begin() + 2 * k - blk, x.begin() + 2 * k, 1e-35f);
+        }
         detail::QuantizedActs xa;
         detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr);
         std::vector<float> ref(static_cast<size_t>(m * n));

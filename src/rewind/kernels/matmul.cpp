@@ -275,6 +275,10 @@ void matmul_set_quant_dot(QuantDot mode) {
   g_quant_dot.store(static_cast<int>(mode), std::memory_order_release);
 }
 
+void matmul_reset_quant_dot() {
+  g_quant_dot.store(-1, std::memory_order_release);
+}
+
 QuantDot matmul_quant_dot() {
   const int v = g_quant_dot.load(std::memory_order_acquire);
   return v < 0 ? default_quant_dot() : static_cast<QuantDot>(v);

@@ -95,6 +95,7 @@ void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
 // (not thread-safe with running matmuls): changing it changes every quantised result.
 enum class QuantDot { F32, Int8 };
 void matmul_set_quant_dot(QuantDot mode);
+void matmul_reset_quant_dot();  // back to this CPU's default
 QuantDot matmul_quant_dot();
 const char* quant_dot_name(QuantDot mode);  // "f32", "int8"
 // True when the int8 dot has SIMD kernels here (AVX-512 VNNI or AVX2); else it runs the scalar

@@ -361,8 +361,12 @@ REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][
     for (int p = 0; p < P; ++p) {
       const __m512 scale = _mm512_mul_ps(dw[p], dx);
       const __m512 f = _mm512_cvtepi32_ps(s[r][p]);
+      // Neg: the scale negated first, as the reference's fma(-(dmin * dx), s, acc).
       acc[r][p] =
-          Neg ? _mm512_fnmadd_ps(scale, f, acc[r][p]) : _mm512_fmadd_ps(scale, f, acc[r][p]);
+          _mm512_fmadd_ps(Neg ? _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scale),
+                                                                     _mm512_set1_epi32(INT32_MIN)))
+                              : scale,
+                          f, acc[r][p]);
     }
   }
 }
@@ -565,7 +569,7 @@ REWIND_AVX2 inline void combine_avx2(__m256 (&acc)[R][H], const __m256 (&dw)[H],
       const __m256 scale = _mm256_mul_ps(dw[h], dx);
       const __m256 f = _mm256_cvtepi32_ps(s[r][h]);
       acc[r][h] =
-          neg ? _mm256_fnmadd_ps(scale, f, acc[r][h]) : _mm256_fmadd_ps(scale, f, acc[r][h]);
+          _mm256_fmadd_ps(neg ? _mm256_xor_ps(scale, _mm256_set1_ps(-0.0f)) : scale, f, acc[r][h]);
     }
   }
 }
@@ -931,6 +935,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                      const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
                      int ncols) {
   REWIND_CHECK(r0 >= 0 && r1 <= xa.m && r0 <= r1 && act_block(t) == xa.block);
+  if (r0 == r1 || np <= 0) return;
   const Int8Path path = int8_path();
   if (path == Int8Path::Avx2) {
     for (int64_t r = r0; r < r1; r += kAvx2MaxR) {
