@@ -374,7 +374,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][
 template <int R, int P>
 REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
                                   const std::byte* panels, int64_t panel_stride, float* y,
-                                  int64_t ldy, int ncols) {
+                                  int64_t ldy, int ncols, int64_t y_step) {
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(t), nb = xa.k / xa.block;
   constexpr bool kStream = R <= 2;  // decode: weights stream from memory, prefetch ahead
@@ -498,11 +498,14 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
   }
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p)
-      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r][p]);
+      _mm512_mask_storeu_ps(y + r * ldy + y_step * p,
+                            lane_mask(static_cast<int>(ncols - y_step * p)), acc[r][p]);
 }
 
+// Panel p of a tile reads panels + p * panel_stride and writes y + p * y_step (floats); ncols
+// counts the output columns from the tile's first one (the last panel may be partial).
 using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
-                            int64_t, int);
+                            int64_t, int, int64_t);
 constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
 #define REWIND_INT8_ROW(R) \
   { int8_tile_avx512<R, 1>, int8_tile_avx512<R, 2>, int8_tile_avx512<R, 3>, int8_tile_avx512<R, 4> }
@@ -956,11 +959,17 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
     return;
   }
   const int64_t rows = r1 - r0;
-  if (rows <= 2) {  // decode: whole K per tile, 4 panel streams
-    for (int p0 = 0; p0 < np; p0 += kInt8MaxP) {
-      const int npg = std::min(kInt8MaxP, np - p0);
-      kInt8Tiles[rows - 1][npg - 1](t, xa, r0, panels + p0 * panel_stride, panel_stride,
-                                    y + 16 * p0, ldy, ncols - 16 * p0);
+  if (rows <= 2) {
+    // Decode: the panels are cut into kInt8MaxP contiguous runs of q panels, and tile i reads
+    // panel i of every run: each of the tile's streams walks its own run from start to end, so
+    // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
+    // stream already loaded, and only the first panel of each run starts cold.
+    const int q = (np + kInt8MaxP - 1) / kInt8MaxP;
+    for (int i = 0; i < q; ++i) {
+      int npg = 0;
+      while (npg < kInt8MaxP && i + npg * q < np) ++npg;
+      kInt8Tiles[rows - 1][npg - 1](t, xa, r0, panels + i * panel_stride, q * panel_stride,
+                                    y + 16 * i, ldy, ncols - 16 * i, int64_t{16} * q);
     }
     return;
   }
@@ -977,7 +986,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       for (int64_t r = rb; r < re; r += kR) {
         const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
         kInt8Tiles[rr - 1][npg - 1](t, xa, r, panels + p0 * panel_stride, panel_stride,
-                                    y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0);
+                                    y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0, 16);
       }
     }
   }
