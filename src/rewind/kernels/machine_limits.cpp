@@ -275,6 +275,7 @@ MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
   if (l3 > 0) bytes = std::max(bytes, 2 * static_cast<size_t>(l3));
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) bytes = std::min(bytes, static_cast<size_t>(pages) * page / 4);
+  lim.bandwidth_buffer_bytes = bytes;
   lim.read_bandwidth_gb_s = measure_read_bandwidth_gb_s(pool, bytes, seconds_budget * 0.6);
   lim.fma_peak_gflop_s = measure_fma_peak_gflop_s(pool, seconds_budget * 0.25, &lim.isa);
   lim.int8_peak_gop_s = measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.15);

@@ -18,6 +18,7 @@ struct MachineLimits {
   double fma_peak_gflop_s = 0;     // 1e9 flop/s, 2 flops per fp32 FMA lane, all threads
   double int8_peak_gop_s = 0;      // 1e9 op/s, 2 ops per int8 multiply-add of the AVX-512 VNNI
                                    // dot product (vpdpbusd), all threads; 0 without VNNI
+  size_t bandwidth_buffer_bytes = 0;  // the buffer the bandwidth was measured over
   int n_threads = 1;
   std::string isa;  // widest SIMD used for the peak: "avx512", "avx2", "scalar"
 };
