@@ -132,6 +132,35 @@ TEST(Ops, GdnStepMatchesReference) {
   }
 }
 
+// The kernel's bits equal the plain float loops of its definition (decay and read in i order,
+// then rank-1 update and output in i order; every j its own fma chain), whatever the compiler
+// vectorises: the bit-exact invariant needs the same bits on every machine and path.
+TEST(Ops, GdnStepBitsEqualScalarLoops) {
+  std::mt19937_64 r(16);
+  for (auto [dk, dv] : std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {64, 96}, {5, 3}}) {
+    std::vector<float> S(static_cast<size_t>(dk * dv), 0.0f), S2(S);
+    for (int step = 0; step < 12; ++step) {
+      auto q = randv(r, dk, 0.2f), k = randv(r, dk, 0.2f), v = randv(r, dv);
+      const float alpha = 0.93f, beta = 0.55f;
+      std::vector<float> o(static_cast<size_t>(dv)), o2(o.size()), mem(o.size(), 0.0f);
+      gdn_step(S.data(), q.data(), k.data(), v.data(), alpha, beta, o.data(), dk, dv);
+      for (int64_t i = 0; i < dk; ++i)
+        for (int64_t j = 0; j < dv; ++j) {
+          S2[i * dv + j] = S2[i * dv + j] * alpha;
+          mem[j] = std::fma(S2[i * dv + j], k[i], mem[j]);
+        }
+      for (int64_t j = 0; j < dv; ++j) mem[j] = beta * (v[j] - mem[j]);
+      for (int64_t i = 0; i < dk; ++i)
+        for (int64_t j = 0; j < dv; ++j) {
+          S2[i * dv + j] = std::fma(k[i], mem[j], S2[i * dv + j]);
+          o2[j] = std::fma(S2[i * dv + j], q[i], o2[j]);
+        }
+      ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * 4), 0) << dk << "x" << dv;
+      ASSERT_EQ(std::memcmp(S.data(), S2.data(), S.size() * 4), 0) << dk << "x" << dv;
+    }
+  }
+}
+
 TEST(Ops, AttentionBlocksMatchReference) {
   std::mt19937_64 r(7);
   const int64_t d = 32, ld = 64;  // V rows hold two kv heads; we read head 1
