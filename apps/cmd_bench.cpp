@@ -87,7 +87,16 @@ int cmd_bench(int argc, char** argv) {
       2.0 * (static_cast<double>(p.value()) * static_cast<double>(m.matmul_macs_per_token_layers()) +
              static_cast<double>(m.matmul_macs_lm_head()));
   const double prefill_gflop_s = prefill_flops / (t1 - t0) / 1e9;
-  const double bytes_tok = static_cast<double>(m.decode_bytes_per_token());
+  // Bytes one decode step reads: the packed weights, the recurrent state (conv windows and
+  // delta-rule matrices, read once; the write-back is not counted) and the attention K/V of
+  // every position so far (p + i + 1 at step i: p + (n + 1) / 2 on average).
+  const ModelConfig& cfg = m.config();
+  const double weight_bytes = static_cast<double>(m.decode_bytes_per_token());
+  const double state_bytes = static_cast<double>(st.recurrent_bytes());
+  const double kv_bytes = 2.0 * sizeof(float) * static_cast<double>(cfg.n_full_layers()) *
+                          static_cast<double>(cfg.n_head_kv * cfg.head_dim) *
+                          (static_cast<double>(p.value()) + (n.value() + 1) / 2.0);
+  const double bytes_tok = weight_bytes + state_bytes + kv_bytes;
   const double decode_gb_s = decode_tps * bytes_tok / 1e9;
   const double frac_bw = decode_gb_s / bw;
   // The peak that applies: the int8 dot's when it multiplies most of the weights.
@@ -103,15 +112,17 @@ int cmd_bench(int argc, char** argv) {
         "\"prompt_tokens\":%lld,\"decode_tokens\":%lld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%."
         "3f,"
         "\"prefill_gflop_s\":%.2f,\"decode_gb_s\":%.3f,\"decode_bytes_per_token\":%.0f,"
+        "\"decode_weight_bytes\":%.0f,\"decode_state_bytes\":%.0f,\"decode_kv_bytes\":%.0f,"
         "\"bandwidth_gb_s\":%.3f,\"bandwidth_before_gb_s\":%.3f,\"bandwidth_after_gb_s\":%.3f,"
         "\"fma_peak_gflop_s\":%.2f,\"int8_peak_gop_s\":%.2f,"
         "\"quant_dot\":\"%s\",\"quantised_bytes\":%zu,\"decode_fraction_of_bound\":%.4f,"
         "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f}\n",
         dir.c_str(), m.packed_bytes(), static_cast<long long>(th.value()), m.isa(), load_s,
         static_cast<long long>(p.value()), static_cast<long long>(n.value()), prefill_tps,
-        decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, bw, lim.read_bandwidth_gb_s, bw_after,
-        lim.fma_peak_gflop_s, lim.int8_peak_gop_s, quant_dot_name(matmul_quant_dot()),
-        m.quantised_bytes(), frac_bw, int8 ? "int8" : "fma", frac_peak);
+        decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, weight_bytes, state_bytes, kv_bytes,
+        bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
+        quant_dot_name(matmul_quant_dot()), m.quantised_bytes(), frac_bw, int8 ? "int8" : "fma",
+        frac_peak);
   } else {
     char quant[64] = "no quantised weights";
     if (m.quantised_bytes() > 0)
@@ -131,8 +142,11 @@ int cmd_bench(int argc, char** argv) {
         "(%.1f%% of FMA peak)\n",
         static_cast<long long>(p.value()), prefill_tps, prefill_gflop_s, 100 * frac_peak,
         int8 ? "int8 dot" : "FMA", 100 * frac_fma);
-    std::printf("decode  %lld tokens: %8.2f tok/s  %7.2f GB/s     = %5.1f%% of bandwidth bound\n",
-                static_cast<long long>(n.value()), decode_tps, decode_gb_s, 100 * frac_bw);
+    std::printf(
+        "decode  %lld tokens: %8.2f tok/s  %7.2f GB/s     = %5.1f%% of bandwidth bound "
+        "(per token: %.1f MB weights + %.1f MB recurrent state + %.1f MB K/V)\n",
+        static_cast<long long>(n.value()), decode_tps, decode_gb_s, 100 * frac_bw,
+        weight_bytes / 1e6, state_bytes / 1e6, kv_bytes / 1e6);
   }
   return 0;
 }
