@@ -254,6 +254,18 @@ TEST(GgufQuantMtp, GreedySpeculationEqualsPlain) {
               static_cast<long long>(total.drafted));
 }
 
+// Model::quantised_bytes counts every quantised matrix once: a Q4_K_M stack (Q4_K q/k with a
+// Q6_K v) by its parts, never more than the packed total; a float file has none.
+TEST(GgufQuant, QuantisedBytesCountEachPartOnce) {
+  Model& f32 = test::cached_model(gguf("f32"));
+  EXPECT_EQ(f32.quantised_bytes(), 0u);
+  for (const char* type : {"q8_0", "q4_k_m"}) {
+    Model& q = test::cached_model(gguf(type));
+    EXPECT_GT(q.quantised_bytes(), q.packed_bytes() / 2) << type;
+    EXPECT_LE(q.quantised_bytes(), q.packed_bytes()) << type;
+  }
+}
+
 // Writes `type`'s file with the f16 scale of every block of `tensor` changed by `edit`, loads
 // it, and returns its quality against F32.
 Quality corrupted(const std::string& type, const std::string& tensor, size_t scale_offset,

@@ -217,8 +217,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     PackedMatrix pm = opt.store == WeightStore::Auto ? s.pack_default(opt.pool)
                       : s.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
     I.packed_bytes += pm.bytes();
-    if (pm.quantised()) I.quantised_bytes += pm.bytes();
-    for (auto& part : pm.parts())
+    if (pm.parts().empty() && pm.quantised()) I.quantised_bytes += pm.bytes();
+    for (auto& part : pm.parts())  // a stack: its parts, each in its own store
       if (part.quantised()) I.quantised_bytes += part.bytes();
     done += src_bytes(s);
     if (opt.progress) opt.progress(done, total);
