@@ -150,7 +150,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
       const auto wf = dequantize(q, t, n, k);
       PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
       PackedMatrix pf = PackedMatrix::pack(wf.data(), DType::F32, n, k, DType::F32);
-      const int64_t panel_block = t == DType::Q8_0 ? 544 : t == DType::Q4_K ? 2368 : 4384;
+      const int64_t panel_block = t == DType::Q8_0 ? 544 : t == DType::Q4_K ? 2368 : 3360;
       EXPECT_EQ(pq.bytes(),
                 static_cast<size_t>((n + 15) / 16 * (k / dtype_block_elems(t)) * panel_block));
       for (int64_t r = 0; r < n; r += 7)

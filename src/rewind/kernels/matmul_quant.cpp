@@ -38,7 +38,24 @@ constexpr int q4k_min_byte(int s, int j) {
 }
 
 constexpr int kQ4KScOff = 64, kQ4KMinOff = 192, kQ4KQOff = 320;
-constexpr int kQ6KScOff = 32, kQ6KQOff = 288;
+constexpr int kQ6KScOff = 32, kQ6KLoOff = 288, kQ6KHiOff = 288 + 2048;
+// A Q6_K block expanded for prefill (expand_q6_k): the same d and sc, then one code byte per
+// value in 64 groups of the 4-byte operand layout.
+constexpr int64_t kQ6KBytesBlock = 288 + 4096;
+// Q6_K code (u8, q + 32) of value k, lane j: low 4 bits in the Q4_K nibble layout, high 2 bits
+// in 16 groups of 16 values: byte t of lane j of group h holds, in bits 2c..2c+1, the high bits
+// of value 16h + 4c + t.
+constexpr int q6k_hi_byte(int k, int j) {
+  return ((k >> 4) * kNR + j) * 4 + (k & 3);
+}
+constexpr int q6k_hi_shift(int k) {
+  return ((k >> 2) & 3) * 2;
+}
+inline int q6k_code(const uint8_t* blk, int k, int j) {
+  const int lo = (blk[kQ6KLoOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
+  const int hi = (blk[kQ6KHiOff + q6k_hi_byte(k, j)] >> q6k_hi_shift(k)) & 3;
+  return lo | (hi << 4);
+}
 constexpr int kQ8QOff = 32;
 
 // ---- scalar ----------------------------------------------------------------------------------
@@ -74,13 +91,13 @@ void widen_q4_k_scalar(const std::byte* blk, float* out, int64_t ld) {
 void widen_q6_k_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
   const auto* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScOff);
-  const auto* q = reinterpret_cast<const uint8_t*>(blk + kQ6KQOff);
+  const auto* q = reinterpret_cast<const uint8_t*>(blk);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]);
     for (int s = 0; s < 16; ++s) {
       const float ds = d * static_cast<float>(sc[s * kNR + j]);
       for (int k = 16 * s; k < 16 * s + 16; ++k)
-        out[k * ld + j] = ds * static_cast<float>(static_cast<int>(q[group_byte(k, j)]) - 32);
+        out[k * ld + j] = ds * static_cast<float>(q6k_code(q, k, j) - 32);
     }
   }
 }
@@ -164,8 +181,18 @@ REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m
   w[6] = q4k_value(d1, m1, lane_byte_u8<2>(hi));
   w[7] = q4k_value(d1, m1, lane_byte_u8<3>(hi));
 }
+// The u8 codes (q + 32) of values 4g..4g+3 of every lane, in the 4-byte operand layout.
+REWIND_AVX512 inline __m512i q6_k_codes(const std::byte* blk, int g) {
+  const __m512i lo = _mm512_and_si512(
+      _mm512_srl_epi32(load_group(blk + kQ6KLoOff + 64 * (g >> 1)), _mm_cvtsi32_si128(4 * (g & 1))),
+      _mm512_set1_epi8(0x0F));
+  const __m512i hi = _mm512_and_si512(
+      _mm512_srl_epi32(load_group(blk + kQ6KHiOff + 64 * (g >> 2)), _mm_cvtsi32_si128(2 * (g & 3))),
+      _mm512_set1_epi8(0x03));
+  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4));
+}
 REWIND_AVX512 inline void q6_k_group(const std::byte* blk, int g, __m512 ds, __m512 (&w)[4]) {
-  const __m512i v = load_group(blk + kQ6KQOff + 64 * g);
+  const __m512i v = q6_k_codes(blk, g);
   const __m512i c32 = _mm512_set1_epi32(32);
   w[0] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<0>(v), c32)));
   w[1] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<1>(v), c32)));
@@ -305,7 +332,8 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
         for (int g = 4 * s; g < 4 * s + 4; ++g) {
           __m512 w[P][4];
           for (int p = 0; p < P; ++p) {
-            prefetch(blk[p], kQ6KQOff + 64 * g);
+            if ((g & 1) == 0) prefetch(blk[p], kQ6KLoOff + 32 * g);
+            if ((g & 3) == 0) prefetch(blk[p], kQ6KHiOff + 16 * g);
             q6_k_group(blk[p], g, ds[p], w[p]);
           }
           fma_steps<R, P, 4>(acc, w, x, ldx, b * 256 + 4 * g);
@@ -374,9 +402,9 @@ REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][
 template <int R, int P>
 REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
                                   const std::byte* panels, int64_t panel_stride, float* y,
-                                  int64_t ldy, int ncols, int64_t y_step) {
+                                  int64_t ldy, int ncols, int64_t y_step, bool q6_bytes) {
   const ActRows<R> xr(xa, r0);
-  const int64_t pb = quant_panel_block_bytes(t), nb = xa.k / xa.block;
+  const int64_t pb = q6_bytes ? kQ6KBytesBlock : quant_panel_block_bytes(t), nb = xa.k / xa.block;
   constexpr bool kStream = R <= 2;  // decode: weights stream from memory, prefetch ahead
   auto prefetch = [&](const std::byte* p) {
     if (kStream) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
@@ -478,8 +506,9 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
         for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
           __m512i w[P];
           for (int p = 0; p < P; ++p) {
-            prefetch(blk[p] + kQ6KQOff + 64 * g);
-            w[p] = load_group(blk[p] + kQ6KQOff + 64 * g);
+            if ((g & 1) == 0) prefetch(blk[p] + kQ6KLoOff + 32 * g);
+            if ((g & 3) == 0) prefetch(blk[p] + kQ6KHiOff + 16 * g);
+            w[p] = q6_bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g) : q6_k_codes(blk[p], g);
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
@@ -504,8 +533,9 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
 
 // Panel p of a tile reads panels + p * panel_stride and writes y + p * y_step (floats); ncols
 // counts the output columns from the tile's first one (the last panel may be partial).
+// q6_bytes: Q6_K panels expanded by expand_q6_k (one code byte per value).
 using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
-                            int64_t, int, int64_t);
+                            int64_t, int, int64_t, bool);
 constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
 #define REWIND_INT8_ROW(R) \
   { int8_tile_avx512<R, 1>, int8_tile_avx512<R, 2>, int8_tile_avx512<R, 3>, int8_tile_avx512<R, 4> }
@@ -516,6 +546,18 @@ constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  RE
                                                          REWIND_INT8_ROW(3),  REWIND_INT8_ROW(4),
                                                          REWIND_INT8_ROW2(5), REWIND_INT8_ROW2(6)};
 #undef REWIND_INT8_ROW2
+
+// nb Q6_K panel blocks at src expanded to kQ6KBytesBlock each at dst (d and sc copied, the codes
+// one byte each).
+REWIND_AVX512 void expand_q6_k(const std::byte* src, int64_t nb, std::byte* dst) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * quant_panel_block_bytes(DType::Q6_K);
+    std::byte* o = dst + b * kQ6KBytesBlock;
+    std::memcpy(o, blk, kQ6KLoOff);
+    for (int g = 0; g < 64; ++g)
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ6KLoOff + 64 * g), q6_k_codes(blk, g));
+  }
+}
 #undef REWIND_INT8_ROW
 
 // Activation quantisation, one block of n (a multiple of 16) values: same bits as the scalar.
@@ -560,6 +602,18 @@ REWIND_AVX2 inline __m256i half_group(const std::byte* const* blk, int h, int of
 }
 REWIND_AVX2 inline __m256 f16x8(const std::byte* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// Half h of the Q6_K codes of values 4g..4g+3 (see q6_k_codes).
+REWIND_AVX2 inline __m256i q6_k_codes_avx2(const std::byte* const* blk, int h, int g) {
+  const __m256i lo =
+      _mm256_and_si256(_mm256_srl_epi32(half_group(blk, h, kQ6KLoOff + 64 * (g >> 1)),
+                                        _mm_cvtsi32_si128(4 * (g & 1))),
+                       _mm256_set1_epi8(0x0F));
+  const __m256i hi =
+      _mm256_and_si256(_mm256_srl_epi32(half_group(blk, h, kQ6KHiOff + 64 * (g >> 2)),
+                                        _mm_cvtsi32_si128(2 * (g & 3))),
+                       _mm256_set1_epi8(0x03));
+  return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
 }
 // acc[r][h] = fma(+-(dw[h] * dx[r]), float(s[r][h]), acc[r][h]).
 template <int R, int H>
@@ -663,7 +717,7 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
         }
         for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
           __m256i w[H];
-          for (int h = 0; h < H; ++h) w[h] = half_group(blk, h, kQ6KQOff + 64 * g);
+          for (int h = 0; h < H; ++h) w[h] = q6_k_codes_avx2(blk, h, g);
           for (int r = 0; r < R; ++r) {
             const __m256i a = _mm256_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
             for (int h = 0; h < H; ++h) is[r][h] = dp4_avx2(is[r][h], w[h], a);
@@ -787,8 +841,11 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ6_K), sizeof x);
         std::memcpy(o + 2 * j, &x.d, 2);
         for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
-        for (int e = 0; e < kQK_K; ++e)
-          o[kQ6KQOff + group_byte(e, j)] = static_cast<uint8_t>(q6k_value(x, e) + 32);
+        for (int e = 0; e < kQK_K; ++e) {
+          const int code = q6k_value(x, e) + 32;  // 0..63
+          o[kQ6KLoOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
+          o[kQ6KHiOff + q6k_hi_byte(e, j)] |= static_cast<uint8_t>((code >> 4) << q6k_hi_shift(e));
+        }
       }
     }
   }
@@ -924,8 +981,7 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       int32_t s = 0;
       for (int sb = 0; sb < 16; ++sb) {
         int32_t is = 0;
-        for (int i = 16 * sb; i < 16 * sb + 16; ++i)
-          is += (static_cast<int>(o[kQ6KQOff + group_byte(i, j)]) - 32) * xb[i];
+        for (int i = 16 * sb; i < 16 * sb + 16; ++i) is += (q6k_code(o, i, j) - 32) * xb[i];
         s += static_cast<int8_t>(o[kQ6KScOff + sb * kNR + j]) * is;
       }
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
@@ -969,7 +1025,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       int npg = 0;
       while (npg < kInt8MaxP && i + npg * q < np) ++npg;
       kInt8Tiles[rows - 1][npg - 1](t, xa, r0, panels + i * panel_stride, q * panel_stride,
-                                    y + 16 * i, ldy, ncols - 16 * i, int64_t{16} * q);
+                                    y + 16 * i, ldy, ncols - 16 * i, int64_t{16} * q, false);
     }
     return;
   }
@@ -978,15 +1034,30 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q8_0 affords taller tiles in the 32 vector registers.
   constexpr int kP = 2;
   const int kR = t == DType::Q8_0 ? 6 : 4;
-  constexpr int64_t kMc = 128;
+  // Q6_K: the panel pair's 6-bit codes are expanded to bytes once per row block and every row
+  // tile reads those (the integer values, hence the bits, are the same); taller row blocks
+  // spread that cost over more rows.
+  const bool expand = t == DType::Q6_K;
+  const int64_t kMc = expand ? 512 : 128;
+  const int64_t nb = xa.k / xa.block;
+  thread_local AlignedBuffer<std::byte> q6;
+  if (expand) q6.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
   for (int64_t rb = r0; rb < r1; rb += kMc) {
     const int64_t re = std::min(r1, rb + kMc);
     for (int p0 = 0; p0 < np; p0 += kP) {
       const int npg = std::min(kP, np - p0);
+      const std::byte* src = panels + p0 * panel_stride;
+      int64_t stride = panel_stride;
+      if (expand) {
+        for (int p = 0; p < npg; ++p)
+          expand_q6_k(panels + (p0 + p) * panel_stride, nb, q6.data() + p * nb * kQ6KBytesBlock);
+        src = q6.data();
+        stride = nb * kQ6KBytesBlock;
+      }
       for (int64_t r = rb; r < re; r += kR) {
         const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
-        kInt8Tiles[rr - 1][npg - 1](t, xa, r, panels + p0 * panel_stride, panel_stride,
-                                    y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0, 16);
+        kInt8Tiles[rr - 1][npg - 1](t, xa, r, src, stride, y + (r - r0) * ldy + 16 * p0, ldy,
+                                    ncols - 16 * p0, 16, expand);
       }
     }
   }

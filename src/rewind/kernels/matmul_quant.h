@@ -12,8 +12,10 @@
 //   Q4_K block (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 | m: [4][16][2] u8 (lane j of
 //                        pair t: m[2t], m[2t+1]) | q: 32 groups, byte t of lane j holds
 //                        q[8g + t] in its low nibble and q[8g + 4 + t] in its high nibble
-//   Q6_K block (4384 B): d[16] f16 | sc[16][16] i8 | q: 64 groups, byte t of lane j =
-//                        q[4g + t] + 32 (u8, 0..63)
+//   Q6_K block (3360 B, ggml's 6.56 bits per weight): d[16] f16 | sc[16][16] i8 | the codes
+//                        c = q + 32 (0..63): low 4 bits as Q4_K's 32 nibble groups, then 16
+//                        groups of high bits, byte t of lane j of group h holding in bits
+//                        2c'..2c'+1 the high 2 bits of c[16h + 4c' + t]
 // Widening applies ggml's dequantisation arithmetic (tensor/quant.h) per lane, so the F32
 // values are exactly ggml's, and the AVX-512 and scalar widen give the same bits.
 //
@@ -49,7 +51,7 @@ inline int64_t quant_panel_block_bytes(DType t) {
     case DType::Q4_K:
       return 32 + 32 + 128 + 128 + 128 * 16;
     case DType::Q6_K:
-      return 32 + 256 + 256 * 16;
+      return 32 + 256 + 128 * 16 + 64 * 16;
     default:
       return 0;
   }
