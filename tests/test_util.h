@@ -68,6 +68,13 @@ inline std::string scratch_dir(const std::string& tag) {
   return root.path + "/" + tag;
 }
 
+// scratch_dir(tag), created (an existing one is kept).
+inline std::string made_scratch_dir(const std::string& tag) {
+  const std::string p = scratch_dir(tag);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
 // Runs a shell command, returns its stdout; *rc gets the exit status.
 inline std::string run_command(const std::string& cmd, int* rc) {
   std::string out;

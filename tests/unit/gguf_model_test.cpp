@@ -21,11 +21,7 @@ namespace {
 
 // A scratch directory for this process, removed at exit.
 std::string work_dir() {
-  static const std::string d = [] {
-    const std::string p = test::scratch_dir("gguf_model");
-    std::filesystem::create_directories(p);
-    return p;
-  }();
+  static const std::string d = test::made_scratch_dir("gguf_model");
   return d;
 }
 

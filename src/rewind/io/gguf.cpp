@@ -415,31 +415,31 @@ GgufValue GgufValue::string(std::string v) {
   x.s = std::move(v);
   return x;
 }
-GgufValue GgufValue::array_i32(std::vector<int64_t> v) {
+namespace {
+GgufValue array_of(GgufValueType elem) {
   GgufValue x;
   x.type = GgufValueType::ARRAY;
-  x.elem = GgufValueType::I32;
+  x.elem = elem;
+  return x;
+}
+}  // namespace
+GgufValue GgufValue::array_i32(std::vector<int64_t> v) {
+  GgufValue x = array_of(GgufValueType::I32);
   x.ints = std::move(v);
   return x;
 }
 GgufValue GgufValue::array_bool(std::vector<int64_t> v) {
-  GgufValue x;
-  x.type = GgufValueType::ARRAY;
-  x.elem = GgufValueType::BOOL;
+  GgufValue x = array_of(GgufValueType::BOOL);
   x.ints = std::move(v);
   return x;
 }
 GgufValue GgufValue::array_f32(std::vector<double> v) {
-  GgufValue x;
-  x.type = GgufValueType::ARRAY;
-  x.elem = GgufValueType::F32;
+  GgufValue x = array_of(GgufValueType::F32);
   x.floats = std::move(v);
   return x;
 }
 GgufValue GgufValue::array_string(std::vector<std::string> v) {
-  GgufValue x;
-  x.type = GgufValueType::ARRAY;
-  x.elem = GgufValueType::STRING;
+  GgufValue x = array_of(GgufValueType::STRING);
   x.strs = std::move(v);
   return x;
 }

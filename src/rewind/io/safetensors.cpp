@@ -6,13 +6,13 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_set>
 #include <utility>
 
-#include <nlohmann/json.hpp>
-
 #include "rewind/io/mmap_file.h"
+#include "rewind/tensor/shape.h"
 
 namespace rw {
 
@@ -78,15 +78,6 @@ bool dtype_from_name(const std::string& s, DType* out) {
     }
   }
   return false;
-}
-
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  return s + "]";
 }
 
 // Parses a JSON value that must be a non-negative integer <= max. On failure returns false and

@@ -535,7 +535,6 @@ bool matmul_force_isa(const std::string& isa) {
   }
   if (!chosen) return false;
   g_isa.store(chosen, std::memory_order_release);
-  detail::g_quant_force_scalar = isa == "avx2" || isa == "scalar";
   detail::g_quant_isa_cap = isa == "scalar" ? 0 : isa == "avx2" ? 1 : 2;
   return true;
 }

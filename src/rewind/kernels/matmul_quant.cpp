@@ -782,6 +782,11 @@ bool use_avx2() {
   return yes;
 }
 
+// AVX-512 present and not ruled out by matmul_force_isa.
+bool avx512_allowed() {
+  return use_avx512() && g_quant_isa_cap >= 2;
+}
+
 int64_t act_block(DType t) {
   return t == DType::Q8_0 ? 32 : 256;
 }
@@ -789,7 +794,6 @@ int64_t act_block(DType t) {
 }  // namespace
 
 // Set by matmul_force_isa (tests compare the paths).
-bool g_quant_force_scalar = false;
 int g_quant_isa_cap = 2;
 
 namespace {
@@ -852,7 +856,7 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 }
 
 bool quant_decode_tiles_available() {
-  return use_avx512() && !g_quant_force_scalar;
+  return avx512_allowed();
 }
 
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
@@ -868,7 +872,7 @@ void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const st
 
 void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t b0, int64_t nb,
                  int np, float* out) {
-  const bool simd = use_avx512() && !g_quant_force_scalar;
+  const bool simd = avx512_allowed();
   WidenFn f = nullptr;
   switch (t) {
     case DType::Q8_0:
@@ -906,7 +910,7 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
   out->d.reserve_at_least(static_cast<size_t>(m * (k / block)));
   out->s16.reserve_at_least(static_cast<size_t>(m * (k / 16)));
   out->s32.reserve_at_least(static_cast<size_t>(m * (k / 32)));
-  const bool simd = use_avx512() && !g_quant_force_scalar;
+  const bool simd = avx512_allowed();
   auto rows = [&](int, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int8_t* q = out->q.data() + r * k;

@@ -3,9 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
-#include <sstream>
 
 #include "rewind/tensor/quant.h"
+#include "rewind/tensor/shape.h"
 
 namespace rw {
 
@@ -13,14 +13,6 @@ namespace {
 
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 constexpr int64_t kMaxLayers = int64_t{1} << 16;
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << "]";
-  return o.str();
-}
 
 bool dtype_from_ggml(GgmlType t, DType* out) {
   switch (t) {

@@ -2,21 +2,13 @@
 
 #include <cmath>
 #include <cstring>
-#include <sstream>
 
 #include "rewind/tensor/quant.h"
+#include "rewind/tensor/shape.h"
 
 namespace rw {
 
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << "]";
-  return o.str();
-}
 
 const std::byte* row_ptr(const RowBlock& b, int64_t r, int64_t cols) {
   return static_cast<const std::byte*>(b.data) +
