@@ -69,7 +69,7 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
       std::lock_guard<std::mutex> lock(col.mu);
       EXPECT_EQ(col.tokens[ids[i]], want[i]) << "request " << i << " round " << round;
       EXPECT_EQ(col.final_ev[ids[i]].finish, FinishReason::Length);
-      if (round == 1) EXPECT_GT(col.final_ev[ids[i]].usage.cached_tokens, 0) << i;
+      if (round == 1) { EXPECT_GT(col.final_ev[ids[i]].usage.cached_tokens, 0) << i; }
     }
   }
   auto met = eng.metrics();

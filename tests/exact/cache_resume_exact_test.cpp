@@ -86,7 +86,7 @@ TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
     if (a->resumed_at > 0) ++hits;
     const CacheStats st = cached.cache()->stats();
     ASSERT_EQ(cached.cache()->bytes(), cached.cache()->bytes_by_walk());
-    if (!st.over_budget) EXPECT_LE(cached.cache()->bytes(), on.cache.budget_bytes);
+    if (!st.over_budget) { EXPECT_LE(cached.cache()->bytes(), on.cache.budget_bytes); }
     evictions_before = st.evictions_nodes + st.evictions_snapshots;
     seen.push_back(prompt);
     auto hist = prompt;

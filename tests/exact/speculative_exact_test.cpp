@@ -168,7 +168,7 @@ TEST_P(SpecExact, DraftModelsMatchPlain) {
     Gen spec = generate(e, prompt, 25, sc);
     EXPECT_EQ(spec.out, plain.out) << "draft " << other;
     EXPECT_TRUE(spec.state.same_contents(plain.state)) << "draft " << other;
-    if (other == GetParam()) EXPECT_EQ(spec.rep.spec.accepted, spec.rep.spec.drafted);
+    if (other == GetParam()) { EXPECT_EQ(spec.rep.spec.accepted, spec.rep.spec.drafted); }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "rewind/kernels/matmul.h"
 #include "rewind/kernels/ops_ref.h"
 
 namespace rw {
@@ -161,6 +162,34 @@ TEST(Ops, GdnStepBitsEqualScalarLoops) {
   }
 }
 
+// The multi-token kernel (prefill, replay) gives the bits of one gdn_step per token: state and
+// every output, for widths that fill strips exactly, leave a tail, or are narrower than a strip,
+// and for token counts of 1 (no fused step), 2 and more; inputs read through row strides.
+TEST(Ops, GdnStepsBitsEqualGdnStepPerToken) {
+  std::mt19937_64 r(26);
+  for (auto [dk, dv] :
+       std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {64, 96}, {16, 80}, {5, 3}, {32, 33}}) {
+    for (int64_t T : {1, 2, 7}) {
+      const int64_t ldqk = 2 * dk + 3, ldv = dv + 5, ldo = dv + 1;
+      auto S0 = randv(r, dk * dv, 0.5f);
+      auto q = randv(r, T * ldqk, 0.2f), k = randv(r, T * ldqk, 0.2f), v = randv(r, T * ldv);
+      std::vector<float> alpha(static_cast<size_t>(T)), beta(alpha.size());
+      for (int64_t t = 0; t < T; ++t) {
+        alpha[t] = 0.8f + 0.03f * static_cast<float>(t);
+        beta[t] = 0.3f + 0.05f * static_cast<float>(t);
+      }
+      std::vector<float> S(S0), S2(S0), o(static_cast<size_t>(T * ldo), -1.0f), o2(o);
+      gdn_steps(S.data(), q.data(), k.data(), ldqk, v.data(), ldv, alpha.data(), beta.data(),
+                o.data(), ldo, T, dk, dv);
+      for (int64_t t = 0; t < T; ++t)
+        gdn_step(S2.data(), q.data() + t * ldqk, k.data() + t * ldqk, v.data() + t * ldv, alpha[t],
+                 beta[t], o2.data() + t * ldo, dk, dv);
+      ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * 4), 0) << dk << "x" << dv << " T" << T;
+      ASSERT_EQ(std::memcmp(S.data(), S2.data(), S.size() * 4), 0) << dk << "x" << dv << " T" << T;
+    }
+  }
+}
+
 TEST(Ops, AttentionBlocksMatchReference) {
   std::mt19937_64 r(7);
   const int64_t d = 32, ld = 64;  // V rows hold two kv heads; we read head 1
@@ -188,6 +217,54 @@ TEST(Ops, AttentionBlocksMatchReference) {
       auto qd = to_d(q);
       ref::attention(qd.data(), keys.data(), vals.data(), n_keys, d, 0.17, od.data());
       for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[i], od[i], 1e-5) << block << " " << n_keys;
+    }
+  }
+}
+
+// attention_rows shares K/V loads between rows (groups of 8 and 4 on AVX-512, of 4 in the
+// portable code, when the block and d allow); each row's output must still be attention_head's
+// bits for that row alone: rows that start before, inside and after a block boundary, tiles not
+// a multiple of the groups, d with and without the grouped paths, keys ending mid-block; on every
+// SIMD path this machine has.
+TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
+  struct IsaGuard {
+    ~IsaGuard() { matmul_force_isa("auto"); }
+  } guard;
+  std::mt19937_64 r(17);
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    if (!matmul_force_isa(isa)) continue;
+    for (int64_t d : {32, 64, 128, 48}) {
+      for (int64_t block : {64, 128, 32, 4}) {
+        for (auto [first, m] : std::vector<std::pair<int64_t, int64_t>>{
+                 {1, 16}, {60, 9}, {63, 5}, {130, 16}, {200, 3}, {7, 1}, {33, 12}}) {
+          const int64_t ld = 2 * d;  // V rows hold two kv heads; we read head 1
+          const int64_t n_max = first + m - 1;
+          const int64_t nb = (n_max + block - 1) / block;
+          std::vector<std::vector<float>> kb(static_cast<size_t>(nb)), vb(static_cast<size_t>(nb));
+          std::vector<const float*> kp, vp;
+          for (int64_t b = 0; b < nb; ++b) {
+            kb[b] = randv(r, d * block);
+            vb[b] = randv(r, block * ld);
+            kp.push_back(kb[b].data());
+            vp.push_back(vb[b].data() + d);
+          }
+          const int64_t ldq = d + 3, ldo = d + 5;
+          auto q = randv(r, m * ldq);
+          std::vector<int64_t> n_keys(static_cast<size_t>(m));
+          for (int64_t i = 0; i < m; ++i) n_keys[i] = first + i;
+          std::vector<float> out(static_cast<size_t>(m * ldo), 0.0f),
+              scratch(static_cast<size_t>(m * n_max));
+          attention_rows(q.data(), ldq, m, n_keys.data(), kp.data(), vp.data(), block, ld, d, 0.11f,
+                         out.data(), ldo, scratch.data());
+          for (int64_t i = 0; i < m; ++i) {
+            std::vector<float> one(static_cast<size_t>(d)), sc(static_cast<size_t>(n_keys[i]));
+            attention_head(q.data() + i * ldq, kp.data(), vp.data(), block, ld, n_keys[i], d, 0.11f,
+                           one.data(), sc.data());
+            ASSERT_EQ(std::memcmp(one.data(), out.data() + i * ldo, d * 4), 0)
+                << isa << " d " << d << " block " << block << " first " << first << " row " << i;
+          }
+        }
+      }
     }
   }
 }

@@ -338,7 +338,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
         std::vector<float> y(ref.size()), y1(static_cast<size_t>(n));
         for (const char* isa : {"avx512", "avx2", "scalar"}) {
           if (!matmul_force_isa(isa)) continue;
-          if (std::string(isa) != "avx512") EXPECT_EQ(std::string(matmul_int8_isa()), isa);
+          if (std::string(isa) != "avx512") { EXPECT_EQ(std::string(matmul_int8_isa()), isa); }
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(y.begin(), y.end(), -1.0f);
             matmul(x.data(), m, k, pq, y.data(), n, p);

@@ -18,6 +18,7 @@
 
 #include "rewind/base/check.h"
 #include "rewind/base/thread_pool.h"
+#include "rewind/kernels/isa_cap.h"
 #include "rewind/kernels/matmul_isa.h"
 #include "rewind/kernels/matmul_quant.h"
 #include "rewind/tensor/quant.h"
@@ -535,7 +536,7 @@ bool matmul_force_isa(const std::string& isa) {
   }
   if (!chosen) return false;
   g_isa.store(chosen, std::memory_order_release);
-  detail::g_quant_isa_cap = isa == "scalar" ? 0 : isa == "avx2" ? 1 : 2;
+  detail::g_isa_cap = isa == "scalar" ? 0 : isa == "avx2" ? 1 : 2;
   return true;
 }
 

@@ -106,7 +106,8 @@ const char* matmul_int8_isa();  // "avx512vnni", "avx2" or "scalar"
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
 const char* matmul_isa();
 // Force a path (for tests comparing paths); returns false if the machine lacks it (or the name
-// is unknown). "auto" restores the dispatcher's own choice. Not thread-safe with running matmuls.
+// is unknown). "auto" restores the dispatcher's own choice. Also caps the other kernels with
+// SIMD paths (the int8 dot, attention_rows). Not thread-safe with running kernels.
 bool matmul_force_isa(const std::string& isa);
 
 }  // namespace rw

@@ -13,6 +13,7 @@
 
 #include "rewind/base/check.h"
 #include "rewind/base/thread_pool.h"
+#include "rewind/kernels/isa_cap.h"
 #include "rewind/tensor/quant.h"
 
 namespace rw::detail {
@@ -784,7 +785,7 @@ bool use_avx2() {
 
 // AVX-512 present and not ruled out by matmul_force_isa.
 bool avx512_allowed() {
-  return use_avx512() && g_quant_isa_cap >= 2;
+  return use_avx512() && g_isa_cap >= 2;
 }
 
 int64_t act_block(DType t) {
@@ -794,13 +795,13 @@ int64_t act_block(DType t) {
 }  // namespace
 
 // Set by matmul_force_isa (tests compare the paths).
-int g_quant_isa_cap = 2;
+int g_isa_cap = 2;
 
 namespace {
 enum class Int8Path { Vnni, Avx2, Scalar };
 Int8Path int8_path() {
-  if (use_vnni() && g_quant_isa_cap >= 2) return Int8Path::Vnni;
-  if (use_avx2() && g_quant_isa_cap >= 1) return Int8Path::Avx2;
+  if (use_vnni() && g_isa_cap >= 2) return Int8Path::Vnni;
+  if (use_avx2() && g_isa_cap >= 1) return Int8Path::Avx2;
   return Int8Path::Scalar;
 }
 }  // namespace

@@ -61,9 +61,6 @@ inline int64_t quant_panel_block_bytes(DType t) {
 // are zero) into one panel of the layout above. dst holds (k / block) * block bytes.
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst);
 
-// The widest path matmul_force_isa allows the quantised kernels: 2 AVX-512 (VNNI for the int8
-// dot), 1 AVX2, 0 scalar.
-extern int g_quant_isa_cap;
 
 // ---- f32 dot ----------------------------------------------------------------------------------
 

@@ -1,9 +1,15 @@
 #include "rewind/kernels/ops.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "rewind/kernels/isa_cap.h"
 
 // GCC builds each hot function for AVX-512, AVX2+FMA and baseline x86-64 and picks one at load
 // time (ifunc). Every clone performs the same IEEE operations (explicit fma, no contraction, no
@@ -226,47 +232,276 @@ void gdn_step(float* __restrict S, const float* __restrict q, const float* __res
 
 namespace {
 
-// Scores of keys [b0, b0 + nb) of one block into s: s[j] = fma chain over i of q[i] * K(i, j).
-// kChunk keys at a time in registers when the block allows reading whole chunks.
-template <int kChunk>
-inline __attribute__((always_inline)) void scores_block(const float* q, const float* kb,
-                                                        int64_t block, int64_t nb, int64_t d,
-                                                        float* s) {
-  int64_t j0 = 0;
-  if (block % kChunk == 0) {
-    // Whole chunks (lanes past nb read valid, finite page memory and are discarded).
-    for (; j0 < nb; j0 += kChunk) {
-      float acc[kChunk] = {};
-      for (int64_t i = 0; i < d; ++i) {
-        const float qi = q[i];
-        const float* ki = kb + i * block + j0;
-        for (int jj = 0; jj < kChunk; ++jj) acc[jj] = std::fma(qi, ki[jj], acc[jj]);
-      }
-      const int64_t m = std::min<int64_t>(kChunk, nb - j0);
-      for (int64_t jj = 0; jj < m; ++jj) s[j0 + jj] = acc[jj];
+// max of s[0..n) (n >= 1): 16 lanes (element j to lane j % 16, each lane in order), then the
+// lanes in order. For non-NaN inputs this is the same value as one pass in order (only the sign
+// of a zero maximum can differ, which never changes s - max nor its exp); NaNs are skipped by
+// both.
+inline __attribute__((always_inline)) float max_lanes_inline(const float* s, int64_t n) {
+  float lane[kLanes];
+  for (int l = 0; l < kLanes; ++l) lane[l] = -INFINITY;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] = s[j + l] > lane[l] ? s[j + l] : lane[l];
+  for (; j < n; ++j) lane[0] = s[j] > lane[0] ? s[j] : lane[0];
+  float mx = -INFINITY;
+  for (int l = 0; l < kLanes; ++l) mx = lane[l] > mx ? lane[l] : mx;
+  return mx;
+}
+
+// gdn_steps on columns [j0, j0 + w) of S (row stride dv), held in buf [dk, W] meanwhile; w = W
+// unless Tail (then w < W, the last columns).
+template <int W, bool Tail>
+inline __attribute__((always_inline)) void gdn_strip(float* __restrict S, float* __restrict buf,
+                                                     const float* q, const float* k, int64_t ldqk,
+                                                     const float* v, int64_t ldv,
+                                                     const float* alpha, const float* beta,
+                                                     float* o, int64_t ldo, int64_t T, int64_t dk,
+                                                     int64_t dv, int64_t j0, int w_tail) {
+  const int w = Tail ? w_tail : W;
+  for (int64_t i = 0; i < dk; ++i)
+    for (int j = 0; j < w; ++j) buf[i * W + j] = S[i * dv + j0 + j];
+  float mem[W], acc[W];
+  // Token 0's decay and read.
+  for (int j = 0; j < w; ++j) mem[j] = 0.0f;
+  for (int64_t i = 0; i < dk; ++i) {
+    const float ki = k[i], a = alpha[0];
+    for (int j = 0; j < w; ++j) {
+      const float s = buf[i * W + j] * a;
+      buf[i * W + j] = s;
+      mem[j] = std::fma(s, ki, mem[j]);
     }
-    return;
   }
-  for (int64_t j = 0; j < nb; ++j) {
-    float acc = 0.0f;
-    for (int64_t i = 0; i < d; ++i) acc = std::fma(q[i], kb[i * block + j], acc);
-    s[j] = acc;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* vt = v + t * ldv + j0;
+    const float bt = beta[t];
+    for (int j = 0; j < w; ++j) {
+      mem[j] = bt * (vt[j] - mem[j]);  // u
+      acc[j] = 0.0f;
+    }
+    const float* kt = k + t * ldqk;
+    const float* qt = q + t * ldqk;
+    if (t + 1 < T) {
+      // Token t's update and output, then token t+1's decay and read, row by row.
+      const float* kn = kt + ldqk;
+      const float an = alpha[t + 1];
+      float nxt[W];
+      for (int j = 0; j < w; ++j) nxt[j] = 0.0f;
+      for (int64_t i = 0; i < dk; ++i) {
+        const float ki = kt[i], qi = qt[i], kni = kn[i];
+        for (int j = 0; j < w; ++j) {
+          const float s = std::fma(ki, mem[j], buf[i * W + j]);
+          acc[j] = std::fma(s, qi, acc[j]);
+          const float sd = s * an;
+          buf[i * W + j] = sd;
+          nxt[j] = std::fma(sd, kni, nxt[j]);
+        }
+      }
+      for (int j = 0; j < w; ++j) mem[j] = nxt[j];
+    } else {
+      for (int64_t i = 0; i < dk; ++i) {
+        const float ki = kt[i], qi = qt[i];
+        for (int j = 0; j < w; ++j) {
+          const float s = std::fma(ki, mem[j], buf[i * W + j]);
+          acc[j] = std::fma(s, qi, acc[j]);
+          buf[i * W + j] = s;
+        }
+      }
+    }
+    float* ot = o + t * ldo + j0;
+    for (int j = 0; j < w; ++j) ot[j] = acc[j];
+  }
+  for (int64_t i = 0; i < dk; ++i)
+    for (int j = 0; j < w; ++j) S[i * dv + j0 + j] = buf[i * W + j];
+}
+
+}  // namespace
+
+REWIND_CLONES
+void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const float* v, int64_t ldv,
+               const float* alpha, const float* beta, float* o, int64_t ldo, int64_t T, int64_t dk,
+               int64_t dv) {
+  if (T <= 0 || dv <= 0) return;
+  constexpr int kW = 64;        // columns per strip (the strip of S stays in L1)
+  constexpr int64_t kTB = 128;  // tokens per block: their q, k, v are packed into one array
+  // Each strip reads every token's q, k and v again; packed contiguously (in L2) they stream,
+  // where the callers' rows lie a page or more apart.
+  const int64_t P = 2 * dk + dv;
+  std::vector<float> buf(static_cast<size_t>(dk * kW));
+  std::vector<float> pk(static_cast<size_t>(std::min(T, kTB) * P));
+  for (int64_t tb = 0; tb < T; tb += kTB) {
+    const int64_t nt = std::min(kTB, T - tb);
+    for (int64_t t = 0; t < nt; ++t) {
+      float* dst = pk.data() + t * P;
+      std::memcpy(dst, q + (tb + t) * ldqk, static_cast<size_t>(dk) * sizeof(float));
+      std::memcpy(dst + dk, k + (tb + t) * ldqk, static_cast<size_t>(dk) * sizeof(float));
+      std::memcpy(dst + 2 * dk, v + (tb + t) * ldv, static_cast<size_t>(dv) * sizeof(float));
+    }
+    const float *pq = pk.data(), *pkk = pq + dk, *pv = pq + 2 * dk;
+    float* ob = o + tb * ldo;
+    int64_t j0 = 0;
+    for (; j0 + kW <= dv; j0 += kW)
+      gdn_strip<kW, false>(S, buf.data(), pq, pkk, P, pv, P, alpha + tb, beta + tb, ob, ldo, nt, dk,
+                           dv, j0, kW);
+    if (j0 < dv)
+      gdn_strip<kW, true>(S, buf.data(), pq, pkk, P, pv, P, alpha + tb, beta + tb, ob, ldo, nt, dk,
+                          dv, j0, static_cast<int>(dv - j0));
   }
 }
 
-// o += sum over the block's keys in order of (p_j * inv) * V_j, accumulators in registers.
-template <int D>
-inline __attribute__((always_inline)) void weighted_values(const float* vb, int64_t ld, int64_t nb,
-                                                           const float* p, float inv, float* o) {
-  float acc[D];
-  for (int i = 0; i < D; ++i) acc[i] = o[i];
-  for (int64_t j = 0; j < nb; ++j) {
-    const float* vj = vb + j * ld;
-    const float pj = p[j] * inv;
-    for (int i = 0; i < D; ++i) acc[i] = std::fma(pj, vj[i], acc[i]);
+namespace {
+
+// Scores of keys [b0, b0 + nb[r]) of one K block for R query rows at once (row r's scores to
+// s[r]): each score is one fma chain over i = 0..d-1 in order of q[r][i] * K(i, j), however many
+// rows and keys share a pass, so every grouping gives a row the same bits. kChunk keys at a time
+// in registers when the block allows whole chunks (lanes past nb[r] are computed from valid page
+// memory and discarded); otherwise key by key.
+template <int R, int kChunk>
+inline __attribute__((always_inline)) void scores_rows(const float* const* q, const float* kb,
+                                                       int64_t block, const int64_t* nb, int64_t d,
+                                                       float* const* s) {
+  int64_t n_max = 0;
+  for (int r = 0; r < R; ++r) n_max = std::max(n_max, nb[r]);
+  if (block % kChunk != 0) {
+    for (int r = 0; r < R; ++r)
+      for (int64_t j = 0; j < nb[r]; ++j) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < d; ++i) acc = std::fma(q[r][i], kb[i * block + j], acc);
+        s[r][j] = acc;
+      }
+    return;
   }
-  for (int i = 0; i < D; ++i) o[i] = acc[i];
+  for (int64_t j0 = 0; j0 < n_max; j0 += kChunk) {
+    float acc[R][kChunk] = {};
+    for (int64_t i = 0; i < d; ++i) {
+      const float* ki = kb + i * block + j0;
+      for (int r = 0; r < R; ++r) {
+        const float qi = q[r][i];
+        for (int jj = 0; jj < kChunk; ++jj) acc[r][jj] = std::fma(qi, ki[jj], acc[r][jj]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const int64_t m = std::min<int64_t>(kChunk, nb[r] - j0);
+      for (int64_t jj = 0; jj < m; ++jj) s[r][j0 + jj] = acc[r][jj];
+    }
+  }
 }
+
+// o[r][i] += p[r][j] * V_j[i] for dims i < DC of R rows over keys j < nb[r] of one V block
+// (row j at vb + j*ld), in key order; p already holds the normalised probabilities. Keys all rows
+// have go through every row at once (sharing each V load), the rest row by row; either way each
+// output is one fma chain in key order.
+template <int R, int DC>
+inline __attribute__((always_inline)) void weighted_values_rows(const float* vb, int64_t ld,
+                                                                const int64_t* nb,
+                                                                const float* const* p,
+                                                                float* const* o) {
+  float acc[R][DC];
+  int64_t n_min = nb[0];
+  for (int r = 0; r < R; ++r) {
+    n_min = std::min(n_min, nb[r]);
+    for (int i = 0; i < DC; ++i) acc[r][i] = o[r][i];
+  }
+  for (int64_t j = 0; j < n_min; ++j) {
+    const float* vj = vb + j * ld;
+    for (int r = 0; r < R; ++r) {
+      const float pj = p[r][j];
+      for (int i = 0; i < DC; ++i) acc[r][i] = std::fma(pj, vj[i], acc[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int64_t j = n_min; j < nb[r]; ++j) {
+      const float* vj = vb + j * ld;
+      const float pj = p[r][j];
+      for (int i = 0; i < DC; ++i) acc[r][i] = std::fma(pj, vj[i], acc[r][i]);
+    }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < DC; ++i) o[r][i] = acc[r][i];
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define REWIND_ATTN_AVX512 1
+// AVX-512 forms of the two row-group loops (the compiler's vectorisation of the templates above
+// spills at these sizes): the same fma per element in the same order, so the same bits. R rows x
+// 32 keys (scores) or 32 dims (values) per pass: two loads feed 2R fmas, which keeps the K and V
+// blocks' L2 traffic below the fma rate.
+template <int R>
+__attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q, const float* kb,
+                                                           int64_t block, const int64_t* nb,
+                                                           int64_t d, float* const* s) {
+  int64_t n_max = 0;
+  for (int r = 0; r < R; ++r) n_max = std::max(n_max, nb[r]);
+  for (int64_t j0 = 0; j0 < n_max; j0 += 32) {
+    __m512 acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const float* kp = kb + j0;
+    for (int64_t i = 0; i < d; ++i, kp += block) {
+      const __m512 k0 = _mm512_loadu_ps(kp), k1 = _mm512_loadu_ps(kp + 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 qi = _mm512_set1_ps(q[r][i]);
+        acc[r][0] = _mm512_fmadd_ps(qi, k0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(qi, k1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const int64_t m = std::min<int64_t>(32, nb[r] - j0);
+      for (int c = 0; c < 2; ++c) {
+        const int64_t mc = std::clamp<int64_t>(m - 16 * c, 0, 16);
+        const __mmask16 mask = static_cast<__mmask16>((1u << mc) - 1u);
+        _mm512_mask_storeu_ps(s[r] + j0 + 16 * c, mask, acc[r][c]);
+      }
+    }
+  }
+}
+
+template <int R>
+__attribute__((target("avx512f"))) void weighted_values_rows_avx512(const float* vb, int64_t ld,
+                                                                    const int64_t* nb,
+                                                                    const float* const* p,
+                                                                    float* const* o, int64_t d) {
+  int64_t n_min = nb[0];
+  for (int r = 0; r < R; ++r) n_min = std::min(n_min, nb[r]);
+  for (int64_t d0 = 0; d0 < d; d0 += 32) {
+    __m512 acc[R][2];
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_loadu_ps(o[r] + d0);
+      acc[r][1] = _mm512_loadu_ps(o[r] + d0 + 16);
+    }
+    const float* vp = vb + d0;
+    for (int64_t j = 0; j < n_min; ++j, vp += ld) {
+      const __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16);
+      for (int r = 0; r < R; ++r) {
+        const __m512 pj = _mm512_set1_ps(p[r][j]);
+        acc[r][0] = _mm512_fmadd_ps(pj, v0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(pj, v1, acc[r][1]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int64_t j = n_min; j < nb[r]; ++j) {
+        const float* vj = vb + j * ld + d0;
+        const __m512 pj = _mm512_set1_ps(p[r][j]);
+        acc[r][0] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj), acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16), acc[r][1]);
+      }
+      _mm512_storeu_ps(o[r] + d0, acc[r][0]);
+      _mm512_storeu_ps(o[r] + d0 + 16, acc[r][1]);
+    }
+  }
+}
+
+bool attention_avx512() {
+  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
+  return has && detail::g_isa_cap >= 2;
+}
+#endif
+
+// Pointers and key counts of up to 8 rows of attention_rows within one K/V block.
+struct RowGroup {
+  const float* q[8];
+  float* s[8];
+  const float* p[8];
+  float* o[8];
+  int64_t nb[8];
+};
 
 }  // namespace
 
@@ -282,28 +517,57 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
                     int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch) {
   const int64_t n_max = n_keys[m - 1];
-  // Pass 1, block-major so that a K block is reused by every row: scores (one fma chain over
-  // i = 0..d-1 per key, many keys per vector; K is dim-major within a block).
+#ifdef REWIND_ATTN_AVX512
+  const bool avx512 = attention_avx512();
+#else
+  const bool avx512 = false;
+#endif
+  // Rows [r, r + R) of one block: fills g with their pointers and key counts.
+  auto group = [&](RowGroup& g, int64_t r, int R, int64_t b0, int64_t d0) {
+    for (int u = 0; u < R; ++u) {
+      g.q[u] = q + (r + u) * ldq;
+      g.s[u] = scratch + (r + u) * n_max + b0;
+      g.p[u] = g.s[u];
+      g.o[u] = out + (r + u) * ldo + d0;
+      g.nb[u] = std::min(block, n_keys[r + u] - b0);
+    }
+  };
+  // Pass 1, block-major so that a K block is reused by every row: scores.
   for (int64_t b0 = 0; b0 < n_max; b0 += block) {
     const float* kb = k_blocks[b0 / block];
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t nb = std::min(block, n_keys[r] - b0);
-      if (nb <= 0) continue;
-      scores_block<64>(q + r * ldq, kb, block, nb, d, scratch + r * n_max + b0);
+    int64_t r = 0;
+    while (r < m && n_keys[r] <= b0) ++r;  // rows whose keys end before this block
+    RowGroup g;
+#ifdef REWIND_ATTN_AVX512
+    if (avx512 && block % 32 == 0) {
+      for (; r + 8 <= m; r += 8) {
+        group(g, r, 8, b0, 0);
+        scores_rows_avx512<8>(g.q, kb, block, g.nb, d, g.s);
+      }
+      for (; r + 4 <= m; r += 4) {
+        group(g, r, 4, b0, 0);
+        scores_rows_avx512<4>(g.q, kb, block, g.nb, d, g.s);
+      }
+    }
+#endif
+    for (; r + 4 <= m; r += 4) {
+      group(g, r, 4, b0, 0);
+      scores_rows<4, 64>(g.q, kb, block, g.nb, d, g.s);
+    }
+    for (; r < m; ++r) {
+      group(g, r, 1, b0, 0);
+      scores_rows<1, 64>(g.q, kb, block, g.nb, d, g.s);
     }
   }
-  // Pass 2, per row: scale, max, exp, fixed-order sum.
-  std::vector<float> inv(static_cast<size_t>(m));
+  // Pass 2, per row: scale, max, exp, fixed-order sum, then the probabilities p_j = e_j * inv.
   for (int64_t r = 0; r < m; ++r) {
     float* s = scratch + r * n_max;
     const int64_t n = n_keys[r];
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) {
-      s[j] = s[j] * scale;
-      mx = s[j] > mx ? s[j] : mx;
-    }
+    for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
+    const float mx = max_lanes_inline(s, n);
     for (int64_t j = 0; j < n; ++j) s[j] = exp_fixed_inline(s[j] - mx);
-    inv[r] = 1.0f / sum_fixed_inline(s, n);
+    const float inv = 1.0f / sum_fixed_inline(s, n);
+    for (int64_t j = 0; j < n; ++j) s[j] = s[j] * inv;
   }
   // Pass 3, block-major: out[r] += p_j * V_j over keys in order (accumulators spill to out
   // between blocks, exactly).
@@ -311,22 +575,48 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
     for (int64_t i = 0; i < d; ++i) out[r * ldo + i] = 0.0f;
   for (int64_t b0 = 0; b0 < n_max; b0 += block) {
     const float* vb = v_blocks[b0 / block];
-    for (int64_t r = 0; r < m; ++r) {
-      const int64_t nb = std::min(block, n_keys[r] - b0);
-      if (nb <= 0) continue;
-      const float* p = scratch + r * n_max + b0;
-      float* o = out + r * ldo;
+    int64_t r = 0;
+    while (r < m && n_keys[r] <= b0) ++r;
+    RowGroup g;
+#ifdef REWIND_ATTN_AVX512
+    if (avx512 && d % 32 == 0) {
+      for (; r + 8 <= m; r += 8) {
+        group(g, r, 8, b0, 0);
+        weighted_values_rows_avx512<8>(vb, ld, g.nb, g.p, g.o, d);
+      }
+      for (; r + 4 <= m; r += 4) {
+        group(g, r, 4, b0, 0);
+        weighted_values_rows_avx512<4>(vb, ld, g.nb, g.p, g.o, d);
+      }
+    }
+#endif
+    if (d % 64 == 0)
+      for (; r + 4 <= m; r += 4)
+        for (int64_t d0 = 0; d0 < d; d0 += 64) {
+          group(g, r, 4, b0, d0);
+          weighted_values_rows<4, 64>(vb + d0, ld, g.nb, g.p, g.o);
+        }
+    for (; r < m; ++r) {  // one row: the whole head dim in registers when d is a usual size
+      group(g, r, 1, b0, 0);
       switch (d) {
-        case 32: weighted_values<32>(vb, ld, nb, p, inv[r], o); continue;
-        case 64: weighted_values<64>(vb, ld, nb, p, inv[r], o); continue;
-        case 128: weighted_values<128>(vb, ld, nb, p, inv[r], o); continue;
-        case 256: weighted_values<256>(vb, ld, nb, p, inv[r], o); continue;
+        case 32:
+          weighted_values_rows<1, 32>(vb, ld, g.nb, g.p, g.o);
+          continue;
+        case 64:
+          weighted_values_rows<1, 64>(vb, ld, g.nb, g.p, g.o);
+          continue;
+        case 128:
+          weighted_values_rows<1, 128>(vb, ld, g.nb, g.p, g.o);
+          continue;
+        case 256:
+          weighted_values_rows<1, 256>(vb, ld, g.nb, g.p, g.o);
+          continue;
         default: break;
       }
-      for (int64_t j = 0; j < nb; ++j) {
+      float* o = g.o[0];
+      for (int64_t j = 0; j < g.nb[0]; ++j) {
         const float* vj = vb + j * ld;
-        const float pj = p[j] * inv[r];
-        for (int64_t i = 0; i < d; ++i) o[i] = std::fma(pj, vj[i], o[i]);
+        for (int64_t i = 0; i < d; ++i) o[i] = std::fma(g.p[0][j], vj[i], o[i]);
       }
     }
   }

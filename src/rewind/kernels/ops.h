@@ -66,6 +66,15 @@ void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, fl
 void gdn_step(float* S, const float* q, const float* k, const float* v, float alpha, float beta,
               float* o, int64_t dk, int64_t dv);
 
+// T tokens of one value head in order: bit-identical to T gdn_step calls (token t reads q, k at
+// q + t*ldqk, k + t*ldqk, v at v + t*ldv, alpha[t], beta[t], and writes o + t*ldo). Columns of S
+// never mix, so the kernel runs each strip of columns through all T tokens while it sits in L1,
+// fusing token t's update and output with token t+1's decay and read; every element sees the
+// same operations in the same order as in gdn_step.
+void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const float* v,
+               int64_t ldv, const float* alpha, const float* beta, float* o, int64_t ldo,
+               int64_t T, int64_t dk, int64_t dv);
+
 // Causal attention for one query head against keys [0, n_keys) of one sequence. Keys come in
 // blocks of `block` positions aligned to absolute positions (block b covers [b*block,
 // (b+1)*block)): K of block b is dim-major at k_blocks[b] (element (i, j) at [i*block + j]),

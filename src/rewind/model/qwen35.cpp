@@ -158,7 +158,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   // Bytes to pack, for progress.
   std::vector<std::string> mats;
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    const std::string p = "l" + std::to_string(il) + ".";
+    const std::string p = std::string("l").append(std::to_string(il)).append(".");
     if (c.layer_kinds[il] == LayerKind::Linear) {
       mats.push_back(p + "in_proj");
       mats.push_back(p + "out_proj");
@@ -247,7 +247,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   I.layers.resize(static_cast<size_t>(c.n_layer));
   for (int64_t il = 0; il < c.n_layer; ++il) {
     LayerW& L = I.layers[il];
-    const std::string p = "l" + std::to_string(il) + ".";
+    const std::string p = std::string("l").append(std::to_string(il)).append(".");
     L.kind = c.layer_kinds[il];
     L.in_norm = vec(W.get(p + "in_norm"));
     L.post_norm = vec(W.get(p + "post_norm"));
@@ -401,13 +401,17 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
       }
       const int64_t g = h / r;
       float* S = st->ssm(L.rec_index) + h * dk * dv;
-      scratch.resize(static_cast<size_t>(dv));
+      // alpha[t], beta[t], then the outputs (unused) [n, dv].
+      scratch.resize(static_cast<size_t>(n * (2 + dv)));
+      float* alpha = scratch.data();
+      float* beta = alpha + n;
       for (int64_t t = 0; t < n; ++t) {
-        const float* row = base + t * RF + CD;  // normed [q | k | v]
-        const float alpha = base[t * RF + 2 * CD + h], beta = base[t * RF + 2 * CD + Hv + h];
-        gdn_step(S, row + g * dk, row + KD + g * dk, row + 2 * KD + h * dv, alpha, beta,
-                 scratch.data(), dk, dv);
+        alpha[t] = base[t * RF + 2 * CD + h];
+        beta[t] = base[t * RF + 2 * CD + Hv + h];
       }
+      const float* row = base + CD;  // normed [q | k | v]
+      gdn_steps(S, row + g * dk, row + KD + g * dk, RF, row + 2 * KD + h * dv, RF, alpha, beta,
+                beta + n, dv, n, dk, dv);
     }
   };
   if (pool)
@@ -483,12 +487,14 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     // Recurrence: each (sequence, value head) runs its tokens in order.
     const int64_t n_jobs = static_cast<int64_t>(S) * Hv;
     auto run_heads = [&](int64_t jb, int64_t je) {
+      std::vector<float> ab;
       for (int64_t job = jb; job < je; ++job) {
         const int64_t s = job / Hv, h = job % Hv, g = h / r;
         SequenceState& st = *segs[s].st;
         float* Sm = st.ssm(L.rec_index) + h * dk * dv;
-        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t) {
-          const float* row = conv + t * CD;
+        const int64_t t0 = segs[s].off, n = segs[s].n;
+        ab.resize(static_cast<size_t>(2 * n));
+        for (int64_t t = t0; t < t0 + n; ++t) {
           const float* prow = proj + t * NP;
           const float bl = prow[CD + VD + h];
           const float al = prow[CD + VD + Hv + h];
@@ -499,9 +505,12 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
             cap_row(s, t)[2 * CD + h] = alpha;
             cap_row(s, t)[2 * CD + Hv + h] = beta;
           }
-          gdn_step(Sm, row + g * dk, row + KD + g * dk, row + 2 * KD + h * dv, alpha, beta,
-                   o + t * VD + h * dv, dk, dv);
+          ab[t - t0] = alpha;
+          ab[n + t - t0] = beta;
         }
+        const float* row = conv + t0 * CD;
+        gdn_steps(Sm, row + g * dk, row + KD + g * dk, CD, row + 2 * KD + h * dv, CD, ab.data(),
+                  ab.data() + n, o + t0 * VD + h * dv, VD, n, dk, dv);
       }
     };
     if (pool)

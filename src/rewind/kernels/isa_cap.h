@@ -1,0 +1,10 @@
+// Internal to the kernels: the widest SIMD path any kernel may take. matmul_force_isa lowers it
+// so that tests can compare paths (2 AVX-512, 1 AVX2, 0 scalar); each kernel still checks that
+// the CPU has what it uses.
+#pragma once
+
+namespace rw::detail {
+
+extern int g_isa_cap;
+
+}  // namespace rw::detail
