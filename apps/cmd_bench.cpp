@@ -16,13 +16,17 @@ namespace rw::app {
 
 int cmd_bench(int argc, char** argv) {
   auto args = Args::parse(
-      argc, argv, {"--model", "-p", "-n", "-t", "--threads", "--weights", "--quant-dot", "--seed"},
+      argc, argv,
+      {"--model", "-p", "-n", "-t", "--threads", "--weights", "--quant-dot", "--isa", "--seed"},
       {"--json", "--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind bench --model DIR|FILE.gguf [-p 512] [-n 128] [-t THREADS]\n"
-        "                    [--weights auto|f32|bf16] [--quant-dot auto|int8|f32] [--json]\n");
+        "                    [--weights auto|f32|bf16] [--quant-dot auto|int8|f32]\n"
+        "                    [--isa auto|amx|avx512|avx2|scalar] [--json]\n"
+        "  --isa: the widest SIMD path the kernels may take (default auto: the widest here;\n"
+        "         amx = AVX-512 with AMX-INT8 tiles for Q8_0 prefill)\n");
     return 0;
   }
   const std::string dir = args->str("--model");
@@ -39,6 +43,10 @@ int cmd_bench(int argc, char** argv) {
   double load_s = 0;
   if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
     return fail(qd.error_message());
+  const std::string isa = args->str("--isa", "auto");
+  if (!matmul_force_isa(isa))
+    return fail("--isa " + isa + ": not available on this machine (or not one of auto, amx, " +
+                "avx512, avx2, scalar)");
   auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
@@ -105,6 +113,10 @@ int cmd_bench(int argc, char** argv) {
   const double frac_fma = prefill_gflop_s / lim.fma_peak_gflop_s;
   const double frac_int8 = lim.int8_peak_gop_s > 0 ? prefill_gflop_s / lim.int8_peak_gop_s : 0;
   const double frac_peak = int8 ? frac_int8 : frac_fma;
+  // AMX tiles run the Q8_0 prefill products when the kernels may use them: the prefill is then
+  // also judged against the AMX peak.
+  const bool amx = int8 && lim.amx_int8_peak_gop_s > 0 && matmul_amx_enabled();
+  const double frac_amx = amx ? prefill_gflop_s / lim.amx_int8_peak_gop_s : 0;
 
   if (args->has("--json")) {
     std::printf(
@@ -114,13 +126,15 @@ int cmd_bench(int argc, char** argv) {
         "\"prefill_gflop_s\":%.2f,\"decode_gb_s\":%.3f,\"decode_bytes_per_token\":%.0f,"
         "\"decode_weight_bytes\":%.0f,\"decode_state_bytes\":%.0f,\"decode_kv_bytes\":%.0f,"
         "\"bandwidth_gb_s\":%.3f,\"bandwidth_before_gb_s\":%.3f,\"bandwidth_after_gb_s\":%.3f,"
-        "\"fma_peak_gflop_s\":%.2f,\"int8_peak_gop_s\":%.2f,"
+        "\"fma_peak_gflop_s\":%.2f,\"int8_peak_gop_s\":%.2f,\"amx_int8_peak_gop_s\":%.2f,"
+        "\"amx\":%s,\"prefill_fraction_of_amx_peak\":%.4f,"
         "\"quant_dot\":\"%s\",\"quantised_bytes\":%zu,\"decode_fraction_of_bound\":%.4f,"
         "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f}\n",
         dir.c_str(), m.packed_bytes(), static_cast<long long>(th.value()), m.isa(), load_s,
         static_cast<long long>(p.value()), static_cast<long long>(n.value()), prefill_tps,
         decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, weight_bytes, state_bytes, kv_bytes,
         bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
+        lim.amx_int8_peak_gop_s, amx ? "true" : "false", frac_amx,
         quant_dot_name(matmul_quant_dot()), m.quantised_bytes(), frac_bw, int8 ? "int8" : "fma",
         frac_peak);
   } else {
@@ -133,15 +147,21 @@ int cmd_bench(int argc, char** argv) {
     std::printf("model %s: %.2f GB packed weights (%s), %lld threads, %s\n", dir.c_str(),
                 static_cast<double>(m.packed_bytes()) / 1e9, quant,
                 static_cast<long long>(th.value()), m.isa());
+    char amx_peak[64] = "";
+    if (lim.amx_int8_peak_gop_s > 0)
+      std::snprintf(amx_peak, sizeof amx_peak, ", AMX int8 peak %.1f GOP/s",
+                    lim.amx_int8_peak_gop_s);
     std::printf(
         "machine: read bandwidth %.2f GB/s (%.2f before, %.2f after the run), fp32 FMA peak "
-        "%.1f GFLOP/s, int8 dot peak %.1f GOP/s\n",
-        bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s);
+        "%.1f GFLOP/s, int8 dot peak %.1f GOP/s%s\n",
+        bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s, amx_peak);
+    char amx_frac[64] = "";
+    if (amx) std::snprintf(amx_frac, sizeof amx_frac, ", %.1f%% of AMX peak", 100 * frac_amx);
     std::printf(
         "prefill %lld tokens: %8.2f tok/s  %7.1f GOP/s    = %5.1f%% of %s peak "
-        "(%.1f%% of FMA peak)\n",
+        "(%.1f%% of FMA peak%s)\n",
         static_cast<long long>(p.value()), prefill_tps, prefill_gflop_s, 100 * frac_peak,
-        int8 ? "int8 dot" : "FMA", 100 * frac_fma);
+        int8 ? "int8 dot" : "FMA", 100 * frac_fma, amx_frac);
     std::printf(
         "decode  %lld tokens: %8.2f tok/s  %7.2f GB/s     = %5.1f%% of bandwidth bound "
         "(per token: %.1f MB weights + %.1f MB recurrent state + %.1f MB K/V)\n",

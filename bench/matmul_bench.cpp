@@ -10,7 +10,7 @@
 //                     [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
-//                     [--isa avx512|avx2|scalar]  (force a SIMD path)
+//                     [--isa amx|avx512|avx2|scalar]  (force a SIMD path)
 //                     [--quant-dot int8|f32]  (how quantised weights are multiplied)
 //                     [--cpu-time]  (time by process CPU time, not wall time: with --threads 1,
 //                                    tuning on a machine shared with other jobs)
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] "
           "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
-          "                    [--isa avx512|avx2|scalar] [--quant-dot int8|f32]\n");
+          "                    [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
       return a == "--help" ? 0 : 2;
     }
   }

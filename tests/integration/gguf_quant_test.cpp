@@ -312,5 +312,40 @@ TEST(GgufQuant, CorruptedScalesFailTheThresholds) {
   EXPECT_TRUE(q6.top1 < kThresholds[1].min_top1 || q6.kl > kThresholds[1].max_kl);
 }
 
+// `rewind bench` on a Q8_0 file: it measures and reports the machine's limits next to the run
+// (the AMX peak and the AMX fraction exactly when the kernels use AMX tiles), `--isa avx512` turns
+// the tiles off, and an unknown `--isa` is an error that names the choices.
+TEST(GgufQuant, BenchReportsTheIsaItRan) {
+  auto field = [](const std::string& json, const std::string& key) {
+    const size_t at = json.find("\"" + key + "\":");
+    EXPECT_NE(at, std::string::npos) << key << " in " << json;
+    if (at == std::string::npos) return std::string();
+    const size_t from = at + key.size() + 3;
+    return json.substr(from, json.find_first_of(",}", from) - from);
+  };
+  const std::string cmd =
+      std::string(REWIND_BINARY) + " bench --model " + gguf("q8_0") + " -p 40 -n 2 -t 2 --json";
+  int rc = 0;
+  std::string out = test::run_command(cmd + " 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_GT(std::stod(field(out, "prefill_tok_s")), 0.0);
+  EXPECT_EQ(field(out, "prefill_peak"), matmul_int8_simd() ? "\"int8\"" : "\"fma\"");
+  EXPECT_EQ(field(out, "amx"), matmul_amx_enabled() ? "true" : "false");
+  if (matmul_amx_enabled()) {
+    EXPECT_GT(std::stod(field(out, "amx_int8_peak_gop_s")),
+              std::stod(field(out, "int8_peak_gop_s")));
+    EXPECT_GT(std::stod(field(out, "prefill_fraction_of_amx_peak")), 0.0);
+  }
+  if (matmul_int8_simd() && std::string(matmul_int8_isa()) == "avx512vnni") {
+    out = test::run_command(cmd + " --isa avx512 2>/dev/null", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    EXPECT_EQ(field(out, "amx"), "false");
+  }
+  out = test::run_command(cmd + " --isa neon 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--isa neon: not available"), std::string::npos) << out;
+  EXPECT_NE(out.find("amx, avx512, avx2, scalar"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace rw

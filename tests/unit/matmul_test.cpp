@@ -17,7 +17,7 @@
 namespace rw {
 namespace {
 
-const char* const kIsas[] = {"avx512", "avx2", "scalar"};
+const char* const kIsas[] = {"amx", "avx512", "avx2", "scalar"};
 
 // Restores the dispatcher's own choice when a test that forces a path ends.
 struct IsaGuard {

@@ -160,7 +160,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
         std::vector<float> yf(static_cast<size_t>(m * n)), yq(yf.size()),
             y1(static_cast<size_t>(n));
         matmul(x.data(), m, k, pf, yf.data(), n, nullptr);
-        for (const char* isa : {"avx512", "avx2", "scalar"}) {
+        for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
           if (!matmul_force_isa(isa)) continue;
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(yq.begin(), yq.end(), -1.0f);
@@ -319,7 +319,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
         reinterpret_cast<BlockQ8_0*>(q.data())->qs[3] = -128;
       PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
       const int64_t panel_stride = k / dtype_block_elems(t) * detail::quant_panel_block_bytes(t);
-      for (int64_t m : {1, 2, 3, 5, 9, 33}) {
+      for (int64_t m : {1, 2, 3, 5, 9, 16, 33, 50}) {
         auto x = randn(static_cast<size_t>(m * k), 990 + static_cast<uint32_t>(m), 2.0f);
         x[0] = 100.0f;  // an outlier: the block's other values get few levels
         if (m > 2) {    // row 1: a zero block and a block too small to scale (both quantise to 0)
@@ -336,9 +336,11 @@ TEST(QuantInt8, EqualsScalarFormula) {
                 t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
                 static_cast<int>(c % 16));
         std::vector<float> y(ref.size()), y1(static_cast<size_t>(n));
-        for (const char* isa : {"avx512", "avx2", "scalar"}) {
+        for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
           if (!matmul_force_isa(isa)) continue;
-          if (std::string(isa) != "avx512") { EXPECT_EQ(std::string(matmul_int8_isa()), isa); }
+          if (std::string(isa) == "avx2" || std::string(isa) == "scalar") {
+            EXPECT_EQ(std::string(matmul_int8_isa()), isa);
+          }
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(y.begin(), y.end(), -1.0f);
             matmul(x.data(), m, k, pq, y.data(), n, p);

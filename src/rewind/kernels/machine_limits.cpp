@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "rewind/base/thread_pool.h"
+#include "rewind/kernels/isa_cap.h"
+#include "rewind/kernels/matmul_quant.h"
 
 namespace rw {
 namespace {
@@ -169,7 +171,51 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dpbusd_loop_avx512(
   }
   __m512i s = acc[0];
   for (int i = 1; i < kChains; ++i) s = _mm512_add_epi32(s, acc[i]);
-  return static_cast<float>(_mm512_reduce_add_epi32(s));
+  // (Stored and summed here: GCC 12's _mm512_reduce_add_epi32 warns inside its own header.)
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, s);
+  int32_t total = 0;
+  for (int32_t v : lanes) total += v;
+  return static_cast<float>(total);
+}
+
+// ---- AMX int8 peak ---------------------------------------------------------------------------
+// Four independent TDPBSSD accumulators, full 16 x 64-byte tiles: 16 x 16 x 64 multiply-adds
+// (32768 ops) per instruction. Each thread loads its own tile configuration.
+struct alignas(64) AmxPeakConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-int8"))) float tdpbssd_loop(int64_t iters) {
+  AmxPeakConfig c;
+  for (int t = 0; t < 6; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  __asm__ __volatile__("" : : "r"(&c) : "memory");  // see amx_configure_q8_0
+  _tile_loadconfig(&c);
+  alignas(64) static thread_local int8_t a[16 * 64], b[16 * 64];
+  alignas(64) static thread_local int32_t out[16 * 16];
+  for (int i = 0; i < 16 * 64; ++i) a[i] = static_cast<int8_t>(i), b[i] = static_cast<int8_t>(-i);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, b, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t it = 0; it < iters; ++it) {
+    _tile_dpbssd(0, 4, 5);
+    _tile_dpbssd(1, 4, 5);
+    _tile_dpbssd(2, 4, 5);
+    _tile_dpbssd(3, 4, 5);
+  }
+  _tile_stored(0, out, 64);
+  detail::t_amx_config = 0;  // the kernels' configuration is gone
+  return static_cast<float>(out[0]);
 }
 
 volatile float g_sink;  // keeps the measured loops from being optimised away
@@ -266,6 +312,11 @@ double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget) {
   return measure_loop_peak(pool, seconds_budget, &dpbusd_loop_avx512, 2.0 * 64 * kChains);
 }
 
+double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget) {
+  if (!detail::amx_int8_available()) return 0;
+  return measure_loop_peak(pool, seconds_budget, &tdpbssd_loop, 4.0 * 2 * 16 * 16 * 64);
+}
+
 MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
   MachineLimits lim;
   lim.n_threads = pool ? pool->n_threads() : 1;
@@ -278,7 +329,8 @@ MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
   lim.bandwidth_buffer_bytes = bytes;
   lim.read_bandwidth_gb_s = measure_read_bandwidth_gb_s(pool, bytes, seconds_budget * 0.6);
   lim.fma_peak_gflop_s = measure_fma_peak_gflop_s(pool, seconds_budget * 0.25, &lim.isa);
-  lim.int8_peak_gop_s = measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.15);
+  lim.int8_peak_gop_s = measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.1);
+  lim.amx_int8_peak_gop_s = measure_amx_int8_peak_gop_s(pool, seconds_budget * 0.05);
   return lim;
 }
 

@@ -18,6 +18,7 @@ struct MachineLimits {
   double fma_peak_gflop_s = 0;     // 1e9 flop/s, 2 flops per fp32 FMA lane, all threads
   double int8_peak_gop_s = 0;      // 1e9 op/s, 2 ops per int8 multiply-add of the AVX-512 VNNI
                                    // dot product (vpdpbusd), all threads; 0 without VNNI
+  double amx_int8_peak_gop_s = 0;  // the same for AMX tiles (tdpbssd); 0 without AMX-INT8
   size_t bandwidth_buffer_bytes = 0;  // the buffer the bandwidth was measured over
   int n_threads = 1;
   std::string isa;  // widest SIMD used for the peak: "avx512", "avx2", "scalar"
@@ -31,6 +32,9 @@ MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget = 1
 
 // int8 dot-product peak alone (vpdpbusd chains; 0 where the CPU lacks AVX-512 VNNI).
 double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget);
+
+// AMX-INT8 peak alone (tdpbssd on full tiles; 0 where AMX-INT8 is missing or not granted).
+double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget);
 
 // Read bandwidth alone over a buffer of `bytes` (best of passes within seconds_budget).
 // Exposed so benchmarks can show the cache hierarchy (small buffers give cache bandwidth).

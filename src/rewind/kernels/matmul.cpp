@@ -296,6 +296,11 @@ const char* matmul_int8_isa() {
   return detail::int8_dot_isa();
 }
 
+bool matmul_amx_enabled() {
+  return detail::g_isa_cap >= 3 && detail::amx_int8_available() &&
+         std::string(detail::int8_dot_isa()) == "avx512vnni";
+}
+
 // ---- PackedMatrix ------------------------------------------------------------------------------
 
 PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int64_t k, DType store,
@@ -525,7 +530,9 @@ const char* matmul_isa() {
 
 bool matmul_force_isa(const std::string& isa) {
   const MatmulIsa* chosen = nullptr;
-  if (isa == "avx512") {
+  if (isa == "amx") {
+    if (cpu_has_avx512() && detail::amx_int8_available()) chosen = detail::matmul_isa_avx512();
+  } else if (isa == "avx512") {
     if (cpu_has_avx512()) chosen = detail::matmul_isa_avx512();
   } else if (isa == "avx2") {
     if (cpu_has_avx2()) chosen = detail::matmul_isa_avx2();
@@ -536,7 +543,7 @@ bool matmul_force_isa(const std::string& isa) {
   }
   if (!chosen) return false;
   g_isa.store(chosen, std::memory_order_release);
-  detail::g_isa_cap = isa == "scalar" ? 0 : isa == "avx2" ? 1 : 2;
+  detail::g_isa_cap = isa == "scalar" ? 0 : isa == "avx2" ? 1 : isa == "avx512" ? 2 : 3;
   return true;
 }
 

@@ -102,10 +102,14 @@ const char* quant_dot_name(QuantDot mode);  // "f32", "int8"
 // reference (same bits, much slower), which is why the default is then F32.
 bool matmul_int8_simd();
 const char* matmul_int8_isa();  // "avx512vnni", "avx2" or "scalar"
+// True when AMX-INT8 tiles compute the int8 dot's Q8_0 prefill tiles (16 rows and more): the CPU
+// has AMX-INT8, the kernel granted it, and matmul_force_isa did not cap the kernels below it.
+bool matmul_amx_enabled();
 
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
 const char* matmul_isa();
-// Force a path (for tests comparing paths); returns false if the machine lacks it (or the name
+// Force a path (for tests comparing paths): "amx" (AVX-512 with AMX-INT8 for the int8 dot's
+// prefill tiles), "avx512", "avx2", "scalar"; returns false if the machine lacks it (or the name
 // is unknown). "auto" restores the dispatcher's own choice. Also caps the other kernels with
 // SIMD paths (the int8 dot, attention_rows). Not thread-safe with running kernels.
 bool matmul_force_isa(const std::string& isa);

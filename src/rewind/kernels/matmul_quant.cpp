@@ -4,7 +4,10 @@
 // the same per-element arithmetic, so every path gives the same bits.
 #include "rewind/kernels/matmul_quant.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -561,6 +564,110 @@ REWIND_AVX512 void expand_q6_k(const std::byte* src, int64_t nb, std::byte* dst)
 }
 #undef REWIND_INT8_ROW
 
+// ---- AMX (prefill, Q8_0) ---------------------------------------------------------------------
+// One TDPBSSD multiplies a tile of 16 activation rows x one Q8_0 block (16 x 32 code bytes) by the
+// block's 8 code groups of one panel (8 x 64 bytes: the panel layout is the instruction's B
+// operand as it is) into the exact int32 sums s of 16 rows x 16 lanes. The combine is the VNNI
+// kernel's: acc = fma(dw * dx, float(s), acc) per output per block in k order, so the bits are
+// the same as every other path's.
+#define REWIND_AMX __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-int8")))
+
+struct alignas(64) AmxTileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// tmm0, tmm1: sums (16 x 16 i32); tmm2, tmm3: activation codes (16 x 32 B); tmm4, tmm5: weight
+// groups (8 x 64 B). Loaded when the thread's configuration is another (it is thread state).
+constexpr int kAmxConfigQ8_0 = 1;
+REWIND_AMX void amx_configure_q8_0() {
+  if (t_amx_config == kAmxConfigQ8_0) return;
+  AmxTileConfig c;
+  for (int t : {0, 1}) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  for (int t : {2, 3}) {
+    c.colsb[t] = 32;
+    c.rows[t] = 16;
+  }
+  for (int t : {4, 5}) {
+    c.colsb[t] = 64;
+    c.rows[t] = 8;
+  }
+  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of the 64: without this barrier
+  // the stores of the shapes are dropped as dead.
+  __asm__ __volatile__("" : : "r"(&c) : "memory");
+  _tile_loadconfig(&c);
+  t_amx_config = kAmxConfigQ8_0;
+}
+
+REWIND_AMX __attribute__((always_inline)) inline void amx_combine(__m512 (&acc)[16], __m512 dw,
+                                                                  const float* dx, int64_t nb,
+                                                                  const int32_t* s) {
+  for (int r = 0; r < 16; ++r) {
+    const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx[r * nb]));
+    acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_load_si512(s + 16 * r)), acc[r]);
+  }
+}
+
+// The activation codes of rows [r0, r0 + 16) re-laid block by block (block b: 16 rows x 32 bytes
+// at a + 512 b), so that a tile load reads 8 whole lines instead of 16 half lines a row apart.
+void amx_pack_acts_q8_0(const QuantizedActs& xa, int64_t r0, int8_t* a) {
+  const int64_t nb = xa.k / 32;
+  for (int r = 0; r < 16; ++r) {
+    const int8_t* src = xa.q.data() + (r0 + r) * xa.k;
+    for (int64_t b = 0; b < nb; ++b) std::memcpy(a + b * 512 + r * 32, src + b * 32, 32);
+  }
+}
+
+// y[r, c] for the 16 rows from r0 and c < ncols (ncols <= 16 * np) against np Q8_0 panels, all
+// of K; a: those rows' codes as amx_pack_acts_q8_0 lays them out.
+REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const int8_t* a,
+                                   const std::byte* panels, int64_t panel_stride, int np, float* y,
+                                   int64_t ldy, int ncols) {
+  const int64_t nb = xa.k / 32, pb = quant_panel_block_bytes(DType::Q8_0);
+  const float* dx = xa.d.data() + r0 * nb;
+  alignas(64) int32_t sums[2][16 * 16];
+  for (int p = 0; p < np; ++p) {
+    const std::byte* pan = panels + p * panel_stride;
+    __m512 acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+      // A software pipeline: at step b the tile unit stores block b's sums (issued two steps
+      // earlier) and starts block b + 2, while the vector units combine block b - 1, whose sums
+      // were stored a step earlier (reading them back at once would wait for the tile store).
+      // Tiles 0, 2, 4 (sums, activations, weights) serve even blocks, 1, 3, 5 odd ones; the tile
+      // unit runs in order, so a tile is reloaded only after its store. sums[b % 2] holds block b.
+#define REWIND_AMX_ISSUE(C, A, B, blk)            \
+  do {                                            \
+    _tile_loadd(A, a + (blk)*512, 32);            \
+    _tile_loadd(B, pan + (blk)*pb + kQ8QOff, 64); \
+    _tile_zero(C);                                \
+    _tile_dpbssd(C, A, B);                        \
+  } while (0)
+    REWIND_AMX_ISSUE(0, 2, 4, 0);
+    if (nb > 1) REWIND_AMX_ISSUE(1, 3, 5, 1);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b % 2 == 0) {
+        _tile_stored(0, sums[0], 64);
+        if (b + 2 < nb) REWIND_AMX_ISSUE(0, 2, 4, b + 2);
+      } else {
+        _tile_stored(1, sums[1], 64);
+        if (b + 2 < nb) REWIND_AMX_ISSUE(1, 3, 5, b + 2);
+      }
+      if (b > 0)
+        amx_combine(acc, load_f16x16(pan + (b - 1) * pb), dx + b - 1, nb, sums[(b - 1) % 2]);
+    }
+    amx_combine(acc, load_f16x16(pan + (nb - 1) * pb), dx + nb - 1, nb, sums[(nb - 1) % 2]);
+#undef REWIND_AMX_ISSUE
+    for (int r = 0; r < 16; ++r)
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r]);
+  }
+}
+
 // Activation quantisation, one block of n (a multiple of 16) values: same bits as the scalar.
 REWIND_AVX512 void quantize_block_avx512(const float* x, int n, int8_t* q, float* d) {
   __m512 mx = _mm512_setzero_ps();
@@ -795,9 +902,38 @@ int64_t act_block(DType t) {
 }  // namespace
 
 // Set by matmul_force_isa (tests compare the paths).
-int g_isa_cap = 2;
+int g_isa_cap = 3;
+thread_local int t_amx_config = 0;
 
 namespace {
+// AMX-INT8 here and granted by the kernel (Linux asks each process to request the tile state).
+bool amx_available() {
+  static const bool yes = [] {
+#if defined(__linux__) && defined(__x86_64__)
+    if (!use_vnni()) return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool tile = (edx >> 24) & 1u, int8 = (edx >> 25) & 1u;
+    if (!tile || !int8) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return yes;
+}
+}  // namespace
+
+bool amx_int8_available() {
+  return amx_available();
+}
+
+namespace {
+bool amx_allowed() {
+  return g_isa_cap >= 3 && amx_available();
+}
+
 enum class Int8Path { Vnni, Avx2, Scalar };
 Int8Path int8_path() {
   if (use_vnni() && g_isa_cap >= 2) return Int8Path::Vnni;
@@ -1043,12 +1179,19 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.
   const bool expand = t == DType::Q6_K;
+  // Q8_0 on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same bits).
+  const bool amx = t == DType::Q8_0 && amx_allowed();
   const int64_t kMc = expand ? 512 : 128;
   const int64_t nb = xa.k / xa.block;
   thread_local AlignedBuffer<std::byte> q6;
   if (expand) q6.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
+  thread_local AlignedBuffer<int8_t> amx_a;
+  if (amx) amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
   for (int64_t rb = r0; rb < r1; rb += kMc) {
     const int64_t re = std::min(r1, rb + kMc);
+    if (amx)
+      for (int64_t r = rb; r + 16 <= re; r += 16)
+        amx_pack_acts_q8_0(xa, r, amx_a.data() + (r - rb) * xa.k);
     for (int p0 = 0; p0 < np; p0 += kP) {
       const int npg = std::min(kP, np - p0);
       const std::byte* src = panels + p0 * panel_stride;
@@ -1059,7 +1202,14 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         src = q6.data();
         stride = nb * kQ6KBytesBlock;
       }
-      for (int64_t r = rb; r < re; r += kR) {
+      int64_t r = rb;
+      if (amx) {
+        amx_configure_q8_0();
+        for (; r + 16 <= re; r += 16)
+          int8_tile_amx_q8_0(xa, r, amx_a.data() + (r - rb) * xa.k, src, stride, npg,
+                             y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0);
+      }
+      for (; r < re; r += kR) {
         const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
         kInt8Tiles[rr - 1][npg - 1](t, xa, r, src, stride, y + (r - r0) * ldy + 16 * p0, ldy,
                                     ncols - 16 * p0, 16, expand);
