@@ -102,8 +102,9 @@ const char* quant_dot_name(QuantDot mode);  // "f32", "int8"
 // reference (same bits, much slower), which is why the default is then F32.
 bool matmul_int8_simd();
 const char* matmul_int8_isa();  // "avx512vnni", "avx2" or "scalar"
-// True when AMX-INT8 tiles compute the int8 dot's Q8_0 prefill tiles (16 rows and more): the CPU
-// has AMX-INT8, the kernel granted it, and matmul_force_isa did not cap the kernels below it.
+// True when AMX-INT8 tiles compute the int8 dot's Q8_0 and Q4_K prefill tiles (16 rows and more;
+// Q6_K stays on AVX-512 VNNI): the CPU has AMX-INT8, the kernel granted it, and
+// matmul_force_isa did not cap the kernels below it.
 bool matmul_amx_enabled();
 
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").

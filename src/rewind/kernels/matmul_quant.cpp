@@ -570,7 +570,7 @@ REWIND_AVX512 void expand_q6_k(const std::byte* src, int64_t nb, std::byte* dst)
 // operand as it is) into the exact int32 sums s of 16 rows x 16 lanes. The combine is the VNNI
 // kernel's: acc = fma(dw * dx, float(s), acc) per output per block in k order, so the bits are
 // the same as every other path's.
-#define REWIND_AMX __attribute__((target("avx512f,avx512bw,avx512vl,amx-tile,amx-int8")))
+#define REWIND_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 
 struct alignas(64) AmxTileConfig {
   uint8_t palette = 1;
@@ -582,9 +582,9 @@ struct alignas(64) AmxTileConfig {
 
 // tmm0, tmm1: sums (16 x 16 i32); tmm2, tmm3: activation codes (16 x 32 B); tmm4, tmm5: weight
 // groups (8 x 64 B). Loaded when the thread's configuration is another (it is thread state).
-constexpr int kAmxConfigQ8_0 = 1;
-REWIND_AMX void amx_configure_q8_0() {
-  if (t_amx_config == kAmxConfigQ8_0) return;
+constexpr int kAmxConfigK32 = 1;
+REWIND_AMX void amx_configure_k32() {
+  if (t_amx_config == kAmxConfigK32) return;
   AmxTileConfig c;
   for (int t : {0, 1}) {
     c.colsb[t] = 64;
@@ -602,7 +602,7 @@ REWIND_AMX void amx_configure_q8_0() {
   // the stores of the shapes are dropped as dead.
   __asm__ __volatile__("" : : "r"(&c) : "memory");
   _tile_loadconfig(&c);
-  t_amx_config = kAmxConfigQ8_0;
+  t_amx_config = kAmxConfigK32;
 }
 
 REWIND_AMX __attribute__((always_inline)) inline void amx_combine(__m512 (&acc)[16], __m512 dw,
@@ -614,9 +614,10 @@ REWIND_AMX __attribute__((always_inline)) inline void amx_combine(__m512 (&acc)[
   }
 }
 
-// The activation codes of rows [r0, r0 + 16) re-laid block by block (block b: 16 rows x 32 bytes
-// at a + 512 b), so that a tile load reads 8 whole lines instead of 16 half lines a row apart.
-void amx_pack_acts_q8_0(const QuantizedActs& xa, int64_t r0, int8_t* a) {
+// The activation codes of rows [r0, r0 + 16) re-laid per 32 values (chunk c: 16 rows x 32 bytes
+// at a + 512 c), so that a tile load reads 8 whole lines instead of 16 half lines a row apart.
+// A chunk is a Q8_0 block or a Q4_K sub-block.
+void amx_pack_acts_k32(const QuantizedActs& xa, int64_t r0, int8_t* a) {
   const int64_t nb = xa.k / 32;
   for (int r = 0; r < 16; ++r) {
     const int8_t* src = xa.q.data() + (r0 + r) * xa.k;
@@ -625,7 +626,7 @@ void amx_pack_acts_q8_0(const QuantizedActs& xa, int64_t r0, int8_t* a) {
 }
 
 // y[r, c] for the 16 rows from r0 and c < ncols (ncols <= 16 * np) against np Q8_0 panels, all
-// of K; a: those rows' codes as amx_pack_acts_q8_0 lays them out.
+// of K; a: those rows' codes as amx_pack_acts_k32 lays them out.
 REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const int8_t* a,
                                    const std::byte* panels, int64_t panel_stride, int np, float* y,
                                    int64_t ldy, int ncols) {
@@ -665,6 +666,104 @@ REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const in
 #undef REWIND_AMX_ISSUE
     for (int r = 0; r < 16; ++r)
       _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r]);
+  }
+}
+
+// ---- AMX (prefill, Q4_K) ---------------------------------------------------------------------
+// The same tiles per 32-value sub-block: the B operand is the sub-block's nibbles expanded to
+// bytes (expand_q4_k_codes), the exact sums go through the VNNI kernel's integer and float
+// combine: s1 = sum_s sc[s] * is[s], s2 = sum_s m[s] * sum32[s] (16-bit pair products), then
+// acc = fma(d * dx, float(s1), acc) and acc = fma(-(dmin * dx), float(s2), acc) per block.
+
+// Codes of nb Q4_K panel blocks at src as bytes at dst: block b, sub-block s at dst + 4096 b +
+// 512 s, 8 rows of 64 bytes (row i: bytes 4j..4j+3 = codes 4i..4i+3 of the sub-block, lane j).
+REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, int8_t* dst) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * quant_panel_block_bytes(DType::Q4_K);
+    int8_t* o = dst + b * 4096;
+    for (int g = 0; g < 32; ++g) {  // group g: codes 8g..8g+3 (low nibbles), 8g+4..8g+7 (high)
+      const __m512i v = load_group(blk + kQ4KQOff + 64 * g);
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g), _mm512_and_si512(v, m4));
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g + 64),
+                          _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    }
+  }
+}
+
+// y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers read from
+// panels, codes from codes + p * codes_stride as expand_q4_k_codes lays them out); a: the rows'
+// codes as amx_pack_acts_k32 lays them out.
+REWIND_AMX void int8_tile_amx_q4_k(const QuantizedActs& xa, int64_t r0, const int8_t* a,
+                                   const std::byte* panels, int64_t panel_stride,
+                                   const int8_t* codes, int64_t codes_stride, int np, float* y,
+                                   int64_t ldy, int ncols) {
+  const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(DType::Q4_K), nu = nb * 8;
+  alignas(64) int32_t sums[2][16 * 16];
+  alignas(64) float acc[16][16];
+  for (int p = 0; p < np; ++p) {
+    const std::byte* pan = panels + p * panel_stride;
+    const int8_t* cp = codes + p * codes_stride;
+    std::memset(acc, 0, sizeof acc);  // +0.0f
+    __m512i s1[16];
+    for (int r = 0; r < 16; ++r) s1[r] = _mm512_setzero_si512();
+      // The Q8_0 kernel's pipeline over the nb * 8 sub-blocks u: store u, issue u + 2, combine
+      // u - 1 (sub-block s = u % 8 of block u / 8); after a block's last sub-block, its float
+      // combine.
+#define REWIND_AMX_ISSUE(C, A, B, u)  \
+  do {                                \
+    _tile_loadd(A, a + (u)*512, 32);  \
+    _tile_loadd(B, cp + (u)*512, 64); \
+    _tile_zero(C);                    \
+    _tile_dpbssd(C, A, B);            \
+  } while (0)
+    REWIND_AMX_ISSUE(0, 2, 4, 0);
+    REWIND_AMX_ISSUE(1, 3, 5, 1);  // nu >= 8
+    for (int64_t u = 0; u <= nu; ++u) {
+      if (u < nu) {
+        if (u % 2 == 0) {
+          _tile_stored(0, sums[0], 64);
+          if (u + 2 < nu) REWIND_AMX_ISSUE(0, 2, 4, u + 2);
+        } else {
+          _tile_stored(1, sums[1], 64);
+          if (u + 2 < nu) REWIND_AMX_ISSUE(1, 3, 5, u + 2);
+        }
+      }
+      if (u == 0) continue;
+      const int64_t w = u - 1, b = w / 8, sb = w % 8;
+      const std::byte* blk = pan + b * pb;
+      const __m512i sc = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4KScOff + 16 * sb)));
+      const int32_t* sw = sums[w % 2];
+      for (int r = 0; r < 16; ++r)
+        s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(_mm512_load_si512(sw + 16 * r), sc));
+      if (sb != 7) continue;
+      // Block b complete: mins (pairs of sub-blocks per 16-bit dot product) and float combine.
+      __m512i mv[4];
+      for (int tp = 0; tp < 4; ++tp)
+        mv[tp] = _mm512_cvtepu8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
+      const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
+      const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+      for (int r = 0; r < 16; ++r) {
+        const int16_t* s32 = xa.s32.data() + (r0 + r) * (xa.k / 32) + b * 8;
+        __m512i s2 = _mm512_setzero_si512();
+        for (int tp = 0; tp < 4; ++tp)
+          s2 = _mm512_dpwssd_epi32(s2, mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
+        const __m512 dx = _mm512_set1_ps(xa.d[(r0 + r) * nb + b]);
+        __m512 ar = _mm512_load_ps(acc[r]);
+        ar = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1[r]), ar);
+        const __m512 nscale = _mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, dx)), sign));
+        ar = _mm512_fmadd_ps(nscale, _mm512_cvtepi32_ps(s2), ar);
+        _mm512_store_ps(acc[r], ar);
+        s1[r] = _mm512_setzero_si512();
+      }
+    }
+#undef REWIND_AMX_ISSUE
+    for (int r = 0; r < 16; ++r)
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p),
+                            _mm512_load_ps(acc[r]));
   }
 }
 
@@ -1179,19 +1278,22 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.
   const bool expand = t == DType::Q6_K;
-  // Q8_0 on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same bits).
-  const bool amx = t == DType::Q8_0 && amx_allowed();
+  // Q8_0 and Q4_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same bits);
+  // Q4_K's nibbles are expanded to bytes once per panel group and row block, like Q6_K's codes.
+  const bool amx = (t == DType::Q8_0 || t == DType::Q4_K) && amx_allowed() && r1 - r0 >= 16;
+  const bool amx_q4 = amx && t == DType::Q4_K;
   const int64_t kMc = expand ? 512 : 128;
   const int64_t nb = xa.k / xa.block;
   thread_local AlignedBuffer<std::byte> q6;
   if (expand) q6.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
-  thread_local AlignedBuffer<int8_t> amx_a;
+  thread_local AlignedBuffer<int8_t> amx_a, q4;
   if (amx) amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
+  if (amx_q4) q4.reserve_at_least(static_cast<size_t>(kP * nb * 4096));
   for (int64_t rb = r0; rb < r1; rb += kMc) {
     const int64_t re = std::min(r1, rb + kMc);
     if (amx)
       for (int64_t r = rb; r + 16 <= re; r += 16)
-        amx_pack_acts_q8_0(xa, r, amx_a.data() + (r - rb) * xa.k);
+        amx_pack_acts_k32(xa, r, amx_a.data() + (r - rb) * xa.k);
     for (int p0 = 0; p0 < np; p0 += kP) {
       const int npg = std::min(kP, np - p0);
       const std::byte* src = panels + p0 * panel_stride;
@@ -1203,11 +1305,20 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         stride = nb * kQ6KBytesBlock;
       }
       int64_t r = rb;
-      if (amx) {
-        amx_configure_q8_0();
-        for (; r + 16 <= re; r += 16)
-          int8_tile_amx_q8_0(xa, r, amx_a.data() + (r - rb) * xa.k, src, stride, npg,
-                             y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0);
+      if (amx && re - r >= 16) {
+        amx_configure_k32();
+        if (amx_q4)
+          for (int p = 0; p < npg; ++p)
+            expand_q4_k_codes(panels + (p0 + p) * panel_stride, nb, q4.data() + p * nb * 4096);
+        for (; r + 16 <= re; r += 16) {
+          const int8_t* ar = amx_a.data() + (r - rb) * xa.k;
+          float* yr = y + (r - r0) * ldy + 16 * p0;
+          if (amx_q4)
+            int8_tile_amx_q4_k(xa, r, ar, src, stride, q4.data(), nb * 4096, npg, yr, ldy,
+                               ncols - 16 * p0);
+          else
+            int8_tile_amx_q8_0(xa, r, ar, src, stride, npg, yr, ldy, ncols - 16 * p0);
+        }
       }
       for (; r < re; r += kR) {
         const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));

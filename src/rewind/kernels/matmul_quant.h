@@ -101,8 +101,8 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
 // reference runs; all give the same bits).
 bool int8_dot_simd_available();
 const char* int8_dot_isa();  // "avx512vnni", "avx2" or "scalar": the path the int8 dot takes now
-// AMX-INT8 usable here (CPU and kernel permission); Q8_0 prefill tiles of 16 rows then use it
-// unless matmul_force_isa capped the kernels below "amx".
+// AMX-INT8 usable here (CPU and kernel permission); Q8_0 and Q4_K prefill tiles of 16 rows then
+// use it unless matmul_force_isa capped the kernels below "amx".
 bool amx_int8_available();
 
 // y[r, c] for r in [r0, r1), c < ncols (ncols <= 16 * np): the int8 dot of activation rows of xa
