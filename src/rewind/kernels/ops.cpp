@@ -321,6 +321,10 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
                const float* alpha, const float* beta, float* o, int64_t ldo, int64_t T, int64_t dk,
                int64_t dv) {
   if (T <= 0 || dv <= 0) return;
+  if (T == 1) {  // decode: nothing to fuse; the state streams through once per pass anyway
+    gdn_step(S, q, k, v, alpha[0], beta[0], o, dk, dv);
+    return;
+  }
   constexpr int kW = 64;        // columns per strip (the strip of S stays in L1)
   constexpr int64_t kTB = 128;  // tokens per block: their q, k, v are packed into one array
   // Each strip reads every token's q, k and v again; packed contiguously (in L2) they stream,
