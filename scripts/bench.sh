@@ -18,12 +18,17 @@ for ty in f32 bf16 q8_0 q4_k; do
   [ -f models/qwen3.5-0.8b-$ty.gguf ] || $bin convert --in models/qwen3.5-0.8b-f32 --out models/qwen3.5-0.8b-$ty.gguf --type $ty
   $bin bench --model models/qwen3.5-0.8b-$ty.gguf -p 512 -n 128 -t "$t"
 done
+echo "== GGUF: the quantised files again without the AMX tiles (VNNI only; no-op without AMX)"
+for ty in q8_0 q4_k; do
+  $bin bench --model models/qwen3.5-0.8b-$ty.gguf -p 512 -n 128 -t "$t" --isa avx512 || true
+done
 echo "== GGUF: the quantised files again with the f32 dot (exact dequantisation) for comparison"
 for ty in q8_0 q4_k; do
   $bin bench --model models/qwen3.5-0.8b-$ty.gguf -p 512 -n 128 -t "$t" --quant-dot f32
 done
 echo "== matmul kernels alone, quantised, int8 dot: decode (M=1) and prefill (M=512)"
 build/release/bench/matmul_bench --threads "$t" --m 1,512 --dtype q8_0,q4_k,q6_k --seconds 0.5
+build/release/bench/matmul_bench --threads "$t" --m 512 --dtype q8_0,q4_k --seconds 0.5 --isa avx512
 echo "== prefix cache: all workloads, cache on vs off (qwen3.5-mini shape)"
 $bin cache-bench --model models/qwen3.5-mini --workload all -t "$t"
 echo "== prefix cache: shared-system and repeat on the qwen3.5-0.8b shape"
