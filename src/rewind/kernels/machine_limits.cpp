@@ -182,22 +182,14 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dpbusd_loop_avx512(
 // ---- AMX int8 peak ---------------------------------------------------------------------------
 // Four independent TDPBSSD accumulators, full 16 x 64-byte tiles: 16 x 16 x 64 multiply-adds
 // (32768 ops) per instruction. Each thread loads its own tile configuration.
-struct alignas(64) AmxPeakConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 __attribute__((target("amx-tile,amx-int8"))) float tdpbssd_loop(int64_t iters) {
-  AmxPeakConfig c;
+  detail::AmxTileConfig c;
   for (int t = 0; t < 6; ++t) {
     c.colsb[t] = 64;
     c.rows[t] = 16;
   }
-  __asm__ __volatile__("" : : "r"(&c) : "memory");  // see amx_configure_q8_0
-  _tile_loadconfig(&c);
+  // Not the kernels' configuration: they reload theirs afterwards.
+  detail::amx_load_config(c, 0);
   alignas(64) static thread_local int8_t a[16 * 64], b[16 * 64];
   alignas(64) static thread_local int32_t out[16 * 16];
   for (int i = 0; i < 16 * 64; ++i) a[i] = static_cast<int8_t>(i), b[i] = static_cast<int8_t>(-i);
@@ -214,7 +206,6 @@ __attribute__((target("amx-tile,amx-int8"))) float tdpbssd_loop(int64_t iters) {
     _tile_dpbssd(3, 4, 5);
   }
   _tile_stored(0, out, 64);
-  detail::t_amx_config = 0;  // the kernels' configuration is gone
   return static_cast<float>(out[0]);
 }
 

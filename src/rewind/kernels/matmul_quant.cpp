@@ -572,14 +572,6 @@ REWIND_AVX512 void expand_q6_k(const std::byte* src, int64_t nb, std::byte* dst)
 // the same as every other path's.
 #define REWIND_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")))
 
-struct alignas(64) AmxTileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 // tmm0, tmm1: sums (16 x 16 i32); tmm2, tmm3: activation codes (16 x 32 B); tmm4, tmm5: weight
 // groups (8 x 64 B). Loaded when the thread's configuration is another (it is thread state).
 constexpr int kAmxConfigK32 = 1;
@@ -598,11 +590,7 @@ REWIND_AMX void amx_configure_k32() {
     c.colsb[t] = 64;
     c.rows[t] = 8;
   }
-  // GCC's _tile_loadconfig tells the compiler it reads 8 bytes of the 64: without this barrier
-  // the stores of the shapes are dropped as dead.
-  __asm__ __volatile__("" : : "r"(&c) : "memory");
-  _tile_loadconfig(&c);
-  t_amx_config = kAmxConfigK32;
+  amx_load_config(c, kAmxConfigK32);
 }
 
 REWIND_AMX __attribute__((always_inline)) inline void amx_combine(__m512 (&acc)[16], __m512 dw,
@@ -625,47 +613,69 @@ void amx_pack_acts_k32(const QuantizedActs& xa, int64_t r0, int8_t* a) {
   }
 }
 
+// The tile pipeline of the AMX kernels over n 32-value chunks of 16 rows: chunk u's activation
+// codes at a + 512 u (16 x 32 B), its weight codes at wt(u) (8 x 64 B); calls combine(u, s) with
+// chunk u's exact sums s [16 rows][16 lanes] i32 for u = 0..n-1 in order. At step u the tile unit
+// stores chunk u's sums (started two steps earlier) and starts chunk u + 2 while the vector units
+// combine chunk u - 1, whose sums were stored a step earlier (reading them back at once would
+// wait for the tile store). Tiles 0, 2, 4 (sums, activations, weights) serve even chunks, 1, 3, 5
+// odd ones; the tile unit runs in order, so a tile is reloaded only after its store.
+template <class WeightsAt, class Combine>
+REWIND_AMX __attribute__((always_inline)) inline void amx_chunks(int64_t n, const int8_t* a,
+                                                                 WeightsAt wt, Combine& combine) {
+  alignas(64) int32_t sums[2][16 * 16];
+#define REWIND_AMX_START(C, A, B, u) \
+  do {                               \
+    _tile_loadd(A, a + (u)*512, 32); \
+    _tile_loadd(B, wt(u), 64);       \
+    _tile_zero(C);                   \
+    _tile_dpbssd(C, A, B);           \
+  } while (0)
+  REWIND_AMX_START(0, 2, 4, 0);
+  if (n > 1) REWIND_AMX_START(1, 3, 5, 1);
+  for (int64_t u = 0; u < n; ++u) {
+    if (u % 2 == 0) {
+      _tile_stored(0, sums[0], 64);
+      if (u + 2 < n) REWIND_AMX_START(0, 2, 4, u + 2);
+    } else {
+      _tile_stored(1, sums[1], 64);
+      if (u + 2 < n) REWIND_AMX_START(1, 3, 5, u + 2);
+    }
+    if (u > 0) combine(u - 1, sums[(u - 1) % 2]);
+  }
+#undef REWIND_AMX_START
+  combine(n - 1, sums[(n - 1) % 2]);
+}
+
+// Q8_0: chunk = block w; acc[r] = fma(dw * dx[r], float(s[r]), acc[r]).
+struct AmxCombineQ8_0 {
+  __m512 acc[16];
+  const std::byte* pan;
+  const float* dx;
+  int64_t nb, pb;
+  REWIND_AMX void operator()(int64_t w, const int32_t* s) {
+    amx_combine(acc, load_f16x16(pan + w * pb), dx + w, nb, s);
+  }
+};
+
 // y[r, c] for the 16 rows from r0 and c < ncols (ncols <= 16 * np) against np Q8_0 panels, all
 // of K; a: those rows' codes as amx_pack_acts_k32 lays them out.
 REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const int8_t* a,
                                    const std::byte* panels, int64_t panel_stride, int np, float* y,
                                    int64_t ldy, int ncols) {
   const int64_t nb = xa.k / 32, pb = quant_panel_block_bytes(DType::Q8_0);
-  const float* dx = xa.d.data() + r0 * nb;
-  alignas(64) int32_t sums[2][16 * 16];
   for (int p = 0; p < np; ++p) {
-    const std::byte* pan = panels + p * panel_stride;
-    __m512 acc[16];
-    for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-      // A software pipeline: at step b the tile unit stores block b's sums (issued two steps
-      // earlier) and starts block b + 2, while the vector units combine block b - 1, whose sums
-      // were stored a step earlier (reading them back at once would wait for the tile store).
-      // Tiles 0, 2, 4 (sums, activations, weights) serve even blocks, 1, 3, 5 odd ones; the tile
-      // unit runs in order, so a tile is reloaded only after its store. sums[b % 2] holds block b.
-#define REWIND_AMX_ISSUE(C, A, B, blk)            \
-  do {                                            \
-    _tile_loadd(A, a + (blk)*512, 32);            \
-    _tile_loadd(B, pan + (blk)*pb + kQ8QOff, 64); \
-    _tile_zero(C);                                \
-    _tile_dpbssd(C, A, B);                        \
-  } while (0)
-    REWIND_AMX_ISSUE(0, 2, 4, 0);
-    if (nb > 1) REWIND_AMX_ISSUE(1, 3, 5, 1);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (b % 2 == 0) {
-        _tile_stored(0, sums[0], 64);
-        if (b + 2 < nb) REWIND_AMX_ISSUE(0, 2, 4, b + 2);
-      } else {
-        _tile_stored(1, sums[1], 64);
-        if (b + 2 < nb) REWIND_AMX_ISSUE(1, 3, 5, b + 2);
-      }
-      if (b > 0)
-        amx_combine(acc, load_f16x16(pan + (b - 1) * pb), dx + b - 1, nb, sums[(b - 1) % 2]);
-    }
-    amx_combine(acc, load_f16x16(pan + (nb - 1) * pb), dx + nb - 1, nb, sums[(nb - 1) % 2]);
-#undef REWIND_AMX_ISSUE
+    AmxCombineQ8_0 c;
+    c.pan = panels + p * panel_stride;
+    c.dx = xa.d.data() + r0 * nb;
+    c.nb = nb;
+    c.pb = pb;
+    for (int r = 0; r < 16; ++r) c.acc[r] = _mm512_setzero_ps();
+    const std::byte* pan = c.pan;
+    amx_chunks(
+        nb, a, [pan, pb](int64_t u) { return pan + u * pb + kQ8QOff; }, c);
     for (int r = 0; r < 16; ++r)
-      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r]);
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), c.acc[r]);
   }
 }
 
@@ -691,6 +701,47 @@ REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, int8_t* d
   }
 }
 
+// Q4_K: chunk w = sub-block w % 8 of block w / 8; s1 += sc * s per sub-block, then after a
+// block's last sub-block the mins and the two fmas into acc (kept in memory: s1 holds 16 vector
+// registers).
+struct AmxCombineQ4_K {
+  alignas(64) float acc[16][16];
+  __m512i s1[16];
+  const std::byte* pan;
+  const QuantizedActs* xa;
+  int64_t r0, nb, pb;
+  REWIND_AMX void operator()(int64_t w, const int32_t* s) {
+    const int64_t b = w / 8, sb = w % 8;
+    const std::byte* blk = pan + b * pb;
+    const __m512i sc = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4KScOff + 16 * sb)));
+    for (int r = 0; r < 16; ++r)
+      s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(_mm512_load_si512(s + 16 * r), sc));
+    if (sb != 7) return;
+    // Block b complete: mins (pairs of sub-blocks per 16-bit dot product) and float combine.
+    __m512i mv[4];
+    for (int tp = 0; tp < 4; ++tp)
+      mv[tp] = _mm512_cvtepu8_epi16(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
+    const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
+    const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+    for (int r = 0; r < 16; ++r) {
+      const int16_t* s32 = xa->s32.data() + (r0 + r) * (xa->k / 32) + b * 8;
+      __m512i s2 = _mm512_setzero_si512();
+      for (int tp = 0; tp < 4; ++tp)
+        s2 = _mm512_dpwssd_epi32(s2, mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
+      const __m512 dx = _mm512_set1_ps(xa->d[(r0 + r) * nb + b]);
+      __m512 ar = _mm512_load_ps(acc[r]);
+      ar = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1[r]), ar);
+      const __m512 nscale =
+          _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, dx)), sign));
+      ar = _mm512_fmadd_ps(nscale, _mm512_cvtepi32_ps(s2), ar);
+      _mm512_store_ps(acc[r], ar);
+      s1[r] = _mm512_setzero_si512();
+    }
+  }
+};
+
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers read from
 // panels, codes from codes + p * codes_stride as expand_q4_k_codes lays them out); a: the rows'
 // codes as amx_pack_acts_k32 lays them out.
@@ -698,72 +749,22 @@ REWIND_AMX void int8_tile_amx_q4_k(const QuantizedActs& xa, int64_t r0, const in
                                    const std::byte* panels, int64_t panel_stride,
                                    const int8_t* codes, int64_t codes_stride, int np, float* y,
                                    int64_t ldy, int ncols) {
-  const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(DType::Q4_K), nu = nb * 8;
-  alignas(64) int32_t sums[2][16 * 16];
-  alignas(64) float acc[16][16];
+  const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(DType::Q4_K);
+  AmxCombineQ4_K c;
+  c.xa = &xa;
+  c.r0 = r0;
+  c.nb = nb;
+  c.pb = pb;
   for (int p = 0; p < np; ++p) {
-    const std::byte* pan = panels + p * panel_stride;
+    c.pan = panels + p * panel_stride;
+    std::memset(c.acc, 0, sizeof c.acc);  // +0.0f
+    for (int r = 0; r < 16; ++r) c.s1[r] = _mm512_setzero_si512();
     const int8_t* cp = codes + p * codes_stride;
-    std::memset(acc, 0, sizeof acc);  // +0.0f
-    __m512i s1[16];
-    for (int r = 0; r < 16; ++r) s1[r] = _mm512_setzero_si512();
-      // The Q8_0 kernel's pipeline over the nb * 8 sub-blocks u: store u, issue u + 2, combine
-      // u - 1 (sub-block s = u % 8 of block u / 8); after a block's last sub-block, its float
-      // combine.
-#define REWIND_AMX_ISSUE(C, A, B, u)  \
-  do {                                \
-    _tile_loadd(A, a + (u)*512, 32);  \
-    _tile_loadd(B, cp + (u)*512, 64); \
-    _tile_zero(C);                    \
-    _tile_dpbssd(C, A, B);            \
-  } while (0)
-    REWIND_AMX_ISSUE(0, 2, 4, 0);
-    REWIND_AMX_ISSUE(1, 3, 5, 1);  // nu >= 8
-    for (int64_t u = 0; u <= nu; ++u) {
-      if (u < nu) {
-        if (u % 2 == 0) {
-          _tile_stored(0, sums[0], 64);
-          if (u + 2 < nu) REWIND_AMX_ISSUE(0, 2, 4, u + 2);
-        } else {
-          _tile_stored(1, sums[1], 64);
-          if (u + 2 < nu) REWIND_AMX_ISSUE(1, 3, 5, u + 2);
-        }
-      }
-      if (u == 0) continue;
-      const int64_t w = u - 1, b = w / 8, sb = w % 8;
-      const std::byte* blk = pan + b * pb;
-      const __m512i sc = _mm512_cvtepu8_epi32(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4KScOff + 16 * sb)));
-      const int32_t* sw = sums[w % 2];
-      for (int r = 0; r < 16; ++r)
-        s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(_mm512_load_si512(sw + 16 * r), sc));
-      if (sb != 7) continue;
-      // Block b complete: mins (pairs of sub-blocks per 16-bit dot product) and float combine.
-      __m512i mv[4];
-      for (int tp = 0; tp < 4; ++tp)
-        mv[tp] = _mm512_cvtepu8_epi16(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
-      const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
-      const __m512i sign = _mm512_set1_epi32(INT32_MIN);
-      for (int r = 0; r < 16; ++r) {
-        const int16_t* s32 = xa.s32.data() + (r0 + r) * (xa.k / 32) + b * 8;
-        __m512i s2 = _mm512_setzero_si512();
-        for (int tp = 0; tp < 4; ++tp)
-          s2 = _mm512_dpwssd_epi32(s2, mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
-        const __m512 dx = _mm512_set1_ps(xa.d[(r0 + r) * nb + b]);
-        __m512 ar = _mm512_load_ps(acc[r]);
-        ar = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1[r]), ar);
-        const __m512 nscale = _mm512_castsi512_ps(
-            _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, dx)), sign));
-        ar = _mm512_fmadd_ps(nscale, _mm512_cvtepi32_ps(s2), ar);
-        _mm512_store_ps(acc[r], ar);
-        s1[r] = _mm512_setzero_si512();
-      }
-    }
-#undef REWIND_AMX_ISSUE
+    amx_chunks(
+        nb * 8, a, [cp](int64_t u) { return cp + u * 512; }, c);
     for (int r = 0; r < 16; ++r)
       _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p),
-                            _mm512_load_ps(acc[r]));
+                            _mm512_load_ps(c.acc[r]));
   }
 }
 
