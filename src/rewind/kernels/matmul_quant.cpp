@@ -1055,8 +1055,8 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         BlockQ8_0 x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ8_0), sizeof x);
         std::memcpy(o + 2 * j, &x.d, 2);
-        for (int kk = 0; kk < 32; ++kk)
-          o[kQ8QOff + group_byte(kk, j)] = static_cast<uint8_t>(x.qs[kk]);
+        for (int g = 0; g < 8; ++g)  // codes 4g..4g+3 are bytes group_byte(4g, j) .. + 3
+          std::memcpy(o + kQ8QOff + group_byte(4 * g, j), x.qs + 4 * g, 4);
       } else if (t == DType::Q4_K) {
         BlockQ4_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_K), sizeof x);
