@@ -49,7 +49,8 @@ struct LoadOptions {
 // sequence when SeqInput::capture is set (speculative verification, DESIGN section 5). With
 // them, a partly accepted round is undone exactly: restore the pre-round recurrent state and
 // replay only the accepted tokens' updates (Model::replay_recurrent), the same conv-window
-// shift and the same gdn_step on the same inputs as the forward, hence the same bits.
+// shift and the same per-token gdn_step arithmetic (gdn_steps gives its bits for any number of
+// tokens) on the same inputs as the forward, hence the same bits.
 // Rows append across forward calls until clear(); nothing is recorded when capture is null
 // (prefill and plain decoding pay nothing).
 // With the MTP head loaded each row also ends with the token's final hidden state (after the
