@@ -174,7 +174,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dpbusd_loop_avx512(
   // (Stored and summed here: GCC 12's _mm512_reduce_add_epi32 warns inside its own header.)
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, s);
-  int32_t total = 0;
+  int64_t total = 0;  // (the chains wrap around; only the loop's work matters)
   for (int32_t v : lanes) total += v;
   return static_cast<float>(total);
 }
