@@ -127,7 +127,7 @@ int cmd_bench(int argc, char** argv) {
         "\"decode_weight_bytes\":%.0f,\"decode_state_bytes\":%.0f,\"decode_kv_bytes\":%.0f,"
         "\"bandwidth_gb_s\":%.3f,\"bandwidth_before_gb_s\":%.3f,\"bandwidth_after_gb_s\":%.3f,"
         "\"fma_peak_gflop_s\":%.2f,\"int8_peak_gop_s\":%.2f,\"amx_int8_peak_gop_s\":%.2f,"
-        "\"amx\":%s,\"prefill_fraction_of_amx_peak\":%.4f,"
+        "\"amx\":%s,\"prefill_fraction_of_amx_peak\":%.6g,"
         "\"quant_dot\":\"%s\",\"quantised_bytes\":%zu,\"decode_fraction_of_bound\":%.4f,"
         "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f}\n",
         dir.c_str(), m.packed_bytes(), static_cast<long long>(th.value()), m.isa(), load_s,
