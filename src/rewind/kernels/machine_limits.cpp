@@ -190,9 +190,12 @@ __attribute__((target("amx-tile,amx-int8"))) float tdpbssd_loop(int64_t iters) {
   }
   // Not the kernels' configuration: they reload theirs afterwards.
   detail::amx_load_config(c, 0);
-  alignas(64) static thread_local int8_t a[16 * 64], b[16 * 64];
-  alignas(64) static thread_local int32_t out[16 * 16];
-  for (int i = 0; i < 16 * 64; ++i) a[i] = static_cast<int8_t>(i), b[i] = static_cast<int8_t>(-i);
+  alignas(64) int8_t a[16 * 64], b[16 * 64];
+  alignas(64) int32_t out[16 * 16];
+  for (int i = 0; i < 16 * 64; ++i) {
+    a[i] = static_cast<int8_t>(i);
+    b[i] = static_cast<int8_t>(-i);
+  }
   _tile_loadd(4, a, 64);
   _tile_loadd(5, b, 64);
   _tile_zero(0);

@@ -297,8 +297,7 @@ const char* matmul_int8_isa() {
 }
 
 bool matmul_amx_enabled() {
-  return detail::g_isa_cap >= 3 && detail::amx_int8_available() &&
-         std::string(detail::int8_dot_isa()) == "avx512vnni";
+  return detail::amx_int8_enabled();
 }
 
 // ---- PackedMatrix ------------------------------------------------------------------------------

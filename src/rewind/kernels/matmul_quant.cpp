@@ -382,6 +382,12 @@ struct ActRows {
   }
 };
 
+// -x by flipping the sign bit (as the reference's unary minus; no rounding, NaN signs flip too).
+REWIND_AVX512 inline __m512 negate_ps(__m512 x) {
+  return _mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+}
+
 // acc[r][p] = fma(dw[p] * dx[r], float(s[r][p]), acc[r][p]) (negated product when Neg).
 template <int R, int P, bool Neg = false>
 REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][P],
@@ -394,11 +400,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][
       const __m512 scale = _mm512_mul_ps(dw[p], dx);
       const __m512 f = _mm512_cvtepi32_ps(s[r][p]);
       // Neg: the scale negated first, as the reference's fma(-(dmin * dx), s, acc).
-      acc[r][p] =
-          _mm512_fmadd_ps(Neg ? _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(scale),
-                                                                     _mm512_set1_epi32(INT32_MIN)))
-                              : scale,
-                          f, acc[r][p]);
+      acc[r][p] = _mm512_fmadd_ps(Neg ? negate_ps(scale) : scale, f, acc[r][p]);
     }
   }
 }
@@ -724,7 +726,6 @@ struct AmxCombineQ4_K {
       mv[tp] = _mm512_cvtepu8_epi16(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
     const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
-    const __m512i sign = _mm512_set1_epi32(INT32_MIN);
     for (int r = 0; r < 16; ++r) {
       const int16_t* s32 = xa->s32.data() + (r0 + r) * (xa->k / 32) + b * 8;
       __m512i s2 = _mm512_setzero_si512();
@@ -733,9 +734,7 @@ struct AmxCombineQ4_K {
       const __m512 dx = _mm512_set1_ps(xa->d[(r0 + r) * nb + b]);
       __m512 ar = _mm512_load_ps(acc[r]);
       ar = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1[r]), ar);
-      const __m512 nscale =
-          _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dmin, dx)), sign));
-      ar = _mm512_fmadd_ps(nscale, _mm512_cvtepi32_ps(s2), ar);
+      ar = _mm512_fmadd_ps(negate_ps(_mm512_mul_ps(dmin, dx)), _mm512_cvtepi32_ps(s2), ar);
       _mm512_store_ps(acc[r], ar);
       s1[r] = _mm512_setzero_si512();
     }
@@ -791,12 +790,11 @@ REWIND_AVX512 void quantize_block_avx512(const float* x, int n, int8_t* q, float
   }
 }
 
-// ---- int8 dot: AVX2
-// ------------------------------------------------------------------------------ The same integer
-// sums without VNNI: u8 x s8 products summed in pairs (vpmaddubsw, exact while a pair stays within
-// int16: Q8_0 multiplies |q| by x with q's sign moved onto x, Q4_K nibbles are at most 15, Q6_K
-// codes at most 63), then pairs of pairs (vpmaddwd by ones). A panel's 16 lanes are two 8-lane
-// halves.
+// ---- int8 dot: AVX2 ---------------------------------------------------------------------------
+// The same integer sums without VNNI: u8 x s8 products summed in pairs (vpmaddubsw, exact while a
+// pair stays within int16: Q8_0 multiplies |q| by x with q's sign moved onto x, Q4_K nibbles are
+// at most 15, Q6_K codes at most 63), then pairs of pairs (vpmaddwd by ones). A panel's 16 lanes
+// are two 8-lane halves.
 
 #define REWIND_AVX2 __attribute__((target("avx2,fma,f16c")))
 
@@ -1005,9 +1003,7 @@ int64_t act_block(DType t) {
 int g_isa_cap = 3;
 thread_local int t_amx_config = 0;
 
-namespace {
-// AMX-INT8 here and granted by the kernel (Linux asks each process to request the tile state).
-bool amx_available() {
+bool amx_int8_available() {
   static const bool yes = [] {
 #if defined(__linux__) && defined(__x86_64__)
     if (!use_vnni()) return false;
@@ -1023,17 +1019,12 @@ bool amx_available() {
   }();
   return yes;
 }
-}  // namespace
 
-bool amx_int8_available() {
-  return amx_available();
+bool amx_int8_enabled() {
+  return g_isa_cap >= 3 && amx_int8_available();
 }
 
 namespace {
-bool amx_allowed() {
-  return g_isa_cap >= 3 && amx_available();
-}
-
 enum class Int8Path { Vnni, Avx2, Scalar };
 Int8Path int8_path() {
   if (use_vnni() && g_isa_cap >= 2) return Int8Path::Vnni;
@@ -1281,14 +1272,17 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const bool expand = t == DType::Q6_K;
   // Q8_0 and Q4_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same bits);
   // Q4_K's nibbles are expanded to bytes once per panel group and row block, like Q6_K's codes.
-  const bool amx = (t == DType::Q8_0 || t == DType::Q4_K) && amx_allowed() && r1 - r0 >= 16;
+  const bool amx = (t == DType::Q8_0 || t == DType::Q4_K) && amx_int8_enabled() && r1 - r0 >= 16;
   const bool amx_q4 = amx && t == DType::Q4_K;
   const int64_t kMc = expand ? 512 : 128;
   const int64_t nb = xa.k / xa.block;
   thread_local AlignedBuffer<std::byte> q6;
   if (expand) q6.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
-  if (amx) amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
+  if (amx) {
+    amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
+    amx_configure_k32();
+  }
   if (amx_q4) q4.reserve_at_least(static_cast<size_t>(kP * nb * 4096));
   for (int64_t rb = r0; rb < r1; rb += kMc) {
     const int64_t re = std::min(r1, rb + kMc);
@@ -1307,7 +1301,6 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       }
       int64_t r = rb;
       if (amx && re - r >= 16) {
-        amx_configure_k32();
         if (amx_q4)
           for (int p = 0; p < npg; ++p)
             expand_q4_k_codes(panels + (p0 + p) * panel_stride, nb, q4.data() + p * nb * 4096);

@@ -104,6 +104,8 @@ const char* int8_dot_isa();  // "avx512vnni", "avx2" or "scalar": the path the i
 // AMX-INT8 usable here (CPU and kernel permission); Q8_0 and Q4_K prefill tiles of 16 rows then
 // use it unless matmul_force_isa capped the kernels below "amx".
 bool amx_int8_available();
+// amx_int8_available() and matmul_force_isa has not capped the kernels below "amx".
+bool amx_int8_enabled();
 
 // y[r, c] for r in [r0, r1), c < ncols (ncols <= 16 * np): the int8 dot of activation rows of xa
 // against np panels (panel p at panels + p * panel_stride), all of K. y points at y[r0, col0].

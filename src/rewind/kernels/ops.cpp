@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "rewind/kernels/isa_cap.h"
@@ -330,8 +331,10 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
   // Each strip reads every token's q, k and v again; packed contiguously (in L2) they stream,
   // where the callers' rows lie a page or more apart.
   const int64_t P = 2 * dk + dv;
-  std::vector<float> buf(static_cast<size_t>(dk * kW));
-  std::vector<float> pk(static_cast<size_t>(std::min(T, kTB) * P));
+  // Per-thread scratch, kept between calls (one call per head, layer and chunk).
+  thread_local std::vector<float> buf, pk;
+  buf.resize(static_cast<size_t>(dk * kW));
+  pk.resize(static_cast<size_t>(std::min(T, kTB) * P));
   for (int64_t tb = 0; tb < T; tb += kTB) {
     const int64_t nt = std::min(kTB, T - tb);
     for (int64_t t = 0; t < nt; ++t) {
@@ -499,10 +502,10 @@ bool attention_avx512() {
 #endif
 
 // Pointers and key counts of up to 8 rows of attention_rows within one K/V block.
+// s doubles as the probabilities p once pass 2 has normalised it.
 struct RowGroup {
   const float* q[8];
   float* s[8];
-  const float* p[8];
   float* o[8];
   int64_t nb[8];
 };
@@ -521,21 +524,30 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
                     int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch) {
   const int64_t n_max = n_keys[m - 1];
-#ifdef REWIND_ATTN_AVX512
-  const bool avx512 = attention_avx512();
-#else
-  const bool avx512 = false;
-#endif
   // Rows [r, r + R) of one block: fills g with their pointers and key counts.
   auto group = [&](RowGroup& g, int64_t r, int R, int64_t b0, int64_t d0) {
     for (int u = 0; u < R; ++u) {
       g.q[u] = q + (r + u) * ldq;
       g.s[u] = scratch + (r + u) * n_max + b0;
-      g.p[u] = g.s[u];
       g.o[u] = out + (r + u) * ldo + d0;
       g.nb[u] = std::min(block, n_keys[r + u] - b0);
     }
   };
+#ifdef REWIND_ATTN_AVX512
+  const bool avx512 = attention_avx512();
+  // Rows from r in groups of 8, then of 4: run(g, R) per group, R a std::integral_constant.
+  auto in_groups = [&](int64_t& r, int64_t b0, auto&& run) {
+    RowGroup g;
+    for (; r + 8 <= m; r += 8) {
+      group(g, r, 8, b0, 0);
+      run(g, std::integral_constant<int, 8>{});
+    }
+    for (; r + 4 <= m; r += 4) {
+      group(g, r, 4, b0, 0);
+      run(g, std::integral_constant<int, 4>{});
+    }
+  };
+#endif
   // Pass 1, block-major so that a K block is reused by every row: scores.
   for (int64_t b0 = 0; b0 < n_max; b0 += block) {
     const float* kb = k_blocks[b0 / block];
@@ -543,16 +555,10 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
     while (r < m && n_keys[r] <= b0) ++r;  // rows whose keys end before this block
     RowGroup g;
 #ifdef REWIND_ATTN_AVX512
-    if (avx512 && block % 32 == 0) {
-      for (; r + 8 <= m; r += 8) {
-        group(g, r, 8, b0, 0);
-        scores_rows_avx512<8>(g.q, kb, block, g.nb, d, g.s);
-      }
-      for (; r + 4 <= m; r += 4) {
-        group(g, r, 4, b0, 0);
-        scores_rows_avx512<4>(g.q, kb, block, g.nb, d, g.s);
-      }
-    }
+    if (avx512 && block % 32 == 0)
+      in_groups(r, b0, [&](RowGroup& rg, auto R) {
+        scores_rows_avx512<R()>(rg.q, kb, block, rg.nb, d, rg.s);
+      });
 #endif
     for (; r + 4 <= m; r += 4) {
       group(g, r, 4, b0, 0);
@@ -583,44 +589,38 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
     while (r < m && n_keys[r] <= b0) ++r;
     RowGroup g;
 #ifdef REWIND_ATTN_AVX512
-    if (avx512 && d % 32 == 0) {
-      for (; r + 8 <= m; r += 8) {
-        group(g, r, 8, b0, 0);
-        weighted_values_rows_avx512<8>(vb, ld, g.nb, g.p, g.o, d);
-      }
-      for (; r + 4 <= m; r += 4) {
-        group(g, r, 4, b0, 0);
-        weighted_values_rows_avx512<4>(vb, ld, g.nb, g.p, g.o, d);
-      }
-    }
+    if (avx512 && d % 32 == 0)
+      in_groups(r, b0, [&](RowGroup& rg, auto R) {
+        weighted_values_rows_avx512<R()>(vb, ld, rg.nb, rg.s, rg.o, d);
+      });
 #endif
     if (d % 64 == 0)
       for (; r + 4 <= m; r += 4)
         for (int64_t d0 = 0; d0 < d; d0 += 64) {
           group(g, r, 4, b0, d0);
-          weighted_values_rows<4, 64>(vb + d0, ld, g.nb, g.p, g.o);
+          weighted_values_rows<4, 64>(vb + d0, ld, g.nb, g.s, g.o);
         }
     for (; r < m; ++r) {  // one row: the whole head dim in registers when d is a usual size
       group(g, r, 1, b0, 0);
       switch (d) {
         case 32:
-          weighted_values_rows<1, 32>(vb, ld, g.nb, g.p, g.o);
+          weighted_values_rows<1, 32>(vb, ld, g.nb, g.s, g.o);
           continue;
         case 64:
-          weighted_values_rows<1, 64>(vb, ld, g.nb, g.p, g.o);
+          weighted_values_rows<1, 64>(vb, ld, g.nb, g.s, g.o);
           continue;
         case 128:
-          weighted_values_rows<1, 128>(vb, ld, g.nb, g.p, g.o);
+          weighted_values_rows<1, 128>(vb, ld, g.nb, g.s, g.o);
           continue;
         case 256:
-          weighted_values_rows<1, 256>(vb, ld, g.nb, g.p, g.o);
+          weighted_values_rows<1, 256>(vb, ld, g.nb, g.s, g.o);
           continue;
         default: break;
       }
       float* o = g.o[0];
       for (int64_t j = 0; j < g.nb[0]; ++j) {
         const float* vj = vb + j * ld;
-        for (int64_t i = 0; i < d; ++i) o[i] = std::fma(g.p[0][j], vj[i], o[i]);
+        for (int64_t i = 0; i < d; ++i) o[i] = std::fma(g.s[0][j], vj[i], o[i]);
       }
     }
   }
