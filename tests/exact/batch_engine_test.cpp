@@ -9,10 +9,11 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <utility>
 
+#include "event_collector.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/engine.h"
-#include "event_collector.h"
 #include "test_util.h"
 
 namespace rw {
@@ -137,13 +138,26 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   EXPECT_EQ(eng.metrics().requests_rejected, 3);
   EXPECT_EQ(eng.metrics().requests_submitted, 0);
   EXPECT_EQ(eng.metrics().cache.lookups, 0);
-  // Queue full: one running plus max_queued (0) waiting; a burst of submissions overflows it
-  // and the refused ones change nothing for those accepted.
+  // Queue full: one running plus max_queued (0) waiting. The running request's first token
+  // callback holds the engine thread until the burst is done, so none of the burst can start
+  // or finish in between (without the hold, a fast request could finish mid-burst and let a
+  // third one in): exactly one more is accepted, the rest are refused and change nothing.
   r.prompt = std::vector<int32_t>(60, 2);
   r.max_tokens = 39;
-  std::vector<uint64_t> accepted;
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  bool first_event = true;
+  auto hold = [&](const TokenEvent&) {
+    if (!std::exchange(first_event, false)) return;
+    entered.set_value();
+    released.wait();
+  };
+  auto running = eng.submit(r, hold);
+  ASSERT_TRUE(running.ok()) << running.error_message();
+  entered.get_future().wait();  // admitted and decoding
+  std::vector<uint64_t> accepted{*running};
   int full = 0;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 3; ++i) {
     auto id = eng.submit(r, nullptr);
     if (id.ok()) {
       accepted.push_back(*id);
@@ -152,8 +166,9 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
       ++full;
     }
   }
-  EXPECT_GE(full, 1);
-  EXPECT_LE(accepted.size(), 2u);
+  release.set_value();
+  EXPECT_EQ(full, 2);
+  EXPECT_EQ(accepted.size(), 2u);
   EXPECT_EQ(eng.metrics().requests_rejected, 3 + full);
   eng.shutdown(true);  // the accepted ones finish
   EXPECT_EQ(eng.metrics().requests_finished, static_cast<int64_t>(accepted.size()));
