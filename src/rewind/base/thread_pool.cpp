@@ -1,5 +1,7 @@
 #include "rewind/base/thread_pool.h"
 
+#include <algorithm>
+
 #include "rewind/base/check.h"
 
 namespace rw {
@@ -42,14 +44,44 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::parallel_for(int64_t n_items, int64_t grain,
                               const std::function<void(int, int64_t, int64_t)>& fn) {
+  REWIND_CHECK(grain >= 1);
+  run(n_items, grain, false, fn);
+}
+
+void ThreadPool::parallel_chunks(int64_t n_items, int64_t chunk,
+                                 const std::function<void(int, int64_t, int64_t)>& fn) {
+  REWIND_CHECK(chunk >= 1);
+  run(n_items, chunk, true, fn);
+}
+
+// Thread `index`'s part of the current job.
+void ThreadPool::run_share(int index) {
+  if (!job_dynamic_) {
+    int64_t b, e;
+    split_range(job_items_, job_grain_, n_threads_, index, &b, &e);
+    if (b < e) (*job_)(index, b, e);
+    return;
+  }
+  for (;;) {
+    const int64_t b = next_chunk_.fetch_add(1, std::memory_order_relaxed) * job_grain_;
+    if (b >= job_items_) return;
+    (*job_)(index, b, std::min(job_items_, b + job_grain_));
+  }
+}
+
+void ThreadPool::run(int64_t n_items, int64_t grain, bool dynamic,
+                     const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n_items <= 0) return;
   if (n_threads_ == 1 || n_items <= grain) {
-    fn(0, 0, n_items);
+    for (int64_t b = 0; b < n_items; b += dynamic ? grain : n_items)
+      fn(0, b, dynamic ? std::min(n_items, b + grain) : n_items);
     return;
   }
   job_ = &fn;
   job_items_ = n_items;
   job_grain_ = grain;
+  job_dynamic_ = dynamic;
+  next_chunk_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
     // Under the lock so that a worker deciding to sleep cannot miss the new generation.
@@ -57,9 +89,7 @@ void ThreadPool::parallel_for(int64_t n_items, int64_t grain,
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load(std::memory_order_acquire) > 0) cv_start_.notify_all();
-  int64_t b, e;
-  split_range(n_items, grain, n_threads_, 0, &b, &e);
-  if (b < e) fn(0, b, e);
+  run_share(0);
   for (int i = 0; i < kSpinIters && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
   if (pending_.load(std::memory_order_acquire) != 0) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -81,9 +111,7 @@ void ThreadPool::worker(int index) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    int64_t b, e;
-    split_range(job_items_, job_grain_, n_threads_, index, &b, &e);
-    if (b < e) (*job_)(index, b, e);
+    run_share(index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);
       cv_done_.notify_one();

@@ -33,8 +33,19 @@ class ThreadPool {
   void parallel_for(int64_t n_items, int64_t grain,
                     const std::function<void(int, int64_t, int64_t)>& fn);
 
+  // Calls fn(thread_index, begin, end) on consecutive chunks of `chunk` items (the last may be
+  // shorter), each taken by whichever thread is free next: for memory-bound loops whose threads
+  // run at uneven speeds (a shared machine), where a static split waits for the slowest. Which
+  // thread runs a chunk varies from run to run, so fn's results must not depend on it or on
+  // the chunk boundaries (outputs per item, as everywhere here).
+  void parallel_chunks(int64_t n_items, int64_t chunk,
+                       const std::function<void(int, int64_t, int64_t)>& fn);
+
  private:
   void worker(int index);
+  void run(int64_t n_items, int64_t grain, bool dynamic,
+           const std::function<void(int, int64_t, int64_t)>& fn);
+  void run_share(int index);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -45,7 +56,9 @@ class ThreadPool {
   // after they see the new generation (acquire).
   const std::function<void(int, int64_t, int64_t)>* job_ = nullptr;
   int64_t job_items_ = 0;
-  int64_t job_grain_ = 1;
+  int64_t job_grain_ = 1;  // static: the split's granularity; dynamic: the chunk size
+  bool job_dynamic_ = false;
+  std::atomic<int64_t> next_chunk_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<int> sleepers_{0};

@@ -449,6 +449,26 @@ float PackedMatrix::at(int64_t r, int64_t c) const {
 
 // ---- matmul ----------------------------------------------------------------------------------
 
+namespace {
+// Threads split the output columns on panel boundaries, never K. Prefill (compute-bound, even
+// work per panel) splits them statically; decode (M <= 16: memory-bound, and on a shared
+// machine one thread often streams slower than the other) hands out chunks of at least 4 panels,
+// about 4 per thread, to whichever thread is free, so nobody waits for a whole slow half.
+// Every output column's sum is the same whichever thread computes it and wherever the chunk
+// boundaries fall (the matmul tests run 1, 2 and 3 threads).
+void split_columns(ThreadPool* pool, int64_t m, int64_t n,
+                   const std::function<void(int, int64_t, int64_t)>& fn) {
+  if (!pool) {
+    fn(0, 0, n);
+  } else if (m <= 16) {
+    const int64_t per = std::max<int64_t>(4, cdiv(cdiv(n, kMatmulNR), 4 * pool->n_threads()));
+    pool->parallel_chunks(n, per * kMatmulNR, fn);
+  } else {
+    pool->parallel_for(n, kMatmulNR, fn);
+  }
+}
+}  // namespace
+
 void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
             ThreadPool* pool) {
   const int64_t n = w.n(), k = w.k();
@@ -486,10 +506,7 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
     auto work8 = [&](int, int64_t c0, int64_t c1) {
       run_panels_int8(*xa, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
     };
-    if (pool)
-      pool->parallel_for(n, kMatmulNR, work8);
-    else
-      work8(0, 0, n);
+    split_columns(pool, m, n, work8);
     return;
   }
   auto work = [&](int, int64_t c0, int64_t c1) {
@@ -499,12 +516,7 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
       run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
     }
   };
-  // Threads split the output columns on panel boundaries (grain = panel width), never K.
-  if (pool) {
-    pool->parallel_for(n, kMatmulNR, work);
-  } else {
-    work(0, 0, n);
-  }
+  split_columns(pool, m, n, work);
 }
 
 void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,

@@ -1,0 +1,130 @@
+// ThreadPool: parallel_for's static split and parallel_chunks' dynamic chunks each cover every
+// item exactly once, with the promised boundaries, over many back-to-back jobs (the spin and
+// sleep hand-offs between generations) and for every thread count.
+#include "rewind/base/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace rw {
+namespace {
+
+TEST(ThreadPool, SplitRangeIsContiguousOnGrainBoundaries) {
+  for (int64_t n : {0, 1, 5, 16, 17, 100, 1000})
+    for (int64_t grain : {1, 3, 16})
+      for (int parts : {1, 2, 3, 7}) {
+        int64_t expect_begin = 0;
+        for (int i = 0; i < parts; ++i) {
+          int64_t b, e;
+          split_range(n, grain, parts, i, &b, &e);
+          EXPECT_EQ(b, expect_begin) << n << " " << grain << " " << parts << " " << i;
+          EXPECT_LE(b, e);
+          if (e < n) {
+            EXPECT_EQ(e % grain, 0);
+          }
+          expect_begin = e;
+        }
+        EXPECT_EQ(expect_begin, n);
+      }
+}
+
+struct Coverage {
+  std::vector<std::atomic<int>> hits;
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<int> threads;
+  explicit Coverage(int64_t n) : hits(static_cast<size_t>(n)) {}
+  void record(int t, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+    std::lock_guard<std::mutex> lock(mu);
+    ranges.emplace_back(b, e);
+    threads.push_back(t);
+  }
+};
+
+TEST(ThreadPool, ParallelForCoversEachItemOnceInOneRangePerThread) {
+  for (int nt : {1, 2, 3, 4}) {
+    ThreadPool pool(nt);
+    for (int64_t n : {1, 2, 15, 16, 33, 1000})
+      for (int64_t grain : {1, 16}) {
+        Coverage c(n);
+        pool.parallel_for(n, grain, [&](int t, int64_t b, int64_t e) { c.record(t, b, e); });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(c.hits[static_cast<size_t>(i)].load(), 1) << i;
+        ASSERT_LE(c.ranges.size(), static_cast<size_t>(nt));
+        for (size_t j = 0; j < c.ranges.size(); ++j) {
+          EXPECT_GE(c.threads[j], 0);
+          EXPECT_LT(c.threads[j], nt);
+          int64_t b, e;
+          split_range(n, grain, n <= grain ? 1 : nt, c.threads[j], &b, &e);
+          EXPECT_EQ(c.ranges[j], std::make_pair(b, e)) << "static split, thread " << c.threads[j];
+        }
+      }
+  }
+}
+
+TEST(ThreadPool, ParallelChunksCoversEachItemOnceInWholeChunks) {
+  for (int nt : {1, 2, 3, 4}) {
+    ThreadPool pool(nt);
+    for (int64_t n : {1, 7, 64, 65, 1000})
+      for (int64_t chunk : {1, 8, 64, 2000}) {
+        Coverage c(n);
+        pool.parallel_chunks(n, chunk, [&](int t, int64_t b, int64_t e) { c.record(t, b, e); });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(c.hits[static_cast<size_t>(i)].load(), 1) << i;
+        EXPECT_EQ(c.ranges.size(), static_cast<size_t>((n + chunk - 1) / chunk));
+        for (size_t j = 0; j < c.ranges.size(); ++j) {
+          const auto [b, e] = c.ranges[j];
+          EXPECT_EQ(b % chunk, 0);
+          EXPECT_EQ(e, std::min(n, b + chunk));
+          EXPECT_GE(c.threads[j], 0);
+          EXPECT_LT(c.threads[j], nt);
+        }
+      }
+  }
+}
+
+TEST(ThreadPool, ParallelChunksSpreadsAcrossThreadsWhenOneIsSlow) {
+  // The caller (thread 0) stalls in its first chunk until the worker has taken every other
+  // chunk (or 10 s pass): a static split would leave it half the items, so this fails there.
+  ThreadPool pool(2);
+  std::atomic<int> by_worker{0};
+  bool first = true;
+  pool.parallel_chunks(64, 1, [&](int t, int64_t, int64_t) {
+    if (t != 0) {
+      by_worker.fetch_add(1);
+    } else if (std::exchange(first, false)) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (by_worker.load() < 63 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  EXPECT_EQ(by_worker.load(), 63);
+}
+
+TEST(ThreadPool, BackToBackJobsOfBothKindsAndIdleGaps) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> sum{0};
+  int64_t want = 0;
+  for (int rep = 0; rep < 3000; ++rep) {
+    const int64_t n = 1 + rep % 37;
+    want += n * (n - 1) / 2;
+    auto add = [&](int, int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sum.fetch_add(i);
+    };
+    if (rep % 2)
+      pool.parallel_chunks(n, 1 + rep % 5, add);
+    else
+      pool.parallel_for(n, 1 + rep % 3, add);
+    // Now and then long enough for the workers to stop spinning and sleep.
+    if (rep % 1000 == 999) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(sum.load(), want);
+}
+
+}  // namespace
+}  // namespace rw
