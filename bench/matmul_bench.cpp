@@ -4,7 +4,8 @@
 //
 // M=1 "cold" rotates over enough packed copies of the weights (>= 2 x L3, at least 1 GiB in all)
 // that every call streams them from memory, as a real decode step does (all layers' weights are
-// far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits).
+// far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits). --cold does
+// the same for every M: a model's prefill also reads each matrix from memory, once per chunk.
 //
 // Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] [--shape NAME]
 //                     [--seconds S]
@@ -12,6 +13,7 @@
 //                     [--limits-only]  (measure and print the machine limits, then exit)
 //                     [--isa amx|avx512|avx2|scalar]  (force a SIMD path)
 //                     [--quant-dot int8|f32]  (how quantised weights are multiplied)
+//                     [--cold]  (cold copies for every M, not only M <= 16)
 //                     [--cpu-time]  (time by process CPU time, not wall time: with --threads 1,
 //                                    tuning on a machine shared with other jobs)
 #include <unistd.h>
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
   std::string only_shape;
   double seconds = 0.5;  // per measurement
   double given_bw = 0, given_peak = 0;
-  bool limits_only = false;
+  bool limits_only = false, cold_all = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -102,6 +104,8 @@ int main(int argc, char** argv) {
       seconds = std::atof(next().c_str());
     } else if (a == "--limits-only") {
       limits_only = true;
+    } else if (a == "--cold") {
+      cold_all = true;
     } else if (a == "--cpu-time") {
       g_cpu_time = true;
     } else if (a == "--isa") {
@@ -122,7 +126,7 @@ int main(int argc, char** argv) {
           stderr,
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] "
           "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
-          "                    [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
+          "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -146,8 +150,9 @@ int main(int argc, char** argv) {
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   const size_t cold_bytes = std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);
 
-  std::printf("%-8s %6s %7s %5s %4s %6s %10s %9s %8s %7s %7s %9s %7s\n", "shape", "K", "N", "dtype",
-              "M", "copies", "time_ms", "GFLOP/s", "GB/s", "%BW", "%peak", "hot GB/s", "hot%BW");
+  std::printf("%-8s %6s %7s %5s %4s %6s %10s %9s %8s %7s %7s %9s %7s %8s\n", "shape", "K", "N",
+              "dtype", "M", "copies", "time_ms", "GFLOP/s", "GB/s", "%BW", "%peak", "hot GB/s",
+              "hot%BW", "cold/hot");
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   for (const Shape& s : kShapes) {
@@ -177,8 +182,9 @@ int main(int argc, char** argv) {
       copies.push_back(pack());
       const size_t bytes = copies[0].bytes();
       for (int64_t m : ms) {
-        // Cold copies only for the bandwidth-bound small-M runs.
-        const size_t want = m <= 16 ? std::max<size_t>(1, (cold_bytes + bytes - 1) / bytes) : 1;
+        // Cold copies for the bandwidth-bound small-M runs (every M with --cold).
+        const bool cold = m <= 16 || cold_all;
+        const size_t want = cold ? std::max<size_t>(1, (cold_bytes + bytes - 1) / bytes) : 1;
         while (copies.size() < want) copies.push_back(pack());
         std::vector<float> x(static_cast<size_t>(m * s.k));
         for (float& v : x) v = uni(rng);
@@ -204,10 +210,10 @@ int main(int argc, char** argv) {
                     static_cast<long long>(s.k), static_cast<long long>(s.n), dt.c_str(),
                     static_cast<long long>(m), want, t * 1e3, gflops, gbs,
                     100.0 * gbs / lim.read_bandwidth_gb_s, 100.0 * gflops / lim.fma_peak_gflop_s);
-        if (m <= 16 && want > 1) {
+        if (cold && want > 1) {
           const double th = run_best(1);
           const double hot = static_cast<double>(bytes) / th / 1e9;
-          std::printf(" %9.1f %6.1f%%", hot, 100.0 * hot / lim.read_bandwidth_gb_s);
+          std::printf(" %9.1f %6.1f%% %8.2f", hot, 100.0 * hot / lim.read_bandwidth_gb_s, th / t);
         }
         std::printf("\n");
         std::fflush(stdout);
