@@ -26,7 +26,7 @@ int cmd_bench(int argc, char** argv) {
         "                    [--weights auto|f32|bf16] [--quant-dot auto|int8|f32]\n"
         "                    [--isa auto|amx|avx512|avx2|scalar] [--json]\n"
         "  --isa: the widest SIMD path the kernels may take (default auto: the widest here;\n"
-        "         amx = AVX-512 with AMX-INT8 tiles for Q8_0 and Q4_K prefill)\n");
+        "         amx = AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K and Q5_K prefill)\n");
     return 0;
   }
   const std::string dir = args->str("--model");
@@ -113,7 +113,7 @@ int cmd_bench(int argc, char** argv) {
   const double frac_fma = prefill_gflop_s / lim.fma_peak_gflop_s;
   const double frac_int8 = lim.int8_peak_gop_s > 0 ? prefill_gflop_s / lim.int8_peak_gop_s : 0;
   const double frac_peak = int8 ? frac_int8 : frac_fma;
-  // AMX tiles run the Q8_0 / Q4_K prefill products when the kernels may use them: it is then
+  // AMX tiles run the Q8_0 / Q4_K / Q5_K prefill products when the kernels may use them: it is then
   // also judged against the AMX peak.
   const bool amx = int8 && lim.amx_int8_peak_gop_s > 0 && matmul_amx_enabled();
   const double frac_amx = amx ? prefill_gflop_s / lim.amx_int8_peak_gop_s : 0;

@@ -1,5 +1,6 @@
 // `rewind convert`: writes a Hugging Face checkpoint directory as one GGUF file in llama.cpp's
-// layout (model/gguf_model.h), with the matrices in F32, F16, BF16, Q8_0, Q4_K or Q6_K, and the
+// layout (model/gguf_model.h), with the matrices in F32, F16, BF16, Q8_0, Q4_K, Q5_K or Q6_K (or
+// llama-quantize's Q4_K_M / Q5_K_M mixtures), and the
 // tokenizer and chat template in the metadata.
 #include <cstdio>
 #include <filesystem>
@@ -23,9 +24,12 @@ Result<DType> parse_type(const std::string& s) {
   if (s == "bf16") return DType::BF16;
   if (s == "q8_0") return DType::Q8_0;
   if (s == "q4_k") return DType::Q4_K;
+  if (s == "q5_k") return DType::Q5_K;
   if (s == "q6_k") return DType::Q6_K;
   if (s == "q4_k_m") return DType::Q4_K;  // with the mixture rule below
-  return make_error("--type must be f32, f16, bf16, q8_0, q4_k, q4_k_m or q6_k (got '" + s + "')");
+  if (s == "q5_k_m") return DType::Q5_K;
+  return make_error(
+      "--type must be f32, f16, bf16, q8_0, q4_k, q4_k_m, q5_k, q5_k_m or q6_k (got '" + s + "')");
 }
 
 std::string read_file(const std::string& path) {
@@ -90,10 +94,13 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
     std::fprintf(stderr,
                  "rewind: note: the MTP head is not written (llama.cpp's qwen3next has no MTP "
                  "block)\n");
-  const bool mix = type == "q4_k_m";
+  // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M / _Q5_K_M.
+  const bool mix = type == "q4_k_m" || type == "q5_k_m";
   return write_gguf_model(out, cfg, ws, v, t, name.empty() ? "rewind" : name,
-                          mix ? gguf_q4_k_m_rule(cfg, gguf_mtp_blocks(cfg, ws)) : nullptr,
-                          mix ? 15 : -1);
+                          mix ? gguf_k_m_rule(cfg, gguf_mtp_blocks(cfg, ws), t) : nullptr,
+                          !mix               ? -1
+                          : t == DType::Q4_K ? 15
+                                             : 17);
 }
 
 int cmd_convert(int argc, char** argv) {
@@ -101,13 +108,14 @@ int cmd_convert(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind convert --in HF_DIR --out FILE.gguf [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q6_k]\n"
+        "usage: rewind convert --in HF_DIR --out FILE.gguf\n"
+        "                      [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k]\n"
         "Writes the checkpoint as one GGUF file in llama.cpp's layout (qwen35, qwen35moe,\n"
         "qwen3next), with its MTP head as blk.N.nextn.* (not for qwen3next).\n"
         "Matrices get --type (default f32); a row length that is not a multiple of\n"
         "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n"
-        "q4_k_m: llama-quantize's mixture (q6_k for output and, in some layers, attn_v and\n"
-        "ffn_down; q4_k elsewhere).\n");
+        "q4_k_m, q5_k_m: llama-quantize's mixtures (q6_k for output and, in some layers,\n"
+        "attn_v and ffn_down; q4_k or q5_k elsewhere).\n");
     return 0;
   }
   const std::string in = args->str("--in"), out = args->str("--out");

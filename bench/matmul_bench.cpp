@@ -7,7 +7,7 @@
 // far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits). --cold does
 // the same for every M: a model's prefill also reads each matrix from memory, once per chunk.
 //
-// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] [--shape NAME]
+// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k] [--shape NAME]
 //                     [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q6_k] "
+          "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k] "
           "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
           "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
       return a == "--help" ? 0 : 2;
@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
       const rw::DType store = dt == "bf16"   ? rw::DType::BF16
                               : dt == "q8_0" ? rw::DType::Q8_0
                               : dt == "q4_k" ? rw::DType::Q4_K
+                              : dt == "q5_k" ? rw::DType::Q5_K
                               : dt == "q6_k" ? rw::DType::Q6_K
                                              : rw::DType::F32;
       // Quantised stores pack ggml blocks of the same random weights.

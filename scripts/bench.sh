@@ -13,8 +13,8 @@ mkdir -p models
 echo "== engine: qwen3.5-0.8b shape, prefill 512, decode 128, $t threads"
 $bin bench --model models/qwen3.5-0.8b-f32 -p 512 -n 128 -t "$t"
 $bin bench --model models/qwen3.5-0.8b-bf16 -p 512 -n 128 -t "$t"
-echo "== GGUF: the f32 checkpoint converted to f32, bf16, q8_0, q4_k; prefill 512, decode 128, $t threads"
-for ty in f32 bf16 q8_0 q4_k; do
+echo "== GGUF: the f32 checkpoint converted to f32, bf16, q8_0, q4_k, q5_k_m; prefill 512, decode 128, $t threads"
+for ty in f32 bf16 q8_0 q4_k q5_k_m; do
   [ -f models/qwen3.5-0.8b-$ty.gguf ] || $bin convert --in models/qwen3.5-0.8b-f32 --out models/qwen3.5-0.8b-$ty.gguf --type $ty
   $bin bench --model models/qwen3.5-0.8b-$ty.gguf -p 512 -n 128 -t "$t"
 done
@@ -27,8 +27,8 @@ for ty in q8_0 q4_k; do
   $bin bench --model models/qwen3.5-0.8b-$ty.gguf -p 512 -n 128 -t "$t" --quant-dot f32
 done
 echo "== matmul kernels alone, quantised, int8 dot: decode (M=1) and prefill (M=512)"
-build/release/bench/matmul_bench --threads "$t" --m 1,512 --dtype q8_0,q4_k,q6_k --seconds 0.5
-build/release/bench/matmul_bench --threads "$t" --m 512 --dtype q8_0,q4_k --seconds 0.5 --isa avx512 || true
+build/release/bench/matmul_bench --threads "$t" --m 1,512 --dtype q8_0,q4_k,q5_k,q6_k --seconds 0.5
+build/release/bench/matmul_bench --threads "$t" --m 512 --dtype q8_0,q4_k,q5_k --seconds 0.5 --isa avx512 || true
 echo "== prefix cache: all workloads, cache on vs off (qwen3.5-mini shape)"
 $bin cache-bench --model models/qwen3.5-mini --workload all -t "$t"
 echo "== prefix cache: shared-system and repeat on the qwen3.5-0.8b shape"

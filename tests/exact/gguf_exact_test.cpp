@@ -254,7 +254,7 @@ TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufQuantExact,
-                         ::testing::Values("q8_0", "q4_k", "q6_k", "q4_k_m"));
+                         ::testing::Values("q8_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"));
 
 }  // namespace
 }  // namespace rw

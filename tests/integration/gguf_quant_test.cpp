@@ -1,6 +1,7 @@
 // Quantised GGUF models stay close to F32: on the qwen3.5-tiny-256 preset (every matmul row a
 // multiple of 256, more value than key heads), the same weights converted to F32 and to Q8_0,
-// Q6_K, Q4_K (and the float types BF16, F16) are run on random prompts; top-1 agreement and mean
+// Q6_K, Q5_K, Q4_K, the Q5_K_M and Q4_K_M mixtures (and the float types BF16, F16) are run on
+// random prompts; top-1 agreement and mean
 // KL(F32 || quantised) over all positions must meet per-type thresholds. The thresholds sit well
 // above the measured values (printed) and well below what a broken dequantisation gives: the test
 // also corrupts scales in one tensor of a valid file and checks that the result fails the same
@@ -124,14 +125,15 @@ struct Threshold {
   double min_top1, max_kl;
 };
 // Measured on this model (printed by the test; README), f32 dot: q8_0 top-1 0.96, KL 0.0004;
-// q6_k 0.84, 0.006; q4_k 0.46, 0.073; q4_k_m 0.48, 0.069 (its fused qkv is a Q4_K/Q6_K stack);
+// q6_k 0.84, 0.006; q5_k 0.71, 0.023; q5_k_m 0.69, 0.022; q4_k 0.46, 0.073; q4_k_m 0.48, 0.069
+// (its fused qkv is a Q4_K/Q6_K stack);
 // bf16 0.98, 4e-5; f16 1.0, 6e-7. The int8 dot adds its activation rounding: q8_0 0.945, 0.001;
-// q6_k 0.84, 0.007; q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's error does. A
-// random-weight model has flat next-token distributions, so top-1 flips easily; KL is the sharper
-// measure.
-constexpr Threshold kThresholds[] = {{"q8_0", 0.90, 0.005}, {"q6_k", 0.75, 0.03},
-                                     {"q4_k", 0.35, 0.2},   {"q4_k_m", 0.40, 0.15},
-                                     {"bf16", 0.97, 5e-4},  {"f16", 0.98, 1e-4}};
+// q6_k 0.84, 0.007; q5_k 0.67, 0.023; q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's
+// error does. A random-weight model has flat next-token distributions, so top-1 flips easily; KL is
+// the sharper measure.
+constexpr Threshold kThresholds[] = {
+    {"q8_0", 0.90, 0.005}, {"q6_k", 0.75, 0.03},   {"q5_k", 0.55, 0.05}, {"q5_k_m", 0.55, 0.05},
+    {"q4_k", 0.35, 0.2},   {"q4_k_m", 0.40, 0.15}, {"bf16", 0.97, 5e-4}, {"f16", 0.98, 1e-4}};
 
 // Both quantised dots: f32 (exact dequantisation) and int8 (activations quantised per block).
 TEST(GgufQuant, CloseToF32) {
@@ -190,6 +192,7 @@ TEST(GgufQuantMtp, DraftsCloseToF32) {
 
 GgmlType to_ggml(DType t) {
   return t == DType::Q4_K   ? GgmlType::Q4_K
+         : t == DType::Q5_K ? GgmlType::Q5_K
          : t == DType::Q6_K ? GgmlType::Q6_K
          : t == DType::Q8_0 ? GgmlType::Q8_0
                             : GgmlType::F32;
@@ -217,12 +220,32 @@ TEST(GgufQuantMtp, Q4KMTypesCountTheMtpBlock) {
   // Every matrix as the rule says (the rule with no MTP blocks differs on blk.3.ffn_down).
   auto cfg = config_from_gguf(g.value());
   ASSERT_TRUE(cfg.ok()) << cfg.error_message();
-  const auto rule = gguf_q4_k_m_rule(cfg.value(), 1);
+  const auto rule = gguf_k_m_rule(cfg.value(), 1);
   for (auto& t : g->tensors()) {
     if (t.ne.size() < 2 || t.name.find("ssm_conv1d") != std::string::npos) continue;
     EXPECT_EQ(t.type, to_ggml(gguf_matrix_type(rule(t.name), t.ne[0]))) << t.name;
   }
-  EXPECT_EQ(gguf_q4_k_m_rule(cfg.value(), 0)("blk.3.ffn_down.weight"), DType::Q6_K);
+  EXPECT_EQ(gguf_k_m_rule(cfg.value(), 0)("blk.3.ffn_down.weight"), DType::Q6_K);
+}
+
+// Q5_K_M: the same mixture on a Q5_K base, and llama.cpp's file type number for it (17).
+TEST(GgufQuant, Q5KMTypesAndFileType) {
+  auto g = GgufFile::open(gguf("q5_k_m"));
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(g->get_int("general.file_type").value(), 17);
+  auto cfg = config_from_gguf(g.value());
+  ASSERT_TRUE(cfg.ok()) << cfg.error_message();
+  const auto rule = gguf_k_m_rule(cfg.value(), 0, DType::Q5_K);
+  int q5 = 0, q6 = 0;
+  for (auto& t : g->tensors()) {
+    if (t.ne.size() < 2 || t.name.find("ssm_conv1d") != std::string::npos) continue;
+    EXPECT_EQ(t.type, to_ggml(gguf_matrix_type(rule(t.name), t.ne[0]))) << t.name;
+    q5 += t.type == GgmlType::Q5_K;
+    q6 += t.type == GgmlType::Q6_K;
+  }
+  EXPECT_GT(q5, q6);
+  EXPECT_GT(q6, 0);
+  EXPECT_EQ(GgufFile::open(gguf("q5_k"))->get_int("general.file_type").value(), 16);
 }
 
 // Greedy decoding with MTP drafts from the Q4_K_M file gives plain greedy decoding's output.

@@ -205,12 +205,12 @@ TEST(GgufModel, TensorErrors) {
               }),
       "tensor 'blk.0.attn_gate.weight': shape [64, 32] (ne reversed), expected [32, 64]");
   const std::string q = made("qwen3.5-tiny-256", "f32");
-  expect_load_error(rewrite(q, "q5k", nullptr,
+  expect_load_error(rewrite(q, "iq4xs", nullptr,
                             [](std::vector<T>& ts) {
                               for (auto& t : ts)
-                                if (t.name == "blk.0.ffn_up.weight") t.type = GgmlType::Q5_K;
+                                if (t.name == "blk.0.ffn_up.weight") t.type = GgmlType::IQ4_XS;
                             }),
-                    "tensor 'blk.0.ffn_up.weight': type Q5_K is not supported for weights");
+                    "tensor 'blk.0.ffn_up.weight': type IQ4_XS is not supported for weights");
 }
 
 std::vector<std::string> names_from(const GgufFile& g, const std::string& prefix) {

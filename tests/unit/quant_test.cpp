@@ -1,6 +1,6 @@
-// Tests of tensor/quant.h (ggml's Q8_0 / Q4_K / Q6_K blocks) and the quantised matmul stores:
-// known-answer dequantisation of hand-built blocks, quantise -> dequantise error bounds, and the
-// exactness contract: a quantised PackedMatrix gives the same bits as the F32 matrix of its
+// Tests of tensor/quant.h (ggml's Q8_0 / Q4_K / Q5_K / Q6_K blocks) and the quantised matmul
+// stores: known-answer dequantisation of hand-built blocks, quantise -> dequantise error bounds,
+// and the exactness contract: a quantised PackedMatrix gives the same bits as the F32 matrix of its
 // dequantised values, for every M, thread count and SIMD path (the f32 dot); with a k
 // permutation, the same bits as the F32 matmul on the gathered input. The int8 dot: every output
 // equals the scalar formula of matmul_quant.h bit for bit (every M, path and thread count), and
@@ -91,6 +91,38 @@ TEST(Quant, Q4_KKnownAnswer) {
         << e;
 }
 
+// Q5_K as ggml's dequantize_row_q5_K reads it: chunk c of 64 values takes the low nibbles of
+// qs[32c ..] with bit 2c of qh[l], then the high nibbles with bit 2c + 1; scales and mins as
+// Q4_K's.
+TEST(Quant, Q5_KKnownAnswer) {
+  uint8_t sc[8], mn[8];
+  for (int j = 0; j < 8; ++j)
+    sc[j] = static_cast<uint8_t>(3 * j + 1 + (j >= 5 ? 30 : 0)),
+    mn[j] = static_cast<uint8_t>(j + (j == 6 ? 50 : 0));
+  BlockQ5_K b{};
+  b.d = 0x3400;     // 0.25
+  b.dmin = 0x3C00;  // 1.0
+  for (int j = 0; j < 4; ++j) {
+    b.scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    b.scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    b.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+  auto code = [](int e) { return (e * 11 + 3) % 32; };
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      const int lo = code(64 * c + l), hi = code(64 * c + 32 + l);
+      b.qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      b.qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+    }
+  for (int e = 0; e < 256; ++e) ASSERT_EQ(q5k_value(b, e), code(e)) << e;
+  float y[256];
+  dequantize_row_q5_k(&b, y, 256);
+  for (int e = 0; e < 256; ++e)
+    EXPECT_EQ(y[e], 0.25f * static_cast<float>(sc[e / 32]) * static_cast<float>(code(e)) -
+                        static_cast<float>(mn[e / 32]))
+        << e;
+}
+
 TEST(Quant, Q6_KKnownAnswer) {
   BlockQ6_K b{};
   b.d = 0x3400;  // 0.25
@@ -117,7 +149,7 @@ TEST(Quant, RoundTripError) {
   const int64_t rows = 8, k = 1024;
   const auto x = randn(static_cast<size_t>(rows * k), 1);
   const std::pair<DType, double> cases[] = {
-      {DType::Q8_0, 0.01}, {DType::Q6_K, 0.03}, {DType::Q4_K, 0.12}};
+      {DType::Q8_0, 0.01}, {DType::Q6_K, 0.03}, {DType::Q5_K, 0.06}, {DType::Q4_K, 0.12}};
   for (auto [t, bound] : cases) {
     const auto y = dequantize(quantize(x, t, rows, k), t, rows, k);
     double se = 0, ss = 0;
@@ -131,7 +163,7 @@ TEST(Quant, RoundTripError) {
 
 TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> x(256, 0.0f);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const auto y = dequantize(quantize(x, t, 1, 256), t, 1, 256);
     for (float v : y) EXPECT_EQ(v, 0.0f) << dtype_name(t);
   }
@@ -142,7 +174,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::F32);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (int64_t n : {1, 16, 37, 100}) {
       const int64_t k = t == DType::Q8_0 ? 96 : 512;
       const auto w = randn(static_cast<size_t>(n * k), 7 + static_cast<uint32_t>(n));
@@ -150,7 +182,10 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
       const auto wf = dequantize(q, t, n, k);
       PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
       PackedMatrix pf = PackedMatrix::pack(wf.data(), DType::F32, n, k, DType::F32);
-      const int64_t panel_block = t == DType::Q8_0 ? 544 : t == DType::Q4_K ? 2368 : 3360;
+      const int64_t panel_block = t == DType::Q8_0   ? 544
+                                  : t == DType::Q4_K ? 2368
+                                  : t == DType::Q5_K ? 2880
+                                                     : 3360;
       EXPECT_EQ(pq.bytes(),
                 static_cast<size_t>((n + 15) / 16 * (k / dtype_block_elems(t)) * panel_block));
       for (int64_t r = 0; r < n; r += 7)
@@ -213,7 +248,7 @@ TEST(QuantMatmul, StackOfStores) {
   QuantDotGuard dot(QuantDot::F32);
   const int64_t k = 512;
   const std::pair<DType, int64_t> parts[] = {
-      {DType::Q4_K, 20}, {DType::Q6_K, 9}, {DType::F32, 17}, {DType::Q8_0, 16}};
+      {DType::Q4_K, 20}, {DType::Q6_K, 9}, {DType::F32, 17}, {DType::Q8_0, 16}, {DType::Q5_K, 3}};
   std::vector<PackedMatrix> packed;
   std::vector<float> all;  // [rows, k] the values every part holds
   uint32_t seed = 40;
@@ -309,7 +344,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores).
     for (int64_t n : {1, 16, 20, 29, 37, 100}) {
       const int64_t k = t == DType::Q8_0 ? 96 : 512;
@@ -362,7 +397,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
 TEST(QuantInt8, CloseToExactProduct) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     const int64_t n = 48, k = 1024, m = 7;
     const auto w = randn(static_cast<size_t>(n * k), 5);
     const auto q = quantize(w, t, n, k);

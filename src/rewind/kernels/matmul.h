@@ -8,8 +8,8 @@
 // fallback give the same bits). Threads split N (output panels), never K.
 //
 // Weights are packed once at load time into panels (PackedMatrix); F32 or BF16 storage, with
-// BF16 widened exactly to fp32 inside the kernel; or ggml's Q8_0 / Q4_K / Q6_K blocks, used in
-// one of two ways (QuantDot, a process-wide setting):
+// BF16 widened exactly to fp32 inside the kernel; or ggml's Q8_0 / Q4_K / Q5_K / Q6_K blocks, used
+// in one of two ways (QuantDot, a process-wide setting):
 //  - F32: widened exactly (ggml's dequantisation) to fp32 panels block by block inside the
 //    kernel, so a quantised matrix gives the same bits as the F32 matrix of its dequantised
 //    values, for every M;
@@ -41,7 +41,7 @@ class PackedMatrix {
   // Packs W [n, k] (row-major, element type src_type: F32, BF16 or F16) into panels stored as
   // `store` (F32 or BF16). F16 -> F32 and F32 -> BF16 conversions happen here (F32 -> BF16
   // rounds to nearest even). Cost: O(n*k), one pass. pool may be null.
-  // Quantised stores (Q8_0, Q4_K, Q6_K): src_type must equal store; src holds n rows of
+  // Quantised stores (Q8_0, Q4_K, Q5_K, Q6_K): src_type must equal store; src holds n rows of
   // dtype_row_bytes(store, k) bytes (ggml blocks); k must be a multiple of the block size.
   static PackedMatrix pack(const void* src, DType src_type, int64_t n, int64_t k, DType store,
                            ThreadPool* pool = nullptr);
@@ -102,8 +102,8 @@ const char* quant_dot_name(QuantDot mode);  // "f32", "int8"
 // reference (same bits, much slower), which is why the default is then F32.
 bool matmul_int8_simd();
 const char* matmul_int8_isa();  // "avx512vnni", "avx2" or "scalar"
-// True when AMX-INT8 tiles compute the int8 dot's Q8_0 and Q4_K prefill tiles (16 rows and more;
-// Q6_K stays on AVX-512 VNNI): the CPU has AMX-INT8, the kernel granted it, and
+// True when AMX-INT8 tiles compute the int8 dot's Q8_0, Q4_K and Q5_K prefill tiles (16 rows and
+// more; Q6_K stays on AVX-512 VNNI): the CPU has AMX-INT8, the kernel granted it, and
 // matmul_force_isa did not cap the kernels below it.
 bool matmul_amx_enabled();
 

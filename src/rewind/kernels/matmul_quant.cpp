@@ -42,6 +42,21 @@ constexpr int q4k_min_byte(int s, int j) {
 }
 
 constexpr int kQ4KScOff = 64, kQ4KMinOff = 192, kQ4KQOff = 320;
+// Q5_K: the Q4_K block, then the high bits (the code's bit 4) in 8 groups of 64 bytes, one per
+// sub-block h: byte t of lane j holds in bit 2c + e the high bit of value 8(4h + c) + 4e + t,
+// the value whose low 4 bits are in nibble e of byte t of lane j of nibble group 4h + c.
+constexpr int kQ5KHOff = 2368;
+constexpr int q5k_hbit_byte(int k, int j) {
+  return ((k >> 5) * kNR + j) * 4 + (k & 3);
+}
+constexpr int q5k_hbit_shift(int k) {
+  return 2 * ((k >> 3) & 3) + ((k >> 2) & 1);
+}
+// The 4-bit (Q4_K) or 5-bit (Q5_K) code of value k of lane j.
+inline int kquant_code(const uint8_t* blk, bool q5, int k, int j) {
+  const int lo = (blk[kQ4KQOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
+  return q5 ? lo | (((blk[kQ5KHOff + q5k_hbit_byte(k, j)] >> q5k_hbit_shift(k)) & 1) << 4) : lo;
+}
 constexpr int kQ6KScOff = 32, kQ6KLoOff = 288, kQ6KHiOff = 288 + 2048;
 // A Q6_K block expanded for prefill (expand_q6_k): the same d and sc, then one code byte per
 // value in 64 groups of the 4-byte operand layout.
@@ -73,21 +88,20 @@ void widen_q8_0_scalar(const std::byte* blk, float* out, int64_t ld) {
   }
 }
 
-void widen_q4_k_scalar(const std::byte* blk, float* out, int64_t ld) {
+template <bool Q5>
+void widen_k_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
   const auto* m16 = reinterpret_cast<const uint16_t*>(blk + 32);
   const auto* sc = reinterpret_cast<const uint8_t*>(blk + kQ4KScOff);
   const auto* mn = reinterpret_cast<const uint8_t*>(blk + kQ4KMinOff);
-  const auto* q = reinterpret_cast<const uint8_t*>(blk + kQ4KQOff);
+  const auto* q = reinterpret_cast<const uint8_t*>(blk);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]), dmin = f16_to_f32(m16[j]);
     for (int s = 0; s < 8; ++s) {
       const float d1 = d * static_cast<float>(sc[s * kNR + j]);
       const float m1 = dmin * static_cast<float>(mn[q4k_min_byte(s, j)]);
-      for (int k = 32 * s; k < 32 * s + 32; ++k) {
-        const int v = (q[q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
-        out[k * ld + j] = d1 * static_cast<float>(v) - m1;
-      }
+      for (int k = 32 * s; k < 32 * s + 32; ++k)
+        out[k * ld + j] = d1 * static_cast<float>(kquant_code(q, Q5, k, j)) - m1;
     }
   }
 }
@@ -171,11 +185,31 @@ REWIND_AVX512 inline void q8_0_group(const std::byte* blk, int g, __m512 d, __m5
 REWIND_AVX512 inline __m512 q4k_value(__m512 d1, __m512 m1, __m512i e) {
   return _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(e)), m1);
 }
+// Q5_K group g's high bits in bit 4 of each code byte: lo for values 8g + t, hi for 8g + 4 + t.
+REWIND_AVX512 inline void q5_k_hbits(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
+  const __m512i h =
+      _mm512_srl_epi32(load_group(blk + kQ5KHOff + 64 * (g >> 2)), _mm_cvtsi32_si128(2 * (g & 3)));
+  lo = _mm512_and_si512(_mm512_slli_epi32(h, 4), _mm512_set1_epi8(0x10));
+  hi = _mm512_and_si512(_mm512_slli_epi32(h, 3), _mm512_set1_epi8(0x10));
+}
+// The codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t (Q5: 5 bits).
+template <bool Q5>
+REWIND_AVX512 inline void kquant_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
+  const __m512i v = load_group(blk + kQ4KQOff + 64 * g);
+  lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+  hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0F));
+  if (Q5) {
+    __m512i bl, bh;
+    q5_k_hbits(blk, g, bl, bh);
+    lo = _mm512_or_si512(lo, bl);
+    hi = _mm512_or_si512(hi, bh);
+  }
+}
+template <bool Q5>
 REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m512 m1,
                                      __m512 (&w)[8]) {
-  const __m512i v = load_group(blk + kQ4KQOff + 64 * g);
-  const __m512i lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
-  const __m512i hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0F));
+  __m512i lo, hi;
+  kquant_codes<Q5>(blk, g, lo, hi);
   w[0] = q4k_value(d1, m1, lane_byte_u8<0>(lo));
   w[1] = q4k_value(d1, m1, lane_byte_u8<1>(lo));
   w[2] = q4k_value(d1, m1, lane_byte_u8<2>(lo));
@@ -230,13 +264,14 @@ REWIND_AVX512 void widen_q8_0_avx512(const std::byte* blk, float* out, int64_t l
   }
 }
 
-REWIND_AVX512 void widen_q4_k_avx512(const std::byte* blk, float* out, int64_t ld) {
+template <bool Q5>
+REWIND_AVX512 void widen_k_avx512(const std::byte* blk, float* out, int64_t ld) {
   const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
   for (int s = 0; s < 8; ++s) {
     const __m512 d1 = q4k_d1(blk, d, s), m1 = q4k_m1(blk, dmin, s);
     for (int g = 4 * s; g < 4 * s + 4; ++g) {
       __m512 w[8];
-      q4_k_group(blk, g, d1, m1, w);
+      q4_k_group<Q5>(blk, g, d1, m1, w);
       for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
     }
   }
@@ -306,7 +341,8 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
         }
         fma_steps<R, P, 4>(acc, w, x, ldx, b * 32 + 4 * g);
       }
-    } else if (t == DType::Q4_K) {
+    } else if (t == DType::Q4_K || t == DType::Q5_K) {
+      const bool q5 = t == DType::Q5_K;
       __m512 d[P], dmin[P];
       for (int p = 0; p < P; ++p) {
         d[p] = load_f16x16(blk[p]);
@@ -322,7 +358,12 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
           __m512 w[P][8];
           for (int p = 0; p < P; ++p) {
             prefetch(blk[p], kQ4KQOff + 64 * g);
-            q4_k_group(blk[p], g, d1[p], m1[p], w[p]);
+            if (q5) {
+              if ((g & 3) == 0) prefetch(blk[p], kQ5KHOff + 16 * g);
+              q4_k_group<true>(blk[p], g, d1[p], m1[p], w[p]);
+            } else {
+              q4_k_group<false>(blk[p], g, d1[p], m1[p], w[p]);
+            }
           }
           fma_steps<R, P, 8>(acc, w, x, ldx, b * 256 + 8 * g);
         }
@@ -444,12 +485,14 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
-    } else if (t == DType::Q4_K) {
+    } else if (t == DType::Q4_K || t == DType::Q5_K) {
+      const bool q5 = t == DType::Q5_K;
       const __m512i m4 = _mm512_set1_epi8(0x0F);
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
-      // The high nibbles stay in place (16 q, at most 240, a valid u8 operand): their sums are
-      // 16 times the true ones and are shifted back (exactly) once per sub-block.
+      // Q4_K: the high nibbles stay in place (16 q, at most 240, a valid u8 operand): their sums
+      // are 16 times the true ones and are shifted back (exactly) once per sub-block. Q5_K: both
+      // halves are 5-bit codes (at most 31) with no shift.
       const __m512i m4hi = _mm512_set1_epi8(static_cast<char>(0xF0));
       for (int sb = 0; sb < 8; ++sb) {
         __m512i is[R][P], ih[R][P];
@@ -460,9 +503,14 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
             prefetch(blk[p] + kQ4KQOff + 64 * g);
-            const __m512i v = load_group(blk[p] + kQ4KQOff + 64 * g);
-            lo[p] = _mm512_and_si512(v, m4);
-            hi[p] = _mm512_and_si512(v, m4hi);
+            if (q5) {
+              if ((g & 3) == 0) prefetch(blk[p] + kQ5KHOff + 16 * g);
+              kquant_codes<true>(blk[p], g, lo[p], hi[p]);
+            } else {
+              const __m512i v = load_group(blk[p] + kQ4KQOff + 64 * g);
+              lo[p] = _mm512_and_si512(v, m4);
+              hi[p] = _mm512_and_si512(v, m4hi);
+            }
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
@@ -477,7 +525,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
           const __m512i sc = _mm512_cvtepu8_epi32(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ4KScOff + 16 * sb)));
           for (int r = 0; r < R; ++r) {
-            const __m512i sum = _mm512_add_epi32(is[r][p], _mm512_srai_epi32(ih[r][p], 4));
+            const __m512i sum =
+                _mm512_add_epi32(is[r][p], q5 ? ih[r][p] : _mm512_srai_epi32(ih[r][p], 4));
             s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(sum, sc));
           }
         }
@@ -710,16 +759,20 @@ REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const in
 
 // Codes of nb Q4_K panel blocks at src as bytes at dst: block b, sub-block s at dst + 4096 b +
 // 512 s, 8 rows of 64 bytes (row i: bytes 4j..4j+3 = codes 4i..4i+3 of the sub-block, lane j).
-REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, int8_t* dst) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
+// Q5_K (q5): the 5-bit codes.
+REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, bool q5, int8_t* dst) {
+  const int64_t pb = quant_panel_block_bytes(q5 ? DType::Q5_K : DType::Q4_K);
   for (int64_t b = 0; b < nb; ++b) {
-    const std::byte* blk = src + b * quant_panel_block_bytes(DType::Q4_K);
+    const std::byte* blk = src + b * pb;
     int8_t* o = dst + b * 4096;
     for (int g = 0; g < 32; ++g) {  // group g: codes 8g..8g+3 (low nibbles), 8g+4..8g+7 (high)
-      const __m512i v = load_group(blk + kQ4KQOff + 64 * g);
-      _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g), _mm512_and_si512(v, m4));
-      _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g + 64),
-                          _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+      __m512i lo, hi;
+      if (q5)
+        kquant_codes<true>(blk, g, lo, hi);
+      else
+        kquant_codes<false>(blk, g, lo, hi);
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g), lo);
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g + 64), hi);
     }
   }
 }
@@ -765,11 +818,11 @@ struct AmxCombineQ4_K {
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers read from
 // panels, codes from codes + p * codes_stride as expand_q4_k_codes lays them out); a: the rows'
 // codes as amx_pack_acts_k32 lays them out.
-REWIND_AMX void int8_tile_amx_q4_k(const QuantizedActs& xa, int64_t r0, const int8_t* a,
+REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0, const int8_t* a,
                                    const std::byte* panels, int64_t panel_stride,
                                    const int8_t* codes, int64_t codes_stride, int np, float* y,
                                    int64_t ldy, int ncols, PrefetchStream& pf) {
-  const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(DType::Q4_K);
+  const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(t);
   AmxCombineQ4_K c;
   c.xa = &xa;
   c.r0 = r0;
@@ -889,7 +942,8 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
         }
       }
       combine_avx2<R, H>(acc, dw, xr, b, s, false);
-    } else if (t == DType::Q4_K) {
+    } else if (t == DType::Q4_K || t == DType::Q5_K) {
+      const bool q5 = t == DType::Q5_K;
       const __m256i m4 = _mm256_set1_epi8(0x0F);
       for (int sb = 0; sb < 8; ++sb) {
         __m256i is[R][H];
@@ -901,6 +955,13 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
             const __m256i v = half_group(blk, h, kQ4KQOff + 64 * g);
             lo[h] = _mm256_and_si256(v, m4);
             hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            if (q5) {  // bit 4 of the codes (see q5_k_hbits)
+              const __m256i hb = _mm256_srl_epi32(half_group(blk, h, kQ5KHOff + 64 * (g >> 2)),
+                                                  _mm_cvtsi32_si128(2 * (g & 3)));
+              const __m256i b4 = _mm256_set1_epi8(0x10);
+              lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(_mm256_slli_epi32(hb, 4), b4));
+              hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(_mm256_slli_epi32(hb, 3), b4));
+            }
           }
           for (int r = 0; r < R; ++r) {
             const __m256i a0 = _mm256_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
@@ -1069,6 +1130,23 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         std::memcpy(o + 2 * j, &x.d, 2);
         for (int g = 0; g < 8; ++g)  // codes 4g..4g+3 are bytes group_byte(4g, j) .. + 3
           std::memcpy(o + kQ8QOff + group_byte(4 * g, j), x.qs + 4 * g, 4);
+      } else if (t == DType::Q5_K) {
+        BlockQ5_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_K), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
+        for (int s = 0; s < 8; ++s) {
+          uint8_t sc, m;
+          q4k_scale_min(s, x.scales, &sc, &m);
+          o[kQ4KScOff + s * kNR + j] = sc;
+          o[kQ4KMinOff + q4k_min_byte(s, j)] = m;
+        }
+        for (int e = 0; e < kQK_K; ++e) {
+          const int code = q5k_value(x, e);  // 0..31
+          o[kQ4KQOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
+          o[kQ5KHOff + q5k_hbit_byte(e, j)] |=
+              static_cast<uint8_t>((code >> 4) << q5k_hbit_shift(e));
+        }
       } else if (t == DType::Q4_K) {
         BlockQ4_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_K), sizeof x);
@@ -1128,7 +1206,10 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       f = simd ? widen_q8_0_avx512 : widen_q8_0_scalar;
       break;
     case DType::Q4_K:
-      f = simd ? widen_q4_k_avx512 : widen_q4_k_scalar;
+      f = simd ? widen_k_avx512<false> : widen_k_scalar<false>;
+      break;
+    case DType::Q5_K:
+      f = simd ? widen_k_avx512<true> : widen_k_scalar<true>;
       break;
     case DType::Q6_K:
       f = simd ? widen_q6_k_avx512 : widen_q6_k_scalar;
@@ -1219,12 +1300,12 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       int32_t s = 0;
       for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(o[kQ8QOff + group_byte(i, j)]) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
-    } else if (t == DType::Q4_K) {
+    } else if (t == DType::Q4_K || t == DType::Q5_K) {
       int32_t s1 = 0, s2 = 0;
       for (int sb = 0; sb < 8; ++sb) {
         int32_t is = 0;
         for (int i = 32 * sb; i < 32 * sb + 32; ++i)
-          is += ((o[kQ4KQOff + q4k_byte(i, j)] >> q4k_shift(i)) & 0xF) * xb[i];
+          is += kquant_code(o, t == DType::Q5_K, i, j) * xb[i];
         s1 += o[kQ4KScOff + sb * kNR + j] * is;
         s2 += o[kQ4KMinOff + q4k_min_byte(sb, j)] * s32[b * 8 + sb];
       }
@@ -1283,7 +1364,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
     return;
   }
   // Prefill: a group of kP panels (whole K, from L1/L2) serves every kR-row tile of a row block.
-  // Q8_0 keeps one integer accumulator per output, Q4_K / Q6_K two (sub-block and block), so
+  // Q8_0 keeps one integer accumulator per output, Q4_K / Q5_K / Q6_K two (sub-block and block), so
   // Q8_0 affords taller tiles in the 32 vector registers.
   constexpr int kP = 2;
   const int kR = t == DType::Q8_0 ? 6 : 4;
@@ -1291,10 +1372,12 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.
   const bool expand = t == DType::Q6_K;
-  // Q8_0 and Q4_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same bits);
-  // Q4_K's nibbles are expanded to bytes once per panel group and row block, like Q6_K's codes.
-  const bool amx = (t == DType::Q8_0 || t == DType::Q4_K) && amx_int8_enabled() && r1 - r0 >= 16;
-  const bool amx_q4 = amx && t == DType::Q4_K;
+  // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
+  // bits); Q4_K's nibbles (Q5_K's 5-bit codes) are expanded to bytes once per panel group and row
+  // block, like Q6_K's codes.
+  const bool amx = (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
+                   amx_int8_enabled() && r1 - r0 >= 16;
+  const bool amx_q4 = amx && t != DType::Q8_0;
   const int64_t kMc = expand ? 512 : 128;
   const int64_t nb = xa.k / xa.block;
   thread_local AlignedBuffer<std::byte> q6;
@@ -1324,7 +1407,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       if (amx && re - r >= 16) {
         if (amx_q4)
           for (int p = 0; p < npg; ++p)
-            expand_q4_k_codes(panels + (p0 + p) * panel_stride, nb, q4.data() + p * nb * 4096);
+            expand_q4_k_codes(panels + (p0 + p) * panel_stride, nb, t == DType::Q5_K,
+                              q4.data() + p * nb * 4096);
         // The next panel group (or the first one again for the next row block) streams into
         // L2 over this group's row tiles.
         const int pn = p0 + kP < np ? p0 + kP : 0;
@@ -1336,7 +1420,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
           const int8_t* ar = amx_a.data() + (r - rb) * xa.k;
           float* yr = y + (r - r0) * ldy + 16 * p0;
           if (amx_q4)
-            int8_tile_amx_q4_k(xa, r, ar, src, stride, q4.data(), nb * 4096, npg, yr, ldy,
+            int8_tile_amx_q4_k(t, xa, r, ar, src, stride, q4.data(), nb * 4096, npg, yr, ldy,
                                ncols - 16 * p0, pf);
           else
             int8_tile_amx_q8_0(xa, r, ar, src, stride, npg, yr, ldy, ncols - 16 * p0, pf);

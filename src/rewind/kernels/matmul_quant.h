@@ -4,14 +4,17 @@
 // accumulator per output).
 //
 // A quantised PackedMatrix keeps ggml's values (the same d, scales and codes) re-laid per panel
-// of 16 output rows, one k-block (32 values for Q8_0, 256 for Q4_K / Q6_K) after another. The
-// codes come in 64-byte groups: group g holds, for each of the 16 lanes (output rows) j, four
+// of 16 output rows, one k-block (32 values for Q8_0, 256 for Q4_K / Q5_K / Q6_K) after another.
+// The codes come in 64-byte groups: group g holds, for each of the 16 lanes (output rows) j, four
 // consecutive bytes (lane j at bytes 4j..4j+3), which is the operand layout of an int8
 // dot-product instruction (4 products summed into each 32-bit lane):
 //   Q8_0 block (544 B):  d[16] f16 | q: 8 groups, byte t of lane j = q[4g + t] (i8)
 //   Q4_K block (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 | m: [4][16][2] u8 (lane j of
 //                        pair t: m[2t], m[2t+1]) | q: 32 groups, byte t of lane j holds
 //                        q[8g + t] in its low nibble and q[8g + 4 + t] in its high nibble
+//   Q5_K block (2880 B): the Q4_K block with 5-bit codes: their low 4 bits as Q4_K's, then 8
+//                        groups h (sub-blocks) of high bits, byte t of lane j holding in bit
+//                        2c' + e the high bit of q[8(4h + c') + 4e + t]
 //   Q6_K block (3360 B, ggml's 6.56 bits per weight): d[16] f16 | sc[16][16] i8 | the codes
 //                        c = q + 32 (0..63): low 4 bits as Q4_K's 32 nibble groups, then 16
 //                        groups of high bits, byte t of lane j of group h holding in bits
@@ -20,16 +23,17 @@
 // values are exactly ggml's, and the AVX-512 and scalar widen give the same bits.
 //
 // The int8 dot (QuantDot::Int8). Each activation row is quantised per block of B values (B = 32
-// for Q8_0 weights, 256 for Q4_K / Q6_K): dx = amax / 127, q = nearest-even(x * (127 / amax)),
-// so q is in [-127, 127] (a block of zeros: dx = 0, q = 0). Then for output (row r, column n),
-// one f32 accumulator acc = +0.0f and, for the weight blocks b in k order (integer sums exact):
+// for Q8_0 weights, 256 for Q4_K / Q5_K / Q6_K): dx = amax / 127, q = nearest-even(x * (127 /
+// amax)), so q is in [-127, 127] (a block of zeros: dx = 0, q = 0). Then for output (row r, column
+// n), one f32 accumulator acc = +0.0f and, for the weight blocks b in k order (integer sums exact):
 //   Q8_0  s  = sum_i qw[i] * qx[i];                      acc = fma(dw * dx, float(s), acc)
 //   Q4_K  s1 = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s1), acc)
 //         s2 = sum_s m[s] * sum_{i in s} qx[i];          acc = fma(-(dmin * dx), float(s2), acc)
 //   Q6_K  s  = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s), acc)
-// (sub-blocks s of 32 values for Q4_K, 16 for Q6_K; float(int) rounds to nearest even). The
-// AVX-512 VNNI kernels and the scalar reference compute exactly this, whatever the tile shape,
-// so the int8 dot is batch-invariant and gives the same bits on every path.
+// (Q5_K as Q4_K with its 5-bit q; sub-blocks s of 32 values for Q4_K / Q5_K, 16 for Q6_K;
+// float(int) rounds to nearest even). The AVX-512 VNNI kernels and the scalar reference compute
+// exactly this, whatever the tile shape, so the int8 dot is batch-invariant and gives the same bits
+// on every path.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +54,8 @@ inline int64_t quant_panel_block_bytes(DType t) {
       return 32 + 32 * 16;
     case DType::Q4_K:
       return 32 + 32 + 128 + 128 + 128 * 16;
+    case DType::Q5_K:
+      return 32 + 32 + 128 + 128 + 128 * 16 + 32 * 16;
     case DType::Q6_K:
       return 32 + 256 + 128 * 16 + 64 * 16;
     default:
@@ -101,8 +107,8 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
 // reference runs; all give the same bits).
 bool int8_dot_simd_available();
 const char* int8_dot_isa();  // "avx512vnni", "avx2" or "scalar": the path the int8 dot takes now
-// AMX-INT8 usable here (CPU and kernel permission); Q8_0 and Q4_K prefill tiles of 16 rows then
-// use it unless matmul_force_isa capped the kernels below "amx".
+// AMX-INT8 usable here (CPU and kernel permission); Q8_0, Q4_K and Q5_K prefill tiles of 16 rows
+// then use it unless matmul_force_isa capped the kernels below "amx".
 bool amx_int8_available();
 // amx_int8_available() and matmul_force_isa has not capped the kernels below "amx".
 bool amx_int8_enabled();

@@ -31,6 +31,9 @@ bool dtype_from_ggml(GgmlType t, DType* out) {
     case GgmlType::Q4_K:
       *out = DType::Q4_K;
       return true;
+    case GgmlType::Q5_K:
+      *out = DType::Q5_K;
+      return true;
     case GgmlType::Q6_K:
       *out = DType::Q6_K;
       return true;
@@ -49,6 +52,8 @@ GgmlType ggml_from_dtype(DType t) {
       return GgmlType::Q8_0;
     case DType::Q4_K:
       return GgmlType::Q4_K;
+    case DType::Q5_K:
+      return GgmlType::Q5_K;
     case DType::Q6_K:
       return GgmlType::Q6_K;
     default:
@@ -77,7 +82,7 @@ class Resolver {
     if (!dtype_from_ggml(t->type, &r.dtype))
       return make_error(f_.path() + ": tensor '" + name + "': type " +
                         ggml_type_name(static_cast<uint32_t>(t->type)) +
-                        " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q6_K)");
+                        " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)");
     std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
     if (got != shape)
       return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
@@ -522,7 +527,8 @@ int64_t gguf_mtp_blocks(const ModelConfig& c, const WeightSet& ws) {
   return ws.has_mtp() && c.family != Family::Qwen3Next ? c.mtp_num_hidden_layers : 0;
 }
 
-std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& c, int64_t n_mtp) {
+std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int64_t n_mtp,
+                                                       DType base) {
   auto more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
   // llama-quantize counts every block of the file (block_count), the MTP blocks (full
   // attention) after the main layers.
@@ -533,12 +539,12 @@ std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& c, 
     if (il >= c.n_layer || c.layer_kinds[il] == LayerKind::Full) attn_index[il] = n_attn++;
   return [=](const std::string& name) {
     if (name == "output.weight") return DType::Q6_K;
-    if (name.rfind("blk.", 0) != 0) return DType::Q4_K;
+    if (name.rfind("blk.", 0) != 0) return base;
     const int64_t il = std::strtoll(name.c_str() + 4, nullptr, 10);
-    if (il < 0 || il >= n_all) return DType::Q4_K;
+    if (il < 0 || il >= n_all) return base;
     if (name.find(".attn_v.") != std::string::npos && more_bits(attn_index[il], n_attn)) return DType::Q6_K;
     if (name.find(".ffn_down") != std::string::npos && more_bits(il, n_all)) return DType::Q6_K;
-    return DType::Q4_K;
+    return base;
   };
 }
 
@@ -735,6 +741,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   const int64_t ftype = matrix_type == DType::F16    ? 1
                         : matrix_type == DType::Q8_0 ? 7
                         : matrix_type == DType::Q4_K ? 14
+                        : matrix_type == DType::Q5_K ? 16
                         : matrix_type == DType::Q6_K ? 18
                         : matrix_type == DType::BF16 ? 32
                                                      : 0;

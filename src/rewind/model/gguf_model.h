@@ -55,8 +55,8 @@ int64_t gguf_mtp_blocks(const ModelConfig& cfg, const WeightSet& ws);
 
 // Writes `ws` (canonical weights of `cfg`) as a GGUF file in llama.cpp's layout, with the MTP
 // head as gguf_mtp_blocks(cfg, ws) nextn blocks. Matrices are
-// stored as `matrix_type` (F32, F16, BF16, Q8_0, Q4_K, Q6_K); a matrix whose row length is not
-// a multiple of that type's block falls back to Q8_0 (if a multiple of 32) or F32, as
+// stored as `matrix_type` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K); a matrix whose row length is
+// not a multiple of that type's block falls back to Q8_0 (if a multiple of 32) or F32, as
 // llama-quantize falls back. 1-D tensors, norms, ssm_conv1d, ssm_a and ssm_dt.bias are F32.
 // Streams one tensor at a time. `name` goes to general.name.
 // `type_for` (optional) picks a matrix's type by tensor name instead (the fallback still
@@ -66,13 +66,13 @@ Status write_gguf_model(const std::string& path, const ModelConfig& cfg, const W
                         const std::function<DType(const std::string&)>& type_for = nullptr,
                         int64_t file_type = -1);
 
-// llama-quantize's Q4_K_M mixture for `cfg` written with `n_mtp` MTP blocks: Q6_K for
-// output.weight and, in the blocks its use_more_bits rule picks (the first and last eighth and
-// every third between, over all block_count blocks, MTP blocks last), for attn_v (counted over
-// attention layers, MTP blocks included) and ffn_down*; Q4_K for every other matrix
-// (nextn.eh_proj included).
-std::function<DType(const std::string&)> gguf_q4_k_m_rule(const ModelConfig& cfg,
-                                                          int64_t n_mtp = 0);
+// llama-quantize's Q4_K_M (base Q4_K) or Q5_K_M (base Q5_K) mixture for `cfg` written with
+// `n_mtp` MTP blocks: Q6_K for output.weight and, in the blocks its use_more_bits rule picks (the
+// first and last eighth and every third between, over all block_count blocks, MTP blocks last),
+// for attn_v (counted over attention layers, MTP blocks included) and ffn_down*; the base type
+// for every other matrix (nextn.eh_proj included).
+std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& cfg, int64_t n_mtp = 0,
+                                                       DType base = DType::Q4_K);
 
 // The type a matrix of row length ne0 gets when `want` is asked for (the fallback above).
 DType gguf_matrix_type(DType want, int64_t ne0);

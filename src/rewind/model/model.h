@@ -30,7 +30,7 @@ namespace rw {
 
 class ThreadPool;
 
-// Auto: quantised GGUF matrices stay in their type (Q8_0, Q4_K, Q6_K), BF16 stays BF16, the
+// Auto: quantised GGUF matrices stay in their type (Q8_0, Q4_K, Q5_K, Q6_K), BF16 stays BF16, the
 // rest becomes F32. F32 / BF16 force that store (quantised weights are dequantised exactly).
 enum class WeightStore { Auto, F32, BF16 };
 

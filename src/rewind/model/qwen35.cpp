@@ -74,7 +74,7 @@ struct Model::Impl {
   std::vector<float> final_norm;
   std::vector<float> inv_freq;
   size_t packed_bytes = 0;
-  size_t quantised_bytes = 0;  // of packed_bytes, in Q8_0 / Q4_K / Q6_K stores
+  size_t quantised_bytes = 0;  // of packed_bytes, in Q8_0 / Q4_K / Q5_K / Q6_K stores
 
   // MTP head (LoadOptions::mtp and a checkpoint with one): its decoder layer is attention
   // layer n_full_layers of the state (the lagging one, StateShape::lagged_attn_layers).

@@ -1,6 +1,6 @@
 // Element types of stored weights and their scalar conversions (header-only).
 // BF16 -> F32 is exact (a shift); F32 -> BF16 rounds to nearest even (NaN kept quiet).
-// Q8_0, Q4_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
+// Q8_0, Q4_K, Q5_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
 // element (dtype_size() is 0); use dtype_row_bytes().
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace rw {
 
-enum class DType : uint8_t { F32, BF16, F16, F64, I32, I64, U8, I8, BOOL, Q8_0, Q4_K, Q6_K };
+enum class DType : uint8_t { F32, BF16, F16, F64, I32, I64, U8, I8, BOOL, Q8_0, Q4_K, Q6_K, Q5_K };
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -20,6 +20,7 @@ inline size_t dtype_size(DType t) {
     case DType::U8: case DType::I8: case DType::BOOL: return 1;
     case DType::Q8_0:
     case DType::Q4_K:
+    case DType::Q5_K:
     case DType::Q6_K:
       return 0;
   }
@@ -27,11 +28,13 @@ inline size_t dtype_size(DType t) {
 }
 
 inline bool dtype_is_quant(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+  return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
 // Elements per block (1 for plain types) and bytes per block (ggml-common.h block structs).
 inline int64_t dtype_block_elems(DType t) {
-  return t == DType::Q8_0 ? 32 : (t == DType::Q4_K || t == DType::Q6_K) ? 256 : 1;
+  return t == DType::Q8_0                                             ? 32
+         : (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K) ? 256
+                                                                      : 1;
 }
 inline int64_t dtype_block_bytes(DType t) {
   switch (t) {
@@ -39,6 +42,8 @@ inline int64_t dtype_block_bytes(DType t) {
       return 34;
     case DType::Q4_K:
       return 144;
+    case DType::Q5_K:
+      return 176;
     case DType::Q6_K:
       return 210;
     default:
@@ -65,6 +70,8 @@ inline std::string_view dtype_name(DType t) {
       return "Q8_0";
     case DType::Q4_K:
       return "Q4_K";
+    case DType::Q5_K:
+      return "Q5_K";
     case DType::Q6_K:
       return "Q6_K";
   }

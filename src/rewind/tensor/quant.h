@@ -1,14 +1,15 @@
-// ggml's block-quantised weight formats Q8_0, Q4_K and Q6_K (ggml-common.h), with their exact
+// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K and Q6_K (ggml-common.h), with their exact
 // dequantisation and a reference quantiser (header-only).
 //
 // Dequantisation follows ggml's definition to the bit (dequantize_row_* in ggml-quants.c):
 //   Q8_0  w = d * q                       (d f16, q i8; the product is exact)
 //   Q4_K  w = (d * sc) * q - (dmin * m)   (sc, m 6-bit; both products are exact, one rounding)
+//   Q5_K  the same with q in [0, 31] (a fifth, high bit per value in qh)
 //   Q6_K  w = (d * sc) * q                (sc i8, q in [-32, 31]; d * sc exact, one rounding)
 // so any engine that follows ggml's definition sees the same weights.
 //
-// Quantisers: Q8_0 is ggml's reference (amax / 127, round to nearest). Q4_K and Q6_K follow the
-// reference's scheme (per-sub-block scale/min, 6-bit or 8-bit scales relative to an f16 super
+// Quantisers: Q8_0 is ggml's reference (amax / 127, round to nearest). Q4_K, Q5_K and Q6_K follow
+// the reference's scheme (per-sub-block scale/min, 6-bit or 8-bit scales relative to an f16 super
 // scale, values re-quantised with the quantised scales) with a small search over the sub-block
 // scale instead of ggml's weighted RMSE search: valid files, slightly different bits from
 // llama-quantize.
@@ -37,13 +38,21 @@ struct BlockQ4_K {
   uint8_t scales[12];  // 8 scales + 8 mins, 6 bits each
   uint8_t qs[kQK_K / 2];
 };
+struct BlockQ5_K {
+  uint16_t d;             // f16 super-block scale for the sub-block scales
+  uint16_t dmin;          // f16 super-block scale for the sub-block mins
+  uint8_t scales[12];     // as Q4_K's
+  uint8_t qh[kQK_K / 8];  // high bits: value 64c + l has bit 2c of qh[l], 64c + 32 + l bit 2c + 1
+  uint8_t qs[kQK_K / 2];  // low 4 bits, as Q4_K's codes
+};
 struct BlockQ6_K {
   uint8_t ql[kQK_K / 2];  // low 4 bits
   uint8_t qh[kQK_K / 4];  // high 2 bits
   int8_t scales[kQK_K / 16];
   uint16_t d;  // f16
 };
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
+              sizeof(BlockQ6_K) == 210);
 
 // Sub-block j (0..7) scale and min of a Q4_K block.
 inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
@@ -54,6 +63,13 @@ inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
     *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
     *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
+}
+
+// Q5_K element e (0..255) of a block: its unsigned 5-bit code (sub-block e / 32).
+inline int q5k_value(const BlockQ5_K& b, int e) {
+  const int c = e / 64, l = e % 32, high = (e / 32) % 2;
+  const int lo = high ? b.qs[32 * c + l] >> 4 : b.qs[32 * c + l] & 0xF;
+  return lo | (((b.qh[l] >> (2 * c + high)) & 1) << 4);
 }
 
 // Q6_K element e (0..255) of a block as a signed 6-bit value and its sub-block (0..15).
@@ -93,6 +109,18 @@ inline void dequantize_row_q4_k(const BlockQ4_K* x, float* y, int64_t n) {
   }
 }
 
+inline void dequantize_row_q5_k(const BlockQ5_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_to_f32(x[i].d), dmin = f16_to_f32(x[i].dmin);
+    for (int j = 0; j < 8; ++j) {
+      uint8_t sc, m;
+      q4k_scale_min(j, x[i].scales, &sc, &m);
+      const float d1 = d * sc, m1 = dmin * m;
+      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q5k_value(x[i], 32 * j + l)) - m1;
+    }
+  }
+}
+
 inline void dequantize_row_q6_k(const BlockQ6_K* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float d = f16_to_f32(x[i].d);
@@ -109,6 +137,8 @@ inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) 
       return dequantize_row_q8_0(static_cast<const BlockQ8_0*>(src), dst, n);
     case DType::Q4_K:
       return dequantize_row_q4_k(static_cast<const BlockQ4_K*>(src), dst, n);
+    case DType::Q5_K:
+      return dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n);
     case DType::Q6_K:
       return dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n);
     default:
@@ -134,9 +164,12 @@ inline void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
   }
 }
 
-// Q4_K: per 32-value sub-block an unsigned 4-bit code with scale s and offset -min (min <= 0),
-// the scale chosen by a short search over nmax candidates minimising the squared error.
-inline void quantize_row_q4_k(const float* x, BlockQ4_K* y, int64_t n) {
+// Q4_K (Q5_K): per 32-value sub-block an unsigned code of 0..nmax = 15 (31) with scale s and
+// offset -min (min <= 0), the scale chosen by a short search minimising the squared error. The
+// sub-block codes of block i go to codes[256 i ..]; the caller packs them.
+template <class Block>
+inline void quantize_scales_mins_k(const float* x, Block* y, int64_t n, int nmax, uint8_t* codes) {
+  const float fmax = static_cast<float>(nmax);
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float* xb = x + i * kQK_K;
     float scales[8], mins[8];
@@ -145,12 +178,12 @@ inline void quantize_row_q4_k(const float* x, BlockQ4_K* y, int64_t n) {
       float lo = v[0], hi = v[0];
       for (int l = 1; l < 32; ++l) lo = std::min(lo, v[l]), hi = std::max(hi, v[l]);
       lo = std::min(lo, 0.0f);
-      float best_s = (hi - lo) / 15.0f, best_err = INFINITY;
-      for (int step = 0; step <= 8 && hi > lo; ++step) {  // scales of (hi - lo) / (15 - ..)
-        const float s = (hi - lo) / (15.0f - 0.25f * static_cast<float>(step));
+      float best_s = (hi - lo) / fmax, best_err = INFINITY;
+      for (int step = 0; step <= 8 && hi > lo; ++step) {  // scales of (hi - lo) / (nmax - ..)
+        const float s = (hi - lo) / (fmax - 0.25f * static_cast<float>(step));
         float err = 0;
         for (int l = 0; l < 32; ++l) {
-          const int q = std::clamp(nearest_int((v[l] - lo) / s), 0, 15);
+          const int q = std::clamp(nearest_int((v[l] - lo) / s), 0, nmax);
           const float e = s * static_cast<float>(q) + lo - v[l];
           err += e * e;
         }
@@ -184,20 +217,41 @@ inline void quantize_row_q4_k(const float* x, BlockQ4_K* y, int64_t n) {
     y[i].dmin = f32_to_f16(max_min / 63.0f);
     // Re-quantise with the scales as they will be decoded.
     const float d = f16_to_f32(y[i].d), dmin = f16_to_f32(y[i].dmin);
-    uint8_t L[kQK_K];
+    uint8_t* L = codes + i * kQK_K;
     for (int j = 0; j < 8; ++j) {
       uint8_t sc, m;
       q4k_scale_min(j, y[i].scales, &sc, &m);
       const float dd = d * sc, dm = dmin * m;
       for (int l = 0; l < 32; ++l)
         L[32 * j + l] = static_cast<uint8_t>(
-            dd != 0 ? std::clamp(nearest_int((xb[32 * j + l] + dm) / dd), 0, 15) : 0);
+            dd != 0 ? std::clamp(nearest_int((xb[32 * j + l] + dm) / dd), 0, nmax) : 0);
     }
+  }
+}
+
+inline void quantize_row_q4_k(const float* x, BlockQ4_K* y, int64_t n) {
+  uint8_t L[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    quantize_scales_mins_k(x + i * kQK_K, y + i, kQK_K, 15, L);
     uint8_t* q = y[i].qs;
     for (int j = 0; j < kQK_K; j += 64) {
       for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
       q += 32;
     }
+  }
+}
+
+inline void quantize_row_q5_k(const float* x, BlockQ5_K* y, int64_t n) {
+  uint8_t L[kQK_K];
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    quantize_scales_mins_k(x + i * kQK_K, y + i, kQK_K, 31, L);
+    std::memset(y[i].qh, 0, sizeof y[i].qh);
+    for (int c = 0; c < 4; ++c)
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t lo = L[64 * c + l], hi = L[64 * c + 32 + l];
+        y[i].qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+        y[i].qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+      }
   }
 }
 
@@ -254,6 +308,8 @@ inline void quantize_row(const float* src, DType t, int64_t n, void* dst) {
       return quantize_row_q8_0(src, static_cast<BlockQ8_0*>(dst), n);
     case DType::Q4_K:
       return quantize_row_q4_k(src, static_cast<BlockQ4_K*>(dst), n);
+    case DType::Q5_K:
+      return quantize_row_q5_k(src, static_cast<BlockQ5_K*>(dst), n);
     case DType::Q6_K:
       return quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n);
     case DType::F32:
