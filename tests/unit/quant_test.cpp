@@ -64,6 +64,15 @@ TEST(Quant, Q8_0KnownAnswer) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.5f * static_cast<float>(j - 16));
 }
 
+// Eight 6-bit scales and mins spread over 12 bytes as ggml packs them (Q4_K, Q5_K).
+void pack_scales_mins(const uint8_t (&sc)[8], const uint8_t (&mn)[8], uint8_t (&out)[12]) {
+  for (int j = 0; j < 4; ++j) {
+    out[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    out[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+    out[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
+  }
+}
+
 TEST(Quant, Q4_KKnownAnswer) {
   // Sub-block j: scale j + 1 + 40 * (j >= 6), min 2 j (6-bit values spread over the 12 bytes
   // as ggml packs them), value code (e * 7) % 16 for element e.
@@ -74,11 +83,7 @@ TEST(Quant, Q4_KKnownAnswer) {
   BlockQ4_K b{};
   b.d = 0x3C00;     // 1.0
   b.dmin = 0x3800;  // 0.5
-  for (int j = 0; j < 4; ++j) {
-    b.scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    b.scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
-    b.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
-  }
+  pack_scales_mins(sc, mn, b.scales);
   auto code = [](int e) { return (e * 7) % 16; };
   for (int c = 0; c < 4; ++c)
     for (int l = 0; l < 32; ++l)
@@ -102,11 +107,7 @@ TEST(Quant, Q5_KKnownAnswer) {
   BlockQ5_K b{};
   b.d = 0x3400;     // 0.25
   b.dmin = 0x3C00;  // 1.0
-  for (int j = 0; j < 4; ++j) {
-    b.scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    b.scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
-    b.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
-  }
+  pack_scales_mins(sc, mn, b.scales);
   auto code = [](int e) { return (e * 11 + 3) % 32; };
   for (int c = 0; c < 4; ++c)
     for (int l = 0; l < 32; ++l) {

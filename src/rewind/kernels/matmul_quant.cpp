@@ -1115,6 +1115,21 @@ Int8Path int8_path() {
 }
 }  // namespace
 
+namespace {
+// Lane j's d, dmin, scales and mins of a Q4_K or Q5_K block (the same header).
+template <class Block>
+void pack_k_header(const Block& x, int j, uint8_t* o) {
+  std::memcpy(o + 2 * j, &x.d, 2);
+  std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
+  for (int s = 0; s < 8; ++s) {
+    uint8_t sc, m;
+    q4k_scale_min(s, x.scales, &sc, &m);
+    o[kQ4KScOff + s * kNR + j] = sc;
+    o[kQ4KMinOff + q4k_min_byte(s, j)] = m;
+  }
+}
+}  // namespace
+
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
                       std::byte* dst) {
   const int64_t bk = dtype_block_elems(t), nb = k / bk;
@@ -1133,14 +1148,7 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
       } else if (t == DType::Q5_K) {
         BlockQ5_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_K), sizeof x);
-        std::memcpy(o + 2 * j, &x.d, 2);
-        std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
-        for (int s = 0; s < 8; ++s) {
-          uint8_t sc, m;
-          q4k_scale_min(s, x.scales, &sc, &m);
-          o[kQ4KScOff + s * kNR + j] = sc;
-          o[kQ4KMinOff + q4k_min_byte(s, j)] = m;
-        }
+        pack_k_header(x, j, o);
         for (int e = 0; e < kQK_K; ++e) {
           const int code = q5k_value(x, e);  // 0..31
           o[kQ4KQOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
@@ -1150,14 +1158,7 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
       } else if (t == DType::Q4_K) {
         BlockQ4_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_K), sizeof x);
-        std::memcpy(o + 2 * j, &x.d, 2);
-        std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
-        for (int s = 0; s < 8; ++s) {
-          uint8_t sc, m;
-          q4k_scale_min(s, x.scales, &sc, &m);
-          o[kQ4KScOff + s * kNR + j] = sc;
-          o[kQ4KMinOff + q4k_min_byte(s, j)] = m;
-        }
+        pack_k_header(x, j, o);
         // ggml: byte l of chunk c (64 values) holds value 64c + l (low) and 64c + 32 + l (high).
         for (int c = 0; c < 4; ++c)
           for (int l = 0; l < 32; ++l) {
