@@ -245,6 +245,14 @@ TEST(GgufQuant, Q5KMTypesAndFileType) {
   }
   EXPECT_GT(q5, q6);
   EXPECT_GT(q6, 0);
+  // This model has an output.weight, so token_embd keeps the base type; with tied embeddings
+  // (no output.weight) token_embd is the output matrix and gets Q6_K, as in llama-quantize.
+  EXPECT_EQ(rule("token_embd.weight"), DType::Q5_K);
+  EXPECT_EQ(rule("output.weight"), DType::Q6_K);
+  ModelConfig tied = cfg.value();
+  tied.tie_word_embeddings = true;
+  EXPECT_EQ(gguf_k_m_rule(tied, 0, DType::Q5_K)("token_embd.weight"), DType::Q6_K);
+  EXPECT_EQ(gguf_k_m_rule(tied, 0)("token_embd.weight"), DType::Q6_K);
   EXPECT_EQ(GgufFile::open(gguf("q5_k"))->get_int("general.file_type").value(), 16);
 }
 

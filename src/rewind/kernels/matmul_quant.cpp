@@ -185,24 +185,20 @@ REWIND_AVX512 inline void q8_0_group(const std::byte* blk, int g, __m512 d, __m5
 REWIND_AVX512 inline __m512 q4k_value(__m512 d1, __m512 m1, __m512i e) {
   return _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(e)), m1);
 }
-// Q5_K group g's high bits in bit 4 of each code byte: lo for values 8g + t, hi for 8g + 4 + t.
-REWIND_AVX512 inline void q5_k_hbits(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
-  const __m512i h =
-      _mm512_srl_epi32(load_group(blk + kQ5KHOff + 64 * (g >> 2)), _mm_cvtsi32_si128(2 * (g & 3)));
-  lo = _mm512_and_si512(_mm512_slli_epi32(h, 4), _mm512_set1_epi8(0x10));
-  hi = _mm512_and_si512(_mm512_slli_epi32(h, 3), _mm512_set1_epi8(0x10));
-}
-// The codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t (Q5: 5 bits).
+// The codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t (Q5: 5 bits, the
+// high bit, moved to bit 4 of the byte, merged in with one ternary-logic op: a | (b & 0x10)).
 template <bool Q5>
 REWIND_AVX512 inline void kquant_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
   const __m512i v = load_group(blk + kQ4KQOff + 64 * g);
   lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
   hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0F));
   if (Q5) {
-    __m512i bl, bh;
-    q5_k_hbits(blk, g, bl, bh);
-    lo = _mm512_or_si512(lo, bl);
-    hi = _mm512_or_si512(hi, bh);
+    const __m512i h = _mm512_srl_epi32(load_group(blk + kQ5KHOff + 64 * (g >> 2)),
+                                       _mm_cvtsi32_si128(2 * (g & 3)));
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    constexpr int kAOrBAndC = 0xF8;  // A | (B & C), A = 0xF0, B = 0xCC, C = 0xAA
+    lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(h, 4), b4, kAOrBAndC);
+    hi = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi32(h, 3), b4, kAOrBAndC);
   }
 }
 template <bool Q5>
@@ -955,7 +951,7 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
             const __m256i v = half_group(blk, h, kQ4KQOff + 64 * g);
             lo[h] = _mm256_and_si256(v, m4);
             hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (q5) {  // bit 4 of the codes (see q5_k_hbits)
+            if (q5) {  // bit 4 of the codes (see kquant_codes)
               const __m256i hb = _mm256_srl_epi32(half_group(blk, h, kQ5KHOff + 64 * (g >> 2)),
                                                   _mm_cvtsi32_si128(2 * (g & 3)));
               const __m256i b4 = _mm256_set1_epi8(0x10);

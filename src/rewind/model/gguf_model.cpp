@@ -538,11 +538,15 @@ std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int
   for (int64_t il = 0; il < n_all; ++il)
     if (il >= c.n_layer || c.layer_kinds[il] == LayerKind::Full) attn_index[il] = n_attn++;
   return [=](const std::string& name) {
-    if (name == "output.weight") return DType::Q6_K;
+    // A tied model has no output.weight: its token_embd is the output matrix and gets the
+    // output's type, as llama-quantize does.
+    if (name == "output.weight" || (c.tie_word_embeddings && name == "token_embd.weight"))
+      return DType::Q6_K;
     if (name.rfind("blk.", 0) != 0) return base;
     const int64_t il = std::strtoll(name.c_str() + 4, nullptr, 10);
     if (il < 0 || il >= n_all) return base;
-    if (name.find(".attn_v.") != std::string::npos && more_bits(attn_index[il], n_attn)) return DType::Q6_K;
+    if (name.find(".attn_v.") != std::string::npos && more_bits(attn_index[il], n_attn))
+      return DType::Q6_K;
     if (name.find(".ffn_down") != std::string::npos && more_bits(il, n_all)) return DType::Q6_K;
     return base;
   };

@@ -67,7 +67,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& cfg, const W
                         int64_t file_type = -1);
 
 // llama-quantize's Q4_K_M (base Q4_K) or Q5_K_M (base Q5_K) mixture for `cfg` written with
-// `n_mtp` MTP blocks: Q6_K for output.weight and, in the blocks its use_more_bits rule picks (the
+// `n_mtp` MTP blocks: Q6_K for output.weight (token_embd.weight when the embeddings are tied
+// and there is no output.weight) and, in the blocks its use_more_bits rule picks (the
 // first and last eighth and every third between, over all block_count blocks, MTP blocks last),
 // for attn_v (counted over attention layers, MTP blocks included) and ffn_down*; the base type
 // for every other matrix (nextn.eh_proj included).
