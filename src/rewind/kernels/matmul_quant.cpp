@@ -215,15 +215,22 @@ REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m
   w[6] = q4k_value(d1, m1, lane_byte_u8<2>(hi));
   w[7] = q4k_value(d1, m1, lane_byte_u8<3>(hi));
 }
-// The u8 codes (q + 32) of values 4g..4g+3 of every lane, in the 4-byte operand layout.
+// The u8 codes (q + 32) of values 4g..4g+3 of every lane, in the 4-byte operand layout: the low
+// nibble, and bits 2c..2c+1 (c = g % 4) of the high-bit byte moved to bits 4..5 by one shift
+// (none for c = 2) and merged in with one ternary-logic op, lo | (h & 0x30). In the decode
+// loops g % 4 is a constant (the loops over a sub-block's 4 groups are unrolled).
 REWIND_AVX512 inline __m512i q6_k_codes(const std::byte* blk, int g) {
-  const __m512i lo = _mm512_and_si512(
-      _mm512_srl_epi32(load_group(blk + kQ6KLoOff + 64 * (g >> 1)), _mm_cvtsi32_si128(4 * (g & 1))),
-      _mm512_set1_epi8(0x0F));
-  const __m512i hi = _mm512_and_si512(
-      _mm512_srl_epi32(load_group(blk + kQ6KHiOff + 64 * (g >> 2)), _mm_cvtsi32_si128(2 * (g & 3))),
-      _mm512_set1_epi8(0x03));
-  return _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4));
+  const __m512i l = load_group(blk + kQ6KLoOff + 64 * (g >> 1));
+  const __m512i lo =
+      _mm512_and_si512((g & 1) ? _mm512_srli_epi32(l, 4) : l, _mm512_set1_epi8(0x0F));
+  const __m512i h = load_group(blk + kQ6KHiOff + 64 * (g >> 2));
+  const int c = g & 3;
+  const __m512i hs = c == 0   ? _mm512_slli_epi32(h, 4)
+                     : c == 1 ? _mm512_slli_epi32(h, 2)
+                     : c == 2 ? h
+                              : _mm512_srli_epi32(h, 2);
+  constexpr int kAOrBAndC = 0xF8;  // A | (B & C), A = 0xF0, B = 0xCC, C = 0xAA
+  return _mm512_ternarylogic_epi32(lo, hs, _mm512_set1_epi8(0x30), kAOrBAndC);
 }
 REWIND_AVX512 inline void q6_k_group(const std::byte* blk, int g, __m512 ds, __m512 (&w)[4]) {
   const __m512i v = q6_k_codes(blk, g);
