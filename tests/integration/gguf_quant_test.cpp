@@ -125,8 +125,8 @@ struct Threshold {
   double min_top1, max_kl;
 };
 // Measured on this model (printed by the test; README), f32 dot: q8_0 top-1 0.96, KL 0.0004;
-// q6_k 0.84, 0.006; q5_k 0.71, 0.023; q5_k_m 0.69, 0.022; q4_k 0.46, 0.073; q4_k_m 0.48, 0.069
-// (its fused qkv is a Q4_K/Q6_K stack);
+// q6_k 0.84, 0.006; q5_k 0.71, 0.023; q5_k_m 0.68, 0.016; q4_k 0.46, 0.073; q4_k_m 0.54, 0.054
+// (its attention layers' fused qkv is a Q4_K/Q6_K stack, its linear ones' attn_qkv Q5_K);
 // bf16 0.98, 4e-5; f16 1.0, 6e-7. The int8 dot adds its activation rounding: q8_0 0.945, 0.001;
 // q6_k 0.84, 0.007; q5_k 0.67, 0.023; q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's
 // error does. A random-weight model has flat next-token distributions, so top-1 flips easily; KL is
@@ -156,8 +156,8 @@ TEST(GgufQuant, CloseToF32) {
 }
 
 // MTP drafts (one per prefix length, so every row has the same inputs in both files) of the
-// quantised files against the F32 file's. Measured: q8_0 top-1 0.91, KL 3e-4; q4_k_m 0.75,
-// 0.053 (the main logits of this model: q8_0 0.96, 4e-4). A head whose k/v rows are read from
+// quantised files against the F32 file's. Measured: q8_0 top-1 0.91, KL 3e-4; q4_k_m 0.63,
+// 0.043 (the main logits of this model: q8_0 0.96, 4e-4). A head whose k/v rows are read from
 // the wrong place gives q8_0 KL 0.05.
 std::vector<float> mtp_rows(Model& m, const std::vector<std::vector<int32_t>>& prompts) {
   std::vector<float> all, part;
@@ -217,6 +217,7 @@ TEST(GgufQuantMtp, Q4KMTypesCountTheMtpBlock) {
   EXPECT_EQ(type("blk.4.ffn_down.weight"), GgmlType::Q6_K);
   EXPECT_EQ(type("blk.3.ffn_down.weight"), GgmlType::Q4_K);
   EXPECT_EQ(type("blk.2.ffn_down.weight"), GgmlType::Q6_K);
+  EXPECT_EQ(type("blk.0.attn_qkv.weight"), GgmlType::Q5_K);  // llama-quantize: attn_qkv Q5_K
   // Every matrix as the rule says (the rule with no MTP blocks differs on blk.3.ffn_down).
   auto cfg = config_from_gguf(g.value());
   ASSERT_TRUE(cfg.ok()) << cfg.error_message();
@@ -245,6 +246,7 @@ TEST(GgufQuant, Q5KMTypesAndFileType) {
   }
   EXPECT_GT(q5, q6);
   EXPECT_GT(q6, 0);
+  EXPECT_EQ(g->find("blk.0.attn_qkv.weight")->type, GgmlType::Q6_K);  // one step up from Q5_K
   // This model has an output.weight, so token_embd keeps the base type; with tied embeddings
   // (no output.weight) token_embd is the output matrix and gets Q6_K, as in llama-quantize.
   EXPECT_EQ(rule("token_embd.weight"), DType::Q5_K);

@@ -545,6 +545,9 @@ std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int
     if (name.rfind("blk.", 0) != 0) return base;
     const int64_t il = std::strtoll(name.c_str() + 4, nullptr, 10);
     if (il < 0 || il >= n_all) return base;
+    // The linear-attention layers' fused q/k/v: one step up, as llama-quantize's attn_qkv rule.
+    if (name.find(".attn_qkv.") != std::string::npos)
+      return base == DType::Q4_K ? DType::Q5_K : DType::Q6_K;
     if (name.find(".attn_v.") != std::string::npos && more_bits(attn_index[il], n_attn))
       return DType::Q6_K;
     if (name.find(".ffn_down") != std::string::npos && more_bits(il, n_all)) return DType::Q6_K;

@@ -70,8 +70,9 @@ Status write_gguf_model(const std::string& path, const ModelConfig& cfg, const W
 // `n_mtp` MTP blocks: Q6_K for output.weight (token_embd.weight when the embeddings are tied
 // and there is no output.weight) and, in the blocks its use_more_bits rule picks (the
 // first and last eighth and every third between, over all block_count blocks, MTP blocks last),
-// for attn_v (counted over attention layers, MTP blocks included) and ffn_down*; the base type
-// for every other matrix (nextn.eh_proj included).
+// for attn_v (counted over attention layers, MTP blocks included) and ffn_down*; attn_qkv (the
+// linear-attention layers' fused q/k/v) one step up, Q5_K (Q6_K); the base type for every other
+// matrix (nextn.eh_proj included).
 std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& cfg, int64_t n_mtp = 0,
                                                        DType base = DType::Q4_K);
 
