@@ -255,7 +255,9 @@ TEST(GgufQuant, Q5KMTypesAndFileType) {
   tied.tie_word_embeddings = true;
   EXPECT_EQ(gguf_k_m_rule(tied, 0, DType::Q5_K)("token_embd.weight"), DType::Q6_K);
   EXPECT_EQ(gguf_k_m_rule(tied, 0)("token_embd.weight"), DType::Q6_K);
-  EXPECT_EQ(GgufFile::open(gguf("q5_k"))->get_int("general.file_type").value(), 16);
+  auto plain = GgufFile::open(gguf("q5_k"));
+  ASSERT_TRUE(plain.ok()) << plain.error_message();
+  EXPECT_EQ(plain->get_int("general.file_type").value(), 16);
 }
 
 // Greedy decoding with MTP drafts from the Q4_K_M file gives plain greedy decoding's output.

@@ -72,9 +72,9 @@ void ThreadPool::run_share(int index) {
 void ThreadPool::run(int64_t n_items, int64_t grain, bool dynamic,
                      const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n_items <= 0) return;
-  if (n_threads_ == 1 || n_items <= grain) {
-    for (int64_t b = 0; b < n_items; b += dynamic ? grain : n_items)
-      fn(0, b, dynamic ? std::min(n_items, b + grain) : n_items);
+  if (n_threads_ == 1 || n_items <= grain) {  // on this thread: one range, or every chunk
+    const int64_t step = dynamic ? grain : n_items;
+    for (int64_t b = 0; b < n_items; b += step) fn(0, b, std::min(n_items, b + step));
     return;
   }
   job_ = &fn;

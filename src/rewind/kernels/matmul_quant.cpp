@@ -185,6 +185,10 @@ REWIND_AVX512 inline void q8_0_group(const std::byte* blk, int g, __m512 d, __m5
 REWIND_AVX512 inline __m512 q4k_value(__m512 d1, __m512 m1, __m512i e) {
   return _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(e)), m1);
 }
+// vpternlogd's truth table for A | (B & C) (A = 0xF0, B = 0xCC, C = 0xAA): merges masked bits
+// into a code vector in one op.
+constexpr int kAOrBAndC = 0xF8;
+
 // The codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t (Q5: 5 bits, the
 // high bit, moved to bit 4 of the byte, merged in with one ternary-logic op: a | (b & 0x10)).
 template <bool Q5>
@@ -196,7 +200,6 @@ REWIND_AVX512 inline void kquant_codes(const std::byte* blk, int g, __m512i& lo,
     const __m512i h = _mm512_srl_epi32(load_group(blk + kQ5KHOff + 64 * (g >> 2)),
                                        _mm_cvtsi32_si128(2 * (g & 3)));
     const __m512i b4 = _mm512_set1_epi8(0x10);
-    constexpr int kAOrBAndC = 0xF8;  // A | (B & C), A = 0xF0, B = 0xCC, C = 0xAA
     lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(h, 4), b4, kAOrBAndC);
     hi = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi32(h, 3), b4, kAOrBAndC);
   }
@@ -229,7 +232,6 @@ REWIND_AVX512 inline __m512i q6_k_codes(const std::byte* blk, int g) {
                      : c == 1 ? _mm512_slli_epi32(h, 2)
                      : c == 2 ? h
                               : _mm512_srli_epi32(h, 2);
-  constexpr int kAOrBAndC = 0xF8;  // A | (B & C), A = 0xF0, B = 0xCC, C = 0xAA
   return _mm512_ternarylogic_epi32(lo, hs, _mm512_set1_epi8(0x30), kAOrBAndC);
 }
 REWIND_AVX512 inline void q6_k_group(const std::byte* blk, int g, __m512 ds, __m512 (&w)[4]) {
@@ -673,13 +675,12 @@ void amx_pack_acts_k32(const QuantizedActs& xa, int64_t r0, int8_t* a) {
 // loads miss (the hardware prefetchers see those loads late). Cold matmul_bench, M=512, Q8_0 on
 // AMX: 0.63-0.69 of the hot speed before.
 struct PrefetchStream {
-  const std::byte* p = nullptr;
-  const std::byte* end = nullptr;
-  int64_t per_step = 0;
+  const std::byte* p;
+  const std::byte* end;
+  int64_t per_step;
   // Lines [p, p + bytes) spread over `steps` calls of step().
   PrefetchStream(const std::byte* from, int64_t bytes, int64_t steps)
       : p(from), end(from + bytes), per_step(steps > 0 ? (bytes / 64 + steps) / steps : 0) {}
-  PrefetchStream() = default;
   __attribute__((always_inline)) void step() {
     for (int64_t i = 0; i < per_step && p < end; ++i, p += 64)
       _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);

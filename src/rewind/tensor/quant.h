@@ -166,73 +166,69 @@ inline void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
 
 // Q4_K (Q5_K): per 32-value sub-block an unsigned code of 0..nmax = 15 (31) with scale s and
 // offset -min (min <= 0), the scale chosen by a short search minimising the squared error. The
-// sub-block codes of block i go to codes[256 i ..]; the caller packs them.
+// header of one block goes to y, its 256 codes to L; the caller packs them.
 template <class Block>
-inline void quantize_scales_mins_k(const float* x, Block* y, int64_t n, int nmax, uint8_t* codes) {
+inline void quantize_scales_mins_k(const float* xb, Block& y, int nmax, uint8_t (&L)[kQK_K]) {
   const float fmax = static_cast<float>(nmax);
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const float* xb = x + i * kQK_K;
-    float scales[8], mins[8];
-    for (int j = 0; j < 8; ++j) {
-      const float* v = xb + 32 * j;
-      float lo = v[0], hi = v[0];
-      for (int l = 1; l < 32; ++l) lo = std::min(lo, v[l]), hi = std::max(hi, v[l]);
-      lo = std::min(lo, 0.0f);
-      float best_s = (hi - lo) / fmax, best_err = INFINITY;
-      for (int step = 0; step <= 8 && hi > lo; ++step) {  // scales of (hi - lo) / (nmax - ..)
-        const float s = (hi - lo) / (fmax - 0.25f * static_cast<float>(step));
-        float err = 0;
-        for (int l = 0; l < 32; ++l) {
-          const int q = std::clamp(nearest_int((v[l] - lo) / s), 0, nmax);
-          const float e = s * static_cast<float>(q) + lo - v[l];
-          err += e * e;
-        }
-        if (err < best_err) best_err = err, best_s = s;
+  float scales[8], mins[8];
+  for (int j = 0; j < 8; ++j) {
+    const float* v = xb + 32 * j;
+    float lo = v[0], hi = v[0];
+    for (int l = 1; l < 32; ++l) lo = std::min(lo, v[l]), hi = std::max(hi, v[l]);
+    lo = std::min(lo, 0.0f);
+    float best_s = (hi - lo) / fmax, best_err = INFINITY;
+    for (int step = 0; step <= 8 && hi > lo; ++step) {  // scales of (hi - lo) / (nmax - ..)
+      const float s = (hi - lo) / (fmax - 0.25f * static_cast<float>(step));
+      float err = 0;
+      for (int l = 0; l < 32; ++l) {
+        const int q = std::clamp(nearest_int((v[l] - lo) / s), 0, nmax);
+        const float e = s * static_cast<float>(q) + lo - v[l];
+        err += e * e;
       }
-      scales[j] = hi > lo ? best_s : 0.0f;
-      mins[j] = -lo;
+      if (err < best_err) best_err = err, best_s = s;
     }
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j)
-      max_scale = std::max(max_scale, scales[j]), max_min = std::max(max_min, mins[j]);
-    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
-    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
-    uint8_t ls[8], lm[8];
-    for (int j = 0; j < 8; ++j) {
-      ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
-      lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+    scales[j] = hi > lo ? best_s : 0.0f;
+    mins[j] = -lo;
+  }
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < 8; ++j)
+    max_scale = std::max(max_scale, scales[j]), max_min = std::max(max_min, mins[j]);
+  const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+  const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+  uint8_t ls[8], lm[8];
+  for (int j = 0; j < 8; ++j) {
+    ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
+    lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
+  }
+  std::memset(y.scales, 0, sizeof y.scales);
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      y.scales[j] = ls[j];
+      y.scales[j + 4] = lm[j];
+    } else {
+      y.scales[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+      y.scales[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
+      y.scales[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
     }
-    std::memset(y[i].scales, 0, sizeof y[i].scales);
-    for (int j = 0; j < 8; ++j) {
-      if (j < 4) {
-        y[i].scales[j] = ls[j];
-        y[i].scales[j + 4] = lm[j];
-      } else {
-        y[i].scales[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-        y[i].scales[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
-        y[i].scales[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
-      }
-    }
-    y[i].d = f32_to_f16(max_scale / 63.0f);
-    y[i].dmin = f32_to_f16(max_min / 63.0f);
-    // Re-quantise with the scales as they will be decoded.
-    const float d = f16_to_f32(y[i].d), dmin = f16_to_f32(y[i].dmin);
-    uint8_t* L = codes + i * kQK_K;
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      q4k_scale_min(j, y[i].scales, &sc, &m);
-      const float dd = d * sc, dm = dmin * m;
-      for (int l = 0; l < 32; ++l)
-        L[32 * j + l] = static_cast<uint8_t>(
-            dd != 0 ? std::clamp(nearest_int((xb[32 * j + l] + dm) / dd), 0, nmax) : 0);
-    }
+  }
+  y.d = f32_to_f16(max_scale / 63.0f);
+  y.dmin = f32_to_f16(max_min / 63.0f);
+  // Re-quantise with the scales as they will be decoded.
+  const float d = f16_to_f32(y.d), dmin = f16_to_f32(y.dmin);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    q4k_scale_min(j, y.scales, &sc, &m);
+    const float dd = d * sc, dm = dmin * m;
+    for (int l = 0; l < 32; ++l)
+      L[32 * j + l] = static_cast<uint8_t>(
+          dd != 0 ? std::clamp(nearest_int((xb[32 * j + l] + dm) / dd), 0, nmax) : 0);
   }
 }
 
 inline void quantize_row_q4_k(const float* x, BlockQ4_K* y, int64_t n) {
   uint8_t L[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    quantize_scales_mins_k(x + i * kQK_K, y + i, kQK_K, 15, L);
+    quantize_scales_mins_k(x + i * kQK_K, y[i], 15, L);
     uint8_t* q = y[i].qs;
     for (int j = 0; j < kQK_K; j += 64) {
       for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
@@ -244,7 +240,7 @@ inline void quantize_row_q4_k(const float* x, BlockQ4_K* y, int64_t n) {
 inline void quantize_row_q5_k(const float* x, BlockQ5_K* y, int64_t n) {
   uint8_t L[kQK_K];
   for (int64_t i = 0; i < n / kQK_K; ++i) {
-    quantize_scales_mins_k(x + i * kQK_K, y + i, kQK_K, 31, L);
+    quantize_scales_mins_k(x + i * kQK_K, y[i], 31, L);
     std::memset(y[i].qh, 0, sizeof y[i].qh);
     for (int c = 0; c < 4; ++c)
       for (int l = 0; l < 32; ++l) {
