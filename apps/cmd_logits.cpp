@@ -1,6 +1,8 @@
 // `rewind logits`: runs a token list through the model in one forward pass and prints
 // {"positions":[...],"logits":[[...],...]} with every float written so that it reads back
-// exactly (%.9g). Tests and outside checks compare against references with it.
+// exactly (%.9g). Tests and outside checks compare against references with it. With --prompt
+// instead of --tokens the text is encoded by the model's tokenizer and the ids are printed too
+// ("tokens":[...]), to compare a tokenizer with another implementation's.
 #include <algorithm>
 #include <cstdio>
 
@@ -10,22 +12,25 @@
 namespace rw::app {
 
 int cmd_logits(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      {"--model", "--tokens", "--positions", "--threads", "-t", "--weights", "--quant-dot"},
-      {"--help"});
+  auto args = Args::parse(argc, argv,
+                          {"--model", "--tokens", "--prompt", "--positions", "--threads", "-t",
+                           "--weights", "--quant-dot"},
+                          {"--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind logits --model DIR|FILE.gguf --tokens 1,2,3,... [--positions i,j,...]\n"
+        "usage: rewind logits --model DIR|FILE.gguf (--tokens 1,2,3,... | --prompt TEXT)\n"
+        "                     [--positions i,j,...]\n"
         "                     [--threads N] [--weights auto|f32|bf16] [--quant-dot "
         "auto|int8|f32]\n");
     return 0;
   }
   if (args->str("--model").empty()) return fail("--model DIR|FILE.gguf is required");
+  const bool from_text = args->has("--prompt");
+  if (from_text == args->has("--tokens")) return fail("give one of --tokens and --prompt");
   auto toks = args->int_list("--tokens");
   if (!toks.ok()) return fail(toks.error_message());
-  if (toks->empty()) return fail("--tokens needs at least one token id");
+  if (!from_text && toks->empty()) return fail("--tokens needs at least one token id");
   auto pos = args->int_list("--positions");
   if (!pos.ok()) return fail(pos.error_message());
   auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
@@ -38,8 +43,15 @@ int cmd_logits(int argc, char** argv) {
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
 
+  std::vector<int64_t> ids = toks.value();
+  if (from_text) {
+    auto tok = load_tokenizer(args->str("--model"));
+    if (!tok.ok()) return fail(tok.error_message());
+    for (int32_t t : tok->encode(args->str("--prompt"))) ids.push_back(t);
+    if (ids.empty()) return fail("the prompt encodes to no tokens");
+  }
   std::vector<int32_t> tokens;
-  for (int64_t t : toks.value()) {
+  for (int64_t t : ids) {
     if (t < 0 || t >= m.config().vocab_size)
       return fail("token id " + std::to_string(t) + " out of range [0, " +
                   std::to_string(m.config().vocab_size) + ")");
@@ -64,7 +76,13 @@ int cmd_logits(int argc, char** argv) {
   Status s = m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
   if (!s.ok()) return fail(s.error_message());
   const int64_t V = m.config().vocab_size;
-  std::printf("{\"positions\":[");
+  std::printf("{");
+  if (from_text) {
+    std::printf("\"tokens\":[");
+    for (size_t i = 0; i < tokens.size(); ++i) std::printf("%s%d", i ? "," : "", tokens[i]);
+    std::printf("],");
+  }
+  std::printf("\"positions\":[");
   for (size_t i = 0; i < positions.size(); ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(positions[i]));
   std::printf("],\"logits\":[");
   for (size_t i = 0; i < positions.size(); ++i) {

@@ -174,25 +174,27 @@ int noise_copy(const std::string& from, const std::string& out, double sigma, ui
 }  // namespace
 
 int cmd_make_model(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      {"--preset", "--dtype", "--seed", "--out", "--layers", "--layer-types", "--from", "--noise",
-       "--format", "--type"},
-      {"--help", "--mtp"});
+  auto args = Args::parse(argc, argv,
+                          {"--preset", "--dtype", "--seed", "--out", "--layers", "--layer-types",
+                           "--linear-heads", "--from", "--noise", "--format", "--type"},
+                          {"--help", "--mtp"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind make-model --preset tiny|tiny-dense|qwen3.5-tiny-256|qwen3.5-mini|\n"
         "                                  qwen3.5-0.8b|qwen3.5-moe-tiny|qwen3-next-tiny\n"
         "                         [--dtype f32|bf16] [--seed N] [--mtp]\n"
-        "                         [--layers N] [--layer-types full,linear,...] --out DIR\n"
-        "                         [--format hf|gguf]\n"
+        "                         [--layers N] [--layer-types full,linear,...]\n"
+        "                         [--linear-heads HK,HV,DK,DV] --out DIR [--format hf|gguf]\n"
         "                         [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k]\n"
         "       rewind make-model --from DIR --noise SIGMA [--seed N] --out DIR\n"
         "  --mtp          also write the multi-token-prediction head (mtp.*)\n"
         "  --layers N     number of decoder layers (default: the preset's)\n"
         "  --layer-types  one of full|linear per layer (default: every 4th layer full;\n"
         "                 all full for tiny-dense)\n"
+        "  --linear-heads the Gated DeltaNet layers' key heads, value heads (a multiple of\n"
+        "                 HK), key head dim and value head dim (default: the preset's; llama.cpp\n"
+        "                 loads only DK == DV, as every released checkpoint has)\n"
         "  --from/--noise copy DIR adding SIGMA * rms(w) * N(0,1) to each float weight\n"
         "                 but A_log (same dtype); other files are copied unchanged\n"
         "  --format gguf  write --out FILE.gguf (llama.cpp's layout, matrices as --type) from the\n"
@@ -231,7 +233,7 @@ int cmd_make_model(int argc, char** argv) {
   }
   if (args->has("--from")) {
     if (args->has("--preset") || args->has("--mtp") || args->has("--layers") ||
-        args->has("--layer-types") || args->has("--dtype"))
+        args->has("--layer-types") || args->has("--linear-heads") || args->has("--dtype"))
       return fail("--from copies a model: only --noise, --seed and --out apply");
     auto sigma = args->num("--noise", 0.0);
     if (!sigma.ok()) return fail(sigma.error_message());
@@ -248,6 +250,19 @@ int cmd_make_model(int argc, char** argv) {
   if (!ps.ok()) return fail(ps.error_message());
   Shape S = ps.value();
   const bool mtp = args->has("--mtp");
+  if (args->has("--linear-heads")) {
+    auto lh = args->int_list("--linear-heads");
+    if (!lh.ok()) return fail(lh.error_message());
+    const std::vector<int64_t>& v = lh.value();
+    if (v.size() != 4) return fail("--linear-heads wants four numbers: HK,HV,DK,DV");
+    for (int64_t x : v)
+      if (x < 1 || x > 4096) return fail("--linear-heads: every number must be in [1, 4096]");
+    if (v[1] % v[0] != 0) return fail("--linear-heads: HV must be a multiple of HK");
+    S.Hk = v[0];
+    S.Hv = v[1];
+    S.dk = v[2];
+    S.dv = v[3];
+  }
   // Layer pattern: --layer-types, else all full (tiny-dense), else every 4th layer full.
   auto n_layers = args->int_("--layers", S.L);
   if (!n_layers.ok()) return fail(n_layers.error_message());

@@ -190,14 +190,6 @@ TEST(GgufQuantMtp, DraftsCloseToF32) {
   }
 }
 
-GgmlType to_ggml(DType t) {
-  return t == DType::Q4_K   ? GgmlType::Q4_K
-         : t == DType::Q5_K ? GgmlType::Q5_K
-         : t == DType::Q6_K ? GgmlType::Q6_K
-         : t == DType::Q8_0 ? GgmlType::Q8_0
-                            : GgmlType::F32;
-}
-
 // The nextn block gets llama-quantize's Q4_K_M types, counted over all 5 blocks: ffn_down and
 // attn_v of the MTP block are Q6_K; blk.3.ffn_down, Q6_K in a file without the head, is Q4_K.
 TEST(GgufQuantMtp, Q4KMTypesCountTheMtpBlock) {
@@ -217,14 +209,16 @@ TEST(GgufQuantMtp, Q4KMTypesCountTheMtpBlock) {
   EXPECT_EQ(type("blk.4.ffn_down.weight"), GgmlType::Q6_K);
   EXPECT_EQ(type("blk.3.ffn_down.weight"), GgmlType::Q4_K);
   EXPECT_EQ(type("blk.2.ffn_down.weight"), GgmlType::Q6_K);
-  EXPECT_EQ(type("blk.0.attn_qkv.weight"), GgmlType::Q5_K);  // llama-quantize: attn_qkv Q5_K
+  // attn_qkv follows the attn_v rule (llama-quantize counts them together, one per block).
+  EXPECT_EQ(type("blk.0.attn_qkv.weight"), GgmlType::Q4_K);
+  EXPECT_EQ(type("blk.2.attn_qkv.weight"), GgmlType::Q6_K);
   // Every matrix as the rule says (the rule with no MTP blocks differs on blk.3.ffn_down).
   auto cfg = config_from_gguf(g.value());
   ASSERT_TRUE(cfg.ok()) << cfg.error_message();
   const auto rule = gguf_k_m_rule(cfg.value(), 1);
   for (auto& t : g->tensors()) {
     if (t.ne.size() < 2 || t.name.find("ssm_conv1d") != std::string::npos) continue;
-    EXPECT_EQ(t.type, to_ggml(gguf_matrix_type(rule(t.name), t.ne[0]))) << t.name;
+    EXPECT_EQ(t.type, ggml_from_dtype(gguf_matrix_type(rule(t.name), t.ne[0]))) << t.name;
   }
   EXPECT_EQ(gguf_k_m_rule(cfg.value(), 0)("blk.3.ffn_down.weight"), DType::Q6_K);
 }
@@ -240,13 +234,14 @@ TEST(GgufQuant, Q5KMTypesAndFileType) {
   int q5 = 0, q6 = 0;
   for (auto& t : g->tensors()) {
     if (t.ne.size() < 2 || t.name.find("ssm_conv1d") != std::string::npos) continue;
-    EXPECT_EQ(t.type, to_ggml(gguf_matrix_type(rule(t.name), t.ne[0]))) << t.name;
+    EXPECT_EQ(t.type, ggml_from_dtype(gguf_matrix_type(rule(t.name), t.ne[0]))) << t.name;
     q5 += t.type == GgmlType::Q5_K;
     q6 += t.type == GgmlType::Q6_K;
   }
   EXPECT_GT(q5, q6);
   EXPECT_GT(q6, 0);
-  EXPECT_EQ(g->find("blk.0.attn_qkv.weight")->type, GgmlType::Q6_K);  // one step up from Q5_K
+  EXPECT_EQ(g->find("blk.0.attn_qkv.weight")->type, GgmlType::Q5_K);
+  EXPECT_EQ(g->find("blk.2.attn_qkv.weight")->type, GgmlType::Q6_K);  // the attn_v rule
   // This model has an output.weight, so token_embd keeps the base type; with tied embeddings
   // (no output.weight) token_embd is the output matrix and gets Q6_K, as in llama-quantize.
   EXPECT_EQ(rule("token_embd.weight"), DType::Q5_K);

@@ -311,7 +311,9 @@ TEST(QuantInt8, QuantizeActs) {
     detail::QuantizedActs a;
     detail::quantize_acts(DType::Q8_0, x.data(), 3, k, k, &a, nullptr);
     ASSERT_EQ(a.block, 32);
-    EXPECT_EQ(a.d[0], 8.0f / 127.0f);
+    // Q8_0 scales are rounded to fp16, as llama.cpp's block_q8_0 holds them.
+    EXPECT_EQ(a.d[0], f16_to_f32(f32_to_f16(8.0f / 127.0f)));
+    EXPECT_NE(a.d[0], 8.0f / 127.0f);
     EXPECT_EQ(a.q[0], -127);
     EXPECT_EQ(a.q[5], static_cast<int8_t>(std::nearbyint(7.9f * (127.0f / 8.0f))));
     EXPECT_EQ(a.q[17], static_cast<int8_t>(std::nearbyint(0.5f * (127.0f / 8.0f))));  // 7.9375
@@ -322,9 +324,25 @@ TEST(QuantInt8, QuantizeActs) {
     EXPECT_EQ(a.s32[0], a.s16[0] + a.s16[1]);
     for (int64_t i = k; i < 2 * k; ++i) EXPECT_EQ(a.q[i], 0);  // zero row
     EXPECT_EQ(a.d[2], 0.0f);
-    EXPECT_EQ(a.d[4], 1.0f / 127.0f);  // row 2, block 0
+    EXPECT_EQ(a.d[4], f16_to_f32(f32_to_f16(1.0f / 127.0f)));  // row 2, block 0
     EXPECT_EQ(a.q[2 * k], 127);
     EXPECT_TRUE(std::isnan(a.d[5]));  // row 2, block 1 holds the NaN
+  }
+  // A scale past fp16's range stays f32 (llama.cpp's would be inf); Q4_K's 256-value blocks
+  // keep f32 scales, as llama.cpp's block_q8_K does.
+  for (const char* isa : {"avx512", "scalar"}) {
+    if (!matmul_force_isa(isa)) continue;
+    std::vector<float> big(256, 1.0f);
+    big[3] = 1e7f;
+    detail::QuantizedActs a, b;
+    detail::quantize_acts(DType::Q8_0, big.data(), 1, 256, 256, &a, nullptr);
+    EXPECT_EQ(a.d[0], 1e7f / 127.0f);
+    EXPECT_EQ(a.d[1], f16_to_f32(f32_to_f16(1.0f / 127.0f)));
+    detail::quantize_acts(DType::Q4_K, big.data(), 1, 256, 256, &b, nullptr);
+    EXPECT_EQ(b.d[0], 1e7f / 127.0f);
+    big[3] = 1.0f;
+    detail::quantize_acts(DType::Q4_K, big.data(), 1, 256, 256, &b, nullptr);
+    EXPECT_EQ(b.d[0], 1.0f / 127.0f);
   }
   // SIMD and scalar agree on random rows of every block size.
   const auto r = randn(static_cast<size_t>(5 * 512), 17, 3.0f);

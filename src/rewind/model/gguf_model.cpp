@@ -42,25 +42,6 @@ bool dtype_from_ggml(GgmlType t, DType* out) {
   }
 }
 
-GgmlType ggml_from_dtype(DType t) {
-  switch (t) {
-    case DType::F16:
-      return GgmlType::F16;
-    case DType::BF16:
-      return GgmlType::BF16;
-    case DType::Q8_0:
-      return GgmlType::Q8_0;
-    case DType::Q4_K:
-      return GgmlType::Q4_K;
-    case DType::Q5_K:
-      return GgmlType::Q5_K;
-    case DType::Q6_K:
-      return GgmlType::Q6_K;
-    default:
-      return GgmlType::F32;
-  }
-}
-
 // A tensor found and checked: numpy-order shape, rewind dtype.
 struct Found {
   const GgufTensor* t = nullptr;
@@ -527,16 +508,33 @@ int64_t gguf_mtp_blocks(const ModelConfig& c, const WeightSet& ws) {
   return ws.has_mtp() && c.family != Family::Qwen3Next ? c.mtp_num_hidden_layers : 0;
 }
 
+GgmlType ggml_from_dtype(DType t) {
+  switch (t) {
+    case DType::F16:
+      return GgmlType::F16;
+    case DType::BF16:
+      return GgmlType::BF16;
+    case DType::Q8_0:
+      return GgmlType::Q8_0;
+    case DType::Q4_K:
+      return GgmlType::Q4_K;
+    case DType::Q5_K:
+      return GgmlType::Q5_K;
+    case DType::Q6_K:
+      return GgmlType::Q6_K;
+    default:
+      return GgmlType::F32;
+  }
+}
+
 std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int64_t n_mtp,
                                                        DType base) {
   auto more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
-  // llama-quantize counts every block of the file (block_count), the MTP blocks (full
-  // attention) after the main layers.
+  // llama-quantize counts every block of the file (block_count), the MTP blocks after the main
+  // layers. Its attn_v rule covers the "attn_v-like" tensors, attn_v and attn_qkv, with one
+  // counter over them in block order; every block has exactly one of them (a full-attention
+  // block its attn_v, a linear-attention block its fused attn_qkv), so the counter is the block.
   const int64_t n_all = c.n_layer + n_mtp;
-  std::vector<int64_t> attn_index(static_cast<size_t>(n_all), -1);
-  int64_t n_attn = 0;
-  for (int64_t il = 0; il < n_all; ++il)
-    if (il >= c.n_layer || c.layer_kinds[il] == LayerKind::Full) attn_index[il] = n_attn++;
   return [=](const std::string& name) {
     // A tied model has no output.weight: its token_embd is the output matrix and gets the
     // output's type, as llama-quantize does.
@@ -545,12 +543,10 @@ std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int
     if (name.rfind("blk.", 0) != 0) return base;
     const int64_t il = std::strtoll(name.c_str() + 4, nullptr, 10);
     if (il < 0 || il >= n_all) return base;
-    // The linear-attention layers' fused q/k/v: one step up, as llama-quantize's attn_qkv rule.
-    if (name.find(".attn_qkv.") != std::string::npos)
-      return base == DType::Q4_K ? DType::Q5_K : DType::Q6_K;
-    if (name.find(".attn_v.") != std::string::npos && more_bits(attn_index[il], n_attn))
+    const bool attn_v_like =
+        name.find(".attn_v.") != std::string::npos || name.find(".attn_qkv.") != std::string::npos;
+    if ((attn_v_like || name.find(".ffn_down") != std::string::npos) && more_bits(il, n_all))
       return DType::Q6_K;
-    if (name.find(".ffn_down") != std::string::npos && more_bits(il, n_all)) return DType::Q6_K;
     return base;
   };
 }

@@ -66,13 +66,16 @@ Status write_gguf_model(const std::string& path, const ModelConfig& cfg, const W
                         const std::function<DType(const std::string&)>& type_for = nullptr,
                         int64_t file_type = -1);
 
+// The GGUF tensor type of a rewind dtype (F32 for the types GGUF files do not hold).
+GgmlType ggml_from_dtype(DType t);
+
 // llama-quantize's Q4_K_M (base Q4_K) or Q5_K_M (base Q5_K) mixture for `cfg` written with
 // `n_mtp` MTP blocks: Q6_K for output.weight (token_embd.weight when the embeddings are tied
 // and there is no output.weight) and, in the blocks its use_more_bits rule picks (the
 // first and last eighth and every third between, over all block_count blocks, MTP blocks last),
-// for attn_v (counted over attention layers, MTP blocks included) and ffn_down*; attn_qkv (the
-// linear-attention layers' fused q/k/v) one step up, Q5_K (Q6_K); the base type for every other
-// matrix (nextn.eh_proj included).
+// for the attn_v-like tensors (attn_v, and attn_qkv: the linear-attention layers' fused q/k/v)
+// and ffn_down*; the base type for every other matrix (nextn.eh_proj included). Checked against
+// the types llama-quantize itself chose for the same files (tests/data/llama-cpp).
 std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& cfg, int64_t n_mtp = 0,
                                                        DType base = DType::Q4_K);
 
