@@ -120,13 +120,16 @@ void widen_q6_k_scalar(const std::byte* blk, float* out, int64_t ld) {
   }
 }
 
-// The scale of a quantised activation block, as llama.cpp computes it: amax / 127 for Q8_0's
-// 32-value blocks (then rounded to fp16 by quantize_acts), 1 / (127 / amax) for block_q8_K's 256
-// (its d = 1 / iscale; the two can differ in the last bit, and a last-bit difference upstream
+// The scale of a quantised activation block, as llama.cpp computes it: for Q8_0's 32-value
+// blocks amax / 127 rounded to fp16, as block_q8_0 holds it (a scale past fp16's range stays
+// f32, where llama.cpp's would become inf); for block_q8_K's 256 1 / (127 / amax), its
+// d = 1 / iscale. The codes come from the unrounded id in both. A last-bit difference in a scale
 // can flip a rounding tie in a later layer's codes, so a file's logits match llama.cpp's only
-// when every scale does).
+// when every scale does.
 inline float act_scale(float amax, float id, int n) {
-  return n == 256 ? 1.0f / id : amax / 127.0f;
+  if (n == 256) return 1.0f / id;
+  const float d = amax / 127.0f;
+  return d <= 65504.0f ? f16_to_f32(f32_to_f16(d)) : d;
 }
 
 // Activation quantisation of one block of n values (the reference; the AVX-512 version below
@@ -869,8 +872,9 @@ REWIND_AVX512 void quantize_block_avx512(const float* x, int n, int8_t* q, float
     quantize_block_scalar(x, n, q, d);
     return;
   }
-  const __m512 id = _mm512_set1_ps(127.0f / amax);
-  *d = act_scale(amax, 127.0f / amax, n);
+  const float idf = 127.0f / amax;
+  const __m512 id = _mm512_set1_ps(idf);
+  *d = act_scale(amax, idf, n);
   for (int i = 0; i < n; i += 16) {
     const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), id));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(v));
@@ -1267,12 +1271,6 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
           quantize_block_scalar(x + r * ldx + b * block, static_cast<int>(block), q + b * block,
                                 d + b);
       }
-      // Q8_0 blocks keep their scale as llama.cpp's block_q8_0 does, rounded to fp16 (the codes
-      // come from the unrounded scale in both), so that a Q8_0 file gives llama.cpp's logits; a
-      // scale past fp16's range stays f32 (llama.cpp's would become inf).
-      if (block == 32)
-        for (int64_t b = 0; b < k / block; ++b)
-          if (std::fabs(d[b]) <= 65504.0f) d[b] = f16_to_f32(f32_to_f16(d[b]));
       int32_t* s16 = out->s16.data() + r * (k / 16);
       int16_t* s32 = out->s32.data() + r * (k / 32);
       for (int64_t i = 0; i < k / 16; ++i) {
