@@ -137,7 +137,8 @@ int cmd_bench(int argc, char** argv) {
         "\"prefill_gflop_s\":%.2f,\"decode_gb_s\":%.3f,\"decode_bytes_per_token\":%.0f,"
         "\"decode_weight_bytes\":%.0f,\"decode_state_bytes\":%.0f,\"decode_kv_bytes\":%.0f,"
         "\"bandwidth_gb_s\":%.3f,\"bandwidth_before_gb_s\":%.3f,\"bandwidth_after_gb_s\":%.3f,"
-        "\"fma_peak_gflop_s\":%.2f,\"int8_peak_gop_s\":%.2f,\"amx_int8_peak_gop_s\":%.2f,"
+        "\"fma_peak_gflop_s\":%.2f,\"int8_peak_gop_s\":%.2f,\"int8_peak_isa\":\"%s\","
+        "\"amx_int8_peak_gop_s\":%.2f,"
         "\"amx\":%s,\"prefill_fraction_of_amx_peak\":%.6g,"
         "\"quant_dot\":\"%s\",\"quantised_bytes\":%zu,\"decode_fraction_of_bound\":%.4f,"
         "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f}\n",
@@ -145,7 +146,7 @@ int cmd_bench(int argc, char** argv) {
         static_cast<long long>(p.value()), static_cast<long long>(n.value()), prefill_tps,
         decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, weight_bytes, state_bytes, kv_bytes,
         bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
-        lim.amx_int8_peak_gop_s, amx ? "true" : "false", frac_amx,
+        lim.int8_isa.c_str(), lim.amx_int8_peak_gop_s, amx ? "true" : "false", frac_amx,
         quant_dot_name(matmul_quant_dot()), m.quantised_bytes(), frac_bw, int8 ? "int8" : "fma",
         frac_peak);
   } else {
@@ -164,8 +165,9 @@ int cmd_bench(int argc, char** argv) {
                     lim.amx_int8_peak_gop_s);
     std::printf(
         "machine: read bandwidth %.2f GB/s (%.2f before, %.2f after the run), fp32 FMA peak "
-        "%.1f GFLOP/s, int8 dot peak %.1f GOP/s%s\n",
-        bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s, amx_peak);
+        "%.1f GFLOP/s, int8 dot peak %.1f GOP/s (%s)%s\n",
+        bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
+        lim.int8_isa.empty() ? "none" : lim.int8_isa.c_str(), amx_peak);
     char amx_frac[64] = "";
     if (amx) std::snprintf(amx_frac, sizeof amx_frac, ", %.1f%% of AMX peak", 100 * frac_amx);
     std::printf(

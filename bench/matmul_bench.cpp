@@ -1,6 +1,7 @@
 // matmul_bench: speed of rw::matmul on the Qwen3.5-0.8B projection shapes, as fractions of this
 // machine's measured limits (kernels/machine_limits.h): decode (M=1) against the read bandwidth
-// (bytes of packed weights / time), prefill (M=512) against the fp32 FMA peak (2*M*N*K / time).
+// (bytes of packed weights / time), prefill (M=512) against the fp32 FMA peak (2*M*N*K / time),
+// or the int8 dot-product peak for quantised weights multiplied by the int8 dot.
 //
 // M=1 "cold" rotates over enough packed copies of the weights (>= 2 x L3, at least 1 GiB in all)
 // that every call streams them from memory, as a real decode step does (all layers' weights are
@@ -141,10 +142,13 @@ int main(int argc, char** argv) {
     lim = rw::measure_machine_limits(&pool, 1.5);
   }
   std::printf(
-      "machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s); "
-      "matmul path: %s; quantised dot: %s (int8 path %s)\n\n",
+      "machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s), int8 dot "
+      "peak %.1f GOP/s (%s); matmul path: %s; quantised dot: %s (int8 path %s)\n"
+      "(%%peak: of the int8 dot peak for quantised weights with the int8 dot, else of the FMA "
+      "peak)\n\n",
       lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
-      rw::matmul_isa(), rw::quant_dot_name(rw::matmul_quant_dot()), rw::matmul_int8_isa());
+      lim.int8_peak_gop_s, lim.int8_isa.empty() ? "none" : lim.int8_isa.c_str(), rw::matmul_isa(),
+      rw::quant_dot_name(rw::matmul_quant_dot()), rw::matmul_int8_isa());
   if (limits_only) return 0;
 
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -207,10 +211,13 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * static_cast<double>(m) * s.n * s.k;
         const double gflops = flops / t / 1e9;
         const double gbs = static_cast<double>(bytes) / t / 1e9;
+        const bool int8 = rw::dtype_is_quant(store) &&
+                          rw::matmul_quant_dot() == rw::QuantDot::Int8 && lim.int8_peak_gop_s > 0;
+        const double peak = int8 ? lim.int8_peak_gop_s : lim.fma_peak_gflop_s;
         std::printf("%-8s %6lld %7lld %5s %4lld %6zu %10.3f %9.1f %8.1f %6.1f%% %6.1f%%", s.name,
                     static_cast<long long>(s.k), static_cast<long long>(s.n), dt.c_str(),
                     static_cast<long long>(m), want, t * 1e3, gflops, gbs,
-                    100.0 * gbs / lim.read_bandwidth_gb_s, 100.0 * gflops / lim.fma_peak_gflop_s);
+                    100.0 * gbs / lim.read_bandwidth_gb_s, 100.0 * gflops / peak);
         if (cold && want > 1) {
           const double th = run_best(1);
           const double hot = static_cast<double>(bytes) / th / 1e9;

@@ -306,7 +306,7 @@ TEST(QuantInt8, QuantizeActs) {
   // Row 1: all zero. Row 2: one NaN in the second block.
   for (int64_t i = 0; i < k; ++i) x[2 * k + i] = 1.0f;
   x[2 * k + 40] = std::numeric_limits<float>::quiet_NaN();
-  for (const char* isa : {"avx512", "scalar"}) {
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
     if (!matmul_force_isa(isa)) continue;
     detail::QuantizedActs a;
     detail::quantize_acts(DType::Q8_0, x.data(), 3, k, k, &a, nullptr);
@@ -330,7 +330,7 @@ TEST(QuantInt8, QuantizeActs) {
   }
   // A scale past fp16's range stays f32 (llama.cpp's would be inf); Q4_K's 256-value blocks
   // keep f32 scales, as llama.cpp's block_q8_K does.
-  for (const char* isa : {"avx512", "scalar"}) {
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
     if (!matmul_force_isa(isa)) continue;
     std::vector<float> big(256, 1.0f);
     big[3] = 1e7f;
@@ -344,17 +344,27 @@ TEST(QuantInt8, QuantizeActs) {
     detail::quantize_acts(DType::Q4_K, big.data(), 1, 256, 256, &b, nullptr);
     EXPECT_EQ(b.d[0], 1.0f / 127.0f);
   }
-  // SIMD and scalar agree on random rows of every block size.
-  const auto r = randn(static_cast<size_t>(5 * 512), 17, 3.0f);
+  // Every SIMD path and the scalar agree on random rows of every block size, and on a row of
+  // rounding ties (amax 127: x * id = x, halves round to even).
+  auto r = randn(static_cast<size_t>(5 * 512), 17, 3.0f);
+  for (int i = 0; i < 512; ++i) r[4 * 512 + i] = static_cast<float>(i % 254 - 127) + 0.5f;
+  r[4 * 512] = -127.0f;
   for (DType t : {DType::Q8_0, DType::Q4_K}) {
-    detail::QuantizedActs a, b;
-    matmul_force_isa("auto");
-    detail::quantize_acts(t, r.data(), 5, 512, 512, &a, nullptr);
+    detail::QuantizedActs b;
     matmul_force_isa("scalar");
     detail::quantize_acts(t, r.data(), 5, 512, 512, &b, nullptr);
-    EXPECT_EQ(std::memcmp(a.q.data(), b.q.data(), 5 * 512), 0);
-    EXPECT_EQ(std::memcmp(a.d.data(), b.d.data(), a.d.size() * 4), 0);
+    EXPECT_EQ(b.q[4 * 512 + 1], -126);  // -125.5 rounds to even
+    EXPECT_EQ(b.q[4 * 512 + 2], -124);  // -124.5 rounds to even
+    for (const char* isa : {"avx512", "avx2"}) {
+      if (!matmul_force_isa(isa)) continue;
+      detail::QuantizedActs a;
+      detail::quantize_acts(t, r.data(), 5, 512, 512, &a, nullptr);
+      EXPECT_EQ(std::memcmp(a.q.data(), b.q.data(), 5 * 512), 0) << isa;
+      EXPECT_EQ(std::memcmp(a.d.data(), b.d.data(), a.d.size() * 4), 0) << isa;
+      EXPECT_EQ(std::memcmp(a.s16.data(), b.s16.data(), 5 * 512 / 16 * 4), 0) << isa;
+    }
   }
+  matmul_force_isa("auto");
 }
 
 // Every output of the int8 dot equals the scalar formula bit for bit, for every M, path and
@@ -406,6 +416,60 @@ TEST(QuantInt8, EqualsScalarFormula) {
         }
         matmul_force_isa("auto");
       }
+    }
+  }
+}
+
+// The largest integer sums the kernels can meet stay exact: every code at its maximum (Q4_K 15,
+// Q5_K 31, Q6_K 63, Q8_0 -128 / 127) against activations of +-127 everywhere. The AVX2 kernels
+// keep several vpmaddubsw results in int16 before widening (8 for Q4_K, 4 for Q5_K, 2 for
+// Q6_K); one more would overflow here and this test would fail.
+TEST(QuantInt8, ExtremeCodesStayExact) {
+  IsaGuard guard;
+  QuantDotGuard dot(QuantDot::Int8);
+  ThreadPool pool(2);
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    const int64_t n = 32, k = 512;
+    auto w = randn(static_cast<size_t>(n * k), 5);
+    auto q = quantize(w, t, n, k);
+    const int64_t nblk = n * k / dtype_block_elems(t);
+    for (int64_t i = 0; i < nblk; ++i) {
+      if (t == DType::Q8_0) {
+        auto* b = reinterpret_cast<BlockQ8_0*>(q.data()) + i;
+        for (int e = 0; e < 32; ++e) b->qs[e] = static_cast<int8_t>(i % 2 ? 127 : -128);
+      } else if (t == DType::Q4_K) {
+        std::memset(reinterpret_cast<BlockQ4_K*>(q.data())[i].qs, 0xFF, kQK_K / 2);
+      } else if (t == DType::Q5_K) {
+        auto* b = reinterpret_cast<BlockQ5_K*>(q.data()) + i;
+        std::memset(b->qs, 0xFF, kQK_K / 2);
+        std::memset(b->qh, 0xFF, kQK_K / 8);
+      } else {
+        auto* b = reinterpret_cast<BlockQ6_K*>(q.data()) + i;
+        std::memset(b->ql, 0xFF, kQK_K / 2);
+        std::memset(b->qh, 0xFF, kQK_K / 4);
+      }
+    }
+    PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
+    const int64_t panel_stride = k / dtype_block_elems(t) * detail::quant_panel_block_bytes(t);
+    for (int64_t m : {1, 2, 5, 16}) {
+      std::vector<float> x(static_cast<size_t>(m * k));
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t i = 0; i < k; ++i) x[r * k + i] = r % 2 ? -1.0f : 1.0f;
+      detail::QuantizedActs xa;
+      detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr);
+      std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size());
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c)
+          ref[r * n + c] = detail::int8_dot_reference(
+              t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
+              static_cast<int>(c % 16));
+      for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
+        if (!matmul_force_isa(isa)) continue;
+        matmul(x.data(), m, k, pq, y.data(), n, &pool);
+        ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
+            << dtype_name(t) << " m=" << m << " " << isa;
+      }
+      matmul_force_isa("auto");
     }
   }
 }

@@ -179,6 +179,65 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dpbusd_loop_avx512(
   return static_cast<float>(total);
 }
 
+// Without VNNI (AVX2): the exact int8 dot product is vpmaddubsw (u8 x s8 products summed in
+// pairs to int16) then vpmaddwd by ones (pairs of pairs to int32) and vpaddd into the
+// accumulator, the sequence the AVX2 kernels use: 32 multiply-adds (64 ops) per 256-bit step.
+// Each chain's u8 operand is its own accumulator, so no product is loop-invariant and the
+// chains stay independent of each other. Written in asm: with intrinsics GCC 12 keeps copies of
+// some accumulators on the stack (a store per step, which a peak must not include). 10 chains (a
+// step is 7 cycles of latency) with 4 temporaries and the two constants fill the 16 registers.
+__attribute__((target("avx2"))) float maddubs_loop_avx2(int64_t iters) {
+  __m256i c[10];
+  for (int i = 0; i < 10; ++i) c[i] = _mm256_set1_epi32(i);
+  const __m256i b = _mm256_set1_epi8(-5), ones = _mm256_set1_epi16(1);
+  __m256i t0, t1, t2, t3;
+  for (int64_t it = 0; it < iters; ++it) {
+    __asm__ volatile(
+        "vpmaddubsw %[b], %[c0], %[t0]\n\t"
+        "vpmaddwd %[o], %[t0], %[t0]\n\t"
+        "vpaddd %[t0], %[c0], %[c0]\n\t"
+        "vpmaddubsw %[b], %[c1], %[t1]\n\t"
+        "vpmaddwd %[o], %[t1], %[t1]\n\t"
+        "vpaddd %[t1], %[c1], %[c1]\n\t"
+        "vpmaddubsw %[b], %[c2], %[t2]\n\t"
+        "vpmaddwd %[o], %[t2], %[t2]\n\t"
+        "vpaddd %[t2], %[c2], %[c2]\n\t"
+        "vpmaddubsw %[b], %[c3], %[t3]\n\t"
+        "vpmaddwd %[o], %[t3], %[t3]\n\t"
+        "vpaddd %[t3], %[c3], %[c3]\n\t"
+        "vpmaddubsw %[b], %[c4], %[t0]\n\t"
+        "vpmaddwd %[o], %[t0], %[t0]\n\t"
+        "vpaddd %[t0], %[c4], %[c4]\n\t"
+        "vpmaddubsw %[b], %[c5], %[t1]\n\t"
+        "vpmaddwd %[o], %[t1], %[t1]\n\t"
+        "vpaddd %[t1], %[c5], %[c5]\n\t"
+        "vpmaddubsw %[b], %[c6], %[t2]\n\t"
+        "vpmaddwd %[o], %[t2], %[t2]\n\t"
+        "vpaddd %[t2], %[c6], %[c6]\n\t"
+        "vpmaddubsw %[b], %[c7], %[t3]\n\t"
+        "vpmaddwd %[o], %[t3], %[t3]\n\t"
+        "vpaddd %[t3], %[c7], %[c7]\n\t"
+        "vpmaddubsw %[b], %[c8], %[t0]\n\t"
+        "vpmaddwd %[o], %[t0], %[t0]\n\t"
+        "vpaddd %[t0], %[c8], %[c8]\n\t"
+        "vpmaddubsw %[b], %[c9], %[t1]\n\t"
+        "vpmaddwd %[o], %[t1], %[t1]\n\t"
+        "vpaddd %[t1], %[c9], %[c9]\n\t"
+        : [c0] "+x"(c[0]), [c1] "+x"(c[1]), [c2] "+x"(c[2]), [c3] "+x"(c[3]), [c4] "+x"(c[4]),
+          [c5] "+x"(c[5]), [c6] "+x"(c[6]), [c7] "+x"(c[7]), [c8] "+x"(c[8]), [c9] "+x"(c[9]),
+          [t0] "=&x"(t0), [t1] "=&x"(t1), [t2] "=&x"(t2), [t3] "=&x"(t3)
+        : [b] "x"(b), [o] "x"(ones));
+  }
+  __m256i sum = c[0];
+  for (int i = 1; i < 10; ++i) sum = _mm256_add_epi32(sum, c[i]);
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+  int64_t total = 0;
+  for (int32_t v : lanes) total += v;
+  return static_cast<float>(total);
+}
+constexpr int kMaddubsChains = 10;  // (the chains of maddubs_loop_avx2)
+
 // ---- AMX int8 peak ---------------------------------------------------------------------------
 // Four independent TDPBSSD accumulators, full 16 x 64-byte tiles: 16 x 16 x 64 multiply-adds
 // (32768 ops) per instruction. Each thread loads its own tile configuration.
@@ -300,10 +359,18 @@ double measure_fma_peak_gflop_s(ThreadPool* pool, double seconds_budget, std::st
   return measure_loop_peak(pool, seconds_budget, fn, 2.0 * lanes * kChains);
 }
 
-double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget) {
+double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget, std::string* isa) {
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) return 0;
-  return measure_loop_peak(pool, seconds_budget, &dpbusd_loop_avx512, 2.0 * 64 * kChains);
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+    if (isa) *isa = "avx512vnni";
+    return measure_loop_peak(pool, seconds_budget, &dpbusd_loop_avx512, 2.0 * 64 * kChains);
+  }
+  if (__builtin_cpu_supports("avx2")) {
+    if (isa) *isa = "avx2";
+    return measure_loop_peak(pool, seconds_budget, &maddubs_loop_avx2, 2.0 * 32 * kMaddubsChains);
+  }
+  if (isa) *isa = "";
+  return 0;
 }
 
 double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget) {
@@ -323,7 +390,7 @@ MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
   lim.bandwidth_buffer_bytes = bytes;
   lim.read_bandwidth_gb_s = measure_read_bandwidth_gb_s(pool, bytes, seconds_budget * 0.6);
   lim.fma_peak_gflop_s = measure_fma_peak_gflop_s(pool, seconds_budget * 0.25, &lim.isa);
-  lim.int8_peak_gop_s = measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.1);
+  lim.int8_peak_gop_s = measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.1, &lim.int8_isa);
   lim.amx_int8_peak_gop_s = measure_amx_int8_peak_gop_s(pool, seconds_budget * 0.05);
   return lim;
 }

@@ -16,12 +16,14 @@ class ThreadPool;
 struct MachineLimits {
   double read_bandwidth_gb_s = 0;  // 1e9 bytes/s, all threads streaming a buffer >> L3
   double fma_peak_gflop_s = 0;     // 1e9 flop/s, 2 flops per fp32 FMA lane, all threads
-  double int8_peak_gop_s = 0;      // 1e9 op/s, 2 ops per int8 multiply-add of the AVX-512 VNNI
-                                   // dot product (vpdpbusd), all threads; 0 without VNNI
+  double int8_peak_gop_s = 0;      // 1e9 op/s, 2 ops per int8 multiply-add of the widest exact
+                                   // int8 dot product: AVX-512 VNNI (vpdpbusd), else AVX2
+                                   // (vpmaddubsw + vpmaddwd + vpaddd), all threads; 0 without
   double amx_int8_peak_gop_s = 0;  // the same for AMX tiles (tdpbssd); 0 without AMX-INT8
   size_t bandwidth_buffer_bytes = 0;  // the buffer the bandwidth was measured over
   int n_threads = 1;
   std::string isa;  // widest SIMD used for the peak: "avx512", "avx2", "scalar"
+  std::string int8_isa;  // the int8 peak's instructions: "avx512vnni", "avx2" or "" (none)
 };
 
 // Measures both limits with every thread of `pool` (null: one thread). Cost: about
@@ -30,8 +32,10 @@ struct MachineLimits {
 // little memory). Not thread-safe with other work on the pool; run it on an idle machine.
 MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget = 1.0);
 
-// int8 dot-product peak alone (vpdpbusd chains; 0 where the CPU lacks AVX-512 VNNI).
-double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget);
+// int8 dot-product peak alone: vpdpbusd chains with AVX-512 VNNI, else vpmaddubsw + vpmaddwd +
+// vpaddd chains with AVX2 (0 with neither); *isa (if given) gets which.
+double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget,
+                                   std::string* isa = nullptr);
 
 // AMX-INT8 peak alone (tdpbssd on full tiles; 0 where AMX-INT8 is missing or not granted).
 double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget);

@@ -882,16 +882,17 @@ REWIND_AVX512 void quantize_block_avx512(const float* x, int n, int8_t* q, float
 }
 
 // ---- int8 dot: AVX2 ---------------------------------------------------------------------------
-// The same integer sums without VNNI: u8 x s8 products summed in pairs (vpmaddubsw, exact while a
-// pair stays within int16: Q8_0 multiplies |q| by x with q's sign moved onto x, Q4_K nibbles are
-// at most 15, Q6_K codes at most 63), then pairs of pairs (vpmaddwd by ones). A panel's 16 lanes
+// The same integer sums without VNNI. vpmaddubsw multiplies u8 by s8 and sums pairs of products
+// to int16 (exact while a pair stays within int16: Q8_0 multiplies |q| by x with q's sign moved
+// onto x, at most 2 * 128 * 127; a Q4_K nibble (at most 15) gives at most 3810, a Q5_K code (31)
+// 7874, a Q6_K code (63) 16002). vpmaddwd then sums pairs of those into int32: by ones for Q8_0,
+// and for the K-quants by the sub-block scale (in both int16 halves of a lane), which applies
+// the scale in the same instruction. Sums of several vpmaddubsw results stay in int16 first,
+// as many as int16 holds exactly: 8 for Q4_K (30480), 4 for Q5_K (31496), 2 for Q6_K (32004).
+// All of it is exact integer arithmetic, so the sums equal the reference's. A panel's 16 lanes
 // are two 8-lane halves.
 
 #define REWIND_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-REWIND_AVX2 inline __m256i dp4_avx2(__m256i acc, __m256i u, __m256i s) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
-}
 
 // Half h (8 lanes) of the 64-byte group at off in the blocks of a tile's panels.
 REWIND_AVX2 inline __m256i half_group(const std::byte* const* blk, int h, int off) {
@@ -899,6 +900,17 @@ REWIND_AVX2 inline __m256i half_group(const std::byte* const* blk, int h, int of
 }
 REWIND_AVX2 inline __m256 f16x8(const std::byte* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+REWIND_AVX2 inline __m256i bcast4(const int8_t* p) {
+  return _mm256_set1_epi32(load_i32(p));
+}
+// 8 scale bytes (one per lane; signed for Q6_K) in both int16 halves of each lane: vpmaddwd's
+// multiplier for a lane's two int16 sums.
+template <bool Signed>
+REWIND_AVX2 inline __m256i scale_pairs(const std::byte* p) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i d = _mm_unpacklo_epi8(v, v);
+  return Signed ? _mm256_cvtepi8_epi16(d) : _mm256_cvtepu8_epi16(d);
 }
 // Half h of the Q6_K codes of values 4g..4g+3 (see q6_k_codes).
 REWIND_AVX2 inline __m256i q6_k_codes_avx2(const std::byte* const* blk, int h, int g) {
@@ -912,67 +924,193 @@ REWIND_AVX2 inline __m256i q6_k_codes_avx2(const std::byte* const* blk, int h, i
                        _mm256_set1_epi8(0x03));
   return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
 }
-// acc[r][h] = fma(+-(dw[h] * dx[r]), float(s[r][h]), acc[r][h]).
+// The AVX2 tiles: R activation rows against P panels (H = 2P halves of 8 lanes); the arguments
+// as Int8TileFn's (below). With 16 vector registers only the innermost sums live in registers:
+// the f32 accumulators (one update per weight block) and, for the K-quants, the int32 block sums
+// (one update per int16 flush) live in a small L1 scratch.
 template <int R, int H>
-REWIND_AVX2 inline void combine_avx2(__m256 (&acc)[R][H], const __m256 (&dw)[H],
-                                     const ActRows<R>& xr, int64_t b, const __m256i (&s)[R][H],
-                                     bool neg) {
-  for (int r = 0; r < R; ++r) {
-    const __m256 dx = _mm256_set1_ps(xr.d[r][b]);
-    for (int h = 0; h < H; ++h) {
-      const __m256 scale = _mm256_mul_ps(dw[h], dx);
+struct Avx2Acc {
+  alignas(32) float f[R][H][8];
+  Avx2Acc() { std::memset(f, 0, sizeof f); }
+};
+
+// f[r][h] = fma(+-(dw[h] * dx[r]), float(s[r][h]), f[r][h]), dw from the halves' f16 scales at
+// byte offset off of the blocks.
+template <int R, int H, bool Neg = false>
+REWIND_AVX2 __attribute__((always_inline)) inline void combine_avx2(Avx2Acc<R, H>& acc,
+                                                                    const std::byte* const* blk,
+                                                                    int off, const ActRows<R>& xr,
+                                                                    int64_t b,
+                                                                    const __m256i (&s)[R][H]) {
+  for (int h = 0; h < H; ++h) {
+    const __m256 dw = f16x8(blk[h / 2] + off + 16 * (h % 2));
+    for (int r = 0; r < R; ++r) {
+      const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(xr.d[r] + b));
       const __m256 f = _mm256_cvtepi32_ps(s[r][h]);
-      acc[r][h] =
-          _mm256_fmadd_ps(neg ? _mm256_xor_ps(scale, _mm256_set1_ps(-0.0f)) : scale, f, acc[r][h]);
+      _mm256_store_ps(acc.f[r][h],
+                      _mm256_fmadd_ps(Neg ? _mm256_xor_ps(scale, _mm256_set1_ps(-0.0f)) : scale, f,
+                                      _mm256_load_ps(acc.f[r][h])));
     }
   }
 }
 
-template <int R, int P>
-REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
-                                const std::byte* panels, int64_t panel_stride, float* y,
-                                int64_t ldy, int ncols) {
-  constexpr int H = 2 * P;  // 8-lane halves
-  const ActRows<R> xr(xa, r0);
-  const int64_t pb = quant_panel_block_bytes(t), nb = xa.k / xa.block;
-  __m256 acc[R][H];
+template <int R, int H>
+REWIND_AVX2 void store_tile_avx2(const Avx2Acc<R, H>& acc, float* y, int64_t ldy, int ncols,
+                                 int64_t y_step) {
   for (int r = 0; r < R; ++r)
-    for (int h = 0; h < H; ++h) acc[r][h] = _mm256_setzero_ps();
+    for (int h = 0; h < H; ++h) {
+      const int64_t col = y_step * (h / 2) + 8 * (h % 2);
+      const int64_t valid = std::min<int64_t>(8, ncols - col);
+      if (valid > 0) std::memcpy(y + r * ldy + col, acc.f[r][h], static_cast<size_t>(valid) * 4);
+    }
+}
+
+// Prefetch for decode tiles (R <= 2: the weights stream from memory), once per 64-byte line.
+template <int R>
+REWIND_AVX2 inline void prefetch_avx2(const std::byte* p) {
+  if (R <= 2) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
+// One 64-byte group of a Q8_0 block for 4 rows x 16 lanes (the 4 x 1-panel prefill tile):
+// s[r][h] += the 4-product sums of lanes 8h..8h+7, as the generic tile below computes them. In
+// asm because GCC 12 keeps half of the 8 sums on the stack (a load and a store per group each),
+// which cost a third of the tile's speed; here all 16 registers hold sums, codes and products.
+REWIND_AVX2 __attribute__((always_inline)) inline void q8_0_group_4x2(const std::byte* w,
+                                                                      const int8_t* const* x,
+                                                                      __m256i ones,
+                                                                      __m256i (&s)[4][2]) {
+  __m256i w0, w1, aw0, aw1, a, t0, t1;
+  __asm__(
+      "vmovdqu %[wm0], %[w0]\n\t"
+      "vmovdqu %[wm1], %[w1]\n\t"
+      "vpabsb %[w0], %[aw0]\n\t"
+      "vpabsb %[w1], %[aw1]\n\t"
+      "vpbroadcastd %[x0], %[a]\n\t"
+      "vpsignb %[w0], %[a], %[t0]\n\t"
+      "vpsignb %[w1], %[a], %[t1]\n\t"
+      "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"
+      "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"
+      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
+      "vpmaddwd %[ones], %[t1], %[t1]\n\t"
+      "vpaddd %[t0], %[s00], %[s00]\n\t"
+      "vpaddd %[t1], %[s01], %[s01]\n\t"
+      "vpbroadcastd %[x1], %[a]\n\t"
+      "vpsignb %[w0], %[a], %[t0]\n\t"
+      "vpsignb %[w1], %[a], %[t1]\n\t"
+      "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"
+      "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"
+      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
+      "vpmaddwd %[ones], %[t1], %[t1]\n\t"
+      "vpaddd %[t0], %[s10], %[s10]\n\t"
+      "vpaddd %[t1], %[s11], %[s11]\n\t"
+      "vpbroadcastd %[x2], %[a]\n\t"
+      "vpsignb %[w0], %[a], %[t0]\n\t"
+      "vpsignb %[w1], %[a], %[t1]\n\t"
+      "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"
+      "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"
+      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
+      "vpmaddwd %[ones], %[t1], %[t1]\n\t"
+      "vpaddd %[t0], %[s20], %[s20]\n\t"
+      "vpaddd %[t1], %[s21], %[s21]\n\t"
+      "vpbroadcastd %[x3], %[a]\n\t"
+      "vpsignb %[w0], %[a], %[t0]\n\t"
+      "vpsignb %[w1], %[a], %[t1]\n\t"
+      "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"
+      "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"
+      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
+      "vpmaddwd %[ones], %[t1], %[t1]\n\t"
+      "vpaddd %[t0], %[s30], %[s30]\n\t"
+      "vpaddd %[t1], %[s31], %[s31]\n\t"
+      : [s00] "+x"(s[0][0]), [s01] "+x"(s[0][1]), [s10] "+x"(s[1][0]), [s11] "+x"(s[1][1]),
+        [s20] "+x"(s[2][0]), [s21] "+x"(s[2][1]), [s30] "+x"(s[3][0]), [s31] "+x"(s[3][1]),
+        [w0] "=&x"(w0), [w1] "=&x"(w1), [aw0] "=&x"(aw0), [aw1] "=&x"(aw1), [a] "=&x"(a),
+        [t0] "=&x"(t0), [t1] "=&x"(t1)
+      : [wm0] "m"(*reinterpret_cast<const __m256i*>(w)),
+        [wm1] "m"(*reinterpret_cast<const __m256i*>(w + 32)),
+        [x0] "m"(*reinterpret_cast<const int32_t*>(x[0])),
+        [x1] "m"(*reinterpret_cast<const int32_t*>(x[1])),
+        [x2] "m"(*reinterpret_cast<const int32_t*>(x[2])),
+        [x3] "m"(*reinterpret_cast<const int32_t*>(x[3])), [ones] "x"(ones));
+}
+
+template <int R, int P>
+REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
+                                     int64_t y_step) {
+  constexpr int H = 2 * P;
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = quant_panel_block_bytes(DType::Q8_0), nb = xa.k / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
     for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
-    __m256 dw[H];
-    for (int h = 0; h < H; ++h) dw[h] = f16x8(blk[h / 2] + 16 * (h % 2));
     __m256i s[R][H];
     for (int r = 0; r < R; ++r)
       for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
-    if (t == DType::Q8_0) {
+    if constexpr (R == 4 && P == 1) {
       for (int g = 0; g < 8; ++g) {
-        __m256i w[H], aw[H];
-        for (int h = 0; h < H; ++h) {
-          w[h] = half_group(blk, h, kQ8QOff + 64 * g);
-          aw[h] = _mm256_abs_epi8(w[h]);
-        }
-        for (int r = 0; r < R; ++r) {
-          const __m256i a = _mm256_set1_epi32(load_i32(xr.q[r] + b * 32 + 4 * g));
-          for (int h = 0; h < H; ++h) s[r][h] = dp4_avx2(s[r][h], aw[h], _mm256_sign_epi8(a, w[h]));
-        }
+        const int8_t* x[4];
+        for (int r = 0; r < 4; ++r) x[r] = xr.q[r] + b * 32 + 4 * g;
+        q8_0_group_4x2(blk[0] + kQ8QOff + 64 * g, x, ones, s);
       }
-      combine_avx2<R, H>(acc, dw, xr, b, s, false);
-    } else if (t == DType::Q4_K || t == DType::Q5_K) {
-      const bool q5 = t == DType::Q5_K;
-      const __m256i m4 = _mm256_set1_epi8(0x0F);
-      for (int sb = 0; sb < 8; ++sb) {
-        __m256i is[R][H];
+      combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+      continue;
+    }
+#pragma GCC unroll 1
+    for (int g = 0; g < 8; ++g) {
+      __m256i w[H], aw[H];
+      for (int h = 0; h < H; ++h) {
+        if (h % 2 == 0) prefetch_avx2<R>(blk[h / 2] + kQ8QOff + 64 * g);
+        w[h] = half_group(blk, h, kQ8QOff + 64 * g);
+        aw[h] = _mm256_abs_epi8(w[h]);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256i a = bcast4(xr.q[r] + b * 32 + 4 * g);
+        for (int h = 0; h < H; ++h)
+          s[r][h] = _mm256_add_epi32(
+              s[r][h],
+              _mm256_madd_epi16(_mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(a, w[h])), ones));
+      }
+    }
+    combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+  }
+  store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
+}
+
+template <int R, int P, bool Q5>
+REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                  int64_t panel_stride, float* y, int64_t ldy, int ncols,
+                                  int64_t y_step) {
+  constexpr int H = 2 * P;
+  // Groups per int16 sum: 4 (8 products of nibbles) for Q4_K, 2 for Q5_K's 5-bit codes.
+  constexpr int kSpan = Q5 ? 2 : 4;
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = quant_panel_block_bytes(Q5 ? DType::Q5_K : DType::Q4_K), nb = xa.k / 256;
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  Avx2Acc<R, H> acc;
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[P];
+    for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
+    alignas(32) int32_t sm[R][H][8] = {};
+    for (int sb = 0; sb < 8; ++sb) {
+#pragma GCC unroll 2
+      for (int g0 = 4 * sb; g0 < 4 * sb + 4; g0 += kSpan) {
+        __m256i t16[R][H];
         for (int r = 0; r < R; ++r)
-          for (int h = 0; h < H; ++h) is[r][h] = _mm256_setzero_si256();
-        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+          for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int g = g0; g < g0 + kSpan; ++g) {
           __m256i lo[H], hi[H];
           for (int h = 0; h < H; ++h) {
+            if (h % 2 == 0) {
+              prefetch_avx2<R>(blk[h / 2] + kQ4KQOff + 64 * g);
+              if (Q5 && (g & 3) == 0) prefetch_avx2<R>(blk[h / 2] + kQ5KHOff + 16 * g);
+            }
             const __m256i v = half_group(blk, h, kQ4KQOff + 64 * g);
             lo[h] = _mm256_and_si256(v, m4);
             hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            if (q5) {  // bit 4 of the codes (see kquant_codes)
+            if (Q5) {  // bit 4 of the codes (see kquant_codes)
               const __m256i hb = _mm256_srl_epi32(half_group(blk, h, kQ5KHOff + 64 * (g >> 2)),
                                                   _mm_cvtsi32_si128(2 * (g & 3)));
               const __m256i b4 = _mm256_set1_epi8(0x10);
@@ -981,81 +1119,185 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
             }
           }
           for (int r = 0; r < R; ++r) {
-            const __m256i a0 = _mm256_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
-            const __m256i a1 = _mm256_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
-            for (int h = 0; h < H; ++h) {
-              is[r][h] = dp4_avx2(is[r][h], lo[h], a0);
-              is[r][h] = dp4_avx2(is[r][h], hi[h], a1);
-            }
+            const __m256i a0 = bcast4(xr.q[r] + b * 256 + 8 * g);
+            const __m256i a1 = bcast4(xr.q[r] + b * 256 + 8 * g + 4);
+            for (int h = 0; h < H; ++h)
+              t16[r][h] =
+                  _mm256_add_epi16(t16[r][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], a0),
+                                                               _mm256_maddubs_epi16(hi[h], a1)));
           }
         }
         for (int h = 0; h < H; ++h) {
-          const __m256i sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-              reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KScOff + 16 * sb + 8 * (h % 2))));
-          for (int r = 0; r < R; ++r)
-            s[r][h] = _mm256_add_epi32(s[r][h], _mm256_mullo_epi32(is[r][h], sc));
-        }
-      }
-      combine_avx2<R, H>(acc, dw, xr, b, s, false);
-      for (int r = 0; r < R; ++r)
-        for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
-      for (int tp = 0; tp < 4; ++tp) {
-        __m256i mv[H];
-        for (int h = 0; h < H; ++h)
-          mv[h] = _mm256_cvtepu8_epi16(_mm_loadu_si128(
-              reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KMinOff + 32 * tp + 16 * (h % 2))));
-        for (int r = 0; r < R; ++r) {
-          const __m256i a = _mm256_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp));
-          for (int h = 0; h < H; ++h)
-            s[r][h] = _mm256_add_epi32(s[r][h], _mm256_madd_epi16(mv[h], a));
-        }
-      }
-      __m256 dmin[H];
-      for (int h = 0; h < H; ++h) dmin[h] = f16x8(blk[h / 2] + 32 + 16 * (h % 2));
-      combine_avx2<R, H>(acc, dmin, xr, b, s, true);
-    } else {  // Q6_K
-      for (int sb = 0; sb < 16; ++sb) {
-        __m256i is[R][H];
-        for (int r = 0; r < R; ++r) {
-          const __m256i c = _mm256_set1_epi32(-32 * xr.s16[r][b * 16 + sb]);
-          for (int h = 0; h < H; ++h) is[r][h] = c;
-        }
-        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
-          __m256i w[H];
-          for (int h = 0; h < H; ++h) w[h] = q6_k_codes_avx2(blk, h, g);
+          const __m256i scp = scale_pairs<false>(blk[h / 2] + kQ4KScOff + 16 * sb + 8 * (h % 2));
           for (int r = 0; r < R; ++r) {
-            const __m256i a = _mm256_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
-            for (int h = 0; h < H; ++h) is[r][h] = dp4_avx2(is[r][h], w[h], a);
+            auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
+            _mm256_store_si256(
+                o, _mm256_add_epi32(_mm256_load_si256(o), _mm256_madd_epi16(t16[r][h], scp)));
           }
         }
-        for (int h = 0; h < H; ++h) {
-          const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-              reinterpret_cast<const __m128i*>(blk[h / 2] + kQ6KScOff + 16 * sb + 8 * (h % 2))));
-          for (int r = 0; r < R; ++r)
-            s[r][h] = _mm256_add_epi32(s[r][h], _mm256_mullo_epi32(is[r][h], sc));
-        }
       }
-      combine_avx2<R, H>(acc, dw, xr, b, s, false);
     }
+    __m256i s[R][H];
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < H; ++h) s[r][h] = _mm256_load_si256(reinterpret_cast<__m256i*>(sm[r][h]));
+    combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+    // Mins: sum_s m[s] * sum32[s], pairs of sub-blocks per vpmaddwd.
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+    for (int tp = 0; tp < 4; ++tp)
+      for (int h = 0; h < H; ++h) {
+        const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KMinOff + 32 * tp + 16 * (h % 2))));
+        for (int r = 0; r < R; ++r)
+          s[r][h] = _mm256_add_epi32(
+              s[r][h],
+              _mm256_madd_epi16(mv, _mm256_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp))));
+      }
+    combine_avx2<R, H, true>(acc, blk, 32, xr, b, s);
   }
-  for (int r = 0; r < R; ++r)
-    for (int h = 0; h < H; ++h) {
-      const int valid = ncols - 8 * h;
-      if (valid >= 8) {
-        _mm256_storeu_ps(y + r * ldy + 8 * h, acc[r][h]);
-      } else if (valid > 0) {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, acc[r][h]);
-        std::memcpy(y + r * ldy + 8 * h, tmp, static_cast<size_t>(valid) * 4);
-      }
-    }
+  store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
-using Int8TileAvx2Fn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t,
-                                float*, int64_t, int);
-constexpr int kAvx2MaxR = 2, kAvx2MaxP = 2;
-constexpr Int8TileAvx2Fn kInt8TilesAvx2[kAvx2MaxR][kAvx2MaxP] = {
-    {int8_tile_avx2<1, 1>, int8_tile_avx2<1, 2>}, {int8_tile_avx2<2, 1>, int8_tile_avx2<2, 2>}};
+// Q6_K: codes c = q + 32 (u8); s = sum_s sc[s] * (sum c * qx - 32 * sum16[s]). q6_bytes: the
+// codes expanded to one byte each (expand_q6_k_avx2).
+template <int R, int P>
+REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
+                                     int64_t y_step, bool q6_bytes) {
+  constexpr int H = 2 * P;
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = q6_bytes ? kQ6KBytesBlock : quant_panel_block_bytes(DType::Q6_K);
+  const int64_t nb = xa.k / 256;
+  Avx2Acc<R, H> acc;
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[P];
+    for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
+    alignas(32) int32_t sm[R][H][8] = {};
+    for (int sb = 0; sb < 16; ++sb) {
+#pragma GCC unroll 2
+      for (int g0 = 4 * sb; g0 < 4 * sb + 4; g0 += 2) {
+        __m256i t16[R][H];
+        for (int r = 0; r < R; ++r)
+          for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int g = g0; g < g0 + 2; ++g) {
+          __m256i w[H];
+          for (int h = 0; h < H; ++h) {
+            if (h % 2 == 0 && !q6_bytes) {
+              if ((g & 1) == 0) prefetch_avx2<R>(blk[h / 2] + kQ6KLoOff + 32 * g);
+              if ((g & 3) == 0) prefetch_avx2<R>(blk[h / 2] + kQ6KHiOff + 16 * g);
+            }
+            w[h] = q6_bytes ? half_group(blk, h, kQ6KLoOff + 64 * g) : q6_k_codes_avx2(blk, h, g);
+          }
+          for (int r = 0; r < R; ++r) {
+            const __m256i a = bcast4(xr.q[r] + b * 256 + 4 * g);
+            for (int h = 0; h < H; ++h)
+              t16[r][h] = _mm256_add_epi16(t16[r][h], _mm256_maddubs_epi16(w[h], a));
+          }
+        }
+        for (int h = 0; h < H; ++h) {
+          const __m256i scp = scale_pairs<true>(blk[h / 2] + kQ6KScOff + 16 * sb + 8 * (h % 2));
+          for (int r = 0; r < R; ++r) {
+            auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
+            _mm256_store_si256(
+                o, _mm256_add_epi32(_mm256_load_si256(o), _mm256_madd_epi16(t16[r][h], scp)));
+          }
+        }
+      }
+    }
+    __m256i s[R][H];
+    for (int r = 0; r < R; ++r)
+      for (int h = 0; h < H; ++h) s[r][h] = _mm256_load_si256(reinterpret_cast<__m256i*>(sm[r][h]));
+    // The offset: 32 * sum_s sc[s] * sum16[s], two sub-blocks per vpmaddwd (32 * sc fits
+    // int16, as does sum16: at most 16 * 127).
+    for (int i = 0; i < 8; ++i)
+      for (int h = 0; h < H; ++h) {
+        const std::byte* sp = blk[h / 2] + kQ6KScOff + 8 * (h % 2) + 32 * i;
+        const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp));
+        const __m128i o = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp + 16));
+        const __m256i sc2 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(e, o)), 5);
+        for (int r = 0; r < R; ++r) {
+          const int32_t* s16 = xr.s16[r] + b * 16 + 2 * i;
+          const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(
+              (static_cast<uint32_t>(s16[0]) & 0xFFFFu) | (static_cast<uint32_t>(s16[1]) << 16)));
+          s[r][h] = _mm256_sub_epi32(s[r][h], _mm256_madd_epi16(sc2, a));
+        }
+      }
+    combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+  }
+  store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
+}
+
+template <int R, int P>
+REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
+                                const std::byte* panels, int64_t panel_stride, float* y,
+                                int64_t ldy, int ncols, int64_t y_step, bool q6_bytes) {
+  switch (t) {
+    case DType::Q8_0:
+      return int8_tile_avx2_q8_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
+    case DType::Q4_K:
+      return int8_tile_avx2_k<R, P, false>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
+    case DType::Q5_K:
+      return int8_tile_avx2_k<R, P, true>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
+    default:
+      return int8_tile_avx2_q6_k<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step,
+                                       q6_bytes);
+  }
+}
+
+constexpr int kAvx2MaxP = 2;
+#define REWIND_INT8_AVX2_ROW(R) \
+  { int8_tile_avx2<R, 1>, int8_tile_avx2<R, 2>, nullptr, nullptr }
+constexpr Int8TileFn kInt8TilesAvx2[kInt8MaxR][kInt8MaxP] = {
+    REWIND_INT8_AVX2_ROW(1), REWIND_INT8_AVX2_ROW(2), REWIND_INT8_AVX2_ROW(3),
+    REWIND_INT8_AVX2_ROW(4)};
+#undef REWIND_INT8_AVX2_ROW
+
+// nb Q6_K panel blocks at src expanded to kQ6KBytesBlock each at dst (as expand_q6_k).
+REWIND_AVX2 void expand_q6_k_avx2(const std::byte* src, int64_t nb, std::byte* dst) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[1] = {src + b * quant_panel_block_bytes(DType::Q6_K)};
+    std::byte* o = dst + b * kQ6KBytesBlock;
+    std::memcpy(o, blk[0], kQ6KLoOff);
+    for (int g = 0; g < 64; ++g)
+      for (int h = 0; h < 2; ++h)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + kQ6KLoOff + 64 * g + 32 * h),
+                            q6_k_codes_avx2(blk, h, g));
+  }
+}
+
+// Activation quantisation, one block of n (a multiple of 32) values: same bits as the scalar
+// (the max is exact, x * id one rounding, vcvtps2dq rounds to nearest even as nearbyint does).
+REWIND_AVX2 void quantize_block_avx2(const float* x, int n, int8_t* q, float* d) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256 big = _mm256_set1_ps(std::numeric_limits<float>::max());
+  __m256 mx = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int i = 0; i < n; i += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), absmask);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, big, _CMP_NLE_UQ));  // inf or NaN
+    mx = _mm256_max_ps(mx, a);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  const float amax = _mm_cvtss_f32(m4);
+  if (_mm256_movemask_ps(bad) || amax < 1e-30f) {  // the scalar handles the special blocks
+    quantize_block_scalar(x, n, q, d);
+    return;
+  }
+  const float idf = 127.0f / amax;
+  const __m256 id = _mm256_set1_ps(idf);
+  *d = act_scale(amax, idf, n);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int i = 0; i < n; i += 32) {
+    __m256i v[4];
+    for (int j = 0; j < 4; ++j)
+      v[j] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8 * j), id));
+    const __m256i p =
+        _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm256_permutevar8x32_epi32(p, order));
+  }
+}
 
 #pragma GCC diagnostic pop
 
@@ -1258,19 +1500,16 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
   out->d.reserve_at_least(static_cast<size_t>(m * (k / block)));
   out->s16.reserve_at_least(static_cast<size_t>(m * (k / 16)));
   out->s32.reserve_at_least(static_cast<size_t>(m * (k / 32)));
-  const bool simd = avx512_allowed();
+  using QuantizeBlockFn = void (*)(const float*, int, int8_t*, float*);
+  const QuantizeBlockFn quantize_block = avx512_allowed()               ? quantize_block_avx512
+                                         : use_avx2() && g_isa_cap >= 1 ? quantize_block_avx2
+                                                                        : quantize_block_scalar;
   auto rows = [&](int, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int8_t* q = out->q.data() + r * k;
       float* d = out->d.data() + r * (k / block);
-      for (int64_t b = 0; b < k / block; ++b) {
-        if (simd)
-          quantize_block_avx512(x + r * ldx + b * block, static_cast<int>(block), q + b * block,
-                                d + b);
-        else
-          quantize_block_scalar(x + r * ldx + b * block, static_cast<int>(block), q + b * block,
-                                d + b);
-      }
+      for (int64_t b = 0; b < k / block; ++b)
+        quantize_block(x + r * ldx + b * block, static_cast<int>(block), q + b * block, d + b);
       int32_t* s16 = out->s16.data() + r * (k / 16);
       int16_t* s32 = out->s32.data() + r * (k / 32);
       for (int64_t i = 0; i < k / 16; ++i) {
@@ -1348,17 +1587,6 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   REWIND_CHECK(r0 >= 0 && r1 <= xa.m && r0 <= r1 && act_block(t) == xa.block);
   if (r0 == r1 || np <= 0) return;
   const Int8Path path = int8_path();
-  if (path == Int8Path::Avx2) {
-    for (int64_t r = r0; r < r1; r += kAvx2MaxR) {
-      const int rr = static_cast<int>(std::min<int64_t>(kAvx2MaxR, r1 - r));
-      for (int p0 = 0; p0 < np; p0 += kAvx2MaxP) {
-        const int npg = std::min(kAvx2MaxP, np - p0);
-        kInt8TilesAvx2[rr - 1][npg - 1](t, xa, r, panels + p0 * panel_stride, panel_stride,
-                                        y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0);
-      }
-    }
-    return;
-  }
   if (path == Int8Path::Scalar) {
     for (int64_t r = r0; r < r1; ++r)
       for (int c = 0; c < ncols; ++c)
@@ -1366,26 +1594,30 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
             int8_dot_reference(t, xa, r, panels + (c / kNR) * panel_stride, c % kNR);
     return;
   }
+  const bool avx2 = path == Int8Path::Avx2;
+  const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
+  const int max_p = avx2 ? kAvx2MaxP : kInt8MaxP;
   const int64_t rows = r1 - r0;
   if (rows <= 2) {
     // Decode: the panels are cut into kInt8MaxP contiguous runs of q panels, and tile i reads
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
     // stream already loaded, and only the first panel of each run starts cold.
-    const int q = (np + kInt8MaxP - 1) / kInt8MaxP;
+    const int q = (np + max_p - 1) / max_p;
     for (int i = 0; i < q; ++i) {
       int npg = 0;
-      while (npg < kInt8MaxP && i + npg * q < np) ++npg;
-      kInt8Tiles[rows - 1][npg - 1](t, xa, r0, panels + i * panel_stride, q * panel_stride,
-                                    y + 16 * i, ldy, ncols - 16 * i, int64_t{16} * q, false);
+      while (npg < max_p && i + npg * q < np) ++npg;
+      tiles[rows - 1][npg - 1](t, xa, r0, panels + i * panel_stride, q * panel_stride, y + 16 * i,
+                               ldy, ncols - 16 * i, int64_t{16} * q, false);
     }
     return;
   }
   // Prefill: a group of kP panels (whole K, from L1/L2) serves every kR-row tile of a row block.
   // Q8_0 keeps one integer accumulator per output, Q4_K / Q5_K / Q6_K two (sub-block and block), so
   // Q8_0 affords taller tiles in the 32 vector registers.
-  constexpr int kP = 2;
-  const int kR = t == DType::Q8_0 ? 6 : 4;
+  // AVX2 (16 registers): 4-row tiles of one panel.
+  const int kP = avx2 ? 1 : 2;
+  const int kR = avx2 ? 4 : t == DType::Q8_0 ? 6 : 4;
   // Q6_K: the panel pair's 6-bit codes are expanded to bytes once per row block and every row
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.
@@ -1393,7 +1625,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
   // bits); Q4_K's nibbles (Q5_K's 5-bit codes) are expanded to bytes once per panel group and row
   // block, like Q6_K's codes.
-  const bool amx = (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
+  const bool amx = !avx2 && (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
                    amx_int8_enabled() && r1 - r0 >= 16;
   const bool amx_q4 = amx && t != DType::Q8_0;
   const int64_t kMc = expand ? 512 : 128;
@@ -1417,7 +1649,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       int64_t stride = panel_stride;
       if (expand) {
         for (int p = 0; p < npg; ++p)
-          expand_q6_k(panels + (p0 + p) * panel_stride, nb, q6.data() + p * nb * kQ6KBytesBlock);
+          (avx2 ? expand_q6_k_avx2 : expand_q6_k)(panels + (p0 + p) * panel_stride, nb,
+                                                  q6.data() + p * nb * kQ6KBytesBlock);
         src = q6.data();
         stride = nb * kQ6KBytesBlock;
       }
@@ -1446,8 +1679,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       }
       for (; r < re; r += kR) {
         const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
-        kInt8Tiles[rr - 1][npg - 1](t, xa, r, src, stride, y + (r - r0) * ldy + 16 * p0, ldy,
-                                    ncols - 16 * p0, 16, expand);
+        tiles[rr - 1][npg - 1](t, xa, r, src, stride, y + (r - r0) * ldy + 16 * p0, ldy,
+                               ncols - 16 * p0, 16, expand);
       }
     }
   }
