@@ -912,18 +912,10 @@ REWIND_AVX2 inline __m256i scale_pairs(const std::byte* p) {
   const __m128i d = _mm_unpacklo_epi8(v, v);
   return Signed ? _mm256_cvtepi8_epi16(d) : _mm256_cvtepu8_epi16(d);
 }
-// Half h of the Q6_K codes of values 4g..4g+3 (see q6_k_codes).
-REWIND_AVX2 inline __m256i q6_k_codes_avx2(const std::byte* const* blk, int h, int g) {
-  const __m256i lo =
-      _mm256_and_si256(_mm256_srl_epi32(half_group(blk, h, kQ6KLoOff + 64 * (g >> 1)),
-                                        _mm_cvtsi32_si128(4 * (g & 1))),
-                       _mm256_set1_epi8(0x0F));
-  const __m256i hi =
-      _mm256_and_si256(_mm256_srl_epi32(half_group(blk, h, kQ6KHiOff + 64 * (g >> 2)),
-                                        _mm_cvtsi32_si128(2 * (g & 3))),
-                       _mm256_set1_epi8(0x03));
-  return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));
-}
+// Full unrolling of the loops over a tile's rows and halves, so that their vectors stay in
+// registers (GCC stops unrolling them on its own once the loop bodies grow).
+#define REWIND_UNROLL _Pragma("GCC unroll 8")
+
 // The AVX2 tiles: R activation rows against P panels (H = 2P halves of 8 lanes); the arguments
 // as Int8TileFn's (below). With 16 vector registers only the innermost sums live in registers:
 // the f32 accumulators (one update per weight block) and, for the K-quants, the int32 block sums
@@ -942,8 +934,10 @@ REWIND_AVX2 __attribute__((always_inline)) inline void combine_avx2(Avx2Acc<R, H
                                                                     int off, const ActRows<R>& xr,
                                                                     int64_t b,
                                                                     const __m256i (&s)[R][H]) {
+  REWIND_UNROLL
   for (int h = 0; h < H; ++h) {
     const __m256 dw = f16x8(blk[h / 2] + off + 16 * (h % 2));
+    REWIND_UNROLL
     for (int r = 0; r < R; ++r) {
       const __m256 scale = _mm256_mul_ps(dw, _mm256_broadcast_ss(xr.d[r] + b));
       const __m256 f = _mm256_cvtepi32_ps(s[r][h]);
@@ -957,18 +951,36 @@ REWIND_AVX2 __attribute__((always_inline)) inline void combine_avx2(Avx2Acc<R, H
 template <int R, int H>
 REWIND_AVX2 void store_tile_avx2(const Avx2Acc<R, H>& acc, float* y, int64_t ldy, int ncols,
                                  int64_t y_step) {
-  for (int r = 0; r < R; ++r)
-    for (int h = 0; h < H; ++h) {
-      const int64_t col = y_step * (h / 2) + 8 * (h % 2);
-      const int64_t valid = std::min<int64_t>(8, ncols - col);
-      if (valid > 0) std::memcpy(y + r * ldy + col, acc.f[r][h], static_cast<size_t>(valid) * 4);
-    }
+  REWIND_UNROLL
+  for (int r = 0; r < R; ++r) REWIND_UNROLL
+  for (int h = 0; h < H; ++h) {
+    const int64_t col = y_step * (h / 2) + 8 * (h % 2);
+    const int64_t valid = std::min<int64_t>(8, ncols - col);
+    if (valid > 0) std::memcpy(y + r * ldy + col, acc.f[r][h], static_cast<size_t>(valid) * 4);
+  }
 }
 
-// Prefetch for decode tiles (R <= 2: the weights stream from memory), once per 64-byte line.
+// Prefetch for decode tiles (R <= 2: the weights stream from memory): part `part` of nparts of a
+// pb-byte block, kPrefetchBytes ahead. The parts of a block, and the blocks of a panel, tile the
+// panel's bytes, so every 64-byte line of the stream is prefetched once, whatever the block's
+// layout (prefetching only the code groups leaves a block's header, and a Q6_K block's high
+// bits, to demand misses). A part spans at most 128 bytes (callers pick nparts), so at most two
+// line starts. The prefetch is asm: GCC 12 drops __builtin_prefetch (_mm_prefetch) from code it
+// vectorises, and left these tiles without any (Q6_K decode then streamed at 8 GB/s, Q8_0 15-19).
+REWIND_AVX2 __attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
+  __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(a + kPrefetchBytes)));
+}
 template <int R>
-REWIND_AVX2 inline void prefetch_avx2(const std::byte* p) {
-  if (R <= 2) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+REWIND_AVX2 __attribute__((always_inline)) inline void prefetch_part_avx2(const std::byte* blk,
+                                                                          int64_t pb, int part,
+                                                                          int nparts) {
+  if (R > 2) return;
+  const auto base = reinterpret_cast<uintptr_t>(blk);
+  const uintptr_t lo = (base + static_cast<uintptr_t>(pb * part / nparts) + 63) & ~uintptr_t{63};
+  const uintptr_t hi =
+      (base + static_cast<uintptr_t>(pb * (part + 1) / nparts) + 63) & ~uintptr_t{63};
+  if (lo < hi) prefetch_line(lo);
+  if (lo + 64 < hi) prefetch_line(lo + 64);
 }
 
 // One 64-byte group of a Q8_0 block for 4 rows x 16 lanes (the 4 x 1-panel prefill tile):
@@ -1044,13 +1056,16 @@ REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const 
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
+    REWIND_UNROLL
     for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
     __m256i s[R][H];
-    for (int r = 0; r < R; ++r)
-      for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+    REWIND_UNROLL
+    for (int r = 0; r < R; ++r) REWIND_UNROLL
+    for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
     if constexpr (R == 4 && P == 1) {
       for (int g = 0; g < 8; ++g) {
         const int8_t* x[4];
+        REWIND_UNROLL
         for (int r = 0; r < 4; ++r) x[r] = xr.q[r] + b * 32 + 4 * g;
         q8_0_group_4x2(blk[0] + kQ8QOff + 64 * g, x, ones, s);
       }
@@ -1060,13 +1075,16 @@ REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const 
 #pragma GCC unroll 1
     for (int g = 0; g < 8; ++g) {
       __m256i w[H], aw[H];
+      REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
-        if (h % 2 == 0) prefetch_avx2<R>(blk[h / 2] + kQ8QOff + 64 * g);
+        if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 8);
         w[h] = half_group(blk, h, kQ8QOff + 64 * g);
         aw[h] = _mm256_abs_epi8(w[h]);
       }
+      REWIND_UNROLL
       for (int r = 0; r < R; ++r) {
         const __m256i a = bcast4(xr.q[r] + b * 32 + 4 * g);
+        REWIND_UNROLL
         for (int h = 0; h < H; ++h)
           s[r][h] = _mm256_add_epi32(
               s[r][h],
@@ -1091,22 +1109,22 @@ REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
+    REWIND_UNROLL
     for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
     alignas(32) int32_t sm[R][H][8] = {};
     for (int sb = 0; sb < 8; ++sb) {
 #pragma GCC unroll 2
       for (int g0 = 4 * sb; g0 < 4 * sb + 4; g0 += kSpan) {
         __m256i t16[R][H];
-        for (int r = 0; r < R; ++r)
-          for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) REWIND_UNROLL
+        for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
 #pragma GCC unroll 1
         for (int g = g0; g < g0 + kSpan; ++g) {
           __m256i lo[H], hi[H];
+          REWIND_UNROLL
           for (int h = 0; h < H; ++h) {
-            if (h % 2 == 0) {
-              prefetch_avx2<R>(blk[h / 2] + kQ4KQOff + 64 * g);
-              if (Q5 && (g & 3) == 0) prefetch_avx2<R>(blk[h / 2] + kQ5KHOff + 16 * g);
-            }
+            if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 32);
             const __m256i v = half_group(blk, h, kQ4KQOff + 64 * g);
             lo[h] = _mm256_and_si256(v, m4);
             hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -1118,17 +1136,21 @@ REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std
               hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(_mm256_slli_epi32(hb, 3), b4));
             }
           }
+          REWIND_UNROLL
           for (int r = 0; r < R; ++r) {
             const __m256i a0 = bcast4(xr.q[r] + b * 256 + 8 * g);
             const __m256i a1 = bcast4(xr.q[r] + b * 256 + 8 * g + 4);
+            REWIND_UNROLL
             for (int h = 0; h < H; ++h)
               t16[r][h] =
                   _mm256_add_epi16(t16[r][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], a0),
                                                                _mm256_maddubs_epi16(hi[h], a1)));
           }
         }
+        REWIND_UNROLL
         for (int h = 0; h < H; ++h) {
           const __m256i scp = scale_pairs<false>(blk[h / 2] + kQ4KScOff + 16 * sb + 8 * (h % 2));
+          REWIND_UNROLL
           for (int r = 0; r < R; ++r) {
             auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
             _mm256_store_si256(
@@ -1138,65 +1160,103 @@ REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std
       }
     }
     __m256i s[R][H];
-    for (int r = 0; r < R; ++r)
-      for (int h = 0; h < H; ++h) s[r][h] = _mm256_load_si256(reinterpret_cast<__m256i*>(sm[r][h]));
+    REWIND_UNROLL
+    for (int r = 0; r < R; ++r) REWIND_UNROLL
+    for (int h = 0; h < H; ++h) s[r][h] = _mm256_load_si256(reinterpret_cast<__m256i*>(sm[r][h]));
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
     // Mins: sum_s m[s] * sum32[s], pairs of sub-blocks per vpmaddwd.
-    for (int r = 0; r < R; ++r)
-      for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
-    for (int tp = 0; tp < 4; ++tp)
-      for (int h = 0; h < H; ++h) {
-        const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KMinOff + 32 * tp + 16 * (h % 2))));
-        for (int r = 0; r < R; ++r)
-          s[r][h] = _mm256_add_epi32(
-              s[r][h],
-              _mm256_madd_epi16(mv, _mm256_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp))));
-      }
+    REWIND_UNROLL
+    for (int r = 0; r < R; ++r) REWIND_UNROLL
+    for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+    REWIND_UNROLL
+    for (int tp = 0; tp < 4; ++tp) REWIND_UNROLL
+    for (int h = 0; h < H; ++h) {
+      const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(
+          reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KMinOff + 32 * tp + 16 * (h % 2))));
+      REWIND_UNROLL
+      for (int r = 0; r < R; ++r)
+        s[r][h] = _mm256_add_epi32(
+            s[r][h],
+            _mm256_madd_epi16(mv, _mm256_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp))));
+    }
     combine_avx2<R, H, true>(acc, blk, 32, xr, b, s);
   }
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
+// Half h of the Q6_K codes of group g = 4 sb + I (values 4g..4g+3 of each lane), with the shift
+// counts known: the low nibbles of groups 2j and 2j + 1 share a byte group, the high 2 bits of
+// the four groups of a sub-block share one (bits 2I..2I+1 moved to bits 4..5 by one shift).
+template <int I>
+REWIND_AVX2 __attribute__((always_inline)) inline __m256i q6_k_codes_avx2(
+    const std::byte* const* blk, int h, int sb) {
+  const __m256i lv = half_group(blk, h, kQ6KLoOff + 64 * (2 * sb + I / 2));
+  const __m256i lo =
+      _mm256_and_si256(I % 2 ? _mm256_srli_epi32(lv, 4) : lv, _mm256_set1_epi8(0x0F));
+  const __m256i hv = half_group(blk, h, kQ6KHiOff + 64 * sb);
+  const __m256i hs = I < 2    ? _mm256_slli_epi32(hv, 4 - 2 * I)
+                     : I == 2 ? hv
+                              : _mm256_srli_epi32(hv, 2);
+  return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
+}
+
+// t16[r][h] += the products of group g = 4 sb + I of block b (int16 pair sums).
+template <int I, int R, int H, bool Bytes>
+REWIND_AVX2 __attribute__((always_inline)) inline void q6_k_group_avx2(const std::byte* const* blk,
+                                                                       int64_t pb,
+                                                                       const ActRows<R>& xr,
+                                                                       int64_t b, int sb,
+                                                                       __m256i (&t16)[R][H]) {
+  const int g = 4 * sb + I;
+  __m256i w[H];
+  REWIND_UNROLL
+  for (int h = 0; h < H; ++h) {
+    if (h % 2 == 0 && !Bytes) prefetch_part_avx2<R>(blk[h / 2], pb, g, 64);
+    w[h] = Bytes ? half_group(blk, h, kQ6KLoOff + 64 * g) : q6_k_codes_avx2<I>(blk, h, sb);
+  }
+  REWIND_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const __m256i a = bcast4(xr.q[r] + b * 256 + 4 * g);
+    REWIND_UNROLL
+    for (int h = 0; h < H; ++h)
+      t16[r][h] = _mm256_add_epi16(t16[r][h], _mm256_maddubs_epi16(w[h], a));
+  }
+}
+
 // Q6_K: codes c = q + 32 (u8); s = sum_s sc[s] * (sum c * qx - 32 * sum16[s]). q6_bytes: the
 // codes expanded to one byte each (expand_q6_k_avx2).
-template <int R, int P>
+template <int R, int P, bool Bytes>
 REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                      int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                     int64_t y_step, bool q6_bytes) {
+                                     int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
-  const int64_t pb = q6_bytes ? kQ6KBytesBlock : quant_panel_block_bytes(DType::Q6_K);
+  const int64_t pb = Bytes ? kQ6KBytesBlock : quant_panel_block_bytes(DType::Q6_K);
   const int64_t nb = xa.k / 256;
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
+    REWIND_UNROLL
     for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
     alignas(32) int32_t sm[R][H][8] = {};
     for (int sb = 0; sb < 16; ++sb) {
-#pragma GCC unroll 2
-      for (int g0 = 4 * sb; g0 < 4 * sb + 4; g0 += 2) {
-        __m256i t16[R][H];
-        for (int r = 0; r < R; ++r)
-          for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-        for (int g = g0; g < g0 + 2; ++g) {
-          __m256i w[H];
-          for (int h = 0; h < H; ++h) {
-            if (h % 2 == 0 && !q6_bytes) {
-              if ((g & 1) == 0) prefetch_avx2<R>(blk[h / 2] + kQ6KLoOff + 32 * g);
-              if ((g & 3) == 0) prefetch_avx2<R>(blk[h / 2] + kQ6KHiOff + 16 * g);
-            }
-            w[h] = q6_bytes ? half_group(blk, h, kQ6KLoOff + 64 * g) : q6_k_codes_avx2(blk, h, g);
-          }
-          for (int r = 0; r < R; ++r) {
-            const __m256i a = bcast4(xr.q[r] + b * 256 + 4 * g);
-            for (int h = 0; h < H; ++h)
-              t16[r][h] = _mm256_add_epi16(t16[r][h], _mm256_maddubs_epi16(w[h], a));
-          }
+      __m256i t16[R][H];
+      REWIND_UNROLL
+      for (int half = 0; half < 2; ++half) {  // two groups per int16 sum
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) REWIND_UNROLL
+        for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
+        if (half == 0) {
+          q6_k_group_avx2<0, R, H, Bytes>(blk, pb, xr, b, sb, t16);
+          q6_k_group_avx2<1, R, H, Bytes>(blk, pb, xr, b, sb, t16);
+        } else {
+          q6_k_group_avx2<2, R, H, Bytes>(blk, pb, xr, b, sb, t16);
+          q6_k_group_avx2<3, R, H, Bytes>(blk, pb, xr, b, sb, t16);
         }
+        REWIND_UNROLL
         for (int h = 0; h < H; ++h) {
           const __m256i scp = scale_pairs<true>(blk[h / 2] + kQ6KScOff + 16 * sb + 8 * (h % 2));
+          REWIND_UNROLL
           for (int r = 0; r < R; ++r) {
             auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
             _mm256_store_si256(
@@ -1206,23 +1266,26 @@ REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const 
       }
     }
     __m256i s[R][H];
-    for (int r = 0; r < R; ++r)
-      for (int h = 0; h < H; ++h) s[r][h] = _mm256_load_si256(reinterpret_cast<__m256i*>(sm[r][h]));
+    REWIND_UNROLL
+    for (int r = 0; r < R; ++r) REWIND_UNROLL
+    for (int h = 0; h < H; ++h) s[r][h] = _mm256_load_si256(reinterpret_cast<__m256i*>(sm[r][h]));
     // The offset: 32 * sum_s sc[s] * sum16[s], two sub-blocks per vpmaddwd (32 * sc fits
     // int16, as does sum16: at most 16 * 127).
-    for (int i = 0; i < 8; ++i)
-      for (int h = 0; h < H; ++h) {
-        const std::byte* sp = blk[h / 2] + kQ6KScOff + 8 * (h % 2) + 32 * i;
-        const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp));
-        const __m128i o = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp + 16));
-        const __m256i sc2 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(e, o)), 5);
-        for (int r = 0; r < R; ++r) {
-          const int32_t* s16 = xr.s16[r] + b * 16 + 2 * i;
-          const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(
-              (static_cast<uint32_t>(s16[0]) & 0xFFFFu) | (static_cast<uint32_t>(s16[1]) << 16)));
-          s[r][h] = _mm256_sub_epi32(s[r][h], _mm256_madd_epi16(sc2, a));
-        }
+    REWIND_UNROLL
+    for (int i = 0; i < 8; ++i) REWIND_UNROLL
+    for (int h = 0; h < H; ++h) {
+      const std::byte* sp = blk[h / 2] + kQ6KScOff + 8 * (h % 2) + 32 * i;
+      const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp));
+      const __m128i o = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp + 16));
+      const __m256i sc2 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(e, o)), 5);
+      REWIND_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const int32_t* s16 = xr.s16[r] + b * 16 + 2 * i;
+        const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(
+            (static_cast<uint32_t>(s16[0]) & 0xFFFFu) | (static_cast<uint32_t>(s16[1]) << 16)));
+        s[r][h] = _mm256_sub_epi32(s[r][h], _mm256_madd_epi16(sc2, a));
       }
+    }
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
   }
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
@@ -1240,8 +1303,10 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
     case DType::Q5_K:
       return int8_tile_avx2_k<R, P, true>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     default:
-      return int8_tile_avx2_q6_k<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step,
-                                       q6_bytes);
+      return q6_bytes ? int8_tile_avx2_q6_k<R, P, true>(xa, r0, panels, panel_stride, y, ldy, ncols,
+                                                        y_step)
+                      : int8_tile_avx2_q6_k<R, P, false>(xa, r0, panels, panel_stride, y, ldy,
+                                                         ncols, y_step);
   }
 }
 
@@ -1259,10 +1324,14 @@ REWIND_AVX2 void expand_q6_k_avx2(const std::byte* src, int64_t nb, std::byte* d
     const std::byte* blk[1] = {src + b * quant_panel_block_bytes(DType::Q6_K)};
     std::byte* o = dst + b * kQ6KBytesBlock;
     std::memcpy(o, blk[0], kQ6KLoOff);
-    for (int g = 0; g < 64; ++g)
-      for (int h = 0; h < 2; ++h)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + kQ6KLoOff + 64 * g + 32 * h),
-                            q6_k_codes_avx2(blk, h, g));
+    for (int sb = 0; sb < 16; ++sb)
+      for (int h = 0; h < 2; ++h) {
+        auto* d = reinterpret_cast<__m256i*>(o + kQ6KLoOff + 64 * 4 * sb + 32 * h);
+        _mm256_storeu_si256(d, q6_k_codes_avx2<0>(blk, h, sb));
+        _mm256_storeu_si256(d + 2, q6_k_codes_avx2<1>(blk, h, sb));
+        _mm256_storeu_si256(d + 4, q6_k_codes_avx2<2>(blk, h, sb));
+        _mm256_storeu_si256(d + 6, q6_k_codes_avx2<3>(blk, h, sb));
+      }
   }
 }
 
