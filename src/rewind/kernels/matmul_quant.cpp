@@ -952,11 +952,13 @@ template <int R, int H>
 REWIND_AVX2 void store_tile_avx2(const Avx2Acc<R, H>& acc, float* y, int64_t ldy, int ncols,
                                  int64_t y_step) {
   REWIND_UNROLL
-  for (int r = 0; r < R; ++r) REWIND_UNROLL
-  for (int h = 0; h < H; ++h) {
-    const int64_t col = y_step * (h / 2) + 8 * (h % 2);
-    const int64_t valid = std::min<int64_t>(8, ncols - col);
-    if (valid > 0) std::memcpy(y + r * ldy + col, acc.f[r][h], static_cast<size_t>(valid) * 4);
+  for (int r = 0; r < R; ++r) {
+    REWIND_UNROLL
+    for (int h = 0; h < H; ++h) {
+      const int64_t col = y_step * (h / 2) + 8 * (h % 2);
+      const int64_t valid = std::min<int64_t>(8, ncols - col);
+      if (valid > 0) std::memcpy(y + r * ldy + col, acc.f[r][h], static_cast<size_t>(valid) * 4);
+    }
   }
 }
 
@@ -1060,8 +1062,10 @@ REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const 
     for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
     __m256i s[R][H];
     REWIND_UNROLL
-    for (int r = 0; r < R; ++r) REWIND_UNROLL
-    for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+    for (int r = 0; r < R; ++r) {
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+    }
     if constexpr (R == 4 && P == 1) {
       for (int g = 0; g < 8; ++g) {
         const int8_t* x[4];
@@ -1096,6 +1100,35 @@ REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const 
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
+// sm[r][h] += the int16 sums t16[r][h] widened by vpmaddwd with the halves' scale bytes at byte
+// offset sc_off of the blocks (one per lane, signed for Q6_K).
+template <bool Signed, int R, int H>
+REWIND_AVX2 __attribute__((always_inline)) inline void flush_int16_sums(const std::byte* const* blk,
+                                                                        int sc_off,
+                                                                        const __m256i (&t16)[R][H],
+                                                                        int32_t (&sm)[R][H][8]) {
+  REWIND_UNROLL
+  for (int h = 0; h < H; ++h) {
+    const __m256i scp = scale_pairs<Signed>(blk[h / 2] + sc_off + 8 * (h % 2));
+    REWIND_UNROLL
+    for (int r = 0; r < R; ++r) {
+      auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
+      _mm256_store_si256(o,
+                         _mm256_add_epi32(_mm256_load_si256(o), _mm256_madd_epi16(t16[r][h], scp)));
+    }
+  }
+}
+template <int R, int H>
+REWIND_AVX2 __attribute__((always_inline)) inline void load_sums(const int32_t (&sm)[R][H][8],
+                                                                 __m256i (&s)[R][H]) {
+  REWIND_UNROLL
+  for (int r = 0; r < R; ++r) {
+    REWIND_UNROLL
+    for (int h = 0; h < H; ++h)
+      s[r][h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(sm[r][h]));
+  }
+}
+
 template <int R, int P, bool Q5>
 REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                   int64_t panel_stride, float* y, int64_t ldy, int ncols,
@@ -1117,8 +1150,10 @@ REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std
       for (int g0 = 4 * sb; g0 < 4 * sb + 4; g0 += kSpan) {
         __m256i t16[R][H];
         REWIND_UNROLL
-        for (int r = 0; r < R; ++r) REWIND_UNROLL
-        for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
+        for (int r = 0; r < R; ++r) {
+          REWIND_UNROLL
+          for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
+        }
 #pragma GCC unroll 1
         for (int g = g0; g < g0 + kSpan; ++g) {
           __m256i lo[H], hi[H];
@@ -1147,37 +1182,30 @@ REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std
                                                                _mm256_maddubs_epi16(hi[h], a1)));
           }
         }
-        REWIND_UNROLL
-        for (int h = 0; h < H; ++h) {
-          const __m256i scp = scale_pairs<false>(blk[h / 2] + kQ4KScOff + 16 * sb + 8 * (h % 2));
-          REWIND_UNROLL
-          for (int r = 0; r < R; ++r) {
-            auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
-            _mm256_store_si256(
-                o, _mm256_add_epi32(_mm256_load_si256(o), _mm256_madd_epi16(t16[r][h], scp)));
-          }
-        }
+        flush_int16_sums<false, R, H>(blk, kQ4KScOff + 16 * sb, t16, sm);
       }
     }
     __m256i s[R][H];
-    REWIND_UNROLL
-    for (int r = 0; r < R; ++r) REWIND_UNROLL
-    for (int h = 0; h < H; ++h) s[r][h] = _mm256_load_si256(reinterpret_cast<__m256i*>(sm[r][h]));
+    load_sums<R, H>(sm, s);
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
     // Mins: sum_s m[s] * sum32[s], pairs of sub-blocks per vpmaddwd.
     REWIND_UNROLL
-    for (int r = 0; r < R; ++r) REWIND_UNROLL
-    for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
-    REWIND_UNROLL
-    for (int tp = 0; tp < 4; ++tp) REWIND_UNROLL
-    for (int h = 0; h < H; ++h) {
-      const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KMinOff + 32 * tp + 16 * (h % 2))));
+    for (int r = 0; r < R; ++r) {
       REWIND_UNROLL
-      for (int r = 0; r < R; ++r)
-        s[r][h] = _mm256_add_epi32(
-            s[r][h],
-            _mm256_madd_epi16(mv, _mm256_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp))));
+      for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+    }
+    REWIND_UNROLL
+    for (int tp = 0; tp < 4; ++tp) {
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h) {
+        const __m256i mv = _mm256_cvtepu8_epi16(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(blk[h / 2] + kQ4KMinOff + 32 * tp + 16 * (h % 2))));
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r)
+          s[r][h] = _mm256_add_epi32(
+              s[r][h],
+              _mm256_madd_epi16(mv, _mm256_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp))));
+      }
     }
     combine_avx2<R, H, true>(acc, blk, 32, xr, b, s);
   }
@@ -1244,8 +1272,10 @@ REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const 
       REWIND_UNROLL
       for (int half = 0; half < 2; ++half) {  // two groups per int16 sum
         REWIND_UNROLL
-        for (int r = 0; r < R; ++r) REWIND_UNROLL
-        for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
+        for (int r = 0; r < R; ++r) {
+          REWIND_UNROLL
+          for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
+        }
         if (half == 0) {
           q6_k_group_avx2<0, R, H, Bytes>(blk, pb, xr, b, sb, t16);
           q6_k_group_avx2<1, R, H, Bytes>(blk, pb, xr, b, sb, t16);
@@ -1253,37 +1283,28 @@ REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const 
           q6_k_group_avx2<2, R, H, Bytes>(blk, pb, xr, b, sb, t16);
           q6_k_group_avx2<3, R, H, Bytes>(blk, pb, xr, b, sb, t16);
         }
-        REWIND_UNROLL
-        for (int h = 0; h < H; ++h) {
-          const __m256i scp = scale_pairs<true>(blk[h / 2] + kQ6KScOff + 16 * sb + 8 * (h % 2));
-          REWIND_UNROLL
-          for (int r = 0; r < R; ++r) {
-            auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
-            _mm256_store_si256(
-                o, _mm256_add_epi32(_mm256_load_si256(o), _mm256_madd_epi16(t16[r][h], scp)));
-          }
-        }
+        flush_int16_sums<true, R, H>(blk, kQ6KScOff + 16 * sb, t16, sm);
       }
     }
     __m256i s[R][H];
-    REWIND_UNROLL
-    for (int r = 0; r < R; ++r) REWIND_UNROLL
-    for (int h = 0; h < H; ++h) s[r][h] = _mm256_load_si256(reinterpret_cast<__m256i*>(sm[r][h]));
+    load_sums<R, H>(sm, s);
     // The offset: 32 * sum_s sc[s] * sum16[s], two sub-blocks per vpmaddwd (32 * sc fits
     // int16, as does sum16: at most 16 * 127).
     REWIND_UNROLL
-    for (int i = 0; i < 8; ++i) REWIND_UNROLL
-    for (int h = 0; h < H; ++h) {
-      const std::byte* sp = blk[h / 2] + kQ6KScOff + 8 * (h % 2) + 32 * i;
-      const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp));
-      const __m128i o = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp + 16));
-      const __m256i sc2 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(e, o)), 5);
+    for (int i = 0; i < 8; ++i) {
       REWIND_UNROLL
-      for (int r = 0; r < R; ++r) {
-        const int32_t* s16 = xr.s16[r] + b * 16 + 2 * i;
-        const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(
-            (static_cast<uint32_t>(s16[0]) & 0xFFFFu) | (static_cast<uint32_t>(s16[1]) << 16)));
-        s[r][h] = _mm256_sub_epi32(s[r][h], _mm256_madd_epi16(sc2, a));
+      for (int h = 0; h < H; ++h) {
+        const std::byte* sp = blk[h / 2] + kQ6KScOff + 8 * (h % 2) + 32 * i;
+        const __m128i e = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp));
+        const __m128i o = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp + 16));
+        const __m256i sc2 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(e, o)), 5);
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) {
+          const int32_t* s16 = xr.s16[r] + b * 16 + 2 * i;
+          const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(
+              (static_cast<uint32_t>(s16[0]) & 0xFFFFu) | (static_cast<uint32_t>(s16[1]) << 16)));
+          s[r][h] = _mm256_sub_epi32(s[r][h], _mm256_madd_epi16(sc2, a));
+        }
       }
     }
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
