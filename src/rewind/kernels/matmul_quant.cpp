@@ -920,6 +920,24 @@ REWIND_AVX2 inline __m256i scale_pairs(const std::byte* p) {
 // as Int8TileFn's (below). With 16 vector registers only the innermost sums live in registers:
 // the f32 accumulators (one update per weight block) and, for the K-quants, the int32 block sums
 // (one update per int16 flush) live in a small L1 scratch.
+// blk[p] = block `off` bytes into panel p of a tile (panel p at panels + p * panel_stride).
+template <int P>
+REWIND_AVX2 __attribute__((always_inline)) inline void panel_blocks(const std::byte* panels,
+                                                                    int64_t panel_stride,
+                                                                    int64_t off,
+                                                                    const std::byte* (&blk)[P]) {
+  REWIND_UNROLL
+  for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + off;
+}
+template <int R, int H>
+REWIND_AVX2 __attribute__((always_inline)) inline void zero_sums(__m256i (&s)[R][H]) {
+  REWIND_UNROLL
+  for (int r = 0; r < R; ++r) {
+    REWIND_UNROLL
+    for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
+  }
+}
+
 template <int R, int H>
 struct Avx2Acc {
   alignas(32) float f[R][H][8];
@@ -989,6 +1007,20 @@ REWIND_AVX2 __attribute__((always_inline)) inline void prefetch_part_avx2(const 
 // s[r][h] += the 4-product sums of lanes 8h..8h+7, as the generic tile below computes them. In
 // asm because GCC 12 keeps half of the 8 sums on the stack (a load and a store per group each),
 // which cost a third of the tile's speed; here all 16 registers hold sums, codes and products.
+// One row of q8_0_group_4x2: broadcast the row's 4 activation codes, move the weights' signs
+// onto them, multiply by |w|, widen and add into the row's two sums.
+// clang-format off
+#define REWIND_Q8_ROW(X, S0, S1)                 \
+  "vpbroadcastd %[" X "], %[a]\n\t"              \
+  "vpsignb %[w0], %[a], %[t0]\n\t"               \
+  "vpsignb %[w1], %[a], %[t1]\n\t"               \
+  "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"          \
+  "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"          \
+  "vpmaddwd %[ones], %[t0], %[t0]\n\t"           \
+  "vpmaddwd %[ones], %[t1], %[t1]\n\t"           \
+  "vpaddd %[t0], %[" S0 "], %[" S0 "]\n\t"       \
+  "vpaddd %[t1], %[" S1 "], %[" S1 "]\n\t"
+// clang-format on
 REWIND_AVX2 __attribute__((always_inline)) inline void q8_0_group_4x2(const std::byte* w,
                                                                       const int8_t* const* x,
                                                                       __m256i ones,
@@ -998,43 +1030,11 @@ REWIND_AVX2 __attribute__((always_inline)) inline void q8_0_group_4x2(const std:
       "vmovdqu %[wm0], %[w0]\n\t"
       "vmovdqu %[wm1], %[w1]\n\t"
       "vpabsb %[w0], %[aw0]\n\t"
+      // clang-format off
       "vpabsb %[w1], %[aw1]\n\t"
-      "vpbroadcastd %[x0], %[a]\n\t"
-      "vpsignb %[w0], %[a], %[t0]\n\t"
-      "vpsignb %[w1], %[a], %[t1]\n\t"
-      "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"
-      "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"
-      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
-      "vpmaddwd %[ones], %[t1], %[t1]\n\t"
-      "vpaddd %[t0], %[s00], %[s00]\n\t"
-      "vpaddd %[t1], %[s01], %[s01]\n\t"
-      "vpbroadcastd %[x1], %[a]\n\t"
-      "vpsignb %[w0], %[a], %[t0]\n\t"
-      "vpsignb %[w1], %[a], %[t1]\n\t"
-      "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"
-      "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"
-      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
-      "vpmaddwd %[ones], %[t1], %[t1]\n\t"
-      "vpaddd %[t0], %[s10], %[s10]\n\t"
-      "vpaddd %[t1], %[s11], %[s11]\n\t"
-      "vpbroadcastd %[x2], %[a]\n\t"
-      "vpsignb %[w0], %[a], %[t0]\n\t"
-      "vpsignb %[w1], %[a], %[t1]\n\t"
-      "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"
-      "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"
-      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
-      "vpmaddwd %[ones], %[t1], %[t1]\n\t"
-      "vpaddd %[t0], %[s20], %[s20]\n\t"
-      "vpaddd %[t1], %[s21], %[s21]\n\t"
-      "vpbroadcastd %[x3], %[a]\n\t"
-      "vpsignb %[w0], %[a], %[t0]\n\t"
-      "vpsignb %[w1], %[a], %[t1]\n\t"
-      "vpmaddubsw %[t0], %[aw0], %[t0]\n\t"
-      "vpmaddubsw %[t1], %[aw1], %[t1]\n\t"
-      "vpmaddwd %[ones], %[t0], %[t0]\n\t"
-      "vpmaddwd %[ones], %[t1], %[t1]\n\t"
-      "vpaddd %[t0], %[s30], %[s30]\n\t"
-      "vpaddd %[t1], %[s31], %[s31]\n\t"
+      REWIND_Q8_ROW("x0", "s00", "s01") REWIND_Q8_ROW("x1", "s10", "s11")
+      REWIND_Q8_ROW("x2", "s20", "s21") REWIND_Q8_ROW("x3", "s30", "s31")
+      // clang-format on
       : [s00] "+x"(s[0][0]), [s01] "+x"(s[0][1]), [s10] "+x"(s[1][0]), [s11] "+x"(s[1][1]),
         [s20] "+x"(s[2][0]), [s21] "+x"(s[2][1]), [s30] "+x"(s[3][0]), [s31] "+x"(s[3][1]),
         [w0] "=&x"(w0), [w1] "=&x"(w1), [aw0] "=&x"(aw0), [aw1] "=&x"(aw1), [a] "=&x"(a),
@@ -1046,6 +1046,7 @@ REWIND_AVX2 __attribute__((always_inline)) inline void q8_0_group_4x2(const std:
         [x2] "m"(*reinterpret_cast<const int32_t*>(x[2])),
         [x3] "m"(*reinterpret_cast<const int32_t*>(x[3])), [ones] "x"(ones));
 }
+#undef REWIND_Q8_ROW
 
 template <int R, int P>
 REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
@@ -1058,14 +1059,9 @@ REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const 
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
-    REWIND_UNROLL
-    for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
+    panel_blocks<P>(panels, panel_stride, b * pb, blk);
     __m256i s[R][H];
-    REWIND_UNROLL
-    for (int r = 0; r < R; ++r) {
-      REWIND_UNROLL
-      for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
-    }
+    zero_sums<R, H>(s);
     if constexpr (R == 4 && P == 1) {
       for (int g = 0; g < 8; ++g) {
         const int8_t* x[4];
@@ -1142,18 +1138,13 @@ REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
-    REWIND_UNROLL
-    for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
+    panel_blocks<P>(panels, panel_stride, b * pb, blk);
     alignas(32) int32_t sm[R][H][8] = {};
     for (int sb = 0; sb < 8; ++sb) {
 #pragma GCC unroll 2
       for (int g0 = 4 * sb; g0 < 4 * sb + 4; g0 += kSpan) {
         __m256i t16[R][H];
-        REWIND_UNROLL
-        for (int r = 0; r < R; ++r) {
-          REWIND_UNROLL
-          for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
-        }
+        zero_sums<R, H>(t16);
 #pragma GCC unroll 1
         for (int g = g0; g < g0 + kSpan; ++g) {
           __m256i lo[H], hi[H];
@@ -1189,11 +1180,7 @@ REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std
     load_sums<R, H>(sm, s);
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
     // Mins: sum_s m[s] * sum32[s], pairs of sub-blocks per vpmaddwd.
-    REWIND_UNROLL
-    for (int r = 0; r < R; ++r) {
-      REWIND_UNROLL
-      for (int h = 0; h < H; ++h) s[r][h] = _mm256_setzero_si256();
-    }
+    zero_sums<R, H>(s);
     REWIND_UNROLL
     for (int tp = 0; tp < 4; ++tp) {
       REWIND_UNROLL
@@ -1264,18 +1251,13 @@ REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const 
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
-    REWIND_UNROLL
-    for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
+    panel_blocks<P>(panels, panel_stride, b * pb, blk);
     alignas(32) int32_t sm[R][H][8] = {};
     for (int sb = 0; sb < 16; ++sb) {
       __m256i t16[R][H];
       REWIND_UNROLL
       for (int half = 0; half < 2; ++half) {  // two groups per int16 sum
-        REWIND_UNROLL
-        for (int r = 0; r < R; ++r) {
-          REWIND_UNROLL
-          for (int h = 0; h < H; ++h) t16[r][h] = _mm256_setzero_si256();
-        }
+        zero_sums<R, H>(t16);
         if (half == 0) {
           q6_k_group_avx2<0, R, H, Bytes>(blk, pb, xr, b, sb, t16);
           q6_k_group_avx2<1, R, H, Bytes>(blk, pb, xr, b, sb, t16);
