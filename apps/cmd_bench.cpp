@@ -102,9 +102,9 @@ int cmd_bench(int argc, char** argv) {
 
   const double prefill_tps = static_cast<double>(p.value()) / (t1 - t0);
   const double decode_tps = static_cast<double>(n.value()) / (t2 - t1);
-  const double prefill_flops =
-      2.0 * (static_cast<double>(p.value()) * static_cast<double>(m.matmul_macs_per_token_layers()) +
-             static_cast<double>(m.matmul_macs_lm_head()));
+  const double prefill_flops = 2.0 * (static_cast<double>(p.value()) *
+                                          static_cast<double>(m.matmul_macs_per_token_layers()) +
+                                      static_cast<double>(m.matmul_macs_lm_head()));
   const double prefill_gflop_s = prefill_flops / (t1 - t0) / 1e9;
   // Bytes one decode step reads: the packed weights, the recurrent state (conv windows and
   // delta-rule matrices, read once; the write-back is not counted) and the attention K/V of
@@ -152,10 +152,10 @@ int cmd_bench(int argc, char** argv) {
   } else {
     char quant[64] = "no quantised weights";
     if (m.quantised_bytes() > 0)
-      std::snprintf(quant, sizeof quant, "%.0f%% quantised, %s dot",
-                    100.0 * static_cast<double>(m.quantised_bytes()) /
-                        static_cast<double>(m.packed_bytes()),
-                    quant_dot_name(matmul_quant_dot()));
+      std::snprintf(
+          quant, sizeof quant, "%.0f%% quantised, %s dot",
+          100.0 * static_cast<double>(m.quantised_bytes()) / static_cast<double>(m.packed_bytes()),
+          quant_dot_name(matmul_quant_dot()));
     std::printf("model %s: %.2f GB packed weights (%s), %lld threads, %s\n", dir.c_str(),
                 static_cast<double>(m.packed_bytes()) / 1e9, quant,
                 static_cast<long long>(th.value()), m.isa());
@@ -167,7 +167,7 @@ int cmd_bench(int argc, char** argv) {
         "machine: read bandwidth %.2f GB/s (%.2f before, %.2f after the run), fp32 FMA peak "
         "%.1f GFLOP/s, int8 dot peak %.1f GOP/s (%s)%s\n",
         bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
-        lim.int8_isa.empty() ? "none" : lim.int8_isa.c_str(), amx_peak);
+        lim.int8_isa.c_str(), amx_peak);
     char amx_frac[64] = "";
     if (amx) std::snprintf(amx_frac, sizeof amx_frac, ", %.1f%% of AMX peak", 100 * frac_amx);
     std::printf(

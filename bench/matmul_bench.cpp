@@ -8,7 +8,8 @@
 // far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits). --cold does
 // the same for every M: a model's prefill also reads each matrix from memory, once per chunk.
 //
-// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k] [--shape NAME]
+// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k] [--shape
+// NAME]
 //                     [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
@@ -48,8 +49,8 @@ struct Shape {
 
 // Qwen3.5-0.8B: hidden 1024, intermediate 3584, vocab 248320.
 const Shape kShapes[] = {
-    {"in_proj", 1024, 6144},  {"gate|up", 1024, 3584}, {"down", 3584, 1024},
-    {"o_proj", 2048, 1024},   {"lm_head", 1024, 248320},
+    {"in_proj", 1024, 6144}, {"gate|up", 1024, 3584},   {"down", 3584, 1024},
+    {"o_proj", 2048, 1024},  {"lm_head", 1024, 248320},
 };
 
 bool g_cpu_time = false;
@@ -147,12 +148,13 @@ int main(int argc, char** argv) {
       "(%%peak: of the int8 dot peak for quantised weights with the int8 dot, else of the FMA "
       "peak)\n\n",
       lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
-      lim.int8_peak_gop_s, lim.int8_isa.empty() ? "none" : lim.int8_isa.c_str(), rw::matmul_isa(),
+      lim.int8_peak_gop_s, lim.int8_isa.c_str(), rw::matmul_isa(),
       rw::quant_dot_name(rw::matmul_quant_dot()), rw::matmul_int8_isa());
   if (limits_only) return 0;
 
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  const size_t cold_bytes = std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);
+  const size_t cold_bytes =
+      std::max<size_t>(size_t{1} << 30, l3 > 0 ? 2 * static_cast<size_t>(l3) : 0);
 
   std::printf("%-8s %6s %7s %5s %4s %6s %10s %9s %8s %7s %7s %9s %7s %8s\n", "shape", "K", "N",
               "dtype", "M", "copies", "time_ms", "GFLOP/s", "GB/s", "%BW", "%peak", "hot GB/s",

@@ -186,9 +186,10 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dpbusd_loop_avx512(
 // chains stay independent of each other. Written in asm: with intrinsics GCC 12 keeps copies of
 // some accumulators on the stack (a store per step, which a peak must not include). 10 chains (a
 // step is 7 cycles of latency) with 4 temporaries and the two constants fill the 16 registers.
+constexpr int kMaddubsChains = 10;  // the asm below names each of them
 __attribute__((target("avx2"))) float maddubs_loop_avx2(int64_t iters) {
-  __m256i c[10];
-  for (int i = 0; i < 10; ++i) c[i] = _mm256_set1_epi32(i);
+  __m256i c[kMaddubsChains];
+  for (int i = 0; i < kMaddubsChains; ++i) c[i] = _mm256_set1_epi32(i);
   const __m256i b = _mm256_set1_epi8(-5), ones = _mm256_set1_epi16(1);
   __m256i t0, t1, t2, t3;
   for (int64_t it = 0; it < iters; ++it) {
@@ -229,14 +230,13 @@ __attribute__((target("avx2"))) float maddubs_loop_avx2(int64_t iters) {
         : [b] "x"(b), [o] "x"(ones));
   }
   __m256i sum = c[0];
-  for (int i = 1; i < 10; ++i) sum = _mm256_add_epi32(sum, c[i]);
+  for (int i = 1; i < kMaddubsChains; ++i) sum = _mm256_add_epi32(sum, c[i]);
   alignas(32) int32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
   int64_t total = 0;
   for (int32_t v : lanes) total += v;
   return static_cast<float>(total);
 }
-constexpr int kMaddubsChains = 10;  // (the chains of maddubs_loop_avx2)
 
 // ---- AMX int8 peak ---------------------------------------------------------------------------
 // Four independent TDPBSSD accumulators, full 16 x 64-byte tiles: 16 x 16 x 64 multiply-adds
@@ -369,7 +369,7 @@ double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget, std:
     if (isa) *isa = "avx2";
     return measure_loop_peak(pool, seconds_budget, &maddubs_loop_avx2, 2.0 * 32 * kMaddubsChains);
   }
-  if (isa) *isa = "";
+  if (isa) *isa = "none";
   return 0;
 }
 

@@ -14,16 +14,16 @@ namespace rw {
 class ThreadPool;
 
 struct MachineLimits {
-  double read_bandwidth_gb_s = 0;  // 1e9 bytes/s, all threads streaming a buffer >> L3
-  double fma_peak_gflop_s = 0;     // 1e9 flop/s, 2 flops per fp32 FMA lane, all threads
-  double int8_peak_gop_s = 0;      // 1e9 op/s, 2 ops per int8 multiply-add of the widest exact
-                                   // int8 dot product: AVX-512 VNNI (vpdpbusd), else AVX2
-                                   // (vpmaddubsw + vpmaddwd + vpaddd), all threads; 0 without
-  double amx_int8_peak_gop_s = 0;  // the same for AMX tiles (tdpbssd); 0 without AMX-INT8
+  double read_bandwidth_gb_s = 0;     // 1e9 bytes/s, all threads streaming a buffer >> L3
+  double fma_peak_gflop_s = 0;        // 1e9 flop/s, 2 flops per fp32 FMA lane, all threads
+  double int8_peak_gop_s = 0;         // 1e9 op/s, 2 ops per int8 multiply-add of the widest exact
+                                      // int8 dot product: AVX-512 VNNI (vpdpbusd), else AVX2
+                                      // (vpmaddubsw + vpmaddwd + vpaddd), all threads; 0 without
+  double amx_int8_peak_gop_s = 0;     // the same for AMX tiles (tdpbssd); 0 without AMX-INT8
   size_t bandwidth_buffer_bytes = 0;  // the buffer the bandwidth was measured over
   int n_threads = 1;
-  std::string isa;  // widest SIMD used for the peak: "avx512", "avx2", "scalar"
-  std::string int8_isa;  // the int8 peak's instructions: "avx512vnni", "avx2" or "" (none)
+  std::string isa;                // widest SIMD used for the peak: "avx512", "avx2", "scalar"
+  std::string int8_isa = "none";  // the int8 peak's instructions: "avx512vnni", "avx2" or "none"
 };
 
 // Measures both limits with every thread of `pool` (null: one thread). Cost: about

@@ -916,10 +916,6 @@ REWIND_AVX2 inline __m256i scale_pairs(const std::byte* p) {
 // registers (GCC stops unrolling them on its own once the loop bodies grow).
 #define REWIND_UNROLL _Pragma("GCC unroll 8")
 
-// The AVX2 tiles: R activation rows against P panels (H = 2P halves of 8 lanes); the arguments
-// as Int8TileFn's (below). With 16 vector registers only the innermost sums live in registers:
-// the f32 accumulators (one update per weight block) and, for the K-quants, the int32 block sums
-// (one update per int16 flush) live in a small L1 scratch.
 // blk[p] = block `off` bytes into panel p of a tile (panel p at panels + p * panel_stride).
 template <int P>
 REWIND_AVX2 __attribute__((always_inline)) inline void panel_blocks(const std::byte* panels,
@@ -938,6 +934,10 @@ REWIND_AVX2 __attribute__((always_inline)) inline void zero_sums(__m256i (&s)[R]
   }
 }
 
+// The AVX2 tiles: R activation rows against P panels (H = 2P halves of 8 lanes); the arguments
+// as Int8TileFn's (below). With 16 vector registers only the innermost sums live in registers:
+// the f32 accumulators (one update per weight block, here) and, for the K-quants, the int32
+// block sums (one update per int16 flush) live in a small L1 scratch.
 template <int R, int H>
 struct Avx2Acc {
   alignas(32) float f[R][H][8];
@@ -1003,10 +1003,6 @@ REWIND_AVX2 __attribute__((always_inline)) inline void prefetch_part_avx2(const 
   if (lo + 64 < hi) prefetch_line(lo + 64);
 }
 
-// One 64-byte group of a Q8_0 block for 4 rows x 16 lanes (the 4 x 1-panel prefill tile):
-// s[r][h] += the 4-product sums of lanes 8h..8h+7, as the generic tile below computes them. In
-// asm because GCC 12 keeps half of the 8 sums on the stack (a load and a store per group each),
-// which cost a third of the tile's speed; here all 16 registers hold sums, codes and products.
 // One row of q8_0_group_4x2: broadcast the row's 4 activation codes, move the weights' signs
 // onto them, multiply by |w|, widen and add into the row's two sums.
 // clang-format off
@@ -1021,6 +1017,11 @@ REWIND_AVX2 __attribute__((always_inline)) inline void prefetch_part_avx2(const 
   "vpaddd %[t0], %[" S0 "], %[" S0 "]\n\t"       \
   "vpaddd %[t1], %[" S1 "], %[" S1 "]\n\t"
 // clang-format on
+// One 64-byte group of a Q8_0 block for 4 rows x 16 lanes (the 4 x 1-panel prefill tile):
+// s[r][h] += the 4-product sums of lanes 8h..8h+7, as the generic tile below computes them. In
+// asm because GCC 12 keeps half of the 8 sums on the stack (a load and a store per group each;
+// matmul_bench M=512 Q8_0 96-141 GOP/s that way, 164-169 in asm); here all 16 registers hold
+// sums, codes and products.
 REWIND_AVX2 __attribute__((always_inline)) inline void q8_0_group_4x2(const std::byte* w,
                                                                       const int8_t* const* x,
                                                                       __m256i ones,
@@ -1405,6 +1406,10 @@ bool use_avx2() {
 bool avx512_allowed() {
   return use_avx512() && g_isa_cap >= 2;
 }
+// AVX2 (with FMA and F16C) present and not ruled out by matmul_force_isa.
+bool avx2_allowed() {
+  return use_avx2() && g_isa_cap >= 1;
+}
 
 int64_t act_block(DType t) {
   return t == DType::Q8_0 ? 32 : 256;
@@ -1441,7 +1446,7 @@ namespace {
 enum class Int8Path { Vnni, Avx2, Scalar };
 Int8Path int8_path() {
   if (use_vnni() && g_isa_cap >= 2) return Int8Path::Vnni;
-  if (use_avx2() && g_isa_cap >= 1) return Int8Path::Avx2;
+  if (avx2_allowed()) return Int8Path::Avx2;
   return Int8Path::Scalar;
 }
 }  // namespace
@@ -1573,9 +1578,9 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
   out->s16.reserve_at_least(static_cast<size_t>(m * (k / 16)));
   out->s32.reserve_at_least(static_cast<size_t>(m * (k / 32)));
   using QuantizeBlockFn = void (*)(const float*, int, int8_t*, float*);
-  const QuantizeBlockFn quantize_block = avx512_allowed()               ? quantize_block_avx512
-                                         : use_avx2() && g_isa_cap >= 1 ? quantize_block_avx2
-                                                                        : quantize_block_scalar;
+  const QuantizeBlockFn quantize_block = avx512_allowed() ? quantize_block_avx512
+                                         : avx2_allowed() ? quantize_block_avx2
+                                                          : quantize_block_scalar;
   auto rows = [&](int, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       int8_t* q = out->q.data() + r * k;
@@ -1671,7 +1676,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const int max_p = avx2 ? kAvx2MaxP : kInt8MaxP;
   const int64_t rows = r1 - r0;
   if (rows <= 2) {
-    // Decode: the panels are cut into kInt8MaxP contiguous runs of q panels, and tile i reads
+    // Decode: the panels are cut into max_p contiguous runs of q panels, and tile i reads
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
     // stream already loaded, and only the first panel of each run starts cold.
