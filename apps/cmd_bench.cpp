@@ -3,8 +3,10 @@
 // decode (bytes of packed weights one token reads / bandwidth) and, for prefill (matmul
 // operations per token / peak), the fp32 FMA peak, or the int8 dot-product peak when most
 // weights are quantised and the int8 dot multiplies them. Ratios, not absolute times, compare.
+// Decode is timed per step too: the fastest and the median step beside the mean.
 #include <algorithm>
 #include <cstdio>
+#include <vector>
 
 #include "args.h"
 #include "commands.h"
@@ -77,13 +79,19 @@ int cmd_bench(int argc, char** argv) {
     if (!r.ok()) return fail(r.error_message());
   }
   const double t1 = now_seconds();
+  // Each step's own time too: the fastest and the median step next to the mean (below).
+  std::vector<double> step_s(static_cast<size_t>(n.value()));
+  double t_prev = t1;
   for (int64_t i = 0; i < n.value(); ++i) {
     const int32_t next = argmax(logits.data(), static_cast<int32_t>(V));
     SeqInput in{&st, std::span<const int32_t>(&next, 1), {0}};
     Status r = m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
     if (!r.ok()) return fail(r.error_message());
+    const double t = now_seconds();
+    step_s[static_cast<size_t>(i)] = t - t_prev;
+    t_prev = t;
   }
-  const double t2 = now_seconds();
+  const double t2 = t_prev;
   // The host's bandwidth drifts over seconds on shared machines: measure it again after the
   // decode and judge the decode against the mean of the two measurements.
   const double bw_after = measure_read_bandwidth_gb_s(&pool, lim.bandwidth_buffer_bytes, 0.6);
@@ -118,6 +126,15 @@ int cmd_bench(int argc, char** argv) {
   const double bytes_tok = weight_bytes + state_bytes + kv_bytes;
   const double decode_gb_s = decode_tps * bytes_tok / 1e9;
   const double frac_bw = decode_gb_s / bw;
+  // The bandwidth is the best of its passes, the decode rate the mean over all steps: on a shared
+  // host whose bandwidth drifts from pass to pass, that compares a best case with a typical one.
+  // The fastest step against the same bound compares like with like; the median step shows the
+  // typical one. Both are reported beside the mean, which stays the headline figure.
+  std::vector<double> sorted = step_s;
+  std::sort(sorted.begin(), sorted.end());
+  const double best_step_tps = 1.0 / sorted.front();
+  const double median_step_tps = 1.0 / sorted[sorted.size() / 2];
+  const double frac_bw_best = best_step_tps * bytes_tok / 1e9 / bw;
   // The peak that applies: the int8 dot's when it multiplies most of the weights.
   const bool int8 = matmul_quant_dot() == QuantDot::Int8 && lim.int8_peak_gop_s > 0 &&
                     2 * m.quantised_bytes() > m.packed_bytes();
@@ -140,15 +157,17 @@ int cmd_bench(int argc, char** argv) {
         "\"fma_peak_gflop_s\":%.2f,\"int8_peak_gop_s\":%.2f,\"int8_peak_isa\":\"%s\","
         "\"amx_int8_peak_gop_s\":%.2f,"
         "\"amx\":%s,\"prefill_fraction_of_amx_peak\":%.6g,"
-        "\"quant_dot\":\"%s\",\"quantised_bytes\":%zu,\"decode_fraction_of_bound\":%.4f,"
+        "\"quant_dot\":\"%s\",\"quantised_bytes\":%zu,\"decode_fraction_of_bound\":%.6g,"
+        "\"decode_best_step_tok_s\":%.3f,\"decode_median_step_tok_s\":%.3f,"
+        "\"decode_best_step_fraction_of_bound\":%.6g,"
         "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f}\n",
         dir.c_str(), m.packed_bytes(), static_cast<long long>(th.value()), m.isa(), load_s,
         static_cast<long long>(p.value()), static_cast<long long>(n.value()), prefill_tps,
         decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, weight_bytes, state_bytes, kv_bytes,
         bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
         lim.int8_isa.c_str(), lim.amx_int8_peak_gop_s, amx ? "true" : "false", frac_amx,
-        quant_dot_name(matmul_quant_dot()), m.quantised_bytes(), frac_bw, int8 ? "int8" : "fma",
-        frac_peak);
+        quant_dot_name(matmul_quant_dot()), m.quantised_bytes(), frac_bw, best_step_tps,
+        median_step_tps, frac_bw_best, int8 ? "int8" : "fma", frac_peak);
   } else {
     char quant[64] = "no quantised weights";
     if (m.quantised_bytes() > 0)
@@ -180,6 +199,9 @@ int cmd_bench(int argc, char** argv) {
         "(per token: %.1f MB weights + %.1f MB recurrent state + %.1f MB K/V)\n",
         static_cast<long long>(n.value()), decode_tps, decode_gb_s, 100 * frac_bw,
         weight_bytes / 1e6, state_bytes / 1e6, kv_bytes / 1e6);
+    std::printf(
+        "decode  steps:  median %8.2f tok/s; fastest %8.2f tok/s = %5.1f%% of bandwidth bound\n",
+        median_step_tps, best_step_tps, 100 * frac_bw_best);
   }
   return 0;
 }

@@ -39,10 +39,10 @@ std::string tiny_gguf(const std::string& type, bool mtp) {
   const std::string hf = work_dir() + (mtp ? "/hf_mtp" : "/hf");
   int rc = 0;
   if (!std::filesystem::exists(hf + "/config.json")) {
-    const std::string out = test::run_command(
-        std::string(REWIND_BINARY) + " make-model" + (mtp ? " --mtp" : "") +
-            " --preset qwen3.5-tiny-256 --seed 3 --out " + hf + " 2>&1",
-        &rc);
+    const std::string out =
+        test::run_command(std::string(REWIND_BINARY) + " make-model" + (mtp ? " --mtp" : "") +
+                              " --preset qwen3.5-tiny-256 --seed 3 --out " + hf + " 2>&1",
+                          &rc);
     EXPECT_EQ(rc, 0) << out;
   }
   const std::string path = work_dir() + (mtp ? "/mtp_" : "/m_") + type + ".gguf";
@@ -54,8 +54,12 @@ std::string tiny_gguf(const std::string& type, bool mtp) {
   }
   return path;
 }
-std::string gguf(const std::string& type) { return tiny_gguf(type, false); }
-std::string gguf_mtp(const std::string& type) { return tiny_gguf(type, true); }
+std::string gguf(const std::string& type) {
+  return tiny_gguf(type, false);
+}
+std::string gguf_mtp(const std::string& type) {
+  return tiny_gguf(type, true);
+}
 
 // Loaded with the MTP head, once per process.
 Model& mtp_model(const std::string& type) {
@@ -354,11 +358,22 @@ TEST(GgufQuant, BenchReportsTheIsaItRan) {
     return json.substr(from, json.find_first_of(",}", from) - from);
   };
   const std::string cmd =
-      std::string(REWIND_BINARY) + " bench --model " + gguf("q8_0") + " -p 40 -n 2 -t 2 --json";
+      std::string(REWIND_BINARY) + " bench --model " + gguf("q8_0") + " -p 40 -n 3 -t 2 --json";
   int rc = 0;
   std::string out = test::run_command(cmd + " 2>/dev/null", &rc);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_GT(std::stod(field(out, "prefill_tok_s")), 0.0);
+  // The fastest step is at least as fast as the median step and as the mean over all steps
+  // (rounded to 3 decimals in the JSON), and is judged against the same bound as the mean.
+  const double mean = std::stod(field(out, "decode_tok_s"));
+  const double best = std::stod(field(out, "decode_best_step_tok_s"));
+  const double median = std::stod(field(out, "decode_median_step_tok_s"));
+  EXPECT_GT(median, 0.0);
+  EXPECT_GE(best + 0.001, median);
+  EXPECT_GE(best + 0.001, mean);
+  EXPECT_NEAR(std::stod(field(out, "decode_best_step_fraction_of_bound")) / best /
+                  (std::stod(field(out, "decode_fraction_of_bound")) / mean),
+              1.0, 1e-3);
   EXPECT_EQ(field(out, "prefill_peak"), matmul_int8_simd() ? "\"int8\"" : "\"fma\"");
   EXPECT_EQ(field(out, "amx"), matmul_amx_enabled() ? "true" : "false");
   if (matmul_amx_enabled()) {
