@@ -60,7 +60,9 @@ def main():
         print(f"{label}: prefill {span([j['prefill_tok_s'] for j in js])} tok/s = "
               f"{span([j['prefill_fraction_of_peak'] for j in js], 100)}% of {js[0]['prefill_peak']} peak; "
               f"decode {span([j['decode_tok_s'] for j in js], fmt='{:.2f}')} tok/s = "
-              f"{span([j['decode_fraction_of_bound'] for j in js], 100)}% of bound")
+              f"{span([j['decode_fraction_of_bound'] for j in js], 100)}% of bound "
+              f"(median step {span([j['decode_median_step_tok_s'] * j['decode_fraction_of_bound'] / j['decode_tok_s'] for j in js], 100)}%, "
+              f"fastest step {span([j['decode_best_step_fraction_of_bound'] for j in js], 100)}%)")
 
 
 if __name__ == "__main__":
