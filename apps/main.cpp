@@ -57,6 +57,9 @@ Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::str
   LoadOptions opt;
   opt.pool = pool;
   opt.mtp = mtp;
+  opt.note = [](const std::string& line) {
+    std::fprintf(stderr, "rewind: note: %s\n", line.c_str());
+  };
   if (store == "auto") {
     opt.store = WeightStore::Auto;
   } else if (store == "f32") {
@@ -94,8 +97,8 @@ int main(int argc, char** argv) {
       "usage: rewind <command> [options]\n"
       "commands:\n"
       "  make-model  write a seeded random model in the Hugging Face layout (or as GGUF)\n"
-      "  convert     write a Hugging Face checkpoint as a GGUF file (f32, bf16, f16, q8_0, q4_k, "
-      "q6_k)\n"
+      "  convert     write a Hugging Face checkpoint as a GGUF file (f32, bf16, f16, q8_0, "
+      "k-quants, ...)\n"
       "  run         generate text from a prompt\n"
       "  logits      print the logits of a token list as JSON\n"
       "  bench       prefill/decode throughput against this machine's limits\n"

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -129,15 +130,22 @@ struct Threshold {
   double min_top1, max_kl;
 };
 // Measured on this model (printed by the test; README), f32 dot: q8_0 top-1 0.96, KL 0.0004;
-// q6_k 0.84, 0.006; q5_k 0.71, 0.023; q5_k_m 0.68, 0.016; q4_k 0.46, 0.073; q4_k_m 0.54, 0.054
+// q6_k 0.84, 0.006; q5_k 0.71, 0.023; q5_k_m 0.70, 0.022; q4_k 0.46, 0.073; q4_k_m 0.47, 0.069
 // (its attention layers' fused qkv is a Q4_K/Q6_K stack, its linear ones' attn_qkv Q5_K);
-// bf16 0.98, 4e-5; f16 1.0, 6e-7. The int8 dot adds its activation rounding: q8_0 0.945, 0.001;
-// q6_k 0.84, 0.007; q5_k 0.67, 0.023; q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's
-// error does. A random-weight model has flat next-token distributions, so top-1 flips easily; KL is
-// the sharper measure.
+// bf16 0.98, 4e-5; f16 1.0, 6e-7; the formats held as Q8_0 / Q6_K: q5_0 0.72, 0.026; q4_0 0.43,
+// 0.085; iq4_nl 0.50, 0.078; q3_k 0.26, 0.21 (rewind's own quantisers for them, see quant.h). The
+// int8 dot adds its activation rounding: q8_0 0.945, 0.001; q6_k 0.84, 0.007; q5_k 0.67, 0.023;
+// q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's error does. A random-weight model has
+// flat next-token distributions, so top-1 flips easily; KL is the sharper measure.
 constexpr Threshold kThresholds[] = {
-    {"q8_0", 0.90, 0.005}, {"q6_k", 0.75, 0.03},   {"q5_k", 0.55, 0.05}, {"q5_k_m", 0.55, 0.05},
-    {"q4_k", 0.35, 0.2},   {"q4_k_m", 0.40, 0.15}, {"bf16", 0.97, 5e-4}, {"f16", 0.98, 1e-4}};
+    {"q8_0", 0.90, 0.005}, {"q6_k", 0.75, 0.03},   {"q5_k", 0.55, 0.05},  {"q5_k_m", 0.55, 0.05},
+    {"q4_k", 0.35, 0.2},   {"q4_k_m", 0.40, 0.15}, {"bf16", 0.97, 5e-4},  {"f16", 0.98, 1e-4},
+    {"q5_0", 0.55, 0.05},  {"q4_0", 0.33, 0.2},    {"iq4_nl", 0.35, 0.2}, {"q3_k", 0.20, 0.3}};
+const Threshold& threshold(const std::string& type) {
+  for (const Threshold& t : kThresholds)
+    if (type == t.type) return t;
+  std::abort();
+}
 
 // Both quantised dots: f32 (exact dequantisation) and int8 (activations quantised per block).
 TEST(GgufQuant, CloseToF32) {
@@ -296,6 +304,34 @@ TEST(GgufQuant, QuantisedBytesCountEachPartOnce) {
   }
 }
 
+// Q4_0, Q5_0 and IQ4_NL files are held as Q8_0 and Q3_K as Q6_K (every matrix of this model
+// has rows of a multiple of 256): the packed bytes are those of the holder's own file, and the
+// CLI says so at load.
+TEST(GgufQuant, HeldFormatsTakeTheirHoldersStoreAndSaySo) {
+  const std::pair<const char*, const char*> held[] = {
+      {"q4_0", "q8_0"}, {"q5_0", "q8_0"}, {"iq4_nl", "q8_0"}, {"q3_k", "q6_k"}};
+  for (auto [type, holder] : held) {
+    Model& q = test::cached_model(gguf(type));
+    Model& h = test::cached_model(gguf(holder));
+    EXPECT_EQ(q.packed_bytes(), h.packed_bytes()) << type;
+    EXPECT_EQ(q.quantised_bytes(), h.quantised_bytes()) << type;
+    EXPECT_EQ(q.decode_bytes_per_token(), h.decode_bytes_per_token()) << type;
+    int rc = 0;
+    const std::string out = test::run_command(
+        std::string(REWIND_BINARY) + " run --model " + gguf(type) + " --prompt hi -n 1 2>&1", &rc);
+    EXPECT_EQ(rc, 0) << out;
+    std::string up = type, hup = holder;
+    for (auto& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    for (auto& ch : hup) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    EXPECT_NE(out.find("rewind: note: " + up + " matrices ("), std::string::npos) << out;
+    EXPECT_NE(out.find("are held as " + hup + " ("), std::string::npos) << out;
+  }
+  int rc = 0;
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " run --model " + gguf("q8_0") + " --prompt hi -n 1 2>&1", &rc);
+  EXPECT_EQ(out.find("rewind: note:"), std::string::npos) << out;
+}
+
 // Writes `type`'s file with the f16 scale of every block of `tensor` changed by `edit`, loads
 // it, and returns its quality against F32.
 Quality corrupted(const std::string& type, const std::string& tensor, size_t scale_offset,
@@ -344,6 +380,16 @@ TEST(GgufQuant, CorruptedScalesFailTheThresholds) {
   });
   std::printf("q6_k with halved scales in blk.0.ffn_up: top-1 %.3f, KL %.5f\n", q6.top1, q6.kl);
   EXPECT_TRUE(q6.top1 < kThresholds[1].min_top1 || q6.kl > kThresholds[1].max_kl);
+  // The formats held as another: d negated in one FFN matrix (Q4_0, IQ4_NL at offset 0; Q3_K
+  // at offset 108 of its 110-byte block).
+  for (const char* type : {"q4_0", "iq4_nl", "q3_k"}) {
+    const Quality q =
+        corrupted(type, "blk.0.ffn_down.weight", std::string(type) == "q3_k" ? 108 : 0,
+                  [](uint16_t d) { return static_cast<uint16_t>(d ^ 0x8000); });
+    std::printf("%s with negated scales in blk.0.ffn_down: top-1 %.3f, KL %.5f\n", type, q.top1,
+                q.kl);
+    EXPECT_TRUE(q.top1 < threshold(type).min_top1 || q.kl > threshold(type).max_kl) << type;
+  }
 }
 
 // `rewind bench` on a Q8_0 file: it measures and reports the machine's limits next to the run

@@ -190,6 +190,19 @@ TEST(GgufModel, MetadataErrors) {
       "layer_norm_rms_epsilon' must be positive");
 }
 
+// Every rewind dtype a GGUF file can hold has the reader's block geometry for its GGUF type (the
+// reader checks a tensor's byte size with it; transcoding and packing index with rewind's).
+TEST(GgufModel, BlockGeometryMatchesTheReader) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q5_K,
+                  DType::Q6_K, DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
+    const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(ggml_from_dtype(t)));
+    ASSERT_NE(info, nullptr) << dtype_name(t);
+    EXPECT_EQ(std::string(info->name), std::string(dtype_name(t)));
+    EXPECT_EQ(info->block_elems, dtype_block_elems(t)) << dtype_name(t);
+    EXPECT_EQ(info->block_bytes, dtype_block_bytes(t)) << dtype_name(t);
+  }
+}
+
 TEST(GgufModel, TensorErrors) {
   const std::string src = made("tiny", "f32");
   expect_load_error(rewrite(src, "missing", nullptr,

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -144,18 +145,199 @@ TEST(Quant, Q6_KKnownAnswer) {
     EXPECT_EQ(y[e], 0.25f * static_cast<float>(e / 16 - 8) * static_cast<float>(code(e) - 32)) << e;
 }
 
+// ---- the formats held as another (Q4_0, Q5_0, IQ4_NL as Q8_0; Q3_K as Q6_K) -----------------
+
+// Q4_0 as ggml's dequantize_row_q4_0 reads it: value j the low nibble of qs[j], value 16 + j its
+// high nibble, minus 8; times d.
+TEST(Quant, Q4_0KnownAnswer) {
+  BlockQ4_0 b;
+  b.d = 0x3800;  // 0.5
+  auto code = [](int e) { return (e * 5 + 3) % 16; };
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(code(j) | (code(j + 16) << 4));
+  float y[32];
+  convert_row_to_f32(&b, DType::Q4_0, 32, y);
+  for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], 0.5f * static_cast<float>(code(e) - 8)) << e;
+}
+
+// Q5_0: the fifth bit of value j is bit j of qh read as a little-endian u32 (ggml: xh_0 = bit j,
+// xh_1 = bit j + 16), minus 16.
+TEST(Quant, Q5_0KnownAnswer) {
+  BlockQ5_0 b;
+  b.d = 0xB400;  // -0.25
+  auto code = [](int e) { return (e * 13 + 7) % 32; };
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    b.qs[j] = static_cast<uint8_t>((code(j) & 0xF) | ((code(j + 16) & 0xF) << 4));
+    qh |= static_cast<uint32_t>(code(j) >> 4) << j;
+    qh |= static_cast<uint32_t>(code(j + 16) >> 4) << (j + 16);
+  }
+  std::memcpy(b.qh, &qh, 4);  // x86: little-endian, as ggml's memcpy into a u32
+  float y[32];
+  convert_row_to_f32(&b, DType::Q5_0, 32, y);
+  for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], -0.25f * static_cast<float>(code(e) - 16)) << e;
+}
+
+TEST(Quant, IQ4_NLKnownAnswer) {
+  static const int kTable[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                 1,    13,   25,  38,  53,  69,  89,  113};  // ggml-common.h
+  BlockIQ4_NL b;
+  b.d = 0x3C00;  // 1.0
+  auto code = [](int e) { return (e * 7 + 1) % 16; };
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(code(j) | (code(j + 16) << 4));
+  float y[32];
+  convert_row_to_f32(&b, DType::IQ4_NL, 32, y);
+  for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], static_cast<float>(kTable[code(e)])) << e;
+}
+
+// Q3_K packed as ggml's quantize_row_q3_K packs it (hmask byte j % 32, bit j / 32; qs[j/4 + l]
+// holds L[j + l], L[j + l + 32], L[j + l + 64], L[j + l + 96] in bit pairs for j = 0, 128; scale
+// j's low nibble in scales[j] (j < 8) or the high nibble of scales[j - 8], its top 2 bits at
+// 2 (j / 4) of scales[8 + j % 4]); the scales read back with ggml's kmask unpacking.
+TEST(Quant, Q3_KKnownAnswer) {
+  BlockQ3_K b{};
+  b.d = 0x3400;  // 0.25
+  int ls[16];
+  for (int j = 0; j < 16; ++j) ls[j] = (j * 23 + 5) % 64;  // stored 0..63, scale ls - 32
+  for (int j = 0; j < 16; ++j) {
+    int l = ls[j];
+    if (j < 8)
+      b.scales[j] = static_cast<uint8_t>(l & 0xF);
+    else
+      b.scales[j - 8] |= static_cast<uint8_t>((l & 0xF) << 4);
+    l >>= 4;
+    b.scales[j % 4 + 8] |= static_cast<uint8_t>(l << (2 * (j / 4)));
+  }
+  auto code = [](int e) { return (e * 3 + e / 7) % 8; };  // stored 0..7, value code - 4
+  uint8_t L[256];
+  for (int e = 0; e < 256; ++e) L[e] = static_cast<uint8_t>(code(e));
+  int m = 0;
+  uint8_t hm = 1;
+  for (int j = 0; j < 256; ++j) {
+    if (L[j] > 3) {
+      b.hmask[m] |= hm;
+      L[j] -= 4;
+    }
+    if (++m == 32) m = 0, hm <<= 1;
+  }
+  for (int j = 0; j < 256; j += 128)
+    for (int l = 0; l < 32; ++l)
+      b.qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) |
+                                             (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+  // ggml's unpacking of the 12 scale bytes.
+  uint32_t aux[4];
+  std::memcpy(aux, b.scales, 12);
+  const uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f, tmp = aux[2];
+  aux[2] = ((aux[0] >> 4) & kmask2) | (((tmp >> 4) & kmask1) << 4);
+  aux[3] = ((aux[1] >> 4) & kmask2) | (((tmp >> 6) & kmask1) << 4);
+  aux[0] = (aux[0] & kmask2) | (((tmp >> 0) & kmask1) << 4);
+  aux[1] = (aux[1] & kmask2) | (((tmp >> 2) & kmask1) << 4);
+  int8_t sc[16];
+  std::memcpy(sc, aux, 16);
+  for (int j = 0; j < 16; ++j) {
+    ASSERT_EQ(sc[j], ls[j]) << j;
+    ASSERT_EQ(q3k_scale(b, j), ls[j] - 32) << j;
+  }
+  float y[256];
+  convert_row_to_f32(&b, DType::Q3_K, 256, y);
+  for (int e = 0; e < 256; ++e)
+    EXPECT_EQ(y[e], 0.25f * static_cast<float>(ls[e / 16] - 32) * static_cast<float>(code(e) - 4))
+        << e;
+}
+
+// Random bytes are valid blocks (any code, any scale); d a random finite f16 of either sign,
+// subnormals included.
+std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::byte> q(dtype_row_bytes(t, k) * static_cast<size_t>(rows));
+  for (auto& b : q) b = static_cast<std::byte>(rng() & 0xFF);
+  const size_t bb = static_cast<size_t>(dtype_block_bytes(t));
+  const size_t d_at = t == DType::Q3_K ? 108 : 0;
+  for (size_t off = 0; off < q.size(); off += bb) {
+    uint16_t d;
+    do d = static_cast<uint16_t>(rng() & 0xFFFF);
+    while ((d & 0x7C00) == 0x7C00);  // not inf / NaN
+    std::memcpy(q.data() + off + d_at, &d, 2);
+  }
+  return q;
+}
+
+// The held type gives every value to the bit, on random blocks and on each format's extremes.
+TEST(Quant, HeldAsOtherIsExact) {
+  for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
+    ASSERT_TRUE(dtype_is_held_as_other(t));
+    const DType to = dtype_held_as(t);
+    const int64_t rows = 5, k = 1024;
+    const auto q = random_blocks(t, rows, k, 11 + static_cast<uint32_t>(t));
+    std::vector<std::byte> h(dtype_row_bytes(to, k) * rows);
+    for (int64_t r = 0; r < rows; ++r)
+      transcode_row(q.data() + r * dtype_row_bytes(t, k), t, k,
+                    h.data() + r * dtype_row_bytes(to, k));
+    const auto a = dequantize(q, t, rows, k), b = dequantize(h, to, rows, k);
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << dtype_name(t);
+    // The values really vary: neither side is constant.
+    EXPECT_NE(*std::min_element(a.begin(), a.end()), *std::max_element(a.begin(), a.end()));
+  }
+  // All-ones and all-zeros code bytes (the extreme codes and scales of each format).
+  for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K})
+    for (uint8_t fill : {uint8_t{0x00}, uint8_t{0xFF}}) {
+      std::vector<std::byte> q(dtype_row_bytes(t, 256), static_cast<std::byte>(fill));
+      const uint16_t d = 0x3C00;
+      for (size_t off = 0; off < q.size(); off += static_cast<size_t>(dtype_block_bytes(t)))
+        std::memcpy(q.data() + off + (t == DType::Q3_K ? 108 : 0), &d, 2);
+      std::vector<std::byte> h(dtype_row_bytes(dtype_held_as(t), 256));
+      transcode_row(q.data(), t, 256, h.data());
+      const auto a = dequantize(q, t, 1, 256), b = dequantize(h, dtype_held_as(t), 1, 256);
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+          << dtype_name(t) << " " << int(fill);
+    }
+}
+
+// A PackedMatrix of held rows (transcoded 16 rows at a time while packing) equals one packed from
+// the transcoded rows, and both dots give the same bits as that matrix (so the int8 dot's
+// integers are the held type's).
+TEST(QuantMatmul, HeldAsOtherPacksAsItsHolder) {
+  ThreadPool pool(2);
+  for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
+    const DType to = dtype_held_as(t);
+    const int64_t n = 37, k = 512;
+    const auto q = random_blocks(t, n, k, 5 + static_cast<uint32_t>(t));
+    std::vector<std::byte> h(dtype_row_bytes(to, k) * n);
+    for (int64_t r = 0; r < n; ++r)
+      transcode_row(q.data() + r * dtype_row_bytes(t, k), t, k,
+                    h.data() + r * dtype_row_bytes(to, k));
+    PackedMatrix pa = PackedMatrix::pack(q.data(), t, n, k, to, &pool);
+    PackedMatrix pb = PackedMatrix::pack(h.data(), to, n, k, to);
+    ASSERT_EQ(pa.store(), to);
+    ASSERT_EQ(pa.bytes(), pb.bytes());
+    const auto wf = dequantize(q, t, n, k);
+    for (int64_t r = 0; r < n; r += 5)
+      for (int64_t c = 0; c < k; c += 11) ASSERT_EQ(pa.at(r, c), wf[r * k + c]) << dtype_name(t);
+    for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
+      QuantDotGuard g(dot);
+      const auto x = randn(static_cast<size_t>(3 * k), 17);
+      std::vector<float> ya(static_cast<size_t>(3 * n)), yb(ya.size());
+      matmul(x.data(), 3, k, pa, ya.data(), n, &pool);
+      matmul(x.data(), 3, k, pb, yb.data(), n, nullptr);
+      EXPECT_EQ(std::memcmp(ya.data(), yb.data(), ya.size() * 4), 0) << dtype_name(t);
+    }
+  }
+}
+
 // Relative RMS error of quantise -> dequantise on Gaussian rows: within what each format's bits
 // allow (and far below what a layout mistake would give, which is O(1)).
 TEST(Quant, RoundTripError) {
   const int64_t rows = 8, k = 1024;
   const auto x = randn(static_cast<size_t>(rows * k), 1);
   const std::pair<DType, double> cases[] = {
-      {DType::Q8_0, 0.01}, {DType::Q6_K, 0.03}, {DType::Q5_K, 0.06}, {DType::Q4_K, 0.12}};
+      {DType::Q8_0, 0.01}, {DType::Q6_K, 0.03}, {DType::Q5_K, 0.06},   {DType::Q4_K, 0.12},
+      {DType::Q5_0, 0.06}, {DType::Q4_0, 0.12}, {DType::IQ4_NL, 0.12}, {DType::Q3_K, 0.25}};
   for (auto [t, bound] : cases) {
     const auto y = dequantize(quantize(x, t, rows, k), t, rows, k);
     double se = 0, ss = 0;
     for (size_t i = 0; i < x.size(); ++i) se += (x[i] - y[i]) * (x[i] - y[i]), ss += x[i] * x[i];
     const double rel = std::sqrt(se / ss);
+    std::printf("%s: relative RMS error %.4f (bound %.2f)\n", std::string(dtype_name(t)).c_str(),
+                rel, bound);
     EXPECT_LT(rel, bound) << dtype_name(t);
     EXPECT_GT(rel, bound / 50) << dtype_name(
         t);  // it is lossy: values really went through the format
@@ -164,7 +346,8 @@ TEST(Quant, RoundTripError) {
 
 TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> x(256, 0.0f);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q5_0,
+                  DType::IQ4_NL, DType::Q3_K}) {
     const auto y = dequantize(quantize(x, t, 1, 256), t, 1, 256);
     for (float v : y) EXPECT_EQ(v, 0.0f) << dtype_name(t);
   }

@@ -37,6 +37,18 @@ bool dtype_from_ggml(GgmlType t, DType* out) {
     case GgmlType::Q6_K:
       *out = DType::Q6_K;
       return true;
+    case GgmlType::Q4_0:
+      *out = DType::Q4_0;
+      return true;
+    case GgmlType::Q5_0:
+      *out = DType::Q5_0;
+      return true;
+    case GgmlType::IQ4_NL:
+      *out = DType::IQ4_NL;
+      return true;
+    case GgmlType::Q3_K:
+      *out = DType::Q3_K;
+      return true;
     default:
       return false;
   }
@@ -63,7 +75,8 @@ class Resolver {
     if (!dtype_from_ggml(t->type, &r.dtype))
       return make_error(f_.path() + ": tensor '" + name + "': type " +
                         ggml_type_name(static_cast<uint32_t>(t->type)) +
-                        " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)");
+                        " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, "
+                        "Q4_0, Q5_0, IQ4_NL, Q3_K)");
     std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
     if (got != shape)
       return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
@@ -522,6 +535,14 @@ GgmlType ggml_from_dtype(DType t) {
       return GgmlType::Q5_K;
     case DType::Q6_K:
       return GgmlType::Q6_K;
+    case DType::Q4_0:
+      return GgmlType::Q4_0;
+    case DType::Q5_0:
+      return GgmlType::Q5_0;
+    case DType::IQ4_NL:
+      return GgmlType::IQ4_NL;
+    case DType::Q3_K:
+      return GgmlType::Q3_K;
     default:
       return GgmlType::F32;
   }
@@ -741,15 +762,20 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   };
   kv.emplace_back("general.architecture", GgufValue::string(arch));
   kv.emplace_back("general.name", GgufValue::string(name));
-  const int64_t ftype = matrix_type == DType::F16    ? 1
-                        : matrix_type == DType::Q8_0 ? 7
-                        : matrix_type == DType::Q4_K ? 14
-                        : matrix_type == DType::Q5_K ? 16
-                        : matrix_type == DType::Q6_K ? 18
-                        : matrix_type == DType::BF16 ? 32
-                                                     : 0;
+  const int64_t ftype = matrix_type == DType::F16      ? 1
+                        : matrix_type == DType::Q8_0   ? 7
+                        : matrix_type == DType::Q4_K   ? 14
+                        : matrix_type == DType::Q5_K   ? 16
+                        : matrix_type == DType::Q6_K   ? 18
+                        : matrix_type == DType::Q4_0   ? 2
+                        : matrix_type == DType::Q5_0   ? 8
+                        : matrix_type == DType::Q3_K   ? 11  // llama.cpp's Q3_K_S: all Q3_K
+                        : matrix_type == DType::IQ4_NL ? 25
+                        : matrix_type == DType::BF16   ? 32
+                                                       : 0;
   u32("general.file_type", file_type >= 0 ? file_type : ftype);
-  if (dtype_is_quant(matrix_type)) u32("general.quantization_version", 2);
+  if (dtype_is_quant(matrix_type) || dtype_is_held_as_other(matrix_type))
+    u32("general.quantization_version", 2);
   const std::string a = arch + ".";
   u32(a + "context_length", c.max_position_embeddings);
   u32(a + "embedding_length", H);

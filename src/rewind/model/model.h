@@ -43,6 +43,9 @@ struct LoadOptions {
   // drafting. States then carry the head's KV and carry (StateShape); without it nothing
   // changes and plain models pay nothing.
   bool mtp = false;
+  // Called with one line per thing a user should know about how the weights are held (e.g. a
+  // GGUF format kept in a wider type); may be empty.
+  std::function<void(const std::string&)> note;
 };
 
 // The inputs of every recurrent layer's per-token update, recorded by forward() for one

@@ -138,7 +138,7 @@ const void* WeightSource::contiguous(DType* dtype, std::vector<std::byte>* scrat
 DType WeightSource::default_store() const {
   bool same = !blocks.empty();
   for (auto& b : blocks) same = same && b.dtype == blocks[0].dtype;
-  if (same && dtype_is_quant(blocks[0].dtype)) return blocks[0].dtype;
+  if (same && dtype_is_quant(dtype_held_as(blocks[0].dtype))) return dtype_held_as(blocks[0].dtype);
   return file_dtype == DType::BF16 ? DType::BF16 : DType::F32;
 }
 
@@ -147,13 +147,14 @@ PackedMatrix WeightSource::pack(DType store, ThreadPool* pool) const {
     DType dt;
     std::vector<std::byte> scratch;
     const void* p = contiguous(&dt, &scratch);
-    REWIND_CHECK_MSG(dt == store, "pack: every block must hold the quantised store's type");
+    REWIND_CHECK_MSG(dtype_held_as(dt) == store,
+                     "pack: every block must hold the quantised store's type (or one it holds)");
     PackedMatrix pm = PackedMatrix::pack(p, dt, rows(), cols, store, pool);
     if (!col_perm.empty()) pm.set_k_perm(col_perm);
     return pm;
   }
   bool plain = col_perm.empty();
-  for (auto& b : blocks) plain = plain && !dtype_is_quant(b.dtype);
+  for (auto& b : blocks) plain = plain && !dtype_is_blocks(b.dtype);
   if (!plain) {  // dequantise / un-permute to f32 rows in the model's column order
     const std::vector<float> f = to_f32();
     return PackedMatrix::pack(f.data(), DType::F32, rows(), cols, store, pool);
@@ -168,7 +169,7 @@ PackedMatrix WeightSource::pack_default(ThreadPool* pool) const {
   bool mixed = false, any_quant = false;
   for (auto& b : blocks) {
     mixed = mixed || b.dtype != blocks[0].dtype;
-    any_quant = any_quant || dtype_is_quant(b.dtype);
+    any_quant = any_quant || dtype_is_blocks(b.dtype);
   }
   if (!mixed || !any_quant) return pack(default_store(), pool);
   const DType float_store = file_dtype == DType::BF16 ? DType::BF16 : DType::F32;
@@ -180,7 +181,8 @@ PackedMatrix WeightSource::pack_default(ThreadPool* pool) const {
     run.cols = cols;
     run.file_dtype = file_dtype;
     run.blocks.assign(blocks.begin() + static_cast<std::ptrdiff_t>(i), blocks.begin() + static_cast<std::ptrdiff_t>(j));
-    parts.push_back(run.pack(dtype_is_quant(blocks[i].dtype) ? blocks[i].dtype : float_store, pool));
+    parts.push_back(run.pack(
+        dtype_is_blocks(blocks[i].dtype) ? dtype_held_as(blocks[i].dtype) : float_store, pool));
     i = j;
   }
   PackedMatrix pm = PackedMatrix::stack(std::move(parts));

@@ -1,7 +1,9 @@
 // Element types of stored weights and their scalar conversions (header-only).
 // BF16 -> F32 is exact (a shift); F32 -> BF16 rounds to nearest even (NaN kept quiet).
 // Q8_0, Q4_K, Q5_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
-// element (dtype_size() is 0); use dtype_row_bytes().
+// element (dtype_size() is 0); use dtype_row_bytes(). Q4_0, Q5_0, IQ4_NL and Q3_K are ggml formats
+// that GGUF files hold but the matmul does not pack: loading transcodes them exactly into the type
+// dtype_held_as() names (tensor/quant.h, transcode_row), which then stands in for them.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,26 @@
 
 namespace rw {
 
-enum class DType : uint8_t { F32, BF16, F16, F64, I32, I64, U8, I8, BOOL, Q8_0, Q4_K, Q6_K, Q5_K };
+// Q4_0 .. Q3_K: file formats, held as dtype_held_as().
+enum class DType : uint8_t {
+  F32,
+  BF16,
+  F16,
+  F64,
+  I32,
+  I64,
+  U8,
+  I8,
+  BOOL,
+  Q8_0,
+  Q4_K,
+  Q6_K,
+  Q5_K,
+  Q4_0,
+  Q5_0,
+  IQ4_NL,
+  Q3_K
+};
 
 inline size_t dtype_size(DType t) {
   switch (t) {
@@ -22,6 +43,10 @@ inline size_t dtype_size(DType t) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K:
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+    case DType::Q3_K:
       return 0;
   }
   return 0;
@@ -30,11 +55,45 @@ inline size_t dtype_size(DType t) {
 inline bool dtype_is_quant(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
 }
+// The file-only formats (see the top of this file).
+inline bool dtype_is_held_as_other(DType t) {
+  return t == DType::Q4_0 || t == DType::Q5_0 || t == DType::IQ4_NL || t == DType::Q3_K;
+}
+// Any of ggml's block formats (packable or held as another).
+inline bool dtype_is_blocks(DType t) {
+  return dtype_is_quant(t) || dtype_is_held_as_other(t);
+}
+// The packable type that holds t's values exactly: Q8_0 for Q4_0, Q5_0 and IQ4_NL (one f16 scale
+// per 32 values times a small integer), Q6_K for Q3_K (an f16 super scale times a 6-bit signed
+// scale per 16 values times a 3-bit signed code); t itself for every other type.
+inline DType dtype_held_as(DType t) {
+  switch (t) {
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+      return DType::Q8_0;
+    case DType::Q3_K:
+      return DType::Q6_K;
+    default:
+      return t;
+  }
+}
 // Elements per block (1 for plain types) and bytes per block (ggml-common.h block structs).
 inline int64_t dtype_block_elems(DType t) {
-  return t == DType::Q8_0                                             ? 32
-         : (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K) ? 256
-                                                                      : 1;
+  switch (t) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q5_0:
+    case DType::IQ4_NL:
+      return 32;
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+    case DType::Q3_K:
+      return 256;
+    default:
+      return 1;
+  }
 }
 inline int64_t dtype_block_bytes(DType t) {
   switch (t) {
@@ -46,6 +105,13 @@ inline int64_t dtype_block_bytes(DType t) {
       return 176;
     case DType::Q6_K:
       return 210;
+    case DType::Q4_0:
+    case DType::IQ4_NL:
+      return 18;
+    case DType::Q5_0:
+      return 22;
+    case DType::Q3_K:
+      return 110;
     default:
       return static_cast<int64_t>(dtype_size(t));
   }
@@ -74,6 +140,14 @@ inline std::string_view dtype_name(DType t) {
       return "Q5_K";
     case DType::Q6_K:
       return "Q6_K";
+    case DType::Q4_0:
+      return "Q4_0";
+    case DType::Q5_0:
+      return "Q5_0";
+    case DType::IQ4_NL:
+      return "IQ4_NL";
+    case DType::Q3_K:
+      return "Q3_K";
   }
   return "?";
 }

@@ -1,18 +1,28 @@
 // ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K and Q6_K (ggml-common.h), with their exact
-// dequantisation and a reference quantiser (header-only).
+// dequantisation and a reference quantiser (header-only); and the formats held as one of those
+// (Q4_0, Q5_0, IQ4_NL as Q8_0; Q3_K as Q6_K: dtype_held_as), with their dequantisation, the
+// exact transcoding and quantisers.
 //
 // Dequantisation follows ggml's definition to the bit (dequantize_row_* in ggml-quants.c):
 //   Q8_0  w = d * q                       (d f16, q i8; the product is exact)
 //   Q4_K  w = (d * sc) * q - (dmin * m)   (sc, m 6-bit; both products are exact, one rounding)
 //   Q5_K  the same with q in [0, 31] (a fifth, high bit per value in qh)
 //   Q6_K  w = (d * sc) * q                (sc i8, q in [-32, 31]; d * sc exact, one rounding)
+//   Q4_0  w = d * q                       (q = 4-bit code - 8, in [-8, 7])
+//   Q5_0  w = d * q                       (q = 5-bit code - 16, in [-16, 15])
+//   IQ4_NL w = d * kIq4nlValues[code]     (a 4-bit index into 16 int8 values in [-127, 113])
+//   Q3_K  w = (d * sc) * q                (sc = 6-bit code - 32 per 16 values, q in [-4, 3])
+// The last four are Q8_0's and Q6_K's formulas with narrower integers, so a block of them
+// re-written as Q8_0 (Q6_K) with the same d and integers (transcode_row) dequantises to the
+// same bits, and its integer dot products are the same integers.
 // so any engine that follows ggml's definition sees the same weights.
 //
 // Quantisers: Q8_0 is ggml's reference (amax / 127, round to nearest). Q4_K, Q5_K and Q6_K follow
 // the reference's scheme (per-sub-block scale/min, 6-bit or 8-bit scales relative to an f16 super
 // scale, values re-quantised with the quantised scales) with a small search over the sub-block
 // scale instead of ggml's weighted RMSE search: valid files, slightly different bits from
-// llama-quantize.
+// llama-quantize. Q4_0 and Q5_0 are ggml's reference quantisers; IQ4_NL follows ggml's scale
+// search without an importance matrix; Q3_K takes Q6_K's scheme with 3-bit codes (no RMSE search).
 #pragma once
 
 #include <algorithm>
@@ -51,8 +61,33 @@ struct BlockQ6_K {
   int8_t scales[kQK_K / 16];
   uint16_t d;  // f16
 };
+struct BlockQ4_0 {
+  uint16_t d;              // f16
+  uint8_t qs[kQK8_0 / 2];  // value j: low nibble of qs[j]; value 16 + j: its high nibble
+};
+struct BlockQ5_0 {
+  uint16_t d;              // f16
+  uint8_t qh[4];           // bit j (little-endian u32) is the fifth bit of value j
+  uint8_t qs[kQK8_0 / 2];  // low 4 bits, as Q4_0's
+};
+struct BlockIQ4_NL {
+  uint16_t d;              // f16
+  uint8_t qs[kQK8_0 / 2];  // indices into kIq4nlValues, as Q4_0's nibbles
+};
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];  // value e: bit e / 32 of hmask[e % 32] (set: code - 0, clear: - 4)
+  uint8_t
+      qs[kQK_K / 4];  // low 2 bits: value e at bits 2 ((e % 128) / 32) of qs[32 (e / 128) + e % 32]
+  uint8_t scales[12];  // 16 6-bit scales (stored + 32), low nibbles then high pairs
+  uint16_t d;          // f16
+};
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
-              sizeof(BlockQ6_K) == 210);
+              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
+              sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110);
+
+// IQ4_NL's 16 values (ggml-common.h kvalues_iq4nl).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
 
 // Sub-block j (0..7) scale and min of a Q4_K block.
 inline void q4k_scale_min(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
@@ -83,6 +118,32 @@ inline int q6k_value(const BlockQ6_K& b, int e) {
                                 : (ql[l + 32] >> 4);
   const int hi = (qh[l] >> (2 * quarter)) & 3;
   return (lo | (hi << 4)) - 32;
+}
+
+// Value e (0..31) of a Q4_0 / Q5_0 / IQ4_NL block as its integer (the factor of d).
+inline int nibble32(const uint8_t* qs, int e) {
+  return e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4;
+}
+inline int q4_0_value(const BlockQ4_0& b, int e) {
+  return nibble32(b.qs, e) - 8;
+}
+inline int q5_0_value(const BlockQ5_0& b, int e) {
+  const uint32_t qh = static_cast<uint32_t>(b.qh[0]) | static_cast<uint32_t>(b.qh[1]) << 8 |
+                      static_cast<uint32_t>(b.qh[2]) << 16 | static_cast<uint32_t>(b.qh[3]) << 24;
+  return (nibble32(b.qs, e) | static_cast<int>((qh >> e) & 1) << 4) - 16;
+}
+inline int iq4_nl_value(const BlockIQ4_NL& b, int e) {
+  return kIq4nlValues[nibble32(b.qs, e)];
+}
+// Q3_K sub-block s (0..15) scale, signed, and value e (0..255) code, signed.
+inline int q3k_scale(const BlockQ3_K& b, int s) {
+  const int lo = s < 8 ? b.scales[s] & 0xF : b.scales[s - 8] >> 4;
+  const int hi = (b.scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return (lo | hi << 4) - 32;
+}
+inline int q3k_value(const BlockQ3_K& b, int e) {
+  const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+  return low - (((b.hmask[e % 32] >> (e / 32)) & 1) ? 0 : 4);
 }
 
 inline void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n) {
@@ -130,6 +191,25 @@ inline void dequantize_row_q6_k(const BlockQ6_K* x, float* y, int64_t n) {
   }
 }
 
+// Q4_0 / Q5_0 / IQ4_NL: float(integer) * d, as Q8_0 (ggml: x0 * d).
+template <class Block, class Value>
+inline void dequantize_row_32(const Block* x, float* y, int64_t n, Value value) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float d = f16_to_f32(x[i].d);
+    for (int j = 0; j < kQK8_0; ++j) y[i * kQK8_0 + j] = static_cast<float>(value(x[i], j)) * d;
+  }
+}
+
+// Q3_K: dl = d * float(scale), then dl * float(code) (ggml's dequantize_row_q3_K).
+inline void dequantize_row_q3_k(const BlockQ3_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_to_f32(x[i].d);
+    for (int e = 0; e < kQK_K; ++e)
+      y[i * kQK_K + e] =
+          d * static_cast<float>(q3k_scale(x[i], e / 16)) * static_cast<float>(q3k_value(x[i], e));
+  }
+}
+
 // n elements of any float or quantised dtype to f32.
 inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) {
   switch (t) {
@@ -141,6 +221,14 @@ inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) 
       return dequantize_row_q5_k(static_cast<const BlockQ5_K*>(src), dst, n);
     case DType::Q6_K:
       return dequantize_row_q6_k(static_cast<const BlockQ6_K*>(src), dst, n);
+    case DType::Q4_0:
+      return dequantize_row_32(static_cast<const BlockQ4_0*>(src), dst, n, q4_0_value);
+    case DType::Q5_0:
+      return dequantize_row_32(static_cast<const BlockQ5_0*>(src), dst, n, q5_0_value);
+    case DType::IQ4_NL:
+      return dequantize_row_32(static_cast<const BlockIQ4_NL*>(src), dst, n, iq4_nl_value);
+    case DType::Q3_K:
+      return dequantize_row_q3_k(static_cast<const BlockQ3_K*>(src), dst, n);
     default:
       convert_to_f32(src, t, static_cast<size_t>(n), dst);
   }
@@ -251,6 +339,22 @@ inline void quantize_row_q5_k(const float* x, BlockQ5_K* y, int64_t n) {
   }
 }
 
+// The 256 stored codes (value + 32, 0..63) of a Q6_K block into its ql and qh.
+inline void pack_q6_k_codes(const uint8_t (&L)[kQK_K], BlockQ6_K& y) {
+  for (int h = 0; h < 2; ++h) {
+    uint8_t* ql = y.ql + 64 * h;
+    uint8_t* qh = y.qh + 32 * h;
+    const uint8_t* Lh = L + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t q1 = Lh[l], q2 = Lh[l + 32], q3 = Lh[l + 64], q4 = Lh[l + 96];
+      ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
+      ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
+      qh[l] =
+          static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+    }
+  }
+}
+
 // Q6_K: per 16-value sub-block a signed scale that maps the value of largest magnitude to -32
 // (as ggml's make_qx_quants starts from), i8 sub-block scales relative to the f16 super scale.
 inline void quantize_row_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
@@ -282,18 +386,165 @@ inline void quantize_row_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
         L[16 * j + l] = static_cast<uint8_t>(
             (dd != 0 ? std::clamp(nearest_int(xb[16 * j + l] / dd), -32, 31) : 0) + 32);
     }
-    for (int h = 0; h < 2; ++h) {
-      uint8_t* ql = y[i].ql + 64 * h;
-      uint8_t* qh = y[i].qh + 32 * h;
-      const uint8_t* Lh = L + 128 * h;
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t q1 = Lh[l], q2 = Lh[l + 32], q3 = Lh[l + 64], q4 = Lh[l + 96];
-        ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
-        ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
-        qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) |
-                                     ((q4 >> 4) << 6));
-      }
+    pack_q6_k_codes(L, y[i]);
+  }
+}
+
+// Q4_0 and Q5_0: ggml's reference quantisers (quantize_row_q4_0_ref, quantize_row_q5_0_ref): the
+// value of largest magnitude maps to code 0 (d = max / -8, / -16), codes truncate x / d + 8.5
+// (+ 16.5) and clamp at the top.
+template <int Bits>
+inline void quantize_block_q4_5_0(const float* x, uint16_t* d_out, uint8_t (&codes)[kQK8_0]) {
+  constexpr int half = 1 << (Bits - 1), top = (1 << Bits) - 1;
+  float amax = 0, max = 0;
+  for (int j = 0; j < kQK8_0; ++j)
+    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+  const float d = max / -static_cast<float>(half);
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  *d_out = f32_to_f16(d);
+  for (int j = 0; j < kQK8_0; ++j)
+    codes[j] = static_cast<uint8_t>(
+        std::min(top, static_cast<int>(static_cast<int8_t>(x[j] * id + (half + 0.5f)))));
+}
+
+inline void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
+  uint8_t c[kQK8_0];
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    quantize_block_q4_5_0<4>(x + i * kQK8_0, &y[i].d, c);
+    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+  }
+}
+
+inline void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
+  uint8_t c[kQK8_0];
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    quantize_block_q4_5_0<5>(x + i * kQK8_0, &y[i].d, c);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      y[i].qs[j] = static_cast<uint8_t>((c[j] & 0xF) | ((c[j + 16] & 0xF) << 4));
+      qh |= static_cast<uint32_t>(c[j] >> 4) << j | static_cast<uint32_t>(c[j + 16] >> 4)
+                                                        << (j + 16);
     }
+    for (int b = 0; b < 4; ++b) y[i].qh[b] = static_cast<uint8_t>(qh >> (8 * b));
+  }
+}
+
+// The index of the IQ4_NL value nearest v (the upper one on a tie, as ggml's best_index_int8):
+// the number of midpoints between neighbouring values that v reaches (branch-free).
+inline int iq4_nl_index(float v) {
+  int n = 0;
+  for (int k = 0; k < 15; ++k)
+    n += v >= 0.5f * static_cast<float>(kIq4nlValues[k] + kIq4nlValues[k + 1]);
+  return n;
+}
+
+// IQ4_NL: ggml's scheme without an importance matrix (weights x^2): scales that map the value of
+// largest magnitude to -127 + t for t in [-7, 7], each refined by the weighted least-squares d of
+// its indices; the best kept, the indices re-chosen for the f16 d as stored.
+inline void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float* xb = x + i * kQK8_0;
+    float amax = 0, max = 0;
+    for (int j = 0; j < kQK8_0; ++j)
+      if (amax < std::fabs(xb[j])) amax = std::fabs(xb[j]), max = xb[j];
+    float best_d = 0, best = -1;
+    for (int t = -7; t <= 7 && amax > 0; ++t) {
+      const float id = (static_cast<float>(t) + kIq4nlValues[0]) / max;
+      float sumqx = 0, sumq2 = 0;
+      for (int j = 0; j < kQK8_0; ++j) {
+        const float q = kIq4nlValues[iq4_nl_index(id * xb[j])], w = xb[j] * xb[j];
+        sumqx += w * q * xb[j];
+        sumq2 += w * q * q;
+      }
+      if (sumq2 > 0 && sumqx * sumqx > best * sumq2)
+        best = sumqx * sumqx / sumq2, best_d = sumqx / sumq2;
+    }
+    y[i].d = f32_to_f16(best_d);
+    const float d = f16_to_f32(y[i].d), id = d != 0 ? 1.0f / d : 0.0f;
+    uint8_t c[kQK8_0];
+    for (int j = 0; j < kQK8_0; ++j)
+      c[j] = static_cast<uint8_t>(d != 0 ? iq4_nl_index(id * xb[j]) : 8);
+    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+  }
+}
+
+// Q3_K: as the Q6_K quantiser above with codes in [-4, 3] and 6-bit sub-block scales (ggml's
+// outer scheme: the largest sub-block scale maps to -32); codes chosen for the scales as stored.
+inline void quantize_row_q3_k(const float* x, BlockQ3_K* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int j = 0; j < 16; ++j) {
+      float amax = 0, vmax = 0;
+      for (int l = 0; l < 16; ++l) {
+        const float v = xb[16 * j + l];
+        if (std::fabs(v) > amax) amax = std::fabs(v), vmax = v;
+      }
+      scales[j] = -vmax / 4.0f;
+      if (std::fabs(scales[j]) > max_abs_scale)
+        max_abs_scale = std::fabs(scales[j]), max_scale = scales[j];
+    }
+    std::memset(&y[i], 0, sizeof y[i]);
+    int ls[16];
+    for (int j = 0; j < 16; ++j) ls[j] = 0;
+    if (max_abs_scale > 0) {
+      const float iscale = -32.0f / max_scale;
+      y[i].d = f32_to_f16(1.0f / iscale);
+      for (int j = 0; j < 16; ++j) ls[j] = std::clamp(nearest_int(iscale * scales[j]), -32, 31);
+    }
+    for (int j = 0; j < 16; ++j) {
+      const int l = ls[j] + 32;
+      if (j < 8)
+        y[i].scales[j] = static_cast<uint8_t>(l & 0xF);
+      else
+        y[i].scales[j - 8] |= static_cast<uint8_t>((l & 0xF) << 4);
+      y[i].scales[8 + j % 4] |= static_cast<uint8_t>((l >> 4) << (2 * (j / 4)));
+    }
+    const float d = f16_to_f32(y[i].d);
+    for (int e = 0; e < kQK_K; ++e) {
+      const float dl = d * static_cast<float>(ls[e / 16]);
+      const int q = dl != 0 ? std::clamp(nearest_int(xb[e] / dl), -4, 3) : 0;
+      const int c = q + 4;  // 0..7: bit 2 to hmask, bits 0-1 to qs
+      if (c & 4) y[i].hmask[e % 32] |= static_cast<uint8_t>(1 << (e / 32));
+      y[i].qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>((c & 3) << (2 * ((e % 128) / 32)));
+    }
+  }
+}
+
+// ---- transcoding -------------------------------------------------------------------------
+
+// n values of a file-only format `from` (dtype_is_held_as_other) re-written as dtype_held_as(from)
+// with the same d and integers: the same values to the bit (see the top of this file).
+inline void transcode_row(const void* src, DType from, int64_t n, void* dst) {
+  auto to_q8_0 = [&](const auto* x, auto value) {
+    auto* y = static_cast<BlockQ8_0*>(dst);
+    for (int64_t i = 0; i < n / kQK8_0; ++i) {
+      y[i].d = x[i].d;
+      for (int j = 0; j < kQK8_0; ++j) y[i].qs[j] = static_cast<int8_t>(value(x[i], j));
+    }
+  };
+  switch (from) {
+    case DType::Q4_0:
+      return to_q8_0(static_cast<const BlockQ4_0*>(src), q4_0_value);
+    case DType::Q5_0:
+      return to_q8_0(static_cast<const BlockQ5_0*>(src), q5_0_value);
+    case DType::IQ4_NL:
+      return to_q8_0(static_cast<const BlockIQ4_NL*>(src), iq4_nl_value);
+    case DType::Q3_K: {
+      const auto* x = static_cast<const BlockQ3_K*>(src);
+      auto* y = static_cast<BlockQ6_K*>(dst);
+      for (int64_t i = 0; i < n / kQK_K; ++i) {
+        y[i].d = x[i].d;
+        for (int s = 0; s < 16; ++s) y[i].scales[s] = static_cast<int8_t>(q3k_scale(x[i], s));
+        uint8_t L[kQK_K];
+        for (int e = 0; e < kQK_K; ++e) L[e] = static_cast<uint8_t>(q3k_value(x[i], e) + 32);
+        pack_q6_k_codes(L, y[i]);
+      }
+      return;
+    }
+    default:
+      REWIND_CHECK_MSG(false, "transcode_row: not a file-only format");
   }
 }
 
@@ -308,6 +559,14 @@ inline void quantize_row(const float* src, DType t, int64_t n, void* dst) {
       return quantize_row_q5_k(src, static_cast<BlockQ5_K*>(dst), n);
     case DType::Q6_K:
       return quantize_row_q6_k(src, static_cast<BlockQ6_K*>(dst), n);
+    case DType::Q4_0:
+      return quantize_row_q4_0(src, static_cast<BlockQ4_0*>(dst), n);
+    case DType::Q5_0:
+      return quantize_row_q5_0(src, static_cast<BlockQ5_0*>(dst), n);
+    case DType::IQ4_NL:
+      return quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n);
+    case DType::Q3_K:
+      return quantize_row_q3_k(src, static_cast<BlockQ3_K*>(dst), n);
     case DType::F32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
