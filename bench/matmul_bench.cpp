@@ -8,7 +8,7 @@
 // far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits). --cold does
 // the same for every M: a model's prefill also reads each matrix from memory, once per chunk.
 //
-// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k]
+// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0]
 //                     [--shape NAME] [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
@@ -125,7 +125,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k] "
+          "usage: matmul_bench [--threads N] [--m 1,512] [--dtype "
+          "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0] "
           "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
           "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
       return a == "--help" ? 0 : 2;
@@ -170,6 +171,7 @@ int main(int argc, char** argv) {
                               : dt == "q4_k" ? rw::DType::Q4_K
                               : dt == "q5_k" ? rw::DType::Q5_K
                               : dt == "q6_k" ? rw::DType::Q6_K
+                              : dt == "q4_0" ? rw::DType::Q4_0
                                              : rw::DType::F32;
       // Quantised stores pack ggml blocks of the same random weights.
       std::vector<std::byte> qw;

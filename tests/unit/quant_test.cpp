@@ -261,11 +261,11 @@ std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t k, uint32_t 
   return q;
 }
 
-// The held type gives every value to the bit, on random blocks and on each format's extremes.
-TEST(Quant, HeldAsOtherIsExact) {
+// The transcoding gives every value to the bit, on random blocks and on each format's extremes.
+TEST(Quant, TranscodingIsExact) {
   for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
-    ASSERT_TRUE(dtype_is_held_as_other(t));
-    const DType to = dtype_held_as(t);
+    EXPECT_EQ(dtype_is_held_as_other(t), t != DType::Q4_0);
+    const DType to = transcoded_type(t);
     const int64_t rows = 5, k = 1024;
     const auto q = random_blocks(t, rows, k, 11 + static_cast<uint32_t>(t));
     std::vector<std::byte> h(dtype_row_bytes(to, k) * rows);
@@ -284,41 +284,57 @@ TEST(Quant, HeldAsOtherIsExact) {
       const uint16_t d = 0x3C00;
       for (size_t off = 0; off < q.size(); off += static_cast<size_t>(dtype_block_bytes(t)))
         std::memcpy(q.data() + off + (t == DType::Q3_K ? 108 : 0), &d, 2);
-      std::vector<std::byte> h(dtype_row_bytes(dtype_held_as(t), 256));
+      std::vector<std::byte> h(dtype_row_bytes(transcoded_type(t), 256));
       transcode_row(q.data(), t, 256, h.data());
-      const auto a = dequantize(q, t, 1, 256), b = dequantize(h, dtype_held_as(t), 1, 256);
+      const auto a = dequantize(q, t, 1, 256), b = dequantize(h, transcoded_type(t), 1, 256);
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
           << dtype_name(t) << " " << int(fill);
     }
 }
 
-// A PackedMatrix of held rows (transcoded 16 rows at a time while packing) equals one packed from
-// the transcoded rows, and both dots give the same bits as that matrix (so the int8 dot's
-// integers are the held type's).
-TEST(QuantMatmul, HeldAsOtherPacksAsItsHolder) {
+// Each of these formats packed as loading packs it (Q4_0 in its own store; Q5_0, IQ4_NL and
+// Q3_K held as Q8_0 / Q6_K, transcoded 16 rows at a time while packing) gives, with both dots, on
+// every path, M and thread count, the bits of the matrix packed from its Q8_0 (Q6_K) transcoding:
+// Q4_0's kernels compute Q8_0's integers.
+TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
+  IsaGuard guard;
   ThreadPool pool(2);
   for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
-    const DType to = dtype_held_as(t);
+    const DType store = dtype_held_as(t), to = transcoded_type(t);
+    EXPECT_EQ(store == t, t == DType::Q4_0) << dtype_name(t);
     const int64_t n = 37, k = 512;
     const auto q = random_blocks(t, n, k, 5 + static_cast<uint32_t>(t));
     std::vector<std::byte> h(dtype_row_bytes(to, k) * n);
     for (int64_t r = 0; r < n; ++r)
       transcode_row(q.data() + r * dtype_row_bytes(t, k), t, k,
                     h.data() + r * dtype_row_bytes(to, k));
-    PackedMatrix pa = PackedMatrix::pack(q.data(), t, n, k, to, &pool);
+    PackedMatrix pa = PackedMatrix::pack(q.data(), t, n, k, store, &pool);
     PackedMatrix pb = PackedMatrix::pack(h.data(), to, n, k, to);
-    ASSERT_EQ(pa.store(), to);
-    ASSERT_EQ(pa.bytes(), pb.bytes());
+    ASSERT_EQ(pa.store(), store);
+    if (store == to) {
+      ASSERT_EQ(pa.bytes(), pb.bytes());
+    }
     const auto wf = dequantize(q, t, n, k);
     for (int64_t r = 0; r < n; r += 5)
       for (int64_t c = 0; c < k; c += 11) ASSERT_EQ(pa.at(r, c), wf[r * k + c]) << dtype_name(t);
     for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
       QuantDotGuard g(dot);
-      const auto x = randn(static_cast<size_t>(3 * k), 17);
-      std::vector<float> ya(static_cast<size_t>(3 * n)), yb(ya.size());
-      matmul(x.data(), 3, k, pa, ya.data(), n, &pool);
-      matmul(x.data(), 3, k, pb, yb.data(), n, nullptr);
-      EXPECT_EQ(std::memcmp(ya.data(), yb.data(), ya.size() * 4), 0) << dtype_name(t);
+      for (int64_t m : {1, 2, 3, 5, 33}) {
+        const auto x = randn(static_cast<size_t>(m * k), 17 + static_cast<uint32_t>(m));
+        std::vector<float> ya(static_cast<size_t>(m * n)), yb(ya.size());
+        matmul_force_isa("auto");
+        matmul(x.data(), m, k, pb, yb.data(), n, nullptr);
+        for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
+          if (!matmul_force_isa(isa)) continue;
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::fill(ya.begin(), ya.end(), -1.0f);
+            matmul(x.data(), m, k, pa, ya.data(), n, p);
+            ASSERT_EQ(std::memcmp(ya.data(), yb.data(), ya.size() * 4), 0)
+                << dtype_name(t) << " " << quant_dot_name(dot) << " m=" << m << " " << isa;
+          }
+        }
+        matmul_force_isa("auto");
+      }
     }
   }
 }
@@ -358,15 +374,16 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::F32);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0}) {
     for (int64_t n : {1, 16, 37, 100}) {
-      const int64_t k = t == DType::Q8_0 ? 96 : 512;
+      const int64_t k = dtype_block_elems(t) == 32 ? 96 : 512;
       const auto w = randn(static_cast<size_t>(n * k), 7 + static_cast<uint32_t>(n));
       const auto q = quantize(w, t, n, k);
       const auto wf = dequantize(q, t, n, k);
       PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
       PackedMatrix pf = PackedMatrix::pack(wf.data(), DType::F32, n, k, DType::F32);
       const int64_t panel_block = t == DType::Q8_0   ? 544
+                                  : t == DType::Q4_0 ? 288
                                   : t == DType::Q4_K ? 2368
                                   : t == DType::Q5_K ? 2880
                                                      : 3360;
@@ -556,10 +573,10 @@ TEST(QuantInt8, EqualsScalarFormula) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0}) {
     // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores).
     for (int64_t n : {1, 16, 20, 29, 37, 100}) {
-      const int64_t k = t == DType::Q8_0 ? 96 : 512;
+      const int64_t k = dtype_block_elems(t) == 32 ? 96 : 512;
       auto w = randn(static_cast<size_t>(n * k), 70 + static_cast<uint32_t>(n));
       auto q = quantize(w, t, n, k);
       if (t == DType::Q8_0)  // the code -128 (valid in a file, never made by the quantiser)
@@ -570,7 +587,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
         auto x = randn(static_cast<size_t>(m * k), 990 + static_cast<uint32_t>(m), 2.0f);
         x[0] = 100.0f;  // an outlier: the block's other values get few levels
         if (m > 2) {    // row 1: a zero block and a block too small to scale (both quantise to 0)
-          const int64_t blk = t == DType::Q8_0 ? 32 : 256;
+          const int64_t blk = dtype_block_elems(t);
           std::fill(x.begin() + k, x.begin() + k + blk, 0.0f);
           std::fill(x.begin() + 2 * k - blk, x.begin() + 2 * k, 1e-35f);
         }
@@ -603,15 +620,15 @@ TEST(QuantInt8, EqualsScalarFormula) {
   }
 }
 
-// The largest integer sums the kernels can meet stay exact: every code at its maximum (Q4_K 15,
-// Q5_K 31, Q6_K 63, Q8_0 -128 / 127) against activations of +-127 everywhere. The AVX2 kernels
-// keep several vpmaddubsw results in int16 before widening (8 for Q4_K, 4 for Q5_K, 2 for
-// Q6_K); one more would overflow here and this test would fail.
+// The largest integer sums the kernels can meet stay exact: every code at its maximum (Q4_K and
+// Q4_0 15, Q5_K 31, Q6_K 63, Q8_0 -128 / 127) against activations of +-127 everywhere. The AVX2
+// kernels keep several vpmaddubsw results in int16 before widening (8 for Q4_K and Q4_0, 4 for
+// Q5_K, 2 for Q6_K); one more would overflow here and this test would fail.
 TEST(QuantInt8, ExtremeCodesStayExact) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0}) {
     const int64_t n = 32, k = 512;
     auto w = randn(static_cast<size_t>(n * k), 5);
     auto q = quantize(w, t, n, k);
@@ -620,6 +637,8 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
       if (t == DType::Q8_0) {
         auto* b = reinterpret_cast<BlockQ8_0*>(q.data()) + i;
         for (int e = 0; e < 32; ++e) b->qs[e] = static_cast<int8_t>(i % 2 ? 127 : -128);
+      } else if (t == DType::Q4_0) {
+        std::memset(reinterpret_cast<BlockQ4_0*>(q.data())[i].qs, 0xFF, 16);
       } else if (t == DType::Q4_K) {
         std::memset(reinterpret_cast<BlockQ4_K*>(q.data())[i].qs, 0xFF, kQK_K / 2);
       } else if (t == DType::Q5_K) {
@@ -663,7 +682,7 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
 TEST(QuantInt8, CloseToExactProduct) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0}) {
     const int64_t n = 48, k = 1024, m = 7;
     const auto w = randn(static_cast<size_t>(n * k), 5);
     const auto q = quantize(w, t, n, k);

@@ -218,7 +218,7 @@ void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t l
   const int64_t bk = dtype_block_elems(t), pb = detail::quant_panel_block_bytes(t);
   const int64_t panel_stride = k / bk * pb;
   const std::byte* w_bytes = static_cast<const std::byte*>(w.raw());
-  if (m <= detail::kQuantDecodeRows && detail::quant_decode_tiles_available()) {
+  if (m <= detail::kQuantDecodeRows && detail::quant_decode_tiles_available(t)) {
     // Decode: dequantise in registers, whole K per tile, no scratch.
     const int ncols =
         static_cast<int>(std::min<int64_t>(n - p0 * kMatmulNR, (p1 - p0) * kMatmulNR));

@@ -88,6 +88,17 @@ void widen_q8_0_scalar(const std::byte* blk, float* out, int64_t ld) {
   }
 }
 
+// Q4_0: float(c - 8) * d, as the Q8_0 widen with q = c - 8.
+void widen_q4_0_scalar(const std::byte* blk, float* out, int64_t ld) {
+  const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
+  const auto* q = reinterpret_cast<const uint8_t*>(blk + kQ8QOff);
+  for (int j = 0; j < kNR; ++j) {
+    const float d = f16_to_f32(d16[j]);
+    for (int k = 0; k < 32; ++k)
+      out[k * ld + j] = static_cast<float>(((q[q4k_byte(k, j)] >> q4k_shift(k)) & 0xF) - 8) * d;
+  }
+}
+
 template <bool Q5>
 void widen_k_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
@@ -1097,6 +1108,57 @@ REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const 
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
+// Q4_0: the codes c (0..15) are unsigned, so vpmaddubsw multiplies them by the activations as
+// they are; a block's 8 products per lane pair stay within int16 (8 * 3810), one vpmaddwd by ones
+// widens them, and s = sum c * x - 8 * sum x is Q8_0's integer for q = c - 8.
+template <int R, int P>
+REWIND_AVX2 void int8_tile_avx2_q4_0(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
+                                     int64_t y_step) {
+  constexpr int H = 2 * P;
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = quant_panel_block_bytes(DType::Q4_0), nb = xa.k / 32;
+  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+  Avx2Acc<R, H> acc;
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[P];
+    panel_blocks<P>(panels, panel_stride, b * pb, blk);
+    __m256i t16[R][H];
+    zero_sums<R, H>(t16);
+    REWIND_UNROLL
+    for (int g = 0; g < 4; ++g) {
+      __m256i lo[H], hi[H];
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h) {
+        if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 4);
+        const __m256i v = half_group(blk, h, kQ8QOff + 64 * g);
+        lo[h] = _mm256_and_si256(v, low4);
+        hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+      }
+      REWIND_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m256i a0 = bcast4(xr.q[r] + b * 32 + 8 * g);
+        const __m256i a1 = bcast4(xr.q[r] + b * 32 + 8 * g + 4);
+        REWIND_UNROLL
+        for (int h = 0; h < H; ++h)
+          t16[r][h] = _mm256_add_epi16(
+              t16[r][h],
+              _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], a0), _mm256_maddubs_epi16(hi[h], a1)));
+      }
+    }
+    __m256i s[R][H];
+    REWIND_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const __m256i corr = _mm256_set1_epi32(8 * static_cast<int32_t>(xr.s32[r][b]));
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h)
+        s[r][h] = _mm256_sub_epi32(_mm256_madd_epi16(t16[r][h], ones), corr);
+    }
+    combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+  }
+  store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
+}
+
 // sm[r][h] += the int16 sums t16[r][h] widened by vpmaddwd with the halves' scale bytes at byte
 // offset sc_off of the blocks (one per lane, signed for Q6_K).
 template <bool Signed, int R, int H>
@@ -1302,6 +1364,8 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
   switch (t) {
     case DType::Q8_0:
       return int8_tile_avx2_q8_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
+    case DType::Q4_0:
+      return int8_tile_avx2_q4_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     case DType::Q4_K:
       return int8_tile_avx2_k<R, P, false>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     case DType::Q5_K:
@@ -1412,7 +1476,7 @@ bool avx2_allowed() {
 }
 
 int64_t act_block(DType t) {
-  return t == DType::Q8_0 ? 32 : 256;
+  return t == DType::Q8_0 || t == DType::Q4_0 ? 32 : 256;
 }
 
 }  // namespace
@@ -1481,6 +1545,12 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         std::memcpy(o + 2 * j, &x.d, 2);
         for (int g = 0; g < 8; ++g)  // codes 4g..4g+3 are bytes group_byte(4g, j) .. + 3
           std::memcpy(o + kQ8QOff + group_byte(4 * g, j), x.qs + 4 * g, 4);
+      } else if (t == DType::Q4_0) {
+        BlockQ4_0 x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_0), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int e = 0; e < 32; ++e)
+          o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>(nibble32(x.qs, e) << q4k_shift(e));
       } else if (t == DType::Q5_K) {
         BlockQ5_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_K), sizeof x);
@@ -1519,14 +1589,14 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
   }
 }
 
-bool quant_decode_tiles_available() {
-  return avx512_allowed();
+bool quant_decode_tiles_available(DType t) {
+  return avx512_allowed() && t != DType::Q4_0;
 }
 
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
                         int64_t panel_stride, int64_t nb, int np, float* y, int64_t ldy,
                         int ncols) {
-  REWIND_CHECK(rows >= 1 && rows <= kQuantDecodeRows && quant_decode_tiles_available());
+  REWIND_CHECK(rows >= 1 && rows <= kQuantDecodeRows && quant_decode_tiles_available(t));
   for (int p0 = 0; p0 < np; p0 += kQuantDecodePanels) {
     const int npg = std::min(kQuantDecodePanels, np - p0);
     kDecodeTiles[rows - 1][npg - 1](t, x, ldx, panels + p0 * panel_stride, panel_stride, nb,
@@ -1541,6 +1611,9 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
   switch (t) {
     case DType::Q8_0:
       f = simd ? widen_q8_0_avx512 : widen_q8_0_scalar;
+      break;
+    case DType::Q4_0:  // no AVX-512 widen of its own: the scalar one (the reference) on every path
+      f = widen_q4_0_scalar;
       break;
     case DType::Q4_K:
       f = simd ? widen_k_avx512<false> : widen_k_scalar<false>;
@@ -1634,6 +1707,11 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       int32_t s = 0;
       for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(o[kQ8QOff + group_byte(i, j)]) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
+    } else if (t == DType::Q4_0) {
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i)
+        s += (((o[kQ8QOff + q4k_byte(i, j)] >> q4k_shift(i)) & 0xF) - 8) * xb[i];
+      acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
     } else if (t == DType::Q4_K || t == DType::Q5_K) {
       int32_t s1 = 0, s2 = 0;
       for (int sb = 0; sb < 8; ++sb) {
@@ -1671,7 +1749,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
             int8_dot_reference(t, xa, r, panels + (c / kNR) * panel_stride, c % kNR);
     return;
   }
-  const bool avx2 = path == Int8Path::Avx2;
+  // Q4_0 has AVX2 tiles only: they run on AVX-512 hosts too (the same bits as every path).
+  const bool avx2 = path == Int8Path::Avx2 || t == DType::Q4_0;
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int max_p = avx2 ? kAvx2MaxP : kInt8MaxP;
   const int64_t rows = r1 - r0;

@@ -1,7 +1,7 @@
-// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K and Q6_K (ggml-common.h), with their exact
-// dequantisation and a reference quantiser (header-only); and the formats held as one of those
-// (Q4_0, Q5_0, IQ4_NL as Q8_0; Q3_K as Q6_K: dtype_held_as), with their dequantisation, the
-// exact transcoding and quantisers.
+// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K and Q4_0 (ggml-common.h), with their
+// exact dequantisation and a reference quantiser (header-only); and the formats held as one of
+// those (Q5_0, IQ4_NL as Q8_0; Q3_K as Q6_K: dtype_held_as), with their dequantisation, the exact
+// transcoding and quantisers.
 //
 // Dequantisation follows ggml's definition to the bit (dequantize_row_* in ggml-quants.c):
 //   Q8_0  w = d * q                       (d f16, q i8; the product is exact)
@@ -514,8 +514,14 @@ inline void quantize_row_q3_k(const float* x, BlockQ3_K* y, int64_t n) {
 
 // ---- transcoding -------------------------------------------------------------------------
 
-// n values of a file-only format `from` (dtype_is_held_as_other) re-written as dtype_held_as(from)
-// with the same d and integers: the same values to the bit (see the top of this file).
+// The type transcode_row writes `from` as: Q8_0 for Q4_0, Q5_0 and IQ4_NL, Q6_K for Q3_K.
+inline DType transcoded_type(DType from) {
+  return from == DType::Q3_K ? DType::Q6_K : DType::Q8_0;
+}
+// n values of Q4_0, Q5_0, IQ4_NL or Q3_K re-written as transcoded_type(from) with the same d and
+// integers: the same values to the bit (see the top of this file). Loading holds the file-only
+// formats this way (dtype_held_as); Q4_0 has kernels of its own, and its tests compare them with
+// its Q8_0 transcoding.
 inline void transcode_row(const void* src, DType from, int64_t n, void* dst) {
   auto to_q8_0 = [&](const auto* x, auto value) {
     auto* y = static_cast<BlockQ8_0*>(dst);
@@ -544,7 +550,7 @@ inline void transcode_row(const void* src, DType from, int64_t n, void* dst) {
       return;
     }
     default:
-      REWIND_CHECK_MSG(false, "transcode_row: not a file-only format");
+      REWIND_CHECK_MSG(false, "transcode_row: not Q4_0, Q5_0, IQ4_NL or Q3_K");
   }
 }
 
