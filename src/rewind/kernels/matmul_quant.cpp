@@ -88,14 +88,25 @@ void widen_q8_0_scalar(const std::byte* blk, float* out, int64_t ld) {
   }
 }
 
-// Q4_0: float(c - 8) * d, as the Q8_0 widen with q = c - 8.
-void widen_q4_0_scalar(const std::byte* blk, float* out, int64_t ld) {
+// The code (0..15) of value k of lane j of a Q4_0 / IQ4_NL panel block.
+inline int nibble_code(const uint8_t* blk, int k, int j) {
+  return (blk[kQ8QOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
+}
+// Its weight as an integer: Q8_0's q for the same value (Q4_0: c - 8; IQ4_NL: kIq4nlValues[c]).
+inline int nibble_value(bool nl, const uint8_t* blk, int k, int j) {
+  const int c = nibble_code(blk, k, j);
+  return nl ? kIq4nlValues[c] : c - 8;
+}
+
+// Q4_0 / IQ4_NL: float(q) * d, as the Q8_0 widen.
+template <bool NL>
+void widen_nibbles_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
-  const auto* q = reinterpret_cast<const uint8_t*>(blk + kQ8QOff);
+  const auto* o = reinterpret_cast<const uint8_t*>(blk);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]);
     for (int k = 0; k < 32; ++k)
-      out[k * ld + j] = static_cast<float>(((q[q4k_byte(k, j)] >> q4k_shift(k)) & 0xF) - 8) * d;
+      out[k * ld + j] = static_cast<float>(nibble_value(NL, o, k, j)) * d;
   }
 }
 
@@ -1159,6 +1170,57 @@ REWIND_AVX2 void int8_tile_avx2_q4_0(const QuantizedActs& xa, int64_t r0, const 
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
+// IQ4_NL: the codes index kIq4nlValues (signed, |value| <= 127), looked up with vpshufb into
+// |value| and value, then multiplied as Q8_0's codes are (the sign moved onto the activations).
+template <int R, int P>
+REWIND_AVX2 void int8_tile_avx2_iq4_nl(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                       int64_t panel_stride, float* y, int64_t ldy, int ncols,
+                                       int64_t y_step) {
+  constexpr int H = 2 * P;
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = quant_panel_block_bytes(DType::IQ4_NL), nb = xa.k / 32;
+  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+  const __m256i values =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  const __m256i abs_values = _mm256_abs_epi8(values);
+  Avx2Acc<R, H> acc;
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[P];
+    panel_blocks<P>(panels, panel_stride, b * pb, blk);
+    __m256i s[R][H];
+    zero_sums<R, H>(s);
+#pragma GCC unroll 1
+    for (int g = 0; g < 4; ++g) {
+      __m256i w[2][H], aw[2][H];
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h) {
+        if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 4);
+        const __m256i v = half_group(blk, h, kQ8QOff + 64 * g);
+        const __m256i lo = _mm256_and_si256(v, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        w[0][h] = _mm256_shuffle_epi8(values, lo);
+        w[1][h] = _mm256_shuffle_epi8(values, hi);
+        aw[0][h] = _mm256_shuffle_epi8(abs_values, lo);
+        aw[1][h] = _mm256_shuffle_epi8(abs_values, hi);
+      }
+      REWIND_UNROLL
+      for (int r = 0; r < R; ++r) {
+        REWIND_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const __m256i a = bcast4(xr.q[r] + b * 32 + 8 * g + 4 * e);
+          REWIND_UNROLL
+          for (int h = 0; h < H; ++h)
+            s[r][h] = _mm256_add_epi32(
+                s[r][h], _mm256_madd_epi16(
+                             _mm256_maddubs_epi16(aw[e][h], _mm256_sign_epi8(a, w[e][h])), ones));
+        }
+      }
+    }
+    combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+  }
+  store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
+}
+
 // sm[r][h] += the int16 sums t16[r][h] widened by vpmaddwd with the halves' scale bytes at byte
 // offset sc_off of the blocks (one per lane, signed for Q6_K).
 template <bool Signed, int R, int H>
@@ -1366,6 +1428,8 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
       return int8_tile_avx2_q8_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     case DType::Q4_0:
       return int8_tile_avx2_q4_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
+    case DType::IQ4_NL:
+      return int8_tile_avx2_iq4_nl<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     case DType::Q4_K:
       return int8_tile_avx2_k<R, P, false>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     case DType::Q5_K:
@@ -1385,6 +1449,33 @@ constexpr Int8TileFn kInt8TilesAvx2[kInt8MaxR][kInt8MaxP] = {
     REWIND_INT8_AVX2_ROW(1), REWIND_INT8_AVX2_ROW(2), REWIND_INT8_AVX2_ROW(3),
     REWIND_INT8_AVX2_ROW(4)};
 #undef REWIND_INT8_AVX2_ROW
+
+// nb IQ4_NL panel blocks at src as the Q8_0 panel blocks of their transcoding (the same d, the
+// values kIq4nlValues[c] as Q8_0's codes): nibble group g's low nibbles are Q8_0 group 2g, its
+// high nibbles group 2g + 1, lane for lane.
+REWIND_AVX2 void expand_iq4_nl_avx2(const std::byte* src, int64_t nb, std::byte* dst) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i values =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  const int64_t sb = quant_panel_block_bytes(DType::IQ4_NL),
+                db = quant_panel_block_bytes(DType::Q8_0);
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* s = src + b * sb;
+    std::byte* o = dst + b * db;
+    std::memcpy(o, s, 32);  // d
+    for (int g = 0; g < 4; ++g)
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + kQ8QOff + 64 * g + 32 * h));
+        const __m256i lo = _mm256_shuffle_epi8(values, _mm256_and_si256(v, low4));
+        const __m256i hi =
+            _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + kQ8QOff + 64 * (2 * g) + 32 * h), lo);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + kQ8QOff + 64 * (2 * g + 1) + 32 * h),
+                            hi);
+      }
+  }
+}
 
 // nb Q6_K panel blocks at src expanded to kQ6KBytesBlock each at dst (as expand_q6_k).
 REWIND_AVX2 void expand_q6_k_avx2(const std::byte* src, int64_t nb, std::byte* dst) {
@@ -1476,7 +1567,7 @@ bool avx2_allowed() {
 }
 
 int64_t act_block(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 ? 32 : 256;
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::IQ4_NL ? 32 : 256;
 }
 
 }  // namespace
@@ -1545,7 +1636,8 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         std::memcpy(o + 2 * j, &x.d, 2);
         for (int g = 0; g < 8; ++g)  // codes 4g..4g+3 are bytes group_byte(4g, j) .. + 3
           std::memcpy(o + kQ8QOff + group_byte(4 * g, j), x.qs + 4 * g, 4);
-      } else if (t == DType::Q4_0) {
+      } else if (t == DType::Q4_0 || t == DType::IQ4_NL) {  // the same 18-byte block layout
+        static_assert(sizeof(BlockQ4_0) == sizeof(BlockIQ4_NL));
         BlockQ4_0 x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_0), sizeof x);
         std::memcpy(o + 2 * j, &x.d, 2);
@@ -1590,7 +1682,7 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 }
 
 bool quant_decode_tiles_available(DType t) {
-  return avx512_allowed() && t != DType::Q4_0;
+  return avx512_allowed() && t != DType::Q4_0 && t != DType::IQ4_NL;
 }
 
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
@@ -1612,8 +1704,11 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
     case DType::Q8_0:
       f = simd ? widen_q8_0_avx512 : widen_q8_0_scalar;
       break;
-    case DType::Q4_0:  // no AVX-512 widen of its own: the scalar one (the reference) on every path
-      f = widen_q4_0_scalar;
+    case DType::Q4_0:  // no AVX-512 widen of their own: the scalar one (the reference) everywhere
+      f = widen_nibbles_scalar<false>;
+      break;
+    case DType::IQ4_NL:
+      f = widen_nibbles_scalar<true>;
       break;
     case DType::Q4_K:
       f = simd ? widen_k_avx512<false> : widen_k_scalar<false>;
@@ -1707,10 +1802,9 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       int32_t s = 0;
       for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(o[kQ8QOff + group_byte(i, j)]) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
-    } else if (t == DType::Q4_0) {
+    } else if (t == DType::Q4_0 || t == DType::IQ4_NL) {
       int32_t s = 0;
-      for (int i = 0; i < 32; ++i)
-        s += (((o[kQ8QOff + q4k_byte(i, j)] >> q4k_shift(i)) & 0xF) - 8) * xb[i];
+      for (int i = 0; i < 32; ++i) s += nibble_value(t == DType::IQ4_NL, o, i, j) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
     } else if (t == DType::Q4_K || t == DType::Q5_K) {
       int32_t s1 = 0, s2 = 0;
@@ -1749,8 +1843,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
             int8_dot_reference(t, xa, r, panels + (c / kNR) * panel_stride, c % kNR);
     return;
   }
-  // Q4_0 has AVX2 tiles only: they run on AVX-512 hosts too (the same bits as every path).
-  const bool avx2 = path == Int8Path::Avx2 || t == DType::Q4_0;
+  // Q4_0 and IQ4_NL have AVX2 tiles only: they run on AVX-512 hosts too (the same bits).
+  const bool avx2 = path == Int8Path::Avx2 || t == DType::Q4_0 || t == DType::IQ4_NL;
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int max_p = avx2 ? kAvx2MaxP : kInt8MaxP;
   const int64_t rows = r1 - r0;
@@ -1778,16 +1872,22 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.
   const bool expand = t == DType::Q6_K;
+  // IQ4_NL: the panel's codes are looked up into Q8_0's int8 values once per row block and the
+  // Q8_0 tiles run on those (the same integers, hence the same bits; its own tile, with the
+  // lookups in the loop, serves decode).
+  const bool expand_nl = t == DType::IQ4_NL;
   // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
   // bits); Q4_K's nibbles (Q5_K's 5-bit codes) are expanded to bytes once per panel group and row
   // block, like Q6_K's codes.
   const bool amx = !avx2 && (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
                    amx_int8_enabled() && r1 - r0 >= 16;
   const bool amx_q4 = amx && t != DType::Q8_0;
-  const int64_t kMc = expand ? 512 : 128;
+  const int64_t kMc = expand || expand_nl ? 512 : 128;
   const int64_t nb = xa.k / xa.block;
   thread_local AlignedBuffer<std::byte> q6;
   if (expand) q6.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
+  const int64_t q8_block = quant_panel_block_bytes(DType::Q8_0);
+  if (expand_nl) q6.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
   if (amx) {
     amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
@@ -1809,6 +1909,11 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                                                   q6.data() + p * nb * kQ6KBytesBlock);
         src = q6.data();
         stride = nb * kQ6KBytesBlock;
+      } else if (expand_nl) {
+        for (int p = 0; p < npg; ++p)
+          expand_iq4_nl_avx2(panels + (p0 + p) * panel_stride, nb, q6.data() + p * nb * q8_block);
+        src = q6.data();
+        stride = nb * q8_block;
       }
       int64_t r = rb;
       if (amx && re - r >= 16) {
@@ -1835,8 +1940,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       }
       for (; r < re; r += kR) {
         const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
-        tiles[rr - 1][npg - 1](t, xa, r, src, stride, y + (r - r0) * ldy + 16 * p0, ldy,
-                               ncols - 16 * p0, 16, expand);
+        tiles[rr - 1][npg - 1](expand_nl ? DType::Q8_0 : t, xa, r, src, stride,
+                               y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0, 16, expand);
       }
     }
   }

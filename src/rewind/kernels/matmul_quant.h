@@ -11,6 +11,7 @@
 //   Q8_0 block (544 B):  d[16] f16 | q: 8 groups, byte t of lane j = q[4g + t] (i8)
 //   Q4_0 block (288 B):  d[16] f16 | c = q + 8 (0..15): 4 groups, byte t of lane j holds c[8g + t]
 //                        in its low nibble and c[8g + 4 + t] in its high nibble (Q4_K's layout)
+//   IQ4_NL block (288 B): the Q4_0 block with c the index into kIq4nlValues
 //   Q4_K block (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 | m: [4][16][2] u8 (lane j of
 //                        pair t: m[2t], m[2t+1]) | q: 32 groups, byte t of lane j holds
 //                        q[8g + t] in its low nibble and q[8g + 4 + t] in its high nibble
@@ -25,13 +26,14 @@
 // values are exactly ggml's, and the AVX-512 and scalar widen give the same bits.
 //
 // The int8 dot (QuantDot::Int8). Each activation row is quantised per block of B values (B = 32
-// for Q8_0 and Q4_0 weights, 256 for Q4_K / Q5_K / Q6_K): dx = amax / 127, q = nearest-even(x *
-// (127 / amax)), so q is in [-127, 127] (a block of zeros: dx = 0, q = 0). Then for output (row r,
-// column n), one f32 accumulator acc = +0.0f and, for the weight blocks b in k order (integer sums
-// exact):
+// for Q8_0, Q4_0 and IQ4_NL weights, 256 for Q4_K / Q5_K / Q6_K): dx = amax / 127, q =
+// nearest-even(x * (127 / amax)), so q is in [-127, 127] (a block of zeros: dx = 0, q = 0). Then
+// for output (row r, column n), one f32 accumulator acc = +0.0f and, for the weight blocks b in k
+// order (integer sums exact):
 //   Q8_0  s  = sum_i qw[i] * qx[i];                      acc = fma(dw * dx, float(s), acc)
 //   Q4_0  the same with qw = c - 8, computed as s = sum_i c[i] * qx[i] - 8 * sum_i qx[i] (the same
 //         integer, so a Q4_0 matrix gives the bits of its Q8_0 transcoding)
+//   IQ4_NL the same with qw = kIq4nlValues[c]
 //   Q4_K  s1 = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s1), acc)
 //         s2 = sum_s m[s] * sum_{i in s} qx[i];          acc = fma(-(dmin * dx), float(s2), acc)
 //   Q6_K  s  = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s), acc)
@@ -58,6 +60,7 @@ inline int64_t quant_panel_block_bytes(DType t) {
     case DType::Q8_0:
       return 32 + 32 * 16;
     case DType::Q4_0:
+    case DType::IQ4_NL:
       return 32 + 16 * 16;
     case DType::Q4_K:
       return 32 + 32 + 128 + 128 + 128 * 16;
@@ -80,8 +83,8 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 // Decode tiles: y[r, 0..ncols) = the whole K of x rows r < rows (1..kQuantDecodeRows) against
 // np panels (panel p at panels + p * panel_stride, nb k-blocks), dequantising in registers with
 // the widen's arithmetic and one FMA chain per output in k order: the same bits as widen + the
-// F32 micro-kernel. Available on AVX-512 unless a test forced another path (not for Q4_0, which
-// widens with the scalar widen and runs the F32 micro-kernel).
+// F32 micro-kernel. Available on AVX-512 unless a test forced another path (not for Q4_0 and
+// IQ4_NL, which widen with the scalar widen and run the F32 micro-kernel).
 constexpr int kQuantDecodeRows = 2;
 constexpr int kQuantDecodePanels = 4;
 bool quant_decode_tiles_available(DType t);
