@@ -132,8 +132,8 @@ struct Threshold {
 // Measured on this model (printed by the test; README), f32 dot: q8_0 top-1 0.96, KL 0.0004;
 // q6_k 0.84, 0.006; q5_k 0.71, 0.023; q5_k_m 0.70, 0.022; q4_k 0.46, 0.073; q4_k_m 0.47, 0.069
 // (its attention layers' fused qkv is a Q4_K/Q6_K stack, its linear ones' attn_qkv Q5_K);
-// bf16 0.98, 4e-5; f16 1.0, 6e-7; q4_0 0.43, 0.085; iq4_nl 0.50, 0.078; the formats held as Q8_0
-// / Q6_K: q5_0 0.72, 0.026; q3_k 0.26, 0.21 (rewind's own quantisers for them, see quant.h). The
+// bf16 0.98, 4e-5; f16 1.0, 6e-7; q4_0 0.43, 0.085; iq4_nl 0.50, 0.078; q3_k 0.26, 0.21; q5_0
+// (held as Q8_0) 0.72, 0.026 (rewind's own quantisers for these four, see quant.h). The
 // int8 dot adds its activation rounding: q8_0 0.945, 0.001; q6_k 0.84, 0.007; q5_k 0.67, 0.023;
 // q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's error does. A random-weight model has
 // flat next-token distributions, so top-1 flips easily; KL is the sharper measure.
@@ -304,12 +304,12 @@ TEST(GgufQuant, QuantisedBytesCountEachPartOnce) {
   }
 }
 
-// Q5_0 files are held as Q8_0 and Q3_K as Q6_K (every matrix of this model has rows of a
-// multiple of 256): the packed bytes are those of the holder's own file, and the CLI says so at
-// load. Q4_0 and IQ4_NL have stores of their own: 288 bytes per 16 x 32 values where Q8_0 has
-// 544, and no note.
+// Q5_0 files are held as Q8_0: the packed bytes are those of the Q8_0 file, and the CLI says so
+// at load. Q4_0, IQ4_NL and Q3_K have stores of their own (every matrix of this model has rows of
+// a multiple of 256): 288 bytes per 16 x 32 values where Q8_0 has 544, Q3_K 1824 per 16 x 256
+// where Q6_K has 3360; and no note.
 TEST(GgufQuant, HeldFormatsTakeTheirHoldersStoreAndSaySo) {
-  const std::pair<const char*, const char*> held[] = {{"q5_0", "q8_0"}, {"q3_k", "q6_k"}};
+  const std::pair<const char*, const char*> held[] = {{"q5_0", "q8_0"}};
   for (auto [type, holder] : held) {
     Model& q = test::cached_model(gguf(type));
     Model& h = test::cached_model(gguf(holder));
@@ -330,7 +330,9 @@ TEST(GgufQuant, HeldFormatsTakeTheirHoldersStoreAndSaySo) {
   for (const char* type : {"q4_0", "iq4_nl"})
     EXPECT_EQ(test::cached_model(gguf(type)).quantised_bytes() * 544, q8.quantised_bytes() * 288)
         << type;
-  for (const char* type : {"q8_0", "q4_0", "iq4_nl"}) {
+  EXPECT_EQ(test::cached_model(gguf("q3_k")).quantised_bytes() * 3360,
+            test::cached_model(gguf("q6_k")).quantised_bytes() * 1824);
+  for (const char* type : {"q8_0", "q4_0", "iq4_nl", "q3_k"}) {
     int rc = 0;
     const std::string out = test::run_command(
         std::string(REWIND_BINARY) + " run --model " + gguf(type) + " --prompt hi -n 1 2>&1", &rc);

@@ -264,7 +264,7 @@ std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t k, uint32_t 
 // The transcoding gives every value to the bit, on random blocks and on each format's extremes.
 TEST(Quant, TranscodingIsExact) {
   for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
-    EXPECT_EQ(dtype_is_held_as_other(t), t == DType::Q5_0 || t == DType::Q3_K);
+    EXPECT_EQ(dtype_is_held_as_other(t), t == DType::Q5_0);
     const DType to = transcoded_type(t);
     const int64_t rows = 5, k = 1024;
     const auto q = random_blocks(t, rows, k, 11 + static_cast<uint32_t>(t));
@@ -301,7 +301,7 @@ TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
   ThreadPool pool(2);
   for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
     const DType store = dtype_held_as(t), to = transcoded_type(t);
-    EXPECT_EQ(store == t, t == DType::Q4_0 || t == DType::IQ4_NL) << dtype_name(t);
+    EXPECT_EQ(store == t, t != DType::Q5_0) << dtype_name(t);
     const int64_t n = 37, k = 512;
     const auto q = random_blocks(t, n, k, 5 + static_cast<uint32_t>(t));
     std::vector<std::byte> h(dtype_row_bytes(to, k) * n);
@@ -374,7 +374,8 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::F32);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
+                  DType::Q3_K}) {
     for (int64_t n : {1, 16, 37, 100}) {
       const int64_t k = dtype_block_elems(t) == 32 ? 96 : 512;
       const auto w = randn(static_cast<size_t>(n * k), 7 + static_cast<uint32_t>(n));
@@ -385,6 +386,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
       const int64_t panel_block = t == DType::Q8_0     ? 544
                                   : t == DType::Q4_0   ? 288
                                   : t == DType::IQ4_NL ? 288
+                                  : t == DType::Q3_K   ? 1824
                                   : t == DType::Q4_K   ? 2368
                                   : t == DType::Q5_K   ? 2880
                                                        : 3360;
@@ -574,7 +576,8 @@ TEST(QuantInt8, EqualsScalarFormula) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
+                  DType::Q3_K}) {
     // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores).
     for (int64_t n : {1, 16, 20, 29, 37, 100}) {
       const int64_t k = dtype_block_elems(t) == 32 ? 96 : 512;
@@ -629,7 +632,8 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
+                  DType::Q3_K}) {
     const int64_t n = 32, k = 512;
     auto w = randn(static_cast<size_t>(n * k), 5);
     auto q = quantize(w, t, n, k);
@@ -642,6 +646,11 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
         std::memset(reinterpret_cast<BlockQ4_0*>(q.data())[i].qs, 0xFF, 16);
       } else if (t == DType::IQ4_NL) {  // index 0: -127, the value of largest magnitude
         std::memset(reinterpret_cast<BlockIQ4_NL*>(q.data())[i].qs, i % 2 ? 0xFF : 0x00, 16);
+      } else if (t == DType::Q3_K) {  // codes 3 or -4 (its largest magnitude), scales -32
+        auto* b = reinterpret_cast<BlockQ3_K*>(q.data()) + i;
+        std::memset(b->qs, i % 2 ? 0xFF : 0x00, kQK_K / 4);
+        std::memset(b->hmask, i % 2 ? 0xFF : 0x00, kQK_K / 8);
+        std::memset(b->scales, 0, 12);
       } else if (t == DType::Q4_K) {
         std::memset(reinterpret_cast<BlockQ4_K*>(q.data())[i].qs, 0xFF, kQK_K / 2);
       } else if (t == DType::Q5_K) {
@@ -685,7 +694,8 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
 TEST(QuantInt8, CloseToExactProduct) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
+                  DType::Q3_K}) {
     const int64_t n = 48, k = 1024, m = 7;
     const auto w = randn(static_cast<size_t>(n * k), 5);
     const auto q = quantize(w, t, n, k);

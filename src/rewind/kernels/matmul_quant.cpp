@@ -76,6 +76,20 @@ inline int q6k_code(const uint8_t* blk, int k, int j) {
   return lo | (hi << 4);
 }
 constexpr int kQ8QOff = 32;
+// Q3_K (see matmul_quant.h): the low 2 bits of c at kQ3KLoOff in Q6_K's high-bit layout
+// (q6k_hi_byte, q6k_hi_shift), bit 2 at kQ3KHiOff.
+constexpr int kQ3KLoOff = 288, kQ3KHiOff = 288 + 1024;
+constexpr int q3k_hb_byte(int k, int j) {
+  return ((k >> 5) * kNR + j) * 4 + (k & 3);
+}
+constexpr int q3k_hb_shift(int k) {
+  return (k >> 2) & 7;
+}
+inline int q3k_code(const uint8_t* blk, int k, int j) {
+  const int lo = (blk[kQ3KLoOff + q6k_hi_byte(k, j)] >> q6k_hi_shift(k)) & 3;
+  const int hi = (blk[kQ3KHiOff + q3k_hb_byte(k, j)] >> q3k_hb_shift(k)) & 1;
+  return lo | (hi << 2);
+}
 
 // ---- scalar ----------------------------------------------------------------------------------
 
@@ -124,6 +138,21 @@ void widen_k_scalar(const std::byte* blk, float* out, int64_t ld) {
       const float m1 = dmin * static_cast<float>(mn[q4k_min_byte(s, j)]);
       for (int k = 32 * s; k < 32 * s + 32; ++k)
         out[k * ld + j] = d1 * static_cast<float>(kquant_code(q, Q5, k, j)) - m1;
+    }
+  }
+}
+
+// Q3_K: (d * sc) * float(c - 4), as the Q6_K widen with q = c - 4.
+void widen_q3_k_scalar(const std::byte* blk, float* out, int64_t ld) {
+  const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScOff);
+  const auto* q = reinterpret_cast<const uint8_t*>(blk);
+  for (int j = 0; j < kNR; ++j) {
+    const float d = f16_to_f32(d16[j]);
+    for (int s = 0; s < 16; ++s) {
+      const float ds = d * static_cast<float>(sc[s * kNR + j]);
+      for (int k = 16 * s; k < 16 * s + 16; ++k)
+        out[k * ld + j] = ds * static_cast<float>(q3k_code(q, k, j) - 4);
     }
   }
 }
@@ -1340,8 +1369,26 @@ REWIND_AVX2 __attribute__((always_inline)) inline __m256i q6_k_codes_avx2(
   return _mm256_or_si256(lo, _mm256_and_si256(hs, _mm256_set1_epi8(0x30)));
 }
 
+// Half h of group g = 4 sb + I of a Q3_K block as the byte codes of its Q6_K transcoding
+// (c + 28 = q + 32): the low 2 bits of sub-block sb's values share a byte group (bits 2I..2I+1),
+// their bit 2 sits in high-bit group sb / 2, bit 4 (sb % 2) + I.
+template <int I>
+REWIND_AVX2 __attribute__((always_inline)) inline __m256i q3_k_codes_avx2(
+    const std::byte* const* blk, int h, int sb) {
+  const __m256i lv = half_group(blk, h, kQ3KLoOff + 64 * sb);
+  const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(lv, 2 * I), _mm256_set1_epi8(3));
+  const __m256i hv = half_group(blk, h, kQ3KHiOff + 64 * (sb / 2));
+  const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(hv, _mm_cvtsi32_si128(4 * (sb % 2) + I)),
+                                      _mm256_set1_epi8(1));
+  return _mm256_add_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 2)), _mm256_set1_epi8(28));
+}
+
+// Where a Q6_K-form tile reads its codes: Q6_K's packed block, the bytes of expand_q6_k_avx2 /
+// expand_q3_k_avx2, or a packed Q3_K block (its Q6_K transcoding's codes built in registers).
+enum Q6Src { kQ6Packed = 0, kQ6Bytes = 1, kQ3Packed = 2 };
+
 // t16[r][h] += the products of group g = 4 sb + I of block b (int16 pair sums).
-template <int I, int R, int H, bool Bytes>
+template <int I, int R, int H, int Src>
 REWIND_AVX2 __attribute__((always_inline)) inline void q6_k_group_avx2(const std::byte* const* blk,
                                                                        int64_t pb,
                                                                        const ActRows<R>& xr,
@@ -1351,8 +1398,10 @@ REWIND_AVX2 __attribute__((always_inline)) inline void q6_k_group_avx2(const std
   __m256i w[H];
   REWIND_UNROLL
   for (int h = 0; h < H; ++h) {
-    if (h % 2 == 0 && !Bytes) prefetch_part_avx2<R>(blk[h / 2], pb, g, 64);
-    w[h] = Bytes ? half_group(blk, h, kQ6KLoOff + 64 * g) : q6_k_codes_avx2<I>(blk, h, sb);
+    if (h % 2 == 0 && Src != kQ6Bytes) prefetch_part_avx2<R>(blk[h / 2], pb, g, 64);
+    w[h] = Src == kQ6Bytes    ? half_group(blk, h, kQ6KLoOff + 64 * g)
+           : Src == kQ3Packed ? q3_k_codes_avx2<I>(blk, h, sb)
+                              : q6_k_codes_avx2<I>(blk, h, sb);
   }
   REWIND_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -1363,15 +1412,17 @@ REWIND_AVX2 __attribute__((always_inline)) inline void q6_k_group_avx2(const std
   }
 }
 
-// Q6_K: codes c = q + 32 (u8); s = sum_s sc[s] * (sum c * qx - 32 * sum16[s]). q6_bytes: the
-// codes expanded to one byte each (expand_q6_k_avx2).
-template <int R, int P, bool Bytes>
+// Q6_K: codes c = q + 32 (u8); s = sum_s sc[s] * (sum c * qx - 32 * sum16[s]), the codes read as
+// Src says (Q3_K: its Q6_K transcoding's, whose integers are Q3_K's).
+template <int R, int P, int Src>
 REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                      int64_t panel_stride, float* y, int64_t ldy, int ncols,
                                      int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
-  const int64_t pb = Bytes ? kQ6KBytesBlock : quant_panel_block_bytes(DType::Q6_K);
+  const int64_t pb = Src == kQ6Bytes    ? kQ6KBytesBlock
+                     : Src == kQ3Packed ? quant_panel_block_bytes(DType::Q3_K)
+                                        : quant_panel_block_bytes(DType::Q6_K);
   const int64_t nb = xa.k / 256;
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
@@ -1384,11 +1435,11 @@ REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const 
       for (int half = 0; half < 2; ++half) {  // two groups per int16 sum
         zero_sums<R, H>(t16);
         if (half == 0) {
-          q6_k_group_avx2<0, R, H, Bytes>(blk, pb, xr, b, sb, t16);
-          q6_k_group_avx2<1, R, H, Bytes>(blk, pb, xr, b, sb, t16);
+          q6_k_group_avx2<0, R, H, Src>(blk, pb, xr, b, sb, t16);
+          q6_k_group_avx2<1, R, H, Src>(blk, pb, xr, b, sb, t16);
         } else {
-          q6_k_group_avx2<2, R, H, Bytes>(blk, pb, xr, b, sb, t16);
-          q6_k_group_avx2<3, R, H, Bytes>(blk, pb, xr, b, sb, t16);
+          q6_k_group_avx2<2, R, H, Src>(blk, pb, xr, b, sb, t16);
+          q6_k_group_avx2<3, R, H, Src>(blk, pb, xr, b, sb, t16);
         }
         flush_int16_sums<true, R, H>(blk, kQ6KScOff + 16 * sb, t16, sm);
       }
@@ -1430,15 +1481,18 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
       return int8_tile_avx2_q4_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     case DType::IQ4_NL:
       return int8_tile_avx2_iq4_nl<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
+    case DType::Q3_K:
+      return int8_tile_avx2_q6_k<R, P, kQ3Packed>(xa, r0, panels, panel_stride, y, ldy, ncols,
+                                                  y_step);
     case DType::Q4_K:
       return int8_tile_avx2_k<R, P, false>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     case DType::Q5_K:
       return int8_tile_avx2_k<R, P, true>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
     default:
-      return q6_bytes ? int8_tile_avx2_q6_k<R, P, true>(xa, r0, panels, panel_stride, y, ldy, ncols,
-                                                        y_step)
-                      : int8_tile_avx2_q6_k<R, P, false>(xa, r0, panels, panel_stride, y, ldy,
-                                                         ncols, y_step);
+      return q6_bytes ? int8_tile_avx2_q6_k<R, P, kQ6Bytes>(xa, r0, panels, panel_stride, y, ldy,
+                                                            ncols, y_step)
+                      : int8_tile_avx2_q6_k<R, P, kQ6Packed>(xa, r0, panels, panel_stride, y, ldy,
+                                                             ncols, y_step);
   }
 }
 
@@ -1490,6 +1544,35 @@ REWIND_AVX2 void expand_q6_k_avx2(const std::byte* src, int64_t nb, std::byte* d
         _mm256_storeu_si256(d + 2, q6_k_codes_avx2<1>(blk, h, sb));
         _mm256_storeu_si256(d + 4, q6_k_codes_avx2<2>(blk, h, sb));
         _mm256_storeu_si256(d + 6, q6_k_codes_avx2<3>(blk, h, sb));
+      }
+  }
+}
+
+// nb Q3_K panel blocks at src expanded to Q6_K's byte blocks (kQ6KBytesBlock each, as
+// expand_q6_k_avx2 makes them) of its Q6_K transcoding: d and sc copied, byte c + 28 (= q + 32)
+// per value. Low-bit group G of a half gives byte groups 4G .. 4G + 3; their bit 2 comes from
+// high-bit group G / 2, bits 4 (G % 2) + c'.
+REWIND_AVX2 void expand_q3_k_avx2(const std::byte* src, int64_t nb, std::byte* dst) {
+  const __m256i m3 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1), off = _mm256_set1_epi8(28);
+  const int64_t sb = quant_panel_block_bytes(DType::Q3_K);
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* s = src + b * sb;
+    std::byte* o = dst + b * kQ6KBytesBlock;
+    std::memcpy(o, s, kQ6KLoOff);  // d, sc
+    for (int G = 0; G < 16; ++G)
+      for (int h = 0; h < 2; ++h) {
+        const __m256i lv =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + kQ3KLoOff + 64 * G + 32 * h));
+        const __m256i hv = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(s + kQ3KHiOff + 64 * (G / 2) + 32 * h));
+        const __m256i hs = _mm256_srli_epi16(hv, 4 * (G % 2));
+        auto* d = reinterpret_cast<__m256i*>(o + kQ6KLoOff + 64 * 4 * G + 32 * h);
+        for (int c = 0; c < 4; ++c) {
+          const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(lv, 2 * c), m3);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hs, c), m1);
+          _mm256_storeu_si256(d + 2 * c,
+                              _mm256_add_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 2)), off));
+        }
       }
   }
 }
@@ -1666,6 +1749,17 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
             o[kQ4KQOff + q4k_byte(hi, j)] |=
                 static_cast<uint8_t>((x.qs[32 * c + l] >> 4) << q4k_shift(hi));
           }
+      } else if (t == DType::Q3_K) {
+        BlockQ3_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ3_K), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int s = 0; s < 16; ++s)
+          o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(q3k_scale(x, s)));
+        for (int e = 0; e < kQK_K; ++e) {
+          const int c = q3k_value(x, e) + 4;  // 0..7
+          o[kQ3KLoOff + q6k_hi_byte(e, j)] |= static_cast<uint8_t>((c & 3) << q6k_hi_shift(e));
+          o[kQ3KHiOff + q3k_hb_byte(e, j)] |= static_cast<uint8_t>((c >> 2) << q3k_hb_shift(e));
+        }
       } else {
         BlockQ6_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ6_K), sizeof x);
@@ -1682,7 +1776,7 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 }
 
 bool quant_decode_tiles_available(DType t) {
-  return avx512_allowed() && t != DType::Q4_0 && t != DType::IQ4_NL;
+  return avx512_allowed() && t != DType::Q4_0 && t != DType::IQ4_NL && t != DType::Q3_K;
 }
 
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
@@ -1718,6 +1812,9 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       break;
     case DType::Q6_K:
       f = simd ? widen_q6_k_avx512 : widen_q6_k_scalar;
+      break;
+    case DType::Q3_K:
+      f = widen_q3_k_scalar;
       break;
     default:
       REWIND_CHECK_MSG(false, "widen_quant: not a quantised store");
@@ -1818,10 +1915,12 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s1), acc);
       acc = std::fma(-(f16_to_f32(d16[16 + j]) * dx[b]), static_cast<float>(s2), acc);
     } else {
+      const bool q3 = t == DType::Q3_K;
       int32_t s = 0;
       for (int sb = 0; sb < 16; ++sb) {
         int32_t is = 0;
-        for (int i = 16 * sb; i < 16 * sb + 16; ++i) is += (q6k_code(o, i, j) - 32) * xb[i];
+        for (int i = 16 * sb; i < 16 * sb + 16; ++i)
+          is += (q3 ? q3k_code(o, i, j) - 4 : q6k_code(o, i, j) - 32) * xb[i];
         s += static_cast<int8_t>(o[kQ6KScOff + sb * kNR + j]) * is;
       }
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
@@ -1843,11 +1942,14 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
             int8_dot_reference(t, xa, r, panels + (c / kNR) * panel_stride, c % kNR);
     return;
   }
-  // Q4_0 and IQ4_NL have AVX2 tiles only: they run on AVX-512 hosts too (the same bits).
-  const bool avx2 = path == Int8Path::Avx2 || t == DType::Q4_0 || t == DType::IQ4_NL;
+  // Q4_0, IQ4_NL and Q3_K have AVX2 tiles only: they run on AVX-512 hosts too (the same bits).
+  const bool avx2 =
+      path == Int8Path::Avx2 || t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q3_K;
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int max_p = avx2 ? kAvx2MaxP : kInt8MaxP;
   const int64_t rows = r1 - r0;
+  const int64_t nb = xa.k / xa.block;
+  thread_local AlignedBuffer<std::byte> q6;
   if (rows <= 2) {
     // Decode: the panels are cut into max_p contiguous runs of q panels, and tile i reads
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
@@ -1871,7 +1973,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q6_K: the panel pair's 6-bit codes are expanded to bytes once per row block and every row
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.
-  const bool expand = t == DType::Q6_K;
+  const bool expand = t == DType::Q6_K || t == DType::Q3_K;  // Q3_K: into its Q6_K transcoding
   // IQ4_NL: the panel's codes are looked up into Q8_0's int8 values once per row block and the
   // Q8_0 tiles run on those (the same integers, hence the same bits; its own tile, with the
   // lookups in the loop, serves decode).
@@ -1883,8 +1985,6 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                    amx_int8_enabled() && r1 - r0 >= 16;
   const bool amx_q4 = amx && t != DType::Q8_0;
   const int64_t kMc = expand || expand_nl ? 512 : 128;
-  const int64_t nb = xa.k / xa.block;
-  thread_local AlignedBuffer<std::byte> q6;
   if (expand) q6.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
   const int64_t q8_block = quant_panel_block_bytes(DType::Q8_0);
   if (expand_nl) q6.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
@@ -1905,8 +2005,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       int64_t stride = panel_stride;
       if (expand) {
         for (int p = 0; p < npg; ++p)
-          (avx2 ? expand_q6_k_avx2 : expand_q6_k)(panels + (p0 + p) * panel_stride, nb,
-                                                  q6.data() + p * nb * kQ6KBytesBlock);
+          (t == DType::Q3_K ? expand_q3_k_avx2
+           : avx2           ? expand_q6_k_avx2
+                            : expand_q6_k)(panels + (p0 + p) * panel_stride, nb,
+                                 q6.data() + p * nb * kQ6KBytesBlock);
         src = q6.data();
         stride = nb * kQ6KBytesBlock;
       } else if (expand_nl) {
@@ -1940,8 +2042,11 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       }
       for (; r < re; r += kR) {
         const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
-        tiles[rr - 1][npg - 1](expand_nl ? DType::Q8_0 : t, xa, r, src, stride,
-                               y + (r - r0) * ldy + 16 * p0, ldy, ncols - 16 * p0, 16, expand);
+        tiles[rr - 1][npg - 1](expand_nl ? DType::Q8_0
+                               : expand  ? DType::Q6_K
+                                         : t,
+                               xa, r, src, stride, y + (r - r0) * ldy + 16 * p0, ldy,
+                               ncols - 16 * p0, 16, expand);
       }
     }
   }

@@ -12,6 +12,10 @@
 //   Q4_0 block (288 B):  d[16] f16 | c = q + 8 (0..15): 4 groups, byte t of lane j holds c[8g + t]
 //                        in its low nibble and c[8g + 4 + t] in its high nibble (Q4_K's layout)
 //   IQ4_NL block (288 B): the Q4_0 block with c the index into kIq4nlValues
+//   Q3_K block (1824 B): d[16] f16 | sc[16][16] i8 | c = q + 4 (0..7): its low 2 bits in Q6_K's
+//                        high-bit layout (16 groups, byte t of lane j of group h holding in bits
+//                        2c'..2c'+1 those of c[16h + 4c' + t]), then 8 groups of bit 2: byte t of
+//                        lane j of group h holding in bit c' that of c[32h + 4c' + t]
 //   Q4_K block (2368 B): d[16] f16 | dmin[16] f16 | sc[8][16] u8 | m: [4][16][2] u8 (lane j of
 //                        pair t: m[2t], m[2t+1]) | q: 32 groups, byte t of lane j holds
 //                        q[8g + t] in its low nibble and q[8g + 4 + t] in its high nibble
@@ -34,6 +38,9 @@
 //   Q4_0  the same with qw = c - 8, computed as s = sum_i c[i] * qx[i] - 8 * sum_i qx[i] (the same
 //         integer, so a Q4_0 matrix gives the bits of its Q8_0 transcoding)
 //   IQ4_NL the same with qw = kIq4nlValues[c]
+//   Q3_K  as Q6_K with q = c - 4 (Q6_K's tiles on the codes c + 28 = q + 32, built in registers
+//         for decode, expanded to Q6_K's bytes once per row block for prefill: the integers of
+//         its Q6_K transcoding)
 //   Q4_K  s1 = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s1), acc)
 //         s2 = sum_s m[s] * sum_{i in s} qx[i];          acc = fma(-(dmin * dx), float(s2), acc)
 //   Q6_K  s  = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s), acc)
@@ -68,6 +75,8 @@ inline int64_t quant_panel_block_bytes(DType t) {
       return 32 + 32 + 128 + 128 + 128 * 16 + 32 * 16;
     case DType::Q6_K:
       return 32 + 256 + 128 * 16 + 64 * 16;
+    case DType::Q3_K:
+      return 32 + 256 + 64 * 16 + 32 * 16;
     default:
       return 0;
   }
@@ -83,8 +92,8 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 // Decode tiles: y[r, 0..ncols) = the whole K of x rows r < rows (1..kQuantDecodeRows) against
 // np panels (panel p at panels + p * panel_stride, nb k-blocks), dequantising in registers with
 // the widen's arithmetic and one FMA chain per output in k order: the same bits as widen + the
-// F32 micro-kernel. Available on AVX-512 unless a test forced another path (not for Q4_0 and
-// IQ4_NL, which widen with the scalar widen and run the F32 micro-kernel).
+// F32 micro-kernel. Available on AVX-512 unless a test forced another path (not for Q4_0, IQ4_NL
+// and Q3_K, which widen with the scalar widen and run the F32 micro-kernel).
 constexpr int kQuantDecodeRows = 2;
 constexpr int kQuantDecodePanels = 4;
 bool quant_decode_tiles_available(DType t);

@@ -1,8 +1,8 @@
 // Element types of stored weights and their scalar conversions (header-only).
 // BF16 -> F32 is exact (a shift); F32 -> BF16 rounds to nearest even (NaN kept quiet).
 // Q8_0, Q4_K, Q5_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
-// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0 and IQ4_NL (ggml's, with
-// kernels of their own). Q5_0 and Q3_K are ggml formats that GGUF files hold but the matmul does
+// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, IQ4_NL and Q3_K (ggml's, with
+// kernels of their own). Q5_0 is a ggml format that GGUF files hold but the matmul does
 // not pack: loading transcodes them exactly into the type dtype_held_as() names (tensor/quant.h,
 // transcode_row), which then stands in for them.
 #pragma once
@@ -13,7 +13,7 @@
 
 namespace rw {
 
-// Q5_0, Q3_K: file formats, held as dtype_held_as().
+// Q5_0: a file format, held as dtype_held_as().
 enum class DType : uint8_t {
   F32,
   BF16,
@@ -55,25 +55,22 @@ inline size_t dtype_size(DType t) {
 
 inline bool dtype_is_quant(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
-         t == DType::Q4_0 || t == DType::IQ4_NL;
+         t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q3_K;
 }
 // The file-only formats (see the top of this file).
 inline bool dtype_is_held_as_other(DType t) {
-  return t == DType::Q5_0 || t == DType::Q3_K;
+  return t == DType::Q5_0;
 }
 // Any of ggml's block formats (packable or held as another).
 inline bool dtype_is_blocks(DType t) {
   return dtype_is_quant(t) || dtype_is_held_as_other(t);
 }
 // The packable type that holds t's values exactly: Q8_0 for Q5_0 (one f16 scale per 32 values
-// times a small integer), Q6_K for Q3_K (an f16 super scale times a 6-bit signed scale
-// per 16 values times a 3-bit signed code); t itself for every other type.
+// times a small integer); t itself for every other type.
 inline DType dtype_held_as(DType t) {
   switch (t) {
     case DType::Q5_0:
       return DType::Q8_0;
-    case DType::Q3_K:
-      return DType::Q6_K;
     default:
       return t;
   }

@@ -1,6 +1,6 @@
-// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0 and IQ4_NL (ggml-common.h),
-// with their exact dequantisation and a reference quantiser (header-only); and the formats held
-// as one of those (Q5_0 as Q8_0, Q3_K as Q6_K: dtype_held_as), with their dequantisation, the exact
+// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL and Q3_K
+// (ggml-common.h), with their exact dequantisation and a reference quantiser (header-only); and
+// Q5_0, held as Q8_0 (dtype_held_as), with their dequantisation, the exact
 // transcoding and quantisers.
 //
 // Dequantisation follows ggml's definition to the bit (dequantize_row_* in ggml-quants.c):
@@ -520,8 +520,8 @@ inline DType transcoded_type(DType from) {
 }
 // n values of Q4_0, Q5_0, IQ4_NL or Q3_K re-written as transcoded_type(from) with the same d and
 // integers: the same values to the bit (see the top of this file). Loading holds the file-only
-// formats this way (dtype_held_as); Q4_0 and IQ4_NL have kernels of their own, and their tests
-// compare them with their Q8_0 transcoding.
+// formats this way (dtype_held_as); Q4_0, IQ4_NL and Q3_K have kernels of their own, and their
+// tests compare them with their Q8_0 (Q6_K) transcoding.
 inline void transcode_row(const void* src, DType from, int64_t n, void* dst) {
   auto to_q8_0 = [&](const auto* x, auto value) {
     auto* y = static_cast<BlockQ8_0*>(dst);
