@@ -142,21 +142,9 @@ void widen_k_scalar(const std::byte* blk, float* out, int64_t ld) {
   }
 }
 
-// Q3_K: (d * sc) * float(c - 4), as the Q6_K widen with q = c - 4.
-void widen_q3_k_scalar(const std::byte* blk, float* out, int64_t ld) {
-  const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
-  const auto* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScOff);
-  const auto* q = reinterpret_cast<const uint8_t*>(blk);
-  for (int j = 0; j < kNR; ++j) {
-    const float d = f16_to_f32(d16[j]);
-    for (int s = 0; s < 16; ++s) {
-      const float ds = d * static_cast<float>(sc[s * kNR + j]);
-      for (int k = 16 * s; k < 16 * s + 16; ++k)
-        out[k * ld + j] = ds * static_cast<float>(q3k_code(q, k, j) - 4);
-    }
-  }
-}
-
+// Q6_K: (d * sc) * float(c - 32); Q3_K (Q3 = true): the same with its codes c - 4, the values of
+// its Q6_K transcoding.
+template <bool Q3>
 void widen_q6_k_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
   const auto* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScOff);
@@ -166,7 +154,8 @@ void widen_q6_k_scalar(const std::byte* blk, float* out, int64_t ld) {
     for (int s = 0; s < 16; ++s) {
       const float ds = d * static_cast<float>(sc[s * kNR + j]);
       for (int k = 16 * s; k < 16 * s + 16; ++k)
-        out[k * ld + j] = ds * static_cast<float>(q6k_code(q, k, j) - 32);
+        out[k * ld + j] =
+            ds * static_cast<float>(Q3 ? q3k_code(q, k, j) - 4 : q6k_code(q, k, j) - 32);
     }
   }
 }
@@ -1811,10 +1800,10 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       f = simd ? widen_k_avx512<true> : widen_k_scalar<true>;
       break;
     case DType::Q6_K:
-      f = simd ? widen_q6_k_avx512 : widen_q6_k_scalar;
+      f = simd ? widen_q6_k_avx512 : widen_q6_k_scalar<false>;
       break;
     case DType::Q3_K:
-      f = widen_q3_k_scalar;
+      f = widen_q6_k_scalar<true>;
       break;
     default:
       REWIND_CHECK_MSG(false, "widen_quant: not a quantised store");
