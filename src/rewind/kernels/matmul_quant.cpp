@@ -1137,6 +1137,14 @@ REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const 
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
+// The low and high nibbles of each byte of v (Q4_0 / IQ4_NL codes), each as a byte.
+REWIND_AVX2 __attribute__((always_inline)) inline void nibbles_avx2(__m256i v, __m256i& lo,
+                                                                    __m256i& hi) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  lo = _mm256_and_si256(v, low4);
+  hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+}
+
 // Q4_0: the codes c (0..15) are unsigned, so vpmaddubsw multiplies them by the activations as
 // they are; a block's 8 products per lane pair stay within int16 (8 * 3810), one vpmaddwd by ones
 // widens them, and s = sum c * x - 8 * sum x is Q8_0's integer for q = c - 8.
@@ -1147,7 +1155,7 @@ REWIND_AVX2 void int8_tile_avx2_q4_0(const QuantizedActs& xa, int64_t r0, const 
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(DType::Q4_0), nb = xa.k / 32;
-  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
@@ -1160,9 +1168,7 @@ REWIND_AVX2 void int8_tile_avx2_q4_0(const QuantizedActs& xa, int64_t r0, const 
       REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
         if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 4);
-        const __m256i v = half_group(blk, h, kQ8QOff + 64 * g);
-        lo[h] = _mm256_and_si256(v, low4);
-        hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        nibbles_avx2(half_group(blk, h, kQ8QOff + 64 * g), lo[h], hi[h]);
       }
       REWIND_UNROLL
       for (int r = 0; r < R; ++r) {
@@ -1197,7 +1203,7 @@ REWIND_AVX2 void int8_tile_avx2_iq4_nl(const QuantizedActs& xa, int64_t r0, cons
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(DType::IQ4_NL), nb = xa.k / 32;
-  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
   const __m256i values =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
   const __m256i abs_values = _mm256_abs_epi8(values);
@@ -1213,9 +1219,8 @@ REWIND_AVX2 void int8_tile_avx2_iq4_nl(const QuantizedActs& xa, int64_t r0, cons
       REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
         if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 4);
-        const __m256i v = half_group(blk, h, kQ8QOff + 64 * g);
-        const __m256i lo = _mm256_and_si256(v, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+        __m256i lo, hi;
+        nibbles_avx2(half_group(blk, h, kQ8QOff + 64 * g), lo, hi);
         w[0][h] = _mm256_shuffle_epi8(values, lo);
         w[1][h] = _mm256_shuffle_epi8(values, hi);
         aw[0][h] = _mm256_shuffle_epi8(abs_values, lo);
@@ -1497,7 +1502,6 @@ constexpr Int8TileFn kInt8TilesAvx2[kInt8MaxR][kInt8MaxP] = {
 // values kIq4nlValues[c] as Q8_0's codes): nibble group g's low nibbles are Q8_0 group 2g, its
 // high nibbles group 2g + 1, lane for lane.
 REWIND_AVX2 void expand_iq4_nl_avx2(const std::byte* src, int64_t nb, std::byte* dst) {
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i values =
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
   const int64_t sb = quant_panel_block_bytes(DType::IQ4_NL),
@@ -1508,14 +1512,14 @@ REWIND_AVX2 void expand_iq4_nl_avx2(const std::byte* src, int64_t nb, std::byte*
     std::memcpy(o, s, 32);  // d
     for (int g = 0; g < 4; ++g)
       for (int h = 0; h < 2; ++h) {
-        const __m256i v =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + kQ8QOff + 64 * g + 32 * h));
-        const __m256i lo = _mm256_shuffle_epi8(values, _mm256_and_si256(v, low4));
-        const __m256i hi =
-            _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + kQ8QOff + 64 * (2 * g) + 32 * h), lo);
+        __m256i lo, hi;
+        nibbles_avx2(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + kQ8QOff + 64 * g + 32 * h)), lo,
+            hi);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + kQ8QOff + 64 * (2 * g) + 32 * h),
+                            _mm256_shuffle_epi8(values, lo));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + kQ8QOff + 64 * (2 * g + 1) + 32 * h),
-                            hi);
+                            _mm256_shuffle_epi8(values, hi));
       }
   }
 }
@@ -1937,8 +1941,6 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int max_p = avx2 ? kAvx2MaxP : kInt8MaxP;
   const int64_t rows = r1 - r0;
-  const int64_t nb = xa.k / xa.block;
-  thread_local AlignedBuffer<std::byte> q6;
   if (rows <= 2) {
     // Decode: the panels are cut into max_p contiguous runs of q panels, and tile i reads
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
@@ -1974,9 +1976,12 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                    amx_int8_enabled() && r1 - r0 >= 16;
   const bool amx_q4 = amx && t != DType::Q8_0;
   const int64_t kMc = expand || expand_nl ? 512 : 128;
-  if (expand) q6.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
+  const int64_t nb = xa.k / xa.block;
+  // The panel group's codes as expand / expand_nl lay them out (Q6_K's bytes, Q8_0's blocks).
+  thread_local AlignedBuffer<std::byte> expanded;
   const int64_t q8_block = quant_panel_block_bytes(DType::Q8_0);
-  if (expand_nl) q6.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
+  if (expand) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
+  if (expand_nl) expanded.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
   if (amx) {
     amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
@@ -1997,13 +2002,14 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
           (t == DType::Q3_K ? expand_q3_k_avx2
            : avx2           ? expand_q6_k_avx2
                             : expand_q6_k)(panels + (p0 + p) * panel_stride, nb,
-                                 q6.data() + p * nb * kQ6KBytesBlock);
-        src = q6.data();
+                                 expanded.data() + p * nb * kQ6KBytesBlock);
+        src = expanded.data();
         stride = nb * kQ6KBytesBlock;
       } else if (expand_nl) {
         for (int p = 0; p < npg; ++p)
-          expand_iq4_nl_avx2(panels + (p0 + p) * panel_stride, nb, q6.data() + p * nb * q8_block);
-        src = q6.data();
+          expand_iq4_nl_avx2(panels + (p0 + p) * panel_stride, nb,
+                             expanded.data() + p * nb * q8_block);
+        src = expanded.data();
         stride = nb * q8_block;
       }
       int64_t r = rb;

@@ -240,6 +240,28 @@ inline int nearest_int(float x) {
   return static_cast<int>(std::lrintf(x));
 }
 
+// The value of largest magnitude in x[0, n) (the first on a tie; 0 for all zeros), its magnitude
+// in *amax.
+inline float signed_absmax(const float* x, int n, float* amax) {
+  float a = 0, v = 0;
+  for (int j = 0; j < n; ++j)
+    if (std::fabs(x[j]) > a) a = std::fabs(x[j]), v = x[j];
+  *amax = a;
+  return v;
+}
+
+// Per 16-value sub-block of xb[0, 256) the scale -v / m that maps its value v of largest
+// magnitude to -m (Q6_K, Q3_K); returns the scale of largest magnitude (0 when all are 0).
+inline float subblock_scales_16(const float* xb, float m, float (&scales)[16]) {
+  float max_scale = 0, max_abs_scale = 0, amax;
+  for (int j = 0; j < 16; ++j) {
+    scales[j] = -signed_absmax(xb + 16 * j, 16, &amax) / m;
+    if (std::fabs(scales[j]) > max_abs_scale)
+      max_abs_scale = std::fabs(scales[j]), max_scale = scales[j];
+  }
+  return max_scale;
+}
+
 inline void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     float amax = 0;
@@ -361,19 +383,9 @@ inline void quantize_row_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float* xb = x + i * kQK_K;
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int j = 0; j < 16; ++j) {
-      float amax = 0, vmax = 0;
-      for (int l = 0; l < 16; ++l) {
-        const float v = xb[16 * j + l];
-        if (std::fabs(v) > amax) amax = std::fabs(v), vmax = v;
-      }
-      scales[j] = amax > 0 ? -vmax / 32.0f : 0.0f;
-      if (std::fabs(scales[j]) > max_abs_scale)
-        max_abs_scale = std::fabs(scales[j]), max_scale = scales[j];
-    }
+    const float max_scale = subblock_scales_16(xb, 32.0f, scales);
     std::memset(&y[i], 0, sizeof y[i]);
-    if (max_abs_scale == 0) continue;  // all zero: d = 0
+    if (max_scale == 0) continue;  // all zero: d = 0
     const float iscale = -128.0f / max_scale;
     y[i].d = f32_to_f16(1.0f / iscale);
     for (int j = 0; j < 16; ++j)
@@ -396,9 +408,8 @@ inline void quantize_row_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
 template <int Bits>
 inline void quantize_block_q4_5_0(const float* x, uint16_t* d_out, uint8_t (&codes)[kQK8_0]) {
   constexpr int half = 1 << (Bits - 1), top = (1 << Bits) - 1;
-  float amax = 0, max = 0;
-  for (int j = 0; j < kQK8_0; ++j)
-    if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+  float amax;
+  const float max = signed_absmax(x, kQK8_0, &amax);
   const float d = max / -static_cast<float>(half);
   const float id = d != 0 ? 1.0f / d : 0.0f;
   *d_out = f32_to_f16(d);
@@ -444,9 +455,8 @@ inline int iq4_nl_index(float v) {
 inline void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     const float* xb = x + i * kQK8_0;
-    float amax = 0, max = 0;
-    for (int j = 0; j < kQK8_0; ++j)
-      if (amax < std::fabs(xb[j])) amax = std::fabs(xb[j]), max = xb[j];
+    float amax;
+    const float max = signed_absmax(xb, kQK8_0, &amax);
     float best_d = 0, best = -1;
     for (int t = -7; t <= 7 && amax > 0; ++t) {
       const float id = (static_cast<float>(t) + kIq4nlValues[0]) / max;
@@ -474,21 +484,10 @@ inline void quantize_row_q3_k(const float* x, BlockQ3_K* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
     const float* xb = x + i * kQK_K;
     float scales[16];
-    float max_scale = 0, max_abs_scale = 0;
-    for (int j = 0; j < 16; ++j) {
-      float amax = 0, vmax = 0;
-      for (int l = 0; l < 16; ++l) {
-        const float v = xb[16 * j + l];
-        if (std::fabs(v) > amax) amax = std::fabs(v), vmax = v;
-      }
-      scales[j] = -vmax / 4.0f;
-      if (std::fabs(scales[j]) > max_abs_scale)
-        max_abs_scale = std::fabs(scales[j]), max_scale = scales[j];
-    }
+    const float max_scale = subblock_scales_16(xb, 4.0f, scales);
     std::memset(&y[i], 0, sizeof y[i]);
-    int ls[16];
-    for (int j = 0; j < 16; ++j) ls[j] = 0;
-    if (max_abs_scale > 0) {
+    int ls[16] = {};
+    if (max_scale != 0) {
       const float iscale = -32.0f / max_scale;
       y[i].d = f32_to_f16(1.0f / iscale);
       for (int j = 0; j < 16; ++j) ls[j] = std::clamp(nearest_int(iscale * scales[j]), -32, 31);
