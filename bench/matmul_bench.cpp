@@ -8,7 +8,8 @@
 // far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits). --cold does
 // the same for every M: a model's prefill also reads each matrix from memory, once per chunk.
 //
-// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0]
+// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype
+// f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k]
 //                     [--shape NAME] [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
@@ -30,6 +31,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rewind/base/thread_pool.h"
@@ -71,6 +73,18 @@ std::vector<int64_t> parse_list(const std::string& s) {
   return v;
 }
 
+// The store of a --dtype name (exits with usage error 2 for an unknown one).
+rw::DType dtype_named(const std::string& dt) {
+  static const std::pair<const char*, rw::DType> kNames[] = {
+      {"f32", rw::DType::F32},   {"bf16", rw::DType::BF16},     {"q8_0", rw::DType::Q8_0},
+      {"q4_k", rw::DType::Q4_K}, {"q5_k", rw::DType::Q5_K},     {"q6_k", rw::DType::Q6_K},
+      {"q4_0", rw::DType::Q4_0}, {"iq4_nl", rw::DType::IQ4_NL}, {"q3_k", rw::DType::Q3_K}};
+  for (const auto& [name, t] : kNames)
+    if (dt == name) return t;
+  std::fprintf(stderr, "matmul_bench: unknown --dtype %s\n", dt.c_str());
+  std::exit(2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,7 +112,10 @@ int main(int argc, char** argv) {
       dtypes.clear();
       std::stringstream ss(next());
       std::string d;
-      while (std::getline(ss, d, ',')) dtypes.push_back(d);
+      while (std::getline(ss, d, ',')) {
+        dtype_named(d);  // an unknown name is an error here, before measuring
+        dtypes.push_back(d);
+      }
     } else if (a == "--shape") {
       only_shape = next();
     } else if (a == "--seconds") {
@@ -126,7 +143,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype "
-          "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0] "
+          "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k] "
           "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
           "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
       return a == "--help" ? 0 : 2;
@@ -166,13 +183,7 @@ int main(int argc, char** argv) {
     std::vector<float> w(static_cast<size_t>(s.n * s.k));
     for (float& v : w) v = uni(rng);
     for (const std::string& dt : dtypes) {
-      const rw::DType store = dt == "bf16"   ? rw::DType::BF16
-                              : dt == "q8_0" ? rw::DType::Q8_0
-                              : dt == "q4_k" ? rw::DType::Q4_K
-                              : dt == "q5_k" ? rw::DType::Q5_K
-                              : dt == "q6_k" ? rw::DType::Q6_K
-                              : dt == "q4_0" ? rw::DType::Q4_0
-                                             : rw::DType::F32;
+      const rw::DType store = dtype_named(dt);
       // Quantised stores pack ggml blocks of the same random weights.
       std::vector<std::byte> qw;
       if (rw::dtype_is_quant(store)) {

@@ -286,6 +286,18 @@ REWIND_AVX512 inline __m512i q6_k_codes(const std::byte* blk, int g) {
                               : _mm512_srli_epi32(h, 2);
   return _mm512_ternarylogic_epi32(lo, hs, _mm512_set1_epi8(0x30), kAOrBAndC);
 }
+// The Q3_K codes c = q + 4 (0..7) of values 4g..4g+3 of every lane, g = 4 sb + i, from the
+// sub-block's low-bit group lo (bits 2i..2i+1) and its high-bit group h already shifted so that
+// this sub-block's bit 2 sits in bit i of each byte: moved to bit 2 (within the byte: the mask
+// keeps bit 2 alone) and merged with one ternary-logic op. In the decode loop i is a constant.
+REWIND_AVX512 inline __m512i q3_k_codes(__m512i lo, __m512i h, int i) {
+  const __m512i l = _mm512_and_si512(i ? _mm512_srli_epi16(lo, 2 * i) : lo, _mm512_set1_epi8(3));
+  const __m512i hs = i == 0   ? _mm512_slli_epi16(h, 2)
+                     : i == 1 ? _mm512_slli_epi16(h, 1)
+                     : i == 2 ? h
+                              : _mm512_srli_epi16(h, 1);
+  return _mm512_ternarylogic_epi32(l, hs, _mm512_set1_epi8(4), kAOrBAndC);
+}
 REWIND_AVX512 inline void q6_k_group(const std::byte* blk, int g, __m512 ds, __m512 (&w)[4]) {
   const __m512i v = q6_k_codes(blk, g);
   const __m512i c32 = _mm512_set1_epi32(32);
@@ -355,6 +367,46 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
 }
 
 constexpr int64_t kPrefetchBytes = 4096;  // per panel stream, ahead of the loads
+
+// Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), kPrefetchBytes
+// ahead of the loads. Each code group of a block prefetches its share of the block's bytes, and
+// the blocks of a panel tile the panel, so every 64-byte line of the stream is prefetched:
+// prefetching only the code groups leaves a block's header (and a Q6_K block's high bits) to
+// demand misses. The prefetch is asm: GCC 12 drops __builtin_prefetch (_mm_prefetch) from code
+// it vectorises, and left the AVX2 tiles without any (Q6_K decode then streamed at 8 GB/s, Q8_0
+// 15-19, on Zen 3).
+__attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
+  __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(a + kPrefetchBytes)));
+}
+// AVX2 tiles: part `part` of nparts of a pb-byte block, each line of the stream exactly once. A
+// part spans at most 128 bytes (callers pick nparts), so at most two line starts.
+template <int R>
+__attribute__((always_inline)) inline void prefetch_part(const std::byte* blk, int64_t pb, int part,
+                                                         int nparts) {
+  if (R > 2) return;
+  const auto base = reinterpret_cast<uintptr_t>(blk);
+  const uintptr_t lo = (base + static_cast<uintptr_t>(pb * part / nparts) + 63) & ~uintptr_t{63};
+  const uintptr_t hi =
+      (base + static_cast<uintptr_t>(pb * (part + 1) / nparts) + 63) & ~uintptr_t{63};
+  if (lo < hi) prefetch_line(lo);
+  if (lo + 64 < hi) prefetch_line(lo + 64);
+}
+// VNNI tiles (block size Pb and group count G known at compile time): group g prefetches at
+// offset g * Pb / G, and half way to the next group's where groups are over a line apart, so
+// consecutive prefetches of a stream are at most 64 bytes apart and every line gets at least one.
+// Constant offsets and no alignment arithmetic: prefetch_part's dozen integer operations per
+// group cost the VNNI tiles their speed from cache (Zen 5, one thread, hot Q6_K decode 25 GB/s
+// with prefetch_part, 74-82 with this).
+template <int R, int64_t Pb, int G>
+__attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk, int g) {
+  if constexpr (R <= 2) {
+    constexpr int64_t kStep = (Pb + G - 1) / G;  // the most bytes between two groups' offsets
+    static_assert(kStep <= 128, "at most two prefetches a group");
+    const auto a = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(g * Pb / G);
+    prefetch_line(a);
+    if constexpr (kStep > 64) prefetch_line(a + kStep / 2);
+  }
+}
 
 // acc[r][p] = fma(x[r, k + t], w[p][t], acc[r][p]) for t < T, in order.
 template <int R, int P, int T>
@@ -503,16 +555,17 @@ REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][
   }
 }
 
-template <int R, int P>
-REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
-                                  const std::byte* panels, int64_t panel_stride, float* y,
-                                  int64_t ldy, int ncols, int64_t y_step, bool q6_bytes) {
+// One instantiation per type: the branches of the other types (and the constants they keep in
+// registers) stay out of it (with every type in one function GCC hoisted their constants out of
+// the block loop, and Q8_0's 6 x 2 prefill tile ran 8% slower).
+template <int R, int P, DType t>
+REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                    int64_t panel_stride, float* y, int64_t ldy, int ncols,
+                                    int64_t y_step, bool q6_bytes) {
   const ActRows<R> xr(xa, r0);
   const int64_t pb = q6_bytes ? kQ6KBytesBlock : quant_panel_block_bytes(t), nb = xa.k / xa.block;
-  constexpr bool kStream = R <= 2;  // decode: weights stream from memory, prefetch ahead
-  auto prefetch = [&](const std::byte* p) {
-    if (kStream) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-  };
+  // The packed block's size as a constant for the decode prefetch (q6_bytes serves prefill only).
+  constexpr int64_t kPb = quant_panel_block_bytes(t);
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -522,7 +575,7 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
     __m512 dw[P];
     for (int p = 0; p < P; ++p) dw[p] = load_f16x16(blk[p]);
     __m512i s[R][P];
-    if (t == DType::Q8_0) {
+    if constexpr (t == DType::Q8_0) {
       // u8 operand q + 128 (sign bit flipped); -128 * sum(qx) corrects the offset.
       const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
       for (int r = 0; r < R; ++r) {
@@ -533,7 +586,7 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
       for (int g = 0; g < 8; ++g) {
         __m512i w[P];
         for (int p = 0; p < P; ++p) {
-          prefetch(blk[p] + kQ8QOff + 64 * g);
+          prefetch_spread<R, kPb, 8>(blk[p], g);
           w[p] = _mm512_xor_si512(load_group(blk[p] + kQ8QOff + 64 * g), flip);
         }
         for (int r = 0; r < R; ++r) {
@@ -542,50 +595,73 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
-    } else if (t == DType::Q4_K || t == DType::Q5_K) {
-      const bool q5 = t == DType::Q5_K;
+    } else if constexpr (t == DType::Q4_0 || t == DType::IQ4_NL) {
+      // Q4_0: the codes c (0..15) are the u8 operand as they are, s = sum c * x - 8 * sum x.
+      // IQ4_NL: vpshufb looks the codes up as kIq4nlValues[c] + 128 (1..241, a valid u8
+      // operand), s = sum (v + 128) * x - 128 * sum x. Either way Q8_0's integer for its value.
+      const bool nl = t == DType::IQ4_NL;
       const __m512i m4 = _mm512_set1_epi8(0x0F);
+      const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
+      for (int r = 0; r < R; ++r) {
+        const __m512i c = _mm512_set1_epi32((nl ? -128 : -8) * int32_t{xr.s32[r][b]});
+        for (int p = 0; p < P; ++p) s[r][p] = c;
+      }
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        __m512i lo[P], hi[P];
+        for (int p = 0; p < P; ++p) {
+          prefetch_spread<R, kPb, 4>(blk[p], g);
+          const __m512i v = load_group(blk[p] + kQ8QOff + 64 * g);
+          lo[p] = _mm512_and_si512(v, m4);
+          hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+          if (nl) {
+            lo[p] = _mm512_shuffle_epi8(table, lo[p]);
+            hi[p] = _mm512_shuffle_epi8(table, hi[p]);
+          }
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 32 + 8 * g));
+          const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 32 + 8 * g + 4));
+          for (int p = 0; p < P; ++p) {
+            s[r][p] = _mm512_dpbusd_epi32(s[r][p], lo[p], a0);
+            s[r][p] = _mm512_dpbusd_epi32(s[r][p], hi[p], a1);
+          }
+        }
+      }
+      combine<R, P>(acc, dw, xr, b, s);
+    } else if constexpr (t == DType::Q4_K || t == DType::Q5_K) {
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
-      // Q4_K: the high nibbles stay in place (16 q, at most 240, a valid u8 operand): their sums
-      // are 16 times the true ones and are shifted back (exactly) once per sub-block. Q5_K: both
-      // halves are 5-bit codes (at most 31) with no shift.
-      const __m512i m4hi = _mm512_set1_epi8(static_cast<char>(0xF0));
+      // Both halves of a group as byte codes (4 or 5 bits) into one sum per sub-block: with 4
+      // rows x 2 panels the f32, block and sub-block accumulators take 24 of the 32 registers
+      // (a second sub-block sum for the high nibbles kept in place, as before, took 32 and
+      // spilled: matmul_bench M=512 Q4_K 740-800 -> see docs/ARCHITECTURE.md).
       for (int sb = 0; sb < 8; ++sb) {
-        __m512i is[R][P], ih[R][P];
+        __m512i is[R][P];
         for (int r = 0; r < R; ++r)
-          for (int p = 0; p < P; ++p) is[r][p] = ih[r][p] = _mm512_setzero_si512();
+          for (int p = 0; p < P; ++p) is[r][p] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            prefetch(blk[p] + kQ4KQOff + 64 * g);
-            if (q5) {
-              if ((g & 3) == 0) prefetch(blk[p] + kQ5KHOff + 16 * g);
-              kquant_codes<true>(blk[p], g, lo[p], hi[p]);
-            } else {
-              const __m512i v = load_group(blk[p] + kQ4KQOff + 64 * g);
-              lo[p] = _mm512_and_si512(v, m4);
-              hi[p] = _mm512_and_si512(v, m4hi);
-            }
+            prefetch_spread<R, kPb, 32>(blk[p], g);
+            kquant_codes<t == DType::Q5_K>(blk[p], g, lo[p], hi[p]);
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
             const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
             for (int p = 0; p < P; ++p) {
               is[r][p] = _mm512_dpbusd_epi32(is[r][p], lo[p], a0);
-              ih[r][p] = _mm512_dpbusd_epi32(ih[r][p], hi[p], a1);
+              is[r][p] = _mm512_dpbusd_epi32(is[r][p], hi[p], a1);
             }
           }
         }
         for (int p = 0; p < P; ++p) {
           const __m512i sc = _mm512_cvtepu8_epi32(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ4KScOff + 16 * sb)));
-          for (int r = 0; r < R; ++r) {
-            const __m512i sum =
-                _mm512_add_epi32(is[r][p], q5 ? ih[r][p] : _mm512_srai_epi32(ih[r][p], 4));
-            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(sum, sc));
-          }
+          for (int r = 0; r < R; ++r)
+            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
@@ -606,21 +682,34 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
       for (int p = 0; p < P; ++p) dmin[p] = load_f16x16(blk[p] + 32);
       combine<R, P, true>(acc, dmin, xr, b, s);
     } else {  // Q6_K: u8 operand q + 32; -32 * sum16(qx) corrects the offset per sub-block.
+      // Q3_K (packed, decode): the u8 operand c = q + 4 (0..7) built in registers, -4 * sum16.
+      const bool q3 = t == DType::Q3_K;
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
       for (int sb = 0; sb < 16; ++sb) {
         __m512i is[R][P];
         for (int r = 0; r < R; ++r) {
-          const __m512i c = _mm512_set1_epi32(-32 * xr.s16[r][b * 16 + sb]);
+          const __m512i c = _mm512_set1_epi32((q3 ? -4 : -32) * xr.s16[r][b * 16 + sb]);
           for (int p = 0; p < P; ++p) is[r][p] = c;
         }
+        // Q3_K: the sub-block's low-bit group, and its high-bit group with this sub-block's
+        // half moved to bits 0..3 of each byte (the one shift whose count is not a constant).
+        __m512i q3lo[P], q3hi[P];
+        if (q3)
+          for (int p = 0; p < P; ++p) {
+            q3lo[p] = load_group(blk[p] + kQ3KLoOff + 64 * sb);
+            q3hi[p] = _mm512_srl_epi16(load_group(blk[p] + kQ3KHiOff + 64 * (sb >> 1)),
+                                       _mm_cvtsi32_si128(4 * (sb & 1)));
+          }
 #pragma GCC unroll 4
-        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+        for (int i = 0; i < 4; ++i) {
+          const int g = 4 * sb + i;
           __m512i w[P];
           for (int p = 0; p < P; ++p) {
-            if ((g & 1) == 0) prefetch(blk[p] + kQ6KLoOff + 32 * g);
-            if ((g & 3) == 0) prefetch(blk[p] + kQ6KHiOff + 16 * g);
-            w[p] = q6_bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g) : q6_k_codes(blk[p], g);
+            prefetch_spread<R, kPb, 64>(blk[p], g);
+            w[p] = q3         ? q3_k_codes(q3lo[p], q3hi[p], i)
+                   : q6_bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g)
+                              : q6_k_codes(blk[p], g);
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
@@ -641,6 +730,40 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
     for (int p = 0; p < P; ++p)
       _mm512_mask_storeu_ps(y + r * ldy + y_step * p,
                             lane_mask(static_cast<int>(ncols - y_step * p)), acc[r][p]);
+}
+
+template <int R, int P>
+REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
+                                  const std::byte* panels, int64_t panel_stride, float* y,
+                                  int64_t ldy, int ncols, int64_t y_step, bool q6_bytes) {
+#define REWIND_INT8_TYPE(T) \
+  return int8_tile_avx512_t<R, P, T>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, q6_bytes)
+  switch (t) {
+    case DType::Q8_0:
+      REWIND_INT8_TYPE(DType::Q8_0);
+    case DType::Q4_0:
+      REWIND_INT8_TYPE(DType::Q4_0);
+    default:
+      break;
+  }
+  if constexpr (R <= 4) {  // taller tiles serve the types with one integer sum per output
+    switch (t) {
+      case DType::IQ4_NL:
+        REWIND_INT8_TYPE(DType::IQ4_NL);
+      case DType::Q4_K:
+        REWIND_INT8_TYPE(DType::Q4_K);
+      case DType::Q5_K:
+        REWIND_INT8_TYPE(DType::Q5_K);
+      case DType::Q6_K:
+        REWIND_INT8_TYPE(DType::Q6_K);
+      case DType::Q3_K:
+        REWIND_INT8_TYPE(DType::Q3_K);
+      default:
+        break;
+    }
+  }
+#undef REWIND_INT8_TYPE
+  REWIND_CHECK_MSG(false, "int8 tile: no VNNI tile for this type and height");
 }
 
 // Panel p of a tile reads panels + p * panel_stride and writes y + p * y_step (floats); ncols
@@ -1020,29 +1143,6 @@ REWIND_AVX2 void store_tile_avx2(const Avx2Acc<R, H>& acc, float* y, int64_t ldy
   }
 }
 
-// Prefetch for decode tiles (R <= 2: the weights stream from memory): part `part` of nparts of a
-// pb-byte block, kPrefetchBytes ahead. The parts of a block, and the blocks of a panel, tile the
-// panel's bytes, so every 64-byte line of the stream is prefetched once, whatever the block's
-// layout (prefetching only the code groups leaves a block's header, and a Q6_K block's high
-// bits, to demand misses). A part spans at most 128 bytes (callers pick nparts), so at most two
-// line starts. The prefetch is asm: GCC 12 drops __builtin_prefetch (_mm_prefetch) from code it
-// vectorises, and left these tiles without any (Q6_K decode then streamed at 8 GB/s, Q8_0 15-19).
-REWIND_AVX2 __attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
-  __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(a + kPrefetchBytes)));
-}
-template <int R>
-REWIND_AVX2 __attribute__((always_inline)) inline void prefetch_part_avx2(const std::byte* blk,
-                                                                          int64_t pb, int part,
-                                                                          int nparts) {
-  if (R > 2) return;
-  const auto base = reinterpret_cast<uintptr_t>(blk);
-  const uintptr_t lo = (base + static_cast<uintptr_t>(pb * part / nparts) + 63) & ~uintptr_t{63};
-  const uintptr_t hi =
-      (base + static_cast<uintptr_t>(pb * (part + 1) / nparts) + 63) & ~uintptr_t{63};
-  if (lo < hi) prefetch_line(lo);
-  if (lo + 64 < hi) prefetch_line(lo + 64);
-}
-
 // One row of q8_0_group_4x2: broadcast the row's 4 activation codes, move the weights' signs
 // onto them, multiply by |w|, widen and add into the row's two sums.
 // clang-format off
@@ -1118,7 +1218,7 @@ REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const 
       __m256i w[H], aw[H];
       REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
-        if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 8);
+        if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 8);
         w[h] = half_group(blk, h, kQ8QOff + 64 * g);
         aw[h] = _mm256_abs_epi8(w[h]);
       }
@@ -1167,7 +1267,7 @@ REWIND_AVX2 void int8_tile_avx2_q4_0(const QuantizedActs& xa, int64_t r0, const 
       __m256i lo[H], hi[H];
       REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
-        if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 4);
+        if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 4);
         nibbles_avx2(half_group(blk, h, kQ8QOff + 64 * g), lo[h], hi[h]);
       }
       REWIND_UNROLL
@@ -1218,7 +1318,7 @@ REWIND_AVX2 void int8_tile_avx2_iq4_nl(const QuantizedActs& xa, int64_t r0, cons
       __m256i w[2][H], aw[2][H];
       REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
-        if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 4);
+        if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 4);
         __m256i lo, hi;
         nibbles_avx2(half_group(blk, h, kQ8QOff + 64 * g), lo, hi);
         w[0][h] = _mm256_shuffle_epi8(values, lo);
@@ -1298,7 +1398,7 @@ REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std
           __m256i lo[H], hi[H];
           REWIND_UNROLL
           for (int h = 0; h < H; ++h) {
-            if (h % 2 == 0) prefetch_part_avx2<R>(blk[h / 2], pb, g, 32);
+            if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 32);
             const __m256i v = half_group(blk, h, kQ4KQOff + 64 * g);
             lo[h] = _mm256_and_si256(v, m4);
             hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
@@ -1392,7 +1492,7 @@ REWIND_AVX2 __attribute__((always_inline)) inline void q6_k_group_avx2(const std
   __m256i w[H];
   REWIND_UNROLL
   for (int h = 0; h < H; ++h) {
-    if (h % 2 == 0 && Src != kQ6Bytes) prefetch_part_avx2<R>(blk[h / 2], pb, g, 64);
+    if (h % 2 == 0 && Src != kQ6Bytes) prefetch_part<R>(blk[h / 2], pb, g, 64);
     w[h] = Src == kQ6Bytes    ? half_group(blk, h, kQ6KLoOff + 64 * g)
            : Src == kQ3Packed ? q3_k_codes_avx2<I>(blk, h, sb)
                               : q6_k_codes_avx2<I>(blk, h, sb);
@@ -1935,9 +2035,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
             int8_dot_reference(t, xa, r, panels + (c / kNR) * panel_stride, c % kNR);
     return;
   }
-  // Q4_0, IQ4_NL and Q3_K have AVX2 tiles only: they run on AVX-512 hosts too (the same bits).
-  const bool avx2 =
-      path == Int8Path::Avx2 || t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q3_K;
+  const bool avx2 = path == Int8Path::Avx2;
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int max_p = avx2 ? kAvx2MaxP : kInt8MaxP;
   const int64_t rows = r1 - r0;
@@ -1960,7 +2058,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q8_0 affords taller tiles in the 32 vector registers.
   // AVX2 (16 registers): 4-row tiles of one panel.
   const int kP = avx2 ? 1 : 2;
-  const int kR = avx2 ? 4 : t == DType::Q8_0 ? 6 : 4;
+  // Q4_0 (and IQ4_NL, prefill as Q8_0) keep one integer accumulator per output like Q8_0.
+  const int kR = avx2 ? 4 : t == DType::Q8_0 || t == DType::Q4_0 || t == DType::IQ4_NL ? 6 : 4;
   // Q6_K: the panel pair's 6-bit codes are expanded to bytes once per row block and every row
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.

@@ -62,7 +62,7 @@ class ThreadPool;
 
 namespace rw::detail {
 
-inline int64_t quant_panel_block_bytes(DType t) {
+constexpr int64_t quant_panel_block_bytes(DType t) {
   switch (t) {
     case DType::Q8_0:
       return 32 + 32 * 16;
@@ -85,7 +85,6 @@ inline int64_t quant_panel_block_bytes(DType t) {
 // Re-lays the quantised rows [16 rows of one panel] (ggml blocks, row-major; rows past n_rows
 // are zero) into one panel of the layout above. dst holds (k / block) * block bytes.
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst);
-
 
 // ---- f32 dot ----------------------------------------------------------------------------------
 
