@@ -307,6 +307,49 @@ REWIND_AVX512 inline void q6_k_group(const std::byte* blk, int g, __m512 ds, __m
   w[3] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<3>(v), c32)));
 }
 
+// Q4_0 / IQ4_NL: the 8 weight vectors of group g (values 8g + t from the low nibbles, 8g + 4 + t
+// from the high ones) as float(q) * d, q = c - 8 or kIq4nlValues[c] (the scalar widen's
+// arithmetic: q exact, one rounding).
+template <bool NL>
+REWIND_AVX512 inline void nibble_group(const std::byte* blk, int g, __m512 d, __m512 (&w)[8]) {
+  const __m512i v = load_group(blk + kQ8QOff + 64 * g);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  if (NL) {
+    const __m512i table =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+    lo = _mm512_shuffle_epi8(table, lo);
+    hi = _mm512_shuffle_epi8(table, hi);
+  } else {
+    lo = _mm512_sub_epi8(lo, _mm512_set1_epi8(8));
+    hi = _mm512_sub_epi8(hi, _mm512_set1_epi8(8));
+  }
+  w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<0>(lo)), d);
+  w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<1>(lo)), d);
+  w[2] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<2>(lo)), d);
+  w[3] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<3>(lo)), d);
+  w[4] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<0>(hi)), d);
+  w[5] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<1>(hi)), d);
+  w[6] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<2>(hi)), d);
+  w[7] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<3>(hi)), d);
+}
+// Q3_K: the 4 weight vectors of group g = 4 s + i (values 4g + t) as ds * float(c - 4), from the
+// sub-block's low-bit group lo and its shifted high-bit group h (q3_k_codes).
+REWIND_AVX512 inline void q3_k_group(__m512i lo, __m512i h, int i, __m512 ds, __m512 (&w)[4]) {
+  const __m512i v = q3_k_codes(lo, h, i);
+  const __m512i c4 = _mm512_set1_epi32(4);
+  w[0] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<0>(v), c4)));
+  w[1] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<1>(v), c4)));
+  w[2] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<2>(v), c4)));
+  w[3] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<3>(v), c4)));
+}
+// Q3_K sub-block s: its low-bit group, and its high-bit group shifted so that its bit 2 of value
+// 4i + t sits in bit i of each byte (as q3_k_codes takes them).
+REWIND_AVX512 inline void q3_k_sub_block(const std::byte* blk, int s, __m512i& lo, __m512i& h) {
+  lo = load_group(blk + kQ3KLoOff + 64 * s);
+  h = _mm512_srl_epi16(load_group(blk + kQ3KHiOff + 64 * (s >> 1)), _mm_cvtsi32_si128(4 * (s & 1)));
+}
+
 REWIND_AVX512 inline __m512 q4k_d1(const std::byte* blk, __m512 d, int s) {
   return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(
                               reinterpret_cast<const __m128i*>(blk + kQ4KScOff + 16 * s)))));
@@ -354,6 +397,30 @@ REWIND_AVX512 void widen_q6_k_avx512(const std::byte* blk, float* out, int64_t l
       __m512 w[4];
       q6_k_group(blk, g, ds, w);
       for (int t = 0; t < 4; ++t) _mm512_storeu_ps(out + (4 * g + t) * ld, w[t]);
+    }
+  }
+}
+
+template <bool NL>
+REWIND_AVX512 void widen_nibbles_avx512(const std::byte* blk, float* out, int64_t ld) {
+  const __m512 d = load_f16x16(blk);
+  for (int g = 0; g < 4; ++g) {
+    __m512 w[8];
+    nibble_group<NL>(blk, g, d, w);
+    for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
+  }
+}
+
+REWIND_AVX512 void widen_q3_k_avx512(const std::byte* blk, float* out, int64_t ld) {
+  const __m512 d = load_f16x16(blk);
+  for (int s = 0; s < 16; ++s) {
+    const __m512 ds = q6k_ds(blk, d, s);
+    __m512i lo, h;
+    q3_k_sub_block(blk, s, lo, h);
+    for (int i = 0; i < 4; ++i) {
+      __m512 w[4];
+      q3_k_group(lo, h, i, ds, w);
+      for (int t = 0; t < 4; ++t) _mm512_storeu_ps(out + (16 * s + 4 * i + t) * ld, w[t]);
     }
   }
 }
@@ -449,6 +516,39 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
           q8_0_group(blk[p], g, d[p], w[p]);
         }
         fma_steps<R, P, 4>(acc, w, x, ldx, b * 32 + 4 * g);
+      }
+    } else if (t == DType::Q4_0 || t == DType::IQ4_NL) {
+      __m512 d[P];
+      for (int p = 0; p < P; ++p) d[p] = load_f16x16(blk[p]);
+      for (int g = 0; g < 4; ++g) {
+        __m512 w[P][8];
+        for (int p = 0; p < P; ++p) {
+          prefetch(blk[p], kQ8QOff + 64 * g);
+          if (t == DType::IQ4_NL)
+            nibble_group<true>(blk[p], g, d[p], w[p]);
+          else
+            nibble_group<false>(blk[p], g, d[p], w[p]);
+        }
+        fma_steps<R, P, 8>(acc, w, x, ldx, b * 32 + 8 * g);
+      }
+    } else if (t == DType::Q3_K) {
+      __m512 d[P];
+      for (int p = 0; p < P; ++p) d[p] = load_f16x16(blk[p]);
+      for (int s = 0; s < 16; ++s) {
+        __m512 ds[P];
+        __m512i lo[P], h[P];
+        for (int p = 0; p < P; ++p) {
+          // The block's 1824 bytes, evenly: two prefetches 57 bytes apart per sub-block.
+          prefetch(blk[p], 114 * s);
+          prefetch(blk[p], 114 * s + 57);
+          ds[p] = q6k_ds(blk[p], d[p], s);
+          q3_k_sub_block(blk[p], s, lo[p], h[p]);
+        }
+        for (int i = 0; i < 4; ++i) {
+          __m512 w[P][4];
+          for (int p = 0; p < P; ++p) q3_k_group(lo[p], h[p], i, ds[p], w[p]);
+          fma_steps<R, P, 4>(acc, w, x, ldx, b * 256 + 16 * s + 4 * i);
+        }
       }
     } else if (t == DType::Q4_K || t == DType::Q5_K) {
       const bool q5 = t == DType::Q5_K;
@@ -1868,8 +1968,8 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
   }
 }
 
-bool quant_decode_tiles_available(DType t) {
-  return avx512_allowed() && t != DType::Q4_0 && t != DType::IQ4_NL && t != DType::Q3_K;
+bool quant_decode_tiles_available(DType) {
+  return avx512_allowed();
 }
 
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
@@ -1891,11 +1991,11 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
     case DType::Q8_0:
       f = simd ? widen_q8_0_avx512 : widen_q8_0_scalar;
       break;
-    case DType::Q4_0:  // no AVX-512 widen of their own: the scalar one (the reference) everywhere
-      f = widen_nibbles_scalar<false>;
+    case DType::Q4_0:
+      f = simd ? widen_nibbles_avx512<false> : widen_nibbles_scalar<false>;
       break;
     case DType::IQ4_NL:
-      f = widen_nibbles_scalar<true>;
+      f = simd ? widen_nibbles_avx512<true> : widen_nibbles_scalar<true>;
       break;
     case DType::Q4_K:
       f = simd ? widen_k_avx512<false> : widen_k_scalar<false>;
@@ -1907,7 +2007,7 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       f = simd ? widen_q6_k_avx512 : widen_q6_k_scalar<false>;
       break;
     case DType::Q3_K:
-      f = widen_q6_k_scalar<true>;
+      f = simd ? widen_q3_k_avx512 : widen_q6_k_scalar<true>;
       break;
     default:
       REWIND_CHECK_MSG(false, "widen_quant: not a quantised store");

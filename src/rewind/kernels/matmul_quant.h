@@ -91,8 +91,8 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 // Decode tiles: y[r, 0..ncols) = the whole K of x rows r < rows (1..kQuantDecodeRows) against
 // np panels (panel p at panels + p * panel_stride, nb k-blocks), dequantising in registers with
 // the widen's arithmetic and one FMA chain per output in k order: the same bits as widen + the
-// F32 micro-kernel. Available on AVX-512 unless a test forced another path (not for Q4_0, IQ4_NL
-// and Q3_K, which widen with the scalar widen and run the F32 micro-kernel).
+// F32 micro-kernel. Available on AVX-512 (every quantised store) unless a test forced another
+// path.
 constexpr int kQuantDecodeRows = 2;
 constexpr int kQuantDecodePanels = 4;
 bool quant_decode_tiles_available(DType t);
