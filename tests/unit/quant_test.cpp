@@ -547,25 +547,46 @@ TEST(QuantInt8, QuantizeActs) {
     detail::quantize_acts(DType::Q4_K, big.data(), 1, 256, 256, &b, nullptr);
     EXPECT_EQ(b.d[0], 1.0f / 127.0f);
   }
-  // Every SIMD path and the scalar agree on random rows of every block size, and on a row of
-  // rounding ties (amax 127: x * id = x, halves round to even).
-  auto r = randn(static_cast<size_t>(5 * 512), 17, 3.0f);
-  for (int i = 0; i < 512; ++i) r[4 * 512 + i] = static_cast<float>(i % 254 - 127) + 0.5f;
-  r[4 * 512] = -127.0f;
+  // Every SIMD path and the scalar agree on random rows of every block size, on a row of
+  // rounding ties (amax 127: x * id = x, halves round to even), and on rows whose blocks' scales
+  // cross every fp16 regime (rows 5-8: amax from 2^-40 to 2^22, so amax / 127 is an fp16
+  // zero, subnormal, normal or past fp16's range; row 8's last block has an inf). Each row is 4608
+  // values (144 Q8_0 blocks: more than one pass of the AVX-512 row quantiser).
+  constexpr int64_t kRow = 4608, kRows = 9;
+  auto r = randn(static_cast<size_t>(kRows * kRow), 17, 3.0f);
+  for (int i = 0; i < kRow; ++i) r[4 * kRow + i] = static_cast<float>(i % 254 - 127) + 0.5f;
+  r[4 * kRow] = -127.0f;
+  for (int64_t i = 5 * kRow; i < kRows * kRow; ++i)
+    r[i] = std::ldexp(r[i], static_cast<int>(((i - 5 * kRow) / 32) % 63) - 40);
+  r[kRows * kRow - 1] = std::numeric_limits<float>::infinity();
   for (DType t : {DType::Q8_0, DType::Q4_K}) {
     detail::QuantizedActs b;
     matmul_force_isa("scalar");
-    detail::quantize_acts(t, r.data(), 5, 512, 512, &b, nullptr);
-    EXPECT_EQ(b.q[4 * 512 + 1], -126);  // -125.5 rounds to even
-    EXPECT_EQ(b.q[4 * 512 + 2], -124);  // -124.5 rounds to even
+    detail::quantize_acts(t, r.data(), kRows, kRow, kRow, &b, nullptr);
+    EXPECT_EQ(b.q[4 * kRow + 1], -126);  // -125.5 rounds to even
+    EXPECT_EQ(b.q[4 * kRow + 2], -124);  // -124.5 rounds to even
     for (const char* isa : {"avx512", "avx2"}) {
       if (!matmul_force_isa(isa)) continue;
       detail::QuantizedActs a;
-      detail::quantize_acts(t, r.data(), 5, 512, 512, &a, nullptr);
-      EXPECT_EQ(std::memcmp(a.q.data(), b.q.data(), 5 * 512), 0) << isa;
+      detail::quantize_acts(t, r.data(), kRows, kRow, kRow, &a, nullptr);
+      EXPECT_EQ(std::memcmp(a.q.data(), b.q.data(), kRows * kRow), 0) << isa;
       EXPECT_EQ(std::memcmp(a.d.data(), b.d.data(), a.d.size() * 4), 0) << isa;
-      EXPECT_EQ(std::memcmp(a.s16.data(), b.s16.data(), 5 * 512 / 16 * 4), 0) << isa;
+      EXPECT_EQ(std::memcmp(a.s16.data(), b.s16.data(), kRows * kRow / 16 * 4), 0) << isa;
     }
+  }
+  {  // the regimes are there: fp16 zero, subnormal and normal scales, and f32 ones past it
+    detail::QuantizedActs b;
+    matmul_force_isa("scalar");
+    detail::quantize_acts(DType::Q8_0, r.data(), kRows, kRow, kRow, &b, nullptr);
+    int zero = 0, sub = 0, past = 0;
+    for (int64_t i = 5 * kRow / 32; i < kRows * kRow / 32; ++i) {
+      zero += b.d[i] == 0.0f;
+      sub += b.d[i] > 0.0f && b.d[i] < 6.1035156e-5f;
+      past += b.d[i] > 65504.0f;
+    }
+    EXPECT_GT(zero, 0);
+    EXPECT_GT(sub, 0);
+    EXPECT_GT(past, 0);
   }
   matmul_force_isa("auto");
 }
