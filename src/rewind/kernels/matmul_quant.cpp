@@ -172,8 +172,18 @@ inline float act_scale(float amax, float id, int n) {
   return d <= 65504.0f ? f16_to_f32(f32_to_f16(d)) : d;
 }
 
-// Activation quantisation of one block of n values (the reference; the AVX-512 version below
-// gives the same bits: the max is exact, x * id is one rounding, nearest-even both ways).
+// s16[i / 16] = the sum of codes q[i..i+15], for i = from, from + 16, ..., to - 16.
+inline void sums16_scalar(const int8_t* q, int64_t from, int64_t to, int32_t* s16) {
+  for (int64_t i = from; i < to; i += 16) {
+    int32_t sum = 0;
+    for (int e = 0; e < 16; ++e) sum += q[i + e];
+    s16[i / 16] = sum;
+  }
+}
+
+// Activation quantisation of one block of n values (the reference; the SIMD versions below, by
+// block on AVX2 and by row on AVX-512, give the same bits: the max is exact, x * id is one
+// rounding, nearest-even both ways).
 void quantize_block_scalar(const float* x, int n, int8_t* q, float* d) {
   float amax = 0.0f;
   bool finite = true;
@@ -699,7 +709,7 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
       // Q4_0: the codes c (0..15) are the u8 operand as they are, s = sum c * x - 8 * sum x.
       // IQ4_NL: vpshufb looks the codes up as kIq4nlValues[c] + 128 (1..241, a valid u8
       // operand), s = sum (v + 128) * x - 128 * sum x. Either way Q8_0's integer for its value.
-      const bool nl = t == DType::IQ4_NL;
+      constexpr bool nl = t == DType::IQ4_NL;
       const __m512i m4 = _mm512_set1_epi8(0x0F);
       const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
@@ -715,7 +725,7 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
           const __m512i v = load_group(blk[p] + kQ8QOff + 64 * g);
           lo[p] = _mm512_and_si512(v, m4);
           hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-          if (nl) {
+          if constexpr (nl) {
             lo[p] = _mm512_shuffle_epi8(table, lo[p]);
             hi[p] = _mm512_shuffle_epi8(table, hi[p]);
           }
@@ -736,7 +746,7 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
       // Both halves of a group as byte codes (4 or 5 bits) into one sum per sub-block: with 4
       // rows x 2 panels the f32, block and sub-block accumulators take 24 of the 32 registers
       // (a second sub-block sum for the high nibbles kept in place, as before, took 32 and
-      // spilled: matmul_bench M=512 Q4_K 740-800 -> see docs/ARCHITECTURE.md).
+      // spilled: matmul_bench M=512 gate|up on Zen 5, Q4_K 769-889 -> 1253-1291 GOP/s).
       for (int sb = 0; sb < 8; ++sb) {
         __m512i is[R][P];
         for (int r = 0; r < R; ++r)
@@ -783,7 +793,7 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
       combine<R, P, true>(acc, dmin, xr, b, s);
     } else {  // Q6_K: u8 operand q + 32; -32 * sum16(qx) corrects the offset per sub-block.
       // Q3_K (packed, decode): the u8 operand c = q + 4 (0..7) built in registers, -4 * sum16.
-      const bool q3 = t == DType::Q3_K;
+      constexpr bool q3 = t == DType::Q3_K;
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
       for (int sb = 0; sb < 16; ++sb) {
@@ -792,15 +802,11 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
           const __m512i c = _mm512_set1_epi32((q3 ? -4 : -32) * xr.s16[r][b * 16 + sb]);
           for (int p = 0; p < P; ++p) is[r][p] = c;
         }
-        // Q3_K: the sub-block's low-bit group, and its high-bit group with this sub-block's
-        // half moved to bits 0..3 of each byte (the one shift whose count is not a constant).
+        // Q3_K: the sub-block's low-bit group and its shifted high-bit group (the one shift
+        // whose count is not a constant), once for its 4 groups.
         __m512i q3lo[P], q3hi[P];
-        if (q3)
-          for (int p = 0; p < P; ++p) {
-            q3lo[p] = load_group(blk[p] + kQ3KLoOff + 64 * sb);
-            q3hi[p] = _mm512_srl_epi16(load_group(blk[p] + kQ3KHiOff + 64 * (sb >> 1)),
-                                       _mm_cvtsi32_si128(4 * (sb & 1)));
-          }
+        if constexpr (q3)
+          for (int p = 0; p < P; ++p) q3_k_sub_block(blk[p], sb, q3lo[p], q3hi[p]);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
           const int g = 4 * sb + i;
@@ -1190,11 +1196,7 @@ REWIND_AVX512 void quantize_row_avx512(const float* x, int64_t k, int n, int8_t*
     for (int h = 0; h < 4; ++h)
       s16[i / 16 + h] = static_cast<int32_t>(s8[2 * h] + s8[2 * h + 1]) - 16 * 128;
   }
-  for (; i < k; i += 16) {
-    int32_t sum = 0;
-    for (int e = 0; e < 16; ++e) sum += q[i + e];
-    s16[i / 16] = sum;
-  }
+  sums16_scalar(q, i, k, s16);
 }
 
 // ---- int8 dot: AVX2 ---------------------------------------------------------------------------
@@ -2103,11 +2105,7 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
       } else {
         for (int64_t b = 0; b < k / block; ++b)
           quantize_block(x + r * ldx + b * block, static_cast<int>(block), q + b * block, d + b);
-        for (int64_t i = 0; i < k / 16; ++i) {
-          int32_t s = 0;
-          for (int e = 0; e < 16; ++e) s += q[16 * i + e];
-          s16[i] = s;
-        }
+        sums16_scalar(q, 0, k, s16);
       }
       for (int64_t i = 0; i < k / 32; ++i)
         s32[i] = static_cast<int16_t>(s16[2 * i] + s16[2 * i + 1]);
