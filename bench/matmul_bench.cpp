@@ -8,8 +8,8 @@
 // far larger than L3); "hot" repeats one copy (served from L2/L3 where it fits). --cold does
 // the same for every M: a model's prefill also reads each matrix from memory, once per chunk.
 //
-// Usage: matmul_bench [--threads N] [--m 1,512] [--dtype
-// f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k]
+// Usage: matmul_bench [--threads N] [--m 1,512]
+//                     [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k]
 //                     [--shape NAME] [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
