@@ -3,7 +3,10 @@
 // decode (bytes of packed weights one token reads / bandwidth) and, for prefill (matmul
 // operations per token / peak), the fp32 FMA peak, or the int8 dot-product peak when most
 // weights are quantised and the int8 dot multiplies them. Ratios, not absolute times, compare.
-// Decode is timed per step too: the fastest and the median step beside the mean.
+// Prefill runs once untimed-for-the-headline (its buffers grow to the prompt's size then, which
+// a serving process pays once) and then --prefill-runs times on fresh states: the headline is the
+// median run, beside the fastest and the first. Decode is timed per step too: the fastest and
+// the median step beside the mean.
 #include <algorithm>
 #include <cstdio>
 #include <vector>
@@ -17,16 +20,19 @@
 namespace rw::app {
 
 int cmd_bench(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      {"--model", "-p", "-n", "-t", "--threads", "--weights", "--quant-dot", "--isa", "--seed"},
-      {"--json", "--help"});
+  auto args = Args::parse(argc, argv,
+                          {"--model", "-p", "-n", "-t", "--threads", "--weights", "--quant-dot",
+                           "--isa", "--seed", "--prefill-runs"},
+                          {"--json", "--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
         "usage: rewind bench --model DIR|FILE.gguf [-p 512] [-n 128] [-t THREADS]\n"
-        "                    [--weights auto|f32|bf16] [--quant-dot auto|int8|f32]\n"
+        "                    [--prefill-runs 3] [--weights auto|f32|bf16] [--quant-dot "
+        "auto|int8|f32]\n"
         "                    [--isa auto|amx|avx512|avx2|scalar] [--json]\n"
+        "  --prefill-runs: timed prefills after a first one (the headline is their median; the\n"
+        "         first, which grows the buffers to the prompt's size, is reported apart)\n"
         "  --isa: the widest SIMD path the kernels may take (default auto: the widest here;\n"
         "         amx = AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K and Q5_K prefill)\n");
     return 0;
@@ -37,9 +43,11 @@ int cmd_bench(int argc, char** argv) {
   auto n = args->int_("-n", 128);
   auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
   auto seed = args->int_("--seed", 1);
-  for (auto* r : {&p, &n, &th, &seed})
+  auto runs = args->int_("--prefill-runs", 3);
+  for (auto* r : {&p, &n, &th, &seed, &runs})
     if (!r->ok()) return fail(r->error_message());
-  if (p.value() < 1 || n.value() < 1 || th.value() < 1) return fail("-p, -n and -t must be >= 1");
+  if (p.value() < 1 || n.value() < 1 || th.value() < 1 || runs.value() < 1)
+    return fail("-p, -n, -t and --prefill-runs must be >= 1");
 
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;
@@ -71,13 +79,21 @@ int cmd_bench(int argc, char** argv) {
     SeqInput in{&w, std::span<const int32_t>(prompt.data(), 1), {0}};
     (void)m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
   }
+  // The first prefill, then the timed ones, each on a fresh state; decode continues the last.
   SequenceState st = m.new_state();
-  const double t0 = now_seconds();
-  {
+  std::vector<double> prefill_s;
+  for (int64_t i = 0; i <= runs.value(); ++i) {
+    st = m.new_state();
     SeqInput in{&st, prompt, {static_cast<int32_t>(prompt.size() - 1)}};
+    const double a = now_seconds();
     Status r = m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
     if (!r.ok()) return fail(r.error_message());
+    prefill_s.push_back(now_seconds() - a);
   }
+  const double first_prefill_s = prefill_s.front();
+  prefill_s.erase(prefill_s.begin());
+  std::sort(prefill_s.begin(), prefill_s.end());
+  const double median_prefill_s = prefill_s[prefill_s.size() / 2];
   const double t1 = now_seconds();
   // Each step's own time too: the fastest and the median step next to the mean (below).
   std::vector<double> step_s(static_cast<size_t>(n.value()));
@@ -108,12 +124,14 @@ int cmd_bench(int argc, char** argv) {
         std::max(lim.amx_int8_peak_gop_s, measure_amx_int8_peak_gop_s(&pool, 0.05));
   }
 
-  const double prefill_tps = static_cast<double>(p.value()) / (t1 - t0);
+  const double prefill_tps = static_cast<double>(p.value()) / median_prefill_s;
+  const double prefill_best_tps = static_cast<double>(p.value()) / prefill_s.front();
+  const double prefill_first_tps = static_cast<double>(p.value()) / first_prefill_s;
   const double decode_tps = static_cast<double>(n.value()) / (t2 - t1);
   const double prefill_flops = 2.0 * (static_cast<double>(p.value()) *
                                           static_cast<double>(m.matmul_macs_per_token_layers()) +
                                       static_cast<double>(m.matmul_macs_lm_head()));
-  const double prefill_gflop_s = prefill_flops / (t1 - t0) / 1e9;
+  const double prefill_gflop_s = prefill_flops / median_prefill_s / 1e9;
   // Bytes one decode step reads: the packed weights, the recurrent state (conv windows and
   // delta-rule matrices, read once; the write-back is not counted) and the attention K/V of
   // every position so far (p + i + 1 at step i: p + (n + 1) / 2 on average).
@@ -149,8 +167,9 @@ int cmd_bench(int argc, char** argv) {
   if (args->has("--json")) {
     std::printf(
         "{\"model\":\"%s\",\"weights_bytes\":%zu,\"threads\":%lld,\"isa\":\"%s\",\"load_s\":%.3f,"
-        "\"prompt_tokens\":%lld,\"decode_tokens\":%lld,\"prefill_tok_s\":%.3f,\"decode_tok_s\":%."
+        "\"prompt_tokens\":%lld,\"decode_tokens\":%lld,\"prefill_runs\":%lld,\"prefill_tok_s\":%."
         "3f,"
+        "\"prefill_best_tok_s\":%.3f,\"prefill_first_tok_s\":%.3f,\"decode_tok_s\":%.3f,"
         "\"prefill_gflop_s\":%.2f,\"decode_gb_s\":%.3f,\"decode_bytes_per_token\":%.0f,"
         "\"decode_weight_bytes\":%.0f,\"decode_state_bytes\":%.0f,\"decode_kv_bytes\":%.0f,"
         "\"bandwidth_gb_s\":%.3f,\"bandwidth_before_gb_s\":%.3f,\"bandwidth_after_gb_s\":%.3f,"
@@ -162,7 +181,8 @@ int cmd_bench(int argc, char** argv) {
         "\"decode_best_step_fraction_of_bound\":%.6g,"
         "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f}\n",
         dir.c_str(), m.packed_bytes(), static_cast<long long>(th.value()), m.isa(), load_s,
-        static_cast<long long>(p.value()), static_cast<long long>(n.value()), prefill_tps,
+        static_cast<long long>(p.value()), static_cast<long long>(n.value()),
+        static_cast<long long>(runs.value()), prefill_tps, prefill_best_tps, prefill_first_tps,
         decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, weight_bytes, state_bytes, kv_bytes,
         bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
         lim.int8_isa.c_str(), lim.amx_int8_peak_gop_s, amx ? "true" : "false", frac_amx,
@@ -194,6 +214,10 @@ int cmd_bench(int argc, char** argv) {
         "(%.1f%% of FMA peak%s)\n",
         static_cast<long long>(p.value()), prefill_tps, prefill_gflop_s, 100 * frac_peak,
         int8 ? "int8 dot" : "FMA", 100 * frac_fma, amx_frac);
+    std::printf(
+        "prefill runs:   median of %lld %8.2f tok/s; fastest %8.2f tok/s; first run (buffers "
+        "grow) %8.2f tok/s\n",
+        static_cast<long long>(runs.value()), prefill_tps, prefill_best_tps, prefill_first_tps);
     std::printf(
         "decode  %lld tokens: %8.2f tok/s  %7.2f GB/s     = %5.1f%% of bandwidth bound "
         "(per token: %.1f MB weights + %.1f MB recurrent state + %.1f MB K/V)\n",
