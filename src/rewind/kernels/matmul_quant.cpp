@@ -61,6 +61,13 @@ constexpr int kQ6KScOff = 32, kQ6KLoOff = 288, kQ6KHiOff = 288 + 2048;
 // A Q6_K block expanded for prefill (expand_q6_k): the same d and sc, then one code byte per
 // value in 64 groups of the 4-byte operand layout.
 constexpr int64_t kQ6KBytesBlock = 288 + 4096;
+// A Q4_K / Q5_K block expanded for prefill (expand_k_bytes): the packed block as it is, then its
+// codes one byte each as expand_q4_k_codes lays them out (group g: values 8g..8g+3 at 128 g,
+// 8g+4..8g+7 at 128 g + 64).
+constexpr int64_t kKBytesCodes = 4096;
+constexpr int64_t k_bytes_block(DType t) {
+  return quant_panel_block_bytes(t) + kKBytesCodes;
+}
 // Q6_K code (u8, q + 32) of value k, lane j: low 4 bits in the Q4_K nibble layout, high 2 bits
 // in 16 groups of 16 values: byte t of lane j of group h holds, in bits 2c..2c+1, the high bits
 // of value 16h + 4c + t.
@@ -671,11 +678,13 @@ REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][
 template <int R, int P, DType t>
 REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                    int64_t y_step, bool q6_bytes) {
+                                    int64_t y_step, bool bytes) {
   const ActRows<R> xr(xa, r0);
-  const int64_t pb = q6_bytes ? kQ6KBytesBlock : quant_panel_block_bytes(t), nb = xa.k / xa.block;
-  // The packed block's size as a constant for the decode prefetch (q6_bytes serves prefill only).
+  // The packed block's size as a constant for the decode prefetch (bytes serves prefill only),
+  // and for Q4_K / Q5_K the offset of the expanded codes.
   constexpr int64_t kPb = quant_panel_block_bytes(t);
+  const int64_t pb = !bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : k_bytes_block(t);
+  const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -756,7 +765,12 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 32>(blk[p], g);
-            kquant_codes<t == DType::Q5_K>(blk[p], g, lo[p], hi[p]);
+            if (bytes) {
+              lo[p] = load_group(blk[p] + kPb + 128 * g);
+              hi[p] = load_group(blk[p] + kPb + 128 * g + 64);
+            } else {
+              kquant_codes<t == DType::Q5_K>(blk[p], g, lo[p], hi[p]);
+            }
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
@@ -813,9 +827,9 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
           __m512i w[P];
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 64>(blk[p], g);
-            w[p] = q3         ? q3_k_codes(q3lo[p], q3hi[p], i)
-                   : q6_bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g)
-                              : q6_k_codes(blk[p], g);
+            w[p] = q3      ? q3_k_codes(q3lo[p], q3hi[p], i)
+                   : bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g)
+                           : q6_k_codes(blk[p], g);
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
@@ -841,9 +855,9 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
 template <int R, int P>
 REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
                                   const std::byte* panels, int64_t panel_stride, float* y,
-                                  int64_t ldy, int ncols, int64_t y_step, bool q6_bytes) {
+                                  int64_t ldy, int ncols, int64_t y_step, bool bytes) {
 #define REWIND_INT8_TYPE(T) \
-  return int8_tile_avx512_t<R, P, T>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, q6_bytes)
+  return int8_tile_avx512_t<R, P, T>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, bytes)
   switch (t) {
     case DType::Q8_0:
       REWIND_INT8_TYPE(DType::Q8_0);
@@ -874,7 +888,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
 
 // Panel p of a tile reads panels + p * panel_stride and writes y + p * y_step (floats); ncols
 // counts the output columns from the tile's first one (the last panel may be partial).
-// q6_bytes: Q6_K panels expanded by expand_q6_k (one code byte per value).
+// bytes: Q6_K panels expanded by expand_q6_k, Q4_K / Q5_K panels by expand_k_bytes (one code byte
+// per value; the AVX2 tiles take Q6_K's only).
 using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
                             int64_t, int, int64_t, bool);
 constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
@@ -1045,20 +1060,31 @@ REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const in
 // Codes of nb Q4_K panel blocks at src as bytes at dst: block b, sub-block s at dst + 4096 b +
 // 512 s, 8 rows of 64 bytes (row i: bytes 4j..4j+3 = codes 4i..4i+3 of the sub-block, lane j).
 // Q5_K (q5): the 5-bit codes.
+REWIND_AVX512 inline void expand_k_block_codes(const std::byte* blk, bool q5, void* dst) {
+  auto* o = static_cast<std::byte*>(dst);
+  for (int g = 0; g < 32; ++g) {  // group g: codes 8g..8g+3 (low nibbles), 8g+4..8g+7 (high)
+    __m512i lo, hi;
+    if (q5)
+      kquant_codes<true>(blk, g, lo, hi);
+    else
+      kquant_codes<false>(blk, g, lo, hi);
+    _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g), lo);
+    _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g + 64), hi);
+  }
+}
 REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, bool q5, int8_t* dst) {
   const int64_t pb = quant_panel_block_bytes(q5 ? DType::Q5_K : DType::Q4_K);
+  for (int64_t b = 0; b < nb; ++b) expand_k_block_codes(src + b * pb, q5, dst + b * 4096);
+}
+// nb Q4_K / Q5_K panel blocks at src expanded to k_bytes_block each at dst, for the VNNI prefill
+// tiles: the packed block copied, then its codes one byte each.
+REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std::byte* dst) {
+  const DType t = q5 ? DType::Q5_K : DType::Q4_K;
+  const int64_t pb = quant_panel_block_bytes(t);
   for (int64_t b = 0; b < nb; ++b) {
-    const std::byte* blk = src + b * pb;
-    int8_t* o = dst + b * 4096;
-    for (int g = 0; g < 32; ++g) {  // group g: codes 8g..8g+3 (low nibbles), 8g+4..8g+7 (high)
-      __m512i lo, hi;
-      if (q5)
-        kquant_codes<true>(blk, g, lo, hi);
-      else
-        kquant_codes<false>(blk, g, lo, hi);
-      _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g), lo);
-      _mm512_storeu_si512(reinterpret_cast<void*>(o + 128 * g + 64), hi);
-    }
+    std::byte* o = dst + b * k_bytes_block(t);
+    std::memcpy(o, src + b * pb, static_cast<size_t>(pb));
+    expand_k_block_codes(src + b * pb, q5, o + pb);
   }
 }
 
@@ -2229,16 +2255,20 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const bool amx = !avx2 && (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
                    amx_int8_enabled() && r1 - r0 >= 16;
   const bool amx_q4 = amx && t != DType::Q8_0;
+  // Q4_K / Q5_K on the VNNI tiles: the panel pair's codes expanded to bytes once per row block,
+  // like Q6_K's (the same integers; the tiles then load codes instead of splitting nibbles).
+  const bool expand_k = !avx2 && !amx && (t == DType::Q4_K || t == DType::Q5_K);
   // A multiple of the tile height (126 and 510 for 6-row tiles; 128 for the 16-row AMX tiles), so
   // that no row block ends in a short tile: with 128, every 128-row block of a Q8_0 prefill ended
   // in a 2-row tile, 1.6% of the rows at 3% of the tile time (perf, 2048-token prefill).
-  const int64_t kMc = amx ? 128 : (expand || expand_nl ? 512 : 128) / kR * kR;
+  const int64_t kMc = amx ? 128 : (expand || expand_nl || expand_k ? 512 : 128) / kR * kR;
   const int64_t nb = xa.k / xa.block;
   // The panel group's codes as expand / expand_nl lay them out (Q6_K's bytes, Q8_0's blocks).
   thread_local AlignedBuffer<std::byte> expanded;
   const int64_t q8_block = quant_panel_block_bytes(DType::Q8_0);
   if (expand) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
   if (expand_nl) expanded.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
+  if (expand_k) expanded.reserve_at_least(static_cast<size_t>(kP * nb * k_bytes_block(t)));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
   if (amx) {
     amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
@@ -2268,6 +2298,12 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                              expanded.data() + p * nb * q8_block);
         src = expanded.data();
         stride = nb * q8_block;
+      } else if (expand_k) {
+        for (int p = 0; p < npg; ++p)
+          expand_k_bytes(panels + (p0 + p) * panel_stride, nb, t == DType::Q5_K,
+                         expanded.data() + p * nb * k_bytes_block(t));
+        src = expanded.data();
+        stride = nb * k_bytes_block(t);
       }
       // The next panel group (or the first one again for the next row block) streams into the
       // cache over this group's row tiles: the AMX tiles spread it over their steps, the VNNI /
@@ -2303,7 +2339,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                                : expand  ? DType::Q6_K
                                          : t,
                                xa, r, src, stride, y + (r - r0) * ldy + 16 * p0, ldy,
-                               ncols - 16 * p0, 16, expand);
+                               ncols - 16 * p0, 16, expand || expand_k);
       }
     }
   }
