@@ -35,6 +35,65 @@ TEST(Ops, DotFixedMatchesDouble) {
   }
 }
 
+// The fixed order of ops.h, written out: lane l sums elements l, l + 16, ... with fma in index
+// order, then the lanes 16 -> 8 -> 4 -> 2 -> 1.
+float fixed_order_dot(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  for (int64_t i = 0; i < n; ++i) acc[i % 16] = std::fma(a[i], b[i], acc[i % 16]);
+  float t8[8], t4[4];
+  for (int i = 0; i < 8; ++i) t8[i] = acc[i] + acc[i + 8];
+  for (int i = 0; i < 4; ++i) t4[i] = t8[i] + t8[i + 4];
+  return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+}
+
+// The reductions of dot_fixed and of the norms (several rows or heads at once on the SIMD paths)
+// give the fixed order's bits on every SIMD path this machine has: lengths with and without a
+// tail, row counts across the groups of 4 and 16.
+TEST(Ops, ReductionsBitsEqualFixedOrder) {
+  struct IsaGuard {
+    ~IsaGuard() { matmul_force_isa("auto"); }
+  } guard;
+  auto same = [](float a, float b) { return std::memcmp(&a, &b, 4) == 0; };
+  std::mt19937_64 r(23);
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    if (!matmul_force_isa(isa)) continue;
+    for (int64_t n : {1, 5, 16, 17, 128, 130, 1024}) {
+      auto a = randv(r, n), b = randv(r, n);
+      EXPECT_TRUE(same(dot_fixed(a.data(), b.data(), n), fixed_order_dot(a.data(), b.data(), n)))
+          << isa << " n " << n;
+      for (int64_t rows : {1, 3, 4, 7, 16, 21}) {
+        auto x = randv(r, rows * n), w = randv(r, n), z = randv(r, rows * n);
+        std::vector<float> y(x.size()), want(x.size());
+        rmsnorm(x.data(), n, w.data(), y.data(), n, rows, n, 1e-6f);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* xr = x.data() + i * n;
+          const float ms = fixed_order_dot(xr, xr, n) / static_cast<float>(n);
+          const float inv = 1.0f / std::sqrt(ms + 1e-6f);
+          for (int64_t j = 0; j < n; ++j) want[i * n + j] = (xr[j] * inv) * w[j];
+        }
+        ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << isa << " rmsnorm " << n;
+        y = x;
+        l2norm_heads(y.data(), rows, n, 1e-6f, 0.5f);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* xr = x.data() + i * n;
+          const float inv = 1.0f / std::sqrt(fixed_order_dot(xr, xr, n) + 1e-6f);
+          for (int64_t j = 0; j < n; ++j) want[i * n + j] = (xr[j] * inv) * 0.5f;
+        }
+        ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << isa << " l2norm " << n;
+        gated_rmsnorm_heads(x.data(), z.data(), w.data(), y.data(), rows, n, 1e-6f);
+        for (int64_t i = 0; i < rows; ++i) {
+          const float* xr = x.data() + i * n;
+          const float ms = fixed_order_dot(xr, xr, n) / static_cast<float>(n);
+          const float inv = 1.0f / std::sqrt(ms + 1e-6f);
+          for (int64_t j = 0; j < n; ++j)
+            want[i * n + j] = (w[j] * (xr[j] * inv)) * silu(z[i * n + j]);
+        }
+        ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << isa << " gated " << n;
+      }
+    }
+  }
+}
+
 TEST(Ops, RmsNormAndHeads) {
   std::mt19937_64 r(2);
   for (int64_t n : {8, 32, 64, 100, 1024}) {

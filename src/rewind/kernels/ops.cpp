@@ -15,7 +15,8 @@
 // GCC builds each hot function for AVX-512, AVX2+FMA and baseline x86-64 and picks one at load
 // time (ifunc). Every clone performs the same IEEE operations (explicit fma, no contraction, no
 // reassociation), so the choice never changes a bit.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define REWIND_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define REWIND_CLONES
@@ -67,7 +68,8 @@ inline __attribute__((always_inline)) float exp_fixed_inline(float x) {
 }  // namespace
 
 // Inlined into each clone that uses it (the fixed order is the same everywhere).
-inline __attribute__((always_inline)) float dot_fixed_inline(const float* a, const float* b, int64_t n) {
+inline __attribute__((always_inline)) float dot_fixed_inline(const float* a, const float* b,
+                                                             int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -86,18 +88,133 @@ inline __attribute__((always_inline)) float sum_fixed_inline(const float* a, int
   return reduce_lanes(acc);
 }
 
-REWIND_CLONES
-float dot_fixed(const float* a, const float* b, int64_t n) { return dot_fixed_inline(a, b, n); }
+namespace {
 
-float sumsq_fixed(const float* a, int64_t n) { return dot_fixed(a, a, n); }
+#if defined(__x86_64__) && defined(__GNUC__)
+#define REWIND_DOT_SIMD 1
+// GCC 12's avx512fintrin.h builds the 512 -> 256-bit cast and the lane shuffle from masked forms
+// with an uninitialised pass-through operand and warns about it in its own header; the operand
+// is dead (all-ones mask), as in matmul_quant.cpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// reduce_lanes from its first step on: t8 = lanes 0-7 + lanes 8-15 given, then the same adds
+// (t4[i] = t8[i] + t8[i + 4], t2a = t4[0] + t4[2], t2b = t4[1] + t4[3], t2a + t2b) in registers.
+__attribute__((target("avx2"))) inline float reduce_lanes8(__m256 t8) {
+  const __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+  const __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+  return _mm_cvtss_f32(_mm_add_ss(t2, _mm_shuffle_ps(t2, t2, 1)));
+}
+
+// The 16-lane dot products of R rows at once, with the lanes in vector registers: lane l is the
+// same fma chain over elements l, l + 16, ... as in dot_fixed_inline, the tail's lanes past n
+// keep their sums (masked fma), and the lanes are combined by the same tree; so the bits are
+// dot_fixed_inline's. (GCC leaves dot_fixed_inline's 16 lanes as scalar fmas, and one row's
+// chain waits on the fma latency: R rows interleave R chains.)
+template <int R>
+__attribute__((target("avx512f"))) void dot_rows_avx512(const float* const* a,
+                                                        const float* const* b, int64_t n,
+                                                        float* out) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(a[r] + i), _mm512_loadu_ps(b[r] + i), acc[r]);
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, a[r] + i),
+                                     _mm512_maskz_loadu_ps(m, b[r] + i), acc[r], m);
+  }
+  for (int r = 0; r < R; ++r)
+    out[r] = reduce_lanes8(
+        _mm256_add_ps(_mm512_castps512_ps256(acc[r]),
+                      _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc[r], acc[r], 0xEE))));
+}
+
+// AVX2: lanes 0-7 and 8-15 in two registers; a tail of under 16 in dot_fixed_inline's scalar
+// loop on the stored lanes.
+template <int R>
+__attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* const* a, const float* const* b,
+                                                       int64_t n, float* out) {
+  __m256 lo[R], hi[R];
+  for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + i), _mm256_loadu_ps(b[r] + i), lo[r]);
+      hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(a[r] + i + 8), _mm256_loadu_ps(b[r] + i + 8), hi[r]);
+    }
+  for (int r = 0; r < R; ++r) {
+    if (i == n) {
+      out[r] = reduce_lanes8(_mm256_add_ps(lo[r], hi[r]));
+      continue;
+    }
+    float l[kLanes];
+    _mm256_storeu_ps(l, lo[r]);
+    _mm256_storeu_ps(l + 8, hi[r]);
+    for (int j = 0; i + j < n; ++j) l[j] = std::fma(a[r][i + j], b[r][i + j], l[j]);
+    out[r] = reduce_lanes(l);
+  }
+}
+
+int dot_simd_level() {
+  static const int cpu = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"))         ? 2
+                         : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
+                                                                                           : 0;
+  return std::min(cpu, detail::g_isa_cap);
+}
+#pragma GCC diagnostic pop
+#endif
+
+// out[r] = dot_fixed(a[r], b[r], n) for r < rows.
+void dot_rows(const float* const* a, const float* const* b, int64_t rows, int64_t n, float* out) {
+#ifdef REWIND_DOT_SIMD
+  const int level = dot_simd_level();
+  if (level > 0) {
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4)
+      (level == 2 ? dot_rows_avx512<4> : dot_rows_avx2<4>)(a + r, b + r, n, out + r);
+    for (; r < rows; ++r)
+      (level == 2 ? dot_rows_avx512<1> : dot_rows_avx2<1>)(a + r, b + r, n, out + r);
+    return;
+  }
+#endif
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot_fixed_inline(a[r], b[r], n);
+}
+
+// out[r] = sumsq_fixed(x + r * ld, n) for r < rows, 16 rows per pass.
+void sumsq_rows(const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const int64_t nr = std::min<int64_t>(16, rows - r0);
+    const float* p[16];
+    for (int64_t r = 0; r < nr; ++r) p[r] = x + (r0 + r) * ld;
+    dot_rows(p, p, nr, n, out + r0);
+  }
+}
+
+}  // namespace
+
+float dot_fixed(const float* a, const float* b, int64_t n) {
+  float out;
+  dot_rows(&a, &b, 1, n, &out);
+  return out;
+}
+
+float sumsq_fixed(const float* a, int64_t n) {
+  return dot_fixed(a, a, n);
+}
 
 REWIND_CLONES
 void rmsnorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy, int64_t n_rows,
              int64_t n, float eps) {
+  float ss[16];
   for (int64_t r = 0; r < n_rows; ++r) {
+    if (r % 16 == 0) sumsq_rows(x + r * ldx, ldx, std::min<int64_t>(16, n_rows - r), n, ss);
     const float* xr = x + r * ldx;
     float* yr = y + r * ldy;
-    const float ms = sumsq_fixed(xr, n) / static_cast<float>(n);
+    const float ms = ss[r % 16] / static_cast<float>(n);
     const float inv = 1.0f / std::sqrt(ms + eps);
     for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * inv) * w[i];
   }
@@ -109,9 +226,11 @@ void rmsnorm_heads(float* x, int64_t n_heads, int64_t d, const float* w, float e
 
 REWIND_CLONES
 void l2norm_heads(float* x, int64_t n_heads, int64_t d, float eps, float scale) {
+  float ss[16];
   for (int64_t h = 0; h < n_heads; ++h) {
+    if (h % 16 == 0) sumsq_rows(x + h * d, d, std::min<int64_t>(16, n_heads - h), d, ss);
     float* xh = x + h * d;
-    const float inv = 1.0f / std::sqrt(sumsq_fixed(xh, d) + eps);
+    const float inv = 1.0f / std::sqrt(ss[h % 16] + eps);
     for (int64_t i = 0; i < d; ++i) xh[i] = (xh[i] * inv) * scale;
   }
 }
@@ -123,9 +242,15 @@ inline __attribute__((always_inline)) float sigmoid_inline(float x) {
   return 1.0f / (1.0f + exp_fixed_inline(-x));
 }
 
-REWIND_CLONES float exp_fixed(float x) { return exp_fixed_inline(x); }
-REWIND_CLONES float silu(float x) { return silu_inline(x); }
-REWIND_CLONES float sigmoid(float x) { return sigmoid_inline(x); }
+REWIND_CLONES float exp_fixed(float x) {
+  return exp_fixed_inline(x);
+}
+REWIND_CLONES float silu(float x) {
+  return silu_inline(x);
+}
+REWIND_CLONES float sigmoid(float x) {
+  return sigmoid_inline(x);
+}
 
 REWIND_CLONES
 void sigmoid_gate(float* a, const float* gate, int64_t n) {
@@ -143,13 +268,15 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
 }
 
 REWIND_CLONES
-void gated_rmsnorm_heads(const float* o, const float* z, const float* w, float* y,
-                         int64_t n_heads, int64_t d, float eps) {
+void gated_rmsnorm_heads(const float* o, const float* z, const float* w, float* y, int64_t n_heads,
+                         int64_t d, float eps) {
+  float ss[16];
   for (int64_t h = 0; h < n_heads; ++h) {
+    if (h % 16 == 0) sumsq_rows(o + h * d, d, std::min<int64_t>(16, n_heads - h), d, ss);
     const float* oh = o + h * d;
     const float* zh = z + h * d;
     float* yh = y + h * d;
-    const float ms = dot_fixed_inline(oh, oh, d) / static_cast<float>(d);
+    const float ms = ss[h % 16] / static_cast<float>(d);
     const float inv = 1.0f / std::sqrt(ms + eps);
     for (int64_t i = 0; i < d; ++i) yh[i] = (w[i] * (oh[i] * inv)) * silu_inline(zh[i]);
   }
@@ -514,8 +641,8 @@ struct RowGroup {
 
 REWIND_CLONES
 void attention_head(const float* q, const float* const* k_blocks, const float* const* v_blocks,
-                    int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale,
-                    float* out, float* scratch) {
+                    int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale, float* out,
+                    float* scratch) {
   attention_rows(q, d, 1, &n_keys, k_blocks, v_blocks, block, ld, d, scale, out, d, scratch);
 }
 
@@ -615,7 +742,8 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
         case 256:
           weighted_values_rows<1, 256>(vb, ld, g.nb, g.s, g.o);
           continue;
-        default: break;
+        default:
+          break;
       }
       float* o = g.o[0];
       for (int64_t j = 0; j < g.nb[0]; ++j) {
