@@ -626,6 +626,24 @@ constexpr DecodeTileFn kDecodeTiles[2][4] = {{decode_tile_avx512<1, 1>, decode_t
 
 // ---- int8 dot: AVX-512 VNNI ------------------------------------------------------------------
 
+// Software prefetch (into L2) of the panel group a row block reads next, a few lines per tile
+// step: a prefill's weights come from memory (a model's matrices are far larger than the
+// caches), and without it the first row tile of each panel group waits on every line its tile
+// loads miss (the hardware prefetchers see those loads late). Cold matmul_bench, M=512, Q8_0 on
+// AMX: 0.63-0.69 of the hot speed before.
+struct PrefetchStream {
+  const std::byte* p;
+  const std::byte* end;
+  int64_t per_step;
+  // Lines [p, p + bytes) spread over `steps` calls of step().
+  PrefetchStream(const std::byte* from, int64_t bytes, int64_t steps)
+      : p(from), end(from + bytes), per_step(steps > 0 ? (bytes / 64 + steps) / steps : 0) {}
+  __attribute__((always_inline)) void step() {
+    for (int64_t i = 0; i < per_step && p < end; ++i, p += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  }
+};
+
 inline int32_t load_i32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -678,7 +696,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][
 template <int R, int P, DType t>
 REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                    int64_t y_step, bool bytes) {
+                                    int64_t y_step, bool bytes, PrefetchStream* pf) {
   const ActRows<R> xr(xa, r0);
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only),
   // and for Q4_K / Q5_K the offset of the expanded codes.
@@ -689,6 +707,7 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
+    if (pf) pf->step();  // prefill: the next panel group, a few lines per block
     const std::byte* blk[P];
     for (int p = 0; p < P; ++p) blk[p] = panels + p * panel_stride + b * pb;
     __m512 dw[P];
@@ -855,9 +874,10 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
 template <int R, int P>
 REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
                                   const std::byte* panels, int64_t panel_stride, float* y,
-                                  int64_t ldy, int ncols, int64_t y_step, bool bytes) {
+                                  int64_t ldy, int ncols, int64_t y_step, bool bytes,
+                                  PrefetchStream* pf) {
 #define REWIND_INT8_TYPE(T) \
-  return int8_tile_avx512_t<R, P, T>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, bytes)
+  return int8_tile_avx512_t<R, P, T>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, bytes, pf)
   switch (t) {
     case DType::Q8_0:
       REWIND_INT8_TYPE(DType::Q8_0);
@@ -889,9 +909,10 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
 // Panel p of a tile reads panels + p * panel_stride and writes y + p * y_step (floats); ncols
 // counts the output columns from the tile's first one (the last panel may be partial).
 // bytes: Q6_K panels expanded by expand_q6_k, Q4_K / Q5_K panels by expand_k_bytes (one code byte
-// per value; the AVX2 tiles take Q6_K's only).
+// per value; the AVX2 tiles take Q6_K's only). pf (prefill, or null): a stream the VNNI tiles
+// step once per block (the AVX2 tiles ignore it: their caller steps it before each tile).
 using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
-                            int64_t, int, int64_t, bool);
+                            int64_t, int, int64_t, bool, PrefetchStream*);
 constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
 #define REWIND_INT8_ROW(R) \
   { int8_tile_avx512<R, 1>, int8_tile_avx512<R, 2>, int8_tile_avx512<R, 3>, int8_tile_avx512<R, 4> }
@@ -964,24 +985,6 @@ void amx_pack_acts_k32(const QuantizedActs& xa, int64_t r0, int8_t* a) {
     for (int64_t b = 0; b < nb; ++b) std::memcpy(a + b * 512 + r * 32, src + b * 32, 32);
   }
 }
-
-// Software prefetch (into L2) of the panel group a row block reads next, a few lines per tile
-// step: a prefill's weights come from memory (a model's matrices are far larger than the
-// caches), and without it the first row tile of each panel group waits on every line its tile
-// loads miss (the hardware prefetchers see those loads late). Cold matmul_bench, M=512, Q8_0 on
-// AMX: 0.63-0.69 of the hot speed before.
-struct PrefetchStream {
-  const std::byte* p;
-  const std::byte* end;
-  int64_t per_step;
-  // Lines [p, p + bytes) spread over `steps` calls of step().
-  PrefetchStream(const std::byte* from, int64_t bytes, int64_t steps)
-      : p(from), end(from + bytes), per_step(steps > 0 ? (bytes / 64 + steps) / steps : 0) {}
-  __attribute__((always_inline)) void step() {
-    for (int64_t i = 0; i < per_step && p < end; ++i, p += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-  }
-};
 
 // The tile pipeline of the AMX kernels over n 32-value chunks of 16 rows: chunk u's activation
 // codes at a + 512 u (16 x 32 B), its weight codes at wt(u) (8 x 64 B); calls combine(u, s) with
@@ -1748,7 +1751,8 @@ REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const 
 template <int R, int P>
 REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
                                 const std::byte* panels, int64_t panel_stride, float* y,
-                                int64_t ldy, int ncols, int64_t y_step, bool q6_bytes) {
+                                int64_t ldy, int ncols, int64_t y_step, bool q6_bytes,
+                                PrefetchStream*) {
   switch (t) {
     case DType::Q8_0:
       return int8_tile_avx2_q8_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
@@ -2230,7 +2234,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       int npg = 0;
       while (npg < max_p && i + npg * q < np) ++npg;
       tiles[rows - 1][npg - 1](t, xa, r0, panels + i * panel_stride, q * panel_stride, y + 16 * i,
-                               ldy, ncols - 16 * i, int64_t{16} * q, false);
+                               ldy, ncols - 16 * i, int64_t{16} * q, false, nullptr);
     }
     return;
   }
@@ -2331,15 +2335,20 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
             int8_tile_amx_q8_0(xa, r, ar, src, stride, npg, yr, ldy, ncols - 16 * p0, pf);
         }
       }
-      PrefetchStream pfv(next_group, next_bytes, (re - r + kR - 1) / kR);
+      // The AVX2 tiles' prefetches are stepped here, a burst before each tile; the VNNI tiles
+      // step theirs once per block (the bursts stalled on the misses in flight: 2% of a Q8_0
+      // prefill in this loop by perf; per block, Q8_0 prefill +1-4%, 3 of 3 in-process A/B
+      // runs on Zen 5).
+      const int64_t row_tiles = (re - r + kR - 1) / kR;
+      PrefetchStream pfv(next_group, next_bytes, avx2 ? row_tiles : row_tiles * nb);
       for (; r < re; r += kR) {
-        pfv.step();
+        if (avx2) pfv.step();
         const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
         tiles[rr - 1][npg - 1](expand_nl ? DType::Q8_0
                                : expand  ? DType::Q6_K
                                          : t,
                                xa, r, src, stride, y + (r - r0) * ldy + 16 * p0, ldy,
-                               ncols - 16 * p0, 16, expand || expand_k);
+                               ncols - 16 * p0, 16, expand || expand_k, avx2 ? nullptr : &pfv);
       }
     }
   }
