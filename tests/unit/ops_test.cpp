@@ -147,31 +147,39 @@ TEST(Ops, RopePartialRotateHalf) {
 
 TEST(Ops, ConvOverTokensEqualsSingleStepsBitwise) {
   std::mt19937_64 r(5);
-  const int64_t C = 37, K = 4, T = 11;
-  auto w = randv(r, C * K), in = randv(r, T * C), win0 = randv(r, (K - 1) * C);
-  std::vector<float> win_a = win0, win_b = win0, out_a(static_cast<size_t>(T * C)), out_b(out_a.size());
-  conv_silu(win_a.data(), in.data(), C, w.data(), out_a.data(), C, T, C, K, 0, C);
-  for (int64_t t = 0; t < T; ++t) {
-    // Split the channels too: ranges must not matter.
-    conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K, 0, 20);
-    conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K, 20, C);
-  }
-  EXPECT_EQ(0, std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(win_a.data(), win_b.data(), win_a.size() * sizeof(float)));
-  // Against the double formula, with the initial window as history.
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t c = 0; c < C; ++c) {
-      double acc = 0;
-      for (int64_t j = 0; j < K; ++j) {
-        const int64_t src = t - (K - 1) + j;
-        const double xv = src < 0 ? win0[(K - 1 + src) * C + c] : in[src * C + c];
-        acc += static_cast<double>(w[j * C + c]) * xv;
-      }
-      EXPECT_NEAR(out_a[t * C + c], ref::silu(acc), 1e-5);
+  // Channel counts below, at and across the kernel's 64-channel chunks, split at points that
+  // are not chunk boundaries.
+  for (int64_t C : {37, 64, 150}) {
+    const int64_t K = 4, T = 11, split = C > 64 ? 70 : 20;
+    auto w = randv(r, C * K), in = randv(r, T * C), win0 = randv(r, (K - 1) * C);
+    std::vector<float> win_a = win0, win_b = win0, out_a(static_cast<size_t>(T * C)),
+                       out_b(out_a.size());
+    conv_silu(win_a.data(), in.data(), C, w.data(), out_a.data(), C, T, C, K, 0, C);
+    for (int64_t t = 0; t < T; ++t) {
+      // Split the channels too: ranges must not matter.
+      conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K, 0,
+                split);
+      conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K,
+                split, C);
     }
-  // Window holds the last K-1 raw inputs.
-  for (int64_t j = 0; j < K - 1; ++j)
-    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(win_a[j * C + c], in[(T - (K - 1) + j) * C + c]);
+    EXPECT_EQ(0, std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float))) << C;
+    EXPECT_EQ(0, std::memcmp(win_a.data(), win_b.data(), win_a.size() * sizeof(float))) << C;
+    // Against the double formula, with the initial window as history.
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        double acc = 0;
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t src = t - (K - 1) + j;
+          const double xv = src < 0 ? win0[(K - 1 + src) * C + c] : in[src * C + c];
+          acc += static_cast<double>(w[j * C + c]) * xv;
+        }
+        EXPECT_NEAR(out_a[t * C + c], ref::silu(acc), 1e-5) << C;
+      }
+    // Window holds the last K-1 raw inputs.
+    for (int64_t j = 0; j < K - 1; ++j)
+      for (int64_t c = 0; c < C; ++c)
+        EXPECT_EQ(win_a[j * C + c], in[(T - (K - 1) + j) * C + c]) << C;
+  }
 }
 
 TEST(Ops, GdnStepMatchesReference) {
