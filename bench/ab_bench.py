@@ -45,7 +45,8 @@ def main():
         for label, binary, model, extra in configs:
             j = run(binary, model, a.bench_args, extra)
             results[label].append(j)
-            print(f"round {r + 1} {label}: prefill {j['prefill_tok_s']:.1f} tok/s "
+            first = f" (first run {j['prefill_first_tok_s']:.1f})" if "prefill_first_tok_s" in j else ""
+            print(f"round {r + 1} {label}: prefill {j['prefill_tok_s']:.1f} tok/s{first} "
                   f"({100 * j['prefill_fraction_of_peak']:.1f}% of {j['prefill_peak']} peak), decode "
                   f"{j['decode_tok_s']:.2f} tok/s ({100 * j['decode_fraction_of_bound']:.1f}% of bound, "
                   f"bandwidth {j['bandwidth_gb_s']:.1f} GB/s)", flush=True)
@@ -57,7 +58,11 @@ def main():
     print("\nconfiguration: median [min-max] over rounds")
     for label, *_ in configs:
         js = results[label]
-        print(f"{label}: prefill {span([j['prefill_tok_s'] for j in js])} tok/s = "
+        # Builds whose bench times one prefill report no first run apart (their one prefill is it).
+        first = ""
+        if all("prefill_first_tok_s" in j for j in js):
+            first = f" (first run {span([j['prefill_first_tok_s'] for j in js])})"
+        print(f"{label}: prefill {span([j['prefill_tok_s'] for j in js])} tok/s{first} = "
               f"{span([j['prefill_fraction_of_peak'] for j in js], 100)}% of {js[0]['prefill_peak']} peak; "
               f"decode {span([j['decode_tok_s'] for j in js], fmt='{:.2f}')} tok/s = "
               f"{span([j['decode_fraction_of_bound'] for j in js], 100)}% of bound "
