@@ -878,16 +878,11 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
                                   PrefetchStream* pf) {
 #define REWIND_INT8_TYPE(T) \
   return int8_tile_avx512_t<R, P, T>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, bytes, pf)
-  switch (t) {
-    case DType::Q8_0:
-      REWIND_INT8_TYPE(DType::Q8_0);
-    case DType::Q4_0:
-      REWIND_INT8_TYPE(DType::Q4_0);
-    default:
-      break;
-  }
-  if constexpr (R <= 4) {  // taller tiles serve the types with one integer sum per output
+  if (t == DType::Q4_0) REWIND_INT8_TYPE(DType::Q4_0);
+  if constexpr (R <= 4) {  // taller tiles serve Q4_0's prefill alone
     switch (t) {
+      case DType::Q8_0:
+        REWIND_INT8_TYPE(DType::Q8_0);
       case DType::IQ4_NL:
         REWIND_INT8_TYPE(DType::IQ4_NL);
       case DType::Q4_K:
@@ -918,7 +913,8 @@ constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
   { int8_tile_avx512<R, 1>, int8_tile_avx512<R, 2>, int8_tile_avx512<R, 3>, int8_tile_avx512<R, 4> }
 #define REWIND_INT8_ROW2(R) \
   { int8_tile_avx512<R, 1>, int8_tile_avx512<R, 2>, nullptr, nullptr }
-// Rows 5 and 6 only with 1 or 2 panels (the accumulators of 6 x 2 tiles fill the registers).
+// Rows 5 and 6 (Q4_0 prefill) only with 1 or 2 panels (the accumulators of 6 x 2 tiles fill
+// the registers).
 constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  REWIND_INT8_ROW(2),
                                                          REWIND_INT8_ROW(3),  REWIND_INT8_ROW(4),
                                                          REWIND_INT8_ROW2(5), REWIND_INT8_ROW2(6)};
@@ -2240,11 +2236,19 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   }
   // Prefill: a group of kP panels (whole K, from L1/L2) serves every kR-row tile of a row block.
   // Q8_0 keeps one integer accumulator per output, Q4_K / Q5_K / Q6_K two (sub-block and block), so
-  // Q8_0 affords taller tiles in the 32 vector registers.
-  // AVX2 (16 registers): 4-row tiles of one panel.
-  const int kP = avx2 ? 1 : 2;
-  // Q4_0 (and IQ4_NL, prefill as Q8_0) keep one integer accumulator per output like Q8_0.
-  const int kR = avx2 ? 4 : t == DType::Q8_0 || t == DType::Q4_0 || t == DType::IQ4_NL ? 6 : 4;
+  // Q8_0 affords more outputs per tile in the 32 vector registers: 4 rows x 3 panels (IQ4_NL runs
+  // the Q8_0 tile on its expanded blocks); against 6 x 2, two thirds of the activation broadcasts
+  // per vpdpbusd: matmul_bench M=512 +2-4%, model prefill +0.3-4% in 4 of 4 in-process A/B runs
+  // (Zen 5). Q4_0 keeps 6 x 2 (its nibble splits grow with the panels: 4 x 3 was slower).
+  // AVX2 (16 registers): 4-row tiles of one panel. AMX (below) keeps its panel pairs.
+  // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
+  // bits); Q4_K's nibbles (Q5_K's 5-bit codes) are expanded to bytes once per panel group and row
+  // block, like Q6_K's codes.
+  const bool amx = !avx2 && (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
+                   amx_int8_enabled() && r1 - r0 >= 16;
+  const bool q8_tile = !amx && (t == DType::Q8_0 || t == DType::IQ4_NL);
+  const int kP = avx2 ? 1 : q8_tile ? 3 : 2;
+  const int kR = avx2 || q8_tile ? 4 : t == DType::Q4_0 ? 6 : 4;
   // Q6_K: the panel pair's 6-bit codes are expanded to bytes once per row block and every row
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.
@@ -2253,18 +2257,14 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q8_0 tiles run on those (the same integers, hence the same bits; its own tile, with the
   // lookups in the loop, serves decode).
   const bool expand_nl = t == DType::IQ4_NL;
-  // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
-  // bits); Q4_K's nibbles (Q5_K's 5-bit codes) are expanded to bytes once per panel group and row
-  // block, like Q6_K's codes.
-  const bool amx = !avx2 && (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
-                   amx_int8_enabled() && r1 - r0 >= 16;
   const bool amx_q4 = amx && t != DType::Q8_0;
   // Q4_K / Q5_K on the VNNI tiles: the panel pair's codes expanded to bytes once per row block,
   // like Q6_K's (the same integers; the tiles then load codes instead of splitting nibbles).
   const bool expand_k = !avx2 && !amx && (t == DType::Q4_K || t == DType::Q5_K);
-  // A multiple of the tile height (126 and 510 for 6-row tiles; 128 for the 16-row AMX tiles), so
-  // that no row block ends in a short tile: with 128, every 128-row block of a Q8_0 prefill ended
-  // in a 2-row tile, 1.6% of the rows at 3% of the tile time (perf, 2048-token prefill).
+  // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
+  // for the 16-row AMX tiles), so that no row block ends in a short tile: with 128, every 128-row
+  // block of a Q8_0 prefill ended in a 2-row tile, 1.6% of the rows at 3% of the tile time (perf,
+  // 2048-token prefill).
   const int64_t kMc = amx ? 128 : (expand || expand_nl || expand_k ? 512 : 128) / kR * kR;
   const int64_t nb = xa.k / xa.block;
   // The panel group's codes as expand / expand_nl lay them out (Q6_K's bytes, Q8_0's blocks).
