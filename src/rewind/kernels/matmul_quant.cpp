@@ -692,16 +692,19 @@ REWIND_VNNI __attribute__((always_inline)) inline void combine(__m512 (&acc)[R][
 
 // One instantiation per type: the branches of the other types (and the constants they keep in
 // registers) stay out of it (with every type in one function GCC hoisted their constants out of
-// the block loop, and Q8_0's 6 x 2 prefill tile ran 8% slower).
-template <int R, int P, DType t>
+// the block loop, and Q8_0's 6 x 2 prefill tile ran 8% slower). Bytes (Q4_K / Q5_K / Q6_K
+// prefill on expanded codes) is a template parameter too: as a run-time flag it put a branch in
+// every code group, and GCC peeled the group loop and shuffled the sums between registers.
+template <int R, int P, DType t, bool Bytes>
 REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                    int64_t y_step, bool bytes, PrefetchStream* pf) {
+                                    int64_t y_step, PrefetchStream* pf) {
+  constexpr bool bytes = Bytes;
   const ActRows<R> xr(xa, r0);
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only),
   // and for Q4_K / Q5_K the offset of the expanded codes.
   constexpr int64_t kPb = quant_panel_block_bytes(t);
-  const int64_t pb = !bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : k_bytes_block(t);
+  constexpr int64_t pb = !bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : k_bytes_block(t);
   const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
@@ -784,7 +787,7 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 32>(blk[p], g);
-            if (bytes) {
+            if constexpr (bytes) {
               lo[p] = load_group(blk[p] + kPb + 128 * g);
               hi[p] = load_group(blk[p] + kPb + 128 * g + 64);
             } else {
@@ -877,7 +880,12 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
                                   int64_t ldy, int ncols, int64_t y_step, bool bytes,
                                   PrefetchStream* pf) {
 #define REWIND_INT8_TYPE(T) \
-  return int8_tile_avx512_t<R, P, T>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, bytes, pf)
+  return int8_tile_avx512_t<R, P, T, false>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, pf)
+#define REWIND_INT8_TYPE_BYTES(T)                                                                \
+  return bytes ? int8_tile_avx512_t<R, P, T, true>(xa, r0, panels, panel_stride, y, ldy, ncols,  \
+                                                   y_step, pf)                                   \
+               : int8_tile_avx512_t<R, P, T, false>(xa, r0, panels, panel_stride, y, ldy, ncols, \
+                                                    y_step, pf)
   if (t == DType::Q4_0) REWIND_INT8_TYPE(DType::Q4_0);
   if constexpr (R <= 4) {  // taller tiles serve Q4_0's prefill alone
     switch (t) {
@@ -886,11 +894,11 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
       case DType::IQ4_NL:
         REWIND_INT8_TYPE(DType::IQ4_NL);
       case DType::Q4_K:
-        REWIND_INT8_TYPE(DType::Q4_K);
+        REWIND_INT8_TYPE_BYTES(DType::Q4_K);
       case DType::Q5_K:
-        REWIND_INT8_TYPE(DType::Q5_K);
+        REWIND_INT8_TYPE_BYTES(DType::Q5_K);
       case DType::Q6_K:
-        REWIND_INT8_TYPE(DType::Q6_K);
+        REWIND_INT8_TYPE_BYTES(DType::Q6_K);
       case DType::Q3_K:
         REWIND_INT8_TYPE(DType::Q3_K);
       default:
@@ -898,6 +906,7 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
     }
   }
 #undef REWIND_INT8_TYPE
+#undef REWIND_INT8_TYPE_BYTES
   REWIND_CHECK_MSG(false, "int8 tile: no VNNI tile for this type and height");
 }
 
