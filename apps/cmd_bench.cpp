@@ -3,9 +3,9 @@
 // decode (bytes of packed weights one token reads / bandwidth) and, for prefill (matmul
 // operations per token / peak), the fp32 FMA peak, or the int8 dot-product peak when most
 // weights are quantised and the int8 dot multiplies them. Ratios, not absolute times, compare.
-// Prefill runs once untimed-for-the-headline (its buffers grow to the prompt's size then, which
-// a serving process pays once) and then --prefill-runs times on fresh states: the headline is the
-// median run, beside the fastest and the first. Decode is timed per step too: the fastest and
+// Prefill runs once (its buffers grow to the prompt's size then, which a serving process pays
+// once; reported apart) and then --prefill-runs times on fresh states: the headline is the
+// median of those, beside the fastest. Decode is timed per step too: the fastest and
 // the median step beside the mean.
 #include <algorithm>
 #include <cstdio>
@@ -83,7 +83,7 @@ int cmd_bench(int argc, char** argv) {
   SequenceState st = m.new_state();
   std::vector<double> prefill_s;
   for (int64_t i = 0; i <= runs.value(); ++i) {
-    st = m.new_state();
+    if (i > 0) st = m.new_state();
     SeqInput in{&st, prompt, {static_cast<int32_t>(prompt.size() - 1)}};
     const double a = now_seconds();
     Status r = m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);

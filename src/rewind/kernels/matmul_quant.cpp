@@ -699,12 +699,11 @@ template <int R, int P, DType t, bool Bytes>
 REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
                                     int64_t y_step, PrefetchStream* pf) {
-  constexpr bool bytes = Bytes;
   const ActRows<R> xr(xa, r0);
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only),
   // and for Q4_K / Q5_K the offset of the expanded codes.
   constexpr int64_t kPb = quant_panel_block_bytes(t);
-  constexpr int64_t pb = !bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : k_bytes_block(t);
+  constexpr int64_t pb = !Bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : k_bytes_block(t);
   const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
@@ -787,7 +786,7 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 32>(blk[p], g);
-            if constexpr (bytes) {
+            if constexpr (Bytes) {
               lo[p] = load_group(blk[p] + kPb + 128 * g);
               hi[p] = load_group(blk[p] + kPb + 128 * g + 64);
             } else {
@@ -850,7 +849,7 @@ REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const s
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 64>(blk[p], g);
             w[p] = q3      ? q3_k_codes(q3lo[p], q3hi[p], i)
-                   : bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g)
+                   : Bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g)
                            : q6_k_codes(blk[p], g);
           }
           for (int r = 0; r < R; ++r) {
@@ -1082,7 +1081,7 @@ REWIND_AVX512 inline void expand_k_block_codes(const std::byte* blk, bool q5, vo
 }
 REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, bool q5, int8_t* dst) {
   const int64_t pb = quant_panel_block_bytes(q5 ? DType::Q5_K : DType::Q4_K);
-  for (int64_t b = 0; b < nb; ++b) expand_k_block_codes(src + b * pb, q5, dst + b * 4096);
+  for (int64_t b = 0; b < nb; ++b) expand_k_block_codes(src + b * pb, q5, dst + b * kKBytesCodes);
 }
 // nb Q4_K / Q5_K panel blocks at src expanded to k_bytes_block each at dst, for the VNNI prefill
 // tiles: the packed block copied, then its codes one byte each.
@@ -2319,10 +2318,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         stride = nb * k_bytes_block(t);
       }
       // The next panel group (or the first one again for the next row block) streams into the
-      // cache over this group's row tiles: the AMX tiles spread it over their steps, the VNNI /
-      // AVX2 tiles take a slice before each row tile (the first tile of a group otherwise waits
-      // for its panels from memory: Q8_0 prefill of 512 tokens +3-7%, 5 of 5 in-process A/B
-      // runs on Zen 5; no change resolved with the AVX2 tiles).
+      // cache over this group's row tiles, for the AMX tiles as for the VNNI / AVX2 ones below
+      // (the first tile of a group otherwise waits for its panels from memory: Q8_0 prefill of
+      // 512 tokens +3-7%, 5 of 5 in-process A/B runs on Zen 5; no change resolved with the AVX2
+      // tiles).
       const int pn = p0 + kP < np ? p0 + kP : 0;
       const std::byte* next_group = panels + pn * panel_stride;
       const int64_t next_bytes = p0 + kP < np || re < r1 ? std::min(kP, np - pn) * panel_stride : 0;

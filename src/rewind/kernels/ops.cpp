@@ -184,14 +184,11 @@ void dot_rows(const float* const* a, const float* const* b, int64_t rows, int64_
   for (int64_t r = 0; r < rows; ++r) out[r] = dot_fixed_inline(a[r], b[r], n);
 }
 
-// out[r] = sumsq_fixed(x + r * ld, n) for r < rows, 16 rows per pass.
+// out[r] = sumsq_fixed(x + r * ld, n) for r < rows <= 16 (the callers take 16 rows at a time).
 void sumsq_rows(const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const int64_t nr = std::min<int64_t>(16, rows - r0);
-    const float* p[16];
-    for (int64_t r = 0; r < nr; ++r) p[r] = x + (r0 + r) * ld;
-    dot_rows(p, p, nr, n, out + r0);
-  }
+  const float* p[16];
+  for (int64_t r = 0; r < rows; ++r) p[r] = x + r * ld;
+  dot_rows(p, p, rows, n, out);
 }
 
 }  // namespace
