@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 
 namespace rw {
 namespace {
@@ -61,6 +62,43 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   EXPECT_EQ(argmax(all_nan.data(), 2), 0);
   Sampler neg(params(-1.0f));  // temperature <= 0 is greedy too
   EXPECT_EQ(neg.sample(a.data(), 5), 1);
+}
+
+// argmax scans in blocks and looks inside a block only when its vector maximum beats the best so
+// far: it must pick exactly what the plain first-strictly-greater scan picks, at every size
+// around the block length and with ties, signed zeros, NaN and -inf anywhere.
+TEST(Sampler, ArgmaxEqualsThePlainScan) {
+  auto plain = [](const std::vector<float>& v) {
+    int32_t best = 0;
+    float bv = -kInf;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] > bv) {
+        bv = v[i];
+        best = static_cast<int32_t>(i);
+      }
+    return best;
+  };
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> kind(0, 9), small(-3, 3);
+  for (int n : {1, 2, 15, 16, 17, 1023, 1024, 1025, 2047, 2048, 2049, 5000, 248320}) {
+    for (int rep = 0; rep < 6; ++rep) {
+      std::vector<float> v(static_cast<size_t>(n));
+      for (float& x : v) {
+        const int k = kind(rng);
+        // Few distinct values, so the maximum repeats across blocks (ties: the lowest id).
+        x = k == 0   ? kNaN
+            : k == 1 ? -kInf
+            : k == 2 ? -0.0f
+            : k == 3 ? 0.0f
+                     : static_cast<float>(small(rng));
+        if (rep == 1) x = x > 0 ? -x : x;  // nothing above zero: the signed zeros decide
+        if (rep == 2) x = std::isnan(x) ? kNaN : -kInf;  // nothing finite: token 0
+      }
+      if (rep == 3) v.back() = 100.0f;                              // the maximum in the last block
+      if (rep == 4 && n > 1) v[static_cast<size_t>(n / 2)] = kInf;  // +inf wins
+      EXPECT_EQ(argmax(v.data(), n), plain(v)) << "n=" << n << " rep=" << rep;
+    }
+  }
 }
 
 TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {

@@ -10,17 +10,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "rewind/base/clones.h"
 #include "rewind/kernels/isa_cap.h"
 
-// GCC builds each hot function for AVX-512, AVX2+FMA and baseline x86-64 and picks one at load
-// time (ifunc). Every clone performs the same IEEE operations (explicit fma, no contraction, no
-// reassociation), so the choice never changes a bit.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-    !defined(__SANITIZE_ADDRESS__)
-#define REWIND_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define REWIND_CLONES
-#endif
 
 namespace rw {
 

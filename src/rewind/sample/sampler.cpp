@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "rewind/base/check.h"
+#include "rewind/base/clones.h"
 
 namespace rw {
 
@@ -30,14 +31,42 @@ bool better(const auto& a, const auto& b) {
 
 }  // namespace
 
+namespace {
+// The largest of v[0..n) by `x > m ? x : m` per lane from -inf (NaN never taken), then across the
+// lanes: per lane the select is maxps, so the loop vectorises.
+REWIND_CLONES
+float block_max(const float* v, int32_t n) {
+  constexpr int kL = 16;
+  float lane[kL];
+  for (int l = 0; l < kL; ++l) lane[l] = -std::numeric_limits<float>::infinity();
+  int32_t i = 0;
+  for (; i + kL <= n; i += kL)
+    for (int l = 0; l < kL; ++l) lane[l] = v[i + l] > lane[l] ? v[i + l] : lane[l];
+  float m = -std::numeric_limits<float>::infinity();
+  for (; i < n; ++i) m = v[i] > m ? v[i] : m;
+  for (int l = 0; l < kL; ++l) m = lane[l] > m ? lane[l] : m;
+  return m;
+}
+}  // namespace
+
+// The first index whose value is the largest, as the plain scan `if (v[i] > best) take i` from
+// -inf gives it (NaN never wins; a row of -inf / NaN yields 0), a block at a time: a block is
+// scanned element by element only when its largest value beats the best so far, which is
+// exactly when the plain scan would take one of its elements. A 248k-entry vocabulary took
+// about 200 us per decode step with the plain scan, several times the vector pass.
 int32_t argmax(const float* v, int32_t n) {
   REWIND_CHECK(n > 0);
+  constexpr int32_t kBlock = 1024;
   int32_t best = 0;
   float best_v = -std::numeric_limits<float>::infinity();
-  for (int32_t i = 0; i < n; ++i) {
-    if (v[i] > best_v) {  // false for NaN
-      best_v = v[i];
-      best = i;
+  for (int32_t b = 0; b < n; b += kBlock) {
+    const int32_t e = std::min(n, b + kBlock);
+    if (!(block_max(v + b, e - b) > best_v)) continue;
+    for (int32_t i = b; i < e; ++i) {
+      if (v[i] > best_v) {  // false for NaN
+        best_v = v[i];
+        best = i;
+      }
     }
   }
   return best;
