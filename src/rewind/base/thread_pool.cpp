@@ -45,42 +45,48 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::parallel_for(int64_t n_items, int64_t grain,
                               const std::function<void(int, int64_t, int64_t)>& fn) {
   REWIND_CHECK(grain >= 1);
-  run(n_items, grain, false, fn);
+  run(n_items, grain, grain, Split::kStatic, fn);
 }
 
-void ThreadPool::parallel_chunks(int64_t n_items, int64_t chunk,
+void ThreadPool::parallel_guided(int64_t n_items, int64_t grain, int64_t min_chunk,
                                  const std::function<void(int, int64_t, int64_t)>& fn) {
-  REWIND_CHECK(chunk >= 1);
-  run(n_items, chunk, true, fn);
+  REWIND_CHECK(grain >= 1 && min_chunk >= grain && min_chunk % grain == 0);
+  run(n_items, grain, min_chunk, Split::kGuided, fn);
 }
 
 // Thread `index`'s part of the current job.
 void ThreadPool::run_share(int index) {
-  if (!job_dynamic_) {
+  if (job_split_ == Split::kStatic) {
     int64_t b, e;
     split_range(job_items_, job_grain_, n_threads_, index, &b, &e);
     if (b < e) (*job_)(index, b, e);
     return;
   }
-  for (;;) {
-    const int64_t b = next_chunk_.fetch_add(1, std::memory_order_relaxed) * job_grain_;
-    if (b >= job_items_) return;
-    (*job_)(index, b, std::min(job_items_, b + job_grain_));
+  // Guided: the chunk at the cursor, sized from what is left there, taken by moving the cursor.
+  int64_t b = next_chunk_.load(std::memory_order_relaxed);
+  while (b < job_items_) {
+    const int64_t share = (job_items_ - b) / (2 * n_threads_);
+    const int64_t len = std::max(job_min_, (share + job_grain_ - 1) / job_grain_ * job_grain_);
+    const int64_t e = std::min(job_items_, b + len);
+    if (next_chunk_.compare_exchange_weak(b, e, std::memory_order_relaxed)) {
+      (*job_)(index, b, e);
+      b = next_chunk_.load(std::memory_order_relaxed);
+    }  // else b now holds where another thread moved the cursor
   }
 }
 
-void ThreadPool::run(int64_t n_items, int64_t grain, bool dynamic,
+void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split split,
                      const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n_items <= 0) return;
-  if (n_threads_ == 1 || n_items <= grain) {  // on this thread: one range, or every chunk
-    const int64_t step = dynamic ? grain : n_items;
-    for (int64_t b = 0; b < n_items; b += step) fn(0, b, std::min(n_items, b + step));
+  if (n_threads_ == 1 || n_items <= min_chunk) {  // on this thread, in one range
+    fn(0, 0, n_items);
     return;
   }
   job_ = &fn;
   job_items_ = n_items;
   job_grain_ = grain;
-  job_dynamic_ = dynamic;
+  job_min_ = min_chunk;
+  job_split_ = split;
   next_chunk_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {

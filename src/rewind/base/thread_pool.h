@@ -33,17 +33,21 @@ class ThreadPool {
   void parallel_for(int64_t n_items, int64_t grain,
                     const std::function<void(int, int64_t, int64_t)>& fn);
 
-  // Calls fn(thread_index, begin, end) on consecutive chunks of `chunk` items (the last may be
-  // shorter), each taken by whichever thread is free next: for memory-bound loops whose threads
-  // run at uneven speeds (a shared machine), where a static split waits for the slowest. Which
-  // thread runs a chunk varies from run to run, so fn's results must not depend on it or on
-  // the chunk boundaries (outputs per item, as everywhere here).
-  void parallel_chunks(int64_t n_items, int64_t chunk,
+  // Calls fn(thread_index, begin, end) on consecutive chunks, each taken by whichever thread is
+  // free next: for memory-bound loops whose threads run at uneven speeds (a shared machine),
+  // where a static split waits for the slowest. The chunks shrink as the work runs out
+  // ("guided"): each is the items left / (2 * n_threads), rounded up to a multiple of grain,
+  // and at least min_chunk items (a multiple of grain; the last chunk may be shorter). Big
+  // chunks first keep the count of chunk starts low; small ones last keep the threads'
+  // finishing times close. Which thread runs a chunk, and where the chunks begin, vary from run
+  // to run, so fn's results must not depend on them (outputs per item, as everywhere here).
+  void parallel_guided(int64_t n_items, int64_t grain, int64_t min_chunk,
                        const std::function<void(int, int64_t, int64_t)>& fn);
 
  private:
   void worker(int index);
-  void run(int64_t n_items, int64_t grain, bool dynamic,
+  enum class Split { kStatic, kGuided };
+  void run(int64_t n_items, int64_t grain, int64_t min_chunk, Split split,
            const std::function<void(int, int64_t, int64_t)>& fn);
   void run_share(int index);
 
@@ -56,9 +60,10 @@ class ThreadPool {
   // after they see the new generation (acquire).
   const std::function<void(int, int64_t, int64_t)>* job_ = nullptr;
   int64_t job_items_ = 0;
-  int64_t job_grain_ = 1;  // static: the split's granularity; dynamic: the chunk size
-  bool job_dynamic_ = false;
-  std::atomic<int64_t> next_chunk_{0};
+  int64_t job_grain_ = 1;  // the split's granularity
+  int64_t job_min_ = 1;    // guided: the smallest chunk
+  Split job_split_ = Split::kStatic;
+  std::atomic<int64_t> next_chunk_{0};  // guided: the next chunk's first item
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<int> sleepers_{0};
@@ -67,6 +72,7 @@ class ThreadPool {
 
 // Split [0, n_items) into `parts` contiguous ranges whose inner boundaries are multiples of
 // grain. Returns the range of part `index`.
-void split_range(int64_t n_items, int64_t grain, int parts, int index, int64_t* begin, int64_t* end);
+void split_range(int64_t n_items, int64_t grain, int parts, int index, int64_t* begin,
+                 int64_t* end);
 
 }  // namespace rw
