@@ -23,7 +23,9 @@ std::vector<float> randv(std::mt19937_64& r, int64_t n, float sd = 1.0f) {
   for (auto& x : v) x = d(r);
   return v;
 }
-std::vector<double> to_d(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> to_d(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 TEST(Ops, DotFixedMatchesDouble) {
   std::mt19937_64 r(1);
@@ -31,7 +33,9 @@ TEST(Ops, DotFixedMatchesDouble) {
     auto a = randv(r, n), b = randv(r, n);
     double want = 0;
     for (int64_t i = 0; i < n; ++i) want += static_cast<double>(a[i]) * b[i];
-    EXPECT_NEAR(dot_fixed(a.data(), b.data(), n), want, 1e-5 * std::sqrt(static_cast<double>(n)) + 1e-6) << n;
+    EXPECT_NEAR(dot_fixed(a.data(), b.data(), n), want,
+                1e-5 * std::sqrt(static_cast<double>(n)) + 1e-6)
+        << n;
   }
 }
 
@@ -104,7 +108,8 @@ TEST(Ops, RmsNormAndHeads) {
       std::vector<double> yd(static_cast<size_t>(n));
       auto xd = to_d(x), wd = to_d(w);
       ref::rmsnorm(xd.data() + row * n, wd.data(), yd.data(), n, 1e-6);
-      for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[row * n + i], yd[i], 1e-5 * (1 + std::abs(yd[i])));
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_NEAR(y[row * n + i], yd[i], 1e-5 * (1 + std::abs(yd[i])));
     }
   }
 }
@@ -124,7 +129,8 @@ TEST(Ops, L2NormAndGatedNorm) {
     for (int64_t h = 0; h < 4; ++h) {
       std::vector<double> yd(static_cast<size_t>(d));
       ref::gated_rmsnorm(od.data() + h * d, zd.data() + h * d, wd.data(), yd.data(), d, 1e-6);
-      for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(y[h * d + i], yd[i], 1e-5 * (1 + std::abs(yd[i])));
+      for (int64_t i = 0; i < d; ++i)
+        EXPECT_NEAR(y[h * d + i], yd[i], 1e-5 * (1 + std::abs(yd[i])));
     }
   }
 }
@@ -149,37 +155,48 @@ TEST(Ops, ConvOverTokensEqualsSingleStepsBitwise) {
   std::mt19937_64 r(5);
   // Channel counts below, at and across the kernel's 64-channel chunks, split at points that
   // are not chunk boundaries.
-  for (int64_t C : {37, 64, 150}) {
-    const int64_t K = 4, T = 11, split = C > 64 ? 70 : 20;
-    auto w = randv(r, C * K), in = randv(r, T * C), win0 = randv(r, (K - 1) * C);
-    std::vector<float> win_a = win0, win_b = win0, out_a(static_cast<size_t>(T * C)),
-                       out_b(out_a.size());
-    conv_silu(win_a.data(), in.data(), C, w.data(), out_a.data(), C, T, C, K, 0, C);
-    for (int64_t t = 0; t < T; ++t) {
-      // Split the channels too: ranges must not matter.
-      conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K, 0,
-                split);
-      conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K,
-                split, C);
-    }
-    EXPECT_EQ(0, std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float))) << C;
-    EXPECT_EQ(0, std::memcmp(win_a.data(), win_b.data(), win_a.size() * sizeof(float))) << C;
-    // Against the double formula, with the initial window as history.
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < C; ++c) {
-        double acc = 0;
-        for (int64_t j = 0; j < K; ++j) {
-          const int64_t src = t - (K - 1) + j;
-          const double xv = src < 0 ? win0[(K - 1 + src) * C + c] : in[src * C + c];
-          acc += static_cast<double>(w[j * C + c]) * xv;
-        }
-        EXPECT_NEAR(out_a[t * C + c], ref::silu(acc), 1e-5) << C;
+  // K = 4 (the models' kernel) takes a one-pass path, other sizes the general loop: both must
+  // give the documented chain's bits.
+  for (int64_t K : {3, 4})
+    for (int64_t C : {37, 64, 150, 600}) {
+      const int64_t T = 11, split = C > 64 ? 70 : 20;
+      auto w = randv(r, C * K), in = randv(r, T * C), win0 = randv(r, (K - 1) * C);
+      std::vector<float> win_a = win0, win_b = win0, out_a(static_cast<size_t>(T * C)),
+                         out_b(out_a.size());
+      conv_silu(win_a.data(), in.data(), C, w.data(), out_a.data(), C, T, C, K, 0, C);
+      for (int64_t t = 0; t < T; ++t) {
+        // Split the channels too: ranges must not matter.
+        conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K, 0,
+                  split);
+        conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K,
+                  split, C);
       }
-    // Window holds the last K-1 raw inputs.
-    for (int64_t j = 0; j < K - 1; ++j)
-      for (int64_t c = 0; c < C; ++c)
-        EXPECT_EQ(win_a[j * C + c], in[(T - (K - 1) + j) * C + c]) << C;
-  }
+      EXPECT_EQ(0, std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float))) << C;
+      EXPECT_EQ(0, std::memcmp(win_a.data(), win_b.data(), win_a.size() * sizeof(float))) << C;
+      // Against the double formula, with the initial window as history.
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < C; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < K; ++j) {
+            const int64_t src = t - (K - 1) + j;
+            const double xv = src < 0 ? win0[(K - 1 + src) * C + c] : in[src * C + c];
+            acc += static_cast<double>(w[j * C + c]) * xv;
+          }
+          EXPECT_NEAR(out_a[t * C + c], ref::silu(acc), 1e-5) << C;
+          // Bit for bit the chain ops.h documents: from 0, fma over j = 0..K-1, then silu.
+          float f = 0.0f;
+          for (int64_t j = 0; j < K; ++j) {
+            const int64_t src = t - (K - 1) + j;
+            f = std::fma(w[j * C + c], src < 0 ? win0[(K - 1 + src) * C + c] : in[src * C + c], f);
+          }
+          const float want = silu(f);
+          EXPECT_EQ(0, std::memcmp(&out_a[t * C + c], &want, sizeof(float))) << K << " " << C;
+        }
+      // Window holds the last K-1 raw inputs.
+      for (int64_t j = 0; j < K - 1; ++j)
+        for (int64_t c = 0; c < C; ++c)
+          EXPECT_EQ(win_a[j * C + c], in[(T - (K - 1) + j) * C + c]) << C;
+    }
 }
 
 TEST(Ops, GdnStepMatchesReference) {
@@ -279,7 +296,8 @@ TEST(Ops, AttentionBlocksMatchReference) {
       }
       auto q = randv(r, d);
       std::vector<float> out(static_cast<size_t>(d)), scratch(static_cast<size_t>(n_keys));
-      attention_head(q.data(), kp.data(), vp.data(), block, ld, n_keys, d, 0.17f, out.data(), scratch.data());
+      attention_head(q.data(), kp.data(), vp.data(), block, ld, n_keys, d, 0.17f, out.data(),
+                     scratch.data());
       std::vector<double> od(static_cast<size_t>(d));
       auto qd = to_d(q);
       ref::attention(qd.data(), keys.data(), vals.data(), n_keys, d, 0.17, od.data());

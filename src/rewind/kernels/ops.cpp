@@ -13,7 +13,6 @@
 #include "rewind/base/clones.h"
 #include "rewind/kernels/isa_cap.h"
 
-
 namespace rw {
 
 namespace {
@@ -295,15 +294,42 @@ void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, fl
   // Row j of [window ; in] (j < W + T), for the channels handled.
   auto seq = [&](int64_t j) { return j < W ? window + j * C : in + (j - W) * ld_in; };
   // Tokens outer, channels inner (contiguous, vectorisable); per element the taps run j = 0..K-1.
-  for (int64_t t = 0; t < T; ++t) {
-    float* o = out + t * ld_out;
-    for (int64_t c = c0; c < c1; ++c) o[c] = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-      const float* x = seq(t + j);
-      const float* wj = w + j * C;
-      for (int64_t c = c0; c < c1; ++c) o[c] = std::fma(wj[c], x[c], o[c]);
+  if (K == 4) {
+    // The common kernel size in one pass per token: the taps' fma chain in registers, and the
+    // next token's new input row and its output row prefetched chunk by chunk (the rows lie tens
+    // of KB apart in buffers far larger than L2, and the hardware prefetchers start over on
+    // every row). The same fma chain (from 0, j = 0..3) and SiLU per element as below.
+    constexpr int64_t kChunk = 256;  // channels: 1 KiB of each row
+    const float *w0 = w, *w1 = w + C, *w2 = w + 2 * C, *w3 = w + 3 * C;
+    for (int64_t t = 0; t < T; ++t) {
+      const float *x0 = seq(t), *x1 = seq(t + 1), *x2 = seq(t + 2), *x3 = seq(t + 3);
+      float* o = out + t * ld_out;
+      const char* nx = t + 1 < T ? reinterpret_cast<const char*>(seq(t + 4)) : nullptr;
+      const char* no = t + 1 < T ? reinterpret_cast<const char*>(o + ld_out) : nullptr;
+      for (int64_t cb = c0; cb < c1; cb += kChunk) {
+        const int64_t ce = std::min(c1, cb + kChunk);
+        if (nx)
+          for (int64_t b = cb * 4; b < ce * 4; b += 64) {
+            __builtin_prefetch(nx + b, 0, 3);
+            __builtin_prefetch(no + b, 1, 3);
+          }
+        for (int64_t c = cb; c < ce; ++c)
+          o[c] = silu_inline(std::fma(
+              w3[c], x3[c],
+              std::fma(w2[c], x2[c], std::fma(w1[c], x1[c], std::fma(w0[c], x0[c], 0.0f)))));
+      }
     }
-    for (int64_t c = c0; c < c1; ++c) o[c] = silu_inline(o[c]);
+  } else {
+    for (int64_t t = 0; t < T; ++t) {
+      float* o = out + t * ld_out;
+      for (int64_t c = c0; c < c1; ++c) o[c] = 0.0f;
+      for (int64_t j = 0; j < K; ++j) {
+        const float* x = seq(t + j);
+        const float* wj = w + j * C;
+        for (int64_t c = c0; c < c1; ++c) o[c] = std::fma(wj[c], x[c], o[c]);
+      }
+      for (int64_t c = c0; c < c1; ++c) o[c] = silu_inline(o[c]);
+    }
   }
   // New window: rows T .. T+W-1 of [window ; in]. Row j reads row T+j > j, not yet overwritten.
   for (int64_t j = 0; j < W; ++j) {
