@@ -191,6 +191,56 @@ TEST(Sampler, TopPKeepsTheSmallestSufficientPrefix) {
   }
 }
 
+// The kept set of top-k (a one-pass heap selection that skips blocks at their vector maximum)
+// and of top-p over many candidates (weight buckets, only the boundary bucket sorted) against a
+// brute force: every valid token ranked by (logit desc, id asc), the first k kept; top-p keeps
+// the shortest prefix of that ranking whose softmax mass reaches top_p. Rows of a few distinct
+// values (ties inside and across blocks and buckets) with NaN and -inf sprinkled in.
+TEST(Sampler, TopKAndTopPKeepTheBruteForceSets) {
+  std::mt19937 rng(11);
+  for (int n : {300, 2000, 5000, 40000}) {
+    for (int rep = 0; rep < 4; ++rep) {
+      std::vector<float> v(static_cast<size_t>(n));
+      std::uniform_int_distribution<int> level(0, rep % 2 ? 40 : 400), odd(0, 49);
+      for (float& x : v) {
+        const int o = odd(rng);
+        x = o == 0 ? kNaN : o == 1 ? -kInf : 0.05f * static_cast<float>(level(rng));
+      }
+      std::vector<int32_t> rank;
+      for (int32_t i = 0; i < n; ++i)
+        if (v[i] > -kInf) rank.push_back(i);
+      std::stable_sort(rank.begin(), rank.end(), [&](int32_t a, int32_t b) { return v[a] > v[b]; });
+      for (float t : {0.7f, 1.0f}) {
+        for (int k : {1, 5, 20, 1000}) {
+          Sampler sk(params(t, k));
+          const auto p = sk.probabilities(v.data(), n);
+          std::vector<char> want(static_cast<size_t>(n), 0);
+          for (size_t j = 0; j < std::min<size_t>(k, rank.size()); ++j) want[rank[j]] = 1;
+          for (int32_t i = 0; i < n; ++i)
+            ASSERT_EQ(p[i] > 0.0f, want[i] != 0) << "n=" << n << " k=" << k << " id=" << i;
+        }
+        for (float top_p : {0.3f, 0.9f, 0.99f}) {
+          Sampler sp(params(t, 0, top_p));
+          const auto p = sp.probabilities(v.data(), n);
+          std::vector<float> valid;  // the softmax over valid tokens, in rank order
+          for (int32_t i : rank) valid.push_back(v[i]);
+          const auto ref = softmax(valid, t);
+          double cum = 0;
+          size_t keep = 0;
+          while (keep < ref.size() && cum < top_p) cum += ref[keep++];
+          // Kept: exactly a prefix of the ranking (no holes), of the reference's length up to
+          // one token at the boundary (the sums run in another order).
+          size_t kept = 0;
+          while (kept < rank.size() && p[rank[kept]] > 0.0f) ++kept;
+          for (size_t j = kept; j < rank.size(); ++j) ASSERT_EQ(p[rank[j]], 0.0f) << j;
+          EXPECT_NEAR(static_cast<double>(kept), static_cast<double>(keep), 1.0)
+              << "n=" << n << " top_p=" << top_p;
+        }
+      }
+    }
+  }
+}
+
 TEST(Sampler, MinPDropsTokensBelowAFractionOfTheMax) {
   const std::vector<float> v = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
   Sampler s(params(1.0f, 0, 1.0f, 0.2f));  // keep p >= 0.1

@@ -28,7 +28,10 @@ class Sampler {
   // top-k, top-p, min-p; then one draw. Advances the RNG only when not greedy, and then by
   // exactly one draw per call. top-p keeps the smallest prefix of the sorted distribution whose
   // mass reaches top_p (at least one token); min-p keeps p >= min_p * p_max of what is left.
-  // Cost: O(n_vocab) plus a sort of the candidates when top-p is on (usually a partial sort).
+  // Cost: one vector pass for the maximum; with top-k, one pass that skips blocks holding
+  // nothing better than the k kept so far, and k exponentials; else an exponential per token,
+  // and for top-p a bucketing by weight with one bucket sorted (248k vocabulary, 2 cores' host:
+  // top-k 20 about 0.15 ms, top-p 0.9 alone about 1.8 ms, greedy 0.04 ms).
   int32_t sample(const float* logits, int32_t n_vocab);
   // The probabilities actually sampled from (after all filters), for tests and logprobs:
   // n_vocab entries summing to 1 (one-hot at argmax when greedy).
