@@ -241,6 +241,27 @@ TEST(Sampler, TopKAndTopPKeepTheBruteForceSets) {
   }
 }
 
+// The sampler's weights e^(z - z_max) come from its own vectorisable exp: within a few ulps of
+// std::exp over the whole range it is used on, exact at 0, and 0 below -708.
+TEST(Sampler, ExpWeightMatchesStdExp) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> wide(-708.0, 0.0), narrow(-1.0, 0.0);
+  double worst = 0.0;
+  for (int i = 0; i < 200000; ++i) {
+    const double x = i % 2 ? wide(rng) : narrow(rng);
+    const double want = std::exp(x), got = sampler_exp_weight(x);
+    worst = std::max(worst, std::fabs(got - want) / want);
+  }
+  for (double x : {-0.0, -1e-300, -0.34657359, -0.34657360, -1.0, -100.5, -707.99}) {
+    const double want = std::exp(x);
+    worst = std::max(worst, std::fabs(sampler_exp_weight(x) - want) / want);
+  }
+  EXPECT_LT(worst, 1e-15);  // a few ulps (2.2e-16 each)
+  EXPECT_EQ(sampler_exp_weight(0.0), 1.0);
+  EXPECT_EQ(sampler_exp_weight(-708.5), 0.0);
+  EXPECT_EQ(sampler_exp_weight(-1e308), 0.0);
+}
+
 TEST(Sampler, MinPDropsTokensBelowAFractionOfTheMax) {
   const std::vector<float> v = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
   Sampler s(params(1.0f, 0, 1.0f, 0.2f));  // keep p >= 0.1

@@ -1,7 +1,9 @@
 #include "rewind/sample/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "rewind/base/check.h"
@@ -48,7 +50,53 @@ float block_max(const float* v, int32_t n) {
   for (int l = 0; l < kL; ++l) m = lane[l] > m ? lane[l] : m;
   return m;
 }
+// e^x for x <= 0 by a fixed algorithm that loops vectorise (no libm call, the same IEEE
+// operations in every clone): x = k ln2 + r with k the nearest integer to x / ln2 (by the
+// 1.5 * 2^52 shifter, whose low mantissa bits then hold k), r by two fmas against ln2 split in
+// a high part exact in k * ln2_hi and a low part, e^r by its Taylor series to degree 13 (|r| <=
+// ln2 / 2: truncation under 1e-17, relative), times 2^k built in the exponent bits. Within a
+// few ulps of std::exp (Sampler.ExpWeightMatchesStdExp); 0 below -708 (where 2^k would leave
+// the normal range: weights under 1e-307 of the largest, which no draw can pick).
+inline double exp_neg(double x) {
+  constexpr double kLog2e = 1.4426950408889634, kShift = 0x1.8p52;
+  constexpr double kLn2Hi = 0x1.62e42fefa3800p-1, kLn2Lo = 0x1.ef35793c76730p-45;
+  const double t = std::fma(x, kLog2e, kShift);
+  const double kd = t - kShift;
+  const double r = std::fma(-kd, kLn2Lo, std::fma(-kd, kLn2Hi, x));
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = std::fma(p, r, 1.0 / 479001600.0);
+  p = std::fma(p, r, 1.0 / 39916800.0);
+  p = std::fma(p, r, 1.0 / 3628800.0);
+  p = std::fma(p, r, 1.0 / 362880.0);
+  p = std::fma(p, r, 1.0 / 40320.0);
+  p = std::fma(p, r, 1.0 / 5040.0);
+  p = std::fma(p, r, 1.0 / 720.0);
+  p = std::fma(p, r, 1.0 / 120.0);
+  p = std::fma(p, r, 1.0 / 24.0);
+  p = std::fma(p, r, 1.0 / 6.0);
+  p = std::fma(p, r, 0.5);
+  p = std::fma(p, r, 1.0);
+  p = std::fma(p, r, 1.0);
+  const uint64_t k = std::bit_cast<uint64_t>(t) - std::bit_cast<uint64_t>(kShift);
+  const double scale = std::bit_cast<double>((k + 1023) << 52);
+  return x >= -708.0 ? p * scale : 0.0;
+}
+
+// w[j] = e^(z_j - z_max) with z_j = logits[j] / T (inv_t = 1/T), or 0 where the logit is -inf
+// or NaN, for j < n; z_max finite.
+REWIND_CLONES
+void exp_weights(const float* logits, int32_t n, double inv_t, double z_max, double* w) {
+  for (int32_t j = 0; j < n; ++j) {
+    const double z = static_cast<double>(logits[j]) * inv_t;
+    const double x = z - z_max;
+    w[j] = z > -std::numeric_limits<double>::infinity() ? exp_neg(x > 0.0 ? 0.0 : x) : 0.0;
+  }
+}
 }  // namespace
+
+double sampler_exp_weight(double x) {
+  return exp_neg(x);
+}
 
 // The first index whose value is the largest, as the plain scan `if (v[i] > best) take i` from
 // -inf gives it (NaN never wins; a row of -inf / NaN yields 0), a block at a time: a block is
@@ -118,7 +166,7 @@ void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
   }
   // +inf logits share the mass equally; everything else then gets none.
   auto weight = [&](double z) {
-    return z_max == kInf ? (z == kInf ? 1.0 : 0.0) : std::exp(z - z_max);
+    return z_max == kInf ? (z == kInf ? 1.0 : 0.0) : exp_neg(z - z_max);
   };
   bool by_id = true;  // c is sorted by id
 
@@ -158,11 +206,18 @@ void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
     by_id = false;
   } else {
     c.reserve(static_cast<size_t>(n));
-    for (int32_t i = 0; i < n; ++i) {
-      const double z = static_cast<double>(logits[i]) * inv_t;
-      if (!(z > -kInf)) continue;  // -inf and NaN
-      const double w = weight(z);
-      if (w > 0.0) c.push_back({i, z, w});
+    if (z_max == kInf) {
+      for (int32_t i = 0; i < n; ++i)
+        if (logits[i] == std::numeric_limits<float>::infinity()) c.push_back({i, kInf, 1.0});
+    } else {
+      // The weights a block at a time in one vector pass, then the candidates from them.
+      double w[kArgmaxBlock];
+      for (int32_t b = 0; b < n; b += kArgmaxBlock) {
+        const int32_t e = std::min(n, b + kArgmaxBlock);
+        exp_weights(logits + b, e - b, inv_t, z_max, w);
+        for (int32_t i = b; i < e; ++i)
+          if (w[i - b] > 0.0) c.push_back({i, static_cast<double>(logits[i]) * inv_t, w[i - b]});
+      }
     }
   }
 

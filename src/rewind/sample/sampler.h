@@ -65,4 +65,8 @@ class Sampler {
 // or NaN). Precondition: n > 0.
 int32_t argmax(const float* v, int32_t n);
 
+// The sampler's e^x for x <= 0 (its weights e^(z - z_max)): a fixed algorithm within a few ulps
+// of std::exp, 0 below -708. Exposed for its test.
+double sampler_exp_weight(double x);
+
 }  // namespace rw
