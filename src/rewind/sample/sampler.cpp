@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 
 #include "rewind/base/check.h"
@@ -63,20 +64,24 @@ inline double exp_neg(double x) {
   const double t = std::fma(x, kLog2e, kShift);
   const double kd = t - kShift;
   const double r = std::fma(-kd, kLn2Lo, std::fma(-kd, kLn2Hi, x));
-  double p = 1.0 / 6227020800.0;  // 1/13!
-  p = std::fma(p, r, 1.0 / 479001600.0);
-  p = std::fma(p, r, 1.0 / 39916800.0);
-  p = std::fma(p, r, 1.0 / 3628800.0);
-  p = std::fma(p, r, 1.0 / 362880.0);
-  p = std::fma(p, r, 1.0 / 40320.0);
-  p = std::fma(p, r, 1.0 / 5040.0);
-  p = std::fma(p, r, 1.0 / 720.0);
-  p = std::fma(p, r, 1.0 / 120.0);
-  p = std::fma(p, r, 1.0 / 24.0);
-  p = std::fma(p, r, 1.0 / 6.0);
-  p = std::fma(p, r, 0.5);
-  p = std::fma(p, r, 1.0);
-  p = std::fma(p, r, 1.0);
+  // 1/13!, 1/12!, ..., 1/2!, 1/1!, 1/0!: Horner from the top.
+  constexpr double kCoef[] = {1.0 / 6227020800.0,
+                              1.0 / 479001600.0,
+                              1.0 / 39916800.0,
+                              1.0 / 3628800.0,
+                              1.0 / 362880.0,
+                              1.0 / 40320.0,
+                              1.0 / 5040.0,
+                              1.0 / 720.0,
+                              1.0 / 120.0,
+                              1.0 / 24.0,
+                              1.0 / 6.0,
+                              0.5,
+                              1.0,
+                              1.0};
+  double p = kCoef[0];
+#pragma GCC unroll 16  // unrolled, so that the callers' loops vectorise
+  for (size_t i = 1; i < std::size(kCoef); ++i) p = std::fma(p, r, kCoef[i]);
   const uint64_t k = std::bit_cast<uint64_t>(t) - std::bit_cast<uint64_t>(kShift);
   const double scale = std::bit_cast<double>((k + 1023) << 52);
   return x >= -708.0 ? p * scale : 0.0;
