@@ -262,6 +262,28 @@ TEST(Sampler, ExpWeightMatchesStdExp) {
   EXPECT_EQ(sampler_exp_weight(-1e308), 0.0);
 }
 
+// Temperature alone (and with min-p) draws straight from the weight array; with top_k = vocab
+// size (no cut) the same request goes through the candidate list. Same seed, same tokens.
+TEST(Sampler, TemperatureOnlyPathEqualsTheCandidateListPath) {
+  for (uint32_t seed = 0; seed < 6; ++seed) {
+    std::vector<float> v = row(3000, seed, 12.0f);
+    v[seed * 7] = kNaN;
+    v[seed * 11 + 1] = -kInf;
+    for (float min_p : {0.0f, 0.05f, 0.5f}) {
+      Sampler fast(params(0.8f, 0, 1.0f, min_p, seed));
+      Sampler list(params(0.8f, 3000, 1.0f, min_p, seed));
+      for (int i = 0; i < 300; ++i)
+        ASSERT_EQ(fast.sample(v.data(), 3000), list.sample(v.data(), 3000))
+            << "seed " << seed << " min_p " << min_p << " draw " << i;
+    }
+  }
+  // Nothing finite: token 0 on both, each still taking its one draw.
+  const std::vector<float> none = {kNaN, -kInf, kNaN};
+  Sampler a(params(1.0f, 0, 1.0f, 0.0f, 9)), b(params(1.0f, 3, 1.0f, 0.0f, 9));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.sample(none.data(), 3), b.sample(none.data(), 3));
+  EXPECT_EQ(a.uniform(), b.uniform());
+}
+
 TEST(Sampler, MinPDropsTokensBelowAFractionOfTheMax) {
   const std::vector<float> v = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
   Sampler s(params(1.0f, 0, 1.0f, 0.2f));  // keep p >= 0.1

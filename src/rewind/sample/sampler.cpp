@@ -97,6 +97,16 @@ void exp_weights(const float* logits, int32_t n, double inv_t, double z_max, dou
     w[j] = z > -std::numeric_limits<double>::infinity() ? exp_neg(x > 0.0 ? 0.0 : x) : 0.0;
   }
 }
+
+// The largest logit (NaN never counts; -inf when there is none).
+float max_logit(const float* logits, int32_t n) {
+  float l_max = -std::numeric_limits<float>::infinity();
+  for (int32_t b = 0; b < n; b += kArgmaxBlock) {
+    const float m = block_max(logits + b, std::min(kArgmaxBlock, n - b));
+    l_max = m > l_max ? m : l_max;
+  }
+  return l_max;
+}
 }  // namespace
 
 double sampler_exp_weight(double x) {
@@ -158,12 +168,7 @@ void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
   }
   const double inv_t = 1.0 / static_cast<double>(p_.temperature);
   // z = logit / T is monotone in the logit, so z_max is the largest logit's z (NaN never counts).
-  float l_max = -std::numeric_limits<float>::infinity();
-  for (int32_t b = 0; b < n; b += kArgmaxBlock) {
-    const float m = block_max(logits + b, std::min(kArgmaxBlock, n - b));
-    l_max = m > l_max ? m : l_max;
-  }
-  const double z_max = static_cast<double>(l_max) * inv_t;
+  const double z_max = static_cast<double>(max_logit(logits, n)) * inv_t;
   if (z_max == -kInf) {  // all -inf or NaN: the argmax convention
     c.push_back({0, 0.0, 1.0});
     *total = 1.0;
@@ -299,6 +304,41 @@ void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
 
 int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
   if (p_.temperature <= 0.0f) return argmax(logits, n_vocab);
+  if (p_.top_k <= 0 && p_.top_p >= 1.0f) {
+    // Temperature (and min-p) alone: every token with a weight is a candidate, in id order, so
+    // the draw runs over the weight array itself, with the candidate list's weights, sums and
+    // order (filter's), without building the list.
+    REWIND_CHECK(n_vocab > 0);
+    const double inv_t = 1.0 / static_cast<double>(p_.temperature);
+    const double z_max = static_cast<double>(max_logit(logits, n_vocab)) * inv_t;
+    if (z_max == -kInf) {
+      next_uniform();  // one draw per call, as on filter's path
+      return 0;
+    }
+    if (z_max != kInf) {
+      weights_.resize(static_cast<size_t>(n_vocab));
+      double* w = weights_.data();
+      exp_weights(logits, n_vocab, inv_t, z_max, w);
+      // min-p against the largest weight, e^0 = 1 (filter skips it with one candidate, which
+      // then is the largest and passes the cut anyway).
+      const double cut = p_.min_p > 0.0f ? static_cast<double>(p_.min_p) : 0.0;
+      double total = 0.0;
+      int32_t last = 0;
+      for (int32_t i = 0; i < n_vocab; ++i)
+        if (w[i] > 0.0 && !(w[i] < cut)) {
+          total += w[i];
+          last = i;
+        }
+      const double u = next_uniform() * total;
+      double cum = 0.0;
+      for (int32_t i = 0; i < n_vocab; ++i)
+        if (w[i] > 0.0 && !(w[i] < cut)) {
+          cum += w[i];
+          if (u < cum) return i;
+        }
+      return last;  // u within rounding of the total
+    }
+  }
   double total = 0.0;
   filter(logits, n_vocab, scratch_, &total);
   const double u = next_uniform() * total;

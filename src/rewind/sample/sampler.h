@@ -57,6 +57,7 @@ class Sampler {
   SamplingParams p_;
   uint64_t s_[4];  // xoshiro256** state
   std::vector<Candidate> scratch_;
+  std::vector<double> weights_;  // sample's temperature-only path
   uint64_t next_u64();
   double next_uniform();  // [0, 1)
 };
