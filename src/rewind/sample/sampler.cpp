@@ -32,9 +32,31 @@ bool better(const auto& a, const auto& b) {
   return a.z != b.z ? a.z > b.z : a.id < b.id;
 }
 
-}  // namespace
+// A draw from non-negative weights w[0..n), in index order: the sum of the positive ones (and
+// the last positive index in *last), then the index whose running sum first passes u (the last
+// positive one if rounding leaves u past the total).
+template <typename T>
+double positive_total(const T* w, int32_t n, int32_t* last) {
+  double total = 0.0;
+  *last = 0;
+  for (int32_t i = 0; i < n; ++i)
+    if (w[i] > T{0}) {
+      total += w[i];
+      *last = i;
+    }
+  return total;
+}
+template <typename T>
+int32_t pick(const T* w, int32_t n, double u, int32_t last) {
+  double cum = 0.0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!(w[i] > T{0})) continue;
+    cum += w[i];
+    if (u < cum) return i;
+  }
+  return last;
+}
 
-namespace {
 constexpr int32_t kArgmaxBlock = 1024;
 // The largest of v[0..n) by `x > m ? x : m` per lane from -inf (NaN never taken), then across the
 // lanes: per lane the select is maxps, so the loop vectorises.
@@ -88,13 +110,12 @@ inline double exp_neg(double x) {
 }
 
 // w[j] = e^(z_j - z_max) with z_j = logits[j] / T (inv_t = 1/T), or 0 where the logit is -inf
-// or NaN, for j < n; z_max finite.
+// or NaN, for j < n; z_max finite and the largest z (so z_j - z_max <= 0).
 REWIND_CLONES
 void exp_weights(const float* logits, int32_t n, double inv_t, double z_max, double* w) {
   for (int32_t j = 0; j < n; ++j) {
     const double z = static_cast<double>(logits[j]) * inv_t;
-    const double x = z - z_max;
-    w[j] = z > -std::numeric_limits<double>::infinity() ? exp_neg(x > 0.0 ? 0.0 : x) : 0.0;
+    w[j] = z > -std::numeric_limits<double>::infinity() ? exp_neg(z - z_max) : 0.0;
   }
 }
 
@@ -120,11 +141,10 @@ double sampler_exp_weight(double x) {
 // about 200 us per decode step with the plain scan, several times the vector pass.
 int32_t argmax(const float* v, int32_t n) {
   REWIND_CHECK(n > 0);
-  constexpr int32_t kBlock = kArgmaxBlock;
   int32_t best = 0;
   float best_v = -std::numeric_limits<float>::infinity();
-  for (int32_t b = 0; b < n; b += kBlock) {
-    const int32_t e = std::min(n, b + kBlock);
+  for (int32_t b = 0; b < n; b += kArgmaxBlock) {
+    const int32_t e = std::min(n, b + kArgmaxBlock);
     if (!(block_max(v + b, e - b) > best_v)) continue;
     for (int32_t i = b; i < e; ++i) {
       if (v[i] > best_v) {  // false for NaN
@@ -179,6 +199,7 @@ void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
     return z_max == kInf ? (z == kInf ? 1.0 : 0.0) : exp_neg(z - z_max);
   };
   bool by_id = true;  // c is sorted by id
+  const auto by_rank = [](const Candidate& a, const Candidate& b) { return better(a, b); };
 
   const auto k = static_cast<size_t>(std::max(p_.top_k, 0));
   if (k > 0 && k < static_cast<size_t>(n)) {
@@ -237,8 +258,7 @@ void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
     const double target = static_cast<double>(p_.top_p) * sum;
     if (c.size() <= 1024) {
       // Few candidates (after top-k): sort them all, keep the shortest prefix reaching target.
-      std::sort(c.begin(), c.end(),
-                [](const Candidate& a, const Candidate& b) { return better(a, b); });
+      std::sort(c.begin(), c.end(), by_rank);
       double cum = 0.0;
       size_t keep = 0;
       while (keep < c.size()) {
@@ -267,8 +287,7 @@ void Sampler::filter(const float* logits, int32_t n, std::vector<Candidate>& c,
       std::vector<Candidate> edge;
       for (const Candidate& x : c)
         if (bucket(x) == cut) edge.push_back(x);
-      std::sort(edge.begin(), edge.end(),
-                [](const Candidate& a, const Candidate& b) { return better(a, b); });
+      std::sort(edge.begin(), edge.end(), by_rank);
       size_t take = 0;  // how many of the edge bucket the prefix needs (all if never reached)
       while (take < edge.size()) {
         cum += edge[take++].w;
@@ -321,22 +340,14 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
       exp_weights(logits, n_vocab, inv_t, z_max, w);
       // min-p against the largest weight, e^0 = 1 (filter skips it with one candidate, which
       // then is the largest and passes the cut anyway).
-      const double cut = p_.min_p > 0.0f ? static_cast<double>(p_.min_p) : 0.0;
-      double total = 0.0;
-      int32_t last = 0;
-      for (int32_t i = 0; i < n_vocab; ++i)
-        if (w[i] > 0.0 && !(w[i] < cut)) {
-          total += w[i];
-          last = i;
-        }
-      const double u = next_uniform() * total;
-      double cum = 0.0;
-      for (int32_t i = 0; i < n_vocab; ++i)
-        if (w[i] > 0.0 && !(w[i] < cut)) {
-          cum += w[i];
-          if (u < cum) return i;
-        }
-      return last;  // u within rounding of the total
+      if (p_.min_p > 0.0f) {
+        const double cut = static_cast<double>(p_.min_p);
+        for (int32_t i = 0; i < n_vocab; ++i)
+          if (w[i] < cut) w[i] = 0.0;
+      }
+      int32_t last;
+      const double total = positive_total(w, n_vocab, &last);
+      return pick(w, n_vocab, next_uniform() * total, last);
     }
   }
   double total = 0.0;
@@ -351,21 +362,9 @@ int32_t Sampler::sample(const float* logits, int32_t n_vocab) {
 }
 
 int32_t Sampler::draw(const float* w, int32_t n) {
-  double total = 0.0;
-  int32_t last = 0;
-  for (int32_t i = 0; i < n; ++i)
-    if (w[i] > 0.0f) {
-      total += w[i];
-      last = i;
-    }
-  const double u = next_uniform() * total;
-  double cum = 0.0;
-  for (int32_t i = 0; i < n; ++i) {
-    if (!(w[i] > 0.0f)) continue;
-    cum += w[i];
-    if (u < cum) return i;
-  }
-  return last;
+  int32_t last;
+  const double total = positive_total(w, n, &last);
+  return pick(w, n, next_uniform() * total, last);
 }
 
 std::vector<float> Sampler::probabilities(const float* logits, int32_t n_vocab) const {
