@@ -599,8 +599,10 @@ TEST(QuantInt8, EqualsScalarFormula) {
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K}) {
-    // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores).
-    for (int64_t n : {1, 16, 20, 29, 37, 100}) {
+    // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores);
+    // 600: 38 panels, so that a thread's AMX prefill runs more than one group of 16 panels and
+    // its leftover rows split a group into VNNI panel pairs.
+    for (int64_t n : {1, 16, 20, 29, 37, 100, 600}) {
       const int64_t k = dtype_block_elems(t) == 32 ? 96 : 512;
       auto w = randn(static_cast<size_t>(n * k), 70 + static_cast<uint32_t>(n));
       auto q = quantize(w, t, n, k);
