@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "rewind/base/check.h"
 #include "rewind/base/thread_pool.h"
@@ -982,7 +983,7 @@ void amx_pack_acts_k32(const QuantizedActs& xa, int64_t r0, int8_t* a) {
 }
 
 // The tile pipeline of the AMX kernels over n 32-value chunks of 16 rows: chunk u's activation
-// codes at a + 512 u (16 x 32 B), its weight codes at wt(u) (8 x 64 B); combine.quarter(u, s, q)
+// codes at a + 512 u (16 x 32 B), its weight codes at wt(u) (8 x 64 B); combine(u, s, q)
 // takes rows 4q..4q+3 of chunk u's exact sums s [16 rows][16 lanes] i32, for u = 0..n-1 in
 // order. At step u the tile unit stores chunk u's sums (started two steps earlier) and starts
 // chunk u + 2 while the vector units combine chunk u - 1, whose sums were stored a step earlier.
@@ -1011,19 +1012,19 @@ REWIND_AMX __attribute__((always_inline)) inline void amx_chunks(int64_t n, cons
   for (int64_t u = 0; u < n; ++u) {
     const int32_t* prev = sums[(u + 1) % 2];
     const bool c = u > 0, next = u + 2 < n;
-#define REWIND_AMX_STEP(C, A, B)                     \
-  do {                                               \
-    if (c) combine.quarter(u - 1, prev, 0);          \
-    _tile_stored(C, sums[C], 64);                    \
-    if (next) _tile_loadd(A, a + (u + 2) * 512, 32); \
-    if (c) combine.quarter(u - 1, prev, 1);          \
-    if (next) _tile_loadd(B, wt(u + 2), 64);         \
-    if (c) combine.quarter(u - 1, prev, 2);          \
-    if (next) {                                      \
-      _tile_zero(C);                                 \
-      _tile_dpbssd(C, A, B);                         \
-    }                                                \
-    if (c) combine.quarter(u - 1, prev, 3);          \
+#define REWIND_AMX_STEP(C, A, B)                                   \
+  do {                                                             \
+    if (c) combine(u - 1, prev, std::integral_constant<int, 0>{}); \
+    _tile_stored(C, sums[C], 64);                                  \
+    if (next) _tile_loadd(A, a + (u + 2) * 512, 32);               \
+    if (c) combine(u - 1, prev, std::integral_constant<int, 1>{}); \
+    if (next) _tile_loadd(B, wt(u + 2), 64);                       \
+    if (c) combine(u - 1, prev, std::integral_constant<int, 2>{}); \
+    if (next) {                                                    \
+      _tile_zero(C);                                               \
+      _tile_dpbssd(C, A, B);                                       \
+    }                                                              \
+    if (c) combine(u - 1, prev, std::integral_constant<int, 3>{}); \
   } while (0)
     if (u % 2 == 0)
       REWIND_AMX_STEP(0, 2, 4);
@@ -1032,23 +1033,12 @@ REWIND_AMX __attribute__((always_inline)) inline void amx_chunks(int64_t n, cons
 #undef REWIND_AMX_STEP
     pf.step();
   }
-  for (int q = 0; q < 4; ++q) combine.quarter(n - 1, sums[(n - 1) % 2], q);
+  const int32_t* last = sums[(n - 1) % 2];
+  combine(n - 1, last, std::integral_constant<int, 0>{});
+  combine(n - 1, last, std::integral_constant<int, 1>{});
+  combine(n - 1, last, std::integral_constant<int, 2>{});
+  combine(n - 1, last, std::integral_constant<int, 3>{});
 }
-
-// Q8_0: chunk = block w; acc[r] = fma(dw * dx[r], float(s[r]), acc[r]).
-struct AmxCombineQ8_0 {
-  __m512 acc[16];
-  const std::byte* pan;
-  const float* dx;
-  int64_t nb, pb;
-  REWIND_AMX __attribute__((always_inline)) void quarter(int64_t w, const int32_t* s, int q) {
-    const __m512 dw = load_f16x16(pan + w * pb);
-    for (int r = 4 * q; r < 4 * q + 4; ++r) {
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx[w + r * nb]));
-      acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_load_si512(s + 16 * r)), acc[r]);
-    }
-  }
-};
 
 // y[r, c] for the 16 rows from r0 and c < ncols (ncols <= 16 * np) against np Q8_0 panels, all
 // of K; a: those rows' codes as amx_pack_acts_k32 lays them out.
@@ -1056,18 +1046,25 @@ REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const in
                                    const std::byte* panels, int64_t panel_stride, int np, float* y,
                                    int64_t ldy, int ncols, PrefetchStream& pf) {
   const int64_t nb = xa.k / 32, pb = quant_panel_block_bytes(DType::Q8_0);
+  const float* dx = xa.d.data() + r0 * nb;
   for (int p = 0; p < np; ++p) {
-    AmxCombineQ8_0 c;
-    c.pan = panels + p * panel_stride;
-    c.dx = xa.d.data() + r0 * nb;
-    c.nb = nb;
-    c.pb = pb;
-    for (int r = 0; r < 16; ++r) c.acc[r] = _mm512_setzero_ps();
-    const std::byte* pan = c.pan;
+    const std::byte* pan = panels + p * panel_stride;
+    // Block w: acc[r] = fma(dw * dx[r], float(s[r]), acc[r]), rows 4q..4q+3 per quarter. (Locals
+    // of this function, not members of a combine object: those GCC kept in memory.)
+    __m512 acc[16], dw = _mm512_setzero_ps();
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+    auto quarter = [&](int64_t w, const int32_t* s, auto q) REWIND_AMX
+        __attribute__((always_inline)) {
+      if constexpr (q == 0) dw = load_f16x16(pan + w * pb);
+      for (int r = 4 * q; r < 4 * q + 4; ++r) {
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx[w + r * nb]));
+        acc[r] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(_mm512_load_si512(s + 16 * r)), acc[r]);
+      }
+    };
     amx_chunks(
-        nb, a, [pan, pb](int64_t u) { return pan + u * pb + kQ8QOff; }, c, pf);
+        nb, a, [pan, pb](int64_t u) { return pan + u * pb + kQ8QOff; }, quarter, pf);
     for (int r = 0; r < 16; ++r)
-      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), c.acc[r]);
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r]);
   }
 }
 
@@ -1108,44 +1105,6 @@ REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std
   }
 }
 
-// Q4_K: chunk w = sub-block w % 8 of block w / 8; s1 += sc * s per sub-block, then after a
-// block's last sub-block the mins and the two fmas into acc (kept in memory: s1 holds 16 vector
-// registers); rows 4q..4q+3 per quarter.
-struct AmxCombineQ4_K {
-  alignas(64) float acc[16][16];
-  __m512i s1[16];
-  const std::byte* pan;
-  const QuantizedActs* xa;
-  int64_t r0, nb, pb;
-  REWIND_AMX __attribute__((always_inline)) void quarter(int64_t w, const int32_t* s, int q) {
-    const int64_t b = w / 8, sb = w % 8;
-    const std::byte* blk = pan + b * pb;
-    const __m512i sc = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4KScOff + 16 * sb)));
-    for (int r = 4 * q; r < 4 * q + 4; ++r)
-      s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(_mm512_load_si512(s + 16 * r), sc));
-    if (sb != 7) return;
-    // Block b complete: mins (pairs of sub-blocks per 16-bit dot product) and float combine.
-    __m512i mv[4];
-    for (int tp = 0; tp < 4; ++tp)
-      mv[tp] = _mm512_cvtepu8_epi16(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
-    const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
-    for (int r = 4 * q; r < 4 * q + 4; ++r) {
-      const int16_t* s32 = xa->s32.data() + (r0 + r) * (xa->k / 32) + b * 8;
-      __m512i s2 = _mm512_setzero_si512();
-      for (int tp = 0; tp < 4; ++tp)
-        s2 = _mm512_dpwssd_epi32(s2, mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
-      const __m512 dx = _mm512_set1_ps(xa->d[(r0 + r) * nb + b]);
-      __m512 ar = _mm512_load_ps(acc[r]);
-      ar = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1[r]), ar);
-      ar = _mm512_fmadd_ps(negate_ps(_mm512_mul_ps(dmin, dx)), _mm512_cvtepi32_ps(s2), ar);
-      _mm512_store_ps(acc[r], ar);
-      s1[r] = _mm512_setzero_si512();
-    }
-  }
-};
-
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers read from
 // panels, codes from codes + p * codes_stride as expand_q4_k_codes lays them out); a: the rows'
 // codes as amx_pack_acts_k32 lays them out.
@@ -1154,21 +1113,48 @@ REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0,
                                    const int8_t* codes, int64_t codes_stride, int np, float* y,
                                    int64_t ldy, int ncols, PrefetchStream& pf) {
   const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(t);
-  AmxCombineQ4_K c;
-  c.xa = &xa;
-  c.r0 = r0;
-  c.nb = nb;
-  c.pb = pb;
   for (int p = 0; p < np; ++p) {
-    c.pan = panels + p * panel_stride;
-    std::memset(c.acc, 0, sizeof c.acc);  // +0.0f
-    for (int r = 0; r < 16; ++r) c.s1[r] = _mm512_setzero_si512();
+    const std::byte* pan = panels + p * panel_stride;
+    // Chunk w = sub-block w % 8 of block w / 8: s1 += sc * s per sub-block, then after a block's
+    // last sub-block the mins and the two fmas into acc (kept in memory: s1 holds 16 vector
+    // registers); rows 4q..4q+3 per quarter (q a std::integral_constant, as in the Q8_0 tile).
+    alignas(64) float acc[16][16] = {};  // +0.0f
+    __m512i s1[16];
+    for (int r = 0; r < 16; ++r) s1[r] = _mm512_setzero_si512();
+    auto quarter = [&](int64_t w, const int32_t* s, auto q) REWIND_AMX
+        __attribute__((always_inline)) {
+      const int64_t b = w / 8, sb = w % 8;
+      const std::byte* blk = pan + b * pb;
+      const __m512i sc = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4KScOff + 16 * sb)));
+      for (int r = 4 * q; r < 4 * q + 4; ++r)
+        s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(_mm512_load_si512(s + 16 * r), sc));
+      if (sb != 7) return;
+      // Block b complete: mins (pairs of sub-blocks per 16-bit dot product) and float combine.
+      __m512i mv[4];
+      for (int tp = 0; tp < 4; ++tp)
+        mv[tp] = _mm512_cvtepu8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
+      const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
+      for (int r = 4 * q; r < 4 * q + 4; ++r) {
+        const int16_t* s32 = xa.s32.data() + (r0 + r) * (xa.k / 32) + b * 8;
+        __m512i s2 = _mm512_setzero_si512();
+        for (int tp = 0; tp < 4; ++tp)
+          s2 = _mm512_dpwssd_epi32(s2, mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
+        const __m512 dx = _mm512_set1_ps(xa.d[(r0 + r) * nb + b]);
+        __m512 ar = _mm512_load_ps(acc[r]);
+        ar = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1[r]), ar);
+        ar = _mm512_fmadd_ps(negate_ps(_mm512_mul_ps(dmin, dx)), _mm512_cvtepi32_ps(s2), ar);
+        _mm512_store_ps(acc[r], ar);
+        s1[r] = _mm512_setzero_si512();
+      }
+    };
     const int8_t* cp = codes + p * codes_stride;
     amx_chunks(
-        nb * 8, a, [cp](int64_t u) { return cp + u * 512; }, c, pf);
+        nb * 8, a, [cp](int64_t u) { return cp + u * 512; }, quarter, pf);
     for (int r = 0; r < 16; ++r)
       _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p),
-                            _mm512_load_ps(c.acc[r]));
+                            _mm512_load_ps(acc[r]));
   }
 }
 
