@@ -1084,8 +1084,8 @@ REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const in
   }
 }
 
-// ---- AMX (prefill, Q4_K) ---------------------------------------------------------------------
-// The same tiles per 32-value sub-block: the B operand is the sub-block's nibbles expanded to
+// ---- AMX (prefill, Q5_K; Q4_K before its scaled tiles below) --------------------------------
+// The same tiles per 32-value sub-block: the B operand is the sub-block's codes expanded to
 // bytes (expand_q4_k_codes), the exact sums go through the VNNI kernel's integer and float
 // combine: s1 = sum_s sc[s] * is[s], s2 = sum_s m[s] * sum32[s] (16-bit pair products), then
 // acc = fma(d * dx, float(s1), acc) and acc = fma(-(dmin * dx), float(s2), acc) per block.
@@ -1171,6 +1171,135 @@ REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0,
     for (int r = 0; r < 16; ++r)
       _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p),
                             _mm512_load_ps(acc[r]));
+  }
+}
+
+// ---- AMX (prefill, Q4_K, scales in the tiles) ----------------------------------------------
+// A Q4_K sub-block scale sc (6 bits) is 8 sc_hi + sc_lo with both parts at most 7, and a code
+// (at most 15) times a part is at most 105: an int8. So the B operands can carry the scales:
+// codes * sc_lo and codes * sc_hi, and a block's 256 values run as 4 TDPBSSDs of 64 values per
+// operand into two int32 sums whose 8 hi + lo is the VNNI kernel's s1 = sum_s sc[s] * is[s]
+// exactly (the same integer, hence the same bits), with 2 tile stores and one combine per block
+// instead of 8 of each.
+
+// The scaled codes of nb Q4_K panel blocks: block b, chunk j (sub-blocks 2j, 2j+1) at
+// dst + 8192 b + 2048 j: codes * sc_lo (16 rows of 64 B, the tile's B layout), then
+// codes * sc_hi at + 1024.
+REWIND_AVX512 void expand_q4_k_scaled(const std::byte* src, int64_t nb, int8_t* dst) {
+  const int64_t pb = quant_panel_block_bytes(DType::Q4_K);
+  alignas(64) int8_t codes[kKBytesCodes];
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * pb;
+    expand_k_block_codes(blk, false, codes);
+    for (int sb = 0; sb < 8; ++sb) {
+      const __m512i m32 = _mm512_cvtepu8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ4KScOff + 16 * sb)));
+      // Each 16-bit half of lane j holds the part: a 16-bit multiply then scales both code
+      // bytes of the half without a carry between them (each product stays under 256).
+      const __m512i lo = _mm512_and_si512(m32, _mm512_set1_epi32(7));
+      const __m512i hi = _mm512_srli_epi32(m32, 3);
+      const __m512i mlo = _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16));
+      const __m512i mhi = _mm512_or_si512(hi, _mm512_slli_epi32(hi, 16));
+      int8_t* o = dst + b * 8192 + (sb / 2) * 2048 + (sb % 2) * 512;
+      for (int row = 0; row < 8; ++row) {
+        const __m512i c = _mm512_load_si512(codes + 512 * sb + 64 * row);
+        _mm512_storeu_si512(o + 64 * row, _mm512_mullo_epi16(c, mlo));
+        _mm512_storeu_si512(o + 1024 + 64 * row, _mm512_mullo_epi16(c, mhi));
+      }
+    }
+  }
+}
+
+// The activation codes of rows [r0, r0 + 16) per 64 values (chunk c: 16 rows x 64 bytes at
+// a + 1024 c).
+void amx_pack_acts_k64(const QuantizedActs& xa, int64_t r0, int8_t* a) {
+  const int64_t nc = xa.k / 64;
+  for (int r = 0; r < 16; ++r) {
+    const int8_t* src = xa.q.data() + (r0 + r) * xa.k;
+    for (int64_t c = 0; c < nc; ++c) std::memcpy(a + c * 1024 + r * 64, src + c * 64, 64);
+  }
+}
+
+// Every tile 16 x 64 B: 0-3 sums (lo and hi of even blocks, lo and hi of odd ones), 4 and 5
+// activations, 6 and 7 the scaled codes (lo, hi).
+constexpr int kAmxConfigK64 = 2;
+REWIND_AMX void amx_configure_k64() {
+  if (t_amx_config == kAmxConfigK64) return;
+  AmxTileConfig c;
+  for (int t = 0; t < 8; ++t) {
+    c.colsb[t] = 64;
+    c.rows[t] = 16;
+  }
+  amx_load_config(c, kAmxConfigK64);
+}
+
+// y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers from panels,
+// scaled codes from scaled + p * scaled_stride as expand_q4_k_scaled lays them out); a: the
+// rows' codes as amx_pack_acts_k64 lays them out. Block b's 8 products start at step b, its
+// sums are stored at step b + 1 (before block b + 1's products, which the tile unit would
+// otherwise finish first) and combined right after, beside block b + 1's products.
+REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const int8_t* a,
+                                     const std::byte* panels, int64_t panel_stride,
+                                     const int8_t* scaled, int64_t scaled_stride, int np, float* y,
+                                     int64_t ldy, int ncols, PrefetchStream& pf) {
+  const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(DType::Q4_K);
+  alignas(64) int32_t sums[2][16 * 16];
+  for (int p = 0; p < np; ++p) {
+    const std::byte* pan = panels + p * panel_stride;
+    const int8_t* sp = scaled + p * scaled_stride;
+    __m512 acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+#define REWIND_AMX_BLOCK(CL, CH, b)                \
+  do {                                             \
+    _tile_zero(CL);                                \
+    _tile_zero(CH);                                \
+    for (int j = 0; j < 4; ++j) {                  \
+      const int8_t* bj = sp + (b)*8192 + j * 2048; \
+      _tile_loadd(4, a + ((b)*4 + j) * 1024, 64);  \
+      _tile_loadd(6, bj, 64);                      \
+      _tile_dpbssd(CL, 4, 6);                      \
+      _tile_loadd(7, bj + 1024, 64);               \
+      _tile_dpbssd(CH, 4, 7);                      \
+    }                                              \
+  } while (0)
+    REWIND_AMX_BLOCK(0, 1, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b % 2 == 0) {
+        _tile_stored(0, sums[0], 64);
+        _tile_stored(1, sums[1], 64);
+        if (b + 1 < nb) REWIND_AMX_BLOCK(2, 3, b + 1);
+      } else {
+        _tile_stored(2, sums[0], 64);
+        _tile_stored(3, sums[1], 64);
+        if (b + 1 < nb) REWIND_AMX_BLOCK(0, 1, b + 1);
+      }
+      pf.step();
+      // Block b: s1 = 8 hi + lo, the mins' sum s2 (pairs of sub-blocks per 16-bit dot
+      // product), then acc = fma(d * dx, s1, acc) and fma(-(dmin * dx), s2, acc) as in the VNNI
+      // kernel.
+      const std::byte* blk = pan + b * pb;
+      __m512i mv[4];
+      for (int tp = 0; tp < 4; ++tp)
+        mv[tp] = _mm512_cvtepu8_epi16(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
+      const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
+      for (int r = 0; r < 16; ++r) {
+        const __m512i s1 =
+            _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[1] + 16 * r), 3),
+                             _mm512_load_si512(sums[0] + 16 * r));
+        const int16_t* s32 = xa.s32.data() + (r0 + r) * (xa.k / 32) + b * 8;
+        __m512i s2 = _mm512_setzero_si512();
+        for (int tp = 0; tp < 4; ++tp)
+          s2 = _mm512_dpwssd_epi32(s2, mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
+        const __m512 dx = _mm512_set1_ps(xa.d[(r0 + r) * nb + b]);
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1), acc[r]);
+        acc[r] =
+            _mm512_fmadd_ps(negate_ps(_mm512_mul_ps(dmin, dx)), _mm512_cvtepi32_ps(s2), acc[r]);
+      }
+    }
+#undef REWIND_AMX_BLOCK
+    for (int r = 0; r < 16; ++r)
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r]);
   }
 }
 
@@ -2265,8 +2394,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // (Zen 5). Q4_0 keeps 6 x 2 (its nibble splits grow with the panels: 4 x 3 was slower).
   // AVX2 (16 registers): 4-row tiles of one panel. AMX: groups of many panels (below).
   // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
-  // bits); Q4_K's nibbles (Q5_K's 5-bit codes) are expanded to bytes once per panel group and row
-  // block, like Q6_K's codes.
+  // bits); Q4_K's nibbles, times its sub-block scales' two parts, and Q5_K's 5-bit codes are
+  // expanded to bytes once per panel group and row block, like Q6_K's codes.
   const bool amx = !avx2 && (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
                    amx_int8_enabled() && r1 - r0 >= 16;
   const bool q8_tile = !amx && (t == DType::Q8_0 || t == DType::IQ4_NL);
@@ -2307,16 +2436,22 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   if (expand_nl) expanded.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
   if (expand_k) expanded.reserve_at_least(static_cast<size_t>(kP * nb * k_bytes_block(t)));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
+  // Q4_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64); Q5_K's codes (up to
+  // 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
+  const bool amx_k64 = amx && t == DType::Q4_K;
   if (amx) {
     amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
-    amx_configure_k32();
+    if (amx_k64)
+      amx_configure_k64();
+    else
+      amx_configure_k32();
   }
-  if (amx_q4) q4.reserve_at_least(static_cast<size_t>(kP * nb * 4096));
+  if (amx_q4) q4.reserve_at_least(static_cast<size_t>(kP * nb * (amx_k64 ? 8192 : 4096)));
   for (int64_t rb = r0; rb < r1; rb += kMc) {
     const int64_t re = std::min(r1, rb + kMc);
     if (amx)
       for (int64_t r = rb; r + 16 <= re; r += 16)
-        amx_pack_acts_k32(xa, r, amx_a.data() + (r - rb) * xa.k);
+        (amx_k64 ? amx_pack_acts_k64 : amx_pack_acts_k32)(xa, r, amx_a.data() + (r - rb) * xa.k);
     for (int p0 = 0; p0 < np; p0 += kP) {
       const int npg = std::min(kP, np - p0);
       const std::byte* src = panels + p0 * panel_stride;
@@ -2352,7 +2487,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       const int64_t next_bytes = p0 + kP < np || re < r1 ? std::min(kP, np - pn) * panel_stride : 0;
       int64_t r = rb;
       if (amx && re - r >= 16) {
-        if (amx_q4)
+        if (amx_k64)
+          for (int p = 0; p < npg; ++p)
+            expand_q4_k_scaled(panels + (p0 + p) * panel_stride, nb, q4.data() + p * nb * 8192);
+        else if (amx_q4)
           for (int p = 0; p < npg; ++p)
             expand_q4_k_codes(panels + (p0 + p) * panel_stride, nb, t == DType::Q5_K,
                               q4.data() + p * nb * 4096);
@@ -2361,7 +2499,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         for (; r + 16 <= re; r += 16) {
           const int8_t* ar = amx_a.data() + (r - rb) * xa.k;
           float* yr = y + (r - r0) * ldy + 16 * p0;
-          if (amx_q4)
+          if (amx_k64)
+            int8_tile_amx_q4_k64(xa, r, ar, src, stride, q4.data(), nb * 8192, npg, yr, ldy,
+                                 ncols - 16 * p0, pf);
+          else if (amx_q4)
             int8_tile_amx_q4_k(t, xa, r, ar, src, stride, q4.data(), nb * 4096, npg, yr, ldy,
                                ncols - 16 * p0, pf);
           else
