@@ -971,14 +971,16 @@ REWIND_AMX void amx_configure_k32() {
   amx_load_config(c, kAmxConfigK32);
 }
 
-// The activation codes of rows [r0, r0 + 16) re-laid per 32 values (chunk c: 16 rows x 32 bytes
-// at a + 512 c), so that a tile load reads 8 whole lines instead of 16 half lines a row apart.
-// A chunk is a Q8_0 block or a Q4_K sub-block.
-void amx_pack_acts_k32(const QuantizedActs& xa, int64_t r0, int8_t* a) {
-  const int64_t nb = xa.k / 32;
+// The activation codes of rows [r0, r0 + 16) re-laid per Chunk values (chunk c: 16 rows x
+// Chunk bytes at a + 16 Chunk c), so that a tile load reads whole lines instead of rows a row
+// apart. Chunk 32: a Q8_0 block or a Q5_K sub-block; 64: a Q4_K sub-block pair.
+template <int Chunk>
+void amx_pack_acts(const QuantizedActs& xa, int64_t r0, int8_t* a) {
+  const int64_t nc = xa.k / Chunk;
   for (int r = 0; r < 16; ++r) {
     const int8_t* src = xa.q.data() + (r0 + r) * xa.k;
-    for (int64_t b = 0; b < nb; ++b) std::memcpy(a + b * 512 + r * 32, src + b * 32, 32);
+    for (int64_t c = 0; c < nc; ++c)
+      std::memcpy(a + c * 16 * Chunk + r * Chunk, src + c * Chunk, Chunk);
   }
 }
 
@@ -1041,7 +1043,7 @@ REWIND_AMX __attribute__((always_inline)) inline void amx_chunks(int64_t n, cons
 }
 
 // y[r, c] for the 16 rows from r0 and c < ncols (ncols <= 16 * np) against np Q8_0 panels, all
-// of K; a: those rows' codes as amx_pack_acts_k32 lays them out.
+// of K; a: those rows' codes as amx_pack_acts<32> lays them out.
 REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const int8_t* a,
                                    const std::byte* panels, int64_t panel_stride, int np, float* y,
                                    int64_t ldy, int ncols, PrefetchStream& pf) {
@@ -1084,7 +1086,7 @@ REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const in
   }
 }
 
-// ---- AMX (prefill, Q5_K; Q4_K before its scaled tiles below) --------------------------------
+// ---- AMX (prefill, Q5_K) ---------------------------------------------------------------------
 // The same tiles per 32-value sub-block: the B operand is the sub-block's codes expanded to
 // bytes (expand_q4_k_codes), the exact sums go through the VNNI kernel's integer and float
 // combine: s1 = sum_s sc[s] * is[s], s2 = sum_s m[s] * sum32[s] (16-bit pair products), then
@@ -1121,9 +1123,39 @@ REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std
   }
 }
 
-// y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers read from
-// panels, codes from codes + p * codes_stride as expand_q4_k_codes lays them out); a: the rows'
-// codes as amx_pack_acts_k32 lays them out.
+// A K-quant block's header for the AMX combines: d, dmin and the mins widened to 16 bits.
+struct KBlockHead {
+  __m512 d, dmin;
+  __m512i mv[4];
+};
+REWIND_AMX __attribute__((always_inline)) inline KBlockHead k_block_head(const std::byte* blk) {
+  KBlockHead h;
+  for (int tp = 0; tp < 4; ++tp)
+    h.mv[tp] = _mm512_cvtepu8_epi16(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
+  h.d = load_f16x16(blk);
+  h.dmin = load_f16x16(blk + 32);
+  return h;
+}
+// Block b of activation row `row` into acc as the VNNI kernel orders it: the mins' sum s2 (pairs
+// of sub-blocks per 16-bit dot product), then acc = fma(d * dx, float(s1), acc) and
+// acc = fma(-(dmin * dx), float(s2), acc).
+REWIND_AMX __attribute__((always_inline)) inline __m512 k_block_fmas(const KBlockHead& h,
+                                                                     const QuantizedActs& xa,
+                                                                     int64_t row, int64_t b,
+                                                                     __m512i s1, __m512 acc) {
+  const int16_t* s32 = xa.s32.data() + row * (xa.k / 32) + b * 8;
+  __m512i s2 = _mm512_setzero_si512();
+  for (int tp = 0; tp < 4; ++tp)
+    s2 = _mm512_dpwssd_epi32(s2, h.mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
+  const __m512 dx = _mm512_set1_ps(xa.d[row * (xa.k / 256) + b]);
+  acc = _mm512_fmadd_ps(_mm512_mul_ps(h.d, dx), _mm512_cvtepi32_ps(s1), acc);
+  return _mm512_fmadd_ps(negate_ps(_mm512_mul_ps(h.dmin, dx)), _mm512_cvtepi32_ps(s2), acc);
+}
+
+// y[r, c] for the 16 rows from r0 and c < ncols against np Q5_K panels of type t (headers read
+// from panels, codes from codes + p * codes_stride as expand_q4_k_codes lays them out); a: the
+// rows' codes as amx_pack_acts<32> lays them out. (Q4_K takes the scaled tiles below.)
 REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0, const int8_t* a,
                                    const std::byte* panels, int64_t panel_stride,
                                    const int8_t* codes, int64_t codes_stride, int np, float* y,
@@ -1146,22 +1178,9 @@ REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0,
       for (int r = 4 * q; r < 4 * q + 4; ++r)
         s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(_mm512_load_si512(s + 16 * r), sc));
       if (sb != 7) return;
-      // Block b complete: mins (pairs of sub-blocks per 16-bit dot product) and float combine.
-      __m512i mv[4];
-      for (int tp = 0; tp < 4; ++tp)
-        mv[tp] = _mm512_cvtepu8_epi16(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
-      const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
+      const KBlockHead h = k_block_head(blk);  // block b complete
       for (int r = 4 * q; r < 4 * q + 4; ++r) {
-        const int16_t* s32 = xa.s32.data() + (r0 + r) * (xa.k / 32) + b * 8;
-        __m512i s2 = _mm512_setzero_si512();
-        for (int tp = 0; tp < 4; ++tp)
-          s2 = _mm512_dpwssd_epi32(s2, mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
-        const __m512 dx = _mm512_set1_ps(xa.d[(r0 + r) * nb + b]);
-        __m512 ar = _mm512_load_ps(acc[r]);
-        ar = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1[r]), ar);
-        ar = _mm512_fmadd_ps(negate_ps(_mm512_mul_ps(dmin, dx)), _mm512_cvtepi32_ps(s2), ar);
-        _mm512_store_ps(acc[r], ar);
+        _mm512_store_ps(acc[r], k_block_fmas(h, xa, r0 + r, b, s1[r], _mm512_load_ps(acc[r])));
         s1[r] = _mm512_setzero_si512();
       }
     };
@@ -1210,16 +1229,6 @@ REWIND_AVX512 void expand_q4_k_scaled(const std::byte* src, int64_t nb, int8_t* 
   }
 }
 
-// The activation codes of rows [r0, r0 + 16) per 64 values (chunk c: 16 rows x 64 bytes at
-// a + 1024 c).
-void amx_pack_acts_k64(const QuantizedActs& xa, int64_t r0, int8_t* a) {
-  const int64_t nc = xa.k / 64;
-  for (int r = 0; r < 16; ++r) {
-    const int8_t* src = xa.q.data() + (r0 + r) * xa.k;
-    for (int64_t c = 0; c < nc; ++c) std::memcpy(a + c * 1024 + r * 64, src + c * 64, 64);
-  }
-}
-
 // Every tile 16 x 64 B: 0-3 sums (lo and hi of even blocks, lo and hi of odd ones), 4 and 5
 // activations, 6 and 7 the scaled codes (lo, hi).
 constexpr int kAmxConfigK64 = 2;
@@ -1235,7 +1244,7 @@ REWIND_AMX void amx_configure_k64() {
 
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers from panels,
 // scaled codes from scaled + p * scaled_stride as expand_q4_k_scaled lays them out); a: the
-// rows' codes as amx_pack_acts_k64 lays them out. Block b's 8 products start at step b, its
+// rows' codes as amx_pack_acts<64> lays them out. Block b's 8 products start at step b, its
 // sums are stored at step b + 1 (before block b + 1's products, which the tile unit would
 // otherwise finish first) and combined right after, beside block b + 1's products.
 REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const int8_t* a,
@@ -1274,27 +1283,13 @@ REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const 
         if (b + 1 < nb) REWIND_AMX_BLOCK(0, 1, b + 1);
       }
       pf.step();
-      // Block b: s1 = 8 hi + lo, the mins' sum s2 (pairs of sub-blocks per 16-bit dot
-      // product), then acc = fma(d * dx, s1, acc) and fma(-(dmin * dx), s2, acc) as in the VNNI
-      // kernel.
-      const std::byte* blk = pan + b * pb;
-      __m512i mv[4];
-      for (int tp = 0; tp < 4; ++tp)
-        mv[tp] = _mm512_cvtepu8_epi16(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
-      const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
+      // Block b: s1 = 8 hi + lo, then the VNNI kernel's two fmas.
+      const KBlockHead h = k_block_head(pan + b * pb);
       for (int r = 0; r < 16; ++r) {
         const __m512i s1 =
             _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[1] + 16 * r), 3),
                              _mm512_load_si512(sums[0] + 16 * r));
-        const int16_t* s32 = xa.s32.data() + (r0 + r) * (xa.k / 32) + b * 8;
-        __m512i s2 = _mm512_setzero_si512();
-        for (int tp = 0; tp < 4; ++tp)
-          s2 = _mm512_dpwssd_epi32(s2, mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
-        const __m512 dx = _mm512_set1_ps(xa.d[(r0 + r) * nb + b]);
-        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(s1), acc[r]);
-        acc[r] =
-            _mm512_fmadd_ps(negate_ps(_mm512_mul_ps(dmin, dx)), _mm512_cvtepi32_ps(s2), acc[r]);
+        acc[r] = k_block_fmas(h, xa, r0 + r, b, s1, acc[r]);
       }
     }
 #undef REWIND_AMX_BLOCK
@@ -2451,7 +2446,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
     const int64_t re = std::min(r1, rb + kMc);
     if (amx)
       for (int64_t r = rb; r + 16 <= re; r += 16)
-        (amx_k64 ? amx_pack_acts_k64 : amx_pack_acts_k32)(xa, r, amx_a.data() + (r - rb) * xa.k);
+        (amx_k64 ? amx_pack_acts<64> : amx_pack_acts<32>)(xa, r, amx_a.data() + (r - rb) * xa.k);
     for (int p0 = 0; p0 < np; p0 += kP) {
       const int npg = std::min(kP, np - p0);
       const std::byte* src = panels + p0 * panel_stride;
