@@ -248,30 +248,38 @@ TEST(Ops, GdnStepBitsEqualScalarLoops) {
 
 // The multi-token kernel (prefill, replay) gives the bits of one gdn_step per token: state and
 // every output, for widths that fill strips exactly, leave a tail, or are narrower than a strip,
-// and for token counts of 1 (no fused step), 2 and more; inputs read through row strides.
+// key dims that fill the AVX-512 strip's 16-row blocks or leave a tail, and for token counts of 1
+// (no fused step), 2 and more, past one 128-token block; inputs read through row strides; on
+// every SIMD path the machine has (the AVX-512 strip and the compiler's vectorised one).
 TEST(Ops, GdnStepsBitsEqualGdnStepPerToken) {
   std::mt19937_64 r(26);
-  for (auto [dk, dv] :
-       std::vector<std::pair<int64_t, int64_t>>{{128, 128}, {64, 96}, {16, 80}, {5, 3}, {32, 33}}) {
-    for (int64_t T : {1, 2, 7}) {
-      const int64_t ldqk = 2 * dk + 3, ldv = dv + 5, ldo = dv + 1;
-      auto S0 = randv(r, dk * dv, 0.5f);
-      auto q = randv(r, T * ldqk, 0.2f), k = randv(r, T * ldqk, 0.2f), v = randv(r, T * ldv);
-      std::vector<float> alpha(static_cast<size_t>(T)), beta(alpha.size());
-      for (int64_t t = 0; t < T; ++t) {
-        alpha[t] = 0.8f + 0.03f * static_cast<float>(t);
-        beta[t] = 0.3f + 0.05f * static_cast<float>(t);
+  for (const char* isa : {"auto", "avx2", "scalar"})
+    for (auto [dk, dv] : std::vector<std::pair<int64_t, int64_t>>{
+             {128, 128}, {64, 96}, {16, 80}, {5, 3}, {32, 33}, {40, 64}, {7, 130}})
+      for (int64_t T : {1, 2, 7, 131}) {
+        if (!matmul_force_isa(isa)) continue;
+        struct Restore {
+          ~Restore() { matmul_force_isa("auto"); }
+        } restore;
+        const int64_t ldqk = 2 * dk + 3, ldv = dv + 5, ldo = dv + 1;
+        auto S0 = randv(r, dk * dv, 0.5f);
+        auto q = randv(r, T * ldqk, 0.2f), k = randv(r, T * ldqk, 0.2f), v = randv(r, T * ldv);
+        std::vector<float> alpha(static_cast<size_t>(T)), beta(alpha.size());
+        for (int64_t t = 0; t < T; ++t) {
+          alpha[t] = 0.8f + 0.03f * static_cast<float>(t);
+          beta[t] = 0.3f + 0.05f * static_cast<float>(t);
+        }
+        std::vector<float> S(S0), S2(S0), o(static_cast<size_t>(T * ldo), -1.0f), o2(o);
+        gdn_steps(S.data(), q.data(), k.data(), ldqk, v.data(), ldv, alpha.data(), beta.data(),
+                  o.data(), ldo, T, dk, dv);
+        for (int64_t t = 0; t < T; ++t)
+          gdn_step(S2.data(), q.data() + t * ldqk, k.data() + t * ldqk, v.data() + t * ldv,
+                   alpha[t], beta[t], o2.data() + t * ldo, dk, dv);
+        ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * 4), 0)
+            << isa << " " << dk << "x" << dv << " T" << T;
+        ASSERT_EQ(std::memcmp(S.data(), S2.data(), S.size() * 4), 0)
+            << isa << " " << dk << "x" << dv << " T" << T;
       }
-      std::vector<float> S(S0), S2(S0), o(static_cast<size_t>(T * ldo), -1.0f), o2(o);
-      gdn_steps(S.data(), q.data(), k.data(), ldqk, v.data(), ldv, alpha.data(), beta.data(),
-                o.data(), ldo, T, dk, dv);
-      for (int64_t t = 0; t < T; ++t)
-        gdn_step(S2.data(), q.data() + t * ldqk, k.data() + t * ldqk, v.data() + t * ldv, alpha[t],
-                 beta[t], o2.data() + t * ldo, dk, dv);
-      ASSERT_EQ(std::memcmp(o.data(), o2.data(), o.size() * 4), 0) << dk << "x" << dv << " T" << T;
-      ASSERT_EQ(std::memcmp(S.data(), S2.data(), S.size() * 4), 0) << dk << "x" << dv << " T" << T;
-    }
-  }
 }
 
 TEST(Ops, AttentionBlocksMatchReference) {
