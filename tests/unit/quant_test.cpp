@@ -647,6 +647,37 @@ TEST(QuantInt8, EqualsScalarFormula) {
   }
 }
 
+// The AMX prefill over several row blocks: Q4_K / Q5_K size their row blocks by K (2048 values:
+// 256 rows), Q8_0 takes 128; 530 rows end in a partial block whose last 2 rows take the VNNI
+// tiles. Every output has the scalar formula's bits (a row block's activations packed at the
+// wrong offset, or its expanded codes reused from the block before, fail it).
+TEST(QuantInt8, AmxRowBlocksEqualScalarFormula) {
+  IsaGuard guard;
+  QuantDotGuard dot(QuantDot::Int8);
+  if (!matmul_force_isa("amx")) GTEST_SKIP() << "no AMX-INT8 here";
+  ThreadPool pool(2);
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K}) {
+    const int64_t n = 37, k = 2048, m = 530;
+    auto w = randn(static_cast<size_t>(n * k), 31);
+    auto q = quantize(w, t, n, k);
+    PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
+    const int64_t panel_stride = k / dtype_block_elems(t) * detail::quant_panel_block_bytes(t);
+    auto x = randn(static_cast<size_t>(m * k), 32, 2.0f);
+    detail::QuantizedActs xa;
+    detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr);
+    std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+    matmul(x.data(), m, k, pq, y.data(), n, &pool);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        const float ref = detail::int8_dot_reference(
+            t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
+            static_cast<int>(c % 16));
+        ASSERT_EQ(std::memcmp(&y[r * n + c], &ref, 4), 0)
+            << dtype_name(t) << " row " << r << " col " << c;
+      }
+  }
+}
+
 // The largest integer sums the kernels can meet stay exact: every code at its maximum (Q4_K and
 // Q4_0 15, Q5_K 31, Q6_K 63, Q8_0 -128 / 127) against activations of +-127 everywhere. The AVX2
 // kernels keep several vpmaddubsw results in int16 before widening (8 for Q4_K and Q4_0, 4 for

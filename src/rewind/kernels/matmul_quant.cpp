@@ -2421,8 +2421,15 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
   // for the 16-row AMX tiles), so that no row block ends in a short tile: with 128, every 128-row
   // block of a Q8_0 prefill ended in a 2-row tile, 1.6% of the rows at 3% of the tile time (perf,
-  // 2048-token prefill).
-  const int64_t kMc = amx ? 128 : (expand || expand_nl || expand_k ? 512 : 128) / kR * kR;
+  // 2048-token prefill). Q4_K / Q5_K on AMX expand each panel group's codes once per row
+  // block, so their row blocks are as tall as keeps the block's packed activations within
+  // 512 KiB of L2 (128 to 512 rows): Q4_K's scaled codes are twice the block's bytes, and at 128
+  // rows the expansion took 15% of a Q4_K matmul (matmul_bench in_proj, perf). Model prefill of
+  // 512 tokens Q4_K 839 -> 912 tok/s, of 2048 tokens 685 -> 712, Q5_K 675 -> 686 (in-process
+  // A/B, Sapphire Rapids); Q8_0 (nothing to expand) the same at 64 to 512 rows.
+  const int64_t kMc = amx_q4 ? std::clamp<int64_t>(512 * 1024 / xa.k / 16 * 16, 128, 512)
+                      : amx  ? 128
+                             : (expand || expand_nl || expand_k ? 512 : 128) / kR * kR;
   const int64_t nb = xa.k / xa.block;
   // The panel group's codes as expand / expand_nl lay them out (Q6_K's bytes, Q8_0's blocks).
   thread_local AlignedBuffer<std::byte> expanded;
