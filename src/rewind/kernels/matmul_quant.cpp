@@ -1123,9 +1123,11 @@ REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std
   }
 }
 
-// A K-quant block's header for the AMX combines: d, dmin and the mins widened to 16 bits.
+// A K-quant block's header for the AMX combines: d, -dmin and the mins widened to 16 bits.
+// (-dmin) * dx is -(dmin * dx) exactly (rounding is symmetric in the sign), so the VNNI kernel's
+// negated product costs no negation per row.
 struct KBlockHead {
-  __m512 d, dmin;
+  __m512 d, neg_dmin;
   __m512i mv[4];
 };
 REWIND_AMX __attribute__((always_inline)) inline KBlockHead k_block_head(const std::byte* blk) {
@@ -1134,7 +1136,7 @@ REWIND_AMX __attribute__((always_inline)) inline KBlockHead k_block_head(const s
     h.mv[tp] = _mm512_cvtepu8_epi16(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ4KMinOff + 32 * tp)));
   h.d = load_f16x16(blk);
-  h.dmin = load_f16x16(blk + 32);
+  h.neg_dmin = negate_ps(load_f16x16(blk + 32));
   return h;
 }
 // Block b of activation row `row` into acc as the VNNI kernel orders it: the mins' sum s2 (pairs
@@ -1150,7 +1152,7 @@ REWIND_AMX __attribute__((always_inline)) inline __m512 k_block_fmas(const KBloc
     s2 = _mm512_dpwssd_epi32(s2, h.mv[tp], _mm512_set1_epi32(load_i32(s32 + 2 * tp)));
   const __m512 dx = _mm512_set1_ps(xa.d[row * (xa.k / 256) + b]);
   acc = _mm512_fmadd_ps(_mm512_mul_ps(h.d, dx), _mm512_cvtepi32_ps(s1), acc);
-  return _mm512_fmadd_ps(negate_ps(_mm512_mul_ps(h.dmin, dx)), _mm512_cvtepi32_ps(s2), acc);
+  return _mm512_fmadd_ps(_mm512_mul_ps(h.neg_dmin, dx), _mm512_cvtepi32_ps(s2), acc);
 }
 
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q5_K panels of type t (headers read
@@ -1285,6 +1287,7 @@ REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const 
       pf.step();
       // Block b: s1 = 8 hi + lo, then the VNNI kernel's two fmas.
       const KBlockHead h = k_block_head(pan + b * pb);
+#pragma GCC unroll 16
       for (int r = 0; r < 16; ++r) {
         const __m512i s1 =
             _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[1] + 16 * r), 3),
