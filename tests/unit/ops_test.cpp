@@ -165,11 +165,12 @@ TEST(Ops, ConvOverTokensEqualsSingleStepsBitwise) {
                          out_b(out_a.size());
       conv_silu(win_a.data(), in.data(), C, w.data(), out_a.data(), C, T, C, K, 0, C);
       for (int64_t t = 0; t < T; ++t) {
-        // Split the channels too: ranges must not matter.
+        // Split the channels too: ranges must not matter (a range's outputs start at its
+        // first channel's column).
         conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K, 0,
                   split);
-        conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C, C, 1, C, K,
-                  split, C);
+        conv_silu(win_b.data(), in.data() + t * C, C, w.data(), out_b.data() + t * C + split, C, 1,
+                  C, K, split, C);
       }
       EXPECT_EQ(0, std::memcmp(out_a.data(), out_b.data(), out_a.size() * sizeof(float))) << C;
       EXPECT_EQ(0, std::memcmp(win_a.data(), win_b.data(), win_a.size() * sizeof(float))) << C;
@@ -272,6 +273,22 @@ TEST(Ops, GdnStepsBitsEqualGdnStepPerToken) {
         std::vector<float> S(S0), S2(S0), o(static_cast<size_t>(T * ldo), -1.0f), o2(o);
         gdn_steps(S.data(), q.data(), k.data(), ldqk, v.data(), ldv, alpha.data(), beta.data(),
                   o.data(), ldo, T, dk, dv);
+        // Each head's rows contiguous (the prefill's head-major layout: streamed, not packed):
+        // the same bits.
+        std::vector<float> qc(static_cast<size_t>(T * dk)), kc(qc.size()),
+            vc(static_cast<size_t>(T * dv));
+        for (int64_t t = 0; t < T; ++t) {
+          std::copy_n(q.data() + t * ldqk, dk, qc.data() + t * dk);
+          std::copy_n(k.data() + t * ldqk, dk, kc.data() + t * dk);
+          std::copy_n(v.data() + t * ldv, dv, vc.data() + t * dv);
+        }
+        std::vector<float> Sc(S0), oc(o.size(), -1.0f);
+        gdn_steps(Sc.data(), qc.data(), kc.data(), dk, vc.data(), dv, alpha.data(), beta.data(),
+                  oc.data(), ldo, T, dk, dv);
+        ASSERT_EQ(std::memcmp(o.data(), oc.data(), o.size() * 4), 0)
+            << isa << " " << dk << "x" << dv << " T" << T << " contiguous";
+        ASSERT_EQ(std::memcmp(S.data(), Sc.data(), S.size() * 4), 0)
+            << isa << " " << dk << "x" << dv << " T" << T << " contiguous";
         for (int64_t t = 0; t < T; ++t)
           gdn_step(S2.data(), q.data() + t * ldqk, k.data() + t * ldqk, v.data() + t * ldv,
                    alpha[t], beta[t], o2.data() + t * ldo, dk, dv);

@@ -304,7 +304,7 @@ void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, fl
     const float *w0 = w, *w1 = w + C, *w2 = w + 2 * C, *w3 = w + 3 * C;
     for (int64_t t = 0; t < T; ++t) {
       const float *x0 = seq(t), *x1 = seq(t + 1), *x2 = seq(t + 2), *x3 = seq(t + 3);
-      float* o = out + t * ld_out;
+      float* o = out + t * ld_out;  // column c at o[c - c0]
       const char* nx = t + 1 < T ? reinterpret_cast<const char*>(seq(t + 4)) : nullptr;
       const char* no = t + 1 < T ? reinterpret_cast<const char*>(o + ld_out) : nullptr;
       for (int64_t cb = c0; cb < c1; cb += kChunk) {
@@ -312,24 +312,24 @@ void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, fl
         if (nx)
           for (int64_t b = cb * 4; b < ce * 4; b += 64) {
             __builtin_prefetch(nx + b, 0, 3);
-            __builtin_prefetch(no + b, 1, 3);
+            __builtin_prefetch(no + b - c0 * 4, 1, 3);
           }
         for (int64_t c = cb; c < ce; ++c)
-          o[c] = silu_inline(std::fma(
+          o[c - c0] = silu_inline(std::fma(
               w3[c], x3[c],
               std::fma(w2[c], x2[c], std::fma(w1[c], x1[c], std::fma(w0[c], x0[c], 0.0f)))));
       }
     }
   } else {
     for (int64_t t = 0; t < T; ++t) {
-      float* o = out + t * ld_out;
-      for (int64_t c = c0; c < c1; ++c) o[c] = 0.0f;
+      float* o = out + t * ld_out;  // column c at o[c - c0]
+      for (int64_t c = c0; c < c1; ++c) o[c - c0] = 0.0f;
       for (int64_t j = 0; j < K; ++j) {
         const float* x = seq(t + j);
         const float* wj = w + j * C;
-        for (int64_t c = c0; c < c1; ++c) o[c] = std::fma(wj[c], x[c], o[c]);
+        for (int64_t c = c0; c < c1; ++c) o[c - c0] = std::fma(wj[c], x[c], o[c - c0]);
       }
-      for (int64_t c = c0; c < c1; ++c) o[c] = silu_inline(o[c]);
+      for (int64_t c = c0; c < c1; ++c) o[c - c0] = silu_inline(o[c - c0]);
     }
   }
   // New window: rows T .. T+W-1 of [window ; in]. Row j reads row T+j > j, not yet overwritten.
@@ -573,9 +573,11 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
     return;
   }
   constexpr int kW = 64;        // columns per strip (the strip of S stays in L1)
-  constexpr int64_t kTB = 128;  // tokens per block: their q, k, v are packed into one array
-  // Each strip reads every token's q, k and v again; packed contiguously (in L2) they stream,
-  // where the callers' rows lie a page or more apart.
+  constexpr int64_t kTB = 128;  // tokens per block: their q, k, v stay in L2 for every strip
+  // Each strip reads every token's q, k and v again. Rows of a head contiguous in the caller's
+  // buffers (ldqk == dk, ldv == dv: the prefill's head-major layout) stream as they are; rows a
+  // page or more apart are packed per block into one contiguous array first.
+  const bool packed = ldqk == dk && ldv == dv;
   const int64_t P = 2 * dk + dv;
   // Per-thread scratch, kept between calls (one call per head, layer and chunk).
   thread_local std::vector<float> buf_store, pk;
@@ -583,35 +585,42 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
   // 64-byte aligned: the strip's rows are whole lines (a row split over two lines costs both).
   float* buf =
       buf_store.data() + (kLanes - reinterpret_cast<uintptr_t>(buf_store.data()) % 64 / 4) % kLanes;
-  pk.resize(static_cast<size_t>(std::min(T, kTB) * P));
+  if (!packed) pk.resize(static_cast<size_t>(std::min(T, kTB) * P));
 #ifdef REWIND_GDN_AVX512
   const bool avx512 = gdn_avx512();
 #endif
   for (int64_t tb = 0; tb < T; tb += kTB) {
     const int64_t nt = std::min(kTB, T - tb);
-    for (int64_t t = 0; t < nt; ++t) {
-      float* dst = pk.data() + t * P;
-      std::memcpy(dst, q + (tb + t) * ldqk, static_cast<size_t>(dk) * sizeof(float));
-      std::memcpy(dst + dk, k + (tb + t) * ldqk, static_cast<size_t>(dk) * sizeof(float));
-      std::memcpy(dst + 2 * dk, v + (tb + t) * ldv, static_cast<size_t>(dv) * sizeof(float));
+    const float *pq = q + tb * ldqk, *pkk = k + tb * ldqk, *pv = v + tb * ldv;
+    int64_t lqk = ldqk, lv = ldv;
+    if (!packed) {
+      for (int64_t t = 0; t < nt; ++t) {
+        float* dst = pk.data() + t * P;
+        std::memcpy(dst, pq + t * ldqk, static_cast<size_t>(dk) * sizeof(float));
+        std::memcpy(dst + dk, pkk + t * ldqk, static_cast<size_t>(dk) * sizeof(float));
+        std::memcpy(dst + 2 * dk, pv + t * ldv, static_cast<size_t>(dv) * sizeof(float));
+      }
+      pq = pk.data();
+      pkk = pq + dk;
+      pv = pq + 2 * dk;
+      lqk = lv = P;
     }
-    const float *pq = pk.data(), *pkk = pq + dk, *pv = pq + 2 * dk;
     float* ob = o + tb * ldo;
     int64_t j0 = 0;
     for (; j0 + kW <= dv; j0 += kW) {
 #ifdef REWIND_GDN_AVX512
       if (avx512) {
-        gdn_strip64_avx512(S, buf, pq, pkk, P, pv, P, alpha + tb, beta + tb, ob, ldo, nt, dk, dv,
+        gdn_strip64_avx512(S, buf, pq, pkk, lqk, pv, lv, alpha + tb, beta + tb, ob, ldo, nt, dk, dv,
                            j0);
         continue;
       }
 #endif
-      gdn_strip<kW, false>(S, buf, pq, pkk, P, pv, P, alpha + tb, beta + tb, ob, ldo, nt, dk, dv,
+      gdn_strip<kW, false>(S, buf, pq, pkk, lqk, pv, lv, alpha + tb, beta + tb, ob, ldo, nt, dk, dv,
                            j0, kW);
     }
     if (j0 < dv)
-      gdn_strip<kW, true>(S, buf, pq, pkk, P, pv, P, alpha + tb, beta + tb, ob, ldo, nt, dk, dv, j0,
-                          static_cast<int>(dv - j0));
+      gdn_strip<kW, true>(S, buf, pq, pkk, lqk, pv, lv, alpha + tb, beta + tb, ob, ldo, nt, dk, dv,
+                          j0, static_cast<int>(dv - j0));
   }
 }
 

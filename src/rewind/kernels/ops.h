@@ -30,8 +30,8 @@ void l2norm_heads(float* x, int64_t n_heads, int64_t d, float eps, float scale);
 
 // Gated RMSNorm per head (GDN output): y = w * (o / sqrt(mean(o^2) + eps)) * silu(z).
 // o, z, y: [n_heads, d]; w: [d]. y may alias o.
-void gated_rmsnorm_heads(const float* o, const float* z, const float* w, float* y,
-                         int64_t n_heads, int64_t d, float eps);
+void gated_rmsnorm_heads(const float* o, const float* z, const float* w, float* y, int64_t n_heads,
+                         int64_t d, float eps);
 
 // Partial rotary embedding, rotate_half layout, in place on x [n_heads, d]: the first
 // rope_dim dims of each head rotate in pairs (i, i + rope_dim/2) by angle pos * inv_freq[i];
@@ -54,8 +54,9 @@ void swiglu(const float* g, const float* u, float* y, int64_t n);
 // Causal depthwise conv over T tokens for channels [c0, c1), then SiLU.
 // window: [K-1, C] previous raw inputs, oldest first, row stride C (updated in place for the
 // channels handled: afterwards it holds the last K-1 inputs); in: [T, ld_in] raw inputs;
-// w: [K, C] tap-major (w[K-1, c] multiplies the current token); out: [T, ld_out].
-// out[t, c] = silu(acc) with acc = 0, then acc = fma(w[j, c], seq[t - (K-1) + j][c], acc) for
+// w: [K, C] tap-major (w[K-1, c] multiplies the current token); out: [T, ld_out] holding the
+// channels handled from column 0: out[t, c - c0] = silu(acc) with acc = 0, then
+// acc = fma(w[j, c], seq[t - (K-1) + j][c], acc) for
 // j = 0..K-1, seq being window rows followed by `in` rows.
 void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, float* out,
                int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1);
@@ -70,10 +71,11 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, float al
 // q + t*ldqk, k + t*ldqk, v at v + t*ldv, alpha[t], beta[t], and writes o + t*ldo). Columns of S
 // never mix, so the kernel runs each strip of columns through all T tokens while it sits in L1,
 // fusing token t's update and output with token t+1's decay and read; every element sees the
-// same operations in the same order as in gdn_step.
-void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const float* v,
-               int64_t ldv, const float* alpha, const float* beta, float* o, int64_t ldo,
-               int64_t T, int64_t dk, int64_t dv);
+// same operations in the same order as in gdn_step. Rows contiguous per head (ldqk == dk and
+// ldv == dv) are streamed as they are; other strides are packed per 128-token block first.
+void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const float* v, int64_t ldv,
+               const float* alpha, const float* beta, float* o, int64_t ldo, int64_t T, int64_t dk,
+               int64_t dv);
 
 // Causal attention for one query head against keys [0, n_keys) of one sequence. Keys come in
 // blocks of `block` positions aligned to absolute positions (block b covers [b*block,
@@ -82,8 +84,8 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
 // the d dims in order, times scale; softmax with exp_fixed and a fixed-order sum; the output is
 // the p-weighted sum of values in key order. q: [d]; out: [d]; scratch: [n_keys].
 void attention_head(const float* q, const float* const* k_blocks, const float* const* v_blocks,
-                    int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale,
-                    float* out, float* scratch /* [n_keys] */);
+                    int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale, float* out,
+                    float* scratch /* [n_keys] */);
 
 // The same for m query rows of one head of one sequence at once (row r at q + r*ldq, attending
 // to keys [0, n_keys[r]), n_keys ascending), so each K/V block is read once for all rows.

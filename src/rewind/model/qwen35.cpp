@@ -45,7 +45,9 @@ struct LayerW {
   std::vector<ExpertW> experts;
 };
 
-std::vector<float> vec(const WeightSource& w) { return w.to_f32(); }
+std::vector<float> vec(const WeightSource& w) {
+  return w.to_f32();
+}
 
 // Rows [r0, rows) of `w`: views into the same blocks (a block may be entered part way).
 WeightSource rows_from(const WeightSource& w, int64_t r0) {
@@ -238,8 +240,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
 
   auto pack = [&](const std::string& name) {
     const WeightSource& s = W.get(name);
-    PackedMatrix pm = opt.store == WeightStore::Auto ? s.pack_default(opt.pool)
-                      : s.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
+    PackedMatrix pm =
+        opt.store == WeightStore::Auto
+            ? s.pack_default(opt.pool)
+            : s.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
     I.packed_bytes += pm.bytes();
     if (pm.parts().empty() && pm.quantised()) I.quantised_bytes += pm.bytes();
     for (auto& part : pm.parts())  // a stack: its parts, each in its own store
@@ -336,7 +340,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   return m;
 }
 
-size_t Model::packed_bytes() const { return impl_->packed_bytes; }
+size_t Model::packed_bytes() const {
+  return impl_->packed_bytes;
+}
 size_t Model::quantised_bytes() const {
   return impl_->quantised_bytes;
 }
@@ -379,7 +385,9 @@ int64_t Model::matmul_macs_per_token_layers() const {
   return macs;
 }
 
-int64_t Model::matmul_macs_lm_head() const { return impl_->lm_head.n() * impl_->lm_head.k(); }
+int64_t Model::matmul_macs_lm_head() const {
+  return impl_->lm_head.n() * impl_->lm_head.k();
+}
 
 int64_t Model::capture_row_floats() const {
   return cfg_.n_linear_layers() * (2 * cfg_.conv_dim() + 2 * cfg_.lin_n_head_v) +
@@ -483,31 +491,41 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
       if (segs[s].cap)
         for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
           std::memcpy(cap_row(s, t), proj + t * NP, static_cast<size_t>(CD) * sizeof(float));
+    // Conv + SiLU outputs head-major, so that each head's rows are contiguous: item e (the q
+    // heads, then the k heads, then the v heads) holds [T, width(e)] at conv + col(e) * T, col(e)
+    // being its first channel. Threads take whole items: each q / k head is normalised right
+    // after its conv while its rows are in cache, and the recurrence then streams its q, k and
+    // v rows without packing them.
+    const int64_t n_items = 2 * Hk + Hv;
+    auto col = [&](int64_t e) { return e < 2 * Hk ? e * dk : 2 * KD + (e - 2 * Hk) * dv; };
+    auto width = [&](int64_t e) { return e < 2 * Hk ? dk : dv; };
     for (size_t s = 0; s < S; ++s) {
       SequenceState& st = *segs[s].st;
       const int64_t t0 = segs[s].off, n = segs[s].n;
       float* window = st.conv(L.rec_index);
-      // Channels are independent over time: threads split channels.
+      auto items = [&](int64_t eb, int64_t ee) {
+        for (int64_t e = eb; e < ee; ++e) {
+          const int64_t c0 = col(e), w = width(e);
+          float* out = conv + c0 * T + t0 * w;
+          conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), out, w, n, CD, c.conv_kernel, c0,
+                    c0 + w);
+          // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
+          if (e < 2 * Hk)
+            for (int64_t t = 0; t < n; ++t)
+              l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f);
+        }
+      };
       if (pool)
-        pool->parallel_for(CD, 16, [&](int, int64_t b, int64_t e) {
-          conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), conv + t0 * CD, CD, n, CD,
-                    c.conv_kernel, b, e);
-        });
+        pool->parallel_for(n_items, 1, [&](int, int64_t b, int64_t e) { items(b, e); });
       else
-        conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), conv + t0 * CD, CD, n, CD,
-                  c.conv_kernel, 0, CD);
+        items(0, n_items);
     }
-    // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
-    par(T, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
-        l2norm_heads(conv + t * CD, Hk, dk, 1e-6f, qscale);
-        l2norm_heads(conv + t * CD + KD, Hk, dk, 1e-6f, 1.0f);
-      }
-    });
     for (size_t s = 0; s < S; ++s)
       if (segs[s].cap)
         for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
-          std::memcpy(cap_row(s, t) + CD, conv + t * CD, static_cast<size_t>(CD) * sizeof(float));
+          for (int64_t e = 0; e < n_items; ++e)
+            std::memcpy(cap_row(s, t) + CD + col(e), conv + col(e) * T + t * width(e),
+                        static_cast<size_t>(width(e)) * sizeof(float));
     // Recurrence: each (sequence, value head) runs its tokens in order.
     const int64_t n_jobs = static_cast<int64_t>(S) * Hv;
     auto run_heads = [&](int64_t jb, int64_t je) {
@@ -532,9 +550,9 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
           ab[t - t0] = alpha;
           ab[n + t - t0] = beta;
         }
-        const float* row = conv + t0 * CD;
-        gdn_steps(Sm, row + g * dk, row + KD + g * dk, CD, row + 2 * KD + h * dv, CD, ab.data(),
-                  ab.data() + n, o + t0 * VD + h * dv, VD, n, dk, dv);
+        gdn_steps(Sm, conv + col(g) * T + t0 * dk, conv + col(Hk + g) * T + t0 * dk, dk,
+                  conv + col(2 * Hk + h) * T + t0 * dv, dv, ab.data(), ab.data() + n,
+                  o + t0 * VD + h * dv, VD, n, dk, dv);
       }
     };
     if (pool)
@@ -755,10 +773,12 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
     REWIND_CHECK(in.state != nullptr);
     REWIND_CHECK_MSG(in.state->shape().carry_floats == (I.mtp ? H : 0),
                      "forward: state shape mismatch (made with a different LoadOptions::mtp)");
-    if (in.tokens.empty()) return make_error("forward: sequence " + std::to_string(s) + " has no tokens");
+    if (in.tokens.empty())
+      return make_error("forward: sequence " + std::to_string(s) + " has no tokens");
     for (int32_t t : in.tokens)
       if (t < 0 || t >= V)
-        return make_error("token id " + std::to_string(t) + " out of range [0, " + std::to_string(V) + ")");
+        return make_error("token id " + std::to_string(t) + " out of range [0, " +
+                          std::to_string(V) + ")");
     for (size_t i = 0; i < in.logit_rows.size(); ++i) {
       const int32_t r = in.logit_rows[i];
       if (r < 0 || r >= static_cast<int32_t>(in.tokens.size()) || (i && r <= in.logit_rows[i - 1]))
