@@ -396,6 +396,12 @@ TEST(Ops, ExpFixedAccurateAndSameInVectorLoops) {
   std::vector<float> u(xs.size(), 1.0f), y(xs.size());
   swiglu(xs.data(), u.data(), y.data(), static_cast<int64_t>(xs.size()));
   for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(y[i], silu(xs[i])) << xs[i];
+  // In place over the gate (as the FFN runs it), with u not all ones: the same bits.
+  std::vector<float> u2(xs.size()), g(xs), y2(xs.size());
+  for (size_t i = 0; i < u2.size(); ++i) u2[i] = 0.5f + 0.001f * static_cast<float>(i % 97);
+  swiglu(xs.data(), u2.data(), y2.data(), static_cast<int64_t>(xs.size()));
+  swiglu(g.data(), u2.data(), g.data(), static_cast<int64_t>(g.size()));
+  ASSERT_EQ(0, std::memcmp(g.data(), y2.data(), g.size() * sizeof(float)));
 }
 
 }  // namespace

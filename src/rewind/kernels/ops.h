@@ -48,7 +48,7 @@ float sigmoid(float x);
 float softplus(float x);
 // a[i] *= sigmoid(gate[i]) for i < n (the attention output gate).
 void sigmoid_gate(float* a, const float* gate, int64_t n);
-// y[i] = silu(g[i]) * u[i] for i < n.
+// y[i] = silu(g[i]) * u[i] for i < n; y may alias g.
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 
 // Causal depthwise conv over T tokens for channels [c0, c1), then SiLU.
