@@ -649,15 +649,16 @@ TEST(QuantInt8, EqualsScalarFormula) {
 
 // The AMX prefill over several row blocks: Q4_K / Q5_K size their row blocks by K (2048 values:
 // 256 rows), Q8_0 takes 128; 530 rows end in a partial block whose last 2 rows take the VNNI
-// tiles. Every output has the scalar formula's bits (a row block's activations packed at the
-// wrong offset, or its expanded codes reused from the block before, fail it).
+// tiles. Q4_K over 500 columns: each thread runs two panel groups per row block. Every output
+// has the scalar formula's bits (a row block's activations packed at the wrong offset fails
+// it).
 TEST(QuantInt8, AmxRowBlocksEqualScalarFormula) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   if (!matmul_force_isa("amx")) GTEST_SKIP() << "no AMX-INT8 here";
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K}) {
-    const int64_t n = 37, k = 2048, m = 530;
+    const int64_t n = t == DType::Q4_K ? 500 : 37, k = 2048, m = 530;
     auto w = randn(static_cast<size_t>(n * k), 31);
     auto q = quantize(w, t, n, k);
     PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
