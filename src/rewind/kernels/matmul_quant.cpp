@@ -2492,9 +2492,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       const int64_t next_bytes = p0 + kP < np || re < r1 ? std::min(kP, np - pn) * panel_stride : 0;
       int64_t r = rb;
       if (amx && re - r >= 16) {
-        if (amx_k64)
-          for (int p = 0; p < npg; ++p)
-            expand_q4_k_scaled(panels + (p0 + p) * panel_stride, nb, q4.data() + p * nb * 8192);
+        if (amx_k64)  // the group's panels are contiguous: its blocks in one run
+          expand_q4_k_scaled(panels + p0 * panel_stride, npg * nb, q4.data());
         else if (amx_q4)
           for (int p = 0; p < npg; ++p)
             expand_q4_k_codes(panels + (p0 + p) * panel_stride, nb, t == DType::Q5_K,

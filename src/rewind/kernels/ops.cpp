@@ -151,7 +151,9 @@ __attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* const* a, co
   }
 }
 
-int dot_simd_level() {
+// The widest SIMD path the ops may take here: 2 AVX-512, 1 AVX2 + FMA, 0 scalar (the CPU's,
+// capped by matmul_force_isa). The dot products, the attention rows and the GDN strip share it.
+int simd_level() {
   static const int cpu = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"))         ? 2
                          : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
                                                                                            : 0;
@@ -163,7 +165,7 @@ int dot_simd_level() {
 // out[r] = dot_fixed(a[r], b[r], n) for r < rows.
 void dot_rows(const float* const* a, const float* const* b, int64_t rows, int64_t n, float* out) {
 #ifdef REWIND_DOT_SIMD
-  const int level = dot_simd_level();
+  const int level = simd_level();
   if (level > 0) {
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4)
@@ -465,13 +467,6 @@ inline __attribute__((always_inline)) void gdn_strip(float* __restrict S, float*
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// gdn_strip<64, false> in AVX-512 (buf 64-byte aligned): the same operations per element in the
-// same order, so the same bits. Token t's q[i], k[i] and token t+1's k[i] come from registers
-// (16 values of each loaded per 16 rows, one lane picked by vpermps) instead of a broadcast load
-// per row: those loads sat a few hundred bytes from the strip's stores, moving 4 bytes a row
-// where the stores move 256, so every 16 rows one matched a store in flight in its low 12 address
-// bits and waited for it (4K aliasing). gdn micro-benchmark (128 x 128 head, 512 tokens): 1165-1250
-// -> 980-1030 ns per token and head.
 // vpermps's lane indices 0..15 as 16 vectors, loaded rather than built: GCC builds a constant
 // index with a move and a vpbroadcastd, which runs on the shuffle port the vpermps need
 // (micro-benchmark: 1123-1255 -> 1078-1157 ns per token and head).
@@ -484,6 +479,13 @@ struct LaneIndexTable {
 };
 constexpr LaneIndexTable kLaneIndex{};
 
+// gdn_strip<64, false> in AVX-512 (buf 64-byte aligned): the same operations per element in the
+// same order, so the same bits. Token t's q[i], k[i] and token t+1's k[i] come from registers
+// (16 values of each loaded per 16 rows, one lane picked by vpermps) instead of a broadcast load
+// per row: those loads sat a few hundred bytes from the strip's stores, moving 4 bytes a row
+// where the stores move 256, so every 16 rows one matched a store in flight in its low 12 address
+// bits and waited for it (4K aliasing). gdn micro-benchmark (128 x 128 head, 512 tokens): 1165-1250
+// -> 980-1030 ns per token and head.
 __attribute__((target("avx512f"))) void gdn_strip64_avx512(
     float* __restrict S, float* __restrict buf, const float* q, const float* k, int64_t ldqk,
     const float* v, int64_t ldv, const float* alpha, const float* beta, float* o, int64_t ldo,
@@ -571,10 +573,6 @@ __attribute__((target("avx512f"))) void gdn_strip64_avx512(
 
 #pragma GCC diagnostic pop
 
-bool gdn_avx512() {
-  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
-  return has && detail::g_isa_cap >= 2;
-}
 #endif
 
 }  // namespace
@@ -603,7 +601,7 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
       buf_store.data() + (kLanes - reinterpret_cast<uintptr_t>(buf_store.data()) % 64 / 4) % kLanes;
   if (!packed) pk.resize(static_cast<size_t>(std::min(T, kTB) * P));
 #ifdef REWIND_GDN_AVX512
-  const bool avx512 = gdn_avx512();
+  const bool avx512 = simd_level() == 2;
 #endif
   for (int64_t tb = 0; tb < T; tb += kTB) {
     const int64_t nt = std::min(kTB, T - tb);
@@ -780,10 +778,6 @@ __attribute__((target("avx512f"))) void weighted_values_rows_avx512(const float*
   }
 }
 
-bool attention_avx512() {
-  static const bool has = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"));
-  return has && detail::g_isa_cap >= 2;
-}
 #endif
 
 // Pointers and key counts of up to 8 rows of attention_rows within one K/V block.
@@ -819,7 +813,7 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
     }
   };
 #ifdef REWIND_ATTN_AVX512
-  const bool avx512 = attention_avx512();
+  const bool avx512 = simd_level() == 2;
   // Rows from r in groups of 8, then of 4: run(g, R) per group, R a std::integral_constant.
   auto in_groups = [&](int64_t& r, int64_t b0, auto&& run) {
     RowGroup g;
