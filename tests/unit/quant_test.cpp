@@ -647,15 +647,16 @@ TEST(QuantInt8, EqualsScalarFormula) {
   }
 }
 
-// The AMX prefill over several row blocks: Q4_K / Q5_K size their row blocks by K (2048 values:
-// 256 rows), Q8_0 takes 128; 530 rows end in a partial block whose last 2 rows take the VNNI
-// tiles. Q4_K over 500 columns: each thread runs two panel groups per row block. Every output
-// has the scalar formula's bits (a row block's activations packed at the wrong offset fails
-// it).
-TEST(QuantInt8, AmxRowBlocksEqualScalarFormula) {
+// The prefill over several row blocks, on every int8 path this host has: AMX sizes Q4_K / Q5_K
+// row blocks by K (2048 values: 256 rows) and takes 128 for Q8_0, the VNNI tiles 512 rows for
+// the expanded Q4_K / Q5_K codes and 128 for Q8_0 (each call runs a block's 4-row tiles of a
+// panel run, then the short one); 530 rows end in a partial block whose last 2 rows take a short
+// tile. Q4_K over 500 columns: each thread runs two panel groups per row block. Every output has
+// the scalar formula's bits (a row block's activations packed at the wrong offset, or a row tile
+// written one tile off, fails it).
+TEST(QuantInt8, RowBlocksEqualScalarFormula) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
-  if (!matmul_force_isa("amx")) GTEST_SKIP() << "no AMX-INT8 here";
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K}) {
     const int64_t n = t == DType::Q4_K ? 500 : 37, k = 2048, m = 530;
@@ -666,16 +667,21 @@ TEST(QuantInt8, AmxRowBlocksEqualScalarFormula) {
     auto x = randn(static_cast<size_t>(m * k), 32, 2.0f);
     detail::QuantizedActs xa;
     detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr);
-    std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
-    matmul(x.data(), m, k, pq, y.data(), n, &pool);
+    std::vector<float> ref(static_cast<size_t>(m * n));
     for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < n; ++c) {
-        const float ref = detail::int8_dot_reference(
+      for (int64_t c = 0; c < n; ++c)
+        ref[r * n + c] = detail::int8_dot_reference(
             t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
             static_cast<int>(c % 16));
-        ASSERT_EQ(std::memcmp(&y[r * n + c], &ref, 4), 0)
-            << dtype_name(t) << " row " << r << " col " << c;
-      }
+    for (const char* isa : {"amx", "avx512", "avx2"}) {
+      if (!matmul_force_isa(isa)) continue;
+      std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
+      matmul(x.data(), m, k, pq, y.data(), n, &pool);
+      for (int64_t i = 0; i < m * n; ++i)
+        ASSERT_EQ(std::memcmp(&y[i], &ref[i], 4), 0)
+            << dtype_name(t) << " " << isa << " row " << i / n << " col " << i % n;
+    }
+    matmul_force_isa("auto");
   }
 }
 
