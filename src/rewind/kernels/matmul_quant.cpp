@@ -927,7 +927,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
 // counts the output columns from the tile's first one (the last panel may be partial).
 // bytes: Q6_K panels expanded by expand_q6_k, Q4_K / Q5_K panels by expand_k_bytes (one code byte
 // per value; the AVX2 tiles take Q6_K's only). pf (prefill, or null): a stream the VNNI tiles
-// step once per block (the AVX2 tiles ignore it: their caller steps it before each tile).
+// step once per block (the AVX2 tiles a burst before each tile). n_tiles: row tiles of the
+// tile's height, one below the other (rows r0 + i * R, outputs y + i * R * ldy).
 using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
                             int64_t, int, int64_t, bool, PrefetchStream*, int64_t);
 constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
@@ -1533,9 +1534,9 @@ REWIND_AVX2 __attribute__((always_inline)) inline void q8_0_group_4x2(const std:
 #undef REWIND_Q8_ROW
 
 template <int R, int P>
-REWIND_AVX2 void int8_tile_avx2_q8_0(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
-                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                     int64_t y_step) {
+REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q8_0(
+    const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
+    int64_t ldy, int ncols, int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(DType::Q8_0), nb = xa.k / 32;
@@ -1592,9 +1593,9 @@ REWIND_AVX2 __attribute__((always_inline)) inline void nibbles_avx2(__m256i v, _
 // they are; a block's 8 products per lane pair stay within int16 (8 * 3810), one vpmaddwd by ones
 // widens them, and s = sum c * x - 8 * sum x is Q8_0's integer for q = c - 8.
 template <int R, int P>
-REWIND_AVX2 void int8_tile_avx2_q4_0(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
-                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                     int64_t y_step) {
+REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
+    const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
+    int64_t ldy, int ncols, int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(DType::Q4_0), nb = xa.k / 32;
@@ -1640,9 +1641,9 @@ REWIND_AVX2 void int8_tile_avx2_q4_0(const QuantizedActs& xa, int64_t r0, const 
 // IQ4_NL: the codes index kIq4nlValues (signed, |value| <= 127), looked up with vpshufb into
 // |value| and value, then multiplied as Q8_0's codes are (the sign moved onto the activations).
 template <int R, int P>
-REWIND_AVX2 void int8_tile_avx2_iq4_nl(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
-                                       int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                       int64_t y_step) {
+REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_nl(
+    const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
+    int64_t ldy, int ncols, int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(DType::IQ4_NL), nb = xa.k / 32;
@@ -1717,9 +1718,9 @@ REWIND_AVX2 __attribute__((always_inline)) inline void load_sums(const int32_t (
 }
 
 template <int R, int P, bool Q5>
-REWIND_AVX2 void int8_tile_avx2_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
-                                  int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                  int64_t y_step) {
+REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_k(
+    const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
+    int64_t ldy, int ncols, int64_t y_step) {
   constexpr int H = 2 * P;
   // Groups per int16 sum: 4 (8 products of nibbles) for Q4_K, 2 for Q5_K's 5-bit codes.
   constexpr int kSpan = Q5 ? 2 : 4;
@@ -1852,9 +1853,9 @@ REWIND_AVX2 __attribute__((always_inline)) inline void q6_k_group_avx2(const std
 // Q6_K: codes c = q + 32 (u8); s = sum_s sc[s] * (sum c * qx - 32 * sum16[s]), the codes read as
 // Src says (Q3_K: its Q6_K transcoding's, whose integers are Q3_K's).
 template <int R, int P, int Src>
-REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
-                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,
-                                     int64_t y_step) {
+REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q6_k(
+    const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
+    int64_t ldy, int ncols, int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
   const int64_t pb = Src == kQ6Bytes    ? kQ6KBytesBlock
@@ -1907,41 +1908,39 @@ REWIND_AVX2 void int8_tile_avx2_q6_k(const QuantizedActs& xa, int64_t r0, const 
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
-template <int R, int P>
-REWIND_AVX2 inline void int8_tile_avx2_one(DType t, const QuantizedActs& xa, int64_t r0,
-                                           const std::byte* panels, int64_t panel_stride, float* y,
-                                           int64_t ldy, int ncols, int64_t y_step, bool q6_bytes) {
-  switch (t) {
-    case DType::Q8_0:
-      return int8_tile_avx2_q8_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
-    case DType::Q4_0:
-      return int8_tile_avx2_q4_0<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
-    case DType::IQ4_NL:
-      return int8_tile_avx2_iq4_nl<R, P>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
-    case DType::Q3_K:
-      return int8_tile_avx2_q6_k<R, P, kQ3Packed>(xa, r0, panels, panel_stride, y, ldy, ncols,
-                                                  y_step);
-    case DType::Q4_K:
-      return int8_tile_avx2_k<R, P, false>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
-    case DType::Q5_K:
-      return int8_tile_avx2_k<R, P, true>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);
-    default:
-      return q6_bytes ? int8_tile_avx2_q6_k<R, P, kQ6Bytes>(xa, r0, panels, panel_stride, y, ldy,
-                                                            ncols, y_step)
-                      : int8_tile_avx2_q6_k<R, P, kQ6Packed>(xa, r0, panels, panel_stride, y, ldy,
-                                                             ncols, y_step);
-  }
-}
-
-// n_tiles row tiles of R rows each, one below the other.
+// n_tiles row tiles of R rows each, one below the other, the tile inlined into the loop; pf
+// (prefill, or null) is stepped a burst before each tile.
 template <int R, int P>
 REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
                                 const std::byte* panels, int64_t panel_stride, float* y,
                                 int64_t ldy, int ncols, int64_t y_step, bool q6_bytes,
-                                PrefetchStream*, int64_t n_tiles) {
-  for (int64_t i = 0; i < n_tiles; ++i)
-    int8_tile_avx2_one<R, P>(t, xa, r0 + i * R, panels, panel_stride, y + i * R * ldy, ldy, ncols,
-                             y_step, q6_bytes);
+                                PrefetchStream* pf, int64_t n_tiles) {
+#define REWIND_AVX2_TILES(CALL)                                  \
+  for (int64_t i = 0; i < n_tiles; ++i, r0 += R, y += R * ldy) { \
+    if (pf) pf->step();                                          \
+    CALL(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);   \
+  }                                                              \
+  return
+  switch (t) {
+    case DType::Q8_0:
+      REWIND_AVX2_TILES((int8_tile_avx2_q8_0<R, P>));
+    case DType::Q4_0:
+      REWIND_AVX2_TILES((int8_tile_avx2_q4_0<R, P>));
+    case DType::IQ4_NL:
+      REWIND_AVX2_TILES((int8_tile_avx2_iq4_nl<R, P>));
+    case DType::Q3_K:
+      REWIND_AVX2_TILES((int8_tile_avx2_q6_k<R, P, kQ3Packed>));
+    case DType::Q4_K:
+      REWIND_AVX2_TILES((int8_tile_avx2_k<R, P, false>));
+    case DType::Q5_K:
+      REWIND_AVX2_TILES((int8_tile_avx2_k<R, P, true>));
+    default:
+      if (q6_bytes) {
+        REWIND_AVX2_TILES((int8_tile_avx2_q6_k<R, P, kQ6Bytes>));
+      }
+      REWIND_AVX2_TILES((int8_tile_avx2_q6_k<R, P, kQ6Packed>));
+  }
+#undef REWIND_AVX2_TILES
 }
 
 constexpr int kAvx2MaxP = 2;
@@ -2536,40 +2535,28 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
             int8_tile_amx_q8_0(xa, r, ar, src, stride, npg, yr, ldy, ncols - 16 * p0, pf);
         }
       }
-      // The AVX2 tiles' prefetches are stepped here, a burst before each tile; the VNNI tiles
-      // step theirs once per block (the bursts stalled on the misses in flight: 2% of a Q8_0
-      // prefill in this loop by perf; per block, Q8_0 prefill +1-4%, 3 of 3 in-process A/B
-      // runs on Zen 5).
+      // The AVX2 tiles step the prefetches a burst before each tile; the VNNI tiles once per
+      // block (the bursts stalled on the misses in flight: 2% of a Q8_0 prefill by perf; per
+      // block, Q8_0 prefill +1-4%, 3 of 3 in-process A/B runs on Zen 5).
       const int64_t row_tiles = (re - r + kR - 1) / kR;
       PrefetchStream pfv(next_group, next_bytes, avx2 ? row_tiles : row_tiles * nb);
       const DType tt = expand_nl ? DType::Q8_0 : expand ? DType::Q6_K : t;
       const bool bytes = expand || expand_k;
-      if (avx2) {  // a tile per call, its prefetches stepped before it
-        for (; r < re; r += kR) {
-          pfv.step();
-          const int rr = static_cast<int>(std::min<int64_t>(kR, re - r));
-          for (int p = 0; p < npg; p += kVnniP)
-            tiles[rr - 1][std::min(kVnniP, npg - p) - 1](
-                tt, xa, r, src + p * stride, stride, y + (r - r0) * ldy + 16 * (p0 + p), ldy,
-                ncols - 16 * (p0 + p), 16, bytes, nullptr, 1);
-        }
-      } else {
-        // VNNI: the row block's full-height row tiles of a panel run in one call, then the short
-        // one (512-token prefill, in-process A/B on Zen 4: Q8_0 452 -> 471 tok/s, Q4_K 419 ->
-        // 426).
-        const int64_t full = (re - r) / kR;
-        const int rest = static_cast<int>((re - r) % kR);
-        for (int p = 0; p < npg; p += kVnniP) {
-          const int pi = std::min(kVnniP, npg - p) - 1;
-          float* yp = y + (r - r0) * ldy + 16 * (p0 + p);
-          const int nc = ncols - 16 * (p0 + p);
-          if (full > 0)
-            tiles[kR - 1][pi](tt, xa, r, src + p * stride, stride, yp, ldy, nc, 16, bytes, &pfv,
-                              full);
-          if (rest > 0)
-            tiles[rest - 1][pi](tt, xa, r + full * kR, src + p * stride, stride,
-                                yp + full * kR * ldy, ldy, nc, 16, bytes, &pfv, 1);
-        }
+      // The row block's full-height row tiles of a panel run in one call, then the short one
+      // (512-token prefill, in-process A/B on Zen 4: Q8_0 452 -> 471 tok/s, Q4_K 419 -> 426;
+      // the AVX2 tiles, forced on the same host, 0.5-2.5% faster matmuls).
+      const int64_t full = (re - r) / kR;
+      const int rest = static_cast<int>((re - r) % kR);
+      for (int p = 0; p < npg; p += kVnniP) {
+        const int pi = std::min(kVnniP, npg - p) - 1;
+        float* yp = y + (r - r0) * ldy + 16 * (p0 + p);
+        const int nc = ncols - 16 * (p0 + p);
+        if (full > 0)
+          tiles[kR - 1][pi](tt, xa, r, src + p * stride, stride, yp, ldy, nc, 16, bytes, &pfv,
+                            full);
+        if (rest > 0)
+          tiles[rest - 1][pi](tt, xa, r + full * kR, src + p * stride, stride, yp + full * kR * ldy,
+                              ldy, nc, 16, bytes, &pfv, 1);
       }
     }
   }
