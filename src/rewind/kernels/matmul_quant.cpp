@@ -1910,35 +1910,40 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q6_k(
 
 // n_tiles row tiles of R rows each, one below the other, the tile inlined into the loop; pf
 // (prefill, or null) is stepped a burst before each tile.
+template <int R, auto Tile>
+REWIND_AVX2 __attribute__((always_inline)) inline void avx2_row_tiles(
+    const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
+    int64_t ldy, int ncols, int64_t y_step, PrefetchStream* pf, int64_t n_tiles) {
+  for (int64_t i = 0; i < n_tiles; ++i) {
+    if (pf) pf->step();
+    Tile(xa, r0 + i * R, panels, panel_stride, y + i * R * ldy, ldy, ncols, y_step);
+  }
+}
+
 template <int R, int P>
 REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
                                 const std::byte* panels, int64_t panel_stride, float* y,
                                 int64_t ldy, int ncols, int64_t y_step, bool q6_bytes,
                                 PrefetchStream* pf, int64_t n_tiles) {
-#define REWIND_AVX2_TILES(CALL)                                  \
-  for (int64_t i = 0; i < n_tiles; ++i, r0 += R, y += R * ldy) { \
-    if (pf) pf->step();                                          \
-    CALL(xa, r0, panels, panel_stride, y, ldy, ncols, y_step);   \
-  }                                                              \
-  return
+#define REWIND_AVX2_TILES(...)                                                                   \
+  return avx2_row_tiles<R, __VA_ARGS__>(xa, r0, panels, panel_stride, y, ldy, ncols, y_step, pf, \
+                                        n_tiles)
   switch (t) {
     case DType::Q8_0:
-      REWIND_AVX2_TILES((int8_tile_avx2_q8_0<R, P>));
+      REWIND_AVX2_TILES(int8_tile_avx2_q8_0<R, P>);
     case DType::Q4_0:
-      REWIND_AVX2_TILES((int8_tile_avx2_q4_0<R, P>));
+      REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P>);
     case DType::IQ4_NL:
-      REWIND_AVX2_TILES((int8_tile_avx2_iq4_nl<R, P>));
+      REWIND_AVX2_TILES(int8_tile_avx2_iq4_nl<R, P>);
     case DType::Q3_K:
-      REWIND_AVX2_TILES((int8_tile_avx2_q6_k<R, P, kQ3Packed>));
+      REWIND_AVX2_TILES(int8_tile_avx2_q6_k<R, P, kQ3Packed>);
     case DType::Q4_K:
-      REWIND_AVX2_TILES((int8_tile_avx2_k<R, P, false>));
+      REWIND_AVX2_TILES(int8_tile_avx2_k<R, P, false>);
     case DType::Q5_K:
-      REWIND_AVX2_TILES((int8_tile_avx2_k<R, P, true>));
+      REWIND_AVX2_TILES(int8_tile_avx2_k<R, P, true>);
     default:
-      if (q6_bytes) {
-        REWIND_AVX2_TILES((int8_tile_avx2_q6_k<R, P, kQ6Bytes>));
-      }
-      REWIND_AVX2_TILES((int8_tile_avx2_q6_k<R, P, kQ6Packed>));
+      if (q6_bytes) REWIND_AVX2_TILES(int8_tile_avx2_q6_k<R, P, kQ6Bytes>);
+      REWIND_AVX2_TILES(int8_tile_avx2_q6_k<R, P, kQ6Packed>);
   }
 #undef REWIND_AVX2_TILES
 }
