@@ -62,12 +62,21 @@ def main():
         first = ""
         if all("prefill_first_tok_s" in j for j in js):
             first = f" (first run {span([j['prefill_first_tok_s'] for j in js])})"
+        # Builds from before the paired probes report only the bound of the passes before and
+        # after the run (then under decode_fraction_of_bound).
+        paired = all("decode_fraction_of_run_bound" in j for j in js)
+        run_bound = [j["decode_fraction_of_run_bound"] if "decode_fraction_of_run_bound" in j
+                     else j["decode_fraction_of_bound"] for j in js]
+        best = [j.get("decode_best_step_fraction_of_run_bound",
+                      j.get("decode_best_step_fraction_of_bound", 0.0)) for j in js]
+        probed = (f"{span([j['decode_fraction_of_bound'] for j in js], 100)}% of bound, each step "
+                  f"against a probe after it; " if paired else "")
         print(f"{label}: prefill {span([j['prefill_tok_s'] for j in js])} tok/s{first} = "
               f"{span([j['prefill_fraction_of_peak'] for j in js], 100)}% of {js[0]['prefill_peak']} peak; "
-              f"decode {span([j['decode_tok_s'] for j in js], fmt='{:.2f}')} tok/s = "
-              f"{span([j['decode_fraction_of_bound'] for j in js], 100)}% of bound "
-              f"(median step {span([j['decode_median_step_tok_s'] * j['decode_fraction_of_bound'] / j['decode_tok_s'] for j in js], 100)}%, "
-              f"fastest step {span([j['decode_best_step_fraction_of_bound'] for j in js], 100)}%)")
+              f"decode {span([j['decode_tok_s'] for j in js], fmt='{:.2f}')} tok/s = {probed}"
+              f"{span(run_bound, 100)}% of the bandwidth before and after the run "
+              f"(median step {span([j['decode_median_step_tok_s'] * f / j['decode_tok_s'] for j, f in zip(js, run_bound)], 100)}%, "
+              f"fastest step {span(best, 100)}%)")
 
 
 if __name__ == "__main__":

@@ -425,16 +425,39 @@ TEST(GgufQuant, BenchReportsTheIsaItRan) {
   EXPECT_GT(std::stod(field(out, "prefill_first_tok_s")), 0.0);
   EXPECT_EQ(field(out, "prefill_runs"), "3");
   // The fastest step is at least as fast as the median step and as the mean over all steps
-  // (rounded to 3 decimals in the JSON), and is judged against the same bound as the mean.
+  // (rounded to 3 decimals in the JSON), and is judged against the same bound as the mean: the
+  // bandwidth before and after the run.
   const double mean = std::stod(field(out, "decode_tok_s"));
   const double best = std::stod(field(out, "decode_best_step_tok_s"));
   const double median = std::stod(field(out, "decode_median_step_tok_s"));
   EXPECT_GT(median, 0.0);
   EXPECT_GE(best + 0.001, median);
   EXPECT_GE(best + 0.001, mean);
-  EXPECT_NEAR(std::stod(field(out, "decode_best_step_fraction_of_bound")) / best /
-                  (std::stod(field(out, "decode_fraction_of_bound")) / mean),
-              1.0, 1e-3);
+  const double run_bound = std::stod(field(out, "decode_fraction_of_run_bound"));
+  EXPECT_NEAR(
+      std::stod(field(out, "decode_best_step_fraction_of_run_bound")) / best / (run_bound / mean),
+      1.0, 1e-3);
+  EXPECT_NEAR(run_bound,
+              mean * std::stod(field(out, "decode_bytes_per_token")) / 1e9 /
+                  std::stod(field(out, "bandwidth_gb_s")),
+              1e-3 * run_bound);
+  // The headline decode fraction pairs each step with the probe right after it: the median of
+  // the steps' fractions, within their range; the probes (a buffer of at least 256 MiB) all
+  // measured a rate.
+  const double paired = std::stod(field(out, "decode_fraction_of_bound"));
+  EXPECT_GT(paired, 0.0);
+  EXPECT_LE(std::stod(field(out, "decode_step_fraction_min")), paired);
+  EXPECT_GE(std::stod(field(out, "decode_step_fraction_max")), paired);
+  const double probe_min = std::stod(field(out, "probe_bandwidth_min_gb_s"));
+  EXPECT_GT(probe_min, 0.0);
+  EXPECT_LE(probe_min, std::stod(field(out, "probe_bandwidth_median_gb_s")));
+  EXPECT_LE(std::stod(field(out, "probe_bandwidth_median_gb_s")),
+            std::stod(field(out, "probe_bandwidth_max_gb_s")));
+  EXPECT_GE(std::stod(field(out, "probe_bytes")), 256.0 * (1 << 20));
+  // No step's fraction passes the fastest step's bytes / s over the slowest probe (the bytes per
+  // step differ by a few positions' K/V: 1% slack).
+  EXPECT_LE(std::stod(field(out, "decode_step_fraction_max")),
+            1.01 * best * std::stod(field(out, "decode_bytes_per_token")) / 1e9 / probe_min);
   EXPECT_EQ(field(out, "prefill_peak"), matmul_int8_simd() ? "\"int8\"" : "\"fma\"");
   EXPECT_EQ(field(out, "amx"), matmul_amx_enabled() ? "true" : "false");
   if (matmul_amx_enabled()) {

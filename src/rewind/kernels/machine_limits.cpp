@@ -306,38 +306,49 @@ double measure_loop_peak(ThreadPool* pool, double seconds_budget, float (*fn)(in
 
 }  // namespace
 
-double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget) {
-  const int n_threads = pool ? pool->n_threads() : 1;
+BandwidthProbe::BandwidthProbe(ThreadPool* pool, size_t bytes)
+    : pool_(pool), n_threads_(pool ? pool->n_threads() : 1), variants_(stream_variants()) {
   // Every thread gets a contiguous chunk, a multiple of 12288 floats (48 KiB: divisible into
   // 64-float blocks for every stream count used); the prefetch variant may touch up to 1 KiB
   // past a chunk, so the buffer has some slack.
-  const size_t chunk = std::max<size_t>(bytes / 4 / n_threads / 12288, 1) * 12288;  // floats
-  const size_t n = chunk * n_threads;
-  const size_t alloc_bytes = (n * 4 + 8192 + 4095) / 4096 * 4096;
-  float* buf = static_cast<float*>(std::aligned_alloc(4096, alloc_bytes));
-  if (!buf) throw std::bad_alloc();
-  const auto t_start = Clock::now();
+  chunk_ = std::max<size_t>(bytes / 4 / n_threads_ / 12288, 1) * 12288;
+  n_ = chunk_ * n_threads_;
+  const size_t alloc_bytes = (n_ * 4 + 8192 + 4095) / 4096 * 4096;
+  buf_ = static_cast<float*>(std::aligned_alloc(4096, alloc_bytes));
+  if (!buf_) throw std::bad_alloc();
+  sums_.resize(n_threads_);
   // First touch from the thread that will read the chunk.
-  run_on_all(pool, [&](int t) {
-    float* p = buf + chunk * t;
-    const size_t len = (t == n_threads - 1) ? (alloc_bytes / 4 - chunk * t) : chunk;
+  run_on_all(pool_, [&](int t) {
+    float* p = buf_ + chunk_ * t;
+    const size_t len = (t == n_threads_ - 1) ? (alloc_bytes / 4 - chunk_ * t) : chunk_;
     for (size_t i = 0; i < len; ++i) p[i] = 1.0f;
   });
-  const std::vector<StreamFn> variants = stream_variants();
+}
+
+BandwidthProbe::~BandwidthProbe() {
+  std::free(buf_);
+}
+
+double BandwidthProbe::pass() {
+  const StreamFn fn = variants_[next_];
+  next_ = (next_ + 1) % n_variants();
+  const auto t0 = Clock::now();
+  run_on_all(pool_, [&](int t) { sums_[t] = fn(buf_ + chunk_ * t, chunk_); });
+  const double dt = seconds_since(t0);
+  g_sink = sums_[0];
+  return static_cast<double>(n_) * 4 / dt / 1e9;
+}
+
+double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget) {
+  const auto t_start = Clock::now();
+  BandwidthProbe probe(pool, bytes);
   double best = 0;
-  std::vector<float> sums(n_threads);
+  const int min_passes = 2 * probe.n_variants();
   for (int pass = 0;; ++pass) {
-    const StreamFn fn = variants[pass % variants.size()];
-    const auto t0 = Clock::now();
-    run_on_all(pool, [&](int t) { sums[t] = fn(buf + chunk * t, chunk); });
-    const double dt = seconds_since(t0);
-    g_sink = sums[0];
-    best = std::max(best, static_cast<double>(n) * 4 / dt / 1e9);
-    const int min_passes = 2 * static_cast<int>(variants.size());
+    best = std::max(best, probe.pass());
     if (pass + 1 >= min_passes && seconds_since(t_start) >= seconds_budget) break;
     if (pass >= 64) break;
   }
-  std::free(buf);
   return best;
 }
 
@@ -388,6 +399,8 @@ MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) bytes = std::min(bytes, static_cast<size_t>(pages) * page / 4);
   lim.bandwidth_buffer_bytes = bytes;
+  lim.probe_buffer_bytes =
+      std::min(bytes, std::max(size_t{256} << 20, 2 * static_cast<size_t>(std::max(l3, 0L))));
   lim.read_bandwidth_gb_s = measure_read_bandwidth_gb_s(pool, bytes, seconds_budget * 0.6);
   lim.fma_peak_gflop_s = measure_fma_peak_gflop_s(pool, seconds_budget * 0.25, &lim.isa);
   lim.int8_peak_gop_s = measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.1, &lim.int8_isa);

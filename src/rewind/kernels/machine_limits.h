@@ -6,8 +6,10 @@
 // what this code can actually reach here (not datasheet values, and not pessimistic ones).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rw {
 
@@ -21,6 +23,7 @@ struct MachineLimits {
                                       // (vpmaddubsw + vpmaddwd + vpaddd), all threads; 0 without
   double amx_int8_peak_gop_s = 0;     // the same for AMX tiles (tdpbssd); 0 without AMX-INT8
   size_t bandwidth_buffer_bytes = 0;  // the buffer the bandwidth was measured over
+  size_t probe_buffer_bytes = 0;      // for a BandwidthProbe: 2 x L3, >= 256 MiB, <= the above
   int n_threads = 1;
   std::string isa;                // widest SIMD used for the peak: "avx512", "avx2", "scalar"
   std::string int8_isa = "none";  // the int8 peak's instructions: "avx512vnni", "avx2" or "none"
@@ -43,6 +46,32 @@ double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget);
 // Read bandwidth alone over a buffer of `bytes` (best of passes within seconds_budget).
 // Exposed so benchmarks can show the cache hierarchy (small buffers give cache bandwidth).
 double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget);
+
+// Read bandwidth between other work: a buffer of `bytes` (keep it several times the L3 so that a
+// pass comes from memory) first touched by the threads that will read it; pass() reads it once
+// with every thread of the pool, each pass with the next of the stream variants the bandwidth
+// measurement uses, and returns 1e9 bytes/s. A benchmark on a host whose bandwidth drifts over
+// seconds runs a probe right next to each step it times and judges the step against that probe.
+class BandwidthProbe {
+ public:
+  BandwidthProbe(ThreadPool* pool, size_t bytes);
+  ~BandwidthProbe();
+  BandwidthProbe(const BandwidthProbe&) = delete;
+  BandwidthProbe& operator=(const BandwidthProbe&) = delete;
+  double pass();
+  int n_variants() const { return static_cast<int>(variants_.size()); }
+  size_t bytes() const { return n_ * sizeof(float); }
+
+ private:
+  using StreamFn = float (*)(const float*, size_t);
+  ThreadPool* pool_;
+  int n_threads_;
+  size_t chunk_ = 0, n_ = 0;  // floats per thread, in all
+  float* buf_ = nullptr;
+  std::vector<StreamFn> variants_;
+  std::vector<float> sums_;
+  int next_ = 0;
+};
 
 // FMA peak alone (best of runs within seconds_budget), at the widest ISA; *isa gets its name.
 double measure_fma_peak_gflop_s(ThreadPool* pool, double seconds_budget, std::string* isa);
