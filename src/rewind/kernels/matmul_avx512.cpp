@@ -23,11 +23,14 @@ constexpr int kNP = 3;
 constexpr int kMRSmall = 2;   // decode tiles: up to 2 rows x 6 panels
 constexpr int kNPSmall = 6;
 constexpr int kMaxR = kMR;
-// Stream prefetch distance, in k steps (64 k = 4 KiB ahead in an F32 panel, 2 KiB in a BF16
+// Stream prefetch distance, in k steps (32 k = 2 KiB ahead in an F32 panel, 1 KiB in a BF16
 // one), for the tile calls the driver marks as memory-bound (few rows share each weight): the
 // hardware prefetchers ramp up too slowly on each new panel stream. Measured on Sapphire Rapids
-// with 2 threads: BF16 M=1 +10-15%, F32 M=4..16 +10-15%, F32 M=1 unchanged.
-constexpr int kStreamPrefetchK = 64;
+// with 2 threads (prefetcht0, 64 k): BF16 M=1 +10-15%, F32 M=4..16 +10-15%, F32 M=1 unchanged.
+// Into L2 (prefetcht1) and 32 k ahead: matmul_bench M=1 on cold weights on Zen 4, alternating
+// call by call with prefetcht0 64 k ahead, F32 3-10% and BF16 10-13% faster, M=4 and M=16
+// within +-5% (noise); model decode F32 +7-17%, BF16 +4%.
+constexpr int kStreamPrefetchK = 32;
 constexpr int kMaxP = kNPSmall;
 
 constexpr bool tile_exists(int r, int p) {
@@ -82,12 +85,12 @@ inline __attribute__((always_inline)) void fma_step(__m512 (&acc)[R][P], const _
 
 inline __attribute__((always_inline)) void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-// Prefetch (into L1) `bytes` past p. The address is formed as an integer: it may lie past the
+// Prefetch (into L2) `bytes` past p. The address is formed as an integer: it may lie past the
 // panel or the buffer (prefetches never fault), and no out-of-bounds pointer is ever formed.
 // always_inline matters: GCC 12 finds a prefetch-only function "const" and deletes calls to it
-// from always_inline lambdas before inlining (seen as missing prefetcht0 in the object code).
+// from always_inline lambdas before inlining (seen as missing prefetches in the object code).
 inline __attribute__((always_inline)) void prefetch_ahead(const void* p, int64_t bytes) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + bytes), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + bytes), _MM_HINT_T1);
 }
 
 template <int R, int P, bool kStream>

@@ -451,17 +451,26 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
                      : static_cast<__mmask16>((1u << (valid > 0 ? valid : 0)) - 1u);
 }
 
-constexpr int64_t kPrefetchBytes = 4096;  // per panel stream, ahead of the loads
+constexpr int64_t kPrefetchBytes = 4096;    // AVX2 tiles: per panel stream, ahead of the loads
+constexpr int64_t kPrefetchBytesL2 = 2048;  // VNNI tiles
 
-// Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), kPrefetchBytes
-// ahead of the loads. Each code group of a block prefetches its share of the block's bytes, and
-// the blocks of a panel tile the panel, so every 64-byte line of the stream is prefetched:
-// prefetching only the code groups leaves a block's header (and a Q6_K block's high bits) to
-// demand misses. The prefetch is asm: GCC 12 drops __builtin_prefetch (_mm_prefetch) from code
-// it vectorises, and left the AVX2 tiles without any (Q6_K decode then streamed at 8 GB/s, Q8_0
-// 15-19, on Zen 3).
+// Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
+// loads. Each code group of a block prefetches its share of the block's bytes, and the blocks
+// of a panel tile the panel, so every 64-byte line of the stream is prefetched: prefetching
+// only the code groups leaves a block's header (and a Q6_K block's high bits) to demand misses.
+// The prefetch is asm: GCC 12 drops __builtin_prefetch (_mm_prefetch) from code it vectorises,
+// and left the AVX2 tiles without any (Q6_K decode then streamed at 8 GB/s, Q8_0 15-19, on Zen
+// 3). The VNNI tiles prefetch into L2 (prefetcht1) 2 KiB ahead: against prefetcht0 4 KiB ahead,
+// matmul_bench M=1 on cold weights on Zen 4, variants alternating call by call, Q8_0 and Q4_K
+// 7-27% faster (gate|up, in_proj, down), and model decode Q4_K +12-18%, Q8_0 +5-8%; prefetcht2
+// the same as prefetcht1 there, 8 KiB ahead 1-4% slower, 1 KiB mixed. The AVX2 tiles, slower
+// per byte, keep prefetcht0 4 KiB ahead: prefetcht1 made them 0-5% slower, Q6_K 25-48%.
+template <bool L2>
 __attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
-  __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(a + kPrefetchBytes)));
+  if constexpr (L2)
+    __asm__ volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(a + kPrefetchBytesL2)));
+  else
+    __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(a + kPrefetchBytes)));
 }
 // AVX2 tiles: part `part` of nparts of a pb-byte block, each line of the stream exactly once. A
 // part spans at most 128 bytes (callers pick nparts), so at most two line starts.
@@ -473,8 +482,8 @@ __attribute__((always_inline)) inline void prefetch_part(const std::byte* blk, i
   const uintptr_t lo = (base + static_cast<uintptr_t>(pb * part / nparts) + 63) & ~uintptr_t{63};
   const uintptr_t hi =
       (base + static_cast<uintptr_t>(pb * (part + 1) / nparts) + 63) & ~uintptr_t{63};
-  if (lo < hi) prefetch_line(lo);
-  if (lo + 64 < hi) prefetch_line(lo + 64);
+  if (lo < hi) prefetch_line<false>(lo);
+  if (lo + 64 < hi) prefetch_line<false>(lo + 64);
 }
 // VNNI tiles (block size Pb and group count G known at compile time): group g prefetches at
 // offset g * Pb / G, and half way to the next group's where groups are over a line apart, so
@@ -488,8 +497,8 @@ __attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk,
     constexpr int64_t kStep = (Pb + G - 1) / G;  // the most bytes between two groups' offsets
     static_assert(kStep <= 128, "at most two prefetches a group");
     const auto a = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(g * Pb / G);
-    prefetch_line(a);
-    if constexpr (kStep > 64) prefetch_line(a + kStep / 2);
+    prefetch_line<true>(a);
+    if constexpr (kStep > 64) prefetch_line<true>(a + kStep / 2);
   }
 }
 
