@@ -454,6 +454,7 @@ TEST(GgufQuant, BenchReportsTheIsaItRan) {
   EXPECT_LE(std::stod(field(out, "probe_bandwidth_median_gb_s")),
             std::stod(field(out, "probe_bandwidth_max_gb_s")));
   EXPECT_GE(std::stod(field(out, "probe_bytes")), 256.0 * (1 << 20));
+  EXPECT_GE(std::stoi(field(out, "probe_stream_variant")), 0);  // the best pass's variant
   // No step's fraction passes the fastest step's bytes / s over the slowest probe (the bytes per
   // step differ by a few positions' K/V: 1% slack).
   EXPECT_LE(std::stod(field(out, "decode_step_fraction_max")),

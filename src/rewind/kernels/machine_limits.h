@@ -24,6 +24,7 @@ struct MachineLimits {
   double amx_int8_peak_gop_s = 0;     // the same for AMX tiles (tdpbssd); 0 without AMX-INT8
   size_t bandwidth_buffer_bytes = 0;  // the buffer the bandwidth was measured over
   size_t probe_buffer_bytes = 0;      // for a BandwidthProbe: 2 x L3, >= 256 MiB, <= the above
+  int bandwidth_variant = -1;         // the stream variant of the best bandwidth pass
   int n_threads = 1;
   std::string isa;                // widest SIMD used for the peak: "avx512", "avx2", "scalar"
   std::string int8_isa = "none";  // the int8 peak's instructions: "avx512vnni", "avx2" or "none"
@@ -43,22 +44,25 @@ double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget,
 // AMX-INT8 peak alone (tdpbssd on full tiles; 0 where AMX-INT8 is missing or not granted).
 double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget);
 
-// Read bandwidth alone over a buffer of `bytes` (best of passes within seconds_budget).
+// Read bandwidth alone over a buffer of `bytes` (best of passes within seconds_budget, every
+// stream variant in turn; *best_variant, if given, gets the best pass's variant).
 // Exposed so benchmarks can show the cache hierarchy (small buffers give cache bandwidth).
-double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget);
+double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget,
+                                   int* best_variant = nullptr);
 
 // Read bandwidth between other work: a buffer of `bytes` (keep it several times the L3 so that a
 // pass comes from memory) first touched by the threads that will read it; pass() reads it once
-// with every thread of the pool, each pass with the next of the stream variants the bandwidth
-// measurement uses, and returns 1e9 bytes/s. A benchmark on a host whose bandwidth drifts over
-// seconds runs a probe right next to each step it times and judges the step against that probe.
+// with every thread of the pool, with stream variant `variant` of those the bandwidth
+// measurement uses (-1: each pass the next in turn), and returns 1e9 bytes/s. A benchmark on a host
+// whose bandwidth drifts over seconds runs a probe right next to each step it times and judges the
+// step against that probe.
 class BandwidthProbe {
  public:
   BandwidthProbe(ThreadPool* pool, size_t bytes);
   ~BandwidthProbe();
   BandwidthProbe(const BandwidthProbe&) = delete;
   BandwidthProbe& operator=(const BandwidthProbe&) = delete;
-  double pass();
+  double pass(int variant = -1);
   int n_variants() const { return static_cast<int>(variants_.size()); }
   size_t bytes() const { return n_ * sizeof(float); }
 
