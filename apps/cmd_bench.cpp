@@ -98,9 +98,9 @@ int cmd_bench(int argc, char** argv) {
   const double median_prefill_s = prefill_s[prefill_s.size() / 2];
   // Decode: each step timed alone, then a bandwidth probe right after it (the better of two
   // passes of the stream variant that measured the best bandwidth, over a buffer of 2 x L3, at
-  // least 256 MiB; not in the step's time). On a shared host
-  // whose bandwidth drifts over seconds (about 20 to 55 GB/s within minutes on one), a step is
-  // judged against the bandwidth the host had then, not against passes seconds before or after it.
+  // least 256 MiB; not in the step's time). On a shared host whose bandwidth drifts over
+  // seconds (about 20 to 60 GB/s within minutes on one), a step is judged against the
+  // bandwidth the host had then, not against passes seconds before or after it.
   BandwidthProbe probe(&pool, lim.probe_buffer_bytes);
   std::vector<double> step_s(static_cast<size_t>(n.value())),
       probe_gb_s(static_cast<size_t>(n.value()));
@@ -114,8 +114,8 @@ int cmd_bench(int argc, char** argv) {
     probe_gb_s[static_cast<size_t>(i)] =
         std::max(probe.pass(lim.bandwidth_variant), probe.pass(lim.bandwidth_variant));
   }
-  // The host's bandwidth drifts over seconds on shared machines: measure it again after the
-  // decode and judge the decode against the mean of the two measurements.
+  // The bandwidth measured again after the decode: the mean of the passes before and after is
+  // the run's bound, the second figure beside the paired one.
   const double bw_after = measure_read_bandwidth_gb_s(&pool, lim.bandwidth_buffer_bytes, 0.6);
   const double bw = 0.5 * (lim.read_bandwidth_gb_s + bw_after);
   // The compute peaks are measured again too, and the higher of the two runs is the peak: other

@@ -50,12 +50,12 @@ double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget);
 double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget,
                                    int* best_variant = nullptr);
 
-// Read bandwidth between other work: a buffer of `bytes` (keep it several times the L3 so that a
-// pass comes from memory) first touched by the threads that will read it; pass() reads it once
-// with every thread of the pool, with stream variant `variant` of those the bandwidth
-// measurement uses (-1: each pass the next in turn), and returns 1e9 bytes/s. A benchmark on a host
-// whose bandwidth drifts over seconds runs a probe right next to each step it times and judges the
-// step against that probe.
+// Read bandwidth between other work: a buffer of `bytes` (keep it several times the L3 so that
+// a pass comes from memory) first touched by the threads that will read it; pass() reads it
+// once with every thread of the pool, with stream variant `variant` of those the bandwidth
+// measurement uses (-1: each pass the next in turn), and returns 1e9 bytes/s. A benchmark on a
+// host whose bandwidth drifts over seconds runs a probe right next to each step it times and
+// judges the step against that probe.
 class BandwidthProbe {
  public:
   BandwidthProbe(ThreadPool* pool, size_t bytes);

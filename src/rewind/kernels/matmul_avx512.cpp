@@ -29,7 +29,8 @@ constexpr int kMaxR = kMR;
 // with 2 threads (prefetcht0, 64 k): BF16 M=1 +10-15%, F32 M=4..16 +10-15%, F32 M=1 unchanged.
 // Into L2 (prefetcht1) and 32 k ahead: matmul_bench M=1 on cold weights on Zen 4, alternating
 // call by call with prefetcht0 64 k ahead, F32 3-10% and BF16 10-13% faster, M=4 and M=16
-// within +-5% (noise); model decode F32 +7-17%, BF16 +4%.
+// within +-5% (noise); model decode, steps alternating (prefetcht1 64 k ahead), F32 +17%,
+// BF16 +4%.
 constexpr int kStreamPrefetchK = 32;
 constexpr int kMaxP = kNPSmall;
 
