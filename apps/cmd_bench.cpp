@@ -146,14 +146,13 @@ int cmd_bench(int argc, char** argv) {
   const ModelConfig& cfg = m.config();
   const double weight_bytes = static_cast<double>(m.decode_bytes_per_token());
   const double state_bytes = static_cast<double>(st.recurrent_bytes());
-  const double kv_bytes = 2.0 * sizeof(float) * static_cast<double>(cfg.n_full_layers()) *
-                          static_cast<double>(cfg.n_head_kv * cfg.head_dim) *
-                          (static_cast<double>(p.value()) + (n.value() + 1) / 2.0);
+  const double kv_bytes_pos = 2.0 * sizeof(float) * static_cast<double>(cfg.n_full_layers()) *
+                              static_cast<double>(cfg.n_head_kv * cfg.head_dim);
+  const double kv_bytes = kv_bytes_pos * (static_cast<double>(p.value()) + (n.value() + 1) / 2.0);
   const double bytes_tok = weight_bytes + state_bytes + kv_bytes;
   const double decode_gb_s = decode_tps * bytes_tok / 1e9;
   // The headline: each step's bytes / time against the probe right after it, the median over
   // the steps (step i reads the K/V of p + i + 1 positions).
-  const double kv_bytes_pos = kv_bytes / (static_cast<double>(p.value()) + (n.value() + 1) / 2.0);
   std::vector<double> step_frac(step_s.size());
   for (size_t i = 0; i < step_s.size(); ++i) {
     const double bytes_i =
