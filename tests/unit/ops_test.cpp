@@ -335,7 +335,7 @@ TEST(Ops, AttentionBlocksMatchReference) {
 // portable code, when the block and d allow); each row's output must still be attention_head's
 // bits for that row alone: rows that start before, inside and after a block boundary, tiles not
 // a multiple of the groups, d with and without the grouped paths, keys ending mid-block; on every
-// SIMD path this machine has.
+// SIMD path this machine has; in both forms (rows a stride apart, rows at their own addresses).
 TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
   struct IsaGuard {
     ~IsaGuard() { matmul_force_isa("auto"); }
@@ -366,12 +366,31 @@ TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
               scratch(static_cast<size_t>(m * n_max));
           attention_rows(q.data(), ldq, m, n_keys.data(), kp.data(), vp.data(), block, ld, d, 0.11f,
                          out.data(), ldo, scratch.data());
+          // The pointer form, rows at addresses in no order (as grouped-query attention's rows of
+          // several heads lie): row i's query at row m - 1 - i, its output at row (3i) % m of
+          // another buffer (m not a multiple of 3 keeps that a permutation).
+          std::vector<const float*> qp(static_cast<size_t>(m));
+          std::vector<float*> op(static_cast<size_t>(m));
+          std::vector<float> out2(static_cast<size_t>(m * ldo), 0.0f);
+          const bool perm3 = m % 3 != 0;
+          for (int64_t i = 0; i < m; ++i) {
+            qp[i] = q.data() + (m - 1 - i) * ldq;
+            op[i] = out2.data() + (perm3 ? (3 * i) % m : i) * ldo;
+          }
+          // n_keys are ascending in row order, so the reversed queries pair with them as given.
+          attention_rows(qp.data(), m, n_keys.data(), kp.data(), vp.data(), block, ld, d, 0.11f,
+                         op.data(), scratch.data());
           for (int64_t i = 0; i < m; ++i) {
             std::vector<float> one(static_cast<size_t>(d)), sc(static_cast<size_t>(n_keys[i]));
             attention_head(q.data() + i * ldq, kp.data(), vp.data(), block, ld, n_keys[i], d, 0.11f,
                            one.data(), sc.data());
             ASSERT_EQ(std::memcmp(one.data(), out.data() + i * ldo, d * 4), 0)
                 << isa << " d " << d << " block " << block << " first " << first << " row " << i;
+            attention_head(qp[i], kp.data(), vp.data(), block, ld, n_keys[i], d, 0.11f, one.data(),
+                           sc.data());
+            ASSERT_EQ(std::memcmp(one.data(), op[i], d * 4), 0)
+                << "pointer rows: " << isa << " d " << d << " block " << block << " first " << first
+                << " row " << i;
           }
         }
       }

@@ -802,13 +802,37 @@ REWIND_CLONES
 void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
                     int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch) {
+  constexpr int64_t kRowsOnStack = 64;
+  const float* q_stack[kRowsOnStack] = {};
+  float* o_stack[kRowsOnStack] = {};
+  std::vector<const float*> q_heap;
+  std::vector<float*> o_heap;
+  const float** qr = q_stack;
+  float** orow = o_stack;
+  if (m > kRowsOnStack) {
+    q_heap.resize(static_cast<size_t>(m));
+    o_heap.resize(static_cast<size_t>(m));
+    qr = q_heap.data();
+    orow = o_heap.data();
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    qr[r] = q + r * ldq;
+    orow[r] = out + r * ldo;
+  }
+  attention_rows(qr, m, n_keys, k_blocks, v_blocks, block, ld, d, scale, orow, scratch);
+}
+
+REWIND_CLONES
+void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
+                    const float* const* k_blocks, const float* const* v_blocks, int64_t block,
+                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch) {
   const int64_t n_max = n_keys[m - 1];
   // Rows [r, r + R) of one block: fills g with their pointers and key counts.
   auto group = [&](RowGroup& g, int64_t r, int R, int64_t b0, int64_t d0) {
     for (int u = 0; u < R; ++u) {
-      g.q[u] = q + (r + u) * ldq;
+      g.q[u] = q[r + u];
       g.s[u] = scratch + (r + u) * n_max + b0;
-      g.o[u] = out + (r + u) * ldo + d0;
+      g.o[u] = out[r + u] + d0;
       g.nb[u] = std::min(block, n_keys[r + u] - b0);
     }
   };
@@ -861,7 +885,7 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
   // Pass 3, block-major: out[r] += p_j * V_j over keys in order (accumulators spill to out
   // between blocks, exactly).
   for (int64_t r = 0; r < m; ++r)
-    for (int64_t i = 0; i < d; ++i) out[r * ldo + i] = 0.0f;
+    for (int64_t i = 0; i < d; ++i) out[r][i] = 0.0f;
   for (int64_t b0 = 0; b0 < n_max; b0 += block) {
     const float* vb = v_blocks[b0 / block];
     int64_t r = 0;

@@ -95,4 +95,12 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
                     int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch);
 
+// The same with each row's query and output at its own address (q[r], out[r]): rows of
+// different heads that share a K/V head (grouped-query attention) read each K/V block once for
+// all of them. n_keys ascending; scratch: [m, n_keys[m-1]]; each row bit-identical to
+// attention_head on it alone.
+void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
+                    const float* const* k_blocks, const float* const* v_blocks, int64_t block,
+                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch);
+
 }  // namespace rw

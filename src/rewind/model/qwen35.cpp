@@ -600,30 +600,51 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
       });
     }
     if (kv_only) return;
-    // Attention per (sequence, head, tile of up to kTile rows): a tile shares each K/V block.
+    // Attention per (sequence, K/V head, group of gs query heads sharing it, tile of up to kTile
+    // tokens): the job's rows (token-major, then head) read each K/V block once for all its
+    // heads. gs is the largest divisor of the heads per K/V head that still leaves a job per
+    // thread (each row's bits are the same whatever the grouping: attention_rows). Against a
+    // job per query head, Qwen3.5-0.8B's 4-head groups on 2 threads: decode attention 10-20%
+    // faster per layer (180-193 against 203-242 us at 540 positions, Zen 4, the two alternating
+    // step by step in one process), 512-token prefill attention the same within noise.
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int64_t PT = segs.empty() ? 64 : segs[0].st->shape().page_tokens;
     constexpr int64_t kTile = 16;
+    int64_t n_tiles = 0;
+    for (size_t s = 0; s < S; ++s) n_tiles += (segs[s].n + kTile - 1) / kTile;
+    const int64_t n_threads = pool ? pool->n_threads() : 1;
+    int64_t gs = grp;
+    while (gs > 1 && (grp % gs != 0 || nkv * (grp / gs) * n_tiles < n_threads)) --gs;
     struct Job {
-      int64_t s, h, t0, m;
+      int64_t s, h0, t0, m;  // query heads h0 .. h0 + gs - 1, tokens t0 .. t0 + m - 1
     };
     std::vector<Job> jobs;
     for (size_t s = 0; s < S; ++s)
-      for (int64_t h = 0; h < nh; ++h)
+      for (int64_t h0 = 0; h0 < nh; h0 += gs)
         for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; t += kTile)
           jobs.push_back(
-              {static_cast<int64_t>(s), h, t, std::min(kTile, segs[s].off + segs[s].n - t)});
+              {static_cast<int64_t>(s), h0, t, std::min(kTile, segs[s].off + segs[s].n - t)});
     auto run = [&](int64_t jb, int64_t je) {
       std::vector<float> scratch;
-      std::vector<const float*> kb, vb;
-      int64_t n_keys[kTile];
+      std::vector<const float*> kb, vb, qr;
+      std::vector<float*> orow;
+      std::vector<int64_t> n_keys;
       for (int64_t ji = jb; ji < je; ++ji) {
         const Job& J = jobs[ji];
         const Seg& sg = segs[J.s];
         const SequenceState& st = *sg.st;
-        const int64_t kvh = J.h / grp;
-        for (int64_t r = 0; r < J.m; ++r) n_keys[r] = sg.pos0 + (J.t0 + r - sg.off) + 1;
-        const int64_t n_max = n_keys[J.m - 1];
+        const int64_t kvh = J.h0 / grp, rows = J.m * gs;
+        qr.resize(static_cast<size_t>(rows));
+        orow.resize(static_cast<size_t>(rows));
+        n_keys.resize(static_cast<size_t>(rows));
+        for (int64_t i = 0; i < J.m; ++i)
+          for (int64_t u = 0; u < gs; ++u) {
+            const int64_t t = J.t0 + i, h = J.h0 + u, r = i * gs + u;
+            qr[r] = qkv + t * NQ + h * 2 * D;
+            orow[r] = att + t * nh * D + h * D;
+            n_keys[r] = sg.pos0 + (t - sg.off) + 1;
+          }
+        const int64_t n_max = n_keys[rows - 1];
         const int64_t nb = (n_max + PT - 1) / PT;
         kb.resize(static_cast<size_t>(nb));
         vb.resize(static_cast<size_t>(nb));
@@ -631,15 +652,11 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
           kb[bi] = st.k_block(L.attn_index, bi) + kvh * D * PT;  // dim-major
           vb[bi] = st.v_block(L.attn_index, bi) + kvh * D;
         }
-        scratch.resize(static_cast<size_t>(J.m * n_max));
-        float* o = att + J.t0 * nh * D + J.h * D;
-        attention_rows(qkv + J.t0 * NQ + J.h * 2 * D, NQ, J.m, n_keys, kb.data(), vb.data(), PT,
-                       nkv * D, D, scale, o, nh * D, scratch.data());
+        scratch.resize(static_cast<size_t>(rows * n_max));
+        attention_rows(qr.data(), rows, n_keys.data(), kb.data(), vb.data(), PT, nkv * D, D, scale,
+                       orow.data(), scratch.data());
         // Output gate.
-        for (int64_t r = 0; r < J.m; ++r) {
-          const float* gate = qkv + (J.t0 + r) * NQ + J.h * 2 * D + D;
-          sigmoid_gate(o + r * nh * D, gate, D);
-        }
+        for (int64_t r = 0; r < rows; ++r) sigmoid_gate(orow[r], qr[r] + D, D);
       }
     };
     const int64_t n_jobs = static_cast<int64_t>(jobs.size());
