@@ -1,0 +1,122 @@
+// gdn_bench: speed of the Gated DeltaNet recurrence (rw::gdn_steps, the prefill kernel, and
+// rw::gdn_step, one decode token) on one thread, as a fraction of this machine's measured
+// one-thread fp32 FMA peak.
+//
+// Per state element and token the recurrence does four fp32 vector operations (the decay
+// multiply, the read's fma, the update's fma and the output's fma: 7 flops), so the kernel's
+// ceiling on the FMA pipes is 4 operations per element at the rate the FMA peak loop measures
+// (half its GFLOP/s, an fma being 2 flops); "of pipe rate" is that fraction. Prefill keeps each
+// strip of the state in L1 over all tokens; decode streams the state through once per pass.
+//
+// Usage: gdn_bench [--dk 128] [--dv 128] [--tokens 512] [--seconds S]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "rewind/kernels/machine_limits.h"
+#include "rewind/kernels/ops.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The p10 and median of repeated calls of fn over `seconds`.
+template <class F>
+std::pair<double, double> time_calls(F&& fn, double seconds) {
+  std::vector<double> ts;
+  const auto start = Clock::now();
+  while (ts.size() < 5 || seconds_since(start) < seconds) {
+    const auto t0 = Clock::now();
+    fn();
+    ts.push_back(seconds_since(t0));
+  }
+  std::sort(ts.begin(), ts.end());
+  return {ts[ts.size() / 10], ts[ts.size() / 2]};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t dk = 128, dv = 128, T = 512;
+  double seconds = 1.0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "gdn_bench: %s needs a value\n", a.c_str());
+      return 2;
+    }
+    const char* v = argv[++i];
+    if (a == "--dk") {
+      dk = std::atoll(v);
+    } else if (a == "--dv") {
+      dv = std::atoll(v);
+    } else if (a == "--tokens") {
+      T = std::atoll(v);
+    } else if (a == "--seconds") {
+      seconds = std::atof(v);
+    } else {
+      std::fprintf(stderr, "usage: gdn_bench [--dk 128] [--dv 128] [--tokens 512] [--seconds S]\n");
+      return 2;
+    }
+  }
+  if (dk <= 0 || dv <= 0 || T <= 0 || seconds <= 0) {
+    std::fprintf(stderr, "gdn_bench: --dk, --dv, --tokens and --seconds must be positive\n");
+    return 2;
+  }
+  std::string isa;
+  const double peak = rw::measure_fma_peak_gflop_s(nullptr, 0.25, &isa);
+  std::printf("machine: 1 thread, fp32 FMA peak %.1f GFLOP/s (%s)\n", peak, isa.c_str());
+
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uni(-0.1f, 0.1f);
+  std::vector<float> S(static_cast<size_t>(dk * dv)), q(static_cast<size_t>(T * dk)),
+      k(static_cast<size_t>(T * dk)), v(static_cast<size_t>(T * dv)),
+      o(static_cast<size_t>(T * dv));
+  std::vector<float> alpha(static_cast<size_t>(T)), beta(static_cast<size_t>(T));
+  for (auto* x : {&q, &k, &v})
+    for (float& e : *x) e = uni(rng);
+  for (float& a : alpha) a = 0.9f + uni(rng);
+  for (float& b : beta) b = 0.5f + uni(rng);
+
+  const double elems = static_cast<double>(dk) * static_cast<double>(dv);
+  auto report = [&](const char* what, int64_t tokens, std::pair<double, double> t) {
+    const double ns = t.first / static_cast<double>(tokens) * 1e9;
+    const double gflops = 7.0 * elems * static_cast<double>(tokens) / t.first / 1e9;
+    const double pipe = 4.0 * elems * static_cast<double>(tokens) / t.first / (peak / 2 * 1e9);
+    std::printf(
+        "%-8s dk %lld dv %lld tokens %5lld: %8.1f ns per token and head (p10; median %.1f)"
+        "  %6.1f GFLOP/s  %5.1f%% of pipe rate\n",
+        what, static_cast<long long>(dk), static_cast<long long>(dv),
+        static_cast<long long>(tokens), ns, t.second / static_cast<double>(tokens) * 1e9, gflops,
+        100.0 * pipe);
+  };
+  // The state restarts from zero every call, so every call does the same work.
+  report("prefill", T,
+         time_calls(
+             [&] {
+               std::fill(S.begin(), S.end(), 0.0f);
+               rw::gdn_steps(S.data(), q.data(), k.data(), dk, v.data(), dv, alpha.data(),
+                             beta.data(), o.data(), dv, T, dk, dv);
+             },
+             seconds));
+  std::fill(S.begin(), S.end(), 0.01f);
+  int64_t t = 0;
+  report("decode", 1,
+         time_calls(
+             [&] {
+               rw::gdn_step(S.data(), q.data() + t * dk, k.data() + t * dk, v.data() + t * dv,
+                            alpha[static_cast<size_t>(t)], beta[static_cast<size_t>(t)], o.data(),
+                            dk, dv);
+               t = (t + 1) % T;
+             },
+             seconds));
+  return 0;
+}
