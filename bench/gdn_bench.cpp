@@ -6,7 +6,8 @@
 // multiply, the read's fma, the update's fma and the output's fma: 7 flops), so the kernel's
 // ceiling on the FMA pipes is 4 operations per element at the rate the FMA peak loop measures
 // (half its GFLOP/s, an fma being 2 flops); "of pipe rate" is that fraction. Prefill keeps each
-// strip of the state in L1 over all tokens; decode streams the state through once per pass.
+// strip of the state in L1 over all tokens; a decode token reads the state once from memory
+// (cold: a different state each call) and updates it from L2.
 //
 // Usage: gdn_bench [--dk 128] [--dv 128] [--tokens 512] [--seconds S]
 #include <algorithm>
@@ -107,16 +108,22 @@ int main(int argc, char** argv) {
                              beta.data(), o.data(), dv, T, dk, dv);
              },
              seconds));
-  std::fill(S.begin(), S.end(), 0.01f);
-  int64_t t = 0;
-  report("decode", 1,
-         time_calls(
-             [&] {
-               rw::gdn_step(S.data(), q.data() + t * dk, k.data() + t * dk, v.data() + t * dv,
-                            alpha[static_cast<size_t>(t)], beta[static_cast<size_t>(t)], o.data(),
-                            dk, dv);
-               t = (t + 1) % T;
-             },
-             seconds));
+  // Decode as the model runs it (gdn_steps, one token): hot (one state, in cache) and cold (a
+  // state per call from a rotation over 64 MiB, streamed from memory as in a decode step).
+  const int64_t n_cold = std::max<int64_t>(1, (int64_t{64} << 20) / (dk * dv * 4));
+  std::vector<float> states(static_cast<size_t>(n_cold * dk * dv), 0.01f);
+  for (const bool cold : {false, true}) {
+    int64_t t = 0, h = 0;
+    report(cold ? "decode, cold" : "decode, hot", 1,
+           time_calls(
+               [&] {
+                 float* st = cold ? states.data() + h * dk * dv : S.data();
+                 rw::gdn_steps(st, q.data() + t * dk, k.data() + t * dk, dk, v.data() + t * dv, dv,
+                               alpha.data() + t, beta.data() + t, o.data(), dv, 1, dk, dv);
+                 t = (t + 1) % T;
+                 h = (h + 1) % n_cold;
+               },
+               seconds));
+  }
   return 0;
 }

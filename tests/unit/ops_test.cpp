@@ -250,13 +250,22 @@ TEST(Ops, GdnStepBitsEqualScalarLoops) {
 // The multi-token kernel (prefill, replay) gives the bits of one gdn_step per token: state and
 // every output, for widths that fill strips exactly, leave a tail, or are narrower than a strip,
 // key dims that fill the AVX-512 strip's 16-row blocks or leave a tail, and for token counts of 1
-// (no fused step), 2 and more, past one 128-token block; inputs read through row strides; on
-// every SIMD path the machine has (the AVX-512 strip and the compiler's vectorised one).
+// (no fused step: the AVX-512 one-token kernel, its 128-column strips and a tail of 1 to 7
+// vectors, when dv is a multiple of 16), 2 and more, past one 128-token block; inputs read
+// through row strides; on every SIMD path the machine has (the AVX-512 kernels and the
+// compiler's vectorised ones).
 TEST(Ops, GdnStepsBitsEqualGdnStepPerToken) {
   std::mt19937_64 r(26);
   for (const char* isa : {"auto", "avx2", "scalar"})
-    for (auto [dk, dv] : std::vector<std::pair<int64_t, int64_t>>{
-             {128, 128}, {64, 96}, {16, 80}, {5, 3}, {32, 33}, {40, 64}, {7, 130}})
+    for (auto [dk, dv] : std::vector<std::pair<int64_t, int64_t>>{{128, 128},
+                                                                  {64, 96},
+                                                                  {16, 80},
+                                                                  {5, 3},
+                                                                  {32, 33},
+                                                                  {40, 64},
+                                                                  {7, 130},
+                                                                  {24, 272},
+                                                                  {9, 16}})
       for (int64_t T : {1, 2, 7, 131}) {
         if (!matmul_force_isa(isa)) continue;
         struct Restore {
