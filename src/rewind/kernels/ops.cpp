@@ -621,24 +621,18 @@ __attribute__((target("avx512f"))) void gdn_step_avx512(float* S, const float* q
                                                         float* o, int64_t dk, int64_t dv) {
   int64_t j0 = 0;
   for (; j0 + 128 <= dv; j0 += 128) gdn_step_cols_avx512<8>(S, q, k, v, alpha, beta, o, dk, dv, j0);
-  switch ((dv - j0) / kLanes) {
-    case 0:
-      return;
-    case 1:
-      return gdn_step_cols_avx512<1>(S, q, k, v, alpha, beta, o, dk, dv, j0);
-    case 2:
-      return gdn_step_cols_avx512<2>(S, q, k, v, alpha, beta, o, dk, dv, j0);
-    case 3:
-      return gdn_step_cols_avx512<3>(S, q, k, v, alpha, beta, o, dk, dv, j0);
-    case 4:
-      return gdn_step_cols_avx512<4>(S, q, k, v, alpha, beta, o, dk, dv, j0);
-    case 5:
-      return gdn_step_cols_avx512<5>(S, q, k, v, alpha, beta, o, dk, dv, j0);
-    case 6:
-      return gdn_step_cols_avx512<6>(S, q, k, v, alpha, beta, o, dk, dv, j0);
-    default:
-      return gdn_step_cols_avx512<7>(S, q, k, v, alpha, beta, o, dk, dv, j0);
-  }
+  // The 1 to 7 vectors left.
+  using ColsFn = void (*)(float*, const float*, const float*, const float*, float, float, float*,
+                          int64_t, int64_t, int64_t);
+  constexpr ColsFn kTail[8] = {nullptr,
+                               gdn_step_cols_avx512<1>,
+                               gdn_step_cols_avx512<2>,
+                               gdn_step_cols_avx512<3>,
+                               gdn_step_cols_avx512<4>,
+                               gdn_step_cols_avx512<5>,
+                               gdn_step_cols_avx512<6>,
+                               gdn_step_cols_avx512<7>};
+  if (const ColsFn f = kTail[(dv - j0) / kLanes]) f(S, q, k, v, alpha, beta, o, dk, dv, j0);
 }
 
 #pragma GCC diagnostic pop
