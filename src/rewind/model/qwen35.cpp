@@ -618,19 +618,12 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     struct Job {
       int64_t s, h0, t0, m;  // query heads h0 .. h0 + gs - 1, tokens t0 .. t0 + m - 1
     };
-    // A group's tiles in the order first, last, second, second to last, ...: a later tile attends
-    // to more keys, and the threads' static shares of the job list (contiguous runs) then mix
-    // cheap and dear tiles whatever the thread count.
     std::vector<Job> jobs;
-    for (size_t s = 0; s < S; ++s) {
-      const int64_t nt = (segs[s].n + kTile - 1) / kTile;
+    for (size_t s = 0; s < S; ++s)
       for (int64_t h0 = 0; h0 < nh; h0 += gs)
-        for (int64_t i = 0; i < nt; ++i) {
-          const int64_t t = segs[s].off + kTile * (i % 2 == 0 ? i / 2 : nt - 1 - i / 2);
+        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; t += kTile)
           jobs.push_back(
               {static_cast<int64_t>(s), h0, t, std::min(kTile, segs[s].off + segs[s].n - t)});
-        }
-    }
     auto run = [&](int64_t jb, int64_t je) {
       std::vector<float> scratch;
       std::vector<const float*> kb, vb, qr;
