@@ -1,6 +1,6 @@
-// gdn_bench: speed of the Gated DeltaNet recurrence (rw::gdn_steps, the prefill kernel, and
-// rw::gdn_step, one decode token) on one thread, as a fraction of this machine's measured
-// one-thread fp32 FMA peak.
+// gdn_bench: speed of the Gated DeltaNet recurrence (rw::gdn_steps over a prompt's tokens, and
+// over one token as a decode step runs it) on one thread, as a fraction of this machine's
+// measured one-thread fp32 FMA peak.
 //
 // Per state element and token the recurrence does four fp32 vector operations (the decay
 // multiply, the read's fma, the update's fma and the output's fma: 7 flops), so the kernel's

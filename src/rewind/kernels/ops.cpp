@@ -867,31 +867,23 @@ REWIND_CLONES
 void attention_head(const float* q, const float* const* k_blocks, const float* const* v_blocks,
                     int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale, float* out,
                     float* scratch) {
-  attention_rows(q, d, 1, &n_keys, k_blocks, v_blocks, block, ld, d, scale, out, d, scratch);
+  attention_rows(&q, 1, &n_keys, k_blocks, v_blocks, block, ld, d, scale, &out, scratch);
 }
 
+// The strided form: the rows' addresses, then the pointer form (nothing on a hot path calls it;
+// the model's jobs pass their rows' addresses).
 REWIND_CLONES
 void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
                     int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch) {
-  constexpr int64_t kRowsOnStack = 64;
-  const float* q_stack[kRowsOnStack] = {};
-  float* o_stack[kRowsOnStack] = {};
-  std::vector<const float*> q_heap;
-  std::vector<float*> o_heap;
-  const float** qr = q_stack;
-  float** orow = o_stack;
-  if (m > kRowsOnStack) {
-    q_heap.resize(static_cast<size_t>(m));
-    o_heap.resize(static_cast<size_t>(m));
-    qr = q_heap.data();
-    orow = o_heap.data();
-  }
+  std::vector<const float*> qr(static_cast<size_t>(m));
+  std::vector<float*> orow(static_cast<size_t>(m));
   for (int64_t r = 0; r < m; ++r) {
     qr[r] = q + r * ldq;
     orow[r] = out + r * ldo;
   }
-  attention_rows(qr, m, n_keys, k_blocks, v_blocks, block, ld, d, scale, orow, scratch);
+  attention_rows(qr.data(), m, n_keys, k_blocks, v_blocks, block, ld, d, scale, orow.data(),
+                 scratch);
 }
 
 REWIND_CLONES
