@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -495,6 +496,81 @@ TEST(QuantMatmul, StackOfStores) {
   matmul(x.data(), 3, k, st, ys.data(), n, &pool);
   matmul(xg.data(), 3, k, pf, yf.data(), n, nullptr);
   EXPECT_EQ(std::memcmp(ys.data(), yf.data(), ys.size() * 4), 0);
+}
+
+// matmul_fill: the bits of matmul on the same rows, for every store and quantised dot, M, thread
+// count, chunking (k from 96 to 4608: 16 rows a fill call down to one), with a k permutation and
+// a stack (which take the buffered path), with and without a spare buffer; every row is made
+// exactly once, and only into rows of the given stride.
+TEST(QuantMatmul, FillEqualsMatmulOnTheSameRows) {
+  IsaGuard guard;
+  ThreadPool pool(3);
+  struct Case {
+    DType store;
+    int64_t k;
+    bool perm, stack;
+  };
+  const Case cases[] = {{DType::Q8_0, 96, false, false},  {DType::Q8_0, 4608, false, false},
+                        {DType::Q4_K, 512, false, false}, {DType::Q6_K, 1024, false, false},
+                        {DType::Q8_0, 512, true, false},  {DType::Q8_0, 512, false, true},
+                        {DType::F32, 300, false, false},  {DType::BF16, 64, false, false}};
+  for (const Case& cs : cases) {
+    const int64_t n = 40, k = cs.k;
+    const auto w = randn(static_cast<size_t>(n * k), 31);
+    PackedMatrix pw;
+    if (cs.stack) {
+      const auto q = quantize(w, cs.store, n, k);
+      const int64_t half = n / 2;
+      std::vector<PackedMatrix> parts;
+      parts.push_back(PackedMatrix::pack(q.data(), cs.store, half, k, cs.store));
+      parts.push_back(PackedMatrix::pack(w.data() + half * k, DType::F32, n - half, k, DType::F32));
+      pw = PackedMatrix::stack(std::move(parts));
+    } else if (dtype_is_quant(cs.store)) {
+      const auto q = quantize(w, cs.store, n, k);
+      pw = PackedMatrix::pack(q.data(), cs.store, n, k, cs.store);
+    } else {
+      pw = PackedMatrix::pack(w.data(), DType::F32, n, k, cs.store);
+    }
+    if (cs.perm) {
+      std::vector<int32_t> perm(static_cast<size_t>(k));
+      for (int64_t j = 0; j < k; ++j) perm[j] = static_cast<int32_t>((j * 37) % k);
+      pw.set_k_perm(perm);
+    }
+    for (QuantDot dot : {QuantDot::Int8, QuantDot::F32}) {
+      QuantDotGuard dg(dot);
+      for (const char* isa : {"avx512", "avx2", "scalar"}) {
+        if (!matmul_force_isa(isa)) continue;
+        for (int64_t m : {1, 3, 17, 130}) {
+          const auto x = randn(static_cast<size_t>(m * k), 7 + static_cast<uint32_t>(m), 2.0f);
+          std::vector<float> ref(static_cast<size_t>(m * n));
+          matmul(x.data(), m, k, pw, ref.data(), n, &pool);
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool})
+            for (bool spare : {false, true}) {
+              const int64_t ld_spare = k + 5;
+              std::vector<float> sp(spare ? static_cast<size_t>(m * ld_spare) : 0);
+              std::vector<int> made(static_cast<size_t>(m), 0);
+              std::atomic<int> bad_stride{0};
+              auto fill = [&](int64_t r0, int64_t r1, float* out, int64_t ldo) {
+                if (ldo < k || (spare && ldo != ld_spare && ldo != k)) ++bad_stride;
+                for (int64_t r = r0; r < r1; ++r) {
+                  ++made[r];  // ranges are disjoint: no two threads touch one row
+                  std::memcpy(out + (r - r0) * ldo, x.data() + r * k,
+                              static_cast<size_t>(k) * sizeof(float));
+                }
+              };
+              std::vector<float> y(ref.size(), -1.0f);
+              matmul_fill(fill, m, pw, y.data(), n, p, spare ? sp.data() : nullptr, ld_spare);
+              ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
+                  << dtype_name(cs.store) << " k=" << k << " m=" << m << " " << isa
+                  << (cs.perm ? " perm" : "") << (cs.stack ? " stack" : "")
+                  << " dot=" << quant_dot_name(dot) << (spare ? " spare" : "");
+              EXPECT_EQ(bad_stride.load(), 0);
+              for (int64_t r = 0; r < m; ++r) ASSERT_EQ(made[r], 1) << "row " << r;
+            }
+        }
+      }
+    }
+  }
 }
 
 // ---- int8 dot ----------------------------------------------------------------------------------

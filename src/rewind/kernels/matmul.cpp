@@ -530,6 +530,35 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
   split_columns(pool, m, n, work);
 }
 
+void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
+                 ThreadPool* pool, float* spare, int64_t ld_spare) {
+  const int64_t n = w.n(), k = w.k();
+  REWIND_CHECK(m >= 0 && ldy >= n && (!spare || ld_spare >= k));
+  if (m == 0) return;
+  if (n > 0 && k > 0 && w.quantised() && w.parts().empty() && w.k_perm().empty() &&
+      matmul_quant_dot() == QuantDot::Int8) {
+    thread_local detail::QuantizedActs acts;  // the calling thread's, as in matmul
+    const detail::QuantizedActs* xa = &acts;
+    detail::quantize_acts_fill(w.store(), fill, m, k, &acts, pool);
+    split_columns(pool, m, n, [&](int, int64_t c0, int64_t c1) {
+      run_panels_int8(*xa, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+    });
+    return;
+  }
+  thread_local AlignedBuffer<float> rows;
+  if (!spare) {
+    rows.reserve_at_least(static_cast<size_t>(m * k));
+    spare = rows.data();
+    ld_spare = k;
+  }
+  auto make = [&](int, int64_t r0, int64_t r1) { fill(r0, r1, spare + r0 * ld_spare, ld_spare); };
+  if (pool && m > 1)
+    pool->parallel_for(m, 1, make);
+  else
+    make(0, 0, m);
+  matmul(spare, m, ld_spare, w, y, ldy, pool);
+}
+
 void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,
                   int64_t ldy) {
   const int64_t n = w.n(), k = w.k();

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,17 @@ class PackedMatrix {
 // row stride ldy (>= N). pool may be null (single thread).
 void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
             ThreadPool* pool);
+
+// The rows of x made on demand, for activations that only this matmul reads (a norm's or an
+// activation function's output): fill(r0, r1, out, ldo) writes rows [r0, r1) of x, w.k() floats
+// each, to out (row stride ldo). matmul_fill calls it exactly once for every row, on disjoint
+// ranges, from any of the pool's threads. With the int8 dot each thread quantises the rows it has
+// just made while they are in cache: the [m, k] float rows are never written out and read back.
+// Other weights get the rows in a buffer first: `spare` (row stride ld_spare >= k) when given,
+// else one of the matmul's own. The result has the bits of matmul on the same rows.
+using RowFill = std::function<void(int64_t r0, int64_t r1, float* out, int64_t ldo)>;
+void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
+                 ThreadPool* pool, float* spare = nullptr, int64_t ld_spare = 0);
 
 // Naive reference: double accumulation over the unpacked weight values (w.at()).
 void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,

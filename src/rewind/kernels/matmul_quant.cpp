@@ -2302,11 +2302,12 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
 
 // ---- int8 dot ---------------------------------------------------------------------------------
 
-void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, QuantizedActs* out,
-                   ThreadPool* pool) {
+namespace {
+
+// Sizes out's buffers for m rows of k; returns the activation block.
+int64_t prepare_acts(DType t, int64_t m, int64_t k, QuantizedActs* out) {
   const int64_t block = act_block(t);
-  REWIND_CHECK_MSG(dtype_is_quant(t) && k % block == 0 && m >= 0 && ldx >= k,
-                   "quantize_acts: bad shape");
+  REWIND_CHECK_MSG(dtype_is_quant(t) && k % block == 0 && m >= 0, "quantize_acts: bad shape");
   out->m = m;
   out->k = k;
   out->block = block;
@@ -2314,31 +2315,62 @@ void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, Q
   out->d.reserve_at_least(static_cast<size_t>(m * (k / block)));
   out->s16.reserve_at_least(static_cast<size_t>(m * (k / 16)));
   out->s32.reserve_at_least(static_cast<size_t>(m * (k / 32)));
-  using QuantizeBlockFn = void (*)(const float*, int, int8_t*, float*);
-  const QuantizeBlockFn quantize_block =
-      avx2_allowed() ? quantize_block_avx2 : quantize_block_scalar;
-  const bool row_avx512 = avx512_allowed();
-  auto rows = [&](int, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      int8_t* q = out->q.data() + r * k;
-      float* d = out->d.data() + r * (k / block);
-      int32_t* s16 = out->s16.data() + r * (k / 16);
-      int16_t* s32 = out->s32.data() + r * (k / 32);
-      if (row_avx512) {
-        quantize_row_avx512(x + r * ldx, k, static_cast<int>(block), q, d, s16);
-      } else {
-        for (int64_t b = 0; b < k / block; ++b)
-          quantize_block(x + r * ldx + b * block, static_cast<int>(block), q + b * block, d + b);
-        sums16_scalar(q, 0, k, s16);
-      }
-      for (int64_t i = 0; i < k / 32; ++i)
-        s32[i] = static_cast<int16_t>(s16[2 * i] + s16[2 * i + 1]);
-    }
-  };
+  return block;
+}
+
+// Row r of *out from the k values at xr.
+void quantize_act_row(const float* xr, int64_t r, QuantizedActs* out) {
+  const int64_t k = out->k, block = out->block;
+  int8_t* q = out->q.data() + r * k;
+  float* d = out->d.data() + r * (k / block);
+  int32_t* s16 = out->s16.data() + r * (k / 16);
+  int16_t* s32 = out->s32.data() + r * (k / 32);
+  if (avx512_allowed()) {
+    quantize_row_avx512(xr, k, static_cast<int>(block), q, d, s16);
+  } else {
+    for (int64_t b = 0; b < k / block; ++b)
+      (avx2_allowed() ? quantize_block_avx2 : quantize_block_scalar)(
+          xr + b * block, static_cast<int>(block), q + b * block, d + b);
+    sums16_scalar(q, 0, k, s16);
+  }
+  for (int64_t i = 0; i < k / 32; ++i) s32[i] = static_cast<int16_t>(s16[2 * i] + s16[2 * i + 1]);
+}
+
+// Rows [0, m) by rows(r0, r1), on the pool when there is enough work to share.
+void act_rows(ThreadPool* pool, int64_t m, int64_t k,
+              const std::function<void(int64_t, int64_t)>& rows) {
   if (pool && m > 1 && m * k >= (int64_t{1} << 16))
-    pool->parallel_for(m, 1, rows);
+    pool->parallel_for(m, 1, [&](int, int64_t r0, int64_t r1) { rows(r0, r1); });
   else
-    rows(0, 0, m);
+    rows(0, m);
+}
+
+}  // namespace
+
+void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, QuantizedActs* out,
+                   ThreadPool* pool) {
+  REWIND_CHECK_MSG(ldx >= k, "quantize_acts: bad shape");
+  prepare_acts(t, m, k, out);
+  act_rows(pool, m, k, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) quantize_act_row(x + r * ldx, r, out);
+  });
+}
+
+void quantize_acts_fill(DType t, const RowFill& fill, int64_t m, int64_t k, QuantizedActs* out,
+                        ThreadPool* pool) {
+  prepare_acts(t, m, k, out);
+  // Rows made per fill call: as many as fit 16 KiB (at least one, at most 16), so that they are
+  // still in L1 when quantised.
+  const int64_t chunk = std::clamp<int64_t>(16384 / (4 * k), 1, 16);
+  act_rows(pool, m, k, [&](int64_t r0, int64_t r1) {
+    thread_local AlignedBuffer<float> buf;
+    buf.reserve_at_least(static_cast<size_t>(chunk * k));
+    for (int64_t r = r0; r < r1; r += chunk) {
+      const int64_t e = std::min(r1, r + chunk);
+      fill(r, e, buf.data(), k);
+      for (int64_t i = r; i < e; ++i) quantize_act_row(buf.data() + (i - r) * k, i, out);
+    }
+  });
 }
 
 bool int8_dot_simd_available() {

@@ -54,6 +54,7 @@
 #include <cstdint>
 
 #include "rewind/base/aligned.h"
+#include "rewind/kernels/matmul.h"
 #include "rewind/tensor/dtype.h"
 
 namespace rw {
@@ -121,6 +122,12 @@ struct QuantizedActs {
 // Rows are independent: row r's values depend on x[r, :] alone. pool may be null.
 void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, QuantizedActs* out,
                    ThreadPool* pool);
+
+// quantize_acts on rows made by fill (matmul_fill's contract: once per row, disjoint ranges, any
+// thread): each thread makes a few rows at a time into a cache-sized buffer and quantises them
+// there. The same codes and scales as quantize_acts on the same rows.
+void quantize_acts_fill(DType t, const RowFill& fill, int64_t m, int64_t k, QuantizedActs* out,
+                        ThreadPool* pool);
 
 // True when the int8 dot has SIMD kernels here: AVX-512 VNNI, else AVX2 (else the scalar
 // reference runs; all give the same bits).

@@ -466,9 +466,11 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     par_rows(pool, n, f);
   };
 
-  par(T, [&](int64_t b, int64_t e) {
-    rmsnorm(x + b * H, H, L.in_norm.data(), xn + b * H, H, e - b, H, eps);
-  });
+  // The input norm's rows are made inside the mixer's first matmul, which alone reads them (xn
+  // holds them only for weights without the int8 dot).
+  auto in_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
+    rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps);
+  };
 
   if (L.kind == LayerKind::Linear) {
     const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
@@ -480,7 +482,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     float* proj = I.big.data();   // [T, NP] = [mixed (CD) | z (VD) | b (Hv) | a (Hv)]
     float* conv = I.big2.data();  // [T, CD] conv + SiLU outputs: [q | k | v]
     float* o = I.tmp.data();      // [T, VD]
-    matmul(xn, T, H, L.lin.in_proj, proj, NP, pool);
+    matmul_fill(in_norm, T, L.lin.in_proj, proj, NP, pool, xn, H);
     const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
     // Captured layout per token and layer: [conv inputs | normed q,k,v | alpha | beta].
     const int64_t cap_off = L.rec_index * (2 * CD + 2 * Hv);
@@ -559,12 +561,15 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
       pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run_heads(b, e); });
     else
       run_heads(0, n_jobs);
-    par(T, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t)
-        gated_rmsnorm_heads(o + t * VD, proj + t * NP + CD, L.lin.gnorm.data(), o + t * VD, Hv, dv,
-                            eps);
-    });
-    matmul(o, T, VD, L.lin.out_proj, out, H, pool);
+    // The gated norm's rows made inside the output projection (in place in o without the int8
+    // dot).
+    matmul_fill(
+        [&](int64_t b, int64_t e, float* y, int64_t ldy) {
+          for (int64_t t = b; t < e; ++t)
+            gated_rmsnorm_heads(o + t * VD, proj + t * NP + CD, L.lin.gnorm.data(),
+                                y + (t - b) * ldy, Hv, dv, eps);
+        },
+        T, L.lin.out_proj, out, H, pool, o, VD);
   } else {
     const int64_t nh = c.n_head, nkv = c.n_head_kv, D = c.head_dim, grp = nh / nkv;
     // K/V only with a k,v matrix: rows hold [k | v]; else [q_h | gate_h]... | k | v.
@@ -576,7 +581,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     I.tmp.reserve_at_least(static_cast<size_t>(T * nh * D));
     float* qkv = I.big.data();
     float* att = I.tmp.data();  // [T, nh*D]
-    matmul(xn, T, H, Wq, qkv, NQ, pool);
+    matmul_fill(in_norm, T, Wq, qkv, NQ, pool, xn, H);
     // q/k norms and RoPE per row; k and v go into the sequence's pages.
     for (size_t s = 0; s < S; ++s) {
       SequenceState& st = *segs[s].st;
@@ -666,30 +671,35 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
       run(0, n_jobs);
     matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
   }
-  par(T, [&](int64_t b, int64_t e) {
+  // The residual, then the FFN's norm: x += out; xn = rmsnorm(x).
+  auto residual_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
     for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
-  });
-
-  // FFN.
-  par(T, [&](int64_t b, int64_t e) {
-    rmsnorm(x + b * H, H, L.post_norm.data(), xn + b * H, H, e - b, H, eps);
-  });
+    rmsnorm(x + b * H, H, L.post_norm.data(), y, ldy, e - b, H, eps);
+  };
+  // in: the input rows, or (in == nullptr) residual_norm makes them inside gate|up's matmul.
   auto swiglu_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
     const int64_t F = w.down.k();
     I.gu.reserve_at_least(static_cast<size_t>(m * 2 * F));
     float* gu = I.gu.data();
-    matmul(in, m, H, w.gate_up, gu, 2 * F, pool);
-    // The activations over the gate half of each row, whose lines the pass has just read (a
-    // separate buffer cost a write-allocate of every line: in-process A/B, 512-token prefill
-    // Q8_0 716 -> 725 and 765 -> 780 tok/s, Q4_K the same).
-    par(m, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) swiglu(gu + i * 2 * F, gu + i * 2 * F + F, gu + i * 2 * F, F);
-    });
-    matmul(gu, m, 2 * F, w.down, y, H, pool);
+    if (in)
+      matmul(in, m, H, w.gate_up, gu, 2 * F, pool);
+    else
+      matmul_fill(residual_norm, m, w.gate_up, gu, 2 * F, pool, xn, H);
+    // The activations are made inside the down projection; without the int8 dot over the gate
+    // half of each row, whose lines the pass has just read (a separate buffer cost a
+    // write-allocate of every line: in-process A/B, 512-token prefill Q8_0 716 -> 725 and 765 ->
+    // 780 tok/s, Q4_K the same, before the int8 dot took the rows in cache).
+    matmul_fill(
+        [&](int64_t b, int64_t e, float* h, int64_t ldh) {
+          for (int64_t i = b; i < e; ++i)
+            swiglu(gu + i * 2 * F, gu + i * 2 * F + F, h + (i - b) * ldh, F);
+        },
+        m, w.down, y, H, pool, gu, 2 * F);
   };
   if (!L.moe) {
-    swiglu_ffn(L.dense, xn, T, out);
+    swiglu_ffn(L.dense, nullptr, T, out);
   } else {
+    par(T, [&](int64_t b, int64_t e) { residual_norm(b, e, xn + b * H, H); });
     const int64_t E = c.n_expert, k = c.n_expert_used;
     I.router.reserve_at_least(static_cast<size_t>(T * E));
     I.shared_gate.reserve_at_least(static_cast<size_t>(T));
