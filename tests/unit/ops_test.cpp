@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -430,6 +431,55 @@ TEST(Ops, ExpFixedAccurateAndSameInVectorLoops) {
   swiglu(xs.data(), u2.data(), y2.data(), static_cast<int64_t>(xs.size()));
   swiglu(g.data(), u2.data(), g.data(), static_cast<int64_t>(g.size()));
   ASSERT_EQ(0, std::memcmp(g.data(), y2.data(), g.size() * sizeof(float)));
+  // Special values, bit for bit (NaN payloads included), at every length up to 40 (the SIMD
+  // loops' tails).
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
+  const float special[] = {nan,     -nan,  inf,    -inf,   0.0f,   -0.0f, 1e-40f,
+                           -1e-40f, 1e30f, -1e30f, 87.5f,  -87.5f, 88.5f, -88.5f,
+                           3.0f,    -3.0f, 1e-3f,  -1e-3f, 20.0f};
+  std::vector<float> sv;
+  for (int rep = 0; rep < 3; ++rep)
+    for (float v : special) sv.push_back(v);
+  for (size_t n = 1; n <= 40; ++n) {
+    std::vector<float> gs(sv.begin(), sv.begin() + static_cast<std::ptrdiff_t>(n)), us(n), ys(n);
+    for (size_t i = 0; i < n; ++i) us[i] = 0.25f + 0.5f * static_cast<float>(i % 5);
+    swiglu(gs.data(), us.data(), ys.data(), static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i) {
+      const float want = silu(gs[i]) * us[i];
+      ASSERT_EQ(0, std::memcmp(&ys[i], &want, sizeof(float))) << "n " << n << " x " << gs[i];
+    }
+  }
+}
+
+// conv_silu with special inputs (NaN, infinities, huge values): each output is the documented
+// chain and silu bit for bit, on every channel count's tail.
+TEST(Ops, ConvSpecialValuesBitwise) {
+  std::mt19937_64 r(9);
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
+  const float special[] = {nan, inf, -inf, 1e30f, -1e30f, 1e-40f, -0.0f, 90.0f, -90.0f};
+  const int64_t K = 4, T = 6;
+  for (int64_t C : {5, 16, 37, 64, 150}) {
+    auto w = randv(r, C * K), in = randv(r, T * C), win = randv(r, (K - 1) * C);
+    for (size_t i = 0; i < in.size(); i += 7) in[i] = special[(i / 7) % 9];
+    win[0] = nan;
+    const auto win0 = win;
+    std::vector<float> out(static_cast<size_t>(T * C));
+    conv_silu(win.data(), in.data(), C, w.data(), out.data(), C, T, C, K, 0, C);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < C; ++c) {
+        float f = 0.0f;
+        for (int64_t j = 0; j < K; ++j) {
+          const int64_t src = t - (K - 1) + j;
+          f = std::fma(w[j * C + c], src < 0 ? win0[(K - 1 + src) * C + c] : in[src * C + c], f);
+        }
+        const float want = silu(f);
+        ASSERT_EQ(0, std::memcmp(&out[t * C + c], &want, sizeof(float)))
+            << "C " << C << " t " << t << " c " << c << " got " << out[t * C + c] << " want "
+            << want;
+      }
+  }
 }
 
 }  // namespace

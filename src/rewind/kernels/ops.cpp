@@ -233,6 +233,122 @@ inline __attribute__((always_inline)) float sigmoid_inline(float x) {
   return 1.0f / (1.0f + exp_fixed_inline(-x));
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+#define REWIND_SILU_AVX512 1
+// GCC 12's unmasked vminps / vmaxps / vpslld pass an uninitialised operand in its own header (dead:
+// the unmasked form), as in matmul_quant.cpp.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// exp_fixed_inline's operations on 16 lanes, in its order, so the same bits. The clamp is one
+// vminps and one vmaxps in the order that keeps NaN (vminps(a, b) is a < b ? a : b): from the
+// scalar source GCC built it from three compares, two mask operations and two blends.
+__attribute__((target("avx512f"), always_inline)) inline __m512 exp_fixed_avx512(__m512 x) {
+  x = _mm512_min_ps(_mm512_set1_ps(88.0f), x);   // 88 < x ? 88 : x
+  x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x);  // -87 > x ? -87 : x
+  const __m512 magic = _mm512_set1_ps(12582912.0f);
+  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+  const __m512 n = _mm512_sub_ps(t, magic);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187e-6f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i e = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic)),
+                       _mm512_set1_epi32(127)),
+      23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// silu_inline on 16 lanes: x / (1 + e^-x), -x by the sign bit as the scalar negation.
+__attribute__((target("avx512f"), always_inline)) inline __m512 silu_avx512(__m512 x) {
+  const __m512 nx =
+      _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN)));
+  return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), exp_fixed_avx512(nx)));
+}
+
+// conv_silu's K = 4 pass in AVX-512: per element the same fma chain (from 0, taps 0..3) and the
+// same SiLU, so the same bits; four vectors a step and a masked tail. Against GCC's vectorised
+// loop (its clamp as compares and blends), 512 tokens x 6144 channels in 128-channel items, one
+// thread, the two alternating, best of 30 each (Zen 4): 1.76-2.37 against 2.05-2.99 ms
+// (9-27% less). Its new input rows come from memory, so it stays well above the arithmetic's
+// cost (swiglu, the same SiLU without them, runs at about half its cycles per output).
+__attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* rows, int64_t T,
+                                                          const float* w, int64_t C, float* out,
+                                                          int64_t ld_out, int64_t c0, int64_t c1,
+                                                          int64_t ld_rows_after) {
+  const float *w0 = w, *w1 = w + C, *w2 = w + 2 * C, *w3 = w + 3 * C;
+  // rows[j] for j < 3 are the window's, then row t + 3 lies at rows[3] + t * ld_rows_after.
+  auto row = [&](int64_t j) { return j < 3 ? rows[j] : rows[3] + (j - 3) * ld_rows_after; };
+  auto one = [&](const float* x0, const float* x1, const float* x2, const float* x3, float* o,
+                 int64_t c, __mmask16 m) __attribute__((target("avx512f"), always_inline)) {
+    __m512 a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w0 + c), _mm512_maskz_loadu_ps(m, x0 + c),
+                               _mm512_setzero_ps());
+    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w1 + c), _mm512_maskz_loadu_ps(m, x1 + c), a);
+    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w2 + c), _mm512_maskz_loadu_ps(m, x2 + c), a);
+    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w3 + c), _mm512_maskz_loadu_ps(m, x3 + c), a);
+    _mm512_mask_storeu_ps(o + c - c0, m, silu_avx512(a));
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    const float *x0 = row(t), *x1 = row(t + 1), *x2 = row(t + 2), *x3 = row(t + 3);
+    float* o = out + t * ld_out;
+    if (t + 1 < T) {  // the next token's new input row and its output row
+      const char* nx = reinterpret_cast<const char*>(row(t + 4) + c0);
+      const char* no = reinterpret_cast<const char*>(o + ld_out);
+      for (int64_t b = 0; b < (c1 - c0) * 4; b += 64) {
+        _mm_prefetch(nx + b, _MM_HINT_T0);
+        _mm_prefetch(no + b, _MM_HINT_T0);
+      }
+    }
+    int64_t c = c0;
+    for (; c + 4 * kLanes <= c1; c += 4 * kLanes) {
+      __m512 a[4];
+      for (int v = 0; v < 4; ++v) {
+        const int64_t cv = c + v * kLanes;
+        a[v] = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + cv), _mm512_loadu_ps(x0 + cv),
+                               _mm512_setzero_ps());
+        a[v] = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + cv), _mm512_loadu_ps(x1 + cv), a[v]);
+        a[v] = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + cv), _mm512_loadu_ps(x2 + cv), a[v]);
+        a[v] = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + cv), _mm512_loadu_ps(x3 + cv), a[v]);
+      }
+      for (int v = 0; v < 4; ++v) _mm512_storeu_ps(o + c + v * kLanes - c0, silu_avx512(a[v]));
+    }
+    for (; c < c1; c += kLanes)
+      one(x0, x1, x2, x3, o, c,
+          static_cast<__mmask16>(c1 - c >= kLanes ? 0xFFFF : (1u << (c1 - c)) - 1));
+  }
+}
+
+// swiglu in AVX-512: silu_avx512(g) * u, the scalar loop's operations (same bits), y may be g.
+// 64 rows of 3584 in cache, one thread, alternating with GCC's vectorised loop, best of 200
+// (Zen 4): 65-75 against 78-85 us.
+__attribute__((target("avx512f"))) void swiglu_avx512(const float* g, const float* u, float* y,
+                                                      int64_t n) {
+  int64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    const __m512 a = silu_avx512(_mm512_loadu_ps(g + i)),
+                 b = silu_avx512(_mm512_loadu_ps(g + i + kLanes));
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(a, _mm512_loadu_ps(u + i)));
+    _mm512_storeu_ps(y + i + kLanes, _mm512_mul_ps(b, _mm512_loadu_ps(u + i + kLanes)));
+  }
+  for (; i < n; i += kLanes) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= kLanes ? 0xFFFF : (1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m,
+                          _mm512_mul_ps(silu_avx512(_mm512_maskz_loadu_ps(m, g + i)),
+                                        _mm512_maskz_loadu_ps(m, u + i)));
+  }
+}
+#pragma GCC diagnostic pop
+}  // namespace
+#endif
+
 REWIND_CLONES float exp_fixed(float x) {
   return exp_fixed_inline(x);
 }
@@ -255,6 +371,9 @@ float softplus(float x) {
 
 REWIND_CLONES
 void swiglu(const float* g, const float* u, float* y, int64_t n) {
+#ifdef REWIND_SILU_AVX512
+  if (simd_level() == 2) return swiglu_avx512(g, u, y, n);
+#endif
   for (int64_t i = 0; i < n; ++i) y[i] = (g[i] / (1.0f + exp_fixed_inline(-g[i]))) * u[i];
 }
 
@@ -297,7 +416,13 @@ void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, fl
   // Row j of [window ; in] (j < W + T), for the channels handled.
   auto seq = [&](int64_t j) { return j < W ? window + j * C : in + (j - W) * ld_in; };
   // Tokens outer, channels inner (contiguous, vectorisable); per element the taps run j = 0..K-1.
-  if (K == 4) {
+#ifdef REWIND_SILU_AVX512
+  if (K == 4 && simd_level() == 2) {
+    const float* rows[4] = {seq(0), seq(1), seq(2), seq(3)};
+    if (T > 0) conv4_silu_avx512(rows, T, w, C, out, ld_out, c0, c1, ld_in);
+  } else
+#endif
+      if (K == 4) {
     // The common kernel size in one pass per token: the taps' fma chain in registers, and the
     // next token's new input row and its output row prefetched chunk by chunk (the rows lie tens
     // of KB apart in buffers far larger than L2, and the hardware prefetchers start over on
