@@ -478,6 +478,14 @@ void split_columns(ThreadPool* pool, int64_t m, int64_t n,
     pool->parallel_for(n, kMatmulNR, fn);
   }
 }
+
+// The int8 dot of quantised activation rows against w, the threads splitting the columns.
+void run_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, float* y, int64_t ldy,
+              ThreadPool* pool) {
+  split_columns(pool, xa.m, w.n(), [&](int, int64_t c0, int64_t c1) {
+    run_panels_int8(xa, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+  });
+}
 }  // namespace
 
 void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
@@ -512,12 +520,8 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
     // The calling thread's buffer; the workers get its address (naming a thread_local inside
     // the lambda would give each worker its own, empty one).
     thread_local detail::QuantizedActs acts;
-    const detail::QuantizedActs* xa = &acts;
     detail::quantize_acts(w.store(), x, m, ldx, k, &acts, pool);
-    auto work8 = [&](int, int64_t c0, int64_t c1) {
-      run_panels_int8(*xa, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
-    };
-    split_columns(pool, m, n, work8);
+    run_int8(acts, w, y, ldy, pool);
     return;
   }
   auto work = [&](int, int64_t c0, int64_t c1) {
@@ -538,11 +542,8 @@ void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y
   if (n > 0 && k > 0 && w.quantised() && w.parts().empty() && w.k_perm().empty() &&
       matmul_quant_dot() == QuantDot::Int8) {
     thread_local detail::QuantizedActs acts;  // the calling thread's, as in matmul
-    const detail::QuantizedActs* xa = &acts;
     detail::quantize_acts_fill(w.store(), fill, m, k, &acts, pool);
-    split_columns(pool, m, n, [&](int, int64_t c0, int64_t c1) {
-      run_panels_int8(*xa, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
-    });
+    run_int8(acts, w, y, ldy, pool);
     return;
   }
   thread_local AlignedBuffer<float> rows;

@@ -267,6 +267,11 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 exp_fixed_avx512
   return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
+// The first min(left, 16) lanes (left >= 1).
+inline __mmask16 lanes_left(int64_t left) {
+  return static_cast<__mmask16>(left >= kLanes ? 0xFFFF : (1u << left) - 1);
+}
+
 // silu_inline on 16 lanes: x / (1 + e^-x), -x by the sign bit as the scalar negation.
 __attribute__((target("avx512f"), always_inline)) inline __m512 silu_avx512(__m512 x) {
   const __m512 nx =
@@ -287,42 +292,35 @@ __attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* ro
   const float *w0 = w, *w1 = w + C, *w2 = w + 2 * C, *w3 = w + 3 * C;
   // rows[j] for j < 3 are the window's, then row t + 3 lies at rows[3] + t * ld_rows_after.
   auto row = [&](int64_t j) { return j < 3 ? rows[j] : rows[3] + (j - 3) * ld_rows_after; };
-  auto one = [&](const float* x0, const float* x1, const float* x2, const float* x3, float* o,
-                 int64_t c, __mmask16 m) __attribute__((target("avx512f"), always_inline)) {
-    __m512 a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w0 + c), _mm512_maskz_loadu_ps(m, x0 + c),
-                               _mm512_setzero_ps());
-    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w1 + c), _mm512_maskz_loadu_ps(m, x1 + c), a);
-    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w2 + c), _mm512_maskz_loadu_ps(m, x2 + c), a);
-    a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w3 + c), _mm512_maskz_loadu_ps(m, x3 + c), a);
-    _mm512_mask_storeu_ps(o + c - c0, m, silu_avx512(a));
-  };
   for (int64_t t = 0; t < T; ++t) {
     const float *x0 = row(t), *x1 = row(t + 1), *x2 = row(t + 2), *x3 = row(t + 3);
-    float* o = out + t * ld_out;
-    if (t + 1 < T) {  // the next token's new input row and its output row
+    float* o = out + t * ld_out - c0;  // channel c at o[c]
+    if (t + 1 < T) {                   // the next token's new input row and its output row
       const char* nx = reinterpret_cast<const char*>(row(t + 4) + c0);
-      const char* no = reinterpret_cast<const char*>(o + ld_out);
+      const char* no = reinterpret_cast<const char*>(o + ld_out + c0);
       for (int64_t b = 0; b < (c1 - c0) * 4; b += 64) {
         _mm_prefetch(nx + b, _MM_HINT_T0);
         _mm_prefetch(no + b, _MM_HINT_T0);
       }
     }
+    // The chain of the 16 channels from c (the lanes of m; the others read as 0).
+    auto chain = [&](int64_t c, __mmask16 m) __attribute__((target("avx512f"), always_inline)) {
+      __m512 a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w0 + c), _mm512_maskz_loadu_ps(m, x0 + c),
+                                 _mm512_setzero_ps());
+      a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w1 + c), _mm512_maskz_loadu_ps(m, x1 + c), a);
+      a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w2 + c), _mm512_maskz_loadu_ps(m, x2 + c), a);
+      return _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w3 + c), _mm512_maskz_loadu_ps(m, x3 + c), a);
+    };
     int64_t c = c0;
     for (; c + 4 * kLanes <= c1; c += 4 * kLanes) {
       __m512 a[4];
-      for (int v = 0; v < 4; ++v) {
-        const int64_t cv = c + v * kLanes;
-        a[v] = _mm512_fmadd_ps(_mm512_loadu_ps(w0 + cv), _mm512_loadu_ps(x0 + cv),
-                               _mm512_setzero_ps());
-        a[v] = _mm512_fmadd_ps(_mm512_loadu_ps(w1 + cv), _mm512_loadu_ps(x1 + cv), a[v]);
-        a[v] = _mm512_fmadd_ps(_mm512_loadu_ps(w2 + cv), _mm512_loadu_ps(x2 + cv), a[v]);
-        a[v] = _mm512_fmadd_ps(_mm512_loadu_ps(w3 + cv), _mm512_loadu_ps(x3 + cv), a[v]);
-      }
-      for (int v = 0; v < 4; ++v) _mm512_storeu_ps(o + c + v * kLanes - c0, silu_avx512(a[v]));
+      for (int v = 0; v < 4; ++v) a[v] = chain(c + v * kLanes, 0xFFFF);
+      for (int v = 0; v < 4; ++v) _mm512_storeu_ps(o + c + v * kLanes, silu_avx512(a[v]));
     }
-    for (; c < c1; c += kLanes)
-      one(x0, x1, x2, x3, o, c,
-          static_cast<__mmask16>(c1 - c >= kLanes ? 0xFFFF : (1u << (c1 - c)) - 1));
+    for (; c < c1; c += kLanes) {
+      const __mmask16 m = lanes_left(c1 - c);
+      _mm512_mask_storeu_ps(o + c, m, silu_avx512(chain(c, m)));
+    }
   }
 }
 
@@ -339,7 +337,7 @@ __attribute__((target("avx512f"))) void swiglu_avx512(const float* g, const floa
     _mm512_storeu_ps(y + i + kLanes, _mm512_mul_ps(b, _mm512_loadu_ps(u + i + kLanes)));
   }
   for (; i < n; i += kLanes) {
-    const __mmask16 m = static_cast<__mmask16>(n - i >= kLanes ? 0xFFFF : (1u << (n - i)) - 1);
+    const __mmask16 m = lanes_left(n - i);
     _mm512_mask_storeu_ps(y + i, m,
                           _mm512_mul_ps(silu_avx512(_mm512_maskz_loadu_ps(m, g + i)),
                                         _mm512_maskz_loadu_ps(m, u + i)));
