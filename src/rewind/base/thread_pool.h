@@ -34,8 +34,10 @@ class ThreadPool {
                     const std::function<void(int, int64_t, int64_t)>& fn);
 
   // Calls fn(thread_index, begin, end) on consecutive chunks, each taken by whichever thread is
-  // free next: for memory-bound loops whose threads run at uneven speeds (a shared machine),
-  // where a static split waits for the slowest. The chunks shrink as the work runs out
+  // free next: for loops whose threads run at uneven speeds (a shared machine, where one
+  // core is often slower than the other for a while), which a static split leaves waiting
+  // for the slowest: decode's memory-bound matmuls, prefill's matmuls and per-row and per-head
+  // passes. The chunks shrink as the work runs out
   // ("guided"): each is the items left / (2 * n_threads), rounded up to a multiple of grain,
   // and at least min_chunk items (a multiple of grain; the last chunk may be shorter). Big
   // chunks first keep the count of chunk starts low; small ones last keep the threads'

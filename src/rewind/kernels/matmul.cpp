@@ -459,30 +459,38 @@ float PackedMatrix::at(int64_t r, int64_t c) const {
 // ---- matmul ----------------------------------------------------------------------------------
 
 namespace {
-// Threads split the output columns on panel boundaries, never K. Prefill (compute-bound, even
-// work per panel) splits them statically; decode (M <= 16: memory-bound, and on a shared
-// machine one thread often streams slower than the other) hands the columns out in guided
-// chunks (the columns left / (2 x threads), at least 4 panels) to whichever thread is free:
-// big chunks first, then ever smaller ones, so the thread done first waits for at most a small
-// chunk. Fixed chunks of 1/(4 x threads) of the columns left up to half a chunk of waiting at
-// every matmul's end (the lm_head's chunks were 18 MB of Q4_K: 40-120 us of a Q4_K decode
-// step waiting on it, 1-5 us now). Every output column's sum is the same whichever thread
+// Threads split the output columns on panel boundaries, never K, in chunks handed out to
+// whichever thread is free (ThreadPool::parallel_guided: the columns left / (2 x threads), big
+// chunks first, then ever smaller ones), so the thread done first waits for at most a small
+// chunk. Decode (M <= 16: memory-bound, and on a shared machine one thread often streams
+// slower than the other): chunks of at least 4 panels (fixed chunks of 1/(4 x threads) of the
+// columns left up to half a chunk of waiting at every matmul's end: the lm_head's chunks were
+// 18 MB of Q4_K, 40-120 us of a Q4_K decode step waiting on it, 1-5 us now). Prefill: chunks
+// of whole panel groups (`group` panels, the panels each row tile of a row block runs over),
+// at least 4 panels. A static split of prefill's equal work per panel left the threads waiting
+// on each other 9-12% of a matmul's time on a shared 2-core host whose two cores ran at
+// different speeds from moment to moment (per-call timing, 512-token Q4_K prefill), and 5-6%
+// of the whole prefill's thread time. Every output column's sum is the same whichever thread
 // computes it and wherever the chunk boundaries fall (the matmul tests run 1, 2 and 3 threads).
-void split_columns(ThreadPool* pool, int64_t m, int64_t n,
+void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group,
                    const std::function<void(int, int64_t, int64_t)>& fn) {
   if (!pool) {
     fn(0, 0, n);
   } else if (m <= 16) {
     pool->parallel_guided(n, kMatmulNR, 4 * kMatmulNR, fn);
   } else {
-    pool->parallel_for(n, kMatmulNR, fn);
+    const int64_t grain = group * kMatmulNR;
+    pool->parallel_guided(n, grain, cdiv(4, group) * grain, fn);
   }
 }
 
 // The int8 dot of quantised activation rows against w, the threads splitting the columns.
 void run_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, float* y, int64_t ldy,
               ThreadPool* pool) {
-  split_columns(pool, xa.m, w.n(), [&](int, int64_t c0, int64_t c1) {
+  const int64_t panel_stride =
+      w.k() / dtype_block_elems(w.store()) * detail::quant_panel_block_bytes(w.store());
+  const int64_t group = detail::int8_prefill_group_panels(w.store(), panel_stride, xa.m);
+  split_columns(pool, xa.m, w.n(), group, [&](int, int64_t c0, int64_t c1) {
     run_panels_int8(xa, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
   });
 }
@@ -531,7 +539,7 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
       run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
     }
   };
-  split_columns(pool, m, n, work);
+  split_columns(pool, m, n, m <= isa.mr_small ? isa.np_small : isa.np, work);
 }
 
 void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
@@ -554,7 +562,7 @@ void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y
   }
   auto make = [&](int, int64_t r0, int64_t r1) { fill(r0, r1, spare + r0 * ld_spare, ld_spare); };
   if (pool && m > 1)
-    pool->parallel_for(m, 1, make);
+    pool->parallel_guided(m, 1, 4, make);
   else
     make(0, 0, m);
   matmul(spare, m, ld_spare, w, y, ldy, pool);

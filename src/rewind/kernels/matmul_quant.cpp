@@ -2336,11 +2336,12 @@ void quantize_act_row(const float* xr, int64_t r, QuantizedActs* out) {
   for (int64_t i = 0; i < k / 32; ++i) s32[i] = static_cast<int16_t>(s16[2 * i] + s16[2 * i + 1]);
 }
 
-// Rows [0, m) by rows(r0, r1), on the pool when there is enough work to share.
+// Rows [0, m) by rows(r0, r1), on the pool when there is enough work to share, in chunks of at
+// least 4 rows handed out to whichever thread is free (see split_columns in matmul.cpp).
 void act_rows(ThreadPool* pool, int64_t m, int64_t k,
               const std::function<void(int64_t, int64_t)>& rows) {
   if (pool && m > 1 && m * k >= (int64_t{1} << 16))
-    pool->parallel_for(m, 1, [&](int, int64_t r0, int64_t r1) { rows(r0, r1); });
+    pool->parallel_guided(m, 1, 4, [&](int, int64_t r0, int64_t r1) { rows(r0, r1); });
   else
     rows(0, m);
 }
@@ -2433,6 +2434,28 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
   return acc;
 }
 
+namespace {
+// The AMX tiles serve the prefill of these types, on 16 rows or more.
+bool uses_amx(DType t, int64_t rows) {
+  return int8_path() == Int8Path::Vnni &&
+         (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) && amx_int8_enabled() &&
+         rows >= 16;
+}
+}  // namespace
+
+int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
+  if (int8_path() != Int8Path::Vnni) return 1;  // AVX2: 4-row tiles of one panel
+  // AMX: groups of up to 256 KiB of panels (2 to 16 panels): a row tile's activation codes stay
+  // in L1 while it runs through the group's panels from L2 (with panel pairs they came from L2
+  // for every panel): model prefill of 512 tokens Q8_0 610 -> 790 tok/s, Q4_K 545 -> 670
+  // (alternating runs, Sapphire Rapids); 128 KiB gained less, 512 KiB and a fixed 16 panels
+  // about the same. The rows left over take the VNNI tiles on panel pairs.
+  constexpr int64_t kAmxGroupBytes = 256 * 1024;
+  if (uses_amx(t, rows))
+    return static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16));
+  return t == DType::Q8_0 || t == DType::IQ4_NL ? 3 : 2;
+}
+
 void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                      const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
                      int ncols) {
@@ -2474,19 +2497,9 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
   // bits); Q4_K's nibbles, times its sub-block scales' two parts, and Q5_K's 5-bit codes are
   // expanded to bytes once per panel group and row block, like Q6_K's codes.
-  const bool amx = !avx2 && (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) &&
-                   amx_int8_enabled() && r1 - r0 >= 16;
+  const bool amx = uses_amx(t, r1 - r0);
   const bool q8_tile = !amx && (t == DType::Q8_0 || t == DType::IQ4_NL);
-  // AMX: groups of up to 256 KiB of panels (2 to 16 panels): a row tile's activation codes stay
-  // in L1 while it runs through the group's panels from L2 (with panel pairs they came from L2
-  // for every panel): model prefill of 512 tokens Q8_0 610 -> 790 tok/s, Q4_K 545 -> 670
-  // (alternating runs, Sapphire Rapids); 128 KiB gained less, 512 KiB and a fixed 16 panels
-  // about the same. The rows left over take the VNNI tiles on panel pairs.
-  const int kAmxGroupBytes = 256 * 1024;
-  const int kP = avx2  ? 1
-                 : amx ? static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16))
-                 : q8_tile ? 3
-                           : 2;
+  const int kP = int8_prefill_group_panels(t, panel_stride, r1 - r0);
   const int kVnniP = amx ? 2 : kP;  // panels per VNNI / AVX2 tile
   const int kR = avx2 || q8_tile ? 4 : t == DType::Q4_0 ? 6 : 4;
   // Q6_K: the panel pair's 6-bit codes are expanded to bytes once per row block and every row

@@ -139,6 +139,11 @@ bool amx_int8_available();
 // amx_int8_available() and matmul_force_isa has not capped the kernels below "amx".
 bool amx_int8_enabled();
 
+// Panels per panel group of int8_dot_panels over `rows` rows (rows > 2): each group's panels
+// are read by every row tile of a row block, so a split of the columns between threads keeps
+// whole groups.
+int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows);
+
 // y[r, c] for r in [r0, r1), c < ncols (ncols <= 16 * np): the int8 dot of activation rows of xa
 // against np panels (panel p at panels + p * panel_stride), all of K. y points at y[r0, col0].
 void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
