@@ -110,21 +110,28 @@ struct Model::Impl {
 };
 
 namespace {
-// f over [0, n) in chunks of at least min_chunk items handed out to whichever thread is free
-// (ThreadPool::parallel_guided), so that a thread slowed by other work on a shared machine
-// takes fewer of them: with a static split the two threads of a 512-token prefill waited on
-// each other 5-6% of their time (the conv's items 20%, its q and k heads also normalised).
-// Every item's result is the same whichever thread runs it.
-void par_items(ThreadPool* pool, int64_t n, int64_t min_chunk,
+// f over [0, n) on the pool. Prefill-sized work (guided) goes in chunks of at least min_chunk
+// items handed out to whichever thread is free (ThreadPool::parallel_guided), so that a thread
+// slowed by other work on a shared machine takes fewer of them: with a static split the two
+// threads of a 512-token prefill waited on each other 5-6% of their time (the conv's items
+// 20%: its q and k heads are also normalised). A decode step's passes (a few tokens) keep the
+// static split: their items take microseconds, and handing them out measured 1-3% slower per
+// decode step (Q8_0 and Q4_K, alternating step by step, Zen 4). Every item's result is the
+// same whichever thread runs it.
+void par_items(ThreadPool* pool, int64_t n, int64_t min_chunk, bool guided,
                const std::function<void(int64_t, int64_t)>& f) {
-  if (pool)
+  if (!pool)
+    f(0, n);
+  else if (guided)
     pool->parallel_guided(n, 1, min_chunk, [&](int, int64_t b, int64_t e) { f(b, e); });
   else
-    f(0, n);
+    pool->parallel_for(n, 1, [&](int, int64_t b, int64_t e) { f(b, e); });
 }
+// Work over more tokens than a decode step's (or a speculative round's) is handed out.
+constexpr int64_t kGuidedTokens = 16;
 // Rows (tokens) of cheap per-row work: chunks of at least 4 rows.
 void par_rows(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& f) {
-  par_items(pool, n, 4, f);
+  par_items(pool, n, 4, n > kGuidedTokens, f);
 }
 }  // namespace
 
@@ -456,7 +463,7 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
                 beta + n, dv, n, dk, dv);
     }
   };
-  par_items(pool, n_jobs, 1, run);
+  par_items(pool, n_jobs, 1, n > kGuidedTokens, run);
 }
 
 void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
@@ -524,7 +531,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
               l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f);
         }
       };
-      par_items(pool, n_items, 1, items);
+      par_items(pool, n_items, 1, n > kGuidedTokens, items);
     }
     for (size_t s = 0; s < S; ++s)
       if (segs[s].cap)
@@ -561,7 +568,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
                   o + t0 * VD + h * dv, VD, n, dk, dv);
       }
     };
-    par_items(pool, n_jobs, 1, run_heads);
+    par_items(pool, n_jobs, 1, T > kGuidedTokens, run_heads);
     // The gated norm's rows made inside the output projection (in place in o without the int8
     // dot).
     matmul_fill(
