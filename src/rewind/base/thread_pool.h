@@ -34,15 +34,15 @@ class ThreadPool {
                     const std::function<void(int, int64_t, int64_t)>& fn);
 
   // Calls fn(thread_index, begin, end) on consecutive chunks, each taken by whichever thread is
-  // free next: for loops whose threads run at uneven speeds (a shared machine, where one
-  // core is often slower than the other for a while), which a static split leaves waiting
-  // for the slowest: decode's memory-bound matmuls, prefill's matmuls and per-row and per-head
-  // passes. The chunks shrink as the work runs out
-  // ("guided"): each is the items left / (2 * n_threads), rounded up to a multiple of grain,
-  // and at least min_chunk items (a multiple of grain; the last chunk may be shorter). Big
-  // chunks first keep the count of chunk starts low; small ones last keep the threads'
-  // finishing times close. Which thread runs a chunk, and where the chunks begin, vary from run
-  // to run, so fn's results must not depend on them (outputs per item, as everywhere here).
+  // free next: for loops whose threads run at uneven speeds (a shared machine, where one core
+  // is often slower than the other for a while), which a static split leaves waiting for the
+  // slowest: decode's memory-bound matmuls, prefill's matmuls and per-row and per-head passes.
+  // The chunks shrink as the work runs out ("guided"): each is the items left / (2 *
+  // n_threads), rounded up to a multiple of grain, and at least min_chunk items (a multiple of
+  // grain; the last chunk may be shorter). Big chunks first keep the count of chunk starts
+  // low; small ones last keep the threads' finishing times close. Which thread runs a chunk,
+  // and where the chunks begin, vary from run to run, so fn's results must not depend on them
+  // (outputs per item, as everywhere here).
   void parallel_guided(int64_t n_items, int64_t grain, int64_t min_chunk,
                        const std::function<void(int, int64_t, int64_t)>& fn);
 

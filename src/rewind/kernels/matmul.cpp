@@ -472,6 +472,7 @@ namespace {
 // different speeds from moment to moment (per-call timing, 512-token Q4_K prefill), and 5-6%
 // of the whole prefill's thread time. Every output column's sum is the same whichever thread
 // computes it and wherever the chunk boundaries fall (the matmul tests run 1, 2 and 3 threads).
+// (group: used for prefill only)
 void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group,
                    const std::function<void(int, int64_t, int64_t)>& fn) {
   if (!pool) {
@@ -539,7 +540,7 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
       run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
     }
   };
-  split_columns(pool, m, n, m <= isa.mr_small ? isa.np_small : isa.np, work);
+  split_columns(pool, m, n, isa.np, work);
 }
 
 void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
