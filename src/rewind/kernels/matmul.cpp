@@ -254,11 +254,9 @@ void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t l
 
 // Int8 dot: the activation rows, quantised once per call by the calling thread's pool, then each
 // thread's panels against all rows.
-void run_panels_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, float* y, int64_t ldy,
-                     int64_t p0, int64_t p1) {
-  const int64_t n = w.n(), k = w.k();
-  const int64_t panel_stride =
-      k / dtype_block_elems(w.store()) * detail::quant_panel_block_bytes(w.store());
+void run_panels_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, int64_t panel_stride,
+                     float* y, int64_t ldy, int64_t p0, int64_t p1) {
+  const int64_t n = w.n();
   const int ncols = static_cast<int>(std::min<int64_t>(n - p0 * kMatmulNR, (p1 - p0) * kMatmulNR));
   detail::int8_dot_panels(w.store(), xa, 0, xa.m,
                           static_cast<const std::byte*>(w.raw()) + p0 * panel_stride, panel_stride,
@@ -466,13 +464,12 @@ namespace {
 // slower than the other): chunks of at least 4 panels (fixed chunks of 1/(4 x threads) of the
 // columns left up to half a chunk of waiting at every matmul's end: the lm_head's chunks were
 // 18 MB of Q4_K, 40-120 us of a Q4_K decode step waiting on it, 1-5 us now). Prefill: chunks
-// of whole panel groups (`group` panels, the panels each row tile of a row block runs over),
-// at least 4 panels. A static split of prefill's equal work per panel left the threads waiting
-// on each other 9-12% of a matmul's time on a shared 2-core host whose two cores ran at
-// different speeds from moment to moment (per-call timing, 512-token Q4_K prefill), and 5-6%
+// of whole panel groups (`group` panels, the panels each row tile of a row block runs over;
+// decode ignores it), at least 4 panels. A static split of prefill's equal work per panel left the
+// threads waiting on each other 9-12% of a matmul's time on a shared 2-core host whose two cores
+// ran at different speeds from moment to moment (per-call timing, 512-token Q4_K prefill), and 5-6%
 // of the whole prefill's thread time. Every output column's sum is the same whichever thread
 // computes it and wherever the chunk boundaries fall (the matmul tests run 1, 2 and 3 threads).
-// (group: used for prefill only)
 void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group,
                    const std::function<void(int, int64_t, int64_t)>& fn) {
   if (!pool) {
@@ -492,7 +489,7 @@ void run_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, float* y, 
       w.k() / dtype_block_elems(w.store()) * detail::quant_panel_block_bytes(w.store());
   const int64_t group = detail::int8_prefill_group_panels(w.store(), panel_stride, xa.m);
   split_columns(pool, xa.m, w.n(), group, [&](int, int64_t c0, int64_t c1) {
-    run_panels_int8(xa, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+    run_panels_int8(xa, w, panel_stride, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
   });
 }
 }  // namespace

@@ -2328,9 +2328,9 @@ void quantize_act_row(const float* xr, int64_t r, QuantizedActs* out) {
   if (avx512_allowed()) {
     quantize_row_avx512(xr, k, static_cast<int>(block), q, d, s16);
   } else {
+    const auto quantize_block = avx2_allowed() ? quantize_block_avx2 : quantize_block_scalar;
     for (int64_t b = 0; b < k / block; ++b)
-      (avx2_allowed() ? quantize_block_avx2 : quantize_block_scalar)(
-          xr + b * block, static_cast<int>(block), q + b * block, d + b);
+      quantize_block(xr + b * block, static_cast<int>(block), q + b * block, d + b);
     sums16_scalar(q, 0, k, s16);
   }
   for (int64_t i = 0; i < k / 32; ++i) s32[i] = static_cast<int16_t>(s16[2 * i] + s16[2 * i + 1]);
