@@ -62,13 +62,12 @@ constexpr int kQ6KScOff = 32, kQ6KLoOff = 288, kQ6KHiOff = 288 + 2048;
 // A Q6_K block expanded for prefill (expand_q6_k): the same d and sc, then one code byte per
 // value in 64 groups of the 4-byte operand layout.
 constexpr int64_t kQ6KBytesBlock = 288 + 4096;
-// A Q4_K / Q5_K block expanded for prefill (expand_k_bytes): the packed block as it is, then its
-// codes one byte each as expand_q4_k_codes lays them out (group g: values 8g..8g+3 at 128 g,
-// 8g+4..8g+7 at 128 g + 64).
+// A Q4_K / Q5_K block expanded for prefill (expand_k_bytes): the packed block's header (d, dmin,
+// sc, m: the bytes before kQ4KQOff, the same in both types), then its codes one byte each as
+// expand_q4_k_codes lays them out (group g: values 8g..8g+3 at 128 g, 8g+4..8g+7 at 128 g + 64).
+// The packed codes (and Q5_K's high bits) stay out: the tiles read the expanded ones.
 constexpr int64_t kKBytesCodes = 4096;
-constexpr int64_t k_bytes_block(DType t) {
-  return quant_panel_block_bytes(t) + kKBytesCodes;
-}
+constexpr int64_t kKBytesBlock = kQ4KQOff + kKBytesCodes;
 // Q6_K code (u8, q + 32) of value k, lane j: low 4 bits in the Q4_K nibble layout, high 2 bits
 // in 16 groups of 16 values: byte t of lane j of group h holds, in bits 2c..2c+1, the high bits
 // of value 16h + 4c + t.
@@ -745,7 +744,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only),
   // and for Q4_K / Q5_K the offset of the expanded codes.
   constexpr int64_t kPb = quant_panel_block_bytes(t);
-  constexpr int64_t pb = !Bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : k_bytes_block(t);
+  constexpr int64_t pb = !Bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
@@ -829,8 +828,8 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 32>(blk[p], g);
             if constexpr (Bytes) {
-              lo[p] = load_group(blk[p] + kPb + 128 * g);
-              hi[p] = load_group(blk[p] + kPb + 128 * g + 64);
+              lo[p] = load_group(blk[p] + kQ4KQOff + 128 * g);
+              hi[p] = load_group(blk[p] + kQ4KQOff + 128 * g + 64);
             } else {
               kquant_codes<t == DType::Q5_K>(blk[p], g, lo[p], hi[p]);
             }
@@ -1166,15 +1165,14 @@ REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, bool q5, 
   const int64_t pb = quant_panel_block_bytes(q5 ? DType::Q5_K : DType::Q4_K);
   for (int64_t b = 0; b < nb; ++b) expand_k_block_codes(src + b * pb, q5, dst + b * kKBytesCodes);
 }
-// nb Q4_K / Q5_K panel blocks at src expanded to k_bytes_block each at dst, for the VNNI prefill
-// tiles: the packed block copied, then its codes one byte each.
+// nb Q4_K / Q5_K panel blocks at src expanded to kKBytesBlock each at dst, for the VNNI prefill
+// tiles: the header copied, then the codes one byte each.
 REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std::byte* dst) {
-  const DType t = q5 ? DType::Q5_K : DType::Q4_K;
-  const int64_t pb = quant_panel_block_bytes(t);
+  const int64_t pb = quant_panel_block_bytes(q5 ? DType::Q5_K : DType::Q4_K);
   for (int64_t b = 0; b < nb; ++b) {
-    std::byte* o = dst + b * k_bytes_block(t);
-    std::memcpy(o, src + b * pb, static_cast<size_t>(pb));
-    expand_k_block_codes(src + b * pb, q5, o + pb);
+    std::byte* o = dst + b * kKBytesBlock;
+    std::memcpy(o, src + b * pb, static_cast<size_t>(kQ4KQOff));
+    expand_k_block_codes(src + b * pb, q5, o + kQ4KQOff);
   }
 }
 
@@ -2552,7 +2550,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const int64_t q8_block = quant_panel_block_bytes(DType::Q8_0);
   if (expand) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
   if (expand_nl) expanded.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
-  if (expand_k) expanded.reserve_at_least(static_cast<size_t>(kP * nb * k_bytes_block(t)));
+  if (expand_k) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kKBytesBlock));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
   // Q4_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64); Q5_K's codes (up to
   // 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
@@ -2591,9 +2589,9 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       } else if (expand_k) {
         for (int p = 0; p < npg; ++p)
           expand_k_bytes(panels + (p0 + p) * panel_stride, nb, t == DType::Q5_K,
-                         expanded.data() + p * nb * k_bytes_block(t));
+                         expanded.data() + p * nb * kKBytesBlock);
         src = expanded.data();
-        stride = nb * k_bytes_block(t);
+        stride = nb * kKBytesBlock;
       }
       // The next panel group (or the first one again for the next row block) streams into the
       // cache over this group's row tiles, for the AMX tiles as for the VNNI / AVX2 ones below
