@@ -678,8 +678,8 @@ REWIND_AVX512 __attribute__((always_inline)) inline __m512i zero_idiom() {
 // acc + x per 32-bit lane in acc's register (asm, as dpbusd_tied): with the intrinsic GCC 12
 // put each Q4_K / Q5_K block sum's update in another register and copied it back, 8 vmovdqa64
 // per sub-block. Together with zero_idiom: matmul_bench M=512 Q4_K on Zen 4, variants
-// alternating call by call, 1-4% faster (gate|up 3-7%); the same tied add in the Q6_K tile ran
-// 1-4% slower, so that tile keeps the intrinsic.
+// alternating call by call, 0.3-3.5% faster (gate|up 2.9-7.5%); the same tied add in the Q6_K
+// tile ran 1-4% slower, so that tile keeps the intrinsic.
 REWIND_AVX512 __attribute__((always_inline)) inline __m512i add_epi32_tied(__m512i acc, __m512i x) {
   asm("vpaddd %[x], %[acc], %[acc]" : [acc] "+v"(acc) : [x] "v"(x));
   return acc;
