@@ -680,7 +680,8 @@ REWIND_AVX512 __attribute__((always_inline)) inline __m512i zero_idiom() {
 // per sub-block. Together with zero_idiom: matmul_bench M=512 Q4_K on Zen 4, variants
 // alternating call by call, 0.3-3.5% faster (gate|up 2.9-7.5%); the same tied add in the Q6_K
 // tile ran 1-4% slower, so that tile keeps the intrinsic.
-REWIND_AVX512 __attribute__((always_inline)) inline __m512i add_epi32_tied(__m512i acc, __m512i x) {
+REWIND_AVX512 __attribute__((always_inline)) inline __m512i add_epi32_tied(__m512i acc,
+                                                                          __m512i x) {
   asm("vpaddd %[x], %[acc], %[acc]" : [acc] "+v"(acc) : [x] "v"(x));
   return acc;
 }
@@ -741,8 +742,8 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
     int64_t ldy, int ncols, int64_t y_step, PrefetchStream* pf) {
   const ActRows<R> xr(xa, r0);
-  // The packed block's size as a constant for the decode prefetch (bytes serves prefill only),
-  // and for Q4_K / Q5_K the offset of the expanded codes.
+  // The packed block's size as a constant for the decode prefetch (bytes serves prefill only);
+  // pb: the stride of the blocks the tile reads (packed, or expanded for prefill).
   constexpr int64_t kPb = quant_panel_block_bytes(t);
   constexpr int64_t pb = !Bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;

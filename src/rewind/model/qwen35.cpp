@@ -675,10 +675,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     const int64_t n_jobs = static_cast<int64_t>(jobs.size());
     // A static split: each thread's tiles grow one K/V prefix in order (handed-out chunks, like
     // the zig-zag order tried before, would interleave the threads' prefixes).
-    if (pool)
-      pool->parallel_for(n_jobs, 1, [&](int, int64_t b, int64_t e) { run(b, e); });
-    else
-      run(0, n_jobs);
+    par_items(pool, n_jobs, 1, /*guided=*/false, run);
     matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
   }
   // The residual, then the FFN's norm: x += out; xn = rmsnorm(x).
