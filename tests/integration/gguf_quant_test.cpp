@@ -140,7 +140,8 @@ struct Threshold {
 constexpr Threshold kThresholds[] = {
     {"q8_0", 0.90, 0.005}, {"q6_k", 0.75, 0.03},   {"q5_k", 0.55, 0.05},  {"q5_k_m", 0.55, 0.05},
     {"q4_k", 0.35, 0.2},   {"q4_k_m", 0.40, 0.15}, {"bf16", 0.97, 5e-4},  {"f16", 0.98, 1e-4},
-    {"q5_0", 0.55, 0.05},  {"q4_0", 0.33, 0.2},    {"iq4_nl", 0.35, 0.2}, {"q3_k", 0.20, 0.3}};
+    {"q5_0", 0.55, 0.05},  {"q4_0", 0.33, 0.2},    {"iq4_nl", 0.35, 0.2}, {"q3_k", 0.20, 0.3},
+    {"iq4_xs", 0.35, 0.2}};
 const Threshold& threshold(const std::string& type) {
   for (const Threshold& t : kThresholds)
     if (type == t.type) return t;
@@ -305,9 +306,9 @@ TEST(GgufQuant, QuantisedBytesCountEachPartOnce) {
 }
 
 // Q5_0 files are held as Q8_0: the packed bytes are those of the Q8_0 file, and the CLI says so
-// at load. Q4_0, IQ4_NL and Q3_K have stores of their own (every matrix of this model has rows of
-// a multiple of 256): 288 bytes per 16 x 32 values where Q8_0 has 544, Q3_K 1824 per 16 x 256
-// where Q6_K has 3360; and no note.
+// at load. Q4_0, IQ4_NL, Q3_K and IQ4_XS have stores of their own (every matrix of this model has
+// rows of a multiple of 256): 288 bytes per 16 x 32 values where Q8_0 has 544, Q3_K 1824 and
+// IQ4_XS 2208 per 16 x 256 where Q6_K has 3360; and no note.
 TEST(GgufQuant, HeldFormatsTakeTheirHoldersStoreAndSaySo) {
   const std::pair<const char*, const char*> held[] = {{"q5_0", "q8_0"}};
   for (auto [type, holder] : held) {
@@ -332,7 +333,9 @@ TEST(GgufQuant, HeldFormatsTakeTheirHoldersStoreAndSaySo) {
         << type;
   EXPECT_EQ(test::cached_model(gguf("q3_k")).quantised_bytes() * 3360,
             test::cached_model(gguf("q6_k")).quantised_bytes() * 1824);
-  for (const char* type : {"q8_0", "q4_0", "iq4_nl", "q3_k"}) {
+  EXPECT_EQ(test::cached_model(gguf("iq4_xs")).quantised_bytes() * 3360,
+            test::cached_model(gguf("q6_k")).quantised_bytes() * 2208);
+  for (const char* type : {"q8_0", "q4_0", "iq4_nl", "q3_k", "iq4_xs"}) {
     int rc = 0;
     const std::string out = test::run_command(
         std::string(REWIND_BINARY) + " run --model " + gguf(type) + " --prompt hi -n 1 2>&1", &rc);
@@ -389,9 +392,9 @@ TEST(GgufQuant, CorruptedScalesFailTheThresholds) {
   });
   std::printf("q6_k with halved scales in blk.0.ffn_up: top-1 %.3f, KL %.5f\n", q6.top1, q6.kl);
   EXPECT_TRUE(q6.top1 < kThresholds[1].min_top1 || q6.kl > kThresholds[1].max_kl);
-  // Q4_0 and the formats held as another: d negated in one FFN matrix (Q4_0, IQ4_NL at offset
-  // 0; Q3_K at offset 108 of its 110-byte block).
-  for (const char* type : {"q4_0", "iq4_nl", "q3_k"}) {
+  // Q4_0 and the formats held as another: d negated in one FFN matrix (Q4_0, IQ4_NL, IQ4_XS at
+  // offset 0; Q3_K at offset 108 of its 110-byte block).
+  for (const char* type : {"q4_0", "iq4_nl", "q3_k", "iq4_xs"}) {
     const Quality q =
         corrupted(type, "blk.0.ffn_down.weight", std::string(type) == "q3_k" ? 108 : 0,
                   [](uint16_t d) { return static_cast<uint16_t>(d ^ 0x8000); });

@@ -218,12 +218,12 @@ TEST(GgufModel, TensorErrors) {
               }),
       "tensor 'blk.0.attn_gate.weight': shape [64, 32] (ne reversed), expected [32, 64]");
   const std::string q = made("qwen3.5-tiny-256", "f32");
-  expect_load_error(rewrite(q, "iq4xs", nullptr,
+  expect_load_error(rewrite(q, "iq2xxs", nullptr,
                             [](std::vector<T>& ts) {
                               for (auto& t : ts)
-                                if (t.name == "blk.0.ffn_up.weight") t.type = GgmlType::IQ4_XS;
+                                if (t.name == "blk.0.ffn_up.weight") t.type = GgmlType::IQ2_XXS;
                             }),
-                    "tensor 'blk.0.ffn_up.weight': type IQ4_XS is not supported for weights");
+                    "tensor 'blk.0.ffn_up.weight': type IQ2_XXS is not supported for weights");
 }
 
 std::vector<std::string> names_from(const GgufFile& g, const std::string& prefix) {

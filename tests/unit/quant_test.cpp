@@ -245,6 +245,45 @@ TEST(Quant, Q3_KKnownAnswer) {
         << e;
 }
 
+// IQ4_XS as ggml's dequantize_row_iq4_xs reads it: sub-block ib's 6-bit scale code has its low 4
+// bits in nibble ib % 2 of scales_l[ib / 2] and its top 2 bits at 2 ib of scales_h; value j of
+// the sub-block the low nibble of qs[16 ib + j] (j < 16) or the high nibble of qs[16 ib + j - 16];
+// w = (d * (ls - 32)) * table[code].
+TEST(Quant, IQ4_XSKnownAnswer) {
+  static const int kTable[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                 1,    13,   25,  38,  53,  69,  89,  113};  // ggml-common.h
+  BlockIQ4_XS b{};
+  b.d = 0x3400;  // 0.25
+  int ls[8];
+  for (int ib = 0; ib < 8; ++ib) {
+    ls[ib] = (ib * 29 + 3) % 64;
+    b.scales_l[ib / 2] |= static_cast<uint8_t>((ls[ib] & 0xF) << (4 * (ib % 2)));
+    b.scales_h |= static_cast<uint16_t>((ls[ib] >> 4) << (2 * ib));
+  }
+  auto code = [](int e) { return (e * 11 + e / 5) % 16; };
+  for (int ib = 0; ib < 8; ++ib)
+    for (int j = 0; j < 16; ++j)
+      b.qs[16 * ib + j] = static_cast<uint8_t>(code(32 * ib + j) | (code(32 * ib + 16 + j) << 4));
+  for (int ib = 0; ib < 8; ++ib) ASSERT_EQ(iq4xs_scale(b, ib), ls[ib] - 32) << ib;
+  float y[256];
+  convert_row_to_f32(&b, DType::IQ4_XS, 256, y);
+  for (int e = 0; e < 256; ++e)
+    EXPECT_EQ(y[e],
+              0.25f * static_cast<float>(ls[e / 32] - 32) * static_cast<float>(kTable[code(e)]))
+        << e;
+  // The quantiser's scale codes and indices read back the same way: every sub-block's values
+  // within half a step of its scale of the originals' nearest, the largest scale code at 0 (-32).
+  std::vector<float> x(256);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  BlockIQ4_XS q;
+  quantize_row(x.data(), DType::IQ4_XS, 256, &q);
+  int at_min = 0;
+  for (int ib = 0; ib < 8; ++ib) at_min += iq4xs_scale(q, ib) == -32;
+  EXPECT_GE(at_min, 1);
+}
+
 // Random bytes are valid blocks (any code, any scale); d a random finite f16 of either sign,
 // subnormals included.
 std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t k, uint32_t seed) {
@@ -346,8 +385,9 @@ TEST(Quant, RoundTripError) {
   const int64_t rows = 8, k = 1024;
   const auto x = randn(static_cast<size_t>(rows * k), 1);
   const std::pair<DType, double> cases[] = {
-      {DType::Q8_0, 0.01}, {DType::Q6_K, 0.03}, {DType::Q5_K, 0.06},   {DType::Q4_K, 0.12},
-      {DType::Q5_0, 0.06}, {DType::Q4_0, 0.12}, {DType::IQ4_NL, 0.12}, {DType::Q3_K, 0.25}};
+      {DType::Q8_0, 0.01},   {DType::Q6_K, 0.03}, {DType::Q5_K, 0.06},
+      {DType::Q4_K, 0.12},   {DType::Q5_0, 0.06}, {DType::Q4_0, 0.12},
+      {DType::IQ4_NL, 0.12}, {DType::Q3_K, 0.25}, {DType::IQ4_XS, 0.12}};
   for (auto [t, bound] : cases) {
     const auto y = dequantize(quantize(x, t, rows, k), t, rows, k);
     double se = 0, ss = 0;
@@ -364,7 +404,7 @@ TEST(Quant, RoundTripError) {
 TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> x(256, 0.0f);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q5_0,
-                  DType::IQ4_NL, DType::Q3_K}) {
+                  DType::IQ4_NL, DType::Q3_K, DType::IQ4_XS}) {
     const auto y = dequantize(quantize(x, t, 1, 256), t, 1, 256);
     for (float v : y) EXPECT_EQ(v, 0.0f) << dtype_name(t);
   }
@@ -376,7 +416,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
   QuantDotGuard dot(QuantDot::F32);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K}) {
+                  DType::Q3_K, DType::IQ4_XS}) {
     for (int64_t n : {1, 16, 37, 100}) {
       const int64_t k = dtype_block_elems(t) == 32 ? 96 : 512;
       const auto w = randn(static_cast<size_t>(n * k), 7 + static_cast<uint32_t>(n));
@@ -388,6 +428,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
                                   : t == DType::Q4_0   ? 288
                                   : t == DType::IQ4_NL ? 288
                                   : t == DType::Q3_K   ? 1824
+                                  : t == DType::IQ4_XS ? 2208
                                   : t == DType::Q4_K   ? 2368
                                   : t == DType::Q5_K   ? 2880
                                                        : 3360;
@@ -674,7 +715,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K}) {
+                  DType::Q3_K, DType::IQ4_XS}) {
     // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores);
     // 600: 38 panels, so that a thread's AMX prefill runs more than one group of 16 panels and
     // its leftover rows split a group into VNNI panel pairs.
@@ -734,7 +775,7 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS}) {
     const int64_t n = t == DType::Q4_K ? 500 : 37, k = 2048, m = 530;
     auto w = randn(static_cast<size_t>(n * k), 31);
     auto q = quantize(w, t, n, k);
@@ -770,7 +811,7 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K}) {
+                  DType::Q3_K, DType::IQ4_XS}) {
     const int64_t n = 32, k = 512;
     auto w = randn(static_cast<size_t>(n * k), 5);
     auto q = quantize(w, t, n, k);
@@ -783,6 +824,11 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
         std::memset(reinterpret_cast<BlockQ4_0*>(q.data())[i].qs, 0xFF, 16);
       } else if (t == DType::IQ4_NL) {  // index 0: -127, the value of largest magnitude
         std::memset(reinterpret_cast<BlockIQ4_NL*>(q.data())[i].qs, i % 2 ? 0xFF : 0x00, 16);
+      } else if (t == DType::IQ4_XS) {  // values -127 or 113, scales -32 (codes 0)
+        auto* b = reinterpret_cast<BlockIQ4_XS*>(q.data()) + i;
+        std::memset(b->qs, i % 2 ? 0xFF : 0x00, kQK_K / 2);
+        std::memset(b->scales_l, 0, sizeof b->scales_l);
+        b->scales_h = 0;
       } else if (t == DType::Q3_K) {  // codes 3 or -4 (its largest magnitude), scales -32
         auto* b = reinterpret_cast<BlockQ3_K*>(q.data()) + i;
         std::memset(b->qs, i % 2 ? 0xFF : 0x00, kQK_K / 4);
@@ -832,7 +878,7 @@ TEST(QuantInt8, CloseToExactProduct) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K}) {
+                  DType::Q3_K, DType::IQ4_XS}) {
     const int64_t n = 48, k = 1024, m = 7;
     const auto w = randn(static_cast<size_t>(n * k), 5);
     const auto q = quantize(w, t, n, k);

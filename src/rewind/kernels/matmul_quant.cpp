@@ -97,6 +97,14 @@ inline int q3k_code(const uint8_t* blk, int k, int j) {
   const int hi = (blk[kQ3KHiOff + q3k_hb_byte(k, j)] >> q3k_hb_shift(k)) & 1;
   return lo | (hi << 2);
 }
+// IQ4_XS (see matmul_quant.h): sc at kIQ4XSScOff, the codes (indices into kIq4nlValues) at
+// kIQ4XSQOff in Q4_K's nibble layout. Expanded for prefill (expand_iq4_xs_bytes): the header,
+// then the u8 operands kIq4nlValues[c] + 128 one byte each in expand_k_bytes' layout.
+constexpr int kIQ4XSScOff = 32, kIQ4XSQOff = 160;
+constexpr int64_t kIQ4XSBytesBlock = kIQ4XSQOff + kKBytesCodes;
+inline int iq4xs_code(const uint8_t* blk, int k, int j) {
+  return (blk[kIQ4XSQOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
+}
 
 // ---- scalar ----------------------------------------------------------------------------------
 
@@ -163,6 +171,21 @@ void widen_q6_k_scalar(const std::byte* blk, float* out, int64_t ld) {
       for (int k = 16 * s; k < 16 * s + 16; ++k)
         out[k * ld + j] =
             ds * static_cast<float>(Q3 ? q3k_code(q, k, j) - 4 : q6k_code(q, k, j) - 32);
+    }
+  }
+}
+
+// IQ4_XS: (d * sc) * float(kIq4nlValues[c]) (ggml's dl * value).
+void widen_iq4_xs_scalar(const std::byte* blk, float* out, int64_t ld) {
+  const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
+  const auto* sc = reinterpret_cast<const int8_t*>(blk + kIQ4XSScOff);
+  const auto* q = reinterpret_cast<const uint8_t*>(blk);
+  for (int j = 0; j < kNR; ++j) {
+    const float d = f16_to_f32(d16[j]);
+    for (int s = 0; s < 8; ++s) {
+      const float ds = d * static_cast<float>(sc[s * kNR + j]);
+      for (int k = 32 * s; k < 32 * s + 32; ++k)
+        out[k * ld + j] = ds * static_cast<float>(kIq4nlValues[iq4xs_code(q, k, j)]);
     }
   }
 }
@@ -384,6 +407,17 @@ REWIND_AVX512 inline __m512 q6k_ds(const std::byte* blk, __m512 d, int s) {
                               reinterpret_cast<const __m128i*>(blk + kQ6KScOff + 16 * s)))));
 }
 
+// IQ4_XS: d * float(sc) of sub-block s for the 16 lanes.
+REWIND_AVX512 inline __m512 iq4xs_ds(const std::byte* blk, __m512 d, int s) {
+  return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                              reinterpret_cast<const __m128i*>(blk + kIQ4XSScOff + 16 * s)))));
+}
+// IQ4_XS code group g (values 8g..8g+7 of each lane) as IQ4_NL's nibble_group reads it, scaled by
+// its sub-block's ds: float(value) * ds, the scalar widen's product.
+REWIND_AVX512 inline void iq4_xs_group(const std::byte* blk, int g, __m512 ds, __m512 (&w)[8]) {
+  nibble_group<true>(blk + kIQ4XSQOff - kQ8QOff, g, ds, w);
+}
+
 REWIND_AVX512 void widen_q8_0_avx512(const std::byte* blk, float* out, int64_t ld) {
   const __m512 d = load_f16x16(blk);
   for (int g = 0; g < 8; ++g) {
@@ -425,6 +459,18 @@ REWIND_AVX512 void widen_nibbles_avx512(const std::byte* blk, float* out, int64_
     __m512 w[8];
     nibble_group<NL>(blk, g, d, w);
     for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
+  }
+}
+
+REWIND_AVX512 void widen_iq4_xs_avx512(const std::byte* blk, float* out, int64_t ld) {
+  const __m512 d = load_f16x16(blk);
+  for (int s = 0; s < 8; ++s) {
+    const __m512 ds = iq4xs_ds(blk, d, s);
+    for (int g = 4 * s; g < 4 * s + 4; ++g) {
+      __m512 w[8];
+      iq4_xs_group(blk, g, ds, w);
+      for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
+    }
   }
 }
 
@@ -574,6 +620,21 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
           __m512 w[P][4];
           for (int p = 0; p < P; ++p) q3_k_group(lo[p], h[p], i, ds[p], w[p]);
           fma_steps<R, P, 4>(acc, w, x, ldx, b * 256 + 16 * s + 4 * i);
+        }
+      }
+    } else if (t == DType::IQ4_XS) {
+      __m512 d[P];
+      for (int p = 0; p < P; ++p) d[p] = load_f16x16(blk[p]);
+      for (int s = 0; s < 8; ++s) {
+        __m512 ds[P];
+        for (int p = 0; p < P; ++p) ds[p] = iq4xs_ds(blk[p], d[p], s);
+        for (int g = 4 * s; g < 4 * s + 4; ++g) {
+          __m512 w[P][8];
+          for (int p = 0; p < P; ++p) {
+            prefetch(blk[p], kIQ4XSQOff + 64 * g);
+            iq4_xs_group(blk[p], g, ds[p], w[p]);
+          }
+          fma_steps<R, P, 8>(acc, w, x, ldx, b * 256 + 8 * g);
         }
       }
     } else if (t == DType::Q4_K || t == DType::Q5_K) {
@@ -745,7 +806,10 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only);
   // pb: the stride of the blocks the tile reads (packed, or expanded for prefill).
   constexpr int64_t kPb = quant_panel_block_bytes(t);
-  constexpr int64_t pb = !Bytes ? kPb : t == DType::Q6_K ? kQ6KBytesBlock : kKBytesBlock;
+  constexpr int64_t pb = !Bytes               ? kPb
+                         : t == DType::Q6_K     ? kQ6KBytesBlock
+                         : t == DType::IQ4_XS ? kIQ4XSBytesBlock
+                                                : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
@@ -868,6 +932,52 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       __m512 dmin[P];
       for (int p = 0; p < P; ++p) dmin[p] = load_f16x16(blk[p] + 32);
       combine<R, P, true>(acc, dmin, xr, b, s);
+    } else if constexpr (t == DType::IQ4_XS) {
+      // u8 operand kIq4nlValues[c] + 128 (1..241: vpshufb on the codes for decode, expanded so
+      // for prefill); each sub-block sum starts at -128 * sum32(qx), so it ends as
+      // sum kIq4nlValues[c] * qx, then times its signed scale.
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+      const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+      for (int sb = 0; sb < 8; ++sb) {
+        __m512i is[R][P];
+        for (int r = 0; r < R; ++r) {
+          const __m512i c = _mm512_set1_epi32(-128 * int32_t{xr.s32[r][b * 8 + sb]});
+          for (int p = 0; p < P; ++p) is[r][p] = c;
+        }
+#pragma GCC unroll 4
+        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+          __m512i lo[P], hi[P];
+          for (int p = 0; p < P; ++p) {
+            prefetch_spread<R, kPb, 32>(blk[p], g);
+            if constexpr (Bytes) {
+              lo[p] = load_group(blk[p] + kIQ4XSQOff + 128 * g);
+              hi[p] = load_group(blk[p] + kIQ4XSQOff + 128 * g + 64);
+            } else {
+              const __m512i v = load_group(blk[p] + kIQ4XSQOff + 64 * g);
+              lo[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+              hi[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+            }
+          }
+          for (int r = 0; r < R; ++r) {
+            const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
+            const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
+            for (int p = 0; p < P; ++p) {
+              is[r][p] = _mm512_dpbusd_epi32(is[r][p], lo[p], a0);
+              is[r][p] = _mm512_dpbusd_epi32(is[r][p], hi[p], a1);
+            }
+          }
+        }
+        for (int p = 0; p < P; ++p) {
+          const __m512i sc = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kIQ4XSScOff + 16 * sb)));
+          for (int r = 0; r < R; ++r)
+            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+        }
+      }
+      combine<R, P>(acc, dw, xr, b, s);
     } else {  // Q6_K: u8 operand q + 32; -32 * sum16(qx) corrects the offset per sub-block.
       // Q3_K (packed, decode): the u8 operand c = q + 4 (0..7) built in registers, -4 * sum16.
       constexpr bool q3 = t == DType::Q3_K;
@@ -955,6 +1065,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
         REWIND_INT8_TYPE_BYTES(DType::Q6_K);
       case DType::Q3_K:
         REWIND_INT8_TYPE(DType::Q3_K);
+      case DType::IQ4_XS:
+        REWIND_INT8_TYPE_BYTES(DType::IQ4_XS);
       default:
         break;
     }
@@ -1174,6 +1286,28 @@ REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std
     std::byte* o = dst + b * kKBytesBlock;
     std::memcpy(o, src + b * pb, static_cast<size_t>(kQ4KQOff));
     expand_k_block_codes(src + b * pb, q5, o + kQ4KQOff);
+  }
+}
+
+// nb IQ4_XS panel blocks at src expanded to kIQ4XSBytesBlock each at dst, for the VNNI prefill
+// tile: the header copied, then the u8 operands kIq4nlValues[c] + 128 one byte each.
+REWIND_AVX512 void expand_iq4_xs_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
+  const int64_t pb = quant_panel_block_bytes(DType::IQ4_XS);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * pb;
+    std::byte* o = dst + b * kIQ4XSBytesBlock;
+    std::memcpy(o, blk, static_cast<size_t>(kIQ4XSQOff));
+    for (int g = 0; g < 32; ++g) {
+      const __m512i v = load_group(blk + kIQ4XSQOff + 64 * g);
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + kIQ4XSQOff + 128 * g),
+                          _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4)));
+      _mm512_storeu_si512(
+          reinterpret_cast<void*>(o + kIQ4XSQOff + 128 * g + 64),
+          _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
+    }
   }
 }
 
@@ -1757,6 +1891,73 @@ REWIND_AVX2 __attribute__((always_inline)) inline void load_sums(const int32_t (
   }
 }
 
+// IQ4_XS: IQ4_NL's sign-moved products (|value| <= 127) per 32-value sub-block into int32 sums,
+// each times its signed scale (vpmulld) into the block sum, one combine per block.
+template <int R, int P>
+REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_xs(
+    const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
+    int64_t ldy, int ncols, int64_t y_step) {
+  constexpr int H = 2 * P;
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = quant_panel_block_bytes(DType::IQ4_XS), nb = xa.k / 256;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i values =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  const __m256i abs_values = _mm256_abs_epi8(values);
+  Avx2Acc<R, H> acc;
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[P];
+    panel_blocks<P>(panels, panel_stride, b * pb, blk);
+    alignas(32) int32_t sm[R][H][8] = {};
+    for (int sb = 0; sb < 8; ++sb) {
+      __m256i is[R][H];
+      zero_sums<R, H>(is);
+#pragma GCC unroll 1
+      for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+        __m256i w[2][H], aw[2][H];
+        REWIND_UNROLL
+        for (int h = 0; h < H; ++h) {
+          if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 32);
+          __m256i lo, hi;
+          nibbles_avx2(half_group(blk, h, kIQ4XSQOff + 64 * g), lo, hi);
+          w[0][h] = _mm256_shuffle_epi8(values, lo);
+          w[1][h] = _mm256_shuffle_epi8(values, hi);
+          aw[0][h] = _mm256_shuffle_epi8(abs_values, lo);
+          aw[1][h] = _mm256_shuffle_epi8(abs_values, hi);
+        }
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) {
+          REWIND_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const __m256i a = bcast4(xr.q[r] + b * 256 + 8 * g + 4 * e);
+            REWIND_UNROLL
+            for (int h = 0; h < H; ++h)
+              is[r][h] = _mm256_add_epi32(
+                  is[r][h],
+                  _mm256_madd_epi16(_mm256_maddubs_epi16(aw[e][h], _mm256_sign_epi8(a, w[e][h])),
+                                    ones));
+          }
+        }
+      }
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h) {
+        const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
+            blk[h / 2] + kIQ4XSScOff + 16 * sb + 8 * (h % 2))));
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) {
+          auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
+          _mm256_store_si256(
+              o, _mm256_add_epi32(_mm256_load_si256(o), _mm256_mullo_epi32(is[r][h], sc)));
+        }
+      }
+    }
+    __m256i s[R][H];
+    load_sums<R, H>(sm, s);
+    combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+  }
+  store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
+}
+
 template <int R, int P, bool Q5>
 REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_k(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
@@ -1975,6 +2176,8 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
       REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P>);
     case DType::IQ4_NL:
       REWIND_AVX2_TILES(int8_tile_avx2_iq4_nl<R, P>);
+    case DType::IQ4_XS:
+      REWIND_AVX2_TILES(int8_tile_avx2_iq4_xs<R, P>);
     case DType::Q3_K:
       REWIND_AVX2_TILES(int8_tile_avx2_q6_k<R, P, kQ3Packed>);
     case DType::Q4_K:
@@ -2240,6 +2443,15 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
             o[kQ4KQOff + q4k_byte(hi, j)] |=
                 static_cast<uint8_t>((x.qs[32 * c + l] >> 4) << q4k_shift(hi));
           }
+      } else if (t == DType::IQ4_XS) {
+        BlockIQ4_XS x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockIQ4_XS), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int s = 0; s < 8; ++s)
+          o[kIQ4XSScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(iq4xs_scale(x, s)));
+        for (int e = 0; e < kQK_K; ++e)
+          o[kIQ4XSQOff + q4k_byte(e, j)] |=
+              static_cast<uint8_t>(nibble32(x.qs + 16 * (e / 32), e % 32) << q4k_shift(e));
       } else if (t == DType::Q3_K) {
         BlockQ3_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ3_K), sizeof x);
@@ -2306,6 +2518,9 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       break;
     case DType::Q3_K:
       f = simd ? widen_q3_k_avx512 : widen_q6_k_scalar<true>;
+      break;
+    case DType::IQ4_XS:
+      f = simd ? widen_iq4_xs_avx512 : widen_iq4_xs_scalar;
       break;
     default:
       REWIND_CHECK_MSG(false, "widen_quant: not a quantised store");
@@ -2438,6 +2653,15 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       }
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s1), acc);
       acc = std::fma(-(f16_to_f32(d16[16 + j]) * dx[b]), static_cast<float>(s2), acc);
+    } else if (t == DType::IQ4_XS) {
+      int32_t s = 0;
+      for (int sb = 0; sb < 8; ++sb) {
+        int32_t is = 0;
+        for (int i = 32 * sb; i < 32 * sb + 32; ++i)
+          is += kIq4nlValues[iq4xs_code(o, i, j)] * xb[i];
+        s += static_cast<int8_t>(o[kIQ4XSScOff + sb * kNR + j]) * is;
+      }
+      acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
     } else {
       const bool q3 = t == DType::Q3_K;
       int32_t s = 0;
@@ -2533,6 +2757,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q4_K / Q5_K on the VNNI tiles: the panel pair's codes expanded to bytes once per row block,
   // like Q6_K's (the same integers; the tiles then load codes instead of splitting nibbles).
   const bool expand_k = !avx2 && !amx && (t == DType::Q4_K || t == DType::Q5_K);
+  // IQ4_XS on the VNNI tiles: the codes looked up into their u8 operands once per row block.
+  const bool expand_xs = !avx2 && t == DType::IQ4_XS;
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
   // for the 16-row AMX tiles), so that no row block ends in a short tile: with 128, every 128-row
   // block of a Q8_0 prefill ended in a 2-row tile, 1.6% of the rows at 3% of the tile time (perf,
@@ -2544,7 +2770,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // A/B, Sapphire Rapids); Q8_0 (nothing to expand) the same at 64 to 512 rows.
   const int64_t kMc = amx_q4 ? std::clamp<int64_t>(512 * 1024 / xa.k / 16 * 16, 128, 512)
                       : amx  ? 128
-                             : (expand || expand_nl || expand_k ? 512 : 128) / kR * kR;
+                             : (expand || expand_nl || expand_k || expand_xs ? 512 : 128) / kR * kR;
   const int64_t nb = xa.k / xa.block;
   // The panel group's codes as expand / expand_nl lay them out (Q6_K's bytes, Q8_0's blocks).
   thread_local AlignedBuffer<std::byte> expanded;
@@ -2552,6 +2778,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   if (expand) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
   if (expand_nl) expanded.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
   if (expand_k) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kKBytesBlock));
+  if (expand_xs) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kIQ4XSBytesBlock));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
   // Q4_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64); Q5_K's codes (up to
   // 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
@@ -2593,6 +2820,12 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                          expanded.data() + p * nb * kKBytesBlock);
         src = expanded.data();
         stride = nb * kKBytesBlock;
+      } else if (expand_xs) {
+        for (int p = 0; p < npg; ++p)
+          expand_iq4_xs_bytes(panels + (p0 + p) * panel_stride, nb,
+                              expanded.data() + p * nb * kIQ4XSBytesBlock);
+        src = expanded.data();
+        stride = nb * kIQ4XSBytesBlock;
       }
       // The next panel group (or the first one again for the next row block) streams into the
       // cache over this group's row tiles, for the AMX tiles as for the VNNI / AVX2 ones below
@@ -2631,7 +2864,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       const int64_t row_tiles = (re - r + kR - 1) / kR;
       PrefetchStream pfv(next_group, next_bytes, avx2 ? row_tiles : row_tiles * nb);
       const DType tt = expand_nl ? DType::Q8_0 : expand ? DType::Q6_K : t;
-      const bool bytes = expand || expand_k;
+      const bool bytes = expand || expand_k || expand_xs;
       // The row block's full-height row tiles of a panel run in one call, then the short one
       // (512-token prefill, in-process A/B on Zen 4: Q8_0 452 -> 471 tok/s, Q4_K 419 -> 426;
       // the AVX2 tiles, forced on the same host, 0.5-2.5% faster matmuls).

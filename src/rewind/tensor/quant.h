@@ -1,4 +1,4 @@
-// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL and Q3_K
+// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, Q3_K and IQ4_XS
 // (ggml-common.h), with their exact dequantisation and a reference quantiser (header-only); and
 // Q5_0, held as Q8_0 (dtype_held_as), with their dequantisation, the exact
 // transcoding and quantisers.
@@ -12,8 +12,9 @@
 //   Q5_0  w = d * q                       (q = 5-bit code - 16, in [-16, 15])
 //   IQ4_NL w = d * kIq4nlValues[code]     (a 4-bit index into 16 int8 values in [-127, 113])
 //   Q3_K  w = (d * sc) * q                (sc = 6-bit code - 32 per 16 values, q in [-4, 3])
-// The last four are Q8_0's and Q6_K's formulas with narrower integers, so a block of them
-// re-written as Q8_0 (Q6_K) with the same d and integers (transcode_row) dequantises to the
+//   IQ4_XS w = (d * sc) * kIq4nlValues[code] (sc = 6-bit code - 32 per 32 values; d * sc exact)
+// Q4_0, Q5_0, IQ4_NL and Q3_K are Q8_0's and Q6_K's formulas with narrower integers, so a block of
+// them re-written as Q8_0 (Q6_K) with the same d and integers (transcode_row) dequantises to the
 // same bits, and its integer dot products are the same integers.
 // so any engine that follows ggml's definition sees the same weights.
 //
@@ -21,8 +22,9 @@
 // the reference's scheme (per-sub-block scale/min, 6-bit or 8-bit scales relative to an f16 super
 // scale, values re-quantised with the quantised scales) with a small search over the sub-block
 // scale instead of ggml's weighted RMSE search: valid files, slightly different bits from
-// llama-quantize. Q4_0 and Q5_0 are ggml's reference quantisers; IQ4_NL follows ggml's scale
-// search without an importance matrix; Q3_K takes Q6_K's scheme with 3-bit codes (no RMSE search).
+// llama-quantize. Q4_0 and Q5_0 are ggml's reference quantisers; IQ4_NL and IQ4_XS follow ggml's
+// scale search without an importance matrix; Q3_K takes Q6_K's scheme with 3-bit codes (no RMSE
+// search).
 #pragma once
 
 #include <algorithm>
@@ -81,9 +83,15 @@ struct BlockQ3_K {
   uint8_t scales[12];  // 16 6-bit scales (stored + 32), low nibbles then high pairs
   uint16_t d;          // f16
 };
+struct BlockIQ4_XS {
+  uint16_t d;                    // f16
+  uint16_t scales_h;             // sub-block s: bits 2s..2s+1 are bits 4-5 of its 6-bit scale code
+  uint8_t scales_l[kQK_K / 64];  // sub-block s: nibble s % 2 of byte s / 2 holds its bits 0-3
+  uint8_t qs[kQK_K / 2];         // sub-block s (32 values): 16 bytes of IQ4_NL's nibble layout
+};
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
               sizeof(BlockQ6_K) == 210 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110);
+              sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_XS) == 136);
 
 // IQ4_NL's 16 values (ggml-common.h kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -144,6 +152,15 @@ inline int q3k_scale(const BlockQ3_K& b, int s) {
 inline int q3k_value(const BlockQ3_K& b, int e) {
   const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
   return low - (((b.hmask[e % 32] >> (e / 32)) & 1) ? 0 : 4);
+}
+// IQ4_XS sub-block s (0..7) scale, signed (-32..31), and value e (0..255) as its integer.
+inline int iq4xs_scale(const BlockIQ4_XS& b, int s) {
+  const int lo = (b.scales_l[s / 2] >> (4 * (s % 2))) & 0xF;
+  const int hi = (b.scales_h >> (2 * s)) & 3;
+  return (lo | hi << 4) - 32;
+}
+inline int iq4xs_value(const BlockIQ4_XS& b, int e) {
+  return kIq4nlValues[nibble32(b.qs + 16 * (e / 32), e % 32)];
 }
 
 inline void dequantize_row_q8_0(const BlockQ8_0* x, float* y, int64_t n) {
@@ -210,6 +227,16 @@ inline void dequantize_row_q3_k(const BlockQ3_K* x, float* y, int64_t n) {
   }
 }
 
+// IQ4_XS: dl = d * float(scale), then dl * float(value) (ggml's dequantize_row_iq4_xs).
+inline void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_to_f32(x[i].d);
+    for (int e = 0; e < kQK_K; ++e)
+      y[i * kQK_K + e] = d * static_cast<float>(iq4xs_scale(x[i], e / 32)) *
+                         static_cast<float>(iq4xs_value(x[i], e));
+  }
+}
+
 // n elements of any float or quantised dtype to f32.
 inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) {
   switch (t) {
@@ -229,6 +256,8 @@ inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) 
       return dequantize_row_32(static_cast<const BlockIQ4_NL*>(src), dst, n, iq4_nl_value);
     case DType::Q3_K:
       return dequantize_row_q3_k(static_cast<const BlockQ3_K*>(src), dst, n);
+    case DType::IQ4_XS:
+      return dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n);
     default:
       convert_to_f32(src, t, static_cast<size_t>(n), dst);
   }
@@ -449,32 +478,66 @@ inline int iq4_nl_index(float v) {
   return n;
 }
 
-// IQ4_NL: ggml's scheme without an importance matrix (weights x^2): scales that map the value of
-// largest magnitude to -127 + t for t in [-7, 7], each refined by the weighted least-squares d of
-// its indices; the best kept, the indices re-chosen for the f16 d as stored.
+// IQ4_NL's scale search for 32 values, ggml's scheme without an importance matrix (weights x^2):
+// scales that map the value of largest magnitude to -127 + t for t in [-7, 7], each refined by
+// the weighted least-squares d of its indices; returns the best (0 for all zeros).
+inline float iq4_nl_best_scale(const float* xb) {
+  float amax;
+  const float max = signed_absmax(xb, kQK8_0, &amax);
+  float best_d = 0, best = -1;
+  for (int t = -7; t <= 7 && amax > 0; ++t) {
+    const float id = (static_cast<float>(t) + kIq4nlValues[0]) / max;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < kQK8_0; ++j) {
+      const float q = kIq4nlValues[iq4_nl_index(id * xb[j])], w = xb[j] * xb[j];
+      sumqx += w * q * xb[j];
+      sumq2 += w * q * q;
+    }
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2)
+      best = sumqx * sumqx / sumq2, best_d = sumqx / sumq2;
+  }
+  return best_d;
+}
+
+// The 32 indices of xb for scale d (the scale as it will be decoded), packed as IQ4_NL's
+// nibbles into qs[0, 16).
+inline void iq4_nl_pack_indices(const float* xb, float d, uint8_t* qs) {
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  uint8_t c[kQK8_0];
+  for (int j = 0; j < kQK8_0; ++j)
+    c[j] = static_cast<uint8_t>(d != 0 ? iq4_nl_index(id * xb[j]) : 8);
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+}
+
+// IQ4_NL: iq4_nl_best_scale per block, the indices re-chosen for the f16 d as stored.
 inline void quantize_row_iq4_nl(const float* x, BlockIQ4_NL* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     const float* xb = x + i * kQK8_0;
-    float amax;
-    const float max = signed_absmax(xb, kQK8_0, &amax);
-    float best_d = 0, best = -1;
-    for (int t = -7; t <= 7 && amax > 0; ++t) {
-      const float id = (static_cast<float>(t) + kIq4nlValues[0]) / max;
-      float sumqx = 0, sumq2 = 0;
-      for (int j = 0; j < kQK8_0; ++j) {
-        const float q = kIq4nlValues[iq4_nl_index(id * xb[j])], w = xb[j] * xb[j];
-        sumqx += w * q * xb[j];
-        sumq2 += w * q * q;
-      }
-      if (sumq2 > 0 && sumqx * sumqx > best * sumq2)
-        best = sumqx * sumqx / sumq2, best_d = sumqx / sumq2;
+    y[i].d = f32_to_f16(iq4_nl_best_scale(xb));
+    iq4_nl_pack_indices(xb, f16_to_f32(y[i].d), y[i].qs);
+  }
+}
+
+// IQ4_XS: ggml's outer scheme over IQ4_NL's search: each 32-value sub-block's best scale, the
+// one of largest magnitude mapped to -32 (d = -max / 32, f16), the others to the nearest 6-bit
+// integer in [-32, 31]; the indices re-chosen for each sub-block's scale as decoded (d * sc).
+inline void quantize_row_iq4_xs(const float* x, BlockIQ4_XS* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[8], max_scale = 0, max_abs = 0;
+    for (int s = 0; s < 8; ++s) {
+      scales[s] = iq4_nl_best_scale(xb + 32 * s);
+      if (std::fabs(scales[s]) > max_abs) max_abs = std::fabs(scales[s]), max_scale = scales[s];
     }
-    y[i].d = f32_to_f16(best_d);
+    std::memset(&y[i], 0, sizeof y[i]);
+    y[i].d = f32_to_f16(-max_scale / 32.0f);
     const float d = f16_to_f32(y[i].d), id = d != 0 ? 1.0f / d : 0.0f;
-    uint8_t c[kQK8_0];
-    for (int j = 0; j < kQK8_0; ++j)
-      c[j] = static_cast<uint8_t>(d != 0 ? iq4_nl_index(id * xb[j]) : 8);
-    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+    for (int s = 0; s < 8; ++s) {
+      const int l = std::clamp(nearest_int(id * scales[s]), -32, 31);
+      y[i].scales_l[s / 2] |= static_cast<uint8_t>(((l + 32) & 0xF) << (4 * (s % 2)));
+      y[i].scales_h |= static_cast<uint16_t>(((l + 32) >> 4) << (2 * s));
+      iq4_nl_pack_indices(xb + 32 * s, d * static_cast<float>(l), y[i].qs + 16 * s);
+    }
   }
 }
 
@@ -572,6 +635,8 @@ inline void quantize_row(const float* src, DType t, int64_t n, void* dst) {
       return quantize_row_iq4_nl(src, static_cast<BlockIQ4_NL*>(dst), n);
     case DType::Q3_K:
       return quantize_row_q3_k(src, static_cast<BlockQ3_K*>(dst), n);
+    case DType::IQ4_XS:
+      return quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n);
     case DType::F32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
