@@ -1,9 +1,12 @@
 #include "rewind/model/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <thread>
 
+#include "rewind/base/thread_pool.h"
 #include "rewind/tensor/quant.h"
 #include "rewind/tensor/shape.h"
 
@@ -849,6 +852,9 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   if (!vocab.chat_template.empty())
     kv.emplace_back("tokenizer.chat_template", GgufValue::string(vocab.chat_template));
 
+  // Rows are converted and quantised on every core (each row's bytes depend on that row alone;
+  // IQ4_NL / IQ4_XS's scale search takes 83 s for the 0.8b shape on one core).
+  ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   std::vector<GgufTensorToWrite> tw;
   for (auto& o : outs) {
     const DType t = o.matrix ? gguf_matrix_type(type_for ? type_for(o.name) : matrix_type, o.cols) : DType::F32;
@@ -857,14 +863,16 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
     w.type = ggml_from_dtype(t);
     w.ne = o.ne;
     const Out* op = &o;
-    w.fill = [op, t](std::byte* dst, size_t nbytes) -> Status {
+    w.fill = [op, t, &pool](std::byte* dst, size_t nbytes) -> Status {
       const size_t rb = dtype_row_bytes(t, op->cols);
       REWIND_CHECK(rb * static_cast<size_t>(op->rows) == nbytes);
-      std::vector<float> row(static_cast<size_t>(op->cols));
-      for (int64_t i = 0; i < op->rows; ++i) {
-        op->row(i, row.data());
-        quantize_row(row.data(), t, op->cols, dst + static_cast<size_t>(i) * rb);
-      }
+      pool.parallel_guided(op->rows, 1, 8, [&](int, int64_t r0, int64_t r1) {
+        std::vector<float> row(static_cast<size_t>(op->cols));
+        for (int64_t i = r0; i < r1; ++i) {
+          op->row(i, row.data());
+          quantize_row(row.data(), t, op->cols, dst + static_cast<size_t>(i) * rb);
+        }
+      });
       return Ok{};
     };
     tw.push_back(std::move(w));
