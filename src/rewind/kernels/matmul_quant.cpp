@@ -876,7 +876,15 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
-    } else if constexpr (t == DType::Q4_K || t == DType::Q5_K) {
+    } else if constexpr (t == DType::Q4_K || t == DType::Q5_K || t == DType::IQ4_XS) {
+      // IQ4_XS: the u8 operand kIq4nlValues[c] + 128 (1..241: vpshufb on the codes for decode,
+      // expanded so for prefill), each sub-block sum started at -128 * sum32(qx) so that it ends
+      // as sum kIq4nlValues[c] * qx; signed scales, no mins.
+      constexpr bool xs = t == DType::IQ4_XS;
+      constexpr int q_off = xs ? kIQ4XSQOff : kQ4KQOff, sc_off = xs ? kIQ4XSScOff : kQ4KScOff;
+      const __m512i m4 = _mm512_set1_epi8(0x0F);
+      const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
       // Both halves of a group as byte codes (4 or 5 bits) into one sum per sub-block: with 4
@@ -885,16 +893,26 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       // spilled: matmul_bench M=512 gate|up on Zen 5, Q4_K 769-889 -> 1253-1291 GOP/s).
       for (int sb = 0; sb < 8; ++sb) {
         __m512i is[R][P];
-        for (int r = 0; r < R; ++r)
-          for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
+        for (int r = 0; r < R; ++r) {
+          if constexpr (xs) {
+            const __m512i c = _mm512_set1_epi32(-128 * int32_t{xr.s32[r][b * 8 + sb]});
+            for (int p = 0; p < P; ++p) is[r][p] = c;
+          } else {
+            for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
+          }
+        }
 #pragma GCC unroll 4
         for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 32>(blk[p], g);
             if constexpr (Bytes) {
-              lo[p] = load_group(blk[p] + kQ4KQOff + 128 * g);
-              hi[p] = load_group(blk[p] + kQ4KQOff + 128 * g + 64);
+              lo[p] = load_group(blk[p] + q_off + 128 * g);
+              hi[p] = load_group(blk[p] + q_off + 128 * g + 64);
+            } else if constexpr (xs) {
+              const __m512i v = load_group(blk[p] + q_off + 64 * g);
+              lo[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+              hi[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
             } else {
               kquant_codes<t == DType::Q5_K>(blk[p], g, lo[p], hi[p]);
             }
@@ -909,75 +927,32 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           }
         }
         for (int p = 0; p < P; ++p) {
-          const __m512i sc = _mm512_cvtepu8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ4KScOff + 16 * sb)));
+          const __m128i sc8 =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + sc_off + 16 * sb));
+          const __m512i sc = xs ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8);
           for (int r = 0; r < R; ++r)
             s[r][p] = add_epi32_tied(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
-      // Mins: sum_s m[s] * sum32[s], pairs of sub-blocks per 16-bit dot product.
-      for (int r = 0; r < R; ++r)
-        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
-      for (int tp = 0; tp < 4; ++tp) {
-        __m512i mv[P];
-        for (int p = 0; p < P; ++p)
-          mv[p] = _mm512_cvtepu8_epi16(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[p] + kQ4KMinOff + 32 * tp)));
-        for (int r = 0; r < R; ++r) {
-          const __m512i a = _mm512_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp));
-          for (int p = 0; p < P; ++p) s[r][p] = _mm512_dpwssd_epi32(s[r][p], mv[p], a);
-        }
-      }
-      __m512 dmin[P];
-      for (int p = 0; p < P; ++p) dmin[p] = load_f16x16(blk[p] + 32);
-      combine<R, P, true>(acc, dmin, xr, b, s);
-    } else if constexpr (t == DType::IQ4_XS) {
-      // u8 operand kIq4nlValues[c] + 128 (1..241: vpshufb on the codes for decode, expanded so
-      // for prefill); each sub-block sum starts at -128 * sum32(qx), so it ends as
-      // sum kIq4nlValues[c] * qx, then times its signed scale.
-      const __m512i m4 = _mm512_set1_epi8(0x0F);
-      const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
-      for (int r = 0; r < R; ++r)
-        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
-      for (int sb = 0; sb < 8; ++sb) {
-        __m512i is[R][P];
-        for (int r = 0; r < R; ++r) {
-          const __m512i c = _mm512_set1_epi32(-128 * int32_t{xr.s32[r][b * 8 + sb]});
-          for (int p = 0; p < P; ++p) is[r][p] = c;
-        }
-#pragma GCC unroll 4
-        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
-          __m512i lo[P], hi[P];
-          for (int p = 0; p < P; ++p) {
-            prefetch_spread<R, kPb, 32>(blk[p], g);
-            if constexpr (Bytes) {
-              lo[p] = load_group(blk[p] + kIQ4XSQOff + 128 * g);
-              hi[p] = load_group(blk[p] + kIQ4XSQOff + 128 * g + 64);
-            } else {
-              const __m512i v = load_group(blk[p] + kIQ4XSQOff + 64 * g);
-              lo[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
-              hi[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-            }
-          }
+      if constexpr (!xs) {
+        // Mins: sum_s m[s] * sum32[s], pairs of sub-blocks per 16-bit dot product.
+        for (int r = 0; r < R; ++r)
+          for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+        for (int tp = 0; tp < 4; ++tp) {
+          __m512i mv[P];
+          for (int p = 0; p < P; ++p)
+            mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(blk[p] + kQ4KMinOff + 32 * tp)));
           for (int r = 0; r < R; ++r) {
-            const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
-            const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
-            for (int p = 0; p < P; ++p) {
-              is[r][p] = _mm512_dpbusd_epi32(is[r][p], lo[p], a0);
-              is[r][p] = _mm512_dpbusd_epi32(is[r][p], hi[p], a1);
-            }
+            const __m512i a = _mm512_set1_epi32(load_i32(xr.s32[r] + b * 8 + 2 * tp));
+            for (int p = 0; p < P; ++p) s[r][p] = _mm512_dpwssd_epi32(s[r][p], mv[p], a);
           }
         }
-        for (int p = 0; p < P; ++p) {
-          const __m512i sc = _mm512_cvtepi8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kIQ4XSScOff + 16 * sb)));
-          for (int r = 0; r < R; ++r)
-            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
-        }
+        __m512 dmin[P];
+        for (int p = 0; p < P; ++p) dmin[p] = load_f16x16(blk[p] + 32);
+        combine<R, P, true>(acc, dmin, xr, b, s);
       }
-      combine<R, P>(acc, dw, xr, b, s);
     } else {  // Q6_K: u8 operand q + 32; -32 * sum16(qx) corrects the offset per sub-block.
       // Q3_K (packed, decode): the u8 operand c = q + 4 (0..7) built in registers, -4 * sum16.
       constexpr bool q3 = t == DType::Q3_K;
@@ -1812,8 +1787,49 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
-// IQ4_NL: the codes index kIq4nlValues (signed, |value| <= 127), looked up with vpshufb into
-// |value| and value, then multiplied as Q8_0's codes are (the sign moved onto the activations).
+// One IQ4_NL / IQ4_XS code group of the halves' blocks (nibbles at code_off: values 8g..8g+7 of
+// each lane) into the int32 sums s: the codes index kIq4nlValues (signed, |value| <= 127),
+// looked up with vpshufb into |value| and value, then multiplied as Q8_0's codes are (the sign
+// moved onto the activations, each row's 8 at act_off).
+// The caller's constants: values (kIq4nlValues in both lanes), abs_values, ones (1 per int16).
+struct Iq4Avx2Consts {
+  __m256i values, abs_values, ones;
+};
+REWIND_AVX2 __attribute__((always_inline)) inline Iq4Avx2Consts iq4_avx2_consts() {
+  const __m256i values =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+  return {values, _mm256_abs_epi8(values), _mm256_set1_epi16(1)};
+}
+template <int R, int H>
+REWIND_AVX2 __attribute__((always_inline)) inline void iq4_group_avx2(
+    const std::byte* const* blk, int code_off, const ActRows<R>& xr, int64_t act_off,
+    const Iq4Avx2Consts& k, __m256i (&s)[R][H]) {
+  const __m256i values = k.values, abs_values = k.abs_values, ones = k.ones;
+  __m256i w[2][H], aw[2][H];
+  REWIND_UNROLL
+  for (int h = 0; h < H; ++h) {
+    __m256i lo, hi;
+    nibbles_avx2(half_group(blk, h, code_off), lo, hi);
+    w[0][h] = _mm256_shuffle_epi8(values, lo);
+    w[1][h] = _mm256_shuffle_epi8(values, hi);
+    aw[0][h] = _mm256_shuffle_epi8(abs_values, lo);
+    aw[1][h] = _mm256_shuffle_epi8(abs_values, hi);
+  }
+  REWIND_UNROLL
+  for (int r = 0; r < R; ++r) {
+    REWIND_UNROLL
+    for (int e = 0; e < 2; ++e) {
+      const __m256i a = bcast4(xr.q[r] + act_off + 4 * e);
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h)
+        s[r][h] = _mm256_add_epi32(
+            s[r][h],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(aw[e][h], _mm256_sign_epi8(a, w[e][h])), ones));
+    }
+  }
+}
+
+// IQ4_NL: one block's 4 code groups (iq4_group_avx2) and one combine per 32 values.
 template <int R, int P>
 REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_nl(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
@@ -1821,10 +1837,7 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_nl(
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(DType::IQ4_NL), nb = xa.k / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i values =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
-  const __m256i abs_values = _mm256_abs_epi8(values);
+  const Iq4Avx2Consts k = iq4_avx2_consts();
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
@@ -1833,29 +1846,9 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_nl(
     zero_sums<R, H>(s);
 #pragma GCC unroll 1
     for (int g = 0; g < 4; ++g) {
-      __m256i w[2][H], aw[2][H];
       REWIND_UNROLL
-      for (int h = 0; h < H; ++h) {
-        if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 4);
-        __m256i lo, hi;
-        nibbles_avx2(half_group(blk, h, kQ8QOff + 64 * g), lo, hi);
-        w[0][h] = _mm256_shuffle_epi8(values, lo);
-        w[1][h] = _mm256_shuffle_epi8(values, hi);
-        aw[0][h] = _mm256_shuffle_epi8(abs_values, lo);
-        aw[1][h] = _mm256_shuffle_epi8(abs_values, hi);
-      }
-      REWIND_UNROLL
-      for (int r = 0; r < R; ++r) {
-        REWIND_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          const __m256i a = bcast4(xr.q[r] + b * 32 + 8 * g + 4 * e);
-          REWIND_UNROLL
-          for (int h = 0; h < H; ++h)
-            s[r][h] = _mm256_add_epi32(
-                s[r][h], _mm256_madd_epi16(
-                             _mm256_maddubs_epi16(aw[e][h], _mm256_sign_epi8(a, w[e][h])), ones));
-        }
-      }
+      for (int p = 0; p < P; ++p) prefetch_part<R>(blk[p], pb, g, 4);
+      iq4_group_avx2<R, H>(blk, kQ8QOff + 64 * g, xr, b * 32 + 8 * g, k, s);
     }
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
   }
@@ -1891,8 +1884,8 @@ REWIND_AVX2 __attribute__((always_inline)) inline void load_sums(const int32_t (
   }
 }
 
-// IQ4_XS: IQ4_NL's sign-moved products (|value| <= 127) per 32-value sub-block into int32 sums,
-// each times its signed scale (vpmulld) into the block sum, one combine per block.
+// IQ4_XS: IQ4_NL's code groups (iq4_group_avx2) per 32-value sub-block into int32 sums, each
+// times its signed scale (vpmulld) into the block sum, one combine per block.
 template <int R, int P>
 REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_xs(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
@@ -1900,10 +1893,7 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_xs(
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(DType::IQ4_XS), nb = xa.k / 256;
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i values =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
-  const __m256i abs_values = _mm256_abs_epi8(values);
+  const Iq4Avx2Consts k = iq4_avx2_consts();
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
@@ -1914,30 +1904,9 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_xs(
       zero_sums<R, H>(is);
 #pragma GCC unroll 1
       for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
-        __m256i w[2][H], aw[2][H];
         REWIND_UNROLL
-        for (int h = 0; h < H; ++h) {
-          if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 32);
-          __m256i lo, hi;
-          nibbles_avx2(half_group(blk, h, kIQ4XSQOff + 64 * g), lo, hi);
-          w[0][h] = _mm256_shuffle_epi8(values, lo);
-          w[1][h] = _mm256_shuffle_epi8(values, hi);
-          aw[0][h] = _mm256_shuffle_epi8(abs_values, lo);
-          aw[1][h] = _mm256_shuffle_epi8(abs_values, hi);
-        }
-        REWIND_UNROLL
-        for (int r = 0; r < R; ++r) {
-          REWIND_UNROLL
-          for (int e = 0; e < 2; ++e) {
-            const __m256i a = bcast4(xr.q[r] + b * 256 + 8 * g + 4 * e);
-            REWIND_UNROLL
-            for (int h = 0; h < H; ++h)
-              is[r][h] = _mm256_add_epi32(
-                  is[r][h],
-                  _mm256_madd_epi16(_mm256_maddubs_epi16(aw[e][h], _mm256_sign_epi8(a, w[e][h])),
-                                    ones));
-          }
-        }
+        for (int p = 0; p < P; ++p) prefetch_part<R>(blk[p], pb, g, 32);
+        iq4_group_avx2<R, H>(blk, kIQ4XSQOff + 64 * g, xr, b * 256 + 8 * g, k, is);
       }
       REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
