@@ -601,7 +601,8 @@ struct Out {
 
 Status write_gguf_model(const std::string& path, const ModelConfig& c, const WeightSet& ws, const GgufVocab& vocab,
                         DType matrix_type, const std::string& name,
-                        const std::function<DType(const std::string&)>& type_for, int64_t file_type) {
+                        const std::function<DType(const std::string&)>& type_for, int64_t file_type,
+                        const std::function<void(size_t, size_t)>& progress) {
   const int64_t H = c.hidden_size, V = c.vocab_size;
   const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dv = c.lin_dv;
   const int64_t r = Hv / Hk, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
@@ -855,6 +856,9 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   // Rows are converted and quantised on every core (each row's bytes depend on that row alone;
   // IQ4_NL / IQ4_XS's scale search takes 83 s for the 0.8b shape on one core).
   ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  size_t total = 0, done = 0;
+  for (auto& o : outs) total += static_cast<size_t>(o.rows * o.cols);
+  if (progress) progress(0, total);
   std::vector<GgufTensorToWrite> tw;
   for (auto& o : outs) {
     const DType t = o.matrix ? gguf_matrix_type(type_for ? type_for(o.name) : matrix_type, o.cols) : DType::F32;
@@ -863,7 +867,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
     w.type = ggml_from_dtype(t);
     w.ne = o.ne;
     const Out* op = &o;
-    w.fill = [op, t, &pool](std::byte* dst, size_t nbytes) -> Status {
+    w.fill = [op, t, &pool, &progress, &done, total](std::byte* dst, size_t nbytes) -> Status {
       const size_t rb = dtype_row_bytes(t, op->cols);
       REWIND_CHECK(rb * static_cast<size_t>(op->rows) == nbytes);
       pool.parallel_guided(op->rows, 1, 8, [&](int, int64_t r0, int64_t r1) {
@@ -873,6 +877,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
           quantize_row(row.data(), t, op->cols, dst + static_cast<size_t>(i) * rb);
         }
       });
+      done += static_cast<size_t>(op->rows * op->cols);
+      if (progress) progress(done, total);
       return Ok{};
     };
     tw.push_back(std::move(w));
