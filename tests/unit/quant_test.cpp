@@ -284,6 +284,29 @@ TEST(Quant, IQ4_XSKnownAnswer) {
   EXPECT_GE(at_min, 1);
 }
 
+// Q2_K as ggml's dequantize_row_q2_K reads it: value 128 n + 32 j + l has bits 2j..2j+1 of
+// qs[32 n + l]; sub-block e / 16 has its scale in the low nibble of scales[e / 16] and its min in
+// the high one; w = (d * scale) * q - dmin * min.
+TEST(Quant, Q2_KKnownAnswer) {
+  BlockQ2_K b{};
+  b.d = 0x3400;     // 0.25
+  b.dmin = 0x3800;  // 0.5
+  for (int s = 0; s < 16; ++s) b.scales[s] = static_cast<uint8_t>((s * 7 + 2) % 256);
+  auto code = [](int e) { return (e * 5 + e / 9) % 4; };
+  for (int n = 0; n < 2; ++n)
+    for (int j = 0; j < 4; ++j)
+      for (int l = 0; l < 32; ++l)
+        b.qs[32 * n + l] |= static_cast<uint8_t>(code(128 * n + 32 * j + l) << (2 * j));
+  float y[256];
+  convert_row_to_f32(&b, DType::Q2_K, 256, y);
+  for (int e = 0; e < 256; ++e) {
+    const int sc = b.scales[e / 16] & 0xF, m = b.scales[e / 16] >> 4;
+    EXPECT_EQ(y[e], 0.25f * static_cast<float>(sc) * static_cast<float>(code(e)) -
+                        0.5f * static_cast<float>(m))
+        << e;
+  }
+}
+
 // Random bytes are valid blocks (any code, any scale); d a random finite f16 of either sign,
 // subnormals included.
 std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t k, uint32_t seed) {
@@ -385,9 +408,9 @@ TEST(Quant, RoundTripError) {
   const int64_t rows = 8, k = 1024;
   const auto x = randn(static_cast<size_t>(rows * k), 1);
   const std::pair<DType, double> cases[] = {
-      {DType::Q8_0, 0.01},   {DType::Q6_K, 0.03}, {DType::Q5_K, 0.06},
-      {DType::Q4_K, 0.12},   {DType::Q5_0, 0.06}, {DType::Q4_0, 0.12},
-      {DType::IQ4_NL, 0.12}, {DType::Q3_K, 0.25}, {DType::IQ4_XS, 0.12}};
+      {DType::Q8_0, 0.01},   {DType::Q6_K, 0.03}, {DType::Q5_K, 0.06},   {DType::Q4_K, 0.12},
+      {DType::Q5_0, 0.06},   {DType::Q4_0, 0.12}, {DType::IQ4_NL, 0.12}, {DType::Q3_K, 0.25},
+      {DType::IQ4_XS, 0.12}, {DType::Q2_K, 0.45}};
   for (auto [t, bound] : cases) {
     const auto y = dequantize(quantize(x, t, rows, k), t, rows, k);
     double se = 0, ss = 0;
@@ -404,7 +427,7 @@ TEST(Quant, RoundTripError) {
 TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> x(256, 0.0f);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q5_0,
-                  DType::IQ4_NL, DType::Q3_K, DType::IQ4_XS}) {
+                  DType::IQ4_NL, DType::Q3_K, DType::IQ4_XS, DType::Q2_K}) {
     const auto y = dequantize(quantize(x, t, 1, 256), t, 1, 256);
     for (float v : y) EXPECT_EQ(v, 0.0f) << dtype_name(t);
   }
@@ -416,7 +439,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
   QuantDotGuard dot(QuantDot::F32);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K, DType::IQ4_XS}) {
+                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K}) {
     for (int64_t n : {1, 16, 37, 100}) {
       const int64_t k = dtype_block_elems(t) == 32 ? 96 : 512;
       const auto w = randn(static_cast<size_t>(n * k), 7 + static_cast<uint32_t>(n));
@@ -429,6 +452,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
                                   : t == DType::IQ4_NL ? 288
                                   : t == DType::Q3_K   ? 1824
                                   : t == DType::IQ4_XS ? 2208
+                                  : t == DType::Q2_K   ? 1344
                                   : t == DType::Q4_K   ? 2368
                                   : t == DType::Q5_K   ? 2880
                                                        : 3360;
@@ -715,7 +739,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K, DType::IQ4_XS}) {
+                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K}) {
     // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores);
     // 600: 38 panels, so that a thread's AMX prefill runs more than one group of 16 panels and
     // its leftover rows split a group into VNNI panel pairs.
@@ -775,7 +799,7 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS, DType::Q2_K}) {
     const int64_t n = t == DType::Q4_K ? 500 : 37, k = 2048, m = 530;
     auto w = randn(static_cast<size_t>(n * k), 31);
     auto q = quantize(w, t, n, k);
@@ -811,7 +835,7 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K, DType::IQ4_XS}) {
+                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K}) {
     const int64_t n = 32, k = 512;
     auto w = randn(static_cast<size_t>(n * k), 5);
     auto q = quantize(w, t, n, k);
@@ -824,6 +848,10 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
         std::memset(reinterpret_cast<BlockQ4_0*>(q.data())[i].qs, 0xFF, 16);
       } else if (t == DType::IQ4_NL) {  // index 0: -127, the value of largest magnitude
         std::memset(reinterpret_cast<BlockIQ4_NL*>(q.data())[i].qs, i % 2 ? 0xFF : 0x00, 16);
+      } else if (t == DType::Q2_K) {  // codes 3, scales and mins 15
+        auto* b = reinterpret_cast<BlockQ2_K*>(q.data()) + i;
+        std::memset(b->qs, 0xFF, kQK_K / 4);
+        std::memset(b->scales, 0xFF, kQK_K / 16);
       } else if (t == DType::IQ4_XS) {  // values -127 or 113, scales -32 (codes 0)
         auto* b = reinterpret_cast<BlockIQ4_XS*>(q.data()) + i;
         std::memset(b->qs, i % 2 ? 0xFF : 0x00, kQK_K / 2);
@@ -878,7 +906,7 @@ TEST(QuantInt8, CloseToExactProduct) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K, DType::IQ4_XS}) {
+                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K}) {
     const int64_t n = 48, k = 1024, m = 7;
     const auto w = randn(static_cast<size_t>(n * k), 5);
     const auto q = quantize(w, t, n, k);

@@ -105,6 +105,15 @@ constexpr int64_t kIQ4XSBytesBlock = kIQ4XSQOff + kKBytesCodes;
 inline int iq4xs_code(const uint8_t* blk, int k, int j) {
   return (blk[kIQ4XSQOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
 }
+// Q2_K (see matmul_quant.h): ggml's scale / min bytes at kQ2KScOff (sub-block s of lane j at
+// 16 s + j), the 2-bit codes at kQ2KQOff in Q3_K's low-bit layout. Expanded for prefill
+// (expand_q2_k_bytes): the header, then the codes one byte each in 64 groups of the 4-byte
+// operand layout (values 4g..4g+3 at kQ2KQOff + 64 g).
+constexpr int kQ2KScOff = 64, kQ2KQOff = 320;
+constexpr int64_t kQ2KBytesBlock = kQ2KQOff + 4096;
+inline int q2k_code(const uint8_t* blk, int k, int j) {
+  return (blk[kQ2KQOff + q6k_hi_byte(k, j)] >> q6k_hi_shift(k)) & 3;
+}
 
 // ---- scalar ----------------------------------------------------------------------------------
 
@@ -171,6 +180,22 @@ void widen_q6_k_scalar(const std::byte* blk, float* out, int64_t ld) {
       for (int k = 16 * s; k < 16 * s + 16; ++k)
         out[k * ld + j] =
             ds * static_cast<float>(Q3 ? q3k_code(q, k, j) - 4 : q6k_code(q, k, j) - 32);
+    }
+  }
+}
+
+// Q2_K: (d * sc) * float(q) - dmin * m (ggml's dl * q - ml).
+void widen_q2_k_scalar(const std::byte* blk, float* out, int64_t ld) {
+  const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
+  const auto* m16 = reinterpret_cast<const uint16_t*>(blk + 32);
+  const auto* q = reinterpret_cast<const uint8_t*>(blk);
+  for (int j = 0; j < kNR; ++j) {
+    const float d = f16_to_f32(d16[j]), dmin = f16_to_f32(m16[j]);
+    for (int s = 0; s < 16; ++s) {
+      const int scm = q[kQ2KScOff + s * kNR + j];
+      const float d1 = d * static_cast<float>(scm & 0xF), m1 = dmin * static_cast<float>(scm >> 4);
+      for (int k = 16 * s; k < 16 * s + 16; ++k)
+        out[k * ld + j] = d1 * static_cast<float>(q2k_code(q, k, j)) - m1;
     }
   }
 }
@@ -418,6 +443,28 @@ REWIND_AVX512 inline void iq4_xs_group(const std::byte* blk, int g, __m512 ds, _
   nibble_group<true>(blk + kIQ4XSQOff - kQ8QOff, g, ds, w);
 }
 
+// Q2_K sub-block s: d1 = d * sc and m1 = dmin * m for the 16 lanes, and its code group.
+REWIND_AVX512 inline void q2k_sub_block(const std::byte* blk, __m512 d, __m512 dmin, int s,
+                                        __m512& d1, __m512& m1, __m512i& codes) {
+  const __m512i scm = _mm512_cvtepu8_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScOff + 16 * s)));
+  d1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(scm, _mm512_set1_epi32(0xF))));
+  m1 = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(scm, 4)));
+  codes = load_group(blk + kQ2KQOff + 64 * s);
+}
+// The Q2_K codes of values 16 s + 4i .. + 3 of every lane (u8, 0..3) from the sub-block's group.
+REWIND_AVX512 inline __m512i q2_k_codes(__m512i codes, int i) {
+  return _mm512_and_si512(i ? _mm512_srli_epi32(codes, 2 * i) : codes, _mm512_set1_epi8(3));
+}
+// Its 4 weight vectors d1 * float(q) - m1 (the scalar widen's arithmetic).
+REWIND_AVX512 inline void q2_k_group(__m512i codes, int i, __m512 d1, __m512 m1, __m512 (&w)[4]) {
+  const __m512i v = q2_k_codes(codes, i);
+  w[0] = q4k_value(d1, m1, lane_byte_u8<0>(v));
+  w[1] = q4k_value(d1, m1, lane_byte_u8<1>(v));
+  w[2] = q4k_value(d1, m1, lane_byte_u8<2>(v));
+  w[3] = q4k_value(d1, m1, lane_byte_u8<3>(v));
+}
+
 REWIND_AVX512 void widen_q8_0_avx512(const std::byte* blk, float* out, int64_t ld) {
   const __m512 d = load_f16x16(blk);
   for (int g = 0; g < 8; ++g) {
@@ -459,6 +506,20 @@ REWIND_AVX512 void widen_nibbles_avx512(const std::byte* blk, float* out, int64_
     __m512 w[8];
     nibble_group<NL>(blk, g, d, w);
     for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
+  }
+}
+
+REWIND_AVX512 void widen_q2_k_avx512(const std::byte* blk, float* out, int64_t ld) {
+  const __m512 d = load_f16x16(blk), dmin = load_f16x16(blk + 32);
+  for (int s = 0; s < 16; ++s) {
+    __m512 d1, m1;
+    __m512i codes;
+    q2k_sub_block(blk, d, dmin, s, d1, m1, codes);
+    for (int i = 0; i < 4; ++i) {
+      __m512 w[4];
+      q2_k_group(codes, i, d1, m1, w);
+      for (int t = 0; t < 4; ++t) _mm512_storeu_ps(out + (16 * s + 4 * i + t) * ld, w[t]);
+    }
   }
 }
 
@@ -619,6 +680,26 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
         for (int i = 0; i < 4; ++i) {
           __m512 w[P][4];
           for (int p = 0; p < P; ++p) q3_k_group(lo[p], h[p], i, ds[p], w[p]);
+          fma_steps<R, P, 4>(acc, w, x, ldx, b * 256 + 16 * s + 4 * i);
+        }
+      }
+    } else if (t == DType::Q2_K) {
+      __m512 d[P], dmin[P];
+      for (int p = 0; p < P; ++p) {
+        d[p] = load_f16x16(blk[p]);
+        dmin[p] = load_f16x16(blk[p] + 32);
+      }
+      for (int s = 0; s < 16; ++s) {
+        __m512 d1[P], m1[P];
+        __m512i codes[P];
+        for (int p = 0; p < P; ++p) {
+          prefetch(blk[p], 84 * s);  // the block's 1344 bytes, evenly: 42 bytes apart
+          prefetch(blk[p], 84 * s + 42);
+          q2k_sub_block(blk[p], d[p], dmin[p], s, d1[p], m1[p], codes[p]);
+        }
+        for (int i = 0; i < 4; ++i) {
+          __m512 w[P][4];
+          for (int p = 0; p < P; ++p) q2_k_group(codes[p], i, d1[p], m1[p], w[p]);
           fma_steps<R, P, 4>(acc, w, x, ldx, b * 256 + 16 * s + 4 * i);
         }
       }
@@ -809,6 +890,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   constexpr int64_t pb = !Bytes               ? kPb
                          : t == DType::Q6_K     ? kQ6KBytesBlock
                          : t == DType::IQ4_XS ? kIQ4XSBytesBlock
+                         : t == DType::Q2_K     ? kQ2KBytesBlock
                                                 : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
@@ -953,6 +1035,68 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         for (int p = 0; p < P; ++p) dmin[p] = load_f16x16(blk[p] + 32);
         combine<R, P, true>(acc, dmin, xr, b, s);
       }
+    } else if constexpr (t == DType::Q2_K) {
+      // As Q4_K with 16 sub-blocks of 16 values: the codes (0..3) are the u8 operand as they
+      // are (built in registers for decode, expanded to bytes for prefill), the scale and min
+      // of a sub-block the low and high nibble of its byte.
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+      for (int sb = 0; sb < 16; ++sb) {
+        __m512i is[R][P], codes[P];
+        for (int r = 0; r < R; ++r)
+          for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
+        if constexpr (!Bytes)
+          for (int p = 0; p < P; ++p) codes[p] = load_group(blk[p] + kQ2KQOff + 64 * sb);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const int g = 4 * sb + i;
+          __m512i w[P];
+          for (int p = 0; p < P; ++p) {
+            prefetch_spread<R, kPb, 64>(blk[p], g);
+            w[p] = Bytes ? load_group(blk[p] + kQ2KQOff + 64 * g) : q2_k_codes(codes[p], i);
+          }
+          for (int r = 0; r < R; ++r) {
+            const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
+            for (int p = 0; p < P; ++p) is[r][p] = dpbusd_tied(is[r][p], w[p], a);
+          }
+        }
+        for (int p = 0; p < P; ++p) {
+          const __m512i sc = _mm512_and_si512(
+              _mm512_cvtepu8_epi32(
+                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ2KScOff + 16 * sb))),
+              _mm512_set1_epi32(0xF));
+          for (int r = 0; r < R; ++r)
+            s[r][p] = add_epi32_tied(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+        }
+      }
+      combine<R, P>(acc, dw, xr, b, s);
+      // Mins: sum_s m[s] * sum16[s], pairs of sub-blocks per 16-bit dot product (the two
+      // sub-blocks' bytes interleaved per lane, the high nibbles taken).
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+      for (int tp = 0; tp < 8; ++tp) {
+        __m512i mv[P];
+        for (int p = 0; p < P; ++p) {
+          const __m128i b0 =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ2KScOff + 32 * tp));
+          const __m128i b1 =
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ2KScOff + 32 * tp + 16));
+          mv[p] = _mm512_srli_epi16(
+              _mm512_cvtepu8_epi16(
+                  _mm256_set_m128i(_mm_unpackhi_epi8(b0, b1), _mm_unpacklo_epi8(b0, b1))),
+              4);
+        }
+        for (int r = 0; r < R; ++r) {
+          const int32_t* s16 = xr.s16[r] + b * 16 + 2 * tp;
+          const __m512i a = _mm512_set1_epi32(static_cast<int32_t>(
+              static_cast<uint32_t>(static_cast<uint16_t>(s16[0])) |
+              static_cast<uint32_t>(static_cast<uint16_t>(s16[1])) << 16));
+          for (int p = 0; p < P; ++p) s[r][p] = _mm512_dpwssd_epi32(s[r][p], mv[p], a);
+        }
+      }
+      __m512 dmin[P];
+      for (int p = 0; p < P; ++p) dmin[p] = load_f16x16(blk[p] + 32);
+      combine<R, P, true>(acc, dmin, xr, b, s);
     } else {  // Q6_K: u8 operand q + 32; -32 * sum16(qx) corrects the offset per sub-block.
       // Q3_K (packed, decode): the u8 operand c = q + 4 (0..7) built in registers, -4 * sum16.
       constexpr bool q3 = t == DType::Q3_K;
@@ -1042,6 +1186,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
         REWIND_INT8_TYPE(DType::Q3_K);
       case DType::IQ4_XS:
         REWIND_INT8_TYPE_BYTES(DType::IQ4_XS);
+      case DType::Q2_K:
+        REWIND_INT8_TYPE_BYTES(DType::Q2_K);
       default:
         break;
     }
@@ -1261,6 +1407,23 @@ REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std
     std::byte* o = dst + b * kKBytesBlock;
     std::memcpy(o, src + b * pb, static_cast<size_t>(kQ4KQOff));
     expand_k_block_codes(src + b * pb, q5, o + kQ4KQOff);
+  }
+}
+
+// nb Q2_K panel blocks at src expanded to kQ2KBytesBlock each at dst, for the VNNI prefill tile:
+// the header copied, then the codes one byte each.
+REWIND_AVX512 void expand_q2_k_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
+  const int64_t pb = quant_panel_block_bytes(DType::Q2_K);
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * pb;
+    std::byte* o = dst + b * kQ2KBytesBlock;
+    std::memcpy(o, blk, static_cast<size_t>(kQ2KQOff));
+    for (int s = 0; s < 16; ++s) {
+      const __m512i codes = load_group(blk + kQ2KQOff + 64 * s);
+      for (int i = 0; i < 4; ++i)
+        _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ2KQOff + 64 * (4 * s + i)),
+                            q2_k_codes(codes, i));
+    }
   }
 }
 
@@ -1927,6 +2090,88 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_xs(
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
+// Q2_K: the codes (0..3) straight into vpmaddubsw, a sub-block's 4 groups summed in int16 (8
+// products of at most 3 x 127 per lane), widened by vpmaddwd with the sub-block's scale pairs
+// (the low nibbles) into the block sums; the mins (high nibbles) by vpmaddwd on pairs of
+// sub-blocks against their sums of 16 activations, as Q4_K's.
+template <int R, int P>
+REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q2_k(
+    const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
+    int64_t ldy, int ncols, int64_t y_step) {
+  constexpr int H = 2 * P;
+  const ActRows<R> xr(xa, r0);
+  const int64_t pb = quant_panel_block_bytes(DType::Q2_K), nb = xa.k / 256;
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  Avx2Acc<R, H> acc;
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk[P];
+    panel_blocks<P>(panels, panel_stride, b * pb, blk);
+    alignas(32) int32_t sm[R][H][8] = {};
+    for (int sb = 0; sb < 16; ++sb) {
+      __m256i t16[R][H], codes[H];
+      zero_sums<R, H>(t16);
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h) {
+        if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, sb, 16);
+        codes[h] = half_group(blk, h, kQ2KQOff + 64 * sb);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < 4; ++i) {
+        __m256i w[H];
+        REWIND_UNROLL
+        for (int h = 0; h < H; ++h)
+          w[h] = _mm256_and_si256(i ? _mm256_srli_epi32(codes[h], 2 * i) : codes[h], m3);
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) {
+          const __m256i a = bcast4(xr.q[r] + b * 256 + 16 * sb + 4 * i);
+          REWIND_UNROLL
+          for (int h = 0; h < H; ++h)
+            t16[r][h] = _mm256_add_epi16(t16[r][h], _mm256_maddubs_epi16(w[h], a));
+        }
+      }
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h) {
+        const __m128i v = _mm_and_si128(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk[h / 2] + kQ2KScOff + 16 * sb +
+                                                             8 * (h % 2))),
+            m4);
+        const __m256i scp = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) {
+          auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
+          _mm256_store_si256(
+              o, _mm256_add_epi32(_mm256_load_si256(o), _mm256_madd_epi16(t16[r][h], scp)));
+        }
+      }
+    }
+    __m256i s[R][H];
+    load_sums<R, H>(sm, s);
+    combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+    zero_sums<R, H>(s);
+    REWIND_UNROLL
+    for (int tp = 0; tp < 8; ++tp) {
+      REWIND_UNROLL
+      for (int h = 0; h < H; ++h) {
+        const std::byte* sc = blk[h / 2] + kQ2KScOff + 32 * tp + 8 * (h % 2);
+        const __m128i b0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc));
+        const __m128i b1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16));
+        const __m256i mv = _mm256_srli_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b0, b1)), 4);
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) {
+          const int32_t* s16 = xr.s16[r] + b * 16 + 2 * tp;
+          const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(
+              static_cast<uint32_t>(static_cast<uint16_t>(s16[0])) |
+              static_cast<uint32_t>(static_cast<uint16_t>(s16[1])) << 16));
+          s[r][h] = _mm256_add_epi32(s[r][h], _mm256_madd_epi16(mv, a));
+        }
+      }
+    }
+    combine_avx2<R, H, true>(acc, blk, 32, xr, b, s);
+  }
+  store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
+}
+
 template <int R, int P, bool Q5>
 REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_k(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
@@ -2147,6 +2392,8 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
       REWIND_AVX2_TILES(int8_tile_avx2_iq4_nl<R, P>);
     case DType::IQ4_XS:
       REWIND_AVX2_TILES(int8_tile_avx2_iq4_xs<R, P>);
+    case DType::Q2_K:
+      REWIND_AVX2_TILES(int8_tile_avx2_q2_k<R, P>);
     case DType::Q3_K:
       REWIND_AVX2_TILES(int8_tile_avx2_q6_k<R, P, kQ3Packed>);
     case DType::Q4_K:
@@ -2412,6 +2659,14 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
             o[kQ4KQOff + q4k_byte(hi, j)] |=
                 static_cast<uint8_t>((x.qs[32 * c + l] >> 4) << q4k_shift(hi));
           }
+      } else if (t == DType::Q2_K) {
+        BlockQ2_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ2_K), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
+        for (int s = 0; s < 16; ++s) o[kQ2KScOff + s * kNR + j] = x.scales[s];
+        for (int e = 0; e < kQK_K; ++e)
+          o[kQ2KQOff + q6k_hi_byte(e, j)] |= static_cast<uint8_t>(q2k_value(x, e) << q6k_hi_shift(e));
       } else if (t == DType::IQ4_XS) {
         BlockIQ4_XS x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockIQ4_XS), sizeof x);
@@ -2490,6 +2745,9 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       break;
     case DType::IQ4_XS:
       f = simd ? widen_iq4_xs_avx512 : widen_iq4_xs_scalar;
+      break;
+    case DType::Q2_K:
+      f = simd ? widen_q2_k_avx512 : widen_q2_k_scalar;
       break;
     default:
       REWIND_CHECK_MSG(false, "widen_quant: not a quantised store");
@@ -2622,6 +2880,18 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       }
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s1), acc);
       acc = std::fma(-(f16_to_f32(d16[16 + j]) * dx[b]), static_cast<float>(s2), acc);
+    } else if (t == DType::Q2_K) {
+      const int32_t* s16 = xa.s16.data() + r * (xa.k / 16) + b * 16;
+      int32_t s1 = 0, s2 = 0;
+      for (int sb = 0; sb < 16; ++sb) {
+        int32_t is = 0;
+        for (int i = 16 * sb; i < 16 * sb + 16; ++i) is += q2k_code(o, i, j) * xb[i];
+        const int scm = o[kQ2KScOff + sb * kNR + j];
+        s1 += (scm & 0xF) * is;
+        s2 += (scm >> 4) * s16[sb];
+      }
+      acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s1), acc);
+      acc = std::fma(-(f16_to_f32(d16[16 + j]) * dx[b]), static_cast<float>(s2), acc);
     } else if (t == DType::IQ4_XS) {
       int32_t s = 0;
       for (int sb = 0; sb < 8; ++sb) {
@@ -2728,6 +2998,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const bool expand_k = !avx2 && !amx && (t == DType::Q4_K || t == DType::Q5_K);
   // IQ4_XS on the VNNI tiles: the codes looked up into their u8 operands once per row block.
   const bool expand_xs = !avx2 && t == DType::IQ4_XS;
+  const bool expand_q2 = !avx2 && t == DType::Q2_K;  // Q2_K: the codes as bytes
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
   // for the 16-row AMX tiles), so that no row block ends in a short tile: with 128, every 128-row
   // block of a Q8_0 prefill ended in a 2-row tile, 1.6% of the rows at 3% of the tile time (perf,
@@ -2739,7 +3010,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // A/B, Sapphire Rapids); Q8_0 (nothing to expand) the same at 64 to 512 rows.
   const int64_t kMc = amx_q4 ? std::clamp<int64_t>(512 * 1024 / xa.k / 16 * 16, 128, 512)
                       : amx  ? 128
-                             : (expand || expand_nl || expand_k || expand_xs ? 512 : 128) / kR * kR;
+                             : (expand || expand_nl || expand_k || expand_xs || expand_q2 ? 512 : 128) / kR * kR;
   const int64_t nb = xa.k / xa.block;
   // The panel group's codes as expand / expand_nl lay them out (Q6_K's bytes, Q8_0's blocks).
   thread_local AlignedBuffer<std::byte> expanded;
@@ -2748,6 +3019,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   if (expand_nl) expanded.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
   if (expand_k) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kKBytesBlock));
   if (expand_xs) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kIQ4XSBytesBlock));
+  if (expand_q2) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ2KBytesBlock));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
   // Q4_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64); Q5_K's codes (up to
   // 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
@@ -2795,6 +3067,12 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                               expanded.data() + p * nb * kIQ4XSBytesBlock);
         src = expanded.data();
         stride = nb * kIQ4XSBytesBlock;
+      } else if (expand_q2) {
+        for (int p = 0; p < npg; ++p)
+          expand_q2_k_bytes(panels + (p0 + p) * panel_stride, nb,
+                            expanded.data() + p * nb * kQ2KBytesBlock);
+        src = expanded.data();
+        stride = nb * kQ2KBytesBlock;
       }
       // The next panel group (or the first one again for the next row block) streams into the
       // cache over this group's row tiles, for the AMX tiles as for the VNNI / AVX2 ones below
@@ -2833,7 +3111,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       const int64_t row_tiles = (re - r + kR - 1) / kR;
       PrefetchStream pfv(next_group, next_bytes, avx2 ? row_tiles : row_tiles * nb);
       const DType tt = expand_nl ? DType::Q8_0 : expand ? DType::Q6_K : t;
-      const bool bytes = expand || expand_k || expand_xs;
+      const bool bytes = expand || expand_k || expand_xs || expand_q2;
       // The row block's full-height row tiles of a panel run in one call, then the short one
       // (512-token prefill, in-process A/B on Zen 4: Q8_0 452 -> 471 tok/s, Q4_K 419 -> 426;
       // the AVX2 tiles, forced on the same host, 0.5-2.5% faster matmuls).

@@ -22,6 +22,10 @@
 //   Q5_K block (2880 B): the Q4_K block with 5-bit codes: their low 4 bits as Q4_K's, then 8
 //                        groups h (sub-blocks) of high bits, byte t of lane j holding in bit
 //                        2c' + e the high bit of q[8(4h + c') + 4e + t]
+//   Q2_K block (1344 B): d[16] f16 | dmin[16] f16 | scm[16][16] u8 (ggml's byte: scale in the low
+//                        nibble, min in the high one) | the 2-bit codes in Q3_K's low-bit layout
+//                        (16 groups, byte t of lane j of group h holding in bits 2c'..2c'+1
+//                        those of q[16h + 4c' + t])
 //   IQ4_XS block (2208 B): d[16] f16 | sc[8][16] i8 (6-bit code - 32) | c: the indices into
 //                        kIq4nlValues in Q4_K's 32 nibble groups
 //   Q6_K block (3360 B, ggml's 6.56 bits per weight): d[16] f16 | sc[16][16] i8 | the codes
@@ -32,10 +36,10 @@
 // values are exactly ggml's, and the AVX-512 and scalar widen give the same bits.
 //
 // The int8 dot (QuantDot::Int8). Each activation row is quantised per block of B values (B = 32
-// for Q8_0, Q4_0 and IQ4_NL weights, 256 for Q4_K / Q5_K / Q6_K / Q3_K / IQ4_XS): dx = amax / 127,
-// q = nearest-even(x * (127 / amax)), so q is in [-127, 127] (a block of zeros: dx = 0, q = 0).
-// Then for output (row r, column n), one f32 accumulator acc = +0.0f and, for the weight blocks b
-// in k order (integer sums exact):
+// for Q8_0, Q4_0 and IQ4_NL weights, 256 for Q4_K / Q5_K / Q6_K / Q3_K / IQ4_XS / Q2_K): dx = amax
+// / 127, q = nearest-even(x * (127 / amax)), so q is in [-127, 127] (a block of zeros: dx = 0, q =
+// 0). Then for output (row r, column n), one f32 accumulator acc = +0.0f and, for the weight blocks
+// b in k order (integer sums exact):
 //   Q8_0  s  = sum_i qw[i] * qx[i];                      acc = fma(dw * dx, float(s), acc)
 //   Q4_0  the same with qw = c - 8, computed as s = sum_i c[i] * qx[i] - 8 * sum_i qx[i] (the same
 //         integer, so a Q4_0 matrix gives the bits of its Q8_0 transcoding)
@@ -46,7 +50,8 @@
 //   Q4_K  s1 = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s1), acc)
 //         s2 = sum_s m[s] * sum_{i in s} qx[i];          acc = fma(-(dmin * dx), float(s2), acc)
 //   Q6_K  s  = sum_s sc[s] * sum_{i in s} q[i] * qx[i];  acc = fma(d * dx, float(s), acc)
-//   IQ4_XS the same with q = kIq4nlValues[c] and sub-blocks of 32 (the VNNI tiles sum
+//   Q2_K  as Q4_K with sub-blocks of 16 (sc, m 4-bit) and s2 = sum_s m[s] * sum_{i in s} qx[i]
+//   IQ4_XS the same as Q6_K with q = kIq4nlValues[c] and sub-blocks of 32 (the VNNI tiles sum
 //         (q + 128) * qx from -128 * sum32(qx), the AVX2 tiles |q| * (+-qx): the same integers)
 // (Q5_K as Q4_K with its 5-bit q; sub-blocks s of 32 values for Q4_K / Q5_K, 16 for Q6_K;
 // float(int) rounds to nearest even). The AVX-512 VNNI kernels and the scalar reference compute
@@ -84,6 +89,8 @@ constexpr int64_t quant_panel_block_bytes(DType t) {
       return 32 + 256 + 64 * 16 + 32 * 16;
     case DType::IQ4_XS:
       return 32 + 128 + 128 * 16;
+    case DType::Q2_K:
+      return 32 + 32 + 256 + 64 * 16;
     default:
       return 0;
   }

@@ -55,6 +55,9 @@ bool dtype_from_ggml(GgmlType t, DType* out) {
     case GgmlType::IQ4_XS:
       *out = DType::IQ4_XS;
       return true;
+    case GgmlType::Q2_K:
+      *out = DType::Q2_K;
+      return true;
     default:
       return false;
   }
@@ -82,7 +85,7 @@ class Resolver {
       return make_error(f_.path() + ": tensor '" + name + "': type " +
                         ggml_type_name(static_cast<uint32_t>(t->type)) +
                         " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, "
-                        "Q4_0, Q5_0, IQ4_NL, Q3_K, IQ4_XS)");
+                        "Q4_0, Q5_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K)");
     std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
     if (got != shape)
       return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
@@ -551,6 +554,8 @@ GgmlType ggml_from_dtype(DType t) {
       return GgmlType::Q3_K;
     case DType::IQ4_XS:
       return GgmlType::IQ4_XS;
+    case DType::Q2_K:
+      return GgmlType::Q2_K;
     default:
       return GgmlType::F32;
   }
@@ -781,6 +786,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
                         : matrix_type == DType::Q3_K   ? 11  // llama.cpp's Q3_K_S: all Q3_K
                         : matrix_type == DType::IQ4_NL ? 25
                         : matrix_type == DType::IQ4_XS ? 30
+                        : matrix_type == DType::Q2_K   ? 10  // llama.cpp's Q2_K: mostly Q2_K
                         : matrix_type == DType::BF16   ? 32
                                                        : 0;
   u32("general.file_type", file_type >= 0 ? file_type : ftype);

@@ -1,8 +1,8 @@
 // Element types of stored weights and their scalar conversions (header-only).
 // BF16 -> F32 is exact (a shift); F32 -> BF16 rounds to nearest even (NaN kept quiet).
 // Q8_0, Q4_K, Q5_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
-// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, IQ4_NL, Q3_K and IQ4_XS (ggml's,
-// with kernels of their own). Q5_0 is a ggml format that GGUF files hold but the matmul does
+// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, IQ4_NL, Q3_K, IQ4_XS and Q2_K
+// (ggml's, with kernels of their own). Q5_0 is a ggml format that GGUF files hold but the matmul does
 // not pack: loading transcodes them exactly into the type dtype_held_as() names (tensor/quant.h,
 // transcode_row), which then stands in for them.
 #pragma once
@@ -32,7 +32,8 @@ enum class DType : uint8_t {
   Q5_0,
   IQ4_NL,
   Q3_K,
-  IQ4_XS
+  IQ4_XS,
+  Q2_K
 };
 
 inline size_t dtype_size(DType t) {
@@ -50,6 +51,7 @@ inline size_t dtype_size(DType t) {
     case DType::IQ4_NL:
     case DType::Q3_K:
     case DType::IQ4_XS:
+    case DType::Q2_K:
       return 0;
   }
   return 0;
@@ -57,7 +59,8 @@ inline size_t dtype_size(DType t) {
 
 inline bool dtype_is_quant(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
-         t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q3_K || t == DType::IQ4_XS;
+         t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q3_K || t == DType::IQ4_XS ||
+         t == DType::Q2_K;
 }
 // The file-only formats (see the top of this file).
 inline bool dtype_is_held_as_other(DType t) {
@@ -90,6 +93,7 @@ inline int64_t dtype_block_elems(DType t) {
     case DType::Q6_K:
     case DType::Q3_K:
     case DType::IQ4_XS:
+    case DType::Q2_K:
       return 256;
     default:
       return 1;
@@ -114,6 +118,8 @@ inline int64_t dtype_block_bytes(DType t) {
       return 110;
     case DType::IQ4_XS:
       return 136;
+    case DType::Q2_K:
+      return 84;
     default:
       return static_cast<int64_t>(dtype_size(t));
   }
@@ -152,6 +158,8 @@ inline std::string_view dtype_name(DType t) {
       return "Q3_K";
     case DType::IQ4_XS:
       return "IQ4_XS";
+    case DType::Q2_K:
+      return "Q2_K";
   }
   return "?";
 }

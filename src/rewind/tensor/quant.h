@@ -1,7 +1,7 @@
-// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, Q3_K and IQ4_XS
-// (ggml-common.h), with their exact dequantisation and a reference quantiser (header-only); and
-// Q5_0, held as Q8_0 (dtype_held_as), with their dequantisation, the exact
-// transcoding and quantisers.
+// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, Q3_K, IQ4_XS and
+// Q2_K (ggml-common.h), with their exact dequantisation and a reference quantiser (header-only);
+// and Q5_0, held as Q8_0 (dtype_held_as), with their dequantisation, the exact transcoding and
+// quantisers.
 //
 // Dequantisation follows ggml's definition to the bit (dequantize_row_* in ggml-quants.c):
 //   Q8_0  w = d * q                       (d f16, q i8; the product is exact)
@@ -13,6 +13,7 @@
 //   IQ4_NL w = d * kIq4nlValues[code]     (a 4-bit index into 16 int8 values in [-127, 113])
 //   Q3_K  w = (d * sc) * q                (sc = 6-bit code - 32 per 16 values, q in [-4, 3])
 //   IQ4_XS w = (d * sc) * kIq4nlValues[code] (sc = 6-bit code - 32 per 32 values; d * sc exact)
+//   Q2_K  w = (d * sc) * q - (dmin * m)   (sc, m 4-bit per 16 values, q in [0, 3]; as Q4_K)
 // Q4_0, Q5_0, IQ4_NL and Q3_K are Q8_0's and Q6_K's formulas with narrower integers, so a block of
 // them re-written as Q8_0 (Q6_K) with the same d and integers (transcode_row) dequantises to the
 // same bits, and its integer dot products are the same integers.
@@ -20,11 +21,11 @@
 //
 // Quantisers: Q8_0 is ggml's reference (amax / 127, round to nearest). Q4_K, Q5_K and Q6_K follow
 // the reference's scheme (per-sub-block scale/min, 6-bit or 8-bit scales relative to an f16 super
-// scale, values re-quantised with the quantised scales) with a small search over the sub-block
-// scale instead of ggml's weighted RMSE search: valid files, slightly different bits from
-// llama-quantize. Q4_0 and Q5_0 are ggml's reference quantisers; IQ4_NL and IQ4_XS follow ggml's
-// scale search without an importance matrix; Q3_K takes Q6_K's scheme with 3-bit codes (no RMSE
-// search).
+// scale, values re-quantised with the quantised scales; Q2_K the same with 4-bit scales and mins)
+// with a small search over the sub-block scale instead of ggml's weighted RMSE search: valid files,
+// slightly different bits from llama-quantize. Q4_0 and Q5_0 are ggml's reference quantisers;
+// IQ4_NL and IQ4_XS follow ggml's scale search without an importance matrix; Q3_K takes Q6_K's
+// scheme with 3-bit codes (no RMSE search).
 #pragma once
 
 #include <algorithm>
@@ -89,6 +90,13 @@ struct BlockIQ4_XS {
   uint8_t scales_l[kQK_K / 64];  // sub-block s: nibble s % 2 of byte s / 2 holds its bits 0-3
   uint8_t qs[kQK_K / 2];         // sub-block s (32 values): 16 bytes of IQ4_NL's nibble layout
 };
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // sub-block s: scale in the low nibble, min in the high one
+  uint8_t qs[kQK_K / 4];       // value 128h + 32c + l: bits 2c..2c+1 of qs[32h + l]
+  uint16_t d;                  // f16 super-block scale for the scales
+  uint16_t dmin;               // f16 super-block scale for the mins
+};
+static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
               sizeof(BlockQ6_K) == 210 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_XS) == 136);
@@ -152,6 +160,10 @@ inline int q3k_scale(const BlockQ3_K& b, int s) {
 inline int q3k_value(const BlockQ3_K& b, int e) {
   const int low = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
   return low - (((b.hmask[e % 32] >> (e / 32)) & 1) ? 0 : 4);
+}
+// Q2_K element e (0..255) of a block: its 2-bit code (sub-block e / 16).
+inline int q2k_value(const BlockQ2_K& b, int e) {
+  return (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
 }
 // IQ4_XS sub-block s (0..7) scale, signed (-32..31), and value e (0..255) as its integer.
 inline int iq4xs_scale(const BlockIQ4_XS& b, int s) {
@@ -227,6 +239,18 @@ inline void dequantize_row_q3_k(const BlockQ3_K* x, float* y, int64_t n) {
   }
 }
 
+// Q2_K: dl = d * (sc & 0xF), ml = dmin * (sc >> 4), then dl * q - ml (ggml's dequantize_row_q2_K).
+inline void dequantize_row_q2_k(const BlockQ2_K* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float d = f16_to_f32(x[i].d), dmin = f16_to_f32(x[i].dmin);
+    for (int e = 0; e < kQK_K; ++e) {
+      const int sc = x[i].scales[e / 16];
+      const float dl = d * static_cast<float>(sc & 0xF), ml = dmin * static_cast<float>(sc >> 4);
+      y[i * kQK_K + e] = dl * static_cast<float>(q2k_value(x[i], e)) - ml;
+    }
+  }
+}
+
 // IQ4_XS: dl = d * float(scale), then dl * float(value) (ggml's dequantize_row_iq4_xs).
 inline void dequantize_row_iq4_xs(const BlockIQ4_XS* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
@@ -258,6 +282,8 @@ inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) 
       return dequantize_row_q3_k(static_cast<const BlockQ3_K*>(src), dst, n);
     case DType::IQ4_XS:
       return dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n);
+    case DType::Q2_K:
+      return dequantize_row_q2_k(static_cast<const BlockQ2_K*>(src), dst, n);
     default:
       convert_to_f32(src, t, static_cast<size_t>(n), dst);
   }
@@ -306,29 +332,32 @@ inline void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
 // Q4_K (Q5_K): per 32-value sub-block an unsigned code of 0..nmax = 15 (31) with scale s and
 // offset -min (min <= 0), the scale chosen by a short search minimising the squared error. The
 // header of one block goes to y, its 256 codes to L; the caller packs them.
+// The scale and min (-lo, lo the smallest value or 0) of n values for codes 0..nmax: the scale
+// (hi - lo) / (nmax - step / 4) of the smallest squared error over steps 0..8 (0 when all equal).
+inline void subblock_scale_min(const float* v, int n, int nmax, float* scale, float* min) {
+  const float fmax = static_cast<float>(nmax);
+  float lo = v[0], hi = v[0];
+  for (int l = 1; l < n; ++l) lo = std::min(lo, v[l]), hi = std::max(hi, v[l]);
+  lo = std::min(lo, 0.0f);
+  float best_s = (hi - lo) / fmax, best_err = INFINITY;
+  for (int step = 0; step <= 8 && hi > lo; ++step) {  // scales of (hi - lo) / (nmax - ..)
+    const float s = (hi - lo) / (fmax - 0.25f * static_cast<float>(step));
+    float err = 0;
+    for (int l = 0; l < n; ++l) {
+      const int q = std::clamp(nearest_int((v[l] - lo) / s), 0, nmax);
+      const float e = s * static_cast<float>(q) + lo - v[l];
+      err += e * e;
+    }
+    if (err < best_err) best_err = err, best_s = s;
+  }
+  *scale = hi > lo ? best_s : 0.0f;
+  *min = -lo;
+}
+
 template <class Block>
 inline void quantize_scales_mins_k(const float* xb, Block& y, int nmax, uint8_t (&L)[kQK_K]) {
-  const float fmax = static_cast<float>(nmax);
   float scales[8], mins[8];
-  for (int j = 0; j < 8; ++j) {
-    const float* v = xb + 32 * j;
-    float lo = v[0], hi = v[0];
-    for (int l = 1; l < 32; ++l) lo = std::min(lo, v[l]), hi = std::max(hi, v[l]);
-    lo = std::min(lo, 0.0f);
-    float best_s = (hi - lo) / fmax, best_err = INFINITY;
-    for (int step = 0; step <= 8 && hi > lo; ++step) {  // scales of (hi - lo) / (nmax - ..)
-      const float s = (hi - lo) / (fmax - 0.25f * static_cast<float>(step));
-      float err = 0;
-      for (int l = 0; l < 32; ++l) {
-        const int q = std::clamp(nearest_int((v[l] - lo) / s), 0, nmax);
-        const float e = s * static_cast<float>(q) + lo - v[l];
-        err += e * e;
-      }
-      if (err < best_err) best_err = err, best_s = s;
-    }
-    scales[j] = hi > lo ? best_s : 0.0f;
-    mins[j] = -lo;
-  }
+  for (int j = 0; j < 8; ++j) subblock_scale_min(xb + 32 * j, 32, nmax, &scales[j], &mins[j]);
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j)
     max_scale = std::max(max_scale, scales[j]), max_min = std::max(max_min, mins[j]);
@@ -387,6 +416,34 @@ inline void quantize_row_q5_k(const float* x, BlockQ5_K* y, int64_t n) {
         y[i].qs[32 * c + l] = static_cast<uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
         y[i].qh[l] |= static_cast<uint8_t>(((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
       }
+  }
+}
+
+// Q2_K: subblock_scale_min per 16 values (codes 0..3), the scales and mins as 4-bit multiples of
+// f16 super scales (the largest maps to 15), the codes chosen for them as decoded.
+inline void quantize_row_q2_k(const float* x, BlockQ2_K* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* xb = x + i * kQK_K;
+    float scales[16], mins[16], max_scale = 0, max_min = 0;
+    for (int j = 0; j < 16; ++j) {
+      subblock_scale_min(xb + 16 * j, 16, 3, &scales[j], &mins[j]);
+      max_scale = std::max(max_scale, scales[j]), max_min = std::max(max_min, mins[j]);
+    }
+    std::memset(&y[i], 0, sizeof y[i]);
+    const float inv_scale = max_scale > 0 ? 15.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 15.0f / max_min : 0.0f;
+    for (int j = 0; j < 16; ++j)
+      y[i].scales[j] = static_cast<uint8_t>(std::min(15, nearest_int(inv_scale * scales[j])) |
+                                            std::min(15, nearest_int(inv_min * mins[j])) << 4);
+    y[i].d = f32_to_f16(max_scale / 15.0f);
+    y[i].dmin = f32_to_f16(max_min / 15.0f);
+    const float d = f16_to_f32(y[i].d), dmin = f16_to_f32(y[i].dmin);
+    for (int e = 0; e < kQK_K; ++e) {
+      const int sc = y[i].scales[e / 16];
+      const float dd = d * static_cast<float>(sc & 0xF), dm = dmin * static_cast<float>(sc >> 4);
+      const int q = dd != 0 ? std::clamp(nearest_int((xb[e] + dm) / dd), 0, 3) : 0;
+      y[i].qs[32 * (e / 128) + e % 32] |= static_cast<uint8_t>(q << (2 * ((e % 128) / 32)));
+    }
   }
 }
 
@@ -637,6 +694,8 @@ inline void quantize_row(const float* src, DType t, int64_t n, void* dst) {
       return quantize_row_q3_k(src, static_cast<BlockQ3_K*>(dst), n);
     case DType::IQ4_XS:
       return quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n);
+    case DType::Q2_K:
+      return quantize_row_q2_k(src, static_cast<BlockQ2_K*>(dst), n);
     case DType::F32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
