@@ -104,27 +104,15 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
                  "block)\n");
   // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M / _Q5_K_M.
   const bool mix = type == "q4_k_m" || type == "q5_k_m";
-  // Progress on stderr for checkpoints of 64M values or more, at most 4 lines a second.
-  double last = 0;
-  bool shown = false;
-  auto progress = [&](size_t done, size_t total) {
-    if (total < (64u << 20)) return;
-    const double now = now_seconds();
-    if (now - last < 0.25 && done < total) return;
-    last = now;
-    shown = true;
-    std::fprintf(stderr, "\rconverting to %s: %5.1f%% of %.2fG values", type.c_str(),
-                 100.0 * static_cast<double>(done) / static_cast<double>(total),
-                 static_cast<double>(total) / 1e9);
-    std::fflush(stderr);
-  };
+  // Progress on stderr for checkpoints of 64M values or more.
+  ProgressLine progress("converting to " + type, 1e9, "G values", size_t{64} << 20);
   Status st = write_gguf_model(out, cfg, ws, v, t, name.empty() ? "rewind" : name,
                                mix ? gguf_k_m_rule(cfg, gguf_mtp_blocks(cfg, ws), t) : nullptr,
                                !mix               ? -1
                                : t == DType::Q4_K ? 15
                                                   : 17,
-                               progress);
-  if (shown) std::fprintf(stderr, "\n");
+                               [&](size_t done, size_t total) { progress(done, total); });
+  progress.finish();
   return st;
 }
 

@@ -1,8 +1,10 @@
 // Subcommands of the `rewind` binary and the helpers they share.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/model/model.h"
@@ -37,13 +39,34 @@ Status set_quant_dot(const std::string& mode);
 
 double now_seconds();
 
+// A progress line on stderr for long work: "\r<label>: 12.3% of <total / unit> <unit_name>",
+// for totals of at least min_total, at most 4 lines a second (and the last); finish() ends the
+// line if one was shown.
+class ProgressLine {
+ public:
+  ProgressLine(std::string label, double unit, std::string unit_name, size_t min_total)
+      : label_(std::move(label)),
+        unit_name_(std::move(unit_name)),
+        unit_(unit),
+        min_total_(min_total) {}
+  void operator()(size_t done, size_t total);
+  void finish();
+
+ private:
+  std::string label_, unit_name_;
+  double unit_;
+  size_t min_total_;
+  double last_ = 0;
+  bool shown_ = false;
+};
+
 // The tokenizer of a model path: DIR/tokenizer.json, or the metadata of a .gguf file.
 Result<Tokenizer> load_tokenizer(const std::string& model_path);
 bool is_gguf_path(const std::string& model_path);  // a regular file (not a directory)
 
 // Writes the HF checkpoint in `hf_dir` (config.json, safetensors, tokenizer.json, chat template
 // in tokenizer_config.json or chat_template.jinja) as a GGUF file in llama.cpp's layout, with
-// matrices stored as `type` (f32, f16, bf16, q8_0, q4_k, q6_k).
+// matrices stored as `type` (convert's --type), with a progress line on stderr.
 // `name` goes to general.name ("" = the directory's name).
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
                           const std::string& type, const std::string& name = "");

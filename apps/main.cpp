@@ -27,6 +27,23 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+void ProgressLine::operator()(size_t done, size_t total) {
+  if (total < min_total_) return;
+  const double t = now_seconds();
+  if (t - last_ < 0.25 && done < total) return;
+  last_ = t;
+  shown_ = true;
+  std::fprintf(stderr, "\r%s: %5.1f%% of %.2f %s", label_.c_str(),
+               100.0 * static_cast<double>(done) / static_cast<double>(total),
+               static_cast<double>(total) / unit_, unit_name_.c_str());
+  std::fflush(stderr);
+}
+
+void ProgressLine::finish() {
+  if (shown_) std::fprintf(stderr, "\n");
+  shown_ = false;
+}
+
 bool is_gguf_path(const std::string& model_path) {
   return std::filesystem::is_regular_file(model_path);
 }
@@ -70,21 +87,10 @@ Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::str
     return make_error("--weights must be auto, f32 or bf16 (got '" + store + "')");
   }
   const double t0 = now_seconds();
-  double last = t0;
-  bool shown = false;
-  opt.progress = [&](size_t done, size_t total) {
-    if (total < (64u << 20)) return;
-    const double t = now_seconds();
-    if (t - last < 0.25 && done < total) return;
-    last = t;
-    shown = true;
-    std::fprintf(stderr, "\rloading %s: %5.1f%% of %.2f GB", dir.c_str(),
-                 100.0 * static_cast<double>(done) / static_cast<double>(total),
-                 static_cast<double>(total) / 1e9);
-    std::fflush(stderr);
-  };
+  ProgressLine progress("loading " + dir, 1e9, "GB", size_t{64} << 20);
+  opt.progress = [&](size_t done, size_t total) { progress(done, total); };
   auto m = Model::load(dir, opt);
-  if (shown) std::fprintf(stderr, "\n");
+  progress.finish();
   if (seconds) *seconds = now_seconds() - t0;
   return m;
 }
