@@ -107,8 +107,9 @@ inline int iq4xs_code(const uint8_t* blk, int k, int j) {
 }
 // Q2_K (see matmul_quant.h): ggml's scale / min bytes at kQ2KScOff (sub-block s of lane j at
 // 16 s + j), the 2-bit codes at kQ2KQOff in Q3_K's low-bit layout. Expanded for prefill
-// (expand_q2_k_bytes): the header, then the codes one byte each in 64 groups of the 4-byte
-// operand layout (values 4g..4g+3 at kQ2KQOff + 64 g).
+// (expand_q2_k_bytes): the header, then each code times its sub-block's scale (q * sc <= 45, a
+// u8 operand) one byte each in 64 groups of the 4-byte operand layout (values 4g..4g+3 at
+// kQ2KQOff + 64 g), so that one sum over the block is s1 with no multiply per sub-block.
 constexpr int kQ2KScOff = 64, kQ2KQOff = 320;
 constexpr int64_t kQ2KBytesBlock = kQ2KQOff + 4096;
 inline int q2k_code(const uint8_t* blk, int k, int j) {
@@ -1037,23 +1038,33 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       }
     } else if constexpr (t == DType::Q2_K) {
       // As Q4_K with 16 sub-blocks of 16 values: the codes (0..3) are the u8 operand as they
-      // are (built in registers for decode, expanded to bytes for prefill), the scale and min
-      // of a sub-block the low and high nibble of its byte.
+      // are, built in registers (decode), the scale and min of a sub-block the low and high
+      // nibble of its byte. Prefill's expanded bytes hold q * sc: s1 in one sum, no vpmulld.
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
-      for (int sb = 0; sb < 16; ++sb) {
+      if constexpr (Bytes) {
+#pragma GCC unroll 4
+        for (int g = 0; g < 64; ++g) {
+          __m512i w[P];
+          for (int p = 0; p < P; ++p) w[p] = load_group(blk[p] + kQ2KQOff + 64 * g);
+          for (int r = 0; r < R; ++r) {
+            const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
+            for (int p = 0; p < P; ++p) s[r][p] = dpbusd_tied(s[r][p], w[p], a);
+          }
+        }
+      }
+      for (int sb = 0; sb < 16 && !Bytes; ++sb) {
         __m512i is[R][P], codes[P];
         for (int r = 0; r < R; ++r)
           for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
-        if constexpr (!Bytes)
-          for (int p = 0; p < P; ++p) codes[p] = load_group(blk[p] + kQ2KQOff + 64 * sb);
+        for (int p = 0; p < P; ++p) codes[p] = load_group(blk[p] + kQ2KQOff + 64 * sb);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
           const int g = 4 * sb + i;
           __m512i w[P];
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 64>(blk[p], g);
-            w[p] = Bytes ? load_group(blk[p] + kQ2KQOff + 64 * g) : q2_k_codes(codes[p], i);
+            w[p] = q2_k_codes(codes[p], i);
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
@@ -1411,7 +1422,8 @@ REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std
 }
 
 // nb Q2_K panel blocks at src expanded to kQ2KBytesBlock each at dst, for the VNNI prefill tile:
-// the header copied, then the codes one byte each.
+// the header copied, then each code times its sub-block's scale one byte each (vpmullw on byte
+// pairs: q * sc <= 45, so neither byte carries into the other).
 REWIND_AVX512 void expand_q2_k_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
   const int64_t pb = quant_panel_block_bytes(DType::Q2_K);
   for (int64_t b = 0; b < nb; ++b) {
@@ -1420,9 +1432,15 @@ REWIND_AVX512 void expand_q2_k_bytes(const std::byte* src, int64_t nb, std::byte
     std::memcpy(o, blk, static_cast<size_t>(kQ2KQOff));
     for (int s = 0; s < 16; ++s) {
       const __m512i codes = load_group(blk + kQ2KQOff + 64 * s);
+      // The lane's scale in both 16-bit halves of its 32 bits.
+      const __m512i sc = _mm512_mullo_epi32(
+          _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128(
+                               reinterpret_cast<const __m128i*>(blk + kQ2KScOff + 16 * s))),
+                           _mm512_set1_epi32(0xF)),
+          _mm512_set1_epi32(0x00010001));
       for (int i = 0; i < 4; ++i)
         _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ2KQOff + 64 * (4 * s + i)),
-                            q2_k_codes(codes, i));
+                            _mm512_mullo_epi16(q2_k_codes(codes, i), sc));
     }
   }
 }
