@@ -799,7 +799,7 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS, DType::Q2_K}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K}) {
     const int64_t n = t == DType::Q4_K ? 500 : 37, k = 2048, m = 530;
     auto w = randn(static_cast<size_t>(n * k), 31);
     auto q = quantize(w, t, n, k);

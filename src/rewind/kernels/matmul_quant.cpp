@@ -112,6 +112,12 @@ inline int iq4xs_code(const uint8_t* blk, int k, int j) {
 // kQ2KQOff + 64 g), so that one sum over the block is s1 with no multiply per sub-block.
 constexpr int kQ2KScOff = 64, kQ2KQOff = 320;
 constexpr int64_t kQ2KBytesBlock = kQ2KQOff + 4096;
+// Q3_K expanded for the VNNI prefill tile (expand_q3_k_scaled): d (the panel block's first 32
+// bytes), then each value's q * sc + 124 one byte each in 64 groups of the 4-byte operand layout
+// (values 4g..4g+3 at kQ3KScaledOff + 64 g): q * sc is in [-124, 128], so the byte is 0..252, a
+// u8 operand, and a sum from -124 * sum(qx) over the block is s with no multiply per sub-block.
+constexpr int kQ3KScaledOff = 64;
+constexpr int64_t kQ3KScaledBlock = kQ3KScaledOff + 4096;
 inline int q2k_code(const uint8_t* blk, int k, int j) {
   return (blk[kQ2KQOff + q6k_hi_byte(k, j)] >> q6k_hi_shift(k)) & 3;
 }
@@ -892,6 +898,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
                          : t == DType::Q6_K     ? kQ6KBytesBlock
                          : t == DType::IQ4_XS ? kIQ4XSBytesBlock
                          : t == DType::Q2_K     ? kQ2KBytesBlock
+                         : t == DType::Q3_K     ? kQ3KScaledBlock
                                                 : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
@@ -1108,6 +1115,24 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       __m512 dmin[P];
       for (int p = 0; p < P; ++p) dmin[p] = load_f16x16(blk[p] + 32);
       combine<R, P, true>(acc, dmin, xr, b, s);
+    } else if constexpr (t == DType::Q3_K && Bytes) {
+      // Prefill on expand_q3_k_scaled's bytes q * sc + 124: one sum from -124 * sum(qx).
+      for (int r = 0; r < R; ++r) {
+        int32_t sum = 0;
+        for (int j = 0; j < 8; ++j) sum += xr.s32[r][b * 8 + j];
+        const __m512i c = _mm512_set1_epi32(-124 * sum);
+        for (int p = 0; p < P; ++p) s[r][p] = c;
+      }
+#pragma GCC unroll 4
+      for (int g = 0; g < 64; ++g) {
+        __m512i w[P];
+        for (int p = 0; p < P; ++p) w[p] = load_group(blk[p] + kQ3KScaledOff + 64 * g);
+        for (int r = 0; r < R; ++r) {
+          const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
+          for (int p = 0; p < P; ++p) s[r][p] = dpbusd_tied(s[r][p], w[p], a);
+        }
+      }
+      combine<R, P>(acc, dw, xr, b, s);
     } else {  // Q6_K: u8 operand q + 32; -32 * sum16(qx) corrects the offset per sub-block.
       // Q3_K (packed, decode): the u8 operand c = q + 4 (0..7) built in registers, -4 * sum16.
       constexpr bool q3 = t == DType::Q3_K;
@@ -1194,7 +1219,7 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
       case DType::Q6_K:
         REWIND_INT8_TYPE_BYTES(DType::Q6_K);
       case DType::Q3_K:
-        REWIND_INT8_TYPE(DType::Q3_K);
+        REWIND_INT8_TYPE_BYTES(DType::Q3_K);
       case DType::IQ4_XS:
         REWIND_INT8_TYPE_BYTES(DType::IQ4_XS);
       case DType::Q2_K:
@@ -1418,6 +1443,38 @@ REWIND_AVX512 void expand_k_bytes(const std::byte* src, int64_t nb, bool q5, std
     std::byte* o = dst + b * kKBytesBlock;
     std::memcpy(o, src + b * pb, static_cast<size_t>(kQ4KQOff));
     expand_k_block_codes(src + b * pb, q5, o + kQ4KQOff);
+  }
+}
+
+// nb Q3_K panel blocks at src expanded to kQ3KScaledBlock each at dst (see kQ3KScaledOff): q * sc
+// + 124 per value, as (c - 4) * sc + 124 = c * sc + (124 - 4 sc) on 16-bit halves (c = q + 4 from
+// q3_k_codes, the lane's scale in both halves of its 32 bits), the even and odd bytes apart.
+REWIND_AVX512 void expand_q3_k_scaled(const std::byte* src, int64_t nb, std::byte* dst) {
+  const int64_t pb = quant_panel_block_bytes(DType::Q3_K);
+  const __m512i low8 = _mm512_set1_epi16(0x00FF);
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * pb;
+    std::byte* o = dst + b * kQ3KScaledBlock;
+    std::memcpy(o, blk, 32);  // d
+    for (int sb = 0; sb < 16; ++sb) {
+      __m512i lo, h;
+      q3_k_sub_block(blk, sb, lo, h);
+      const __m512i sc32 = _mm512_cvtepi8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6KScOff + 16 * sb)));
+      const __m512i sc16 =
+          _mm512_or_si512(_mm512_and_si512(sc32, _mm512_set1_epi32(0xFFFF)),
+                          _mm512_slli_epi32(sc32, 16));
+      const __m512i k16 = _mm512_sub_epi16(_mm512_set1_epi16(124), _mm512_slli_epi16(sc16, 2));
+      for (int i = 0; i < 4; ++i) {
+        const __m512i c = q3_k_codes(lo, h, i);
+        const __m512i even =
+            _mm512_add_epi16(_mm512_mullo_epi16(_mm512_and_si512(c, low8), sc16), k16);
+        const __m512i odd =
+            _mm512_add_epi16(_mm512_mullo_epi16(_mm512_srli_epi16(c, 8), sc16), k16);
+        _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ3KScaledOff + 64 * (4 * sb + i)),
+                            _mm512_or_si512(even, _mm512_slli_epi16(odd, 8)));
+      }
+    }
   }
 }
 
@@ -3005,7 +3062,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q6_K: the panel pair's 6-bit codes are expanded to bytes once per row block and every row
   // tile reads those (the integer values, hence the bits, are the same); taller row blocks
   // spread that cost over more rows.
-  const bool expand = t == DType::Q6_K || t == DType::Q3_K;  // Q3_K: into its Q6_K transcoding
+  // Q3_K on AVX2: into its Q6_K transcoding's bytes; on the VNNI tiles as q * sc + 124 bytes
+  // (expand_q3_k_scaled: no multiply per sub-block; matmul_bench M=512 below).
+  const bool expand = t == DType::Q6_K || (t == DType::Q3_K && avx2);
+  const bool expand_q3s = !avx2 && t == DType::Q3_K;
   // IQ4_NL: the panel's codes are looked up into Q8_0's int8 values once per row block and the
   // Q8_0 tiles run on those (the same integers, hence the same bits; its own tile, with the
   // lookups in the loop, serves decode).
@@ -3028,7 +3088,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // A/B, Sapphire Rapids); Q8_0 (nothing to expand) the same at 64 to 512 rows.
   const int64_t kMc = amx_q4 ? std::clamp<int64_t>(512 * 1024 / xa.k / 16 * 16, 128, 512)
                       : amx  ? 128
-                             : (expand || expand_nl || expand_k || expand_xs || expand_q2 ? 512 : 128) / kR * kR;
+                             : (expand || expand_nl || expand_k || expand_xs || expand_q2 || expand_q3s ? 512 : 128) / kR * kR;
   const int64_t nb = xa.k / xa.block;
   // The panel group's codes as expand / expand_nl lay them out (Q6_K's bytes, Q8_0's blocks).
   thread_local AlignedBuffer<std::byte> expanded;
@@ -3038,6 +3098,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   if (expand_k) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kKBytesBlock));
   if (expand_xs) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kIQ4XSBytesBlock));
   if (expand_q2) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ2KBytesBlock));
+  if (expand_q3s) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ3KScaledBlock));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
   // Q4_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64); Q5_K's codes (up to
   // 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
@@ -3091,6 +3152,12 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                             expanded.data() + p * nb * kQ2KBytesBlock);
         src = expanded.data();
         stride = nb * kQ2KBytesBlock;
+      } else if (expand_q3s) {
+        for (int p = 0; p < npg; ++p)
+          expand_q3_k_scaled(panels + (p0 + p) * panel_stride, nb,
+                             expanded.data() + p * nb * kQ3KScaledBlock);
+        src = expanded.data();
+        stride = nb * kQ3KScaledBlock;
       }
       // The next panel group (or the first one again for the next row block) streams into the
       // cache over this group's row tiles, for the AMX tiles as for the VNNI / AVX2 ones below
@@ -3129,7 +3196,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       const int64_t row_tiles = (re - r + kR - 1) / kR;
       PrefetchStream pfv(next_group, next_bytes, avx2 ? row_tiles : row_tiles * nb);
       const DType tt = expand_nl ? DType::Q8_0 : expand ? DType::Q6_K : t;
-      const bool bytes = expand || expand_k || expand_xs || expand_q2;
+      const bool bytes = expand || expand_k || expand_xs || expand_q2 || expand_q3s;
       // The row block's full-height row tiles of a panel run in one call, then the short one
       // (512-token prefill, in-process A/B on Zen 4: Q8_0 452 -> 471 tok/s, Q4_K 419 -> 426;
       // the AVX2 tiles, forced on the same host, 0.5-2.5% faster matmuls).
