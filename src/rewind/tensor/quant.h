@@ -96,10 +96,10 @@ struct BlockQ2_K {
   uint16_t d;                  // f16 super-block scale for the scales
   uint16_t dmin;               // f16 super-block scale for the mins
 };
-static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
               sizeof(BlockQ6_K) == 210 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_XS) == 136);
+              sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_XS) == 136 &&
+              sizeof(BlockQ2_K) == 84);
 
 // IQ4_NL's 16 values (ggml-common.h kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -329,9 +329,6 @@ inline void quantize_row_q8_0(const float* x, BlockQ8_0* y, int64_t n) {
   }
 }
 
-// Q4_K (Q5_K): per 32-value sub-block an unsigned code of 0..nmax = 15 (31) with scale s and
-// offset -min (min <= 0), the scale chosen by a short search minimising the squared error. The
-// header of one block goes to y, its 256 codes to L; the caller packs them.
 // The scale and min (-lo, lo the smallest value or 0) of n values for codes 0..nmax: the scale
 // (hi - lo) / (nmax - step / 4) of the smallest squared error over steps 0..8 (0 when all equal).
 inline void subblock_scale_min(const float* v, int n, int nmax, float* scale, float* min) {
@@ -354,6 +351,9 @@ inline void subblock_scale_min(const float* v, int n, int nmax, float* scale, fl
   *min = -lo;
 }
 
+// Q4_K (Q5_K): per 32-value sub-block an unsigned code of 0..nmax = 15 (31) with scale s and
+// offset -min (min <= 0), the scale chosen by a short search minimising the squared error. The
+// header of one block goes to y, its 256 codes to L; the caller packs them.
 template <class Block>
 inline void quantize_scales_mins_k(const float* xb, Block& y, int nmax, uint8_t (&L)[kQK_K]) {
   float scales[8], mins[8];
