@@ -271,8 +271,7 @@ TEST(Quant, IQ4_XSKnownAnswer) {
     EXPECT_EQ(y[e],
               0.25f * static_cast<float>(ls[e / 32] - 32) * static_cast<float>(kTable[code(e)]))
         << e;
-  // The quantiser's scale codes and indices read back the same way: every sub-block's values
-  // within half a step of its scale of the originals' nearest, the largest scale code at 0 (-32).
+  // The quantiser maps the sub-block scale of largest magnitude to the code 0 (-32), as ggml's.
   std::vector<float> x(256);
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;

@@ -112,15 +112,15 @@ inline int iq4xs_code(const uint8_t* blk, int k, int j) {
 // kQ2KQOff + 64 g), so that one sum over the block is s1 with no multiply per sub-block.
 constexpr int kQ2KScOff = 64, kQ2KQOff = 320;
 constexpr int64_t kQ2KBytesBlock = kQ2KQOff + 4096;
+inline int q2k_code(const uint8_t* blk, int k, int j) {
+  return (blk[kQ2KQOff + q6k_hi_byte(k, j)] >> q6k_hi_shift(k)) & 3;
+}
 // Q3_K expanded for the VNNI prefill tile (expand_q3_k_scaled): d (the panel block's first 32
 // bytes), then each value's q * sc + 124 one byte each in 64 groups of the 4-byte operand layout
 // (values 4g..4g+3 at kQ3KScaledOff + 64 g): q * sc is in [-124, 128], so the byte is 0..252, a
 // u8 operand, and a sum from -124 * sum(qx) over the block is s with no multiply per sub-block.
 constexpr int kQ3KScaledOff = 64;
 constexpr int64_t kQ3KScaledBlock = kQ3KScaledOff + 4096;
-inline int q2k_code(const uint8_t* blk, int k, int j) {
-  return (blk[kQ2KQOff + q6k_hi_byte(k, j)] >> q6k_hi_shift(k)) & 3;
-}
 
 // ---- scalar ----------------------------------------------------------------------------------
 
@@ -840,6 +840,22 @@ inline int32_t load_i32(const void* p) {
   std::memcpy(&v, p, 4);
   return v;
 }
+// Two int32 sums that fit int16 (activation sums of 16 values) as one int16 pair, s[0] low: a
+// vpmaddwd / vpdpwssd operand.
+inline int32_t i16_pair(const int32_t* s) {
+  return static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(s[0])) |
+                              static_cast<uint32_t>(static_cast<uint16_t>(s[1])) << 16);
+}
+// kIq4nlValues[c] + 128 (1..241, a u8 operand) in every 128-bit lane, for vpshufb on codes c.
+REWIND_AVX512 inline __m512i iq4_u8_table() {
+  return _mm512_broadcast_i32x4(_mm_xor_si128(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
+}
+// The low 16 bits of each 32-bit lane of v in both of its 16-bit halves (a per-lane factor for
+// vpmullw on the lane's bytes taken as 16-bit pairs).
+REWIND_AVX512 inline __m512i halves16(__m512i v) {
+  return _mm512_or_si512(_mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(v, 16));
+}
 
 // Activation rows of one tile.
 template <int R>
@@ -895,11 +911,11 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // pb: the stride of the blocks the tile reads (packed, or expanded for prefill).
   constexpr int64_t kPb = quant_panel_block_bytes(t);
   constexpr int64_t pb = !Bytes               ? kPb
-                         : t == DType::Q6_K     ? kQ6KBytesBlock
+                         : t == DType::Q6_K   ? kQ6KBytesBlock
                          : t == DType::IQ4_XS ? kIQ4XSBytesBlock
-                         : t == DType::Q2_K     ? kQ2KBytesBlock
-                         : t == DType::Q3_K     ? kQ3KScaledBlock
-                                                : kKBytesBlock;
+                         : t == DType::Q2_K   ? kQ2KBytesBlock
+                         : t == DType::Q3_K   ? kQ3KScaledBlock
+                                              : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
@@ -937,8 +953,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       // operand), s = sum (v + 128) * x - 128 * sum x. Either way Q8_0's integer for its value.
       constexpr bool nl = t == DType::IQ4_NL;
       const __m512i m4 = _mm512_set1_epi8(0x0F);
-      const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
+      const __m512i table = iq4_u8_table();
       for (int r = 0; r < R; ++r) {
         const __m512i c = _mm512_set1_epi32((nl ? -128 : -8) * int32_t{xr.s32[r][b]});
         for (int p = 0; p < P; ++p) s[r][p] = c;
@@ -973,8 +988,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       constexpr bool xs = t == DType::IQ4_XS;
       constexpr int q_off = xs ? kIQ4XSQOff : kQ4KQOff, sc_off = xs ? kIQ4XSScOff : kQ4KScOff;
       const __m512i m4 = _mm512_set1_epi8(0x0F);
-      const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
+      const __m512i table = iq4_u8_table();
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
       // Both halves of a group as byte codes (4 or 5 bits) into one sum per sub-block: with 4
@@ -1059,32 +1073,33 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
             for (int p = 0; p < P; ++p) s[r][p] = dpbusd_tied(s[r][p], w[p], a);
           }
         }
-      }
-      for (int sb = 0; sb < 16 && !Bytes; ++sb) {
-        __m512i is[R][P], codes[P];
-        for (int r = 0; r < R; ++r)
-          for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
-        for (int p = 0; p < P; ++p) codes[p] = load_group(blk[p] + kQ2KQOff + 64 * sb);
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) {
-          const int g = 4 * sb + i;
-          __m512i w[P];
-          for (int p = 0; p < P; ++p) {
-            prefetch_spread<R, kPb, 64>(blk[p], g);
-            w[p] = q2_k_codes(codes[p], i);
-          }
-          for (int r = 0; r < R; ++r) {
-            const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
-            for (int p = 0; p < P; ++p) is[r][p] = dpbusd_tied(is[r][p], w[p], a);
-          }
-        }
-        for (int p = 0; p < P; ++p) {
-          const __m512i sc = _mm512_and_si512(
-              _mm512_cvtepu8_epi32(
-                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ2KScOff + 16 * sb))),
-              _mm512_set1_epi32(0xF));
+      } else {
+        for (int sb = 0; sb < 16; ++sb) {
+          __m512i is[R][P], codes[P];
           for (int r = 0; r < R; ++r)
-            s[r][p] = add_epi32_tied(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+            for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
+          for (int p = 0; p < P; ++p) codes[p] = load_group(blk[p] + kQ2KQOff + 64 * sb);
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) {
+            const int g = 4 * sb + i;
+            __m512i w[P];
+            for (int p = 0; p < P; ++p) {
+              prefetch_spread<R, kPb, 64>(blk[p], g);
+              w[p] = q2_k_codes(codes[p], i);
+            }
+            for (int r = 0; r < R; ++r) {
+              const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));
+              for (int p = 0; p < P; ++p) is[r][p] = dpbusd_tied(is[r][p], w[p], a);
+            }
+          }
+          for (int p = 0; p < P; ++p) {
+            const __m512i sc = _mm512_and_si512(
+                _mm512_cvtepu8_epi32(_mm_loadu_si128(
+                    reinterpret_cast<const __m128i*>(blk[p] + kQ2KScOff + 16 * sb))),
+                _mm512_set1_epi32(0xF));
+            for (int r = 0; r < R; ++r)
+              s[r][p] = add_epi32_tied(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+          }
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
@@ -1105,10 +1120,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
               4);
         }
         for (int r = 0; r < R; ++r) {
-          const int32_t* s16 = xr.s16[r] + b * 16 + 2 * tp;
-          const __m512i a = _mm512_set1_epi32(static_cast<int32_t>(
-              static_cast<uint32_t>(static_cast<uint16_t>(s16[0])) |
-              static_cast<uint32_t>(static_cast<uint16_t>(s16[1])) << 16));
+          const __m512i a = _mm512_set1_epi32(i16_pair(xr.s16[r] + b * 16 + 2 * tp));
           for (int p = 0; p < P; ++p) s[r][p] = _mm512_dpwssd_epi32(s[r][p], mv[p], a);
         }
       }
@@ -1462,9 +1474,7 @@ REWIND_AVX512 void expand_q3_k_scaled(const std::byte* src, int64_t nb, std::byt
       q3_k_sub_block(blk, sb, lo, h);
       const __m512i sc32 = _mm512_cvtepi8_epi32(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6KScOff + 16 * sb)));
-      const __m512i sc16 =
-          _mm512_or_si512(_mm512_and_si512(sc32, _mm512_set1_epi32(0xFFFF)),
-                          _mm512_slli_epi32(sc32, 16));
+      const __m512i sc16 = halves16(sc32);
       const __m512i k16 = _mm512_sub_epi16(_mm512_set1_epi16(124), _mm512_slli_epi16(sc16, 2));
       for (int i = 0; i < 4; ++i) {
         const __m512i c = q3_k_codes(lo, h, i);
@@ -1490,12 +1500,10 @@ REWIND_AVX512 void expand_q2_k_bytes(const std::byte* src, int64_t nb, std::byte
     std::memcpy(o, blk, static_cast<size_t>(kQ2KQOff));
     for (int s = 0; s < 16; ++s) {
       const __m512i codes = load_group(blk + kQ2KQOff + 64 * s);
-      // The lane's scale in both 16-bit halves of its 32 bits.
-      const __m512i sc = _mm512_mullo_epi32(
-          _mm512_and_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128(
-                               reinterpret_cast<const __m128i*>(blk + kQ2KScOff + 16 * s))),
-                           _mm512_set1_epi32(0xF)),
-          _mm512_set1_epi32(0x00010001));
+      const __m512i sc = halves16(_mm512_and_si512(
+          _mm512_cvtepu8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScOff + 16 * s))),
+          _mm512_set1_epi32(0xF)));
       for (int i = 0; i < 4; ++i)
         _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ2KQOff + 64 * (4 * s + i)),
                             _mm512_mullo_epi16(q2_k_codes(codes, i), sc));
@@ -1508,8 +1516,7 @@ REWIND_AVX512 void expand_q2_k_bytes(const std::byte* src, int64_t nb, std::byte
 REWIND_AVX512 void expand_iq4_xs_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
   const int64_t pb = quant_panel_block_bytes(DType::IQ4_XS);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i table = _mm512_broadcast_i32x4(_mm_xor_si128(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)), _mm_set1_epi8(-128)));
+  const __m512i table = iq4_u8_table();
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = src + b * pb;
     std::byte* o = dst + b * kIQ4XSBytesBlock;
@@ -1523,6 +1530,13 @@ REWIND_AVX512 void expand_iq4_xs_bytes(const std::byte* src, int64_t nb, std::by
           _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
     }
   }
+}
+
+REWIND_AVX512 void expand_q4_k_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
+  expand_k_bytes(src, nb, false, dst);
+}
+REWIND_AVX512 void expand_q5_k_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
+  expand_k_bytes(src, nb, true, dst);
 }
 
 // A K-quant block's header for the AMX combines: d, -dmin and the mins widened to 16 bits.
@@ -2026,11 +2040,8 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
 
-// One IQ4_NL / IQ4_XS code group of the halves' blocks (nibbles at code_off: values 8g..8g+7 of
-// each lane) into the int32 sums s: the codes index kIq4nlValues (signed, |value| <= 127),
-// looked up with vpshufb into |value| and value, then multiplied as Q8_0's codes are (the sign
-// moved onto the activations, each row's 8 at act_off).
-// The caller's constants: values (kIq4nlValues in both lanes), abs_values, ones (1 per int16).
+// iq4_group_avx2's constants, made once by its caller: values (kIq4nlValues in both lanes),
+// abs_values, ones (1 per int16).
 struct Iq4Avx2Consts {
   __m256i values, abs_values, ones;
 };
@@ -2039,6 +2050,10 @@ REWIND_AVX2 __attribute__((always_inline)) inline Iq4Avx2Consts iq4_avx2_consts(
       _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
   return {values, _mm256_abs_epi8(values), _mm256_set1_epi16(1)};
 }
+// One IQ4_NL / IQ4_XS code group of the halves' blocks (nibbles at code_off: values 8g..8g+7 of
+// each lane) into the int32 sums s: the codes index kIq4nlValues (signed, |value| <= 127),
+// looked up with vpshufb into |value| and value, then multiplied as Q8_0's codes are (the sign
+// moved onto the activations, each row's 8 at act_off).
 template <int R, int H>
 REWIND_AVX2 __attribute__((always_inline)) inline void iq4_group_avx2(
     const std::byte* const* blk, int code_off, const ActRows<R>& xr, int64_t act_off,
@@ -2235,10 +2250,7 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q2_k(
         const __m256i mv = _mm256_srli_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(b0, b1)), 4);
         REWIND_UNROLL
         for (int r = 0; r < R; ++r) {
-          const int32_t* s16 = xr.s16[r] + b * 16 + 2 * tp;
-          const __m256i a = _mm256_set1_epi32(static_cast<int32_t>(
-              static_cast<uint32_t>(static_cast<uint16_t>(s16[0])) |
-              static_cast<uint32_t>(static_cast<uint16_t>(s16[1])) << 16));
+          const __m256i a = _mm256_set1_epi32(i16_pair(xr.s16[r] + b * 16 + 2 * tp));
           s[r][h] = _mm256_add_epi32(s[r][h], _mm256_madd_epi16(mv, a));
         }
       }
@@ -3014,6 +3026,50 @@ int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
   return t == DType::Q8_0 || t == DType::IQ4_NL ? 3 : 2;
 }
 
+namespace {
+// What a prefill does to a panel group once per row block before its row tiles run: fn writes
+// nb blocks of block_bytes each (null: the tiles read the packed panels), and the tiles of type
+// `tile` run on them with the `bytes` flag (Int8TileFn). Every expansion keeps the integers, so
+// the bits are those of the packed panels.
+struct PrefillExpansion {
+  void (*fn)(const std::byte* src, int64_t nb, std::byte* dst) = nullptr;
+  int64_t block_bytes = 0;
+  DType tile;
+  bool bytes = false;
+};
+PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
+  switch (t) {
+    // Q6_K: the 6-bit codes as bytes, read by every row tile (taller row blocks spread the cost).
+    case DType::Q6_K:
+      return {avx2 ? expand_q6_k_avx2 : expand_q6_k, kQ6KBytesBlock, DType::Q6_K, true};
+    // Q3_K on AVX2: its Q6_K transcoding's bytes; on the VNNI tiles q * sc + 124 per value
+    // (expand_q3_k_scaled: no multiply per sub-block).
+    case DType::Q3_K:
+      if (avx2) return {expand_q3_k_avx2, kQ6KBytesBlock, DType::Q6_K, true};
+      return {expand_q3_k_scaled, kQ3KScaledBlock, DType::Q3_K, true};
+    // IQ4_NL: the codes looked up into Q8_0's int8 values, run by the Q8_0 tiles (its own tile,
+    // with the lookups in the loop, serves decode).
+    case DType::IQ4_NL:
+      return {expand_iq4_nl_avx2, quant_panel_block_bytes(DType::Q8_0), DType::Q8_0, false};
+    // On the VNNI tiles: Q4_K / Q5_K's codes as bytes (not on AMX, whose tiles expand their own),
+    // IQ4_XS's as their u8 operands value + 128, Q2_K's as q * sc.
+    case DType::Q4_K:
+    case DType::Q5_K:
+      if (avx2 || amx) break;
+      return {t == DType::Q5_K ? expand_q5_k_bytes : expand_q4_k_bytes, kKBytesBlock, t, true};
+    case DType::IQ4_XS:
+      if (avx2) break;
+      return {expand_iq4_xs_bytes, kIQ4XSBytesBlock, t, true};
+    case DType::Q2_K:
+      if (avx2) break;
+      return {expand_q2_k_bytes, kQ2KBytesBlock, t, true};
+    default:
+      break;
+  }
+  return {nullptr, 0, t, false};
+}
+}  // namespace
+
 void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                      const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
                      int ncols) {
@@ -3060,24 +3116,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const int kP = int8_prefill_group_panels(t, panel_stride, r1 - r0);
   const int kVnniP = amx ? 2 : kP;  // panels per VNNI / AVX2 tile
   const int kR = avx2 || q8_tile ? 4 : t == DType::Q4_0 ? 6 : 4;
-  // Q6_K: the panel pair's 6-bit codes are expanded to bytes once per row block and every row
-  // tile reads those (the integer values, hence the bits, are the same); taller row blocks
-  // spread that cost over more rows.
-  // Q3_K on AVX2: into its Q6_K transcoding's bytes; on the VNNI tiles as q * sc + 124 bytes
-  // (expand_q3_k_scaled: no multiply per sub-block; matmul_bench M=512 below).
-  const bool expand = t == DType::Q6_K || (t == DType::Q3_K && avx2);
-  const bool expand_q3s = !avx2 && t == DType::Q3_K;
-  // IQ4_NL: the panel's codes are looked up into Q8_0's int8 values once per row block and the
-  // Q8_0 tiles run on those (the same integers, hence the same bits; its own tile, with the
-  // lookups in the loop, serves decode).
-  const bool expand_nl = t == DType::IQ4_NL;
   const bool amx_q4 = amx && t != DType::Q8_0;
-  // Q4_K / Q5_K on the VNNI tiles: the panel pair's codes expanded to bytes once per row block,
-  // like Q6_K's (the same integers; the tiles then load codes instead of splitting nibbles).
-  const bool expand_k = !avx2 && !amx && (t == DType::Q4_K || t == DType::Q5_K);
-  // IQ4_XS on the VNNI tiles: the codes looked up into their u8 operands once per row block.
-  const bool expand_xs = !avx2 && t == DType::IQ4_XS;
-  const bool expand_q2 = !avx2 && t == DType::Q2_K;  // Q2_K: the codes as bytes
+  const PrefillExpansion ex = prefill_expansion(t, avx2, amx);
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
   // for the 16-row AMX tiles), so that no row block ends in a short tile: with 128, every 128-row
   // block of a Q8_0 prefill ended in a 2-row tile, 1.6% of the rows at 3% of the tile time (perf,
@@ -3089,17 +3129,11 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // A/B, Sapphire Rapids); Q8_0 (nothing to expand) the same at 64 to 512 rows.
   const int64_t kMc = amx_q4 ? std::clamp<int64_t>(512 * 1024 / xa.k / 16 * 16, 128, 512)
                       : amx  ? 128
-                             : (expand || expand_nl || expand_k || expand_xs || expand_q2 || expand_q3s ? 512 : 128) / kR * kR;
+                             : (ex.fn ? 512 : 128) / kR * kR;
   const int64_t nb = xa.k / xa.block;
-  // The panel group's codes as expand / expand_nl lay them out (Q6_K's bytes, Q8_0's blocks).
+  // The panel group's blocks as ex.fn lays them out.
   thread_local AlignedBuffer<std::byte> expanded;
-  const int64_t q8_block = quant_panel_block_bytes(DType::Q8_0);
-  if (expand) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ6KBytesBlock));
-  if (expand_nl) expanded.reserve_at_least(static_cast<size_t>(kP * nb * q8_block));
-  if (expand_k) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kKBytesBlock));
-  if (expand_xs) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kIQ4XSBytesBlock));
-  if (expand_q2) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ2KBytesBlock));
-  if (expand_q3s) expanded.reserve_at_least(static_cast<size_t>(kP * nb * kQ3KScaledBlock));
+  if (ex.fn) expanded.reserve_at_least(static_cast<size_t>(kP * nb * ex.block_bytes));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
   // Q4_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64); Q5_K's codes (up to
   // 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
@@ -3121,44 +3155,11 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       const int npg = std::min(kP, np - p0);
       const std::byte* src = panels + p0 * panel_stride;
       int64_t stride = panel_stride;
-      if (expand) {
+      if (ex.fn) {
         for (int p = 0; p < npg; ++p)
-          (t == DType::Q3_K ? expand_q3_k_avx2
-           : avx2           ? expand_q6_k_avx2
-                            : expand_q6_k)(panels + (p0 + p) * panel_stride, nb,
-                                 expanded.data() + p * nb * kQ6KBytesBlock);
+          ex.fn(panels + (p0 + p) * panel_stride, nb, expanded.data() + p * nb * ex.block_bytes);
         src = expanded.data();
-        stride = nb * kQ6KBytesBlock;
-      } else if (expand_nl) {
-        for (int p = 0; p < npg; ++p)
-          expand_iq4_nl_avx2(panels + (p0 + p) * panel_stride, nb,
-                             expanded.data() + p * nb * q8_block);
-        src = expanded.data();
-        stride = nb * q8_block;
-      } else if (expand_k) {
-        for (int p = 0; p < npg; ++p)
-          expand_k_bytes(panels + (p0 + p) * panel_stride, nb, t == DType::Q5_K,
-                         expanded.data() + p * nb * kKBytesBlock);
-        src = expanded.data();
-        stride = nb * kKBytesBlock;
-      } else if (expand_xs) {
-        for (int p = 0; p < npg; ++p)
-          expand_iq4_xs_bytes(panels + (p0 + p) * panel_stride, nb,
-                              expanded.data() + p * nb * kIQ4XSBytesBlock);
-        src = expanded.data();
-        stride = nb * kIQ4XSBytesBlock;
-      } else if (expand_q2) {
-        for (int p = 0; p < npg; ++p)
-          expand_q2_k_bytes(panels + (p0 + p) * panel_stride, nb,
-                            expanded.data() + p * nb * kQ2KBytesBlock);
-        src = expanded.data();
-        stride = nb * kQ2KBytesBlock;
-      } else if (expand_q3s) {
-        for (int p = 0; p < npg; ++p)
-          expand_q3_k_scaled(panels + (p0 + p) * panel_stride, nb,
-                             expanded.data() + p * nb * kQ3KScaledBlock);
-        src = expanded.data();
-        stride = nb * kQ3KScaledBlock;
+        stride = nb * ex.block_bytes;
       }
       // The next panel group (or the first one again for the next row block) streams into the
       // cache over this group's row tiles, for the AMX tiles as for the VNNI / AVX2 ones below
@@ -3196,8 +3197,6 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       // block, Q8_0 prefill +1-4%, 3 of 3 in-process A/B runs on Zen 5).
       const int64_t row_tiles = (re - r + kR - 1) / kR;
       PrefetchStream pfv(next_group, next_bytes, avx2 ? row_tiles : row_tiles * nb);
-      const DType tt = expand_nl ? DType::Q8_0 : expand ? DType::Q6_K : t;
-      const bool bytes = expand || expand_k || expand_xs || expand_q2 || expand_q3s;
       // The row block's full-height row tiles of a panel run in one call, then the short one
       // (512-token prefill, in-process A/B on Zen 4: Q8_0 452 -> 471 tok/s, Q4_K 419 -> 426;
       // the AVX2 tiles, forced on the same host, 0.5-2.5% faster matmuls).
@@ -3208,11 +3207,11 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         float* yp = y + (r - r0) * ldy + 16 * (p0 + p);
         const int nc = ncols - 16 * (p0 + p);
         if (full > 0)
-          tiles[kR - 1][pi](tt, xa, r, src + p * stride, stride, yp, ldy, nc, 16, bytes, &pfv,
-                            full);
+          tiles[kR - 1][pi](ex.tile, xa, r, src + p * stride, stride, yp, ldy, nc, 16, ex.bytes,
+                            &pfv, full);
         if (rest > 0)
-          tiles[rest - 1][pi](tt, xa, r + full * kR, src + p * stride, stride, yp + full * kR * ldy,
-                              ldy, nc, 16, bytes, &pfv, 1);
+          tiles[rest - 1][pi](ex.tile, xa, r + full * kR, src + p * stride, stride,
+                              yp + full * kR * ldy, ldy, nc, 16, ex.bytes, &pfv, 1);
       }
     }
   }
