@@ -133,7 +133,8 @@ struct Threshold {
 // q6_k 0.84, 0.006; q5_k 0.71, 0.023; q5_k_m 0.70, 0.022; q4_k 0.46, 0.073; q4_k_m 0.47, 0.069
 // (its attention layers' fused qkv is a Q4_K/Q6_K stack, its linear ones' attn_qkv Q5_K);
 // bf16 0.98, 4e-5; f16 1.0, 6e-7; q4_0 0.43, 0.085; iq4_nl 0.50, 0.078; q3_k 0.26, 0.21;
-// iq4_xs 0.45, 0.080; q2_k 0.07, 0.52 (with its scales negated in one matrix 0.016, 0.86); q5_0
+// iq4_xs 0.45, 0.080; q2_k 0.07, 0.52 (with its scales negated in one matrix 0.016, 0.86); q4_1
+// 0.445, 0.073 (with its mins negated in one matrix 0.06, 0.58); q5_0
 // (held as Q8_0) 0.72, 0.026 (rewind's own quantisers for q4_0 to q2_k, see quant.h). The
 // int8 dot adds its activation rounding: q8_0 0.945, 0.001; q6_k 0.84, 0.007; q5_k 0.67, 0.023;
 // q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's error does. A random-weight model has
@@ -142,7 +143,7 @@ constexpr Threshold kThresholds[] = {
     {"q8_0", 0.90, 0.005}, {"q6_k", 0.75, 0.03},   {"q5_k", 0.55, 0.05},  {"q5_k_m", 0.55, 0.05},
     {"q4_k", 0.35, 0.2},   {"q4_k_m", 0.40, 0.15}, {"bf16", 0.97, 5e-4},  {"f16", 0.98, 1e-4},
     {"q5_0", 0.55, 0.05},  {"q4_0", 0.33, 0.2},    {"iq4_nl", 0.35, 0.2}, {"q3_k", 0.20, 0.3},
-    {"iq4_xs", 0.35, 0.2}, {"q2_k", 0.04, 0.7}};
+    {"iq4_xs", 0.35, 0.2}, {"q2_k", 0.04, 0.7},    {"q4_1", 0.35, 0.2}};
 const Threshold& threshold(const std::string& type) {
   for (const Threshold& t : kThresholds)
     if (type == t.type) return t;
@@ -307,9 +308,9 @@ TEST(GgufQuant, QuantisedBytesCountEachPartOnce) {
 }
 
 // Q5_0 files are held as Q8_0: the packed bytes are those of the Q8_0 file, and the CLI says so
-// at load. Q4_0, IQ4_NL, Q3_K, IQ4_XS and Q2_K have stores of their own (every matrix of this
-// model has rows of a multiple of 256): 288 bytes per 16 x 32 values where Q8_0 has 544, Q3_K
-// 1824, IQ4_XS 2208 and Q2_K 1344 per 16 x 256 where Q6_K has 3360; and no note.
+// at load. Q4_0, IQ4_NL, Q4_1, Q3_K, IQ4_XS and Q2_K have stores of their own (every matrix of
+// this model has rows of a multiple of 256): 288 bytes (Q4_1 320) per 16 x 32 values where Q8_0
+// has 544, Q3_K 1824, IQ4_XS 2208 and Q2_K 1344 per 16 x 256 where Q6_K has 3360; and no note.
 TEST(GgufQuant, HeldFormatsTakeTheirHoldersStoreAndSaySo) {
   const std::pair<const char*, const char*> held[] = {{"q5_0", "q8_0"}};
   for (auto [type, holder] : held) {
@@ -332,13 +333,14 @@ TEST(GgufQuant, HeldFormatsTakeTheirHoldersStoreAndSaySo) {
   for (const char* type : {"q4_0", "iq4_nl"})
     EXPECT_EQ(test::cached_model(gguf(type)).quantised_bytes() * 544, q8.quantised_bytes() * 288)
         << type;
+  EXPECT_EQ(test::cached_model(gguf("q4_1")).quantised_bytes() * 544, q8.quantised_bytes() * 320);
   EXPECT_EQ(test::cached_model(gguf("q3_k")).quantised_bytes() * 3360,
             test::cached_model(gguf("q6_k")).quantised_bytes() * 1824);
   EXPECT_EQ(test::cached_model(gguf("iq4_xs")).quantised_bytes() * 3360,
             test::cached_model(gguf("q6_k")).quantised_bytes() * 2208);
   EXPECT_EQ(test::cached_model(gguf("q2_k")).quantised_bytes() * 3360,
             test::cached_model(gguf("q6_k")).quantised_bytes() * 1344);
-  for (const char* type : {"q8_0", "q4_0", "iq4_nl", "q3_k", "iq4_xs", "q2_k"}) {
+  for (const char* type : {"q8_0", "q4_0", "iq4_nl", "q4_1", "q3_k", "iq4_xs", "q2_k"}) {
     int rc = 0;
     const std::string out = test::run_command(
         std::string(REWIND_BINARY) + " run --model " + gguf(type) + " --prompt hi -n 1 2>&1", &rc);
@@ -398,16 +400,21 @@ TEST(GgufQuant, CorruptedScalesFailTheThresholds) {
   // Q4_0 and the formats held as another: d negated in one FFN matrix (Q4_0, IQ4_NL, IQ4_XS at
   // offset 0; Q3_K at offset 108 of its 110-byte block, Q2_K at 80 of its 84).
   for (const char* type : {"q4_0", "iq4_nl", "q3_k", "iq4_xs", "q2_k"}) {
-    const Quality q =
-        corrupted(type, "blk.0.ffn_down.weight",
-                  std::string(type) == "q3_k"   ? 108
-                  : std::string(type) == "q2_k" ? 80
-                                                : 0,
-                  [](uint16_t d) { return static_cast<uint16_t>(d ^ 0x8000); });
+    const Quality q = corrupted(type, "blk.0.ffn_down.weight",
+                                std::string(type) == "q3_k"   ? 108
+                                : std::string(type) == "q2_k" ? 80
+                                                              : 0,
+                                [](uint16_t d) { return static_cast<uint16_t>(d ^ 0x8000); });
     std::printf("%s with negated scales in blk.0.ffn_down: top-1 %.3f, KL %.5f\n", type, q.top1,
                 q.kl);
     EXPECT_TRUE(q.top1 < threshold(type).min_top1 || q.kl > threshold(type).max_kl) << type;
   }
+  // Q4_1: m (offset 2 of its 20-byte block) negated in one FFN matrix: the mins enter with the
+  // wrong sign.
+  const Quality q41 = corrupted("q4_1", "blk.0.ffn_down.weight", 2,
+                                [](uint16_t m) { return static_cast<uint16_t>(m ^ 0x8000); });
+  std::printf("q4_1 with negated mins in blk.0.ffn_down: top-1 %.3f, KL %.5f\n", q41.top1, q41.kl);
+  EXPECT_TRUE(q41.top1 < threshold("q4_1").min_top1 || q41.kl > threshold("q4_1").max_kl);
 }
 
 // `rewind bench` on a Q8_0 file: it measures and reports the machine's limits next to the run

@@ -83,6 +83,8 @@ inline int q6k_code(const uint8_t* blk, int k, int j) {
   return lo | (hi << 4);
 }
 constexpr int kQ8QOff = 32;
+// Q4_1 (see matmul_quant.h): Q4_0's block (d, then the codes at kQ8QOff), then m at kQ41MOff.
+constexpr int kQ41MOff = 32 + 256;
 // Q3_K (see matmul_quant.h): the low 2 bits of c at kQ3KLoOff in Q6_K's high-bit layout
 // (q6k_hi_byte, q6k_hi_shift), bit 2 at kQ3KHiOff.
 constexpr int kQ3KLoOff = 288, kQ3KHiOff = 288 + 1024;
@@ -152,6 +154,17 @@ void widen_nibbles_scalar(const std::byte* blk, float* out, int64_t ld) {
     const float d = f16_to_f32(d16[j]);
     for (int k = 0; k < 32; ++k)
       out[k * ld + j] = static_cast<float>(nibble_value(NL, o, k, j)) * d;
+  }
+}
+
+// Q4_1: float(c) * d + m (ggml's x0 * d + m).
+void widen_q4_1_scalar(const std::byte* blk, float* out, int64_t ld) {
+  const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
+  const auto* m16 = reinterpret_cast<const uint16_t*>(blk + kQ41MOff);
+  const auto* o = reinterpret_cast<const uint8_t*>(blk);
+  for (int j = 0; j < kNR; ++j) {
+    const float d = f16_to_f32(d16[j]), m = f16_to_f32(m16[j]);
+    for (int k = 0; k < 32; ++k) out[k * ld + j] = static_cast<float>(nibble_code(o, k, j)) * d + m;
   }
 }
 
@@ -405,6 +418,22 @@ REWIND_AVX512 inline void nibble_group(const std::byte* blk, int g, __m512 d, __
   w[6] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<2>(hi)), d);
   w[7] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<3>(hi)), d);
 }
+// Q4_1: the 8 weight vectors of group g (nibble_group's values) as float(c) * d + m: one fma, as
+// the product is exact (the scalar widen's one rounding).
+REWIND_AVX512 inline void q4_1_group(const std::byte* blk, int g, __m512 d, __m512 m,
+                                     __m512 (&w)[8]) {
+  const __m512i v = load_group(blk + kQ8QOff + 64 * g);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  w[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<0>(lo)), d, m);
+  w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<1>(lo)), d, m);
+  w[2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<2>(lo)), d, m);
+  w[3] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<3>(lo)), d, m);
+  w[4] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<0>(hi)), d, m);
+  w[5] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<1>(hi)), d, m);
+  w[6] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<2>(hi)), d, m);
+  w[7] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<3>(hi)), d, m);
+}
 // Q3_K: the 4 weight vectors of group g = 4 s + i (values 4g + t) as ds * float(c - 4), from the
 // sub-block's low-bit group lo and its shifted high-bit group h (q3_k_codes).
 REWIND_AVX512 inline void q3_k_group(__m512i lo, __m512i h, int i, __m512 ds, __m512 (&w)[4]) {
@@ -512,6 +541,15 @@ REWIND_AVX512 void widen_nibbles_avx512(const std::byte* blk, float* out, int64_
   for (int g = 0; g < 4; ++g) {
     __m512 w[8];
     nibble_group<NL>(blk, g, d, w);
+    for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
+  }
+}
+
+REWIND_AVX512 void widen_q4_1_avx512(const std::byte* blk, float* out, int64_t ld) {
+  const __m512 d = load_f16x16(blk), m = load_f16x16(blk + kQ41MOff);
+  for (int g = 0; g < 4; ++g) {
+    __m512 w[8];
+    q4_1_group(blk, g, d, m, w);
     for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
   }
 }
@@ -668,6 +706,21 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
             nibble_group<true>(blk[p], g, d[p], w[p]);
           else
             nibble_group<false>(blk[p], g, d[p], w[p]);
+        }
+        fma_steps<R, P, 8>(acc, w, x, ldx, b * 32 + 8 * g);
+      }
+    } else if (t == DType::Q4_1) {
+      __m512 d[P], m[P];
+      for (int p = 0; p < P; ++p) {
+        d[p] = load_f16x16(blk[p]);
+        m[p] = load_f16x16(blk[p] + kQ41MOff);
+      }
+      for (int g = 0; g < 4; ++g) {
+        __m512 w[P][8];
+        for (int p = 0; p < P; ++p) {
+          prefetch(blk[p], 80 * g);  // the block's 320 bytes, evenly: 40 bytes apart
+          prefetch(blk[p], 80 * g + 40);
+          q4_1_group(blk[p], g, d[p], m[p], w[p]);
         }
         fma_steps<R, P, 8>(acc, w, x, ldx, b * 32 + 8 * g);
       }
@@ -947,16 +1000,21 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
-    } else if constexpr (t == DType::Q4_0 || t == DType::IQ4_NL) {
+    } else if constexpr (t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q4_1) {
       // Q4_0: the codes c (0..15) are the u8 operand as they are, s = sum c * x - 8 * sum x.
       // IQ4_NL: vpshufb looks the codes up as kIq4nlValues[c] + 128 (1..241, a valid u8
       // operand), s = sum (v + 128) * x - 128 * sum x. Either way Q8_0's integer for its value.
-      constexpr bool nl = t == DType::IQ4_NL;
+      // Q4_1: s = sum c * x from zero, then the min's sum32(x) in a second combine.
+      constexpr bool nl = t == DType::IQ4_NL, q41 = t == DType::Q4_1;
       const __m512i m4 = _mm512_set1_epi8(0x0F);
       const __m512i table = iq4_u8_table();
       for (int r = 0; r < R; ++r) {
-        const __m512i c = _mm512_set1_epi32((nl ? -128 : -8) * int32_t{xr.s32[r][b]});
-        for (int p = 0; p < P; ++p) s[r][p] = c;
+        if constexpr (q41) {
+          for (int p = 0; p < P; ++p) s[r][p] = zero_idiom();
+        } else {
+          const __m512i c = _mm512_set1_epi32((nl ? -128 : -8) * int32_t{xr.s32[r][b]});
+          for (int p = 0; p < P; ++p) s[r][p] = c;
+        }
       }
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
@@ -981,6 +1039,15 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
+      if constexpr (q41) {  // acc = fma(m * dx, float(sum32(qx)), acc)
+        __m512 mw[P];
+        for (int p = 0; p < P; ++p) mw[p] = load_f16x16(blk[p] + kQ41MOff);
+        for (int r = 0; r < R; ++r) {
+          const __m512i sx = _mm512_set1_epi32(xr.s32[r][b]);
+          for (int p = 0; p < P; ++p) s[r][p] = sx;
+        }
+        combine<R, P>(acc, mw, xr, b, s);
+      }
     } else if constexpr (t == DType::Q4_K || t == DType::Q5_K || t == DType::IQ4_XS) {
       // IQ4_XS: the u8 operand kIq4nlValues[c] + 128 (1..241: vpshufb on the codes for decode,
       // expanded so for prefill), each sub-block sum started at -128 * sum32(qx) so that it ends
@@ -1224,6 +1291,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
         REWIND_INT8_TYPE(DType::Q8_0);
       case DType::IQ4_NL:
         REWIND_INT8_TYPE(DType::IQ4_NL);
+      case DType::Q4_1:
+        REWIND_INT8_TYPE(DType::Q4_1);
       case DType::Q4_K:
         REWIND_INT8_TYPE_BYTES(DType::Q4_K);
       case DType::Q5_K:
@@ -1993,14 +2062,15 @@ REWIND_AVX2 __attribute__((always_inline)) inline void nibbles_avx2(__m256i v, _
 
 // Q4_0: the codes c (0..15) are unsigned, so vpmaddubsw multiplies them by the activations as
 // they are; a block's 8 products per lane pair stay within int16 (8 * 3810), one vpmaddwd by ones
-// widens them, and s = sum c * x - 8 * sum x is Q8_0's integer for q = c - 8.
-template <int R, int P>
+// widens them, and s = sum c * x - 8 * sum x is Q8_0's integer for q = c - 8. Q4_1 (Min): s =
+// sum c * x, and a second combine adds m * dx * sum32(x).
+template <int R, int P, bool Min = false>
 REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
     int64_t ldy, int ncols, int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
-  const int64_t pb = quant_panel_block_bytes(DType::Q4_0), nb = xa.k / 32;
+  const int64_t pb = quant_panel_block_bytes(Min ? DType::Q4_1 : DType::Q4_0), nb = xa.k / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
@@ -2030,12 +2100,21 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
     __m256i s[R][H];
     REWIND_UNROLL
     for (int r = 0; r < R; ++r) {
-      const __m256i corr = _mm256_set1_epi32(8 * static_cast<int32_t>(xr.s32[r][b]));
+      const __m256i corr = _mm256_set1_epi32(Min ? 0 : 8 * static_cast<int32_t>(xr.s32[r][b]));
       REWIND_UNROLL
       for (int h = 0; h < H; ++h)
         s[r][h] = _mm256_sub_epi32(_mm256_madd_epi16(t16[r][h], ones), corr);
     }
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
+    if constexpr (Min) {
+      REWIND_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const __m256i sx = _mm256_set1_epi32(xr.s32[r][b]);
+        REWIND_UNROLL
+        for (int h = 0; h < H; ++h) s[r][h] = sx;
+      }
+      combine_avx2<R, H>(acc, blk, kQ41MOff, xr, b, s);
+    }
   }
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
 }
@@ -2476,6 +2555,8 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
       REWIND_AVX2_TILES(int8_tile_avx2_q8_0<R, P>);
     case DType::Q4_0:
       REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P>);
+    case DType::Q4_1:
+      REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P, true>);
     case DType::IQ4_NL:
       REWIND_AVX2_TILES(int8_tile_avx2_iq4_nl<R, P>);
     case DType::IQ4_XS:
@@ -2648,7 +2729,7 @@ bool avx2_allowed() {
 }
 
 int64_t act_block(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::IQ4_NL ? 32 : 256;
+  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q4_1 ? 32 : 256;
 }
 
 }  // namespace
@@ -2722,6 +2803,13 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         BlockQ4_0 x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_0), sizeof x);
         std::memcpy(o + 2 * j, &x.d, 2);
+        for (int e = 0; e < 32; ++e)
+          o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>(nibble32(x.qs, e) << q4k_shift(e));
+      } else if (t == DType::Q4_1) {  // Q4_0's layout, then m
+        BlockQ4_1 x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_1), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        std::memcpy(o + kQ41MOff + 2 * j, &x.m, 2);
         for (int e = 0; e < 32; ++e)
           o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>(nibble32(x.qs, e) << q4k_shift(e));
       } else if (t == DType::Q5_K) {
@@ -2818,6 +2906,9 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       break;
     case DType::IQ4_NL:
       f = simd ? widen_nibbles_avx512<true> : widen_nibbles_scalar<true>;
+      break;
+    case DType::Q4_1:
+      f = simd ? widen_q4_1_avx512 : widen_q4_1_scalar;
       break;
     case DType::Q4_K:
       f = simd ? widen_k_avx512<false> : widen_k_scalar<false>;
@@ -2957,6 +3048,12 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       int32_t s = 0;
       for (int i = 0; i < 32; ++i) s += nibble_value(t == DType::IQ4_NL, o, i, j) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
+    } else if (t == DType::Q4_1) {
+      int32_t s = 0;
+      for (int i = 0; i < 32; ++i) s += nibble_code(o, i, j) * xb[i];
+      acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
+      const auto* m16 = reinterpret_cast<const uint16_t*>(o + kQ41MOff);
+      acc = std::fma(f16_to_f32(m16[j]) * dx[b], static_cast<float>(s32[b]), acc);
     } else if (t == DType::Q4_K || t == DType::Q5_K) {
       int32_t s1 = 0, s2 = 0;
       for (int sb = 0; sb < 8; ++sb) {

@@ -58,6 +58,9 @@ bool dtype_from_ggml(GgmlType t, DType* out) {
     case GgmlType::Q2_K:
       *out = DType::Q2_K;
       return true;
+    case GgmlType::Q4_1:
+      *out = DType::Q4_1;
+      return true;
     default:
       return false;
   }
@@ -85,7 +88,7 @@ class Resolver {
       return make_error(f_.path() + ": tensor '" + name + "': type " +
                         ggml_type_name(static_cast<uint32_t>(t->type)) +
                         " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, "
-                        "Q4_0, Q5_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K)");
+                        "Q4_0, Q4_1, Q5_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K)");
     std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
     if (got != shape)
       return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
@@ -556,6 +559,8 @@ GgmlType ggml_from_dtype(DType t) {
       return GgmlType::IQ4_XS;
     case DType::Q2_K:
       return GgmlType::Q2_K;
+    case DType::Q4_1:
+      return GgmlType::Q4_1;
     default:
       return GgmlType::F32;
   }
@@ -563,7 +568,9 @@ GgmlType ggml_from_dtype(DType t) {
 
 std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int64_t n_mtp,
                                                        DType base) {
-  auto more_bits = [](int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+  auto more_bits = [](int64_t i, int64_t n) {
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+  };
   // llama-quantize counts every block of the file (block_count), the MTP blocks after the main
   // layers. Its attn_v rule covers the "attn_v-like" tensors, attn_v and attn_qkv, with one
   // counter over them in block order; every block has exactly one of them (a full-attention
@@ -604,8 +611,8 @@ struct Out {
 
 }  // namespace
 
-Status write_gguf_model(const std::string& path, const ModelConfig& c, const WeightSet& ws, const GgufVocab& vocab,
-                        DType matrix_type, const std::string& name,
+Status write_gguf_model(const std::string& path, const ModelConfig& c, const WeightSet& ws,
+                        const GgufVocab& vocab, DType matrix_type, const std::string& name,
                         const std::function<DType(const std::string&)>& type_for, int64_t file_type,
                         const std::function<void(size_t, size_t)>& progress) {
   const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -782,6 +789,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
                         : matrix_type == DType::Q5_K   ? 16
                         : matrix_type == DType::Q6_K   ? 18
                         : matrix_type == DType::Q4_0   ? 2
+                        : matrix_type == DType::Q4_1   ? 3
                         : matrix_type == DType::Q5_0   ? 8
                         : matrix_type == DType::Q3_K   ? 11  // llama.cpp's Q3_K_S: all Q3_K
                         : matrix_type == DType::IQ4_NL ? 25
@@ -867,7 +875,8 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   if (progress) progress(0, total);
   std::vector<GgufTensorToWrite> tw;
   for (auto& o : outs) {
-    const DType t = o.matrix ? gguf_matrix_type(type_for ? type_for(o.name) : matrix_type, o.cols) : DType::F32;
+    const DType t =
+        o.matrix ? gguf_matrix_type(type_for ? type_for(o.name) : matrix_type, o.cols) : DType::F32;
     GgufTensorToWrite w;
     w.name = o.name;
     w.type = ggml_from_dtype(t);

@@ -1,10 +1,10 @@
 // Element types of stored weights and their scalar conversions (header-only).
 // BF16 -> F32 is exact (a shift); F32 -> BF16 rounds to nearest even (NaN kept quiet).
 // Q8_0, Q4_K, Q5_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
-// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, IQ4_NL, Q3_K, IQ4_XS and Q2_K
-// (ggml's, with kernels of their own). Q5_0 is a ggml format that GGUF files hold but the matmul does
-// not pack: loading transcodes them exactly into the type dtype_held_as() names (tensor/quant.h,
-// transcode_row), which then stands in for them.
+// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K and
+// Q4_1 (ggml's, with kernels of their own). Q5_0 is a ggml format that GGUF files hold but the
+// matmul does not pack: loading transcodes them exactly into the type dtype_held_as() names
+// (tensor/quant.h, transcode_row), which then stands in for them.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,8 @@ enum class DType : uint8_t {
   IQ4_NL,
   Q3_K,
   IQ4_XS,
-  Q2_K
+  Q2_K,
+  Q4_1
 };
 
 inline size_t dtype_size(DType t) {
@@ -52,6 +53,7 @@ inline size_t dtype_size(DType t) {
     case DType::Q3_K:
     case DType::IQ4_XS:
     case DType::Q2_K:
+    case DType::Q4_1:
       return 0;
   }
   return 0;
@@ -60,7 +62,7 @@ inline size_t dtype_size(DType t) {
 inline bool dtype_is_quant(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
          t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q3_K || t == DType::IQ4_XS ||
-         t == DType::Q2_K;
+         t == DType::Q2_K || t == DType::Q4_1;
 }
 // The file-only formats (see the top of this file).
 inline bool dtype_is_held_as_other(DType t) {
@@ -87,6 +89,7 @@ inline int64_t dtype_block_elems(DType t) {
     case DType::Q4_0:
     case DType::Q5_0:
     case DType::IQ4_NL:
+    case DType::Q4_1:
       return 32;
     case DType::Q4_K:
     case DType::Q5_K:
@@ -120,6 +123,8 @@ inline int64_t dtype_block_bytes(DType t) {
       return 136;
     case DType::Q2_K:
       return 84;
+    case DType::Q4_1:
+      return 20;
     default:
       return static_cast<int64_t>(dtype_size(t));
   }
@@ -160,6 +165,8 @@ inline std::string_view dtype_name(DType t) {
       return "IQ4_XS";
     case DType::Q2_K:
       return "Q2_K";
+    case DType::Q4_1:
+      return "Q4_1";
   }
   return "?";
 }

@@ -1,7 +1,7 @@
-// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, Q3_K, IQ4_XS and
-// Q2_K (ggml-common.h), with their exact dequantisation and a reference quantiser (header-only);
-// and Q5_0, held as Q8_0 (dtype_held_as), with their dequantisation, the exact transcoding and
-// quantisers.
+// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K
+// and Q4_1 (ggml-common.h), with their exact dequantisation and a reference quantiser
+// (header-only); and Q5_0, held as Q8_0 (dtype_held_as), with their dequantisation, the exact
+// transcoding and quantisers.
 //
 // Dequantisation follows ggml's definition to the bit (dequantize_row_* in ggml-quants.c):
 //   Q8_0  w = d * q                       (d f16, q i8; the product is exact)
@@ -14,6 +14,7 @@
 //   Q3_K  w = (d * sc) * q                (sc = 6-bit code - 32 per 16 values, q in [-4, 3])
 //   IQ4_XS w = (d * sc) * kIq4nlValues[code] (sc = 6-bit code - 32 per 32 values; d * sc exact)
 //   Q2_K  w = (d * sc) * q - (dmin * m)   (sc, m 4-bit per 16 values, q in [0, 3]; as Q4_K)
+//   Q4_1  w = d * q + m                   (d, m f16 per 32 values, q in [0, 15]; d * q exact)
 // Q4_0, Q5_0, IQ4_NL and Q3_K are Q8_0's and Q6_K's formulas with narrower integers, so a block of
 // them re-written as Q8_0 (Q6_K) with the same d and integers (transcode_row) dequantises to the
 // same bits, and its integer dot products are the same integers.
@@ -23,7 +24,7 @@
 // the reference's scheme (per-sub-block scale/min, 6-bit or 8-bit scales relative to an f16 super
 // scale, values re-quantised with the quantised scales; Q2_K the same with 4-bit scales and mins)
 // with a small search over the sub-block scale instead of ggml's weighted RMSE search: valid files,
-// slightly different bits from llama-quantize. Q4_0 and Q5_0 are ggml's reference quantisers;
+// slightly different bits from llama-quantize. Q4_0, Q5_0 and Q4_1 are ggml's reference quantisers;
 // IQ4_NL and IQ4_XS follow ggml's scale search without an importance matrix; Q3_K takes Q6_K's
 // scheme with 3-bit codes (no RMSE search).
 #pragma once
@@ -32,6 +33,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "rewind/base/check.h"
 #include "rewind/tensor/dtype.h"
@@ -68,6 +70,11 @@ struct BlockQ4_0 {
   uint16_t d;              // f16
   uint8_t qs[kQK8_0 / 2];  // value j: low nibble of qs[j]; value 16 + j: its high nibble
 };
+struct BlockQ4_1 {
+  uint16_t d;              // f16
+  uint16_t m;              // f16: the value of code 0
+  uint8_t qs[kQK8_0 / 2];  // as Q4_0's
+};
 struct BlockQ5_0 {
   uint16_t d;              // f16
   uint8_t qh[4];           // bit j (little-endian u32) is the fifth bit of value j
@@ -99,7 +106,7 @@ struct BlockQ2_K {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
               sizeof(BlockQ6_K) == 210 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_XS) == 136 &&
-              sizeof(BlockQ2_K) == 84);
+              sizeof(BlockQ2_K) == 84 && sizeof(BlockQ4_1) == 20);
 
 // IQ4_NL's 16 values (ggml-common.h kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -142,6 +149,9 @@ inline int nibble32(const uint8_t* qs, int e) {
 }
 inline int q4_0_value(const BlockQ4_0& b, int e) {
   return nibble32(b.qs, e) - 8;
+}
+inline int q4_1_code(const BlockQ4_1& b, int e) {
+  return nibble32(b.qs, e);
 }
 inline int q5_0_value(const BlockQ5_0& b, int e) {
   const uint32_t qh = static_cast<uint32_t>(b.qh[0]) | static_cast<uint32_t>(b.qh[1]) << 8 |
@@ -229,6 +239,15 @@ inline void dequantize_row_32(const Block* x, float* y, int64_t n, Value value) 
   }
 }
 
+// Q4_1: float(code) * d + m (ggml's x0 * d + m; the product is exact, one rounding).
+inline void dequantize_row_q4_1(const BlockQ4_1* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float d = f16_to_f32(x[i].d), m = f16_to_f32(x[i].m);
+    for (int j = 0; j < kQK8_0; ++j)
+      y[i * kQK8_0 + j] = static_cast<float>(q4_1_code(x[i], j)) * d + m;
+  }
+}
+
 // Q3_K: dl = d * float(scale), then dl * float(code) (ggml's dequantize_row_q3_K).
 inline void dequantize_row_q3_k(const BlockQ3_K* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / kQK_K; ++i) {
@@ -284,6 +303,8 @@ inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) 
       return dequantize_row_iq4_xs(static_cast<const BlockIQ4_XS*>(src), dst, n);
     case DType::Q2_K:
       return dequantize_row_q2_k(static_cast<const BlockQ2_K*>(src), dst, n);
+    case DType::Q4_1:
+      return dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n);
     default:
       convert_to_f32(src, t, static_cast<size_t>(n), dst);
   }
@@ -512,6 +533,28 @@ inline void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
   }
 }
 
+// Q4_1: ggml's reference quantiser (quantize_row_q4_1_ref): m = the block's minimum, d = (max -
+// min) / 15, codes truncate (x - min) / d + 0.5 and clamp at 15.
+inline void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const float* xb = x + i * kQK8_0;
+    float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
+    for (int j = 0; j < kQK8_0; ++j) {
+      if (xb[j] < min) min = xb[j];
+      if (xb[j] > max) max = xb[j];
+    }
+    const float d = (max - min) / 15.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    y[i].m = f32_to_f16(min);
+    uint8_t c[kQK8_0];
+    for (int j = 0; j < kQK8_0; ++j)
+      c[j] = static_cast<uint8_t>(
+          std::min(15, static_cast<int>(static_cast<int8_t>((xb[j] - min) * id + 0.5f))));
+    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+  }
+}
+
 inline void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
   uint8_t c[kQK8_0];
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
@@ -696,6 +739,8 @@ inline void quantize_row(const float* src, DType t, int64_t n, void* dst) {
       return quantize_row_iq4_xs(src, static_cast<BlockIQ4_XS*>(dst), n);
     case DType::Q2_K:
       return quantize_row_q2_k(src, static_cast<BlockQ2_K*>(dst), n);
+    case DType::Q4_1:
+      return quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n);
     case DType::F32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
