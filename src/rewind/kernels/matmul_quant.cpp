@@ -85,6 +85,13 @@ inline int q6k_code(const uint8_t* blk, int k, int j) {
 constexpr int kQ8QOff = 32;
 // Q4_1 (see matmul_quant.h): Q4_0's block (d, then the codes at kQ8QOff), then m at kQ41MOff.
 constexpr int kQ41MOff = 32 + 256;
+// A Q4_1 block's min enters as fma(m, q4_1_min_factor(dx, sum32(qx)), acc): the factor is the
+// same for every output of the row, so a tile takes one fma per output and block for it (with
+// (m * dx) per output, two). The product is exact when dx is an f16 value (act_scale), as
+// |sum32| < 2^12; every path computes it this way, so the bits agree whatever dx is.
+inline float q4_1_min_factor(float dx, int16_t sum32) {
+  return dx * static_cast<float>(sum32);
+}
 // Q3_K (see matmul_quant.h): the low 2 bits of c at kQ3KLoOff in Q6_K's high-bit layout
 // (q6k_hi_byte, q6k_hi_shift), bit 2 at kQ3KHiOff.
 constexpr int kQ3KLoOff = 288, kQ3KHiOff = 288 + 1024;
@@ -1039,14 +1046,13 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
-      if constexpr (q41) {  // acc = fma(m * dx, float(sum32(qx)), acc)
+      if constexpr (q41) {  // acc = fma(m, dx * float(sum32(qx)), acc): one fma per output
         __m512 mw[P];
         for (int p = 0; p < P; ++p) mw[p] = load_f16x16(blk[p] + kQ41MOff);
         for (int r = 0; r < R; ++r) {
-          const __m512i sx = _mm512_set1_epi32(xr.s32[r][b]);
-          for (int p = 0; p < P; ++p) s[r][p] = sx;
+          const __m512 sx = _mm512_set1_ps(q4_1_min_factor(xr.d[r][b], xr.s32[r][b]));
+          for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(mw[p], sx, acc[r][p]);
         }
-        combine<R, P>(acc, mw, xr, b, s);
       }
     } else if constexpr (t == DType::Q4_K || t == DType::Q5_K || t == DType::IQ4_XS) {
       // IQ4_XS: the u8 operand kIq4nlValues[c] + 128 (1..241: vpshufb on the codes for decode,
@@ -2063,7 +2069,7 @@ REWIND_AVX2 __attribute__((always_inline)) inline void nibbles_avx2(__m256i v, _
 // Q4_0: the codes c (0..15) are unsigned, so vpmaddubsw multiplies them by the activations as
 // they are; a block's 8 products per lane pair stay within int16 (8 * 3810), one vpmaddwd by ones
 // widens them, and s = sum c * x - 8 * sum x is Q8_0's integer for q = c - 8. Q4_1 (Min): s =
-// sum c * x, and a second combine adds m * dx * sum32(x).
+// sum c * x, then one fma per output adds m times the block's q4_1_min_factor.
 template <int R, int P, bool Min = false>
 REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
@@ -2108,12 +2114,14 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
     if constexpr (Min) {
       REWIND_UNROLL
-      for (int r = 0; r < R; ++r) {
-        const __m256i sx = _mm256_set1_epi32(xr.s32[r][b]);
+      for (int h = 0; h < H; ++h) {
+        const __m256 mw = f16x8(blk[h / 2] + kQ41MOff + 16 * (h % 2));
         REWIND_UNROLL
-        for (int h = 0; h < H; ++h) s[r][h] = sx;
+        for (int r = 0; r < R; ++r) {
+          const __m256 sx = _mm256_set1_ps(q4_1_min_factor(xr.d[r][b], xr.s32[r][b]));
+          _mm256_store_ps(acc.f[r][h], _mm256_fmadd_ps(mw, sx, _mm256_load_ps(acc.f[r][h])));
+        }
       }
-      combine_avx2<R, H>(acc, blk, kQ41MOff, xr, b, s);
     }
   }
   store_tile_avx2<R, H>(acc, y, ldy, ncols, y_step);
@@ -3053,7 +3061,7 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       for (int i = 0; i < 32; ++i) s += nibble_code(o, i, j) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
       const auto* m16 = reinterpret_cast<const uint16_t*>(o + kQ41MOff);
-      acc = std::fma(f16_to_f32(m16[j]) * dx[b], static_cast<float>(s32[b]), acc);
+      acc = std::fma(f16_to_f32(m16[j]), q4_1_min_factor(dx[b], s32[b]), acc);
     } else if (t == DType::Q4_K || t == DType::Q5_K) {
       int32_t s1 = 0, s2 = 0;
       for (int sb = 0; sb < 8; ++sb) {

@@ -46,7 +46,7 @@
 //         integer, so a Q4_0 matrix gives the bits of its Q8_0 transcoding)
 //   IQ4_NL the same with qw = kIq4nlValues[c]
 //   Q4_1  s = sum_i c[i] * qx[i];  acc = fma(d * dx, float(s), acc)
-//         then acc = fma(m * dx, float(sum_i qx[i]), acc)
+//         then acc = fma(m, dx * float(sum_i qx[i]), acc)
 //   Q3_K  as Q6_K with q = c - 4 (Q6_K's tiles on the codes c + 28 = q + 32, built in registers
 //         for decode, expanded to Q6_K's bytes once per row block for prefill: the integers of
 //         its Q6_K transcoding)
