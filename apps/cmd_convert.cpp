@@ -31,14 +31,14 @@ Result<DType> parse_type(const std::string& s) {
   if (s == "q4_0") return DType::Q4_0;
   if (s == "q4_1") return DType::Q4_1;
   if (s == "q5_0") return DType::Q5_0;
+  if (s == "q5_1") return DType::Q5_1;
   if (s == "iq4_nl") return DType::IQ4_NL;
   if (s == "q3_k") return DType::Q3_K;
   if (s == "iq4_xs") return DType::IQ4_XS;
   if (s == "q2_k") return DType::Q2_K;
   return make_error(
       "--type must be f32, f16, bf16, q8_0, q4_k, q4_k_m, q5_k, q5_k_m, q6_k, q4_0, q4_1, q5_0, "
-      "iq4_nl, "
-      "q3_k, iq4_xs or q2_k (got '" +
+      "q5_1, iq4_nl, q3_k, iq4_xs or q2_k (got '" +
       s + "')");
 }
 
@@ -125,15 +125,16 @@ int cmd_convert(int argc, char** argv) {
     std::printf(
         "usage: rewind convert --in HF_DIR --out FILE.gguf\n"
         "                      [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|\n"
-        "                              q4_0|q4_1|q5_0|iq4_nl|q3_k|iq4_xs|q2_k]\n"
+        "                              q4_0|q4_1|q5_0|q5_1|iq4_nl|q3_k|iq4_xs|q2_k]\n"
         "Writes the checkpoint as one GGUF file in llama.cpp's layout (qwen35, qwen35moe,\n"
         "qwen3next), with its MTP head as blk.N.nextn.* (not for qwen3next).\n"
         "Matrices get --type (default f32); a row length that is not a multiple of\n"
         "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n"
         "q4_k_m, q5_k_m: llama-quantize's mixtures (q6_k for output and, in some layers,\n"
         "attn_v and ffn_down; q4_k or q5_k elsewhere).\n"
-        "q4_0, q4_1, q5_0, iq4_nl, q3_k, iq4_xs, q2_k: for files made elsewhere (all but q5_0\n"
-        "have kernels; q5_0 is held exactly as q8_0); written here to test their loading.\n");
+        "q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, iq4_xs, q2_k: for files made elsewhere (all\n"
+        "but q5_0 have kernels; q5_0 is held exactly as q8_0); written here to test their\n"
+        "loading.\n");
     return 0;
   }
   const std::string in = args->str("--in"), out = args->str("--out");

@@ -187,7 +187,7 @@ int cmd_make_model(int argc, char** argv) {
         "                         [--layers N] [--layer-types full,linear,...]\n"
         "                         [--linear-heads HK,HV,DK,DV] --out DIR [--format hf|gguf]\n"
         "                         [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|\n"
-        "                                 q4_0|q4_1|q5_0|iq4_nl|q3_k|iq4_xs|q2_k]\n"
+        "                                 q4_0|q4_1|q5_0|q5_1|iq4_nl|q3_k|iq4_xs|q2_k]\n"
         "       rewind make-model --from DIR --noise SIGMA [--seed N] --out DIR\n"
         "  --mtp          also write the multi-token-prediction head (mtp.*)\n"
         "  --layers N     number of decoder layers (default: the preset's)\n"

@@ -256,7 +256,7 @@ TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
 INSTANTIATE_TEST_SUITE_P(Types, GgufQuantExact,
                          ::testing::Values("q8_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m",
                                            "q4_0", "q5_0", "iq4_nl", "q3_k", "iq4_xs", "q2_k",
-                                           "q4_1"));
+                                           "q4_1", "q5_1"));
 
 }  // namespace
 }  // namespace rw

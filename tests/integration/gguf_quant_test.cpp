@@ -134,7 +134,8 @@ struct Threshold {
 // (its attention layers' fused qkv is a Q4_K/Q6_K stack, its linear ones' attn_qkv Q5_K);
 // bf16 0.98, 4e-5; f16 1.0, 6e-7; q4_0 0.43, 0.085; iq4_nl 0.50, 0.078; q3_k 0.26, 0.21;
 // iq4_xs 0.45, 0.080; q2_k 0.07, 0.52 (with its scales negated in one matrix 0.016, 0.86); q4_1
-// 0.445, 0.073 (with its mins negated in one matrix 0.06, 0.58); q5_0
+// 0.445, 0.073 (with its mins negated in one matrix 0.06, 0.58); q5_1 0.73, 0.021 (0.07, 0.57);
+// q5_0
 // (held as Q8_0) 0.72, 0.026 (rewind's own quantisers for q4_0 to q2_k, see quant.h). The
 // int8 dot adds its activation rounding: q8_0 0.945, 0.001; q6_k 0.84, 0.007; q5_k 0.67, 0.023;
 // q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's error does. A random-weight model has
@@ -143,7 +144,7 @@ constexpr Threshold kThresholds[] = {
     {"q8_0", 0.90, 0.005}, {"q6_k", 0.75, 0.03},   {"q5_k", 0.55, 0.05},  {"q5_k_m", 0.55, 0.05},
     {"q4_k", 0.35, 0.2},   {"q4_k_m", 0.40, 0.15}, {"bf16", 0.97, 5e-4},  {"f16", 0.98, 1e-4},
     {"q5_0", 0.55, 0.05},  {"q4_0", 0.33, 0.2},    {"iq4_nl", 0.35, 0.2}, {"q3_k", 0.20, 0.3},
-    {"iq4_xs", 0.35, 0.2}, {"q2_k", 0.04, 0.7},    {"q4_1", 0.35, 0.2}};
+    {"iq4_xs", 0.35, 0.2}, {"q2_k", 0.04, 0.7},    {"q4_1", 0.35, 0.2},   {"q5_1", 0.55, 0.05}};
 const Threshold& threshold(const std::string& type) {
   for (const Threshold& t : kThresholds)
     if (type == t.type) return t;
@@ -334,13 +335,14 @@ TEST(GgufQuant, HeldFormatsTakeTheirHoldersStoreAndSaySo) {
     EXPECT_EQ(test::cached_model(gguf(type)).quantised_bytes() * 544, q8.quantised_bytes() * 288)
         << type;
   EXPECT_EQ(test::cached_model(gguf("q4_1")).quantised_bytes() * 544, q8.quantised_bytes() * 320);
+  EXPECT_EQ(test::cached_model(gguf("q5_1")).quantised_bytes() * 544, q8.quantised_bytes() * 384);
   EXPECT_EQ(test::cached_model(gguf("q3_k")).quantised_bytes() * 3360,
             test::cached_model(gguf("q6_k")).quantised_bytes() * 1824);
   EXPECT_EQ(test::cached_model(gguf("iq4_xs")).quantised_bytes() * 3360,
             test::cached_model(gguf("q6_k")).quantised_bytes() * 2208);
   EXPECT_EQ(test::cached_model(gguf("q2_k")).quantised_bytes() * 3360,
             test::cached_model(gguf("q6_k")).quantised_bytes() * 1344);
-  for (const char* type : {"q8_0", "q4_0", "iq4_nl", "q4_1", "q3_k", "iq4_xs", "q2_k"}) {
+  for (const char* type : {"q8_0", "q4_0", "iq4_nl", "q4_1", "q5_1", "q3_k", "iq4_xs", "q2_k"}) {
     int rc = 0;
     const std::string out = test::run_command(
         std::string(REWIND_BINARY) + " run --model " + gguf(type) + " --prompt hi -n 1 2>&1", &rc);
@@ -409,12 +411,15 @@ TEST(GgufQuant, CorruptedScalesFailTheThresholds) {
                 q.kl);
     EXPECT_TRUE(q.top1 < threshold(type).min_top1 || q.kl > threshold(type).max_kl) << type;
   }
-  // Q4_1: m (offset 2 of its 20-byte block) negated in one FFN matrix: the mins enter with the
+  // Q4_1, Q5_1: m (offset 2 of their blocks) negated in one FFN matrix: the mins enter with the
   // wrong sign.
-  const Quality q41 = corrupted("q4_1", "blk.0.ffn_down.weight", 2,
+  for (const char* type : {"q4_1", "q5_1"}) {
+    const Quality q = corrupted(type, "blk.0.ffn_down.weight", 2,
                                 [](uint16_t m) { return static_cast<uint16_t>(m ^ 0x8000); });
-  std::printf("q4_1 with negated mins in blk.0.ffn_down: top-1 %.3f, KL %.5f\n", q41.top1, q41.kl);
-  EXPECT_TRUE(q41.top1 < threshold("q4_1").min_top1 || q41.kl > threshold("q4_1").max_kl);
+    std::printf("%s with negated mins in blk.0.ffn_down: top-1 %.3f, KL %.5f\n", type, q.top1,
+                q.kl);
+    EXPECT_TRUE(q.top1 < threshold(type).min_top1 || q.kl > threshold(type).max_kl) << type;
+  }
 }
 
 // `rewind bench` on a Q8_0 file: it measures and reports the machine's limits next to the run

@@ -195,7 +195,7 @@ TEST(GgufModel, MetadataErrors) {
 TEST(GgufModel, BlockGeometryMatchesTheReader) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q5_K,
                   DType::Q6_K, DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K, DType::IQ4_XS,
-                  DType::Q2_K, DType::Q4_1}) {
+                  DType::Q2_K, DType::Q4_1, DType::Q5_1}) {
     const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(ggml_from_dtype(t)));
     ASSERT_NE(info, nullptr) << dtype_name(t);
     EXPECT_EQ(std::string(info->name), std::string(dtype_name(t)));

@@ -306,6 +306,34 @@ TEST(Quant, Q4_1KnownAnswer) {
   for (int e = 0; e < 32; ++e) EXPECT_EQ(q4_1_code(q, e), e == 1 ? 15 : code(e)) << e;
 }
 
+// Q5_1 as ggml's dequantize_row_q5_1 reads it: Q4_1's nibbles, the fifth bit of value j bit j of
+// qh read as a little-endian u32; w = code * d + m. The quantiser is ggml's
+// quantize_row_q5_1_ref: d = (max - min) / 31, codes (x - min) / d + 0.5 truncated.
+TEST(Quant, Q5_1KnownAnswer) {
+  BlockQ5_1 b;
+  b.d = 0x3400;  // 0.25
+  b.m = 0x4000;  // 2
+  auto code = [](int e) { return (e * 13 + 3) % 32; };
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    b.qs[j] = static_cast<uint8_t>((code(j) & 0xF) | ((code(j + 16) & 0xF) << 4));
+    qh |= static_cast<uint32_t>(code(j) >> 4) << j;
+    qh |= static_cast<uint32_t>(code(j + 16) >> 4) << (j + 16);
+  }
+  std::memcpy(b.qh, &qh, 4);
+  float y[32];
+  convert_row_to_f32(&b, DType::Q5_1, 32, y);
+  for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], 0.25f * static_cast<float>(code(e)) + 2.0f) << e;
+  // Every code 0..31 once (a permutation): the block quantises back to them exactly.
+  float x[32];
+  for (int e = 0; e < 32; ++e) x[e] = 2.0f + 0.25f * static_cast<float>(code(e));
+  BlockQ5_1 q;
+  quantize_row(x, DType::Q5_1, 32, &q);
+  EXPECT_EQ(q.d, 0x3400);
+  EXPECT_EQ(q.m, 0x4000);
+  for (int e = 0; e < 32; ++e) EXPECT_EQ(q5_1_code(q, e), code(e)) << e;
+}
+
 // Q2_K as ggml's dequantize_row_q2_K reads it: value 128 n + 32 j + l has bits 2j..2j+1 of
 // qs[32 n + l]; sub-block e / 16 has its scale in the low nibble of scales[e / 16] and its min in
 // the high one; w = (d * scale) * q - dmin * min.
@@ -432,7 +460,7 @@ TEST(Quant, RoundTripError) {
   const std::pair<DType, double> cases[] = {
       {DType::Q8_0, 0.01},   {DType::Q6_K, 0.03}, {DType::Q5_K, 0.06},   {DType::Q4_K, 0.12},
       {DType::Q5_0, 0.06},   {DType::Q4_0, 0.12}, {DType::IQ4_NL, 0.12}, {DType::Q3_K, 0.25},
-      {DType::IQ4_XS, 0.12}, {DType::Q2_K, 0.45}, {DType::Q4_1, 0.12}};
+      {DType::IQ4_XS, 0.12}, {DType::Q2_K, 0.45}, {DType::Q4_1, 0.12},   {DType::Q5_1, 0.06}};
   for (auto [t, bound] : cases) {
     const auto y = dequantize(quantize(x, t, rows, k), t, rows, k);
     double se = 0, ss = 0;
@@ -448,8 +476,9 @@ TEST(Quant, RoundTripError) {
 
 TEST(Quant, ZeroRowsStayZero) {
   std::vector<float> x(256, 0.0f);
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q5_0,
-                  DType::IQ4_NL, DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1}) {
+  for (DType t :
+       {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::Q5_0, DType::IQ4_NL,
+        DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1}) {
     const auto y = dequantize(quantize(x, t, 1, 256), t, 1, 256);
     for (float v : y) EXPECT_EQ(v, 0.0f) << dtype_name(t);
   }
@@ -461,7 +490,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
   QuantDotGuard dot(QuantDot::F32);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1}) {
+                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1}) {
     for (int64_t n : {1, 16, 37, 100}) {
       const int64_t k = dtype_block_elems(t) == 32 ? 96 : 512;
       const auto w = randn(static_cast<size_t>(n * k), 7 + static_cast<uint32_t>(n));
@@ -473,6 +502,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
                                   : t == DType::Q4_0   ? 288
                                   : t == DType::IQ4_NL ? 288
                                   : t == DType::Q4_1   ? 320
+                                  : t == DType::Q5_1   ? 384
                                   : t == DType::Q3_K   ? 1824
                                   : t == DType::IQ4_XS ? 2208
                                   : t == DType::Q2_K   ? 1344
@@ -762,7 +792,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1}) {
+                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1}) {
     // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores);
     // 600: 38 panels, so that a thread's AMX prefill runs more than one group of 16 panels and
     // its leftover rows split a group into VNNI panel pairs.
@@ -823,7 +853,7 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K,
-                  DType::Q4_1}) {
+                  DType::Q4_1, DType::Q5_1}) {
     const int64_t n = t == DType::Q4_K ? 500 : 37, k = 2048, m = 530;
     auto w = randn(static_cast<size_t>(n * k), 31);
     auto q = quantize(w, t, n, k);
@@ -851,15 +881,16 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
 }
 
 // The largest integer sums the kernels can meet stay exact: every code at its maximum (Q4_K and
-// Q4_0 / Q4_1 15, Q5_K 31, Q6_K 63, Q8_0 -128 / 127) against activations of +-127 everywhere. The
-// AVX2 kernels keep several vpmaddubsw results in int16 before widening (8 for Q4_K, Q4_0, Q4_1, 4
-// for Q5_K, 2 for Q6_K); one more would overflow here and this test would fail.
+// Q4_0 / Q4_1 15, Q5_K / Q5_1 31, Q6_K 63, Q8_0 -128 / 127) against activations of +-127
+// everywhere. The AVX2 kernels keep several vpmaddubsw results in int16 before widening (8 for
+// Q4_K, Q4_0, Q4_1, 4 for Q5_K and Q5_1, 2 for Q6_K); one more would overflow here and this test
+// would fail.
 TEST(QuantInt8, ExtremeCodesStayExact) {
   IsaGuard guard;
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1}) {
+                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1}) {
     const int64_t n = 32, k = 512;
     auto w = randn(static_cast<size_t>(n * k), 5);
     auto q = quantize(w, t, n, k);
@@ -872,6 +903,9 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
         std::memset(reinterpret_cast<BlockQ4_0*>(q.data())[i].qs, 0xFF, 16);
       } else if (t == DType::Q4_1) {
         std::memset(reinterpret_cast<BlockQ4_1*>(q.data())[i].qs, 0xFF, 16);
+      } else if (t == DType::Q5_1) {
+        std::memset(reinterpret_cast<BlockQ5_1*>(q.data())[i].qs, 0xFF, 16);
+        std::memset(reinterpret_cast<BlockQ5_1*>(q.data())[i].qh, 0xFF, 4);
       } else if (t == DType::IQ4_NL) {  // index 0: -127, the value of largest magnitude
         std::memset(reinterpret_cast<BlockIQ4_NL*>(q.data())[i].qs, i % 2 ? 0xFF : 0x00, 16);
       } else if (t == DType::Q2_K) {  // codes 3, scales and mins 15
@@ -932,7 +966,7 @@ TEST(QuantInt8, CloseToExactProduct) {
   QuantDotGuard dot(QuantDot::Int8);
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
-                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1}) {
+                  DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1}) {
     const int64_t n = 48, k = 1024, m = 7;
     const auto w = randn(static_cast<size_t>(n * k), 5);
     const auto q = quantize(w, t, n, k);

@@ -84,12 +84,18 @@ inline int q6k_code(const uint8_t* blk, int k, int j) {
 }
 constexpr int kQ8QOff = 32;
 // Q4_1 (see matmul_quant.h): Q4_0's block (d, then the codes at kQ8QOff), then m at kQ41MOff.
-constexpr int kQ41MOff = 32 + 256;
-// A Q4_1 block's min enters as fma(m, q4_1_min_factor(dx, sum32(qx)), acc): the factor is the
+// Q5_1: Q4_0's block with the codes' low 4 bits, their fifth bits at kQ51HOff in Q5_K's layout
+// of one sub-block (byte t of lane j holds in bit 2c + e that of the value whose low bits are in
+// nibble e of byte t of lane j of nibble group c), then m at kQ51MOff.
+constexpr int kQ41MOff = 32 + 256, kQ51HOff = 32 + 256, kQ51MOff = 32 + 256 + 64;
+constexpr int min_offset(bool q5) {
+  return q5 ? kQ51MOff : kQ41MOff;
+}
+// A Q4_1 / Q5_1 block's min enters as fma(m, min_factor(dx, sum32(qx)), acc): the factor is the
 // same for every output of the row, so a tile takes one fma per output and block for it (with
 // (m * dx) per output, two). The product is exact when dx is an f16 value (act_scale), as
 // |sum32| < 2^12; every path computes it this way, so the bits agree whatever dx is.
-inline float q4_1_min_factor(float dx, int16_t sum32) {
+inline float min_factor(float dx, int16_t sum32) {
   return dx * static_cast<float>(sum32);
 }
 // Q3_K (see matmul_quant.h): the low 2 bits of c at kQ3KLoOff in Q6_K's high-bit layout
@@ -164,14 +170,21 @@ void widen_nibbles_scalar(const std::byte* blk, float* out, int64_t ld) {
   }
 }
 
-// Q4_1: float(c) * d + m (ggml's x0 * d + m).
-void widen_q4_1_scalar(const std::byte* blk, float* out, int64_t ld) {
+// The code of value k of lane j of a Q4_1 (0..15) or Q5_1 (0..31) panel block.
+inline int min_code(bool q5, const uint8_t* blk, int k, int j) {
+  const int lo = nibble_code(blk, k, j);
+  return q5 ? lo | ((blk[kQ51HOff + q5k_hbit_byte(k, j)] >> q5k_hbit_shift(k)) & 1) << 4 : lo;
+}
+
+// Q4_1 / Q5_1: float(c) * d + m (ggml's x0 * d + m).
+template <bool Q5>
+void widen_min_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
-  const auto* m16 = reinterpret_cast<const uint16_t*>(blk + kQ41MOff);
+  const auto* m16 = reinterpret_cast<const uint16_t*>(blk + min_offset(Q5));
   const auto* o = reinterpret_cast<const uint8_t*>(blk);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]), m = f16_to_f32(m16[j]);
-    for (int k = 0; k < 32; ++k) out[k * ld + j] = static_cast<float>(nibble_code(o, k, j)) * d + m;
+    for (int k = 0; k < 32; ++k) out[k * ld + j] = static_cast<float>(min_code(Q5, o, k, j)) * d + m;
   }
 }
 
@@ -425,13 +438,28 @@ REWIND_AVX512 inline void nibble_group(const std::byte* blk, int g, __m512 d, __
   w[6] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<2>(hi)), d);
   w[7] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<3>(hi)), d);
 }
-// Q4_1: the 8 weight vectors of group g (nibble_group's values) as float(c) * d + m: one fma, as
-// the product is exact (the scalar widen's one rounding).
-REWIND_AVX512 inline void q4_1_group(const std::byte* blk, int g, __m512 d, __m512 m,
-                                     __m512 (&w)[8]) {
+// The Q4_1 / Q5_1 codes of group g as bytes: lo holds values 8g + t, hi 8g + 4 + t (Q5: the
+// fifth bits of the block's high-bit group merged in as kquant_codes does).
+template <bool Q5>
+REWIND_AVX512 inline void min_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
   const __m512i v = load_group(blk + kQ8QOff + 64 * g);
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  lo = _mm512_and_si512(v, m4);
+  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  if (Q5) {
+    const __m512i h = _mm512_srl_epi32(load_group(blk + kQ51HOff), _mm_cvtsi32_si128(2 * g));
+    const __m512i b4 = _mm512_set1_epi8(0x10);
+    lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(h, 4), b4, kAOrBAndC);
+    hi = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi32(h, 3), b4, kAOrBAndC);
+  }
+}
+// Q4_1 / Q5_1: the 8 weight vectors of group g as float(c) * d + m: one fma, as the product is
+// exact (the scalar widen's one rounding).
+template <bool Q5>
+REWIND_AVX512 inline void min_group(const std::byte* blk, int g, __m512 d, __m512 m,
+                                    __m512 (&w)[8]) {
+  __m512i lo, hi;
+  min_codes<Q5>(blk, g, lo, hi);
   w[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<0>(lo)), d, m);
   w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<1>(lo)), d, m);
   w[2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<2>(lo)), d, m);
@@ -552,11 +580,12 @@ REWIND_AVX512 void widen_nibbles_avx512(const std::byte* blk, float* out, int64_
   }
 }
 
-REWIND_AVX512 void widen_q4_1_avx512(const std::byte* blk, float* out, int64_t ld) {
-  const __m512 d = load_f16x16(blk), m = load_f16x16(blk + kQ41MOff);
+template <bool Q5>
+REWIND_AVX512 void widen_min_avx512(const std::byte* blk, float* out, int64_t ld) {
+  const __m512 d = load_f16x16(blk), m = load_f16x16(blk + min_offset(Q5));
   for (int g = 0; g < 4; ++g) {
     __m512 w[8];
-    q4_1_group(blk, g, d, m, w);
+    min_group<Q5>(blk, g, d, m, w);
     for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
   }
 }
@@ -716,18 +745,24 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
         }
         fma_steps<R, P, 8>(acc, w, x, ldx, b * 32 + 8 * g);
       }
-    } else if (t == DType::Q4_1) {
+    } else if (t == DType::Q4_1 || t == DType::Q5_1) {
+      const bool q5 = t == DType::Q5_1;
       __m512 d[P], m[P];
       for (int p = 0; p < P; ++p) {
         d[p] = load_f16x16(blk[p]);
-        m[p] = load_f16x16(blk[p] + kQ41MOff);
+        m[p] = load_f16x16(blk[p] + min_offset(q5));
       }
       for (int g = 0; g < 4; ++g) {
         __m512 w[P][8];
         for (int p = 0; p < P; ++p) {
-          prefetch(blk[p], 80 * g);  // the block's 320 bytes, evenly: 40 bytes apart
-          prefetch(blk[p], 80 * g + 40);
-          q4_1_group(blk[p], g, d[p], m[p], w[p]);
+          // The block's 320 (384) bytes, evenly: two prefetches 40 (48) bytes apart per group.
+          const int step = static_cast<int>(pb) / 8;
+          prefetch(blk[p], 2 * step * g);
+          prefetch(blk[p], 2 * step * g + step);
+          if (q5)
+            min_group<true>(blk[p], g, d[p], m[p], w[p]);
+          else
+            min_group<false>(blk[p], g, d[p], m[p], w[p]);
         }
         fma_steps<R, P, 8>(acc, w, x, ldx, b * 32 + 8 * g);
       }
@@ -1007,12 +1042,14 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
-    } else if constexpr (t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q4_1) {
+    } else if constexpr (t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q4_1 ||
+                         t == DType::Q5_1) {
       // Q4_0: the codes c (0..15) are the u8 operand as they are, s = sum c * x - 8 * sum x.
       // IQ4_NL: vpshufb looks the codes up as kIq4nlValues[c] + 128 (1..241, a valid u8
       // operand), s = sum (v + 128) * x - 128 * sum x. Either way Q8_0's integer for its value.
-      // Q4_1: s = sum c * x from zero, then the min's sum32(x) in a second combine.
-      constexpr bool nl = t == DType::IQ4_NL, q41 = t == DType::Q4_1;
+      // Q4_1 / Q5_1: s = sum c * x from zero (c = 0..15 / 0..31), then the min's fma.
+      constexpr bool nl = t == DType::IQ4_NL, q5 = t == DType::Q5_1,
+                     q41 = t == DType::Q4_1 || q5;
       const __m512i m4 = _mm512_set1_epi8(0x0F);
       const __m512i table = iq4_u8_table();
       for (int r = 0; r < R; ++r) {
@@ -1028,6 +1065,10 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         __m512i lo[P], hi[P];
         for (int p = 0; p < P; ++p) {
           prefetch_spread<R, kPb, 4>(blk[p], g);
+          if constexpr (q41) {
+            min_codes<q5>(blk[p], g, lo[p], hi[p]);
+            continue;
+          }
           const __m512i v = load_group(blk[p] + kQ8QOff + 64 * g);
           lo[p] = _mm512_and_si512(v, m4);
           hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
@@ -1048,9 +1089,9 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       combine<R, P>(acc, dw, xr, b, s);
       if constexpr (q41) {  // acc = fma(m, dx * float(sum32(qx)), acc): one fma per output
         __m512 mw[P];
-        for (int p = 0; p < P; ++p) mw[p] = load_f16x16(blk[p] + kQ41MOff);
+        for (int p = 0; p < P; ++p) mw[p] = load_f16x16(blk[p] + min_offset(q5));
         for (int r = 0; r < R; ++r) {
-          const __m512 sx = _mm512_set1_ps(q4_1_min_factor(xr.d[r][b], xr.s32[r][b]));
+          const __m512 sx = _mm512_set1_ps(min_factor(xr.d[r][b], xr.s32[r][b]));
           for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(mw[p], sx, acc[r][p]);
         }
       }
@@ -1299,6 +1340,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
         REWIND_INT8_TYPE(DType::IQ4_NL);
       case DType::Q4_1:
         REWIND_INT8_TYPE(DType::Q4_1);
+      case DType::Q5_1:
+        REWIND_INT8_TYPE(DType::Q5_1);
       case DType::Q4_K:
         REWIND_INT8_TYPE_BYTES(DType::Q4_K);
       case DType::Q5_K:
@@ -2069,21 +2112,25 @@ REWIND_AVX2 __attribute__((always_inline)) inline void nibbles_avx2(__m256i v, _
 // Q4_0: the codes c (0..15) are unsigned, so vpmaddubsw multiplies them by the activations as
 // they are; a block's 8 products per lane pair stay within int16 (8 * 3810), one vpmaddwd by ones
 // widens them, and s = sum c * x - 8 * sum x is Q8_0's integer for q = c - 8. Q4_1 (Min): s =
-// sum c * x, then one fma per output adds m times the block's q4_1_min_factor.
-template <int R, int P, bool Min = false>
+// sum c * x, then one fma per output adds m times the block's min_factor. Q5_1 (Min, Q5): the
+// same with 5-bit codes, whose int16 sums are widened after every 2 groups (4 products of up to
+// 31 * 127 per lane pair: 31496).
+template <int R, int P, bool Min = false, bool Q5 = false>
 REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
     int64_t ldy, int ncols, int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
-  const int64_t pb = quant_panel_block_bytes(Min ? DType::Q4_1 : DType::Q4_0), nb = xa.k / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t pb = quant_panel_block_bytes(Q5 ? DType::Q5_1 : Min ? DType::Q4_1 : DType::Q4_0),
+                nb = xa.k / 32;
+  const __m256i ones = _mm256_set1_epi16(1), b4 = _mm256_set1_epi8(0x10);
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
     panel_blocks<P>(panels, panel_stride, b * pb, blk);
-    __m256i t16[R][H];
+    __m256i t16[R][H], s[R][H];
     zero_sums<R, H>(t16);
+    zero_sums<R, H>(s);
     REWIND_UNROLL
     for (int g = 0; g < 4; ++g) {
       __m256i lo[H], hi[H];
@@ -2091,6 +2138,11 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
       for (int h = 0; h < H; ++h) {
         if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 4);
         nibbles_avx2(half_group(blk, h, kQ8QOff + 64 * g), lo[h], hi[h]);
+        if constexpr (Q5) {  // the fifth bits to bit 4 of each byte (kquant_codes' layout)
+          const __m256i hb = _mm256_srli_epi32(half_group(blk, h, kQ51HOff), 2 * g);
+          lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(_mm256_slli_epi32(hb, 4), b4));
+          hi[h] = _mm256_or_si256(hi[h], _mm256_and_si256(_mm256_slli_epi32(hb, 3), b4));
+        }
       }
       REWIND_UNROLL
       for (int r = 0; r < R; ++r) {
@@ -2102,23 +2154,33 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
               t16[r][h],
               _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], a0), _mm256_maddubs_epi16(hi[h], a1)));
       }
+      if (g % 2 == 1 && (Q5 || g == 3)) {  // widen: Q5_1 every 2 groups, the others once
+        REWIND_UNROLL
+        for (int r = 0; r < R; ++r) {
+          REWIND_UNROLL
+          for (int h = 0; h < H; ++h) {
+            s[r][h] = _mm256_add_epi32(s[r][h], _mm256_madd_epi16(t16[r][h], ones));
+            t16[r][h] = _mm256_setzero_si256();
+          }
+        }
+      }
     }
-    __m256i s[R][H];
-    REWIND_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const __m256i corr = _mm256_set1_epi32(Min ? 0 : 8 * static_cast<int32_t>(xr.s32[r][b]));
+    if constexpr (!Min) {
       REWIND_UNROLL
-      for (int h = 0; h < H; ++h)
-        s[r][h] = _mm256_sub_epi32(_mm256_madd_epi16(t16[r][h], ones), corr);
+      for (int r = 0; r < R; ++r) {
+        const __m256i corr = _mm256_set1_epi32(8 * static_cast<int32_t>(xr.s32[r][b]));
+        REWIND_UNROLL
+        for (int h = 0; h < H; ++h) s[r][h] = _mm256_sub_epi32(s[r][h], corr);
+      }
     }
     combine_avx2<R, H>(acc, blk, 0, xr, b, s);
     if constexpr (Min) {
       REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
-        const __m256 mw = f16x8(blk[h / 2] + kQ41MOff + 16 * (h % 2));
+        const __m256 mw = f16x8(blk[h / 2] + min_offset(Q5) + 16 * (h % 2));
         REWIND_UNROLL
         for (int r = 0; r < R; ++r) {
-          const __m256 sx = _mm256_set1_ps(q4_1_min_factor(xr.d[r][b], xr.s32[r][b]));
+          const __m256 sx = _mm256_set1_ps(min_factor(xr.d[r][b], xr.s32[r][b]));
           _mm256_store_ps(acc.f[r][h], _mm256_fmadd_ps(mw, sx, _mm256_load_ps(acc.f[r][h])));
         }
       }
@@ -2565,6 +2627,8 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
       REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P>);
     case DType::Q4_1:
       REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P, true>);
+    case DType::Q5_1:
+      REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P, true, true>);
     case DType::IQ4_NL:
       REWIND_AVX2_TILES(int8_tile_avx2_iq4_nl<R, P>);
     case DType::IQ4_XS:
@@ -2737,7 +2801,7 @@ bool avx2_allowed() {
 }
 
 int64_t act_block(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q4_1 ? 32 : 256;
+  return dtype_block_elems(t);
 }
 
 }  // namespace
@@ -2820,6 +2884,16 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         std::memcpy(o + kQ41MOff + 2 * j, &x.m, 2);
         for (int e = 0; e < 32; ++e)
           o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>(nibble32(x.qs, e) << q4k_shift(e));
+      } else if (t == DType::Q5_1) {  // Q4_0's layout for the low 4 bits, the fifth, then m
+        BlockQ5_1 x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_1), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        std::memcpy(o + kQ51MOff + 2 * j, &x.m, 2);
+        for (int e = 0; e < 32; ++e) {
+          const int code = q5_1_code(x, e);
+          o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
+          o[kQ51HOff + q5k_hbit_byte(e, j)] |= static_cast<uint8_t>((code >> 4) << q5k_hbit_shift(e));
+        }
       } else if (t == DType::Q5_K) {
         BlockQ5_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_K), sizeof x);
@@ -2916,7 +2990,10 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       f = simd ? widen_nibbles_avx512<true> : widen_nibbles_scalar<true>;
       break;
     case DType::Q4_1:
-      f = simd ? widen_q4_1_avx512 : widen_q4_1_scalar;
+      f = simd ? widen_min_avx512<false> : widen_min_scalar<false>;
+      break;
+    case DType::Q5_1:
+      f = simd ? widen_min_avx512<true> : widen_min_scalar<true>;
       break;
     case DType::Q4_K:
       f = simd ? widen_k_avx512<false> : widen_k_scalar<false>;
@@ -3056,12 +3133,13 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       int32_t s = 0;
       for (int i = 0; i < 32; ++i) s += nibble_value(t == DType::IQ4_NL, o, i, j) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
-    } else if (t == DType::Q4_1) {
+    } else if (t == DType::Q4_1 || t == DType::Q5_1) {
+      const bool q5 = t == DType::Q5_1;
       int32_t s = 0;
-      for (int i = 0; i < 32; ++i) s += nibble_code(o, i, j) * xb[i];
+      for (int i = 0; i < 32; ++i) s += min_code(q5, o, i, j) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
-      const auto* m16 = reinterpret_cast<const uint16_t*>(o + kQ41MOff);
-      acc = std::fma(f16_to_f32(m16[j]), q4_1_min_factor(dx[b], s32[b]), acc);
+      const auto* m16 = reinterpret_cast<const uint16_t*>(o + min_offset(q5));
+      acc = std::fma(f16_to_f32(m16[j]), min_factor(dx[b], s32[b]), acc);
     } else if (t == DType::Q4_K || t == DType::Q5_K) {
       int32_t s1 = 0, s2 = 0;
       for (int sb = 0; sb < 8; ++sb) {

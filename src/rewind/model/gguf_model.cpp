@@ -61,6 +61,9 @@ bool dtype_from_ggml(GgmlType t, DType* out) {
     case GgmlType::Q4_1:
       *out = DType::Q4_1;
       return true;
+    case GgmlType::Q5_1:
+      *out = DType::Q5_1;
+      return true;
     default:
       return false;
   }
@@ -88,7 +91,7 @@ class Resolver {
       return make_error(f_.path() + ": tensor '" + name + "': type " +
                         ggml_type_name(static_cast<uint32_t>(t->type)) +
                         " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, "
-                        "Q4_0, Q4_1, Q5_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K)");
+                        "Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, IQ4_XS, Q2_K)");
     std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
     if (got != shape)
       return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
@@ -561,6 +564,8 @@ GgmlType ggml_from_dtype(DType t) {
       return GgmlType::Q2_K;
     case DType::Q4_1:
       return GgmlType::Q4_1;
+    case DType::Q5_1:
+      return GgmlType::Q5_1;
     default:
       return GgmlType::F32;
   }
@@ -791,6 +796,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
                         : matrix_type == DType::Q4_0   ? 2
                         : matrix_type == DType::Q4_1   ? 3
                         : matrix_type == DType::Q5_0   ? 8
+                        : matrix_type == DType::Q5_1   ? 9
                         : matrix_type == DType::Q3_K   ? 11  // llama.cpp's Q3_K_S: all Q3_K
                         : matrix_type == DType::IQ4_NL ? 25
                         : matrix_type == DType::IQ4_XS ? 30

@@ -55,7 +55,8 @@ int64_t gguf_mtp_blocks(const ModelConfig& cfg, const WeightSet& ws);
 
 // Writes `ws` (canonical weights of `cfg`) as a GGUF file in llama.cpp's layout, with the MTP
 // head as gguf_mtp_blocks(cfg, ws) nextn blocks. Matrices are stored as `matrix_type` (F32, F16,
-// BF16, Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K); a matrix whose row
+// BF16, Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, IQ4_XS, Q2_K);
+// a matrix whose row
 // length is not a multiple of that type's block falls back to Q8_0 (if a multiple of 32) or F32, as
 // llama-quantize falls back. 1-D tensors, norms, ssm_conv1d, ssm_a and ssm_dt.bias are F32.
 // Streams one tensor at a time. `name` goes to general.name.

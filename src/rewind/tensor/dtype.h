@@ -1,8 +1,8 @@
 // Element types of stored weights and their scalar conversions (header-only).
 // BF16 -> F32 is exact (a shift); F32 -> BF16 rounds to nearest even (NaN kept quiet).
 // Q8_0, Q4_K, Q5_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
-// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K and
-// Q4_1 (ggml's, with kernels of their own). Q5_0 is a ggml format that GGUF files hold but the
+// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K,
+// Q4_1 and Q5_1 (ggml's, with kernels of their own). Q5_0 is a ggml format that GGUF files hold but the
 // matmul does not pack: loading transcodes them exactly into the type dtype_held_as() names
 // (tensor/quant.h, transcode_row), which then stands in for them.
 #pragma once
@@ -34,7 +34,8 @@ enum class DType : uint8_t {
   Q3_K,
   IQ4_XS,
   Q2_K,
-  Q4_1
+  Q4_1,
+  Q5_1
 };
 
 inline size_t dtype_size(DType t) {
@@ -54,6 +55,7 @@ inline size_t dtype_size(DType t) {
     case DType::IQ4_XS:
     case DType::Q2_K:
     case DType::Q4_1:
+    case DType::Q5_1:
       return 0;
   }
   return 0;
@@ -62,7 +64,7 @@ inline size_t dtype_size(DType t) {
 inline bool dtype_is_quant(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
          t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q3_K || t == DType::IQ4_XS ||
-         t == DType::Q2_K || t == DType::Q4_1;
+         t == DType::Q2_K || t == DType::Q4_1 || t == DType::Q5_1;
 }
 // The file-only formats (see the top of this file).
 inline bool dtype_is_held_as_other(DType t) {
@@ -90,6 +92,7 @@ inline int64_t dtype_block_elems(DType t) {
     case DType::Q5_0:
     case DType::IQ4_NL:
     case DType::Q4_1:
+    case DType::Q5_1:
       return 32;
     case DType::Q4_K:
     case DType::Q5_K:
@@ -125,6 +128,8 @@ inline int64_t dtype_block_bytes(DType t) {
       return 84;
     case DType::Q4_1:
       return 20;
+    case DType::Q5_1:
+      return 24;
     default:
       return static_cast<int64_t>(dtype_size(t));
   }
@@ -167,6 +172,8 @@ inline std::string_view dtype_name(DType t) {
       return "Q2_K";
     case DType::Q4_1:
       return "Q4_1";
+    case DType::Q5_1:
+      return "Q5_1";
   }
   return "?";
 }

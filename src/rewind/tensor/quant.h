@@ -1,5 +1,5 @@
-// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K
-// and Q4_1 (ggml-common.h), with their exact dequantisation and a reference quantiser
+// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K,
+// Q4_1 and Q5_1 (ggml-common.h), with their exact dequantisation and a reference quantiser
 // (header-only); and Q5_0, held as Q8_0 (dtype_held_as), with their dequantisation, the exact
 // transcoding and quantisers.
 //
@@ -15,6 +15,7 @@
 //   IQ4_XS w = (d * sc) * kIq4nlValues[code] (sc = 6-bit code - 32 per 32 values; d * sc exact)
 //   Q2_K  w = (d * sc) * q - (dmin * m)   (sc, m 4-bit per 16 values, q in [0, 3]; as Q4_K)
 //   Q4_1  w = d * q + m                   (d, m f16 per 32 values, q in [0, 15]; d * q exact)
+//   Q5_1  the same with q in [0, 31] (a fifth, high bit per value in qh, as Q5_0's)
 // Q4_0, Q5_0, IQ4_NL and Q3_K are Q8_0's and Q6_K's formulas with narrower integers, so a block of
 // them re-written as Q8_0 (Q6_K) with the same d and integers (transcode_row) dequantises to the
 // same bits, and its integer dot products are the same integers.
@@ -24,7 +25,8 @@
 // the reference's scheme (per-sub-block scale/min, 6-bit or 8-bit scales relative to an f16 super
 // scale, values re-quantised with the quantised scales; Q2_K the same with 4-bit scales and mins)
 // with a small search over the sub-block scale instead of ggml's weighted RMSE search: valid files,
-// slightly different bits from llama-quantize. Q4_0, Q5_0 and Q4_1 are ggml's reference quantisers;
+// slightly different bits from llama-quantize. Q4_0, Q5_0, Q4_1 and Q5_1 are ggml's reference
+// quantisers;
 // IQ4_NL and IQ4_XS follow ggml's scale search without an importance matrix; Q3_K takes Q6_K's
 // scheme with 3-bit codes (no RMSE search).
 #pragma once
@@ -75,6 +77,12 @@ struct BlockQ4_1 {
   uint16_t m;              // f16: the value of code 0
   uint8_t qs[kQK8_0 / 2];  // as Q4_0's
 };
+struct BlockQ5_1 {
+  uint16_t d;              // f16
+  uint16_t m;              // f16: the value of code 0
+  uint8_t qh[4];           // as Q5_0's
+  uint8_t qs[kQK8_0 / 2];  // low 4 bits, as Q4_0's
+};
 struct BlockQ5_0 {
   uint16_t d;              // f16
   uint8_t qh[4];           // bit j (little-endian u32) is the fifth bit of value j
@@ -106,7 +114,7 @@ struct BlockQ2_K {
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
               sizeof(BlockQ6_K) == 210 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
               sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_XS) == 136 &&
-              sizeof(BlockQ2_K) == 84 && sizeof(BlockQ4_1) == 20);
+              sizeof(BlockQ2_K) == 84 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24);
 
 // IQ4_NL's 16 values (ggml-common.h kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -153,10 +161,17 @@ inline int q4_0_value(const BlockQ4_0& b, int e) {
 inline int q4_1_code(const BlockQ4_1& b, int e) {
   return nibble32(b.qs, e);
 }
+// The 5-bit code of value e: its low 4 bits from qs, bit e of qh (a little-endian u32) on top.
+inline int code5_32(const uint8_t* qh4, const uint8_t* qs, int e) {
+  const uint32_t qh = static_cast<uint32_t>(qh4[0]) | static_cast<uint32_t>(qh4[1]) << 8 |
+                      static_cast<uint32_t>(qh4[2]) << 16 | static_cast<uint32_t>(qh4[3]) << 24;
+  return nibble32(qs, e) | static_cast<int>((qh >> e) & 1) << 4;
+}
 inline int q5_0_value(const BlockQ5_0& b, int e) {
-  const uint32_t qh = static_cast<uint32_t>(b.qh[0]) | static_cast<uint32_t>(b.qh[1]) << 8 |
-                      static_cast<uint32_t>(b.qh[2]) << 16 | static_cast<uint32_t>(b.qh[3]) << 24;
-  return (nibble32(b.qs, e) | static_cast<int>((qh >> e) & 1) << 4) - 16;
+  return code5_32(b.qh, b.qs, e) - 16;
+}
+inline int q5_1_code(const BlockQ5_1& b, int e) {
+  return code5_32(b.qh, b.qs, e);
 }
 inline int iq4_nl_value(const BlockIQ4_NL& b, int e) {
   return kIq4nlValues[nibble32(b.qs, e)];
@@ -239,12 +254,12 @@ inline void dequantize_row_32(const Block* x, float* y, int64_t n, Value value) 
   }
 }
 
-// Q4_1: float(code) * d + m (ggml's x0 * d + m; the product is exact, one rounding).
-inline void dequantize_row_q4_1(const BlockQ4_1* x, float* y, int64_t n) {
+// Q4_1 / Q5_1: float(code) * d + m (ggml's x0 * d + m; the product is exact, one rounding).
+template <class Block, class Code>
+inline void dequantize_row_min32(const Block* x, float* y, int64_t n, Code code) {
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     const float d = f16_to_f32(x[i].d), m = f16_to_f32(x[i].m);
-    for (int j = 0; j < kQK8_0; ++j)
-      y[i * kQK8_0 + j] = static_cast<float>(q4_1_code(x[i], j)) * d + m;
+    for (int j = 0; j < kQK8_0; ++j) y[i * kQK8_0 + j] = static_cast<float>(code(x[i], j)) * d + m;
   }
 }
 
@@ -304,7 +319,9 @@ inline void convert_row_to_f32(const void* src, DType t, int64_t n, float* dst) 
     case DType::Q2_K:
       return dequantize_row_q2_k(static_cast<const BlockQ2_K*>(src), dst, n);
     case DType::Q4_1:
-      return dequantize_row_q4_1(static_cast<const BlockQ4_1*>(src), dst, n);
+      return dequantize_row_min32(static_cast<const BlockQ4_1*>(src), dst, n, q4_1_code);
+    case DType::Q5_1:
+      return dequantize_row_min32(static_cast<const BlockQ5_1*>(src), dst, n, q5_1_code);
     default:
       convert_to_f32(src, t, static_cast<size_t>(n), dst);
   }
@@ -533,25 +550,53 @@ inline void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
   }
 }
 
-// Q4_1: ggml's reference quantiser (quantize_row_q4_1_ref): m = the block's minimum, d = (max -
-// min) / 15, codes truncate (x - min) / d + 0.5 and clamp at 15.
+// Q4_1 and Q5_1: ggml's reference quantisers (quantize_row_q4_1_ref, quantize_row_q5_1_ref): m =
+// the block's minimum, d = (max - min) / 15 (31), codes truncate (x - min) / d + 0.5 (Q4_1's
+// clamped at 15, through an int8 as ggml's; Q5_1's through a uint8, unclamped).
+template <int Bits>
+inline void quantize_block_min32(const float* x, uint16_t* d_out, uint16_t* m_out,
+                                 uint8_t (&codes)[kQK8_0]) {
+  float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
+  for (int j = 0; j < kQK8_0; ++j) {
+    if (x[j] < min) min = x[j];
+    if (x[j] > max) max = x[j];
+  }
+  const float d = (max - min) / static_cast<float>((1 << Bits) - 1);
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  *d_out = f32_to_f16(d);
+  *m_out = f32_to_f16(min);
+  for (int j = 0; j < kQK8_0; ++j) {
+    const float v = (x[j] - min) * id + 0.5f;
+    codes[j] = Bits == 4
+                   ? static_cast<uint8_t>(std::min(15, static_cast<int>(static_cast<int8_t>(v))))
+                   : static_cast<uint8_t>(v);
+  }
+}
+
 inline void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
+  uint8_t c[kQK8_0];
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
-    const float* xb = x + i * kQK8_0;
-    float min = std::numeric_limits<float>::max(), max = -std::numeric_limits<float>::max();
-    for (int j = 0; j < kQK8_0; ++j) {
-      if (xb[j] < min) min = xb[j];
-      if (xb[j] > max) max = xb[j];
-    }
-    const float d = (max - min) / 15.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    y[i].d = f32_to_f16(d);
-    y[i].m = f32_to_f16(min);
-    uint8_t c[kQK8_0];
-    for (int j = 0; j < kQK8_0; ++j)
-      c[j] = static_cast<uint8_t>(
-          std::min(15, static_cast<int>(static_cast<int8_t>((xb[j] - min) * id + 0.5f))));
+    quantize_block_min32<4>(x + i * kQK8_0, &y[i].d, &y[i].m, c);
     for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+  }
+}
+
+// The low nibbles of 32 5-bit codes into qs (Q4_0's order) and their fifth bits into qh.
+inline void pack_code5_32(const uint8_t (&c)[kQK8_0], uint8_t* qs, uint8_t* qh4) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<uint8_t>((c[j] & 0xF) | ((c[j + 16] & 0xF) << 4));
+    qh |= static_cast<uint32_t>((c[j] >> 4) & 1) << j | static_cast<uint32_t>((c[j + 16] >> 4) & 1)
+                                                            << (j + 16);
+  }
+  for (int b = 0; b < 4; ++b) qh4[b] = static_cast<uint8_t>(qh >> (8 * b));
+}
+
+inline void quantize_row_q5_1(const float* x, BlockQ5_1* y, int64_t n) {
+  uint8_t c[kQK8_0];
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    quantize_block_min32<5>(x + i * kQK8_0, &y[i].d, &y[i].m, c);
+    pack_code5_32(c, y[i].qs, y[i].qh);
   }
 }
 
@@ -559,13 +604,7 @@ inline void quantize_row_q5_0(const float* x, BlockQ5_0* y, int64_t n) {
   uint8_t c[kQK8_0];
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     quantize_block_q4_5_0<5>(x + i * kQK8_0, &y[i].d, c);
-    uint32_t qh = 0;
-    for (int j = 0; j < 16; ++j) {
-      y[i].qs[j] = static_cast<uint8_t>((c[j] & 0xF) | ((c[j + 16] & 0xF) << 4));
-      qh |= static_cast<uint32_t>(c[j] >> 4) << j | static_cast<uint32_t>(c[j + 16] >> 4)
-                                                        << (j + 16);
-    }
-    for (int b = 0; b < 4; ++b) y[i].qh[b] = static_cast<uint8_t>(qh >> (8 * b));
+    pack_code5_32(c, y[i].qs, y[i].qh);
   }
 }
 
@@ -741,6 +780,8 @@ inline void quantize_row(const float* src, DType t, int64_t n, void* dst) {
       return quantize_row_q2_k(src, static_cast<BlockQ2_K*>(dst), n);
     case DType::Q4_1:
       return quantize_row_q4_1(src, static_cast<BlockQ4_1*>(dst), n);
+    case DType::Q5_1:
+      return quantize_row_q5_1(src, static_cast<BlockQ5_1*>(dst), n);
     case DType::F32:
       std::memcpy(dst, src, static_cast<size_t>(n) * 4);
       return;
