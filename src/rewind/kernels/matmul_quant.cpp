@@ -91,6 +91,10 @@ constexpr int kQ41MOff = 32 + 256, kQ51HOff = 32 + 256, kQ51MOff = 32 + 256 + 64
 constexpr int min_offset(bool q5) {
   return q5 ? kQ51MOff : kQ41MOff;
 }
+// Q4_1 / Q5_1 expanded for the VNNI prefill tile (expand_min_bytes): d, then the codes one byte
+// each in Q8_0's 8 groups (values 4g..4g+3 at kQ8QOff + 64 g), then m at kMinBytesMOff.
+constexpr int kMinBytesMOff = kQ8QOff + 512;
+constexpr int64_t kMinBytesBlock = kMinBytesMOff + 32;
 // A Q4_1 / Q5_1 block's min enters as fma(m, min_factor(dx, sum32(qx)), acc): the factor is the
 // same for every output of the row, so a tile takes one fma per output and block for it (with
 // (m * dx) per output, two). The product is exact when dx is an f16 value (act_scale), as
@@ -1010,6 +1014,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
                          : t == DType::IQ4_XS ? kIQ4XSBytesBlock
                          : t == DType::Q2_K   ? kQ2KBytesBlock
                          : t == DType::Q3_K   ? kQ3KScaledBlock
+                         : t == DType::Q4_1 || t == DType::Q5_1 ? kMinBytesBlock
                                               : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
   __m512 acc[R][P];
@@ -1060,8 +1065,19 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           for (int p = 0; p < P; ++p) s[r][p] = c;
         }
       }
+      if constexpr (Bytes) {  // Q4_1 / Q5_1 prefill on expand_min_bytes' codes
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g) {
+          __m512i w[P];
+          for (int p = 0; p < P; ++p) w[p] = load_group(blk[p] + kQ8QOff + 64 * g);
+          for (int r = 0; r < R; ++r) {
+            const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 32 + 4 * g));
+            for (int p = 0; p < P; ++p) s[r][p] = _mm512_dpbusd_epi32(s[r][p], w[p], a);
+          }
+        }
+      }
 #pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g) {
+      for (int g = 0; g < 4 && !Bytes; ++g) {
         __m512i lo[P], hi[P];
         for (int p = 0; p < P; ++p) {
           prefetch_spread<R, kPb, 4>(blk[p], g);
@@ -1089,7 +1105,8 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       combine<R, P>(acc, dw, xr, b, s);
       if constexpr (q41) {  // acc = fma(m, dx * float(sum32(qx)), acc): one fma per output
         __m512 mw[P];
-        for (int p = 0; p < P; ++p) mw[p] = load_f16x16(blk[p] + min_offset(q5));
+        for (int p = 0; p < P; ++p)
+          mw[p] = load_f16x16(blk[p] + (Bytes ? kMinBytesMOff : min_offset(q5)));
         for (int r = 0; r < R; ++r) {
           const __m512 sx = _mm512_set1_ps(min_factor(xr.d[r][b], xr.s32[r][b]));
           for (int p = 0; p < P; ++p) acc[r][p] = _mm512_fmadd_ps(mw[p], sx, acc[r][p]);
@@ -1339,9 +1356,9 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
       case DType::IQ4_NL:
         REWIND_INT8_TYPE(DType::IQ4_NL);
       case DType::Q4_1:
-        REWIND_INT8_TYPE(DType::Q4_1);
+        REWIND_INT8_TYPE_BYTES(DType::Q4_1);
       case DType::Q5_1:
-        REWIND_INT8_TYPE(DType::Q5_1);
+        REWIND_INT8_TYPE_BYTES(DType::Q5_1);
       case DType::Q4_K:
         REWIND_INT8_TYPE_BYTES(DType::Q4_K);
       case DType::Q5_K:
@@ -1647,6 +1664,26 @@ REWIND_AVX512 void expand_iq4_xs_bytes(const std::byte* src, int64_t nb, std::by
           reinterpret_cast<void*>(o + kIQ4XSQOff + 128 * g + 64),
           _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4)));
     }
+  }
+}
+
+// nb Q4_1 / Q5_1 panel blocks at src expanded to kMinBytesBlock each at dst, for the VNNI
+// prefill tile: d, the codes one byte each (nibble group g's low halves are Q8_0 group 2g, its
+// high halves group 2g + 1), m.
+template <bool Q5>
+REWIND_AVX512 void expand_min_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
+  const int64_t pb = quant_panel_block_bytes(Q5 ? DType::Q5_1 : DType::Q4_1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * pb;
+    std::byte* o = dst + b * kMinBytesBlock;
+    std::memcpy(o, blk, 32);
+    for (int g = 0; g < 4; ++g) {
+      __m512i lo, hi;
+      min_codes<Q5>(blk, g, lo, hi);
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g), lo);
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g + 64), hi);
+    }
+    std::memcpy(o + kMinBytesMOff, blk + min_offset(Q5), 32);
   }
 }
 
@@ -3206,7 +3243,7 @@ int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
   constexpr int64_t kAmxGroupBytes = 256 * 1024;
   if (uses_amx(t, rows))
     return static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16));
-  return t == DType::Q8_0 || t == DType::IQ4_NL ? 3 : 2;
+  return t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::Q4_1 || t == DType::Q5_1 ? 3 : 2;
 }
 
 namespace {
@@ -3246,6 +3283,13 @@ PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
     case DType::Q2_K:
       if (avx2) break;
       return {expand_q2_k_bytes, kQ2KBytesBlock, t, true};
+    // Q4_1 / Q5_1: the codes as bytes in Q8_0's groups (Q5_1's fifth bit merged in once).
+    case DType::Q4_1:
+      if (avx2) break;
+      return {expand_min_bytes<false>, kMinBytesBlock, t, true};
+    case DType::Q5_1:
+      if (avx2) break;
+      return {expand_min_bytes<true>, kMinBytesBlock, t, true};
     default:
       break;
   }
