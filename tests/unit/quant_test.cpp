@@ -162,10 +162,10 @@ TEST(Quant, Q4_0KnownAnswer) {
 
 // Q5_0: the fifth bit of value j is bit j of qh read as a little-endian u32 (ggml: xh_0 = bit j,
 // xh_1 = bit j + 16), minus 16.
-TEST(Quant, Q5_0KnownAnswer) {
-  BlockQ5_0 b;
-  b.d = 0xB400;  // -0.25
-  auto code = [](int e) { return (e * 13 + 7) % 32; };
+// Q5_0 / Q5_1 blocks' 32 5-bit codes as ggml lays them out: value j's low 4 bits in the low
+// nibble of qs[j], value 16 + j's in its high nibble; their fifth bits at j and 16 + j of qh.
+template <class Block, class Code>
+void set_codes5(Block& b, Code code) {
   uint32_t qh = 0;
   for (int j = 0; j < 16; ++j) {
     b.qs[j] = static_cast<uint8_t>((code(j) & 0xF) | ((code(j + 16) & 0xF) << 4));
@@ -173,6 +173,13 @@ TEST(Quant, Q5_0KnownAnswer) {
     qh |= static_cast<uint32_t>(code(j + 16) >> 4) << (j + 16);
   }
   std::memcpy(b.qh, &qh, 4);  // x86: little-endian, as ggml's memcpy into a u32
+}
+
+TEST(Quant, Q5_0KnownAnswer) {
+  BlockQ5_0 b;
+  b.d = 0xB400;  // -0.25
+  auto code = [](int e) { return (e * 13 + 7) % 32; };
+  set_codes5(b, code);
   float y[32];
   convert_row_to_f32(&b, DType::Q5_0, 32, y);
   for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], -0.25f * static_cast<float>(code(e) - 16)) << e;
@@ -314,13 +321,7 @@ TEST(Quant, Q5_1KnownAnswer) {
   b.d = 0x3400;  // 0.25
   b.m = 0x4000;  // 2
   auto code = [](int e) { return (e * 13 + 3) % 32; };
-  uint32_t qh = 0;
-  for (int j = 0; j < 16; ++j) {
-    b.qs[j] = static_cast<uint8_t>((code(j) & 0xF) | ((code(j + 16) & 0xF) << 4));
-    qh |= static_cast<uint32_t>(code(j) >> 4) << j;
-    qh |= static_cast<uint32_t>(code(j + 16) >> 4) << (j + 16);
-  }
-  std::memcpy(b.qh, &qh, 4);
+  set_codes5(b, code);
   float y[32];
   convert_row_to_f32(&b, DType::Q5_1, 32, y);
   for (int e = 0; e < 32; ++e) EXPECT_EQ(y[e], 0.25f * static_cast<float>(code(e)) + 2.0f) << e;

@@ -352,18 +352,25 @@ constexpr int kAOrBAndC = 0xF8;
 
 // The codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t (Q5: 5 bits, the
 // high bit, moved to bit 4 of the byte, merged in with one ternary-logic op: a | (b & 0x10)).
+// The nibble group at q as bytes (lo: low nibbles, hi: high ones); Q5: with the fifth bits of the
+// high-bit group at h5, shifted right by hshift, merged in as bit 4.
 template <bool Q5>
-REWIND_AVX512 inline void kquant_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
-  const __m512i v = load_group(blk + kQ4KQOff + 64 * g);
+REWIND_AVX512 __attribute__((always_inline)) inline void codes_4_5(const std::byte* q,
+                                                                   const std::byte* h5, int hshift,
+                                                                   __m512i& lo, __m512i& hi) {
+  const __m512i v = load_group(q);
   lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
   hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0F));
   if (Q5) {
-    const __m512i h = _mm512_srl_epi32(load_group(blk + kQ5KHOff + 64 * (g >> 2)),
-                                       _mm_cvtsi32_si128(2 * (g & 3)));
+    const __m512i h = _mm512_srl_epi32(load_group(h5), _mm_cvtsi32_si128(hshift));
     const __m512i b4 = _mm512_set1_epi8(0x10);
     lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(h, 4), b4, kAOrBAndC);
     hi = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi32(h, 3), b4, kAOrBAndC);
   }
+}
+template <bool Q5>
+REWIND_AVX512 inline void kquant_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
+  codes_4_5<Q5>(blk + kQ4KQOff + 64 * g, blk + kQ5KHOff + 64 * (g >> 2), 2 * (g & 3), lo, hi);
 }
 template <bool Q5>
 REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m512 m1,
@@ -446,16 +453,7 @@ REWIND_AVX512 inline void nibble_group(const std::byte* blk, int g, __m512 d, __
 // fifth bits of the block's high-bit group merged in as kquant_codes does).
 template <bool Q5>
 REWIND_AVX512 inline void min_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
-  const __m512i v = load_group(blk + kQ8QOff + 64 * g);
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  lo = _mm512_and_si512(v, m4);
-  hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-  if (Q5) {
-    const __m512i h = _mm512_srl_epi32(load_group(blk + kQ51HOff), _mm_cvtsi32_si128(2 * g));
-    const __m512i b4 = _mm512_set1_epi8(0x10);
-    lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(h, 4), b4, kAOrBAndC);
-    hi = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi32(h, 3), b4, kAOrBAndC);
-  }
+  codes_4_5<Q5>(blk + kQ8QOff + 64 * g, blk + kQ51HOff, 2 * g, lo, hi);
 }
 // Q4_1 / Q5_1: the 8 weight vectors of group g as float(c) * d + m: one fma, as the product is
 // exact (the scalar widen's one rounding).
