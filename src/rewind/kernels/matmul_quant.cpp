@@ -1381,8 +1381,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
 // Panel p of a tile reads panels + p * panel_stride and writes y + p * y_step (floats); ncols
 // counts the output columns from the tile's first one (the last panel may be partial).
 // bytes: Q6_K panels expanded by expand_q6_k, Q4_K / Q5_K panels by expand_k_bytes, IQ4_XS by
-// expand_iq4_xs_bytes, Q2_K by expand_q2_k_bytes, Q3_K by expand_q3_k_scaled (one byte per value;
-// the AVX2 tiles take Q6_K's only). pf (prefill, or null): a stream the VNNI tiles
+// expand_iq4_xs_bytes, Q2_K by expand_q2_k_bytes, Q3_K by expand_q3_k_scaled, Q4_1 / Q5_1 by
+// expand_min_bytes (one byte per value; the AVX2 tiles take Q6_K's only). pf (prefill, or null): a stream the VNNI tiles
 // step once per block (the AVX2 tiles a burst before each tile). n_tiles: row tiles of the
 // tile's height, one below the other (rows r0 + i * R, outputs y + i * R * ldy).
 using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
