@@ -132,9 +132,8 @@ int cmd_convert(int argc, char** argv) {
         "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n"
         "q4_k_m, q5_k_m: llama-quantize's mixtures (q6_k for output and, in some layers,\n"
         "attn_v and ffn_down; q4_k or q5_k elsewhere).\n"
-        "q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, iq4_xs, q2_k: for files made elsewhere (all\n"
-        "but q5_0 have kernels; q5_0 is held exactly as q8_0); written here to test their\n"
-        "loading.\n");
+        "q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, iq4_xs, q2_k: for files made elsewhere;\n"
+        "written here to test their loading.\n");
     return 0;
   }
   const std::string in = args->str("--in"), out = args->str("--out");

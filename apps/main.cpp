@@ -74,9 +74,6 @@ Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::str
   LoadOptions opt;
   opt.pool = pool;
   opt.mtp = mtp;
-  opt.note = [](const std::string& line) {
-    std::fprintf(stderr, "rewind: note: %s\n", line.c_str());
-  };
   if (store == "auto") {
     opt.store = WeightStore::Auto;
   } else if (store == "f32") {

@@ -303,10 +303,8 @@ bool matmul_amx_enabled() {
 PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int64_t k, DType store,
                                 ThreadPool* pool) {
   if (dtype_is_quant(store)) {
-    REWIND_CHECK_MSG(dtype_held_as(src_type) == store,
-                     "matmul: a quantised store needs rows of its type (or of a type it holds)");
+    REWIND_CHECK_MSG(src_type == store, "matmul: a quantised store needs rows of its type");
     REWIND_CHECK(n >= 0 && k >= 0 && k % dtype_block_elems(store) == 0);
-    const bool transcode = src_type != store;
     PackedMatrix pm;
     pm.n_ = n;
     pm.k_ = k;
@@ -315,20 +313,13 @@ PackedMatrix PackedMatrix::pack(const void* src, DType src_type, int64_t n, int6
     const int64_t panel_bytes =
         k / dtype_block_elems(store) * detail::quant_panel_block_bytes(store);
     pm.data_.resize(static_cast<size_t>(n_panels * panel_bytes));
-    const size_t row_bytes = dtype_row_bytes(src_type, k),
-                 store_row_bytes = dtype_row_bytes(store, k);
+    const size_t row_bytes = dtype_row_bytes(store, k);
     auto pack_panels = [&](int, int64_t pb, int64_t pe) {
-      std::vector<std::byte> held(transcode ? kMatmulNR * store_row_bytes : 0);
       for (int64_t p = pb; p < pe; ++p) {
         const std::byte* rows[kMatmulNR];
         const int nr = static_cast<int>(std::min<int64_t>(kMatmulNR, n - p * kMatmulNR));
-        for (int j = 0; j < nr; ++j) {
+        for (int j = 0; j < nr; ++j)
           rows[j] = static_cast<const std::byte*>(src) + (p * kMatmulNR + j) * row_bytes;
-          if (transcode) {
-            transcode_row(rows[j], src_type, k, held.data() + j * store_row_bytes);
-            rows[j] = held.data() + j * store_row_bytes;
-          }
-        }
         detail::pack_quant_panel(store, rows, nr, k, pm.data_.data() + p * panel_bytes);
       }
     };

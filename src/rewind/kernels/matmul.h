@@ -42,10 +42,9 @@ class PackedMatrix {
   // Packs W [n, k] (row-major, element type src_type: F32, BF16 or F16) into panels stored as
   // `store` (F32 or BF16). F16 -> F32 and F32 -> BF16 conversions happen here (F32 -> BF16
   // rounds to nearest even). Cost: O(n*k), one pass. pool may be null.
-  // Quantised stores (Q8_0, Q4_K, Q5_K, Q6_K, Q4_0): src_type must be store, or a file-only
-  // format that store holds (dtype_held_as(src_type) == store: Q5_0, IQ4_NL in Q8_0, Q3_K in
-  // Q6_K, transcoded exactly 16 rows at a time); src holds n rows of dtype_row_bytes(src_type, k)
-  // bytes (ggml blocks); k must be a multiple of the block size.
+  // Quantised stores (Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, ...: dtype_is_quant): src_type must be store;
+  // src holds n rows of dtype_row_bytes(store, k) bytes (ggml blocks); k must be a multiple of
+  // the block size.
   static PackedMatrix pack(const void* src, DType src_type, int64_t n, int64_t k, DType store,
                            ThreadPool* pool = nullptr);
 

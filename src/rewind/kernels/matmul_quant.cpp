@@ -156,28 +156,28 @@ void widen_q8_0_scalar(const std::byte* blk, float* out, int64_t ld) {
 inline int nibble_code(const uint8_t* blk, int k, int j) {
   return (blk[kQ8QOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
 }
-// Its weight as an integer: Q8_0's q for the same value (Q4_0: c - 8; IQ4_NL: kIq4nlValues[c]).
-inline int nibble_value(bool nl, const uint8_t* blk, int k, int j) {
+// The code of value k of lane j of a Q4_1 (0..15) or a Q5_0 / Q5_1 (0..31) panel block.
+inline int min_code(bool q5, const uint8_t* blk, int k, int j) {
+  const int lo = nibble_code(blk, k, j);
+  return q5 ? lo | ((blk[kQ51HOff + q5k_hbit_byte(k, j)] >> q5k_hbit_shift(k)) & 1) << 4 : lo;
+}
+// Its weight as an integer: Q8_0's q for the same value (Q4_0: c - 8; IQ4_NL: kIq4nlValues[c];
+// Q5_0: c - 16).
+inline int nibble_value(DType t, const uint8_t* blk, int k, int j) {
+  if (t == DType::Q5_0) return min_code(true, blk, k, j) - 16;
   const int c = nibble_code(blk, k, j);
-  return nl ? kIq4nlValues[c] : c - 8;
+  return t == DType::IQ4_NL ? kIq4nlValues[c] : c - 8;
 }
 
-// Q4_0 / IQ4_NL: float(q) * d, as the Q8_0 widen.
-template <bool NL>
+// Q4_0 / IQ4_NL / Q5_0: float(q) * d, as the Q8_0 widen.
+template <DType T>
 void widen_nibbles_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* d16 = reinterpret_cast<const uint16_t*>(blk);
   const auto* o = reinterpret_cast<const uint8_t*>(blk);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]);
-    for (int k = 0; k < 32; ++k)
-      out[k * ld + j] = static_cast<float>(nibble_value(NL, o, k, j)) * d;
+    for (int k = 0; k < 32; ++k) out[k * ld + j] = static_cast<float>(nibble_value(T, o, k, j)) * d;
   }
-}
-
-// The code of value k of lane j of a Q4_1 (0..15) or Q5_1 (0..31) panel block.
-inline int min_code(bool q5, const uint8_t* blk, int k, int j) {
-  const int lo = nibble_code(blk, k, j);
-  return q5 ? lo | ((blk[kQ51HOff + q5k_hbit_byte(k, j)] >> q5k_hbit_shift(k)) & 1) << 4 : lo;
 }
 
 // Q4_1 / Q5_1: float(c) * d + m (ggml's x0 * d + m).
@@ -423,22 +423,22 @@ REWIND_AVX512 inline void q6_k_group(const std::byte* blk, int g, __m512 ds, __m
   w[3] = _mm512_mul_ps(ds, _mm512_cvtepi32_ps(_mm512_sub_epi32(lane_byte_u8<3>(v), c32)));
 }
 
-// Q4_0 / IQ4_NL: the 8 weight vectors of group g (values 8g + t from the low nibbles, 8g + 4 + t
-// from the high ones) as float(q) * d, q = c - 8 or kIq4nlValues[c] (the scalar widen's
-// arithmetic: q exact, one rounding).
-template <bool NL>
+// Q4_0 / IQ4_NL / Q5_0: the 8 weight vectors of group g (values 8g + t from the low nibbles,
+// 8g + 4 + t from the high ones) as float(q) * d, q = c - 8, kIq4nlValues[c] or c - 16 (Q5_0's
+// fifth bits merged in first; the scalar widen's arithmetic: q exact, one rounding).
+template <DType T>
 REWIND_AVX512 inline void nibble_group(const std::byte* blk, int g, __m512 d, __m512 (&w)[8]) {
-  const __m512i v = load_group(blk + kQ8QOff + 64 * g);
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-  if (NL) {
+  __m512i lo, hi;
+  codes_4_5<T == DType::Q5_0>(blk + kQ8QOff + 64 * g, blk + kQ51HOff, 2 * g, lo, hi);
+  if (T == DType::IQ4_NL) {
     const __m512i table =
         _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
     lo = _mm512_shuffle_epi8(table, lo);
     hi = _mm512_shuffle_epi8(table, hi);
   } else {
-    lo = _mm512_sub_epi8(lo, _mm512_set1_epi8(8));
-    hi = _mm512_sub_epi8(hi, _mm512_set1_epi8(8));
+    const __m512i off = _mm512_set1_epi8(T == DType::Q5_0 ? 16 : 8);
+    lo = _mm512_sub_epi8(lo, off);
+    hi = _mm512_sub_epi8(hi, off);
   }
   w[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<0>(lo)), d);
   w[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<1>(lo)), d);
@@ -513,7 +513,7 @@ REWIND_AVX512 inline __m512 iq4xs_ds(const std::byte* blk, __m512 d, int s) {
 // IQ4_XS code group g (values 8g..8g+7 of each lane) as IQ4_NL's nibble_group reads it, scaled by
 // its sub-block's ds: float(value) * ds, the scalar widen's product.
 REWIND_AVX512 inline void iq4_xs_group(const std::byte* blk, int g, __m512 ds, __m512 (&w)[8]) {
-  nibble_group<true>(blk + kIQ4XSQOff - kQ8QOff, g, ds, w);
+  nibble_group<DType::IQ4_NL>(blk + kIQ4XSQOff - kQ8QOff, g, ds, w);
 }
 
 // Q2_K sub-block s: d1 = d * sc and m1 = dmin * m for the 16 lanes, and its code group.
@@ -572,12 +572,12 @@ REWIND_AVX512 void widen_q6_k_avx512(const std::byte* blk, float* out, int64_t l
   }
 }
 
-template <bool NL>
+template <DType T>
 REWIND_AVX512 void widen_nibbles_avx512(const std::byte* blk, float* out, int64_t ld) {
   const __m512 d = load_f16x16(blk);
   for (int g = 0; g < 4; ++g) {
     __m512 w[8];
-    nibble_group<NL>(blk, g, d, w);
+    nibble_group<T>(blk, g, d, w);
     for (int t = 0; t < 8; ++t) _mm512_storeu_ps(out + (8 * g + t) * ld, w[t]);
   }
 }
@@ -733,17 +733,21 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
         }
         fma_steps<R, P, 4>(acc, w, x, ldx, b * 32 + 4 * g);
       }
-    } else if (t == DType::Q4_0 || t == DType::IQ4_NL) {
+    } else if (t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q5_0) {
       __m512 d[P];
       for (int p = 0; p < P; ++p) d[p] = load_f16x16(blk[p]);
       for (int g = 0; g < 4; ++g) {
         __m512 w[P][8];
         for (int p = 0; p < P; ++p) {
           prefetch(blk[p], kQ8QOff + 64 * g);
-          if (t == DType::IQ4_NL)
-            nibble_group<true>(blk[p], g, d[p], w[p]);
-          else
-            nibble_group<false>(blk[p], g, d[p], w[p]);
+          if (t == DType::IQ4_NL) {
+            nibble_group<DType::IQ4_NL>(blk[p], g, d[p], w[p]);
+          } else if (t == DType::Q5_0) {
+            if (g == 0) prefetch(blk[p], kQ51HOff);
+            nibble_group<DType::Q5_0>(blk[p], g, d[p], w[p]);
+          } else {
+            nibble_group<DType::Q4_0>(blk[p], g, d[p], w[p]);
+          }
         }
         fma_steps<R, P, 8>(acc, w, x, ldx, b * 32 + 8 * g);
       }
@@ -1046,20 +1050,23 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       }
       combine<R, P>(acc, dw, xr, b, s);
     } else if constexpr (t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q4_1 ||
-                         t == DType::Q5_1) {
+                         t == DType::Q5_1 || t == DType::Q5_0) {
       // Q4_0: the codes c (0..15) are the u8 operand as they are, s = sum c * x - 8 * sum x.
       // IQ4_NL: vpshufb looks the codes up as kIq4nlValues[c] + 128 (1..241, a valid u8
       // operand), s = sum (v + 128) * x - 128 * sum x. Either way Q8_0's integer for its value.
-      // Q4_1 / Q5_1: s = sum c * x from zero (c = 0..15 / 0..31), then the min's fma.
-      constexpr bool nl = t == DType::IQ4_NL, q5 = t == DType::Q5_1,
-                     q41 = t == DType::Q4_1 || q5;
+      // Q4_1 / Q5_1: s = sum c * x from zero (c = 0..15 / 0..31), then the min's fma. Q5_0 (decode;
+      // its prefill runs Q8_0's tile on expand_q5_0_q8_0's bytes): Q5_1's codes, s = sum c * x -
+      // 16 * sum x, Q8_0's integer for q = c - 16.
+      constexpr bool nl = t == DType::IQ4_NL, q5 = t == DType::Q5_1 || t == DType::Q5_0,
+                     q41 = t == DType::Q4_1 || t == DType::Q5_1;
       const __m512i m4 = _mm512_set1_epi8(0x0F);
       const __m512i table = iq4_u8_table();
       for (int r = 0; r < R; ++r) {
         if constexpr (q41) {
           for (int p = 0; p < P; ++p) s[r][p] = zero_idiom();
         } else {
-          const __m512i c = _mm512_set1_epi32((nl ? -128 : -8) * int32_t{xr.s32[r][b]});
+          const __m512i c =
+              _mm512_set1_epi32((nl ? -128 : q5 ? -16 : -8) * int32_t{xr.s32[r][b]});
           for (int p = 0; p < P; ++p) s[r][p] = c;
         }
       }
@@ -1079,7 +1086,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         __m512i lo[P], hi[P];
         for (int p = 0; p < P; ++p) {
           prefetch_spread<R, kPb, 4>(blk[p], g);
-          if constexpr (q41) {
+          if constexpr (q41 || q5) {
             min_codes<q5>(blk[p], g, lo[p], hi[p]);
             continue;
           }
@@ -1357,6 +1364,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
         REWIND_INT8_TYPE_BYTES(DType::Q4_1);
       case DType::Q5_1:
         REWIND_INT8_TYPE_BYTES(DType::Q5_1);
+      case DType::Q5_0:
+        REWIND_INT8_TYPE(DType::Q5_0);
       case DType::Q4_K:
         REWIND_INT8_TYPE_BYTES(DType::Q4_K);
       case DType::Q5_K:
@@ -1682,6 +1691,25 @@ REWIND_AVX512 void expand_min_bytes(const std::byte* src, int64_t nb, std::byte*
       _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g + 64), hi);
     }
     std::memcpy(o + kMinBytesMOff, blk + min_offset(Q5), 32);
+  }
+}
+
+// nb Q5_0 panel blocks at src as the Q8_0 panel blocks of their transcoding (the same d, the
+// values c - 16 as Q8_0's codes), for the VNNI prefill: Q8_0's tiles run on them.
+REWIND_AVX512 void expand_q5_0_q8_0(const std::byte* src, int64_t nb, std::byte* dst) {
+  const int64_t pb = quant_panel_block_bytes(DType::Q5_0), db = quant_panel_block_bytes(DType::Q8_0);
+  const __m512i c16 = _mm512_set1_epi8(16);
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * pb;
+    std::byte* o = dst + b * db;
+    std::memcpy(o, blk, 32);
+    for (int g = 0; g < 4; ++g) {
+      __m512i lo, hi;
+      min_codes<true>(blk, g, lo, hi);
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g), _mm512_sub_epi8(lo, c16));
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g + 64),
+                          _mm512_sub_epi8(hi, c16));
+    }
   }
 }
 
@@ -2156,8 +2184,8 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
     int64_t ldy, int ncols, int64_t y_step) {
   constexpr int H = 2 * P;
   const ActRows<R> xr(xa, r0);
-  const int64_t pb = quant_panel_block_bytes(Q5 ? DType::Q5_1 : Min ? DType::Q4_1 : DType::Q4_0),
-                nb = xa.k / 32;
+  constexpr DType kT = Min ? (Q5 ? DType::Q5_1 : DType::Q4_1) : (Q5 ? DType::Q5_0 : DType::Q4_0);
+  const int64_t pb = quant_panel_block_bytes(kT), nb = xa.k / 32;
   const __m256i ones = _mm256_set1_epi16(1), b4 = _mm256_set1_epi8(0x10);
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
@@ -2203,7 +2231,7 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q4_0(
     if constexpr (!Min) {
       REWIND_UNROLL
       for (int r = 0; r < R; ++r) {
-        const __m256i corr = _mm256_set1_epi32(8 * static_cast<int32_t>(xr.s32[r][b]));
+        const __m256i corr = _mm256_set1_epi32((Q5 ? 16 : 8) * static_cast<int32_t>(xr.s32[r][b]));
         REWIND_UNROLL
         for (int h = 0; h < H; ++h) s[r][h] = _mm256_sub_epi32(s[r][h], corr);
       }
@@ -2664,6 +2692,8 @@ REWIND_AVX2 void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r0,
       REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P, true>);
     case DType::Q5_1:
       REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P, true, true>);
+    case DType::Q5_0:
+      REWIND_AVX2_TILES(int8_tile_avx2_q4_0<R, P, false, true>);
     case DType::IQ4_NL:
       REWIND_AVX2_TILES(int8_tile_avx2_iq4_nl<R, P>);
     case DType::IQ4_XS:
@@ -2919,11 +2949,19 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         std::memcpy(o + kQ41MOff + 2 * j, &x.m, 2);
         for (int e = 0; e < 32; ++e)
           o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>(nibble32(x.qs, e) << q4k_shift(e));
-      } else if (t == DType::Q5_1) {  // Q4_0's layout for the low 4 bits, the fifth, then m
-        BlockQ5_1 x;
-        std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_1), sizeof x);
+      } else if (t == DType::Q5_1 || t == DType::Q5_0) {  // Q4_0's layout, the fifth bits, m
+        BlockQ5_1 x;  // Q5_0: the same bytes without m
+        if (t == DType::Q5_0) {
+          BlockQ5_0 x0;
+          std::memcpy(&x0, rows[j] + b * sizeof(BlockQ5_0), sizeof x0);
+          x.d = x0.d;
+          std::memcpy(x.qh, x0.qh, sizeof x.qh);
+          std::memcpy(x.qs, x0.qs, sizeof x.qs);
+        } else {
+          std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_1), sizeof x);
+          std::memcpy(o + kQ51MOff + 2 * j, &x.m, 2);
+        }
         std::memcpy(o + 2 * j, &x.d, 2);
-        std::memcpy(o + kQ51MOff + 2 * j, &x.m, 2);
         for (int e = 0; e < 32; ++e) {
           const int code = q5_1_code(x, e);
           o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
@@ -3019,10 +3057,13 @@ void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t
       f = simd ? widen_q8_0_avx512 : widen_q8_0_scalar;
       break;
     case DType::Q4_0:
-      f = simd ? widen_nibbles_avx512<false> : widen_nibbles_scalar<false>;
+      f = simd ? widen_nibbles_avx512<DType::Q4_0> : widen_nibbles_scalar<DType::Q4_0>;
       break;
     case DType::IQ4_NL:
-      f = simd ? widen_nibbles_avx512<true> : widen_nibbles_scalar<true>;
+      f = simd ? widen_nibbles_avx512<DType::IQ4_NL> : widen_nibbles_scalar<DType::IQ4_NL>;
+      break;
+    case DType::Q5_0:
+      f = simd ? widen_nibbles_avx512<DType::Q5_0> : widen_nibbles_scalar<DType::Q5_0>;
       break;
     case DType::Q4_1:
       f = simd ? widen_min_avx512<false> : widen_min_scalar<false>;
@@ -3164,9 +3205,9 @@ float int8_dot_reference(DType t, const QuantizedActs& xa, int64_t r, const std:
       int32_t s = 0;
       for (int i = 0; i < 32; ++i) s += static_cast<int8_t>(o[kQ8QOff + group_byte(i, j)]) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
-    } else if (t == DType::Q4_0 || t == DType::IQ4_NL) {
+    } else if (t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q5_0) {
       int32_t s = 0;
-      for (int i = 0; i < 32; ++i) s += nibble_value(t == DType::IQ4_NL, o, i, j) * xb[i];
+      for (int i = 0; i < 32; ++i) s += nibble_value(t, o, i, j) * xb[i];
       acc = std::fma(f16_to_f32(d16[j]) * dx[b], static_cast<float>(s), acc);
     } else if (t == DType::Q4_1 || t == DType::Q5_1) {
       const bool q5 = t == DType::Q5_1;
@@ -3241,7 +3282,10 @@ int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
   constexpr int64_t kAmxGroupBytes = 256 * 1024;
   if (uses_amx(t, rows))
     return static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16));
-  return t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::Q4_1 || t == DType::Q5_1 ? 3 : 2;
+  return t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::Q4_1 || t == DType::Q5_1 ||
+                 t == DType::Q5_0
+             ? 3
+             : 2;
 }
 
 namespace {
@@ -3269,6 +3313,10 @@ PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
     // with the lookups in the loop, serves decode).
     case DType::IQ4_NL:
       return {expand_iq4_nl_avx2, quant_panel_block_bytes(DType::Q8_0), DType::Q8_0, false};
+    // Q5_0 on the VNNI tiles: as IQ4_NL, its values c - 16 as Q8_0's codes (AVX2 runs its own).
+    case DType::Q5_0:
+      if (avx2) break;
+      return {expand_q5_0_q8_0, quant_panel_block_bytes(DType::Q8_0), DType::Q8_0, false};
     // On the VNNI tiles: Q4_K / Q5_K's codes as bytes (not on AMX, whose tiles expand their own),
     // IQ4_XS's as their u8 operands value + 128, Q2_K's as q * sc.
     case DType::Q4_K:
@@ -3337,7 +3385,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // bits); Q4_K's nibbles, times its sub-block scales' two parts, and Q5_K's 5-bit codes are
   // expanded to bytes once per panel group and row block, like Q6_K's codes.
   const bool amx = uses_amx(t, r1 - r0);
-  const bool q8_tile = !amx && (t == DType::Q8_0 || t == DType::IQ4_NL);
+  const bool q8_tile = !amx && (t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::Q5_0);
   const int kP = int8_prefill_group_panels(t, panel_stride, r1 - r0);
   const int kVnniP = amx ? 2 : kP;  // panels per VNNI / AVX2 tile
   const int kR = avx2 || q8_tile ? 4 : t == DType::Q4_0 ? 6 : 4;

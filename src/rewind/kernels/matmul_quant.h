@@ -15,6 +15,7 @@
 //   Q4_1 block (320 B):  the Q4_0 block with c = q (0..15), then m[16] f16
 //   Q5_1 block (384 B):  the Q4_0 block with the low 4 bits of c = q (0..31), then their fifth
 //                        bits in Q5_K's high-bit layout of one sub-block (64 B), then m[16] f16
+//   Q5_0 block (352 B):  the Q5_1 block without m, c = q + 16
 //   Q3_K block (1824 B): d[16] f16 | sc[16][16] i8 | c = q + 4 (0..7): its low 2 bits in Q6_K's
 //                        high-bit layout (16 groups, byte t of lane j of group h holding in bits
 //                        2c'..2c'+1 those of c[16h + 4c' + t]), then 8 groups of bit 2: byte t of
@@ -39,7 +40,7 @@
 // values are exactly ggml's, and the AVX-512 and scalar widen give the same bits.
 //
 // The int8 dot (QuantDot::Int8). Each activation row is quantised per block of B values (B = 32
-// for Q8_0, Q4_0, IQ4_NL, Q4_1 and Q5_1 weights, 256 for Q4_K / Q5_K / Q6_K / Q3_K / IQ4_XS /
+// for Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1 and Q5_1 weights, 256 for Q4_K / Q5_K / Q6_K / Q3_K / IQ4_XS /
 // Q2_K): dx = amax / 127, q = nearest-even(x * (127 / amax)), so q is in [-127, 127] (a block of
 // zeros: dx = 0, q = 0). Then for output (row r, column n), one f32 accumulator acc = +0.0f and,
 // for the weight blocks b in k order (integer sums exact):
@@ -47,6 +48,7 @@
 //   Q4_0  the same with qw = c - 8, computed as s = sum_i c[i] * qx[i] - 8 * sum_i qx[i] (the same
 //         integer, so a Q4_0 matrix gives the bits of its Q8_0 transcoding)
 //   IQ4_NL the same with qw = kIq4nlValues[c]
+//   Q5_0  the same with qw = c - 16 (s = sum_i c[i] * qx[i] - 16 * sum_i qx[i])
 //   Q4_1  s = sum_i c[i] * qx[i];  acc = fma(d * dx, float(s), acc)
 //         then acc = fma(m, dx * float(sum_i qx[i]), acc)   (Q5_1 the same with its 5-bit c)
 //   Q3_K  as Q6_K with q = c - 4 (Q6_K's tiles on the codes c + 28 = q + 32, built in registers
@@ -88,6 +90,8 @@ constexpr int64_t quant_panel_block_bytes(DType t) {
       return 32 + 16 * 16 + 32;
     case DType::Q5_1:
       return 32 + 16 * 16 + 64 + 32;
+    case DType::Q5_0:
+      return 32 + 16 * 16 + 64;
     case DType::Q4_K:
       return 32 + 32 + 128 + 128 + 128 * 16;
     case DType::Q5_K:

@@ -804,7 +804,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
                         : matrix_type == DType::BF16   ? 32
                                                        : 0;
   u32("general.file_type", file_type >= 0 ? file_type : ftype);
-  if (dtype_is_quant(matrix_type) || dtype_is_held_as_other(matrix_type))
+  if (dtype_is_quant(matrix_type))
     u32("general.quantization_version", 2);
   const std::string a = arch + ".";
   u32(a + "context_length", c.max_position_embeddings);

@@ -43,9 +43,6 @@ struct LoadOptions {
   // drafting. States then carry the head's KV and carry (StateShape); without it nothing
   // changes and plain models pay nothing.
   bool mtp = false;
-  // Called with one line per thing a user should know about how the weights are held (e.g. a
-  // GGUF format kept in a wider type); may be empty.
-  std::function<void(const std::string&)> note;
 };
 
 // The inputs of every recurrent layer's per-token update, recorded by forward() for one
@@ -74,9 +71,9 @@ struct RecCapture {
 // One sequence's part of a forward batch.
 struct SeqInput {
   SequenceState* state = nullptr;
-  std::span<const int32_t> tokens;   // new tokens, appended at state->n_pos()
-  std::vector<int32_t> logit_rows;   // indices into `tokens` whose logits are wanted, ascending
-  RecCapture* capture = nullptr;     // when set, the recurrence inputs of `tokens` are appended
+  std::span<const int32_t> tokens;  // new tokens, appended at state->n_pos()
+  std::vector<int32_t> logit_rows;  // indices into `tokens` whose logits are wanted, ascending
+  RecCapture* capture = nullptr;    // when set, the recurrence inputs of `tokens` are appended
 };
 
 // One sequence's MTP drafting request (Model::mtp_draft).

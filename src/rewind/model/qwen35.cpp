@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <map>
 #include <numeric>
 
 #include "rewind/base/thread_pool.h"
@@ -232,28 +231,6 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     return b;
   };
   for (auto& n : mats) total += src_bytes(W.get(n));
-  if (opt.note && opt.store == WeightStore::Auto) {   // file-only formats, held in a wider type
-    std::map<DType, std::pair<size_t, size_t>> held;  // file bytes, held bytes
-    for (auto& n : mats)
-      for (auto& blk : W.get(n).blocks)
-        if (dtype_is_held_as_other(blk.dtype)) {
-          const int64_t cols = W.get(n).cols;
-          held[blk.dtype].first += static_cast<size_t>(blk.rows) * dtype_row_bytes(blk.dtype, cols);
-          held[blk.dtype].second +=
-              static_cast<size_t>(blk.rows) * dtype_row_bytes(dtype_held_as(blk.dtype), cols);
-        }
-    for (auto& [t, b] : held) {
-      const std::string from(dtype_name(t)), to(dtype_name(dtype_held_as(t)));
-      char line[320];
-      std::snprintf(line, sizeof line,
-                    "%s matrices (%.1f MB in the file) are held as %s (%.1f MB) and run %s's "
-                    "kernels: the same values exactly, at %s's memory and decode cost (no %s "
-                    "kernels yet)",
-                    from.c_str(), static_cast<double>(b.first) / 1e6, to.c_str(),
-                    static_cast<double>(b.second) / 1e6, to.c_str(), to.c_str(), from.c_str());
-      opt.note(line);
-    }
-  }
 
   auto pack = [&](const std::string& name) {
     const WeightSource& s = W.get(name);

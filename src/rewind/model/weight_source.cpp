@@ -22,8 +22,9 @@ class Resolver {
 
   Result<const TensorView*> need(const std::string& name, std::vector<int64_t> shape) {
     const TensorView* v = t_.find(name);
-    if (!v) return make_error("checkpoint: missing tensor '" + name + "' (expected shape " +
-                              shape_str(shape) + ")");
+    if (!v)
+      return make_error("checkpoint: missing tensor '" + name + "' (expected shape " +
+                        shape_str(shape) + ")");
     if (v->dtype != DType::F32 && v->dtype != DType::BF16 && v->dtype != DType::F16)
       return make_error(v->file + ": tensor '" + name + "': dtype " +
                         std::string(dtype_name(v->dtype)) +
@@ -138,7 +139,7 @@ const void* WeightSource::contiguous(DType* dtype, std::vector<std::byte>* scrat
 DType WeightSource::default_store() const {
   bool same = !blocks.empty();
   for (auto& b : blocks) same = same && b.dtype == blocks[0].dtype;
-  if (same && dtype_is_quant(dtype_held_as(blocks[0].dtype))) return dtype_held_as(blocks[0].dtype);
+  if (same && dtype_is_quant(blocks[0].dtype)) return blocks[0].dtype;
   return file_dtype == DType::BF16 ? DType::BF16 : DType::F32;
 }
 
@@ -147,14 +148,13 @@ PackedMatrix WeightSource::pack(DType store, ThreadPool* pool) const {
     DType dt;
     std::vector<std::byte> scratch;
     const void* p = contiguous(&dt, &scratch);
-    REWIND_CHECK_MSG(dtype_held_as(dt) == store,
-                     "pack: every block must hold the quantised store's type (or one it holds)");
+    REWIND_CHECK_MSG(dt == store, "pack: every block must hold the quantised store's type");
     PackedMatrix pm = PackedMatrix::pack(p, dt, rows(), cols, store, pool);
     if (!col_perm.empty()) pm.set_k_perm(col_perm);
     return pm;
   }
   bool plain = col_perm.empty();
-  for (auto& b : blocks) plain = plain && !dtype_is_blocks(b.dtype);
+  for (auto& b : blocks) plain = plain && !dtype_is_quant(b.dtype);
   if (!plain) {  // dequantise / un-permute to f32 rows in the model's column order
     const std::vector<float> f = to_f32();
     return PackedMatrix::pack(f.data(), DType::F32, rows(), cols, store, pool);
@@ -169,7 +169,7 @@ PackedMatrix WeightSource::pack_default(ThreadPool* pool) const {
   bool mixed = false, any_quant = false;
   for (auto& b : blocks) {
     mixed = mixed || b.dtype != blocks[0].dtype;
-    any_quant = any_quant || dtype_is_blocks(b.dtype);
+    any_quant = any_quant || dtype_is_quant(b.dtype);
   }
   if (!mixed || !any_quant) return pack(default_store(), pool);
   const DType float_store = file_dtype == DType::BF16 ? DType::BF16 : DType::F32;
@@ -180,9 +180,10 @@ PackedMatrix WeightSource::pack_default(ThreadPool* pool) const {
     WeightSource run;  // no col_perm: stored order, the stack gathers the input
     run.cols = cols;
     run.file_dtype = file_dtype;
-    run.blocks.assign(blocks.begin() + static_cast<std::ptrdiff_t>(i), blocks.begin() + static_cast<std::ptrdiff_t>(j));
-    parts.push_back(run.pack(
-        dtype_is_blocks(blocks[i].dtype) ? dtype_held_as(blocks[i].dtype) : float_store, pool));
+    run.blocks.assign(blocks.begin() + static_cast<std::ptrdiff_t>(i),
+                      blocks.begin() + static_cast<std::ptrdiff_t>(j));
+    parts.push_back(
+        run.pack(dtype_is_quant(blocks[i].dtype) ? blocks[i].dtype : float_store, pool));
     i = j;
   }
   PackedMatrix pm = PackedMatrix::stack(std::move(parts));
@@ -311,22 +312,24 @@ Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig
         in.file_dtype = qkvz->dtype;
         // One slice of every key-head group, for all groups in order.
         auto slices = [&](const TensorView* t, int64_t group_rows, int64_t at, int64_t n) {
-          for (int64_t g = 0; g < Hk; ++g) in.blocks.push_back(Resolver::rows_of(t, g * group_rows + at, n, H));
+          for (int64_t g = 0; g < Hk; ++g)
+            in.blocks.push_back(Resolver::rows_of(t, g * group_rows + at, n, H));
         };
-        slices(qkvz, blk, 0, dk);                     // q
-        slices(qkvz, blk, dk, dk);                    // k
-        slices(qkvz, blk, 2 * dk, r * dv);            // v
-        slices(qkvz, blk, 2 * dk + r * dv, r * dv);   // z
-        slices(ba, 2 * r, 0, r);                      // b
-        slices(ba, 2 * r, r, r);                      // a
+        slices(qkvz, blk, 0, dk);                    // q
+        slices(qkvz, blk, dk, dk);                   // k
+        slices(qkvz, blk, 2 * dk, r * dv);           // v
+        slices(qkvz, blk, 2 * dk + r * dv, r * dv);  // z
+        slices(ba, 2 * r, 0, r);                     // b
+        slices(ba, 2 * r, r, r);                     // a
       } else {
         REWIND_TRY(auto* qkv, R.need(ap + "in_proj_qkv.weight", {c.conv_dim(), H}));
         REWIND_TRY(auto* z, R.need(ap + "in_proj_z.weight", {c.value_dim(), H}));
         REWIND_TRY(auto* b, R.need(ap + "in_proj_b.weight", {Hv, H}));
         REWIND_TRY(auto* a, R.need(ap + "in_proj_a.weight", {Hv, H}));
         in.file_dtype = qkv->dtype;
-        in.blocks = {Resolver::rows_of(qkv, 0, c.conv_dim(), H), Resolver::rows_of(z, 0, c.value_dim(), H),
-                     Resolver::rows_of(b, 0, Hv, H), Resolver::rows_of(a, 0, Hv, H)};
+        in.blocks = {Resolver::rows_of(qkv, 0, c.conv_dim(), H),
+                     Resolver::rows_of(z, 0, c.value_dim(), H), Resolver::rows_of(b, 0, Hv, H),
+                     Resolver::rows_of(a, 0, Hv, H)};
       }
       ws.map_[cp + "in_proj"] = std::move(in);
       REWIND_TRY(auto* conv, R.need(ap + "conv1d.weight", {c.conv_dim(), 1, K}));

@@ -1,10 +1,8 @@
 // Element types of stored weights and their scalar conversions (header-only).
 // BF16 -> F32 is exact (a shift); F32 -> BF16 rounds to nearest even (NaN kept quiet).
 // Q8_0, Q4_K, Q5_K, Q6_K are ggml's block-quantised formats (tensor/quant.h): they have no size per
-// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K,
-// Q4_1 and Q5_1 (ggml's, with kernels of their own). Q5_0 is a ggml format that GGUF files hold but the
-// matmul does not pack: loading transcodes them exactly into the type dtype_held_as() names
-// (tensor/quant.h, transcode_row), which then stands in for them.
+// element (dtype_size() is 0); use dtype_row_bytes(). So are Q4_0, Q5_0, IQ4_NL, Q3_K, IQ4_XS,
+// Q2_K, Q4_1 and Q5_1 (ggml's, with kernels of their own).
 #pragma once
 
 #include <cstdint>
@@ -13,7 +11,6 @@
 
 namespace rw {
 
-// Q5_0: a file format, held as dtype_held_as().
 enum class DType : uint8_t {
   F32,
   BF16,
@@ -64,25 +61,7 @@ inline size_t dtype_size(DType t) {
 inline bool dtype_is_quant(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ||
          t == DType::Q4_0 || t == DType::IQ4_NL || t == DType::Q3_K || t == DType::IQ4_XS ||
-         t == DType::Q2_K || t == DType::Q4_1 || t == DType::Q5_1;
-}
-// The file-only formats (see the top of this file).
-inline bool dtype_is_held_as_other(DType t) {
-  return t == DType::Q5_0;
-}
-// Any of ggml's block formats (packable or held as another).
-inline bool dtype_is_blocks(DType t) {
-  return dtype_is_quant(t) || dtype_is_held_as_other(t);
-}
-// The packable type that holds t's values exactly: Q8_0 for Q5_0 (one f16 scale per 32 values
-// times a small integer); t itself for every other type.
-inline DType dtype_held_as(DType t) {
-  switch (t) {
-    case DType::Q5_0:
-      return DType::Q8_0;
-    default:
-      return t;
-  }
+         t == DType::Q2_K || t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q5_0;
 }
 // Elements per block (1 for plain types) and bytes per block (ggml-common.h block structs).
 inline int64_t dtype_block_elems(DType t) {

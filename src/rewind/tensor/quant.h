@@ -1,7 +1,6 @@
-// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, IQ4_NL, Q3_K, IQ4_XS, Q2_K,
-// Q4_1 and Q5_1 (ggml-common.h), with their exact dequantisation and a reference quantiser
-// (header-only); and Q5_0, held as Q8_0 (dtype_held_as), with their dequantisation, the exact
-// transcoding and quantisers.
+// ggml's block-quantised weight formats Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, IQ4_NL, Q3_K, IQ4_XS,
+// Q2_K, Q4_1 and Q5_1 (ggml-common.h), with their exact dequantisation, a reference quantiser and
+// the exact transcoding of the narrower formats (header-only).
 //
 // Dequantisation follows ggml's definition to the bit (dequantize_row_* in ggml-quants.c):
 //   Q8_0  w = d * q                       (d f16, q i8; the product is exact)
@@ -720,9 +719,8 @@ inline DType transcoded_type(DType from) {
   return from == DType::Q3_K ? DType::Q6_K : DType::Q8_0;
 }
 // n values of Q4_0, Q5_0, IQ4_NL or Q3_K re-written as transcoded_type(from) with the same d and
-// integers: the same values to the bit (see the top of this file). Loading holds the file-only
-// formats this way (dtype_held_as); Q4_0, IQ4_NL and Q3_K have kernels of their own, and their
-// tests compare them with their Q8_0 (Q6_K) transcoding.
+// integers: the same values to the bit (see the top of this file). Each has kernels of its own;
+// their tests compare them with their Q8_0 (Q6_K) transcoding.
 inline void transcode_row(const void* src, DType from, int64_t n, void* dst) {
   auto to_q8_0 = [&](const auto* x, auto value) {
     auto* y = static_cast<BlockQ8_0*>(dst);
