@@ -9,7 +9,8 @@
 // the same for every M: a model's prefill also reads each matrix from memory, once per chunk.
 //
 // Usage: matmul_bench [--threads N] [--m 1,512]
-//                     [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1]
+//                     [--dtype
+//                     f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1,q5_0]
 //                     [--shape NAME] [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
@@ -80,7 +81,7 @@ rw::DType dtype_named(const std::string& dt) {
       {"q4_k", rw::DType::Q4_K},     {"q5_k", rw::DType::Q5_K},     {"q6_k", rw::DType::Q6_K},
       {"q4_0", rw::DType::Q4_0},     {"iq4_nl", rw::DType::IQ4_NL}, {"q3_k", rw::DType::Q3_K},
       {"iq4_xs", rw::DType::IQ4_XS}, {"q2_k", rw::DType::Q2_K},     {"q4_1", rw::DType::Q4_1},
-      {"q5_1", rw::DType::Q5_1}};
+      {"q5_1", rw::DType::Q5_1},     {"q5_0", rw::DType::Q5_0}};
   for (const auto& [name, t] : kNames)
     if (dt == name) return t;
   std::fprintf(stderr, "matmul_bench: unknown --dtype %s\n", dt.c_str());
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype "
-          "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1] "
+          "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1,q5_0] "
           "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
           "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
       return a == "--help" ? 0 : 2;
