@@ -135,8 +135,7 @@ struct Threshold {
 // bf16 0.98, 4e-5; f16 1.0, 6e-7; q4_0 0.43, 0.085; iq4_nl 0.50, 0.078; q3_k 0.26, 0.21;
 // iq4_xs 0.45, 0.080; q2_k 0.07, 0.52 (with its scales negated in one matrix 0.016, 0.86); q4_1
 // 0.445, 0.073 (with its mins negated in one matrix 0.06, 0.58); q5_1 0.73, 0.021 (0.07, 0.57);
-// q5_0
-// 0.72, 0.026 (rewind's own quantisers for q4_0 to q5_1, see quant.h). The
+// q5_0 0.72, 0.026 (rewind's own quantisers for q4_0 to q5_1, see quant.h). The
 // int8 dot adds its activation rounding: q8_0 0.945, 0.001; q6_k 0.84, 0.007; q5_k 0.67, 0.023;
 // q4_k 0.45, 0.073. KL grows ~16x per 2 bits, as the format's error does. A random-weight model has
 // flat next-token distributions, so top-1 flips easily; KL is the sharper measure.

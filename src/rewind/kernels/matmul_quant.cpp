@@ -91,8 +91,8 @@ constexpr int kQ41MOff = 32 + 256, kQ51HOff = 32 + 256, kQ51MOff = 32 + 256 + 64
 constexpr int min_offset(bool q5) {
   return q5 ? kQ51MOff : kQ41MOff;
 }
-// Q4_1 / Q5_1 expanded for the VNNI prefill tile (expand_min_bytes): d, then the codes one byte
-// each in Q8_0's 8 groups (values 4g..4g+3 at kQ8QOff + 64 g), then m at kMinBytesMOff.
+// Q4_1 / Q5_1 expanded for the VNNI prefill tile (expand_nibble_bytes): d, then the codes one
+// byte each in Q8_0's 8 groups (values 4g..4g+3 at kQ8QOff + 64 g), then m at kMinBytesMOff.
 constexpr int kMinBytesMOff = kQ8QOff + 512;
 constexpr int64_t kMinBytesBlock = kMinBytesMOff + 32;
 // A Q4_1 / Q5_1 block's min enters as fma(m, min_factor(dx, sum32(qx)), acc): the factor is the
@@ -350,10 +350,9 @@ REWIND_AVX512 inline __m512 q4k_value(__m512 d1, __m512 m1, __m512i e) {
 // into a code vector in one op.
 constexpr int kAOrBAndC = 0xF8;
 
-// The codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t (Q5: 5 bits, the
-// high bit, moved to bit 4 of the byte, merged in with one ternary-logic op: a | (b & 0x10)).
 // The nibble group at q as bytes (lo: low nibbles, hi: high ones); Q5: with the fifth bits of the
-// high-bit group at h5, shifted right by hshift, merged in as bit 4.
+// high-bit group at h5, shifted right by hshift, merged in as bit 4 by one ternary-logic op
+// (a | (b & 0x10)).
 template <bool Q5>
 REWIND_AVX512 __attribute__((always_inline)) inline void codes_4_5(const std::byte* q,
                                                                    const std::byte* h5, int hshift,
@@ -368,9 +367,15 @@ REWIND_AVX512 __attribute__((always_inline)) inline void codes_4_5(const std::by
     hi = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi32(h, 3), b4, kAOrBAndC);
   }
 }
+// The Q4_K / Q5_K codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t.
 template <bool Q5>
 REWIND_AVX512 inline void kquant_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
   codes_4_5<Q5>(blk + kQ4KQOff + 64 * g, blk + kQ5KHOff + 64 * (g >> 2), 2 * (g & 3), lo, hi);
+}
+// The same for the 32-value blocks with codes at kQ8QOff (Q4_0, IQ4_NL, Q4_1; Q5: Q5_0, Q5_1).
+template <bool Q5>
+REWIND_AVX512 inline void nibble_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
+  codes_4_5<Q5>(blk + kQ8QOff + 64 * g, blk + kQ51HOff, 2 * g, lo, hi);
 }
 template <bool Q5>
 REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m512 m1,
@@ -429,7 +434,7 @@ REWIND_AVX512 inline void q6_k_group(const std::byte* blk, int g, __m512 ds, __m
 template <DType T>
 REWIND_AVX512 inline void nibble_group(const std::byte* blk, int g, __m512 d, __m512 (&w)[8]) {
   __m512i lo, hi;
-  codes_4_5<T == DType::Q5_0>(blk + kQ8QOff + 64 * g, blk + kQ51HOff, 2 * g, lo, hi);
+  nibble_codes<T == DType::Q5_0>(blk, g, lo, hi);
   if (T == DType::IQ4_NL) {
     const __m512i table =
         _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
@@ -449,19 +454,13 @@ REWIND_AVX512 inline void nibble_group(const std::byte* blk, int g, __m512 d, __
   w[6] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<2>(hi)), d);
   w[7] = _mm512_mul_ps(_mm512_cvtepi32_ps(lane_byte_i8<3>(hi)), d);
 }
-// The Q4_1 / Q5_1 codes of group g as bytes: lo holds values 8g + t, hi 8g + 4 + t (Q5: the
-// fifth bits of the block's high-bit group merged in as kquant_codes does).
-template <bool Q5>
-REWIND_AVX512 inline void min_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
-  codes_4_5<Q5>(blk + kQ8QOff + 64 * g, blk + kQ51HOff, 2 * g, lo, hi);
-}
 // Q4_1 / Q5_1: the 8 weight vectors of group g as float(c) * d + m: one fma, as the product is
 // exact (the scalar widen's one rounding).
 template <bool Q5>
 REWIND_AVX512 inline void min_group(const std::byte* blk, int g, __m512 d, __m512 m,
                                     __m512 (&w)[8]) {
   __m512i lo, hi;
-  min_codes<Q5>(blk, g, lo, hi);
+  nibble_codes<Q5>(blk, g, lo, hi);
   w[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<0>(lo)), d, m);
   w[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<1>(lo)), d, m);
   w[2] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lane_byte_u8<2>(lo)), d, m);
@@ -1054,12 +1053,11 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       // Q4_0: the codes c (0..15) are the u8 operand as they are, s = sum c * x - 8 * sum x.
       // IQ4_NL: vpshufb looks the codes up as kIq4nlValues[c] + 128 (1..241, a valid u8
       // operand), s = sum (v + 128) * x - 128 * sum x. Either way Q8_0's integer for its value.
-      // Q4_1 / Q5_1: s = sum c * x from zero (c = 0..15 / 0..31), then the min's fma. Q5_0 (decode;
-      // its prefill runs Q8_0's tile on expand_q5_0_q8_0's bytes): Q5_1's codes, s = sum c * x -
-      // 16 * sum x, Q8_0's integer for q = c - 16.
+      // Q4_1 / Q5_1: s = sum c * x from zero (c = 0..15 / 0..31), then the min's fma. Q5_0
+      // (decode; its prefill runs Q8_0's tile on the Q8_0 blocks expand_nibble_bytes makes): the
+      // 5-bit codes, s = sum c * x - 16 * sum x, Q8_0's integer for q = c - 16.
       constexpr bool nl = t == DType::IQ4_NL, q5 = t == DType::Q5_1 || t == DType::Q5_0,
                      q41 = t == DType::Q4_1 || t == DType::Q5_1;
-      const __m512i m4 = _mm512_set1_epi8(0x0F);
       const __m512i table = iq4_u8_table();
       for (int r = 0; r < R; ++r) {
         if constexpr (q41) {
@@ -1070,7 +1068,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           for (int p = 0; p < P; ++p) s[r][p] = c;
         }
       }
-      if constexpr (Bytes) {  // Q4_1 / Q5_1 prefill on expand_min_bytes' codes
+      if constexpr (Bytes) {  // Q4_1 / Q5_1 prefill on expand_nibble_bytes' codes
 #pragma GCC unroll 8
         for (int g = 0; g < 8; ++g) {
           __m512i w[P];
@@ -1080,30 +1078,25 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
             for (int p = 0; p < P; ++p) s[r][p] = _mm512_dpbusd_epi32(s[r][p], w[p], a);
           }
         }
-      }
+      } else {
 #pragma GCC unroll 4
-      for (int g = 0; g < 4 && !Bytes; ++g) {
-        __m512i lo[P], hi[P];
-        for (int p = 0; p < P; ++p) {
-          prefetch_spread<R, kPb, 4>(blk[p], g);
-          if constexpr (q41 || q5) {
-            min_codes<q5>(blk[p], g, lo[p], hi[p]);
-            continue;
-          }
-          const __m512i v = load_group(blk[p] + kQ8QOff + 64 * g);
-          lo[p] = _mm512_and_si512(v, m4);
-          hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-          if constexpr (nl) {
-            lo[p] = _mm512_shuffle_epi8(table, lo[p]);
-            hi[p] = _mm512_shuffle_epi8(table, hi[p]);
-          }
-        }
-        for (int r = 0; r < R; ++r) {
-          const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 32 + 8 * g));
-          const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 32 + 8 * g + 4));
+        for (int g = 0; g < 4; ++g) {
+          __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            s[r][p] = _mm512_dpbusd_epi32(s[r][p], lo[p], a0);
-            s[r][p] = _mm512_dpbusd_epi32(s[r][p], hi[p], a1);
+            prefetch_spread<R, kPb, 4>(blk[p], g);
+            nibble_codes<q5>(blk[p], g, lo[p], hi[p]);
+            if constexpr (nl) {
+              lo[p] = _mm512_shuffle_epi8(table, lo[p]);
+              hi[p] = _mm512_shuffle_epi8(table, hi[p]);
+            }
+          }
+          for (int r = 0; r < R; ++r) {
+            const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 32 + 8 * g));
+            const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 32 + 8 * g + 4));
+            for (int p = 0; p < P; ++p) {
+              s[r][p] = _mm512_dpbusd_epi32(s[r][p], lo[p], a0);
+              s[r][p] = _mm512_dpbusd_epi32(s[r][p], hi[p], a1);
+            }
           }
         }
       }
@@ -1391,8 +1384,8 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
 // counts the output columns from the tile's first one (the last panel may be partial).
 // bytes: Q6_K panels expanded by expand_q6_k, Q4_K / Q5_K panels by expand_k_bytes, IQ4_XS by
 // expand_iq4_xs_bytes, Q2_K by expand_q2_k_bytes, Q3_K by expand_q3_k_scaled, Q4_1 / Q5_1 by
-// expand_min_bytes (one byte per value; the AVX2 tiles take Q6_K's only). pf (prefill, or null): a stream the VNNI tiles
-// step once per block (the AVX2 tiles a burst before each tile). n_tiles: row tiles of the
+// expand_nibble_bytes (one byte per value; the AVX2 tiles take Q6_K's only). pf (prefill, or
+// null): a stream the VNNI tiles step once per block (the AVX2 tiles a burst before each tile). n_tiles: row tiles of the
 // tile's height, one below the other (rows r0 + i * R, outputs y + i * R * ldy).
 using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
                             int64_t, int, int64_t, bool, PrefetchStream*, int64_t);
@@ -1674,42 +1667,29 @@ REWIND_AVX512 void expand_iq4_xs_bytes(const std::byte* src, int64_t nb, std::by
   }
 }
 
-// nb Q4_1 / Q5_1 panel blocks at src expanded to kMinBytesBlock each at dst, for the VNNI
-// prefill tile: d, the codes one byte each (nibble group g's low halves are Q8_0 group 2g, its
-// high halves group 2g + 1), m.
-template <bool Q5>
-REWIND_AVX512 void expand_min_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
-  const int64_t pb = quant_panel_block_bytes(Q5 ? DType::Q5_1 : DType::Q4_1);
-  for (int64_t b = 0; b < nb; ++b) {
-    const std::byte* blk = src + b * pb;
-    std::byte* o = dst + b * kMinBytesBlock;
-    std::memcpy(o, blk, 32);
-    for (int g = 0; g < 4; ++g) {
-      __m512i lo, hi;
-      min_codes<Q5>(blk, g, lo, hi);
-      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g), lo);
-      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g + 64), hi);
-    }
-    std::memcpy(o + kMinBytesMOff, blk + min_offset(Q5), 32);
-  }
-}
-
-// nb Q5_0 panel blocks at src as the Q8_0 panel blocks of their transcoding (the same d, the
-// values c - 16 as Q8_0's codes), for the VNNI prefill: Q8_0's tiles run on them.
-REWIND_AVX512 void expand_q5_0_q8_0(const std::byte* src, int64_t nb, std::byte* dst) {
-  const int64_t pb = quant_panel_block_bytes(DType::Q5_0), db = quant_panel_block_bytes(DType::Q8_0);
-  const __m512i c16 = _mm512_set1_epi8(16);
+// nb panel blocks of type T at src, each expanded at dst to d, then its codes minus Off one byte
+// each in Q8_0's 8 groups (nibble group g's low halves are Q8_0 group 2g, its high halves group
+// 2g + 1), then (Q4_1 / Q5_1) m: for Q4_1 / Q5_1 the VNNI prefill tile's kMinBytesBlock blocks
+// (Off 0), for Q5_0 the Q8_0 panel blocks of its transcoding (Off 16: q = c - 16), which Q8_0's
+// tiles run on.
+template <DType T, int Off>
+REWIND_AVX512 void expand_nibble_bytes(const std::byte* src, int64_t nb, std::byte* dst) {
+  constexpr bool q5 = T == DType::Q5_0 || T == DType::Q5_1, min = T != DType::Q5_0;
+  const int64_t pb = quant_panel_block_bytes(T),
+                db = min ? kMinBytesBlock : quant_panel_block_bytes(DType::Q8_0);
+  const __m512i off = _mm512_set1_epi8(Off);
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk = src + b * pb;
     std::byte* o = dst + b * db;
     std::memcpy(o, blk, 32);
     for (int g = 0; g < 4; ++g) {
       __m512i lo, hi;
-      min_codes<true>(blk, g, lo, hi);
-      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g), _mm512_sub_epi8(lo, c16));
+      nibble_codes<q5>(blk, g, lo, hi);
+      _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g), _mm512_sub_epi8(lo, off));
       _mm512_storeu_si512(reinterpret_cast<void*>(o + kQ8QOff + 128 * g + 64),
-                          _mm512_sub_epi8(hi, c16));
+                          _mm512_sub_epi8(hi, off));
     }
+    if constexpr (min) std::memcpy(o + kMinBytesMOff, blk + min_offset(q5), 32);
   }
 }
 
@@ -3270,25 +3250,7 @@ bool uses_amx(DType t, int64_t rows) {
          (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) && amx_int8_enabled() &&
          rows >= 16;
 }
-}  // namespace
 
-int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
-  if (int8_path() != Int8Path::Vnni) return 1;  // AVX2: 4-row tiles of one panel
-  // AMX: groups of up to 256 KiB of panels (2 to 16 panels): a row tile's activation codes stay
-  // in L1 while it runs through the group's panels from L2 (with panel pairs they came from L2
-  // for every panel): model prefill of 512 tokens Q8_0 610 -> 790 tok/s, Q4_K 545 -> 670
-  // (alternating runs, Sapphire Rapids); 128 KiB gained less, 512 KiB and a fixed 16 panels
-  // about the same. The rows left over take the VNNI tiles on panel pairs.
-  constexpr int64_t kAmxGroupBytes = 256 * 1024;
-  if (uses_amx(t, rows))
-    return static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16));
-  return t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::Q4_1 || t == DType::Q5_1 ||
-                 t == DType::Q5_0
-             ? 3
-             : 2;
-}
-
-namespace {
 // What a prefill does to a panel group once per row block before its row tiles run: fn writes
 // nb blocks of block_bytes each (null: the tiles read the packed panels), and the tiles of type
 // `tile` run on them with the `bytes` flag (Int8TileFn). Every expansion keeps the integers, so
@@ -3316,7 +3278,8 @@ PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
     // Q5_0 on the VNNI tiles: as IQ4_NL, its values c - 16 as Q8_0's codes (AVX2 runs its own).
     case DType::Q5_0:
       if (avx2) break;
-      return {expand_q5_0_q8_0, quant_panel_block_bytes(DType::Q8_0), DType::Q8_0, false};
+      return {expand_nibble_bytes<DType::Q5_0, 16>, quant_panel_block_bytes(DType::Q8_0),
+              DType::Q8_0, false};
     // On the VNNI tiles: Q4_K / Q5_K's codes as bytes (not on AMX, whose tiles expand their own),
     // IQ4_XS's as their u8 operands value + 128, Q2_K's as q * sc.
     case DType::Q4_K:
@@ -3332,16 +3295,32 @@ PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
     // Q4_1 / Q5_1: the codes as bytes in Q8_0's groups (Q5_1's fifth bit merged in once).
     case DType::Q4_1:
       if (avx2) break;
-      return {expand_min_bytes<false>, kMinBytesBlock, t, true};
+      return {expand_nibble_bytes<DType::Q4_1, 0>, kMinBytesBlock, t, true};
     case DType::Q5_1:
       if (avx2) break;
-      return {expand_min_bytes<true>, kMinBytesBlock, t, true};
+      return {expand_nibble_bytes<DType::Q5_1, 0>, kMinBytesBlock, t, true};
     default:
       break;
   }
   return {nullptr, 0, t, false};
 }
 }  // namespace
+
+int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
+  if (int8_path() != Int8Path::Vnni) return 1;  // AVX2: 4-row tiles of one panel
+  // AMX: groups of up to 256 KiB of panels (2 to 16 panels): a row tile's activation codes stay
+  // in L1 while it runs through the group's panels from L2 (with panel pairs they came from L2
+  // for every panel): model prefill of 512 tokens Q8_0 610 -> 790 tok/s, Q4_K 545 -> 670
+  // (alternating runs, Sapphire Rapids); 128 KiB gained less, 512 KiB and a fixed 16 panels
+  // about the same. The rows left over take the VNNI tiles on panel pairs.
+  constexpr int64_t kAmxGroupBytes = 256 * 1024;
+  if (uses_amx(t, rows))
+    return static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16));
+  // The tiles with one integer sum per output (Q8_0's, which IQ4_NL and Q5_0 run on their
+  // expanded blocks, and Q4_1 / Q5_1's on bytes) take 3 panels, the others 2 (int8_dot_panels).
+  const DType tile = prefill_expansion(t, false, false).tile;
+  return tile == DType::Q8_0 || tile == DType::Q4_1 || tile == DType::Q5_1 ? 3 : 2;
+}
 
 void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                      const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
@@ -3385,10 +3364,9 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // bits); Q4_K's nibbles, times its sub-block scales' two parts, and Q5_K's 5-bit codes are
   // expanded to bytes once per panel group and row block, like Q6_K's codes.
   const bool amx = uses_amx(t, r1 - r0);
-  const bool q8_tile = !amx && (t == DType::Q8_0 || t == DType::IQ4_NL || t == DType::Q5_0);
   const int kP = int8_prefill_group_panels(t, panel_stride, r1 - r0);
   const int kVnniP = amx ? 2 : kP;  // panels per VNNI / AVX2 tile
-  const int kR = avx2 || q8_tile ? 4 : t == DType::Q4_0 ? 6 : 4;
+  const int kR = !avx2 && t == DType::Q4_0 ? 6 : 4;
   const bool amx_q4 = amx && t != DType::Q8_0;
   const PrefillExpansion ex = prefill_expansion(t, avx2, amx);
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128

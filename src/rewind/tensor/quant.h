@@ -25,9 +25,8 @@
 // scale, values re-quantised with the quantised scales; Q2_K the same with 4-bit scales and mins)
 // with a small search over the sub-block scale instead of ggml's weighted RMSE search: valid files,
 // slightly different bits from llama-quantize. Q4_0, Q5_0, Q4_1 and Q5_1 are ggml's reference
-// quantisers;
-// IQ4_NL and IQ4_XS follow ggml's scale search without an importance matrix; Q3_K takes Q6_K's
-// scheme with 3-bit codes (no RMSE search).
+// quantisers; IQ4_NL and IQ4_XS follow ggml's scale search without an importance matrix; Q3_K
+// takes Q6_K's scheme with 3-bit codes (no RMSE search).
 #pragma once
 
 #include <algorithm>
@@ -525,6 +524,13 @@ inline void quantize_row_q6_k(const float* x, BlockQ6_K* y, int64_t n) {
   }
 }
 
+// The low 4 bits of 32 codes as ggml's 32-value blocks hold them: value j in the low nibble of
+// qs[j], value 16 + j in its high nibble.
+inline void pack_nibbles32(const uint8_t* c, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>((c[j] & 0xF) | ((c[j + 16] & 0xF) << 4));
+}
+
 // Q4_0 and Q5_0: ggml's reference quantisers (quantize_row_q4_0_ref, quantize_row_q5_0_ref): the
 // value of largest magnitude maps to code 0 (d = max / -8, / -16), codes truncate x / d + 8.5
 // (+ 16.5) and clamp at the top.
@@ -545,7 +551,7 @@ inline void quantize_row_q4_0(const float* x, BlockQ4_0* y, int64_t n) {
   uint8_t c[kQK8_0];
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     quantize_block_q4_5_0<4>(x + i * kQK8_0, &y[i].d, c);
-    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+    pack_nibbles32(c, y[i].qs);
   }
 }
 
@@ -576,18 +582,16 @@ inline void quantize_row_q4_1(const float* x, BlockQ4_1* y, int64_t n) {
   uint8_t c[kQK8_0];
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
     quantize_block_min32<4>(x + i * kQK8_0, &y[i].d, &y[i].m, c);
-    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+    pack_nibbles32(c, y[i].qs);
   }
 }
 
-// The low nibbles of 32 5-bit codes into qs (Q4_0's order) and their fifth bits into qh.
+// The low nibbles of 32 5-bit codes into qs (pack_nibbles32) and their fifth bits into qh (bit
+// j of the little-endian u32 for value j).
 inline void pack_code5_32(const uint8_t (&c)[kQK8_0], uint8_t* qs, uint8_t* qh4) {
+  pack_nibbles32(c, qs);
   uint32_t qh = 0;
-  for (int j = 0; j < 16; ++j) {
-    qs[j] = static_cast<uint8_t>((c[j] & 0xF) | ((c[j + 16] & 0xF) << 4));
-    qh |= static_cast<uint32_t>((c[j] >> 4) & 1) << j | static_cast<uint32_t>((c[j + 16] >> 4) & 1)
-                                                            << (j + 16);
-  }
+  for (int j = 0; j < kQK8_0; ++j) qh |= static_cast<uint32_t>((c[j] >> 4) & 1) << j;
   for (int b = 0; b < 4; ++b) qh4[b] = static_cast<uint8_t>(qh >> (8 * b));
 }
 
@@ -644,7 +648,7 @@ inline void iq4_nl_pack_indices(const float* xb, float d, uint8_t* qs) {
   uint8_t c[kQK8_0];
   for (int j = 0; j < kQK8_0; ++j)
     c[j] = static_cast<uint8_t>(d != 0 ? iq4_nl_index(id * xb[j]) : 8);
-  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(c[j] | (c[j + 16] << 4));
+  pack_nibbles32(c, qs);
 }
 
 // IQ4_NL: iq4_nl_best_scale per block, the indices re-chosen for the f16 d as stored.
