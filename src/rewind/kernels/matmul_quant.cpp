@@ -1974,11 +1974,12 @@ REWIND_AVX2 inline __m256 f16x8(const std::byte* p) {
 REWIND_AVX2 inline __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(load_i32(p));
 }
-// 8 scale bytes (one per lane; signed for Q6_K) in both int16 halves of each lane: vpmaddwd's
-// multiplier for a lane's two int16 sums.
-template <bool Signed>
+// 8 scale bytes (one per lane; signed for Q6_K; LowNibble: their low 4 bits, Q2_K's scales) in
+// both int16 halves of each lane: vpmaddwd's multiplier for a lane's two int16 sums.
+template <bool Signed, bool LowNibble = false>
 REWIND_AVX2 inline __m256i scale_pairs(const std::byte* p) {
-  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  if (LowNibble) v = _mm_and_si128(v, _mm_set1_epi8(0x0F));
   const __m128i d = _mm_unpacklo_epi8(v, v);
   return Signed ? _mm256_cvtepi8_epi16(d) : _mm256_cvtepu8_epi16(d);
 }
@@ -2302,15 +2303,15 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_nl(
 }
 
 // sm[r][h] += the int16 sums t16[r][h] widened by vpmaddwd with the halves' scale bytes at byte
-// offset sc_off of the blocks (one per lane, signed for Q6_K).
-template <bool Signed, int R, int H>
+// offset sc_off of the blocks (scale_pairs: one per lane, signed for Q6_K, low nibbles for Q2_K).
+template <bool Signed, int R, int H, bool LowNibble = false>
 REWIND_AVX2 __attribute__((always_inline)) inline void flush_int16_sums(const std::byte* const* blk,
                                                                         int sc_off,
                                                                         const __m256i (&t16)[R][H],
                                                                         int32_t (&sm)[R][H][8]) {
   REWIND_UNROLL
   for (int h = 0; h < H; ++h) {
-    const __m256i scp = scale_pairs<Signed>(blk[h / 2] + sc_off + 8 * (h % 2));
+    const __m256i scp = scale_pairs<Signed, LowNibble>(blk[h / 2] + sc_off + 8 * (h % 2));
     REWIND_UNROLL
     for (int r = 0; r < R; ++r) {
       auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
@@ -2385,7 +2386,6 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q2_k(
   const ActRows<R> xr(xa, r0);
   const int64_t pb = quant_panel_block_bytes(DType::Q2_K), nb = xa.k / 256;
   const __m256i m3 = _mm256_set1_epi8(3);
-  const __m128i m4 = _mm_set1_epi8(0x0F);
   Avx2Acc<R, H> acc;
   for (int64_t b = 0; b < nb; ++b) {
     const std::byte* blk[P];
@@ -2413,20 +2413,7 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_q2_k(
             t16[r][h] = _mm256_add_epi16(t16[r][h], _mm256_maddubs_epi16(w[h], a));
         }
       }
-      REWIND_UNROLL
-      for (int h = 0; h < H; ++h) {
-        const __m128i v = _mm_and_si128(
-            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk[h / 2] + kQ2KScOff + 16 * sb +
-                                                             8 * (h % 2))),
-            m4);
-        const __m256i scp = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(v, v));
-        REWIND_UNROLL
-        for (int r = 0; r < R; ++r) {
-          auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
-          _mm256_store_si256(
-              o, _mm256_add_epi32(_mm256_load_si256(o), _mm256_madd_epi16(t16[r][h], scp)));
-        }
-      }
+      flush_int16_sums<false, R, H, true>(blk, kQ2KScOff + 16 * sb, t16, sm);
     }
     __m256i s[R][H];
     load_sums<R, H>(sm, s);
