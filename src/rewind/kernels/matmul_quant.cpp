@@ -648,15 +648,16 @@ constexpr int64_t kPrefetchBytesL2 = 2048;  // VNNI tiles
 // only the code groups leaves a block's header (and a Q6_K block's high bits) to demand misses.
 // The prefetch is asm: GCC 12 drops __builtin_prefetch (_mm_prefetch) from code it vectorises,
 // and left the AVX2 tiles without any (Q6_K decode then streamed at 8 GB/s, Q8_0 15-19, on Zen
-// 3). The VNNI tiles prefetch into L2 (prefetcht1) 2 KiB ahead: against prefetcht0 4 KiB ahead,
-// matmul_bench M=1 on cold weights on Zen 4, variants alternating call by call, Q8_0 and Q4_K
-// 7-27% faster (gate|up, in_proj, down), and model decode Q4_K +12-18%, Q8_0 +5-8%; prefetcht2
-// the same as prefetcht1 there, 8 KiB ahead 1-4% slower, 1 KiB mixed. The AVX2 tiles, slower
-// per byte, keep prefetcht0 4 KiB ahead: prefetcht1 made them 0-5% slower, Q6_K 25-48%.
-template <bool L2>
+// 3). The VNNI tiles prefetch into L2 (prefetcht1) 2 KiB ahead (Q5_K / Q6_K a whole block:
+// int8_tile_avx512_one): against prefetcht0 4 KiB ahead, matmul_bench M=1 on cold weights on
+// Zen 4, variants alternating call by call, Q8_0 and Q4_K 7-27% faster (gate|up, in_proj,
+// down), and model decode Q4_K +12-18%, Q8_0 +5-8%; prefetcht2 the same as prefetcht1 there, 8
+// KiB ahead 1-4% slower, 1 KiB mixed. The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB
+// ahead: prefetcht1 made them 0-5% slower, Q6_K 25-48%.
+template <bool L2, int64_t Ahead = L2 ? kPrefetchBytesL2 : kPrefetchBytes>
 __attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
   if constexpr (L2)
-    __asm__ volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(a + kPrefetchBytesL2)));
+    __asm__ volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(a + Ahead)));
   else
     __asm__ volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(a + kPrefetchBytes)));
 }
@@ -679,14 +680,14 @@ __attribute__((always_inline)) inline void prefetch_part(const std::byte* blk, i
 // Constant offsets and no alignment arithmetic: prefetch_part's dozen integer operations per
 // group cost the VNNI tiles their speed from cache (Zen 5, one thread, hot Q6_K decode 25 GB/s
 // with prefetch_part, 74-82 with this).
-template <int R, int64_t Pb, int G>
+template <int R, int64_t Pb, int G, int64_t Ahead = kPrefetchBytesL2>
 __attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk, int g) {
   if constexpr (R <= 2) {
     constexpr int64_t kStep = (Pb + G - 1) / G;  // the most bytes between two groups' offsets
     static_assert(kStep <= 128, "at most two prefetches a group");
     const auto a = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(g * Pb / G);
-    prefetch_line<true>(a);
-    if constexpr (kStep > 64) prefetch_line<true>(a + kStep / 2);
+    prefetch_line<true, Ahead>(a);
+    if constexpr (kStep > 64) prefetch_line<true, Ahead>(a + kStep / 2);
   }
 }
 
@@ -1010,6 +1011,15 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only);
   // pb: the stride of the blocks the tile reads (packed, or expanded for prefill).
   constexpr int64_t kPb = quant_panel_block_bytes(t);
+  // Q5_K and Q6_K blocks end in their high-bit region, which the tile reads from the first
+  // sub-block on, ahead of the block's linear order: 2 KiB ahead of that order reached the lines
+  // of the first sub-blocks' high bits too late (demand misses from memory), a whole block ahead
+  // reaches them during the block before. matmul_bench --m 1 --cold on Zen 4, the two binaries
+  // alternating: Q6_K lm_head 7.3-7.5 -> 4.7-6.9 ms, in_proj 0.18-0.22 -> 0.14-0.18; model
+  // decode (bench/ab_bench.py, 5 rounds) Q4_K_M, whose output matrix is Q6_K, 48.6 -> 51.8 tok/s,
+  // 75.5% -> 88.9% of the paired bound. Q4_K / IQ4_XS, read in linear order, were no faster a
+  // block ahead; 2 blocks ahead was slower than one for Q6_K in_proj.
+  constexpr int64_t kAhead = t == DType::Q5_K || t == DType::Q6_K ? kPb : kPrefetchBytesL2;
   constexpr int64_t pb = !Bytes               ? kPb
                          : t == DType::Q6_K   ? kQ6KBytesBlock
                          : t == DType::IQ4_XS ? kIQ4XSBytesBlock
@@ -1039,7 +1049,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       for (int g = 0; g < 8; ++g) {
         __m512i w[P];
         for (int p = 0; p < P; ++p) {
-          prefetch_spread<R, kPb, 8>(blk[p], g);
+          prefetch_spread<R, kPb, 8, kAhead>(blk[p], g);
           w[p] = _mm512_xor_si512(load_group(blk[p] + kQ8QOff + 64 * g), flip);
         }
         for (int r = 0; r < R; ++r) {
@@ -1083,7 +1093,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         for (int g = 0; g < 4; ++g) {
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            prefetch_spread<R, kPb, 4>(blk[p], g);
+            prefetch_spread<R, kPb, 4, kAhead>(blk[p], g);
             nibble_codes<q5>(blk[p], g, lo[p], hi[p]);
             if constexpr (nl) {
               lo[p] = _mm512_shuffle_epi8(table, lo[p]);
@@ -1138,7 +1148,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            prefetch_spread<R, kPb, 32>(blk[p], g);
+            prefetch_spread<R, kPb, 32, kAhead>(blk[p], g);
             if constexpr (Bytes) {
               lo[p] = load_group(blk[p] + q_off + 128 * g);
               hi[p] = load_group(blk[p] + q_off + 128 * g + 64);
@@ -1213,7 +1223,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
             const int g = 4 * sb + i;
             __m512i w[P];
             for (int p = 0; p < P; ++p) {
-              prefetch_spread<R, kPb, 64>(blk[p], g);
+              prefetch_spread<R, kPb, 64, kAhead>(blk[p], g);
               w[p] = q2_k_codes(codes[p], i);
             }
             for (int r = 0; r < R; ++r) {
@@ -1295,7 +1305,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           const int g = 4 * sb + i;
           __m512i w[P];
           for (int p = 0; p < P; ++p) {
-            prefetch_spread<R, kPb, 64>(blk[p], g);
+            prefetch_spread<R, kPb, 64, kAhead>(blk[p], g);
             w[p] = q3      ? q3_k_codes(q3lo[p], q3hi[p], i)
                    : Bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g)
                            : q6_k_codes(blk[p], g);
