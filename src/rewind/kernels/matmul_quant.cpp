@@ -1395,8 +1395,9 @@ REWIND_VNNI void int8_tile_avx512(DType t, const QuantizedActs& xa, int64_t r0,
 // bytes: Q6_K panels expanded by expand_q6_k, Q4_K / Q5_K panels by expand_k_bytes, IQ4_XS by
 // expand_iq4_xs_bytes, Q2_K by expand_q2_k_bytes, Q3_K by expand_q3_k_scaled, Q4_1 / Q5_1 by
 // expand_nibble_bytes (one byte per value; the AVX2 tiles take Q6_K's only). pf (prefill, or
-// null): a stream the VNNI tiles step once per block (the AVX2 tiles a burst before each tile). n_tiles: row tiles of the
-// tile's height, one below the other (rows r0 + i * R, outputs y + i * R * ldy).
+// null): a stream the VNNI tiles step once per block (the AVX2 tiles a burst before each tile).
+// n_tiles: row tiles of the tile's height, one below the other (rows r0 + i * R, outputs
+// y + i * R * ldy).
 using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byte*, int64_t, float*,
                             int64_t, int, int64_t, bool, PrefetchStream*, int64_t);
 constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
