@@ -9,8 +9,8 @@
 // the same for every M: a model's prefill also reads each matrix from memory, once per chunk.
 //
 // Usage: matmul_bench [--threads N] [--m 1,512]
-//                     [--dtype
-//                     f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1,q5_0]
+//                     [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,
+//                              q4_1,q5_1,q5_0]
 //                     [--shape NAME] [--seconds S]
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)

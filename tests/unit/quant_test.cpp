@@ -412,16 +412,16 @@ TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
   IsaGuard guard;
   ThreadPool pool(2);
   for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
-    const DType store = t, to = transcoded_type(t);
+    const DType to = transcoded_type(t);
     const int64_t n = 37, k = 512;
     const auto q = random_blocks(t, n, k, 5 + static_cast<uint32_t>(t));
     std::vector<std::byte> h(dtype_row_bytes(to, k) * n);
     for (int64_t r = 0; r < n; ++r)
       transcode_row(q.data() + r * dtype_row_bytes(t, k), t, k,
                     h.data() + r * dtype_row_bytes(to, k));
-    PackedMatrix pa = PackedMatrix::pack(q.data(), t, n, k, store, &pool);
+    PackedMatrix pa = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
     PackedMatrix pb = PackedMatrix::pack(h.data(), to, n, k, to);
-    ASSERT_EQ(pa.store(), store);
+    ASSERT_EQ(pa.store(), t);
     const auto wf = dequantize(q, t, n, k);
     for (int64_t r = 0; r < n; r += 5)
       for (int64_t c = 0; c < k; c += 11) ASSERT_EQ(pa.at(r, c), wf[r * k + c]) << dtype_name(t);
