@@ -119,15 +119,16 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
 }
 
 int cmd_convert(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--in", "--out", "--type"}, {"--help"});
+  auto args = Args::parse(argc, argv, {"--in", "--out", "--to", "--type"}, {"--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind convert --in HF_DIR --out FILE.gguf\n"
+        "usage: rewind convert --in HF_DIR --out FILE.gguf [--to gguf]\n"
         "                      [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|\n"
         "                              q4_0|q4_1|q5_0|q5_1|iq4_nl|q3_k|iq4_xs|q2_k]\n"
         "Writes the checkpoint as one GGUF file in llama.cpp's layout (qwen35, qwen35moe,\n"
         "qwen3next), with its MTP head as blk.N.nextn.* (not for qwen3next).\n"
+        "--to: the output format; gguf (the default) is the only one.\n"
         "Matrices get --type (default f32); a row length that is not a multiple of\n"
         "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n"
         "q4_k_m, q5_k_m: llama-quantize's mixtures (q6_k for output and, in some layers,\n"
@@ -138,6 +139,9 @@ int cmd_convert(int argc, char** argv) {
   }
   const std::string in = args->str("--in"), out = args->str("--out");
   if (in.empty() || out.empty()) return fail("--in HF_DIR and --out FILE.gguf are required");
+  if (const std::string to = args->str("--to", "gguf"); to != "gguf")
+    return fail("--to must be gguf: convert writes a Hugging Face checkpoint as GGUF (got '" + to +
+                "')");
   const double t0 = now_seconds();
   Status st = convert_hf_to_gguf(in, out, args->str("--type", "f32"));
   if (!st.ok()) return fail(st.error_message());

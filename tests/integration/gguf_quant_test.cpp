@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include "engine_run.h"
@@ -481,6 +482,34 @@ TEST(GgufQuant, BenchReportsTheIsaItRan) {
   out = test::run_command(cmd + " --prefill-runs 0 2>&1", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--prefill-runs must be >= 1"), std::string::npos) << out;
+}
+
+// `convert --to gguf` (the spelling) writes the same bytes as the default; any other
+// output format is an error that names the one there is, and writes no file.
+TEST(GgufQuant, ConvertToGgufIsTheDefault) {
+  const std::string by_default = gguf("q8_0");
+  const std::string hf = work_dir() + "/hf";
+  const std::string explicit_to = work_dir() + "/to_gguf_q8_0.gguf";
+  int rc = 0;
+  std::string out = test::run_command(std::string(REWIND_BINARY) + " convert --in " + hf +
+                                          " --out " + explicit_to + " --to gguf --type q8_0 2>&1",
+                                      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  };
+  const std::string a = bytes(by_default), b = bytes(explicit_to);
+  EXPECT_GT(a.size(), 0u);
+  EXPECT_TRUE(a == b) << a.size() << " vs " << b.size() << " bytes";
+  const std::string refused = work_dir() + "/to_hf";
+  out = test::run_command(
+      std::string(REWIND_BINARY) + " convert --in " + hf + " --out " + refused + " --to hf 2>&1",
+      &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--to must be gguf"), std::string::npos) << out;
+  EXPECT_NE(out.find("'hf'"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(refused));
 }
 
 }  // namespace
