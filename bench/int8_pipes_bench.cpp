@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--seconds" && i + 1 < argc) {
       seconds = std::atof(argv[++i]);
+      if (!(seconds > 0.0)) {
+        std::fprintf(stderr, "int8_pipes_bench: --seconds must be a positive number\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "usage: int8_pipes_bench [--seconds S]\n");
       return 2;

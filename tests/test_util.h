@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
@@ -73,6 +75,12 @@ inline std::string made_scratch_dir(const std::string& tag) {
   const std::string p = scratch_dir(tag);
   std::filesystem::create_directories(p);
   return p;
+}
+
+// The bytes of a file ("" if it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 // Runs a shell command, returns its stdout; *rc gets the exit status.

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 
 #include "engine_run.h"
@@ -339,8 +338,7 @@ TEST(GgufQuant, FormatsTakeStoresOfTheirOwn) {
 Quality corrupted(const std::string& type, const std::string& tensor, size_t scale_offset,
                   uint16_t (*edit)(uint16_t)) {
   const std::string src = gguf(type);
-  std::ifstream f(src, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string bytes = test::read_file(src);
   auto g = GgufFile::parse(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(), src);
   EXPECT_TRUE(g.ok()) << g.error_message();
   const GgufTensor* t = g->find(tensor);
@@ -495,11 +493,7 @@ TEST(GgufQuant, ConvertToGgufIsTheDefault) {
                                           " --out " + explicit_to + " --to gguf --type q8_0 2>&1",
                                       &rc);
   ASSERT_EQ(rc, 0) << out;
-  auto bytes = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  };
-  const std::string a = bytes(by_default), b = bytes(explicit_to);
+  const std::string a = test::read_file(by_default), b = test::read_file(explicit_to);
   EXPECT_GT(a.size(), 0u);
   EXPECT_TRUE(a == b) << a.size() << " vs " << b.size() << " bytes";
   const std::string refused = work_dir() + "/to_hf";

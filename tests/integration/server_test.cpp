@@ -34,12 +34,7 @@ using namespace std::chrono_literals;
 
 const char* kKey = "test-key-123";
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using test::read_file;
 
 void write_file(const std::string& path, const std::string& s) {
   std::ofstream f(path, std::ios::binary);
