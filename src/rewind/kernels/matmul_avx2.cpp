@@ -21,13 +21,7 @@ constexpr int kMR = 6;        // 6 rows x 1 panel = 12 ymm accumulators (16 ymm 
 constexpr int kNP = 1;
 constexpr int kMRSmall = 1;   // decode: 1 row x 3 panels = 6 accumulators
 constexpr int kNPSmall = 3;
-constexpr int kMaxR = kMR;
 constexpr int kStreamPrefetchK = 64;  // stream prefetch distance in k steps (matmul_avx512.cpp)
-constexpr int kMaxP = kNPSmall;
-
-constexpr bool tile_exists(int r, int p) {
-  return (r <= kMR && p <= kNP) || (r <= kMRSmall && p <= kNPSmall);
-}
 
 // Lane masks (all-ones lanes are written) for columns [0, valid) of an 8-wide half.
 inline __m256i half_mask(int valid) {
@@ -55,7 +49,6 @@ inline __attribute__((always_inline)) void fma_step(__m256 (&acc)[R][2 * P], con
     for (int h = 0; h < 2 * P; ++h) acc[r][h] = _mm256_fmadd_ps(a, b[h], acc[r][h]);
   }
 }
-
 
 template <int R, int P, bool kStream>
 void tile_f32_body(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
@@ -229,52 +222,16 @@ void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* 
   }
 }
 
-using TileF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
-                         int, bool, const char*, int64_t, bool);
-using TileBf16 = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*,
-                          int64_t, int, bool, const char*, int64_t, bool);
-
-struct Tables {
-  TileF32 f32[kMaxR + 1][kMaxP + 1];
-  TileBf16 bf16[kMaxR + 1][kMaxP + 1];
-};
-
 template <int R, int P>
-constexpr void fill_tables(Tables& t) {
-  if constexpr (tile_exists(R, P)) {
-    t.f32[R][P] = &tile_f32_rp<R, P>;
-    t.bf16[R][P] = &tile_bf16_rp<R, P>;
-  }
-  if constexpr (P < kMaxP) {
-    fill_tables<R, P + 1>(t);
-  } else if constexpr (R < kMaxR) {
-    fill_tables<R + 1, 1>(t);
-  }
-}
-
-constexpr Tables make_tables() {
-  Tables t{};
-  fill_tables<1, 1>(t);
-  return t;
-}
-
-constexpr Tables kTables = make_tables();
-
-void tile_f32(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc, int rows,
-              int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-              int64_t pf_lines, bool stream) {
-  kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
-}
-
-void tile_bf16(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
-               int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-               int64_t pf_lines, bool stream) {
-  kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
-}
+struct Tile {
+  static constexpr TileF32Fixed f32 = &tile_f32_rp<R, P>;
+  static constexpr TileBf16Fixed bf16 = &tile_bf16_rp<R, P>;
+};
 
 #pragma GCC pop_options
 
-constexpr MatmulIsa kIsa = {"avx2", kMR, kNP, kMRSmall, kNPSmall, &tile_f32, &tile_bf16, &widen_bf16};
+constexpr MatmulIsa kIsa =
+    TileTables<kMR, kNP, kMRSmall, kNPSmall, Tile>::make("avx2", &widen_bf16);
 
 }  // namespace
 

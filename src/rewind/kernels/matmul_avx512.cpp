@@ -22,7 +22,6 @@ constexpr int kMR = 8;        // large tiles: 8 rows x 3 panels = 24 accumulator
 constexpr int kNP = 3;
 constexpr int kMRSmall = 2;   // decode tiles: up to 2 rows x 6 panels
 constexpr int kNPSmall = 6;
-constexpr int kMaxR = kMR;
 // Stream prefetch distance, in k steps (32 k = 2 KiB ahead in an F32 panel, 1 KiB in a BF16
 // one), for the tile calls the driver marks as memory-bound (few rows share each weight): the
 // hardware prefetchers ramp up too slowly on each new panel stream. Measured on Sapphire Rapids
@@ -32,11 +31,6 @@ constexpr int kMaxR = kMR;
 // within +-5% (noise); model decode, steps alternating (prefetcht1 64 k ahead), F32 +17%,
 // BF16 +4%.
 constexpr int kStreamPrefetchK = 32;
-constexpr int kMaxP = kNPSmall;
-
-constexpr bool tile_exists(int r, int p) {
-  return (r <= kMR && p <= kNP) || (r <= kMRSmall && p <= kNPSmall);
-}
 
 // bf16 pair lanes -> fp32 of the low halves (w[., k]): a 32-bit shift left by 16. Written with
 // a GCC vector shift, which emits vpslld like _mm512_slli_epi32 without that intrinsic's
@@ -208,52 +202,16 @@ void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* 
   }
 }
 
-using TileF32 = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*, int64_t,
-                         int, bool, const char*, int64_t, bool);
-using TileBf16 = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*,
-                          int64_t, int, bool, const char*, int64_t, bool);
-
-struct Tables {
-  TileF32 f32[kMaxR + 1][kMaxP + 1];
-  TileBf16 bf16[kMaxR + 1][kMaxP + 1];
-};
-
 template <int R, int P>
-constexpr void fill_tables(Tables& t) {
-  if constexpr (tile_exists(R, P)) {
-    t.f32[R][P] = &tile_f32_rp<R, P>;
-    t.bf16[R][P] = &tile_bf16_rp<R, P>;
-  }
-  if constexpr (P < kMaxP) {
-    fill_tables<R, P + 1>(t);
-  } else if constexpr (R < kMaxR) {
-    fill_tables<R + 1, 1>(t);
-  }
-}
-
-constexpr Tables make_tables() {
-  Tables t{};
-  fill_tables<1, 1>(t);
-  return t;
-}
-
-constexpr Tables kTables = make_tables();
-
-void tile_f32(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc, int rows,
-              int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-              int64_t pf_lines, bool stream) {
-  kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
-}
-
-void tile_bf16(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
-               int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate, const char* pf,
-               int64_t pf_lines, bool stream) {
-  kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
-}
+struct Tile {
+  static constexpr TileF32Fixed f32 = &tile_f32_rp<R, P>;
+  static constexpr TileBf16Fixed bf16 = &tile_bf16_rp<R, P>;
+};
 
 #pragma GCC pop_options
 
-constexpr MatmulIsa kIsa = {"avx512", kMR, kNP, kMRSmall, kNPSmall, &tile_f32, &tile_bf16, &widen_bf16};
+constexpr MatmulIsa kIsa =
+    TileTables<kMR, kNP, kMRSmall, kNPSmall, Tile>::make("avx512", &widen_bf16);
 
 }  // namespace
 

@@ -51,6 +51,62 @@ struct MatmulIsa {
   void (*widen_bf16)(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* out);
 };
 
+// A SIMD path's MatmulIsa from its micro-kernels, one per tile shape it has (rows <= MR with
+// panels <= NP, or rows <= MRSmall with panels <= NPSmall): Tile<R, P>::f32 and ::bf16 are the
+// kernels of R rows and P panels, MatmulIsa's tile_f32 / tile_bf16 without the rows and np
+// arguments. make() gives the MatmulIsa whose entries look the shape up in the tables.
+using TileF32Fixed = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float*,
+                              int64_t, int, bool, const char*, int64_t, bool);
+using TileBf16Fixed = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*,
+                               int64_t, int, bool, const char*, int64_t, bool);
+
+template <int MR, int NP, int MRSmall, int NPSmall, template <int, int> class Tile>
+class TileTables {
+ public:
+  static constexpr MatmulIsa make(const char* name, void (*widen_bf16)(const uint16_t*, int64_t,
+                                                                       int64_t, int, float*)) {
+    return {name, MR, NP, MRSmall, NPSmall, &tile_f32, &tile_bf16, widen_bf16};
+  }
+
+ private:
+  static constexpr int kMaxR = MR > MRSmall ? MR : MRSmall;
+  static constexpr int kMaxP = NP > NPSmall ? NP : NPSmall;
+  struct Tables {
+    TileF32Fixed f32[kMaxR + 1][kMaxP + 1]{};
+    TileBf16Fixed bf16[kMaxR + 1][kMaxP + 1]{};
+  };
+  template <int R, int P>
+  static constexpr void fill(Tables& t) {
+    if constexpr ((R <= MR && P <= NP) || (R <= MRSmall && P <= NPSmall)) {
+      t.f32[R][P] = Tile<R, P>::f32;
+      t.bf16[R][P] = Tile<R, P>::bf16;
+    }
+    if constexpr (P < kMaxP) {
+      fill<R, P + 1>(t);
+    } else if constexpr (R < kMaxR) {
+      fill<R + 1, 1>(t);
+    }
+  }
+  static constexpr Tables make_tables() {
+    Tables t;
+    fill<1, 1>(t);
+    return t;
+  }
+  static constexpr Tables kTables = make_tables();
+
+  static void tile_f32(const float* x, int64_t ldx, const float* w, int64_t w_stride, int64_t kc,
+                       int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate,
+                       const char* pf, int64_t pf_lines, bool stream) {
+    kTables.f32[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines, stream);
+  }
+  static void tile_bf16(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride,
+                        int64_t kc, int rows, int np, float* y, int64_t ldy, int ncols,
+                        bool accumulate, const char* pf, int64_t pf_lines, bool stream) {
+    kTables.bf16[rows][np](x, ldx, w, w_stride, kc, y, ldy, ncols, accumulate, pf, pf_lines,
+                           stream);
+  }
+};
+
 const MatmulIsa* matmul_isa_scalar();
 const MatmulIsa* matmul_isa_avx2();    // callers check the CPU first
 const MatmulIsa* matmul_isa_avx512();  // callers check the CPU first

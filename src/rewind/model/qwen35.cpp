@@ -177,6 +177,19 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
 
   // Bytes to pack, for progress.
   std::vector<std::string> mats;
+  // A layer's FFN matrices (prefix p): the router, shared expert and experts, or the dense MLP.
+  auto push_ffn = [&](const std::string& p, bool moe) {
+    if (moe) {
+      for (const char* n : {"router", "sh.gate", "sh.gate_up", "sh.down"}) mats.push_back(p + n);
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        mats.push_back(p + "e" + std::to_string(e) + ".gate_up");
+        mats.push_back(p + "e" + std::to_string(e) + ".down");
+      }
+    } else {
+      mats.push_back(p + "gate_up");
+      mats.push_back(p + "down");
+    }
+  };
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const std::string p = std::string("l").append(std::to_string(il)).append(".");
     if (c.layer_kinds[il] == LayerKind::Linear) {
@@ -186,19 +199,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
       mats.push_back(p + "qkv");
       mats.push_back(p + "o_proj");
     }
-    if (c.layer_is_moe(il)) {
-      mats.push_back(p + "router");
-      mats.push_back(p + "sh.gate");
-      mats.push_back(p + "sh.gate_up");
-      mats.push_back(p + "sh.down");
-      for (int64_t e = 0; e < c.n_expert; ++e) {
-        mats.push_back(p + "e" + std::to_string(e) + ".gate_up");
-        mats.push_back(p + "e" + std::to_string(e) + ".down");
-      }
-    } else {
-      mats.push_back(p + "gate_up");
-      mats.push_back(p + "down");
-    }
+    push_ffn(p, c.layer_is_moe(il));
   }
   mats.push_back("lm_head");
   const bool mtp = opt.mtp && W.has_mtp();
@@ -211,16 +212,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   if (mtp) {  // the MTP head: fc and its full-attention layer l{n_layer}
     const std::string p = "l" + std::to_string(c.n_layer) + ".";
     for (const char* n : {"qkv", "o_proj"}) mats.push_back(p + n);
-    if (c.mtp_layer_is_moe()) {
-      for (const char* n : {"router", "sh.gate", "sh.gate_up", "sh.down"}) mats.push_back(p + n);
-      for (int64_t e = 0; e < c.n_expert; ++e) {
-        mats.push_back(p + "e" + std::to_string(e) + ".gate_up");
-        mats.push_back(p + "e" + std::to_string(e) + ".down");
-      }
-    } else {
-      mats.push_back(p + "gate_up");
-      mats.push_back(p + "down");
-    }
+    push_ffn(p, c.mtp_layer_is_moe());
     mats.push_back("mtp.fc");
   }
   size_t total = 0, done = 0;
