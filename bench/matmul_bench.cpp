@@ -11,7 +11,8 @@
 // Usage: matmul_bench [--threads N] [--m 1,512]
 //                     [--dtype f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,
 //                              q4_1,q5_1,q5_0]
-//                     [--shape NAME] [--seconds S]
+//                     [--shape NAME|KxN] [--seconds S]   (KxN: any other shape, e.g. one
+//                                                       that fits L2: the kernel from cache)
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
 //                     [--isa amx|avx512|avx2|scalar]  (force a SIMD path)
@@ -147,10 +148,28 @@ int main(int argc, char** argv) {
           stderr,
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype "
           "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1,q5_0] "
-          "[--shape NAME] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
+          "[--shape NAME|KxN] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
           "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
       return a == "--help" ? 0 : 2;
     }
+  }
+  // --shape KxN: that one shape (named "KxN").
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  long long ck = 0, cn = 0;
+  char tail = 0;
+  if (std::sscanf(only_shape.c_str(), "%lldx%lld%c", &ck, &cn, &tail) == 2) {
+    if (ck <= 0 || cn <= 0 || ck % 256 != 0) {
+      std::fprintf(stderr,
+                   "matmul_bench: --shape %s: K and N must be positive, K a multiple of 256\n",
+                   only_shape.c_str());
+      return 2;
+    }
+    shapes = {{only_shape.c_str(), ck, cn}};
+  } else if (!only_shape.empty() && std::none_of(shapes.begin(), shapes.end(), [&](const Shape& s) {
+               return only_shape == s.name;
+             })) {
+    std::fprintf(stderr, "matmul_bench: unknown --shape %s\n", only_shape.c_str());
+    return 2;
   }
   rw::ThreadPool pool(n_threads);
   rw::MachineLimits lim;
@@ -181,7 +200,7 @@ int main(int argc, char** argv) {
               "hot%BW", "cold/hot");
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  for (const Shape& s : kShapes) {
+  for (const Shape& s : shapes) {
     if (!only_shape.empty() && only_shape != s.name) continue;
     std::vector<float> w(static_cast<size_t>(s.n * s.k));
     for (float& v : w) v = uni(rng);

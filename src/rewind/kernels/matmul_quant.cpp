@@ -639,8 +639,8 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
                      : static_cast<__mmask16>((1u << (valid > 0 ? valid : 0)) - 1u);
 }
 
-constexpr int64_t kPrefetchBytes = 4096;    // AVX2 tiles: per panel stream, ahead of the loads
-constexpr int64_t kPrefetchBytesL2 = 2048;  // VNNI tiles
+constexpr int64_t kPrefetchBytes = 4096;   // AVX2 tiles: per panel stream, ahead of the loads
+constexpr int64_t kPrefetchBytesL2 = 768;  // VNNI tiles (Q2_K / Q3_K / Q5_K / Q6_K: farther)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
 // loads. Each code group of a block prefetches its share of the block's bytes, and the blocks
@@ -648,12 +648,20 @@ constexpr int64_t kPrefetchBytesL2 = 2048;  // VNNI tiles
 // only the code groups leaves a block's header (and a Q6_K block's high bits) to demand misses.
 // The prefetch is asm: GCC 12 drops __builtin_prefetch (_mm_prefetch) from code it vectorises,
 // and left the AVX2 tiles without any (Q6_K decode then streamed at 8 GB/s, Q8_0 15-19, on Zen
-// 3). The VNNI tiles prefetch into L2 (prefetcht1) 2 KiB ahead (Q5_K / Q6_K a whole block:
-// int8_tile_avx512_one): against prefetcht0 4 KiB ahead, matmul_bench M=1 on cold weights on
-// Zen 4, variants alternating call by call, Q8_0 and Q4_K 7-27% faster (gate|up, in_proj,
-// down), and model decode Q4_K +12-18%, Q8_0 +5-8%; prefetcht2 the same as prefetcht1 there, 8
-// KiB ahead 1-4% slower, 1 KiB mixed. The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB
-// ahead: prefetcht1 made them 0-5% slower, Q6_K 25-48%.
+// 3). The VNNI tiles prefetch into L2 (prefetcht1): against prefetcht0 4 KiB ahead, 2 KiB ahead
+// ran matmul_bench M=1 on cold weights on Zen 4 (variants alternating call by call) 7-27% faster
+// for Q8_0 and Q4_K, model decode Q4_K +12-18%, Q8_0 +5-8%; prefetcht2 the same as prefetcht1,
+// 8 KiB ahead 1-4% slower. 768 bytes ahead (per panel stream; a 1-row tile runs 4) then raised
+// what one core streams: matmul_bench --threads 1 --m 1 on Zen 4, binaries alternating, 3 rounds,
+// Q8_0 24-27 -> 27-34 GB/s, Q4_K 22-25 -> 25-28 (1 KiB and 512 bytes close, 1.5 KiB no gain);
+// with two threads the host's memory usually caps both at the same 33-36 GB/s, but in its fast
+// phases model decode kept up where 2 KiB fell behind (bench/ab_bench.py, 5 rounds: in rounds
+// whose probes read 46-62 GB/s, 2 KiB reached 71-83% of the paired bound, Q4_K 71.2%, Q8_0
+// 80.1-82.8%, Q4_K_M 71.7%, and 768 bytes 81-97%, Q4_K 81.5-93.6%, Q8_0 94.5-97.0%, Q4_K_M
+// 95.1%). Q2_K and Q3_K keep 2 KiB (Q3_K's tile, which is compute-bound, fell from 21 to
+// 10-12 GB/s at 768 bytes and 1 KiB; Q2_K 26 -> 24), Q5_K and Q6_K a whole block (see
+// int8_tile_avx512_one). The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB ahead:
+// prefetcht1 made them 0-5% slower, Q6_K 25-48%.
 template <bool L2, int64_t Ahead = L2 ? kPrefetchBytesL2 : kPrefetchBytes>
 __attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
   if constexpr (L2)
@@ -1019,7 +1027,9 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // decode (bench/ab_bench.py, 5 rounds) Q4_K_M, whose output matrix is Q6_K, 48.6 -> 51.8 tok/s,
   // 75.5% -> 88.9% of the paired bound. Q4_K / IQ4_XS, read in linear order, were no faster a
   // block ahead; 2 blocks ahead was slower than one for Q6_K in_proj.
-  constexpr int64_t kAhead = t == DType::Q5_K || t == DType::Q6_K ? kPb : kPrefetchBytesL2;
+  constexpr int64_t kAhead = t == DType::Q5_K || t == DType::Q6_K ? kPb
+                             : t == DType::Q2_K || t == DType::Q3_K ? 2048
+                                                                    : kPrefetchBytesL2;
   constexpr int64_t pb = !Bytes               ? kPb
                          : t == DType::Q6_K   ? kQ6KBytesBlock
                          : t == DType::IQ4_XS ? kIQ4XSBytesBlock
