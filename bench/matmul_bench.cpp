@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
-  // --shape KxN: that one shape (named "KxN").
+  // The shapes to run: all of kShapes, the one --shape names, or --shape KxN (named "KxN").
   std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
   long long ck = 0, cn = 0;
   char tail = 0;
@@ -165,11 +165,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     shapes = {{only_shape.c_str(), ck, cn}};
-  } else if (!only_shape.empty() && std::none_of(shapes.begin(), shapes.end(), [&](const Shape& s) {
-               return only_shape == s.name;
-             })) {
-    std::fprintf(stderr, "matmul_bench: unknown --shape %s\n", only_shape.c_str());
-    return 2;
+  } else if (!only_shape.empty()) {
+    std::erase_if(shapes, [&](const Shape& s) { return only_shape != s.name; });
+    if (shapes.empty()) {
+      std::fprintf(stderr, "matmul_bench: unknown --shape %s\n", only_shape.c_str());
+      return 2;
+    }
   }
   rw::ThreadPool pool(n_threads);
   rw::MachineLimits lim;
@@ -201,7 +202,6 @@ int main(int argc, char** argv) {
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   for (const Shape& s : shapes) {
-    if (!only_shape.empty() && only_shape != s.name) continue;
     std::vector<float> w(static_cast<size_t>(s.n * s.k));
     for (float& v : w) v = uni(rng);
     for (const std::string& dt : dtypes) {

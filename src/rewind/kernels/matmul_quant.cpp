@@ -639,8 +639,9 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
                      : static_cast<__mmask16>((1u << (valid > 0 ? valid : 0)) - 1u);
 }
 
-constexpr int64_t kPrefetchBytes = 4096;   // AVX2 tiles: per panel stream, ahead of the loads
-constexpr int64_t kPrefetchBytesL2 = 768;  // VNNI tiles (Q2_K / Q3_K / Q5_K / Q6_K: farther)
+constexpr int64_t kPrefetchBytes = 4096;       // AVX2 tiles: per panel stream, ahead of the loads
+constexpr int64_t kPrefetchBytesL2 = 768;      // VNNI tiles
+constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K / Q6_K: a block)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
 // loads. Each code group of a block prefetches its share of the block's bytes, and the blocks
@@ -1028,7 +1029,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // 75.5% -> 88.9% of the paired bound. Q4_K / IQ4_XS, read in linear order, were no faster a
   // block ahead; 2 blocks ahead was slower than one for Q6_K in_proj.
   constexpr int64_t kAhead = t == DType::Q5_K || t == DType::Q6_K ? kPb
-                             : t == DType::Q2_K || t == DType::Q3_K ? 2048
+                             : t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
                                                                     : kPrefetchBytesL2;
   constexpr int64_t pb = !Bytes               ? kPb
                          : t == DType::Q6_K   ? kQ6KBytesBlock
