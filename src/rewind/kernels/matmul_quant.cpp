@@ -642,6 +642,7 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
 constexpr int64_t kPrefetchBytes = 4096;       // AVX2 tiles: per panel stream, ahead of the loads
 constexpr int64_t kPrefetchBytesL2 = 768;      // VNNI tiles
 constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K / Q6_K: a block)
+constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two panel streams)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
 // loads. Each code group of a block prefetches its share of the block's bytes, and the blocks
@@ -659,8 +660,11 @@ constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K /
 // phases model decode kept up where 2 KiB fell behind (bench/ab_bench.py, 5 rounds: in rounds
 // whose probes read 46-62 GB/s, 2 KiB reached 71-83% of the paired bound, Q4_K 71.2%, Q8_0
 // 80.1-82.8%, Q4_K_M 71.7%, and 768 bytes 81-97%, Q4_K 81.5-93.6%, Q8_0 94.5-97.0%, Q4_K_M
-// 95.1%). Q2_K and Q3_K keep 2 KiB (Q3_K's tile, which is compute-bound, fell from 21 to
-// 10-12 GB/s at 768 bytes and 1 KiB; Q2_K 26 -> 24), Q5_K and Q6_K a whole block (see
+// 95.1%). Q4_K, whose decode tiles run 2 panel streams (vnni_decode_panels), prefetches 384
+// bytes ahead: one thread, 2-panel tiles, 269 MB of layer weights: 768 bytes +5-8% over the
+// 4-panel tiles, 384 and 256 bytes +10-11%, none +9-12% (the hardware prefetchers keep up with
+// two streams), 512 bytes +5-10%, 1.5 KiB +2-3%, 3 KiB -10%. Q2_K and Q3_K keep 2 KiB (Q3_K's
+// tile, which is compute-bound, fell from 21 to 10-12 GB/s at 768 bytes and 1 KiB; Q2_K 26 -> 24), Q5_K and Q6_K a whole block (see
 // int8_tile_avx512_one). The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB ahead:
 // prefetcht1 made them 0-5% slower, Q6_K 25-48%.
 template <bool L2, int64_t Ahead = L2 ? kPrefetchBytesL2 : kPrefetchBytes>
@@ -1028,8 +1032,9 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // decode (bench/ab_bench.py, 5 rounds) Q4_K_M, whose output matrix is Q6_K, 48.6 -> 51.8 tok/s,
   // 75.5% -> 88.9% of the paired bound. Q4_K / IQ4_XS, read in linear order, were no faster a
   // block ahead; 2 blocks ahead was slower than one for Q6_K in_proj.
-  constexpr int64_t kAhead = t == DType::Q5_K || t == DType::Q6_K ? kPb
+  constexpr int64_t kAhead = t == DType::Q5_K || t == DType::Q6_K   ? kPb
                              : t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
+                             : t == DType::Q4_K                     ? kPrefetchBytesL2Near
                                                                     : kPrefetchBytesL2;
   constexpr int64_t pb = !Bytes               ? kPb
                          : t == DType::Q6_K   ? kQ6KBytesBlock
@@ -1422,6 +1427,19 @@ constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  RE
                                                          REWIND_INT8_ROW(3),  REWIND_INT8_ROW(4),
                                                          REWIND_INT8_ROW2(5), REWIND_INT8_ROW2(6)};
 #undef REWIND_INT8_ROW2
+
+// Panel streams per VNNI decode tile (1-2 rows). Q4_K takes 2, the others 4: with weights from
+// memory on Zen 4, in-process A/B (decode-like passes over 24 layers' in_proj, o_proj, gate|up
+// and down, 269 MB, 4- and 2-panel tiles alternating pass by pass), one thread streamed Q4_K at
+// 26-28 GB/s on 4 panels and 29-31 on 2 (the 1024 x 248320 output matrix 26.4-26.9 -> 30.9-31.7,
+// two-row tiles 22.2 -> 28.1), while hot from L3 the 4-panel tile was 1-2% faster; two threads
+// +0.6-1.5% where the host's memory held both at 33-35 GB/s, +5.8-8.9% where it let them reach
+// 43-47 GB/s (so 2 panels keep up better in its fast phases). The other types ran as fast or faster
+// on 4 panels (one thread: Q8_0 -2 to -6% on 2, Q5_K -7 to -9%, IQ4_XS -2%, Q4_0 +-1%, Q6_K +2% for
+// one row but -6% for two).
+constexpr int vnni_decode_panels(DType t) {
+  return t == DType::Q4_K ? 2 : kInt8MaxP;
+}
 
 // nb Q6_K panel blocks at src expanded to kQ6KBytesBlock each at dst (d and sc copied, the codes
 // one byte each).
@@ -3346,9 +3364,9 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   }
   const bool avx2 = path == Int8Path::Avx2;
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
-  const int max_p = avx2 ? kAvx2MaxP : kInt8MaxP;
   const int64_t rows = r1 - r0;
   if (rows <= 2) {
+    const int max_p = avx2 ? kAvx2MaxP : vnni_decode_panels(t);
     // Decode: the panels are cut into max_p contiguous runs of q panels, and tile i reads
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
