@@ -20,6 +20,12 @@
 //                     [--cold]  (cold copies for every M, not only M <= 16)
 //                     [--cpu-time]  (time by process CPU time, not wall time: with --threads 1,
 //                                    tuning on a machine shared with other jobs)
+//                     [--decode-panels 4,2]  (M <= 2: the int8 decode tiles over each of these
+//                                    panel-stream counts, 0 = each type's default, in
+//                                    alternating passes over the cold copies (A B B A ...), so
+//                                    that a shared host's drifting bandwidth hits each alike;
+//                                    prints each count's median GB/s and its median time ratio
+//                                    to the first count's paired pass)
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -91,6 +98,47 @@ rw::DType dtype_named(const std::string& dt) {
 
 }  // namespace
 
+// --decode-panels: one pass (every cold copy once) per step, the counts taking turns in the order
+// A B .. B A (reversed every other round), each pass timed; per count the median pass, and the
+// median over rounds of its pass time against the first count's in the same round.
+void compare_decode_panels(const std::vector<int64_t>& counts, double seconds,
+                           const std::function<void()>& pass, double pass_bytes, double bw_gb_s,
+                           const Shape& s, const std::string& dt, int64_t m) {
+  const size_t nc = counts.size();
+  std::vector<std::vector<double>> times(nc);
+  const double t_end = now_s() + seconds * static_cast<double>(nc);
+  for (int round = 0; round < 4 || (now_s() < t_end && round < 100000); ++round) {
+    for (size_t j = 0; j < nc; ++j) {
+      const size_t i = round % 2 ? nc - 1 - j : j;
+      rw::matmul_set_decode_panels(static_cast<int>(counts[i]));
+      const double t0 = now_s();
+      pass();
+      times[i].push_back(now_s() - t0);
+    }
+  }
+  rw::matmul_set_decode_panels(0);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("%-8s %6lld %7lld %5s %4lld  decode panels (%zu passes each):", s.name,
+              static_cast<long long>(s.k), static_cast<long long>(s.n), dt.c_str(),
+              static_cast<long long>(m), times[0].size());
+  for (size_t i = 0; i < nc; ++i) {
+    const double gbs = pass_bytes / median(times[i]) / 1e9;
+    std::printf("  %lld%s: %.1f GB/s (%.1f%%BW", static_cast<long long>(counts[i]),
+                counts[i] == 0 ? " (default)" : "", gbs, 100.0 * gbs / bw_gb_s);
+    if (i > 0) {
+      std::vector<double> ratio;
+      for (size_t r = 0; r < times[i].size(); ++r) ratio.push_back(times[0][r] / times[i][r]);
+      std::printf(", x%.3f of %lld", median(ratio), static_cast<long long>(counts[0]));
+    }
+    std::printf(")");
+  }
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   int n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int64_t> ms = {1, 512};
@@ -99,6 +147,7 @@ int main(int argc, char** argv) {
   double seconds = 0.5;  // per measurement
   double given_bw = 0, given_peak = 0;
   bool limits_only = false, cold_all = false;
+  std::vector<int64_t> decode_panels;  // --decode-panels: counts to compare (empty: off)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -130,6 +179,17 @@ int main(int argc, char** argv) {
       cold_all = true;
     } else if (a == "--cpu-time") {
       g_cpu_time = true;
+    } else if (a == "--decode-panels") {
+      decode_panels = parse_list(next());
+      for (int64_t p : decode_panels)
+        if (p < 0 || p > 4) {
+          std::fprintf(stderr, "matmul_bench: --decode-panels: counts are 0 (default) to 4\n");
+          return 2;
+        }
+      if (decode_panels.size() < 2) {
+        std::fprintf(stderr, "matmul_bench: --decode-panels needs two counts or more\n");
+        return 2;
+      }
     } else if (a == "--isa") {
       const std::string v = next();
       if (!rw::matmul_force_isa(v)) {
@@ -149,7 +209,8 @@ int main(int argc, char** argv) {
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype "
           "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1,q5_0] "
           "[--shape NAME|KxN] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
-          "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n");
+          "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n"
+          "                    [--decode-panels 4,2]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -243,6 +304,17 @@ int main(int argc, char** argv) {
           return best;
         };
         rw::matmul(x.data(), m, s.k, copies[0], y.data(), s.n, &pool);  // warm up
+        if (!decode_panels.empty()) {
+          if (m > 2 || !rw::dtype_is_quant(store)) continue;  // decode tiles of the int8 dot
+          compare_decode_panels(
+              decode_panels, seconds,
+              [&] {
+                for (size_t c = 0; c < want; ++c)
+                  rw::matmul(x.data(), m, s.k, copies[c], y.data(), s.n, &pool);
+              },
+              static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt, m);
+          continue;
+        }
         const double t = run_best(want);
         const double flops = 2.0 * static_cast<double>(m) * s.n * s.k;
         const double gflops = flops / t / 1e9;

@@ -573,6 +573,10 @@ void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
   }
 }
 
+void matmul_set_decode_panels(int panels) {
+  detail::int8_set_decode_panels(panels);
+}
+
 const char* matmul_isa() {
   return current_isa().name;
 }

@@ -120,6 +120,12 @@ const char* matmul_int8_isa();  // "avx512vnni", "avx2" or "scalar"
 // matmul_force_isa did not cap the kernels below it.
 bool matmul_amx_enabled();
 
+// Panel streams per tile of the int8 dot's decode kernels (M <= 2): 0 (the default) lets each
+// weight type take its own measured choice; 1-4 force that many (the AVX2 path takes at most 2).
+// Results are the same bits whatever the count: for benchmarks that compare it (matmul_bench
+// --decode-panels). Not thread-safe with running matmuls.
+void matmul_set_decode_panels(int panels);
+
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
 const char* matmul_isa();
 // Force a path (for tests comparing paths): "amx" (AVX-512 with AMX-INT8 for the int8 dot's

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -1440,6 +1441,8 @@ constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  RE
 constexpr int vnni_decode_panels(DType t) {
   return t == DType::Q4_K ? 2 : kInt8MaxP;
 }
+// int8_set_decode_panels' override (0: none).
+std::atomic<int> g_decode_panels{0};
 
 // nb Q6_K panel blocks at src expanded to kQ6KBytesBlock each at dst (d and sc copied, the codes
 // one byte each).
@@ -3333,6 +3336,11 @@ PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
 }
 }  // namespace
 
+void int8_set_decode_panels(int panels) {
+  REWIND_CHECK_MSG(panels >= 0 && panels <= kInt8MaxP, "decode panels: 0 (default) to 4");
+  g_decode_panels.store(panels, std::memory_order_relaxed);
+}
+
 int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
   if (int8_path() != Int8Path::Vnni) return 1;  // AVX2: 4-row tiles of one panel
   // AMX: groups of up to 256 KiB of panels (2 to 16 panels): a row tile's activation codes stay
@@ -3366,7 +3374,11 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int64_t rows = r1 - r0;
   if (rows <= 2) {
-    const int max_p = avx2 ? kAvx2MaxP : vnni_decode_panels(t);
+    const int path_max = avx2 ? kAvx2MaxP : kInt8MaxP;
+    const int forced = g_decode_panels.load(std::memory_order_relaxed);
+    const int max_p = forced  ? std::min(forced, path_max)
+                      : avx2 ? kAvx2MaxP
+                             : vnni_decode_panels(t);
     // Decode: the panels are cut into max_p contiguous runs of q panels, and tile i reads
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a

@@ -165,6 +165,12 @@ bool amx_int8_available();
 // amx_int8_available() and matmul_force_isa has not capped the kernels below "amx".
 bool amx_int8_enabled();
 
+// Panel streams per int8 decode tile (int8_dot_panels over 1-2 rows): 0 restores each type's
+// own choice (4 on AVX-512 VNNI, 2 for Q4_K; 2 on AVX2); 1-4 force that many (capped at the
+// path's most). Every output keeps its bits whatever the count; for benchmarks comparing it.
+// Not thread-safe with running matmuls.
+void int8_set_decode_panels(int panels);
+
 // Panels per panel group of int8_dot_panels over `rows` rows (rows > 2): each group's panels
 // are read by every row tile of a row block, so a split of the columns between threads keeps
 // whole groups.
