@@ -662,12 +662,13 @@ constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two pa
 // whose probes read 46-62 GB/s, 2 KiB reached 71-83% of the paired bound, Q4_K 71.2%, Q8_0
 // 80.1-82.8%, Q4_K_M 71.7%, and 768 bytes 81-97%, Q4_K 81.5-93.6%, Q8_0 94.5-97.0%, Q4_K_M
 // 95.1%). Q4_K, whose decode tiles run 2 panel streams (vnni_decode_panels), prefetches 384
-// bytes ahead: one thread, 2-panel tiles, 269 MB of layer weights: 768 bytes +5-8% over the
-// 4-panel tiles, 384 and 256 bytes +10-11%, none +9-12% (the hardware prefetchers keep up with
-// two streams), 512 bytes +5-10%, 1.5 KiB +2-3%, 3 KiB -10%. Q2_K and Q3_K keep 2 KiB (Q3_K's
-// tile, which is compute-bound, fell from 21 to 10-12 GB/s at 768 bytes and 1 KiB; Q2_K 26 -> 24), Q5_K and Q6_K a whole block (see
-// int8_tile_avx512_one). The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB ahead:
-// prefetcht1 made them 0-5% slower, Q6_K 25-48%.
+// bytes ahead: builds with each distance, one thread, 2-panel tiles against the 4-panel ones
+// over 269 MB of layer weights: 768 bytes +5-8%, 384 and 256 bytes +10-11%, none +9-12% (the
+// hardware prefetchers keep up with two streams), 512 bytes +5-10%, 1.5 KiB +2-3%, 3 KiB -10%.
+// Q2_K and Q3_K keep 2 KiB (Q3_K's tile, which is compute-bound, fell from 21 to 10-12 GB/s at
+// 768 bytes and 1 KiB; Q2_K 26 -> 24), Q5_K and Q6_K a whole block (see int8_tile_avx512_one).
+// The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB ahead: prefetcht1 made them 0-5%
+// slower, Q6_K 25-48%.
 template <bool L2, int64_t Ahead = L2 ? kPrefetchBytesL2 : kPrefetchBytes>
 __attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
   if constexpr (L2)
@@ -1429,15 +1430,14 @@ constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  RE
                                                          REWIND_INT8_ROW2(5), REWIND_INT8_ROW2(6)};
 #undef REWIND_INT8_ROW2
 
-// Panel streams per VNNI decode tile (1-2 rows). Q4_K takes 2, the others 4: with weights from
-// memory on Zen 4, in-process A/B (decode-like passes over 24 layers' in_proj, o_proj, gate|up
-// and down, 269 MB, 4- and 2-panel tiles alternating pass by pass), one thread streamed Q4_K at
-// 26-28 GB/s on 4 panels and 29-31 on 2 (the 1024 x 248320 output matrix 26.4-26.9 -> 30.9-31.7,
-// two-row tiles 22.2 -> 28.1), while hot from L3 the 4-panel tile was 1-2% faster; two threads
-// +0.6-1.5% where the host's memory held both at 33-35 GB/s, +5.8-8.9% where it let them reach
-// 43-47 GB/s (so 2 panels keep up better in its fast phases). The other types ran as fast or faster
-// on 4 panels (one thread: Q8_0 -2 to -6% on 2, Q5_K -7 to -9%, IQ4_XS -2%, Q4_0 +-1%, Q6_K +2% for
-// one row but -6% for two).
+// Panel streams per VNNI decode tile (1-2 rows). Q4_K takes 2, the others 4. Zen 4, weights
+// from memory, `matmul_bench --m 1,2 --dtype q4_k,q8_0,q6_k,q5_k --decode-panels 4,2,3` (the
+// counts alternating pass by pass in one process): one thread, Q4_K on 2 panels against 4, M=1
+// +4-15% on every shape (lm_head 26.6 -> 30.2 GB/s), M=2 +24-28% with K=1024 but -5% on down
+// (K=3584); two threads, probe at 60 GB/s, lm_head 54.6 -> 63.1 GB/s (M=1), 45.4 -> 58.2 (M=2).
+// Hot from L3 the 4-panel tile is 1-2% faster: the gain is in how the weights arrive. The other
+// types were as fast or faster on 4 (one thread, M=1: Q8_0 -2 to -6% on 2, Q5_K -5 to -9%, Q6_K
+// +-2%; 3 panels gave Q5_K +2-8% at M=1 but -5 to -7% at M=2; IQ4_XS -2% and Q4_0 +-1% on 2).
 constexpr int vnni_decode_panels(DType t) {
   return t == DType::Q4_K ? 2 : kInt8MaxP;
 }
