@@ -96,8 +96,6 @@ rw::DType dtype_named(const std::string& dt) {
   std::exit(2);
 }
 
-}  // namespace
-
 // --decode-panels: one pass (every cold copy once) per step, the counts taking turns in the order
 // A B .. B A (reversed every other round), each pass timed; per count the median pass, and the
 // median over rounds of its pass time against the first count's in the same round.
@@ -138,6 +136,8 @@ void compare_decode_panels(const std::vector<int64_t>& counts, double seconds,
   std::printf("\n");
   std::fflush(stdout);
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -267,6 +267,9 @@ int main(int argc, char** argv) {
     for (float& v : w) v = uni(rng);
     for (const std::string& dt : dtypes) {
       const rw::DType store = dtype_named(dt);
+      const bool int8 = rw::dtype_is_quant(store) && rw::matmul_quant_dot() == rw::QuantDot::Int8;
+      // --decode-panels compares the int8 dot's decode tiles: quantised weights, M <= 2.
+      if (!decode_panels.empty() && !int8) continue;
       // Quantised stores pack ggml blocks of the same random weights.
       std::vector<std::byte> qw;
       if (rw::dtype_is_quant(store)) {
@@ -284,6 +287,7 @@ int main(int argc, char** argv) {
       copies.push_back(pack());
       const size_t bytes = copies[0].bytes();
       for (int64_t m : ms) {
+        if (!decode_panels.empty() && m > 2) continue;
         // Cold copies for the bandwidth-bound small-M runs (every M with --cold).
         const bool cold = m <= 16 || cold_all;
         const size_t want = cold ? std::max<size_t>(1, (cold_bytes + bytes - 1) / bytes) : 1;
@@ -305,7 +309,6 @@ int main(int argc, char** argv) {
         };
         rw::matmul(x.data(), m, s.k, copies[0], y.data(), s.n, &pool);  // warm up
         if (!decode_panels.empty()) {
-          if (m > 2 || !rw::dtype_is_quant(store)) continue;  // decode tiles of the int8 dot
           compare_decode_panels(
               decode_panels, seconds,
               [&] {
@@ -319,9 +322,8 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * static_cast<double>(m) * s.n * s.k;
         const double gflops = flops / t / 1e9;
         const double gbs = static_cast<double>(bytes) / t / 1e9;
-        const bool int8 = rw::dtype_is_quant(store) &&
-                          rw::matmul_quant_dot() == rw::QuantDot::Int8 && lim.int8_peak_gop_s > 0;
-        const double peak = int8 ? lim.int8_peak_gop_s : lim.fma_peak_gflop_s;
+        const double peak =
+            int8 && lim.int8_peak_gop_s > 0 ? lim.int8_peak_gop_s : lim.fma_peak_gflop_s;
         std::printf("%-8s %6lld %7lld %5s %4lld %6zu %10.3f %9.1f %8.1f %6.1f%% %6.1f%%", s.name,
                     static_cast<long long>(s.k), static_cast<long long>(s.n), dt.c_str(),
                     static_cast<long long>(m), want, t * 1e3, gflops, gbs,

@@ -3374,11 +3374,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int64_t rows = r1 - r0;
   if (rows <= 2) {
-    const int path_max = avx2 ? kAvx2MaxP : kInt8MaxP;
+    // The type's own count, or int8_set_decode_panels' (at most the path's own most).
     const int forced = g_decode_panels.load(std::memory_order_relaxed);
-    const int max_p = forced  ? std::min(forced, path_max)
-                      : avx2 ? kAvx2MaxP
-                             : vnni_decode_panels(t);
+    const int max_p = avx2 ? (forced ? std::min(forced, kAvx2MaxP) : kAvx2MaxP)
+                           : (forced ? forced : vnni_decode_panels(t));
     // Decode: the panels are cut into max_p contiguous runs of q panels, and tile i reads
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
