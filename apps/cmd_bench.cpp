@@ -24,7 +24,7 @@ namespace rw::app {
 int cmd_bench(int argc, char** argv) {
   auto args = Args::parse(argc, argv,
                           {"--model", "-p", "-n", "-t", "--threads", "--weights", "--quant-dot",
-                           "--isa", "--seed", "--prefill-runs"},
+                           "--isa", "--seed", "--prefill-runs", "--decode-split"},
                           {"--json", "--help"});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
@@ -32,11 +32,18 @@ int cmd_bench(int argc, char** argv) {
         "usage: rewind bench --model DIR|FILE.gguf [-p 512] [-n 128] [-t THREADS]\n"
         "                    [--prefill-runs 3] [--weights auto|f32|bf16] [--quant-dot "
         "auto|int8|f32]\n"
-        "                    [--isa auto|amx|avx512|avx2|scalar] [--json]\n"
+        "                    [--isa auto|amx|avx512|avx2|scalar] [--decode-split "
+        "auto|guided|static]\n"
+        "                    [--json]\n"
         "  --prefill-runs: timed prefills after a first one (the headline is their median; the\n"
         "         first, which grows the buffers to the prompt's size, is reported apart)\n"
         "  --isa: the widest SIMD path the kernels may take (default auto: the widest here;\n"
-        "         amx = AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K and Q5_K prefill)\n");
+        "         amx = AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K and Q5_K prefill)\n"
+        "  --decode-split: how the threads split a decode step's matmuls (default auto: a static\n"
+        "         share per thread for matrices of up to 8 MiB a thread, guided chunks for larger\n"
+        "         ones); two, as A,B, take turns step by step (A on even steps), and a line\n"
+        "         compares them: each one's median step against its probe, and the median ratio\n"
+        "         of B's step time to the A step before it\n");
     return 0;
   }
   const std::string dir = args->str("--model");
@@ -55,6 +62,31 @@ int cmd_bench(int argc, char** argv) {
   double load_s = 0;
   if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
     return fail(qd.error_message());
+  // --decode-split: one split, or two taking turns step by step.
+  std::vector<DecodeSplit> splits;
+  {
+    const std::string v = args->str("--decode-split", "auto");
+    size_t b = 0;
+    while (b <= v.size()) {
+      const size_t e = std::min(v.find(',', b), v.size());
+      const std::string name = v.substr(b, e - b);
+      if (name == "auto") {
+        splits.push_back(DecodeSplit::Auto);
+      } else if (name == "guided") {
+        splits.push_back(DecodeSplit::Guided);
+      } else if (name == "static") {
+        splits.push_back(DecodeSplit::Static);
+      } else {
+        return fail("--decode-split " + v + ": expected auto, guided or static, or two of them " +
+                    "as A,B");
+      }
+      b = e + 1;
+    }
+    if (splits.size() > 2) return fail("--decode-split " + v + ": at most two splits (A,B)");
+  }
+  const bool split_ab = splits.size() == 2;
+  if (split_ab && n.value() < 2) return fail("--decode-split A,B needs -n 2 or more");
+  matmul_set_decode_split(splits[0]);
   const std::string isa = args->str("--isa", "auto");
   if (!matmul_force_isa(isa))
     return fail("--isa " + isa + ": not available on this machine (or not one of auto, amx, " +
@@ -120,6 +152,7 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t i = 0; i < n.value(); ++i) {
     const int32_t next = argmax(logits.data(), static_cast<int32_t>(V));
     SeqInput in{&st, std::span<const int32_t>(&next, 1), {0}};
+    matmul_set_decode_split(splits[static_cast<size_t>(i) % splits.size()]);
     const double a = now_seconds();
     Status r = m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
     if (!r.ok()) return fail(r.error_message());
@@ -127,6 +160,7 @@ int cmd_bench(int argc, char** argv) {
     probe_gb_s[static_cast<size_t>(i)] =
         std::max(probe.pass(lim.bandwidth_variant), probe.pass(lim.bandwidth_variant));
   }
+  matmul_set_decode_split(DecodeSplit::Auto);
   // The bandwidth measured again after the decode: the mean of the passes before and after is
   // the run's bound, the second figure beside the paired one.
   const double bw_after = measure_read_bandwidth_gb_s(&pool, lim.bandwidth_buffer_bytes, 0.6);
@@ -162,6 +196,21 @@ int cmd_bench(int argc, char** argv) {
         weight_bytes + state_bytes +
         kv_bytes_pos * (static_cast<double>(p.value()) + static_cast<double>(i) + 1);
     step_frac[i] = bytes_i / step_s[i] / 1e9 / probe_gb_s[i];
+  }
+  // --decode-split A,B: each split's median step fraction, and the median over the pairs of
+  // steps (2j, 2j + 1) of B's time over A's.
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  double ab_frac[2] = {0, 0}, ab_ratio = 0;
+  if (split_ab) {
+    std::vector<double> fr[2], ratio;
+    for (size_t i = 0; i < step_s.size(); ++i) fr[i % 2].push_back(step_frac[i]);
+    for (size_t i = 0; i + 1 < step_s.size(); i += 2) ratio.push_back(step_s[i + 1] / step_s[i]);
+    ab_frac[0] = median_of(fr[0]);
+    ab_frac[1] = median_of(fr[1]);
+    ab_ratio = median_of(ratio);
   }
   std::sort(step_frac.begin(), step_frac.end());
   const double frac_bw = step_frac[step_frac.size() / 2];
@@ -205,7 +254,7 @@ int cmd_bench(int argc, char** argv) {
         "\"decode_fraction_of_run_bound\":%.6g,"
         "\"decode_best_step_tok_s\":%.3f,\"decode_median_step_tok_s\":%.3f,"
         "\"decode_best_step_fraction_of_run_bound\":%.6g,"
-        "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f}\n",
+        "\"prefill_peak\":\"%s\",\"prefill_fraction_of_peak\":%.4f,\"decode_split\":\"%s\"",
         dir.c_str(), m.packed_bytes(), static_cast<long long>(th.value()), m.isa(), load_s,
         static_cast<long long>(p.value()), static_cast<long long>(n.value()),
         static_cast<long long>(runs.value()), prefill_tps, prefill_best_tps, prefill_first_tps,
@@ -215,7 +264,13 @@ int cmd_bench(int argc, char** argv) {
         quant_dot_name(matmul_quant_dot()), m.quantised_bytes(), frac_bw, step_frac.front(),
         step_frac.back(), probes.front(), probes[probes.size() / 2], probes.back(), probe.bytes(),
         lim.bandwidth_variant, frac_run_bw, best_step_tps, median_step_tps, frac_bw_best,
-        int8 ? "int8" : "fma", frac_peak);
+        int8 ? "int8" : "fma", frac_peak, decode_split_name(splits[0]));
+    if (split_ab)
+      std::printf(
+          ",\"decode_split_b\":\"%s\",\"decode_split_a_step_fraction\":%.6g,"
+          "\"decode_split_b_step_fraction\":%.6g,\"decode_split_b_over_a_time\":%.6g",
+          decode_split_name(splits[1]), ab_frac[0], ab_frac[1], ab_ratio);
+    std::printf("}\n");
   } else {
     char quant[64] = "no quantised weights";
     if (m.quantised_bytes() > 0)
@@ -260,6 +315,13 @@ int cmd_bench(int argc, char** argv) {
         "decode  steps:  median %8.2f tok/s; fastest %8.2f tok/s; against the bandwidth before "
         "and after the run: mean %.1f%%, fastest step %.1f%%\n",
         median_step_tps, best_step_tps, 100 * frac_run_bw, 100 * frac_bw_best);
+    if (split_ab)
+      std::printf(
+          "decode  split:  %s (even steps) median step %.1f%% of its probe, %s (odd steps) "
+          "%.1f%%; %s's step time / the %s step before it: median %.3f over %zu pairs\n",
+          decode_split_name(splits[0]), 100 * ab_frac[0], decode_split_name(splits[1]),
+          100 * ab_frac[1], decode_split_name(splits[1]), decode_split_name(splits[0]), ab_ratio,
+          step_s.size() / 2);
   }
   return 0;
 }

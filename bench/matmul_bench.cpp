@@ -26,6 +26,9 @@
 //                                    that a shared host's drifting bandwidth hits each alike;
 //                                    prints each count's median GB/s and its median time ratio
 //                                    to the first count's paired pass)
+//                     [--decode-split guided,auto]  (M <= 2: the threads' split of the output
+//                                    columns, guided chunks, static shares or the default rule,
+//                                    compared in alternating passes like --decode-panels)
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,40 +99,40 @@ rw::DType dtype_named(const std::string& dt) {
   std::exit(2);
 }
 
-// --decode-panels: one pass (every cold copy once) per step, the counts taking turns in the order
-// A B .. B A (reversed every other round), each pass timed; per count the median pass, and the
-// median over rounds of its pass time against the first count's in the same round.
-void compare_decode_panels(const std::vector<int64_t>& counts, double seconds,
-                           const std::function<void()>& pass, double pass_bytes, double bw_gb_s,
-                           const Shape& s, const std::string& dt, int64_t m) {
-  const size_t nc = counts.size();
+// --decode-panels / --decode-split: one pass (every cold copy once) per step, the settings
+// (set(i) selects the i-th) taking turns in the order A B .. B A (reversed every other round),
+// each pass timed; per setting the median pass, and the median over rounds of its pass time
+// against the first setting's in the same round.
+void compare_settings(const char* what, const std::vector<std::string>& labels,
+                      const std::function<void(size_t)>& set, double seconds,
+                      const std::function<void()>& pass, double pass_bytes, double bw_gb_s,
+                      const Shape& s, const std::string& dt, int64_t m) {
+  const size_t nc = labels.size();
   std::vector<std::vector<double>> times(nc);
   const double t_end = now_s() + seconds * static_cast<double>(nc);
   for (int round = 0; round < 4 || (now_s() < t_end && round < 100000); ++round) {
     for (size_t j = 0; j < nc; ++j) {
       const size_t i = round % 2 ? nc - 1 - j : j;
-      rw::matmul_set_decode_panels(static_cast<int>(counts[i]));
+      set(i);
       const double t0 = now_s();
       pass();
       times[i].push_back(now_s() - t0);
     }
   }
-  rw::matmul_set_decode_panels(0);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("%-8s %6lld %7lld %5s %4lld  decode panels (%zu passes each):", s.name,
+  std::printf("%-8s %6lld %7lld %5s %4lld  %s (%zu passes each):", s.name,
               static_cast<long long>(s.k), static_cast<long long>(s.n), dt.c_str(),
-              static_cast<long long>(m), times[0].size());
+              static_cast<long long>(m), what, times[0].size());
   for (size_t i = 0; i < nc; ++i) {
     const double gbs = pass_bytes / median(times[i]) / 1e9;
-    std::printf("  %lld%s: %.1f GB/s (%.1f%%BW", static_cast<long long>(counts[i]),
-                counts[i] == 0 ? " (default)" : "", gbs, 100.0 * gbs / bw_gb_s);
+    std::printf("  %s: %.1f GB/s (%.1f%%BW", labels[i].c_str(), gbs, 100.0 * gbs / bw_gb_s);
     if (i > 0) {
       std::vector<double> ratio;
       for (size_t r = 0; r < times[i].size(); ++r) ratio.push_back(times[0][r] / times[i][r]);
-      std::printf(", x%.3f of %lld", median(ratio), static_cast<long long>(counts[0]));
+      std::printf(", x%.3f of %s", median(ratio), labels[0].c_str());
     }
     std::printf(")");
   }
@@ -148,6 +151,7 @@ int main(int argc, char** argv) {
   double given_bw = 0, given_peak = 0;
   bool limits_only = false, cold_all = false;
   std::vector<int64_t> decode_panels;  // --decode-panels: counts to compare (empty: off)
+  std::vector<rw::DecodeSplit> decode_splits;  // --decode-split: splits to compare (empty: off)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -190,6 +194,25 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "matmul_bench: --decode-panels needs two counts or more\n");
         return 2;
       }
+    } else if (a == "--decode-split") {
+      std::stringstream ss(next());
+      std::string name;
+      while (std::getline(ss, name, ',')) {
+        if (name == "auto") {
+          decode_splits.push_back(rw::DecodeSplit::Auto);
+        } else if (name == "guided") {
+          decode_splits.push_back(rw::DecodeSplit::Guided);
+        } else if (name == "static") {
+          decode_splits.push_back(rw::DecodeSplit::Static);
+        } else {
+          std::fprintf(stderr, "matmul_bench: --decode-split: auto, guided or static\n");
+          return 2;
+        }
+      }
+      if (decode_splits.size() < 2) {
+        std::fprintf(stderr, "matmul_bench: --decode-split needs two splits or more\n");
+        return 2;
+      }
     } else if (a == "--isa") {
       const std::string v = next();
       if (!rw::matmul_force_isa(v)) {
@@ -210,7 +233,7 @@ int main(int argc, char** argv) {
           "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1,q5_0] "
           "[--shape NAME|KxN] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
           "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n"
-          "                    [--decode-panels 4,2]\n");
+          "                    [--decode-panels 4,2] [--decode-split guided,auto]\n");
       return a == "--help" ? 0 : 2;
     }
   }
@@ -287,7 +310,7 @@ int main(int argc, char** argv) {
       copies.push_back(pack());
       const size_t bytes = copies[0].bytes();
       for (int64_t m : ms) {
-        if (!decode_panels.empty() && m > 2) continue;
+        if ((!decode_panels.empty() || !decode_splits.empty()) && m > 2) continue;
         // Cold copies for the bandwidth-bound small-M runs (every M with --cold).
         const bool cold = m <= 16 || cold_all;
         const size_t want = cold ? std::max<size_t>(1, (cold_bytes + bytes - 1) / bytes) : 1;
@@ -308,14 +331,30 @@ int main(int argc, char** argv) {
           return best;
         };
         rw::matmul(x.data(), m, s.k, copies[0], y.data(), s.n, &pool);  // warm up
+        auto cold_pass = [&] {
+          for (size_t c = 0; c < want; ++c)
+            rw::matmul(x.data(), m, s.k, copies[c], y.data(), s.n, &pool);
+        };
         if (!decode_panels.empty()) {
-          compare_decode_panels(
-              decode_panels, seconds,
-              [&] {
-                for (size_t c = 0; c < want; ++c)
-                  rw::matmul(x.data(), m, s.k, copies[c], y.data(), s.n, &pool);
-              },
+          std::vector<std::string> labels;
+          for (int64_t c : decode_panels)
+            labels.push_back(std::to_string(c) + (c == 0 ? " (default)" : ""));
+          compare_settings(
+              "decode panels", labels,
+              [&](size_t i) { rw::matmul_set_decode_panels(static_cast<int>(decode_panels[i])); },
+              seconds, cold_pass, static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt,
+              m);
+          rw::matmul_set_decode_panels(0);
+          continue;
+        }
+        if (!decode_splits.empty()) {
+          std::vector<std::string> labels;
+          for (rw::DecodeSplit d : decode_splits) labels.push_back(rw::decode_split_name(d));
+          compare_settings(
+              "decode split", labels,
+              [&](size_t i) { rw::matmul_set_decode_split(decode_splits[i]); }, seconds, cold_pass,
               static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt, m);
+          rw::matmul_set_decode_split(rw::DecodeSplit::Auto);
           continue;
         }
         const double t = run_best(want);

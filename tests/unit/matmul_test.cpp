@@ -351,6 +351,38 @@ TEST(MatmulExact, BatchInvariance) {
   }
 }
 
+// Decode (M <= 2) splits of the output columns among the threads (guided chunks, one static
+// share each, the default rule): the same bits as one thread, with 2 and 3 threads (uneven
+// shares, and more threads than panels for n = 17).
+TEST(MatmulExact, DecodeSplitsGiveSameBits) {
+  IsaGuard guard;
+  ThreadPool pool2(2), pool3(3);
+  const int64_t k = 96;
+  for (int64_t n : {int64_t{17}, int64_t{200}, int64_t{1000}}) {
+    const Source s = make_source(DType::F32, n, k, 41);
+    const std::vector<float> x = random_floats(static_cast<size_t>(2 * k), 42);
+    for (DType store : {DType::F32, DType::BF16}) {
+      const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
+      for (int64_t m : {1, 2}) {
+        std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size());
+        matmul(x.data(), m, k, w, ref.data(), n, nullptr);
+        for (DecodeSplit split : {DecodeSplit::Guided, DecodeSplit::Static, DecodeSplit::Auto})
+          for (ThreadPool* pool : {&pool2, &pool3}) {
+            matmul_set_decode_split(split);
+            std::fill(y.begin(), y.end(), -1.0f);
+            matmul(x.data(), m, k, w, y.data(), n, pool);
+            matmul_set_decode_split(DecodeSplit::Auto);
+            ASSERT_TRUE(same_bits(ref.data(), y.data(), y.size()))
+                << dtype_name(store) << " n=" << n << " m=" << m << " split "
+                << decode_split_name(split) << " threads " << pool->n_threads();
+          }
+      }
+    }
+  }
+  EXPECT_EQ(matmul_decode_split(), DecodeSplit::Auto);
+  EXPECT_STREQ(decode_split_name(DecodeSplit::Static), "static");
+}
+
 // Long K (sliced, with the accumulators spilled to y and reloaded between slices: kKcMax = 4096
 // in matmul.cpp) and many rows (several row blocks: kMc = 512): still the sequential FMA chain,
 // and still batch-invariant.

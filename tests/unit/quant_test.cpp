@@ -842,6 +842,16 @@ TEST(QuantInt8, EqualsScalarFormula) {
                   << dtype_name(t) << " n=" << n << " m=" << m << " " << isa << " panels "
                   << panels;
             }
+            // The threads' split of the columns (guided chunks or static shares): the same bits.
+            for (DecodeSplit split : {DecodeSplit::Guided, DecodeSplit::Static}) {
+              matmul_set_decode_split(split);
+              std::fill(y.begin(), y.end(), -1.0f);
+              matmul(x.data(), m, k, pq, y.data(), n, &pool);
+              matmul_set_decode_split(DecodeSplit::Auto);
+              ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
+                  << dtype_name(t) << " n=" << n << " m=" << m << " " << isa << " split "
+                  << decode_split_name(split);
+            }
           }
         }
         matmul_force_isa("auto");

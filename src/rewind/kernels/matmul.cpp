@@ -448,23 +448,46 @@ float PackedMatrix::at(int64_t r, int64_t c) const {
 // ---- matmul ----------------------------------------------------------------------------------
 
 namespace {
-// Threads split the output columns on panel boundaries, never K, in chunks handed out to
-// whichever thread is free (ThreadPool::parallel_guided: the columns left / (2 x threads), big
-// chunks first, then ever smaller ones), so the thread done first waits for at most a small
-// chunk. Decode (M <= 16: memory-bound, and on a shared machine one thread often streams
-// slower than the other): chunks of at least 4 panels (fixed chunks of 1/(4 x threads) of the
-// columns left up to half a chunk of waiting at every matmul's end: the lm_head's chunks were
-// 18 MB of Q4_K, 40-120 us of a Q4_K decode step waiting on it, 1-5 us now). Prefill: chunks
-// of whole panel groups (`group` panels, the panels each row tile of a row block runs over;
-// decode ignores it), at least 4 panels. A static split of prefill's equal work per panel left the
-// threads waiting on each other 9-12% of a matmul's time on a shared 2-core host whose two cores
-// ran at different speeds from moment to moment (per-call timing, 512-token Q4_K prefill), and 5-6%
-// of the whole prefill's thread time. Every output column's sum is the same whichever thread
-// computes it and wherever the chunk boundaries fall (the matmul tests run 1, 2 and 3 threads).
-void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group,
+std::atomic<int> g_decode_split{static_cast<int>(DecodeSplit::Auto)};
+
+// Decode matrices of at most this many weight bytes a thread take the static split (Auto).
+constexpr int64_t kDecodeStaticShareBytes = int64_t{8} << 20;
+
+// Threads split the output columns on panel boundaries, never K. Prefill and the larger decode
+// matrices: in chunks handed out to whichever thread is free (ThreadPool::parallel_guided: the
+// columns left / (2 x threads), big chunks first, then ever smaller ones), so the thread done
+// first waits for at most a small chunk. Decode (M <= 16: memory-bound, and on a shared machine
+// one thread often streams slower than the other): chunks of at least 4 panels (fixed chunks of
+// 1/(4 x threads) of the columns left up to half a chunk of waiting at every matmul's end: the
+// lm_head's chunks were 18 MB of Q4_K, 40-120 us of a Q4_K decode step waiting on it, 1-5 us
+// now). But each chunk costs about 2 us beyond its bytes' time (the new panel streams ramp up from
+// memory: per-chunk timing in a Q4_K decode step on Zen 4, chunks of 500 KB and more 27-31 GB/s a
+// thread, 100-200 KB about 20, 37-74 KB 9-15), and guided chunks of a small quantised matrix are
+// small (4 panels of Q4_K are 37-129 KB): 16 chunks a call, and a layer's 1-5 MB matrices streamed
+// at 55-85% of the rate of the 147 MB lm_head. So decode matrices (M <= 2) of at most
+// kDecodeStaticShareBytes a thread go in one contiguous share per thread (parallel_for): model
+// decode steps alternating between the two splits in one process (rewind bench --decode-split
+// auto,guided), Qwen3.5-0.8B on 2 threads (Zen 4): guided steps took x1.036-1.080 the time of
+// static ones for Q4_K, x1.042 for Q4_K_M, x1.006 for Q8_0 (whose chunks are twice as long); per
+// matrix, Q4_K's out_proj 18% faster, down 11%, in_proj 8%, gate_up 6%. The lm_head keeps
+// guided chunks (static there was 0-2% slower: a thread that falls behind over 73 MB leaves the
+// other waiting longer than its chunks cost). Prefill: chunks of whole panel groups (`group`
+// panels, the panels each row tile of a row block runs over; decode ignores it), at least 4 panels.
+// A static split of prefill's equal work per panel left the threads waiting on each other 9-12% of
+// a matmul's time on a shared 2-core host whose two cores ran at different speeds from moment to
+// moment (per-call timing, 512-token Q4_K prefill), and 5-6% of the whole prefill's thread time.
+// Every output column's sum is the same whichever thread computes it and wherever the chunk
+// boundaries fall (the matmul tests run 1, 2 and 3 threads, and every split).
+void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group, size_t w_bytes,
                    const std::function<void(int, int64_t, int64_t)>& fn) {
+  const auto split = static_cast<DecodeSplit>(g_decode_split.load(std::memory_order_relaxed));
   if (!pool) {
     fn(0, 0, n);
+  } else if (m <= 2 && (split == DecodeSplit::Static ||
+                        (split == DecodeSplit::Auto &&
+                         w_bytes <= static_cast<size_t>(kDecodeStaticShareBytes) *
+                                        static_cast<size_t>(pool->n_threads())))) {
+    pool->parallel_for(n, kMatmulNR, fn);
   } else if (m <= 16) {
     pool->parallel_guided(n, kMatmulNR, 4 * kMatmulNR, fn);
   } else {
@@ -479,7 +502,7 @@ void run_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, float* y, 
   const int64_t panel_stride =
       w.k() / dtype_block_elems(w.store()) * detail::quant_panel_block_bytes(w.store());
   const int64_t group = detail::int8_prefill_group_panels(w.store(), panel_stride, xa.m);
-  split_columns(pool, xa.m, w.n(), group, [&](int, int64_t c0, int64_t c1) {
+  split_columns(pool, xa.m, w.n(), group, w.bytes(), [&](int, int64_t c0, int64_t c1) {
     run_panels_int8(xa, w, panel_stride, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
   });
 }
@@ -528,7 +551,7 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
       run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
     }
   };
-  split_columns(pool, m, n, isa.np, work);
+  split_columns(pool, m, n, isa.np, w.bytes(), work);
 }
 
 void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
@@ -575,6 +598,25 @@ void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
 
 void matmul_set_decode_panels(int panels) {
   detail::int8_set_decode_panels(panels);
+}
+
+void matmul_set_decode_split(DecodeSplit split) {
+  g_decode_split.store(static_cast<int>(split), std::memory_order_relaxed);
+}
+
+DecodeSplit matmul_decode_split() {
+  return static_cast<DecodeSplit>(g_decode_split.load(std::memory_order_relaxed));
+}
+
+const char* decode_split_name(DecodeSplit split) {
+  switch (split) {
+    case DecodeSplit::Guided:
+      return "guided";
+    case DecodeSplit::Static:
+      return "static";
+    default:
+      return "auto";
+  }
 }
 
 const char* matmul_isa() {

@@ -126,6 +126,16 @@ bool matmul_amx_enabled();
 // --decode-panels). Not thread-safe with running matmuls.
 void matmul_set_decode_panels(int panels);
 
+// How the threads split a decode matmul's (M <= 2) output columns. Auto (the default): one
+// static, contiguous share per thread for matrices of at most 8 MiB of weights a thread, chunks
+// handed out to whichever thread is free (guided) for larger ones; Guided and Static force one way
+// for every matrix. Results are the same bits whichever split: for benchmarks that compare them
+// (rewind bench --decode-split, matmul_bench --decode-split). Not thread-safe with running matmuls.
+enum class DecodeSplit { Auto, Guided, Static };
+void matmul_set_decode_split(DecodeSplit split);
+DecodeSplit matmul_decode_split();
+const char* decode_split_name(DecodeSplit split);  // "auto", "guided", "static"
+
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
 const char* matmul_isa();
 // Force a path (for tests comparing paths): "amx" (AVX-512 with AMX-INT8 for the int8 dot's
