@@ -43,7 +43,8 @@ int cmd_bench(int argc, char** argv) {
         "         share per thread for matrices of up to 8 MiB a thread, guided chunks for larger\n"
         "         ones); two, as A,B, take turns step by step (A on even steps), and a line\n"
         "         compares them: each one's median step against its probe, and the median ratio\n"
-        "         of B's step time to the A step before it\n");
+        "         of B's step time to the A step before it (and of all B steps' time to all "
+        "A's)\n");
     return 0;
   }
   const std::string dir = args->str("--model");
@@ -203,11 +204,17 @@ int cmd_bench(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  double ab_frac[2] = {0, 0}, ab_ratio = 0;
+  double ab_frac[2] = {0, 0}, ab_ratio = 0, ab_total_ratio = 0;
   if (split_ab) {
     std::vector<double> fr[2], ratio;
+    double sum[2] = {0, 0};
     for (size_t i = 0; i < step_s.size(); ++i) fr[i % 2].push_back(step_frac[i]);
-    for (size_t i = 0; i + 1 < step_s.size(); i += 2) ratio.push_back(step_s[i + 1] / step_s[i]);
+    for (size_t i = 0; i + 1 < step_s.size(); i += 2) {
+      ratio.push_back(step_s[i + 1] / step_s[i]);
+      sum[0] += step_s[i];
+      sum[1] += step_s[i + 1];
+    }
+    ab_total_ratio = sum[1] / sum[0];
     ab_frac[0] = median_of(fr[0]);
     ab_frac[1] = median_of(fr[1]);
     ab_ratio = median_of(ratio);
@@ -268,8 +275,9 @@ int cmd_bench(int argc, char** argv) {
     if (split_ab)
       std::printf(
           ",\"decode_split_b\":\"%s\",\"decode_split_a_step_fraction\":%.6g,"
-          "\"decode_split_b_step_fraction\":%.6g,\"decode_split_b_over_a_time\":%.6g",
-          decode_split_name(splits[1]), ab_frac[0], ab_frac[1], ab_ratio);
+          "\"decode_split_b_step_fraction\":%.6g,\"decode_split_b_over_a_time\":%.6g,"
+          "\"decode_split_b_over_a_total_time\":%.6g",
+          decode_split_name(splits[1]), ab_frac[0], ab_frac[1], ab_ratio, ab_total_ratio);
     std::printf("}\n");
   } else {
     char quant[64] = "no quantised weights";
@@ -318,10 +326,11 @@ int cmd_bench(int argc, char** argv) {
     if (split_ab)
       std::printf(
           "decode  split:  %s (even steps) median step %.1f%% of its probe, %s (odd steps) "
-          "%.1f%%; %s's step time / the %s step before it: median %.3f over %zu pairs\n",
+          "%.1f%%; %s's step time / the %s step before it: median %.3f over %zu pairs, "
+          "all pairs' time %.3f\n",
           decode_split_name(splits[0]), 100 * ab_frac[0], decode_split_name(splits[1]),
           100 * ab_frac[1], decode_split_name(splits[1]), decode_split_name(splits[0]), ab_ratio,
-          step_s.size() / 2);
+          step_s.size() / 2, ab_total_ratio);
   }
   return 0;
 }

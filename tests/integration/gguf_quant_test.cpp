@@ -480,6 +480,24 @@ TEST(GgufQuant, BenchReportsTheIsaItRan) {
   out = test::run_command(cmd + " --prefill-runs 0 2>&1", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--prefill-runs must be >= 1"), std::string::npos) << out;
+  // The decode split: the default is reported; two take turns and are compared (positive times
+  // and fractions); anything else is an error that names the choices.
+  EXPECT_EQ(field(test::run_command(cmd + " 2>/dev/null", &rc), "decode_split"), "\"auto\"");
+  out = test::run_command(cmd + " -n 4 --decode-split auto,guided 2>/dev/null", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(field(out, "decode_split"), "\"auto\"");
+  EXPECT_EQ(field(out, "decode_split_b"), "\"guided\"");
+  for (const char* key : {"decode_split_a_step_fraction", "decode_split_b_step_fraction",
+                          "decode_split_b_over_a_time", "decode_split_b_over_a_total_time"})
+    EXPECT_GT(std::stod(field(out, key)), 0.0) << key;
+  for (const char* bad : {"sideways", "auto,", "auto,guided,static"}) {
+    out = test::run_command(cmd + " --decode-split " + bad + " 2>&1", &rc);
+    EXPECT_NE(rc, 0) << bad;
+    EXPECT_NE(out.find("--decode-split " + std::string(bad) + ":"), std::string::npos) << out;
+  }
+  out = test::run_command(cmd + " -n 1 --decode-split auto,static 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("needs -n 2 or more"), std::string::npos) << out;
 }
 
 // `convert --to gguf` (the spelling) writes the same bytes as the default; any other
