@@ -70,17 +70,11 @@ int cmd_bench(int argc, char** argv) {
     size_t b = 0;
     while (b <= v.size()) {
       const size_t e = std::min(v.find(',', b), v.size());
-      const std::string name = v.substr(b, e - b);
-      if (name == "auto") {
-        splits.push_back(DecodeSplit::Auto);
-      } else if (name == "guided") {
-        splits.push_back(DecodeSplit::Guided);
-      } else if (name == "static") {
-        splits.push_back(DecodeSplit::Static);
-      } else {
+      DecodeSplit split;
+      if (!parse_decode_split(v.substr(b, e - b), &split))
         return fail("--decode-split " + v + ": expected auto, guided or static, or two of them " +
                     "as A,B");
-      }
+      splits.push_back(split);
       b = e + 1;
     }
     if (splits.size() > 2) return fail("--decode-split " + v + ": at most two splits (A,B)");

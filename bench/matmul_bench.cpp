@@ -198,16 +198,12 @@ int main(int argc, char** argv) {
       std::stringstream ss(next());
       std::string name;
       while (std::getline(ss, name, ',')) {
-        if (name == "auto") {
-          decode_splits.push_back(rw::DecodeSplit::Auto);
-        } else if (name == "guided") {
-          decode_splits.push_back(rw::DecodeSplit::Guided);
-        } else if (name == "static") {
-          decode_splits.push_back(rw::DecodeSplit::Static);
-        } else {
+        rw::DecodeSplit split;
+        if (!rw::parse_decode_split(name, &split)) {
           std::fprintf(stderr, "matmul_bench: --decode-split: auto, guided or static\n");
           return 2;
         }
+        decode_splits.push_back(split);
       }
       if (decode_splits.size() < 2) {
         std::fprintf(stderr, "matmul_bench: --decode-split needs two splits or more\n");

@@ -380,6 +380,15 @@ TEST(MatmulExact, DecodeSplitsGiveSameBits) {
     }
   }
   EXPECT_EQ(matmul_decode_split(), DecodeSplit::Auto);
+  for (DecodeSplit d : {DecodeSplit::Auto, DecodeSplit::Guided, DecodeSplit::Static}) {
+    DecodeSplit parsed = d == DecodeSplit::Auto ? DecodeSplit::Static : DecodeSplit::Auto;
+    EXPECT_TRUE(parse_decode_split(decode_split_name(d), &parsed));
+    EXPECT_EQ(parsed, d);
+  }
+  DecodeSplit untouched = DecodeSplit::Guided;
+  for (const char* bad : {"", "Static", "auto ", "dynamic"})
+    EXPECT_FALSE(parse_decode_split(bad, &untouched)) << bad;
+  EXPECT_EQ(untouched, DecodeSplit::Guided);
   EXPECT_STREQ(decode_split_name(DecodeSplit::Static), "static");
 }
 

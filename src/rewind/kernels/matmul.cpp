@@ -608,6 +608,15 @@ DecodeSplit matmul_decode_split() {
   return static_cast<DecodeSplit>(g_decode_split.load(std::memory_order_relaxed));
 }
 
+bool parse_decode_split(const std::string& name, DecodeSplit* split) {
+  for (DecodeSplit d : {DecodeSplit::Auto, DecodeSplit::Guided, DecodeSplit::Static})
+    if (name == decode_split_name(d)) {
+      *split = d;
+      return true;
+    }
+  return false;
+}
+
 const char* decode_split_name(DecodeSplit split) {
   switch (split) {
     case DecodeSplit::Guided:

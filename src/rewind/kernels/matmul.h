@@ -135,6 +135,8 @@ enum class DecodeSplit { Auto, Guided, Static };
 void matmul_set_decode_split(DecodeSplit split);
 DecodeSplit matmul_decode_split();
 const char* decode_split_name(DecodeSplit split);  // "auto", "guided", "static"
+// The split named `name` (one of decode_split_name's); false for any other name.
+bool parse_decode_split(const std::string& name, DecodeSplit* split);
 
 // Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
 const char* matmul_isa();
