@@ -467,17 +467,18 @@ constexpr int64_t kDecodeStaticShareBytes = int64_t{8} << 20;
 // at 55-85% of the rate of the 147 MB lm_head. So decode matrices (M <= 2) of at most
 // kDecodeStaticShareBytes a thread go in one contiguous share per thread (parallel_for): model
 // decode steps alternating between the two splits in one process (rewind bench --decode-split
-// auto,guided), Qwen3.5-0.8B on 2 threads (Zen 4): guided steps took x1.036-1.080 the time of
-// static ones for Q4_K, x1.042 for Q4_K_M, x1.006 for Q8_0 (whose chunks are twice as long); per
-// matrix, Q4_K's out_proj 18% faster, down 11%, in_proj 8%, gate_up 6%. The lm_head keeps
-// guided chunks (static there was 0-2% slower: a thread that falls behind over 73 MB leaves the
-// other waiting longer than its chunks cost). Prefill: chunks of whole panel groups (`group`
-// panels, the panels each row tile of a row block runs over; decode ignores it), at least 4 panels.
-// A static split of prefill's equal work per panel left the threads waiting on each other 9-12% of
-// a matmul's time on a shared 2-core host whose two cores ran at different speeds from moment to
-// moment (per-call timing, 512-token Q4_K prefill), and 5-6% of the whole prefill's thread time.
-// Every output column's sum is the same whichever thread computes it and wherever the chunk
-// boundaries fall (the matmul tests run 1, 2 and 3 threads, and every split).
+// auto,guided), Qwen3.5-0.8B on 2 threads (Zen 4): guided steps took x0.996-1.080 the time of
+// static ones for Q4_K (median over step pairs, 6 runs; all steps' time x0.948-1.108, above x1.04
+// in 5), x1.029-1.042 for Q4_K_M, x1.006-1.007 for Q8_0 (whose chunks are twice as long), F32 and
+// BF16 the same; per matrix, Q4_K's out_proj 18% faster, down 11%, in_proj 8%, gate_up 6%. The
+// lm_head keeps guided chunks (static there was 0-2% slower: a thread that falls behind over 73 MB
+// leaves the other waiting longer than its chunks cost). Prefill: chunks of whole panel groups
+// (`group` panels, the panels each row tile of a row block runs over; decode ignores it), at least
+// 4 panels. A static split of prefill's equal work per panel left the threads waiting on each other
+// 9-12% of a matmul's time on a shared 2-core host whose two cores ran at different speeds from
+// moment to moment (per-call timing, 512-token Q4_K prefill), and 5-6% of the whole prefill's
+// thread time. Every output column's sum is the same whichever thread computes it and wherever the
+// chunk boundaries fall (the matmul tests run 1, 2 and 3 threads, and every split).
 void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group, size_t w_bytes,
                    const std::function<void(int, int64_t, int64_t)>& fn) {
   const auto split = static_cast<DecodeSplit>(g_decode_split.load(std::memory_order_relaxed));
