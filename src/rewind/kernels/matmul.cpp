@@ -481,7 +481,7 @@ constexpr int64_t kDecodeStaticShareBytes = int64_t{8} << 20;
 // chunk boundaries fall (the matmul tests run 1, 2 and 3 threads, and every split).
 void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group, size_t w_bytes,
                    const std::function<void(int, int64_t, int64_t)>& fn) {
-  const auto split = static_cast<DecodeSplit>(g_decode_split.load(std::memory_order_relaxed));
+  const DecodeSplit split = matmul_decode_split();
   if (!pool) {
     fn(0, 0, n);
   } else if (m <= 2 && (split == DecodeSplit::Static ||
@@ -609,24 +609,21 @@ DecodeSplit matmul_decode_split() {
   return static_cast<DecodeSplit>(g_decode_split.load(std::memory_order_relaxed));
 }
 
+namespace {
+constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};  // DecodeSplit's order
+}  // namespace
+
 bool parse_decode_split(const std::string& name, DecodeSplit* split) {
-  for (DecodeSplit d : {DecodeSplit::Auto, DecodeSplit::Guided, DecodeSplit::Static})
-    if (name == decode_split_name(d)) {
-      *split = d;
+  for (int i = 0; i < 3; ++i)
+    if (name == kDecodeSplitNames[i]) {
+      *split = static_cast<DecodeSplit>(i);
       return true;
     }
   return false;
 }
 
 const char* decode_split_name(DecodeSplit split) {
-  switch (split) {
-    case DecodeSplit::Guided:
-      return "guided";
-    case DecodeSplit::Static:
-      return "static";
-    default:
-      return "auto";
-  }
+  return kDecodeSplitNames[static_cast<int>(split)];
 }
 
 const char* matmul_isa() {
