@@ -59,7 +59,7 @@ inline int kquant_code(const uint8_t* blk, bool q5, int k, int j) {
   const int lo = (blk[kQ4KQOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
   return q5 ? lo | (((blk[kQ5KHOff + q5k_hbit_byte(k, j)] >> q5k_hbit_shift(k)) & 1) << 4) : lo;
 }
-constexpr int kQ6KScOff = 32, kQ6KLoOff = 288, kQ6KHiOff = 288 + 2048;
+constexpr int kQ6KScOff = 32, kQ6KLoOff = 288;
 // A Q6_K block expanded for prefill (expand_q6_k): the same d and sc, then one code byte per
 // value in 64 groups of the 4-byte operand layout.
 constexpr int64_t kQ6KBytesBlock = 288 + 4096;
@@ -78,9 +78,18 @@ constexpr int q6k_hi_byte(int k, int j) {
 constexpr int q6k_hi_shift(int k) {
   return ((k >> 2) & 3) * 2;
 }
+// A packed Q6_K block's codes in the order the decode tiles read them: sub-block s (values
+// 16s..16s+15) takes 192 bytes from kQ6KLoOff + 192 s, its two nibble groups (group g holding
+// values 8g..8g+7 as Q4_K's group g) and then its high-bit group.
+constexpr int q6k_lo_group(int g) {
+  return kQ6KLoOff + 192 * (g >> 1) + 64 * (g & 1);
+}
+constexpr int q6k_hi_group(int s) {
+  return kQ6KLoOff + 192 * s + 128;
+}
 inline int q6k_code(const uint8_t* blk, int k, int j) {
-  const int lo = (blk[kQ6KLoOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
-  const int hi = (blk[kQ6KHiOff + q6k_hi_byte(k, j)] >> q6k_hi_shift(k)) & 3;
+  const int lo = (blk[q6k_lo_group(k >> 3) + 4 * j + (k & 3)] >> q4k_shift(k)) & 0xF;
+  const int hi = (blk[q6k_hi_group(k >> 4) + 4 * j + (k & 3)] >> q6k_hi_shift(k)) & 3;
   return lo | (hi << 4);
 }
 constexpr int kQ8QOff = 32;
@@ -397,10 +406,10 @@ REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m
 // (none for c = 2) and merged in with one ternary-logic op, lo | (h & 0x30). In the decode
 // loops g % 4 is a constant (the loops over a sub-block's 4 groups are unrolled).
 REWIND_AVX512 inline __m512i q6_k_codes(const std::byte* blk, int g) {
-  const __m512i l = load_group(blk + kQ6KLoOff + 64 * (g >> 1));
+  const __m512i l = load_group(blk + q6k_lo_group(g >> 1));
   const __m512i lo =
       _mm512_and_si512((g & 1) ? _mm512_srli_epi32(l, 4) : l, _mm512_set1_epi8(0x0F));
-  const __m512i h = load_group(blk + kQ6KHiOff + 64 * (g >> 2));
+  const __m512i h = load_group(blk + q6k_hi_group(g >> 2));
   const int c = g & 3;
   const __m512i hs = c == 0   ? _mm512_slli_epi32(h, 4)
                      : c == 1 ? _mm512_slli_epi32(h, 2)
@@ -877,8 +886,8 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
         for (int g = 4 * s; g < 4 * s + 4; ++g) {
           __m512 w[P][4];
           for (int p = 0; p < P; ++p) {
-            if ((g & 1) == 0) prefetch(blk[p], kQ6KLoOff + 32 * g);
-            if ((g & 3) == 0) prefetch(blk[p], kQ6KHiOff + 16 * g);
+            if ((g & 1) == 0) prefetch(blk[p], q6k_lo_group(g >> 1));
+            if ((g & 3) == 0) prefetch(blk[p], q6k_hi_group(g >> 2));
             q6_k_group(blk[p], g, ds[p], w[p]);
           }
           fma_steps<R, P, 4>(acc, w, x, ldx, b * 256 + 4 * g);
@@ -1026,15 +1035,17 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only);
   // pb: the stride of the blocks the tile reads (packed, or expanded for prefill).
   constexpr int64_t kPb = quant_panel_block_bytes(t);
-  // Q5_K and Q6_K blocks end in their high-bit region, which the tile reads from the first
-  // sub-block on, ahead of the block's linear order: 2 KiB ahead of that order reached the lines
-  // of the first sub-blocks' high bits too late (demand misses from memory), a whole block ahead
-  // reaches them during the block before. matmul_bench --m 1 --cold on Zen 4, the two binaries
-  // alternating: Q6_K lm_head 7.3-7.5 -> 4.7-6.9 ms, in_proj 0.18-0.22 -> 0.14-0.18; model
-  // decode (bench/ab_bench.py, 5 rounds) Q4_K_M, whose output matrix is Q6_K, 48.6 -> 51.8 tok/s,
-  // 75.5% -> 88.9% of the paired bound. Q4_K / IQ4_XS, read in linear order, were no faster a
-  // block ahead; 2 blocks ahead was slower than one for Q6_K in_proj.
-  constexpr int64_t kAhead = t == DType::Q5_K || t == DType::Q6_K   ? kPb
+  // Q5_K blocks end in their high-bit region, which the tile reads from the first sub-block on,
+  // ahead of the block's linear order: 2 KiB ahead of that order reached the lines of the first
+  // sub-blocks' high bits too late (demand misses from memory), a whole block ahead reaches them
+  // during the block before. matmul_bench --m 1 --cold on Zen 4, the two binaries alternating:
+  // Q6_K (then laid out the same way) lm_head 7.3-7.5 -> 4.7-6.9 ms, in_proj 0.18-0.22 ->
+  // 0.14-0.18. Q4_K / IQ4_XS, read in linear order, were no faster a block ahead. Q6_K blocks
+  // are now packed in the order the tile reads them (q6k_lo_group), and take the common
+  // distance: one thread, 2-panel tiles, 192 bytes to 1.5 KiB ahead all within the noise
+  // (lm_head 34-35 GB/s) against 25-27 GB/s for the old layout a block ahead on 4 panels, and
+  // 17 GB/s for the old layout 768 bytes ahead on 2 panels (binaries alternating).
+  constexpr int64_t kAhead = t == DType::Q5_K                       ? kPb
                              : t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
                              : t == DType::Q4_K                     ? kPrefetchBytesL2Near
                                                                     : kPrefetchBytesL2;
@@ -1430,7 +1441,7 @@ constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  RE
                                                          REWIND_INT8_ROW2(5), REWIND_INT8_ROW2(6)};
 #undef REWIND_INT8_ROW2
 
-// Panel streams per VNNI decode tile (1-2 rows). Q4_K takes 2, the others 4. Zen 4, weights
+// Panel streams per VNNI decode tile (1-2 rows). Q4_K and Q6_K take 2, the others 4. Zen 4, weights
 // from memory, `matmul_bench --m 1,2 --dtype q4_k,q8_0,q6_k,q5_k --decode-panels 4,2,3` (the
 // counts alternating pass by pass in one process): one thread, Q4_K on 2 panels against 4, M=1
 // +4-15% on every shape (lm_head 26.6 -> 30.2 GB/s), M=2 +24-28% with K=1024 but -5% on down
@@ -1438,8 +1449,11 @@ constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  RE
 // Hot from L3 the 4-panel tile is 1-2% faster: the gain is in how the weights arrive. The other
 // types were as fast or faster on 4 (one thread, M=1: Q8_0 -2 to -6% on 2, Q5_K -5 to -9%, Q6_K
 // +-2%; 3 panels gave Q5_K +2-8% at M=1 but -5 to -7% at M=2; IQ4_XS -2% and Q4_0 +-1% on 2).
+// Q6_K, once its blocks were packed in read order (q6k_lo_group), gained on 2 like Q4_K: one
+// thread, lm_head +5% at M=1 and +29% at M=2, in_proj +7% / +22%, down -2%; two threads in a
+// fast phase lm_head 59.2 -> 63.3 GB/s.
 constexpr int vnni_decode_panels(DType t) {
-  return t == DType::Q4_K ? 2 : kInt8MaxP;
+  return t == DType::Q4_K || t == DType::Q6_K ? 2 : kInt8MaxP;
 }
 // int8_set_decode_panels' override (0: none).
 std::atomic<int> g_decode_panels{0};
@@ -2562,10 +2576,10 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_k(
 template <int I>
 REWIND_AVX2 __attribute__((always_inline)) inline __m256i q6_k_codes_avx2(
     const std::byte* const* blk, int h, int sb) {
-  const __m256i lv = half_group(blk, h, kQ6KLoOff + 64 * (2 * sb + I / 2));
+  const __m256i lv = half_group(blk, h, q6k_lo_group(2 * sb + I / 2));
   const __m256i lo =
       _mm256_and_si256(I % 2 ? _mm256_srli_epi32(lv, 4) : lv, _mm256_set1_epi8(0x0F));
-  const __m256i hv = half_group(blk, h, kQ6KHiOff + 64 * sb);
+  const __m256i hv = half_group(blk, h, q6k_hi_group(sb));
   const __m256i hs = I < 2    ? _mm256_slli_epi32(hv, 4 - 2 * I)
                      : I == 2 ? hv
                               : _mm256_srli_epi32(hv, 2);
@@ -3035,8 +3049,10 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
         for (int e = 0; e < kQK_K; ++e) {
           const int code = q6k_value(x, e) + 32;  // 0..63
-          o[kQ6KLoOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
-          o[kQ6KHiOff + q6k_hi_byte(e, j)] |= static_cast<uint8_t>((code >> 4) << q6k_hi_shift(e));
+          o[q6k_lo_group(e >> 3) + 4 * j + (e & 3)] |=
+              static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
+          o[q6k_hi_group(e >> 4) + 4 * j + (e & 3)] |=
+              static_cast<uint8_t>((code >> 4) << q6k_hi_shift(e));
         }
       }
     }

@@ -33,9 +33,11 @@
 //   IQ4_XS block (2208 B): d[16] f16 | sc[8][16] i8 (6-bit code - 32) | c: the indices into
 //                        kIq4nlValues in Q4_K's 32 nibble groups
 //   Q6_K block (3360 B, ggml's 6.56 bits per weight): d[16] f16 | sc[16][16] i8 | the codes
-//                        c = q + 32 (0..63): low 4 bits as Q4_K's 32 nibble groups, then 16
-//                        groups of high bits, byte t of lane j of group h holding in bits
-//                        2c'..2c'+1 the high 2 bits of c[16h + 4c' + t]
+//                        c = q + 32 (0..63) in 16 runs of 192 bytes, one per sub-block h (in
+//                        the order the decode tiles read them): its two nibble groups (the low
+//                        4 bits, as Q4_K's nibble groups 2h and 2h + 1), then its high-bit
+//                        group, byte t of lane j holding in bits 2c'..2c'+1 the high 2 bits of
+//                        c[16h + 4c' + t]
 // Widening applies ggml's dequantisation arithmetic (tensor/quant.h) per lane, so the F32
 // values are exactly ggml's, and the AVX-512 and scalar widen give the same bits.
 //
