@@ -44,20 +44,32 @@ constexpr int q4k_min_byte(int s, int j) {
 }
 
 constexpr int kQ4KScOff = 64, kQ4KMinOff = 192, kQ4KQOff = 320;
-// Q5_K: the Q4_K block, then the high bits (the code's bit 4) in 8 groups of 64 bytes, one per
-// sub-block h: byte t of lane j holds in bit 2c + e the high bit of value 8(4h + c) + 4e + t,
-// the value whose low 4 bits are in nibble e of byte t of lane j of nibble group 4h + c.
-constexpr int kQ5KHOff = 2368;
+// Q5_K: Q4_K's header and nibble groups, with the high bits (the code's bit 4) in 8 more groups
+// of 64 bytes, one per sub-block h (placed by q5k_hi_group): byte t of lane j holds in bit
+// 2c + e the high bit of value 8(4h + c) + 4e + t, the value whose low 4 bits are in nibble e of
+// byte t of lane j of nibble group 4h + c. q5k_hbit_byte: that byte within a run of such groups
+// (Q5_1's one group).
 constexpr int q5k_hbit_byte(int k, int j) {
   return ((k >> 5) * kNR + j) * 4 + (k & 3);
 }
 constexpr int q5k_hbit_shift(int k) {
   return 2 * ((k >> 3) & 3) + ((k >> 2) & 1);
 }
+// A packed Q5_K block's codes in the order the decode tiles read them: sub-block s (values
+// 32s..32s+31) takes 320 bytes from kQ4KQOff + 320 s, its four nibble groups (group g holding
+// values 8g..8g+7 as Q4_K's group g), then its high-bit group. Q4_K's nibble groups follow one
+// another.
+constexpr int k_lo_group(bool q5, int g) {
+  return kQ4KQOff + (q5 ? 320 * (g >> 2) + 64 * (g & 3) : 64 * g);
+}
+constexpr int q5k_hi_group(int s) {
+  return kQ4KQOff + 320 * s + 256;
+}
 // The 4-bit (Q4_K) or 5-bit (Q5_K) code of value k of lane j.
 inline int kquant_code(const uint8_t* blk, bool q5, int k, int j) {
-  const int lo = (blk[kQ4KQOff + q4k_byte(k, j)] >> q4k_shift(k)) & 0xF;
-  return q5 ? lo | (((blk[kQ5KHOff + q5k_hbit_byte(k, j)] >> q5k_hbit_shift(k)) & 1) << 4) : lo;
+  const int in_group = 4 * j + (k & 3);
+  const int lo = (blk[k_lo_group(q5, k >> 3) + in_group] >> q4k_shift(k)) & 0xF;
+  return q5 ? lo | (((blk[q5k_hi_group(k >> 5) + in_group] >> q5k_hbit_shift(k)) & 1) << 4) : lo;
 }
 constexpr int kQ6KScOff = 32, kQ6KLoOff = 288;
 // A Q6_K block expanded for prefill (expand_q6_k): the same d and sc, then one code byte per
@@ -380,7 +392,7 @@ REWIND_AVX512 __attribute__((always_inline)) inline void codes_4_5(const std::by
 // The Q4_K / Q5_K codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t.
 template <bool Q5>
 REWIND_AVX512 inline void kquant_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
-  codes_4_5<Q5>(blk + kQ4KQOff + 64 * g, blk + kQ5KHOff + 64 * (g >> 2), 2 * (g & 3), lo, hi);
+  codes_4_5<Q5>(blk + k_lo_group(Q5, g), blk + q5k_hi_group(g >> 2), 2 * (g & 3), lo, hi);
 }
 // The same for the 32-value blocks with codes at kQ8QOff (Q4_0, IQ4_NL, Q4_1; Q5: Q5_0, Q5_1).
 template <bool Q5>
@@ -651,7 +663,7 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
 
 constexpr int64_t kPrefetchBytes = 4096;       // AVX2 tiles: per panel stream, ahead of the loads
 constexpr int64_t kPrefetchBytesL2 = 768;      // VNNI tiles
-constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K / Q6_K: a block)
+constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K: a block)
 constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two panel streams)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
@@ -675,7 +687,7 @@ constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two pa
 // over 269 MB of layer weights: 768 bytes +5-8%, 384 and 256 bytes +10-11%, none +9-12% (the
 // hardware prefetchers keep up with two streams), 512 bytes +5-10%, 1.5 KiB +2-3%, 3 KiB -10%.
 // Q2_K and Q3_K keep 2 KiB (Q3_K's tile, which is compute-bound, fell from 21 to 10-12 GB/s at
-// 768 bytes and 1 KiB; Q2_K 26 -> 24), Q5_K and Q6_K a whole block (see int8_tile_avx512_one).
+// 768 bytes and 1 KiB; Q2_K 26 -> 24), Q5_K a whole block (see int8_tile_avx512_one).
 // The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB ahead: prefetcht1 made them 0-5%
 // slower, Q6_K 25-48%.
 template <bool L2, int64_t Ahead = L2 ? kPrefetchBytesL2 : kPrefetchBytes>
@@ -866,9 +878,9 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
         for (int g = 4 * s; g < 4 * s + 4; ++g) {
           __m512 w[P][8];
           for (int p = 0; p < P; ++p) {
-            prefetch(blk[p], kQ4KQOff + 64 * g);
+            prefetch(blk[p], k_lo_group(q5, g));
             if (q5) {
-              if ((g & 3) == 0) prefetch(blk[p], kQ5KHOff + 16 * g);
+              if ((g & 3) == 0) prefetch(blk[p], q5k_hi_group(g >> 2));
               q4_k_group<true>(blk[p], g, d1[p], m1[p], w[p]);
             } else {
               q4_k_group<false>(blk[p], g, d1[p], m1[p], w[p]);
@@ -1035,16 +1047,18 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only);
   // pb: the stride of the blocks the tile reads (packed, or expanded for prefill).
   constexpr int64_t kPb = quant_panel_block_bytes(t);
-  // Q5_K blocks end in their high-bit region, which the tile reads from the first sub-block on,
-  // ahead of the block's linear order: 2 KiB ahead of that order reached the lines of the first
-  // sub-blocks' high bits too late (demand misses from memory), a whole block ahead reaches them
-  // during the block before. matmul_bench --m 1 --cold on Zen 4, the two binaries alternating:
-  // Q6_K (then laid out the same way) lm_head 7.3-7.5 -> 4.7-6.9 ms, in_proj 0.18-0.22 ->
-  // 0.14-0.18. Q4_K / IQ4_XS, read in linear order, were no faster a block ahead. Q6_K blocks
-  // are now packed in the order the tile reads them (q6k_lo_group), and take the common
-  // distance: one thread, 2-panel tiles, 192 bytes to 1.5 KiB ahead all within the noise
-  // (lm_head 34-35 GB/s) against 25-27 GB/s for the old layout a block ahead on 4 panels, and
-  // 17 GB/s for the old layout 768 bytes ahead on 2 panels (binaries alternating).
+  // Q5_K and Q6_K blocks ended in their high-bit region, which the tile reads from the first
+  // sub-block on, ahead of the block's linear order: 2 KiB ahead of that order reached the lines
+  // of the first sub-blocks' high bits too late (demand misses from memory), a whole block ahead
+  // reached them during the block before (matmul_bench --m 1 --cold on Zen 4, the two binaries
+  // alternating: Q6_K lm_head 7.3-7.5 -> 4.7-6.9 ms, in_proj 0.18-0.22 -> 0.14-0.18). Both are
+  // now packed in the order the tile reads them (q6k_lo_group, k_lo_group): one thread, cold,
+  // binaries alternating. Q6_K on 2 panels, 192 bytes to 1.5 KiB ahead all within the noise
+  // (lm_head 34-35 GB/s), against 25-27 GB/s for the old layout a block ahead on 4 panels and
+  // 17 for the old layout 768 bytes ahead on 2. Q5_K, whose tile is slower per byte (hot 48 GB/s
+  // against Q4_K's and Q6_K's 61), still streams best a block ahead on 4 panels: every shape
+  // 22.9-25.1 -> 25.6-27.9 GB/s; 2 KiB ahead the same, 384-768 bytes 18-21, 2 panels 2-4%
+  // slower. Q4_K / IQ4_XS, read in linear order, were no faster a block ahead.
   constexpr int64_t kAhead = t == DType::Q5_K                       ? kPb
                              : t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
                              : t == DType::Q4_K                     ? kPrefetchBytesL2Near
@@ -2522,11 +2536,11 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_k(
           REWIND_UNROLL
           for (int h = 0; h < H; ++h) {
             if (h % 2 == 0) prefetch_part<R>(blk[h / 2], pb, g, 32);
-            const __m256i v = half_group(blk, h, kQ4KQOff + 64 * g);
+            const __m256i v = half_group(blk, h, k_lo_group(Q5, g));
             lo[h] = _mm256_and_si256(v, m4);
             hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             if (Q5) {  // bit 4 of the codes (see kquant_codes)
-              const __m256i hb = _mm256_srl_epi32(half_group(blk, h, kQ5KHOff + 64 * (g >> 2)),
+              const __m256i hb = _mm256_srl_epi32(half_group(blk, h, q5k_hi_group(g >> 2)),
                                                   _mm_cvtsi32_si128(2 * (g & 3)));
               const __m256i b4 = _mm256_set1_epi8(0x10);
               lo[h] = _mm256_or_si256(lo[h], _mm256_and_si256(_mm256_slli_epi32(hb, 4), b4));
@@ -2997,8 +3011,9 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         pack_k_header(x, j, o);
         for (int e = 0; e < kQK_K; ++e) {
           const int code = q5k_value(x, e);  // 0..31
-          o[kQ4KQOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
-          o[kQ5KHOff + q5k_hbit_byte(e, j)] |=
+          o[k_lo_group(true, e >> 3) + 4 * j + (e & 3)] |=
+              static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
+          o[q5k_hi_group(e >> 5) + 4 * j + (e & 3)] |=
               static_cast<uint8_t>((code >> 4) << q5k_hbit_shift(e));
         }
       } else if (t == DType::Q4_K) {
