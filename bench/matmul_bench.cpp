@@ -233,6 +233,12 @@ int main(int argc, char** argv) {
       return a == "--help" ? 0 : 2;
     }
   }
+  if (!decode_panels.empty() && !decode_splits.empty()) {
+    std::fprintf(stderr,
+                 "matmul_bench: --decode-panels and --decode-split each compare one setting; "
+                 "give one of them\n");
+    return 2;
+  }
   // The shapes to run: all of kShapes, the one --shape names, or --shape KxN (named "KxN").
   std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
   long long ck = 0, cn = 0;
