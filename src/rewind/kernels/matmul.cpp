@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "rewind/base/check.h"
@@ -451,7 +452,14 @@ namespace {
 std::atomic<int> g_decode_split{static_cast<int>(DecodeSplit::Auto)};
 
 // Decode matrices of at most this many weight bytes a thread take the static split (Auto).
-constexpr int64_t kDecodeStaticShareBytes = int64_t{8} << 20;
+constexpr size_t kDecodeStaticShareBytes = size_t{8} << 20;
+
+// Whether a decode matmul of w_bytes of weights takes one static share per thread.
+bool static_shares(DecodeSplit split, int64_t m, size_t w_bytes, int threads) {
+  return m <= 2 && (split == DecodeSplit::Static ||
+                    (split == DecodeSplit::Auto &&
+                     w_bytes <= kDecodeStaticShareBytes * static_cast<size_t>(threads)));
+}
 
 // Threads split the output columns on panel boundaries, never K. Prefill and the larger decode
 // matrices: in chunks handed out to whichever thread is free (ThreadPool::parallel_guided: the
@@ -481,13 +489,9 @@ constexpr int64_t kDecodeStaticShareBytes = int64_t{8} << 20;
 // chunk boundaries fall (the matmul tests run 1, 2 and 3 threads, and every split).
 void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group, size_t w_bytes,
                    const std::function<void(int, int64_t, int64_t)>& fn) {
-  const DecodeSplit split = matmul_decode_split();
   if (!pool) {
     fn(0, 0, n);
-  } else if (m <= 2 && (split == DecodeSplit::Static ||
-                        (split == DecodeSplit::Auto &&
-                         w_bytes <= static_cast<size_t>(kDecodeStaticShareBytes) *
-                                        static_cast<size_t>(pool->n_threads())))) {
+  } else if (static_shares(matmul_decode_split(), m, w_bytes, pool->n_threads())) {
     pool->parallel_for(n, kMatmulNR, fn);
   } else if (m <= 16) {
     pool->parallel_guided(n, kMatmulNR, 4 * kMatmulNR, fn);
@@ -614,7 +618,7 @@ constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};  // De
 }  // namespace
 
 bool parse_decode_split(const std::string& name, DecodeSplit* split) {
-  for (int i = 0; i < 3; ++i)
+  for (size_t i = 0; i < std::size(kDecodeSplitNames); ++i)
     if (name == kDecodeSplitNames[i]) {
       *split = static_cast<DecodeSplit>(i);
       return true;

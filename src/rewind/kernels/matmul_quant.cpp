@@ -27,6 +27,10 @@ namespace {
 
 constexpr int kNR = 16;
 
+// Byte of value k of lane j within its 64-byte group (4 consecutive k of each of the 16 lanes).
+constexpr int lane_byte(int k, int j) {
+  return 4 * j + (k & 3);
+}
 // Byte offset, inside a block's code area, of value k of lane j in the 4-byte group layout.
 constexpr int group_byte(int k, int j) {
   return ((k >> 2) * kNR + j) * 4 + (k & 3);
@@ -67,9 +71,9 @@ constexpr int q5k_hi_group(int s) {
 }
 // The 4-bit (Q4_K) or 5-bit (Q5_K) code of value k of lane j.
 inline int kquant_code(const uint8_t* blk, bool q5, int k, int j) {
-  const int in_group = 4 * j + (k & 3);
-  const int lo = (blk[k_lo_group(q5, k >> 3) + in_group] >> q4k_shift(k)) & 0xF;
-  return q5 ? lo | (((blk[q5k_hi_group(k >> 5) + in_group] >> q5k_hbit_shift(k)) & 1) << 4) : lo;
+  const int lo = (blk[k_lo_group(q5, k >> 3) + lane_byte(k, j)] >> q4k_shift(k)) & 0xF;
+  return q5 ? lo | (((blk[q5k_hi_group(k >> 5) + lane_byte(k, j)] >> q5k_hbit_shift(k)) & 1) << 4)
+            : lo;
 }
 constexpr int kQ6KScOff = 32, kQ6KLoOff = 288;
 // A Q6_K block expanded for prefill (expand_q6_k): the same d and sc, then one code byte per
@@ -100,8 +104,8 @@ constexpr int q6k_hi_group(int s) {
   return kQ6KLoOff + 192 * s + 128;
 }
 inline int q6k_code(const uint8_t* blk, int k, int j) {
-  const int lo = (blk[q6k_lo_group(k >> 3) + 4 * j + (k & 3)] >> q4k_shift(k)) & 0xF;
-  const int hi = (blk[q6k_hi_group(k >> 4) + 4 * j + (k & 3)] >> q6k_hi_shift(k)) & 3;
+  const int lo = (blk[q6k_lo_group(k >> 3) + lane_byte(k, j)] >> q4k_shift(k)) & 0xF;
+  const int hi = (blk[q6k_hi_group(k >> 4) + lane_byte(k, j)] >> q6k_hi_shift(k)) & 3;
   return lo | (hi << 4);
 }
 constexpr int kQ8QOff = 32;
@@ -3011,9 +3015,9 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         pack_k_header(x, j, o);
         for (int e = 0; e < kQK_K; ++e) {
           const int code = q5k_value(x, e);  // 0..31
-          o[k_lo_group(true, e >> 3) + 4 * j + (e & 3)] |=
+          o[k_lo_group(true, e >> 3) + lane_byte(e, j)] |=
               static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
-          o[q5k_hi_group(e >> 5) + 4 * j + (e & 3)] |=
+          o[q5k_hi_group(e >> 5) + lane_byte(e, j)] |=
               static_cast<uint8_t>((code >> 4) << q5k_hbit_shift(e));
         }
       } else if (t == DType::Q4_K) {
@@ -3064,9 +3068,9 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
         for (int e = 0; e < kQK_K; ++e) {
           const int code = q6k_value(x, e) + 32;  // 0..63
-          o[q6k_lo_group(e >> 3) + 4 * j + (e & 3)] |=
+          o[q6k_lo_group(e >> 3) + lane_byte(e, j)] |=
               static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
-          o[q6k_hi_group(e >> 4) + 4 * j + (e & 3)] |=
+          o[q6k_hi_group(e >> 4) + lane_byte(e, j)] |=
               static_cast<uint8_t>((code >> 4) << q6k_hi_shift(e));
         }
       }
