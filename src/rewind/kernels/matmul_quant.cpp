@@ -60,14 +60,14 @@ constexpr int q5k_hbit_shift(int k) {
   return 2 * ((k >> 3) & 3) + ((k >> 2) & 1);
 }
 // A packed Q5_K block's codes in the order the decode tiles read them: sub-block s (values
-// 32s..32s+31) takes 320 bytes from kQ4KQOff + 320 s, its four nibble groups (group g holding
-// values 8g..8g+7 as Q4_K's group g), then its high-bit group. Q4_K's nibble groups follow one
-// another.
+// 32s..32s+31) takes 320 bytes from kQ4KQOff + 320 s, its high-bit group (which the sub-block's
+// first group already reads) and then its four nibble groups (group g holding values 8g..8g+7 as
+// Q4_K's group g). Q4_K's nibble groups follow one another.
 constexpr int k_lo_group(bool q5, int g) {
-  return kQ4KQOff + (q5 ? 320 * (g >> 2) + 64 * (g & 3) : 64 * g);
+  return kQ4KQOff + (q5 ? 320 * (g >> 2) + 64 + 64 * (g & 3) : 64 * g);
 }
 constexpr int q5k_hi_group(int s) {
-  return kQ4KQOff + 320 * s + 256;
+  return kQ4KQOff + 320 * s;
 }
 // The 4-bit (Q4_K) or 5-bit (Q5_K) code of value k of lane j.
 inline int kquant_code(const uint8_t* blk, bool q5, int k, int j) {
@@ -376,9 +376,15 @@ REWIND_AVX512 inline __m512 q4k_value(__m512 d1, __m512 m1, __m512i e) {
 // into a code vector in one op.
 constexpr int kAOrBAndC = 0xF8;
 
-// The nibble group at q as bytes (lo: low nibbles, hi: high ones); Q5: with the fifth bits of the
-// high-bit group at h5, shifted right by hshift, merged in as bit 4 by one ternary-logic op
-// (a | (b & 0x10)).
+// Bit `bit` of each byte of h moved to bit 4 by one shift (none for bit 4); the other bits are
+// whatever the shift leaves, for the caller to mask. In the unrolled decode loops `bit` is a
+// constant, so each use is one immediate shift.
+REWIND_AVX512 __attribute__((always_inline)) inline __m512i bit_to_4(__m512i h, int bit) {
+  return bit < 4 ? _mm512_slli_epi32(h, 4 - bit) : bit == 4 ? h : _mm512_srli_epi32(h, bit - 4);
+}
+// The nibble group at q as bytes (lo: low nibbles, hi: high ones); Q5: with bits hshift (lo) and
+// hshift + 1 (hi) of the high-bit group at h5 merged in as bit 4, each by one shift and one
+// ternary-logic op (a | (b & 0x10)).
 template <bool Q5>
 REWIND_AVX512 __attribute__((always_inline)) inline void codes_4_5(const std::byte* q,
                                                                    const std::byte* h5, int hshift,
@@ -387,16 +393,30 @@ REWIND_AVX512 __attribute__((always_inline)) inline void codes_4_5(const std::by
   lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
   hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), _mm512_set1_epi8(0x0F));
   if (Q5) {
-    const __m512i h = _mm512_srl_epi32(load_group(h5), _mm_cvtsi32_si128(hshift));
-    const __m512i b4 = _mm512_set1_epi8(0x10);
-    lo = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(h, 4), b4, kAOrBAndC);
-    hi = _mm512_ternarylogic_epi32(hi, _mm512_slli_epi32(h, 3), b4, kAOrBAndC);
+    const __m512i h = load_group(h5), b4 = _mm512_set1_epi8(0x10);
+    __m512i hl, hh;
+    if (__builtin_constant_p(hshift)) {
+      hl = bit_to_4(h, hshift);
+      hh = bit_to_4(h, hshift + 1);
+    } else {  // one variable shift for both
+      const __m512i hs = _mm512_srl_epi32(h, _mm_cvtsi32_si128(hshift));
+      hl = _mm512_slli_epi32(hs, 4);
+      hh = _mm512_slli_epi32(hs, 3);
+    }
+    lo = _mm512_ternarylogic_epi32(lo, hl, b4, kAOrBAndC);
+    hi = _mm512_ternarylogic_epi32(hi, hh, b4, kAOrBAndC);
   }
 }
 // The Q4_K / Q5_K codes of group g as bytes: lo holds values 8g + t, hi values 8g + 4 + t.
 template <bool Q5>
+REWIND_AVX512 __attribute__((always_inline)) inline void kquant_codes(const std::byte* blk, int s,
+                                                                      int c, __m512i& lo,
+                                                                      __m512i& hi) {
+  codes_4_5<Q5>(blk + k_lo_group(Q5, 4 * s + c), blk + q5k_hi_group(s), 2 * c, lo, hi);
+}
+template <bool Q5>
 REWIND_AVX512 inline void kquant_codes(const std::byte* blk, int g, __m512i& lo, __m512i& hi) {
-  codes_4_5<Q5>(blk + k_lo_group(Q5, g), blk + q5k_hi_group(g >> 2), 2 * (g & 3), lo, hi);
+  kquant_codes<Q5>(blk, g >> 2, g & 3, lo, hi);
 }
 // The same for the 32-value blocks with codes at kQ8QOff (Q4_0, IQ4_NL, Q4_1; Q5: Q5_0, Q5_1).
 template <bool Q5>
@@ -691,7 +711,7 @@ constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two pa
 // over 269 MB of layer weights: 768 bytes +5-8%, 384 and 256 bytes +10-11%, none +9-12% (the
 // hardware prefetchers keep up with two streams), 512 bytes +5-10%, 1.5 KiB +2-3%, 3 KiB -10%.
 // Q2_K and Q3_K keep 2 KiB (Q3_K's tile, which is compute-bound, fell from 21 to 10-12 GB/s at
-// 768 bytes and 1 KiB; Q2_K 26 -> 24), Q5_K a whole block (see int8_tile_avx512_one).
+// 768 bytes and 1 KiB; Q2_K 26 -> 24); Q5_K none (see int8_tile_avx512_one).
 // The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB ahead: prefetcht1 made them 0-5%
 // slower, Q6_K 25-48%.
 template <bool L2, int64_t Ahead = L2 ? kPrefetchBytesL2 : kPrefetchBytes>
@@ -1059,14 +1079,16 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // now packed in the order the tile reads them (q6k_lo_group, k_lo_group): one thread, cold,
   // binaries alternating. Q6_K on 2 panels, 192 bytes to 1.5 KiB ahead all within the noise
   // (lm_head 34-35 GB/s), against 25-27 GB/s for the old layout a block ahead on 4 panels and
-  // 17 for the old layout 768 bytes ahead on 2. Q5_K, whose tile is slower per byte (hot 48 GB/s
-  // against Q4_K's and Q6_K's 61), still streams best a block ahead on 4 panels: every shape
-  // 22.9-25.1 -> 25.6-27.9 GB/s; 2 KiB ahead the same, 384-768 bytes 18-21, 2 panels 2-4%
-  // slower. Q4_K / IQ4_XS, read in linear order, were no faster a block ahead.
-  constexpr int64_t kAhead = t == DType::Q5_K                       ? kPb
-                             : t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
-                             : t == DType::Q4_K                     ? kPrefetchBytesL2Near
-                                                                    : kPrefetchBytesL2;
+  // 17 for the old layout 768 bytes ahead on 2 (no prefetch, or the high-bit group first, the
+  // same too). Q4_K / IQ4_XS, read in linear order, were no faster a block ahead. Q5_K, with
+  // each sub-block's high-bit group first (the first group reads it) and its shifts as
+  // immediates (kquant_codes), streams best with no software prefetch at all: the hardware
+  // prefetchers follow its now strictly linear reads. One thread, cold, all shapes: 30-33 GB/s
+  // against 24-27 a block ahead (768 bytes to 5.6 KiB ahead, or prefetcht0, the same or worse);
+  // the high-bit group last with no prefetch 19. 2 or 4 panels the same.
+  constexpr int64_t kAhead = t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
+                             : t == DType::Q4_K                   ? kPrefetchBytesL2Near
+                                                                  : kPrefetchBytesL2;
   constexpr int64_t pb = !Bytes               ? kPb
                          : t == DType::Q6_K   ? kQ6KBytesBlock
                          : t == DType::IQ4_XS ? kIQ4XSBytesBlock
@@ -1192,10 +1214,11 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           }
         }
 #pragma GCC unroll 4
-        for (int g = 4 * sb; g < 4 * sb + 4; ++g) {
+        for (int c = 0; c < 4; ++c) {  // unrolled: c a constant in each copy (kquant_codes' shifts)
+          const int g = 4 * sb + c;
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            prefetch_spread<R, kPb, 32, kAhead>(blk[p], g);
+            if constexpr (t != DType::Q5_K) prefetch_spread<R, kPb, 32, kAhead>(blk[p], g);
             if constexpr (Bytes) {
               lo[p] = load_group(blk[p] + q_off + 128 * g);
               hi[p] = load_group(blk[p] + q_off + 128 * g + 64);
@@ -1204,7 +1227,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
               lo[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
               hi[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
             } else {
-              kquant_codes<t == DType::Q5_K>(blk[p], g, lo[p], hi[p]);
+              kquant_codes<t == DType::Q5_K>(blk[p], sb, c, lo[p], hi[p]);
             }
           }
           for (int r = 0; r < R; ++r) {
@@ -1459,9 +1482,9 @@ constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  RE
                                                          REWIND_INT8_ROW2(5), REWIND_INT8_ROW2(6)};
 #undef REWIND_INT8_ROW2
 
-// Panel streams per VNNI decode tile (1-2 rows). Q4_K and Q6_K take 2, the others 4. Zen 4, weights
-// from memory, `matmul_bench --m 1,2 --dtype q4_k,q8_0,q6_k,q5_k --decode-panels 4,2,3` (the
-// counts alternating pass by pass in one process): one thread, Q4_K on 2 panels against 4, M=1
+// Panel streams per VNNI decode tile (1-2 rows). Q4_K, Q5_K and Q6_K take 2, the others 4. Zen 4,
+// weights from memory, `matmul_bench --m 1,2 --dtype q4_k,q8_0,q6_k,q5_k --decode-panels 4,2,3`
+// (the counts alternating pass by pass in one process): one thread, Q4_K on 2 panels against 4, M=1
 // +4-15% on every shape (lm_head 26.6 -> 30.2 GB/s), M=2 +24-28% with K=1024 but -5% on down
 // (K=3584); two threads, probe at 60 GB/s, lm_head 54.6 -> 63.1 GB/s (M=1), 45.4 -> 58.2 (M=2).
 // Hot from L3 the 4-panel tile is 1-2% faster: the gain is in how the weights arrive. The other
@@ -1469,9 +1492,11 @@ constexpr Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  RE
 // +-2%; 3 panels gave Q5_K +2-8% at M=1 but -5 to -7% at M=2; IQ4_XS -2% and Q4_0 +-1% on 2).
 // Q6_K, once its blocks were packed in read order (q6k_lo_group), gained on 2 like Q4_K: one
 // thread, lm_head +5% at M=1 and +29% at M=2, in_proj +7% / +22%, down -2%; two threads in a
-// fast phase lm_head 59.2 -> 63.3 GB/s.
+// fast phase lm_head 59.2 -> 63.3 GB/s. Q5_K too, once read in order with no software
+// prefetch: one thread, M=1 the same (down -4%), M=2 +20-23% with K=1024 (lm_head 25.2 -> 31.2
+// GB/s), down the same.
 constexpr int vnni_decode_panels(DType t) {
-  return t == DType::Q4_K || t == DType::Q6_K ? 2 : kInt8MaxP;
+  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? 2 : kInt8MaxP;
 }
 // int8_set_decode_panels' override (0: none).
 std::atomic<int> g_decode_panels{0};
