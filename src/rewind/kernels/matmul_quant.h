@@ -24,10 +24,10 @@
 //                        pair t: m[2t], m[2t+1]) | q: 32 groups, byte t of lane j holds
 //                        q[8g + t] in its low nibble and q[8g + 4 + t] in its high nibble
 //   Q5_K block (2880 B): Q4_K's header, then the 5-bit codes in 8 runs of 320 bytes, one per
-//                        sub-block h (in the order the decode tiles read them): its 4 nibble
-//                        groups 4h..4h+3 (the low 4 bits, as Q4_K's), then its group of high
-//                        bits, byte t of lane j holding in bit 2c' + e the high bit of
-//                        q[8(4h + c') + 4e + t]
+//                        sub-block h (in the order the decode tiles read them): its group of
+//                        high bits, byte t of lane j holding in bit 2c' + e the high bit of
+//                        q[8(4h + c') + 4e + t], then its 4 nibble groups 4h..4h+3 (the low 4
+//                        bits, as Q4_K's)
 //   Q2_K block (1344 B): d[16] f16 | dmin[16] f16 | scm[16][16] u8 (ggml's byte: scale in the low
 //                        nibble, min in the high one) | the 2-bit codes in Q3_K's low-bit layout
 //                        (16 groups, byte t of lane j of group h holding in bits 2c'..2c'+1
