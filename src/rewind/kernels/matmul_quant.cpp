@@ -376,9 +376,9 @@ REWIND_AVX512 inline __m512 q4k_value(__m512 d1, __m512 m1, __m512i e) {
 // into a code vector in one op.
 constexpr int kAOrBAndC = 0xF8;
 
-// Bit `bit` of each byte of h moved to bit 4 by one shift (none for bit 4); the other bits are
-// whatever the shift leaves, for the caller to mask. In the unrolled decode loops `bit` is a
-// constant, so each use is one immediate shift.
+// Bit `bit` of each byte of h moved to bit 4 (and the bits above it along) by one shift (none
+// for bit 4); the other bits are whatever the shift leaves, for the caller to mask. In the
+// unrolled decode loops `bit` is a constant, so each use is one immediate shift.
 REWIND_AVX512 __attribute__((always_inline)) inline __m512i bit_to_4(__m512i h, int bit) {
   return bit < 4 ? _mm512_slli_epi32(h, 4 - bit) : bit == 4 ? h : _mm512_srli_epi32(h, bit - 4);
 }
@@ -439,19 +439,14 @@ REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m
 }
 // The u8 codes (q + 32) of values 4g..4g+3 of every lane, in the 4-byte operand layout: the low
 // nibble, and bits 2c..2c+1 (c = g % 4) of the high-bit byte moved to bits 4..5 by one shift
-// (none for c = 2) and merged in with one ternary-logic op, lo | (h & 0x30). In the decode
-// loops g % 4 is a constant (the loops over a sub-block's 4 groups are unrolled).
+// (bit_to_4) (none for c = 2) and merged in with one ternary-logic op, lo | (h & 0x30). In the
+// decode loops g % 4 is a constant (the loops over a sub-block's 4 groups are unrolled).
 REWIND_AVX512 inline __m512i q6_k_codes(const std::byte* blk, int g) {
   const __m512i l = load_group(blk + q6k_lo_group(g >> 1));
   const __m512i lo =
       _mm512_and_si512((g & 1) ? _mm512_srli_epi32(l, 4) : l, _mm512_set1_epi8(0x0F));
   const __m512i h = load_group(blk + q6k_hi_group(g >> 2));
-  const int c = g & 3;
-  const __m512i hs = c == 0   ? _mm512_slli_epi32(h, 4)
-                     : c == 1 ? _mm512_slli_epi32(h, 2)
-                     : c == 2 ? h
-                              : _mm512_srli_epi32(h, 2);
-  return _mm512_ternarylogic_epi32(lo, hs, _mm512_set1_epi8(0x30), kAOrBAndC);
+  return _mm512_ternarylogic_epi32(lo, bit_to_4(h, 2 * (g & 3)), _mm512_set1_epi8(0x30), kAOrBAndC);
 }
 // The Q3_K codes c = q + 4 (0..7) of values 4g..4g+3 of every lane, g = 4 sb + i, from the
 // sub-block's low-bit group lo (bits 2i..2i+1) and its high-bit group h already shifted so that
@@ -687,7 +682,7 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
 
 constexpr int64_t kPrefetchBytes = 4096;       // AVX2 tiles: per panel stream, ahead of the loads
 constexpr int64_t kPrefetchBytesL2 = 768;      // VNNI tiles
-constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K: a block)
+constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K: none)
 constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two panel streams)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
