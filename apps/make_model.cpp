@@ -1,9 +1,9 @@
 // `rewind make-model`: writes a model with seeded random weights in the exact Hugging Face
 // layout (config.json, model.safetensors, tokenizer.json, tokenizer_config.json,
-// generation_config.json). Names, shapes and config layout follow ARCH-qwen35.md per family:
+// generation_config.json). Names, shapes and config layout follow docs/QWEN35.md per family:
 // qwen3_5 (nested text_config, model.language_model.*), qwen3_5_moe (fused experts) and
 // qwen3_next (flat config, interleaved in_proj_qkvz / in_proj_ba, per-expert tensors).
-// --mtp adds the multi-token-prediction head (mtp.*, ARCH-qwen35.md 2.5); --layers and
+// --mtp adds the multi-token-prediction head (mtp.*, docs/QWEN35.md 2.5); --layers and
 // --layer-types change the layer pattern (tiny-dense: attention only, tokenizer of tiny).
 // With --from DIR --noise SIGMA it instead copies a model directory, adding seeded Gaussian
 // noise to every floating-point weight (a draft that agrees with its target for real reasons).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reproduces the README's measured figures (not part of CI; takes several minutes and ~15 GB of
-# disk for the generated models under models/). Usage: scripts/bench.sh [threads]
+# Reproduces the figures of docs/PERFORMANCE.md (not part of CI; takes several minutes and
+# ~15 GB of disk for the generated models under models/). Usage: scripts/bench.sh [threads]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t="${1:-2}"

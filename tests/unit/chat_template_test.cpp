@@ -1,4 +1,4 @@
-// Chat template tests: rewind's ChatML template against the Qwen3.5 layout (ARCH-qwen35.md
+// Chat template tests: rewind's ChatML template against the Qwen3.5 layout (docs/QWEN35.md
 // 7.1/7.2), message boundaries, tools, tool calls rendered and parsed back, tool responses,
 // reasoning placement, an HF-style Qwen3 template, Jinja semantics (expected outputs taken from
 // Python jinja2 3.1 configured as transformers configures it), whitespace control, errors and
@@ -90,7 +90,7 @@ const char* kWeatherTools = R"([{"type": "function", "function": {"name": "get_w
 // ---- rewind's ChatML template ----------------------------------------------------------------
 
 TEST(ChatTemplate, TestVectorShape) {
-  // ARCH-qwen35.md 7.1: "Hello", thinking off.
+  // docs/QWEN35.md 7.1: "Hello", thinking off.
   const RenderedChat r = render_ok(chatml(), {msg("user", "Hello")}, thinking(0));
   EXPECT_EQ(r.text,
             "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
@@ -775,7 +775,7 @@ TEST_F(LoadDir, Errors) {
 namespace rw {
 namespace {
 
-// ARCH-qwen35.md 7.1's test vector (thinking off, one user message "Hello") with the real
+// docs/QWEN35.md 7.1's test vector (thinking off, one user message "Hello") with the real
 // Qwen3.5 ids. The real vocabulary (248077 ids) is not on this machine, so the tokenizer here
 // holds exactly the entries the vector needs at their real ids: the 256 byte symbols (with
 // "Ċ" = 198), the merges that build "user", "Hello", "assistant" and "ĊĊ" (271), and the

@@ -1,6 +1,6 @@
 // Tests for model/config.h: the three fixture configs (nested qwen3_5 / qwen3_5_moe, flat
-// qwen3_next), a flat text-only export, the real Qwen3.5-0.8B geometry (ARCH 1.3), the
-// tie/eos/rope lookup rules, and error messages that name the file and the field.
+// qwen3_next), a flat text-only export, the real Qwen3.5-0.8B geometry (docs/QWEN35.md 1.3),
+// the tie/eos/rope lookup rules, and error messages that name the file and the field.
 #include "rewind/model/config.h"
 
 #include <gtest/gtest.h>
@@ -133,7 +133,7 @@ TEST(Config, FlatTextOnlyExport) {
   }
 }
 
-// Qwen3.5-0.8B as transcribed in ARCH 1.3: nested, layer kinds from the interval, tied
+// Qwen3.5-0.8B as transcribed in docs/QWEN35.md 1.3: nested, layer kinds from the interval, tied
 // embeddings stated only at top level, eos a list.
 TEST(Config, Qwen35_0_8B_Shape) {
   const json j = json::parse(R"({

@@ -1,7 +1,7 @@
 """Qwen3.5 hybrid decoder (Gated DeltaNet + gated attention) for training, batched, with
 autograd; plus an MTP head, fp64 evaluation and HF-layout export/import (safetensors).
 
-The math follows ARCH-qwen35.md (the project's architecture notes):
+The math follows docs/QWEN35.md (the project's model specification):
 - zero-centred RMSNorm y = x / rms(x) * (1 + w) for input/post-attention/final/q/k/MTP norms;
 - GDN: in_proj_qkv -> depthwise causal conv1d (kernel K, no bias) -> SiLU -> split q, k, v;
   q, k L2-normalised (eps inside the sum), q scaled by 1/sqrt(dk); g = -exp(A_log) *
@@ -12,9 +12,9 @@ The math follows ARCH-qwen35.md (the project's architecture notes):
   times sigmoid(gate); o_proj;
 - SwiGLU MLP; tied embeddings (lm_head = embed_tokens).
 
-The GDN core used for training is the chunked form (ARCH 5.1) with a batched unit-lower
-triangular solve per chunk; gdr_recurrent is the per-token recurrence; check_chunked() asserts
-the two agree in fp64.
+The GDN core used for training is the chunked form (docs/QWEN35.md 5.1) with a batched
+unit-lower triangular solve per chunk; gdr_recurrent is the per-token recurrence;
+check_chunked() asserts the two agree in fp64.
 """
 import json
 import math

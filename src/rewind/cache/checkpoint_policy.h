@@ -2,7 +2,7 @@
 //
 // A model with recurrent layers can only resume a cached prompt at a position where a snapshot
 // exists, so prefill stops at a few chosen positions to take one. This object names every rule
-// as an option with a default (DESIGN.md section 3):
+// as an option with a default (docs/DESIGN.md section 3):
 //   - a grid of absolute positions, multiples of `interval`;
 //   - boundaries the caller reports (the chat template's anchor = end of the system prompt, turn
 //     starts, the end of a generated reply);

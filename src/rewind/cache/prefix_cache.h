@@ -1,7 +1,7 @@
 // The prefix cache: a radix tree over token ids that remembers, for token histories computed
 // before, the KV pages covering them and recurrent-state snapshots taken along them, so a new
 // prompt can resume at the deepest usable position instead of being prefilled from 0
-// (DESIGN.md section 3). It knows tokens, pages and snapshots, never models.
+// (docs/DESIGN.md section 3). It knows tokens, pages and snapshots, never models.
 //
 // Structure. Every node but the root owns one edge: the tokens of positions [start, end) and
 // the KV pages covering them (page i covers positions [i*page_tokens, (i+1)*page_tokens); a

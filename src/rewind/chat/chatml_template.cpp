@@ -1,5 +1,5 @@
 // rewind_chatml_template (chat_template.h): rewind's own Jinja template for the Qwen3.5 ChatML
-// layout (ARCH-qwen35.md 7.2), for models rewind makes itself. Written for rewind; the tool
+// layout (docs/QWEN35.md 7.2), for models rewind makes itself. Written for rewind; the tool
 // instructions are in our own words. Behaviour:
 // - system turn: "# Tools" with one JSON line per tool inside <tools></tools> and the XML call
 //   format when tools are given, then the system message (trimmed), if any;

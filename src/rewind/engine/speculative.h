@@ -1,4 +1,4 @@
-// Speculative decoding with exact rollback on hybrid models (DESIGN.md section 5).
+// Speculative decoding with exact rollback on hybrid models (docs/DESIGN.md section 5).
 //
 // A round is a transaction on one sequence whose state has consumed n tokens and whose next
 // token `last` is sampled but not yet consumed:

@@ -1,5 +1,5 @@
 // Naive references for kernels/ops.h: plain loops, double accumulation, the formulas exactly
-// as written in ARCH-qwen35.md. Tests compare the fast kernels against these within a
+// as written in docs/QWEN35.md. Tests compare the fast kernels against these within a
 // tolerance; they are also the building blocks of the naive reference model (model/reference.h).
 #pragma once
 

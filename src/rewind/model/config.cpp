@@ -9,12 +9,13 @@
 
 #include "rewind/io/mmap_file.h"
 
-// Rules beyond ARCH-qwen35.md section 1 (each is an explicit choice, documented here once):
+// Rules beyond docs/QWEN35.md section 1 (each is an explicit choice, documented here once):
 // * Sizes that fix tensor shapes (vocab, hidden, layers, heads, head_dim, GDN dims, conv
 //   kernel; for MoE the expert counts and widths) are required. So is the RoPE base: it is
-//   never defaulted (ARCH 1.3). Other fields take the HF class defaults: full_attention_interval
-//   4, partial_rotary_factor 0.25, rms_norm_eps 1e-6, max_position_embeddings 32768,
-//   norm_topk_prob true, decoder_sparse_step 1, mlp_only_layers [], mtp layers 0.
+//   never defaulted (docs/QWEN35.md 1.3). Other fields take the HF class defaults:
+//   full_attention_interval 4, partial_rotary_factor 0.25, rms_norm_eps 1e-6,
+//   max_position_embeddings 32768, norm_topk_prob true, decoder_sparse_step 1,
+//   mlp_only_layers [], mtp layers 0.
 // * A JSON null counts as absent.
 // * rope_parameters.X wins over a top-level X (rope_theta, partial_rotary_factor).
 // * tie_word_embeddings: the text_config value if present, else the top-level value, else
@@ -23,7 +24,7 @@
 //   attention_bias = true are errors: the engine does not implement them, and ignoring them
 //   would silently change the model.
 // * qwen3_5 ignores any MoE fields (it is dense); qwen3_5_moe ignores norm_topk_prob (always
-//   renormalises, ARCH 1.2).
+//   renormalises, docs/QWEN35.md 1.2).
 // * intermediate_size is required (> 0) only if some layer uses a dense MLP.
 
 namespace rw {

@@ -1,6 +1,6 @@
 // The text-model configuration of a Qwen3.5 / Qwen3.5-MoE / Qwen3-Next checkpoint, parsed from
 // Hugging Face config.json (flat `qwen3_next` / `qwen3_5_text` / `qwen3_5_moe_text`, or nested
-// `text_config` under `qwen3_5` / `qwen3_5_moe`). Field meanings: ARCH-qwen35.md section 1.2.
+// `text_config` under `qwen3_5` / `qwen3_5_moe`). Field meanings: docs/QWEN35.md section 1.2.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +63,7 @@ struct ModelConfig {
   int64_t key_dim() const { return lin_n_head_k * lin_dk; }
   int64_t value_dim() const { return lin_n_head_v * lin_dv; }
   int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
-  bool layer_is_moe(int64_t il) const;  // per family rules (ARCH 1.2)
+  bool layer_is_moe(int64_t il) const;  // per family rules (docs/QWEN35.md 1.2)
   // The MTP decoder layer's FFN is MoE in the MoE families (as their main layers), dense in
   // qwen3_5.
   bool mtp_layer_is_moe() const { return family != Family::Qwen35 && n_expert > 0; }

@@ -109,7 +109,7 @@ class Model {
   // Floats one captured token takes (RecCapture::row_floats for this model).
   int64_t capture_row_floats() const;
 
-  // --- MTP head (ARCH-qwen35.md 2.5; LoadOptions::mtp) ---
+  // --- MTP head (docs/QWEN35.md 2.5; LoadOptions::mtp) ---
   // True when the head was packed. Then forward() also runs it (KV only) on every consumed
   // token: MTP entry j pairs h_j (the main model's final-normed hidden state at position j)
   // with t_{j+1} and writes the head's KV slot j; a forward at n_pos = p over n tokens writes

@@ -1,4 +1,4 @@
-// Qwen3.5 / Qwen3.5-MoE / Qwen3-Next forward pass (ARCH-qwen35.md section 3), CPU, fp32
+// Qwen3.5 / Qwen3.5-MoE / Qwen3-Next forward pass (docs/QWEN35.md section 3), CPU, fp32
 // activations. Every layer dispatches on its kind to the Gated DeltaNet or the gated attention
 // block; the FFN is dense SwiGLU or MoE. Row-wise ops run on the whole ragged [T, H] batch;
 // conv, recurrence and attention run per sequence on its rows with its own state.

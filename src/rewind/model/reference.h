@@ -1,4 +1,4 @@
-// Naive reference model: the forward pass of ARCH-qwen35.md section 3 in double precision,
+// Naive reference model: the forward pass of docs/QWEN35.md section 3 in double precision,
 // plain loops, one sequence at a time from an empty state, written independently of the fast
 // kernels (it reads the same logical weights, model/weight_source.h, and kernels/ops_ref.h).
 // Tests check the fast path against it within a tolerance. Slow: tiny models only.
@@ -24,7 +24,7 @@ class ReferenceModel {
   // sees), [n_tokens][H].
   Rows forward(const std::vector<int32_t>& tokens, Rows* final_hidden = nullptr) const;
 
-  // The MTP head (needs weights().has_mtp(); ARCH-qwen35.md 2.5) over `tokens` from an empty
+  // The MTP head (needs weights().has_mtp(); docs/QWEN35.md 2.5) over `tokens` from an empty
   // state: entry i = 0..n-2 pairs h_i (main hidden after the final norm at position i) with
   // t_{i+1}; returns its logits [n-1][vocab], the head's guess for t_{i+2}. `mtp_hidden`
   // receives the post-mtp.norm states [n-1][H] (the "hidden" input of a chained next step).

@@ -348,7 +348,7 @@ Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig
     REWIND_TRY_STATUS(map_mlp(lp + "mlp.", cp, c.layer_is_moe(il)));
   }
 
-  // MTP head (ARCH-qwen35.md 2.5): absent altogether is fine; partly present or mis-shaped is
+  // MTP head (docs/QWEN35.md 2.5): absent altogether is fine; partly present or mis-shaped is
   // an error naming the tensor.
   bool any_mtp = false;
   for (auto& n : tensors.names()) any_mtp = any_mtp || n.rfind("mtp.", 0) == 0;

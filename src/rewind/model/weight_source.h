@@ -1,4 +1,4 @@
-// Logical weights of a model after the load-time transforms of ARCH-qwen35.md 2.4, before any
+// Logical weights of a model after the load-time transforms of docs/QWEN35.md 2.4, before any
 // packing: each is a list of row blocks (views into the mmap'd file, or small owned f32 buffers
 // where a transform made new values) under a canonical name. Both the fast model (which packs
 // them) and the naive reference model (which reads them in double) consume this, so the name
@@ -16,7 +16,7 @@
 //   moe:     l{il}.router [E, H]; l{il}.e{e}.gate_up [2Im, H]; l{il}.e{e}.down [H, Im];
 //            l{il}.sh.gate_up [2Is, H]; l{il}.sh.down [H, Is]; l{il}.sh.gate [1, H]
 //   MTP head (only when config mtp_num_hidden_layers > 0 and the checkpoint has mtp.* tensors,
-//   or in a GGUF file blk.N tensors for N >= n_layer; then has_mtp() is true; ARCH-qwen35.md
+//   or in a GGUF file blk.N tensors for N >= n_layer; then has_mtp() is true; docs/QWEN35.md
 //   2.5; GGUF names in model/gguf_model.h):
 //            mtp.fc [H, 2H]: columns [0, H) multiply the normed embedding of the next token,
 //              columns [H, 2H) the normed hidden state (mtp.fc.weight as is)

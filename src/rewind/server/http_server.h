@@ -1,4 +1,4 @@
-// The OpenAI-compatible HTTP server (DESIGN.md section 6) on cpp-httplib, in front of one
+// The OpenAI-compatible HTTP server (docs/DESIGN.md section 6) on cpp-httplib, in front of one
 // BatchEngine.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (stream false: one JSON; stream true:

@@ -2,7 +2,7 @@
 // recurrent (Gated DeltaNet) layer's conv window and fp32 SSM state. No model knowledge: the
 // shape comes from StateShape.
 //
-// Cost rules (STYLE.md): the state is move-only; clone() says what it copies. Attention pages
+// Cost rules (docs/STYLE.md): the state is move-only; clone() says what it copies. Attention pages
 // are refcounted: clone() shares them (O(pages) refcount bumps) and a shared page is copied
 // only when a sequence writes into it (copy-on-write, which in practice is only ever the last,
 // partly filled page). Recurrent state is copied (recurrent_bytes()).

@@ -29,7 +29,7 @@
 
 namespace rw {
 
-// The Qwen3.5 pre-tokenizer regex (ARCH-qwen35.md 7.1) and the Qwen2/Qwen3 one (no \p{M}).
+// The Qwen3.5 pre-tokenizer regex (docs/QWEN35.md 7.1) and the Qwen2/Qwen3 one (no \p{M}).
 inline constexpr std::string_view kQwen35PreTokenizerRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view kQwen3PreTokenizerRegex =
@@ -121,7 +121,7 @@ struct BpeTrainOptions {
   // 2300 before no pair is left.
   int32_t n_merges = 256;
   std::vector<std::string> special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
-  // The Qwen3.5 pre-tokenizer regex (ARCH-qwen35.md 7.1) is used by default.
+  // The Qwen3.5 pre-tokenizer regex (docs/QWEN35.md 7.1) is used by default.
 };
 
 // Learns a byte-level BPE from `corpus` deterministically and returns tokenizer.json text that
