@@ -9,7 +9,7 @@
 // operation mixes on the 12 sums; the fraction is the dpbusd-only time over the variant's, the
 // most a tile with that mix could reach of the int8 dot peak. On Zen 4 the conversion, float
 // add and vpxor cost next to nothing (other pipes), while a multiply, an fma, vpmulld or
-// vpdpwssd each cost about one vpdpbusd (README, "The int8 tiles' pipe budget").
+// vpdpwssd each cost about one vpdpbusd (docs/QUANT.md, "AVX-512 VNNI tiles").
 //
 // Usage: int8_pipes_bench [--seconds S]   (S per variant, default 0.3)
 #include <algorithm>
