@@ -176,7 +176,8 @@ int cmd_cache_bench(int argc, char** argv) {
   on.cache.budget_bytes = static_cast<size_t>(budget.value()) << 20;
   on.cache.policy.interval = interval.value();
   on.cache.policy.max_per_branch = mpb.value();
-  on.prefill_chunk = chunk.value();
+  on.step_tokens = chunk.value();
+  on.ctx_size = int64_t{1} << 40;  // the workloads' conversations grow as long as they are scaled
   EngineOptions off = on;
   off.cache_enabled = false;
 
@@ -184,7 +185,7 @@ int cmd_cache_bench(int argc, char** argv) {
   // for them.
   {
     Engine warm(m, &pool, off);
-    GenerateRequest g;
+    Request g;
     g.prompt = script.tokens(std::min<int64_t>(512, m.config().vocab_size));
     g.max_tokens = 2;
     auto w = warm.generate(g);
@@ -197,7 +198,7 @@ int cmd_cache_bench(int argc, char** argv) {
     Engine cold(m, &pool, off);
     std::vector<int32_t> history;  // chat: prompt + reply so far
     for (auto& step : w.steps) {
-      GenerateRequest req;
+      Request req;
       req.max_tokens = static_cast<int32_t>(n_gen.value());
       req.keep_first_logits = true;
       req.anchor = step.anchor;
@@ -212,19 +213,20 @@ int cmd_cache_bench(int argc, char** argv) {
       }
       auto a = cached.generate(req);
       if (!a.ok()) return fail(a.error_message());
-      GenerateRequest cold_req = req;
+      Request cold_req = req;
       cold_req.publish = false;
       auto b = cold.generate(cold_req);
       if (!b.ok()) return fail(b.error_message());
-      const RequestReport& r = a.value();
-      const bool same = r.first_logits.size() == b->first_logits.size() &&
-                        std::memcmp(r.first_logits.data(), b->first_logits.data(),
-                                    r.first_logits.size() * sizeof(float)) == 0 &&
-                        r.output == b->output;
+      const Generation& g = a.value();
+      const RequestReport& r = g.report;
+      const bool same = g.first_logits.size() == b->first_logits.size() &&
+                        std::memcmp(g.first_logits.data(), b->first_logits.data(),
+                                    g.first_logits.size() * sizeof(float)) == 0 &&
+                        g.tokens == b->tokens;
       all_identical = all_identical && same;
       if (step.extend_with_reply) {
         history = req.prompt;
-        history.insert(history.end(), r.output.begin(), r.output.end());
+        history.insert(history.end(), g.tokens.begin(), g.tokens.end());
       }
       ++request;
       if (json) {
@@ -236,7 +238,7 @@ int cmd_cache_bench(int argc, char** argv) {
             request, w.name.c_str(), static_cast<long long>(r.prompt_tokens),
             static_cast<long long>(r.diverged_at), static_cast<long long>(r.resumed_at),
             static_cast<long long>(r.rerun_tokens), static_cast<long long>(r.lost_to_spacing),
-            hit_kind_name(r.kind), r.ttft_ms, b->ttft_ms, static_cast<long long>(r.snapshots_taken),
+            hit_kind_name(r.hit), r.ttft_ms, b->report.ttft_ms, static_cast<long long>(r.snapshots_taken),
             r.snapshot_ms, same ? "true" : "false");
       } else {
         std::printf(
@@ -245,7 +247,7 @@ int cmd_cache_bench(int argc, char** argv) {
             request, w.name.c_str(), static_cast<long long>(r.prompt_tokens),
             static_cast<long long>(r.diverged_at), static_cast<long long>(r.resumed_at),
             static_cast<long long>(r.rerun_tokens), static_cast<long long>(r.lost_to_spacing),
-            hit_kind_name(r.kind), r.ttft_ms, b->ttft_ms, b->ttft_ms / std::max(1e-9, r.ttft_ms),
+            hit_kind_name(r.hit), r.ttft_ms, b->report.ttft_ms, b->report.ttft_ms / std::max(1e-9, r.ttft_ms),
             static_cast<long long>(r.snapshots_taken), r.snapshot_ms,
             same ? "bit-identical" : "DIFFERENT");
       }

@@ -90,11 +90,12 @@ int cmd_run(int argc, char** argv) {
 
   EngineOptions eo;
   eo.cache_enabled = false;
-  eo.prefill_chunk = chunk.value();
+  eo.step_tokens = chunk.value();
+  eo.ctx_size = static_cast<int64_t>(prompt.size()) + n_gen.value();  // what this one request needs
   // Ids past the tokenizer (padding rows of the embedding) are never sampled.
   eo.sample_vocab = std::min(static_cast<int32_t>(m.config().vocab_size), tok->vocab_size());
   Engine engine(m, &pool, eo);
-  GenerateRequest req;
+  Request req;
   req.prompt = prompt;
   req.max_tokens = static_cast<int32_t>(n_gen.value());
   req.sampling.temperature = static_cast<float>(temp.value());
@@ -107,7 +108,7 @@ int cmd_run(int argc, char** argv) {
   req.spec = spec->cfg;
   StreamDecoder dec(tok.value());
   std::string text;
-  req.on_token = [&](int32_t t) {
+  auto on_token = [&](int32_t t) {
     if (req.stop_ids.count(t)) return;  // the end-of-sequence token is not text
     std::string piece = dec.push(t);
     text += piece;
@@ -116,19 +117,19 @@ int cmd_run(int argc, char** argv) {
       std::fflush(stdout);
     }
   };
-  auto rep = engine.generate(req);
+  auto rep = engine.generate(req, on_token);
   if (!rep.ok()) return fail(rep.error_message());
   const std::string tail = dec.flush();
   text += tail;
-  const std::vector<int32_t>& out = rep->output;
+  const std::vector<int32_t>& out = rep->tokens;
   const bool eos = !out.empty() && req.stop_ids.count(out.back());
   const int64_t n = static_cast<int64_t>(prompt.size());
-  const double prefill_s = rep->ttft_ms / 1e3, decode_s = (rep->total_ms - rep->ttft_ms) / 1e3;
+  const double prefill_s = rep->report.ttft_ms / 1e3, decode_s = (rep->report.total_ms - rep->report.ttft_ms) / 1e3;
   const double prefill_tps = static_cast<double>(n) / prefill_s;
   // Decode speed counts tokens after the first (which the prefill's logits gave).
   const int64_t n_dec = std::max<int64_t>(0, static_cast<int64_t>(out.size()) - 1);
   const double decode_tps = n_dec > 0 && decode_s > 0 ? static_cast<double>(n_dec) / decode_s : 0.0;
-  const SpecStats& ss = rep->spec;
+  const SpecStats& ss = rep->report.spec;
   const double acc = ss.drafted ? static_cast<double>(ss.accepted) / static_cast<double>(ss.drafted) : 0.0;
   if (json) {
     std::printf("{\"text\":%s,\"tokens\":[", json_escape(text).c_str());

@@ -165,7 +165,7 @@ int cmd_serve(int argc, char** argv) {
         static_cast<long long>(ctx.value()),
         static_cast<long long>(m.config().max_position_embeddings));
 
-  BatchEngineOptions eo;
+  EngineOptions eo;
   eo.max_running = static_cast<int32_t>(parallel.value());
   eo.max_queued = static_cast<int32_t>(max_queue.value());
   eo.ctx_size = ctx.value();

@@ -111,23 +111,25 @@ int cmd_spec_bench(int argc, char** argv) {
 
   EngineOptions eo;
   eo.cache_enabled = false;
+  eo.ctx_size = static_cast<int64_t>(prompt.size()) + n_gen.value();
   eo.sample_vocab = std::min(static_cast<int32_t>(m.config().vocab_size), tok->vocab_size());
   Engine engine(m, &pool, eo);
   std::vector<int32_t> ref;
   auto run = [&](const std::string& name, SpecConfig sc) -> Result<Row> {
-    GenerateRequest r;
+    Request r;
     r.prompt = prompt;
     r.max_tokens = static_cast<int32_t>(n_gen.value());  // no stop ids: always n tokens
     r.spec = sc;
-    REWIND_TRY(RequestReport rep, engine.generate(r));
+    REWIND_TRY(Generation gen, engine.generate(r));
+    const RequestReport& rep = gen.report;
     Row row;
     row.method = name;
     row.ms = rep.total_ms - rep.ttft_ms;
-    row.n_out = rep.output.size();
-    row.tok_s = static_cast<double>(rep.output.size() - 1) / (row.ms / 1e3);
+    row.n_out = gen.tokens.size();
+    row.tok_s = static_cast<double>(gen.tokens.size() - 1) / (row.ms / 1e3);
     row.st = rep.spec;
-    if (ref.empty()) ref = rep.output;
-    row.identical = rep.output == ref;
+    if (ref.empty()) ref = gen.tokens;
+    row.identical = gen.tokens == ref;
     return row;
   };
   SpecConfig base;
@@ -150,7 +152,7 @@ int cmd_spec_bench(int argc, char** argv) {
     return true;
   };
   {
-    GenerateRequest warm;  // page in the weights and warm the caches
+    Request warm;  // page in the weights and warm the caches
     warm.prompt = prompt;
     warm.max_tokens = 2;
     if (auto w = engine.generate(warm); !w.ok()) return fail(w.error_message());
@@ -196,7 +198,7 @@ int cmd_spec_bench(int argc, char** argv) {
     with_mtp = std::move(wm).value();
     Engine mtp_engine(*with_mtp, &pool, eo);
     auto run_mtp = [&](const std::string& name, SpecConfig sc) -> bool {
-      GenerateRequest r;
+      Request r;
       r.prompt = prompt;
       r.max_tokens = static_cast<int32_t>(n_gen.value());
       r.spec = sc;
@@ -207,11 +209,11 @@ int cmd_spec_bench(int argc, char** argv) {
       }
       Row row;
       row.method = name;
-      row.ms = rep->total_ms - rep->ttft_ms;
-      row.n_out = rep->output.size();
-      row.tok_s = static_cast<double>(rep->output.size() - 1) / (row.ms / 1e3);
-      row.st = rep->spec;
-      row.identical = rep->output == ref;
+      row.ms = rep->report.total_ms - rep->report.ttft_ms;
+      row.n_out = rep->tokens.size();
+      row.tok_s = static_cast<double>(rep->tokens.size() - 1) / (row.ms / 1e3);
+      row.st = rep->report.spec;
+      row.identical = rep->tokens == ref;
       rows.push_back(row);
       return true;
     };

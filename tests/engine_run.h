@@ -18,7 +18,7 @@ struct Gen {
 
 inline Gen generate(Engine& e, const std::vector<int32_t>& prompt, int32_t max_tokens,
                     const SpecConfig& spec = {}) {
-  GenerateRequest r;
+  Request r;
   r.prompt = prompt;
   r.max_tokens = max_tokens;
   r.spec = spec;
@@ -27,7 +27,7 @@ inline Gen generate(Engine& e, const std::vector<int32_t>& prompt, int32_t max_t
     ADD_FAILURE() << rep.error_message();
     return {{}, e.last_state() ? e.last_state()->clone() : SequenceState(StateShape{}), {}};
   }
-  return {rep->output, e.last_state()->clone(), *rep};
+  return {rep->tokens, e.last_state()->clone(), rep->report};
 }
 
 }  // namespace rw::test

@@ -28,9 +28,9 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
   const int64_t V = m.config().vocab_size;
   std::mt19937_64 rng(21);
   auto shared = test::random_tokens(rng, 70, V);
-  std::vector<SubmitRequest> reqs;
+  std::vector<Request> reqs;
   for (int i = 0; i < 8; ++i) {
-    SubmitRequest r;
+    Request r;
     r.prompt = i % 2 ? shared : std::vector<int32_t>{};
     auto tail = test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 90), V);
     r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
@@ -43,15 +43,15 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
   Engine alone(m, nullptr, off);
   std::vector<std::vector<int32_t>> want;
   for (auto& r : reqs) {
-    GenerateRequest g;
+    Request g;
     g.prompt = r.prompt;
     g.max_tokens = r.max_tokens;
     auto out = alone.generate(g);
     ASSERT_TRUE(out.ok());
-    want.push_back(out->output);
+    want.push_back(out->tokens);
   }
   ThreadPool pool(2);
-  BatchEngineOptions opt;
+  EngineOptions opt;
   opt.max_running = 8;
   opt.step_tokens = 37;  // small steps: prefills interleave with decodes
   opt.cache.policy.interval = 16;
@@ -70,7 +70,7 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
       std::lock_guard<std::mutex> lock(col.mu);
       EXPECT_EQ(col.tokens[ids[i]], want[i]) << "request " << i << " round " << round;
       EXPECT_EQ(col.final_ev[ids[i]].finish, FinishReason::Length);
-      if (round == 1) { EXPECT_GT(col.final_ev[ids[i]].usage.cached_tokens, 0) << i; }
+      if (round == 1) { EXPECT_GT(col.final_ev[ids[i]].report.resumed_at, 0) << i; }
     }
   }
   auto met = eng.metrics();
@@ -81,14 +81,14 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
 TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
   Model& m = test::cached_model(test::fixture_dir(GetParam()));
   std::mt19937_64 rng(5);
-  BatchEngineOptions opt;
+  EngineOptions opt;
   opt.max_running = 2;
   BatchEngine eng(m, nullptr, opt);
   Collector col;
-  SubmitRequest longr;
+  Request longr;
   longr.prompt = test::random_tokens(rng, 50, m.config().vocab_size);
   longr.max_tokens = 4000;
-  SubmitRequest shortr = longr;
+  Request shortr = longr;
   shortr.max_tokens = 5;
   auto a = eng.submit(longr, col.cb());
   auto b = eng.submit(shortr, col.cb());
@@ -119,12 +119,12 @@ TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
 
 TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   Model& m = test::cached_model(test::fixture_dir(GetParam()));
-  BatchEngineOptions opt;
+  EngineOptions opt;
   opt.ctx_size = 100;
   opt.max_running = 1;
   opt.max_queued = 0;
   BatchEngine eng(m, nullptr, opt);
-  SubmitRequest r;
+  Request r;
   r.prompt = std::vector<int32_t>(90, 1);
   r.max_tokens = 20;
   auto too_long = eng.submit(r, nullptr);

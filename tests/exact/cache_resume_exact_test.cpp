@@ -25,10 +25,10 @@ TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
   on.cache.budget_bytes = 320 << 10;  // a few pages and snapshots: eviction happens
   on.cache.policy.interval = 24;
   on.cache.policy.max_per_branch = 6;
-  on.prefill_chunk = 40;
+  on.step_tokens = 40;
   EngineOptions off = on;
   off.cache_enabled = false;
-  off.prefill_chunk = 1000;  // the cold run goes in one piece: cutting must not matter
+  off.step_tokens = 1000;  // the cold run goes in one piece: cutting must not matter
   Engine cached(m, &pool, on);
   Engine cold(m, nullptr, off);
 
@@ -59,7 +59,7 @@ TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
         prompt.resize(1 + rng() % prompt.size());
       }  // op 4: exact repeat
     }
-    GenerateRequest req;
+    Request req;
     req.prompt = prompt;
     req.max_tokens = 1 + static_cast<int32_t>(rng() % 6);
     req.keep_first_logits = true;
@@ -72,25 +72,25 @@ TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
     }
     auto a = cached.generate(req);
     ASSERT_TRUE(a.ok()) << a.error_message();
-    GenerateRequest creq = req;
+    Request creq = req;
     auto b = cold.generate(creq);
     ASSERT_TRUE(b.ok());
     ASSERT_EQ(a->first_logits.size(), b->first_logits.size());
     ASSERT_EQ(0, std::memcmp(a->first_logits.data(), b->first_logits.data(),
                              a->first_logits.size() * sizeof(float)))
-        << "request " << i << " op " << op << " n=" << prompt.size() << " resumed at " << a->resumed_at;
-    ASSERT_EQ(a->output, b->output) << "request " << i;
+        << "request " << i << " op " << op << " n=" << prompt.size() << " resumed at " << a->report.resumed_at;
+    ASSERT_EQ(a->tokens, b->tokens) << "request " << i;
     // At least one prompt token always runs; never resume past the common prefix.
-    EXPECT_GE(a->rerun_tokens, 1);
-    EXPECT_LE(a->resumed_at, a->diverged_at);
-    if (a->resumed_at > 0) ++hits;
+    EXPECT_GE(a->report.rerun_tokens, 1);
+    EXPECT_LE(a->report.resumed_at, a->report.diverged_at);
+    if (a->report.resumed_at > 0) ++hits;
     const CacheStats st = cached.cache()->stats();
     ASSERT_EQ(cached.cache()->bytes(), cached.cache()->bytes_by_walk());
     if (!st.over_budget) { EXPECT_LE(cached.cache()->bytes(), on.cache.budget_bytes); }
     evictions_before = st.evictions_nodes + st.evictions_snapshots;
     seen.push_back(prompt);
     auto hist = prompt;
-    hist.insert(hist.end(), a->output.begin(), a->output.end() - 1);  // what the state consumed
+    hist.insert(hist.end(), a->tokens.begin(), a->tokens.end() - 1);  // what the state consumed
     seen.push_back(hist);
   }
   EXPECT_GT(hits, n_requests / 6) << "the workload should hit the cache often";
@@ -103,16 +103,16 @@ TEST_P(CacheResumeExact, ExactRepeatRerunsOneToken) {
   on.cache.policy.interval = 32;
   Engine e(m, nullptr, on);
   std::mt19937_64 rng(3);
-  GenerateRequest req;
+  Request req;
   req.prompt = test::random_tokens(rng, 100, m.config().vocab_size);
   req.max_tokens = 2;
   ASSERT_TRUE(e.generate(req).ok());
   auto r = e.generate(req);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->diverged_at, 100);
-  EXPECT_EQ(r->resumed_at, 99);
-  EXPECT_EQ(r->rerun_tokens, 1);
-  EXPECT_EQ(r->kind, HitKind::Exact);
+  EXPECT_EQ(r->report.diverged_at, 100);
+  EXPECT_EQ(r->report.resumed_at, 99);
+  EXPECT_EQ(r->report.rerun_tokens, 1);
+  EXPECT_EQ(r->report.hit, HitKind::Exact);
 }
 
 // Resuming copies no attention KV: the resumed state's page table holds the very page objects

@@ -357,18 +357,19 @@ TEST_P(MtpExact, SampledSpeculationKeepsStateExact) {
   Engine e(m, nullptr, opt);
   std::mt19937_64 rng(13);
   for (int trial = 0; trial < 3; ++trial) {
-    GenerateRequest r;
+    Request r;
     r.prompt = test::random_tokens(rng, 10 + static_cast<int64_t>(rng() % 40), V);
     r.max_tokens = 30;
     r.sampling.temperature = 0.9f;
     r.sampling.seed = rng();
-    r.spec.kind = SpecKind::Mtp;
-    r.spec.k = 1 + trial;
+    r.spec = SpecConfig{};
+    r.spec->kind = SpecKind::Mtp;
+    r.spec->k = 1 + trial;
     auto rep = e.generate(r);
     ASSERT_TRUE(rep.ok()) << rep.error_message();
-    EXPECT_GT(rep->spec.rounds, 0);
+    EXPECT_GT(rep->report.spec.rounds, 0);
     std::vector<int32_t> consumed = r.prompt;
-    consumed.insert(consumed.end(), rep->output.begin(), rep->output.end() - 1);
+    consumed.insert(consumed.end(), rep->tokens.begin(), rep->tokens.end() - 1);
     SequenceState plain = m.new_state();
     std::vector<float> logits;
     ASSERT_TRUE(run(m, plain, consumed, &logits, nullptr).ok());

@@ -23,12 +23,12 @@ std::vector<int32_t> alone(Model& m, const std::vector<int32_t>& prompt, int32_t
   EngineOptions off;
   off.cache_enabled = false;
   Engine e(m, nullptr, off);
-  GenerateRequest g;
+  Request g;
   g.prompt = prompt;
   g.max_tokens = max_tokens;
   auto out = e.generate(g);
   EXPECT_TRUE(out.ok());
-  return out.ok() ? out->output : std::vector<int32_t>{};
+  return out.ok() ? out->tokens : std::vector<int32_t>{};
 }
 
 class SpecBatch : public ::testing::TestWithParam<std::string> {};
@@ -52,7 +52,7 @@ TEST_P(SpecBatch, MixedRowsWithTheirOwnKAndAcceptanceEqualAlone) {
   // The engine's drafter knows every request's plain output and corrupts drafts at random
   // positions, so rows accept different counts in the same step.
   auto rng2 = std::make_shared<std::mt19937_64>(5);
-  BatchEngineOptions opt;
+  EngineOptions opt;
   opt.max_running = 8;
   opt.step_tokens = 41;
   opt.cache.policy.interval = 8;
@@ -77,7 +77,7 @@ TEST_P(SpecBatch, MixedRowsWithTheirOwnKAndAcceptanceEqualAlone) {
   Collector col;
   std::vector<uint64_t> ids;
   for (size_t i = 0; i < reqs.size(); ++i) {
-    SubmitRequest s;
+    Request s;
     s.prompt = reqs[i].prompt;
     s.max_tokens = reqs[i].max_tokens;
     if (i % 4 == 3)
@@ -93,8 +93,8 @@ TEST_P(SpecBatch, MixedRowsWithTheirOwnKAndAcceptanceEqualAlone) {
   for (size_t i = 0; i < ids.size(); ++i) {
     EXPECT_EQ(col.tokens[ids[i]], reqs[i].want) << "request " << i;
     EXPECT_NE(col.final_ev[ids[i]].finish, FinishReason::Error) << col.final_ev[ids[i]].error;
-    drafted += col.final_ev[ids[i]].usage.spec_drafted;
-    if (i % 4 == 3) { EXPECT_EQ(col.final_ev[ids[i]].usage.spec_drafted, 0); }
+    drafted += col.final_ev[ids[i]].report.spec.drafted;
+    if (i % 4 == 3) { EXPECT_EQ(col.final_ev[ids[i]].report.spec.drafted, 0); }
   }
   const EngineMetrics em = eng.metrics();
   EXPECT_EQ(em.spec.drafted, drafted);
@@ -112,14 +112,14 @@ TEST_P(SpecBatch, EarlyCloseThenTheCacheServesTheSamePrompt) {
   std::vector<int32_t> prompt;
   for (int r = 0; r < 4; ++r) prompt.insert(prompt.end(), block.begin(), block.end());
   const std::vector<int32_t> want = alone(m, prompt, 30);
-  BatchEngineOptions opt;
+  EngineOptions opt;
   opt.cache.policy.interval = 8;
   opt.spec.kind = SpecKind::Ngram;
   opt.spec.k = 4;
   BatchEngine eng(m, nullptr, opt);
   Collector col;
   BatchEngine* ep = &eng;
-  SubmitRequest s;
+  Request s;
   s.prompt = prompt;
   s.max_tokens = 30;
   // The client goes away after its third token (cancel from the callback, as a dropped
@@ -140,7 +140,7 @@ TEST_P(SpecBatch, EarlyCloseThenTheCacheServesTheSamePrompt) {
   ASSERT_TRUE(id2.ok());
   col.wait(2);
   EXPECT_EQ(col.tokens[*id2], want);
-  EXPECT_GT(col.final_ev[*id2].usage.cached_tokens, 0);
+  EXPECT_GT(col.final_ev[*id2].report.resumed_at, 0);
 }
 
 TEST(SpecBatchMtp, MtpRowsAndPlainRowsShareStepsAndEqualAlone) {
@@ -158,10 +158,10 @@ TEST(SpecBatchMtp, MtpRowsAndPlainRowsShareStepsAndEqualAlone) {
     Model& m = **loaded;
     ASSERT_TRUE(m.mtp_loaded());
     std::mt19937_64 rng(47);
-    std::vector<SubmitRequest> subs;
+    std::vector<Request> subs;
     std::vector<std::vector<int32_t>> want;
     for (int i = 0; i < 6; ++i) {
-      SubmitRequest s;
+      Request s;
       s.prompt = test::random_tokens(rng, 4 + static_cast<int64_t>(rng() % 50), 400);
       s.max_tokens = 5 + static_cast<int32_t>(rng() % 15);
       if (i % 3 == 2)
@@ -171,7 +171,7 @@ TEST(SpecBatchMtp, MtpRowsAndPlainRowsShareStepsAndEqualAlone) {
       want.push_back(alone(m, s.prompt, s.max_tokens));
       subs.push_back(s);
     }
-    BatchEngineOptions opt;
+    EngineOptions opt;
     opt.max_running = 6;
     opt.step_tokens = 29;
     opt.cache.policy.interval = 8;
@@ -195,9 +195,9 @@ TEST(SpecBatchMtp, MtpRowsAndPlainRowsShareStepsAndEqualAlone) {
 
 TEST(SpecBatchRefusals, RequestsTheEngineCannotServeAreRefusedUpFront) {
   Model& m = test::cached_model(test::fixture_dir("qwen3_5"));
-  BatchEngineOptions opt;
+  EngineOptions opt;
   BatchEngine eng(m, nullptr, opt);
-  SubmitRequest s;
+  Request s;
   s.prompt = {1, 2, 3};
   s.spec_kind = SpecKind::Draft;  // no draft model loaded
   auto r = eng.submit(s, nullptr);

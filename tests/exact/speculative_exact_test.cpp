@@ -189,7 +189,7 @@ TEST_P(SpecExact, FailingRoundLeavesCommittedStateAndCacheUsable) {
     sc.fault = [&](const char* s) {
       if (std::string(s) == stage && ++calls == 4) throw std::runtime_error("injected fault");
     };
-    GenerateRequest r;
+    Request r;
     r.prompt = prompt;
     r.max_tokens = 30;
     r.spec = sc;
@@ -332,9 +332,10 @@ TEST(SpecCheck, RefusesBeforeAnyRound) {
   EXPECT_FALSE(spec_check(m, sc).ok());  // no drafter
   // A fresh engine refuses the request before running anything.
   Engine e(m, nullptr, no_cache());
-  GenerateRequest r;
+  Request r;
   r.prompt = {1, 2, 3};
-  r.spec.kind = SpecKind::Draft;
+  r.spec = SpecConfig{};
+  r.spec->kind = SpecKind::Draft;
   auto rep = e.generate(r);
   EXPECT_FALSE(rep.ok());
   EXPECT_EQ(e.last_state(), nullptr);

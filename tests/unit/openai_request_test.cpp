@@ -696,7 +696,7 @@ TEST(Metrics, CacheJson) {
   em.cache.bytes_snapshots = 5;
   em.cache.hits_exact = 2;
   em.recent.push_back({9, 100, 80, 64, 36, 16, "checkpoint"});
-  BatchEngineOptions opt;
+  EngineOptions opt;
   json j = cache_json(em, opt);
   EXPECT_EQ(j["budget_bytes"], 100);
   EXPECT_EQ(j["bytes"]["total"], 15);

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "rewind/base/thread_pool.h"
+#include "rewind/engine/step_plan.h"
 
 namespace rw {
 
@@ -31,27 +32,37 @@ const char* finish_reason_name(FinishReason r) {
 
 struct BatchEngine::Seq {
   uint64_t id = 0;
-  SubmitRequest req;
+  Request req;
   EventCallback cb;
   double t_submit = 0, t_start = 0;
   std::optional<SequenceState> state;
   std::optional<LookupResult> hit;  // holds the cache lease while running
   int64_t pos = 0;                  // next prompt position to run (prefill) == state n_pos
-  std::vector<int64_t> cuts;
-  size_t cut_idx = 0;
+  std::vector<int64_t> cuts;        // checkpoint positions of the prefill, ascending
   std::vector<std::shared_ptr<const Snapshot>> snaps;
   std::vector<int32_t> history;     // tokens consumed by the state
   std::optional<Sampler> sampler;
   std::vector<int32_t> out;
   bool decoding = false;
-  RequestUsage usage;
+  RequestReport report;
   SpecConfig spec_cfg;               // resolved at submit (kind Off: plain decoding)
   std::optional<SpecSequence> spec;  // from the first decode step on
+  std::vector<float> first_logits;   // when the request asks for them
+  // Set while a step is applied when the request ends there; finished after the step.
+  FinishReason end = FinishReason::None;
+  TokenEvent end_ev;
+
+  void snapshot() {  // every checkpoint taken for this request is counted and timed
+    const double t = now_ms();
+    snaps.push_back(state->take_snapshot());
+    report.snapshot_ms += now_ms() - t;
+    ++report.snapshots_taken;
+  }
 };
 
 Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_default,
-                                const SubmitRequest& req) {
-  SpecConfig c = engine_default;
+                                const Request& req) {
+  SpecConfig c = req.spec ? *req.spec : engine_default;
   if (req.spec_kind) c.kind = *req.spec_kind;
   if (req.spec_k != 0) c.k = req.spec_k;
   if (c.kind == SpecKind::Draft && !c.draft)
@@ -60,22 +71,24 @@ Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_def
   return c;
 }
 
-BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const BatchEngineOptions& opt)
+BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& opt,
+                         EngineThread threading)
     : model_(model), pool_(pool), opt_(opt) {
   REWIND_CHECK(opt_.max_running >= 1 && opt_.step_tokens >= 1 && opt_.max_queued >= 0);
   REWIND_CHECK_MSG(spec_check(model, opt_.spec).ok(), "BatchEngine: speculative options not checked");
   if (opt_.sample_vocab <= 0 || opt_.sample_vocab > model.config().vocab_size)
     opt_.sample_vocab = static_cast<int32_t>(model.config().vocab_size);
-  opt_.cache.has_recurrent = model.config().n_linear_layers() > 0;
+  recurrent_ = model.config().n_linear_layers() > 0;
+  opt_.cache.has_recurrent = recurrent_;
   opt_.cache.has_attention = model.config().n_full_layers() > 0;
   opt_.cache.page_tokens = model.state_shape().page_tokens;
   if (opt_.cache_enabled) cache_ = std::make_unique<PrefixCache>(opt_.cache);
-  thread_ = std::thread([this] { loop(); });
+  if (threading == EngineThread::Own) thread_ = std::thread([this] { loop(); });
 }
 
 BatchEngine::~BatchEngine() { shutdown(false); }
 
-Result<uint64_t> BatchEngine::submit(SubmitRequest req, EventCallback cb) {
+Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
   const int64_t n = static_cast<int64_t>(req.prompt.size());
   const int64_t V = model_.config().vocab_size;
   auto reject = [&](std::string msg) -> Result<uint64_t> {
@@ -85,7 +98,8 @@ Result<uint64_t> BatchEngine::submit(SubmitRequest req, EventCallback cb) {
   };
   if (n == 0) return reject("empty prompt");
   for (int32_t t : req.prompt)
-    if (t < 0 || t >= V) return reject("token id " + std::to_string(t) + " out of range");
+    if (t < 0 || t >= V)
+      return reject("token id " + std::to_string(t) + " out of range [0, " + std::to_string(V) + ")");
   if (req.max_tokens < 1) return reject("max_tokens must be >= 1");
   if (n + req.max_tokens > opt_.ctx_size)
     return reject("prompt too long: " + std::to_string(n) + " prompt tokens + max_tokens " +
@@ -145,6 +159,7 @@ void BatchEngine::shutdown(bool drain) {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  else run_until_idle();  // EngineThread::Caller: drain or cancel what is still here
 }
 
 void BatchEngine::loop() {
@@ -163,9 +178,125 @@ void BatchEngine::loop() {
   }
 }
 
+void BatchEngine::run_until_idle() {
+  REWIND_CHECK_MSG(!thread_.joinable(), "run_until_idle: the engine runs its own thread");
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty() && running_.empty()) return;
+      if (stopping_ && !drain_) {
+        for (auto& s : queue_) cancelled_.insert(s->id);
+        for (auto& s : running_) cancelled_.insert(s->id);
+      }
+    }
+    step();
+  }
+}
+
+void BatchEngine::admit(Seq& s) {
+  s.t_start = now_ms();
+  const int64_t n = static_cast<int64_t>(s.req.prompt.size());
+  s.report.prompt_tokens = n;
+  s.report.queue_ms = s.t_start - s.t_submit;
+  s.state.emplace(model_.new_state());
+  if (cache_) {
+    s.hit.emplace(cache_->lookup(s.req.prompt));
+    s.state->resume(s.hit->pages, s.hit->snapshot.get(), s.hit->resume_pos);
+    s.report.diverged_at = s.hit->common_prefix;
+    s.report.hit = s.hit->kind;
+    s.cuts = opt_.cache.policy.cut_points(s.state->n_pos(), n, s.req.boundaries);
+  }
+  s.pos = s.state->n_pos();
+  s.report.resumed_at = s.pos;
+  s.report.rerun_tokens = n - s.pos;
+  s.report.lost_to_spacing = std::min(s.report.diverged_at, n - 1) - s.pos;
+  s.history.assign(s.req.prompt.begin(), s.req.prompt.begin() + s.pos);
+  s.sampler.emplace(s.req.sampling);
+}
+
+void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev) {
+  Seq& s = *sp;
+  if (s.spec) {
+    s.spec->abort();  // no-op unless a round is open (a failed step)
+    s.report.spec = s.spec->stats();
+  }
+  // Publish the consumed history with its pages and snapshots, the end of the reply being a
+  // checkpoint too (a follow-up turn extends through it). A failed request publishes nothing.
+  if (why != FinishReason::Error && cache_ && s.state && s.state->n_pos() > 0) {
+    if (recurrent_ && s.decoding && (s.snaps.empty() || s.snaps.back()->pos != s.state->n_pos()))
+      s.snapshot();
+    if (s.req.publish) cache_->insert(s.history, s.state->pages(), s.snaps, s.req.anchor);
+  }
+  s.hit.reset();  // releases the lease at once
+  s.report.completion_tokens = static_cast<int64_t>(s.out.size());
+  s.report.total_ms = now_ms() - s.t_submit;
+  ev.id = s.id;
+  ev.finish = why;
+  ev.error = std::move(err);
+  ev.report = s.report;
+  if (s.req.keep_first_logits) ev.first_logits = std::move(s.first_logits);
+  if (s.req.keep_state && s.state) ev.state = std::make_shared<SequenceState>(std::move(*s.state));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (why == FinishReason::Cancelled) ++metrics_.requests_cancelled;
+    else if (why == FinishReason::Error) ++metrics_.requests_failed;
+    else ++metrics_.requests_finished;
+    metrics_.prompt_tokens += s.report.prompt_tokens;
+    metrics_.spec.add(s.report.spec);
+    metrics_.generated_tokens += s.report.completion_tokens;
+    auto push = [](std::vector<double>& v, double x) {
+      if (v.size() >= kLatencySamples) v.erase(v.begin());
+      v.push_back(x);
+    };
+    if (s.report.ttft_ms > 0) push(metrics_.ttft_ms, s.report.ttft_ms);
+    push(metrics_.request_ms, s.report.total_ms);
+    const RequestReport& r = s.report;
+    metrics_.recent.push_back({s.id, r.prompt_tokens, r.diverged_at, r.resumed_at, r.rerun_tokens,
+                               r.lost_to_spacing, hit_kind_name(r.hit)});
+    if (metrics_.recent.size() > kRecentMax) metrics_.recent.pop_front();
+  }
+  if (s.cb) s.cb(ev);
+  sp.reset();
+}
+
+void BatchEngine::finish_marked() {
+  for (auto& sp : running_)
+    if (sp && sp->end != FinishReason::None) {
+      TokenEvent ev = std::move(sp->end_ev);
+      std::string err = std::move(ev.error);
+      finish(sp, sp->end, std::move(err), std::move(ev));
+    }
+  std::erase_if(running_, [](auto& p) { return !p; });
+}
+
+void BatchEngine::open_spec_rounds() {
+  int64_t failed = 0;
+  for (auto& sp : running_) {
+    Seq& s = *sp;
+    if (!s.decoding || s.spec_cfg.kind == SpecKind::Off) continue;
+    // A speculative round: [last, d1..dk] verified in this step's forward.
+    if (!s.spec) s.spec.emplace(model_, s.spec_cfg);
+    const int32_t left = s.req.max_tokens - static_cast<int32_t>(s.out.size());
+    Status bs = Ok{};
+    try {
+      bs = s.spec->begin(&*s.state, s.history, s.out.back(), left, *s.sampler, pool_);
+    } catch (const std::exception& e) {
+      bs = make_error(std::string("speculative drafting failed: ") + e.what());
+    }
+    if (!bs.ok()) {
+      s.end = FinishReason::Error;
+      s.end_ev.error = bs.error_message();
+      ++failed;
+    }
+  }
+  if (failed == 0) return;
+  finish_marked();
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.spec_failed_rounds += failed;
+}
+
 void BatchEngine::step() {
   const int64_t V = model_.config().vocab_size;
-  const bool recurrent = model_.config().n_linear_layers() > 0;
   std::set<uint64_t> cancelled;
   std::vector<std::unique_ptr<Seq>> admitted;
   std::vector<std::pair<EventCallback, TokenEvent>> queue_cancels;
@@ -178,7 +309,7 @@ void BatchEngine::step() {
         TokenEvent ev;
         ev.id = (*it)->id;
         ev.finish = FinishReason::Cancelled;
-        ev.usage.prompt_tokens = static_cast<int64_t>((*it)->req.prompt.size());
+        ev.report.prompt_tokens = static_cast<int64_t>((*it)->req.prompt.size());
         queue_cancels.emplace_back(std::move((*it)->cb), ev);
         ++metrics_.requests_cancelled;
         it = queue_.erase(it);
@@ -194,79 +325,14 @@ void BatchEngine::step() {
   }
   for (auto& [cb, ev] : queue_cancels)
     if (cb) cb(ev);
-
-  // Admit: resume from the cache.
   for (auto& s : admitted) {
-    s->t_start = now_ms();
-    s->usage.prompt_tokens = static_cast<int64_t>(s->req.prompt.size());
-    s->usage.queue_ms = s->t_start - s->t_submit;
-    s->state.emplace(model_.new_state());
-    const int64_t n = s->usage.prompt_tokens;
-    if (cache_) {
-      s->hit.emplace(cache_->lookup(s->req.prompt));
-      s->state->resume(s->hit->pages, s->hit->snapshot.get(), s->hit->resume_pos);
-      s->usage.diverged_at = s->hit->common_prefix;
-      s->usage.hit = s->hit->kind;
-      s->cuts = opt_.cache.policy.cut_points(s->state->n_pos(), n, s->req.boundaries);
-    }
-    s->pos = s->state->n_pos();
-    s->usage.cached_tokens = s->pos;
-    s->usage.lost_to_spacing = std::min(s->usage.diverged_at, n - 1) - s->pos;
-    s->history.assign(s->req.prompt.begin(), s->req.prompt.begin() + s->pos);
-    s->sampler.emplace(s->req.sampling);
+    admit(*s);
     running_.push_back(std::move(s));
   }
-
-  auto publish = [&](Seq& s) {
-    if (!cache_ || s.state->n_pos() == 0) return;
-    if (recurrent && s.decoding && (s.snaps.empty() || s.snaps.back()->pos != s.state->n_pos()))
-      s.snaps.push_back(s.state->take_snapshot());  // end of the generated reply
-    cache_->insert(s.history, s.state->pages(), s.snaps, s.req.anchor);
-  };
-  std::vector<TokenEvent> finals;
-  // `ev` carries the last token (and its logprobs) when there is one.
-  auto finish = [&](std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev) {
-    Seq& s = *sp;
-    if (why != FinishReason::Error) publish(s);
-    s.hit.reset();  // releases the lease at once
-    s.usage.completion_tokens = static_cast<int64_t>(s.out.size());
-    if (s.spec) {
-      s.spec->abort();  // no-op unless a round is open (a failed step)
-      s.usage.spec_drafted = s.spec->stats().drafted;
-      s.usage.spec_accepted = s.spec->stats().accepted;
-    }
-    s.usage.total_ms = now_ms() - s.t_submit;
-    ev.id = s.id;
-    ev.finish = why;
-    ev.error = std::move(err);
-    ev.usage = s.usage;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (why == FinishReason::Cancelled) ++metrics_.requests_cancelled;
-      else if (why == FinishReason::Error) ++metrics_.requests_failed;
-      else ++metrics_.requests_finished;
-      metrics_.prompt_tokens += s.usage.prompt_tokens;
-      if (s.spec) metrics_.spec.add(s.spec->stats());
-      metrics_.generated_tokens += s.usage.completion_tokens;
-      auto push = [](std::vector<double>& v, double x) {
-        if (v.size() >= kLatencySamples) v.erase(v.begin());
-        v.push_back(x);
-      };
-      if (s.usage.ttft_ms > 0) push(metrics_.ttft_ms, s.usage.ttft_ms);
-      push(metrics_.request_ms, s.usage.total_ms);
-      metrics_.recent.push_back({s.id, s.usage.prompt_tokens, s.usage.diverged_at, s.usage.cached_tokens,
-                                 s.usage.prompt_tokens - s.usage.cached_tokens, s.usage.lost_to_spacing,
-                                 hit_kind_name(s.usage.hit)});
-      if (metrics_.recent.size() > kRecentMax) metrics_.recent.pop_front();
-    }
-    if (s.cb) s.cb(ev);
-    sp.reset();
-  };
-
-  // Cancellations of running requests.
   for (auto& sp : running_)
-    if (sp && cancelled.count(sp->id)) finish(sp, FinishReason::Cancelled, "", TokenEvent{});
+    if (cancelled.count(sp->id)) finish(sp, FinishReason::Cancelled, "", TokenEvent{});
   std::erase_if(running_, [](auto& p) { return !p; });
+  open_spec_rounds();
   if (running_.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     metrics_.running = 0;
@@ -274,66 +340,31 @@ void BatchEngine::step() {
     return;
   }
 
-  // Plan the step: decode tokens first (one each), then prefill chunks round-robin.
-  std::vector<SeqInput> batch;
-  std::vector<Seq*> who;
-  std::vector<int64_t> chunk_end;
-  int64_t budget = opt_.step_tokens;
-  std::vector<std::pair<Seq*, std::string>> failed;  // rounds that could not start
-  for (auto& sp : running_)
-    if (sp->decoding) {
-      Seq& s = *sp;
-      if (s.spec_cfg.kind != SpecKind::Off) {
-        // A speculative round: [last, d1..dk] verified in this step's forward.
-        if (!s.spec) s.spec.emplace(model_, s.spec_cfg);
-        const int32_t left = s.req.max_tokens - static_cast<int32_t>(s.out.size());
-        Status bs = Ok{};
-        try {
-          bs = s.spec->begin(&*s.state, s.history, s.out.back(), left, *s.sampler, pool_);
-        } catch (const std::exception& e) {
-          bs = make_error(std::string("speculative drafting failed: ") + e.what());
-        }
-        if (!bs.ok()) {
-          failed.emplace_back(&s, bs.error_message());
-          continue;
-        }
-        batch.push_back(s.spec->verify_input());
-        who.push_back(&s);
-        chunk_end.push_back(-1);
-        budget -= s.spec->drafted() + 1;
-        continue;
-      }
-      batch.push_back({&*s.state, std::span<const int32_t>(&s.out.back(), 1), {0}});
-      who.push_back(&s);
-      chunk_end.push_back(-1);
-      --budget;
-    }
-  for (auto& [seq, msg] : failed)
-    for (auto& sp : running_)
-      if (sp.get() == seq) finish(sp, FinishReason::Error, msg, TokenEvent{});
-  if (!failed.empty()) {
-    std::erase_if(running_, [](auto& p) { return !p; });
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      metrics_.spec_failed_rounds += static_cast<int64_t>(failed.size());
-    }
-    if (running_.empty()) return;
+  // Plan: decode rows first, then prefill chunks round-robin (the first one rotates each step,
+  // for fair progress between long prefills), cut at checkpoint positions.
+  std::vector<PlanSeq> view(running_.size());
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Seq& s = *running_[i];
+    view[i].decoding = s.decoding;
+    view[i].decode_tokens = s.spec && s.spec->round_open() ? s.spec->drafted() + 1 : 1;
+    view[i].pos = s.pos;
+    view[i].prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
+    view[i].cuts = s.cuts;
   }
-  const size_t n_run = running_.size();
-  ++rr_;  // rotate which prefill goes first: fair progress between long prefills
-  for (size_t k = 0; k < n_run && budget > 0; ++k) {
-    Seq& s = *running_[(rr_ + k) % n_run];
-    if (s.decoding) continue;
-    const int64_t n = static_cast<int64_t>(s.req.prompt.size());
-    int64_t end = std::min(n, s.pos + budget);
-    while (s.cut_idx < s.cuts.size() && s.cuts[s.cut_idx] <= s.pos) ++s.cut_idx;
-    if (s.cut_idx < s.cuts.size() && s.cuts[s.cut_idx] < end) end = s.cuts[s.cut_idx];
-    SeqInput in{&*s.state, std::span<const int32_t>(s.req.prompt.data() + s.pos, static_cast<size_t>(end - s.pos)), {}};
-    if (end == n) in.logit_rows = {static_cast<int32_t>(end - s.pos - 1)};
-    batch.push_back(in);
-    who.push_back(&s);
-    chunk_end.push_back(end);
-    budget -= end - s.pos;
+  const StepPlan plan = plan_step(view, opt_.step_tokens, ++rr_);
+  std::vector<SeqInput> batch;
+  batch.reserve(plan.rows.size());
+  for (const PlannedRow& r : plan.rows) {
+    Seq& s = *running_[r.seq];
+    if (r.decode && s.spec && s.spec->round_open()) {
+      batch.push_back(s.spec->verify_input());
+    } else if (r.decode) {
+      batch.push_back({&*s.state, std::span<const int32_t>(&s.out.back(), 1), {0}});
+    } else {
+      SeqInput in{&*s.state, std::span<const int32_t>(s.req.prompt.data() + r.begin, static_cast<size_t>(r.end - r.begin)), {}};
+      if (r.logits) in.logit_rows = {static_cast<int32_t>(r.end - r.begin - 1)};
+      batch.push_back(in);
+    }
   }
 
   std::vector<float> logits;
@@ -344,24 +375,17 @@ void BatchEngine::step() {
     st = make_error(std::string("forward failed: ") + e.what());
   }
   if (!st.ok()) {
-    // A failed step: speculative rows go back to their committed state (finish() aborts
-    // their open round); every request in the step fails.
-    for (auto& sp : running_)
-      if (std::find(who.begin(), who.end(), sp.get()) != who.end())
-        finish(sp, FinishReason::Error, st.error_message(), TokenEvent{});
-    std::erase_if(running_, [](auto& p) { return !p; });
+    // A failed step: every request in it fails; speculative rows go back to their committed
+    // state (finish() aborts their open round).
+    for (const PlannedRow& r : plan.rows) {
+      running_[r.seq]->end = FinishReason::Error;
+      running_[r.seq]->end_ev.error = st.error_message();
+    }
+    finish_marked();
     return;
   }
 
   // Apply: snapshots, sampling, events.
-  size_t row = 0;
-  int64_t prefill_run = 0;
-  struct Done {
-    Seq* seq;
-    FinishReason why;
-    TokenEvent ev;
-  };
-  std::vector<Done> done;
   std::vector<int32_t> idx;  // top_logprobs scratch, reused across the step's rows
   // Log-probabilities of `tok` (and the top alternatives) under logits row lg.
   auto fill_logprobs = [&](const Seq& s, const float* lg, int32_t tok, TokenEvent& ev) {
@@ -382,14 +406,17 @@ void BatchEngine::step() {
       for (int32_t j = 0; j < k; ++j) ev.top.push_back({idx[j], static_cast<float>(lg[idx[j]] - lse)});
     }
   };
-  // Emits one sampled token; false when it ends the request (queued in `done`).
+  // Emits one sampled token; false when it ends the request (marked, finished after the step).
   auto emit = [&](Seq& s, const float* lg, int32_t tok) {
     TokenEvent ev;
     ev.id = s.id;
     ev.token = tok;
     fill_logprobs(s, lg, tok, ev);
+    if (s.out.empty()) {
+      s.report.ttft_ms = now_ms() - s.t_submit;
+      if (s.req.keep_first_logits) s.first_logits.assign(lg, lg + V);
+    }
     s.out.push_back(tok);
-    if (s.out.size() == 1) s.usage.ttft_ms = now_ms() - s.t_submit;
     FinishReason why = FinishReason::None;
     if (s.req.stop_ids.count(tok)) why = FinishReason::Stop;
     else if (static_cast<int32_t>(s.out.size()) >= s.req.max_tokens) why = FinishReason::Length;
@@ -397,62 +424,56 @@ void BatchEngine::step() {
       if (s.cb) s.cb(ev);
       return true;
     }
-    done.push_back({&s, why, std::move(ev)});
+    s.end = why;
+    s.end_ev = std::move(ev);
     return false;
   };
-  const int64_t interval = cache_ && recurrent ? opt_.cache.policy.interval : 0;
-  for (size_t i = 0; i < who.size(); ++i) {
-    Seq& s = *who[i];
-    if (s.decoding && s.spec && s.spec->round_open()) {
+  const int64_t interval = cache_ && recurrent_ ? opt_.cache.policy.interval : 0;
+  size_t row = 0;  // logits row
+  for (const PlannedRow& r : plan.rows) {
+    Seq& s = *running_[r.seq];
+    if (r.decode && s.spec && s.spec->round_open()) {
       // Close the speculative round: accept, cut, roll back; one event per emitted token.
-      const int32_t rows = s.spec->drafted() + 1;
       const float* lg = logits.data() + row * V;
-      row += static_cast<size_t>(rows);
+      row += static_cast<size_t>(s.spec->drafted() + 1);
       const int32_t last = s.out.back();
       SpecOutcome o;
       try {
         o = s.spec->commit(lg, V, opt_.sample_vocab, *s.sampler, s.req.stop_ids, interval, pool_);
       } catch (const std::exception& e) {
         // commit() aborted the round: the sequence is at its committed state.
-        done.push_back({&s, FinishReason::Error, TokenEvent{}});
-        done.back().ev.error = std::string("speculative round failed: ") + e.what();
+        s.end = FinishReason::Error;
+        s.end_ev.error = std::string("speculative round failed: ") + e.what();
         continue;
       }
       o.append_consumed(last, &s.history);
-      for (auto& sn : o.snaps) s.snaps.push_back(std::move(sn));
+      for (auto& sn : o.snaps) {
+        s.snaps.push_back(std::move(sn));
+        ++s.report.snapshots_taken;
+      }
       for (size_t j = 0; j < o.tokens.size(); ++j)
         if (!emit(s, lg + static_cast<int64_t>(o.rows[j]) * V, o.tokens[j])) break;
       continue;
     }
-    const float* lg = nullptr;
-    if (!batch[i].logit_rows.empty()) lg = logits.data() + (row++) * V;
-    if (!s.decoding) {
-      const int64_t end = chunk_end[i];
-      s.history.insert(s.history.end(), s.req.prompt.begin() + s.pos, s.req.prompt.begin() + end);
-      prefill_run += end - s.pos;
-      s.pos = end;
-      if (cache_ && recurrent && s.cut_idx < s.cuts.size() && s.cuts[s.cut_idx] == s.pos)
-        s.snaps.push_back(s.state->take_snapshot());
+    const float* lg = r.logits ? logits.data() + (row++) * V : nullptr;
+    if (!r.decode) {
+      s.history.insert(s.history.end(), s.req.prompt.begin() + r.begin, s.req.prompt.begin() + r.end);
+      s.pos = r.end;
+      if (cache_ && recurrent_ && r.checkpoint) s.snapshot();
       if (!lg) continue;
       s.decoding = true;
     } else {
       s.history.push_back(s.out.back());
-      if (interval > 0 && s.state->n_pos() % interval == 0)
-        s.snaps.push_back(s.state->take_snapshot());
+      // Grid checkpoints crossed while decoding.
+      if (interval > 0 && s.state->n_pos() % interval == 0) s.snapshot();
     }
     emit(s, lg, s.sampler->sample(lg, opt_.sample_vocab));
   }
-  for (auto& d : done)
-    for (auto& sp : running_)
-      if (sp.get() == d.seq) {
-        std::string err = std::move(d.ev.error);
-        finish(sp, d.why, std::move(err), std::move(d.ev));
-      }
-  std::erase_if(running_, [](auto& p) { return !p; });
+  finish_marked();
 
   std::lock_guard<std::mutex> lock(mu_);
   ++metrics_.steps;
-  metrics_.prefill_tokens_run += prefill_run;
+  metrics_.prefill_tokens_run += plan.prefill_tokens;
   metrics_.running = static_cast<int32_t>(running_.size());
   if (cache_) metrics_.cache = cache_->stats();
 }

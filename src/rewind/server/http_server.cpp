@@ -125,7 +125,7 @@ struct Plan {
   bool chat = true;
   std::string id;
   int64_t created = 0;
-  SubmitRequest sub;
+  Request sub;
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, parse_tools = false;
   bool think_open = false;  // the rendered prompt ends inside an open <think> block
@@ -154,10 +154,10 @@ class Generation {
       done_ = true;
       engine_finish_ = ev.finish;
       error_ = ev.error;
-      usage_.prompt_tokens = ev.usage.prompt_tokens;
-      usage_.cached_tokens = ev.usage.cached_tokens;
-      ttft_ms_ = ev.usage.ttft_ms;
-      total_ms_ = ev.usage.total_ms;
+      usage_.prompt_tokens = ev.report.prompt_tokens;
+      usage_.cached_tokens = ev.report.resumed_at;
+      ttft_ms_ = ev.report.ttft_ms;
+      total_ms_ = ev.report.total_ms;
     }
     if (stop_.stopped() || ev.token < 0) {
       if (done_ && !stop_.stopped()) p.text = stop_.push(dec_.flush()) + stop_.flush();
@@ -501,7 +501,7 @@ struct HttpServer::Impl {
     if (auto e = chat ? plan_chat(body, plan.get()) : plan_completion(body, plan.get()))
       return send_error(res, *e);
     auto q = std::make_shared<EventQueue>();
-    SubmitRequest sub = plan->sub;
+    Request sub = plan->sub;
     auto id = engine.submit(std::move(sub), [q](const TokenEvent& ev) { q->push(ev); });
     if (!id.ok()) {
       const std::string& m = id.error_message();

@@ -179,7 +179,7 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
   return p.str();
 }
 
-nlohmann::json cache_json(const EngineMetrics& em, const BatchEngineOptions& opt) {
+nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt) {
   const CacheStats& c = em.cache;
   nlohmann::json recent = nlohmann::json::array();
   for (const auto& r : em.recent)

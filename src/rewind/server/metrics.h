@@ -55,6 +55,6 @@ class ServerMetrics {
 };
 
 // GET /v1/cache body. `enabled`: the engine runs with a prefix cache.
-nlohmann::json cache_json(const EngineMetrics& em, const BatchEngineOptions& opt);
+nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt);
 
 }  // namespace rw

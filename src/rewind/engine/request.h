@@ -1,0 +1,91 @@
+// What the engine is asked (Request), what it reports (RequestReport, TokenEvent) and how it is
+// configured (EngineOptions): one set of types for the batched engine and its synchronous front.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "rewind/cache/prefix_cache.h"
+#include "rewind/engine/speculative.h"
+#include "rewind/sample/sampler.h"
+#include "rewind/state/sequence_state.h"
+
+namespace rw {
+
+struct EngineOptions {
+  int32_t max_running = 4;        // sequences decoding/prefilling at once (--parallel)
+  int32_t max_queued = 64;        // waiting requests beyond that are refused (queue full)
+  int64_t ctx_size = 32768;       // prompt + max_tokens must fit
+  int64_t step_tokens = 512;      // token budget of one forward step (prefill chunk size)
+  int32_t sample_vocab = 0;       // ids >= this are never sampled (tokenizer size); 0: all
+  bool cache_enabled = true;
+  PrefixCache::Options cache;     // budget, checkpoint policy
+  // Speculative decoding: what requests get unless they say otherwise (kind Off: plain). Its
+  // draft model, when kind is Draft, is the one every request's drafts come from.
+  SpecConfig spec;
+};
+
+struct Request {
+  std::vector<int32_t> prompt;
+  // Checkpoint positions supplied with the request (chat template: end of the system prompt,
+  // each message start). A position is a token count: a snapshot at p holds the state after p
+  // tokens. `anchor` is the one that thinning never drops (-1: none).
+  std::vector<int64_t> boundaries;
+  int64_t anchor = -1;
+  int32_t max_tokens = 256;
+  SamplingParams sampling;
+  std::set<int32_t> stop_ids;
+  int32_t top_logprobs = 0;         // alternatives reported per token (0: none)
+  bool logprobs = false;            // report the chosen token's log-probability
+  // Speculation: `spec` replaces the engine's default configuration as a whole (an embedding
+  // program's own drafter, tests); spec_kind / spec_k then override its kind and k (the server's
+  // per-request fields). A draft model or MTP only when the engine has one.
+  std::optional<SpecConfig> spec;
+  std::optional<SpecKind> spec_kind;
+  int32_t spec_k = 0;               // 0: keep k
+  bool publish = true;              // publish prompt + reply into the prefix cache
+  bool keep_first_logits = false;   // the final event carries the first token's logits
+  bool keep_state = false;          // the final event carries the sequence's final state
+};
+
+enum class FinishReason { None, Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+// One request's account: where it resumed from the cache, what it ran, how long it took.
+struct RequestReport {
+  int64_t prompt_tokens = 0;      // n
+  int64_t completion_tokens = 0;
+  int64_t diverged_at = 0;        // L, the common prefix with the cache
+  int64_t resumed_at = 0;         // p: prompt tokens resumed from the cache ("cached tokens")
+  int64_t rerun_tokens = 0;       // n - p
+  int64_t lost_to_spacing = 0;    // min(L, n-1) - p
+  HitKind hit = HitKind::Miss;
+  int64_t snapshots_taken = 0;    // checkpoints this request took
+  double snapshot_ms = 0;         // time spent taking them
+  double queue_ms = 0;            // submit to admission
+  double ttft_ms = 0;             // submit to first token
+  double total_ms = 0;            // submit to the final event
+  SpecStats spec;                 // speculative rounds (all zero when off)
+};
+
+struct TokenEvent {
+  uint64_t id = 0;
+  int32_t token = -1;            // -1 on a final event that carries no token (cancel, error)
+  float logprob = 0;             // of `token` under the sampling distribution's logits (log-softmax)
+  std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
+  FinishReason finish = FinishReason::None;    // set on the last event of a request
+  std::string error;             // for FinishReason::Error
+  RequestReport report;          // complete on the last event
+  // On the last event only, when the request asked for them.
+  std::vector<float> first_logits;
+  std::shared_ptr<SequenceState> state;
+};
+
+using EventCallback = std::function<void(const TokenEvent&)>;
+
+}  // namespace rw

@@ -1,0 +1,46 @@
+#include "rewind/engine/step_plan.h"
+
+#include <algorithm>
+
+namespace rw {
+
+StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t first) {
+  StepPlan plan;
+  int64_t budget = step_tokens;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i].decoding) continue;
+    PlannedRow r;
+    r.seq = i;
+    r.decode = true;
+    r.logits = true;
+    plan.rows.push_back(r);
+    plan.tokens += seqs[i].decode_tokens;
+    budget -= seqs[i].decode_tokens;
+  }
+  const size_t n = seqs.size();
+  for (size_t k = 0; k < n && budget > 0; ++k) {
+    const size_t i = (first + k) % n;
+    const PlanSeq& s = seqs[i];
+    if (s.decoding || s.pos >= s.prompt_tokens) continue;
+    int64_t end = std::min(s.prompt_tokens, s.pos + budget);
+    const auto cut = std::upper_bound(s.cuts.begin(), s.cuts.end(), s.pos);
+    bool checkpoint = false;
+    if (cut != s.cuts.end() && *cut <= end) {
+      end = *cut;
+      checkpoint = true;
+    }
+    PlannedRow r;
+    r.seq = i;
+    r.begin = s.pos;
+    r.end = end;
+    r.logits = end == s.prompt_tokens;
+    r.checkpoint = checkpoint;
+    plan.rows.push_back(r);
+    plan.tokens += end - s.pos;
+    plan.prefill_tokens += end - s.pos;
+    budget -= end - s.pos;
+  }
+  return plan;
+}
+
+}  // namespace rw

@@ -1,0 +1,45 @@
+// The batched engine's step plan: which rows go into one ragged forward, with which tokens, and
+// where a checkpoint falls. A pure function of the running sequences' positions, so the
+// scheduling rules are tested without a model (tests/unit/step_plan_test.cpp); the engine then
+// applies the plan (forward, snapshots, sampling, events).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace rw {
+
+// The planner's view of one running sequence.
+struct PlanSeq {
+  bool decoding = false;          // past its prompt: one decode row this step
+  int32_t decode_tokens = 1;      // that row's tokens: 1, or drafts + 1 in a speculative round
+  int64_t pos = 0;                // prefilling: the next prompt position to run
+  int64_t prompt_tokens = 0;      // prefilling: the prompt's length
+  std::span<const int64_t> cuts;  // prefilling: checkpoint positions, ascending
+};
+
+struct PlannedRow {
+  size_t seq = 0;               // index into the planned sequences
+  bool decode = false;
+  int64_t begin = 0, end = 0;   // prefill: prompt positions [begin, end)
+  bool logits = false;          // the row's last token gives logits (every decode row; a
+                                // prefill chunk that ends the prompt)
+  bool checkpoint = false;      // prefill: `end` is a checkpoint position (snapshot after it)
+};
+
+struct StepPlan {
+  std::vector<PlannedRow> rows;  // decode rows first (sequence order), then prefill chunks
+  int64_t tokens = 0;            // tokens in the forward
+  int64_t prefill_tokens = 0;
+};
+
+// Every decoding sequence gets its decode row (they are never starved, even past the budget);
+// what is left of `step_tokens` goes to prefill chunks, visiting the prefilling sequences
+// round-robin from index `first % seqs.size()` (the caller rotates it each step, so long
+// prefills progress fairly). A chunk runs from pos up to the budget, the prompt's end or the
+// first checkpoint after pos, whichever comes first.
+StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t first);
+
+}  // namespace rw

@@ -1,0 +1,116 @@
+// The batched engine's scheduling rules, checked on the plan alone (no model runs).
+#include "rewind/engine/step_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace rw {
+namespace {
+
+PlanSeq decoding(int32_t tokens = 1) {
+  PlanSeq s;
+  s.decoding = true;
+  s.decode_tokens = tokens;
+  return s;
+}
+
+PlanSeq prefilling(int64_t pos, int64_t n, const std::vector<int64_t>* cuts = nullptr) {
+  PlanSeq s;
+  s.pos = pos;
+  s.prompt_tokens = n;
+  if (cuts) s.cuts = *cuts;
+  return s;
+}
+
+TEST(StepPlan, DecodeRowsFirstThenPrefillWithTheRestOfTheBudget) {
+  std::vector<PlanSeq> seqs = {prefilling(0, 100), decoding(), decoding(3)};
+  const StepPlan p = plan_step(seqs, 10, 0);
+  ASSERT_EQ(p.rows.size(), 3u);
+  EXPECT_TRUE(p.rows[0].decode);
+  EXPECT_EQ(p.rows[0].seq, 1u);
+  EXPECT_TRUE(p.rows[1].decode);
+  EXPECT_EQ(p.rows[1].seq, 2u);
+  EXPECT_FALSE(p.rows[2].decode);
+  EXPECT_EQ(p.rows[2].seq, 0u);
+  EXPECT_EQ(p.rows[2].begin, 0);
+  EXPECT_EQ(p.rows[2].end, 6);  // 10 - 1 - 3
+  EXPECT_FALSE(p.rows[2].logits);  // the prompt is not finished
+  EXPECT_EQ(p.tokens, 10);
+  EXPECT_EQ(p.prefill_tokens, 6);
+}
+
+TEST(StepPlan, DecodeRowsAreNeverStarvedByTheBudget) {
+  std::vector<PlanSeq> seqs = {decoding(5), decoding(5), prefilling(0, 8)};
+  const StepPlan p = plan_step(seqs, 4, 0);
+  ASSERT_EQ(p.rows.size(), 2u);  // both decode rows, no prefill
+  EXPECT_EQ(p.tokens, 10);
+  EXPECT_EQ(p.prefill_tokens, 0);
+  for (const auto& r : p.rows) {
+    EXPECT_TRUE(r.decode);
+    EXPECT_TRUE(r.logits);
+  }
+}
+
+TEST(StepPlan, PrefillEndsAtTheFirstCheckpointAfterItsPosition) {
+  const std::vector<int64_t> cuts = {5, 20, 40};
+  std::vector<PlanSeq> seqs = {prefilling(20, 50, &cuts)};
+  const StepPlan p = plan_step(seqs, 512, 0);
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_EQ(p.rows[0].begin, 20);
+  EXPECT_EQ(p.rows[0].end, 40);  // 20 is behind: the next cut is 40
+  EXPECT_TRUE(p.rows[0].checkpoint);
+  EXPECT_FALSE(p.rows[0].logits);
+}
+
+TEST(StepPlan, ACheckpointAtTheBudgetsEndIsStillTaken) {
+  const std::vector<int64_t> cuts = {16};
+  std::vector<PlanSeq> seqs = {prefilling(0, 50, &cuts)};
+  const StepPlan p = plan_step(seqs, 16, 0);
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_EQ(p.rows[0].end, 16);
+  EXPECT_TRUE(p.rows[0].checkpoint);
+  const StepPlan q = plan_step(seqs, 15, 0);
+  EXPECT_EQ(q.rows[0].end, 15);
+  EXPECT_FALSE(q.rows[0].checkpoint);
+}
+
+TEST(StepPlan, TheLastChunkOfAPromptGivesLogits) {
+  const std::vector<int64_t> cuts = {49};
+  std::vector<PlanSeq> seqs = {prefilling(49, 50, &cuts)};
+  const StepPlan p = plan_step(seqs, 512, 0);
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_EQ(p.rows[0].begin, 49);
+  EXPECT_EQ(p.rows[0].end, 50);
+  EXPECT_TRUE(p.rows[0].logits);
+  EXPECT_FALSE(p.rows[0].checkpoint);
+}
+
+TEST(StepPlan, PrefillsRotateFromTheGivenSequence) {
+  std::vector<PlanSeq> seqs = {prefilling(0, 100), prefilling(0, 100), prefilling(0, 100)};
+  for (size_t first = 0; first < 6; ++first) {
+    const StepPlan p = plan_step(seqs, 30, first);
+    ASSERT_EQ(p.rows.size(), 1u) << first;  // the whole budget goes to the first one visited
+    EXPECT_EQ(p.rows[0].seq, first % 3);
+    EXPECT_EQ(p.rows[0].end, 30);
+  }
+  // A short prompt leaves budget to the next sequence in turn.
+  seqs[1] = prefilling(90, 100);
+  const StepPlan p = plan_step(seqs, 30, 1);
+  ASSERT_EQ(p.rows.size(), 2u);
+  EXPECT_EQ(p.rows[0].seq, 1u);
+  EXPECT_EQ(p.rows[0].end, 100);
+  EXPECT_TRUE(p.rows[0].logits);
+  EXPECT_EQ(p.rows[1].seq, 2u);
+  EXPECT_EQ(p.rows[1].end, 20);
+  EXPECT_EQ(p.tokens, 30);
+}
+
+TEST(StepPlan, NothingToRun) {
+  EXPECT_TRUE(plan_step({}, 512, 3).rows.empty());
+  std::vector<PlanSeq> seqs = {prefilling(10, 10)};  // nothing left to prefill
+  EXPECT_TRUE(plan_step(seqs, 512, 0).rows.empty());
+}
+
+}  // namespace
+}  // namespace rw
