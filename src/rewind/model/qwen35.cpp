@@ -110,13 +110,9 @@ struct Model::Impl {
 
 namespace {
 // f over [0, n) on the pool. Prefill-sized work (guided) goes in chunks of at least min_chunk
-// items handed out to whichever thread is free (ThreadPool::parallel_guided), so that a thread
-// slowed by other work on a shared machine takes fewer of them: with a static split the two
-// threads of a 512-token prefill waited on each other 5-6% of their time (the conv's items
-// 20%: its q and k heads are also normalised). A decode step's passes (a few tokens) keep the
-// static split: their items take microseconds, and handing them out measured 1-3% slower per
-// decode step (Q8_0 and Q4_K, alternating step by step, Zen 4). Every item's result is the
-// same whichever thread runs it.
+// items to whichever thread is free, so a thread slowed by other work takes fewer; a decode
+// step's passes keep the static split (their items take microseconds). Every item's result is
+// the same whichever thread runs it.
 void par_items(ThreadPool* pool, int64_t n, int64_t min_chunk, bool guided,
                const std::function<void(int64_t, int64_t)>& f) {
   if (!pool)
@@ -585,10 +581,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     // Attention per (sequence, K/V head, group of gs query heads sharing it, tile of up to kTile
     // tokens): the job's rows (token-major, then head) read each K/V block once for all its
     // heads. gs is the largest divisor of the heads per K/V head that still leaves a job per
-    // thread (each row's bits are the same whatever the grouping: attention_rows). Against a
-    // job per query head, Qwen3.5-0.8B's 4-head groups on 2 threads: decode attention 10-20%
-    // faster per layer (180-193 against 203-242 us at 540 positions, Zen 4, the two alternating
-    // step by step in one process), 512-token prefill attention the same within noise.
+    // thread (each row's bits are the same whatever the grouping: attention_rows).
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int64_t PT = segs.empty() ? 64 : segs[0].st->shape().page_tokens;
     constexpr int64_t kTile = 16;
@@ -661,10 +654,9 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
       matmul(in, m, H, w.gate_up, gu, 2 * F, pool);
     else
       matmul_fill(residual_norm, m, w.gate_up, gu, 2 * F, pool, xn, H);
-    // The activations are made inside the down projection; without the int8 dot over the gate
-    // half of each row, whose lines the pass has just read (a separate buffer cost a
-    // write-allocate of every line: in-process A/B, 512-token prefill Q8_0 716 -> 725 and 765 ->
-    // 780 tok/s, Q4_K the same, before the int8 dot took the rows in cache).
+    // The activations are made inside the down projection; without the int8 dot they go over
+    // the gate half of each row, whose lines the pass has just read (a separate buffer would
+    // write-allocate every line).
     matmul_fill(
         [&](int64_t b, int64_t e, float* h, int64_t ldh) {
           for (int64_t i = b; i < e; ++i)
