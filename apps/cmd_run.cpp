@@ -103,7 +103,7 @@ int cmd_run(int argc, char** argv) {
   req.sampling.min_p = static_cast<float>(min_p.value());
   req.sampling.seed = static_cast<uint64_t>(seed.value());
   if (!args->has("--ignore-eos"))
-    req.stop_ids = load_generation_defaults(dir, m.config(), tok.value()).stop_ids;
+    req.stop_ids = load_generation_defaults(dir, m.config().eos_token_ids, tok.value()).stop_ids;
   req.spec = spec->cfg;
   StreamDecoder dec(tok.value());
   std::string text;

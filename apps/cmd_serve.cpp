@@ -185,7 +185,8 @@ int cmd_serve(int argc, char** argv) {
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
   so.model_id = basename_of(dir);
-  GenerationDefaults defaults = load_generation_defaults(dir, m.config(), tok.value());
+  GenerationDefaults defaults =
+      load_generation_defaults(dir, m.config().eos_token_ids, tok.value());
   for (const auto& w : defaults.warnings) std::fprintf(stderr, "rewind: warning: %s\n", w.c_str());
   if (defaults.stop_ids.empty())
     std::fprintf(stderr,
