@@ -753,11 +753,15 @@ TEST_F(ServerTest, DisconnectDuringWholeReplyCancels) {
   // A non-streaming request: nothing is written until the end, so only the server watching
   // the socket can notice the client leaving.
   json longreq = completion_body("A very long story, whole", 30000, {{"ignore_eos", true}});
+  const double steps0 = metric(s(), "rewind_engine_steps_total");
   RawClient c(s().port(), "/v1/completions", longreq.dump());
   ASSERT_TRUE(c.ok());
-  ASSERT_TRUE(wait_for([&] { return metric(s(), "rewind_generated_tokens_total") > generated0 ||
-                                    metric(s(), "rewind_requests_running") >= 1; }));
-  std::this_thread::sleep_for(300ms);
+  // Hang up once the request is decoding (running, and the engine has taken steps since it
+  // arrived: its prefill and some tokens), so the server has a reply in progress to abandon.
+  ASSERT_TRUE(wait_for([&] {
+    return metric(s(), "rewind_requests_running") >= 1 &&
+           metric(s(), "rewind_engine_steps_total") >= steps0 + 8;
+  })) << "the long request did not start decoding";
   c.close();
   EXPECT_TRUE(wait_for([&] {
     return metric(s(), "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
