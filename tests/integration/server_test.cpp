@@ -5,7 +5,7 @@
 // for a client that disconnects mid-stream and for a full queue; 8 concurrent curl clients
 // whose greedy outputs must equal each one's output alone (bit-exact: logprobs included); and
 // the official `openai` npm client (tests/integration/openai_client, installed by
-// scripts/test.sh) when node is available.
+// scripts/test.sh): skipped where node or the package is missing, a failure when CI is set.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -244,6 +244,40 @@ bool wait_for(const std::function<bool()>& cond, std::chrono::seconds timeout = 
   }
   return cond();
 }
+
+// ---- the official openai npm client (tests/integration/openai_client) ----
+
+std::string node_client_dir() {
+  return test::data_dir() + "/../integration/openai_client";
+}
+
+// Why the npm client tests cannot run here ("" when they can): node missing, or the client's
+// packages not installed (scripts/test.sh runs npm ci; npm itself is needed only for that).
+std::string node_client_missing() {
+  int rc = 0;
+  test::run_command("command -v node >/dev/null 2>&1", &rc);
+  if (rc != 0) return "node is not installed: the openai npm client tests need Node.js";
+  if (!std::filesystem::exists(node_client_dir() + "/node_modules/openai/package.json"))
+    return "the openai npm package is not installed in tests/integration/openai_client "
+           "(run: cd tests/integration/openai_client && npm ci)";
+  return "";
+}
+
+// True in CI (the CI environment variable set, other than "false" or "0"): there the npm client
+// tests must run, and what they need missing is a failure, not a skip.
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && *ci && std::string(ci) != "false" && std::string(ci) != "0";
+}
+
+// Ends the test when the npm client cannot run: a failure in CI, a skip elsewhere.
+#define REQUIRE_NODE_CLIENT()                                                     \
+  do {                                                                            \
+    if (const std::string why = node_client_missing(); !why.empty()) {            \
+      if (in_ci()) FAIL() << why << " (CI is set: this test must run, not skip)"; \
+      GTEST_SKIP() << why;                                                        \
+    }                                                                             \
+  } while (0)
 
 // A raw HTTP client on a socket: sends a request and reads as much as it is told, so a test
 // can stop reading or hang up mid-stream.
@@ -835,16 +869,13 @@ TEST(ServerLimits, BadOptionsFail) {
 // -------------------------------------------------------------------
 
 TEST_F(ServerTest, OpenAiNodeClient) {
+  REQUIRE_NODE_CLIENT();
   int rc = 0;
-  test::run_command("command -v node >/dev/null 2>&1", &rc);
-  if (rc != 0) GTEST_SKIP() << "node is not installed: the openai npm client test needs Node.js";
-  const std::string dir = test::data_dir() + "/../integration/openai_client";
   const std::string out =
-      test::run_command("cd " + dir + " && OPENAI_BASE_URL=" + s().url() +
+      test::run_command("cd " + node_client_dir() + " && OPENAI_BASE_URL=" + s().url() +
                             "/v1 OPENAI_API_KEY=" + kKey + " node client_test.mjs 2>&1",
                         &rc);
-  EXPECT_EQ(rc, 0)
-      << out << "\n(if 'openai' is missing: run (cd tests/integration/openai_client && npm ci))";
+  EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("ok: all"), std::string::npos) << out;
 }
 
@@ -963,12 +994,10 @@ TEST(ServerTools, TrainedModelCallsTheToolWholeAndStreamed) {
   EXPECT_EQ(call["function"], choice["message"]["tool_calls"][0]["function"]);
 
   // The same through the official openai npm client.
+  REQUIRE_NODE_CLIENT();
   int rc = 0;
-  test::run_command("command -v node >/dev/null 2>&1", &rc);
-  if (rc != 0) GTEST_SKIP() << "node is not installed: the openai npm client test needs Node.js";
-  const std::string dir = test::data_dir() + "/../integration/openai_client";
   const std::string out = test::run_command(
-      "cd " + dir + " && OPENAI_BASE_URL=" + srv->url() + "/v1 OPENAI_API_KEY=" + kKey +
+      "cd " + node_client_dir() + " && OPENAI_BASE_URL=" + srv->url() + "/v1 OPENAI_API_KEY=" + kKey +
           " node tool_call_test.mjs 2>&1",
       &rc);
   EXPECT_EQ(rc, 0) << out;
