@@ -29,12 +29,13 @@ int cmd_bench(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind bench --model DIR|FILE.gguf [-p 512] [-n 128] [-t THREADS]\n"
+        "usage: rewind bench [--model DIR|FILE.gguf] [-p 512] [-n 128] [-t THREADS]\n"
         "                    [--prefill-runs 3] [--weights auto|f32|bf16] [--quant-dot "
         "auto|int8|f32]\n"
         "                    [--isa auto|amx|avx512|avx2|scalar] [--decode-split "
         "auto|guided|static]\n"
         "                    [--json]\n"
+        "  --model: default: the built-in model models/kjv-target\n"
         "  --prefill-runs: timed prefills after a first one (the headline is their median; the\n"
         "         first, which grows the buffers to the prompt's size, is reported apart)\n"
         "  --isa: the widest SIMD path the kernels may take (default auto: the widest here;\n"
@@ -47,8 +48,9 @@ int cmd_bench(int argc, char** argv) {
         "A's)\n");
     return 0;
   }
-  const std::string dir = args->str("--model");
-  if (dir.empty()) return fail("--model DIR|FILE.gguf is required");
+  auto model_arg = model_or_builtin(args->str("--model"));
+  if (!model_arg.ok()) return fail(model_arg.error_message());
+  const std::string dir = model_arg.value();
   auto p = args->int_("-p", 512);
   auto n = args->int_("-n", 128);
   auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());

@@ -134,17 +134,19 @@ int cmd_cache_bench(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind cache-bench --model DIR|FILE.gguf --workload NAME [--scale 1.0] [--interval "
-        "512]\n"
+        "usage: rewind cache-bench [--model DIR|FILE.gguf] --workload NAME [--scale 1.0] "
+        "[--interval 512]\n"
         "                          [--budget-mib 4096] [--max-per-branch 32] [-n 4] [--chunk 512]\n"
         "                          [--threads N] [--seed 1] [--weights auto|f32|bf16] [--quant-dot "
         "auto|int8|f32] [--json]\n"
+        "  --model (default: the built-in model models/kjv-target)\n"
         "  NAME: shared-system | edit-turn | long-branch | repeat | chat | all\n"
         "  --scale multiplies every prompt size of the workload (1.0: the documented sizes)\n");
     return 0;
   }
-  const std::string dir = args->str("--model");
-  if (dir.empty()) return fail("--model DIR|FILE.gguf is required");
+  auto model_arg = model_or_builtin(args->str("--model"));
+  if (!model_arg.ok()) return fail(model_arg.error_message());
+  const std::string dir = model_arg.value();
   auto scale = args->num("--scale", 1.0);
   auto interval = args->int_("--interval", 512);
   auto budget = args->int_("--budget-mib", 4096);

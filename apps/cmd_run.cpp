@@ -31,12 +31,13 @@ int cmd_run(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind run --model DIR|FILE.gguf --prompt TEXT [-n N] [--temperature T] [--top-k "
-        "K]\n"
+        "usage: rewind run [--model DIR|FILE.gguf] --prompt TEXT [-n N] [--temperature T] "
+        "[--top-k K]\n"
         "                  [--top-p P] [--min-p P] [--seed S] [--threads N] [--chunk N]\n"
         "                  [--weights auto|f32|bf16] [--quant-dot auto|int8|f32] [--ignore-eos] "
         "[--json]\n"
         "                  [--spec off|ngram|draft:DIR|mtp] [--draft-k K] [--spec-fixed-k]\n"
+        "  --model       default: the built-in model models/kjv-target\n"
         "  -n N          tokens to generate (default 32)\n"
         "  --temperature 0 = greedy (default)\n"
         "  --chunk N     prefill chunk size (default 512; results do not depend on it)\n"
@@ -44,8 +45,9 @@ int cmd_run(int argc, char** argv) {
         kSpecHelp);
     return 0;
   }
-  const std::string dir = args->str("--model");
-  if (dir.empty()) return fail("--model DIR|FILE.gguf is required");
+  auto model_arg = model_or_builtin(args->str("--model"));
+  if (!model_arg.ok()) return fail(model_arg.error_message());
+  const std::string dir = model_arg.value();
   if (!args->has("--prompt")) return fail("--prompt TEXT is required");
   auto n_gen = args->int_("-n", 32);
   auto temp = args->num("--temperature", 0.0);
@@ -104,7 +106,7 @@ int cmd_run(int argc, char** argv) {
   req.sampling.min_p = static_cast<float>(min_p.value());
   req.sampling.seed = static_cast<uint64_t>(seed.value());
   if (!args->has("--ignore-eos"))
-    req.stop_ids = load_generation_defaults(dir, m.config(), tok.value()).stop_ids;
+    req.stop_ids = load_generation_defaults(dir, m.config().eos_token_ids, tok.value()).stop_ids;
   req.spec = spec->cfg;
   StreamDecoder dec(tok.value());
   std::string text;

@@ -63,7 +63,7 @@ int cmd_serve(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind serve --model DIR|FILE.gguf [--host 127.0.0.1] [--port 8080] [--api-key "
+        "usage: rewind serve [--model DIR|FILE.gguf] [--host 127.0.0.1] [--port 8080] [--api-key "
         "KEY]\n"
         "                    [--parallel 4] [--ctx-size 32768] [--cache-ram 4096]\n"
         "                    [--checkpoint-interval 512] [--checkpoint-max 32] [--no-cache]\n"
@@ -72,6 +72,7 @@ int cmd_serve(int argc, char** argv) {
         "[--draft-k K]\n"
         "  OpenAI-compatible API: POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
         "  /v1/cache, /metrics, /health.\n"
+        "  --model              default: the built-in model models/kjv-target\n"
         "  --port 0             pick a free port (printed on start)\n"
         "  --api-key KEY        require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
         "  --parallel N         sequences decoding at once (continuous batching)\n"
@@ -88,8 +89,9 @@ int cmd_serve(int argc, char** argv) {
         kSpecHelp, kGraceSeconds);
     return 0;
   }
-  const std::string dir = args->str("--model");
-  if (dir.empty()) return fail("--model DIR|FILE.gguf is required");
+  auto model_arg = model_or_builtin(args->str("--model"));
+  if (!model_arg.ok()) return fail(model_arg.error_message());
+  const std::string dir = model_arg.value();
   auto port = args->int_("--port", 8080);
   auto parallel = args->int_("--parallel", 4);
   auto ctx = args->int_("--ctx-size", 32768);
@@ -185,7 +187,8 @@ int cmd_serve(int argc, char** argv) {
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
   so.model_id = basename_of(dir);
-  GenerationDefaults defaults = load_generation_defaults(dir, m.config(), tok.value());
+  GenerationDefaults defaults =
+      load_generation_defaults(dir, m.config().eos_token_ids, tok.value());
   for (const auto& w : defaults.warnings) std::fprintf(stderr, "rewind: warning: %s\n", w.c_str());
   if (defaults.stop_ids.empty())
     std::fprintf(stderr,

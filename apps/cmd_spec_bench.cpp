@@ -65,15 +65,17 @@ int cmd_spec_bench(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
-        "usage: rewind spec-bench --model DIR [--draft DIR] [-n 64] [--draft-k 4]\n"
+        "usage: rewind spec-bench [--model DIR] [--draft DIR] [-n 64] [--draft-k 4]\n"
         "                         [--workload code|text] [--prompt TEXT] [--threads N]\n"
         "                         [--weights auto|f32|bf16] [--quant-dot auto|int8|f32]\n"
         "                         [--spec-fixed-k] [--json]\n"
-        "  Greedy decoding of one prompt, plain and with each drafter, side by side.\n");
+        "  Greedy decoding of one prompt, plain and with each drafter, side by side.\n"
+        "  --model defaults to the built-in model models/kjv-target.\n");
     return 0;
   }
-  const std::string dir = args->str("--model");
-  if (dir.empty()) return fail("--model DIR is required");
+  auto model_arg = model_or_builtin(args->str("--model"));
+  if (!model_arg.ok()) return fail(model_arg.error_message());
+  const std::string dir = model_arg.value();
   auto n_gen = args->int_("-n", 64);
   auto k = args->int_("--draft-k", 4);
   auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());

@@ -27,6 +27,20 @@ int fail(const std::string& msg);
 // Default thread count: the machine's cores.
 int default_threads();
 
+// The model `run`, `serve`, `bench`, `cache-bench` and `spec-bench` use without --model: the
+// trained checkpoint committed in the repository (models/README.md).
+inline constexpr const char* kBuiltinModel = "models/kjv-target";
+
+// The built-in model's directory: in the source tree the binary was built from, then in a
+// source tree around its build folder (build/<preset>/rewind), then in an install
+// (<prefix>/bin/rewind next to <prefix>/share/rewind/models/kjv-target). The error names the
+// places it looked.
+Result<std::string> builtin_model_dir();
+
+// `given` (a --model value) if not empty; else the built-in model, with a line on stderr that
+// says so.
+Result<std::string> model_or_builtin(const std::string& given);
+
 // Loads a model, showing a progress line on stderr while packing large files (> 64 MiB).
 // store: "auto", "f32", "bf16".
 // mtp: also load the checkpoint's MTP head (for --spec mtp).

@@ -1,10 +1,12 @@
 // rewind: command-line entry point. Subcommands live in apps/cmd_*.cpp and apps/make_model.cpp.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "commands.h"
 #include "rewind/io/gguf.h"
@@ -42,6 +44,45 @@ void ProgressLine::operator()(size_t done, size_t total) {
 void ProgressLine::finish() {
   if (shown_) std::fprintf(stderr, "\n");
   shown_ = false;
+}
+
+Result<std::string> builtin_model_dir() {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> candidates;
+#ifdef REWIND_SOURCE_DIR
+  candidates.push_back(fs::path(REWIND_SOURCE_DIR) / kBuiltinModel);
+#endif
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path bin = exe.parent_path();
+    candidates.push_back(bin / ".." / ".." / kBuiltinModel);                // build/<preset>/rewind
+    candidates.push_back(bin / ".." / "share" / "rewind" / kBuiltinModel);  // <prefix>/bin/rewind
+  }
+  std::vector<std::string> looked;
+  for (const fs::path& c : candidates) {
+    fs::path dir = fs::weakly_canonical(c, ec);
+    if (ec) dir = c.lexically_normal();
+    if (fs::is_regular_file(dir / "config.json", ec) &&
+        fs::is_regular_file(dir / "model.safetensors", ec))
+      return dir.string();
+    if (std::find(looked.begin(), looked.end(), dir.string()) == looked.end())
+      looked.push_back(dir.string());
+  }
+  std::string where;
+  for (size_t i = 0; i < looked.size(); ++i)
+    where += (i == 0 ? "" : i + 1 == looked.size() ? " or " : ", ") + looked[i];
+  return make_error(std::string("no --model given, and the built-in model ") + kBuiltinModel +
+                    " is not in " + (where.empty() ? "any known place" : where) +
+                    "; pass --model DIR|FILE.gguf");
+}
+
+Result<std::string> model_or_builtin(const std::string& given) {
+  if (!given.empty()) return given;
+  REWIND_TRY(std::string dir, builtin_model_dir());
+  std::fprintf(stderr, "rewind: no --model given; using the built-in model %s (%s)\n",
+               kBuiltinModel, dir.c_str());
+  return dir;
 }
 
 bool is_gguf_path(const std::string& model_path) {

@@ -5,7 +5,7 @@
 // for a client that disconnects mid-stream and for a full queue; 8 concurrent curl clients
 // whose greedy outputs must equal each one's output alone (bit-exact: logprobs included); and
 // the official `openai` npm client (tests/integration/openai_client, installed by
-// scripts/test.sh) when node is available.
+// scripts/test.sh): skipped where node or the package is missing, a failure when CI is set.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -244,6 +244,40 @@ bool wait_for(const std::function<bool()>& cond, std::chrono::seconds timeout = 
   }
   return cond();
 }
+
+// ---- the official openai npm client (tests/integration/openai_client) ----
+
+std::string node_client_dir() {
+  return test::data_dir() + "/../integration/openai_client";
+}
+
+// Why the npm client tests cannot run here ("" when they can): node missing, or the client's
+// packages not installed (scripts/test.sh runs npm ci; npm itself is needed only for that).
+std::string node_client_missing() {
+  int rc = 0;
+  test::run_command("command -v node >/dev/null 2>&1", &rc);
+  if (rc != 0) return "node is not installed: the openai npm client tests need Node.js";
+  if (!std::filesystem::exists(node_client_dir() + "/node_modules/openai/package.json"))
+    return "the openai npm package is not installed in tests/integration/openai_client "
+           "(run: cd tests/integration/openai_client && npm ci)";
+  return "";
+}
+
+// True in CI (the CI environment variable set, other than "false" or "0"): there the npm client
+// tests must run, and what they need missing is a failure, not a skip.
+bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && *ci && std::string(ci) != "false" && std::string(ci) != "0";
+}
+
+// Ends the test when the npm client cannot run: a failure in CI, a skip elsewhere.
+#define REQUIRE_NODE_CLIENT()                                                     \
+  do {                                                                            \
+    if (const std::string why = node_client_missing(); !why.empty()) {            \
+      if (in_ci()) FAIL() << why << " (CI is set: this test must run, not skip)"; \
+      GTEST_SKIP() << why;                                                        \
+    }                                                                             \
+  } while (0)
 
 // A raw HTTP client on a socket: sends a request and reads as much as it is told, so a test
 // can stop reading or hang up mid-stream.
@@ -753,11 +787,15 @@ TEST_F(ServerTest, DisconnectDuringWholeReplyCancels) {
   // A non-streaming request: nothing is written until the end, so only the server watching
   // the socket can notice the client leaving.
   json longreq = completion_body("A very long story, whole", 30000, {{"ignore_eos", true}});
+  const double steps0 = metric(s(), "rewind_engine_steps_total");
   RawClient c(s().port(), "/v1/completions", longreq.dump());
   ASSERT_TRUE(c.ok());
-  ASSERT_TRUE(wait_for([&] { return metric(s(), "rewind_generated_tokens_total") > generated0 ||
-                                    metric(s(), "rewind_requests_running") >= 1; }));
-  std::this_thread::sleep_for(300ms);
+  // Hang up once the request is decoding (running, and the engine has taken steps since it
+  // arrived: its prefill and some tokens), so the server has a reply in progress to abandon.
+  ASSERT_TRUE(wait_for([&] {
+    return metric(s(), "rewind_requests_running") >= 1 &&
+           metric(s(), "rewind_engine_steps_total") >= steps0 + 8;
+  })) << "the long request did not start decoding";
   c.close();
   EXPECT_TRUE(wait_for([&] {
     return metric(s(), "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
@@ -831,16 +869,13 @@ TEST(ServerLimits, BadOptionsFail) {
 // -------------------------------------------------------------------
 
 TEST_F(ServerTest, OpenAiNodeClient) {
+  REQUIRE_NODE_CLIENT();
   int rc = 0;
-  test::run_command("command -v node >/dev/null 2>&1", &rc);
-  if (rc != 0) GTEST_SKIP() << "node is not installed: the openai npm client test needs Node.js";
-  const std::string dir = test::data_dir() + "/../integration/openai_client";
   const std::string out =
-      test::run_command("cd " + dir + " && OPENAI_BASE_URL=" + s().url() +
+      test::run_command("cd " + node_client_dir() + " && OPENAI_BASE_URL=" + s().url() +
                             "/v1 OPENAI_API_KEY=" + kKey + " node client_test.mjs 2>&1",
                         &rc);
-  EXPECT_EQ(rc, 0)
-      << out << "\n(if 'openai' is missing: run (cd tests/integration/openai_client && npm ci))";
+  EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("ok: all"), std::string::npos) << out;
 }
 
@@ -959,12 +994,10 @@ TEST(ServerTools, TrainedModelCallsTheToolWholeAndStreamed) {
   EXPECT_EQ(call["function"], choice["message"]["tool_calls"][0]["function"]);
 
   // The same through the official openai npm client.
+  REQUIRE_NODE_CLIENT();
   int rc = 0;
-  test::run_command("command -v node >/dev/null 2>&1", &rc);
-  if (rc != 0) GTEST_SKIP() << "node is not installed: the openai npm client test needs Node.js";
-  const std::string dir = test::data_dir() + "/../integration/openai_client";
   const std::string out = test::run_command(
-      "cd " + dir + " && OPENAI_BASE_URL=" + srv->url() + "/v1 OPENAI_API_KEY=" + kKey +
+      "cd " + node_client_dir() + " && OPENAI_BASE_URL=" + srv->url() + "/v1 OPENAI_API_KEY=" + kKey +
           " node tool_call_test.mjs 2>&1",
       &rc);
   EXPECT_EQ(rc, 0) << out;

@@ -4,12 +4,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "rewind/model/config.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw {
 
-GenerationDefaults load_generation_defaults(const std::string& dir, const ModelConfig& cfg,
+GenerationDefaults load_generation_defaults(const std::string& dir,
+                                            const std::vector<int64_t>& config_eos_ids,
                                             const Tokenizer& tok) {
   GenerationDefaults d;
   d.sampling.temperature = 1.0f;
@@ -31,7 +31,7 @@ GenerationDefaults load_generation_defaults(const std::string& dir, const ModelC
         if (v.is_number_integer()) d.stop_ids.insert(v.get<int32_t>());
   }
   if (d.stop_ids.empty())
-    for (int64_t e : cfg.eos_token_ids) d.stop_ids.insert(static_cast<int32_t>(e));
+    for (int64_t e : config_eos_ids) d.stop_ids.insert(static_cast<int32_t>(e));
   if (d.stop_ids.empty())
     for (const char* s : {"<|im_end|>", "<|endoftext|>"})
       if (tok.token_id(s) >= 0) d.stop_ids.insert(tok.token_id(s));

@@ -1,8 +1,10 @@
 // What a served model does when a request leaves a choice open: the token ids that end a
 // reply and the sampling parameters of a request that names none.
 //
-// Stop ids: generation_config.json `eos_token_id` (an int or a list), else config.json's
-// eos_token_id(s), else the tokenizer's <|im_end|> and <|endoftext|>.
+// Stop ids: generation_config.json `eos_token_id` (an int or a list), else the model config's
+// eos_token_id(s) (config.json, or a GGUF file's tokenizer.ggml.eos_token_id; the caller passes
+// ModelConfig::eos_token_ids: the server does not read the model layer), else the tokenizer's
+// <|im_end|> and <|endoftext|>.
 // Sampling: generation_config.json `do_sample: false` means greedy (temperature 0); otherwise
 // the file's temperature / top_p / top_k / min_p where present, and OpenAI's defaults where not
 // (temperature 1, top_p 1, top_k off, min_p off). A request's own fields override these.
@@ -21,7 +23,6 @@
 namespace rw {
 
 class Tokenizer;
-struct ModelConfig;
 
 struct GenerationDefaults {
   std::set<int32_t> stop_ids;
@@ -30,7 +31,9 @@ struct GenerationDefaults {
 };
 
 // Reads `dir`/generation_config.json if present. Cost: one small file read.
-GenerationDefaults load_generation_defaults(const std::string& dir, const ModelConfig& cfg,
+// config_eos_ids: the model config's end-of-sequence ids (ModelConfig::eos_token_ids).
+GenerationDefaults load_generation_defaults(const std::string& dir,
+                                            const std::vector<int64_t>& config_eos_ids,
                                             const Tokenizer& tok);
 
 }  // namespace rw

@@ -1,0 +1,138 @@
+// Without --model, `rewind run`, `serve` and `bench` use the built-in model (models/kjv-target,
+// the trained checkpoint committed in the repository) and say so in one line on stderr; `run`
+// then generates exactly what it generates with --model naming that directory (and prints no
+// such line there).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace rw {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+const char* kNote = "rewind: no --model given; using the built-in model models/kjv-target (";
+
+// The built-in model in this source tree.
+std::string builtin_dir() {
+  return std::filesystem::weakly_canonical(test::data_dir() + "/../../models/kjv-target").string();
+}
+
+std::string scratch(const std::string& name) {
+  return test::made_scratch_dir("builtin_model") + "/" + name;
+}
+
+// Runs `rewind <args>`: stdout returned, stderr in *err, exit status in *rc.
+std::string rewind_cmd(const std::string& args, std::string* err, int* rc) {
+  const std::string err_path = scratch("stderr.txt");
+  const std::string out =
+      test::run_command(std::string(REWIND_BINARY) + " " + args + " 2>" + err_path, rc);
+  *err = test::read_file(err_path);
+  return out;
+}
+
+TEST(BuiltinModel, RunWithoutModelGeneratesWithIt) {
+  ASSERT_TRUE(std::filesystem::is_regular_file(builtin_dir() + "/config.json")) << builtin_dir();
+  const std::string args = "--prompt 'In the beginning' -n 8 --ignore-eos -t 1 --json";
+  std::string err;
+  int rc = 0;
+  const std::string out = rewind_cmd("run " + args, &err, &rc);
+  ASSERT_EQ(rc, 0) << out << err;
+  // One line says which model it took and where it found it.
+  const size_t at = err.find(kNote);
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_EQ(err.find(std::string(kNote) + builtin_dir() + ")\n"), at) << err;
+  const json j = json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["generated_tokens"].get<int>(), 8) << out;
+  EXPECT_FALSE(j["text"].get<std::string>().empty()) << out;
+
+  // The same run naming the directory: the same tokens, and no note.
+  std::string err2;
+  const std::string out2 = rewind_cmd("run --model " + builtin_dir() + " " + args, &err2, &rc);
+  ASSERT_EQ(rc, 0) << out2 << err2;
+  EXPECT_EQ(err2.find("no --model given"), std::string::npos) << err2;
+  const json j2 = json::parse(out2, nullptr, false);
+  ASSERT_TRUE(j2.is_object()) << out2;
+  EXPECT_EQ(j2["tokens"].dump(), j["tokens"].dump());
+  EXPECT_EQ(j2["text"].get<std::string>(), j["text"].get<std::string>());
+}
+
+TEST(BuiltinModel, BenchWithoutModelMeasuresIt) {
+  std::string err;
+  int rc = 0;
+  const std::string out = rewind_cmd("bench -p 8 -n 2 -t 1 --prefill-runs 1 --json", &err, &rc);
+  ASSERT_EQ(rc, 0) << out << err;
+  EXPECT_NE(err.find(kNote), std::string::npos) << err;
+  const json j = json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["model"].get<std::string>(), builtin_dir());
+  EXPECT_EQ(j["prompt_tokens"].get<int>(), 8);
+  EXPECT_EQ(j["decode_tokens"].get<int>(), 2);
+}
+
+TEST(BuiltinModel, ServeWithoutModelServesIt) {
+  const std::string log = scratch("serve.log");
+  std::vector<std::string> args = {REWIND_BINARY, "serve", "--port", "0", "--threads", "1"};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  // Waits for the listening line (or the exit), then stops the server.
+  const std::string marker = "listening on http://127.0.0.1:";
+  std::string text;
+  bool exited = false;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    text = test::read_file(log);
+    if (text.find(marker) != std::string::npos) break;
+    if (waitpid(pid, nullptr, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  int port = 0;
+  if (const size_t at = text.find(marker); at != std::string::npos)
+    port = std::atoi(text.c_str() + at + marker.size());
+  std::string models;
+  if (port > 0) {
+    int rc = 0;
+    models = test::run_command(
+        "curl -sS http://127.0.0.1:" + std::to_string(port) + "/v1/models 2>&1", &rc);
+  }
+  if (!exited) {
+    kill(pid, SIGTERM);
+    waitpid(pid, nullptr, 0);
+  }
+  text = test::read_file(log);
+  ASSERT_GT(port, 0) << text;
+  EXPECT_NE(text.find(kNote), std::string::npos) << text;
+  EXPECT_NE(text.find("(model kjv-target,"), std::string::npos) << text;
+  const json j = json::parse(models, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("data")) << models;
+  EXPECT_EQ(j["data"][0]["id"].get<std::string>(), "kjv-target") << models;
+}
+
+}  // namespace
+}  // namespace rw
