@@ -60,11 +60,8 @@ void amx_pack_acts(const QuantizedActs& xa, int64_t r0, int8_t* a) {
 // chunk u + 2 while the vector units combine chunk u - 1, whose sums were stored a step earlier.
 // Tiles 0, 2, 4 (sums, activations, weights) serve even chunks, 1, 3, 5 odd ones; the tile unit
 // runs in order, so a tile is reloaded only after its store. The combine goes in quarters
-// between the tile instructions, its first quarter before the store: loads that follow a tile
-// store in program order wait for it, and with the whole combine after the tile instructions the
-// two sides ran one after the other (each alone: 17 and 10 ns a block and core in the kernel,
-// both 27 ns); in quarters, matmul_bench M=512 Q8_0 in_proj 5.2 -> 4.5 ms (Sapphire Rapids,
-// alternating runs), model prefill +3-7%.
+// between the tile instructions (its first before the store), so the tile and vector units
+// overlap: loads after a tile store in program order wait for it.
 template <class WeightsAt, class Combine>
 REWIND_AMX __attribute__((always_inline)) inline void amx_chunks(int64_t n, const int8_t* a,
                                                                  WeightsAt wt, Combine& combine,
@@ -122,12 +119,8 @@ REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const in
     const std::byte* pan = panels + p * panel_stride;
     // Block w: acc[r] = fma(dw * dx[r], float(s[r]), acc[r]). Quarter 0 (before the tile store)
     // converts the sums of rows 0..kEarly-1 into registers, quarters 1-3 apply them, and quarter
-    // 3 also does the last rows straight from memory: with 16 accumulators, 14 early rows fill
-    // the 32 vector registers (model prefill 705-710 -> 745-766 tok/s against 4 rows per
-    // quarter, in-process A/B; 12 and 8 early rows fell between). Locals of this function, not
-    // members of a combine object: those GCC kept in memory.
-    // (The bounds stay constants: std::min would take kEarly by reference, and the loops with a
-    // run-time bound left the accumulators on the stack.)
+    // 3 also does the last rows straight from memory: 14 early rows and 16 accumulators fill the
+    // 32 vector registers. Locals and constant loop bounds, so GCC keeps them in registers.
     constexpr int kEarly = 14, kPer = (kEarly + 2) / 3;
     __m512 acc[16], early[kEarly], dw = _mm512_setzero_ps();
     for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();

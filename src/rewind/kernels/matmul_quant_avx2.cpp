@@ -129,9 +129,8 @@ REWIND_AVX2 void store_tile_avx2(const Avx2Acc<R, H>& acc, float* y, int64_t ldy
 // clang-format on
 // One 64-byte group of a Q8_0 block for 4 rows x 16 lanes (the 4 x 1-panel prefill tile):
 // s[r][h] += the 4-product sums of lanes 8h..8h+7, as the generic tile below computes them. In
-// asm because GCC 12 keeps half of the 8 sums on the stack (a load and a store per group each;
-// matmul_bench M=512 Q8_0 96-141 GOP/s that way, 164-169 in asm); here all 16 registers hold
-// sums, codes and products.
+// asm because GCC keeps half of the 8 sums on the stack; here all 16 registers hold sums, codes
+// and products.
 REWIND_AVX2 __attribute__((always_inline)) inline void q8_0_group_4x2(const std::byte* w,
                                                                       const int8_t* const* x,
                                                                       __m256i ones,

@@ -310,10 +310,7 @@ namespace {
 
 // acc + w (u8) . a (s8) per 32-bit lane, as inline asm that ties the accumulator to one
 // register. With the intrinsic, GCC 12 put a register move next to most vpdpbusd of the Q4_K /
-// Q5_K sub-block sums (104 vmovdqa beside the tile's 128 vpdpbusd, accumulators shuffled
-// between registers); the asm leaves none. Q4_K matmuls, variants alternating call by call on
-// Zen 4: M=512 0.5-3% faster (model prefill of 512 tokens 504 -> 506 and 477 -> 488 tok/s), M=1
-// with the weights in cache 12-15%. The Q8_0 and Q6_K tiles with the asm did not change.
+// Q5_K sub-block sums; the asm leaves none.
 REWIND_VNNI __attribute__((always_inline)) inline __m512i dpbusd_tied(__m512i acc, __m512i w,
                                                                       __m512i a) {
   asm("vpdpbusd %[a], %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [a] "v"(a));
@@ -331,10 +328,8 @@ REWIND_AVX512 __attribute__((always_inline)) inline __m512i zero_idiom() {
 }
 
 // acc + x per 32-bit lane in acc's register (asm, as dpbusd_tied): with the intrinsic GCC 12
-// put each Q4_K / Q5_K block sum's update in another register and copied it back, 8 vmovdqa64
-// per sub-block. Together with zero_idiom: matmul_bench M=512 Q4_K on Zen 4, variants
-// alternating call by call, 0.3-3.5% faster (gate|up 2.9-7.5%); the same tied add in the Q6_K
-// tile ran 1-4% slower, so that tile keeps the intrinsic.
+// put each Q4_K / Q5_K block sum's update in another register and copied it back. (The Q6_K
+// tile keeps the intrinsic: the tied add made it slower.)
 REWIND_AVX512 __attribute__((always_inline)) inline __m512i add_epi32_tied(__m512i acc,
                                                                           __m512i x) {
   asm("vpaddd %[x], %[acc], %[acc]" : [acc] "+v"(acc) : [x] "v"(x));
@@ -342,10 +337,9 @@ REWIND_AVX512 __attribute__((always_inline)) inline __m512i add_epi32_tied(__m51
 }
 
 // One instantiation per type: the branches of the other types (and the constants they keep in
-// registers) stay out of it (with every type in one function GCC hoisted their constants out of
-// the block loop, and Q8_0's 6 x 2 prefill tile ran 8% slower). Bytes (Q4_K / Q5_K / Q6_K
-// prefill on expanded codes) is a template parameter too: as a run-time flag it put a branch in
-// every code group, and GCC peeled the group loop and shuffled the sums between registers.
+// registers) stay out of it, as GCC otherwise hoists every type's constants out of the block
+// loop. Bytes (prefill on expanded codes) is a template parameter too: as a run-time flag it
+// put a branch in every code group.
 template <int R, int P, DType t, bool Bytes>
 REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
     const QuantizedActs& xa, int64_t r0, const std::byte* panels, int64_t panel_stride, float* y,
@@ -354,21 +348,9 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // The packed block's size as a constant for the decode prefetch (bytes serves prefill only);
   // pb: the stride of the blocks the tile reads (packed, or expanded for prefill).
   constexpr int64_t kPb = quant_panel_block_bytes(t);
-  // Q5_K and Q6_K blocks ended in their high-bit region, which the tile reads from the first
-  // sub-block on, ahead of the block's linear order: 2 KiB ahead of that order reached the lines
-  // of the first sub-blocks' high bits too late (demand misses from memory), a whole block ahead
-  // reached them during the block before (matmul_bench --m 1 --cold on Zen 4, the two binaries
-  // alternating: Q6_K lm_head 7.3-7.5 -> 4.7-6.9 ms, in_proj 0.18-0.22 -> 0.14-0.18). Both are
-  // now packed in the order the tile reads them (q6k_lo_group, k_lo_group): one thread, cold,
-  // binaries alternating. Q6_K on 2 panels, 192 bytes to 1.5 KiB ahead all within the noise
-  // (lm_head 34-35 GB/s), against 25-27 GB/s for the old layout a block ahead on 4 panels and
-  // 17 for the old layout 768 bytes ahead on 2 (no prefetch, or the high-bit group first, the
-  // same too). Q4_K / IQ4_XS, read in linear order, were no faster a block ahead. Q5_K, with
-  // each sub-block's high-bit group first (the first group reads it) and its shifts as
-  // immediates (kquant_codes), streams best with no software prefetch at all: the hardware
-  // prefetchers follow its now strictly linear reads. One thread, cold, all shapes: 30-33 GB/s
-  // against 24-27 a block ahead (768 bytes to 5.6 KiB ahead, or prefetcht0, the same or worse);
-  // the high-bit group last with no prefetch 19. 2 or 4 panels the same.
+  // Q5_K and Q6_K are packed in the order this tile reads them (q6k_lo_group, k_lo_group), so
+  // their reads are linear. Q5_K streams best with no software prefetch: the hardware
+  // prefetchers follow its linear reads.
   constexpr int64_t kAhead = t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
                              : t == DType::Q4_K                   ? kPrefetchBytesL2Near
                                                                   : kPrefetchBytesL2;
@@ -484,8 +466,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
       // Both halves of a group as byte codes (4 or 5 bits) into one sum per sub-block: with 4
       // rows x 2 panels the f32, block and sub-block accumulators take 24 of the 32 registers
-      // (a second sub-block sum for the high nibbles kept in place, as before, took 32 and
-      // spilled: matmul_bench M=512 gate|up on Zen 5, Q4_K 769-889 -> 1253-1291 GOP/s).
+      // (a second sub-block sum for the high nibbles spilled).
       for (int sb = 0; sb < 8; ++sb) {
         __m512i is[R][P];
         for (int r = 0; r < R; ++r) {
@@ -685,8 +666,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
 }
 
 // n_tiles row tiles, one below the other, in one call (the tile inlined into the loop): a call
-// per 4-row tile cost 2-6% of a Q8_0 prefill matmul and 2-10% of a Q4_K one (matmul_bench
-// M=512, the two variants alternating call by call, Zen 4).
+// per tile costs measurably at prefill.
 template <int R, int P, DType t, bool Bytes>
 REWIND_VNNI void int8_tile_avx512_t(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                     int64_t panel_stride, float* y, int64_t ldy, int ncols,

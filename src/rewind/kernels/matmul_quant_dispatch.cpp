@@ -218,19 +218,8 @@ bool uses_amx(DType t, int64_t rows) {
          rows >= 16;
 }
 
-// Panel streams per VNNI decode tile (1-2 rows). Q4_K, Q5_K and Q6_K take 2, the others 4. Zen 4,
-// weights from memory, `matmul_bench --m 1,2 --dtype q4_k,q8_0,q6_k,q5_k --decode-panels 4,2,3`
-// (the counts alternating pass by pass in one process): one thread, Q4_K on 2 panels against 4, M=1
-// +4-15% on every shape (lm_head 26.6 -> 30.2 GB/s), M=2 +24-28% with K=1024 but -5% on down
-// (K=3584); two threads, probe at 60 GB/s, lm_head 54.6 -> 63.1 GB/s (M=1), 45.4 -> 58.2 (M=2).
-// Hot from L3 the 4-panel tile is 1-2% faster: the gain is in how the weights arrive. The other
-// types were as fast or faster on 4 (one thread, M=1: Q8_0 -2 to -6% on 2, Q5_K -5 to -9%, Q6_K
-// +-2%; 3 panels gave Q5_K +2-8% at M=1 but -5 to -7% at M=2; IQ4_XS -2% and Q4_0 +-1% on 2).
-// Q6_K, once its blocks were packed in read order (q6k_lo_group), gained on 2 like Q4_K: one
-// thread, lm_head +5% at M=1 and +29% at M=2, in_proj +7% / +22%, down -2%; two threads in a
-// fast phase lm_head 59.2 -> 63.3 GB/s. Q5_K too, once read in order with no software
-// prefetch: one thread, M=1 the same (down -4%), M=2 +20-23% with K=1024 (lm_head 25.2 -> 31.2
-// GB/s), down the same.
+// Panel streams per VNNI decode tile (1-2 rows). Q4_K, Q5_K and Q6_K take 2 (their weights
+// arrive from memory faster in two streams), the others 4.
 constexpr int vnni_decode_panels(DType t) {
   return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? 2 : kInt8MaxP;
 }
@@ -299,10 +288,8 @@ void int8_set_decode_panels(int panels) {
 int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
   if (int8_path() != Int8Path::Vnni) return 1;  // AVX2: 4-row tiles of one panel
   // AMX: groups of up to 256 KiB of panels (2 to 16 panels): a row tile's activation codes stay
-  // in L1 while it runs through the group's panels from L2 (with panel pairs they came from L2
-  // for every panel): model prefill of 512 tokens Q8_0 610 -> 790 tok/s, Q4_K 545 -> 670
-  // (alternating runs, Sapphire Rapids); 128 KiB gained less, 512 KiB and a fixed 16 panels
-  // about the same. The rows left over take the VNNI tiles on panel pairs.
+  // in L1 while it runs through the group's panels from L2. The rows left over take the VNNI
+  // tiles on panel pairs.
   constexpr int64_t kAmxGroupBytes = 256 * 1024;
   if (uses_amx(t, rows))
     return static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16));
@@ -348,10 +335,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   }
   // Prefill: a group of kP panels (whole K, from L1/L2) serves every kR-row tile of a row block.
   // Q8_0 keeps one integer accumulator per output, Q4_K / Q5_K / Q6_K two (sub-block and block), so
-  // Q8_0 affords more outputs per tile in the 32 vector registers: 4 rows x 3 panels (IQ4_NL runs
-  // the Q8_0 tile on its expanded blocks); against 6 x 2, two thirds of the activation broadcasts
-  // per vpdpbusd: matmul_bench M=512 +2-4%, model prefill +0.3-4% in 4 of 4 in-process A/B runs
-  // (Zen 5). Q4_0 keeps 6 x 2 (its nibble splits grow with the panels: 4 x 3 was slower).
+  // Q8_0 affords 4 rows x 3 panels in the 32 vector registers (fewer activation broadcasts per
+  // vpdpbusd than 6 x 2); Q4_0 keeps 6 x 2 (its nibble splits grow with the panels).
   // AVX2 (16 registers): 4-row tiles of one panel. AMX: groups of many panels (below).
   // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
   // bits); Q4_K's nibbles, times its sub-block scales' two parts, and Q5_K's 5-bit codes are
@@ -363,14 +348,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const bool amx_q4 = amx && t != DType::Q8_0;
   const PrefillExpansion ex = prefill_expansion(t, avx2, amx);
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
-  // for the 16-row AMX tiles), so that no row block ends in a short tile: with 128, every 128-row
-  // block of a Q8_0 prefill ended in a 2-row tile, 1.6% of the rows at 3% of the tile time (perf,
-  // 2048-token prefill). Q4_K / Q5_K on AMX expand each panel group's codes once per row
-  // block, so their row blocks are as tall as keeps the block's packed activations within
-  // 512 KiB of L2 (128 to 512 rows): Q4_K's scaled codes are twice the block's bytes, and at 128
-  // rows the expansion took 15% of a Q4_K matmul (matmul_bench in_proj, perf). Model prefill of
-  // 512 tokens Q4_K 839 -> 912 tok/s, of 2048 tokens 685 -> 712, Q5_K 675 -> 686 (in-process
-  // A/B, Sapphire Rapids); Q8_0 (nothing to expand) the same at 64 to 512 rows.
+  // for the 16-row AMX tiles), so that no row block ends in a short tile. Q4_K / Q5_K on AMX
+  // expand each panel group's codes once per row block, so their row blocks are as tall as keeps
+  // the block's packed activations within 512 KiB of L2 (128 to 512 rows), spreading the
+  // expansion's cost.
   const int64_t kMc = amx_q4 ? std::clamp<int64_t>(512 * 1024 / xa.k / 16 * 16, 128, 512)
                       : amx  ? 128
                              : (ex.fn ? 512 : 128) / kR * kR;
@@ -406,10 +387,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         stride = nb * ex.block_bytes;
       }
       // The next panel group (or the first one again for the next row block) streams into the
-      // cache over this group's row tiles, for the AMX tiles as for the VNNI / AVX2 ones below
-      // (the first tile of a group otherwise waits for its panels from memory: Q8_0 prefill of
-      // 512 tokens +3-7%, 5 of 5 in-process A/B runs on Zen 5; no change resolved with the AVX2
-      // tiles).
+      // cache over this group's row tiles, so the first tile of a group does not wait for its
+      // panels from memory.
       const int pn = p0 + kP < np ? p0 + kP : 0;
       const std::byte* next_group = panels + pn * panel_stride;
       const int64_t next_bytes = p0 + kP < np || re < r1 ? std::min(kP, np - pn) * panel_stride : 0;
@@ -437,13 +416,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         }
       }
       // The AVX2 tiles step the prefetches a burst before each tile; the VNNI tiles once per
-      // block (the bursts stalled on the misses in flight: 2% of a Q8_0 prefill by perf; per
-      // block, Q8_0 prefill +1-4%, 3 of 3 in-process A/B runs on Zen 5).
+      // block (bursts stall on the misses in flight).
       const int64_t row_tiles = (re - r + kR - 1) / kR;
       PrefetchStream pfv(next_group, next_bytes, avx2 ? row_tiles : row_tiles * nb);
-      // The row block's full-height row tiles of a panel run in one call, then the short one
-      // (512-token prefill, in-process A/B on Zen 4: Q8_0 452 -> 471 tok/s, Q4_K 419 -> 426;
-      // the AVX2 tiles, forced on the same host, 0.5-2.5% faster matmuls).
+      // The row block's full-height row tiles of a panel run in one call, then the short one.
       const int64_t full = (re - r) / kR;
       const int rest = static_cast<int>((re - r) % kR);
       for (int p = 0; p < npg; p += kVnniP) {

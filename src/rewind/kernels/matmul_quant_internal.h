@@ -195,29 +195,10 @@ constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K: 
 constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two panel streams)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
-// loads. Each code group of a block prefetches its share of the block's bytes, and the blocks
-// of a panel tile the panel, so every 64-byte line of the stream is prefetched: prefetching
-// only the code groups leaves a block's header (and a Q6_K block's high bits) to demand misses.
-// The prefetch is asm: GCC 12 drops __builtin_prefetch (_mm_prefetch) from code it vectorises,
-// and left the AVX2 tiles without any (Q6_K decode then streamed at 8 GB/s, Q8_0 15-19, on Zen
-// 3). The VNNI tiles prefetch into L2 (prefetcht1): against prefetcht0 4 KiB ahead, 2 KiB ahead
-// ran matmul_bench M=1 on cold weights on Zen 4 (variants alternating call by call) 7-27% faster
-// for Q8_0 and Q4_K, model decode Q4_K +12-18%, Q8_0 +5-8%; prefetcht2 the same as prefetcht1,
-// 8 KiB ahead 1-4% slower. 768 bytes ahead (per panel stream; a 1-row tile runs 4) then raised
-// what one core streams: matmul_bench --threads 1 --m 1 on Zen 4, binaries alternating, 3 rounds,
-// Q8_0 24-27 -> 27-34 GB/s, Q4_K 22-25 -> 25-28 (1 KiB and 512 bytes close, 1.5 KiB no gain);
-// with two threads the host's memory usually caps both at the same 33-36 GB/s, but in its fast
-// phases model decode kept up where 2 KiB fell behind (bench/ab_bench.py, 5 rounds: in rounds
-// whose probes read 46-62 GB/s, 2 KiB reached 71-83% of the paired bound, Q4_K 71.2%, Q8_0
-// 80.1-82.8%, Q4_K_M 71.7%, and 768 bytes 81-97%, Q4_K 81.5-93.6%, Q8_0 94.5-97.0%, Q4_K_M
-// 95.1%). Q4_K, whose decode tiles run 2 panel streams (vnni_decode_panels), prefetches 384
-// bytes ahead: builds with each distance, one thread, 2-panel tiles against the 4-panel ones
-// over 269 MB of layer weights: 768 bytes +5-8%, 384 and 256 bytes +10-11%, none +9-12% (the
-// hardware prefetchers keep up with two streams), 512 bytes +5-10%, 1.5 KiB +2-3%, 3 KiB -10%.
-// Q2_K and Q3_K keep 2 KiB (Q3_K's tile, which is compute-bound, fell from 21 to 10-12 GB/s at
-// 768 bytes and 1 KiB; Q2_K 26 -> 24); Q5_K none (see int8_tile_avx512_one).
-// The AVX2 tiles, slower per byte, keep prefetcht0 4 KiB ahead: prefetcht1 made them 0-5%
-// slower, Q6_K 25-48%.
+// loads, covering every 64-byte line of a panel's blocks (headers and high bits too). asm, as
+// GCC drops _mm_prefetch from code it vectorises. The VNNI tiles prefetch into L2 (prefetcht1)
+// kPrefetchBytesL2 ahead, nearer for Q4_K's two panel streams and farther for the compute-bound
+// Q2_K / Q3_K tiles; the AVX2 tiles prefetcht0 further ahead.
 template <bool L2, int64_t Ahead = L2 ? kPrefetchBytesL2 : kPrefetchBytes>
 __attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
   if constexpr (L2)
@@ -240,10 +221,8 @@ __attribute__((always_inline)) inline void prefetch_part(const std::byte* blk, i
 }
 // VNNI tiles (block size Pb and group count G known at compile time): group g prefetches at
 // offset g * Pb / G, and half way to the next group's where groups are over a line apart, so
-// consecutive prefetches of a stream are at most 64 bytes apart and every line gets at least one.
-// Constant offsets and no alignment arithmetic: prefetch_part's dozen integer operations per
-// group cost the VNNI tiles their speed from cache (Zen 5, one thread, hot Q6_K decode 25 GB/s
-// with prefetch_part, 74-82 with this).
+// every line gets at least one. Constant offsets: prefetch_part's integer work per group cost
+// the VNNI tiles most of their speed from cache.
 template <int R, int64_t Pb, int G, int64_t Ahead = kPrefetchBytesL2>
 __attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk, int g) {
   if constexpr (R <= 2) {
@@ -258,8 +237,7 @@ __attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk,
 // Software prefetch (into L2) of the panel group a row block reads next, a few lines per tile
 // step: a prefill's weights come from memory (a model's matrices are far larger than the
 // caches), and without it the first row tile of each panel group waits on every line its tile
-// loads miss (the hardware prefetchers see those loads late). Cold matmul_bench, M=512, Q8_0 on
-// AMX: 0.63-0.69 of the hot speed before.
+// loads miss (the hardware prefetchers see those loads late).
 struct PrefetchStream {
   const std::byte* p;
   const std::byte* end;
