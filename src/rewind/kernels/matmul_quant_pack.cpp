@@ -1,0 +1,138 @@
+// Packing of quantised weights: ggml's blocks re-laid per 16-row panel (matmul_quant.h).
+#include "rewind/base/check.h"
+#include "rewind/kernels/matmul_quant_internal.h"
+
+namespace rw::detail {
+
+namespace {
+// Lane j's d, dmin, scales and mins of a Q4_K or Q5_K block (the same header).
+template <class Block>
+void pack_k_header(const Block& x, int j, uint8_t* o) {
+  std::memcpy(o + 2 * j, &x.d, 2);
+  std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
+  for (int s = 0; s < 8; ++s) {
+    uint8_t sc, m;
+    q4k_scale_min(s, x.scales, &sc, &m);
+    o[kQ4KScOff + s * kNR + j] = sc;
+    o[kQ4KMinOff + q4k_min_byte(s, j)] = m;
+  }
+}
+}  // namespace
+
+void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
+                      std::byte* dst) {
+  const int64_t bk = dtype_block_elems(t), nb = k / bk;
+  const int64_t pb = quant_panel_block_bytes(t);
+  REWIND_CHECK(pb > 0 && k % bk == 0);
+  std::memset(dst, 0, static_cast<size_t>(nb * pb));
+  for (int64_t b = 0; b < nb; ++b) {
+    auto* o = reinterpret_cast<uint8_t*>(dst + b * pb);
+    for (int j = 0; j < n_rows; ++j) {
+      if (t == DType::Q8_0) {
+        BlockQ8_0 x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ8_0), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int g = 0; g < 8; ++g)  // codes 4g..4g+3 are bytes group_byte(4g, j) .. + 3
+          std::memcpy(o + kQ8QOff + group_byte(4 * g, j), x.qs + 4 * g, 4);
+      } else if (t == DType::Q4_0 || t == DType::IQ4_NL) {  // the same 18-byte block layout
+        static_assert(sizeof(BlockQ4_0) == sizeof(BlockIQ4_NL));
+        BlockQ4_0 x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_0), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int e = 0; e < 32; ++e)
+          o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>(nibble32(x.qs, e) << q4k_shift(e));
+      } else if (t == DType::Q4_1) {  // Q4_0's layout, then m
+        BlockQ4_1 x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_1), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        std::memcpy(o + kQ41MOff + 2 * j, &x.m, 2);
+        for (int e = 0; e < 32; ++e)
+          o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>(nibble32(x.qs, e) << q4k_shift(e));
+      } else if (t == DType::Q5_1 || t == DType::Q5_0) {  // Q4_0's layout, the fifth bits, m
+        BlockQ5_1 x;  // Q5_0: the same bytes without m
+        if (t == DType::Q5_0) {
+          BlockQ5_0 x0;
+          std::memcpy(&x0, rows[j] + b * sizeof(BlockQ5_0), sizeof x0);
+          x.d = x0.d;
+          std::memcpy(x.qh, x0.qh, sizeof x.qh);
+          std::memcpy(x.qs, x0.qs, sizeof x.qs);
+        } else {
+          std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_1), sizeof x);
+          std::memcpy(o + kQ51MOff + 2 * j, &x.m, 2);
+        }
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int e = 0; e < 32; ++e) {
+          const int code = q5_1_code(x, e);
+          o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
+          o[kQ51HOff + q5k_hbit_byte(e, j)] |= static_cast<uint8_t>((code >> 4) << q5k_hbit_shift(e));
+        }
+      } else if (t == DType::Q5_K) {
+        BlockQ5_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_K), sizeof x);
+        pack_k_header(x, j, o);
+        for (int e = 0; e < kQK_K; ++e) {
+          const int code = q5k_value(x, e);  // 0..31
+          o[k_lo_group(true, e >> 3) + lane_byte(e, j)] |=
+              static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
+          o[q5k_hi_group(e >> 5) + lane_byte(e, j)] |=
+              static_cast<uint8_t>((code >> 4) << q5k_hbit_shift(e));
+        }
+      } else if (t == DType::Q4_K) {
+        BlockQ4_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_K), sizeof x);
+        pack_k_header(x, j, o);
+        // ggml: byte l of chunk c (64 values) holds value 64c + l (low) and 64c + 32 + l (high).
+        for (int c = 0; c < 4; ++c)
+          for (int l = 0; l < 32; ++l) {
+            const int lo = 64 * c + l, hi = 64 * c + 32 + l;
+            o[kQ4KQOff + q4k_byte(lo, j)] |=
+                static_cast<uint8_t>((x.qs[32 * c + l] & 0xF) << q4k_shift(lo));
+            o[kQ4KQOff + q4k_byte(hi, j)] |=
+                static_cast<uint8_t>((x.qs[32 * c + l] >> 4) << q4k_shift(hi));
+          }
+      } else if (t == DType::Q2_K) {
+        BlockQ2_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ2_K), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
+        for (int s = 0; s < 16; ++s) o[kQ2KScOff + s * kNR + j] = x.scales[s];
+        for (int e = 0; e < kQK_K; ++e)
+          o[kQ2KQOff + q6k_hi_byte(e, j)] |= static_cast<uint8_t>(q2k_value(x, e) << q6k_hi_shift(e));
+      } else if (t == DType::IQ4_XS) {
+        BlockIQ4_XS x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockIQ4_XS), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int s = 0; s < 8; ++s)
+          o[kIQ4XSScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(iq4xs_scale(x, s)));
+        for (int e = 0; e < kQK_K; ++e)
+          o[kIQ4XSQOff + q4k_byte(e, j)] |=
+              static_cast<uint8_t>(nibble32(x.qs + 16 * (e / 32), e % 32) << q4k_shift(e));
+      } else if (t == DType::Q3_K) {
+        BlockQ3_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ3_K), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int s = 0; s < 16; ++s)
+          o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(q3k_scale(x, s)));
+        for (int e = 0; e < kQK_K; ++e) {
+          const int c = q3k_value(x, e) + 4;  // 0..7
+          o[kQ3KLoOff + q6k_hi_byte(e, j)] |= static_cast<uint8_t>((c & 3) << q6k_hi_shift(e));
+          o[kQ3KHiOff + q3k_hb_byte(e, j)] |= static_cast<uint8_t>((c >> 2) << q3k_hb_shift(e));
+        }
+      } else {
+        BlockQ6_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ6_K), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
+        for (int e = 0; e < kQK_K; ++e) {
+          const int code = q6k_value(x, e) + 32;  // 0..63
+          o[q6k_lo_group(e >> 3) + lane_byte(e, j)] |=
+              static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
+          o[q6k_hi_group(e >> 4) + lane_byte(e, j)] |=
+              static_cast<uint8_t>((code >> 4) << q6k_hi_shift(e));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace rw::detail
