@@ -63,8 +63,8 @@ int cmd_bench(int argc, char** argv) {
 
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;
-  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
-    return fail(qd.error_message());
+  auto kernels = kernel_options_from(*args);
+  if (!kernels.ok()) return fail(kernels.error_message());
   // --decode-split: one split, or two taking turns step by step.
   std::vector<DecodeSplit> splits;
   {
@@ -83,12 +83,14 @@ int cmd_bench(int argc, char** argv) {
   }
   const bool split_ab = splits.size() == 2;
   if (split_ab && n.value() < 2) return fail("--decode-split A,B needs -n 2 or more");
-  matmul_set_decode_split(splits[0]);
+  KernelOptions ko = kernels.value();
+  ko.decode_split = splits[0];
   const std::string isa = args->str("--isa", "auto");
-  if (!matmul_force_isa(isa))
+  if (!parse_isa_cap(isa, &ko.isa) || !isa_cap_supported(ko.isa) ||
+      (isa == "amx" && !matmul_amx_enabled(IsaCap::Amx)))
     return fail("--isa " + isa + ": not available on this machine (or not one of auto, amx, " +
                 "avx512, avx2, scalar)");
-  auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s);
+  auto model = load_model(dir, args->str("--weights", "auto"), ko, &pool, &load_s);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   const int64_t V = m.config().vocab_size;
@@ -149,7 +151,10 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t i = 0; i < n.value(); ++i) {
     const int32_t next = argmax(logits.data(), static_cast<int32_t>(V));
     SeqInput in{&st, std::span<const int32_t>(&next, 1), {0}};
-    matmul_set_decode_split(splits[static_cast<size_t>(i) % splits.size()]);
+    if (split_ab) {  // the split of this step (same bits either way)
+      ko.decode_split = splits[static_cast<size_t>(i) % splits.size()];
+      m.set_kernel_options(ko);
+    }
     const double a = now_seconds();
     Status r = m.forward(std::span<SeqInput>(&in, 1), &logits, &pool);
     if (!r.ok()) return fail(r.error_message());
@@ -157,7 +162,6 @@ int cmd_bench(int argc, char** argv) {
     probe_gb_s[static_cast<size_t>(i)] =
         std::max(probe.pass(lim.bandwidth_variant), probe.pass(lim.bandwidth_variant));
   }
-  matmul_set_decode_split(DecodeSplit::Auto);
   // The bandwidth measured again after the decode: the mean of the passes before and after is
   // the run's bound, the second figure beside the paired one.
   const double bw_after = measure_read_bandwidth_gb_s(&pool, lim.bandwidth_buffer_bytes, 0.6);
@@ -228,14 +232,14 @@ int cmd_bench(int argc, char** argv) {
   const double median_step_tps = 1.0 / step_s[step_s.size() / 2];
   const double frac_bw_best = fraction_of_run_bound(best_step_tps);
   // The peak that applies: the int8 dot's when it multiplies most of the weights.
-  const bool int8 = matmul_quant_dot() == QuantDot::Int8 && lim.int8_peak_gop_s > 0 &&
+  const bool int8 = m.kernel_options().quant_dot == QuantDot::Int8 && lim.int8_peak_gop_s > 0 &&
                     2 * m.quantised_bytes() > m.packed_bytes();
   const double frac_fma = prefill_gflop_s / lim.fma_peak_gflop_s;
   const double frac_int8 = lim.int8_peak_gop_s > 0 ? prefill_gflop_s / lim.int8_peak_gop_s : 0;
   const double frac_peak = int8 ? frac_int8 : frac_fma;
   // AMX tiles run the Q8_0 / Q4_K / Q5_K prefill products when the kernels may use them: it is then
   // also judged against the AMX peak.
-  const bool amx = int8 && lim.amx_int8_peak_gop_s > 0 && matmul_amx_enabled();
+  const bool amx = int8 && lim.amx_int8_peak_gop_s > 0 && matmul_amx_enabled(ko.isa);
   const double frac_amx = amx ? prefill_gflop_s / lim.amx_int8_peak_gop_s : 0;
 
   if (args->has("--json")) {
@@ -264,7 +268,7 @@ int cmd_bench(int argc, char** argv) {
         decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, weight_bytes, state_bytes, kv_bytes,
         bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
         lim.int8_isa.c_str(), lim.amx_int8_peak_gop_s, amx ? "true" : "false", frac_amx,
-        quant_dot_name(matmul_quant_dot()), m.quantised_bytes(), frac_bw, step_frac.front(),
+        quant_dot_name(m.kernel_options().quant_dot), m.quantised_bytes(), frac_bw, step_frac.front(),
         step_frac.back(), probes.front(), probes[probes.size() / 2], probes.back(), probe.bytes(),
         lim.bandwidth_variant, frac_run_bw, best_step_tps, median_step_tps, frac_bw_best,
         int8 ? "int8" : "fma", frac_peak, decode_split_name(splits[0]));
@@ -281,7 +285,7 @@ int cmd_bench(int argc, char** argv) {
       std::snprintf(
           quant, sizeof quant, "%.0f%% quantised, %s dot",
           100.0 * static_cast<double>(m.quantised_bytes()) / static_cast<double>(m.packed_bytes()),
-          quant_dot_name(matmul_quant_dot()));
+          quant_dot_name(m.kernel_options().quant_dot));
     std::printf("model %s: %.2f GB packed weights (%s), %lld threads, %s\n", dir.c_str(),
                 static_cast<double>(m.packed_bytes()) / 1e9, quant,
                 static_cast<long long>(th.value()), m.isa());

@@ -165,9 +165,9 @@ int cmd_cache_bench(int argc, char** argv) {
   const bool json = args->has("--json");
 
   ThreadPool pool(static_cast<int>(th.value()));
-  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
-    return fail(qd.error_message());
-  auto model = load_model(dir, args->str("--weights", "auto"), &pool, nullptr);
+  auto kernels = kernel_options_from(*args);
+  if (!kernels.ok()) return fail(kernels.error_message());
+  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, nullptr);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   Script script(static_cast<uint64_t>(seed.value()), m.config().vocab_size);

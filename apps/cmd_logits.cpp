@@ -37,9 +37,9 @@ int cmd_logits(int argc, char** argv) {
   if (!th.ok()) return fail(th.error_message());
   if (th.value() < 1) return fail("--threads must be >= 1");
   ThreadPool pool(static_cast<int>(th.value()));
-  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
-    return fail(qd.error_message());
-  auto model = load_model(args->str("--model"), args->str("--weights", "auto"), &pool, nullptr);
+  auto kernels = kernel_options_from(*args);
+  if (!kernels.ok()) return fail(kernels.error_message());
+  auto model = load_model(args->str("--model"), args->str("--weights", "auto"), kernels.value(), &pool, nullptr);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
 

@@ -74,12 +74,12 @@ int cmd_run(int argc, char** argv) {
   if (!tok.ok()) return fail(tok.error_message());
   ThreadPool pool(static_cast<int>(th.value()));
   const std::string store = args->str("--weights", "auto");
-  auto spec = spec_from_args(args.value(), store, &pool);
+  auto kernels = kernel_options_from(*args);
+  if (!kernels.ok()) return fail(kernels.error_message());
+  auto spec = spec_from_args(args.value(), store, kernels.value(), &pool);
   if (!spec.ok()) return fail(spec.error_message());
   double load_s = 0;
-  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
-    return fail(qd.error_message());
-  auto model = load_model(dir, store, &pool, &load_s, spec->wants_mtp());
+  auto model = load_model(dir, store, kernels.value(), &pool, &load_s, spec->wants_mtp());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());

@@ -153,11 +153,11 @@ int cmd_serve(int argc, char** argv) {
 
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;
-  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
-    return fail(qd.error_message());
-  auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), &pool);
+  auto kernels = kernel_options_from(*args);
+  if (!kernels.ok()) return fail(kernels.error_message());
+  auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), kernels.value(), &pool);
   if (!spec.ok()) return fail(spec.error_message());
-  auto model = load_model(dir, args->str("--weights", "auto"), &pool, &load_s, spec->wants_mtp());
+  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, &load_s, spec->wants_mtp());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)

@@ -92,15 +92,15 @@ int cmd_spec_bench(int argc, char** argv) {
   if (!tok.ok()) return fail(tok.error_message());
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;
-  if (Status qd = set_quant_dot(args->str("--quant-dot", "auto")); !qd.ok())
-    return fail(qd.error_message());
-  auto model = load_model(dir, store, &pool, &load_s);
+  auto kernels = kernel_options_from(*args);
+  if (!kernels.ok()) return fail(kernels.error_message());
+  auto model = load_model(dir, store, kernels.value(), &pool, &load_s);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   std::unique_ptr<Model> draft;
   if (args->has("--draft")) {
     double ds = 0;
-    auto d = load_model(args->str("--draft"), store, &pool, &ds);
+    auto d = load_model(args->str("--draft"), store, kernels.value(), &pool, &ds);
     if (!d.ok()) return fail(d.error_message());
     draft = std::move(d).value();
   }
@@ -195,7 +195,7 @@ int cmd_spec_bench(int argc, char** argv) {
   std::unique_ptr<Model> with_mtp;
   if (m.weights().has_mtp()) {
     double ms = 0;
-    auto wm = load_model(dir, store, &pool, &ms, true);
+    auto wm = load_model(dir, store, kernels.value(), &pool, &ms, true);
     if (!wm.ok()) return fail(wm.error_message());
     with_mtp = std::move(wm).value();
     Engine mtp_engine(*with_mtp, &pool, eo);

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "args.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/model/model.h"
 #include "rewind/tokenizer/tokenizer.h"
@@ -44,12 +45,14 @@ Result<std::string> model_or_builtin(const std::string& given);
 // Loads a model, showing a progress line on stderr while packing large files (> 64 MiB).
 // store: "auto", "f32", "bf16".
 // mtp: also load the checkpoint's MTP head (for --spec mtp).
+// kernels: how its kernels run (kernel_options_from).
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
-                                          ThreadPool* pool, double* seconds, bool mtp = false);
+                                          const KernelOptions& kernels, ThreadPool* pool,
+                                          double* seconds, bool mtp = false);
 
-// Applies --quant-dot: "auto" (int8 where the CPU has AVX-512 VNNI or AVX2, else f32), "int8" or
-// "f32" (kernels/matmul.h, QuantDot). Run before loading a model.
-Status set_quant_dot(const std::string& mode);
+// The kernel options of the command line: --quant-dot auto (int8 where the CPU has AVX-512 VNNI
+// or AVX2, else f32), int8 or f32 (kernels/kernel_options.h, QuantDot).
+Result<KernelOptions> kernel_options_from(const Args& a);
 
 double now_seconds();
 

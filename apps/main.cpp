@@ -95,26 +95,30 @@ Result<Tokenizer> load_tokenizer(const std::string& model_path) {
   return tokenizer_from_gguf(g);
 }
 
-Status set_quant_dot(const std::string& mode) {
+Result<KernelOptions> kernel_options_from(const Args& a) {
+  KernelOptions k;
+  const std::string mode = a.str("--quant-dot", "auto");
   if (mode == "int8") {
     if (!matmul_int8_simd())
       std::fprintf(stderr,
                    "rewind: warning: this CPU has neither AVX-512 VNNI nor AVX2; the int8 dot "
                    "runs its scalar reference (slow)\n");
-    matmul_set_quant_dot(QuantDot::Int8);
+    k.quant_dot = QuantDot::Int8;
   } else if (mode == "f32") {
-    matmul_set_quant_dot(QuantDot::F32);
+    k.quant_dot = QuantDot::F32;
   } else if (mode != "auto") {
     return make_error("--quant-dot must be auto, int8 or f32 (got '" + mode + "')");
   }
-  return Ok{};
+  return k;
 }
 
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
-                                          ThreadPool* pool, double* seconds, bool mtp) {
+                                          const KernelOptions& kernels, ThreadPool* pool,
+                                          double* seconds, bool mtp) {
   LoadOptions opt;
   opt.pool = pool;
   opt.mtp = mtp;
+  opt.kernels = kernels;
   if (store == "auto") {
     opt.store = WeightStore::Auto;
   } else if (store == "f32") {

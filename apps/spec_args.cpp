@@ -4,7 +4,8 @@
 
 namespace rw::app {
 
-Result<SpecSetup> spec_from_args(const Args& a, const std::string& store, ThreadPool* pool) {
+Result<SpecSetup> spec_from_args(const Args& a, const std::string& store,
+                                 const KernelOptions& kernels, ThreadPool* pool) {
   SpecSetup s;
   const std::string m = a.str("--spec", "off");
   REWIND_TRY(int64_t k, a.int_("--draft-k", 4));
@@ -21,7 +22,7 @@ Result<SpecSetup> spec_from_args(const Args& a, const std::string& store, Thread
   } else if (m.rfind("draft:", 0) == 0 && m.size() > 6) {
     s.cfg.kind = SpecKind::Draft;
     double secs = 0;
-    REWIND_TRY(s.draft, load_model(m.substr(6), store, pool, &secs));
+    REWIND_TRY(s.draft, load_model(m.substr(6), store, kernels, pool, &secs));
     s.cfg.draft = s.draft.get();
   } else {
     return make_error("--spec must be off, ngram, draft:DIR or mtp (got '" + m + "')");

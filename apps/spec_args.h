@@ -27,8 +27,10 @@ struct SpecSetup {
   bool wants_mtp() const { return cfg.kind == SpecKind::Mtp; }
 };
 
-// Parses the options and loads the draft model (same weight store option as the target).
+// Parses the options and loads the draft model (same weight store and kernel options as the
+// target).
 // Does not check against the target: call spec_check once it is loaded.
-Result<SpecSetup> spec_from_args(const Args& a, const std::string& store, ThreadPool* pool);
+Result<SpecSetup> spec_from_args(const Args& a, const std::string& store,
+                                 const KernelOptions& kernels, ThreadPool* pool);
 
 }  // namespace rw::app

@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
   double seconds = 0.5;  // per measurement
   double given_bw = 0, given_peak = 0;
   bool limits_only = false, cold_all = false;
+  rw::KernelOptions kopt;              // --isa, --quant-dot
   std::vector<int64_t> decode_panels;  // --decode-panels: counts to compare (empty: off)
   std::vector<rw::DecodeSplit> decode_splits;  // --decode-split: splits to compare (empty: off)
   for (int i = 1; i < argc; ++i) {
@@ -211,13 +212,14 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--isa") {
       const std::string v = next();
-      if (!rw::matmul_force_isa(v)) {
+      if (!rw::parse_isa_cap(v, &kopt.isa) || !rw::isa_cap_supported(kopt.isa) ||
+          (v == "amx" && !rw::matmul_amx_enabled(rw::IsaCap::Amx))) {
         std::fprintf(stderr, "matmul_bench: --isa %s is not available here\n", v.c_str());
         return 2;
       }
     } else if (a == "--quant-dot") {
       const std::string v = next();
-      rw::matmul_set_quant_dot(v == "f32" ? rw::QuantDot::F32 : rw::QuantDot::Int8);
+      kopt.quant_dot = v == "f32" ? rw::QuantDot::F32 : rw::QuantDot::Int8;
     } else if (a == "--limits") {
       const std::string v = next();
       given_bw = std::atof(v.c_str());
@@ -274,8 +276,8 @@ int main(int argc, char** argv) {
       "(%%peak: of the int8 dot peak for quantised weights with the int8 dot, else of the FMA "
       "peak)\n\n",
       lim.n_threads, lim.read_bandwidth_gb_s, lim.fma_peak_gflop_s, lim.isa.c_str(),
-      lim.int8_peak_gop_s, lim.int8_isa.c_str(), rw::matmul_isa(),
-      rw::quant_dot_name(rw::matmul_quant_dot()), rw::matmul_int8_isa());
+      lim.int8_peak_gop_s, lim.int8_isa.c_str(), rw::matmul_isa(kopt.isa),
+      rw::quant_dot_name(kopt.quant_dot), rw::matmul_int8_isa(kopt.isa));
   if (limits_only) return 0;
 
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -292,7 +294,7 @@ int main(int argc, char** argv) {
     for (float& v : w) v = uni(rng);
     for (const std::string& dt : dtypes) {
       const rw::DType store = dtype_named(dt);
-      const bool int8 = rw::dtype_is_quant(store) && rw::matmul_quant_dot() == rw::QuantDot::Int8;
+      const bool int8 = rw::dtype_is_quant(store) && kopt.quant_dot == rw::QuantDot::Int8;
       // --decode-panels compares the int8 dot's decode tiles: quantised weights, M <= 2.
       if (!decode_panels.empty() && !int8) continue;
       // Quantised stores pack ggml blocks of the same random weights.
@@ -304,12 +306,21 @@ int main(int argc, char** argv) {
           rw::quantize_row(w.data() + r * s.k, store, s.k, qw.data() + r * rb);
       }
       auto pack = [&] {
-        return rw::dtype_is_quant(store)
-                   ? rw::PackedMatrix::pack(qw.data(), store, s.n, s.k, store, &pool)
-                   : rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool);
+        rw::PackedMatrix pm =
+            rw::dtype_is_quant(store)
+                ? rw::PackedMatrix::pack(qw.data(), store, s.n, s.k, store, &pool)
+                : rw::PackedMatrix::pack(w.data(), rw::DType::F32, s.n, s.k, store, &pool);
+        pm.set_kernel_options(kopt);
+        return pm;
       };
       std::vector<rw::PackedMatrix> copies;
       copies.push_back(pack());
+      // One setting of a comparison on every copy (same bits whatever it is).
+      auto apply = [&](auto&& set) {
+        rw::KernelOptions o = kopt;
+        set(o);
+        for (auto& c : copies) c.set_kernel_options(o);
+      };
       const size_t bytes = copies[0].bytes();
       for (int64_t m : ms) {
         if ((!decode_panels.empty() || !decode_splits.empty()) && m > 2) continue;
@@ -343,10 +354,12 @@ int main(int argc, char** argv) {
             labels.push_back(std::to_string(c) + (c == 0 ? " (default)" : ""));
           compare_settings(
               "decode panels", labels,
-              [&](size_t i) { rw::matmul_set_decode_panels(static_cast<int>(decode_panels[i])); },
+              [&](size_t i) {
+                apply([&](rw::KernelOptions& o) { o.decode_panels = static_cast<int>(decode_panels[i]); });
+              },
               seconds, cold_pass, static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt,
               m);
-          rw::matmul_set_decode_panels(0);
+          apply([](rw::KernelOptions&) {});
           continue;
         }
         if (!decode_splits.empty()) {
@@ -354,9 +367,11 @@ int main(int argc, char** argv) {
           for (rw::DecodeSplit d : decode_splits) labels.push_back(rw::decode_split_name(d));
           compare_settings(
               "decode split", labels,
-              [&](size_t i) { rw::matmul_set_decode_split(decode_splits[i]); }, seconds, cold_pass,
-              static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt, m);
-          rw::matmul_set_decode_split(rw::DecodeSplit::Auto);
+              [&](size_t i) {
+                apply([&](rw::KernelOptions& o) { o.decode_split = decode_splits[i]; });
+              },
+              seconds, cold_pass, static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt, m);
+          apply([](rw::KernelOptions&) {});
           continue;
         }
         const double t = run_best(want);

@@ -240,7 +240,9 @@ TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
   Model& m = test::cached_model(gguf_model("qwen3.5-tiny-256", "f32", GetParam()));
   ThreadPool pool(2);
   for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
-    matmul_set_quant_dot(dot);
+    KernelOptions ko;
+    ko.quant_dot = dot;
+    m.set_kernel_options(ko);
     std::mt19937_64 rng(5);
     for (int trial = 0; trial < 2; ++trial) {
       const auto tokens =
@@ -250,7 +252,36 @@ TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
       EXPECT_TRUE(same_bytes(logits(m, tokens, 7, &pool), whole)) << quant_dot_name(dot);
     }
   }
-  matmul_reset_quant_dot();
+  m.set_kernel_options(KernelOptions{});  // the cached model goes back to its defaults
+}
+
+// Kernel options belong to the model, not the process: two models of one file loaded with
+// different quantised dots run side by side (interleaved, on one pool), each giving the bits it
+// gives alone, and the two dots give different bits (so the option reached the kernels).
+TEST(GgufKernelOptions, TwoModelsWithDifferentDotsRunSideBySide) {
+  const std::string path = gguf_model("qwen3.5-tiny-256", "f32", "q8_0");
+  LoadOptions oa, ob;
+  oa.kernels.quant_dot = QuantDot::F32;
+  ob.kernels.quant_dot = QuantDot::Int8;
+  auto ma = Model::load(path, oa);
+  auto mb = Model::load(path, ob);
+  ASSERT_TRUE(ma.ok() && mb.ok());
+  EXPECT_EQ(ma.value()->kernel_options().quant_dot, QuantDot::F32);
+  EXPECT_EQ(mb.value()->kernel_options().quant_dot, QuantDot::Int8);
+  ThreadPool pool(2);
+  std::mt19937_64 rng(9);
+  const auto tokens = test::random_tokens(rng, 40, ma.value()->config().vocab_size);
+  const auto a1 = logits(*ma.value(), tokens, 40, nullptr);
+  const auto b1 = logits(*mb.value(), tokens, 40, nullptr);
+  EXPECT_FALSE(same_bytes(a1, b1));
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_TRUE(same_bytes(logits(*mb.value(), tokens, 7, &pool), b1)) << round;
+    EXPECT_TRUE(same_bytes(logits(*ma.value(), tokens, 5, &pool), a1)) << round;
+  }
+  // Switching a loaded model's options (what the benchmarks do between forwards) gives the
+  // other model's bits.
+  ma.value()->set_kernel_options(ob.kernels);
+  EXPECT_TRUE(same_bytes(logits(*ma.value(), tokens, 40, nullptr), b1));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufQuantExact,

@@ -152,7 +152,7 @@ TEST(BenchCli, JsonEchoesTheRunAndCountsTheModelsBytes) {
                            j["decode_state_bytes"].get<double>() +
                            j["decode_kv_bytes"].get<double>());
   EXPECT_EQ(j["isa"].get<std::string>(), m.isa());
-  EXPECT_EQ(j["quant_dot"].get<std::string>(), quant_dot_name(matmul_quant_dot()));
+  EXPECT_EQ(j["quant_dot"].get<std::string>(), quant_dot_name(default_quant_dot()));
 
   // Prefill: the headline is the median of the timed runs, no faster than the fastest; its
   // GFLOP/s is the token rate times the model's multiply-adds; its fraction is of the peak that

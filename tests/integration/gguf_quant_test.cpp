@@ -157,17 +157,19 @@ TEST(GgufQuant, CloseToF32) {
   const auto ps = prompts(V);
   const auto ref = run(f32, ps);
   for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
-    matmul_set_quant_dot(dot);
+    KernelOptions ko;
+    ko.quant_dot = dot;
     for (const Threshold& t : kThresholds) {
       Model& q = test::cached_model(gguf(t.type));
+      q.set_kernel_options(ko);
       const Quality r = compare(ref, run(q, ps), V);
+      q.set_kernel_options(KernelOptions{});  // the cached model goes back to its defaults
       std::printf("%s dot, %s: top-1 agreement %.3f, mean KL %.2e (thresholds %.2f, %.0e)\n",
                   quant_dot_name(dot), t.type, r.top1, r.kl, t.min_top1, t.max_kl);
       EXPECT_GE(r.top1, t.min_top1) << t.type << " " << quant_dot_name(dot);
       EXPECT_LE(r.kl, t.max_kl) << t.type << " " << quant_dot_name(dot);
     }
   }
-  matmul_reset_quant_dot();
 }
 
 // MTP drafts (one per prefix length, so every row has the same inputs in both files) of the

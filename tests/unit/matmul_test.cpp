@@ -12,17 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "kernel_isa.h"
 #include "rewind/base/thread_pool.h"
 
 namespace rw {
 namespace {
 
-const char* const kIsas[] = {"amx", "avx512", "avx2", "scalar"};
-
-// Restores the dispatcher's own choice when a test that forces a path ends.
-struct IsaGuard {
-  ~IsaGuard() { matmul_force_isa("auto"); }
-};
+using test::kIsas;
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937 rng(seed);
@@ -229,10 +225,10 @@ TEST(MatmulNaive, StridedRows) {
 
 // y from the kernel equals the explicit sequential std::fma loop, bit for bit, on every path.
 TEST(MatmulExact, EqualsSequentialFmaLoop) {
-  IsaGuard guard;
   ThreadPool pool(2);
   for (const char* isa : kIsas) {
-    if (!matmul_force_isa(isa)) continue;
+    KernelOptions ko;
+    if (!test::isa_options(isa, &ko)) continue;
     for (DType store : {DType::F32, DType::BF16})
       for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 17, 1}, {1, 100, 257},
                              {3, 33, 17}, {8, 48, 128}, {9, 100, 129}, {17, 5, 300},
@@ -241,7 +237,7 @@ TEST(MatmulExact, EqualsSequentialFmaLoop) {
         const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
         const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 5);
         std::vector<float> y(static_cast<size_t>(m * n)), ref(static_cast<size_t>(m * n));
-        matmul(x.data(), m, k, w, y.data(), n, &pool);
+        matmul(x.data(), m, k, w, y.data(), n, &pool, ko);
         matmul_sequential_fma(x.data(), m, k, w, ref.data(), n);
         EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size()))
             << isa << " " << dtype_name(store) << " M=" << m << " N=" << n << " K=" << k;
@@ -251,7 +247,6 @@ TEST(MatmulExact, EqualsSequentialFmaLoop) {
 
 // Signed zeros, infinities, NaN and subnormals go through the same FMA chain as the reference.
 TEST(MatmulExact, SpecialValues) {
-  IsaGuard guard;
   const int64_t m = 9, n = 20, k = 7;
   std::vector<float> wv = random_floats(static_cast<size_t>(n * k), 8);
   std::vector<float> x = random_floats(static_cast<size_t>(m * k), 9);
@@ -264,11 +259,12 @@ TEST(MatmulExact, SpecialValues) {
   for (int64_t c = 0; c < k; ++c) wv[3 * k + c] = 0.0f;
   for (int64_t c = 0; c < k; ++c) x[2 * k + c] = -1.0f;
   for (const char* isa : kIsas) {
-    if (!matmul_force_isa(isa)) continue;
+    KernelOptions ko;
+    if (!test::isa_options(isa, &ko)) continue;
     for (DType store : {DType::F32, DType::BF16}) {
       const PackedMatrix w = PackedMatrix::pack(wv.data(), DType::F32, n, k, store);
       std::vector<float> y(static_cast<size_t>(m * n)), ref(static_cast<size_t>(m * n));
-      matmul(x.data(), m, k, w, y.data(), n, nullptr);
+      matmul(x.data(), m, k, w, y.data(), n, nullptr, ko);
       matmul_sequential_fma(x.data(), m, k, w, ref.data(), n);
       EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size())) << isa << " " << dtype_name(store);
     }
@@ -277,7 +273,6 @@ TEST(MatmulExact, SpecialValues) {
 
 // Every SIMD path gives the bits of the scalar path.
 TEST(MatmulExact, IdenticalBitsAcrossIsas) {
-  IsaGuard guard;
   ThreadPool pool(2);
   int compared = 0;
   for (DType store : {DType::F32, DType::BF16})
@@ -286,14 +281,16 @@ TEST(MatmulExact, IdenticalBitsAcrossIsas) {
         const Source s = make_source(DType::F32, n, k, 21);
         const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
         const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 22);
-        ASSERT_TRUE(matmul_force_isa("scalar"));
+        KernelOptions scalar;
+        ASSERT_TRUE(test::isa_options("scalar", &scalar));
         std::vector<float> ref(static_cast<size_t>(m * n));
-        matmul(x.data(), m, k, w, ref.data(), n, &pool);
+        matmul(x.data(), m, k, w, ref.data(), n, &pool, scalar);
         for (const char* isa : {"avx512", "avx2"}) {
-          if (!matmul_force_isa(isa)) continue;
+          KernelOptions ko;
+          if (!test::isa_options(isa, &ko)) continue;
           ++compared;
           std::vector<float> y(static_cast<size_t>(m * n));
-          matmul(x.data(), m, k, w, y.data(), n, &pool);
+          matmul(x.data(), m, k, w, y.data(), n, &pool, ko);
           EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size()))
               << isa << " vs scalar, " << dtype_name(store) << " M=" << m << " N=" << n << " K=" << k;
         }
@@ -301,15 +298,26 @@ TEST(MatmulExact, IdenticalBitsAcrossIsas) {
   if (compared == 0) GTEST_SKIP() << "this machine has no SIMD path to compare with scalar";
 }
 
-TEST(MatmulExact, ForceIsaReportsPath) {
-  IsaGuard guard;
-  EXPECT_TRUE(matmul_force_isa("scalar"));
-  EXPECT_STREQ(matmul_isa(), "scalar");
-  EXPECT_FALSE(matmul_force_isa("no-such-isa"));
-  EXPECT_STREQ(matmul_isa(), "scalar");
-  EXPECT_TRUE(matmul_force_isa("auto"));
-  const std::string chosen = matmul_isa();
+TEST(MatmulExact, IsaCapReportsPath) {
+  EXPECT_STREQ(matmul_isa(IsaCap::Scalar), "scalar");
+  EXPECT_STREQ(matmul_int8_isa(IsaCap::Scalar), "scalar");
+  EXPECT_FALSE(matmul_amx_enabled(IsaCap::Avx512));
+  IsaCap cap = IsaCap::Avx2;
+  EXPECT_FALSE(parse_isa_cap("no-such-isa", &cap));
+  EXPECT_EQ(cap, IsaCap::Avx2);
+  for (IsaCap c : {IsaCap::Scalar, IsaCap::Avx2, IsaCap::Avx512, IsaCap::Amx}) {
+    ASSERT_TRUE(parse_isa_cap(isa_cap_name(c), &cap));
+    EXPECT_EQ(cap, c);
+  }
+  ASSERT_TRUE(parse_isa_cap("auto", &cap));
+  EXPECT_EQ(cap, IsaCap::Amx);
+  const std::string chosen = matmul_isa(IsaCap::Amx);
   EXPECT_TRUE(chosen == "avx512" || chosen == "avx2" || chosen == "scalar") << chosen;
+  if (isa_cap_supported(IsaCap::Avx2)) { EXPECT_STREQ(matmul_isa(IsaCap::Avx2), "avx2"); }
+  // A matrix carries its options; a default matrix runs everything the CPU has.
+  PackedMatrix w;
+  EXPECT_EQ(w.kernel_options().isa, IsaCap::Amx);
+  EXPECT_EQ(w.kernel_options().quant_dot, default_quant_dot());
 }
 
 // Row r of a big-M product equals the same row computed alone (M=1), and with any other split
@@ -317,17 +325,17 @@ TEST(MatmulExact, ForceIsaReportsPath) {
 // rows: wide decode tiles; more: 8-row tiles; 3+ row tiles: BF16 widened once per panel group),
 // and the thread count moves the panel split; the bits must not notice.
 TEST(MatmulExact, BatchInvariance) {
-  IsaGuard guard;
   ThreadPool pool1(1), pool2(2);
   const int64_t m = 100, n = 200, k = 301;
   const Source s = make_source(DType::F32, n, k, 31);
   const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 32);
   for (const char* isa : kIsas) {
-    if (!matmul_force_isa(isa)) continue;
+    KernelOptions ko;
+    if (!test::isa_options(isa, &ko)) continue;
     for (DType store : {DType::F32, DType::BF16}) {
       const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
       std::vector<float> big(static_cast<size_t>(m * n));
-      matmul(x.data(), m, k, w, big.data(), n, &pool2);
+      matmul(x.data(), m, k, w, big.data(), n, &pool2, ko);
       for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool1, &pool2}) {
         const int threads = pool ? pool->n_threads() : 0;
         // Splits: all M=1, then uneven chunks.
@@ -338,7 +346,7 @@ TEST(MatmulExact, BatchInvariance) {
           int64_t r0 = 0;
           for (size_t ci = 0; r0 < m; ++ci) {
             const int64_t rows = std::min(chunks[ci % chunks.size()], m - r0);
-            matmul(x.data() + r0 * k, rows, k, w, y.data() + r0 * n, n, pool);
+            matmul(x.data() + r0 * k, rows, k, w, y.data() + r0 * n, n, pool, ko);
             r0 += rows;
           }
           for (int64_t r = 0; r < m; ++r)
@@ -355,7 +363,6 @@ TEST(MatmulExact, BatchInvariance) {
 // share each, the default rule): the same bits as one thread, with 2 and 3 threads (uneven
 // shares, and more threads than panels for n = 17).
 TEST(MatmulExact, DecodeSplitsGiveSameBits) {
-  IsaGuard guard;
   ThreadPool pool2(2), pool3(3);
   const int64_t k = 96;
   for (int64_t n : {int64_t{17}, int64_t{200}, int64_t{1000}}) {
@@ -368,10 +375,10 @@ TEST(MatmulExact, DecodeSplitsGiveSameBits) {
         matmul(x.data(), m, k, w, ref.data(), n, nullptr);
         for (DecodeSplit split : {DecodeSplit::Guided, DecodeSplit::Static, DecodeSplit::Auto})
           for (ThreadPool* pool : {&pool2, &pool3}) {
-            matmul_set_decode_split(split);
+            KernelOptions ko;
+            ko.decode_split = split;
             std::fill(y.begin(), y.end(), -1.0f);
-            matmul(x.data(), m, k, w, y.data(), n, pool);
-            matmul_set_decode_split(DecodeSplit::Auto);
+            matmul(x.data(), m, k, w, y.data(), n, pool, ko);
             ASSERT_TRUE(same_bits(ref.data(), y.data(), y.size()))
                 << dtype_name(store) << " n=" << n << " m=" << m << " split "
                 << decode_split_name(split) << " threads " << pool->n_threads();
@@ -379,7 +386,6 @@ TEST(MatmulExact, DecodeSplitsGiveSameBits) {
       }
     }
   }
-  EXPECT_EQ(matmul_decode_split(), DecodeSplit::Auto);
   for (DecodeSplit d : {DecodeSplit::Auto, DecodeSplit::Guided, DecodeSplit::Static}) {
     DecodeSplit parsed = d == DecodeSplit::Auto ? DecodeSplit::Static : DecodeSplit::Auto;
     EXPECT_TRUE(parse_decode_split(decode_split_name(d), &parsed));
@@ -396,25 +402,25 @@ TEST(MatmulExact, DecodeSplitsGiveSameBits) {
 // in matmul.cpp) and many rows (several row blocks: kMc = 512): still the sequential FMA chain,
 // and still batch-invariant.
 TEST(MatmulExact, LongKAndManyRows) {
-  IsaGuard guard;
   ThreadPool pool(2);
   struct Case {
     int64_t m, n, k;
   };
   for (const char* isa : kIsas) {
-    if (!matmul_force_isa(isa)) continue;
+    KernelOptions ko;
+    if (!test::isa_options(isa, &ko)) continue;
     for (DType store : {DType::F32, DType::BF16})
       for (Case c : {Case{20, 33, 9001}, Case{530, 17, 16}}) {
         const Source s = make_source(DType::F32, c.n, c.k, 51);
         const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, c.n, c.k, store);
         const std::vector<float> x = random_floats(static_cast<size_t>(c.m * c.k), 52);
         std::vector<float> y(static_cast<size_t>(c.m * c.n)), ref(y.size()), row(c.n);
-        matmul(x.data(), c.m, c.k, w, y.data(), c.n, &pool);
+        matmul(x.data(), c.m, c.k, w, y.data(), c.n, &pool, ko);
         matmul_sequential_fma(x.data(), c.m, c.k, w, ref.data(), c.n);
         EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size()))
             << isa << " " << dtype_name(store) << " M=" << c.m << " K=" << c.k;
         for (int64_t r : {int64_t{0}, c.m / 2, c.m - 1}) {
-          matmul(x.data() + r * c.k, 1, c.k, w, row.data(), c.n, nullptr);
+          matmul(x.data() + r * c.k, 1, c.k, w, row.data(), c.n, nullptr, ko);
           EXPECT_TRUE(same_bits(row.data(), y.data() + r * c.n, c.n))
               << isa << " " << dtype_name(store) << " M=" << c.m << " row " << r;
         }

@@ -55,21 +55,19 @@ float fixed_order_dot(const float* a, const float* b, int64_t n) {
 // give the fixed order's bits on every SIMD path this machine has: lengths with and without a
 // tail, row counts across the groups of 4 and 16.
 TEST(Ops, ReductionsBitsEqualFixedOrder) {
-  struct IsaGuard {
-    ~IsaGuard() { matmul_force_isa("auto"); }
-  } guard;
   auto same = [](float a, float b) { return std::memcmp(&a, &b, 4) == 0; };
   std::mt19937_64 r(23);
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
-    if (!matmul_force_isa(isa)) continue;
+    IsaCap cap;
+    if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
     for (int64_t n : {1, 5, 16, 17, 128, 130, 1024}) {
       auto a = randv(r, n), b = randv(r, n);
-      EXPECT_TRUE(same(dot_fixed(a.data(), b.data(), n), fixed_order_dot(a.data(), b.data(), n)))
+      EXPECT_TRUE(same(dot_fixed(a.data(), b.data(), n, cap), fixed_order_dot(a.data(), b.data(), n)))
           << isa << " n " << n;
       for (int64_t rows : {1, 3, 4, 7, 16, 21}) {
         auto x = randv(r, rows * n), w = randv(r, n), z = randv(r, rows * n);
         std::vector<float> y(x.size()), want(x.size());
-        rmsnorm(x.data(), n, w.data(), y.data(), n, rows, n, 1e-6f);
+        rmsnorm(x.data(), n, w.data(), y.data(), n, rows, n, 1e-6f, cap);
         for (int64_t i = 0; i < rows; ++i) {
           const float* xr = x.data() + i * n;
           const float ms = fixed_order_dot(xr, xr, n) / static_cast<float>(n);
@@ -78,14 +76,14 @@ TEST(Ops, ReductionsBitsEqualFixedOrder) {
         }
         ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << isa << " rmsnorm " << n;
         y = x;
-        l2norm_heads(y.data(), rows, n, 1e-6f, 0.5f);
+        l2norm_heads(y.data(), rows, n, 1e-6f, 0.5f, cap);
         for (int64_t i = 0; i < rows; ++i) {
           const float* xr = x.data() + i * n;
           const float inv = 1.0f / std::sqrt(fixed_order_dot(xr, xr, n) + 1e-6f);
           for (int64_t j = 0; j < n; ++j) want[i * n + j] = (xr[j] * inv) * 0.5f;
         }
         ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * 4), 0) << isa << " l2norm " << n;
-        gated_rmsnorm_heads(x.data(), z.data(), w.data(), y.data(), rows, n, 1e-6f);
+        gated_rmsnorm_heads(x.data(), z.data(), w.data(), y.data(), rows, n, 1e-6f, cap);
         for (int64_t i = 0; i < rows; ++i) {
           const float* xr = x.data() + i * n;
           const float ms = fixed_order_dot(xr, xr, n) / static_cast<float>(n);
@@ -268,10 +266,8 @@ TEST(Ops, GdnStepsBitsEqualGdnStepPerToken) {
                                                                   {24, 272},
                                                                   {9, 16}})
       for (int64_t T : {1, 2, 7, 131}) {
-        if (!matmul_force_isa(isa)) continue;
-        struct Restore {
-          ~Restore() { matmul_force_isa("auto"); }
-        } restore;
+        IsaCap cap;
+        if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
         const int64_t ldqk = 2 * dk + 3, ldv = dv + 5, ldo = dv + 1;
         auto S0 = randv(r, dk * dv, 0.5f);
         auto q = randv(r, T * ldqk, 0.2f), k = randv(r, T * ldqk, 0.2f), v = randv(r, T * ldv);
@@ -282,7 +278,7 @@ TEST(Ops, GdnStepsBitsEqualGdnStepPerToken) {
         }
         std::vector<float> S(S0), S2(S0), o(static_cast<size_t>(T * ldo), -1.0f), o2(o);
         gdn_steps(S.data(), q.data(), k.data(), ldqk, v.data(), ldv, alpha.data(), beta.data(),
-                  o.data(), ldo, T, dk, dv);
+                  o.data(), ldo, T, dk, dv, cap);
         // Each head's rows contiguous (the prefill's head-major layout: streamed, not packed):
         // the same bits.
         std::vector<float> qc(static_cast<size_t>(T * dk)), kc(qc.size()),
@@ -294,7 +290,7 @@ TEST(Ops, GdnStepsBitsEqualGdnStepPerToken) {
         }
         std::vector<float> Sc(S0), oc(o.size(), -1.0f);
         gdn_steps(Sc.data(), qc.data(), kc.data(), dk, vc.data(), dv, alpha.data(), beta.data(),
-                  oc.data(), ldo, T, dk, dv);
+                  oc.data(), ldo, T, dk, dv, cap);
         ASSERT_EQ(std::memcmp(o.data(), oc.data(), o.size() * 4), 0)
             << isa << " " << dk << "x" << dv << " T" << T << " contiguous";
         ASSERT_EQ(std::memcmp(S.data(), Sc.data(), S.size() * 4), 0)
@@ -347,12 +343,10 @@ TEST(Ops, AttentionBlocksMatchReference) {
 // a multiple of the groups, d with and without the grouped paths, keys ending mid-block; on every
 // SIMD path this machine has; in both forms (rows a stride apart, rows at their own addresses).
 TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
-  struct IsaGuard {
-    ~IsaGuard() { matmul_force_isa("auto"); }
-  } guard;
   std::mt19937_64 r(17);
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
-    if (!matmul_force_isa(isa)) continue;
+    IsaCap cap;
+    if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
     for (int64_t d : {32, 64, 128, 48}) {
       for (int64_t block : {64, 128, 32, 4}) {
         for (auto [first, m] : std::vector<std::pair<int64_t, int64_t>>{
@@ -375,7 +369,7 @@ TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
           std::vector<float> out(static_cast<size_t>(m * ldo), 0.0f),
               scratch(static_cast<size_t>(m * n_max));
           attention_rows(q.data(), ldq, m, n_keys.data(), kp.data(), vp.data(), block, ld, d, 0.11f,
-                         out.data(), ldo, scratch.data());
+                         out.data(), ldo, scratch.data(), cap);
           // The pointer form, rows at addresses in no order (as grouped-query attention's rows of
           // several heads lie): row i's query at row m - 1 - i, its output at row (3i) % m of
           // another buffer (m not a multiple of 3 keeps that a permutation).
@@ -389,15 +383,15 @@ TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
           }
           // n_keys are ascending in row order, so the reversed queries pair with them as given.
           attention_rows(qp.data(), m, n_keys.data(), kp.data(), vp.data(), block, ld, d, 0.11f,
-                         op.data(), scratch.data());
+                         op.data(), scratch.data(), cap);
           for (int64_t i = 0; i < m; ++i) {
             std::vector<float> one(static_cast<size_t>(d)), sc(static_cast<size_t>(n_keys[i]));
             attention_head(q.data() + i * ldq, kp.data(), vp.data(), block, ld, n_keys[i], d, 0.11f,
-                           one.data(), sc.data());
+                           one.data(), sc.data(), cap);
             ASSERT_EQ(std::memcmp(one.data(), out.data() + i * ldo, d * 4), 0)
                 << isa << " d " << d << " block " << block << " first " << first << " row " << i;
             attention_head(qp[i], kp.data(), vp.data(), block, ld, n_keys[i], d, 0.11f, one.data(),
-                           sc.data());
+                           sc.data(), cap);
             ASSERT_EQ(std::memcmp(one.data(), op[i], d * 4), 0)
                 << "pointer rows: " << isa << " d " << d << " block " << block << " first " << first
                 << " row " << i;

@@ -21,19 +21,12 @@
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/matmul.h"
 #include "rewind/kernels/matmul_quant.h"
+#include "kernel_isa.h"
 
 namespace rw {
 namespace {
 
-struct IsaGuard {
-  ~IsaGuard() { matmul_force_isa("auto"); }
-};
-
-// Sets the quantised dot for one test, then restores this CPU's default.
-struct QuantDotGuard {
-  explicit QuantDotGuard(QuantDot mode) { matmul_set_quant_dot(mode); }
-  ~QuantDotGuard() { matmul_reset_quant_dot(); }
-};
+using test::kIsas;
 
 std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
   std::mt19937 rng(seed);
@@ -409,7 +402,7 @@ TEST(Quant, TranscodingIsExact) {
 // thread count, the bits of the matrix packed from its Q8_0 (Q6_K) transcoding: their kernels
 // compute Q8_0's (Q6_K's) integers.
 TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
-  IsaGuard guard;
+  KernelOptions ko;
   ThreadPool pool(2);
   for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
     const DType to = transcoded_type(t);
@@ -426,22 +419,22 @@ TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
     for (int64_t r = 0; r < n; r += 5)
       for (int64_t c = 0; c < k; c += 11) ASSERT_EQ(pa.at(r, c), wf[r * k + c]) << dtype_name(t);
     for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
-      QuantDotGuard g(dot);
+      ko.quant_dot = dot;
       for (int64_t m : {1, 2, 3, 5, 33}) {
         const auto x = randn(static_cast<size_t>(m * k), 17 + static_cast<uint32_t>(m));
         std::vector<float> ya(static_cast<size_t>(m * n)), yb(ya.size());
-        matmul_force_isa("auto");
-        matmul(x.data(), m, k, pb, yb.data(), n, nullptr);
+        ko.isa = IsaCap::Amx;
+        matmul(x.data(), m, k, pb, yb.data(), n, nullptr, ko);
         for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
-          if (!matmul_force_isa(isa)) continue;
+          if (!test::isa_options(isa, &ko)) continue;
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(ya.begin(), ya.end(), -1.0f);
-            matmul(x.data(), m, k, pa, ya.data(), n, p);
+            matmul(x.data(), m, k, pa, ya.data(), n, p, ko);
             ASSERT_EQ(std::memcmp(ya.data(), yb.data(), ya.size() * 4), 0)
                 << dtype_name(t) << " " << quant_dot_name(dot) << " m=" << m << " " << isa;
           }
         }
-        matmul_force_isa("auto");
+        ko.isa = IsaCap::Amx;
       }
     }
   }
@@ -481,8 +474,8 @@ TEST(Quant, ZeroRowsStayZero) {
 
 // The quantised matmul equals, bit for bit, the F32 matmul of the dequantised weights.
 TEST(QuantMatmul, EqualsF32OfDequantised) {
-  IsaGuard guard;
-  QuantDotGuard dot(QuantDot::F32);
+  KernelOptions ko;
+  ko.quant_dot = QuantDot::F32;
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
@@ -513,27 +506,28 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
         const auto x = randn(static_cast<size_t>(m * k), 99 + static_cast<uint32_t>(m));
         std::vector<float> yf(static_cast<size_t>(m * n)), yq(yf.size()),
             y1(static_cast<size_t>(n));
-        matmul(x.data(), m, k, pf, yf.data(), n, nullptr);
+        matmul(x.data(), m, k, pf, yf.data(), n, nullptr, ko);
         for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
-          if (!matmul_force_isa(isa)) continue;
+          if (!test::isa_options(isa, &ko)) continue;
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(yq.begin(), yq.end(), -1.0f);
-            matmul(x.data(), m, k, pq, yq.data(), n, p);
+            matmul(x.data(), m, k, pq, yq.data(), n, p, ko);
             ASSERT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0)
                 << dtype_name(t) << " n=" << n << " m=" << m << " " << isa;
           }
           // Row 0 alone (decode) gives the same bits as inside the batch.
-          matmul(x.data(), 1, k, pq, y1.data(), n, &pool);
+          matmul(x.data(), 1, k, pq, y1.data(), n, &pool, ko);
           ASSERT_EQ(std::memcmp(y1.data(), yq.data(), y1.size() * 4), 0);
         }
-        matmul_force_isa("auto");
+        ko.isa = IsaCap::Amx;
       }
     }
   }
 }
 
 TEST(QuantMatmul, KPermutationGathersInput) {
-  QuantDotGuard dot(QuantDot::F32);
+  KernelOptions ko;
+  ko.quant_dot = QuantDot::F32;
   const int64_t n = 20, k = 512;
   const DType t = DType::Q4_K;
   const auto w = randn(static_cast<size_t>(n * k), 3);
@@ -551,8 +545,8 @@ TEST(QuantMatmul, KPermutationGathersInput) {
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < k; ++j) xg[r * k + j] = x[r * k + perm[j]];
     std::vector<float> yq(static_cast<size_t>(m * n)), yf(yq.size()), yn(yq.size());
-    matmul(x.data(), m, k, pq, yq.data(), n, nullptr);
-    matmul(xg.data(), m, k, pf, yf.data(), n, nullptr);
+    matmul(x.data(), m, k, pq, yq.data(), n, nullptr, ko);
+    matmul(xg.data(), m, k, pf, yf.data(), n, nullptr, ko);
     EXPECT_EQ(std::memcmp(yq.data(), yf.data(), yq.size() * 4), 0);
     // at() is in the logical (unpermuted) order: the naive reference agrees closely.
     matmul_naive(x.data(), m, k, pq, yn.data(), n);
@@ -564,7 +558,8 @@ TEST(QuantMatmul, KPermutationGathersInput) {
 // A stack of parts in different stores equals the F32 matrix of all its rows, for every M; with
 // a k permutation on the stack, the F32 matmul on the gathered input.
 TEST(QuantMatmul, StackOfStores) {
-  QuantDotGuard dot(QuantDot::F32);
+  KernelOptions ko;
+  ko.quant_dot = QuantDot::F32;
   const int64_t k = 512;
   const std::pair<DType, int64_t> parts[] = {
       {DType::Q4_K, 20}, {DType::Q6_K, 9}, {DType::F32, 17}, {DType::Q8_0, 16}, {DType::Q5_K, 3}};
@@ -595,8 +590,8 @@ TEST(QuantMatmul, StackOfStores) {
   for (int64_t m : {1, 2, 3, 20}) {
     const auto x = randn(static_cast<size_t>(m * k), 9);
     std::vector<float> ys(static_cast<size_t>(m * n)), yf(ys.size());
-    matmul(x.data(), m, k, st, ys.data(), n, &pool);
-    matmul(x.data(), m, k, pf, yf.data(), n, nullptr);
+    matmul(x.data(), m, k, st, ys.data(), n, &pool, ko);
+    matmul(x.data(), m, k, pf, yf.data(), n, nullptr, ko);
     EXPECT_EQ(std::memcmp(ys.data(), yf.data(), ys.size() * 4), 0) << m;
   }
   std::vector<int32_t> perm(static_cast<size_t>(k));
@@ -607,8 +602,8 @@ TEST(QuantMatmul, StackOfStores) {
   for (int64_t r = 0; r < 3; ++r)
     for (int64_t j = 0; j < k; ++j) xg[r * k + j] = x[r * k + perm[j]];
   std::vector<float> ys(static_cast<size_t>(3 * n)), yf(ys.size());
-  matmul(x.data(), 3, k, st, ys.data(), n, &pool);
-  matmul(xg.data(), 3, k, pf, yf.data(), n, nullptr);
+  matmul(x.data(), 3, k, st, ys.data(), n, &pool, ko);
+  matmul(xg.data(), 3, k, pf, yf.data(), n, nullptr, ko);
   EXPECT_EQ(std::memcmp(ys.data(), yf.data(), ys.size() * 4), 0);
 }
 
@@ -617,7 +612,7 @@ TEST(QuantMatmul, StackOfStores) {
 // a stack (which take the buffered path), with and without a spare buffer; every row is made
 // exactly once, and only into rows of the given stride.
 TEST(QuantMatmul, FillEqualsMatmulOnTheSameRows) {
-  IsaGuard guard;
+  KernelOptions ko;
   ThreadPool pool(3);
   struct Case {
     DType store;
@@ -651,13 +646,14 @@ TEST(QuantMatmul, FillEqualsMatmulOnTheSameRows) {
       pw.set_k_perm(perm);
     }
     for (QuantDot dot : {QuantDot::Int8, QuantDot::F32}) {
-      QuantDotGuard dg(dot);
+      ko.quant_dot = dot;
       for (const char* isa : {"avx512", "avx2", "scalar"}) {
-        if (!matmul_force_isa(isa)) continue;
+        if (!test::isa_options(isa, &ko)) continue;
+        pw.set_kernel_options(ko);  // matmul_fill runs on the matrix's own options
         for (int64_t m : {1, 3, 17, 130}) {
           const auto x = randn(static_cast<size_t>(m * k), 7 + static_cast<uint32_t>(m), 2.0f);
           std::vector<float> ref(static_cast<size_t>(m * n));
-          matmul(x.data(), m, k, pw, ref.data(), n, &pool);
+          matmul(x.data(), m, k, pw, ref.data(), n, &pool, ko);
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool})
             for (bool spare : {false, true}) {
               const int64_t ld_spare = k + 5;
@@ -691,7 +687,7 @@ TEST(QuantMatmul, FillEqualsMatmulOnTheSameRows) {
 
 // Activation quantisation: known answers, special blocks, SIMD = scalar.
 TEST(QuantInt8, QuantizeActs) {
-  IsaGuard guard;
+  KernelOptions ko;
   const int64_t k = 64;
   std::vector<float> x(static_cast<size_t>(3 * k), 0.0f);
   for (int i = 0; i < 32; ++i) x[i] = static_cast<float>(i - 16) * 0.5f;  // amax 8 (at i = 0)
@@ -700,9 +696,9 @@ TEST(QuantInt8, QuantizeActs) {
   for (int64_t i = 0; i < k; ++i) x[2 * k + i] = 1.0f;
   x[2 * k + 40] = std::numeric_limits<float>::quiet_NaN();
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
-    if (!matmul_force_isa(isa)) continue;
+    if (!test::isa_options(isa, &ko)) continue;
     detail::QuantizedActs a;
-    detail::quantize_acts(DType::Q8_0, x.data(), 3, k, k, &a, nullptr);
+    detail::quantize_acts(DType::Q8_0, x.data(), 3, k, k, &a, nullptr, ko.isa);
     ASSERT_EQ(a.block, 32);
     // Q8_0 scales are rounded to fp16, as llama.cpp's block_q8_0 holds them.
     EXPECT_EQ(a.d[0], f16_to_f32(f32_to_f16(8.0f / 127.0f)));
@@ -724,17 +720,17 @@ TEST(QuantInt8, QuantizeActs) {
   // A scale past fp16's range stays f32 (llama.cpp's would be inf); Q4_K's 256-value blocks
   // keep f32 scales, as llama.cpp's block_q8_K does.
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
-    if (!matmul_force_isa(isa)) continue;
+    if (!test::isa_options(isa, &ko)) continue;
     std::vector<float> big(256, 1.0f);
     big[3] = 1e7f;
     detail::QuantizedActs a, b;
-    detail::quantize_acts(DType::Q8_0, big.data(), 1, 256, 256, &a, nullptr);
+    detail::quantize_acts(DType::Q8_0, big.data(), 1, 256, 256, &a, nullptr, ko.isa);
     EXPECT_EQ(a.d[0], 1e7f / 127.0f);
     EXPECT_EQ(a.d[1], f16_to_f32(f32_to_f16(1.0f / 127.0f)));
-    detail::quantize_acts(DType::Q4_K, big.data(), 1, 256, 256, &b, nullptr);
+    detail::quantize_acts(DType::Q4_K, big.data(), 1, 256, 256, &b, nullptr, ko.isa);
     EXPECT_EQ(b.d[0], 1e7f / 127.0f);
     big[3] = 1.0f;
-    detail::quantize_acts(DType::Q4_K, big.data(), 1, 256, 256, &b, nullptr);
+    detail::quantize_acts(DType::Q4_K, big.data(), 1, 256, 256, &b, nullptr, ko.isa);
     EXPECT_EQ(b.d[0], 1.0f / 127.0f);
   }
   // Every SIMD path and the scalar agree on random rows of every block size, on a row of
@@ -751,14 +747,14 @@ TEST(QuantInt8, QuantizeActs) {
   r[kRows * kRow - 1] = std::numeric_limits<float>::infinity();
   for (DType t : {DType::Q8_0, DType::Q4_K}) {
     detail::QuantizedActs b;
-    matmul_force_isa("scalar");
-    detail::quantize_acts(t, r.data(), kRows, kRow, kRow, &b, nullptr);
+    ko.isa = IsaCap::Scalar;
+    detail::quantize_acts(t, r.data(), kRows, kRow, kRow, &b, nullptr, ko.isa);
     EXPECT_EQ(b.q[4 * kRow + 1], -126);  // -125.5 rounds to even
     EXPECT_EQ(b.q[4 * kRow + 2], -124);  // -124.5 rounds to even
     for (const char* isa : {"avx512", "avx2"}) {
-      if (!matmul_force_isa(isa)) continue;
+      if (!test::isa_options(isa, &ko)) continue;
       detail::QuantizedActs a;
-      detail::quantize_acts(t, r.data(), kRows, kRow, kRow, &a, nullptr);
+      detail::quantize_acts(t, r.data(), kRows, kRow, kRow, &a, nullptr, ko.isa);
       EXPECT_EQ(std::memcmp(a.q.data(), b.q.data(), kRows * kRow), 0) << isa;
       EXPECT_EQ(std::memcmp(a.d.data(), b.d.data(), a.d.size() * 4), 0) << isa;
       EXPECT_EQ(std::memcmp(a.s16.data(), b.s16.data(), kRows * kRow / 16 * 4), 0) << isa;
@@ -766,8 +762,8 @@ TEST(QuantInt8, QuantizeActs) {
   }
   {  // the regimes are there: fp16 zero, subnormal and normal scales, and f32 ones past it
     detail::QuantizedActs b;
-    matmul_force_isa("scalar");
-    detail::quantize_acts(DType::Q8_0, r.data(), kRows, kRow, kRow, &b, nullptr);
+    ko.isa = IsaCap::Scalar;
+    detail::quantize_acts(DType::Q8_0, r.data(), kRows, kRow, kRow, &b, nullptr, ko.isa);
     int zero = 0, sub = 0, past = 0;
     for (int64_t i = 5 * kRow / 32; i < kRows * kRow / 32; ++i) {
       zero += b.d[i] == 0.0f;
@@ -778,14 +774,14 @@ TEST(QuantInt8, QuantizeActs) {
     EXPECT_GT(sub, 0);
     EXPECT_GT(past, 0);
   }
-  matmul_force_isa("auto");
+  ko.isa = IsaCap::Amx;
 }
 
 // Every output of the int8 dot equals the scalar formula bit for bit, for every M, path and
 // thread count, and row 0 alone equals row 0 inside the batch.
 TEST(QuantInt8, EqualsScalarFormula) {
-  IsaGuard guard;
-  QuantDotGuard dot(QuantDot::Int8);
+  KernelOptions ko;
+  ko.quant_dot = QuantDot::Int8;
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
@@ -809,7 +805,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
           std::fill(x.begin() + 2 * k - blk, x.begin() + 2 * k, 1e-35f);
         }
         detail::QuantizedActs xa;
-        detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr);
+        detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
         std::vector<float> ref(static_cast<size_t>(m * n));
         for (int64_t r = 0; r < m; ++r)
           for (int64_t c = 0; c < n; ++c)
@@ -818,43 +814,43 @@ TEST(QuantInt8, EqualsScalarFormula) {
                 static_cast<int>(c % 16));
         std::vector<float> y(ref.size()), y1(static_cast<size_t>(n));
         for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
-          if (!matmul_force_isa(isa)) continue;
+          if (!test::isa_options(isa, &ko)) continue;
           if (std::string(isa) == "avx2" || std::string(isa) == "scalar") {
-            EXPECT_EQ(std::string(matmul_int8_isa()), isa);
+            EXPECT_EQ(std::string(matmul_int8_isa(ko.isa)), isa);
           }
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(y.begin(), y.end(), -1.0f);
-            matmul(x.data(), m, k, pq, y.data(), n, p);
+            matmul(x.data(), m, k, pq, y.data(), n, p, ko);
             ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
                 << dtype_name(t) << " n=" << n << " m=" << m << " " << isa;
           }
-          matmul(x.data(), 1, k, pq, y1.data(), n, &pool);
+          matmul(x.data(), 1, k, pq, y1.data(), n, &pool, ko);
           ASSERT_EQ(std::memcmp(y1.data(), ref.data(), y1.size() * 4), 0);
           // Decode tiles over 1-4 panel streams (each run of panels split differently, the
           // last tiles of a run shorter): the same bits.
           if (m <= 2) {
             for (int panels : {1, 2, 3, 4}) {
-              matmul_set_decode_panels(panels);
+              ko.decode_panels = panels;
               std::fill(y.begin(), y.end(), -1.0f);
-              matmul(x.data(), m, k, pq, y.data(), n, &pool);
-              matmul_set_decode_panels(0);
+              matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
+              ko.decode_panels = 0;
               ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
                   << dtype_name(t) << " n=" << n << " m=" << m << " " << isa << " panels "
                   << panels;
             }
             // The threads' split of the columns (guided chunks or static shares): the same bits.
             for (DecodeSplit split : {DecodeSplit::Guided, DecodeSplit::Static}) {
-              matmul_set_decode_split(split);
+              ko.decode_split = split;
               std::fill(y.begin(), y.end(), -1.0f);
-              matmul(x.data(), m, k, pq, y.data(), n, &pool);
-              matmul_set_decode_split(DecodeSplit::Auto);
+              matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
+              ko.decode_split = DecodeSplit::Auto;
               ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
                   << dtype_name(t) << " n=" << n << " m=" << m << " " << isa << " split "
                   << decode_split_name(split);
             }
           }
         }
-        matmul_force_isa("auto");
+        ko.isa = IsaCap::Amx;
       }
     }
   }
@@ -868,8 +864,8 @@ TEST(QuantInt8, EqualsScalarFormula) {
 // the scalar formula's bits (a row block's activations packed at the wrong offset, or a row tile
 // written one tile off, fails it).
 TEST(QuantInt8, RowBlocksEqualScalarFormula) {
-  IsaGuard guard;
-  QuantDotGuard dot(QuantDot::Int8);
+  KernelOptions ko;
+  ko.quant_dot = QuantDot::Int8;
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K,
                   DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
@@ -880,7 +876,7 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
     const int64_t panel_stride = k / dtype_block_elems(t) * detail::quant_panel_block_bytes(t);
     auto x = randn(static_cast<size_t>(m * k), 32, 2.0f);
     detail::QuantizedActs xa;
-    detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr);
+    detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
     std::vector<float> ref(static_cast<size_t>(m * n));
     for (int64_t r = 0; r < m; ++r)
       for (int64_t c = 0; c < n; ++c)
@@ -888,14 +884,14 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
             t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
             static_cast<int>(c % 16));
     for (const char* isa : {"amx", "avx512", "avx2"}) {
-      if (!matmul_force_isa(isa)) continue;
+      if (!test::isa_options(isa, &ko)) continue;
       std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
-      matmul(x.data(), m, k, pq, y.data(), n, &pool);
+      matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
       for (int64_t i = 0; i < m * n; ++i)
         ASSERT_EQ(std::memcmp(&y[i], &ref[i], 4), 0)
             << dtype_name(t) << " " << isa << " row " << i / n << " col " << i % n;
     }
-    matmul_force_isa("auto");
+    ko.isa = IsaCap::Amx;
   }
 }
 
@@ -905,8 +901,8 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
 // Q4_K, Q4_0, Q4_1, 4 for Q5_K and Q5_1, 2 for Q6_K); one more would overflow here and this test
 // would fail.
 TEST(QuantInt8, ExtremeCodesStayExact) {
-  IsaGuard guard;
-  QuantDotGuard dot(QuantDot::Int8);
+  KernelOptions ko;
+  ko.quant_dot = QuantDot::Int8;
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
@@ -963,7 +959,7 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
       for (int64_t r = 0; r < m; ++r)
         for (int64_t i = 0; i < k; ++i) x[r * k + i] = r % 2 ? -1.0f : 1.0f;
       detail::QuantizedActs xa;
-      detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr);
+      detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
       std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size());
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < n; ++c)
@@ -971,12 +967,12 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
               t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
               static_cast<int>(c % 16));
       for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
-        if (!matmul_force_isa(isa)) continue;
-        matmul(x.data(), m, k, pq, y.data(), n, &pool);
+        if (!test::isa_options(isa, &ko)) continue;
+        matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
         ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
             << dtype_name(t) << " m=" << m << " " << isa;
       }
-      matmul_force_isa("auto");
+      ko.isa = IsaCap::Amx;
     }
   }
 }
@@ -985,7 +981,8 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
 // error about 0.5% on Gaussian data. A wrong nibble order, scale, min or offset gives errors of
 // tens of percent; the bound is 2%.
 TEST(QuantInt8, CloseToExactProduct) {
-  QuantDotGuard dot(QuantDot::Int8);
+  KernelOptions ko;
+  ko.quant_dot = QuantDot::Int8;
   ThreadPool pool(2);
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
@@ -995,7 +992,7 @@ TEST(QuantInt8, CloseToExactProduct) {
     PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
     const auto x = randn(static_cast<size_t>(m * k), 6);
     std::vector<float> y(static_cast<size_t>(m * n)), yn(y.size());
-    matmul(x.data(), m, k, pq, y.data(), n, &pool);
+    matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
     matmul_naive(x.data(), m, k, pq, yn.data(), n);
     double err = 0, ref = 0;
     for (size_t i = 0; i < y.size(); ++i) {

@@ -1,4 +1,4 @@
-// Internal to the kernels: the cap on their SIMD paths and the AMX tile state they share.
+// Internal to the kernels: the AMX tile state they share.
 #pragma once
 
 #include <immintrin.h>
@@ -15,11 +15,6 @@ struct alignas(64) AmxTileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 };
-
-// The widest SIMD path any kernel may take. matmul_force_isa lowers it so that tests can compare
-// paths (3 AMX, 2 AVX-512, 1 AVX2, 0 scalar); each kernel still checks that the CPU has what it
-// uses.
-extern int g_isa_cap;
 
 // The AMX tile configuration this thread has loaded (0: none or unknown). Whoever loads one sets
 // its own id; kernels reload theirs when the id differs.

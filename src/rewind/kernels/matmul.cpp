@@ -19,7 +19,6 @@
 
 #include "rewind/base/check.h"
 #include "rewind/base/thread_pool.h"
-#include "rewind/kernels/isa_cap.h"
 #include "rewind/kernels/matmul_isa.h"
 #include "rewind/kernels/matmul_quant.h"
 #include "rewind/tensor/quant.h"
@@ -97,21 +96,12 @@ bool cpu_has_avx2() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-const MatmulIsa* detect_isa() {
-  if (cpu_has_avx512()) return detail::matmul_isa_avx512();
-  if (cpu_has_avx2()) return detail::matmul_isa_avx2();
-  return detail::matmul_isa_scalar();
-}
-
-std::atomic<const MatmulIsa*> g_isa{nullptr};
-
-const MatmulIsa& current_isa() {
-  const MatmulIsa* isa = g_isa.load(std::memory_order_acquire);
-  if (!isa) {
-    isa = detect_isa();
-    g_isa.store(isa, std::memory_order_release);
-  }
-  return *isa;
+// The widest f32 / bf16 path the CPU has and the cap allows.
+const MatmulIsa& isa_for(IsaCap cap) {
+  static const bool avx512 = cpu_has_avx512(), avx2 = cpu_has_avx2();
+  if (avx512 && cap >= IsaCap::Avx512) return *detail::matmul_isa_avx512();
+  if (avx2 && cap >= IsaCap::Avx2) return *detail::matmul_isa_avx2();
+  return *detail::matmul_isa_scalar();
 }
 
 // ---- blocking --------------------------------------------------------------------------------
@@ -213,19 +203,20 @@ void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx, co
 // dequantised weights whatever M is. Decode (few rows) uses short K slices so the widened
 // block stays in L1/L2; prefill longer ones, reused by every row tile.
 void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
-                      const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+                      const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1,
+                      IsaCap cap) {
   const DType t = w.store();
   const int64_t n = w.n(), k = w.k();
   const int64_t bk = dtype_block_elems(t), pb = detail::quant_panel_block_bytes(t);
   const int64_t panel_stride = k / bk * pb;
   const std::byte* w_bytes = static_cast<const std::byte*>(w.raw());
-  if (m <= detail::kQuantDecodeRows && detail::quant_decode_tiles_available(t)) {
+  if (m <= detail::kQuantDecodeRows && detail::quant_decode_tiles_available(t, cap)) {
     // Decode: dequantise in registers, whole K per tile, no scratch.
     const int ncols =
         static_cast<int>(std::min<int64_t>(n - p0 * kMatmulNR, (p1 - p0) * kMatmulNR));
     detail::quant_decode_tiles(t, x, ldx, static_cast<int>(m), w_bytes + p0 * panel_stride,
                                panel_stride, k / bk, static_cast<int>(p1 - p0), y + p0 * kMatmulNR,
-                               ldy, ncols);
+                               ldy, ncols, cap);
     return;
   }
   const int mr = m <= isa.mr_small ? isa.mr_small : isa.mr;
@@ -242,7 +233,7 @@ void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t l
         const int npg = static_cast<int>(std::min<int64_t>(np, p1 - pg));
         const int ncols = static_cast<int>(std::min<int64_t>(n - pg * kMatmulNR, npg * kMatmulNR));
         detail::widen_quant(t, w_bytes + pg * panel_stride, panel_stride, k0 / bk, kb / bk, npg,
-                            wide);
+                            wide, cap);
         for (int64_t r0 = r_blk; r0 < r_end; r0 += mr) {
           const int rows = static_cast<int>(std::min<int64_t>(mr, r_end - r0));
           isa.tile_f32(x + r0 * ldx + k0, ldx, wide, kb * kMatmulNR, kb, rows, npg,
@@ -256,47 +247,75 @@ void run_panels_quant(const MatmulIsa& isa, const float* x, int64_t m, int64_t l
 // Int8 dot: the activation rows, quantised once per call by the calling thread's pool, then each
 // thread's panels against all rows.
 void run_panels_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, int64_t panel_stride,
-                     float* y, int64_t ldy, int64_t p0, int64_t p1) {
+                     float* y, int64_t ldy, int64_t p0, int64_t p1, const KernelOptions& ko) {
   const int64_t n = w.n();
   const int ncols = static_cast<int>(std::min<int64_t>(n - p0 * kMatmulNR, (p1 - p0) * kMatmulNR));
   detail::int8_dot_panels(w.store(), xa, 0, xa.m,
                           static_cast<const std::byte*>(w.raw()) + p0 * panel_stride, panel_stride,
-                          static_cast<int>(p1 - p0), y + p0 * kMatmulNR, ldy, ncols);
+                          static_cast<int>(p1 - p0), y + p0 * kMatmulNR, ldy, ncols, ko);
 }
-
-QuantDot default_quant_dot() {
-  return detail::int8_dot_simd_available() ? QuantDot::Int8 : QuantDot::F32;
-}
-std::atomic<int> g_quant_dot{-1};  // -1: not chosen yet
 
 }  // namespace
 
-void matmul_set_quant_dot(QuantDot mode) {
-  g_quant_dot.store(static_cast<int>(mode), std::memory_order_release);
-}
-
-void matmul_reset_quant_dot() {
-  g_quant_dot.store(-1, std::memory_order_release);
-}
-
-QuantDot matmul_quant_dot() {
-  const int v = g_quant_dot.load(std::memory_order_acquire);
-  return v < 0 ? default_quant_dot() : static_cast<QuantDot>(v);
+QuantDot default_quant_dot() {
+  static const QuantDot d =
+      detail::int8_dot_simd_available(IsaCap::Amx) ? QuantDot::Int8 : QuantDot::F32;
+  return d;
 }
 
 const char* quant_dot_name(QuantDot mode) {
   return mode == QuantDot::Int8 ? "int8" : "f32";
 }
 
-bool matmul_int8_simd() {
-  return detail::int8_dot_simd_available();
-}
-const char* matmul_int8_isa() {
-  return detail::int8_dot_isa();
+namespace {
+constexpr const char* kIsaCapNames[] = {"scalar", "avx2", "avx512", "amx"};  // IsaCap's order
+}  // namespace
+
+bool parse_isa_cap(const std::string& name, IsaCap* cap) {
+  if (name == "auto") {
+    *cap = IsaCap::Amx;
+    return true;
+  }
+  for (size_t i = 0; i < std::size(kIsaCapNames); ++i)
+    if (name == kIsaCapNames[i]) {
+      *cap = static_cast<IsaCap>(i);
+      return true;
+    }
+  return false;
 }
 
-bool matmul_amx_enabled() {
-  return detail::amx_int8_enabled();
+const char* isa_cap_name(IsaCap cap) {
+  return kIsaCapNames[static_cast<int>(cap)];
+}
+
+bool isa_cap_supported(IsaCap cap) {
+  switch (cap) {
+    case IsaCap::Scalar: return true;
+    case IsaCap::Avx2: return cpu_has_avx2();
+    case IsaCap::Avx512: return cpu_has_avx512();
+    case IsaCap::Amx: return true;  // everything the CPU has
+  }
+  return false;
+}
+
+bool matmul_int8_simd() {
+  return detail::int8_dot_simd_available(IsaCap::Amx);
+}
+const char* matmul_int8_isa(IsaCap cap) {
+  return detail::int8_dot_isa(cap);
+}
+
+bool matmul_amx_enabled(IsaCap cap) {
+  return detail::amx_int8_enabled(cap);
+}
+
+const char* matmul_isa(IsaCap cap) {
+  return isa_for(cap).name;
+}
+
+void PackedMatrix::set_kernel_options(const KernelOptions& opt) {
+  opt_ = opt;
+  for (auto& p : parts_) p.set_kernel_options(opt);
 }
 
 // ---- PackedMatrix ------------------------------------------------------------------------------
@@ -409,6 +428,7 @@ PackedMatrix PackedMatrix::stack(std::vector<PackedMatrix> parts) {
     REWIND_CHECK(p.k() == pm.k_ && p.k_perm().empty() && p.parts().empty() && p.n() > 0);
     pm.n_ += p.n();
   }
+  pm.opt_ = parts[0].kernel_options();
   pm.parts_ = std::move(parts);
   return pm;
 }
@@ -435,7 +455,8 @@ float PackedMatrix::at(int64_t r, int64_t c) const {
   if (dtype_is_quant(store_)) {
     const int64_t bk = dtype_block_elems(store_), pb = detail::quant_panel_block_bytes(store_);
     float blk[256 * kMatmulNR];
-    detail::widen_quant(store_, data_.data() + p * (k_ / bk * pb), k_ / bk * pb, c / bk, 1, 1, blk);
+    detail::widen_quant(store_, data_.data() + p * (k_ / bk * pb), k_ / bk * pb, c / bk, 1, 1, blk,
+                        opt_.isa);
     return blk[(c % bk) * kMatmulNR + j];
   }
   if (store_ == DType::F32) {
@@ -449,7 +470,6 @@ float PackedMatrix::at(int64_t r, int64_t c) const {
 // ---- matmul ----------------------------------------------------------------------------------
 
 namespace {
-std::atomic<int> g_decode_split{static_cast<int>(DecodeSplit::Auto)};
 
 // Decode matrices of at most this many weight bytes a thread take the static split (Auto).
 constexpr size_t kDecodeStaticShareBytes = size_t{8} << 20;
@@ -462,36 +482,18 @@ bool static_shares(DecodeSplit split, int64_t m, size_t w_bytes, int threads) {
 }
 
 // Threads split the output columns on panel boundaries, never K. Prefill and the larger decode
-// matrices: in chunks handed out to whichever thread is free (ThreadPool::parallel_guided: the
-// columns left / (2 x threads), big chunks first, then ever smaller ones), so the thread done
-// first waits for at most a small chunk. Decode (M <= 16: memory-bound, and on a shared machine
-// one thread often streams slower than the other): chunks of at least 4 panels (fixed chunks of
-// 1/(4 x threads) of the columns left up to half a chunk of waiting at every matmul's end: the
-// lm_head's chunks were 18 MB of Q4_K, 40-120 us of a Q4_K decode step waiting on it, 1-5 us
-// now). But each chunk costs about 2 us beyond its bytes' time (the new panel streams ramp up from
-// memory: per-chunk timing in a Q4_K decode step on Zen 4, chunks of 500 KB and more 27-31 GB/s a
-// thread, 100-200 KB about 20, 37-74 KB 9-15), and guided chunks of a small quantised matrix are
-// small (4 panels of Q4_K are 37-129 KB): 16 chunks a call, and a layer's 1-5 MB matrices streamed
-// at 55-85% of the rate of the 147 MB lm_head. So decode matrices (M <= 2) of at most
-// kDecodeStaticShareBytes a thread go in one contiguous share per thread (parallel_for): model
-// decode steps alternating between the two splits in one process (rewind bench --decode-split
-// auto,guided), Qwen3.5-0.8B on 2 threads (Zen 4): guided steps took x0.996-1.080 the time of
-// static ones for Q4_K (median over step pairs, 6 runs; all steps' time x0.948-1.108, above x1.04
-// in 5), x1.029-1.042 for Q4_K_M, x1.006-1.007 for Q8_0 (whose chunks are twice as long), F32 and
-// BF16 the same; per matrix, Q4_K's out_proj 18% faster, down 11%, in_proj 8%, gate_up 6%. The
-// lm_head keeps guided chunks (static there was 0-2% slower: a thread that falls behind over 73 MB
-// leaves the other waiting longer than its chunks cost). Prefill: chunks of whole panel groups
-// (`group` panels, the panels each row tile of a row block runs over; decode ignores it), at least
-// 4 panels. A static split of prefill's equal work per panel left the threads waiting on each other
-// 9-12% of a matmul's time on a shared 2-core host whose two cores ran at different speeds from
-// moment to moment (per-call timing, 512-token Q4_K prefill), and 5-6% of the whole prefill's
-// thread time. Every output column's sum is the same whichever thread computes it and wherever the
-// chunk boundaries fall (the matmul tests run 1, 2 and 3 threads, and every split).
-void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group, size_t w_bytes,
-                   const std::function<void(int, int64_t, int64_t)>& fn) {
+// matrices go in chunks handed out to whichever thread is free (guided: big chunks first, then
+// smaller ones), so a thread slowed by other work waits for at most a small chunk at the end.
+// Decode matrices (M <= 2) of at most kDecodeStaticShareBytes a thread take one contiguous share
+// per thread instead: each chunk costs its panel streams a ramp-up from memory, and a small
+// matrix's guided chunks are small. Prefill chunks are whole panel groups (`group` panels, which
+// every row tile of a row block reads). Every output's sum is the same whichever thread computes
+// it and wherever the chunk boundaries fall (the matmul tests run 1-3 threads and every split).
+void split_columns(ThreadPool* pool, DecodeSplit split, int64_t m, int64_t n, int64_t group,
+                   size_t w_bytes, const std::function<void(int, int64_t, int64_t)>& fn) {
   if (!pool) {
     fn(0, 0, n);
-  } else if (static_shares(matmul_decode_split(), m, w_bytes, pool->n_threads())) {
+  } else if (static_shares(split, m, w_bytes, pool->n_threads())) {
     pool->parallel_for(n, kMatmulNR, fn);
   } else if (m <= 16) {
     pool->parallel_guided(n, kMatmulNR, 4 * kMatmulNR, fn);
@@ -503,18 +505,23 @@ void split_columns(ThreadPool* pool, int64_t m, int64_t n, int64_t group, size_t
 
 // The int8 dot of quantised activation rows against w, the threads splitting the columns.
 void run_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, float* y, int64_t ldy,
-              ThreadPool* pool) {
+              ThreadPool* pool, const KernelOptions& ko) {
   const int64_t panel_stride =
       w.k() / dtype_block_elems(w.store()) * detail::quant_panel_block_bytes(w.store());
-  const int64_t group = detail::int8_prefill_group_panels(w.store(), panel_stride, xa.m);
-  split_columns(pool, xa.m, w.n(), group, w.bytes(), [&](int, int64_t c0, int64_t c1) {
-    run_panels_int8(xa, w, panel_stride, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+  const int64_t group = detail::int8_prefill_group_panels(w.store(), panel_stride, xa.m, ko.isa);
+  split_columns(pool, ko.decode_split, xa.m, w.n(), group, w.bytes(), [&](int, int64_t c0, int64_t c1) {
+    run_panels_int8(xa, w, panel_stride, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR), ko);
   });
 }
 }  // namespace
 
 void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
             ThreadPool* pool) {
+  matmul(x, m, ldx, w, y, ldy, pool, w.kernel_options());
+}
+
+void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
+            ThreadPool* pool, const KernelOptions& ko) {
   const int64_t n = w.n(), k = w.k();
   REWIND_CHECK(m >= 0 && ldx >= k && ldy >= n);
   if (m == 0 || n == 0) return;
@@ -522,7 +529,7 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
     for (int64_t r = 0; r < m; ++r) std::fill(y + r * ldy, y + r * ldy + n, 0.0f);
     return;
   }
-  const MatmulIsa& isa = current_isa();
+  const MatmulIsa& isa = isa_for(ko.isa);
   if (!w.k_perm().empty()) {  // gather x into the stored column order
     thread_local AlignedBuffer<float> xp;
     xp.reserve_at_least(static_cast<size_t>(m * k));
@@ -535,28 +542,28 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
   if (!w.parts().empty()) {  // a stack: each part into its own output columns
     int64_t off = 0;
     for (auto& p : w.parts()) {
-      matmul(x, m, ldx, p, y + off, ldy, pool);
+      matmul(x, m, ldx, p, y + off, ldy, pool, ko);
       off += p.n();
     }
     return;
   }
   const bool quant = w.quantised();
-  if (quant && matmul_quant_dot() == QuantDot::Int8) {
+  if (quant && ko.quant_dot == QuantDot::Int8) {
     // The calling thread's buffer; the workers get its address (naming a thread_local inside
     // the lambda would give each worker its own, empty one).
     thread_local detail::QuantizedActs acts;
-    detail::quantize_acts(w.store(), x, m, ldx, k, &acts, pool);
-    run_int8(acts, w, y, ldy, pool);
+    detail::quantize_acts(w.store(), x, m, ldx, k, &acts, pool, ko.isa);
+    run_int8(acts, w, y, ldy, pool, ko);
     return;
   }
   auto work = [&](int, int64_t c0, int64_t c1) {
     if (quant) {
-      run_panels_quant(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
+      run_panels_quant(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR), ko.isa);
     } else {
       run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
     }
   };
-  split_columns(pool, m, n, isa.np, w.bytes(), work);
+  split_columns(pool, ko.decode_split, m, n, isa.np, w.bytes(), work);
 }
 
 void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
@@ -565,10 +572,10 @@ void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y
   REWIND_CHECK(m >= 0 && ldy >= n && (!spare || ld_spare >= k));
   if (m == 0) return;
   if (n > 0 && k > 0 && w.quantised() && w.parts().empty() && w.k_perm().empty() &&
-      matmul_quant_dot() == QuantDot::Int8) {
+      w.kernel_options().quant_dot == QuantDot::Int8) {
     thread_local detail::QuantizedActs acts;  // the calling thread's, as in matmul
-    detail::quantize_acts_fill(w.store(), fill, m, k, &acts, pool);
-    run_int8(acts, w, y, ldy, pool);
+    detail::quantize_acts_fill(w.store(), fill, m, k, &acts, pool, w.kernel_options().isa);
+    run_int8(acts, w, y, ldy, pool, w.kernel_options());
     return;
   }
   thread_local AlignedBuffer<float> rows;
@@ -601,18 +608,6 @@ void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
   }
 }
 
-void matmul_set_decode_panels(int panels) {
-  detail::int8_set_decode_panels(panels);
-}
-
-void matmul_set_decode_split(DecodeSplit split) {
-  g_decode_split.store(static_cast<int>(split), std::memory_order_relaxed);
-}
-
-DecodeSplit matmul_decode_split() {
-  return static_cast<DecodeSplit>(g_decode_split.load(std::memory_order_relaxed));
-}
-
 namespace {
 constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};  // DecodeSplit's order
 }  // namespace
@@ -628,29 +623,6 @@ bool parse_decode_split(const std::string& name, DecodeSplit* split) {
 
 const char* decode_split_name(DecodeSplit split) {
   return kDecodeSplitNames[static_cast<int>(split)];
-}
-
-const char* matmul_isa() {
-  return current_isa().name;
-}
-
-bool matmul_force_isa(const std::string& isa) {
-  const MatmulIsa* chosen = nullptr;
-  if (isa == "amx") {
-    if (cpu_has_avx512() && detail::amx_int8_available()) chosen = detail::matmul_isa_avx512();
-  } else if (isa == "avx512") {
-    if (cpu_has_avx512()) chosen = detail::matmul_isa_avx512();
-  } else if (isa == "avx2") {
-    if (cpu_has_avx2()) chosen = detail::matmul_isa_avx2();
-  } else if (isa == "scalar") {
-    chosen = detail::matmul_isa_scalar();
-  } else if (isa == "auto") {
-    chosen = detect_isa();
-  }
-  if (!chosen) return false;
-  g_isa.store(chosen, std::memory_order_release);
-  detail::g_isa_cap = isa == "scalar" ? 0 : isa == "avx2" ? 1 : isa == "avx512" ? 2 : 3;
-  return true;
 }
 
 }  // namespace rw

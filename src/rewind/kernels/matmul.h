@@ -9,7 +9,7 @@
 //
 // Weights are packed once at load time into panels (PackedMatrix); F32 or BF16 storage, with
 // BF16 widened exactly to fp32 inside the kernel; or ggml's Q8_0 / Q4_K / Q5_K / Q6_K blocks, used
-// in one of two ways (QuantDot, a process-wide setting):
+// in one of two ways (KernelOptions::quant_dot, carried by the matrix):
 //  - F32: widened exactly (ggml's dequantisation) to fp32 panels block by block inside the
 //    kernel, so a quantised matrix gives the same bits as the F32 matrix of its dequantised
 //    values, for every M;
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "rewind/base/aligned.h"
+#include "rewind/kernels/kernel_options.h"
 #include "rewind/tensor/dtype.h"
 
 namespace rw {
@@ -62,6 +63,11 @@ class PackedMatrix {
   const std::vector<PackedMatrix>& parts() const { return parts_; }
   const std::vector<int32_t>& k_perm() const { return k_perm_; }
 
+  // How matmul runs on this matrix (a stack's parts too). Set at load time by its owner; not
+  // while a matmul on it runs.
+  void set_kernel_options(const KernelOptions& opt);
+  const KernelOptions& kernel_options() const { return opt_; }
+
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
   DType store() const { return store_; }
@@ -82,12 +88,16 @@ class PackedMatrix {
   AlignedBuffer<std::byte> data_;
   std::vector<int32_t> k_perm_, k_inv_;  // empty: identity
   std::vector<PackedMatrix> parts_;      // non-empty: a stack (data_ unused)
+  KernelOptions opt_;
 };
 
 // y[m, n] for m < M, n < W.n(). x is [M, K] with row stride ldx (>= K) floats; y is [M, N] with
 // row stride ldy (>= N). pool may be null (single thread).
 void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
             ThreadPool* pool);
+// The same with explicit kernel options instead of the matrix's own (tests comparing paths).
+void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y, int64_t ldy,
+            ThreadPool* pool, const KernelOptions& opt);
 
 // The rows of x made on demand, for activations that only this matmul reads (a norm's or an
 // activation function's output): fill(r0, r1, out, ldo) writes rows [r0, r1) of x, w.k() floats
@@ -104,46 +114,15 @@ void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y
 void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,
                   int64_t ldy);
 
-// How quantised weights are multiplied (see the top of this file). Set it before any model runs
-// (not thread-safe with running matmuls): changing it changes every quantised result.
-enum class QuantDot { F32, Int8 };
-void matmul_set_quant_dot(QuantDot mode);
-void matmul_reset_quant_dot();  // back to this CPU's default
-QuantDot matmul_quant_dot();
-const char* quant_dot_name(QuantDot mode);  // "f32", "int8"
 // True when the int8 dot has SIMD kernels here (AVX-512 VNNI or AVX2); else it runs the scalar
 // reference (same bits, much slower), which is why the default is then F32.
 bool matmul_int8_simd();
-const char* matmul_int8_isa();  // "avx512vnni", "avx2" or "scalar"
-// True when AMX-INT8 tiles compute the int8 dot's Q8_0, Q4_K and Q5_K prefill tiles (16 rows and
-// more; Q6_K stays on AVX-512 VNNI): the CPU has AMX-INT8, the kernel granted it, and
-// matmul_force_isa did not cap the kernels below it.
-bool matmul_amx_enabled();
-
-// Panel streams per tile of the int8 dot's decode kernels (M <= 2): 0 (the default) lets each
-// weight type take its own measured choice; 1-4 force that many (the AVX2 path takes at most 2).
-// Results are the same bits whatever the count: for benchmarks that compare it (matmul_bench
-// --decode-panels). Not thread-safe with running matmuls.
-void matmul_set_decode_panels(int panels);
-
-// How the threads split a decode matmul's (M <= 2) output columns. Auto (the default): one
-// static, contiguous share per thread for matrices of at most 8 MiB of weights a thread, chunks
-// handed out to whichever thread is free (guided) for larger ones; Guided and Static force one way
-// for every matrix. Results are the same bits whichever split: for benchmarks that compare them
-// (rewind bench --decode-split, matmul_bench --decode-split). Not thread-safe with running matmuls.
-enum class DecodeSplit { Auto, Guided, Static };
-void matmul_set_decode_split(DecodeSplit split);
-DecodeSplit matmul_decode_split();
-const char* decode_split_name(DecodeSplit split);  // "auto", "guided", "static"
-// The split named `name` (one of decode_split_name's); false for any other name.
-bool parse_decode_split(const std::string& name, DecodeSplit* split);
-
-// Which SIMD path the dispatcher chose on this machine ("avx512", "avx2", "scalar").
-const char* matmul_isa();
-// Force a path (for tests comparing paths): "amx" (AVX-512 with AMX-INT8 for the int8 dot's
-// prefill tiles), "avx512", "avx2", "scalar"; returns false if the machine lacks it (or the name
-// is unknown). "auto" restores the dispatcher's own choice. Also caps the other kernels with
-// SIMD paths (the int8 dot, attention_rows). Not thread-safe with running kernels.
-bool matmul_force_isa(const std::string& isa);
+// The paths the matmuls take under `cap` on this CPU: the f32 / bf16 one ("avx512", "avx2",
+// "scalar"), the int8 dot's ("avx512vnni", "avx2", "scalar"), and whether AMX-INT8 tiles run the
+// int8 dot's Q8_0, Q4_K and Q5_K prefill tiles (16 rows and more; the CPU has AMX-INT8, the
+// kernel granted it, and the cap allows it).
+const char* matmul_isa(IsaCap cap = IsaCap::Amx);
+const char* matmul_int8_isa(IsaCap cap = IsaCap::Amx);
+bool matmul_amx_enabled(IsaCap cap = IsaCap::Amx);
 
 }  // namespace rw

@@ -122,18 +122,18 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
 // Decode tiles: y[r, 0..ncols) = the whole K of x rows r < rows (1..kQuantDecodeRows) against
 // np panels (panel p at panels + p * panel_stride, nb k-blocks), dequantising in registers with
 // the widen's arithmetic and one FMA chain per output in k order: the same bits as widen + the
-// F32 micro-kernel. Available on AVX-512 (every quantised store) unless a test forced another
-// path.
+// F32 micro-kernel. Available on AVX-512 (every quantised store) when `cap` allows it.
 constexpr int kQuantDecodeRows = 2;
 constexpr int kQuantDecodePanels = 4;
-bool quant_decode_tiles_available(DType t);
+bool quant_decode_tiles_available(DType t, IsaCap cap);
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
-                        int64_t panel_stride, int64_t nb, int np, float* y, int64_t ldy, int ncols);
+                        int64_t panel_stride, int64_t nb, int np, float* y, int64_t ldy, int ncols,
+                        IsaCap cap);
 
 // Widens blocks [b0, b0 + nb) of np panels (panel p at panels + p * panel_stride bytes) into
 // out [np][nb * block][16] f32.
 void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t b0, int64_t nb,
-                 int np, float* out);
+                 int np, float* out, IsaCap cap);
 
 // ---- int8 dot ---------------------------------------------------------------------------------
 
@@ -151,40 +151,35 @@ struct QuantizedActs {
 // Quantises x [m, k] (row stride ldx) for weights of type t into *out (reusing its buffers).
 // Rows are independent: row r's values depend on x[r, :] alone. pool may be null.
 void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, QuantizedActs* out,
-                   ThreadPool* pool);
+                   ThreadPool* pool, IsaCap cap);
 
 // quantize_acts on rows made by fill (matmul_fill's contract: once per row, disjoint ranges, any
 // thread): each thread makes a few rows at a time into a cache-sized buffer and quantises them
 // there. The same codes and scales as quantize_acts on the same rows.
 void quantize_acts_fill(DType t, const RowFill& fill, int64_t m, int64_t k, QuantizedActs* out,
-                        ThreadPool* pool);
+                        ThreadPool* pool, IsaCap cap);
 
-// True when the int8 dot has SIMD kernels here: AVX-512 VNNI, else AVX2 (else the scalar
-// reference runs; all give the same bits).
-bool int8_dot_simd_available();
-const char* int8_dot_isa();  // "avx512vnni", "avx2" or "scalar": the path the int8 dot takes now
+// True when the int8 dot has SIMD kernels under `cap` here: AVX-512 VNNI, else AVX2 (else the
+// scalar reference runs; all give the same bits).
+bool int8_dot_simd_available(IsaCap cap);
+const char* int8_dot_isa(IsaCap cap);  // "avx512vnni", "avx2" or "scalar"
 // AMX-INT8 usable here (CPU and kernel permission); Q8_0, Q4_K and Q5_K prefill tiles of 16 rows
-// then use it unless matmul_force_isa capped the kernels below "amx".
+// then use it when the cap is Amx.
 bool amx_int8_available();
-// amx_int8_available() and matmul_force_isa has not capped the kernels below "amx".
-bool amx_int8_enabled();
-
-// Panel streams per int8 decode tile (int8_dot_panels over 1-2 rows): 0 restores each type's
-// own choice (4 on AVX-512 VNNI, 2 for Q4_K; 2 on AVX2); 1-4 force that many (capped at the
-// path's most). Every output keeps its bits whatever the count; for benchmarks comparing it.
-// Not thread-safe with running matmuls.
-void int8_set_decode_panels(int panels);
+bool amx_int8_enabled(IsaCap cap);  // amx_int8_available() and cap == Amx
 
 // Panels per panel group of int8_dot_panels over `rows` rows (rows > 2): each group's panels
 // are read by every row tile of a row block, so a split of the columns between threads keeps
 // whole groups.
-int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows);
+int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows, IsaCap cap);
 
 // y[r, c] for r in [r0, r1), c < ncols (ncols <= 16 * np): the int8 dot of activation rows of xa
 // against np panels (panel p at panels + p * panel_stride), all of K. y points at y[r0, col0].
+// Runs on the paths opt.isa allows; a decode (1-2 rows) with opt.decode_panels panel streams per
+// tile (0: each type's own count; 1-4 forced, capped at the path's most; same bits either way).
 void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                      const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
-                     int ncols);
+                     int ncols, const KernelOptions& opt);
 
 // The scalar reference for one output (tests): the formula above, row r of xa, lane j of the
 // panel at `panel`.

@@ -45,13 +45,13 @@ bool use_avx2() {
   return yes;
 }
 
-// AVX-512 present and not ruled out by matmul_force_isa.
-bool avx512_allowed() {
-  return use_avx512() && g_isa_cap >= 2;
+// AVX-512 present and allowed by the cap.
+bool avx512_allowed(IsaCap cap) {
+  return use_avx512() && cap >= IsaCap::Avx512;
 }
-// AVX2 (with FMA and F16C) present and not ruled out by matmul_force_isa.
-bool avx2_allowed() {
-  return use_avx2() && g_isa_cap >= 1;
+// AVX2 (with FMA and F16C) present and allowed by the cap.
+bool avx2_allowed(IsaCap cap) {
+  return use_avx2() && cap >= IsaCap::Avx2;
 }
 
 int64_t act_block(DType t) {
@@ -60,8 +60,6 @@ int64_t act_block(DType t) {
 
 }  // namespace
 
-// Set by matmul_force_isa (tests compare the paths).
-int g_isa_cap = 3;
 thread_local int t_amx_config = 0;
 
 bool amx_int8_available() {
@@ -81,27 +79,27 @@ bool amx_int8_available() {
   return yes;
 }
 
-bool amx_int8_enabled() {
-  return g_isa_cap >= 3 && amx_int8_available();
+bool amx_int8_enabled(IsaCap cap) {
+  return cap >= IsaCap::Amx && amx_int8_available();
 }
 
 namespace {
 enum class Int8Path { Vnni, Avx2, Scalar };
-Int8Path int8_path() {
-  if (use_vnni() && g_isa_cap >= 2) return Int8Path::Vnni;
-  if (avx2_allowed()) return Int8Path::Avx2;
+Int8Path int8_path(IsaCap cap) {
+  if (use_vnni() && cap >= IsaCap::Avx512) return Int8Path::Vnni;
+  if (avx2_allowed(cap)) return Int8Path::Avx2;
   return Int8Path::Scalar;
 }
 }  // namespace
 
-bool quant_decode_tiles_available(DType) {
-  return avx512_allowed();
+bool quant_decode_tiles_available(DType, IsaCap cap) {
+  return avx512_allowed(cap);
 }
 
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
                         int64_t panel_stride, int64_t nb, int np, float* y, int64_t ldy,
-                        int ncols) {
-  REWIND_CHECK(rows >= 1 && rows <= kQuantDecodeRows && quant_decode_tiles_available(t));
+                        int ncols, IsaCap cap) {
+  REWIND_CHECK(rows >= 1 && rows <= kQuantDecodeRows && quant_decode_tiles_available(t, cap));
   for (int p0 = 0; p0 < np; p0 += kQuantDecodePanels) {
     const int npg = std::min(kQuantDecodePanels, np - p0);
     kDecodeTiles[rows - 1][npg - 1](t, x, ldx, panels + p0 * panel_stride, panel_stride, nb,
@@ -110,8 +108,8 @@ void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const st
 }
 
 void widen_quant(DType t, const std::byte* panels, int64_t panel_stride, int64_t b0, int64_t nb,
-                 int np, float* out) {
-  const WidenFn f = avx512_allowed() ? widen_fn_avx512(t) : widen_fn_scalar(t);
+                 int np, float* out, IsaCap cap) {
+  const WidenFn f = avx512_allowed(cap) ? widen_fn_avx512(t) : widen_fn_scalar(t);
   REWIND_CHECK_MSG(f, "widen_quant: not a quantised store");
   const int64_t bk = dtype_block_elems(t), pb = quant_panel_block_bytes(t);
   const int64_t kc = nb * bk;
@@ -141,16 +139,16 @@ int64_t prepare_acts(DType t, int64_t m, int64_t k, QuantizedActs* out) {
 }
 
 // Row r of *out from the k values at xr.
-void quantize_act_row(const float* xr, int64_t r, QuantizedActs* out) {
+void quantize_act_row(const float* xr, int64_t r, QuantizedActs* out, IsaCap cap) {
   const int64_t k = out->k, block = out->block;
   int8_t* q = out->q.data() + r * k;
   float* d = out->d.data() + r * (k / block);
   int32_t* s16 = out->s16.data() + r * (k / 16);
   int16_t* s32 = out->s32.data() + r * (k / 32);
-  if (avx512_allowed()) {
+  if (avx512_allowed(cap)) {
     quantize_row_avx512(xr, k, static_cast<int>(block), q, d, s16);
   } else {
-    const auto quantize_block = avx2_allowed() ? quantize_block_avx2 : quantize_block_scalar;
+    const auto quantize_block = avx2_allowed(cap) ? quantize_block_avx2 : quantize_block_scalar;
     for (int64_t b = 0; b < k / block; ++b)
       quantize_block(xr + b * block, static_cast<int>(block), q + b * block, d + b);
     sums16_scalar(q, 0, k, s16);
@@ -171,16 +169,16 @@ void act_rows(ThreadPool* pool, int64_t m, int64_t k,
 }  // namespace
 
 void quantize_acts(DType t, const float* x, int64_t m, int64_t ldx, int64_t k, QuantizedActs* out,
-                   ThreadPool* pool) {
+                   ThreadPool* pool, IsaCap cap) {
   REWIND_CHECK_MSG(ldx >= k, "quantize_acts: bad shape");
   prepare_acts(t, m, k, out);
   act_rows(pool, m, k, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) quantize_act_row(x + r * ldx, r, out);
+    for (int64_t r = r0; r < r1; ++r) quantize_act_row(x + r * ldx, r, out, cap);
   });
 }
 
 void quantize_acts_fill(DType t, const RowFill& fill, int64_t m, int64_t k, QuantizedActs* out,
-                        ThreadPool* pool) {
+                        ThreadPool* pool, IsaCap cap) {
   prepare_acts(t, m, k, out);
   // Rows made per fill call: as many as fit 16 KiB (at least one, at most 16), so that they are
   // still in L1 when quantised.
@@ -191,17 +189,17 @@ void quantize_acts_fill(DType t, const RowFill& fill, int64_t m, int64_t k, Quan
     for (int64_t r = r0; r < r1; r += chunk) {
       const int64_t e = std::min(r1, r + chunk);
       fill(r, e, buf.data(), k);
-      for (int64_t i = r; i < e; ++i) quantize_act_row(buf.data() + (i - r) * k, i, out);
+      for (int64_t i = r; i < e; ++i) quantize_act_row(buf.data() + (i - r) * k, i, out, cap);
     }
   });
 }
 
-bool int8_dot_simd_available() {
-  return int8_path() != Int8Path::Scalar;
+bool int8_dot_simd_available(IsaCap cap) {
+  return int8_path(cap) != Int8Path::Scalar;
 }
 
-const char* int8_dot_isa() {
-  switch (int8_path()) {
+const char* int8_dot_isa(IsaCap cap) {
+  switch (int8_path(cap)) {
     case Int8Path::Vnni:
       return "avx512vnni";
     case Int8Path::Avx2:
@@ -212,9 +210,9 @@ const char* int8_dot_isa() {
 }
 namespace {
 // The AMX tiles serve the prefill of these types, on 16 rows or more.
-bool uses_amx(DType t, int64_t rows) {
-  return int8_path() == Int8Path::Vnni &&
-         (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) && amx_int8_enabled() &&
+bool uses_amx(DType t, int64_t rows, IsaCap cap) {
+  return int8_path(cap) == Int8Path::Vnni &&
+         (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) && amx_int8_enabled(cap) &&
          rows >= 16;
 }
 
@@ -223,8 +221,6 @@ bool uses_amx(DType t, int64_t rows) {
 constexpr int vnni_decode_panels(DType t) {
   return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? 2 : kInt8MaxP;
 }
-// int8_set_decode_panels' override (0: none).
-std::atomic<int> g_decode_panels{0};
 // What a prefill does to a panel group once per row block before its row tiles run: fn writes
 // nb blocks of block_bytes each (null: the tiles read the packed panels), and the tiles of type
 // `tile` run on them with the `bytes` flag (Int8TileFn). Every expansion keeps the integers, so
@@ -280,18 +276,13 @@ PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
 }
 }  // namespace
 
-void int8_set_decode_panels(int panels) {
-  REWIND_CHECK_MSG(panels >= 0 && panels <= kInt8MaxP, "decode panels: 0 (default) to 4");
-  g_decode_panels.store(panels, std::memory_order_relaxed);
-}
-
-int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
-  if (int8_path() != Int8Path::Vnni) return 1;  // AVX2: 4-row tiles of one panel
+int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows, IsaCap cap) {
+  if (int8_path(cap) != Int8Path::Vnni) return 1;  // AVX2: 4-row tiles of one panel
   // AMX: groups of up to 256 KiB of panels (2 to 16 panels): a row tile's activation codes stay
   // in L1 while it runs through the group's panels from L2. The rows left over take the VNNI
   // tiles on panel pairs.
   constexpr int64_t kAmxGroupBytes = 256 * 1024;
-  if (uses_amx(t, rows))
+  if (uses_amx(t, rows, cap))
     return static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16));
   // The tiles with one integer sum per output (Q8_0's, which IQ4_NL and Q5_0 run on their
   // expanded blocks, and Q4_1 / Q5_1's on bytes) take 3 panels, the others 2 (int8_dot_panels).
@@ -301,10 +292,12 @@ int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows) {
 
 void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                      const std::byte* panels, int64_t panel_stride, int np, float* y, int64_t ldy,
-                     int ncols) {
+                     int ncols, const KernelOptions& opt) {
   REWIND_CHECK(r0 >= 0 && r1 <= xa.m && r0 <= r1 && act_block(t) == xa.block);
+  REWIND_CHECK_MSG(opt.decode_panels >= 0 && opt.decode_panels <= kInt8MaxP,
+                   "decode panels: 0 (each type's own) to 4");
   if (r0 == r1 || np <= 0) return;
-  const Int8Path path = int8_path();
+  const Int8Path path = int8_path(opt.isa);
   if (path == Int8Path::Scalar) {
     for (int64_t r = r0; r < r1; ++r)
       for (int c = 0; c < ncols; ++c)
@@ -316,8 +309,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int64_t rows = r1 - r0;
   if (rows <= 2) {
-    // The type's own count, or int8_set_decode_panels' (at most the path's own most).
-    const int forced = g_decode_panels.load(std::memory_order_relaxed);
+    // The type's own count, or the forced one (at most the path's own most).
+    const int forced = opt.decode_panels;
     const int max_p = avx2 ? (forced ? std::min(forced, kAvx2MaxP) : kAvx2MaxP)
                            : (forced ? forced : vnni_decode_panels(t));
     // Decode: the panels are cut into max_p contiguous runs of q panels, and tile i reads
@@ -341,8 +334,8 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
   // bits); Q4_K's nibbles, times its sub-block scales' two parts, and Q5_K's 5-bit codes are
   // expanded to bytes once per panel group and row block, like Q6_K's codes.
-  const bool amx = uses_amx(t, r1 - r0);
-  const int kP = int8_prefill_group_panels(t, panel_stride, r1 - r0);
+  const bool amx = uses_amx(t, r1 - r0, opt.isa);
+  const int kP = int8_prefill_group_panels(t, panel_stride, r1 - r0, opt.isa);
   const int kVnniP = amx ? 2 : kP;  // panels per VNNI / AVX2 tile
   const int kR = !avx2 && t == DType::Q4_0 ? 6 : 4;
   const bool amx_q4 = amx && t != DType::Q8_0;

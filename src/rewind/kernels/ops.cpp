@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "rewind/base/clones.h"
-#include "rewind/kernels/isa_cap.h"
 
 namespace rw {
 
@@ -152,20 +151,21 @@ __attribute__((target("avx2,fma"))) void dot_rows_avx2(const float* const* a, co
 }
 
 // The widest SIMD path the ops may take here: 2 AVX-512, 1 AVX2 + FMA, 0 scalar (the CPU's,
-// capped by matmul_force_isa). The dot products, the attention rows and the GDN strip share it.
-int simd_level() {
+// capped by `cap`). The dot products, the attention rows and the GDN strip share it.
+int simd_level(IsaCap cap) {
   static const int cpu = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"))         ? 2
                          : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
                                                                                            : 0;
-  return std::min(cpu, detail::g_isa_cap);
+  return std::min(cpu, std::min(static_cast<int>(cap), 2));
 }
 #pragma GCC diagnostic pop
 #endif
 
 // out[r] = dot_fixed(a[r], b[r], n) for r < rows.
-void dot_rows(const float* const* a, const float* const* b, int64_t rows, int64_t n, float* out) {
+void dot_rows(const float* const* a, const float* const* b, int64_t rows, int64_t n, float* out,
+              IsaCap isa) {
 #ifdef REWIND_DOT_SIMD
-  const int level = simd_level();
+  const int level = simd_level(isa);
   if (level > 0) {
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4)
@@ -179,30 +179,30 @@ void dot_rows(const float* const* a, const float* const* b, int64_t rows, int64_
 }
 
 // out[r] = sumsq_fixed(x + r * ld, n) for r < rows <= 16 (the callers take 16 rows at a time).
-void sumsq_rows(const float* x, int64_t ld, int64_t rows, int64_t n, float* out) {
+void sumsq_rows(const float* x, int64_t ld, int64_t rows, int64_t n, float* out, IsaCap isa) {
   const float* p[16];
   for (int64_t r = 0; r < rows; ++r) p[r] = x + r * ld;
-  dot_rows(p, p, rows, n, out);
+  dot_rows(p, p, rows, n, out, isa);
 }
 
 }  // namespace
 
-float dot_fixed(const float* a, const float* b, int64_t n) {
+float dot_fixed(const float* a, const float* b, int64_t n, IsaCap isa) {
   float out;
-  dot_rows(&a, &b, 1, n, &out);
+  dot_rows(&a, &b, 1, n, &out, isa);
   return out;
 }
 
-float sumsq_fixed(const float* a, int64_t n) {
-  return dot_fixed(a, a, n);
+float sumsq_fixed(const float* a, int64_t n, IsaCap isa) {
+  return dot_fixed(a, a, n, isa);
 }
 
 REWIND_CLONES
 void rmsnorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy, int64_t n_rows,
-             int64_t n, float eps) {
+             int64_t n, float eps, IsaCap isa) {
   float ss[16];
   for (int64_t r = 0; r < n_rows; ++r) {
-    if (r % 16 == 0) sumsq_rows(x + r * ldx, ldx, std::min<int64_t>(16, n_rows - r), n, ss);
+    if (r % 16 == 0) sumsq_rows(x + r * ldx, ldx, std::min<int64_t>(16, n_rows - r), n, ss, isa);
     const float* xr = x + r * ldx;
     float* yr = y + r * ldy;
     const float ms = ss[r % 16] / static_cast<float>(n);
@@ -211,15 +211,15 @@ void rmsnorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
   }
 }
 
-void rmsnorm_heads(float* x, int64_t n_heads, int64_t d, const float* w, float eps) {
-  rmsnorm(x, d, w, x, d, n_heads, d, eps);
+void rmsnorm_heads(float* x, int64_t n_heads, int64_t d, const float* w, float eps, IsaCap isa) {
+  rmsnorm(x, d, w, x, d, n_heads, d, eps, isa);
 }
 
 REWIND_CLONES
-void l2norm_heads(float* x, int64_t n_heads, int64_t d, float eps, float scale) {
+void l2norm_heads(float* x, int64_t n_heads, int64_t d, float eps, float scale, IsaCap isa) {
   float ss[16];
   for (int64_t h = 0; h < n_heads; ++h) {
-    if (h % 16 == 0) sumsq_rows(x + h * d, d, std::min<int64_t>(16, n_heads - h), d, ss);
+    if (h % 16 == 0) sumsq_rows(x + h * d, d, std::min<int64_t>(16, n_heads - h), d, ss, isa);
     float* xh = x + h * d;
     const float inv = 1.0f / std::sqrt(ss[h % 16] + eps);
     for (int64_t i = 0; i < d; ++i) xh[i] = (xh[i] * inv) * scale;
@@ -368,19 +368,19 @@ float softplus(float x) {
 }
 
 REWIND_CLONES
-void swiglu(const float* g, const float* u, float* y, int64_t n) {
+void swiglu(const float* g, const float* u, float* y, int64_t n, IsaCap isa) {
 #ifdef REWIND_SILU_AVX512
-  if (simd_level() == 2) return swiglu_avx512(g, u, y, n);
+  if (simd_level(isa) == 2) return swiglu_avx512(g, u, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = (g[i] / (1.0f + exp_fixed_inline(-g[i]))) * u[i];
 }
 
 REWIND_CLONES
 void gated_rmsnorm_heads(const float* o, const float* z, const float* w, float* y, int64_t n_heads,
-                         int64_t d, float eps) {
+                         int64_t d, float eps, IsaCap isa) {
   float ss[16];
   for (int64_t h = 0; h < n_heads; ++h) {
-    if (h % 16 == 0) sumsq_rows(o + h * d, d, std::min<int64_t>(16, n_heads - h), d, ss);
+    if (h % 16 == 0) sumsq_rows(o + h * d, d, std::min<int64_t>(16, n_heads - h), d, ss, isa);
     const float* oh = o + h * d;
     const float* zh = z + h * d;
     float* yh = y + h * d;
@@ -409,13 +409,13 @@ void rope_heads(float* x, int64_t n_heads, int64_t d, int64_t rope_dim, const fl
 
 REWIND_CLONES
 void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, float* out,
-               int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1) {
+               int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1, IsaCap isa) {
   const int64_t W = K - 1;
   // Row j of [window ; in] (j < W + T), for the channels handled.
   auto seq = [&](int64_t j) { return j < W ? window + j * C : in + (j - W) * ld_in; };
   // Tokens outer, channels inner (contiguous, vectorisable); per element the taps run j = 0..K-1.
 #ifdef REWIND_SILU_AVX512
-  if (K == 4 && simd_level() == 2) {
+  if (K == 4 && simd_level(isa) == 2) {
     const float* rows[4] = {seq(0), seq(1), seq(2), seq(3)};
     if (T > 0) conv4_silu_avx512(rows, T, w, C, out, ld_out, c0, c1, ld_in);
   } else
@@ -767,11 +767,11 @@ __attribute__((target("avx512f"))) void gdn_step_avx512(float* S, const float* q
 REWIND_CLONES
 void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const float* v, int64_t ldv,
                const float* alpha, const float* beta, float* o, int64_t ldo, int64_t T, int64_t dk,
-               int64_t dv) {
+               int64_t dv, IsaCap isa) {
   if (T <= 0 || dv <= 0) return;
   if (T == 1) {  // decode: nothing to fuse
 #ifdef REWIND_GDN_AVX512
-    if (simd_level() == 2 && dv % kLanes == 0)
+    if (simd_level(isa) == 2 && dv % kLanes == 0)
       return gdn_step_avx512(S, q, k, v, alpha[0], beta[0], o, dk, dv);
 #endif
     gdn_step(S, q, k, v, alpha[0], beta[0], o, dk, dv);
@@ -792,7 +792,7 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
       buf_store.data() + (kLanes - reinterpret_cast<uintptr_t>(buf_store.data()) % 64 / 4) % kLanes;
   if (!packed) pk.resize(static_cast<size_t>(std::min(T, kTB) * P));
 #ifdef REWIND_GDN_AVX512
-  const bool avx512 = simd_level() == 2;
+  const bool avx512 = simd_level(isa) == 2;
 #endif
   for (int64_t tb = 0; tb < T; tb += kTB) {
     const int64_t nt = std::min(kTB, T - tb);
@@ -989,8 +989,8 @@ struct RowGroup {
 REWIND_CLONES
 void attention_head(const float* q, const float* const* k_blocks, const float* const* v_blocks,
                     int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale, float* out,
-                    float* scratch) {
-  attention_rows(&q, 1, &n_keys, k_blocks, v_blocks, block, ld, d, scale, &out, scratch);
+                    float* scratch, IsaCap isa) {
+  attention_rows(&q, 1, &n_keys, k_blocks, v_blocks, block, ld, d, scale, &out, scratch, isa);
 }
 
 // The strided form: the rows' addresses, then the pointer form (nothing on a hot path calls it;
@@ -998,7 +998,8 @@ void attention_head(const float* q, const float* const* k_blocks, const float* c
 REWIND_CLONES
 void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
-                    int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch) {
+                    int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch,
+                    IsaCap isa) {
   std::vector<const float*> qr(static_cast<size_t>(m));
   std::vector<float*> orow(static_cast<size_t>(m));
   for (int64_t r = 0; r < m; ++r) {
@@ -1006,13 +1007,14 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
     orow[r] = out + r * ldo;
   }
   attention_rows(qr.data(), m, n_keys, k_blocks, v_blocks, block, ld, d, scale, orow.data(),
-                 scratch);
+                 scratch, isa);
 }
 
 REWIND_CLONES
 void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
-                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch) {
+                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch,
+                    IsaCap isa) {
   const int64_t n_max = n_keys[m - 1];
   // Rows [r, r + R) of one block: fills g with their pointers and key counts.
   auto group = [&](RowGroup& g, int64_t r, int R, int64_t b0, int64_t d0) {
@@ -1024,7 +1026,7 @@ void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
     }
   };
 #ifdef REWIND_ATTN_AVX512
-  const bool avx512 = simd_level() == 2;
+  const bool avx512 = simd_level(isa) == 2;
   // Rows from r in groups of 8, then of 4: run(g, R) per group, R a std::integral_constant.
   auto in_groups = [&](int64_t& r, int64_t b0, auto&& run) {
     RowGroup g;

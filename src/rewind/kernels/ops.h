@@ -6,32 +6,36 @@
 // interleaved fp32 partial sums (element i goes to lane i % 16, each lane accumulated in index
 // order with an explicit fma) combined by a fixed tree; so the SIMD width of the machine
 // never changes the bits. Naive double-precision references live in kernels/ops_ref.h.
+// `isa` caps the SIMD path an op may take (the model passes its KernelOptions::isa; every path
+// gives the same bits).
 #pragma once
 
 #include <cstdint>
 
+#include "rewind/kernels/kernel_options.h"
+
 namespace rw {
 
 // sum_i a[i]*b[i] in the fixed 16-lane order described above.
-float dot_fixed(const float* a, const float* b, int64_t n);
+float dot_fixed(const float* a, const float* b, int64_t n, IsaCap isa = IsaCap::Amx);
 // sum_i a[i]*a[i], same order.
-float sumsq_fixed(const float* a, int64_t n);
+float sumsq_fixed(const float* a, int64_t n, IsaCap isa = IsaCap::Amx);
 
 // RMSNorm: y = x / sqrt(mean(x^2) + eps) * w. Zero-centred norms have the +1 folded into w at
 // load time. x, y: [n_rows, n] (row strides ld); w: [n]. y may alias x.
 void rmsnorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy, int64_t n_rows,
-             int64_t n, float eps);
+             int64_t n, float eps, IsaCap isa = IsaCap::Amx);
 
 // In-place per-head RMSNorm over d with weight w [d]: x is [n_heads, d] contiguous.
-void rmsnorm_heads(float* x, int64_t n_heads, int64_t d, const float* w, float eps);
+void rmsnorm_heads(float* x, int64_t n_heads, int64_t d, const float* w, float eps, IsaCap isa = IsaCap::Amx);
 
 // In-place L2 normalisation per head, then scale: x <- x / sqrt(sum x^2 + eps) * scale.
-void l2norm_heads(float* x, int64_t n_heads, int64_t d, float eps, float scale);
+void l2norm_heads(float* x, int64_t n_heads, int64_t d, float eps, float scale, IsaCap isa = IsaCap::Amx);
 
 // Gated RMSNorm per head (GDN output): y = w * (o / sqrt(mean(o^2) + eps)) * silu(z).
 // o, z, y: [n_heads, d]; w: [d]. y may alias o.
 void gated_rmsnorm_heads(const float* o, const float* z, const float* w, float* y, int64_t n_heads,
-                         int64_t d, float eps);
+                         int64_t d, float eps, IsaCap isa = IsaCap::Amx);
 
 // Partial rotary embedding, rotate_half layout, in place on x [n_heads, d]: the first
 // rope_dim dims of each head rotate in pairs (i, i + rope_dim/2) by angle pos * inv_freq[i];
@@ -49,7 +53,7 @@ float softplus(float x);
 // a[i] *= sigmoid(gate[i]) for i < n (the attention output gate).
 void sigmoid_gate(float* a, const float* gate, int64_t n);
 // y[i] = silu(g[i]) * u[i] for i < n; y may alias g.
-void swiglu(const float* g, const float* u, float* y, int64_t n);
+void swiglu(const float* g, const float* u, float* y, int64_t n, IsaCap isa = IsaCap::Amx);
 
 // Causal depthwise conv over T tokens for channels [c0, c1), then SiLU.
 // window: [K-1, C] previous raw inputs, oldest first, row stride C (updated in place for the
@@ -59,7 +63,7 @@ void swiglu(const float* g, const float* u, float* y, int64_t n);
 // acc = fma(w[j, c], seq[t - (K-1) + j][c], acc) for
 // j = 0..K-1, seq being window rows followed by `in` rows.
 void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, float* out,
-               int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1);
+               int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1, IsaCap isa = IsaCap::Amx);
 
 // One Gated DeltaNet token for one value head, fp32, in place on S [dk, dv]:
 //   S <- alpha*S; m = S^T k; u = beta*(v - m); S <- S + k u^T; o = S^T q.
@@ -75,7 +79,7 @@ void gdn_step(float* S, const float* q, const float* k, const float* v, float al
 // ldv == dv) are streamed as they are; other strides are packed per 128-token block first.
 void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const float* v, int64_t ldv,
                const float* alpha, const float* beta, float* o, int64_t ldo, int64_t T, int64_t dk,
-               int64_t dv);
+               int64_t dv, IsaCap isa = IsaCap::Amx);
 
 // Causal attention for one query head against keys [0, n_keys) of one sequence. Keys come in
 // blocks of `block` positions aligned to absolute positions (block b covers [b*block,
@@ -85,7 +89,7 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
 // the p-weighted sum of values in key order. q: [d]; out: [d]; scratch: [n_keys].
 void attention_head(const float* q, const float* const* k_blocks, const float* const* v_blocks,
                     int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale, float* out,
-                    float* scratch /* [n_keys] */);
+                    float* scratch /* [n_keys] */, IsaCap isa = IsaCap::Amx);
 
 // The same for m query rows of one head of one sequence at once (row r at q + r*ldq, attending
 // to keys [0, n_keys[r]), n_keys ascending), so each K/V block is read once for all rows.
@@ -93,7 +97,7 @@ void attention_head(const float* q, const float* const* k_blocks, const float* c
 // out: row r at out + r*ldo; scratch: [m, n_keys[m-1]].
 void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
-                    int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch);
+                    int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch, IsaCap isa = IsaCap::Amx);
 
 // The same with each row's query and output at its own address (q[r], out[r]): rows of
 // different heads that share a K/V head (grouped-query attention) read each K/V block once for
@@ -101,6 +105,6 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
 // attention_head on it alone.
 void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
-                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch);
+                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch, IsaCap isa = IsaCap::Amx);
 
 }  // namespace rw

@@ -43,6 +43,8 @@ struct LoadOptions {
   // drafting. States then carry the head's KV and carry (StateShape); without it nothing
   // changes and plain models pay nothing.
   bool mtp = false;
+  // How the kernels run (the quantised dot, the SIMD cap, benchmark knobs); the model owns it.
+  KernelOptions kernels;
 };
 
 // The inputs of every recurrent layer's per-token update, recorded by forward() for one
@@ -135,7 +137,11 @@ class Model {
   int64_t matmul_macs_lm_head() const;
   size_t packed_bytes() const;
   size_t quantised_bytes() const;  // the part of packed_bytes() in quantised stores
-  const char* isa() const { return matmul_isa(); }
+  const char* isa() const;  // the f32 / bf16 matmul path under kernel_options().isa
+  const KernelOptions& kernel_options() const;
+  // Applies `opt` to every packed matrix and op call from the next forward on (benchmarks that
+  // compare settings in one process; not while a forward runs). Only quant_dot changes results.
+  void set_kernel_options(const KernelOptions& opt);
 
   struct Impl;
 

@@ -78,6 +78,7 @@ struct Model::Impl {
   std::vector<float> inv_freq;
   size_t packed_bytes = 0;
   size_t quantised_bytes = 0;  // of packed_bytes, in Q8_0 / Q4_K / Q5_K / Q6_K stores
+  KernelOptions kopt;          // how the kernels run (LoadOptions::kernels)
 
   // MTP head (LoadOptions::mtp and a checkpoint with one): its decoder layer is attention
   // layer n_full_layers of the state (the lagging one, StateShape::lagged_attn_layers).
@@ -169,6 +170,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   m->impl_ = std::make_unique<Impl>();
   const ModelConfig& c = m->cfg_;
   Impl& I = *m->impl_;
+  I.kopt = opt.kernels;
   const WeightSet& W = *m->ws_;
 
   // Bytes to pack, for progress.
@@ -226,6 +228,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
         opt.store == WeightStore::Auto
             ? s.pack_default(opt.pool)
             : s.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
+    pm.set_kernel_options(I.kopt);
     I.packed_bytes += pm.bytes();
     if (pm.parts().empty() && pm.quantised()) I.quantised_bytes += pm.bytes();
     for (auto& part : pm.parts())  // a stack: its parts, each in its own store
@@ -303,6 +306,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
           opt.store == WeightStore::Auto
               ? kv.pack_default(opt.pool)
               : kv.pack(opt.store == WeightStore::BF16 ? DType::BF16 : DType::F32, opt.pool);
+      L.attn.kv.set_kernel_options(I.kopt);
       I.packed_bytes += L.attn.kv.bytes();
     }
     L.attn.o_proj = pack(p + "o_proj");
@@ -320,6 +324,33 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     I.inv_freq[i] = static_cast<float>(
         1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.rope_dim)));
   return m;
+}
+
+const KernelOptions& Model::kernel_options() const {
+  return impl_->kopt;
+}
+
+void Model::set_kernel_options(const KernelOptions& opt) {
+  Impl& I = *impl_;
+  I.kopt = opt;
+  auto layer = [&](LayerW& L) {
+    for (PackedMatrix* w : {&L.lin.in_proj, &L.lin.out_proj, &L.attn.qkv, &L.attn.o_proj,
+                            &L.attn.kv, &L.dense.gate_up, &L.dense.down, &L.router,
+                            &L.shared_gate})
+      w->set_kernel_options(opt);
+    for (ExpertW& e : L.experts) {
+      e.gate_up.set_kernel_options(opt);
+      e.down.set_kernel_options(opt);
+    }
+  };
+  for (LayerW& L : I.layers) layer(L);
+  if (I.mtp) layer(I.mtp_layer);
+  I.lm_head.set_kernel_options(opt);
+  I.mtp_fc.set_kernel_options(opt);
+}
+
+const char* Model::isa() const {
+  return matmul_isa(impl_->kopt.isa);
 }
 
 size_t Model::packed_bytes() const {
@@ -382,6 +413,7 @@ bool Model::mtp_loaded() const {
 
 void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t from, int64_t to,
                              ThreadPool* pool) const {
+  const IsaCap isa = impl_->kopt.isa;  // the ops' SIMD cap (KernelOptions)
   const ModelConfig& c = cfg_;
   const Impl& I = *impl_;
   REWIND_CHECK(0 <= from && from <= to && to <= cap.n);
@@ -410,7 +442,7 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
       if (h < 0) {  // the conv window shift: the same kernel on the same inputs, output unused
         scratch.resize(static_cast<size_t>(n * CD));
         conv_silu(st->conv(L.rec_index), base, RF, L.lin.conv.data(), scratch.data(), CD, n, CD,
-                  c.conv_kernel, 0, CD);
+                  c.conv_kernel, 0, CD, isa);
         continue;
       }
       const int64_t g = h / r;
@@ -425,7 +457,7 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
       }
       const float* row = base + CD;  // normed [q | k | v]
       gdn_steps(S, row + g * dk, row + KD + g * dk, RF, row + 2 * KD + h * dv, RF, alpha, beta,
-                beta + n, dv, n, dk, dv);
+                beta + n, dv, n, dk, dv, isa);
     }
   };
   par_items(pool, n_jobs, 1, n > kGuidedTokens, run);
@@ -433,6 +465,7 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
 
 void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
                         int64_t T, float* x, int64_t RF, ThreadPool* pool, bool kv_only) {
+  const IsaCap isa = kopt.isa;  // the ops' SIMD cap (KernelOptions)
   Impl& I = *this;
   const int64_t H = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -448,7 +481,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
   // The input norm's rows are made inside the mixer's first matmul, which alone reads them (xn
   // holds them only for weights without the int8 dot).
   auto in_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
-    rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps);
+    rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps, isa);
   };
 
   if (L.kind == LayerKind::Linear) {
@@ -489,11 +522,11 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
           const int64_t c0 = col(e), w = width(e);
           float* out = conv + c0 * T + t0 * w;
           conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), out, w, n, CD, c.conv_kernel, c0,
-                    c0 + w);
+                    c0 + w, isa);
           // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
           if (e < 2 * Hk)
             for (int64_t t = 0; t < n; ++t)
-              l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f);
+              l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f, isa);
         }
       };
       par_items(pool, n_items, 1, n > kGuidedTokens, items);
@@ -530,7 +563,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
         }
         gdn_steps(Sm, conv + col(g) * T + t0 * dk, conv + col(Hk + g) * T + t0 * dk, dk,
                   conv + col(2 * Hk + h) * T + t0 * dv, dv, ab.data(), ab.data() + n,
-                  o + t0 * VD + h * dv, VD, n, dk, dv);
+                  o + t0 * VD + h * dv, VD, n, dk, dv, isa);
       }
     };
     par_items(pool, n_jobs, 1, T > kGuidedTokens, run_heads);
@@ -540,7 +573,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
         [&](int64_t b, int64_t e, float* y, int64_t ldy) {
           for (int64_t t = b; t < e; ++t)
             gated_rmsnorm_heads(o + t * VD, proj + t * NP + CD, L.lin.gnorm.data(),
-                                y + (t - b) * ldy, Hv, dv, eps);
+                                y + (t - b) * ldy, Hv, dv, eps, isa);
         },
         T, L.lin.out_proj, out, H, pool, o, VD);
   } else {
@@ -566,12 +599,12 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
           if (!kv_only)
             for (int64_t h = 0; h < nh; ++h) {
               float* q = row + h * 2 * D;  // [q_h | gate_h]
-              rmsnorm_heads(q, 1, D, L.attn.q_norm.data(), eps);
+              rmsnorm_heads(q, 1, D, L.attn.q_norm.data(), eps, isa);
               rope_heads(q, 1, D, c.rope_dim, I.inv_freq.data(), pos);
             }
           float* k = row + k_col;
           float* v = k + nkv * D;
-          rmsnorm_heads(k, nkv, D, L.attn.k_norm.data(), eps);
+          rmsnorm_heads(k, nkv, D, L.attn.k_norm.data(), eps, isa);
           rope_heads(k, nkv, D, c.rope_dim, I.inv_freq.data(), pos);
           st.write_kv(L.attn_index, pos, k, v);
         }
@@ -629,7 +662,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
         }
         scratch.resize(static_cast<size_t>(rows * n_max));
         attention_rows(qr.data(), rows, n_keys.data(), kb.data(), vb.data(), PT, nkv * D, D, scale,
-                       orow.data(), scratch.data());
+                       orow.data(), scratch.data(), isa);
         // Output gate.
         for (int64_t r = 0; r < rows; ++r) sigmoid_gate(orow[r], qr[r] + D, D);
       }
@@ -643,7 +676,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
   // The residual, then the FFN's norm: x += out; xn = rmsnorm(x).
   auto residual_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
     for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
-    rmsnorm(x + b * H, H, L.post_norm.data(), y, ldy, e - b, H, eps);
+    rmsnorm(x + b * H, H, L.post_norm.data(), y, ldy, e - b, H, eps, isa);
   };
   // in: the input rows, or (in == nullptr) residual_norm makes them inside gate|up's matmul.
   auto swiglu_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
@@ -660,7 +693,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     matmul_fill(
         [&](int64_t b, int64_t e, float* h, int64_t ldh) {
           for (int64_t i = b; i < e; ++i)
-            swiglu(gu + i * 2 * F, gu + i * 2 * F + F, h + (i - b) * ldh, F);
+            swiglu(gu + i * 2 * F, gu + i * 2 * F + F, h + (i - b) * ldh, F, isa);
         },
         m, w.down, y, H, pool, gu, 2 * F);
   };
@@ -740,6 +773,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
 
 void Model::Impl::mtp_inputs(const ModelConfig& c, const WeightSource& emb, const int32_t* tok,
                              const float* const* hid, int64_t M, float* out, ThreadPool* pool) {
+  const IsaCap isa = kopt.isa;  // the ops' SIMD cap (KernelOptions)
   const int64_t H = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   mcat.reserve_at_least(static_cast<size_t>(M * 2 * H));
@@ -748,14 +782,15 @@ void Model::Impl::mtp_inputs(const ModelConfig& c, const WeightSource& emb, cons
     for (int64_t i = b; i < e; ++i) {
       float* row = cat + i * 2 * H;
       emb.row_f32(tok[i], row);
-      rmsnorm(row, H, mtp_enorm.data(), row, H, 1, H, eps);
-      rmsnorm(hid[i], H, mtp_hnorm.data(), row + H, H, 1, H, eps);
+      rmsnorm(row, H, mtp_enorm.data(), row, H, 1, H, eps, isa);
+      rmsnorm(hid[i], H, mtp_hnorm.data(), row + H, H, 1, H, eps, isa);
     }
   });
   matmul(cat, M, 2 * H, mtp_fc, out, H, pool);
 }
 
 Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, ThreadPool* pool) {
+  const IsaCap isa = impl_->kopt.isa;  // the ops' SIMD cap (KernelOptions)
   const ModelConfig& c = cfg_;
   Impl& I = *impl_;
   const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -823,7 +858,7 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
     fh = I.fh.data();
     par_rows(pool, T, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t)
-        rmsnorm(x + t * H, H, I.final_norm.data(), fh + t * H, H, 1, H, eps);
+        rmsnorm(x + t * H, H, I.final_norm.data(), fh + t * H, H, 1, H, eps, isa);
     });
     // MTP entries j = p-1 .. p+n-2 of each sequence (p-1 only when p > 0): the pair
     // (h_j, t_{j+1}) through fc and the head's layer, K/V only (slot j). Entry p-1 reads the
@@ -874,7 +909,7 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
         if (fh)
           std::memcpy(xn + j * H, fh + (off[s] + r) * H, static_cast<size_t>(H) * sizeof(float));
         else
-          rmsnorm(x + (off[s] + r) * H, H, I.final_norm.data(), xn + j * H, H, 1, H, eps);
+          rmsnorm(x + (off[s] + r) * H, H, I.final_norm.data(), xn + j * H, H, 1, H, eps, isa);
         ++j;
       }
     matmul(xn, n_out, H, I.lm_head, logits->data(), V, pool);
@@ -884,6 +919,7 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
 
 Status Model::mtp_draft(std::span<MtpDraft> batch, std::vector<float>* logits,
                         ThreadPool* pool) const {
+  const IsaCap isa = impl_->kopt.isa;  // the ops' SIMD cap (KernelOptions)
   const ModelConfig& c = cfg_;
   Impl& I = *impl_;
   const int64_t H = c.hidden_size, V = c.vocab_size;
@@ -935,7 +971,7 @@ Status Model::mtp_draft(std::span<MtpDraft> batch, std::vector<float>* logits,
     I.layer(c, I.mtp_layer, segs, M, x, 0, pool, false);
     I.xn.reserve_at_least(static_cast<size_t>(M * H));
     float* xn = I.xn.data();
-    rmsnorm(x, H, I.mtp_norm.data(), xn, H, M, H, eps);
+    rmsnorm(x, H, I.mtp_norm.data(), xn, H, M, H, eps, isa);
     lg.resize(static_cast<size_t>(M * V));
     matmul(xn, M, H, I.lm_head, lg.data(), V, pool);
     for (int64_t r = 0; r < M; ++r) {
