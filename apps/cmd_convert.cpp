@@ -22,24 +22,13 @@ Result<DType> parse_type(const std::string& s) {
   if (s == "f32") return DType::F32;
   if (s == "f16") return DType::F16;
   if (s == "bf16") return DType::BF16;
-  if (s == "q8_0") return DType::Q8_0;
-  if (s == "q4_k") return DType::Q4_K;
-  if (s == "q5_k") return DType::Q5_K;
-  if (s == "q6_k") return DType::Q6_K;
   if (s == "q4_k_m") return DType::Q4_K;  // with the mixture rule below
   if (s == "q5_k_m") return DType::Q5_K;
-  if (s == "q4_0") return DType::Q4_0;
-  if (s == "q4_1") return DType::Q4_1;
-  if (s == "q5_0") return DType::Q5_0;
-  if (s == "q5_1") return DType::Q5_1;
-  if (s == "iq4_nl") return DType::IQ4_NL;
-  if (s == "q3_k") return DType::Q3_K;
-  if (s == "iq4_xs") return DType::IQ4_XS;
-  if (s == "q2_k") return DType::Q2_K;
-  return make_error(
-      "--type must be f32, f16, bf16, q8_0, q4_k, q4_k_m, q5_k, q5_k_m, q6_k, q4_0, q4_1, q5_0, "
-      "q5_1, iq4_nl, q3_k, iq4_xs or q2_k (got '" +
-      s + "')");
+  if (const QuantTraits* q = quant_traits_by_arg(s)) return q->type;
+  std::string types = "f32, f16, bf16, q4_k_m, q5_k_m";
+  for (const QuantTraits& q : kQuantTraits)
+    (types += &q == &kQuantTraits[kNumQuant - 1] ? " or " : ", ") += q.arg;
+  return make_error("--type must be " + types + " (got '" + s + "')");
 }
 
 std::string read_file(const std::string& path) {

@@ -87,14 +87,9 @@ std::vector<int64_t> parse_list(const std::string& s) {
 
 // The store of a --dtype name (exits with usage error 2 for an unknown one).
 rw::DType dtype_named(const std::string& dt) {
-  static const std::pair<const char*, rw::DType> kNames[] = {
-      {"f32", rw::DType::F32},       {"bf16", rw::DType::BF16},     {"q8_0", rw::DType::Q8_0},
-      {"q4_k", rw::DType::Q4_K},     {"q5_k", rw::DType::Q5_K},     {"q6_k", rw::DType::Q6_K},
-      {"q4_0", rw::DType::Q4_0},     {"iq4_nl", rw::DType::IQ4_NL}, {"q3_k", rw::DType::Q3_K},
-      {"iq4_xs", rw::DType::IQ4_XS}, {"q2_k", rw::DType::Q2_K},     {"q4_1", rw::DType::Q4_1},
-      {"q5_1", rw::DType::Q5_1},     {"q5_0", rw::DType::Q5_0}};
-  for (const auto& [name, t] : kNames)
-    if (dt == name) return t;
+  if (dt == "f32") return rw::DType::F32;
+  if (dt == "bf16") return rw::DType::BF16;
+  if (const rw::QuantTraits* q = rw::quant_traits_by_arg(dt)) return q->type;
   std::fprintf(stderr, "matmul_bench: unknown --dtype %s\n", dt.c_str());
   std::exit(2);
 }

@@ -50,6 +50,33 @@ std::vector<float> dequantize(const std::vector<std::byte>& q, DType t, int64_t 
   return y;
 }
 
+// kQuantTraits (tensor/dtype.h) is what dtype.h's functions, the name and ggml-code look-ups and
+// the packed store read: each row answers for its own type.
+TEST(Quant, TraitsTableLookups) {
+  for (const QuantTraits& q : kQuantTraits) {
+    SCOPED_TRACE(std::string(q.name));
+    EXPECT_TRUE(dtype_is_quant(q.type));
+    EXPECT_EQ(&quant_traits(q.type), &q);
+    EXPECT_EQ(dtype_name(q.type), q.name);
+    EXPECT_EQ(dtype_size(q.type), 0u);
+    EXPECT_EQ(dtype_block_elems(q.type), q.block_elems);
+    EXPECT_EQ(dtype_row_bytes(q.type, 4 * q.block_elems), 4u * q.block_bytes);
+    EXPECT_EQ(quant_traits_by_arg(q.arg), &q);
+    EXPECT_EQ(quant_traits_by_ggml(q.ggml_type), &q);
+    EXPECT_EQ(detail::quant_panel_block_bytes(q.type), q.panel_block_bytes);
+    EXPECT_EQ(quant_traits(q.transcoding).block_elems, q.block_elems);
+  }
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::BOOL}) {
+    EXPECT_FALSE(dtype_is_quant(t));
+    EXPECT_FALSE(quant_has_kernel(t, kQkWiden));
+    EXPECT_EQ(dtype_block_elems(t), 1);
+    EXPECT_EQ(detail::quant_panel_block_bytes(t), 0);
+  }
+  EXPECT_EQ(quant_traits_by_arg("f32"), nullptr);
+  EXPECT_EQ(quant_traits_by_arg("Q4_K"), nullptr);  // command lines spell them in lower case
+  EXPECT_EQ(quant_traits_by_ggml(0), nullptr);      // F32
+}
+
 TEST(Quant, Q8_0KnownAnswer) {
   BlockQ8_0 b;
   b.d = 0x3800;  // f16 0.5

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "rewind/io/mmap_file.h"
+#include "rewind/tensor/dtype.h"
 
 namespace rw {
 
@@ -51,6 +52,20 @@ constexpr TypeRow kTypes[] = {
     {29, {"IQ1_M", 256, 56}},   {30, {"BF16", 1, 2}},       {34, {"TQ1_0", 256, 54}},
     {35, {"TQ2_0", 256, 66}},   {39, {"MXFP4", 32, 17}},
 };
+// The formats rewind stores (kQuantTraits) have ggml's name and block shape here.
+static_assert(
+    [] {
+      for (const QuantTraits& q : kQuantTraits) {
+        bool found = false;
+        for (const TypeRow& r : kTypes)
+          if (r.code == q.ggml_type)
+            found = std::string_view(r.info.name) == q.name &&
+                    r.info.block_elems == q.block_elems && r.info.block_bytes == q.block_bytes;
+        if (!found) return false;
+      }
+      return true;
+    }(),
+    "kQuantTraits disagrees with ggml's type table");
 
 // Bounds-checked little-endian cursor over the header.
 class Cursor {

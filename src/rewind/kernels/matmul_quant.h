@@ -83,34 +83,10 @@ class ThreadPool;
 
 namespace rw::detail {
 
+// Bytes of one k-block of a panel of the layout above (kQuantTraits' panel_block_bytes; 0 for
+// a type that is not quantised).
 constexpr int64_t quant_panel_block_bytes(DType t) {
-  switch (t) {
-    case DType::Q8_0:
-      return 32 + 32 * 16;
-    case DType::Q4_0:
-    case DType::IQ4_NL:
-      return 32 + 16 * 16;
-    case DType::Q4_1:
-      return 32 + 16 * 16 + 32;
-    case DType::Q5_1:
-      return 32 + 16 * 16 + 64 + 32;
-    case DType::Q5_0:
-      return 32 + 16 * 16 + 64;
-    case DType::Q4_K:
-      return 32 + 32 + 128 + 128 + 128 * 16;
-    case DType::Q5_K:
-      return 32 + 32 + 128 + 128 + 128 * 16 + 32 * 16;
-    case DType::Q6_K:
-      return 32 + 256 + 128 * 16 + 64 * 16;
-    case DType::Q3_K:
-      return 32 + 256 + 64 * 16 + 32 * 16;
-    case DType::IQ4_XS:
-      return 32 + 128 + 128 * 16;
-    case DType::Q2_K:
-      return 32 + 32 + 256 + 64 * 16;
-    default:
-      return 0;
-  }
+  return dtype_is_quant(t) ? quant_traits(t).panel_block_bytes : 0;
 }
 
 // Re-lays the quantised rows [16 rows of one panel] (ggml blocks, row-major; rows past n_rows

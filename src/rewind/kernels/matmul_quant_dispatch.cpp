@@ -54,9 +54,21 @@ bool avx2_allowed(IsaCap cap) {
   return use_avx2() && cap >= IsaCap::Avx2;
 }
 
+// Values per activation block of the int8 dot (kQuantTraits; 1 for a type that is not quantised,
+// which prepare_acts refuses).
 int64_t act_block(DType t) {
-  return dtype_block_elems(t);
+  return dtype_is_quant(t) ? quant_traits(t).act_block : 1;
 }
+
+// Every quantised format has the widen, the AVX-512 decode tiles and the VNNI and AVX2 int8 tiles:
+// the paths below pick among them by the machine alone.
+static_assert(
+    [] {
+      for (const QuantTraits& q : kQuantTraits)
+        if ((q.kernels & kQkEvery) != kQkEvery) return false;
+      return true;
+    }(),
+    "a quantised format without the widen, decode, VNNI or AVX2 kernels");
 
 }  // namespace
 
@@ -92,8 +104,8 @@ Int8Path int8_path(IsaCap cap) {
 }
 }  // namespace
 
-bool quant_decode_tiles_available(DType, IsaCap cap) {
-  return avx512_allowed(cap);
+bool quant_decode_tiles_available(DType t, IsaCap cap) {
+  return avx512_allowed(cap) && quant_has_kernel(t, kQkDecodeF32);
 }
 
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
@@ -209,18 +221,27 @@ const char* int8_dot_isa(IsaCap cap) {
   }
 }
 namespace {
-// The AMX tiles serve the prefill of these types, on 16 rows or more.
+// The AMX tiles serve the prefill of the types with them (Q8_0, Q4_K, Q5_K), on 16 rows or more.
 bool uses_amx(DType t, int64_t rows, IsaCap cap) {
-  return int8_path(cap) == Int8Path::Vnni &&
-         (t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q5_K) && amx_int8_enabled(cap) &&
-         rows >= 16;
+  return int8_path(cap) == Int8Path::Vnni && quant_has_kernel(t, kQkAmxPrefill) &&
+         amx_int8_enabled(cap) && rows >= 16;
 }
 
 // Panel streams per VNNI decode tile (1-2 rows). Q4_K, Q5_K and Q6_K take 2 (their weights
 // arrive from memory faster in two streams), the others 4.
 constexpr int vnni_decode_panels(DType t) {
-  return t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K ? 2 : kInt8MaxP;
+  return quant_traits(t).vnni_decode_panels;
 }
+static_assert(
+    [] {
+      for (const QuantTraits& q : kQuantTraits)
+        if (q.vnni_decode_panels < 1 || q.vnni_decode_panels > kInt8MaxP ||
+            q.vnni_prefill_rows < 1 || q.vnni_prefill_rows > kInt8MaxR ||
+            q.vnni_prefill_panels < 1 || q.vnni_prefill_panels > kInt8MaxP)
+          return false;
+      return true;
+    }(),
+    "kQuantTraits' VNNI tile shapes within kInt8Tiles");
 // What a prefill does to a panel group once per row block before its row tiles run: fn writes
 // nb blocks of block_bytes each (null: the tiles read the packed panels), and the tiles of type
 // `tile` run on them with the `bytes` flag (Int8TileFn). Every expansion keeps the integers, so
@@ -285,9 +306,8 @@ int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows, IsaCa
   if (uses_amx(t, rows, cap))
     return static_cast<int>(std::clamp<int64_t>(kAmxGroupBytes / panel_stride, 2, 16));
   // The tiles with one integer sum per output (Q8_0's, which IQ4_NL and Q5_0 run on their
-  // expanded blocks, and Q4_1 / Q5_1's on bytes) take 3 panels, the others 2 (int8_dot_panels).
-  const DType tile = prefill_expansion(t, false, false).tile;
-  return tile == DType::Q8_0 || tile == DType::Q4_1 || tile == DType::Q5_1 ? 3 : 2;
+  // expanded blocks, and Q4_1 / Q5_1's on bytes) take 3 panels, the others 2 (kQuantTraits).
+  return quant_traits(t).vnni_prefill_panels;
 }
 
 void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
@@ -337,7 +357,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const bool amx = uses_amx(t, r1 - r0, opt.isa);
   const int kP = int8_prefill_group_panels(t, panel_stride, r1 - r0, opt.isa);
   const int kVnniP = amx ? 2 : kP;  // panels per VNNI / AVX2 tile
-  const int kR = !avx2 && t == DType::Q4_0 ? 6 : 4;
+  const int kR = avx2 ? 4 : quant_traits(t).vnni_prefill_rows;
   const bool amx_q4 = amx && t != DType::Q8_0;
   const PrefillExpansion ex = prefill_expansion(t, avx2, amx);
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128

@@ -28,43 +28,11 @@ bool dtype_from_ggml(GgmlType t, DType* out) {
     case GgmlType::BF16:
       *out = DType::BF16;
       return true;
-    case GgmlType::Q8_0:
-      *out = DType::Q8_0;
-      return true;
-    case GgmlType::Q4_K:
-      *out = DType::Q4_K;
-      return true;
-    case GgmlType::Q5_K:
-      *out = DType::Q5_K;
-      return true;
-    case GgmlType::Q6_K:
-      *out = DType::Q6_K;
-      return true;
-    case GgmlType::Q4_0:
-      *out = DType::Q4_0;
-      return true;
-    case GgmlType::Q5_0:
-      *out = DType::Q5_0;
-      return true;
-    case GgmlType::IQ4_NL:
-      *out = DType::IQ4_NL;
-      return true;
-    case GgmlType::Q3_K:
-      *out = DType::Q3_K;
-      return true;
-    case GgmlType::IQ4_XS:
-      *out = DType::IQ4_XS;
-      return true;
-    case GgmlType::Q2_K:
-      *out = DType::Q2_K;
-      return true;
-    case GgmlType::Q4_1:
-      *out = DType::Q4_1;
-      return true;
-    case GgmlType::Q5_1:
-      *out = DType::Q5_1;
-      return true;
     default:
+      if (const QuantTraits* q = quant_traits_by_ggml(static_cast<uint32_t>(t))) {
+        *out = q->type;
+        return true;
+      }
       return false;
   }
 }
@@ -87,11 +55,13 @@ class Resolver {
       return make_error(f_.path() + ": missing tensor '" + name + "' (expected shape " +
                         shape_str(shape) + ")");
     Found r{t, DType::F32};
-    if (!dtype_from_ggml(t->type, &r.dtype))
+    if (!dtype_from_ggml(t->type, &r.dtype)) {
+      std::string types = "F32, F16, BF16";
+      for (const QuantTraits& q : kQuantTraits) (types += ", ") += q.name;
       return make_error(f_.path() + ": tensor '" + name + "': type " +
                         ggml_type_name(static_cast<uint32_t>(t->type)) +
-                        " is not supported for weights (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, "
-                        "Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, IQ4_XS, Q2_K)");
+                        " is not supported for weights (" + types + ")");
+    }
     std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
     if (got != shape)
       return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
@@ -542,32 +512,8 @@ GgmlType ggml_from_dtype(DType t) {
       return GgmlType::F16;
     case DType::BF16:
       return GgmlType::BF16;
-    case DType::Q8_0:
-      return GgmlType::Q8_0;
-    case DType::Q4_K:
-      return GgmlType::Q4_K;
-    case DType::Q5_K:
-      return GgmlType::Q5_K;
-    case DType::Q6_K:
-      return GgmlType::Q6_K;
-    case DType::Q4_0:
-      return GgmlType::Q4_0;
-    case DType::Q5_0:
-      return GgmlType::Q5_0;
-    case DType::IQ4_NL:
-      return GgmlType::IQ4_NL;
-    case DType::Q3_K:
-      return GgmlType::Q3_K;
-    case DType::IQ4_XS:
-      return GgmlType::IQ4_XS;
-    case DType::Q2_K:
-      return GgmlType::Q2_K;
-    case DType::Q4_1:
-      return GgmlType::Q4_1;
-    case DType::Q5_1:
-      return GgmlType::Q5_1;
     default:
-      return GgmlType::F32;
+      return dtype_is_quant(t) ? static_cast<GgmlType>(quant_traits(t).ggml_type) : GgmlType::F32;
   }
 }
 
@@ -788,21 +734,11 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   };
   kv.emplace_back("general.architecture", GgufValue::string(arch));
   kv.emplace_back("general.name", GgufValue::string(name));
-  const int64_t ftype = matrix_type == DType::F16      ? 1
-                        : matrix_type == DType::Q8_0   ? 7
-                        : matrix_type == DType::Q4_K   ? 14
-                        : matrix_type == DType::Q5_K   ? 16
-                        : matrix_type == DType::Q6_K   ? 18
-                        : matrix_type == DType::Q4_0   ? 2
-                        : matrix_type == DType::Q4_1   ? 3
-                        : matrix_type == DType::Q5_0   ? 8
-                        : matrix_type == DType::Q5_1   ? 9
-                        : matrix_type == DType::Q3_K   ? 11  // llama.cpp's Q3_K_S: all Q3_K
-                        : matrix_type == DType::IQ4_NL ? 25
-                        : matrix_type == DType::IQ4_XS ? 30
-                        : matrix_type == DType::Q2_K   ? 10  // llama.cpp's Q2_K: mostly Q2_K
-                        : matrix_type == DType::BF16   ? 32
-                                                       : 0;
+  // llama.cpp's general.file_type: F16 1, BF16 32, a quantised format's from kQuantTraits.
+  const int64_t ftype = matrix_type == DType::F16     ? 1
+                        : matrix_type == DType::BF16  ? 32
+                        : dtype_is_quant(matrix_type) ? quant_traits(matrix_type).llama_file_type
+                                                      : 0;
   u32("general.file_type", file_type >= 0 ? file_type : ftype);
   if (dtype_is_quant(matrix_type))
     u32("general.quantization_version", 2);

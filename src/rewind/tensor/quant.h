@@ -109,10 +109,24 @@ struct BlockQ2_K {
   uint16_t d;                  // f16 super-block scale for the scales
   uint16_t dmin;               // f16 super-block scale for the mins
 };
-static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 &&
-              sizeof(BlockQ6_K) == 210 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockIQ4_NL) == 18 && sizeof(BlockQ3_K) == 110 && sizeof(BlockIQ4_XS) == 136 &&
-              sizeof(BlockQ2_K) == 84 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24);
+// The block structs are kQuantTraits' blocks (tensor/dtype.h).
+template <typename Block>
+constexpr bool block_matches(DType t, int elems) {
+  return sizeof(Block) == static_cast<size_t>(quant_traits(t).block_bytes) &&
+         elems == quant_traits(t).block_elems;
+}
+static_assert(block_matches<BlockQ8_0>(DType::Q8_0, kQK8_0) &&
+              block_matches<BlockQ4_K>(DType::Q4_K, kQK_K) &&
+              block_matches<BlockQ5_K>(DType::Q5_K, kQK_K) &&
+              block_matches<BlockQ6_K>(DType::Q6_K, kQK_K) &&
+              block_matches<BlockQ4_0>(DType::Q4_0, kQK8_0) &&
+              block_matches<BlockQ5_0>(DType::Q5_0, kQK8_0) &&
+              block_matches<BlockIQ4_NL>(DType::IQ4_NL, kQK8_0) &&
+              block_matches<BlockQ3_K>(DType::Q3_K, kQK_K) &&
+              block_matches<BlockIQ4_XS>(DType::IQ4_XS, kQK_K) &&
+              block_matches<BlockQ2_K>(DType::Q2_K, kQK_K) &&
+              block_matches<BlockQ4_1>(DType::Q4_1, kQK8_0) &&
+              block_matches<BlockQ5_1>(DType::Q5_1, kQK8_0));
 
 // IQ4_NL's 16 values (ggml-common.h kvalues_iq4nl).
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
@@ -718,9 +732,10 @@ inline void quantize_row_q3_k(const float* x, BlockQ3_K* y, int64_t n) {
 
 // ---- transcoding -------------------------------------------------------------------------
 
-// The type transcode_row writes `from` as: Q8_0 for Q4_0, Q5_0 and IQ4_NL, Q6_K for Q3_K.
+// The type transcode_row writes `from` as (kQuantTraits' transcoding): Q8_0 for Q4_0, Q5_0 and
+// IQ4_NL, Q6_K for Q3_K.
 inline DType transcoded_type(DType from) {
-  return from == DType::Q3_K ? DType::Q6_K : DType::Q8_0;
+  return quant_traits(from).transcoding;
 }
 // n values of Q4_0, Q5_0, IQ4_NL or Q3_K re-written as transcoded_type(from) with the same d and
 // integers: the same values to the bit (see the top of this file). Each has kernels of its own;
