@@ -2,7 +2,9 @@
 // `rewind make-model --preset tiny` on an ephemeral port, and real clients drive it: curl for
 // chat and completions (streaming and not), stop sequences, max_tokens, logprobs, usage and
 // cached tokens, /v1/models, /health, /metrics, /v1/cache and every error status; raw sockets
-// for a client that disconnects mid-stream and for a full queue; 8 concurrent curl clients
+// for a client that disconnects mid-stream, for a full queue and for a hostile but fair client
+// of the HTTP layer (slow headers, smuggling shapes, pipelining, half-close, connection caps,
+// bursts of connects, graceful drain on SIGTERM); 8 concurrent curl clients
 // whose greedy outputs must equal each one's output alone (bit-exact: logprobs included); and
 // the official `openai` npm client (tests/integration/openai_client, installed by
 // scripts/test.sh): skipped where node or the package is missing, a failure when CI is set.
