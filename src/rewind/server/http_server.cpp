@@ -201,8 +201,6 @@ class Generation {
   double ttft_ms_ = 0, total_ms_ = 0;
 };
 
-
-
 }  // namespace
 
 struct HttpServer::Impl {
@@ -227,9 +225,9 @@ struct HttpServer::Impl {
     ToolCallSplitter tools;
     ReasoningSplitter reasoning;
     int64_t text_offset = 0;
-    std::string text;                // whole replies: the text so far
-    std::vector<TokenLogprob> lps;   // whole replies: the logprobs so far
-    std::string finish;              // the finish_reason the client was given
+    std::string text;               // whole replies: the text so far
+    std::vector<TokenLogprob> lps;  // whole replies: the logprobs so far
+    std::string finish;             // the finish_reason the client was given
   };
 
   Impl(BatchEngine& e, const Tokenizer& t, const ChatTemplate& c, GenerationDefaults d,
@@ -319,8 +317,8 @@ struct HttpServer::Impl {
       return r;
     }
     if (!route || req.method != route->method)
-      return error_reply({404, "no route for " + req.method + " " + req.path,
-                          "not_found_error", "not_found"});
+      return error_reply(
+          {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"});
     if (route->auth && !authorized(req)) return error_reply(unauthorized());
     if (route->json_body) {
       const std::string* ct = req.header("content-type");
@@ -369,8 +367,8 @@ struct HttpServer::Impl {
         return json_reply(dump_json(cache_json(engine_metrics(), engine.options())) + "\n");
       if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
         return generation(req.path == "/v1/chat/completions", req.body, ex, cors);
-      send(error_reply({404, "no route for " + req.method + " " + req.path, "not_found_error",
-                        "not_found"}));
+      send(error_reply(
+          {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"}));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(), e.what());
       send(error_reply({500, "internal error", "server_error", "internal_error"}));
@@ -465,7 +463,6 @@ struct HttpServer::Impl {
     p->sub.prompt = c.has_token_prompt ? c.prompt_tokens : tok.encode(c.prompt_text, true);
     return finish_plan(c, p);
   }
-
 
   // ---- generation ----
 
@@ -600,7 +597,8 @@ struct HttpServer::Impl {
     if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!content.empty() || reasoning.empty()) delta["content"] = content;
     json lp = lps.empty() ? json(nullptr) : chat_logprobs_json(tok, lps);
-    return sse_event(chat_chunk_json(st.plan->id, st.plan->created, opt.model_id, delta, nullptr, lp));
+    return sse_event(
+        chat_chunk_json(st.plan->id, st.plan->created, opt.model_id, delta, nullptr, lp));
   }
 
   std::string final_chunks(Job& st) {
@@ -616,7 +614,8 @@ struct HttpServer::Impl {
     if (plan.chat) {
       std::string finish = st.gen->finish_reason();
       const ReasoningSplitter::Out r = st.reasoning.finish();
-      out += chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content, {});
+      out +=
+          chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content, {});
       if (plan.parse_tools) {
         auto [content, calls] = st.tools.finish();
         if (!content.empty())
@@ -652,11 +651,23 @@ HttpServer::HttpServer(BatchEngine& engine, const Tokenizer& tok, const ChatTemp
 
 HttpServer::~HttpServer() = default;
 
-Result<int> HttpServer::bind() { return impl_->transport->bind(); }
-void HttpServer::run() { impl_->transport->run(); }
-void HttpServer::drain() { impl_->transport->drain(); }
-void HttpServer::stop() { impl_->transport->stop(); }
-int HttpServer::in_flight() const { return impl_->in_flight.load(); }
-int64_t HttpServer::http_buffer_bytes() const { return impl_->transport->buffered_bytes(); }
+Result<int> HttpServer::bind() {
+  return impl_->transport->bind();
+}
+void HttpServer::run() {
+  impl_->transport->run();
+}
+void HttpServer::drain() {
+  impl_->transport->drain();
+}
+void HttpServer::stop() {
+  impl_->transport->stop();
+}
+int HttpServer::in_flight() const {
+  return impl_->in_flight.load();
+}
+int64_t HttpServer::http_buffer_bytes() const {
+  return impl_->transport->buffered_bytes();
+}
 
 }  // namespace rw

@@ -78,19 +78,19 @@ class Tokenizer;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0: an ephemeral port (bind() returns it)
-  std::string api_key;              // empty: no authentication
-  size_t max_body = 8u << 20;       // bytes of a request body (413)
-  std::string model_id = "rewind";  // /v1/models id and the "model" of every response
-  int http_threads = 0;             // transport (io) threads; 0: 2
+  int port = 8080;                        // 0: an ephemeral port (bind() returns it)
+  std::string api_key;                    // empty: no authentication
+  size_t max_body = 8u << 20;             // bytes of a request body (413)
+  std::string model_id = "rewind";        // /v1/models id and the "model" of every response
+  int http_threads = 0;                   // transport (io) threads; 0: 2
   std::vector<std::string> cors_origins;  // origins allowed by CORS ("*": any); empty: CORS off
-  double header_timeout_s = 10;     // the whole request header (408)
-  double body_timeout_s = 30;       // the whole body, after the header (408)
-  double idle_timeout_s = 5;        // a keep-alive connection between requests
-  size_t max_header_bytes = 16384;  // request line + header fields (431)
-  size_t max_target_bytes = 8192;   // request-target (414)
-  int max_connections = 512;        // open connections in total (503 beyond)
-  int max_connections_per_client = 64;  // open connections from one address (503 beyond)
+  double header_timeout_s = 10;           // the whole request header (408)
+  double body_timeout_s = 30;             // the whole body, after the header (408)
+  double idle_timeout_s = 5;              // a keep-alive connection between requests
+  size_t max_header_bytes = 16384;        // request line + header fields (431)
+  size_t max_target_bytes = 8192;         // request-target (414)
+  int max_connections = 512;              // open connections in total (503 beyond)
+  int max_connections_per_client = 64;    // open connections from one address (503 beyond)
 };
 
 class HttpServer {

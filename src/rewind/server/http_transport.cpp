@@ -8,8 +8,8 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -56,7 +56,8 @@ std::string trim(std::string_view s) {
 
 std::string reason(int status) {
   switch (status) {
-    case 413: return "Content Too Large";  // RFC 9110's name
+    case 413:
+      return "Content Too Large";  // RFC 9110's name
     default: {
       const auto r = http::obsolete_reason(static_cast<http::status>(status));
       return r.empty() ? "Unknown" : std::string(r);
@@ -75,8 +76,7 @@ std::string parse_error_message(const error_code& ec) {
   if (ec == http::error::bad_method) return "malformed request method";
   if (ec == http::error::bad_target) return "malformed request target";
   if (ec == http::error::bad_version) return "malformed HTTP version";
-  if (ec == http::error::bad_field || ec == http::error::bad_value)
-    return "malformed header field";
+  if (ec == http::error::bad_field || ec == http::error::bad_value) return "malformed header field";
   if (ec == http::error::bad_obs_fold) return "obsolete header line folding is not accepted";
   if (ec == http::error::bad_line_ending) return "malformed line ending";
   return "malformed HTTP request";
@@ -109,8 +109,8 @@ struct HttpTransport::Impl : std::enable_shared_from_this<HttpTransport::Impl> {
 
   mutable std::mutex mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // guarded by mu
-  std::map<std::string, int> per_client;                           // guarded by mu
-  int open = 0;                                                    // guarded by mu
+  std::map<std::string, int> per_client;                          // guarded by mu
+  int open = 0;                                                   // guarded by mu
 
   std::mutex run_mu;
   std::condition_variable run_cv;
@@ -124,8 +124,7 @@ struct HttpTransport::Impl : std::enable_shared_from_this<HttpTransport::Impl> {
 // One connection.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(std::shared_ptr<HttpTransport::Impl> t, tcp::socket sock, std::string peer,
-          bool reject)
+  Session(std::shared_ptr<HttpTransport::Impl> t, tcp::socket sock, std::string peer, bool reject)
       : t_(std::move(t)),
         sock_(std::move(sock)),
         timer_(sock_.get_executor()),
@@ -142,8 +141,8 @@ class Session : public std::enable_shared_from_this<Session> {
     asio::dispatch(sock_.get_executor(), [self = shared_from_this()] {
       if (self->reject_) {
         self->keep_alive_ = false;
-        HttpReply r = self->t_->error(503, "too many connections; retry later",
-                                      "too_many_connections");
+        HttpReply r =
+            self->t_->error(503, "too many connections; retry later", "too_many_connections");
         r.headers.push_back({"Retry-After", "1"});
         self->send_reply(std::move(r), /*ends=*/true);
         return;
@@ -226,10 +225,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(static_cast<uint32_t>(t_->opt.max_header_bytes));
     parser_->body_limit(t_->opt.max_body);
     arm(t_->opt.header_timeout_s);
-    http::async_read_header(sock_, buf_, *parser_,
-                            [self = shared_from_this()](error_code ec, size_t) {
-                              self->on_head(ec);
-                            });
+    http::async_read_header(
+        sock_, buf_, *parser_,
+        [self = shared_from_this()](error_code ec, size_t) { self->on_head(ec); });
   }
 
   void on_head(error_code ec) {
@@ -238,20 +236,22 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) {
       if (timed_out_) {
         if (!parser_->got_some() && buf_.size() == 0) return close();  // sent nothing
-        return fail(408, "the request header did not arrive within " +
-                             num(t_->opt.header_timeout_s) + " s",
-                    "request_timeout");
+        return fail(
+            408, "the request header did not arrive within " + num(t_->opt.header_timeout_s) + " s",
+            "request_timeout");
       }
       if (ec == http::error::header_limit) {
         // 414 when the request line alone did not fit (the parser had no target yet) or its
         // target is too long, else 431.
         const size_t target = parser_->get().target().size();
         if (target == 0 || target > t_->opt.max_target_bytes)
-          return fail(414, "the request target is longer than " +
-                               std::to_string(t_->opt.max_target_bytes) + " bytes",
+          return fail(414,
+                      "the request target is longer than " +
+                          std::to_string(t_->opt.max_target_bytes) + " bytes",
                       "uri_too_long");
-        return fail(431, "the request header is larger than " +
-                             std::to_string(t_->opt.max_header_bytes) + " bytes",
+        return fail(431,
+                    "the request header is larger than " +
+                        std::to_string(t_->opt.max_header_bytes) + " bytes",
                     "request_header_fields_too_large");
       }
       if (ec == http::error::body_limit) return too_large();
@@ -283,11 +283,12 @@ class Session : public std::enable_shared_from_this<Session> {
       return fail(505, "only HTTP/1.0 and HTTP/1.1 are served", "http_version_not_supported");
     if (head.target.size() > t_->opt.max_target_bytes)
       return fail(414,
-                  "the request target is longer than " +
-                      std::to_string(t_->opt.max_target_bytes) + " bytes",
+                  "the request target is longer than " + std::to_string(t_->opt.max_target_bytes) +
+                      " bytes",
                   "uri_too_long");
     if (te) {
-      if (version_ < 11) return fail(400, "Transfer-Encoding in an HTTP/1.0 request", "malformed_request");
+      if (version_ < 11)
+        return fail(400, "Transfer-Encoding in an HTTP/1.0 request", "malformed_request");
       // The last coding must be chunked, else the body's length is unknown (RFC 9112 6.3).
       std::string v = lower(*te);
       const size_t comma = v.find_last_of(',');
@@ -334,9 +335,8 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void read_body() {
-    http::async_read(sock_, buf_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
-      self->on_body(ec);
-    });
+    http::async_read(sock_, buf_, *parser_,
+                     [self = shared_from_this()](error_code ec, size_t) { self->on_body(ec); });
   }
 
   void on_body(error_code ec) {
@@ -344,8 +344,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) {
       if (timed_out_)
         return fail(408,
-                    "the request body did not arrive within " + num(t_->opt.body_timeout_s) +
-                        " s",
+                    "the request body did not arrive within " + num(t_->opt.body_timeout_s) + " s",
                     "request_timeout");
       if (ec == http::error::body_limit) return too_large();
       if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
@@ -376,29 +375,29 @@ class Session : public std::enable_shared_from_this<Session> {
     if (watching_ || peer_eof_ || phase_ != Phase::Busy) return;
     if (buf_.size() > t_->opt.max_header_bytes + t_->opt.max_body) return;  // backpressure
     watching_ = true;
-    sock_.async_read_some(asio::buffer(rbuf_), [self = shared_from_this()](error_code ec,
-                                                                           size_t n) {
-      self->watching_ = false;
-      if (n > 0) {
-        auto mb = self->buf_.prepare(n);
-        asio::buffer_copy(mb, asio::buffer(self->rbuf_.data(), n));
-        self->buf_.commit(n);
-        self->read_bytes_.set(static_cast<int64_t>(self->buf_.size()));
-      }
-      if (self->phase_ == Phase::Closed) return;
-      if (ec == asio::error::eof) {
-        self->peer_eof_ = true;
-        if (self->phase_ == Phase::Busy) self->probe(0);
-      } else if (ec && ec != asio::error::operation_aborted) {
-        if (self->phase_ == Phase::Busy) return self->gone();
-        return self->close();
-      }
-      if (self->phase_ == Phase::Busy) return self->watch();
-      if (self->phase_ == Phase::Idle && self->after_reply_pending_) {
-        self->after_reply_pending_ = false;
-        self->next_request();
-      }
-    });
+    sock_.async_read_some(asio::buffer(rbuf_),
+                          [self = shared_from_this()](error_code ec, size_t n) {
+                            self->watching_ = false;
+                            if (n > 0) {
+                              auto mb = self->buf_.prepare(n);
+                              asio::buffer_copy(mb, asio::buffer(self->rbuf_.data(), n));
+                              self->buf_.commit(n);
+                              self->read_bytes_.set(static_cast<int64_t>(self->buf_.size()));
+                            }
+                            if (self->phase_ == Phase::Closed) return;
+                            if (ec == asio::error::eof) {
+                              self->peer_eof_ = true;
+                              if (self->phase_ == Phase::Busy) self->probe(0);
+                            } else if (ec && ec != asio::error::operation_aborted) {
+                              if (self->phase_ == Phase::Busy) return self->gone();
+                              return self->close();
+                            }
+                            if (self->phase_ == Phase::Busy) return self->watch();
+                            if (self->phase_ == Phase::Idle && self->after_reply_pending_) {
+                              self->after_reply_pending_ = false;
+                              self->next_request();
+                            }
+                          });
   }
 
   // The n-th write probe after a FIN (see the header comment).

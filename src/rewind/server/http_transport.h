@@ -90,10 +90,10 @@ struct HttpReply {
 class HttpExchange {
  public:
   virtual ~HttpExchange() = default;
-  virtual void reply(HttpReply r) = 0;             // a whole answer; ends the exchange
-  virtual void start_stream(HttpReply head) = 0;   // chunked (HTTP/1.0: until close)
-  virtual void send_chunk(std::string data) = 0;   // empty data is ignored
-  virtual void end_stream() = 0;                   // ends the exchange
+  virtual void reply(HttpReply r) = 0;              // a whole answer; ends the exchange
+  virtual void start_stream(HttpReply head) = 0;    // chunked (HTTP/1.0: until close)
+  virtual void send_chunk(std::string data) = 0;    // empty data is ignored
+  virtual void end_stream() = 0;                    // ends the exchange
   virtual void post(std::function<void()> fn) = 0;  // runs fn on the connection's strand
   // fn runs once, on the strand, if the client is found gone before the exchange has ended
   // (at once when that is already known); never after the answer has been written.
@@ -102,18 +102,18 @@ class HttpExchange {
 
 struct TransportOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                   // 0: an ephemeral port
+  int port = 8080;  // 0: an ephemeral port
   int io_threads = 2;
-  int backlog = 0;                   // listen backlog; 0: the system's maximum (SOMAXCONN)
-  double header_timeout_s = 10;      // the whole request header, from its first byte awaited
-  double body_timeout_s = 30;        // the whole body, from the end of the header
-  double idle_timeout_s = 5;         // between requests on a keep-alive connection
-  double write_timeout_s = 30;       // one write (a client that stops reading)
-  double linger_timeout_s = 2;       // discarding input after a closing answer
-  size_t max_header_bytes = 16384;   // request line + header fields (431)
-  size_t max_target_bytes = 8192;    // request-target (414)
-  size_t max_body = 8u << 20;        // body (413)
-  int max_connections = 512;         // open connections in total
+  int backlog = 0;                      // listen backlog; 0: the system's maximum (SOMAXCONN)
+  double header_timeout_s = 10;         // the whole request header, from its first byte awaited
+  double body_timeout_s = 30;           // the whole body, from the end of the header
+  double idle_timeout_s = 5;            // between requests on a keep-alive connection
+  double write_timeout_s = 30;          // one write (a client that stops reading)
+  double linger_timeout_s = 2;          // discarding input after a closing answer
+  size_t max_header_bytes = 16384;      // request line + header fields (431)
+  size_t max_target_bytes = 8192;       // request-target (414)
+  size_t max_body = 8u << 20;           // body (413)
+  int max_connections = 512;            // open connections in total
   int max_connections_per_client = 64;  // open connections from one client address
 };
 
@@ -126,8 +126,8 @@ class HttpTransport {
   // then closing when the client asked `Expect: 100-continue`).
   using Precheck = std::function<std::optional<HttpReply>(const HttpRequest&)>;
   // Builds the transport's own error answers (400, 408, 413, 414, 431, 503, 505).
-  using ErrorReply = std::function<HttpReply(int status, const std::string& message,
-                                             const std::string& code)>;
+  using ErrorReply =
+      std::function<HttpReply(int status, const std::string& message, const std::string& code)>;
   // Every answer written (or begun, for streams): the request's path ("" when none was parsed)
   // and the status.
   using Observer = std::function<void(const std::string& path, int status)>;
