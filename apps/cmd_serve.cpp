@@ -1,10 +1,13 @@
 // `rewind serve`: the OpenAI-compatible HTTP server (src/rewind/server/http_server.h) over one
 // model and one BatchEngine.
 //
-// Shutdown: SIGINT or SIGTERM stops accepting connections at once (open streams end there and
-// their requests are cancelled); non-streaming requests already running get a grace period of
-// kGraceSeconds to finish, then the engine shuts down without draining (what is left is
-// cancelled and answered 503). A second signal skips the grace period. Exit status 0.
+// Shutdown (graceful drain): SIGINT or SIGTERM stops accepting connections at once and closes
+// idle ones; requests already running (streams and whole replies) get --shutdown-grace seconds
+// (default 5) to finish. Then the engine shuts down without draining: what is left is
+// cancelled, every open stream ends with a final chunk (finish_reason "length") and
+// `data: [DONE]`, every waiting whole request gets 503. A second signal ends the grace period at
+// once. The process exits 0 once the last connection has closed (at most a few seconds more:
+// connections that do not take their last bytes are closed).
 #include <pthread.h>
 #include <signal.h>
 
@@ -14,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "args.h"
 #include "spec_args.h"
@@ -30,7 +35,18 @@ namespace rw::app {
 
 namespace {
 
-constexpr int kGraceSeconds = 5;
+// Splits "a,b,c" (empty items dropped).
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t e = s.find(',', i);
+    if (e == std::string::npos) e = s.size();
+    if (e > i) out.push_back(s.substr(i, e - i));
+    i = e + 1;
+  }
+  return out;
+}
 
 // True when the checkpoint ships a chat template (tokenizer_config.json `chat_template` or
 // chat_template.jinja); then it must load. Otherwise rewind's own ChatML template is used.
@@ -58,7 +74,9 @@ int cmd_serve(int argc, char** argv) {
       argc, argv,
       {"--model", "--host", "--port", "--api-key", "--parallel", "--ctx-size", "--cache-ram",
        "--checkpoint-interval", "--checkpoint-max", "--threads", "-t", "--max-queue", "--max-body",
-       "--weights", "--quant-dot", kSpecValueOpts[0], kSpecValueOpts[1]},
+       "--weights", "--quant-dot", "--shutdown-grace", "--header-timeout", "--body-timeout",
+       "--idle-timeout", "--max-connections", "--max-connections-per-client", "--cors-origin",
+       kSpecValueOpts[0], kSpecValueOpts[1]},
       {"--no-cache", "--help", kSpecFlagOpts[0]});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
@@ -82,11 +100,19 @@ int cmd_serve(int argc, char** argv) {
         "  --checkpoint-max N   checkpoints kept per branch (0: no limit)\n"
         "  --max-queue N        requests waiting beyond --parallel before 429\n"
         "  --max-body BYTES     request body limit (413 beyond)\n"
+        "  --shutdown-grace S   on SIGINT/SIGTERM, time running requests get to finish (5)\n"
+        "  --header-timeout S   deadline for a request's whole header (10; 408 beyond)\n"
+        "  --body-timeout S     deadline for a request's whole body (30; 408 beyond)\n"
+        "  --idle-timeout S     keep-alive connection idle between requests (5)\n"
+        "  --max-connections N  open connections in total (512; 503 beyond)\n"
+        "  --max-connections-per-client N  open connections from one address (64; 503 beyond)\n"
+        "  --cors-origin LIST   origins allowed by CORS, comma-separated, or * (default: CORS off)\n"
         "%s"
         "  A request may pick its own: \"speculative\": \"off\"|\"ngram\"|\"draft\"|\"mtp\" or\n"
         "  {\"method\": ..., \"k\": K}.\n"
-        "  SIGINT/SIGTERM: stop accepting, give running requests %d s, then cancel; exit 0.\n",
-        kSpecHelp, kGraceSeconds);
+        "  SIGINT/SIGTERM: stop accepting, give running requests the grace period, then end\n"
+        "  them (streams get a final chunk and [DONE]); exit 0.\n",
+        kSpecHelp);
     return 0;
   }
   auto model_arg = model_or_builtin(args->str("--model"));
@@ -101,8 +127,27 @@ int cmd_serve(int argc, char** argv) {
   auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
   auto max_queue = args->int_("--max-queue", 64);
   auto max_body = args->int_("--max-body", 8 << 20);
-  for (auto* r : {&port, &parallel, &ctx, &cache_ram, &ck_int, &ck_max, &th, &max_queue, &max_body})
+  auto max_conns = args->int_("--max-connections", 512);
+  auto max_conns_client = args->int_("--max-connections-per-client", 64);
+  for (auto* r : {&port, &parallel, &ctx, &cache_ram, &ck_int, &ck_max, &th, &max_queue, &max_body,
+                  &max_conns, &max_conns_client})
     if (!r->ok()) return fail(r->error_message());
+  auto grace = args->num("--shutdown-grace", 5);
+  auto header_to = args->num("--header-timeout", 10);
+  auto body_to = args->num("--body-timeout", 30);
+  auto idle_to = args->num("--idle-timeout", 5);
+  for (auto* r : {&grace, &header_to, &body_to, &idle_to})
+    if (!r->ok()) return fail(r->error_message());
+  if (!(grace.value() >= 0 && grace.value() <= 3600))
+    return fail("--shutdown-grace must be in [0, 3600] seconds");
+  for (auto [name, v] : {std::pair{"--header-timeout", header_to.value()},
+                         std::pair{"--body-timeout", body_to.value()},
+                         std::pair{"--idle-timeout", idle_to.value()}})
+    if (!(v > 0 && v <= 3600)) return fail(std::string(name) + " must be in (0, 3600] seconds");
+  if (max_conns.value() < 1 || max_conns.value() > 1000000)
+    return fail("--max-connections must be in [1, 1000000]");
+  if (max_conns_client.value() < 1 || max_conns_client.value() > max_conns.value())
+    return fail("--max-connections-per-client must be in [1, --max-connections]");
   if (port.value() < 0 || port.value() > 65535) return fail("--port must be in [0, 65535]");
   if (parallel.value() < 1 || parallel.value() > 4096)
     return fail("--parallel must be in [1, 4096]");
@@ -187,6 +232,12 @@ int cmd_serve(int argc, char** argv) {
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
   so.model_id = basename_of(dir);
+  so.cors_origins = split_commas(args->str("--cors-origin"));
+  so.header_timeout_s = header_to.value();
+  so.body_timeout_s = body_to.value();
+  so.idle_timeout_s = idle_to.value();
+  so.max_connections = static_cast<int>(max_conns.value());
+  so.max_connections_per_client = static_cast<int>(max_conns_client.value());
   GenerationDefaults defaults =
       load_generation_defaults(dir, m.config().eos_token_ids, tok.value());
   for (const auto& w : defaults.warnings) std::fprintf(stderr, "rewind: warning: %s\n", w.c_str());
@@ -212,27 +263,33 @@ int cmd_serve(int argc, char** argv) {
       url.c_str(), so.api_key.empty() ? "" : " -H 'Authorization: Bearer <api-key>'");
   std::fflush(stdout);
 
+  const double grace_s = grace.value();
   std::atomic<bool> exiting{false};
   std::thread sig_thread([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
     if (exiting.load()) return;
-    std::fprintf(stderr, "rewind serve: signal %d, stopping (running requests get %d s)\n", sig,
-                 kGraceSeconds);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kGraceSeconds);
-    bool engine_down = false;
-    while (!exiting.load()) {
-      server.stop();  // again each round: run() may not have been listening yet
-      if (!engine_down &&
-          (server.in_flight() == 0 || std::chrono::steady_clock::now() >= deadline)) {
-        engine.shutdown(/*drain=*/false);  // cancels what is left; its handlers answer 503
-        engine_down = true;
-      }
-      timespec ts{0, 100 * 1000 * 1000};
+    std::fprintf(stderr, "rewind serve: signal %d, draining (running requests get %g s)\n", sig,
+                 grace_s);
+    server.drain();  // stop accepting; idle connections close
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(grace_s));
+    while (!exiting.load() && server.in_flight() > 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      timespec ts{0, 50 * 1000 * 1000};
       const int again = sigtimedwait(&sigs, nullptr, &ts);
-      if (again == SIGINT || again == SIGTERM)
-        deadline = std::chrono::steady_clock::now();  // no grace
+      if (again == SIGINT || again == SIGTERM) break;  // no more grace
     }
+    // Cancels what is left: streams end with a final chunk and [DONE], whole requests get 503.
+    engine.shutdown(/*drain=*/false);
+    // Their last bytes get a few seconds to leave; then every connection is closed.
+    const auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!exiting.load() && std::chrono::steady_clock::now() < hard) {
+      timespec ts{0, 50 * 1000 * 1000};
+      sigtimedwait(&sigs, nullptr, &ts);
+    }
+    if (!exiting.load()) server.stop();
   });
   server.run();
   exiting.store(true);

@@ -2,12 +2,15 @@
 // `rewind make-model --preset tiny` on an ephemeral port, and real clients drive it: curl for
 // chat and completions (streaming and not), stop sequences, max_tokens, logprobs, usage and
 // cached tokens, /v1/models, /health, /metrics, /v1/cache and every error status; raw sockets
-// for a client that disconnects mid-stream and for a full queue; 8 concurrent curl clients
+// for a client that disconnects mid-stream, for a full queue and for a hostile but fair client
+// of the HTTP layer (slow headers, smuggling shapes, pipelining, half-close, connection caps,
+// bursts of connects, graceful drain on SIGTERM); 8 concurrent curl clients
 // whose greedy outputs must equal each one's output alone (bit-exact: logprobs included); and
 // the official `openai` npm client (tests/integration/openai_client, installed by
 // scripts/test.sh): skipped where node or the package is missing, a failure when CI is set.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -19,6 +22,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -325,6 +329,123 @@ class RawClient {
   std::string got_;
 };
 
+int count_of(const std::string& hay, const std::string& needle) {
+  int n = 0;
+  for (size_t at = hay.find(needle); at != std::string::npos; at = hay.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// `raw` without the interim 1xx answers at its start (a server may send them unasked).
+std::string final_answer(const std::string& raw) {
+  std::string s = raw;
+  while (s.rfind("HTTP/1.1 1", 0) == 0) {
+    const size_t e = s.find("\r\n\r\n");
+    if (e == std::string::npos) break;
+    s.erase(0, e + 4);
+  }
+  return s;
+}
+
+// A raw TCP connection for the HTTP layer's tests: sends bytes as given, reads as it is told.
+class Conn {
+ public:
+  // from: the local address to connect from ("" = any); loopback holds all of 127.0.0.0/8.
+  explicit Conn(int port, const std::string& from = "") {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (!from.empty()) {
+      sockaddr_in l{};
+      l.sin_family = AF_INET;
+      inet_pton(AF_INET, from.c_str(), &l.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&l), sizeof l) != 0) {
+        ::close(fd_);
+        fd_ = -1;
+        return;
+      }
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~Conn() { close(); }
+  bool ok() const { return fd_ >= 0; }
+  bool send(const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+      const ssize_t n = ::send(fd_, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  void shut_wr() { ::shutdown(fd_, SHUT_WR); }
+  // Reads until `needle` is in what was read, EOF, or the timeout; returns all read so far.
+  std::string read_until(const std::string& needle, std::chrono::seconds timeout = 30s) {
+    return read_while([&] { return needle.empty() || got_.find(needle) == std::string::npos; },
+                      timeout);
+  }
+  // Reads until `needle` occurs `n` times (or EOF, or the timeout); true when it does.
+  bool read_count(const std::string& needle, int n, std::chrono::seconds timeout = 30s) {
+    read_while([&] { return count_of(got_, needle) < n; }, timeout);
+    return count_of(got_, needle) >= n;
+  }
+  std::string read_while(const std::function<bool()>& more, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (more() && !eof_ && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[8192];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) {
+        eof_ = true;
+        break;
+      }
+      got_.append(buf, static_cast<size_t>(n));
+    }
+    return got_;
+  }
+  // Reads until the server closes (or the timeout); true when it closed.
+  bool read_to_eof(std::chrono::seconds timeout = 30s) {
+    read_until("", timeout);
+    return eof_;
+  }
+  const std::string& got() const { return got_; }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  bool eof_ = false;
+  std::string got_;
+};
+
+
+// The JSON body of the first response in `raw` (after its header).
+json body_of(const std::string& raw) {
+  const size_t at = raw.find("\r\n\r\n");
+  if (at == std::string::npos) return json();
+  const size_t open = raw.find('{', at);
+  const size_t close = raw.find("\n", open);
+  if (open == std::string::npos) return json();
+  return json::parse(raw.substr(open, close == std::string::npos ? std::string::npos : close - open),
+                     nullptr, false);
+}
+
+std::string post_head(const std::string& path, const std::string& extra_headers) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+         std::string(kKey) + "\r\nContent-Type: application/json\r\n" + extra_headers + "\r\n";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 // One server for most tests of this process (ctest runs each TEST in a process of its own).
 class ServerTest : public ::testing::Test {
  protected:
@@ -561,6 +682,8 @@ TEST_F(ServerTest, StopSequences) {
   ASSERT_FALSE(stop.empty()) << "no ASCII run in: " << t;
   const std::string expected = t.substr(0, t.find(stop));
 
+  const double stop0 = metric(s(), "rewind_requests_total{outcome=\"stop\"}");
+  const double cancelled0 = metric(s(), "rewind_requests_total{outcome=\"cancelled\"}");
   json req = base;
   req["stop"] = json::array({"\x01never", stop});
   const Http h = post(s(), "/v1/completions", req);
@@ -598,6 +721,12 @@ TEST_F(ServerTest, StopSequences) {
   ASSERT_EQ(cs.status, 200) << cs.body;
   EXPECT_EQ(cs.j()["choices"][0]["message"]["content"], ct.substr(0, ct.find(cstop)));
   EXPECT_EQ(cs.j()["choices"][0]["finish_reason"], "stop");
+  // The three with a stop string ended there: counted as "stop", not "cancelled" (the chat
+  // reply without one ran to max_tokens: "length").
+  EXPECT_TRUE(wait_for([&] {
+    return metric(s(), "rewind_requests_total{outcome=\"stop\"}") == stop0 + 3;
+  })) << metric(s(), "rewind_requests_total{outcome=\"stop\"}") << " " << stop0;
+  EXPECT_EQ(metric(s(), "rewind_requests_total{outcome=\"cancelled\"}"), cancelled0);
 }
 
 // ---- observability
@@ -608,13 +737,17 @@ TEST_F(ServerTest, MetricsPage) {
   const Http h = curl(s(), "GET", "/metrics");
   ASSERT_EQ(h.status, 200);
   for (const char* needle :
-       {"rewind_requests_total{outcome=\"finished\"}",
-        "rewind_requests_total{outcome=\"cancelled\"}", "rewind_cache_lookups_total",
+       {"rewind_requests_total{outcome=\"stop\"}", "rewind_requests_total{outcome=\"length\"}",
+        "rewind_requests_total{outcome=\"cancelled\"}", "rewind_requests_total{outcome=\"failed\"}",
+        "rewind_engine_requests_total{outcome=\"finished\"}", "rewind_cache_lookups_total",
         "rewind_cache_bytes_pages", "rewind_cache_budget_bytes",
         "rewind_time_to_first_token_seconds_bucket", "rewind_request_duration_seconds_count",
         "rewind_requests_running", "rewind_requests_queued", "rewind_generated_tokens_total"})
     EXPECT_NE(h.body.find(needle), std::string::npos) << needle;
-  EXPECT_GE(metric(s(), "rewind_requests_total{outcome=\"finished\"}"), 1);
+  EXPECT_GE(metric(s(), "rewind_engine_requests_total{outcome=\"finished\"}"), 1);
+  EXPECT_GE(metric(s(), "rewind_requests_total{outcome=\"length\"}") +
+                metric(s(), "rewind_requests_total{outcome=\"stop\"}"),
+            1);
   EXPECT_GE(metric(s(), "rewind_cache_lookups_total"), 1);
   EXPECT_EQ(metric(s(), "rewind_cache_budget_bytes"), 4096.0 * 1024 * 1024);
 }
@@ -820,6 +953,17 @@ TEST(ServerLimits, QueueFullIs429) {
   ASSERT_TRUE(wait_for([&] { return metric(*srv, "rewind_requests_queued") == 1; }));
   const Http c = post(*srv, "/v1/completions", completion_body("third", 2));
   expect_error(c, 429, "queue");
+  {  // With Retry-After.
+    const std::string gen = completion_body("fourth", 2).dump();
+    Conn d(srv->port());
+    d.send(post_head("/v1/completions", "Content-Length: " + std::to_string(gen.size()) +
+                                            "\r\nConnection: close\r\n") +
+           gen);
+    d.read_to_eof(20s);
+    EXPECT_EQ(d.got().rfind("HTTP/1.1 429", 0), 0u) << d.got();
+    EXPECT_NE(d.got().find("Retry-After: "), std::string::npos) << d.got();
+    EXPECT_EQ(body_of(d.got())["error"]["type"], "rate_limit_error") << d.got();
+  }
   a.close();
   b.close();
   EXPECT_TRUE(wait_for([&] {
@@ -1055,6 +1199,364 @@ TEST(ServerSpec, BadSpecOptionsFail) {
       std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --spec wrong 2>&1", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out2.find("--spec"), std::string::npos) << out2;
+}
+
+
+// ---- a hostile but fair client: the HTTP layer -----------------------------------------------
+
+TEST(HttpHostile, SlowHeadersHitTheDeadlineWhileHealthAnswers) {
+  auto srv = Server::start({"--api-key", kKey, "--parallel", "1", "--max-queue", "1",
+                            "--header-timeout", "3"});
+  ASSERT_NE(srv, nullptr);
+  // 12 clients sending a header a byte at a time, never finishing it.
+  std::vector<std::unique_ptr<Conn>> slow;
+  for (int i = 0; i < 12; ++i) {
+    slow.push_back(std::make_unique<Conn>(srv->port()));
+    ASSERT_TRUE(slow.back()->ok());
+  }
+  const std::string header = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    for (size_t k = 0; !done.load(); ++k) {
+      for (auto& c : slow) c->send(std::string(1, k < header.size() ? header[k] : 'z'));
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  // /health answers at once all along.
+  for (int i = 0; i < 5; ++i) {
+    const auto h0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(curl(*srv, "GET", "/health", "", "").status, 200);
+    EXPECT_LT(seconds_since(h0), 2.0);
+  }
+  // Every slow client is cut at the header deadline (3 s) with 408, the trickle notwithstanding.
+  for (auto& c : slow) {
+    EXPECT_TRUE(c->read_to_eof(30s)) << "a slow header was not cut off";
+    EXPECT_EQ(c->got().rfind("HTTP/1.1 408", 0), 0u) << c->got();
+  }
+  const double took = seconds_since(t0);
+  done.store(true);
+  trickle.join();
+  EXPECT_GE(took, 2.5);
+  EXPECT_LT(took, 20.0);
+  EXPECT_EQ(curl(*srv, "GET", "/health", "", "").status, 200);
+}
+
+TEST_F(ServerTest, SmugglingShapesAre400AtOnce) {
+  const std::string body = "{}";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"Content-Length: 2\r\nContent-Length: 40\r\n", "Content-Length"},
+      {"Content-Length: 2, 40\r\n", "Content-Length"},
+      {"Content-Length: -1\r\n", "Content-Length"},
+      {"Content-Length: 2x\r\n", "Content-Length"},
+      {"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n", "Transfer-Encoding"},
+      {"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n", ""},
+      {"Transfer-Encoding: gzip\r\n", "Transfer-Encoding"},
+      {"Transfer-Encoding: chunked, gzip\r\n", "Transfer-Encoding"},
+  };
+  for (const auto& [headers, needle] : cases) {
+    Conn c(s().port());
+    ASSERT_TRUE(c.ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    c.send(post_head("/v1/completions", headers) + body);
+    c.read_to_eof(20s);
+    EXPECT_LT(seconds_since(t0), 3.0) << headers;
+    EXPECT_EQ(c.got().rfind("HTTP/1.1 400", 0), 0u) << headers << "\n" << c.got();
+    EXPECT_NE(c.got().find("Connection: close"), std::string::npos) << c.got();
+    const json j = body_of(c.got());
+    ASSERT_TRUE(j.is_object()) << c.got();
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+    if (!needle.empty()) {
+      EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos)
+          << c.got();
+    }
+  }
+  // A missing Host in HTTP/1.1.
+  Conn c(s().port());
+  c.send("GET /health HTTP/1.1\r\n\r\n");
+  c.read_to_eof(20s);
+  EXPECT_EQ(c.got().rfind("HTTP/1.1 400", 0), 0u) << c.got();
+}
+
+TEST_F(ServerTest, PipelinedRequestsAreAllAnswered) {
+  Conn c(s().port());
+  ASSERT_TRUE(c.ok());
+  const std::string gen = completion_body("pipelined", 3).dump();
+  // Three requests in one write; the last asks to close.
+  c.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" +
+         post_head("/v1/completions", "Content-Length: " + std::to_string(gen.size()) + "\r\n") +
+         gen + "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + kKey +
+         "\r\nConnection: close\r\n\r\n");
+  ASSERT_TRUE(c.read_to_eof(30s));
+  EXPECT_EQ(count_of(c.got(), "HTTP/1.1 200 OK"), 3) << c.got();
+  // In order.
+  const size_t a = c.got().find("\"status\":\"ok\""), b = c.got().find("text_completion"),
+               m = c.got().find("\"object\":\"list\"");
+  EXPECT_TRUE(a < b && b < m) << c.got();
+}
+
+TEST_F(ServerTest, HalfClosedClientGetsItsAnswer) {
+  for (const bool stream : {false, true}) {
+    Conn c(s().port());
+    ASSERT_TRUE(c.ok());
+    const std::string gen = completion_body("half closed", 4, {{"stream", stream}}).dump();
+    c.send(post_head("/v1/completions", "Content-Length: " + std::to_string(gen.size()) + "\r\n") +
+           gen);
+    c.shut_wr();  // as `nc -N` does
+    ASSERT_TRUE(c.read_to_eof(30s)) << c.got();
+    EXPECT_EQ(final_answer(c.got()).rfind("HTTP/1.1 200", 0), 0u) << c.got();
+    if (stream) {
+      EXPECT_NE(c.got().find("data: [DONE]"), std::string::npos) << c.got();
+    } else {
+      EXPECT_NE(c.got().find("\"choices\""), std::string::npos) << c.got();
+    }
+  }
+}
+
+TEST(HttpHostile, ConnectionCapPerClientAddress) {
+  auto srv = Server::start({"--api-key", kKey, "--max-connections-per-client", "4"});
+  ASSERT_NE(srv, nullptr);
+  std::vector<std::unique_ptr<Conn>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(std::make_unique<Conn>(srv->port()));
+    ASSERT_TRUE(held.back()->ok());
+    held.back()->send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    held.back()->read_until("\"ok\"");  // open and served: counted
+  }
+  // A fifth from the same address: 503 with Retry-After, then closed.
+  Conn fifth(srv->port());
+  ASSERT_TRUE(fifth.ok());
+  fifth.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  EXPECT_TRUE(fifth.read_to_eof(20s));
+  EXPECT_EQ(fifth.got().rfind("HTTP/1.1 503", 0), 0u) << fifth.got();
+  EXPECT_NE(fifth.got().find("Retry-After:"), std::string::npos) << fifth.got();
+  // Another address is served meanwhile.
+  Conn other(srv->port(), "127.0.0.2");
+  ASSERT_TRUE(other.ok());
+  other.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  other.read_to_eof(20s);
+  EXPECT_EQ(other.got().rfind("HTTP/1.1 200", 0), 0u) << other.got();
+  // Once one of the four leaves, the address is served again.
+  held.pop_back();
+  EXPECT_TRUE(wait_for([&] {
+    Conn c(srv->port());
+    c.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    c.read_to_eof(10s);
+    return c.got().rfind("HTTP/1.1 200", 0) == 0;
+  }));
+}
+
+TEST_F(ServerTest, BurstsOfConnectsAreNotDropped) {
+  // 13 bursts of 16 connections at once: with a tiny listen backlog some SYNs are dropped and
+  // their connects take a retransmission (about 1 s).
+  double worst = 0;
+  for (int burst = 0; burst < 13; ++burst) {
+    std::vector<std::thread> ts;
+    std::vector<double> took(16, 0);
+    std::vector<int> ok(16, 0);
+    for (int i = 0; i < 16; ++i)
+      ts.emplace_back([&, i] {
+        const auto t0 = std::chrono::steady_clock::now();
+        Conn c(s().port());
+        took[i] = seconds_since(t0);
+        if (!c.ok()) return;
+        c.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        c.read_to_eof(20s);
+        ok[i] = c.got().rfind("HTTP/1.1 200", 0) == 0;
+      });
+    for (auto& t : ts) t.join();
+    for (int i = 0; i < 16; ++i) {
+      EXPECT_TRUE(ok[i]) << "burst " << burst << " connection " << i;
+      worst = std::max(worst, took[i]);
+    }
+  }
+  EXPECT_LT(worst, 0.9) << "a connect waited for a SYN retransmission";
+}
+
+TEST_F(ServerTest, PostMustBeJson) {
+  const std::string body = completion_body("x", 2).dump();
+  auto send = [&](const std::string& content_type) {
+    Conn c(s().port());
+    c.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+           std::string(kKey) + "\r\n" + content_type + "Content-Length: " +
+           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+    c.read_to_eof(30s);
+    return c.got();
+  };
+  for (const char* ct : {"Content-Type: text/plain\r\n",
+                         "Content-Type: application/x-www-form-urlencoded\r\n",
+                         "Content-Type: multipart/form-data\r\n", ""}) {
+    const std::string got = send(ct);
+    EXPECT_EQ(got.rfind("HTTP/1.1 415", 0), 0u) << got;
+    const json j = body_of(got);
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error") << got;
+    EXPECT_EQ(j["error"]["code"], "unsupported_media_type") << got;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("application/json"),
+              std::string::npos);
+  }
+  // With parameters, in any case: accepted.
+  EXPECT_EQ(send("Content-Type: Application/JSON; charset=utf-8\r\n").rfind("HTTP/1.1 200", 0),
+            0u);
+}
+
+TEST_F(ServerTest, AuthSchemeIsCaseInsensitive) {
+  const std::string body = completion_body("x", 2).dump();
+  for (const char* scheme : {"bearer", "BEARER", "Bearer"})
+    EXPECT_EQ(curl(s(), "GET", "/v1/models", "", "",
+                   "-H 'Authorization: " + std::string(scheme) + " " + kKey + "'")
+                  .status,
+              200)
+        << scheme;
+  expect_error(curl(s(), "GET", "/v1/models", "", "", "-H 'Authorization: Basic dGVzdA=='"), 401);
+  expect_error(curl(s(), "GET", "/v1/models", "", "", "-H 'Authorization: bearer'"), 401);
+}
+
+TEST_F(ServerTest, LongTargetAndHeaderAre414And431) {
+  const Http a = curl(s(), "GET", "/health?pad=" + std::string(10000, 'a'), "", "");
+  expect_error(a, 414);
+  EXPECT_EQ(a.j()["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(a.j()["error"]["code"], "uri_too_long");
+  const Http b = curl(s(), "GET", "/health", "", "", "-H 'X-Big: " + std::string(20000, 'b') + "'");
+  expect_error(b, 431);
+  EXPECT_EQ(b.j()["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(b.j()["error"]["code"], "request_header_fields_too_large");
+  // A request line longer than the whole header limit is still a 414.
+  const Http c = curl(s(), "GET", "/health?pad=" + std::string(40000, 'a'), "", "");
+  expect_error(c, 414);
+  EXPECT_EQ(curl(s(), "GET", "/health", "", "").status, 200);
+}
+
+TEST_F(ServerTest, ErrorMessagesCarryNoLibraryInternals) {
+  for (const char* bad : {"{not json", "[1,", "{\"prompt\": \"x\",}", "\xff\xfe"}) {
+    const Http h = curl(s(), "POST", "/v1/completions", bad);
+    expect_error(h, 400, "not valid JSON");
+    const std::string m = h.j()["error"]["message"];
+    EXPECT_EQ(m.find("json.exception"), std::string::npos) << m;
+    EXPECT_EQ(m.find("parse_error"), std::string::npos) << m;
+    EXPECT_EQ(m.find("exception"), std::string::npos) << m;
+  }
+}
+
+TEST(HttpHostile, SecondServerOnTheSamePortFails) {
+  auto first = Server::start({"--api-key", kKey});
+  ASSERT_NE(first, nullptr);
+  const std::string log = tmp_path("second.log");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    const std::string port = std::to_string(first->port());
+    execl(REWIND_BINARY, REWIND_BINARY, "serve", "--model", model_dir().c_str(), "--port",
+          port.c_str(), "--threads", "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int st = 0;
+  const bool exited = wait_for([&] { return waitpid(pid, &st, WNOHANG) == pid; }, 60s);
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  ASSERT_TRUE(exited) << "a second server started on a port in use:\n" << read_file(log);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  EXPECT_NE(read_file(log).find("in use"), std::string::npos) << read_file(log);
+  EXPECT_EQ(read_file(log).find("listening"), std::string::npos) << read_file(log);
+  EXPECT_EQ(curl(*first, "GET", "/health", "", "").status, 200);
+}
+
+TEST(HttpHostile, SigtermMidStreamEndsStreamsProperly) {
+  auto srv = Server::start({"--api-key", kKey, "--shutdown-grace", "1"});
+  ASSERT_NE(srv, nullptr);
+  // A chat stream and a completions stream that would run far past the grace period.
+  RawClient chat(srv->port(), "/v1/chat/completions",
+                 chat_body("long", 30000, {{"ignore_eos", true},
+                                           {"stream", true},
+                                           {"stream_options", {{"include_usage", true}}}})
+                     .dump());
+  RawClient comp(srv->port(), "/v1/completions",
+                 completion_body("long", 30000, {{"ignore_eos", true}, {"stream", true}}).dump());
+  ASSERT_TRUE(chat.ok() && comp.ok());
+  chat.read_until("\"content\":\"");
+  comp.read_until("\"text\"");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread stopper([&] { EXPECT_EQ(srv->stop(SIGTERM), 0) << srv->log(); });
+  const std::string a = chat.read_until("0\r\n\r\n"), b = comp.read_until("0\r\n\r\n");
+  stopper.join();
+  for (const std::string* got : {&a, &b}) {
+    const size_t done = got->find("data: [DONE]");
+    ASSERT_NE(done, std::string::npos) << *got;
+    EXPECT_NE(got->find("\"finish_reason\":\"length\""), std::string::npos) << *got;
+    EXPECT_NE(got->find("0\r\n\r\n", done), std::string::npos) << "no final chunk: " << *got;
+  }
+  EXPECT_NE(a.find("\"usage\""), std::string::npos) << a;
+  // Within the grace period plus the time to end the streams.
+  EXPECT_GE(seconds_since(t0), 0.9);
+  EXPECT_LT(seconds_since(t0), 15.0);
+}
+
+TEST(HttpHostile, DrainLetsShortRequestsFinish) {
+  auto srv = Server::start({"--api-key", kKey, "--shutdown-grace", "30"});
+  ASSERT_NE(srv, nullptr);
+  RawClient c(srv->port(), "/v1/completions",
+              completion_body("short", 24, {{"ignore_eos", true}, {"stream", true}}).dump());
+  ASSERT_TRUE(c.ok());
+  c.read_until("\"text\"");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread stopper([&] { EXPECT_EQ(srv->stop(SIGTERM), 0) << srv->log(); });
+  const std::string got = c.read_until("0\r\n\r\n");
+  stopper.join();
+  EXPECT_NE(got.find("data: [DONE]"), std::string::npos) << got;
+  // It ran to its max_tokens (24 tokens), well before the 30 s grace.
+  EXPECT_NE(got.find("\"finish_reason\":\"length\""), std::string::npos) << got;
+  EXPECT_LT(seconds_since(t0), 25.0);
+}
+
+TEST(HttpHostile, CacheBudgetAndCorsFromStart) {
+  auto srv = Server::start({"--api-key", kKey, "--cache-ram", "64", "--cors-origin",
+                            "http://allowed.example"});
+  ASSERT_NE(srv, nullptr);
+  // Before any request.
+  const Http h = curl(*srv, "GET", "/v1/cache");
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(h.j()["budget_bytes"], 64ll << 20);
+  EXPECT_EQ(metric(*srv, "rewind_cache_budget_bytes"), 64.0 * 1024 * 1024);
+  // CORS for the allowed origin only.
+  auto headers = [&](const std::string& method, const std::string& origin) {
+    const std::string hdr = tmp_path("headers");
+    curl(*srv, method, "/v1/models", "", kKey, "-D " + hdr + " -H 'Origin: " + origin + "'");
+    return read_file(hdr);
+  };
+  EXPECT_NE(headers("GET", "http://allowed.example")
+                .find("Access-Control-Allow-Origin: http://allowed.example"),
+            std::string::npos);
+  EXPECT_EQ(headers("GET", "http://evil.example").find("Access-Control"), std::string::npos);
+  const std::string pre = headers("OPTIONS", "http://allowed.example");
+  EXPECT_EQ(pre.rfind("HTTP/1.1 204", 0), 0u) << pre;
+  EXPECT_NE(pre.find("Access-Control-Allow-Headers"), std::string::npos) << pre;
+  EXPECT_EQ(headers("OPTIONS", "http://evil.example").find("Access-Control"), std::string::npos);
+}
+
+TEST_F(ServerTest, NoCorsByDefault) {
+  const std::string hdr = tmp_path("headers");
+  curl(s(), "GET", "/v1/models", "", kKey, "-D " + hdr + " -H 'Origin: http://a.example'");
+  EXPECT_EQ(read_file(hdr).find("Access-Control"), std::string::npos) << read_file(hdr);
+}
+
+TEST_F(ServerTest, KeepAliveConnectionServesManyRequests) {
+  Conn c(s().port());
+  ASSERT_TRUE(c.ok());
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(c.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+    EXPECT_TRUE(c.read_count("{\"status\":\"ok\"}", i)) << c.got();
+  }
+  // An expect-100 POST is answered 100 then 200 on the same connection.
+  const std::string gen = completion_body("expect", 2).dump();
+  c.send(post_head("/v1/completions", "Content-Length: " + std::to_string(gen.size()) +
+                                          "\r\nExpect: 100-continue\r\n"));
+  EXPECT_NE(c.read_until("100 Continue").find("HTTP/1.1 100 Continue"), std::string::npos);
+  c.send(gen);
+  EXPECT_NE(c.read_until("text_completion").find("text_completion"), std::string::npos)
+      << c.got();
 }
 
 }  // namespace

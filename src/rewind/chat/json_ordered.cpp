@@ -12,6 +12,18 @@ namespace rw {
 
 namespace {
 
+// nlohmann's message without its own labels ("[json.exception.parse_error.101] parse error at
+// line 1, column 2: "): what is left says what was wrong, in words a client can act on.
+std::string plain_message(std::string m) {
+  if (!m.empty() && m[0] == '[') {
+    const size_t e = m.find("] ");
+    if (e != std::string::npos) m.erase(0, e + 2);
+  }
+  const size_t colon = m.find(": ");
+  if (m.rfind("parse error", 0) == 0 && colon != std::string::npos) m.erase(0, colon + 2);
+  return m;
+}
+
 using ojson = nlohmann::ordered_json;
 constexpr size_t kMaxDepth = 256;
 
@@ -39,7 +51,7 @@ class OrderedBuilder final : public nlohmann::json_sax<ojson> {
 
   bool parse_error(std::size_t position, const std::string&,
                    const nlohmann::detail::exception& ex) override {
-    error_ = "invalid JSON at byte " + std::to_string(position) + ": " + ex.what();
+    error_ = "invalid JSON at byte " + std::to_string(position) + ": " + plain_message(ex.what());
     return false;
   }
 
@@ -106,7 +118,7 @@ Result<nlohmann::ordered_json> parse_json_ordered(std::string_view text) {
   try {
     ok = ojson::sax_parse(text.begin(), text.end(), &b);
   } catch (const nlohmann::json::exception& e) {
-    return make_error(std::string("invalid JSON: ") + e.what());
+    return make_error("invalid JSON: " + plain_message(e.what()));
   }
   if (!ok) return make_error(b.error().empty() ? "invalid JSON" : b.error());
   return out;

@@ -1,23 +1,16 @@
 #include "rewind/server/http_server.h"
 
-#include <httplib.h>
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/socket.h>
-
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <cstdlib>
+#include <cstdio>
 #include <ctime>
-#include <deque>
 #include <mutex>
 #include <random>
+#include <set>
 
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
+#include "rewind/server/http_transport.h"
 #include "rewind/server/metrics.h"
 #include "rewind/server/openai_request.h"
 #include "rewind/server/openai_response.h"
@@ -31,29 +24,6 @@ namespace {
 
 constexpr const char* kJson = "application/json";
 
-// One request's events, handed from the engine thread to the HTTP thread.
-struct EventQueue {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<TokenEvent> events;
-
-  void push(const TokenEvent& ev) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      events.push_back(ev);
-    }
-    cv.notify_one();
-  }
-  // Waits up to `timeout` for the next event.
-  bool pop(TokenEvent* out, std::chrono::milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, timeout, [&] { return !events.empty(); })) return false;
-    *out = std::move(events.front());
-    events.pop_front();
-    return true;
-  }
-};
-
 struct HttpError {
   int status = 500;
   std::string message, type, code;
@@ -63,61 +33,70 @@ HttpError bad_request(std::string msg, std::string code = "") {
   return {400, std::move(msg), "invalid_request_error", std::move(code)};
 }
 
-// The socket of a request's connection, found by its addresses (cpp-httplib 0.11 gives a
-// handler no way to learn that its client has gone; newer versions have
-// Request::is_connection_closed). The handler's thread owns the connection while it runs, so
-// the descriptor cannot be closed or reused under it. -1 when not found.
-int connection_fd(const httplib::Request& req) {
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return -1;
-  int found = -1;
-  while (dirent* e = readdir(d)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0') continue;
-    sockaddr_storage peer{}, self{};
-    socklen_t pl = sizeof peer, sl = sizeof self;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&self), &sl) != 0) continue;
-    auto addr_port = [](const sockaddr_storage& a, std::string* host) {
-      char buf[INET6_ADDRSTRLEN] = {0};
-      if (a.ss_family == AF_INET) {
-        auto* v4 = reinterpret_cast<const sockaddr_in*>(&a);
-        inet_ntop(AF_INET, &v4->sin_addr, buf, sizeof buf);
-        *host = buf;
-        return static_cast<int>(ntohs(v4->sin_port));
-      }
-      if (a.ss_family == AF_INET6) {
-        auto* v6 = reinterpret_cast<const sockaddr_in6*>(&a);
-        inet_ntop(AF_INET6, &v6->sin6_addr, buf, sizeof buf);
-        *host = buf;
-        return static_cast<int>(ntohs(v6->sin6_port));
-      }
-      return -1;
-    };
-    std::string ph, sh;
-    if (addr_port(peer, &ph) == req.remote_port && ph == req.remote_addr &&
-        addr_port(self, &sh) == req.local_port) {
-      found = static_cast<int>(fd);
-      break;
-    }
-  }
-  closedir(d);
-  return found;
+// The OpenAI error type of a status.
+std::string error_type(int status) {
+  if (status == 401) return "authentication_error";
+  if (status == 404) return "not_found_error";
+  if (status == 429) return "rate_limit_error";
+  if (status >= 500) return "server_error";
+  return "invalid_request_error";
 }
 
-// True when the peer has closed its side of the connection (or it broke). A client that sends
-// its next request early is still there: unread bytes are peeked, not consumed.
-bool peer_gone(int fd) {
-  if (fd < 0) return false;
-  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return true;
-  if (p.revents & POLLIN) {
-    char c;
-    return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+HttpReply error_reply(const HttpError& e) {
+  HttpReply r;
+  r.status = e.status;
+  r.content_type = kJson;
+  r.body = dump_json(error_json(e.message, e.type, e.code)) + "\n";
+  if (e.status == 429 || e.status == 503) r.headers.push_back({"Retry-After", "1"});
+  if (e.status == 401) r.headers.push_back({"WWW-Authenticate", "Bearer"});
+  return r;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Compares in time that depends only on the lengths, never on where the first difference is.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
   }
-  return false;
+  return diff == 0;
+}
+
+struct Route {
+  const char* path;
+  const char* method;
+  bool auth;       // behind the API key
+  bool json_body;  // a POST whose body must be JSON
+};
+
+constexpr Route kRoutes[] = {
+    {"/health", "GET", false, false},
+    {"/metrics", "GET", true, false},
+    {"/v1/models", "GET", true, false},
+    {"/v1/cache", "GET", true, false},
+    {"/v1/chat/completions", "POST", true, true},
+    {"/v1/completions", "POST", true, true},
+};
+
+const Route* find_route(const std::string& path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
 }
 
 // Everything about one accepted generation request, fixed before it is submitted.
@@ -185,11 +164,18 @@ class Generation {
     if (stopped_by_string_) return std::nullopt;
     if (engine_finish_ == FinishReason::Error)
       return HttpError{500, "generation failed: " + error_, "server_error", "generation_failed"};
-    if (engine_finish_ == FinishReason::Cancelled)
-      return HttpError{503, "the request was cancelled (server shutting down)", "server_error",
-                       "cancelled"};
+    if (cancelled())
+      return HttpError{503, "the server is shutting down; the request was not completed",
+                       "server_error", "shutting_down"};
     return std::nullopt;
   }
+  // The engine failed the request.
+  bool failed() const { return engine_finish_ == FinishReason::Error; }
+  // The request was cut short (client gone, server shutting down), not by a stop string.
+  bool cancelled() const {
+    return engine_finish_ == FinishReason::Cancelled && !stopped_by_string_;
+  }
+  // A streamed reply cut short by the server ends as truncated: "length".
   std::string finish_reason() const {
     if (stopped_by_string_ || engine_finish_ == FinishReason::Stop) return "stop";
     return "length";
@@ -215,13 +201,6 @@ class Generation {
   double ttft_ms_ = 0, total_ms_ = 0;
 };
 
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const std::string& x = a.size() == b.size() ? b : a;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ x[i]);
-  return diff == 0;
-}
-
 }  // namespace
 
 struct HttpServer::Impl {
@@ -231,33 +210,74 @@ struct HttpServer::Impl {
   GenerationDefaults defaults;
   ServerOptions opt;
   Limits limits;
-  httplib::Server svr;
   ServerMetrics metrics;
   std::atomic<int> in_flight{0};
-  std::atomic<bool> stop_requested{false}, stopped{false};
-  int bound_port = -1;
+  std::unique_ptr<HttpTransport> transport;
+
+  // One generation request from submit to its final event; its events run on the
+  // connection's strand, one at a time.
+  struct Job {
+    std::shared_ptr<Plan> plan;
+    std::shared_ptr<HttpExchange> ex;
+    HttpHeaders cors;
+    uint64_t id = 0;
+    std::unique_ptr<Generation> gen;
+    ToolCallSplitter tools;
+    ReasoningSplitter reasoning;
+    int64_t text_offset = 0;
+    std::string text;               // whole replies: the text so far
+    std::vector<TokenLogprob> lps;  // whole replies: the logprobs so far
+    std::string finish;             // the finish_reason the client was given
+  };
 
   Impl(BatchEngine& e, const Tokenizer& t, const ChatTemplate& c, GenerationDefaults d,
        ServerOptions o)
       : engine(e), tok(t), tmpl(c), defaults(std::move(d)), opt(std::move(o)) {
     limits.ctx_size = engine.options().ctx_size;
     limits.vocab_size = engine.model().config().vocab_size;
-    setup();
+    TransportOptions to;
+    to.host = opt.host;
+    to.port = opt.port;
+    to.io_threads = opt.http_threads > 0 ? opt.http_threads : 2;
+    to.header_timeout_s = opt.header_timeout_s;
+    to.body_timeout_s = opt.body_timeout_s;
+    to.idle_timeout_s = opt.idle_timeout_s;
+    to.max_header_bytes = opt.max_header_bytes;
+    to.max_target_bytes = opt.max_target_bytes;
+    to.max_body = opt.max_body;
+    to.max_connections = opt.max_connections;
+    to.max_connections_per_client = opt.max_connections_per_client;
+    transport = std::make_unique<HttpTransport>(
+        to, [this](HttpRequest r, std::shared_ptr<HttpExchange> ex) { handle(std::move(r), ex); },
+        [this](const HttpRequest& r) { return precheck(r); },
+        [](int status, const std::string& message, const std::string& code) {
+          return error_reply({status, message, error_type(status), code});
+        },
+        [this](const std::string& path, int status) {
+          metrics.count_response(find_route(path) ? path : "other", status);
+        });
   }
 
-  // ---- plumbing ----
-
-  static void send_error(httplib::Response& res, const HttpError& e) {
-    res.status = e.status;
-    res.set_content(dump_json(error_json(e.message, e.type, e.code)) + "\n", kJson);
+  // The engine's figures, with the cache budget known from the start (the engine reports the
+  // cache's own figures only after its first step).
+  EngineMetrics engine_metrics() const {
+    EngineMetrics m = engine.metrics();
+    if (engine.options().cache_enabled && m.cache.budget_bytes == 0)
+      m.cache.budget_bytes = engine.options().cache.budget_bytes;
+    return m;
   }
 
-  bool authorized(const httplib::Request& req) const {
+  // ---- checks on the header alone ----
+
+  bool authorized(const HttpRequest& req) const {
     if (opt.api_key.empty()) return true;
-    const std::string h = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
-    return constant_time_equal(h.substr(prefix.size()), opt.api_key);
+    const std::string* h = req.header("authorization");
+    if (!h) return false;
+    // credentials = auth-scheme 1*SP token68; the scheme is case-insensitive (RFC 9110 11.1).
+    const std::string_view v = trim(*h);
+    const size_t sp = v.find_first_of(" \t");
+    if (sp == std::string_view::npos || lower(v.substr(0, sp)) != "bearer") return false;
+    return constant_time_equal(std::string(trim(v.substr(sp))), opt.api_key);
   }
 
   static HttpError unauthorized() {
@@ -265,145 +285,94 @@ struct HttpServer::Impl {
             "authentication_error", "invalid_api_key"};
   }
 
-  HttpError too_large() const {
-    return {413, "request body is larger than " + std::to_string(opt.max_body) + " bytes",
-            "invalid_request_error", "request_too_large"};
+  bool cors_allowed(const std::string& origin) const {
+    for (const auto& o : opt.cors_origins)
+      if (o == "*" || o == origin) return true;
+    return false;
   }
 
-  // Reads the body with the size limit; nullopt when too large (an error response is set).
-  std::optional<std::string> read_body(const httplib::Request& req, httplib::Response& res,
-                                       const httplib::ContentReader& reader) {
-    std::string body;
-    bool too_big = false;
-    const bool ok = reader([&](const char* d, size_t n) {
-      if (body.size() + n > opt.max_body) {
-        too_big = true;
-        return false;
-      }
-      body.append(d, n);
-      return true;
-    });
-    if (too_big || res.status == 413 ||
-        (req.has_header("Content-Length") &&
-         req.get_header_value<uint64_t>("Content-Length") > opt.max_body)) {
-      res.set_header("Connection", "close");
-      send_error(res, too_large());
-      return std::nullopt;
-    }
-    if (!ok) {
-      send_error(res, bad_request("could not read the request body"));
-      return std::nullopt;
-    }
-    return body;
+  // The CORS headers of an answer to `req` (none unless its Origin is allowed).
+  HttpHeaders cors_headers(const HttpRequest& req) const {
+    const std::string* origin = req.header("origin");
+    if (!origin || !cors_allowed(*origin)) return {};
+    return {{"Access-Control-Allow-Origin", *origin}, {"Vary", "Origin"}};
   }
 
-  void setup() {
-    svr.set_payload_max_length(opt.max_body);
-    const int n_threads = opt.http_threads > 0
-                              ? opt.http_threads
-                              : engine.options().max_running + engine.options().max_queued + 8;
-    svr.new_task_queue = [n_threads] {
-      return new httplib::ThreadPool(static_cast<size_t>(n_threads));
-    };
+  std::optional<HttpReply> precheck(const HttpRequest& req) {
+    std::optional<HttpReply> r = precheck_plain(req);
+    if (r)
+      for (auto& h : cors_headers(req)) r->headers.push_back(std::move(h));
+    return r;
+  }
 
-    // `Expect: 100-continue` (curl sends it for large bodies): refuse before the body is sent.
-    // cpp-httplib 0.11 writes this answer without a Content-Length of its own, so set one (and
-    // close the connection: the client may not send the body it announced).
-    svr.set_expect_100_continue_handler(
-        [this](const httplib::Request& req, httplib::Response& res) {
-          std::optional<HttpError> e;
-          if ((req.path.rfind("/v1/", 0) == 0 || req.path == "/metrics") && !authorized(req)) {
-            e = unauthorized();
-          } else if (req.has_header("Content-Length") &&
-                     req.get_header_value<uint64_t>("Content-Length") > opt.max_body) {
-            e = too_large();
-          }
-          if (!e) return 100;
-          send_error(res, *e);
-          res.set_header("Content-Length", std::to_string(res.body.size()));
-          res.set_header("Connection", "close");
-          return e->status;
-        });
-    svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
-                                                                      httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      HttpError e;
-      switch (res.status) {
-        case 404:
-          e = {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"};
-          break;
-        case 413:
-          e = too_large();
-          break;
-        case 401:
-          e = unauthorized();
-          break;
-        case 400:
-          e = bad_request("malformed HTTP request");
-          break;
-        default:
-          e = {res.status, "HTTP error " + std::to_string(res.status), "server_error", ""};
-          break;
+  std::optional<HttpReply> precheck_plain(const HttpRequest& req) {
+    const Route* route = find_route(req.path);
+    if (req.method == "OPTIONS" && route && !cors_headers(req).empty()) {
+      // A CORS preflight from an allowed origin (no API key: browsers send none here).
+      HttpReply r;
+      r.status = 204;
+      r.headers = {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
+                   {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                   {"Access-Control-Max-Age", "600"}};
+      return r;
+    }
+    if (!route || req.method != route->method)
+      return error_reply(
+          {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"});
+    if (route->auth && !authorized(req)) return error_reply(unauthorized());
+    if (route->json_body) {
+      const std::string* ct = req.header("content-type");
+      const std::string media = ct ? lower(trim(ct->substr(0, ct->find(';')))) : "";
+      if (media != "application/json")
+        return error_reply({415,
+                            "Content-Type must be application/json" +
+                                (ct ? " (got '" + std::string(trim(*ct)).substr(0, 100) + "')"
+                                    : std::string(" (none sent)")),
+                            "invalid_request_error", "unsupported_media_type"});
+    }
+    return std::nullopt;
+  }
+
+  // ---- routes ----
+
+  void handle(HttpRequest req, const std::shared_ptr<HttpExchange>& ex) {
+    const HttpHeaders cors = cors_headers(req);
+    auto send = [&](HttpReply r) {
+      for (const auto& h : cors) r.headers.push_back(h);
+      ex->reply(std::move(r));
+    };
+    auto json_reply = [&](std::string body) {
+      HttpReply r;
+      r.content_type = kJson;
+      r.body = std::move(body);
+      send(std::move(r));
+    };
+    try {
+      if (req.path == "/health") return json_reply("{\"status\":\"ok\"}\n");
+      if (req.path == "/metrics") {
+        HttpReply r;
+        r.content_type = "text/plain; version=0.0.4";
+        r.body = metrics.prometheus(engine_metrics());
+        return send(std::move(r));
       }
-      send_error(res, e);
-      return httplib::Server::HandlerResponse::Handled;
-    }));
-    svr.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-          std::string what = "internal error";
-          try {
-            if (ep) std::rethrow_exception(ep);
-          } catch (const std::exception& e) {
-            what = std::string("internal error: ") + e.what();
-          } catch (...) {
-          }
-          send_error(res, {500, what, "server_error", "internal_error"});
-        });
-    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      static const std::set<std::string> known = {"/v1/chat/completions",
-                                                  "/v1/completions",
-                                                  "/v1/models",
-                                                  "/v1/cache",
-                                                  "/metrics",
-                                                  "/health"};
-      metrics.count_response(known.count(req.path) ? req.path : "other", res.status);
-    });
-
-    svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("{\"status\":\"ok\"}\n", kJson);
-    });
-    svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!authorized(req)) return send_error(res, unauthorized());
-      res.set_content(metrics.prometheus(engine.metrics()), "text/plain; version=0.0.4");
-    });
-    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!authorized(req)) return send_error(res, unauthorized());
-      json m = {{"id", opt.model_id},
-                {"object", "model"},
-                {"created", static_cast<int64_t>(std::time(nullptr))},
-                {"owned_by", "rewind"},
-                {"max_model_len", engine.options().ctx_size}};
-      res.set_content(dump_json({{"object", "list"}, {"data", json::array({m})}}) + "\n", kJson);
-    });
-    svr.Get("/v1/cache", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!authorized(req)) return send_error(res, unauthorized());
-      res.set_content(dump_json(cache_json(engine.metrics(), engine.options())) + "\n", kJson);
-    });
-    auto generation = [this](bool chat) {
-      return [this, chat](const httplib::Request& req, httplib::Response& res,
-                          const httplib::ContentReader& reader) {
-        if (!authorized(req)) {
-          size_t drained = 0;  // read what was sent (up to max_body) so the connection stays usable
-          reader([&](const char*, size_t n) { return (drained += n) <= opt.max_body; });
-          return send_error(res, unauthorized());
-        }
-        std::optional<std::string> body = read_body(req, res, reader);
-        if (!body) return;
-        handle_generation(chat, *body, res, connection_fd(req));
-      };
-    };
-    svr.Post("/v1/chat/completions", generation(true));
-    svr.Post("/v1/completions", generation(false));
+      if (req.path == "/v1/models") {
+        json m = {{"id", opt.model_id},
+                  {"object", "model"},
+                  {"created", static_cast<int64_t>(std::time(nullptr))},
+                  {"owned_by", "rewind"},
+                  {"max_model_len", engine.options().ctx_size}};
+        return json_reply(dump_json({{"object", "list"}, {"data", json::array({m})}}) + "\n");
+      }
+      if (req.path == "/v1/cache")
+        return json_reply(dump_json(cache_json(engine_metrics(), engine.options())) + "\n");
+      if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
+        return generation(req.path == "/v1/chat/completions", req.body, ex, cors);
+      send(error_reply(
+          {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"}));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(), e.what());
+      send(error_reply({500, "internal error", "server_error", "internal_error"}));
+    }
   }
 
   // ---- requests ----
@@ -495,153 +464,115 @@ struct HttpServer::Impl {
     return finish_plan(c, p);
   }
 
-  // conn_fd: the client's socket (-1 unknown), watched while a non-streaming reply runs.
-  void handle_generation(bool chat, const std::string& body, httplib::Response& res, int conn_fd) {
+  // ---- generation ----
+
+  void generation(bool chat, const std::string& body, const std::shared_ptr<HttpExchange>& ex,
+                  const HttpHeaders& cors) {
+    auto send = [&](const HttpError& e) {
+      HttpReply r = error_reply(e);
+      for (const auto& h : cors) r.headers.push_back(h);
+      ex->reply(std::move(r));
+    };
     auto plan = std::make_shared<Plan>();
     if (auto e = chat ? plan_chat(body, plan.get()) : plan_completion(body, plan.get()))
-      return send_error(res, *e);
-    auto q = std::make_shared<EventQueue>();
+      return send(*e);
+    auto job = std::make_shared<Job>();
+    job->plan = plan;
+    job->ex = ex;
+    job->cors = cors;
+    job->gen = std::make_unique<Generation>(tok, plan->sub.stop_ids, *plan);
+    job->tools = ToolCallSplitter(plan->tools);
+    job->reasoning = ReasoningSplitter(plan->think_open);
     Request sub = plan->sub;
-    auto id = engine.submit(std::move(sub), [q](const TokenEvent& ev) { q->push(ev); });
+    ++in_flight;
+    // The engine thread only hands each event to the connection's strand. This runs on that
+    // strand, so every event runs after the rest of this function (the stream's head first).
+    auto id = engine.submit(std::move(sub), [this, job](const TokenEvent& ev) {
+      job->ex->post([this, job, ev] { on_event(*job, ev); });
+    });
     if (!id.ok()) {
+      --in_flight;
+      metrics.count_outcome("rejected");
       const std::string& m = id.error_message();
       if (m == "queue full")
-        return send_error(res, {429, "the server is busy: the request queue is full; retry later",
-                                "rate_limit_error", "queue_full"});
+        return send({429, "the server is busy: the request queue is full; retry later",
+                     "rate_limit_error", "queue_full"});
       if (m.find("shutting down") != std::string::npos)
-        return send_error(res,
-                          {503, "the server is shutting down", "server_error", "shutting_down"});
-      return send_error(res, bad_request(m));
+        return send({503, "the server is shutting down", "server_error", "shutting_down"});
+      return send(bad_request(m));
     }
-    ++in_flight;
-    if (plan->stream) return stream(plan, q, id.value(), res);  // the releaser decrements
-    struct Done {
-      std::atomic<int>& n;
-      ~Done() { --n; }
-    } done{in_flight};
-    whole(*plan, *q, id.value(), res, conn_fd);
+    job->id = id.value();
+    if (plan->stream) {
+      HttpReply head;
+      head.content_type = "text/event-stream";
+      head.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+      for (const auto& h : cors) head.headers.push_back(h);
+      head.heartbeat = ": keep-alive\n\n";
+      ex->start_stream(std::move(head));
+      if (plan->chat)
+        ex->send_chunk(
+            sse_event(chat_chunk_json(plan->id, plan->created, opt.model_id,
+                                      {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
+    }
+    // The client went away: free its sequence at the engine's next step.
+    ex->on_gone([this, id = job->id] { engine.cancel(id); });
   }
 
-  void whole(const Plan& plan, EventQueue& q, uint64_t id, httplib::Response& res, int conn_fd) {
-    Generation gen(tok, plan.sub.stop_ids, plan);
-    std::string text;
-    std::vector<TokenLogprob> lps;
-    bool client_gone = false;
-    auto next_check = std::chrono::steady_clock::now();
-    while (!gen.done()) {
-      // The client hung up while its whole reply was being generated: free the sequence.
-      if (const auto now = std::chrono::steady_clock::now(); !client_gone && now >= next_check) {
-        next_check = now + std::chrono::milliseconds(200);
-        if (peer_gone(conn_fd)) {
-          client_gone = true;
-          engine.cancel(id);
-        }
-      }
-      TokenEvent ev;
-      if (!q.pop(&ev, std::chrono::milliseconds(200))) continue;
-      bool cancel = false;
-      Generation::Piece p = gen.on_event(ev, &cancel);
-      if (cancel) engine.cancel(id);
-      text += p.text;
-      for (auto& lp : p.lps) lps.push_back(std::move(lp));
-    }
-    if (auto e = gen.failure()) return send_error(res, *e);
-    metrics.observe_request(gen.ttft_ms(), gen.total_ms());
-    json body;
-    if (plan.chat) {
-      ReasoningSplitter rs(plan.think_open);
-      ReasoningSplitter::Out a = rs.push(text), b = rs.finish();
-      auto [content, calls] = split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
-      const std::string finish = calls.empty() ? gen.finish_reason() : "tool_calls";
-      body = chat_completion_json(plan.id, plan.created, opt.model_id, content, calls, finish,
-                                  plan.logprobs ? chat_logprobs_json(tok, lps) : json(nullptr),
-                                  gen.usage(), a.reasoning + b.reasoning);
+  void on_event(Job& j, const TokenEvent& ev) {
+    if (j.gen->done()) return;
+    bool cancel = false;
+    Generation::Piece p = j.gen->on_event(ev, &cancel);
+    if (cancel) engine.cancel(j.id);
+    if (j.plan->stream) {
+      std::string out = chunk_for(j, p);
+      if (j.gen->done()) out += final_chunks(j);
+      j.ex->send_chunk(std::move(out));
+      if (j.gen->done()) j.ex->end_stream();
     } else {
-      body = completion_json(plan.id, plan.created, opt.model_id, text, gen.finish_reason(),
-                             plan.logprobs
-                                 ? completion_logprobs_json(tok, lps, plan.top_logprobs > 0, 0)
-                                 : json(nullptr),
-                             gen.usage());
+      j.text += p.text;
+      for (auto& lp : p.lps) j.lps.push_back(std::move(lp));
+      if (j.gen->done()) whole(j);
     }
-    res.set_content(dump_json(body) + "\n", kJson);
+    if (!j.gen->done()) return;
+    --in_flight;
+    const Generation& g = *j.gen;
+    metrics.count_outcome(g.failed() ? "failed" : g.cancelled() ? "cancelled" : j.finish);
+    if (!g.failed() && !g.cancelled()) metrics.observe_request(g.ttft_ms(), g.total_ms());
   }
 
-  // State of one SSE stream, owned by the content provider.
-  struct Stream {
-    std::shared_ptr<Plan> plan;
-    std::shared_ptr<EventQueue> q;
-    uint64_t id = 0;
-    std::unique_ptr<Generation> gen;
-    ToolCallSplitter tools;
-    ReasoningSplitter reasoning;
-    bool started = false, finished = false;
-    int64_t text_offset = 0;
-    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
-  };
-
-  void stream(std::shared_ptr<Plan> plan, std::shared_ptr<EventQueue> q, uint64_t id,
-              httplib::Response& res) {
-    auto st = std::make_shared<Stream>();
-    st->plan = std::move(plan);
-    st->q = std::move(q);
-    st->id = id;
-    st->gen = std::make_unique<Generation>(tok, st->plan->sub.stop_ids, *st->plan);
-    st->tools = ToolCallSplitter(st->plan->tools);
-    st->reasoning = ReasoningSplitter(st->plan->think_open);
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, st](size_t, httplib::DataSink& sink) { return provide(*st, sink); },
-        [this, st](bool) {
-          // Runs once the response is over, written or not: a request still running lost its
-          // client (or the server stopped), so free its sequence now.
-          if (!st->gen->done()) engine.cancel(st->id);
-          --in_flight;
-        });
-  }
-
-  // One call of the chunked content provider: waits briefly for events and writes them.
-  // Returning false (or a failed write) ends the response; the releaser then cancels.
-  bool provide(Stream& st, httplib::DataSink& sink) {
-    const Plan& plan = *st.plan;
-    std::string out;
-    if (!st.started) {
-      st.started = true;
-      if (plan.chat)
-        out +=
-            sse_event(chat_chunk_json(plan.id, plan.created, opt.model_id,
-                                      {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr));
-    }
-    TokenEvent ev;
-    bool got = st.q->pop(&ev, std::chrono::milliseconds(250));
-    while (got) {
-      bool cancel = false;
-      Generation::Piece p = st.gen->on_event(ev, &cancel);
-      if (cancel) engine.cancel(st.id);
-      out += chunk_for(st, p);
-      if (st.gen->done()) break;
-      got = st.q->pop(&ev, std::chrono::milliseconds(0));
-    }
-    if (st.gen->done()) out += final_chunks(st);
-    const auto now = std::chrono::steady_clock::now();
-    if (out.empty() && now - st.last_write > std::chrono::seconds(1))
-      out = ": keep-alive\n\n";  // an SSE comment: lets a dead client show up while we wait
-    if (!out.empty()) {
-      st.last_write = now;
-      if (!sink.write(out.data(), out.size())) {
-        engine.cancel(st.id);
-        return false;
+  void whole(Job& j) {
+    const Plan& plan = *j.plan;
+    const Generation& gen = *j.gen;
+    j.finish = gen.finish_reason();
+    HttpReply r;
+    if (auto e = gen.failure()) {
+      r = error_reply(*e);
+    } else {
+      json body;
+      if (plan.chat) {
+        ReasoningSplitter rs(plan.think_open);
+        ReasoningSplitter::Out a = rs.push(j.text), b = rs.finish();
+        auto [content, calls] =
+            split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
+        if (!calls.empty()) j.finish = "tool_calls";
+        body = chat_completion_json(plan.id, plan.created, opt.model_id, content, calls, j.finish,
+                                    plan.logprobs ? chat_logprobs_json(tok, j.lps) : json(nullptr),
+                                    gen.usage(), a.reasoning + b.reasoning);
+      } else {
+        body = completion_json(plan.id, plan.created, opt.model_id, j.text, j.finish,
+                               plan.logprobs
+                                   ? completion_logprobs_json(tok, j.lps, plan.top_logprobs > 0, 0)
+                                   : json(nullptr),
+                               gen.usage());
       }
+      r.content_type = kJson;
+      r.body = dump_json(body) + "\n";
     }
-    if (st.gen->done()) {
-      if (!st.gen->failure()) metrics.observe_request(st.gen->ttft_ms(), st.gen->total_ms());
-      sink.done();
-    }
-    return true;
+    for (const auto& h : j.cors) r.headers.push_back(h);
+    j.ex->reply(std::move(r));
   }
 
-  std::string chunk_for(Stream& st, Generation::Piece& p) {
+  std::string chunk_for(Job& st, Generation::Piece& p) {
     const Plan& plan = *st.plan;
     if (plan.chat) {
       const ReasoningSplitter::Out r = st.reasoning.push(p.text);
@@ -659,21 +590,23 @@ struct HttpServer::Impl {
   }
 
   // One chat chunk with reasoning and/or content (and the token logprobs); "" when empty.
-  std::string chat_delta(const Stream& st, const std::string& reasoning, const std::string& content,
+  std::string chat_delta(const Job& st, const std::string& reasoning, const std::string& content,
                          const std::vector<TokenLogprob>& lps) {
     if (reasoning.empty() && content.empty() && lps.empty()) return {};
     json delta = json::object();
     if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!content.empty() || reasoning.empty()) delta["content"] = content;
     json lp = lps.empty() ? json(nullptr) : chat_logprobs_json(tok, lps);
-    return sse_event(chat_chunk_json(st.plan->id, st.plan->created, opt.model_id, delta, nullptr, lp));
+    return sse_event(
+        chat_chunk_json(st.plan->id, st.plan->created, opt.model_id, delta, nullptr, lp));
   }
 
-  std::string final_chunks(Stream& st) {
+  std::string final_chunks(Job& st) {
     const Plan& plan = *st.plan;
     std::string out;
-    if (auto e = st.gen->failure()) {
-      out += sse_event(error_json(e->message, e->type, e->code));
+    if (st.gen->failed()) {
+      const HttpError e = *st.gen->failure();
+      out += sse_event(error_json(e.message, e.type, e.code));
       out += kSseDone;
       return out;
     }
@@ -681,7 +614,8 @@ struct HttpServer::Impl {
     if (plan.chat) {
       std::string finish = st.gen->finish_reason();
       const ReasoningSplitter::Out r = st.reasoning.finish();
-      out += chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content, {});
+      out +=
+          chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content, {});
       if (plan.parse_tools) {
         auto [content, calls] = st.tools.finish();
         if (!content.empty())
@@ -694,13 +628,15 @@ struct HttpServer::Impl {
           finish = "tool_calls";
         }
       }
+      st.finish = finish;
       out += sse_event(
           chat_chunk_json(plan.id, plan.created, opt.model_id, json::object(), finish, nullptr));
       if (plan.include_usage)
         out += sse_event(chat_usage_chunk_json(plan.id, plan.created, opt.model_id, u));
     } else {
-      out += sse_event(completion_chunk_json(plan.id, plan.created, opt.model_id, "",
-                                             st.gen->finish_reason(), nullptr));
+      st.finish = st.gen->finish_reason();
+      out += sse_event(
+          completion_chunk_json(plan.id, plan.created, opt.model_id, "", st.finish, nullptr));
       if (plan.include_usage)
         out += sse_event(completion_usage_chunk_json(plan.id, plan.created, opt.model_id, u));
     }
@@ -716,34 +652,22 @@ HttpServer::HttpServer(BatchEngine& engine, const Tokenizer& tok, const ChatTemp
 HttpServer::~HttpServer() = default;
 
 Result<int> HttpServer::bind() {
-  Impl& s = *impl_;
-  int port = s.opt.port;
-  if (port == 0) {
-    port = s.svr.bind_to_any_port(s.opt.host);
-    if (port < 0) return make_error("cannot bind " + s.opt.host + " on any port");
-  } else if (!s.svr.bind_to_port(s.opt.host, port)) {
-    return make_error("cannot bind " + s.opt.host + ":" + std::to_string(port) +
-                      " (in use, or not an address of this machine?)");
-  }
-  s.bound_port = port;
-  return port;
+  return impl_->transport->bind();
 }
-
 void HttpServer::run() {
-  ::signal(SIGPIPE, SIG_IGN);
-  if (impl_->stop_requested.load()) return;
-  impl_->svr.listen_after_bind();
+  impl_->transport->run();
 }
-
+void HttpServer::drain() {
+  impl_->transport->drain();
+}
 void HttpServer::stop() {
-  Impl& s = *impl_;
-  s.stop_requested.store(true);
-  // cpp-httplib's stop() must run once, and only while it is listening.
-  if (s.svr.is_running() && !s.stopped.exchange(true)) s.svr.stop();
+  impl_->transport->stop();
 }
-
 int HttpServer::in_flight() const {
   return impl_->in_flight.load();
+}
+int64_t HttpServer::http_buffer_bytes() const {
+  return impl_->transport->buffered_bytes();
 }
 
 }  // namespace rw

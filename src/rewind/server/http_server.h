@@ -1,21 +1,36 @@
-// The OpenAI-compatible HTTP server (docs/DESIGN.md section 6) on cpp-httplib, in front of one
-// BatchEngine.
+// The OpenAI-compatible HTTP server (docs/DESIGN.md section 6) in front of one BatchEngine, on
+// the HTTP/1.1 transport of http_transport.h (Boost.Beast's parser on Boost.Asio).
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (stream false: one JSON; stream true:
 // server-sent events `data: {...}\n\n` ending with `data: [DONE]`), GET /v1/models,
-// GET /v1/cache (prefix-cache figures and the recent requests' resume points), GET /metrics
-// (Prometheus text), GET /health ({"status":"ok"}, never behind the API key).
+// GET /v1/cache (prefix-cache figures and the recent requests' resume points; the budget is
+// known from start-up), GET /metrics (Prometheus text), GET /health ({"status":"ok"}, never
+// behind the API key). OPTIONS is answered only as a CORS preflight from an allowed origin.
 //
-// Every failure is a JSON body {"error": {"message", "type", "param", "code"}}:
-//   400 malformed JSON, wrong types, missing fields, unsupported features, prompt + max_tokens
-//       over the context size, chat template errors;
-//   401 --api-key set and the `Authorization: Bearer KEY` header missing or wrong (/v1/* and
-//       /metrics; checked before the body is used);
-//   404 unknown route; 413 body over max_body (refused from Content-Length before reading when
-//       the client sent one; a chunked body is cut off at the limit);
-//   429 the engine's queue is full; 503 the server is shutting down; 500 anything else.
+// Every failure is a JSON body {"error": {"message", "type", "param", "code"}} whose message is
+// ours (no parser or library internals):
+//   400 invalid_request_error: malformed JSON, wrong types, missing fields, unsupported
+//       features, prompt + max_tokens over the context size, chat template errors; malformed
+//       HTTP (request smuggling shapes included: see http_transport.h), then the connection
+//       closes;
+//   401 authentication_error: --api-key set and `Authorization: Bearer KEY` missing or wrong
+//       (/v1/* and /metrics; the scheme is case-insensitive, the key compared in constant time;
+//       checked from the header, before the body is used);
+//   404 not_found_error: unknown route or method;
+//   408 invalid_request_error: the header or body did not arrive within its deadline;
+//   413 / 414 / 431 invalid_request_error: body over max_body (from Content-Length before
+//       reading), request-target over max_target_bytes, header over max_header_bytes;
+//   415 invalid_request_error: a POST whose Content-Type is not application/json (a web page
+//       can POST text/plain to a local server without a CORS preflight; this refuses it);
+//   429 rate_limit_error: the engine's queue is full (Retry-After: 1);
+//   503 server_error: shutting down, or over the connection caps (Retry-After: 1);
+//   500 server_error: anything else.
 // A request is parsed, rendered and tokenized completely before it is submitted, so a bad
 // request changes nothing in the engine.
+//
+// CORS: off (no Access-Control-* headers) unless ServerOptions::cors_origins names the
+// request's Origin (or holds "*"); then answers carry Access-Control-Allow-Origin for it and
+// preflights get 204.
 //
 // Prompts: chat messages are rendered with the model's chat template and tokenized so that
 // message starts become checkpoint boundaries (tokenize_chat); a completions prompt is text
@@ -23,24 +38,34 @@
 // the model's defaults (generation_defaults.h); a request without a seed gets a random one;
 // max_tokens defaults to what is left of the context.
 //
-// Generation: the engine's token events go through a StreamDecoder (valid UTF-8), then the
-// stop sequences (matched on the decoded text; the stop text is not returned; a match cancels
-// the request in the engine at once and reports finish_reason "stop"), then, when tools were
-// given, the tool-call splitter (finish_reason "tool_calls"). A streaming client that goes
-// away is noticed when a write fails (or the socket stops accepting data for the write
-// timeout, 5 s) and its request is cancelled, which frees its sequence at the next engine
-// step. A non-streaming request runs to its end even if its client left (cpp-httplib 0.11
-// gives no way to notice), bounded by max_tokens.
+// Generation: the engine's token events are handed (on the engine thread, nothing more) to the
+// connection's strand, where they go through a StreamDecoder (valid UTF-8), then the stop
+// sequences (matched on the decoded text; the stop text is not returned; a match cancels the
+// request in the engine at once and reports finish_reason "stop"), then, when tools were given,
+// the tool-call splitter (finish_reason "tool_calls"), and are written asynchronously. No
+// transport thread ever waits for the engine.
 //
-// Threads: cpp-httplib serves each connection on a thread of its own pool (sized by
-// ServerOptions::http_threads); handlers block on their request's events. The engine's
-// callbacks only append to a per-request queue under a mutex. SIGPIPE is ignored process-wide
-// once run() starts (writes to closed sockets must fail, not kill the process).
+// A client that goes away is noticed from its socket (http_transport.h: a reset, a failed or
+// stalled write, or a FIN followed by write probes that fail) and its request is cancelled,
+// which frees its sequence at the next engine step; this holds for whole replies as for
+// streams. A client that only half-closed after sending its request gets its answer.
+//
+// Shutdown (drain(), then the caller shuts the engine down): stop accepting; connections with
+// no request in progress close; running requests go on. When the engine then cancels what is
+// left, every open stream ends with the text so far, a final chunk with finish_reason "length"
+// (usage when asked) and `data: [DONE]`; a waiting whole request gets 503 shutting_down. The
+// engine's own failures end a stream with an error event and `data: [DONE]`.
+//
+// Metrics: rewind_requests_total{outcome} counts generation requests by how they ended for the
+// client: stop, length, tool_calls (finish reasons), cancelled (client gone, or cut by
+// shutdown), failed (engine error), rejected (queue full or shutting down at submit).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rewind/base/result.h"
 #include "rewind/server/generation_defaults.h"
@@ -53,11 +78,19 @@ class Tokenizer;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0: an ephemeral port (bind() returns it)
-  std::string api_key;              // empty: no authentication
-  size_t max_body = 8u << 20;       // bytes of a request body
-  std::string model_id = "rewind";  // /v1/models id and the "model" of every response
-  int http_threads = 0;             // 0: the engine's max_running + max_queued + 8
+  int port = 8080;                        // 0: an ephemeral port (bind() returns it)
+  std::string api_key;                    // empty: no authentication
+  size_t max_body = 8u << 20;             // bytes of a request body (413)
+  std::string model_id = "rewind";        // /v1/models id and the "model" of every response
+  int http_threads = 0;                   // transport (io) threads; 0: 2
+  std::vector<std::string> cors_origins;  // origins allowed by CORS ("*": any); empty: CORS off
+  double header_timeout_s = 10;           // the whole request header (408)
+  double body_timeout_s = 30;             // the whole body, after the header (408)
+  double idle_timeout_s = 5;              // a keep-alive connection between requests
+  size_t max_header_bytes = 16384;        // request line + header fields (431)
+  size_t max_target_bytes = 8192;         // request-target (414)
+  int max_connections = 512;              // open connections in total (503 beyond)
+  int max_connections_per_client = 64;    // open connections from one address (503 beyond)
 };
 
 class HttpServer {
@@ -69,18 +102,21 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds host:port; returns the port (the chosen one when port == 0). Error when the address
+  // Binds host:port and listens; returns the port (the chosen one when port == 0). Error when
+  // the address is already in use (also by another server: the port is never shared) or
   // cannot be bound.
   Result<int> bind();
-  // Serves until stop(); blocks. Returns once every connection's handler has returned (streams
-  // end at stop(); a non-streaming request waits for its engine request to end).
+  // Serves until drain() or stop() and the last connection has closed; blocks.
   void run();
-  // Thread-safe, idempotent: stops accepting and makes run() return as described. Before run()
-  // it makes run() return at once; a call that races with run() starting to listen can be
-  // missed, so a caller that cannot order them calls it again until run() has returned.
+  // Thread-safe, idempotent, also before run(): stops accepting and closes connections with no
+  // request in progress; the others close after their answer.
+  void drain();
+  // Thread-safe: drain() and close every connection now (their requests are cancelled).
   void stop();
   // Generation requests (chat or completions) being served now. Thread-safe.
   int in_flight() const;
+  // Bytes the HTTP layer holds now (read buffers, queued answers); for memory accounting.
+  int64_t http_buffer_bytes() const;
 
   struct Impl;
 

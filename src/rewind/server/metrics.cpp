@@ -89,16 +89,32 @@ void ServerMetrics::observe_request(double ttft_ms, double total_ms) {
   request_.observe(total_ms / 1000.0);
 }
 
+void ServerMetrics::count_outcome(const std::string& outcome) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++outcomes_[outcome];
+}
+
 std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
   Page p;
-  p.family("rewind_requests_total", "counter", "Generation requests by outcome.");
-  p.sample("rewind_requests_total", "outcome=\"finished\"",
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    p.family("rewind_requests_total", "counter",
+             "Generation requests by how they ended for the client.");
+    for (const char* o : {"stop", "length", "tool_calls", "cancelled", "failed", "rejected"}) {
+      const auto it = outcomes_.find(o);
+      p.sample("rewind_requests_total", std::string("outcome=\"") + o + "\"",
+               it == outcomes_.end() ? 0.0 : static_cast<double>(it->second));
+    }
+  }
+  p.family("rewind_engine_requests_total", "counter", "Engine requests by outcome.");
+  p.sample("rewind_engine_requests_total", "outcome=\"finished\"",
            static_cast<double>(em.requests_finished));
-  p.sample("rewind_requests_total", "outcome=\"cancelled\"",
+  p.sample("rewind_engine_requests_total", "outcome=\"cancelled\"",
            static_cast<double>(em.requests_cancelled));
-  p.sample("rewind_requests_total", "outcome=\"rejected\"",
+  p.sample("rewind_engine_requests_total", "outcome=\"rejected\"",
            static_cast<double>(em.requests_rejected));
-  p.sample("rewind_requests_total", "outcome=\"failed\"", static_cast<double>(em.requests_failed));
+  p.sample("rewind_engine_requests_total", "outcome=\"failed\"",
+           static_cast<double>(em.requests_failed));
   p.one("rewind_requests_submitted_total", "counter", "Requests accepted by the engine.",
         static_cast<double>(em.requests_submitted));
   p.one("rewind_prompt_tokens_total", "counter", "Prompt tokens of finished requests.",

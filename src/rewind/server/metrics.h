@@ -1,7 +1,11 @@
 // Server-side observability: the Prometheus text of GET /metrics and the JSON of GET /v1/cache.
 //
 // /metrics (text format 0.0.4) holds
-//   rewind_requests_total{outcome="finished|cancelled|rejected|failed"},
+//   rewind_requests_total{outcome="stop|length|tool_calls|cancelled|failed|rejected"} (the
+//   server's count of how generation requests ended for their clients: a stop string is
+//   "stop", not "cancelled"), rewind_engine_requests_total{outcome="finished|cancelled|
+//   rejected|failed"} (the engine's own count: a request the server ended at a stop string is
+//   "cancelled" there),
 //   rewind_requests_submitted_total, rewind_prompt_tokens_total, rewind_generated_tokens_total,
 //   rewind_prefill_tokens_run_total, rewind_engine_steps_total, rewind_requests_running,
 //   rewind_requests_queued (gauges), rewind_http_responses_total{endpoint,status} (every HTTP
@@ -45,12 +49,16 @@ class ServerMetrics {
   void count_response(const std::string& endpoint, int status);
   // A request that produced tokens: its time to first token and total time, from the engine.
   void observe_request(double ttft_ms, double total_ms);
+  // A generation request's end: "stop", "length", "tool_calls", "cancelled", "failed" or
+  // "rejected".
+  void count_outcome(const std::string& outcome);
   // The whole /metrics page.
   std::string prometheus(const EngineMetrics& em) const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> responses_;
+  std::map<std::string, int64_t> outcomes_;
   Histogram ttft_, request_;
 };
 

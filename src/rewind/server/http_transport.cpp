@@ -1,0 +1,828 @@
+#include "rewind/server/http_transport.h"
+
+#include <signal.h>
+
+#include <array>
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace rw {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+const std::string* HttpRequest::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+namespace {
+
+std::chrono::steady_clock::duration secs(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(s));
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && lower(a) == lower(b);
+}
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return std::string(s);
+}
+
+std::string reason(int status) {
+  switch (status) {
+    case 413:
+      return "Content Too Large";  // RFC 9110's name
+    default: {
+      const auto r = http::obsolete_reason(static_cast<http::status>(status));
+      return r.empty() ? "Unknown" : std::string(r);
+    }
+  }
+}
+
+// Our words for the parser's errors (the client sees these; no library names).
+std::string parse_error_message(const error_code& ec) {
+  if (ec == http::error::bad_content_length) return "invalid or conflicting Content-Length";
+  if (ec == http::error::multiple_content_length) return "conflicting Content-Length headers";
+  if (ec == http::error::bad_transfer_encoding)
+    return "invalid Transfer-Encoding (repeated, or together with Content-Length)";
+  if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
+    return "malformed chunked body";
+  if (ec == http::error::bad_method) return "malformed request method";
+  if (ec == http::error::bad_target) return "malformed request target";
+  if (ec == http::error::bad_version) return "malformed HTTP version";
+  if (ec == http::error::bad_field || ec == http::error::bad_value) return "malformed header field";
+  if (ec == http::error::bad_obs_fold) return "obsolete header line folding is not accepted";
+  if (ec == http::error::bad_line_ending) return "malformed line ending";
+  return "malformed HTTP request";
+}
+
+struct Counter {
+  std::atomic<int64_t>& n;
+  int64_t held = 0;
+  void set(int64_t v) {
+    n += v - held;
+    held = v;
+  }
+  ~Counter() { n -= held; }
+};
+
+}  // namespace
+
+class Session;
+
+struct HttpTransport::Impl : std::enable_shared_from_this<HttpTransport::Impl> {
+  TransportOptions opt;
+  Handler handler;
+  Precheck precheck;
+  ErrorReply error;
+  Observer observer;
+  asio::io_context ioc;
+  tcp::acceptor acceptor{asio::make_strand(ioc)};
+  std::atomic<bool> draining{false}, stopping{false};
+  std::atomic<int64_t> buffered{0};
+
+  mutable std::mutex mu;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;  // guarded by mu
+  std::map<std::string, int> per_client;                          // guarded by mu
+  int open = 0;                                                   // guarded by mu
+
+  std::mutex run_mu;
+  std::condition_variable run_cv;
+  bool running = false, ran = false;
+  std::thread stopper;
+
+  void accept();
+  void close_all(bool force);
+};
+
+// One connection.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(std::shared_ptr<HttpTransport::Impl> t, tcp::socket sock, std::string peer, bool reject)
+      : t_(std::move(t)),
+        sock_(std::move(sock)),
+        timer_(sock_.get_executor()),
+        write_timer_(sock_.get_executor()),
+        probe_timer_(sock_.get_executor()),
+        peer_(std::move(peer)),
+        reject_(reject),
+        read_bytes_{t_->buffered},
+        write_bytes_{t_->buffered} {}
+
+  ~Session() { unregister(); }
+
+  void start() {
+    asio::dispatch(sock_.get_executor(), [self = shared_from_this()] {
+      if (self->reject_) {
+        self->keep_alive_ = false;
+        HttpReply r =
+            self->t_->error(503, "too many connections; retry later", "too_many_connections");
+        r.headers.push_back({"Retry-After", "1"});
+        self->send_reply(std::move(r), /*ends=*/true);
+        return;
+      }
+      self->read_request(/*first=*/true);
+    });
+  }
+
+  // Shutdown: drain closes a connection with no request in progress; force closes any.
+  void shut(bool force) {
+    asio::dispatch(sock_.get_executor(), [self = shared_from_this(), force] {
+      if (force && self->phase_ == Phase::Busy) return self->gone();  // cancels its work
+      if (force || self->phase_ == Phase::Idle || self->phase_ == Phase::Head) self->close();
+    });
+  }
+
+  // ---- the exchange's side (all on the strand) ----
+  void ex_reply(uint64_t ex, HttpReply r) {
+    if (ex != ex_id_ || phase_ != Phase::Busy || streaming_) return;
+    send_reply(std::move(r), true);
+  }
+  void ex_start_stream(uint64_t ex, HttpReply h) {
+    if (ex != ex_id_ || phase_ != Phase::Busy || streaming_ || head_written_) return;
+    streaming_ = true;
+    head_written_ = true;
+    heartbeat_ = std::move(h.heartbeat);
+    chunked_ = version_ >= 11;
+    if (!chunked_) keep_alive_ = false;
+    std::string head = status_line(h.status) + "Content-Type: " + h.content_type + "\r\n";
+    if (chunked_) head += "Transfer-Encoding: chunked\r\n";
+    head += connection_header();
+    for (const auto& [k, v] : h.headers) head += k + ": " + v + "\r\n";
+    head += "\r\n";
+    if (t_->observer) t_->observer(path_, h.status);
+    enqueue(std::move(head));
+  }
+  void ex_chunk(uint64_t ex, std::string data) {
+    if (ex != ex_id_ || phase_ != Phase::Busy || !streaming_ || data.empty()) return;
+    enqueue(chunk(data));
+  }
+  void ex_end(uint64_t ex) {
+    if (ex != ex_id_ || phase_ != Phase::Busy || !streaming_) return;
+    if (chunked_) enqueue("0\r\n\r\n");
+    ending_ = true;
+    if (!writing_) after_reply();
+  }
+  void ex_on_gone(uint64_t ex, std::function<void()> fn) {
+    if (ex != ex_id_ || phase_ != Phase::Busy) {
+      if (ex == ex_id_ && phase_ == Phase::Closed && gone_) fn();
+      return;
+    }
+    if (gone_) return fn();
+    on_gone_ = std::move(fn);
+  }
+  asio::any_io_executor executor() { return sock_.get_executor(); }
+
+ private:
+  enum class Phase { Idle, Head, Body, Busy, Linger, Closed };
+
+  // ---- reading requests ----
+
+  void read_request(bool first) {
+    if (t_->draining.load()) return close();
+    phase_ = Phase::Idle;
+    if (peer_eof_ && buf_.size() == 0) return close();
+    if (first || buf_.size() > 0) return start_head();
+    // Keep-alive: wait (idle timeout) for the next request's first byte.
+    arm(t_->opt.idle_timeout_s);
+    sock_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) {
+      if (self->phase_ != Phase::Idle) return;
+      if (ec) return self->close();
+      self->start_head();
+    });
+  }
+
+  void start_head() {
+    phase_ = Phase::Head;
+    timed_out_ = false;
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(t_->opt.max_header_bytes));
+    parser_->body_limit(t_->opt.max_body);
+    arm(t_->opt.header_timeout_s);
+    http::async_read_header(
+        sock_, buf_, *parser_,
+        [self = shared_from_this()](error_code ec, size_t) { self->on_head(ec); });
+  }
+
+  void on_head(error_code ec) {
+    if (phase_ != Phase::Head) return;
+    read_bytes_.set(static_cast<int64_t>(buf_.size()));
+    if (ec) {
+      if (timed_out_) {
+        if (!parser_->got_some() && buf_.size() == 0) return close();  // sent nothing
+        return fail(
+            408, "the request header did not arrive within " + num(t_->opt.header_timeout_s) + " s",
+            "request_timeout");
+      }
+      if (ec == http::error::header_limit) {
+        // 414 when the request line alone did not fit (the parser had no target yet) or its
+        // target is too long, else 431.
+        const size_t target = parser_->get().target().size();
+        if (target == 0 || target > t_->opt.max_target_bytes)
+          return fail(414,
+                      "the request target is longer than " +
+                          std::to_string(t_->opt.max_target_bytes) + " bytes",
+                      "uri_too_long");
+        return fail(431,
+                    "the request header is larger than " +
+                        std::to_string(t_->opt.max_header_bytes) + " bytes",
+                    "request_header_fields_too_large");
+      }
+      if (ec == http::error::body_limit) return too_large();
+      if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
+          ec == asio::error::eof ||
+          &ec.category() != &http::make_error_code(http::error::end_of_stream).category() ||
+          t_->stopping.load())
+        return close();  // the client left (or the socket broke) before a whole header
+      return fail(400, parse_error_message(ec), "malformed_request");
+    }
+    const auto& m = parser_->get();
+    version_ = m.version();
+    HttpRequest head;
+    head.method = std::string(m.method_string());
+    head.target = std::string(m.target());
+    head.path = head.target.substr(0, head.target.find('?'));
+    head.version = version_ >= 11 ? 11 : 10;
+    head.peer = peer_;
+    path_ = head.path;
+    int hosts = 0;
+    const std::string* te = nullptr;
+    for (const auto& f : m) {
+      head.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
+      if (head.headers.back().first == "host") ++hosts;
+      if (head.headers.back().first == "transfer-encoding") te = &head.headers.back().second;
+    }
+    keep_alive_ = m.keep_alive();
+    if (version_ != 10 && version_ != 11)
+      return fail(505, "only HTTP/1.0 and HTTP/1.1 are served", "http_version_not_supported");
+    if (head.target.size() > t_->opt.max_target_bytes)
+      return fail(414,
+                  "the request target is longer than " + std::to_string(t_->opt.max_target_bytes) +
+                      " bytes",
+                  "uri_too_long");
+    if (te) {
+      if (version_ < 11)
+        return fail(400, "Transfer-Encoding in an HTTP/1.0 request", "malformed_request");
+      // The last coding must be chunked, else the body's length is unknown (RFC 9112 6.3).
+      std::string v = lower(*te);
+      const size_t comma = v.find_last_of(',');
+      if (trim(comma == std::string::npos ? v : v.substr(comma + 1)) != "chunked" ||
+          !parser_->chunked())
+        return fail(400, "unsupported Transfer-Encoding (the last coding must be chunked)",
+                    "malformed_request");
+    }
+    if (version_ >= 11 && hosts != 1)
+      return fail(400, hosts ? "more than one Host header" : "missing Host header",
+                  "malformed_request");
+    if (const std::string* e = head.header("expect")) {
+      if (!iequals(trim(*e), "100-continue"))
+        return fail(417, "unsupported Expect header", "expectation_failed");
+      head.expect_continue = version_ >= 11;
+    }
+    pending_.reset();
+    if (t_->precheck) pending_ = t_->precheck(head);
+    if (pending_ && head.expect_continue && !parser_->is_done()) {
+      // The client waits before sending the body: answer now and close.
+      keep_alive_ = false;
+      HttpReply r = std::move(*pending_);
+      pending_.reset();
+      phase_ = Phase::Busy;
+      return send_reply(std::move(r), true);
+    }
+    request_ = std::move(head);
+    if (parser_->is_done()) return on_body({});
+    if (request_.expect_continue) {
+      phase_ = Phase::Body;
+      arm(t_->opt.body_timeout_s);
+      continue_buf_ = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(sock_, asio::buffer(continue_buf_),
+                        [self = shared_from_this()](error_code ec, size_t) {
+                          if (self->phase_ != Phase::Body) return;
+                          if (ec) return self->close();
+                          self->read_body();
+                        });
+      return;
+    }
+    phase_ = Phase::Body;
+    arm(t_->opt.body_timeout_s);
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(sock_, buf_, *parser_,
+                     [self = shared_from_this()](error_code ec, size_t) { self->on_body(ec); });
+  }
+
+  void on_body(error_code ec) {
+    if (phase_ != Phase::Head && phase_ != Phase::Body) return;
+    if (ec) {
+      if (timed_out_)
+        return fail(408,
+                    "the request body did not arrive within " + num(t_->opt.body_timeout_s) + " s",
+                    "request_timeout");
+      if (ec == http::error::body_limit) return too_large();
+      if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
+        return fail(400, parse_error_message(ec), "malformed_request");
+      return close();  // the client left mid-body
+    }
+    disarm();
+    phase_ = Phase::Busy;
+    streaming_ = head_written_ = ending_ = false;
+    ++ex_id_;
+    read_bytes_.set(static_cast<int64_t>(buf_.size()));
+    if (pending_) {
+      HttpReply r = std::move(*pending_);
+      pending_.reset();
+      return send_reply(std::move(r), true);
+    }
+    request_.body = std::move(parser_->get().body());
+    parser_.reset();
+    watch();
+    t_->handler(std::move(request_), make_exchange());
+  }
+
+  std::shared_ptr<HttpExchange> make_exchange();
+
+  // ---- while a reply is produced: pipelined bytes, FIN, reset ----
+
+  void watch() {
+    if (watching_ || peer_eof_ || phase_ != Phase::Busy) return;
+    if (buf_.size() > t_->opt.max_header_bytes + t_->opt.max_body) return;  // backpressure
+    watching_ = true;
+    sock_.async_read_some(asio::buffer(rbuf_),
+                          [self = shared_from_this()](error_code ec, size_t n) {
+                            self->watching_ = false;
+                            if (n > 0) {
+                              auto mb = self->buf_.prepare(n);
+                              asio::buffer_copy(mb, asio::buffer(self->rbuf_.data(), n));
+                              self->buf_.commit(n);
+                              self->read_bytes_.set(static_cast<int64_t>(self->buf_.size()));
+                            }
+                            if (self->phase_ == Phase::Closed) return;
+                            if (ec == asio::error::eof) {
+                              self->peer_eof_ = true;
+                              if (self->phase_ == Phase::Busy) self->probe(0);
+                            } else if (ec && ec != asio::error::operation_aborted) {
+                              if (self->phase_ == Phase::Busy) return self->gone();
+                              return self->close();
+                            }
+                            if (self->phase_ == Phase::Busy) return self->watch();
+                            if (self->phase_ == Phase::Idle && self->after_reply_pending_) {
+                              self->after_reply_pending_ = false;
+                              self->next_request();
+                            }
+                          });
+  }
+
+  // The n-th write probe after a FIN (see the header comment).
+  void probe(int n) {
+    static constexpr double kAt[] = {0, 0.25, 1, 3};
+    if (n >= 4 || phase_ != Phase::Busy) return;
+    const bool can = streaming_ ? !heartbeat_.empty() : (!head_written_ && version_ >= 11);
+    if (!can) return;
+    probe_timer_.expires_after(secs(n == 0 ? 0 : kAt[n] - kAt[n - 1]));
+    probe_timer_.async_wait([self = shared_from_this(), n](error_code ec) {
+      if (ec || self->phase_ != Phase::Busy) return;
+      if (self->streaming_)
+        self->enqueue(self->chunked_ ? self->chunk(self->heartbeat_) : self->heartbeat_);
+      else if (!self->head_written_)
+        self->enqueue("HTTP/1.1 100 Continue\r\n\r\n");
+      self->probe(n + 1);
+    });
+  }
+
+  void gone() {
+    if (gone_) return;
+    gone_ = true;
+    auto fn = std::move(on_gone_);
+    on_gone_ = nullptr;
+    close();
+    if (fn) fn();
+  }
+
+  // ---- writing ----
+
+  std::string status_line(int status) const {
+    return (version_ >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ") + std::to_string(status) + " " +
+           reason(status) + "\r\n";
+  }
+  std::string connection_header() {
+    if (t_->draining.load()) keep_alive_ = false;
+    if (!keep_alive_) return "Connection: close\r\n";
+    return version_ < 11 ? "Connection: keep-alive\r\n" : "";
+  }
+  std::string chunk(const std::string& data) const {
+    char hex[20];
+    std::snprintf(hex, sizeof hex, "%zx\r\n", data.size());
+    return hex + data + "\r\n";
+  }
+
+  void send_reply(HttpReply r, bool ends) {
+    head_written_ = true;
+    std::string out = status_line(r.status);
+    if (!r.content_type.empty()) out += "Content-Type: " + r.content_type + "\r\n";
+    out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+    out += connection_header();
+    for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
+    out += "\r\n";
+    out += r.body;
+    if (t_->observer) t_->observer(path_, r.status);
+    ending_ = ends;
+    if (phase_ != Phase::Busy) phase_ = Phase::Busy;
+    enqueue(std::move(out));
+  }
+
+  void enqueue(std::string s) {
+    if (phase_ == Phase::Closed) return;
+    outq_ += s;
+    write_bytes_.set(static_cast<int64_t>(outq_.size() + writing_buf_.size()));
+    if (!writing_) write_next();
+  }
+
+  void write_next() {
+    if (outq_.empty()) {
+      writing_ = false;
+      write_bytes_.set(0);
+      if (ending_ && phase_ == Phase::Busy) after_reply();
+      return;
+    }
+    writing_ = true;
+    writing_buf_ = std::move(outq_);
+    outq_.clear();
+    write_timer_.expires_after(secs(t_->opt.write_timeout_s));
+    write_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec && self->writing_) self->gone();  // the client stopped reading
+    });
+    asio::async_write(sock_, asio::buffer(writing_buf_),
+                      [self = shared_from_this()](error_code ec, size_t) {
+                        self->write_timer_.cancel();
+                        self->writing_buf_.clear();
+                        if (self->phase_ == Phase::Closed) return;
+                        if (ec) {
+                          if (self->phase_ == Phase::Busy) return self->gone();
+                          return self->close();
+                        }
+                        self->write_next();
+                      });
+  }
+
+  // The answer has been written.
+  void after_reply() {
+    on_gone_ = nullptr;
+    ending_ = false;
+    ++ex_id_;  // the exchange is over: its later calls do nothing
+    probe_timer_.cancel();
+    phase_ = Phase::Idle;
+    if (watching_) {  // let the pending read finish first (it may hold a pipelined request)
+      after_reply_pending_ = true;
+      error_code ec;
+      sock_.cancel(ec);
+      return;
+    }
+    next_request();
+  }
+
+  void next_request() {
+    if (!keep_alive_ || t_->draining.load()) return linger();
+    read_request(false);
+  }
+
+  // An error answer that closes the connection.
+  void fail(int status, const std::string& message, const std::string& code) {
+    keep_alive_ = false;
+    phase_ = Phase::Busy;
+    ++ex_id_;
+    send_reply(t_->error(status, message, code), true);
+  }
+  void too_large() {
+    fail(413, "request body is larger than " + std::to_string(t_->opt.max_body) + " bytes",
+         "request_too_large");
+  }
+
+  // Lingering close (see the header comment).
+  void linger() {
+    if (phase_ == Phase::Closed) return;
+    phase_ = Phase::Linger;
+    error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec || peer_eof_) return close();
+    arm(t_->opt.linger_timeout_s);
+    discard();
+  }
+  void discard() {
+    sock_.async_read_some(asio::buffer(rbuf_), [self = shared_from_this()](error_code ec, size_t) {
+      if (self->phase_ != Phase::Linger) return;
+      if (ec) return self->close();
+      self->discard();
+    });
+  }
+
+  // ---- timers ----
+
+  void arm(double seconds) {
+    timer_.expires_after(secs(seconds));
+    timer_.async_wait([self = shared_from_this(), gen = ++timer_gen_](error_code ec) {
+      if (ec || gen != self->timer_gen_) return;
+      self->on_timeout();
+    });
+  }
+  void disarm() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+  void on_timeout() {
+    switch (phase_) {
+      case Phase::Idle:
+      case Phase::Linger:
+        return close();
+      case Phase::Head:
+      case Phase::Body: {
+        timed_out_ = true;
+        error_code ec;
+        sock_.cancel(ec);
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  void close() {
+    if (phase_ == Phase::Closed) return;
+    phase_ = Phase::Closed;
+    on_gone_ = nullptr;
+    disarm();
+    write_timer_.cancel();
+    probe_timer_.cancel();
+    error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    sock_.close(ec);
+    outq_.clear();
+    buf_.clear();
+    parser_.reset();
+    read_bytes_.set(0);
+    write_bytes_.set(0);
+    unregister();
+  }
+
+  void unregister() {
+    if (unregistered_) return;
+    unregistered_ = true;
+    std::lock_guard<std::mutex> lock(t_->mu);
+    t_->sessions.erase(this);
+    if (!reject_) {
+      if (--t_->per_client[peer_] <= 0) t_->per_client.erase(peer_);
+      --t_->open;
+    }
+  }
+
+  static std::string num(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", s);
+    return b;
+  }
+
+  std::shared_ptr<HttpTransport::Impl> t_;
+  tcp::socket sock_;
+  asio::steady_timer timer_, write_timer_, probe_timer_;
+  std::string peer_;
+  bool reject_ = false;
+  Counter read_bytes_, write_bytes_;
+
+  Phase phase_ = Phase::Idle;
+  uint64_t timer_gen_ = 0;
+  bool timed_out_ = false;
+  beast::flat_buffer buf_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::array<char, 4096> rbuf_{};
+  HttpRequest request_;
+  std::optional<HttpReply> pending_;
+  std::string path_, continue_buf_;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+
+  uint64_t ex_id_ = 0;
+  bool streaming_ = false, chunked_ = false, head_written_ = false, ending_ = false;
+  std::string heartbeat_;
+  std::function<void()> on_gone_;
+  bool watching_ = false, after_reply_pending_ = false, peer_eof_ = false, gone_ = false;
+
+  std::string outq_, writing_buf_;
+  bool writing_ = false;
+  bool unregistered_ = false;
+};
+
+namespace {
+
+class Exchange : public HttpExchange {
+ public:
+  Exchange(std::shared_ptr<Session> s, uint64_t id) : s_(std::move(s)), id_(id) {}
+  void reply(HttpReply r) override {
+    run([s = s_, id = id_, r = std::move(r)]() mutable { s->ex_reply(id, std::move(r)); });
+  }
+  void start_stream(HttpReply h) override {
+    run([s = s_, id = id_, h = std::move(h)]() mutable { s->ex_start_stream(id, std::move(h)); });
+  }
+  void send_chunk(std::string d) override {
+    if (d.empty()) return;
+    run([s = s_, id = id_, d = std::move(d)]() mutable { s->ex_chunk(id, std::move(d)); });
+  }
+  void end_stream() override {
+    run([s = s_, id = id_] { s->ex_end(id); });
+  }
+  void post(std::function<void()> fn) override { asio::post(s_->executor(), std::move(fn)); }
+  void on_gone(std::function<void()> fn) override {
+    run([s = s_, id = id_, fn = std::move(fn)]() mutable { s->ex_on_gone(id, std::move(fn)); });
+  }
+
+ private:
+  template <class F>
+  void run(F&& f) {
+    asio::dispatch(s_->executor(), std::forward<F>(f));
+  }
+  std::shared_ptr<Session> s_;
+  uint64_t id_;
+};
+
+}  // namespace
+
+std::shared_ptr<HttpExchange> Session::make_exchange() {
+  return std::make_shared<Exchange>(shared_from_this(), ex_id_);
+}
+
+void HttpTransport::Impl::accept() {
+  acceptor.async_accept(
+      asio::make_strand(ioc), [self = shared_from_this()](error_code ec, tcp::socket sock) {
+        if (self->draining.load() || !self->acceptor.is_open()) return;
+        if (!ec) {
+          error_code e2;
+          const auto ep = sock.remote_endpoint(e2);
+          const std::string peer = e2 ? std::string("?") : ep.address().to_string();
+          bool reject = false, drop = false;
+          {
+            std::lock_guard<std::mutex> lock(self->mu);
+            if (self->open >= self->opt.max_connections ||
+                self->per_client[peer] >= self->opt.max_connections_per_client) {
+              reject = true;
+              drop = static_cast<int>(self->sessions.size()) >= 2 * self->opt.max_connections;
+              if (self->per_client[peer] == 0) self->per_client.erase(peer);
+            } else {
+              ++self->open;
+              ++self->per_client[peer];
+            }
+          }
+          if (drop) {
+            sock.close(e2);
+          } else {
+            sock.set_option(tcp::no_delay(true), e2);
+            auto s = std::make_shared<Session>(self, std::move(sock), peer, reject);
+            {
+              std::lock_guard<std::mutex> lock(self->mu);
+              self->sessions[s.get()] = s;
+            }
+            s->start();
+          }
+        } else if (ec == asio::error::operation_aborted) {
+          return;
+        }
+        // Out of descriptors (EMFILE) and similar: keep accepting, the condition passes.
+        self->accept();
+      });
+}
+
+void HttpTransport::Impl::close_all(bool force) {
+  std::vector<std::shared_ptr<Session>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto& [p, w] : sessions)
+      if (auto s = w.lock()) all.push_back(std::move(s));
+  }
+  for (auto& s : all) s->shut(force);
+}
+
+HttpTransport::HttpTransport(TransportOptions opt, Handler handler, Precheck precheck,
+                             ErrorReply error, Observer observer)
+    : impl_(std::make_shared<Impl>()) {
+  impl_->opt = std::move(opt);
+  impl_->handler = std::move(handler);
+  impl_->precheck = std::move(precheck);
+  impl_->error = std::move(error);
+  impl_->observer = std::move(observer);
+}
+
+HttpTransport::~HttpTransport() {
+  stop();
+  if (impl_->stopper.joinable()) impl_->stopper.join();
+}
+
+Result<int> HttpTransport::bind() {
+  Impl& s = *impl_;
+  error_code ec;
+  tcp::resolver res(s.ioc);
+  auto eps = res.resolve(s.opt.host, std::to_string(s.opt.port),
+                         tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || eps.empty()) return make_error("cannot resolve host '" + s.opt.host + "'");
+  const tcp::endpoint ep = eps.begin()->endpoint();
+  const std::string where = s.opt.host + ":" + std::to_string(s.opt.port);
+  s.acceptor.open(ep.protocol(), ec);
+  if (ec) return make_error("cannot open a socket for " + where + ": " + ec.message());
+  // SO_REUSEADDR only lets a restarted server bind over connections in TIME_WAIT; unlike
+  // SO_REUSEPORT it never lets two listeners share the port.
+  s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  s.acceptor.bind(ep, ec);
+  if (ec == asio::error::address_in_use)
+    return make_error("cannot bind " + where + ": the address is already in use");
+  if (ec) return make_error("cannot bind " + where + ": " + ec.message());
+  s.acceptor.listen(s.opt.backlog > 0 ? s.opt.backlog : asio::socket_base::max_listen_connections,
+                    ec);
+  if (ec) return make_error("cannot listen on " + where + ": " + ec.message());
+  return static_cast<int>(s.acceptor.local_endpoint().port());
+}
+
+void HttpTransport::run() {
+  ::signal(SIGPIPE, SIG_IGN);  // writes to closed sockets must fail, not kill the process
+  Impl& s = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(s.run_mu);
+    if (s.ran) return;
+    s.running = true;
+  }
+  if (!s.draining.load() && s.acceptor.is_open())
+    asio::dispatch(s.acceptor.get_executor(), [im = impl_] { im->accept(); });
+  else
+    asio::dispatch(s.acceptor.get_executor(), [im = impl_] {
+      error_code ec;
+      im->acceptor.close(ec);
+    });
+  const int n = std::max(1, s.opt.io_threads);
+  std::vector<std::thread> threads;
+  for (int i = 1; i < n; ++i) threads.emplace_back([&s] { s.ioc.run(); });
+  s.ioc.run();
+  for (auto& t : threads) t.join();
+  std::lock_guard<std::mutex> lock(s.run_mu);
+  s.running = false;
+  s.ran = true;
+  s.run_cv.notify_all();
+}
+
+void HttpTransport::drain() {
+  Impl& s = *impl_;
+  if (s.draining.exchange(true)) return;
+  asio::dispatch(s.acceptor.get_executor(), [im = impl_] {
+    error_code ec;
+    im->acceptor.close(ec);
+    im->close_all(false);
+  });
+}
+
+void HttpTransport::stop() {
+  Impl& s = *impl_;
+  drain();
+  if (s.stopping.exchange(true)) return;
+  asio::post(s.ioc, [im = impl_] { im->close_all(true); });
+  // Whatever still holds the io_context (a handler that never answers) does not hold run().
+  s.stopper = std::thread([im = impl_] {
+    std::unique_lock<std::mutex> lock(im->run_mu);
+    if (!im->run_cv.wait_for(lock, std::chrono::seconds(3),
+                             [&] { return im->ran || !im->running; }) ||
+        im->running)
+      im->ioc.stop();
+  });
+}
+
+int HttpTransport::connections() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->open;
+}
+
+int64_t HttpTransport::buffered_bytes() const {
+  return impl_->buffered.load();
+}
+
+}  // namespace rw
