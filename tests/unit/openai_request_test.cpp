@@ -646,6 +646,9 @@ TEST(Metrics, PrometheusHasEveryCacheFieldAndHistograms) {
   sm.count_response("/v1/completions", 200);
   sm.count_response("/v1/completions", 429);
   sm.observe_request(12.0, 340.0);
+  sm.count_outcome("stop");
+  sm.count_outcome("stop");
+  sm.count_outcome("tool_calls");
   EngineMetrics em;
   em.requests_finished = 3;
   em.requests_cancelled = 1;
@@ -654,8 +657,11 @@ TEST(Metrics, PrometheusHasEveryCacheFieldAndHistograms) {
   em.cache.over_budget = true;
   const std::string page = sm.prometheus(em);
   for (const char* line :
-       {"rewind_requests_total{outcome=\"finished\"} 3",
-        "rewind_requests_total{outcome=\"cancelled\"} 1",
+       {"rewind_requests_total{outcome=\"stop\"} 2",
+        "rewind_requests_total{outcome=\"tool_calls\"} 1",
+        "rewind_requests_total{outcome=\"length\"} 0",
+        "rewind_engine_requests_total{outcome=\"finished\"} 3",
+        "rewind_engine_requests_total{outcome=\"cancelled\"} 1",
         "rewind_cache_lookups_total 7",
         "rewind_cache_hits_exact_total 0",
         "rewind_cache_hits_extension_total 0",
