@@ -24,12 +24,8 @@ constexpr int kMRSmall = 2;   // decode tiles: up to 2 rows x 6 panels
 constexpr int kNPSmall = 6;
 // Stream prefetch distance, in k steps (32 k = 2 KiB ahead in an F32 panel, 1 KiB in a BF16
 // one), for the tile calls the driver marks as memory-bound (few rows share each weight): the
-// hardware prefetchers ramp up too slowly on each new panel stream. Measured on Sapphire Rapids
-// with 2 threads (prefetcht0, 64 k): BF16 M=1 +10-15%, F32 M=4..16 +10-15%, F32 M=1 unchanged.
-// Into L2 (prefetcht1) and 32 k ahead: matmul_bench M=1 on cold weights on Zen 4, alternating
-// call by call with prefetcht0 64 k ahead, F32 3-10% and BF16 10-13% faster, M=4 and M=16
-// within +-5% (noise); model decode, steps alternating (prefetcht1 64 k ahead), F32 +17%,
-// BF16 +4%.
+// hardware prefetchers ramp up too slowly on each new panel stream. Into L2 (prefetcht1): the
+// weights are read once per tile call and need not displace L1.
 constexpr int kStreamPrefetchK = 32;
 
 // bf16 pair lanes -> fp32 of the low halves (w[., k]): a 32-bit shift left by 16. Written with

@@ -280,11 +280,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 silu_avx512(__m5
 }
 
 // conv_silu's K = 4 pass in AVX-512: per element the same fma chain (from 0, taps 0..3) and the
-// same SiLU, so the same bits; four vectors a step and a masked tail. Against GCC's vectorised
-// loop (its clamp as compares and blends), 512 tokens x 6144 channels in 128-channel items, one
-// thread, the two alternating, best of 30 each (Zen 4): 1.76-2.37 against 2.05-2.99 ms
-// (9-27% less). Its new input rows come from memory, so it stays well above the arithmetic's
-// cost (swiglu, the same SiLU without them, runs at about half its cycles per output).
+// same SiLU, so the same bits; four vectors a step and a masked tail (GCC vectorised the clamp
+// as compares and blends).
 __attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* rows, int64_t T,
                                                           const float* w, int64_t C, float* out,
                                                           int64_t ld_out, int64_t c0, int64_t c1,
@@ -325,8 +322,6 @@ __attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* ro
 }
 
 // swiglu in AVX-512: silu_avx512(g) * u, the scalar loop's operations (same bits), y may be g.
-// 64 rows of 3584 in cache, one thread, alternating with GCC's vectorised loop, best of 200
-// (Zen 4): 65-75 against 78-85 us.
 __attribute__((target("avx512f"))) void swiglu_avx512(const float* g, const float* u, float* y,
                                                       int64_t n) {
   int64_t i = 0;
@@ -591,8 +586,7 @@ inline __attribute__((always_inline)) void gdn_strip(float* __restrict S, float*
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 // vpermps's lane indices 0..15 as 16 vectors, loaded rather than built: GCC builds a constant
-// index with a move and a vpbroadcastd, which runs on the shuffle port the vpermps need
-// (micro-benchmark: 1123-1255 -> 1078-1157 ns per token and head).
+// index with a move and a vpbroadcastd, which runs on the shuffle port the vpermps need.
 struct LaneIndexTable {
   alignas(64) int32_t v[kLanes][kLanes];
   constexpr LaneIndexTable() : v{} {
@@ -607,8 +601,7 @@ constexpr LaneIndexTable kLaneIndex{};
 // (16 values of each loaded per 16 rows, one lane picked by vpermps) instead of a broadcast load
 // per row: those loads sat a few hundred bytes from the strip's stores, moving 4 bytes a row
 // where the stores move 256, so every 16 rows one matched a store in flight in its low 12 address
-// bits and waited for it (4K aliasing). gdn micro-benchmark (128 x 128 head, 512 tokens): 1165-1250
-// -> 980-1030 ns per token and head.
+// bits and waited for it (4K aliasing).
 __attribute__((target("avx512f"))) void gdn_strip64_avx512(
     float* __restrict S, float* __restrict buf, const float* q, const float* k, int64_t ldqk,
     const float* v, int64_t ldv, const float* alpha, const float* beta, float* o, int64_t ldo,
@@ -700,10 +693,7 @@ __attribute__((target("avx512f"))) void gdn_strip64_avx512(
 // loads (in a decode step it streams the state from memory; software prefetch 1-4 KiB ahead
 // made no difference there) and the update pass finds the rows in L2. Per element the same
 // operations in the same order as gdn_step and as the prefill strips, so the same bits.
-// gdn_bench, Zen 4, one thread: a decode token 1.7 us per head with the state in cache (2.2-3.5
-// with gdn_step's vectorised loops, which keep the accumulators in memory and store the state
-// in both passes), 3.8-4.1 us streaming it from memory (6.7-6.9); in model decode on 2 threads
-// (Qwen3.5-0.8B, 16 heads a layer) 42-57 us a layer against 104, alternating step by step.
+// Timings: bench/gdn_bench.
 template <int NV>
 __attribute__((target("avx512f"))) void gdn_step_cols_avx512(float* __restrict S, const float* q,
                                                              const float* k, const float* v,
@@ -907,8 +897,7 @@ inline __attribute__((always_inline)) void weighted_values_rows(const float* vb,
 // blocks' L2 traffic below the fma rate. Groups of 8 rows take NV = 2; groups of 4 (decode's
 // grouped-query heads) NV = 4 where the block and d allow: a pass then reads whole 256-byte K
 // rows and V row segments instead of halves, which the hardware prefetchers follow better when
-// K and V come from memory (model decode attention 130-158 us a layer against 181-211, Zen 4,
-// alternating step by step).
+// K and V come from memory.
 template <int R, int NV>
 __attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q, const float* kb,
                                                            int64_t block, const int64_t* nb,
