@@ -2,6 +2,7 @@
 // and a model cache so each test binary loads a fixture once.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,6 +18,23 @@
 #include "rewind/model/model.h"
 
 namespace rw::test {
+
+// Starts args[0] with args in a child process whose stdout and stderr go to `log`; the pid
+// (<= 0 when fork failed). The child exits 127 when the program cannot be run.
+inline pid_t spawn_logged(std::vector<std::string> args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
 
 inline std::string data_dir() {
   return REWIND_TEST_DATA;

@@ -86,17 +86,7 @@ TEST(BuiltinModel, BenchWithoutModelMeasuresIt) {
 TEST(BuiltinModel, ServeWithoutModelServesIt) {
   const std::string log = scratch("serve.log");
   std::vector<std::string> args = {REWIND_BINARY, "serve", "--port", "0", "--threads", "1"};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  const pid_t pid = test::spawn_logged(args, log);
   ASSERT_GT(pid, 0);
   // Waits for the listening line (or the exit), then stops the server.
   const std::string marker = "listening on http://127.0.0.1:";

@@ -100,17 +100,7 @@ class Server {
     std::vector<std::string> args = {REWIND_BINARY, "serve", "--model",   model,
                                      "--port",      "0",     "--threads", "1"};
     for (auto& e : extra) args.push_back(e);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int fd = ::open(s->log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    const pid_t pid = test::spawn_logged(args, s->log_);
     s->pid_ = pid;
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (std::chrono::steady_clock::now() < deadline) {

@@ -269,6 +269,18 @@ const char* quant_dot_name(QuantDot mode) {
 
 namespace {
 constexpr const char* kIsaCapNames[] = {"scalar", "avx2", "avx512", "amx"};  // IsaCap's order
+constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};  // DecodeSplit's order
+
+// The enum value whose name in `names` (the enum's order) is `name`; false for any other name.
+template <class E, size_t N>
+bool parse_named(const char* const (&names)[N], const std::string& name, E* out) {
+  for (size_t i = 0; i < N; ++i)
+    if (name == names[i]) {
+      *out = static_cast<E>(i);
+      return true;
+    }
+  return false;
+}
 }  // namespace
 
 bool parse_isa_cap(const std::string& name, IsaCap* cap) {
@@ -276,12 +288,7 @@ bool parse_isa_cap(const std::string& name, IsaCap* cap) {
     *cap = IsaCap::Amx;
     return true;
   }
-  for (size_t i = 0; i < std::size(kIsaCapNames); ++i)
-    if (name == kIsaCapNames[i]) {
-      *cap = static_cast<IsaCap>(i);
-      return true;
-    }
-  return false;
+  return parse_named(kIsaCapNames, name, cap);
 }
 
 const char* isa_cap_name(IsaCap cap) {
@@ -608,17 +615,8 @@ void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
   }
 }
 
-namespace {
-constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};  // DecodeSplit's order
-}  // namespace
-
 bool parse_decode_split(const std::string& name, DecodeSplit* split) {
-  for (size_t i = 0; i < std::size(kDecodeSplitNames); ++i)
-    if (name == kDecodeSplitNames[i]) {
-      *split = static_cast<DecodeSplit>(i);
-      return true;
-    }
-  return false;
+  return parse_named(kDecodeSplitNames, name, split);
 }
 
 const char* decode_split_name(DecodeSplit split) {
