@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Prefix-cache workloads against rewind's server and llama.cpp's llama-server on the same GGUF
-file, one server after the other in one run (loopback only, bounded in time).
+file, side by side in one run (both servers up; each request sent to one, then the other;
+loopback only, bounded in time).
 
 Both servers get the same token-id prompts (rewind: POST /v1/completions with "prompt" as a list of
 ids; llama-server: POST /completion with "prompt" as a list of ids and "cache_prompt": true),
@@ -181,21 +182,27 @@ def workloads(args):
     return steps
 
 
-def run(server, steps, args):
-    server.start(args.startup_s)
+def run_all(servers, steps, args):
+    """Starts every server, then sends each step to each server in turn (so a change in the
+    machine's load falls on both alike); returns {kind: [result per step]}."""
+    started = []
     try:
-        warm = random.Random(99)  # warm-up: scratch buffers, page faults; ids unlike the workloads'
-        server.request([warm.randrange(args.id_min, args.id_max) for _ in range(64)], 2)
-        out = []
+        for s in servers:
+            s.start(args.startup_s)
+            started.append(s)
+            warm = random.Random(99)  # warm-up: scratch buffers, page faults; ids unlike the workloads'
+            s.request([warm.randrange(args.id_min, args.id_max) for _ in range(64)], 2)
+        out = {s.kind: [] for s in servers}
         for wl, label, ids in steps:
-            r = server.request(ids, args.max_tokens)
-            out.append(r)
-            if not args.json:
-                print(f"  {server.kind:7} {wl:14} {label:16} prompt {r['prompt']:6}  re-run {r['rerun']:6}  "
+            for s in servers:
+                r = s.request(ids, args.max_tokens)
+                out[s.kind].append(r)
+                print(f"  {s.kind:7} {wl:14} {label:16} prompt {r['prompt']:6}  re-run {r['rerun']:6}  "
                       f"ttft {r['ttft_ms']:9.1f} ms  total {r['total_ms']:9.1f} ms", file=sys.stderr, flush=True)
         return out
     finally:
-        server.stop()
+        for s in started:
+            s.stop()
 
 
 def main():
@@ -224,19 +231,16 @@ def main():
         port = free_port()
         servers.append(Server("llama", [args.llama_server, "-m", args.model, "--host", "127.0.0.1", "--port",
                                         str(port), "-t", str(args.threads), "-c", str(args.ctx_size)], port))
-    print(f"# same token ids to each server, greedy, max_tokens {args.max_tokens}, one server at a time")
+    print(f"# same token ids to each server, greedy, max_tokens {args.max_tokens}, each step to each server in turn")
     for s in servers:
         print(f"# {s.kind}: {' '.join(s.cmd)}")
     if not args.llama_server:
         print("# llama-server not given: rewind alone")
-    results = {}
-    failed = False
-    for s in servers:
-        try:
-            results[s.kind] = run(s, steps, args)
-        except (RuntimeError, OSError, KeyError, ValueError) as e:
-            print(f"error: {s.kind}: {e}", file=sys.stderr)
-            failed = True
+    try:
+        results = run_all(servers, steps, args)
+    except (RuntimeError, OSError, KeyError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     if args.json:
         for i, (wl, label, ids) in enumerate(steps):
             row = {"workload": wl, "step": label, "prompt_tokens": len(ids)}
@@ -245,7 +249,7 @@ def main():
             print(json.dumps(row))
     else:
         hdr = f"{'workload':14} {'step':16} {'prompt':>6} | {'rewind re-run':>13} {'TTFT':>9} | "
-        hdr += f"{'llama re-run':>12} {'TTFT':>9} | {'TTFT ratio':>10}"
+        hdr += f"{'llama re-run':>12} {'TTFT':>9} | {'llama/rewind':>12}"
         print(hdr)
         for i, (wl, label, ids) in enumerate(steps):
             rw, ll = results.get("rewind"), results.get("llama")
@@ -253,11 +257,10 @@ def main():
             line += f"{rw[i]['rerun']:13} {rw[i]['ttft_ms']:7.0f}ms | " if rw else f"{'-':>13} {'-':>9} | "
             if ll:
                 line += f"{ll[i]['rerun']:12} {ll[i]['ttft_ms']:7.0f}ms | "
-                line += f"{ll[i]['ttft_ms'] / max(rw[i]['ttft_ms'], 1e-3):9.1f}x" if rw else f"{'-':>10}"
+                line += f"{ll[i]['ttft_ms'] / max(rw[i]['ttft_ms'], 1e-3):11.1f}x" if rw else f"{'-':>12}"
             else:
-                line += f"{'-':>12} {'-':>9} | {'-':>10}" if args.llama_server else "llama-server not given"
+                line += f"{'-':>12} {'-':>9} | {'-':>12}" if args.llama_server else "llama-server not given"
             print(line)
-    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
