@@ -124,12 +124,6 @@ int cmd_serve(int argc, char** argv) {
   if (max_body.value() < 1) return fail("--max-body must be >= 1");
   const std::string host = args->str("--host", "127.0.0.1");
 
-  // Blocks of 64 KiB and more (KV pages, snapshots, request bodies) are mapped on their own and
-  // unmapped when freed: glibc's default raises this threshold as such blocks are freed and then
-  // keeps them in the heap, where a cache that evicts and refills leaves RSS at its high-water
-  // mark (docs/PERFORMANCE.md, "Memory"). Before any thread exists.
-  configure_allocator(/*arenas=*/0, /*mmap_threshold=*/int64_t{64} << 10);
-
   // Signals go to one thread (sigwait), so block them before any thread is created.
   sigset_t sigs;
   sigemptyset(&sigs);
