@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "args.h"
-#include "spec_args.h"
 #include "commands.h"
+#include "rewind/base/memory.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
 #include "rewind/io/gguf.h"
@@ -30,6 +30,7 @@
 #include "rewind/server/http_server.h"
 #include "rewind/tokenizer/gguf_vocab.h"
 #include "rewind/tokenizer/tokenizer.h"
+#include "spec_args.h"
 
 namespace rw::app {
 
@@ -47,6 +48,10 @@ std::vector<std::string> split_commas(const std::string& s) {
   }
   return out;
 }
+// The memory bound's fixed term: code and libraries, the tokenizer and chat template, allocator
+// bookkeeping (docs/ARCHITECTURE.md, "Memory"), plus each thread's stack and arena share.
+constexpr int64_t kFixedOverhead = int64_t{48} << 20;
+constexpr int64_t kPerThreadOverhead = int64_t{256} << 10;
 
 // True when the checkpoint ships a chat template (tokenizer_config.json `chat_template` or
 // chat_template.jinja); then it must load. Otherwise rewind's own ChatML template is used.
@@ -244,6 +249,21 @@ int cmd_serve(int argc, char** argv) {
   if (defaults.stop_ids.empty())
     std::fprintf(stderr,
                  "rewind: warning: no end-of-sequence token found; replies end at max_tokens\n");
+  {
+    // The memory bound (docs/ARCHITECTURE.md, "Memory"): the engine's terms, the request bodies
+    // the HTTP threads may hold (each with a parsed copy), a fixed overhead.
+    MemoryReport bound = engine_memory_bound(m, eo, static_cast<int>(th.value()));
+    const int64_t http_threads =
+        so.http_threads > 0 ? so.http_threads : parallel.value() + max_queue.value() + 8;
+    bound.add("http", http_threads * 2 * max_body.value());
+    bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
+    std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
+    for (size_t i = 0; i < bound.kinds.size(); ++i)
+      std::fprintf(stderr, "%s%s %.1f", i ? ", " : "", bound.kinds[i].first.c_str(),
+                   bound.kinds[i].second / 1048576.0);
+    std::fprintf(stderr, " MiB)\n");
+    engine.set_memory_bound(std::move(bound));
+  }
   HttpServer server(engine, tok.value(), tmpl.value(), std::move(defaults), so);
   auto bound = server.bind();
   if (!bound.ok()) {

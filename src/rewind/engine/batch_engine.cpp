@@ -19,6 +19,55 @@ constexpr size_t kRecentMax = 32;
 constexpr size_t kLatencySamples = 4096;
 }  // namespace
 
+std::vector<int64_t> cap_cuts(std::vector<int64_t> cuts, int64_t anchor, int64_t max_per_branch) {
+  if (max_per_branch <= 0) return cuts;
+  const size_t cap = static_cast<size_t>(std::max<int64_t>(max_per_branch, 2));
+  if (cuts.size() <= cap) return cuts;
+  const bool has_anchor = std::binary_search(cuts.begin(), cuts.end(), anchor);
+  std::vector<int64_t> out;
+  // The newest cap (or cap - 1 next to the anchor) positions, the prompt end among them.
+  const size_t keep = cap - (has_anchor && anchor < cuts[cuts.size() - cap] ? 1 : 0);
+  if (keep < cap) out.push_back(anchor);
+  out.insert(out.end(), cuts.end() - static_cast<std::ptrdiff_t>(keep), cuts.end());
+  return out;
+}
+
+MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, int threads) {
+  const StateShape sh = model.state_shape();
+  const int64_t V = model.config().vocab_size;
+  const int64_t ctx = opt.ctx_size;
+  const int64_t k1 = SpecConfig::kMaxDraft + 1;  // rows of a speculative round at most
+  const int64_t page_bytes = sh.n_attn_layers * 2 * sh.page_tokens * sh.kv_dim * 4;
+  const int64_t rec_bytes = sh.rec_floats() * 4;
+  // One running sequence: its pages up to ctx_size (drafts may write k past it; one more page
+  // for a copy on write), its state and a speculative pre-round copy, the capture rows of a
+  // round, its own prefill snapshots (capped, cap_cuts) plus those the cache's lease pins on
+  // its path (pinned ones may hold the cache over budget), grid checkpoints crossed while
+  // decoding and the one at the end of the reply, its token vectors (prompt, history, reply, the
+  // request's copy) and first logits.
+  const int64_t pages = (ctx + k1 + sh.page_tokens - 1) / sh.page_tokens + 1;
+  const int64_t interval = opt.cache.policy.interval;
+  const int64_t cap = opt.cache.policy.max_per_branch > 0
+                          ? std::max<int64_t>(opt.cache.policy.max_per_branch, 2)
+                          : ctx;
+  const int64_t snaps = rec_bytes > 0 && opt.cache_enabled
+                            ? 2 * cap + (interval > 0 ? ctx / interval + 1 : 0) + 1
+                            : 0;
+  const int64_t slot = pages * page_bytes + 2 * rec_bytes + snaps * rec_bytes +
+                       k1 * model.capture_row_floats() * 4 + 4 * ctx * 4 + V * 4;
+  // The largest step: step_tokens of prefill next to every sequence's decode rows.
+  const int64_t rows = opt.step_tokens + static_cast<int64_t>(opt.max_running) * k1;
+  const int64_t logit_rows = static_cast<int64_t>(opt.max_running) * k1;
+  MemoryReport b;
+  b.add("weights", static_cast<int64_t>(model.packed_bytes()));
+  b.add("weights_mapped", static_cast<int64_t>(model.mapped_bytes()));
+  b.add("cache", opt.cache_enabled ? static_cast<int64_t>(opt.cache.budget_bytes) : 0);
+  b.add("slots", static_cast<int64_t>(opt.max_running) * slot);
+  b.add("activations", static_cast<int64_t>(model.scratch_bytes_bound(rows, ctx + k1, threads)) +
+                           logit_rows * V * 4);
+  return b;
+}
+
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
     case FinishReason::None: return "";
@@ -83,6 +132,10 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
   opt_.cache.has_attention = model.config().n_full_layers() > 0;
   opt_.cache.page_tokens = model.state_shape().page_tokens;
   if (opt_.cache_enabled) cache_ = std::make_unique<PrefixCache>(opt_.cache);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    update_memory();
+  }
   if (threading == EngineThread::Own) thread_ = std::thread([this] { loop(); });
 }
 
@@ -146,7 +199,13 @@ void BatchEngine::cancel(uint64_t id) {
 
 EngineMetrics BatchEngine::metrics() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return metrics_;
+  EngineMetrics m = metrics_;
+  // Pages and snapshots count themselves (atomics): the figures of this moment.
+  for (auto& [kind, bytes] : m.memory.kinds) {
+    if (kind == "kv_pages") bytes = KvPage::live_bytes();
+    if (kind == "snapshots") bytes = Snapshot::live_bytes();
+  }
+  return m;
 }
 
 void BatchEngine::shutdown(bool drain) {
@@ -164,6 +223,7 @@ void BatchEngine::shutdown(bool drain) {
 
 void BatchEngine::loop() {
   for (;;) {
+    maybe_release_memory();
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
@@ -176,6 +236,17 @@ void BatchEngine::loop() {
     }
     step();
   }
+}
+
+void BatchEngine::maybe_release_memory() {
+  if (trimmed_ || !running_.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!queue_.empty()) return;
+  }
+  // Idle: hand what the finished requests freed back to the system, once per busy period.
+  release_free_memory();
+  trimmed_ = true;
 }
 
 void BatchEngine::run_until_idle() {
@@ -205,6 +276,7 @@ void BatchEngine::admit(Seq& s) {
     s.report.diverged_at = s.hit->common_prefix;
     s.report.hit = s.hit->kind;
     s.cuts = opt_.cache.policy.cut_points(s.state->n_pos(), n, s.req.boundaries);
+    s.cuts = cap_cuts(std::move(s.cuts), s.req.anchor, opt_.cache.policy.max_per_branch);
   }
   s.pos = s.state->n_pos();
   s.report.resumed_at = s.pos;
@@ -337,6 +409,7 @@ void BatchEngine::step() {
     std::lock_guard<std::mutex> lock(mu_);
     metrics_.running = 0;
     if (cache_) metrics_.cache = cache_->stats();
+    update_memory();
     return;
   }
 
@@ -367,7 +440,8 @@ void BatchEngine::step() {
     }
   }
 
-  std::vector<float> logits;
+  std::vector<float>& logits = logits_;
+  trimmed_ = false;
   Status st = Ok{};
   try {
     st = model_.forward(batch, &logits, pool_);
@@ -476,6 +550,23 @@ void BatchEngine::step() {
   metrics_.prefill_tokens_run += plan.prefill_tokens;
   metrics_.running = static_cast<int32_t>(running_.size());
   if (cache_) metrics_.cache = cache_->stats();
+  update_memory();
+}
+
+void BatchEngine::update_memory() {
+  MemoryReport m;
+  m.add("weights", static_cast<int64_t>(model_.packed_bytes()));
+  m.add("weights_mapped", static_cast<int64_t>(model_.mapped_bytes()));
+  m.add("kv_pages", KvPage::live_bytes());
+  m.add("snapshots", Snapshot::live_bytes());
+  m.add("activations", static_cast<int64_t>(model_.scratch_bytes()));
+  m.add("logits", static_cast<int64_t>(logits_.capacity() * sizeof(float)));
+  metrics_.memory = std::move(m);
+}
+
+void BatchEngine::set_memory_bound(MemoryReport terms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  metrics_.memory_bound = std::move(terms);
 }
 
 }  // namespace rw

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "rewind/base/memory.h"
 #include "rewind/base/result.h"
 #include "rewind/engine/request.h"
 #include "rewind/model/model.h"
@@ -50,6 +51,13 @@ struct EngineMetrics {
     std::string hit;
   };
   std::deque<RecentRequest> recent;  // newest last, at most 32
+  // Bytes by kind now (docs/ARCHITECTURE.md, "Memory"): weights (packed), weights_mapped (the
+  // checkpoint's mapping), kv_pages and snapshots (every one alive, in the cache or in running
+  // sequences), activations (the forward's reusable buffers), logits (the step's logit rows).
+  MemoryReport memory;
+  // The terms of the memory bound: engine_memory_bound() plus what the owner added
+  // (set_memory_bound); empty until set.
+  MemoryReport memory_bound;
 };
 
 enum class EngineThread { Own, Caller };
@@ -70,6 +78,8 @@ class BatchEngine {
   void cancel(uint64_t id);
   // Thread-safe copy of the counters.
   EngineMetrics metrics() const;
+  // Thread-safe: the memory bound's terms that metrics() reports from now on.
+  void set_memory_bound(MemoryReport terms);
   // Stop accepting; `drain`: let in-flight requests finish, else cancel them. Blocks until the
   // engine thread has stopped. Idempotent.
   void shutdown(bool drain);
@@ -94,6 +104,8 @@ class BatchEngine {
   // it and delivers its final event. Resets `sp`.
   void finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev);
   void finish_marked();  // finishes the sequences marked done during a step
+  void update_memory();  // engine thread, mu_ held: metrics_.memory
+  void maybe_release_memory();  // engine thread: release_free_memory() once when idle
 
   Model& model_;
   ThreadPool* pool_;
@@ -110,8 +122,22 @@ class BatchEngine {
   EngineMetrics metrics_;                    // guarded by mu_
   std::vector<std::unique_ptr<Seq>> running_;  // engine thread only
   size_t rr_ = 0;                              // engine thread only: prefill round-robin
+  std::vector<float> logits_;                  // engine thread only: the step's logit rows
+  bool trimmed_ = true;  // engine thread only: free memory handed back since the last step
   std::thread thread_;
 };
+
+// The engine's terms of the memory bound for `model` under `opt` with a pool of `threads`
+// (docs/ARCHITECTURE.md, "Memory"): weights, weights_mapped, cache (the budget),
+// slots (max_running x the working memory of one sequence at ctx_size), activations (the
+// forward's buffers for the largest step, the attention's score rows, the logit rows).
+MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, int threads);
+
+// A request's prefill checkpoints (ascending), capped at max_per_branch (0: no cap; else at
+// least 2) so that a running request holds a bounded number of snapshots however many message
+// boundaries its prompt has: the anchor when present and the newest others (the prompt end
+// among them), as the cache's thinning would keep them once published.
+std::vector<int64_t> cap_cuts(std::vector<int64_t> cuts, int64_t anchor, int64_t max_per_branch);
 
 // The speculation a request gets: its own choice over the engine's default. Errors: a kind the
 // engine cannot serve (a draft model or MTP it does not have), k out of range.

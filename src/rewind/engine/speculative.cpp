@@ -277,10 +277,9 @@ SpecOutcome SpecSequence::commit(const float* logits, int64_t ld, int32_t n_voca
            c += snapshot_interval)
         cross.push_back(c);
     auto snap_here = [&](int64_t pos) {
-      auto s = std::make_shared<Snapshot>();
-      s->pos = pos;
-      st_->save_recurrent(&s->rec);
-      out.snaps.push_back(std::move(s));
+      AlignedBuffer<float> rec;
+      st_->save_recurrent(&rec);
+      out.snaps.push_back(std::make_shared<Snapshot>(pos, std::move(rec)));
     };
     const bool full = keep == k + 1;
     if (rec && (!full || (!cross.empty() && cross.front() < n_after))) {

@@ -136,6 +136,15 @@ class Model {
   int64_t matmul_macs_per_token_layers() const;
   int64_t matmul_macs_lm_head() const;
   size_t packed_bytes() const;
+  // Bytes of the checkpoint's tensors mapped from disk (read once while packing; embedding rows
+  // are read from the mapping): resident while the kernel keeps those pages mapped in.
+  size_t mapped_bytes() const;
+  // Bytes of the forward's reusable buffers now (activations, [rows, width] f32: they grow to
+  // the largest batch seen and are reused, never shrunk). One caller at a time, like forward().
+  size_t scratch_bytes() const;
+  // An upper bound of scratch_bytes() for forwards and MTP drafts of at most `rows` rows, plus
+  // the attention's temporary score rows of `threads` workers over up to `keys` positions.
+  size_t scratch_bytes_bound(int64_t rows, int64_t keys, int threads) const;
   size_t quantised_bytes() const;  // the part of packed_bytes() in quantised stores
   const char* isa() const;  // the f32 / bf16 matmul path under kernel_options().isa
   const KernelOptions& kernel_options() const;

@@ -79,6 +79,7 @@ struct Model::Impl {
   size_t packed_bytes = 0;
   size_t quantised_bytes = 0;  // of packed_bytes, in Q8_0 / Q4_K / Q5_K / Q6_K stores
   KernelOptions kopt;          // how the kernels run (LoadOptions::kernels)
+  size_t mapped_bytes = 0;     // the checkpoint's mapped tensor bytes (read at load, embeddings)
 
   // MTP head (LoadOptions::mtp and a checkpoint with one): its decoder layer is attention
   // layer n_full_layers of the state (the lagging one, StateShape::lagged_attn_layers).
@@ -168,6 +169,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     m->ws_ = std::make_unique<WeightSet>(std::move(ws));
   }
   m->impl_ = std::make_unique<Impl>();
+  {
+    std::error_code ec;
+    m->impl_->mapped_bytes = m->tensors_ ? m->tensors_->total_bytes()
+                                         : static_cast<size_t>(std::filesystem::file_size(dir, ec));
+  }
   const ModelConfig& c = m->cfg_;
   Impl& I = *m->impl_;
   I.kopt = opt.kernels;
@@ -356,6 +362,50 @@ const char* Model::isa() const {
 size_t Model::packed_bytes() const {
   return impl_->packed_bytes;
 }
+size_t Model::mapped_bytes() const {
+  return impl_->mapped_bytes;
+}
+
+size_t Model::scratch_bytes() const {
+  const Impl& I = *impl_;
+  size_t b = 0;
+  for (const AlignedBuffer<float>* a :
+       {&I.x, &I.xn, &I.big, &I.big2, &I.out, &I.tmp, &I.gu, &I.moe_in, &I.moe_out, &I.slots,
+        &I.router, &I.shared_gate, &I.fh, &I.mx, &I.mcat, &I.mh})
+    b += a->size() * sizeof(float);
+  return b;
+}
+
+size_t Model::scratch_bytes_bound(int64_t rows, int64_t keys, int threads) const {
+  const ModelConfig& c = cfg_;
+  const Impl& I = *impl_;
+  const int64_t H = c.hidden_size;
+  // Widest row of each buffer over the layers (Model::Impl::layer, forward, mtp_draft).
+  int64_t big = 0, big2 = c.conv_dim(), tmp = std::max(c.value_dim(), c.n_head * c.head_dim);
+  auto layer_widths = [&](const LayerW& L) {
+    if (L.kind == LayerKind::Linear)
+      big = std::max(big, L.lin.in_proj.n());
+    else
+      big = std::max({big, L.attn.qkv.n(), L.attn.kv.n()});
+  };
+  for (const LayerW& L : I.layers) layer_widths(L);
+  if (I.mtp) layer_widths(I.mtp_layer);
+  const int64_t F =
+      std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
+  const int64_t k = std::max<int64_t>(c.n_expert_used, 1);
+  // x, xn, out, fh, mx, mh: H each; mcat 2H; gu 2F; MoE: router E, shared gate 1, slots k*H,
+  // moe_in and moe_out H each (an expert's rows are at most every row times top-k).
+  int64_t per_row = 6 * H + 2 * H + big + big2 + tmp + 2 * F;
+  if (c.n_expert > 0) per_row += c.n_expert + 1 + k * H + 2 * k * H + 2 * k * F;
+  const size_t buffers = 16;  // each rounded up to 64 bytes
+  size_t b = static_cast<size_t>(rows * per_row) * sizeof(float) + buffers * 64;
+  // Attention: a job's score rows (16 tokens x the query heads of one K/V head) over its keys.
+  const int64_t grp = c.n_head_kv > 0 ? c.n_head / c.n_head_kv : 0;
+  b += static_cast<size_t>(std::max(threads, 1)) * static_cast<size_t>(16 * grp * keys) *
+       sizeof(float);
+  return b;
+}
+
 size_t Model::quantised_bytes() const {
   return impl_->quantised_bytes;
 }

@@ -83,6 +83,11 @@ void ServerMetrics::count_response(const std::string& endpoint, int status) {
   ++responses_[{endpoint, status}];
 }
 
+void ServerMetrics::track_memory(std::string kind, std::function<int64_t()> bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  memory_sources_.emplace_back(std::move(kind), std::move(bytes));
+}
+
 void ServerMetrics::observe_request(double ttft_ms, double total_ms) {
   std::lock_guard<std::mutex> lock(mu_);
   if (ttft_ms > 0) ttft_.observe(ttft_ms / 1000.0);
@@ -184,6 +189,21 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
         c.over_budget ? 1.0 : 0.0);
 
   std::lock_guard<std::mutex> lock(mu_);
+  MemoryReport mem = em.memory;
+  for (const auto& [kind, bytes] : memory_sources_) mem.add(kind, bytes());
+  p.family("rewind_memory_bytes", "gauge", "Bytes allocated now, by kind.");
+  for (const auto& [kind, bytes] : mem.kinds)
+    p.sample("rewind_memory_bytes", "kind=\"" + escape_label(kind) + "\"",
+             static_cast<double>(bytes));
+  p.one("rewind_process_resident_bytes", "gauge", "Resident set of the process.",
+        static_cast<double>(process_resident_bytes()));
+  p.one("rewind_memory_bound_bytes", "gauge",
+        "The memory bound the options allow (sum of rewind_memory_bound_term_bytes; 0: unset).",
+        static_cast<double>(em.memory_bound.total()));
+  p.family("rewind_memory_bound_term_bytes", "gauge", "The memory bound's terms.");
+  for (const auto& [term, bytes] : em.memory_bound.kinds)
+    p.sample("rewind_memory_bound_term_bytes", "term=\"" + escape_label(term) + "\"",
+             static_cast<double>(bytes));
   p.histogram("rewind_time_to_first_token_seconds", "Submit to first generated token.", ttft_);
   p.histogram("rewind_request_duration_seconds", "Submit to last event of a request.", request_);
   p.family("rewind_http_responses_total", "counter", "HTTP responses by endpoint and status.");

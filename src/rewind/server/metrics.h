@@ -12,7 +12,10 @@
 //   answer, 4xx included), rewind_time_to_first_token_seconds and rewind_request_duration_seconds
 //   (histograms of the requests this server completed: cumulative since start, unlike
 //   EngineMetrics' bounded samples), and every CacheStats field as rewind_cache_* (counters end in
-//   _total).
+//   _total), rewind_memory_bytes{kind} (EngineMetrics::memory plus track_memory's kinds),
+//   rewind_process_resident_bytes (/proc/self/statm), rewind_memory_bound_bytes and
+//   rewind_memory_bound_term_bytes{term} (EngineMetrics::memory_bound; docs/ARCHITECTURE.md,
+//   "Memory").
 // /v1/cache: budget, bytes by kind, counts, hit counters and the engine's recent requests
 //   (diverged_at / resumed_at / rerun_tokens / lost_to_spacing).
 //
@@ -21,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -54,8 +58,13 @@ class ServerMetrics {
   void count_outcome(const std::string& outcome);
   // The whole /metrics page.
   std::string prometheus(const EngineMetrics& em) const;
+  // A component's own memory (e.g. the HTTP layer's buffers): `bytes` is called for each
+  // /metrics page and shown as rewind_memory_bytes{kind=`kind`} next to the engine's kinds.
+  // It must be thread-safe and quick.
+  void track_memory(std::string kind, std::function<int64_t()> bytes);
 
  private:
+  std::vector<std::pair<std::string, std::function<int64_t()>>> memory_sources_;  // guarded by mu_
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> responses_;
   std::map<std::string, int64_t> outcomes_;

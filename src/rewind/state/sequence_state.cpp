@@ -6,11 +6,42 @@
 
 namespace rw {
 
+namespace {
+LiveBytes g_snapshot_bytes;
+}  // namespace
+
+LiveBytes& KvPage::live() {
+  static LiveBytes b;
+  return b;
+}
+
+int64_t KvPage::live_bytes() {
+  return live().get();
+}
+
 KvPage::KvPage(const StateShape& s)
     : stride_(s.page_tokens * s.kv_dim),
       page_tokens_(s.page_tokens),
       kv_dim_(s.kv_dim),
-      data_(static_cast<size_t>(s.n_attn_layers * 2 * stride_)) {}
+      data_(static_cast<size_t>(s.n_attn_layers * 2 * stride_)) {
+  live().add(static_cast<int64_t>(bytes()));
+}
+
+KvPage::~KvPage() {
+  live().sub(static_cast<int64_t>(bytes()));
+}
+
+Snapshot::Snapshot(int64_t p, AlignedBuffer<float> r) : pos(p), rec(std::move(r)) {
+  g_snapshot_bytes.add(static_cast<int64_t>(bytes()));
+}
+
+Snapshot::~Snapshot() {
+  g_snapshot_bytes.sub(static_cast<int64_t>(bytes()));
+}
+
+int64_t Snapshot::live_bytes() {
+  return g_snapshot_bytes.get();
+}
 
 std::unique_ptr<KvPage> KvPage::clone() const {
   return std::unique_ptr<KvPage>(new KvPage(stride_, page_tokens_, kv_dim_, data_.clone()));
@@ -52,10 +83,7 @@ void SequenceState::restore_from(const SequenceState& other) {
 }
 
 std::shared_ptr<const Snapshot> SequenceState::take_snapshot() const {
-  auto s = std::make_shared<Snapshot>();
-  s->pos = n_pos_;
-  s->rec = rec_.clone();
-  return s;
+  return std::make_shared<Snapshot>(n_pos_, rec_.clone());
 }
 
 void SequenceState::resume(std::vector<PagePtr> pages, const Snapshot* snap, int64_t p) {

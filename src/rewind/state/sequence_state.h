@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "rewind/base/aligned.h"
+#include "rewind/base/memory.h"
 
 namespace rw {
 
@@ -50,6 +51,11 @@ struct StateShape {
 class KvPage {
  public:
   explicit KvPage(const StateShape& s);
+  ~KvPage();
+  KvPage(const KvPage&) = delete;
+  KvPage& operator=(const KvPage&) = delete;
+  // Bytes of every page alive now, process-wide (each page counts itself while it exists).
+  static int64_t live_bytes();
   // Writes / reads the K row of slot (position % page_tokens) of one layer.
   void write_k(int64_t layer, int64_t slot, const float* k);
   void read_k(int64_t layer, int64_t slot, float* out) const;
@@ -62,7 +68,10 @@ class KvPage {
 
  private:
   KvPage(int64_t stride, int64_t page_tokens, int64_t kv_dim, AlignedBuffer<float> data)
-      : stride_(stride), page_tokens_(page_tokens), kv_dim_(kv_dim), data_(std::move(data)) {}
+      : stride_(stride), page_tokens_(page_tokens), kv_dim_(kv_dim), data_(std::move(data)) {
+    live().add(static_cast<int64_t>(bytes()));
+  }
+  static LiveBytes& live();
   int64_t stride_;  // page_tokens * kv_dim
   int64_t page_tokens_, kv_dim_;
   AlignedBuffer<float> data_;
@@ -72,9 +81,15 @@ class KvPage {
 // after `pos` tokens: a checkpoint. Costs recurrent bytes only; the attention part of a
 // checkpoint is the KV pages below `pos`, shared, never copied.
 struct Snapshot {
+  Snapshot(int64_t p, AlignedBuffer<float> r);  // takes the buffer; counted while alive
+  ~Snapshot();
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
   int64_t pos = 0;
-  AlignedBuffer<float> rec;  // same layout as SequenceState's recurrent buffer
+  const AlignedBuffer<float> rec;  // same layout as SequenceState's recurrent buffer
   size_t bytes() const { return rec.size() * sizeof(float); }
+  // Bytes of every snapshot alive now, process-wide.
+  static int64_t live_bytes();
 };
 
 using PagePtr = std::shared_ptr<KvPage>;
