@@ -740,6 +740,8 @@ TEST_F(ServerTest, MetricsPage) {
             1);
   EXPECT_GE(metric(s(), "rewind_cache_lookups_total"), 1);
   EXPECT_EQ(metric(s(), "rewind_cache_budget_bytes"), 4096.0 * 1024 * 1024);
+  // The HTTP layer's buffers are one of the memory kinds (-1: the line is missing).
+  EXPECT_GE(metric(s(), "rewind_memory_bytes{kind=\"http_buffers\"}"), 0.0) << h.body;
 }
 
 TEST_F(ServerTest, CacheEndpoint) {

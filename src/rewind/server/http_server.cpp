@@ -256,6 +256,8 @@ struct HttpServer::Impl {
         [this](const std::string& path, int status) {
           metrics.count_response(find_route(path) ? path : "other", status);
         });
+    // Request bytes the transport holds (bodies being read, pipelined input): in /metrics.
+    metrics.track_memory("http_buffers", [this] { return transport->buffered_bytes(); });
   }
 
   // The engine's figures, with the cache budget known from the start (the engine reports the
