@@ -275,19 +275,24 @@ bool in_ci() {
 
 // A raw HTTP client on a socket: sends a request and reads as much as it is told, so a test
 // can stop reading or hang up mid-stream.
+// Connects socket fd to 127.0.0.1:port; fd, or -1 (fd closed) when it fails.
+int connect_loopback(int fd, int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 class RawClient {
  public:
   RawClient(int port, const std::string& path, const std::string& body) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-      return;
-    }
+    fd_ = connect_loopback(socket(AF_INET, SOCK_STREAM, 0), port);
+    if (fd_ < 0) return;
     const std::string req =
         "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
         std::string(kKey) +
@@ -352,14 +357,7 @@ class Conn {
         return;
       }
     }
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
+    fd_ = connect_loopback(fd_, port);
   }
   ~Conn() { close(); }
   bool ok() const { return fd_ >= 0; }
