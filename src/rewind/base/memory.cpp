@@ -47,14 +47,4 @@ void release_free_memory() {
 #endif
 }
 
-void configure_allocator(int arenas, int64_t mmap_threshold) {
-#if defined(__GLIBC__)
-  if (arenas > 0) mallopt(M_ARENA_MAX, arenas);
-  if (mmap_threshold > 0) mallopt(M_MMAP_THRESHOLD, static_cast<int>(mmap_threshold));
-#else
-  (void)arenas;
-  (void)mmap_threshold;
-#endif
-}
-
 }  // namespace rw

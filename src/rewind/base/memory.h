@@ -44,10 +44,4 @@ int64_t process_resident_bytes();
 // idle, after large frees. No-op elsewhere.
 void release_free_memory();
 
-// Caps glibc's malloc arenas at `n` (mallopt M_ARENA_MAX) and fixes the mmap threshold at
-// `mmap_threshold` bytes (allocations at least that large are mapped on their own and unmapped
-// when freed, instead of glibc raising the threshold as large blocks are freed and keeping them
-// in the heap). Call before threads are started. No-op where not glibc.
-void configure_allocator(int arenas, int64_t mmap_threshold);
-
 }  // namespace rw
