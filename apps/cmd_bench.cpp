@@ -184,7 +184,7 @@ int cmd_bench(int argc, char** argv) {
   const ModelConfig& cfg = m.config();
   const double weight_bytes = static_cast<double>(m.decode_bytes_per_token());
   const double state_bytes = static_cast<double>(st.recurrent_bytes());
-  const double kv_bytes_pos = 2.0 * sizeof(float) * static_cast<double>(cfg.n_full_layers()) *
+  const double kv_bytes_pos = 2.0 * sizeof(float) * static_cast<double>(cfg.n_attention_layers()) *
                               static_cast<double>(cfg.n_head_kv * cfg.head_dim);
   const double kv_bytes = kv_bytes_pos * (static_cast<double>(p.value()) + (n.value() + 1) / 2.0);
   const double bytes_tok = weight_bytes + state_bytes + kv_bytes;

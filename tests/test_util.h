@@ -39,11 +39,21 @@ inline pid_t spawn_logged(std::vector<std::string> args, const std::string& log)
 inline std::string data_dir() {
   return REWIND_TEST_DATA;
 }
+// The fixtures of tests/data: qwen35-tiny (Gated DeltaNet families) and mamba2-tiny
+// (Granite-4.0-H, Nemotron-H), each named by its model_type.
 inline std::string fixture_dir(const std::string& variant) {
-  return data_dir() + "/qwen35-tiny/" + variant;
+  const bool mamba2 = variant == "granitemoehybrid" || variant == "nemotron_h";
+  return data_dir() + (mamba2 ? "/mamba2-tiny/" : "/qwen35-tiny/") + variant;
 }
+// The Qwen3.5 families' fixtures.
 inline const std::vector<std::string>& fixture_variants() {
   static const std::vector<std::string> v = {"qwen3_5", "qwen3_5_moe", "qwen3_next"};
+  return v;
+}
+// Every family's fixture: the exactness suites run over all of them.
+inline const std::vector<std::string>& all_families() {
+  static const std::vector<std::string> v = {"qwen3_5", "qwen3_5_moe", "qwen3_next",
+                                             "granitemoehybrid", "nemotron_h"};
   return v;
 }
 

@@ -174,7 +174,7 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   EXPECT_EQ(eng.metrics().requests_finished, static_cast<int64_t>(accepted.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, BatchEngineTest, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+INSTANTIATE_TEST_SUITE_P(Families, BatchEngineTest, ::testing::ValuesIn(test::all_families()));
 
 }  // namespace
 }  // namespace rw

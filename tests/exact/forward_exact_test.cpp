@@ -1,4 +1,4 @@
-// The bit-exact invariant (docs/ARCHITECTURE.md): for random prompts on tiny models of all three
+// The bit-exact invariant (docs/ARCHITECTURE.md): for random prompts on tiny models of all five
 // families, every position's logits are byte-identical (memcmp) whether the prompt runs in one
 // piece, in random chunks, one token at a time, batched with other random sequences, after the
 // state was copied into a fresh object at a random position, or with another thread count.
@@ -19,12 +19,14 @@ struct Case {
 
 class ForwardExact : public ::testing::TestWithParam<Case> {
  protected:
-  Model& model() { return test::cached_model(test::fixture_dir(GetParam().variant), GetParam().store); }
+  Model& model() {
+    return test::cached_model(test::fixture_dir(GetParam().variant), GetParam().store);
+  }
   int64_t V() { return model().config().vocab_size; }
 
   // All-position logits of `tokens` run as the given chunks (sizes summing to tokens.size()).
-  std::vector<float> run_chunks(const std::vector<int32_t>& tokens, const std::vector<int64_t>& chunks,
-                                ThreadPool* pool) {
+  std::vector<float> run_chunks(const std::vector<int32_t>& tokens,
+                                const std::vector<int64_t>& chunks, ThreadPool* pool) {
     Model& m = model();
     SequenceState st = m.new_state();
     std::vector<float> all, part;
@@ -61,7 +63,8 @@ TEST_P(ForwardExact, ChunkingTokenByTokenAndThreads) {
     }
     EXPECT_TRUE(same_bytes(whole, run_chunks(tokens, chunks, &pool2))) << "random chunks, n=" << n;
     // One token at a time.
-    EXPECT_TRUE(same_bytes(whole, run_chunks(tokens, std::vector<int64_t>(static_cast<size_t>(n), 1), nullptr)))
+    EXPECT_TRUE(same_bytes(
+        whole, run_chunks(tokens, std::vector<int64_t>(static_cast<size_t>(n), 1), nullptr)))
         << "token by token, n=" << n;
     // Two threads, one piece.
     EXPECT_TRUE(same_bytes(whole, run_chunks(tokens, {n}, &pool2))) << "2 threads, n=" << n;
@@ -92,7 +95,9 @@ TEST_P(ForwardExact, BatchedWithOtherSequences) {
         const int64_t left = static_cast<int64_t>(toks[s].size()) - done[s];
         if (left == 0 || rng() % 4 == 0) continue;  // sometimes sit a step out
         const int64_t c = std::min<int64_t>(left, 1 + static_cast<int64_t>(rng() % 40));
-        SeqInput in{&states[s], std::span<const int32_t>(toks[s].data() + done[s], static_cast<size_t>(c)), {}};
+        SeqInput in{&states[s],
+                    std::span<const int32_t>(toks[s].data() + done[s], static_cast<size_t>(c)),
+                    {}};
         for (int32_t i = 0; i < c; ++i) in.logit_rows.push_back(i);
         batch.push_back(in);
         who.push_back(s);
@@ -100,7 +105,8 @@ TEST_P(ForwardExact, BatchedWithOtherSequences) {
       }
       if (batch.empty()) {
         bool all_done = true;
-        for (int s = 0; s < n_seq; ++s) all_done = all_done && done[s] == static_cast<int64_t>(toks[s].size());
+        for (int s = 0; s < n_seq; ++s)
+          all_done = all_done && done[s] == static_cast<int64_t>(toks[s].size());
         if (all_done) break;
         continue;
       }
@@ -135,7 +141,8 @@ TEST_P(ForwardExact, CopyStateAtRandomPositionAndContinue) {
     // Disturb the original afterwards: the copy must not share mutable state with it.
     SeqInput junk{&a, std::span<const int32_t>(tokens.data(), 3), {}};
     ASSERT_TRUE(m.forward(std::span<SeqInput>(&junk, 1), &l2, nullptr).ok());
-    SeqInput in2{&fresh, std::span<const int32_t>(tokens.data() + cut, static_cast<size_t>(n - cut)), {}};
+    SeqInput in2{
+        &fresh, std::span<const int32_t>(tokens.data() + cut, static_cast<size_t>(n - cut)), {}};
     for (int32_t i = 0; i < n - cut; ++i) in2.logit_rows.push_back(i);
     ASSERT_TRUE(m.forward(std::span<SeqInput>(&in2, 1), &l2, nullptr).ok());
     l1.insert(l1.end(), l2.begin(), l2.end());
@@ -150,7 +157,11 @@ INSTANTIATE_TEST_SUITE_P(
     Families, ForwardExact,
     ::testing::Values(Case{"qwen3_5", WeightStore::F32}, Case{"qwen3_5_moe", WeightStore::F32},
                       Case{"qwen3_next", WeightStore::F32}, Case{"qwen3_5", WeightStore::BF16},
-                      Case{"qwen3_next", WeightStore::BF16}),
+                      Case{"qwen3_next", WeightStore::BF16},
+                      Case{"granitemoehybrid", WeightStore::F32},
+                      Case{"nemotron_h", WeightStore::F32},
+                      Case{"granitemoehybrid", WeightStore::BF16},
+                      Case{"nemotron_h", WeightStore::BF16}),
     [](const auto& info) {
       return info.param.variant + (info.param.store == WeightStore::BF16 ? "_bf16" : "_f32");
     });

@@ -210,7 +210,7 @@ TEST(SpecBatchRefusals, RequestsTheEngineCannotServeAreRefusedUpFront) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecBatch,
-                         ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+                         ::testing::ValuesIn(test::all_families()));
 
 }  // namespace
 }  // namespace rw

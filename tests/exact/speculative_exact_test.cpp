@@ -250,7 +250,7 @@ TEST_P(SpecExact, CheckpointsCrossedInsideAcceptedRunsAreExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecExact,
-                         ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+                         ::testing::ValuesIn(test::all_families()));
 
 std::string make_model_dir(const std::string& args, const std::string& tag) {
   const std::string dir = test::scratch_dir("spec_" + tag);
@@ -275,8 +275,8 @@ TEST(SpecDraft, AttentionOnlyAndNoisyDraftsWithAHybridTarget) {
     return std::move(m).value();
   };
   auto target = load(target_dir), dense = load(dense_dir), noisy = load(noisy_dir);
-  ASSERT_EQ(dense->config().n_linear_layers(), 0);
-  ASSERT_GT(target->config().n_linear_layers(), 0);
+  ASSERT_EQ(dense->config().n_recurrent_layers(), 0);
+  ASSERT_GT(target->config().n_recurrent_layers(), 0);
   ThreadPool pool(2);
   Engine e(*target, &pool, no_cache());
   std::mt19937_64 rng(31);

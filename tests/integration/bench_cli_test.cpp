@@ -143,7 +143,7 @@ TEST(BenchCli, JsonEchoesTheRunAndCountsTheModelsBytes) {
   EXPECT_EQ(j["decode_weight_bytes"].get<size_t>(), m.decode_bytes_per_token());
   EXPECT_EQ(j["decode_state_bytes"].get<size_t>(), m.new_state().recurrent_bytes());
   const ModelConfig& cfg = m.config();
-  const double kv_pos = 2.0 * sizeof(float) * static_cast<double>(cfg.n_full_layers()) *
+  const double kv_pos = 2.0 * sizeof(float) * static_cast<double>(cfg.n_attention_layers()) *
                         static_cast<double>(cfg.n_head_kv * cfg.head_dim);
   EXPECT_GT(kv_pos, 0.0);
   EXPECT_EQ(j["decode_kv_bytes"].get<double>(), kv_pos * (kPrompt + (kDecode + 1) / 2.0));

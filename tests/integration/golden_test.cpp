@@ -1,6 +1,7 @@
-// Correctness against an independent reference: the fp64 golden logits of the PyTorch reference
-// (tests/data/qwen35-tiny, see its README) for all three families, through the library and
-// through `rewind logits`; and the fast path against the naive double-precision ReferenceModel.
+// Correctness against an independent reference: the fp64 golden logits of the PyTorch references
+// (tests/data/qwen35-tiny and tests/data/mamba2-tiny, see their READMEs) for all five families,
+// through the library and through `rewind logits`; and the fast path against the naive
+// double-precision ReferenceModel.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,21 +67,26 @@ TEST_P(Golden, CliLogitsMatchesFp64Reference) {
     pos += std::to_string(p.get<int>());
   }
   int rc = 0;
-  const std::string out = test::run_command(std::string(REWIND_BINARY) + " logits --model " + dir +
-                                                " --tokens " + toks + " --positions " + pos + " -t 2",
-                                            &rc);
+  const std::string out =
+      test::run_command(std::string(REWIND_BINARY) + " logits --model " + dir + " --tokens " +
+                            toks + " --positions " + pos + " -t 2",
+                        &rc);
   ASSERT_EQ(rc, 0);
   const auto got = nlohmann::json::parse(out);
   ASSERT_EQ(got["positions"], exp["positions"]);
   for (size_t i = 0; i < got["positions"].size(); ++i) {
-    const auto ref = exp["logits"][std::to_string(got["positions"][i].get<int>())].get<std::vector<double>>();
+    const auto ref =
+        exp["logits"][std::to_string(got["positions"][i].get<int>())].get<std::vector<double>>();
     const auto row = got["logits"][i].get<std::vector<double>>();
     ASSERT_EQ(row.size(), ref.size());
     for (size_t v = 0; v < row.size(); ++v) ASSERT_NEAR(row[v], ref[v], 1e-4);
   }
 }
 
-TEST_P(Golden, FastPathMatchesNaiveReferenceModel) {
+// The naive double-precision ReferenceModel implements the Qwen3.5 families.
+class GoldenNaive : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenNaive, FastPathMatchesNaiveReferenceModel) {
   const std::string dir = test::fixture_dir(GetParam());
   Model& m = test::cached_model(dir);
   ReferenceModel ref(m.config(), m.weights());
@@ -94,10 +100,12 @@ TEST_P(Golden, FastPathMatchesNaiveReferenceModel) {
   ASSERT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &logits, nullptr).ok());
   const int64_t V = m.config().vocab_size;
   for (size_t t = 0; t < tokens.size(); ++t)
-    for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(logits[t * V + v], want[t][v], 1e-4) << t << "," << v;
+    for (int64_t v = 0; v < V; ++v)
+      ASSERT_NEAR(logits[t * V + v], want[t][v], 1e-4) << t << "," << v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, Golden, ::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"));
+INSTANTIATE_TEST_SUITE_P(Families, Golden, ::testing::ValuesIn(test::all_families()));
+INSTANTIATE_TEST_SUITE_P(Families, GoldenNaive, ::testing::ValuesIn(test::fixture_variants()));
 
 }  // namespace
 }  // namespace rw

@@ -177,7 +177,8 @@ TEST(LlamaCppTypes, KMixturesOnTheQwen35_08bShape) {
   ModelConfig c;
   c.n_layer = 24;
   for (int64_t il = 0; il < c.n_layer; ++il)
-    c.layer_kinds.push_back(il % 4 == 3 ? LayerKind::Full : LayerKind::Linear);
+    c.layer_kinds.push_back(il % 4 == 3 ? LayerKind::Attention : LayerKind::GatedDeltaNet);
+  c.ffn_kinds.assign(static_cast<size_t>(c.n_layer), FfnKind::SwiGLU);
   c.tie_word_embeddings = true;
   for (const auto& [file, base] : {std::pair{"qwen3.5-0.8b-Q4_K_M", DType::Q4_K},
                                    std::pair{"qwen3.5-0.8b-Q5_K_M", DType::Q5_K}}) {

@@ -25,9 +25,7 @@ StateShape shape() {
   s.n_rec_layers = 1;
   s.conv_rows = 3;
   s.conv_dim = 5;
-  s.n_head_v = 2;
-  s.dk = 3;
-  s.dv = 2;
+  s.ssm_layer_floats = 12;  // [2, 3, 2]
   s.page_tokens = 4;
   return s;
 }

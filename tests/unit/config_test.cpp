@@ -41,7 +41,7 @@ void expect_error(const json& j, const std::string& what) {
   EXPECT_FALSE(contains(msg, "\n")) << msg;
 }
 
-const std::vector<LayerKind> kTinyKinds = {LayerKind::Linear, LayerKind::Linear, LayerKind::Linear, LayerKind::Full};
+const std::vector<LayerKind> kTinyKinds = {LayerKind::GatedDeltaNet, LayerKind::GatedDeltaNet, LayerKind::GatedDeltaNet, LayerKind::Attention};
 
 // Geometry shared by all three fixtures (tiny_text_config() of the reference tool).
 void expect_tiny_geometry(const ModelConfig& c) {
@@ -49,8 +49,8 @@ void expect_tiny_geometry(const ModelConfig& c) {
   EXPECT_EQ(c.hidden_size, 64);
   EXPECT_EQ(c.n_layer, 4);
   EXPECT_EQ(c.layer_kinds, kTinyKinds);
-  EXPECT_EQ(c.n_full_layers(), 1);
-  EXPECT_EQ(c.n_linear_layers(), 3);
+  EXPECT_EQ(c.n_attention_layers(), 1);
+  EXPECT_EQ(c.n_recurrent_layers(), 3);
   EXPECT_EQ(c.n_head, 4);
   EXPECT_EQ(c.n_head_kv, 2);
   EXPECT_EQ(c.head_dim, 32);
@@ -165,9 +165,9 @@ TEST(Config, Qwen35_0_8B_Shape) {
   EXPECT_EQ(c.n_layer, 24);
   ASSERT_EQ(c.layer_kinds.size(), 24u);
   for (int il = 0; il < 24; ++il)
-    EXPECT_EQ(c.layer_kinds[il], il % 4 == 3 ? LayerKind::Full : LayerKind::Linear) << il;
-  EXPECT_EQ(c.n_full_layers(), 6);
-  EXPECT_EQ(c.n_linear_layers(), 18);
+    EXPECT_EQ(c.layer_kinds[il], il % 4 == 3 ? LayerKind::Attention : LayerKind::GatedDeltaNet) << il;
+  EXPECT_EQ(c.n_attention_layers(), 6);
+  EXPECT_EQ(c.n_recurrent_layers(), 18);
   EXPECT_EQ(c.n_head, 8);
   EXPECT_EQ(c.n_head_kv, 2);
   EXPECT_EQ(c.head_dim, 256);
@@ -248,14 +248,14 @@ TEST(Config, LayerTypesFromInterval) {
   j["full_attention_interval"] = 2;
   auto r = parse(j);
   ASSERT_TRUE(r.ok()) << r.error_message();
-  const std::vector<LayerKind> want = {LayerKind::Linear, LayerKind::Full, LayerKind::Linear,
-                                       LayerKind::Full,   LayerKind::Linear, LayerKind::Full};
+  const std::vector<LayerKind> want = {LayerKind::GatedDeltaNet, LayerKind::Attention, LayerKind::GatedDeltaNet,
+                                       LayerKind::Attention,   LayerKind::GatedDeltaNet, LayerKind::Attention};
   EXPECT_EQ(r->layer_kinds, want);
   j.erase("full_attention_interval");  // default 4
   r = parse(j);
   ASSERT_TRUE(r.ok()) << r.error_message();
-  EXPECT_EQ(r->n_full_layers(), 1);
-  EXPECT_EQ(r->layer_kinds[3], LayerKind::Full);
+  EXPECT_EQ(r->n_attention_layers(), 1);
+  EXPECT_EQ(r->layer_kinds[3], LayerKind::Attention);
 }
 
 TEST(Config, Qwen3NextSparseLayers) {
@@ -295,7 +295,7 @@ TEST(ConfigErrors, UnknownModelType) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error_message(),
             "config.json: unknown model_type 'llama' (supported: qwen3_5, qwen3_5_moe, qwen3_5_text, "
-            "qwen3_5_moe_text, qwen3_next)");
+            "qwen3_5_moe_text, qwen3_next, granitemoehybrid, nemotron_h)");
   j.erase("model_type");
   expect_error(j, "missing field 'model_type'");
   j["model_type"] = 3;

@@ -48,8 +48,8 @@ TEST(MakeModel, TinyDenseIsAttentionOnlyWithTinysTokenizer) {
             file_bytes(tiny + "/tokenizer_config.json"));
   Model& m = test::cached_model(dense);
   const ModelConfig& c = m.config();
-  EXPECT_EQ(c.n_linear_layers(), 0);
-  EXPECT_EQ(c.n_full_layers(), c.n_layer);
+  EXPECT_EQ(c.n_recurrent_layers(), 0);
+  EXPECT_EQ(c.n_attention_layers(), c.n_layer);
   EXPECT_EQ(c.vocab_size, test::cached_model(tiny).config().vocab_size);
   EXPECT_EQ(m.state_shape().n_rec_layers, 0);
   // The fast path on a model with no GDN layer agrees with the naive reference.
@@ -72,10 +72,10 @@ TEST(MakeModel, LayerTypesAndLayers) {
       must_make("--preset qwen3-next-tiny --layer-types linear,full,full", "types"));
   ASSERT_EQ(m.config().n_layer, 3);
   EXPECT_EQ(m.config().layer_kinds,
-            (std::vector<LayerKind>{LayerKind::Linear, LayerKind::Full, LayerKind::Full}));
+            (std::vector<LayerKind>{LayerKind::GatedDeltaNet, LayerKind::Attention, LayerKind::Attention}));
   Model& m6 = test::cached_model(must_make("--preset tiny --layers 6", "layers6"));
   ASSERT_EQ(m6.config().n_layer, 6);
-  EXPECT_EQ(m6.config().n_full_layers(), 1);  // layer 3 (every 4th)
+  EXPECT_EQ(m6.config().n_attention_layers(), 1);  // layer 3 (every 4th)
   int rc = 0;
   const std::string e1 = make_model("--preset tiny --layers 2 --layer-types full", "bad1", &rc);
   EXPECT_NE(rc, 0);

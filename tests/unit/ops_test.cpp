@@ -62,7 +62,8 @@ TEST(Ops, ReductionsBitsEqualFixedOrder) {
     if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
     for (int64_t n : {1, 5, 16, 17, 128, 130, 1024}) {
       auto a = randv(r, n), b = randv(r, n);
-      EXPECT_TRUE(same(dot_fixed(a.data(), b.data(), n, cap), fixed_order_dot(a.data(), b.data(), n)))
+      EXPECT_TRUE(
+          same(dot_fixed(a.data(), b.data(), n, cap), fixed_order_dot(a.data(), b.data(), n)))
           << isa << " n " << n;
       for (int64_t rows : {1, 3, 4, 7, 16, 21}) {
         auto x = randv(r, rows * n), w = randv(r, n), z = randv(r, rows * n);
@@ -473,6 +474,125 @@ TEST(Ops, ConvSpecialValuesBitwise) {
             << "C " << C << " t " << t << " c " << c << " got " << out[t * C + c] << " want "
             << want;
       }
+  }
+}
+
+// Mamba2's recurrence against the double reference, on every SIMD path, and its order contract:
+// T tokens in one call equal any cut into calls and every path, bit for bit (S and y).
+TEST(Ops, Mamba2StepsMatchReferenceAndAreCutInvariant) {
+  std::mt19937_64 r(41);
+  for (auto [P, N] : std::vector<std::pair<int64_t, int64_t>>{
+           {16, 24}, {16, 20}, {32, 128}, {5, 7}, {3, 16}, {8, 33}, {64, 128}})
+    for (int64_t T : {1, 3, 17, 70}) {
+      const int64_t ldx = P + 3, ldbc = 2 * N + 1, ldy = P + 2;
+      auto S0 = randv(r, P * N, 0.5f);
+      auto x = randv(r, T * ldx), bc = randv(r, T * ldbc, 0.5f);
+      std::vector<float> dt(static_cast<size_t>(T)), dA(dt.size());
+      const float A = -0.7f, D = 0.9f;
+      for (int64_t t = 0; t < T; ++t) {
+        dt[t] = softplus(0.3f * static_cast<float>(t % 7) - 1.5f);
+        dA[t] = exp_fixed(dt[t] * A);
+      }
+      const float* B = bc.data();
+      const float* C = bc.data() + N;
+      std::vector<float> Sref(S0), yref(static_cast<size_t>(T * ldy), -1.0f);
+      bool have_ref = false;
+      for (const char* isa : {"auto", "avx2", "scalar"}) {
+        IsaCap cap;
+        if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+        std::vector<float> S(S0), y(static_cast<size_t>(T * ldy), -1.0f);
+        mamba2_steps(S.data(), x.data(), ldx, B, C, ldbc, dt.data(), dA.data(), D, y.data(), ldy, T,
+                     P, N, cap);
+        // Token by token, and in two calls cut at T / 2: the same bits.
+        std::vector<float> S1(S0), y1(y.size(), -1.0f), S2(S0), y2(y.size(), -1.0f);
+        for (int64_t t = 0; t < T; ++t)
+          mamba2_steps(S1.data(), x.data() + t * ldx, ldx, B + t * ldbc, C + t * ldbc, ldbc,
+                       dt.data() + t, dA.data() + t, D, y1.data() + t * ldy, ldy, 1, P, N, cap);
+        const int64_t h = T / 2;
+        mamba2_steps(S2.data(), x.data(), ldx, B, C, ldbc, dt.data(), dA.data(), D, y2.data(), ldy,
+                     h, P, N, cap);
+        mamba2_steps(S2.data(), x.data() + h * ldx, ldx, B + h * ldbc, C + h * ldbc, ldbc,
+                     dt.data() + h, dA.data() + h, D, y2.data() + h * ldy, ldy, T - h, P, N, cap);
+        for (auto* other : {&y1, &y2})
+          ASSERT_EQ(std::memcmp(y.data(), other->data(), y.size() * 4), 0)
+              << isa << " P" << P << " N" << N << " T" << T;
+        ASSERT_EQ(std::memcmp(S.data(), S1.data(), S.size() * 4), 0) << isa;
+        ASSERT_EQ(std::memcmp(S.data(), S2.data(), S.size() * 4), 0) << isa;
+        if (!have_ref) {
+          Sref = S;
+          yref = y;
+          have_ref = true;
+        } else {  // every SIMD path gives the first path's bits
+          ASSERT_EQ(std::memcmp(S.data(), Sref.data(), S.size() * 4), 0) << isa;
+          ASSERT_EQ(std::memcmp(y.data(), yref.data(), y.size() * 4), 0) << isa;
+        }
+      }
+      // The double reference, from the same dt and A.
+      std::vector<double> Sd(S0.begin(), S0.end()), yd(static_cast<size_t>(P));
+      for (int64_t t = 0; t < T; ++t) {
+        auto xd = to_d(std::vector<float>(x.begin() + t * ldx, x.begin() + t * ldx + P));
+        auto Bd = to_d(std::vector<float>(B + t * ldbc, B + t * ldbc + N));
+        auto Cd = to_d(std::vector<float>(C + t * ldbc, C + t * ldbc + N));
+        // dA as the kernel used it (exp_fixed), expressed through an equivalent A for this dt.
+        const double Aeff = std::log(static_cast<double>(dA[t])) / dt[t];
+        ref::mamba2_step(Sd.data(), xd.data(), Bd.data(), Cd.data(), dt[t], Aeff, D, yd.data(), P,
+                         N);
+        for (int64_t p = 0; p < P; ++p)
+          ASSERT_NEAR(yref[t * ldy + p], yd[p], 2e-5 * (1 + std::abs(yd[p])))
+              << "P" << P << " N" << N << " t" << t << " p" << p;
+      }
+      for (int64_t i = 0; i < P * N; ++i) ASSERT_NEAR(Sref[i], Sd[i], 2e-5 * (1 + std::abs(Sd[i])));
+    }
+}
+
+TEST(Ops, Mamba2GatedNormMatchesReferenceOnEveryPath) {
+  std::mt19937_64 r(42);
+  for (auto [G, d] :
+       std::vector<std::pair<int64_t, int64_t>>{{1, 128}, {2, 96}, {8, 80}, {3, 17}}) {
+    auto y = randv(r, G * d), z = randv(r, G * d), w = randv(r, G * d);
+    std::vector<double> out_d(static_cast<size_t>(G * d));
+    auto yd = to_d(y), zd = to_d(z), wd = to_d(w);
+    ref::gated_rmsnorm_groups(yd.data(), zd.data(), wd.data(), out_d.data(), G, d, 1e-5);
+    std::vector<float> first;
+    for (const char* isa : {"auto", "avx2", "scalar"}) {
+      IsaCap cap;
+      if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+      std::vector<float> out(y);  // in place, as the model runs it
+      gated_rmsnorm_groups(out.data(), z.data(), w.data(), out.data(), G, d, 1e-5f, cap);
+      for (int64_t i = 0; i < G * d; ++i)
+        ASSERT_NEAR(out[i], out_d[i], 1e-5 * (1 + std::abs(out_d[i]))) << isa << " " << i;
+      if (first.empty()) first = out;
+      ASSERT_EQ(std::memcmp(out.data(), first.data(), out.size() * 4), 0) << isa;
+    }
+  }
+}
+
+// The conv's bias starts each channel's chain: T tokens at once equal single steps, and the
+// result is silu(bias + the taps' sum) within rounding.
+TEST(Ops, ConvWithBiasOverTokensEqualsSingleSteps) {
+  std::mt19937_64 r(43);
+  for (int64_t C : {5, 64, 176}) {
+    const int64_t K = 4, T = 9;
+    auto w = randv(r, K * C), in = randv(r, T * C), bias = randv(r, C),
+         win0 = randv(r, (K - 1) * C);
+    for (const char* isa : {"auto", "scalar"}) {
+      IsaCap cap;
+      if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+      std::vector<float> wa(win0), wb(win0), oa(static_cast<size_t>(T * C)), ob(oa.size());
+      conv_silu(wa.data(), in.data(), C, w.data(), oa.data(), C, T, C, K, 0, C, cap, bias.data());
+      for (int64_t t = 0; t < T; ++t)
+        conv_silu(wb.data(), in.data() + t * C, C, w.data(), ob.data() + t * C, C, 1, C, K, 0, C,
+                  cap, bias.data());
+      ASSERT_EQ(std::memcmp(oa.data(), ob.data(), oa.size() * 4), 0) << isa << " C" << C;
+      ASSERT_EQ(std::memcmp(wa.data(), wb.data(), wa.size() * 4), 0) << isa << " C" << C;
+      // Token 0 against the formula.
+      for (int64_t c = 0; c < C; ++c) {
+        double acc = bias[c];
+        for (int64_t j = 0; j < K; ++j)
+          acc += static_cast<double>(w[j * C + c]) * (j < K - 1 ? win0[j * C + c] : in[c]);
+        ASSERT_NEAR(oa[c], ref::silu(acc), 1e-5 * (1 + std::abs(acc))) << isa << " c" << c;
+      }
+    }
   }
 }
 

@@ -34,9 +34,7 @@ struct Sim {
     shape.n_rec_layers = rec ? 1 : 0;
     shape.conv_rows = 1;
     shape.conv_dim = 15;
-    shape.n_head_v = 1;
-    shape.dk = 1;
-    shape.dv = 1;
+    shape.ssm_layer_floats = 1;  // [1, 1, 1]
     shape.page_tokens = kPT;
   }
 
@@ -606,9 +604,7 @@ TEST(PrefixCache, Qwen35SnapshotCostsExactlyItsRecurrentBytes) {
   q.n_rec_layers = 18;
   q.conv_rows = 3;
   q.conv_dim = 6144;
-  q.n_head_v = 16;
-  q.dk = 128;
-  q.dv = 128;
+  q.ssm_layer_floats = 262144;  // [16, 128, 128]
   q.page_tokens = 64;
   PrefixCache::Options o;
   o.page_tokens = 64;

@@ -13,9 +13,7 @@ StateShape shape(int64_t n_rec) {
   s.n_rec_layers = n_rec;
   s.conv_rows = 3;
   s.conv_dim = 5;
-  s.n_head_v = 2;
-  s.dk = 3;
-  s.dv = 2;
+  s.ssm_layer_floats = 12;  // [2, 3, 2]
   s.page_tokens = 4;
   return s;
 }

@@ -127,9 +127,9 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
   REWIND_CHECK_MSG(spec_check(model, opt_.spec).ok(), "BatchEngine: speculative options not checked");
   if (opt_.sample_vocab <= 0 || opt_.sample_vocab > model.config().vocab_size)
     opt_.sample_vocab = static_cast<int32_t>(model.config().vocab_size);
-  recurrent_ = model.config().n_linear_layers() > 0;
+  recurrent_ = model.config().n_recurrent_layers() > 0;
   opt_.cache.has_recurrent = recurrent_;
-  opt_.cache.has_attention = model.config().n_full_layers() > 0;
+  opt_.cache.has_attention = model.config().n_attention_layers() > 0;
   opt_.cache.page_tokens = model.state_shape().page_tokens;
   if (opt_.cache_enabled) cache_ = std::make_unique<PrefixCache>(opt_.cache);
   {

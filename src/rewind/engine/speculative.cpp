@@ -168,7 +168,7 @@ Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t la
     d_consumed_ += n;
   }
   dp0_ = dstate_->n_pos();
-  if (D.config().n_linear_layers() > 0) dstate_->save_recurrent(&dpre_);
+  if (D.config().n_recurrent_layers() > 0) dstate_->save_recurrent(&dpre_);
   dcap_.clear();
   d_pending_run_ = H0 - d_consumed_;
   std::vector<int32_t> feed(history.begin() + d_consumed_, history.end());
@@ -228,7 +228,7 @@ void SpecSequence::commit_draft_model(int32_t keep, ThreadPool* pool) {
   if (keep <= k) {
     // The draft consumed [lag, last, d1..d(k-1)]; keep [lag, last, d1..d(keep-1)].
     const int64_t rows = d_pending_run_ + keep;
-    if (D.config().n_linear_layers() > 0) {
+    if (D.config().n_recurrent_layers() > 0) {
       dstate_->load_recurrent(dpre_);
       D.replay_recurrent(&*dstate_, dcap_, 0, rows, pool);
     }
@@ -322,7 +322,7 @@ void SpecSequence::abort() {
   st_->rewind_kv_to(p0_);
   if (dstate_) {
     if (dp0_ >= 0) {
-      if (cfg_.draft->config().n_linear_layers() > 0) dstate_->load_recurrent(dpre_);
+      if (cfg_.draft->config().n_recurrent_layers() > 0) dstate_->load_recurrent(dpre_);
       dstate_->rewind_kv_to(dp0_);
       d_consumed_ = dp0_;
     }

@@ -285,7 +285,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 silu_avx512(__m5
 __attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* rows, int64_t T,
                                                           const float* w, int64_t C, float* out,
                                                           int64_t ld_out, int64_t c0, int64_t c1,
-                                                          int64_t ld_rows_after) {
+                                                          int64_t ld_rows_after,
+                                                          const float* bias) {
   const float *w0 = w, *w1 = w + C, *w2 = w + 2 * C, *w3 = w + 3 * C;
   // rows[j] for j < 3 are the window's, then row t + 3 lies at rows[3] + t * ld_rows_after.
   auto row = [&](int64_t j) { return j < 3 ? rows[j] : rows[3] + (j - 3) * ld_rows_after; };
@@ -303,7 +304,7 @@ __attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* ro
     // The chain of the 16 channels from c (the lanes of m; the others read as 0).
     auto chain = [&](int64_t c, __mmask16 m) __attribute__((target("avx512f"), always_inline)) {
       __m512 a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w0 + c), _mm512_maskz_loadu_ps(m, x0 + c),
-                                 _mm512_setzero_ps());
+                                 bias ? _mm512_maskz_loadu_ps(m, bias + c) : _mm512_setzero_ps());
       a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w1 + c), _mm512_maskz_loadu_ps(m, x1 + c), a);
       a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w2 + c), _mm512_maskz_loadu_ps(m, x2 + c), a);
       return _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, w3 + c), _mm512_maskz_loadu_ps(m, x3 + c), a);
@@ -404,7 +405,8 @@ void rope_heads(float* x, int64_t n_heads, int64_t d, int64_t rope_dim, const fl
 
 REWIND_CLONES
 void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, float* out,
-               int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1, IsaCap isa) {
+               int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1, IsaCap isa,
+               const float* bias) {
   const int64_t W = K - 1;
   // Row j of [window ; in] (j < W + T), for the channels handled.
   auto seq = [&](int64_t j) { return j < W ? window + j * C : in + (j - W) * ld_in; };
@@ -412,7 +414,7 @@ void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, fl
 #ifdef REWIND_SILU_AVX512
   if (K == 4 && simd_level(isa) == 2) {
     const float* rows[4] = {seq(0), seq(1), seq(2), seq(3)};
-    if (T > 0) conv4_silu_avx512(rows, T, w, C, out, ld_out, c0, c1, ld_in);
+    if (T > 0) conv4_silu_avx512(rows, T, w, C, out, ld_out, c0, c1, ld_in, bias);
   } else
 #endif
       if (K == 4) {
@@ -437,13 +439,14 @@ void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, fl
         for (int64_t c = cb; c < ce; ++c)
           o[c - c0] = silu_inline(std::fma(
               w3[c], x3[c],
-              std::fma(w2[c], x2[c], std::fma(w1[c], x1[c], std::fma(w0[c], x0[c], 0.0f)))));
+              std::fma(w2[c], x2[c],
+                       std::fma(w1[c], x1[c], std::fma(w0[c], x0[c], bias ? bias[c] : 0.0f)))));
       }
     }
   } else {
     for (int64_t t = 0; t < T; ++t) {
       float* o = out + t * ld_out;  // column c at o[c - c0]
-      for (int64_t c = c0; c < c1; ++c) o[c - c0] = 0.0f;
+      for (int64_t c = c0; c < c1; ++c) o[c - c0] = bias ? bias[c] : 0.0f;
       for (int64_t j = 0; j < K; ++j) {
         const float* x = seq(t + j);
         const float* wj = w + j * C;
@@ -974,6 +977,142 @@ struct RowGroup {
 };
 
 }  // namespace
+
+namespace {
+
+#ifdef REWIND_DOT_SIMD
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// mamba2_steps in AVX-512: row p of S in 16-lane chunks (the tail masked), the chunk's update
+// and its lanes' fma into the 16 partial sums as in the scalar loop; the same tree at the end.
+__attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const float* x, int64_t ldx,
+                                                            const float* B, const float* C,
+                                                            int64_t ldbc, const float* dt,
+                                                            const float* dA, float D, float* y,
+                                                            int64_t ldy, int64_t T, int64_t P,
+                                                            int64_t N) {
+  for (int64_t p = 0; p < P; ++p) {
+    float* s = S + p * N;
+    for (int64_t t = 0; t < T; ++t) {
+      const float xv = x[t * ldx + p];
+      const __m512 xdt = _mm512_set1_ps(xv * dt[t]);
+      const __m512 a = _mm512_set1_ps(dA[t]);
+      const float* b = B + t * ldbc;
+      const float* c = C + t * ldbc;
+      __m512 acc = _mm512_setzero_ps();
+      int64_t n = 0;
+      for (; n + kLanes <= N; n += kLanes) {
+        const __m512 sv =
+            _mm512_fmadd_ps(_mm512_loadu_ps(s + n), a, _mm512_mul_ps(_mm512_loadu_ps(b + n), xdt));
+        _mm512_storeu_ps(s + n, sv);
+        acc = _mm512_fmadd_ps(sv, _mm512_loadu_ps(c + n), acc);
+      }
+      if (n < N) {
+        const __mmask16 m = lanes_left(N - n);
+        const __m512 sv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, s + n), a,
+                                          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, b + n), xdt));
+        _mm512_mask_storeu_ps(s + n, m, sv);
+        acc = _mm512_mask3_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, c + n), acc, m);
+      }
+      const float sum = reduce_lanes8(
+          _mm256_add_ps(_mm512_castps512_ps256(acc),
+                        _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc, acc, 0xEE))));
+      y[t * ldy + p] = sum + D * xv;
+    }
+  }
+}
+
+// The same in AVX2: lanes 0-7 and 8-15 in two registers, a tail of under 16 in scalar code on
+// the stored lanes.
+__attribute__((target("avx2,fma"))) void mamba2_steps_avx2(float* S, const float* x, int64_t ldx,
+                                                           const float* B, const float* C,
+                                                           int64_t ldbc, const float* dt,
+                                                           const float* dA, float D, float* y,
+                                                           int64_t ldy, int64_t T, int64_t P,
+                                                           int64_t N) {
+  for (int64_t p = 0; p < P; ++p) {
+    float* s = S + p * N;
+    for (int64_t t = 0; t < T; ++t) {
+      const float xv = x[t * ldx + p];
+      const float xs = xv * dt[t];
+      const __m256 xdt = _mm256_set1_ps(xs);
+      const __m256 a = _mm256_set1_ps(dA[t]);
+      const float* b = B + t * ldbc;
+      const float* c = C + t * ldbc;
+      __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+      int64_t n = 0;
+      for (; n + kLanes <= N; n += kLanes) {
+        const __m256 s0 =
+            _mm256_fmadd_ps(_mm256_loadu_ps(s + n), a, _mm256_mul_ps(_mm256_loadu_ps(b + n), xdt));
+        const __m256 s1 = _mm256_fmadd_ps(_mm256_loadu_ps(s + n + 8), a,
+                                          _mm256_mul_ps(_mm256_loadu_ps(b + n + 8), xdt));
+        _mm256_storeu_ps(s + n, s0);
+        _mm256_storeu_ps(s + n + 8, s1);
+        lo = _mm256_fmadd_ps(s0, _mm256_loadu_ps(c + n), lo);
+        hi = _mm256_fmadd_ps(s1, _mm256_loadu_ps(c + n + 8), hi);
+      }
+      float sum;
+      if (n == N) {
+        sum = reduce_lanes8(_mm256_add_ps(lo, hi));
+      } else {
+        float l[kLanes];
+        _mm256_storeu_ps(l, lo);
+        _mm256_storeu_ps(l + 8, hi);
+        for (int j = 0; n + j < N; ++j) {
+          s[n + j] = std::fma(s[n + j], dA[t], b[n + j] * xs);
+          l[j] = std::fma(s[n + j], c[n + j], l[j]);
+        }
+        sum = reduce_lanes(l);
+      }
+      y[t * ldy + p] = sum + D * xv;
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
+void mamba2_steps(float* S, const float* x, int64_t ldx, const float* B, const float* C,
+                  int64_t ldbc, const float* dt, const float* dA, float D, float* y, int64_t ldy,
+                  int64_t T, int64_t P, int64_t N, IsaCap isa) {
+#ifdef REWIND_DOT_SIMD
+  const int level = simd_level(isa);
+  if (level == 2) return mamba2_steps_avx512(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, P, N);
+  if (level == 1) return mamba2_steps_avx2(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, P, N);
+#endif
+  for (int64_t p = 0; p < P; ++p) {
+    float* s = S + p * N;
+    for (int64_t t = 0; t < T; ++t) {
+      const float xv = x[t * ldx + p];
+      const float xs = xv * dt[t];
+      const float* b = B + t * ldbc;
+      const float* c = C + t * ldbc;
+      float acc[kLanes] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        s[n] = std::fma(s[n], dA[t], b[n] * xs);
+        acc[n % kLanes] = std::fma(s[n], c[n], acc[n % kLanes]);
+      }
+      y[t * ldy + p] = reduce_lanes(acc) + D * xv;
+    }
+  }
+}
+
+REWIND_CLONES
+void gated_rmsnorm_groups(const float* y, const float* z, const float* w, float* out,
+                          int64_t n_groups, int64_t d, float eps, IsaCap isa) {
+  const int64_t n = n_groups * d;
+  for (int64_t i = 0; i < n; ++i) out[i] = y[i] * silu_inline(z[i]);
+  float ss[16];
+  for (int64_t g = 0; g < n_groups; ++g) {
+    if (g % 16 == 0) sumsq_rows(out + g * d, d, std::min<int64_t>(16, n_groups - g), d, ss, isa);
+    float* h = out + g * d;
+    const float* wg = w + g * d;
+    const float inv = 1.0f / std::sqrt(ss[g % 16] / static_cast<float>(d) + eps);
+    for (int64_t i = 0; i < d; ++i) h[i] = (h[i] * inv) * wg[i];
+  }
+}
 
 REWIND_CLONES
 void attention_head(const float* q, const float* const* k_blocks, const float* const* v_blocks,

@@ -27,10 +27,12 @@ void rmsnorm(const float* x, int64_t ldx, const float* w, float* y, int64_t ldy,
              int64_t n, float eps, IsaCap isa = IsaCap::Amx);
 
 // In-place per-head RMSNorm over d with weight w [d]: x is [n_heads, d] contiguous.
-void rmsnorm_heads(float* x, int64_t n_heads, int64_t d, const float* w, float eps, IsaCap isa = IsaCap::Amx);
+void rmsnorm_heads(float* x, int64_t n_heads, int64_t d, const float* w, float eps,
+                   IsaCap isa = IsaCap::Amx);
 
 // In-place L2 normalisation per head, then scale: x <- x / sqrt(sum x^2 + eps) * scale.
-void l2norm_heads(float* x, int64_t n_heads, int64_t d, float eps, float scale, IsaCap isa = IsaCap::Amx);
+void l2norm_heads(float* x, int64_t n_heads, int64_t d, float eps, float scale,
+                  IsaCap isa = IsaCap::Amx);
 
 // Gated RMSNorm per head (GDN output): y = w * (o / sqrt(mean(o^2) + eps)) * silu(z).
 // o, z, y: [n_heads, d]; w: [d]. y may alias o.
@@ -62,8 +64,10 @@ void swiglu(const float* g, const float* u, float* y, int64_t n, IsaCap isa = Is
 // channels handled from column 0: out[t, c - c0] = silu(acc) with acc = 0, then
 // acc = fma(w[j, c], seq[t - (K-1) + j][c], acc) for
 // j = 0..K-1, seq being window rows followed by `in` rows.
+// With `bias` ([C], may be null) the chain starts at bias[c] instead of 0 (Mamba2's conv1d).
 void conv_silu(float* window, const float* in, int64_t ld_in, const float* w, float* out,
-               int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1, IsaCap isa = IsaCap::Amx);
+               int64_t ld_out, int64_t T, int64_t C, int64_t K, int64_t c0, int64_t c1,
+               IsaCap isa = IsaCap::Amx, const float* bias = nullptr);
 
 // One Gated DeltaNet token for one value head, fp32, in place on S [dk, dv]:
 //   S <- alpha*S; m = S^T k; u = beta*(v - m); S <- S + k u^T; o = S^T q.
@@ -81,6 +85,24 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
                const float* alpha, const float* beta, float* o, int64_t ldo, int64_t T, int64_t dk,
                int64_t dv, IsaCap isa = IsaCap::Amx);
 
+// T tokens of one Mamba2 head in order (the recurrent form of the SSD layer, fp32), in place on
+// S [P, N]. For token t, with xdt = x[t][p] * dt[t]:
+//   S[p][n] <- fma(S[p][n], dA[t], B[t][n] * xdt)
+//   y[t][p] = (sum over n of S[p][n] * C[t][n], in dot_fixed's 16-lane order) + D * x[t][p]
+// x: row t at x + t*ldx (P values); B, C: row t at B + t*ldbc, C + t*ldbc (N values); dt (after
+// softplus), dA = exp(dt * A): [T]; y: row t at y + t*ldy. Rows of S never mix and every element
+// sees the same operations in the same order whatever T, so any cut of a sequence into calls
+// gives the same bits, and so does every SIMD path.
+void mamba2_steps(float* S, const float* x, int64_t ldx, const float* B, const float* C,
+                  int64_t ldbc, const float* dt, const float* dA, float D, float* y, int64_t ldy,
+                  int64_t T, int64_t P, int64_t N, IsaCap isa = IsaCap::Amx);
+
+// Mamba2's gated RMSNorm, gate first: h = y * silu(z), then per group of d values
+// out = (h / sqrt(mean(h^2) + eps)) * w. y, z, out: [n_groups * d]; w: [n_groups * d];
+// out may alias y.
+void gated_rmsnorm_groups(const float* y, const float* z, const float* w, float* out,
+                          int64_t n_groups, int64_t d, float eps, IsaCap isa = IsaCap::Amx);
+
 // Causal attention for one query head against keys [0, n_keys) of one sequence. Keys come in
 // blocks of `block` positions aligned to absolute positions (block b covers [b*block,
 // (b+1)*block)): K of block b is dim-major at k_blocks[b] (element (i, j) at [i*block + j]),
@@ -97,7 +119,8 @@ void attention_head(const float* q, const float* const* k_blocks, const float* c
 // out: row r at out + r*ldo; scratch: [m, n_keys[m-1]].
 void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
-                    int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch, IsaCap isa = IsaCap::Amx);
+                    int64_t ld, int64_t d, float scale, float* out, int64_t ldo, float* scratch,
+                    IsaCap isa = IsaCap::Amx);
 
 // The same with each row's query and output at its own address (q[r], out[r]): rows of
 // different heads that share a K/V head (grouped-query attention) read each K/V block once for
@@ -105,6 +128,7 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
 // attention_head on it alone.
 void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
-                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch, IsaCap isa = IsaCap::Amx);
+                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch,
+                    IsaCap isa = IsaCap::Amx);
 
 }  // namespace rw

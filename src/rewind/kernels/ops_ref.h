@@ -9,9 +9,15 @@
 
 namespace rw::ref {
 
-inline double silu(double x) { return x / (1.0 + std::exp(-x)); }
-inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-inline double softplus(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
+inline double silu(double x) {
+  return x / (1.0 + std::exp(-x));
+}
+inline double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+inline double softplus(double x) {
+  return x > 20.0 ? x : std::log1p(std::exp(x));
+}
 
 // y = x / sqrt(mean(x^2) + eps) * w over n.
 inline void rmsnorm(const double* x, const double* w, double* y, int64_t n, double eps) {
@@ -80,6 +86,35 @@ inline void attention(const double* q, const double* keys, const double* vals, i
   for (int64_t i = 0; i < d; ++i) out[i] = 0;
   for (int64_t j = 0; j < n_keys; ++j)
     for (int64_t i = 0; i < d; ++i) out[i] += s[j] / sum * vals[j * d + i];
+}
+
+// One Mamba2 token for one head: S [P, N]; dt after softplus; y [P] = S C + D x.
+inline void mamba2_step(double* S, const double* x, const double* B, const double* C, double dt,
+                        double A, double D, double* y, int64_t P, int64_t N) {
+  const double dA = std::exp(dt * A);
+  for (int64_t p = 0; p < P; ++p) {
+    double acc = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      double& s = S[p * N + n];
+      s = s * dA + dt * x[p] * B[n];
+      acc += s * C[n];
+    }
+    y[p] = acc + D * x[p];
+  }
+}
+
+// Mamba2's gated RMSNorm, gate first, per group of d values.
+inline void gated_rmsnorm_groups(const double* y, const double* z, const double* w, double* out,
+                                 int64_t n_groups, int64_t d, double eps) {
+  for (int64_t g = 0; g < n_groups; ++g) {
+    double ss = 0;
+    for (int64_t i = g * d; i < (g + 1) * d; ++i) {
+      out[i] = y[i] * silu(z[i]);
+      ss += out[i] * out[i];
+    }
+    const double inv = 1.0 / std::sqrt(ss / d + eps);
+    for (int64_t i = g * d; i < (g + 1) * d; ++i) out[i] = out[i] * inv * w[i];
+  }
 }
 
 }  // namespace rw::ref

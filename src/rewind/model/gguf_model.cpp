@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "rewind/base/thread_pool.h"
+#include "rewind/model/arch.h"
 #include "rewind/tensor/quant.h"
 #include "rewind/tensor/shape.h"
 
@@ -131,11 +132,15 @@ const char* gguf_arch_name(Family f) {
       return "qwen35moe";
     case Family::Qwen3Next:
       return "qwen3next";
+    case Family::GraniteHybrid:
+      return "granitehybrid";
+    case Family::NemotronH:
+      return "nemotron_h";
   }
   return "?";
 }
 
-Result<ModelConfig> config_from_gguf(const GgufFile& g) {
+Result<ModelConfig> qwen35_config_from_gguf(const GgufFile& g) {
   const std::string& w = g.path();
   REWIND_TRY(std::string arch, g.get_string("general.architecture"));
   ModelConfig c;
@@ -149,8 +154,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
     c.family = Family::Qwen3Next;
     c.model_type = "qwen3_next";
   } else {
-    return make_error(w + ": architecture '" + arch +
-                      "' is not supported (qwen35, qwen35moe, qwen3next)");
+    return make_error(w + ": architecture '" + arch + "' is not a Qwen3.5 family architecture");
   }
   const std::string a = arch + ".";
   auto in_range = [&](const std::string& key, int64_t v, int64_t lo, int64_t hi) -> Status {
@@ -225,7 +229,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
                         std::to_string(blocks));
     (void)rl;
     for (int64_t il = 0; il < c.n_layer; ++il)
-      c.layer_kinds.push_back(flags[il] ? LayerKind::Linear : LayerKind::Full);
+      c.layer_kinds.push_back(flags[il] ? LayerKind::GatedDeltaNet : LayerKind::Attention);
     for (int64_t il = c.n_layer; il < blocks; ++il)
       if (flags[il])
         return make_error(w + ": key '" + a + "attention.recurrent_layers' marks block " +
@@ -235,7 +239,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
   } else {
     REWIND_TRY(int64_t n, opt("full_attention_interval", 4, 1, kMaxLayers));
     for (int64_t il = 0; il < c.n_layer; ++il)
-      c.layer_kinds.push_back((il + 1) % n == 0 ? LayerKind::Full : LayerKind::Linear);
+      c.layer_kinds.push_back((il + 1) % n == 0 ? LayerKind::Attention : LayerKind::GatedDeltaNet);
   }
 
   REWIND_TRY(c.intermediate_size, opt("feed_forward_length", 0, 0, kMaxDim));
@@ -247,6 +251,7 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
                req("expert_shared_feed_forward_length", 1, kMaxDim));
   }
   c.norm_topk_prob = true;  // llama.cpp renormalises the top-k weights for all three
+  for (int64_t il = 0; il < c.n_layer; ++il) c.ffn_kinds.push_back(qwen35_ffn_kind(c, il));
   for (int64_t il = 0; il < c.n_layer; ++il)
     if (!c.layer_is_moe(il) && c.intermediate_size <= 0)
       return make_error(w + ": key '" + a + "feed_forward_length' is missing or 0, but layer " +
@@ -258,20 +263,22 @@ Result<ModelConfig> config_from_gguf(const GgufFile& g) {
   return c;
 }
 
-Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) {
-  WeightSet ws;
+Status qwen35_map_gguf(const GgufFile& g, const ModelConfig& c, WeightSet* out) {
+  WeightSet& ws = *out;
+  std::vector<std::string> mtp_names;
+  bool has_mtp = false;
   const Resolver R(g);
   const int64_t H = c.hidden_size, V = c.vocab_size;
   REWIND_TRY(Found embed, R.need("token_embd.weight", {V, H}));
-  ws.map_["embed"] = Resolver::view(embed, V, H);
+  ws.put("embed", Resolver::view(embed, V, H));
   if (R.has("output.weight")) {
     REWIND_TRY(Found out, R.need("output.weight", {V, H}));
-    ws.map_["lm_head"] = Resolver::view(out, V, H);
+    ws.put("lm_head", Resolver::view(out, V, H));
   } else {
-    ws.map_["lm_head"] = ws.map_["embed"];
+    ws.put("lm_head", ws.get("embed"));
   }
   REWIND_TRY(Found fn, R.need("output_norm.weight", {H}));
-  ws.map_["final_norm"] = Resolver::owned(fn, 1, H);
+  ws.put("final_norm", Resolver::owned(fn, 1, H));
 
   const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
   const int64_t r = Hv / Hk, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
@@ -283,8 +290,8 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
   auto map_norms = [&](const std::string& p, const std::string& cp) -> Status {
     REWIND_TRY(Found in_norm, R.need(p + "attn_norm.weight", {H}));
     REWIND_TRY(Found post_norm, R.need(p + "post_attention_norm.weight", {H}));
-    ws.map_[cp + "in_norm"] = Resolver::owned(in_norm, 1, H);
-    ws.map_[cp + "post_norm"] = Resolver::owned(post_norm, 1, H);
+    ws.put(cp + "in_norm", Resolver::owned(in_norm, 1, H));
+    ws.put(cp + "post_norm", Resolver::owned(post_norm, 1, H));
     return Ok{};
   };
   // Gated full attention (separate attn_q/k/v or a fused attn_qkv).
@@ -298,17 +305,17 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
       s.file_dtype = q.dtype;
       s.blocks = {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
                   Resolver::rows_of(v, 0, nkv * D, H)};
-      ws.map_[cp + "qkv"] = std::move(s);
+      ws.put(cp + "qkv", std::move(s));
     } else {
       REWIND_TRY(Found qkv, R.need(p + "attn_qkv.weight", {nh * 2 * D + 2 * nkv * D, H}));
-      ws.map_[cp + "qkv"] = Resolver::view(qkv, nh * 2 * D + 2 * nkv * D, H);
+      ws.put(cp + "qkv", Resolver::view(qkv, nh * 2 * D + 2 * nkv * D, H));
     }
     REWIND_TRY(Found qn, R.need(p + "attn_q_norm.weight", {D}));
     REWIND_TRY(Found kn, R.need(p + "attn_k_norm.weight", {D}));
-    ws.map_[cp + "q_norm"] = Resolver::owned(qn, 1, D);
-    ws.map_[cp + "k_norm"] = Resolver::owned(kn, 1, D);
+    ws.put(cp + "q_norm", Resolver::owned(qn, 1, D));
+    ws.put(cp + "k_norm", Resolver::owned(kn, 1, D));
     REWIND_TRY(Found o, R.need(p + "attn_output.weight", {H, nh * D}));
-    ws.map_[cp + "o_proj"] = Resolver::view(o, H, nh * D);
+    ws.put(cp + "o_proj", Resolver::view(o, H, nh * D));
     return Ok{};
   };
   // Dense SwiGLU or MoE (router, experts split or fused, shared expert).
@@ -321,8 +328,8 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
       s.cols = H;
       s.file_dtype = gt.dtype;
       s.blocks = {Resolver::rows_of(gt, 0, F, H), Resolver::rows_of(up, 0, F, H)};
-      ws.map_[dst + "gate_up"] = std::move(s);
-      ws.map_[dst + "down"] = Resolver::view(dn, H, F);
+      ws.put(dst + "gate_up", std::move(s));
+      ws.put(dst + "down", Resolver::view(dn, H, F));
       return Ok{};
     };
     if (!moe) {
@@ -331,7 +338,7 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
       const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
                     Is = c.shared_expert_intermediate_size;
       REWIND_TRY(Found router, R.need(p + "ffn_gate_inp.weight", {E, H}));
-      ws.map_[cp + "router"] = Resolver::view(router, E, H);
+      ws.put(cp + "router", Resolver::view(router, E, H));
       REWIND_TRY(Found dn, R.need(p + "ffn_down_exps.weight", {E, H, Im}));
       const bool fused = R.has(p + "ffn_gate_up_exps.weight");
       Found gu, gt, up;
@@ -351,16 +358,16 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
         } else {
           s.blocks = {Resolver::rows_of(gt, e * Im, Im, H), Resolver::rows_of(up, e * Im, Im, H)};
         }
-        ws.map_[ep + "gate_up"] = std::move(s);
+        ws.put(ep + "gate_up", std::move(s));
         WeightSource d;
         d.cols = Im;
         d.file_dtype = dn.dtype;
         d.blocks = {Resolver::rows_of(dn, e * H, H, Im)};
-        ws.map_[ep + "down"] = std::move(d);
+        ws.put(ep + "down", std::move(d));
       }
       REWIND_TRY_STATUS(swiglu("_shexp", cp + "sh.", Is));
       REWIND_TRY(Found sg, R.need(p + "ffn_gate_inp_shexp.weight", {H}));
-      ws.map_[cp + "sh.gate"] = Resolver::view(sg, 1, H);
+      ws.put(cp + "sh.gate", Resolver::view(sg, 1, H));
     }
     return Ok{};
   };
@@ -369,7 +376,7 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
     const std::string p = "blk." + std::to_string(il) + ".";
     const std::string cp = "l" + std::to_string(il) + ".";
     REWIND_TRY_STATUS(map_norms(p, cp));
-    if (c.layer_kinds[il] == LayerKind::Full) {
+    if (c.layer_kinds[il] == LayerKind::Attention) {
       REWIND_TRY_STATUS(map_full_attention(p, cp));
     } else {
       WeightSource in;
@@ -418,12 +425,13 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
         heads(b, 0, 1);
         heads(al, 0, 1);
       }
-      ws.map_[cp + "in_proj"] = std::move(in);
+      ws.put(cp + "in_proj", std::move(in));
 
       REWIND_TRY(Found conv, R.need(p + "ssm_conv1d.weight", {CD, K}));
-      ws.map_[cp + "conv"] = Resolver::owned(conv, CD, K, [&](int64_t ch) {
-        return ch < 2 * KD ? ch : 2 * KD + vh.pos((ch - 2 * KD) / dv) * dv + (ch - 2 * KD) % dv;
-      });
+      ws.put(cp + "conv", Resolver::owned(conv, CD, K, [&](int64_t ch) {
+               return ch < 2 * KD ? ch
+                                  : 2 * KD + vh.pos((ch - 2 * KD) / dv) * dv + (ch - 2 * KD) % dv;
+             }));
       REWIND_TRY(Found A, R.need(p + "ssm_a", {Hv}));
       REWIND_TRY(Found dtb, R.need(p + "ssm_dt.bias", {Hv}));
       // [Hv] viewed as Hv rows of one value, so the head permutation is a row permutation.
@@ -433,10 +441,10 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
         s.blocks[0].rows = 1;
         return s;
       };
-      ws.map_[cp + "A"] = per_head(A);
-      ws.map_[cp + "dt_bias"] = per_head(dtb);
+      ws.put(cp + "A", per_head(A));
+      ws.put(cp + "dt_bias", per_head(dtb));
       REWIND_TRY(Found gn, R.need(p + "ssm_norm.weight", {dv}));
-      ws.map_[cp + "gnorm"] = Resolver::owned(gn, 1, dv);
+      ws.put(cp + "gnorm", Resolver::owned(gn, 1, dv));
       REWIND_TRY(Found out, R.need(p + "ssm_out.weight", {H, VD}));
       WeightSource o = Resolver::view(out, H, VD);
       if (vh.tiled) {
@@ -444,7 +452,7 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
         for (int64_t j = 0; j < VD; ++j)
           o.col_perm[j] = static_cast<int32_t>(vh.head_at(j / dv) * dv + j % dv);
       }
-      ws.map_[cp + "out_proj"] = std::move(o);
+      ws.put(cp + "out_proj", std::move(o));
     }
     REWIND_TRY_STATUS(map_ffn(p, cp, c.layer_is_moe(il)));
   }
@@ -459,9 +467,9 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
   for (auto& t : g.tensors()) {
     if (t.name.rfind("blk.", 0) != 0) continue;
     const int64_t n = std::strtoll(t.name.c_str() + 4, nullptr, 10);
-    if (n >= c.n_layer) ws.mtp_names_.push_back(t.name);
+    if (n >= c.n_layer) mtp_names.push_back(t.name);
   }
-  if (c.mtp_num_hidden_layers > 0 && !ws.mtp_names_.empty()) {
+  if (c.mtp_num_hidden_layers > 0 && !mtp_names.empty()) {
     auto mtp = [&]() -> Status {
       const std::string nx = "blk." + std::to_string(c.n_layer) + ".nextn.";
       for (const char* own : {"embed_tokens", "shared_head_head"})
@@ -470,16 +478,16 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
                             ".weight' is not supported (rewind's MTP head shares "
                             "token_embd.weight and the output matrix)");
       REWIND_TRY(Found fc, R.need(nx + "eh_proj.weight", {H, 2 * H}));
-      ws.map_["mtp.fc"] = Resolver::view(fc, H, 2 * H);
+      ws.put("mtp.fc", Resolver::view(fc, H, 2 * H));
       REWIND_TRY(Found en, R.need(nx + "enorm.weight", {H}));
-      ws.map_["mtp.enorm"] = Resolver::owned(en, 1, H);
+      ws.put("mtp.enorm", Resolver::owned(en, 1, H));
       REWIND_TRY(Found hn, R.need(nx + "hnorm.weight", {H}));
-      ws.map_["mtp.hnorm"] = Resolver::owned(hn, 1, H);
+      ws.put("mtp.hnorm", Resolver::owned(hn, 1, H));
       if (R.has(nx + "shared_head_norm.weight")) {
         REWIND_TRY(Found sn, R.need(nx + "shared_head_norm.weight", {H}));
-        ws.map_["mtp.norm"] = Resolver::owned(sn, 1, H);
+        ws.put("mtp.norm", Resolver::owned(sn, 1, H));
       } else {  // optional: llama.cpp's MTP graph then uses output_norm
-        ws.map_["mtp.norm"] = ws.map_["final_norm"];
+        ws.put("mtp.norm", ws.get("final_norm"));
       }
       for (int64_t j = 0; j < c.mtp_num_hidden_layers; ++j) {
         const std::string p = "blk." + std::to_string(c.n_layer + j) + ".";
@@ -495,8 +503,26 @@ Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) 
       return make_error(st.error_message() + " (MTP block: nextn_predict_layers = " +
                         std::to_string(c.mtp_num_hidden_layers) + " and some blk." +
                         std::to_string(c.n_layer) + ".* tensors are present)");
-    ws.has_mtp_ = true;
+    has_mtp = true;
   }
+  ws.set_mtp(has_mtp, std::move(mtp_names));
+  return Ok{};
+}
+
+Result<ModelConfig> config_from_gguf(const GgufFile& g) {
+  REWIND_TRY(std::string arch, g.get_string("general.architecture"));
+  const Architecture* a = architecture_for_gguf(arch);
+  if (!a)
+    return make_error(g.path() + ": architecture '" + arch + "' is not supported (" +
+                      supported_gguf_archs() + ")");
+  return a->parse_gguf(g);
+}
+
+Result<WeightSet> WeightSet::from_gguf(const GgufFile& g, const ModelConfig& c) {
+  const Architecture& a = architecture_of(c.family);
+  if (!a.map_gguf) return make_error(g.path() + ": " + a.name + " GGUF files are not supported");
+  WeightSet ws;
+  REWIND_TRY_STATUS(a.map_gguf(g, c, &ws));
   return ws;
 }
 
@@ -566,6 +592,9 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
                         const GgufVocab& vocab, DType matrix_type, const std::string& name,
                         const std::function<DType(const std::string&)>& type_for, int64_t file_type,
                         const std::function<void(size_t, size_t)>& progress) {
+  if (c.family == Family::GraniteHybrid || c.family == Family::NemotronH)
+    return make_error(path + ": writing " + family_name(c.family) +
+                      " models as GGUF is not supported yet");
   const int64_t H = c.hidden_size, V = c.vocab_size;
   const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dv = c.lin_dv;
   const int64_t r = Hv / Hk, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
@@ -624,7 +653,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
     const std::string cp = "l" + std::to_string(il) + ".";
     vec(p + "attn_norm.weight", cp + "in_norm", H, id);
     vec(p + "post_attention_norm.weight", cp + "post_norm", H, id);
-    if (kind == LayerKind::Linear) {
+    if (kind == LayerKind::GatedDeltaNet) {
       const std::string in = cp + "in_proj";  // rows [q; k; v (VD) ; z (VD) ; b (Hv) ; a (Hv)]
       mat(p + "attn_qkv.weight", in, CD, H,
           [=](int64_t i) { return i < 2 * KD ? i : vrow(2 * KD, dv)(i - 2 * KD); });
@@ -719,7 +748,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   const int64_t n_mtp = gguf_mtp_blocks(c, ws);
   for (int64_t j = 0; j < n_mtp; ++j) {
     const int64_t il = c.n_layer + j;
-    write_layer(il, LayerKind::Full, c.mtp_layer_is_moe());
+    write_layer(il, LayerKind::Attention, c.mtp_layer_is_moe());
     const std::string p = "blk." + std::to_string(il) + ".nextn.";
     mat(p + "eh_proj.weight", "mtp.fc", H, 2 * H, id);
     vec(p + "enorm.weight", "mtp.enorm", H, id);
@@ -740,8 +769,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
                         : dtype_is_quant(matrix_type) ? quant_traits(matrix_type).llama_file_type
                                                       : 0;
   u32("general.file_type", file_type >= 0 ? file_type : ftype);
-  if (dtype_is_quant(matrix_type))
-    u32("general.quantization_version", 2);
+  if (dtype_is_quant(matrix_type)) u32("general.quantization_version", 2);
   const std::string a = arch + ".";
   u32(a + "context_length", c.max_position_embeddings);
   u32(a + "embedding_length", H);
@@ -770,14 +798,14 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
     for (int64_t n = 1; n <= c.n_layer && !interval; ++n) {
       bool ok = true;
       for (int64_t il = 0; il < c.n_layer; ++il)
-        ok = ok && (c.layer_kinds[il] == LayerKind::Full) == ((il + 1) % n == 0);
+        ok = ok && (c.layer_kinds[il] == LayerKind::Attention) == ((il + 1) % n == 0);
       if (ok) interval = n;
     }
     if (interval > 0) {
       u32(a + "full_attention_interval", interval);
     } else {
       std::vector<int64_t> flags;
-      for (auto k : c.layer_kinds) flags.push_back(k == LayerKind::Linear);
+      for (auto k : c.layer_kinds) flags.push_back(k == LayerKind::GatedDeltaNet);
       flags.resize(static_cast<size_t>(c.n_layer + n_mtp), 0);  // MTP blocks: attention
       kv.emplace_back(a + "attention.recurrent_layers", GgufValue::array_bool(std::move(flags)));
     }

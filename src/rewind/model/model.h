@@ -1,5 +1,6 @@
-// The Qwen3.5 / Qwen3.5-MoE / Qwen3-Next hybrid decoder on the CPU (one file per architecture:
-// model/qwen35.cpp). Loads a Hugging Face checkpoint directory or a llama.cpp GGUF file
+// A hybrid decoder on the CPU, of any family in the architecture registry (model/arch.h:
+// Qwen3.5 / Qwen3.5-MoE / Qwen3-Next, Granite-4.0-H, Nemotron-H; the forward pass in
+// model/forward.cpp). Loads a Hugging Face checkpoint directory or a llama.cpp GGUF file
 // (model/gguf_model.h), packs its matrices once, and
 // runs the forward pass over a ragged batch: several sequences, each with its own new tokens
 // and its own SequenceState, concatenated without padding.
@@ -156,6 +157,8 @@ class Model {
 
  private:
   Model();
+  void replay_mamba2(SequenceState* st, const RecCapture& cap, int64_t from, int64_t to,
+                     ThreadPool* pool) const;
   ModelConfig cfg_;
   std::unique_ptr<TensorSet> tensors_;
   std::unique_ptr<GgufFile> gguf_;

@@ -20,7 +20,11 @@ std::string layer_prefix(int64_t il) {
 
 }  // namespace
 
-ReferenceModel::ReferenceModel(const ModelConfig& cfg, const WeightSet& ws) : cfg_(cfg), ws_(ws) {}
+ReferenceModel::ReferenceModel(const ModelConfig& cfg, const WeightSet& ws) : cfg_(cfg), ws_(ws) {
+  REWIND_CHECK_MSG(cfg.family == Family::Qwen35 || cfg.family == Family::Qwen35Moe ||
+                       cfg.family == Family::Qwen3Next,
+                   "ReferenceModel implements the Qwen3.5 families only");
+}
 
 const ReferenceModel::Mat& ReferenceModel::mat(const std::string& name) const {
   auto it = cache_.find(name);
@@ -205,7 +209,8 @@ ReferenceModel::Rows ReferenceModel::forward(const std::vector<int32_t>& tokens,
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < H; ++i) x[t][i] = emb.v[tokens[t] * H + i];
   for (int64_t il = 0; il < c.n_layer; ++il)
-    decoder_layer(layer_prefix(il), c.layer_kinds[il] == LayerKind::Linear, c.layer_is_moe(il), x);
+    decoder_layer(layer_prefix(il), c.layer_kinds[il] == LayerKind::GatedDeltaNet,
+                  c.layer_is_moe(il), x);
 
   const Mat& fn = mat("final_norm");
   const Mat& lm = mat("lm_head");

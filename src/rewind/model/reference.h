@@ -1,7 +1,8 @@
 // Naive reference model: the forward pass of docs/QWEN35.md section 3 in double precision,
 // plain loops, one sequence at a time from an empty state, written independently of the fast
 // kernels (it reads the same logical weights, model/weight_source.h, and kernels/ops_ref.h).
-// Tests check the fast path against it within a tolerance. Slow: tiny models only.
+// Tests check the fast path against it within a tolerance. Slow: tiny models only. Qwen3.5
+// families only (the Mamba2 families are checked against golden logits, tests/data/mamba2-tiny).
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,16 @@
 //            l{il}.gnorm [dv] (no +1); l{il}.out_proj [H, value_dim]
 //   full:    l{il}.qkv [nh*2D + 2*nkv*D, H] = rows [q_proj (per-head q|gate) ; k_proj ; v_proj]
 //            l{il}.q_norm, l{il}.k_norm [D] (+1 folded); l{il}.o_proj [H, nh*D]
+//   attention without the output gate (ModelConfig::attn_output_gate false):
+//            l{il}.qkv [nh*D + 2*nkv*D, H] = rows [q ; k ; v]; no q_norm / k_norm without
+//            attn_qk_norm
+//   mamba2:  l{il}.in_proj [2*d_inner + 2*G*N + H, H] = rows [z ; x, B, C ; dt];
+//            l{il}.conv [conv_dim, K]; l{il}.conv_bias [conv_dim]; l{il}.A [H] = -exp(A_log);
+//            l{il}.dt_bias [H]; l{il}.D [H]; l{il}.gnorm [d_inner]; l{il}.out_proj [H, d_inner]
+//   relu^2:  l{il}.up [F, H]; l{il}.down [H, F]
+//   Norms of the Mamba2 families carry no +1. A layer without a mixer (LayerKind::None) has no
+//   in_norm; a layer without an FFN (FfnKind::None) has no post_norm. A MoE without a shared
+//   gate (ModelConfig::shared_expert_gate false) has no sh.gate.
 //   dense:   l{il}.gate_up [2I, H] = rows [gate ; up]; l{il}.down [H, I]
 //   moe:     l{il}.router [E, H]; l{il}.e{e}.gate_up [2Im, H]; l{il}.e{e}.down [H, Im];
 //            l{il}.sh.gate_up [2Is, H]; l{il}.sh.down [H, Is]; l{il}.sh.gate [1, H]
@@ -83,8 +93,9 @@ struct WeightSource {
 
 class WeightSet {
  public:
-  // Resolves every tensor the config needs in `tensors` (HF names, per family), checks shapes
-  // and dtypes, applies the load-time transforms. `tensors` must outlive the WeightSet.
+  // Resolves every tensor the config needs in `tensors` (HF names, by the family's entry in
+  // model/arch.h), checks shapes and dtypes, applies the load-time transforms. `tensors` must
+  // outlive the WeightSet.
   static Result<WeightSet> from_hf(const TensorSet& tensors, const ModelConfig& cfg);
   // The same from a llama.cpp GGUF file (qwen35 / qwen35moe / qwen3next): tensor names and
   // conventions in model/gguf_model.h (norms already hold the +1,
@@ -98,6 +109,13 @@ class WeightSet {
   // True when the MTP head was mapped (names above). False when the config has no MTP layers or
   // the checkpoint ships none of the mtp.* tensors; a partial or mis-shaped head is a load error.
   bool has_mtp() const { return has_mtp_; }
+
+  // For the families' mappers (model/arch.h): adds a canonical weight, and records the MTP head.
+  void put(const std::string& name, WeightSource w) { map_[name] = std::move(w); }
+  void set_mtp(bool has, std::vector<std::string> names) {
+    has_mtp_ = has;
+    mtp_names_ = std::move(names);
+  }
 
  private:
   std::map<std::string, WeightSource> map_;

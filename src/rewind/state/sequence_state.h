@@ -1,6 +1,6 @@
 // Per-sequence model state: attention KV in fixed-size pages behind a page table, and each
-// recurrent (Gated DeltaNet) layer's conv window and fp32 SSM state. No model knowledge: the
-// shape comes from StateShape.
+// recurrent (Gated DeltaNet or Mamba2) layer's conv window and fp32 SSM state. No model knowledge:
+// the shape comes from StateShape.
 //
 // Cost rules (docs/STYLE.md): the state is move-only; clone() says what it copies. Attention pages
 // are refcounted: clone() shares them (O(pages) refcount bumps) and a shared page is copied
@@ -21,16 +21,14 @@
 namespace rw {
 
 struct StateShape {
-  int64_t n_attn_layers = 0;  // full-attention layers
-  int64_t kv_dim = 0;         // n_head_kv * head_dim: floats per token per layer, per K and V
-  int64_t n_rec_layers = 0;   // Gated DeltaNet layers
-  int64_t conv_rows = 0;      // conv kernel - 1
-  int64_t conv_dim = 0;       // channels convolved (q, k, v)
-  int64_t n_head_v = 0;
-  int64_t dk = 0;
-  int64_t dv = 0;
-  int64_t page_tokens = 64;   // tokens per KV page; attention reduces in blocks of this size
-  // MTP head (model/qwen35.cpp, loaded on request): its attention layer is the last of the
+  int64_t n_attn_layers = 0;     // full-attention layers
+  int64_t kv_dim = 0;            // n_head_kv * head_dim: floats per token per layer, per K and V
+  int64_t n_rec_layers = 0;      // recurrent layers (Gated DeltaNet or Mamba2)
+  int64_t conv_rows = 0;         // conv kernel - 1
+  int64_t conv_dim = 0;          // channels convolved (GDN q, k, v; Mamba2 x, B, C)
+  int64_t ssm_layer_floats = 0;  // one layer's SSM state (GDN [Hv, dk, dv]; Mamba2 [H, P, N])
+  int64_t page_tokens = 64;      // tokens per KV page; attention reduces in blocks of this size
+  // MTP head (model/forward.cpp, loaded on request): its attention layer is the last of the
   // n_attn_layers and lags by one position (its slot p is written once token p+1 is consumed,
   // so at n_pos only slots below n_pos - 1 are defined); `carry_floats` more floats at the end
   // of the recurrent buffer hold the carry (the main model's final hidden state of the last
@@ -39,7 +37,7 @@ struct StateShape {
   int64_t carry_floats = 0;
 
   int64_t conv_floats() const { return conv_rows * conv_dim; }
-  int64_t ssm_floats() const { return n_head_v * dk * dv; }
+  int64_t ssm_floats() const { return ssm_layer_floats; }
   int64_t rec_floats_per_layer() const { return conv_floats() + ssm_floats(); }
   // The whole recurrent buffer: every recurrent layer, then the carry.
   int64_t rec_floats() const { return n_rec_layers * rec_floats_per_layer() + carry_floats; }

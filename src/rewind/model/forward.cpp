@@ -1,6 +1,7 @@
-// Qwen3.5 / Qwen3.5-MoE / Qwen3-Next forward pass (docs/QWEN35.md section 3), CPU, fp32
-// activations. Every layer dispatches on its kind to the Gated DeltaNet or the gated attention
-// block; the FFN is dense SwiGLU or MoE. Row-wise ops run on the whole ragged [T, H] batch;
+// The forward pass of every family (docs/QWEN35.md section 3, docs/MAMBA2.md), CPU, fp32
+// activations. A layer is a token mixer (Gated DeltaNet, Mamba2, attention, or none) and an FFN
+// (SwiGLU, squared ReLU, routed MoE, or none), each a unit below; the configuration says which
+// (ModelConfig::layer_kinds, ffn_kinds). Row-wise ops run on the whole ragged [T, H] batch;
 // conv, recurrence and attention run per sequence on its rows with its own state.
 #include <algorithm>
 #include <cmath>
@@ -23,20 +24,27 @@ struct LinearW {
   std::vector<float> conv;  // [K, conv_dim] tap-major
   std::vector<float> A, dt_bias, gnorm;
 };
+struct Mamba2W {
+  PackedMatrix in_proj, out_proj;  // [z | x, B, C | dt] rows; [H, d_inner]
+  std::vector<float> conv;         // [K, conv_dim] tap-major
+  std::vector<float> conv_bias, A, dt_bias, D, gnorm;
+};
 struct AttnW {
   PackedMatrix qkv, o_proj;
   PackedMatrix kv;  // MTP layer only: the k and v rows of qkv, for forward()'s K/V-only pass
   std::vector<float> q_norm, k_norm;
 };
 struct ExpertW {
-  PackedMatrix gate_up, down;
+  PackedMatrix gate_up, down;  // squared ReLU: gate_up holds the up rows only
 };
 struct LayerW {
   LayerKind kind;
-  int64_t rec_index = -1;   // index among linear layers
-  int64_t attn_index = -1;  // index among full-attention layers
-  std::vector<float> in_norm, post_norm;
+  FfnKind ffn = FfnKind::SwiGLU;
+  int64_t rec_index = -1;                 // index among recurrent layers
+  int64_t attn_index = -1;                // index among attention layers
+  std::vector<float> in_norm, post_norm;  // the mixer's and the FFN's pre-norms
   LinearW lin;
+  Mamba2W m2;
   AttnW attn;
   bool moe = false;
   ExpertW dense;  // dense FFN, or the shared expert of a MoE layer
@@ -82,7 +90,7 @@ struct Model::Impl {
   size_t mapped_bytes = 0;     // the checkpoint's mapped tensor bytes (read at load, embeddings)
 
   // MTP head (LoadOptions::mtp and a checkpoint with one): its decoder layer is attention
-  // layer n_full_layers of the state (the lagging one, StateShape::lagged_attn_layers).
+  // layer n_attention_layers of the state (the lagging one, StateShape::lagged_attn_layers).
   bool mtp = false;
   LayerW mtp_layer;
   PackedMatrix mtp_fc;  // [H, 2H]
@@ -105,6 +113,14 @@ struct Model::Impl {
   // K/V writes (x is then left unchanged). RF: capture row stride.
   void layer(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs, int64_t T,
              float* x, int64_t RF, ThreadPool* pool, bool kv_only);
+  // The token mixers: each reads the T rows of x, normalises them with L.in_norm, and writes
+  // its output rows to `out` (the residual is added by layer()).
+  void gated_delta_net(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
+                       int64_t T, const float* x, int64_t RF, ThreadPool* pool);
+  void attention(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs, int64_t T,
+                 const float* x, int64_t RF, ThreadPool* pool, bool kv_only);
+  void mamba2(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs, int64_t T,
+              const float* x, int64_t RF, ThreadPool* pool);
   // MTP entry inputs: out[i] = mtp.fc . [enorm(embed(tok[i])) ; hnorm(hid[i])], i < M.
   void mtp_inputs(const ModelConfig& c, const WeightSource& emb, const int32_t* tok,
                   const float* const* hid, int64_t M, float* out, ThreadPool* pool);
@@ -137,14 +153,12 @@ Model::~Model() = default;
 
 StateShape Model::state_shape() const {
   StateShape s;
-  s.n_attn_layers = cfg_.n_full_layers();
+  s.n_attn_layers = cfg_.n_attention_layers();
   s.kv_dim = cfg_.n_head_kv * cfg_.head_dim;
-  s.n_rec_layers = cfg_.n_linear_layers();
+  s.n_rec_layers = cfg_.n_recurrent_layers();
   s.conv_rows = cfg_.conv_kernel - 1;
   s.conv_dim = cfg_.conv_dim();
-  s.n_head_v = cfg_.lin_n_head_v;
-  s.dk = cfg_.lin_dk;
-  s.dv = cfg_.lin_dv;
+  s.ssm_layer_floats = cfg_.ssm_floats();
   if (impl_->mtp) {
     s.n_attn_layers += 1;
     s.lagged_attn_layers = 1;
@@ -182,41 +196,43 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   // Bytes to pack, for progress.
   std::vector<std::string> mats;
   // A layer's FFN matrices (prefix p): the router, shared expert and experts, or the dense MLP.
-  auto push_ffn = [&](const std::string& p, bool moe) {
-    if (moe) {
-      for (const char* n : {"router", "sh.gate", "sh.gate_up", "sh.down"}) mats.push_back(p + n);
+  auto push_ffn = [&](const std::string& p, FfnKind k) {
+    if (k == FfnKind::None) return;
+    if (k == FfnKind::Moe) {
+      for (const char* n : {"router", "sh.gate_up", "sh.down"}) mats.push_back(p + n);
+      if (c.shared_expert_gate) mats.push_back(p + "sh.gate");
       for (int64_t e = 0; e < c.n_expert; ++e) {
         mats.push_back(p + "e" + std::to_string(e) + ".gate_up");
         mats.push_back(p + "e" + std::to_string(e) + ".down");
       }
     } else {
-      mats.push_back(p + "gate_up");
+      mats.push_back(p + (k == FfnKind::ReluSq ? "up" : "gate_up"));
       mats.push_back(p + "down");
     }
   };
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const std::string p = std::string("l").append(std::to_string(il)).append(".");
-    if (c.layer_kinds[il] == LayerKind::Linear) {
+    if (c.layer_kinds[il] == LayerKind::GatedDeltaNet || c.layer_kinds[il] == LayerKind::Mamba2) {
       mats.push_back(p + "in_proj");
       mats.push_back(p + "out_proj");
-    } else {
+    } else if (c.layer_kinds[il] == LayerKind::Attention) {
       mats.push_back(p + "qkv");
       mats.push_back(p + "o_proj");
     }
-    push_ffn(p, c.layer_is_moe(il));
+    push_ffn(p, c.ffn_kinds[il]);
   }
   mats.push_back("lm_head");
   const bool mtp = opt.mtp && W.has_mtp();
   // The carry lives in the recurrent buffer and reaches a resumed state only through a
   // snapshot; the engine and the prefix cache take snapshots only for models with recurrent
   // layers, so an attention-only model could not resume with it.
-  if (mtp && c.n_linear_layers() == 0)
+  if (mtp && c.n_recurrent_layers() == 0)
     return make_error("MTP drafting needs a model with recurrent layers (" + dir +
                       " is attention-only)");
   if (mtp) {  // the MTP head: fc and its full-attention layer l{n_layer}
     const std::string p = "l" + std::to_string(c.n_layer) + ".";
     for (const char* n : {"qkv", "o_proj"}) mats.push_back(p + n);
-    push_ffn(p, c.mtp_layer_is_moe());
+    push_ffn(p, c.mtp_layer_is_moe() ? FfnKind::Moe : FfnKind::SwiGLU);
     mats.push_back("mtp.fc");
   }
   size_t total = 0, done = 0;
@@ -244,12 +260,15 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     return pm;
   };
 
-  // The FFN of a layer (main or MTP): dense SwiGLU, or router + experts + shared expert.
-  auto pack_ffn = [&](LayerW& L, const std::string& p, bool moe) {
-    L.moe = moe;
-    if (moe) {
+  // The FFN of a layer (main or MTP): dense SwiGLU or squared ReLU, or router + experts + shared
+  // expert.
+  auto pack_ffn = [&](LayerW& L, const std::string& p, FfnKind k) {
+    L.ffn = k;
+    L.moe = k == FfnKind::Moe;
+    if (k == FfnKind::None) return;
+    if (L.moe) {
       L.router = pack(p + "router");
-      L.shared_gate = pack(p + "sh.gate");
+      if (c.shared_expert_gate) L.shared_gate = pack(p + "sh.gate");
       L.dense.gate_up = pack(p + "sh.gate_up");
       L.dense.down = pack(p + "sh.down");
       L.experts.resize(static_cast<size_t>(c.n_expert));
@@ -258,9 +277,18 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
         L.experts[e].down = pack(p + "e" + std::to_string(e) + ".down");
       }
     } else {
-      L.dense.gate_up = pack(p + "gate_up");
+      L.dense.gate_up = pack(p + (k == FfnKind::ReluSq ? "up" : "gate_up"));
       L.dense.down = pack(p + "down");
     }
+  };
+  // Tap-major [K, conv_dim] for the conv kernel.
+  auto conv_taps = [&](const std::string& name) {
+    const std::vector<float> cw = vec(W.get(name));
+    const int64_t CD = c.conv_dim(), K = c.conv_kernel;
+    std::vector<float> taps(cw.size());
+    for (int64_t ch = 0; ch < CD; ++ch)
+      for (int64_t j = 0; j < K; ++j) taps[j * CD + ch] = cw[ch * K + j];
+    return taps;
   };
   int64_t n_rec = 0, n_attn = 0;
   I.layers.resize(static_cast<size_t>(c.n_layer));
@@ -268,38 +296,43 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     LayerW& L = I.layers[il];
     const std::string p = std::string("l").append(std::to_string(il)).append(".");
     L.kind = c.layer_kinds[il];
-    L.in_norm = vec(W.get(p + "in_norm"));
-    L.post_norm = vec(W.get(p + "post_norm"));
-    if (L.kind == LayerKind::Linear) {
+    if (L.kind != LayerKind::None) L.in_norm = vec(W.get(p + "in_norm"));
+    if (c.ffn_kinds[il] != FfnKind::None) L.post_norm = vec(W.get(p + "post_norm"));
+    if (L.kind == LayerKind::GatedDeltaNet) {
       L.rec_index = n_rec++;
       L.lin.in_proj = pack(p + "in_proj");
       L.lin.out_proj = pack(p + "out_proj");
-      {
-        // Tap-major [K, conv_dim] for the conv kernel.
-        const std::vector<float> cw = vec(W.get(p + "conv"));
-        const int64_t CD = c.conv_dim(), K = c.conv_kernel;
-        L.lin.conv.resize(cw.size());
-        for (int64_t ch = 0; ch < CD; ++ch)
-          for (int64_t j = 0; j < K; ++j) L.lin.conv[j * CD + ch] = cw[ch * K + j];
-      }
+      L.lin.conv = conv_taps(p + "conv");
       L.lin.A = vec(W.get(p + "A"));
       L.lin.dt_bias = vec(W.get(p + "dt_bias"));
       L.lin.gnorm = vec(W.get(p + "gnorm"));
-    } else {
+    } else if (L.kind == LayerKind::Mamba2) {
+      L.rec_index = n_rec++;
+      L.m2.in_proj = pack(p + "in_proj");
+      L.m2.out_proj = pack(p + "out_proj");
+      L.m2.conv = conv_taps(p + "conv");
+      L.m2.conv_bias = vec(W.get(p + "conv_bias"));
+      L.m2.A = vec(W.get(p + "A"));
+      L.m2.dt_bias = vec(W.get(p + "dt_bias"));
+      L.m2.D = vec(W.get(p + "D"));
+      L.m2.gnorm = vec(W.get(p + "gnorm"));
+    } else if (L.kind == LayerKind::Attention) {
       L.attn_index = n_attn++;
       L.attn.qkv = pack(p + "qkv");
       L.attn.o_proj = pack(p + "o_proj");
-      L.attn.q_norm = vec(W.get(p + "q_norm"));
-      L.attn.k_norm = vec(W.get(p + "k_norm"));
+      if (c.attn_qk_norm) {
+        L.attn.q_norm = vec(W.get(p + "q_norm"));
+        L.attn.k_norm = vec(W.get(p + "k_norm"));
+      }
     }
-    pack_ffn(L, p, c.layer_is_moe(il));
+    pack_ffn(L, p, c.ffn_kinds[il]);
   }
   I.lm_head = pack("lm_head");
   if (mtp) {
     I.mtp = true;
     LayerW& L = I.mtp_layer;
     const std::string p = "l" + std::to_string(c.n_layer) + ".";
-    L.kind = LayerKind::Full;
+    L.kind = LayerKind::Attention;
     L.attn_index = n_attn;  // the lagging attention layer after the main ones (StateShape)
     L.in_norm = vec(W.get(p + "in_norm"));
     L.post_norm = vec(W.get(p + "post_norm"));
@@ -318,7 +351,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     L.attn.o_proj = pack(p + "o_proj");
     L.attn.q_norm = vec(W.get(p + "q_norm"));
     L.attn.k_norm = vec(W.get(p + "k_norm"));
-    pack_ffn(L, p, c.mtp_layer_is_moe());
+    pack_ffn(L, p, c.mtp_layer_is_moe() ? FfnKind::Moe : FfnKind::SwiGLU);
     I.mtp_fc = pack("mtp.fc");
     I.mtp_enorm = vec(W.get("mtp.enorm"));
     I.mtp_hnorm = vec(W.get("mtp.hnorm"));
@@ -340,9 +373,9 @@ void Model::set_kernel_options(const KernelOptions& opt) {
   Impl& I = *impl_;
   I.kopt = opt;
   auto layer = [&](LayerW& L) {
-    for (PackedMatrix* w : {&L.lin.in_proj, &L.lin.out_proj, &L.attn.qkv, &L.attn.o_proj,
-                            &L.attn.kv, &L.dense.gate_up, &L.dense.down, &L.router,
-                            &L.shared_gate})
+    for (PackedMatrix* w :
+         {&L.lin.in_proj, &L.lin.out_proj, &L.m2.in_proj, &L.m2.out_proj, &L.attn.qkv,
+          &L.attn.o_proj, &L.attn.kv, &L.dense.gate_up, &L.dense.down, &L.router, &L.shared_gate})
       w->set_kernel_options(opt);
     for (ExpertW& e : L.experts) {
       e.gate_up.set_kernel_options(opt);
@@ -381,12 +414,10 @@ size_t Model::scratch_bytes_bound(int64_t rows, int64_t keys, int threads) const
   const Impl& I = *impl_;
   const int64_t H = c.hidden_size;
   // Widest row of each buffer over the layers (Model::Impl::layer, forward, mtp_draft).
-  int64_t big = 0, big2 = c.conv_dim(), tmp = std::max(c.value_dim(), c.n_head * c.head_dim);
+  int64_t big = 0, big2 = c.conv_dim(),
+          tmp = std::max({c.value_dim(), c.n_head * c.head_dim, c.ssm_d_inner()});
   auto layer_widths = [&](const LayerW& L) {
-    if (L.kind == LayerKind::Linear)
-      big = std::max(big, L.lin.in_proj.n());
-    else
-      big = std::max({big, L.attn.qkv.n(), L.attn.kv.n()});
+    big = std::max({big, L.lin.in_proj.n(), L.m2.in_proj.n(), L.attn.qkv.n(), L.attn.kv.n()});
   };
   for (const LayerW& L : I.layers) layer_widths(L);
   if (I.mtp) layer_widths(I.mtp_layer);
@@ -413,11 +444,9 @@ size_t Model::quantised_bytes() const {
 size_t Model::decode_bytes_per_token() const {
   size_t b = impl_->lm_head.bytes();
   for (auto& L : impl_->layers) {
-    if (L.kind == LayerKind::Linear) {
-      b += L.lin.in_proj.bytes() + L.lin.out_proj.bytes();
-    } else {
-      b += L.attn.qkv.bytes() + L.attn.o_proj.bytes();
-    }
+    // The mixer's matrices (the other kinds' are empty).
+    b += L.lin.in_proj.bytes() + L.lin.out_proj.bytes() + L.m2.in_proj.bytes() +
+         L.m2.out_proj.bytes() + L.attn.qkv.bytes() + L.attn.o_proj.bytes();
     b += L.dense.gate_up.bytes() + L.dense.down.bytes();
     if (L.moe) {
       b += L.router.bytes() + L.shared_gate.bytes();
@@ -433,11 +462,8 @@ int64_t Model::matmul_macs_per_token_layers() const {
   int64_t macs = 0;
   auto mk = [](const PackedMatrix& m) { return m.n() * m.k(); };
   for (auto& L : impl_->layers) {
-    if (L.kind == LayerKind::Linear) {
-      macs += mk(L.lin.in_proj) + mk(L.lin.out_proj);
-    } else {
-      macs += mk(L.attn.qkv) + mk(L.attn.o_proj);
-    }
+    macs += mk(L.lin.in_proj) + mk(L.lin.out_proj) + mk(L.m2.in_proj) + mk(L.m2.out_proj) +
+            mk(L.attn.qkv) + mk(L.attn.o_proj);
     macs += mk(L.dense.gate_up) + mk(L.dense.down);
     if (L.moe) {
       macs += mk(L.router) + mk(L.shared_gate);
@@ -453,7 +479,8 @@ int64_t Model::matmul_macs_lm_head() const {
 }
 
 int64_t Model::capture_row_floats() const {
-  return cfg_.n_linear_layers() * (2 * cfg_.conv_dim() + 2 * cfg_.lin_n_head_v) +
+  const int64_t heads = cfg_.has_mamba2() ? cfg_.ssm_n_head : cfg_.lin_n_head_v;
+  return cfg_.n_recurrent_layers() * (2 * cfg_.conv_dim() + 2 * heads) +
          (impl_->mtp ? cfg_.hidden_size : 0);
 }
 
@@ -473,12 +500,13 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
   if (I.mtp)  // the carry: the final hidden state of the last replayed token (end of its row)
     std::memcpy(st->carry(), cap.rows.data() + to * RF - c.hidden_size,
                 static_cast<size_t>(c.hidden_size) * sizeof(float));
-  if (c.n_linear_layers() == 0) return;
+  if (c.n_recurrent_layers() == 0) return;
+  if (c.has_mamba2()) return replay_mamba2(st, cap, from, to, pool);
   const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
   const int64_t r = Hv / Hk, CD = c.conv_dim(), KD = c.key_dim(), n = to - from;
   std::vector<const LayerW*> rec;
   for (const LayerW& L : I.layers)
-    if (L.kind == LayerKind::Linear) rec.push_back(&L);
+    if (L.kind == LayerKind::GatedDeltaNet) rec.push_back(&L);
   const int64_t NR = static_cast<int64_t>(rec.size());
   // Jobs: one conv window per layer, then one (layer, value head) recurrence each. The conv
   // job of a layer and its heads touch disjoint state, so they may run in any order.
@@ -513,8 +541,160 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
   par_items(pool, n_jobs, 1, n > kGuidedTokens, run);
 }
 
-void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
-                        int64_t T, float* x, int64_t RF, ThreadPool* pool, bool kv_only) {
+void Model::replay_mamba2(SequenceState* st, const RecCapture& cap, int64_t from, int64_t to,
+                          ThreadPool* pool) const {
+  const IsaCap isa = impl_->kopt.isa;
+  const ModelConfig& c = cfg_;
+  const int64_t Hs = c.ssm_n_head, P = c.ssm_head_dim, N = c.ssm_d_state, hpg = Hs / c.ssm_n_group;
+  const int64_t DI = c.ssm_d_inner(), CD = c.conv_dim(), GN = c.ssm_n_group * N, n = to - from;
+  const int64_t RF = capture_row_floats();
+  std::vector<const LayerW*> rec;
+  for (const LayerW& L : impl_->layers)
+    if (L.kind == LayerKind::Mamba2) rec.push_back(&L);
+  const int64_t NR = static_cast<int64_t>(rec.size());
+  // Jobs as for the GDN: one conv window per layer, then one (layer, head) recurrence each, on
+  // the captured inputs (the same kernels on the same values, so the same bits).
+  auto run = [&](int64_t jb, int64_t je) {
+    std::vector<float> scratch;
+    for (int64_t job = jb; job < je; ++job) {
+      const int64_t il = job / (1 + Hs), h = job % (1 + Hs) - 1;
+      const LayerW& L = *rec[il];
+      const float* base = cap.rows.data() + from * RF + il * (2 * CD + 2 * Hs);
+      if (h < 0) {
+        scratch.resize(static_cast<size_t>(n * CD));
+        conv_silu(st->conv(L.rec_index), base, RF, L.m2.conv.data(), scratch.data(), CD, n, CD,
+                  c.conv_kernel, 0, CD, isa, L.m2.conv_bias.data());
+        continue;
+      }
+      const int64_t g = h / hpg;
+      scratch.resize(static_cast<size_t>(n * (2 + P)));
+      float* dt = scratch.data();
+      float* dA = dt + n;
+      for (int64_t t = 0; t < n; ++t) {
+        dt[t] = base[t * RF + 2 * CD + h];
+        dA[t] = base[t * RF + 2 * CD + Hs + h];
+      }
+      const float* row = base + CD;  // x, B, C after the conv
+      mamba2_steps(st->ssm(L.rec_index) + h * P * N, row + h * P, RF, row + DI + g * N,
+                   row + DI + GN + g * N, RF, dt, dA, L.m2.D[h], dA + n, P, n, P, N, isa);
+    }
+  };
+  par_items(pool, NR * (1 + Hs), 1, n > kGuidedTokens, run);
+}
+
+void Model::Impl::gated_delta_net(const ModelConfig& c, const LayerW& L,
+                                  const std::vector<Seg>& segs, int64_t T, const float* x,
+                                  int64_t RF, ThreadPool* pool) {
+  const IsaCap isa = kopt.isa;  // the ops' SIMD cap (KernelOptions)
+  Impl& I = *this;
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const size_t S = segs.size();
+  I.xn.reserve_at_least(static_cast<size_t>(T * H));
+  I.out.reserve_at_least(static_cast<size_t>(T * H));
+  float* xn = I.xn.data();
+  float* out = I.out.data();
+
+  // The input norm's rows are made inside the mixer's first matmul, which alone reads them (xn
+  // holds them only for weights without the int8 dot).
+  auto in_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
+    rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps, isa);
+  };
+  const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
+  const int64_t r = Hv / Hk, CD = c.conv_dim(), VD = c.value_dim(), KD = c.key_dim();
+  const int64_t NP = L.lin.in_proj.n();  // CD + VD + 2 Hv
+  I.big.reserve_at_least(static_cast<size_t>(T * NP));
+  I.big2.reserve_at_least(static_cast<size_t>(T * CD));
+  I.tmp.reserve_at_least(static_cast<size_t>(T * VD));
+  float* proj = I.big.data();   // [T, NP] = [mixed (CD) | z (VD) | b (Hv) | a (Hv)]
+  float* conv = I.big2.data();  // [T, CD] conv + SiLU outputs: [q | k | v]
+  float* o = I.tmp.data();      // [T, VD]
+  matmul_fill(in_norm, T, L.lin.in_proj, proj, NP, pool, xn, H);
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
+  // Captured layout per token and layer: [conv inputs | normed q,k,v | alpha | beta].
+  const int64_t cap_off = L.rec_index * (2 * CD + 2 * Hv);
+  auto cap_row = [&](size_t s, int64_t t) {
+    return segs[s].cap + (t - segs[s].off) * RF + cap_off;
+  };
+  for (size_t s = 0; s < S; ++s)
+    if (segs[s].cap)
+      for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
+        std::memcpy(cap_row(s, t), proj + t * NP, static_cast<size_t>(CD) * sizeof(float));
+  // Conv + SiLU outputs head-major, so that each head's rows are contiguous: item e (the q
+  // heads, then the k heads, then the v heads) holds [T, width(e)] at conv + col(e) * T, col(e)
+  // being its first channel. Threads take whole items: each q / k head is normalised right
+  // after its conv while its rows are in cache, and the recurrence then streams its q, k and
+  // v rows without packing them.
+  const int64_t n_items = 2 * Hk + Hv;
+  auto col = [&](int64_t e) { return e < 2 * Hk ? e * dk : 2 * KD + (e - 2 * Hk) * dv; };
+  auto width = [&](int64_t e) { return e < 2 * Hk ? dk : dv; };
+  for (size_t s = 0; s < S; ++s) {
+    SequenceState& st = *segs[s].st;
+    const int64_t t0 = segs[s].off, n = segs[s].n;
+    float* window = st.conv(L.rec_index);
+    auto items = [&](int64_t eb, int64_t ee) {
+      for (int64_t e = eb; e < ee; ++e) {
+        const int64_t c0 = col(e), w = width(e);
+        float* out = conv + c0 * T + t0 * w;
+        conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), out, w, n, CD, c.conv_kernel, c0,
+                  c0 + w, isa);
+        // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
+        if (e < 2 * Hk)
+          for (int64_t t = 0; t < n; ++t)
+            l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f, isa);
+      }
+    };
+    par_items(pool, n_items, 1, n > kGuidedTokens, items);
+  }
+  for (size_t s = 0; s < S; ++s)
+    if (segs[s].cap)
+      for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
+        for (int64_t e = 0; e < n_items; ++e)
+          std::memcpy(cap_row(s, t) + CD + col(e), conv + col(e) * T + t * width(e),
+                      static_cast<size_t>(width(e)) * sizeof(float));
+  // Recurrence: each (sequence, value head) runs its tokens in order.
+  const int64_t n_jobs = static_cast<int64_t>(S) * Hv;
+  auto run_heads = [&](int64_t jb, int64_t je) {
+    std::vector<float> ab;
+    for (int64_t job = jb; job < je; ++job) {
+      const int64_t s = job / Hv, h = job % Hv, g = h / r;
+      SequenceState& st = *segs[s].st;
+      float* Sm = st.ssm(L.rec_index) + h * dk * dv;
+      const int64_t t0 = segs[s].off, n = segs[s].n;
+      ab.resize(static_cast<size_t>(2 * n));
+      for (int64_t t = t0; t < t0 + n; ++t) {
+        const float* prow = proj + t * NP;
+        const float bl = prow[CD + VD + h];
+        const float al = prow[CD + VD + Hv + h];
+        const float gate = L.lin.A[h] * softplus(al + L.lin.dt_bias[h]);
+        const float alpha = std::exp(gate);
+        const float beta = sigmoid(bl);
+        if (segs[s].cap) {
+          cap_row(s, t)[2 * CD + h] = alpha;
+          cap_row(s, t)[2 * CD + Hv + h] = beta;
+        }
+        ab[t - t0] = alpha;
+        ab[n + t - t0] = beta;
+      }
+      gdn_steps(Sm, conv + col(g) * T + t0 * dk, conv + col(Hk + g) * T + t0 * dk, dk,
+                conv + col(2 * Hk + h) * T + t0 * dv, dv, ab.data(), ab.data() + n,
+                o + t0 * VD + h * dv, VD, n, dk, dv, isa);
+    }
+  };
+  par_items(pool, n_jobs, 1, T > kGuidedTokens, run_heads);
+  // The gated norm's rows made inside the output projection (in place in o without the int8
+  // dot).
+  matmul_fill(
+      [&](int64_t b, int64_t e, float* y, int64_t ldy) {
+        for (int64_t t = b; t < e; ++t)
+          gated_rmsnorm_heads(o + t * VD, proj + t * NP + CD, L.lin.gnorm.data(), y + (t - b) * ldy,
+                              Hv, dv, eps, isa);
+      },
+      T, L.lin.out_proj, out, H, pool, o, VD);
+}
+
+void Model::Impl::attention(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
+                            int64_t T, const float* x, int64_t RF, ThreadPool* pool, bool kv_only) {
   const IsaCap isa = kopt.isa;  // the ops' SIMD cap (KernelOptions)
   Impl& I = *this;
   const int64_t H = c.hidden_size;
@@ -533,199 +713,245 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
   auto in_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
     rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps, isa);
   };
+  const int64_t nh = c.n_head, nkv = c.n_head_kv, D = c.head_dim, grp = nh / nkv;
+  // K/V only with a k,v matrix: rows hold [k | v]; else [q_h | gate_h]... | k | v, or without
+  // the output gate q_h... | k | v.
+  const bool kv_mat = kv_only && !L.attn.kv.empty();
+  const PackedMatrix& Wq = kv_mat ? L.attn.kv : L.attn.qkv;
+  const int64_t NQ = Wq.n();                          // nh*qs + 2 nkv D (or 2 nkv D)
+  const int64_t qs = c.attn_output_gate ? 2 * D : D;  // a query head's columns
+  const int64_t k_col = kv_mat ? 0 : nh * qs;
+  const bool qk_norm = c.attn_qk_norm, rope = c.rope_dim > 0;
+  I.big.reserve_at_least(static_cast<size_t>(T * NQ));
+  I.tmp.reserve_at_least(static_cast<size_t>(T * nh * D));
+  float* qkv = I.big.data();
+  float* att = I.tmp.data();  // [T, nh*D]
+  matmul_fill(in_norm, T, Wq, qkv, NQ, pool, xn, H);
+  // q/k norms and RoPE per row (where the family has them); k and v go into the sequence's pages.
+  for (size_t s = 0; s < S; ++s) {
+    SequenceState& st = *segs[s].st;
+    const int64_t t0 = segs[s].off, p0 = segs[s].pos0;
+    par(segs[s].n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        float* row = qkv + (t0 + i) * NQ;
+        const int64_t pos = p0 + i;
+        if (!kv_only)
+          for (int64_t h = 0; h < nh; ++h) {
+            float* q = row + h * qs;  // [q_h | gate_h] or q_h
+            if (qk_norm) rmsnorm_heads(q, 1, D, L.attn.q_norm.data(), eps, isa);
+            if (rope) rope_heads(q, 1, D, c.rope_dim, I.inv_freq.data(), pos);
+          }
+        float* k = row + k_col;
+        float* v = k + nkv * D;
+        if (qk_norm) rmsnorm_heads(k, nkv, D, L.attn.k_norm.data(), eps, isa);
+        if (rope) rope_heads(k, nkv, D, c.rope_dim, I.inv_freq.data(), pos);
+        st.write_kv(L.attn_index, pos, k, v);
+      }
+    });
+  }
+  if (kv_only) return;
+  // Attention per (sequence, K/V head, group of gs query heads sharing it, tile of up to kTile
+  // tokens): the job's rows (token-major, then head) read each K/V block once for all its
+  // heads. gs is the largest divisor of the heads per K/V head that still leaves a job per
+  // thread (each row's bits are the same whatever the grouping: attention_rows).
+  const float scale =
+      c.attn_scale > 0 ? static_cast<float>(c.attn_scale) : 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t PT = segs.empty() ? 64 : segs[0].st->shape().page_tokens;
+  constexpr int64_t kTile = 16;
+  int64_t n_tiles = 0;
+  for (size_t s = 0; s < S; ++s) n_tiles += (segs[s].n + kTile - 1) / kTile;
+  const int64_t n_threads = pool ? pool->n_threads() : 1;
+  int64_t gs = grp;
+  while (gs > 1 && (grp % gs != 0 || nkv * (grp / gs) * n_tiles < n_threads)) --gs;
+  struct Job {
+    int64_t s, h0, t0, m;  // query heads h0 .. h0 + gs - 1, tokens t0 .. t0 + m - 1
+  };
+  std::vector<Job> jobs;
+  for (size_t s = 0; s < S; ++s)
+    for (int64_t h0 = 0; h0 < nh; h0 += gs)
+      for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; t += kTile)
+        jobs.push_back(
+            {static_cast<int64_t>(s), h0, t, std::min(kTile, segs[s].off + segs[s].n - t)});
+  auto run = [&](int64_t jb, int64_t je) {
+    std::vector<float> scratch;
+    std::vector<const float*> kb, vb, qr;
+    std::vector<float*> orow;
+    std::vector<int64_t> n_keys;
+    for (int64_t ji = jb; ji < je; ++ji) {
+      const Job& J = jobs[ji];
+      const Seg& sg = segs[J.s];
+      const SequenceState& st = *sg.st;
+      const int64_t kvh = J.h0 / grp, rows = J.m * gs;
+      qr.resize(static_cast<size_t>(rows));
+      orow.resize(static_cast<size_t>(rows));
+      n_keys.resize(static_cast<size_t>(rows));
+      for (int64_t i = 0; i < J.m; ++i)
+        for (int64_t u = 0; u < gs; ++u) {
+          const int64_t t = J.t0 + i, h = J.h0 + u, r = i * gs + u;
+          qr[r] = qkv + t * NQ + h * qs;
+          orow[r] = att + t * nh * D + h * D;
+          n_keys[r] = sg.pos0 + (t - sg.off) + 1;
+        }
+      const int64_t n_max = n_keys[rows - 1];
+      const int64_t nb = (n_max + PT - 1) / PT;
+      kb.resize(static_cast<size_t>(nb));
+      vb.resize(static_cast<size_t>(nb));
+      for (int64_t bi = 0; bi < nb; ++bi) {
+        kb[bi] = st.k_block(L.attn_index, bi) + kvh * D * PT;  // dim-major
+        vb[bi] = st.v_block(L.attn_index, bi) + kvh * D;
+      }
+      scratch.resize(static_cast<size_t>(rows * n_max));
+      attention_rows(qr.data(), rows, n_keys.data(), kb.data(), vb.data(), PT, nkv * D, D, scale,
+                     orow.data(), scratch.data(), isa);
+      if (c.attn_output_gate)  // the output gate
+        for (int64_t r = 0; r < rows; ++r) sigmoid_gate(orow[r], qr[r] + D, D);
+    }
+  };
+  const int64_t n_jobs = static_cast<int64_t>(jobs.size());
+  // A static split: each thread's tiles grow one K/V prefix in order (handed-out chunks, like
+  // the zig-zag order tried before, would interleave the threads' prefixes).
+  par_items(pool, n_jobs, 1, /*guided=*/false, run);
+  matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
+}
 
-  if (L.kind == LayerKind::Linear) {
-    const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
-    const int64_t r = Hv / Hk, CD = c.conv_dim(), VD = c.value_dim(), KD = c.key_dim();
-    const int64_t NP = L.lin.in_proj.n();  // CD + VD + 2 Hv
-    I.big.reserve_at_least(static_cast<size_t>(T * NP));
-    I.big2.reserve_at_least(static_cast<size_t>(T * CD));
-    I.tmp.reserve_at_least(static_cast<size_t>(T * VD));
-    float* proj = I.big.data();   // [T, NP] = [mixed (CD) | z (VD) | b (Hv) | a (Hv)]
-    float* conv = I.big2.data();  // [T, CD] conv + SiLU outputs: [q | k | v]
-    float* o = I.tmp.data();      // [T, VD]
-    matmul_fill(in_norm, T, L.lin.in_proj, proj, NP, pool, xn, H);
-    const float qscale = 1.0f / std::sqrt(static_cast<float>(dk));
-    // Captured layout per token and layer: [conv inputs | normed q,k,v | alpha | beta].
-    const int64_t cap_off = L.rec_index * (2 * CD + 2 * Hv);
-    auto cap_row = [&](size_t s, int64_t t) {
-      return segs[s].cap + (t - segs[s].off) * RF + cap_off;
-    };
-    for (size_t s = 0; s < S; ++s)
-      if (segs[s].cap)
-        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
-          std::memcpy(cap_row(s, t), proj + t * NP, static_cast<size_t>(CD) * sizeof(float));
-    // Conv + SiLU outputs head-major, so that each head's rows are contiguous: item e (the q
-    // heads, then the k heads, then the v heads) holds [T, width(e)] at conv + col(e) * T, col(e)
-    // being its first channel. Threads take whole items: each q / k head is normalised right
-    // after its conv while its rows are in cache, and the recurrence then streams its q, k and
-    // v rows without packing them.
-    const int64_t n_items = 2 * Hk + Hv;
-    auto col = [&](int64_t e) { return e < 2 * Hk ? e * dk : 2 * KD + (e - 2 * Hk) * dv; };
-    auto width = [&](int64_t e) { return e < 2 * Hk ? dk : dv; };
-    for (size_t s = 0; s < S; ++s) {
+void Model::Impl::mamba2(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
+                         int64_t T, const float* x, int64_t RF, ThreadPool* pool) {
+  const IsaCap isa = kopt.isa;  // the ops' SIMD cap (KernelOptions)
+  Impl& I = *this;
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const size_t S = segs.size();
+  I.xn.reserve_at_least(static_cast<size_t>(T * H));
+  I.out.reserve_at_least(static_cast<size_t>(T * H));
+  float* xn = I.xn.data();
+  float* out = I.out.data();
+
+  // The input norm's rows are made inside the mixer's first matmul, which alone reads them (xn
+  // holds them only for weights without the int8 dot).
+  auto in_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
+    rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps, isa);
+  };
+  const int64_t Hs = c.ssm_n_head, P = c.ssm_head_dim, N = c.ssm_d_state, G = c.ssm_n_group;
+  const int64_t DI = c.ssm_d_inner(), CD = c.conv_dim(), GN = G * N, hpg = Hs / G;
+  const int64_t NP = L.m2.in_proj.n();  // DI + CD + Hs: [z | x, B, C | dt]
+  I.big.reserve_at_least(static_cast<size_t>(T * NP));
+  I.big2.reserve_at_least(static_cast<size_t>(T * CD));
+  I.tmp.reserve_at_least(static_cast<size_t>(T * DI));
+  float* proj = I.big.data();
+  float* conv = I.big2.data();  // [T, CD] conv + SiLU outputs: [x | B | C]
+  float* y = I.tmp.data();      // [T, DI] the heads' outputs
+  matmul_fill(in_norm, T, L.m2.in_proj, proj, NP, pool, xn, H);
+  // Captured per token and layer: [conv inputs (CD) | x, B, C after the conv (CD) | dt (Hs) |
+  // dA (Hs)], what replay_recurrent needs to redo the state updates.
+  const int64_t cap_off = L.rec_index * (2 * CD + 2 * Hs);
+  auto cap_row = [&](size_t s, int64_t t) {
+    return segs[s].cap + (t - segs[s].off) * RF + cap_off;
+  };
+  for (size_t s = 0; s < S; ++s)
+    if (segs[s].cap)
+      for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
+        std::memcpy(cap_row(s, t), proj + t * NP + DI, static_cast<size_t>(CD) * sizeof(float));
+  // Conv + SiLU over x, B, C, token-major; threads take blocks of channels of one sequence.
+  constexpr int64_t kConvBlock = 64;
+  const int64_t n_blocks = (CD + kConvBlock - 1) / kConvBlock;
+  for (size_t s = 0; s < S; ++s) {
+    SequenceState& st = *segs[s].st;
+    const int64_t t0 = segs[s].off, n = segs[s].n;
+    float* window = st.conv(L.rec_index);
+    par_items(pool, n_blocks, 1, n > kGuidedTokens, [&](int64_t bb, int64_t be) {
+      for (int64_t blk = bb; blk < be; ++blk) {
+        const int64_t c0 = blk * kConvBlock, c1 = std::min(CD, c0 + kConvBlock);
+        conv_silu(window, proj + t0 * NP + DI, NP, L.m2.conv.data(), conv + t0 * CD + c0, CD, n, CD,
+                  c.conv_kernel, c0, c1, isa, L.m2.conv_bias.data());
+      }
+    });
+  }
+  for (size_t s = 0; s < S; ++s)
+    if (segs[s].cap)
+      for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
+        std::memcpy(cap_row(s, t) + CD, conv + t * CD, static_cast<size_t>(CD) * sizeof(float));
+  // The recurrence: each (sequence, head) runs its tokens in order.
+  const int64_t n_jobs = static_cast<int64_t>(S) * Hs;
+  auto run_heads = [&](int64_t jb, int64_t je) {
+    std::vector<float> dd;
+    for (int64_t job = jb; job < je; ++job) {
+      const int64_t s = job / Hs, h = job % Hs, g = h / hpg;
       SequenceState& st = *segs[s].st;
       const int64_t t0 = segs[s].off, n = segs[s].n;
-      float* window = st.conv(L.rec_index);
-      auto items = [&](int64_t eb, int64_t ee) {
-        for (int64_t e = eb; e < ee; ++e) {
-          const int64_t c0 = col(e), w = width(e);
-          float* out = conv + c0 * T + t0 * w;
-          conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), out, w, n, CD, c.conv_kernel, c0,
-                    c0 + w, isa);
-          // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
-          if (e < 2 * Hk)
-            for (int64_t t = 0; t < n; ++t)
-              l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f, isa);
+      dd.resize(static_cast<size_t>(2 * n));
+      float* dt = dd.data();
+      float* dA = dt + n;
+      for (int64_t t = t0; t < t0 + n; ++t) {
+        dt[t - t0] = softplus(proj[t * NP + DI + CD + h] + L.m2.dt_bias[h]);
+        dA[t - t0] = exp_fixed(dt[t - t0] * L.m2.A[h]);
+        if (segs[s].cap) {
+          cap_row(s, t)[2 * CD + h] = dt[t - t0];
+          cap_row(s, t)[2 * CD + Hs + h] = dA[t - t0];
         }
-      };
-      par_items(pool, n_items, 1, n > kGuidedTokens, items);
-    }
-    for (size_t s = 0; s < S; ++s)
-      if (segs[s].cap)
-        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
-          for (int64_t e = 0; e < n_items; ++e)
-            std::memcpy(cap_row(s, t) + CD + col(e), conv + col(e) * T + t * width(e),
-                        static_cast<size_t>(width(e)) * sizeof(float));
-    // Recurrence: each (sequence, value head) runs its tokens in order.
-    const int64_t n_jobs = static_cast<int64_t>(S) * Hv;
-    auto run_heads = [&](int64_t jb, int64_t je) {
-      std::vector<float> ab;
-      for (int64_t job = jb; job < je; ++job) {
-        const int64_t s = job / Hv, h = job % Hv, g = h / r;
-        SequenceState& st = *segs[s].st;
-        float* Sm = st.ssm(L.rec_index) + h * dk * dv;
-        const int64_t t0 = segs[s].off, n = segs[s].n;
-        ab.resize(static_cast<size_t>(2 * n));
-        for (int64_t t = t0; t < t0 + n; ++t) {
-          const float* prow = proj + t * NP;
-          const float bl = prow[CD + VD + h];
-          const float al = prow[CD + VD + Hv + h];
-          const float gate = L.lin.A[h] * softplus(al + L.lin.dt_bias[h]);
-          const float alpha = std::exp(gate);
-          const float beta = sigmoid(bl);
-          if (segs[s].cap) {
-            cap_row(s, t)[2 * CD + h] = alpha;
-            cap_row(s, t)[2 * CD + Hv + h] = beta;
-          }
-          ab[t - t0] = alpha;
-          ab[n + t - t0] = beta;
-        }
-        gdn_steps(Sm, conv + col(g) * T + t0 * dk, conv + col(Hk + g) * T + t0 * dk, dk,
-                  conv + col(2 * Hk + h) * T + t0 * dv, dv, ab.data(), ab.data() + n,
-                  o + t0 * VD + h * dv, VD, n, dk, dv, isa);
       }
-    };
-    par_items(pool, n_jobs, 1, T > kGuidedTokens, run_heads);
-    // The gated norm's rows made inside the output projection (in place in o without the int8
-    // dot).
-    matmul_fill(
-        [&](int64_t b, int64_t e, float* y, int64_t ldy) {
-          for (int64_t t = b; t < e; ++t)
-            gated_rmsnorm_heads(o + t * VD, proj + t * NP + CD, L.lin.gnorm.data(),
-                                y + (t - b) * ldy, Hv, dv, eps, isa);
-        },
-        T, L.lin.out_proj, out, H, pool, o, VD);
-  } else {
-    const int64_t nh = c.n_head, nkv = c.n_head_kv, D = c.head_dim, grp = nh / nkv;
-    // K/V only with a k,v matrix: rows hold [k | v]; else [q_h | gate_h]... | k | v.
-    const bool kv_mat = kv_only && !L.attn.kv.empty();
-    const PackedMatrix& Wq = kv_mat ? L.attn.kv : L.attn.qkv;
-    const int64_t NQ = Wq.n();  // nh*2D + 2 nkv D (or 2 nkv D)
-    const int64_t k_col = kv_mat ? 0 : nh * 2 * D;
-    I.big.reserve_at_least(static_cast<size_t>(T * NQ));
-    I.tmp.reserve_at_least(static_cast<size_t>(T * nh * D));
-    float* qkv = I.big.data();
-    float* att = I.tmp.data();  // [T, nh*D]
-    matmul_fill(in_norm, T, Wq, qkv, NQ, pool, xn, H);
-    // q/k norms and RoPE per row; k and v go into the sequence's pages.
-    for (size_t s = 0; s < S; ++s) {
-      SequenceState& st = *segs[s].st;
-      const int64_t t0 = segs[s].off, p0 = segs[s].pos0;
-      par(segs[s].n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          float* row = qkv + (t0 + i) * NQ;
-          const int64_t pos = p0 + i;
-          if (!kv_only)
-            for (int64_t h = 0; h < nh; ++h) {
-              float* q = row + h * 2 * D;  // [q_h | gate_h]
-              rmsnorm_heads(q, 1, D, L.attn.q_norm.data(), eps, isa);
-              rope_heads(q, 1, D, c.rope_dim, I.inv_freq.data(), pos);
-            }
-          float* k = row + k_col;
-          float* v = k + nkv * D;
-          rmsnorm_heads(k, nkv, D, L.attn.k_norm.data(), eps, isa);
-          rope_heads(k, nkv, D, c.rope_dim, I.inv_freq.data(), pos);
-          st.write_kv(L.attn_index, pos, k, v);
-        }
-      });
+      const float* row = conv + t0 * CD;
+      mamba2_steps(st.ssm(L.rec_index) + h * P * N, row + h * P, CD, row + DI + g * N,
+                   row + DI + GN + g * N, CD, dt, dA, L.m2.D[h], y + t0 * DI + h * P, DI, n, P, N,
+                   isa);
     }
-    if (kv_only) return;
-    // Attention per (sequence, K/V head, group of gs query heads sharing it, tile of up to kTile
-    // tokens): the job's rows (token-major, then head) read each K/V block once for all its
-    // heads. gs is the largest divisor of the heads per K/V head that still leaves a job per
-    // thread (each row's bits are the same whatever the grouping: attention_rows).
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const int64_t PT = segs.empty() ? 64 : segs[0].st->shape().page_tokens;
-    constexpr int64_t kTile = 16;
-    int64_t n_tiles = 0;
-    for (size_t s = 0; s < S; ++s) n_tiles += (segs[s].n + kTile - 1) / kTile;
-    const int64_t n_threads = pool ? pool->n_threads() : 1;
-    int64_t gs = grp;
-    while (gs > 1 && (grp % gs != 0 || nkv * (grp / gs) * n_tiles < n_threads)) --gs;
-    struct Job {
-      int64_t s, h0, t0, m;  // query heads h0 .. h0 + gs - 1, tokens t0 .. t0 + m - 1
-    };
-    std::vector<Job> jobs;
-    for (size_t s = 0; s < S; ++s)
-      for (int64_t h0 = 0; h0 < nh; h0 += gs)
-        for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; t += kTile)
-          jobs.push_back(
-              {static_cast<int64_t>(s), h0, t, std::min(kTile, segs[s].off + segs[s].n - t)});
-    auto run = [&](int64_t jb, int64_t je) {
-      std::vector<float> scratch;
-      std::vector<const float*> kb, vb, qr;
-      std::vector<float*> orow;
-      std::vector<int64_t> n_keys;
-      for (int64_t ji = jb; ji < je; ++ji) {
-        const Job& J = jobs[ji];
-        const Seg& sg = segs[J.s];
-        const SequenceState& st = *sg.st;
-        const int64_t kvh = J.h0 / grp, rows = J.m * gs;
-        qr.resize(static_cast<size_t>(rows));
-        orow.resize(static_cast<size_t>(rows));
-        n_keys.resize(static_cast<size_t>(rows));
-        for (int64_t i = 0; i < J.m; ++i)
-          for (int64_t u = 0; u < gs; ++u) {
-            const int64_t t = J.t0 + i, h = J.h0 + u, r = i * gs + u;
-            qr[r] = qkv + t * NQ + h * 2 * D;
-            orow[r] = att + t * nh * D + h * D;
-            n_keys[r] = sg.pos0 + (t - sg.off) + 1;
-          }
-        const int64_t n_max = n_keys[rows - 1];
-        const int64_t nb = (n_max + PT - 1) / PT;
-        kb.resize(static_cast<size_t>(nb));
-        vb.resize(static_cast<size_t>(nb));
-        for (int64_t bi = 0; bi < nb; ++bi) {
-          kb[bi] = st.k_block(L.attn_index, bi) + kvh * D * PT;  // dim-major
-          vb[bi] = st.v_block(L.attn_index, bi) + kvh * D;
-        }
-        scratch.resize(static_cast<size_t>(rows * n_max));
-        attention_rows(qr.data(), rows, n_keys.data(), kb.data(), vb.data(), PT, nkv * D, D, scale,
-                       orow.data(), scratch.data(), isa);
-        // Output gate.
-        for (int64_t r = 0; r < rows; ++r) sigmoid_gate(orow[r], qr[r] + D, D);
-      }
-    };
-    const int64_t n_jobs = static_cast<int64_t>(jobs.size());
-    // A static split: each thread's tiles grow one K/V prefix in order (handed-out chunks, like
-    // the zig-zag order tried before, would interleave the threads' prefixes).
-    par_items(pool, n_jobs, 1, /*guided=*/false, run);
-    matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
+  };
+  par_items(pool, n_jobs, 1, T > kGuidedTokens, run_heads);
+  // The gated norm's rows (gate first, per group) made inside the output projection.
+  const int64_t NG = c.ssm_norm_groups;
+  matmul_fill(
+      [&](int64_t b, int64_t e, float* yy, int64_t ldy) {
+        for (int64_t t = b; t < e; ++t)
+          gated_rmsnorm_groups(y + t * DI, proj + t * NP, L.m2.gnorm.data(), yy + (t - b) * ldy, NG,
+                               DI / NG, eps, isa);
+      },
+      T, L.m2.out_proj, out, H, pool, y, DI);
+}
+
+void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
+                        int64_t T, float* x, int64_t RF, ThreadPool* pool, bool kv_only) {
+  const IsaCap isa = kopt.isa;  // the ops' SIMD cap (KernelOptions)
+  Impl& I = *this;
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  I.xn.reserve_at_least(static_cast<size_t>(T * H));
+  I.out.reserve_at_least(static_cast<size_t>(T * H));
+  float* xn = I.xn.data();
+  float* out = I.out.data();
+  auto par = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+    par_rows(pool, n, f);
+  };
+  switch (L.kind) {
+    case LayerKind::GatedDeltaNet:
+      gated_delta_net(c, L, segs, T, x, RF, pool);
+      break;
+    case LayerKind::Attention:
+      attention(c, L, segs, T, x, RF, pool, kv_only);
+      if (kv_only) return;
+      break;
+    case LayerKind::Mamba2:
+      mamba2(c, L, segs, T, x, RF, pool);
+      break;
+    case LayerKind::None:
+      break;
   }
-  // The residual, then the FFN's norm: x += out; xn = rmsnorm(x).
+  // x += out over rows [b, e), times the residual multiplier where the family has one (Granite).
+  const bool scaled = c.residual_multiplier != 1.0;
+  const float rm = static_cast<float>(c.residual_multiplier);
+  auto add_out = [&](int64_t b, int64_t e) {
+    if (scaled)
+      for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + rm * out[i];
+    else
+      for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
+  };
+  if (L.ffn == FfnKind::None) {  // a mixer-only block (Nemotron-H)
+    par(T, add_out);
+    return;
+  }
+  // The mixer's residual (when there is a mixer), then the FFN's norm: x += out;
+  // xn = rmsnorm(x).
+  const bool mixed = L.kind != LayerKind::None;
   auto residual_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
-    for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
+    if (mixed) add_out(b, e);
     rmsnorm(x + b * H, H, L.post_norm.data(), y, ldy, e - b, H, eps, isa);
   };
   // in: the input rows, or (in == nullptr) residual_norm makes them inside gate|up's matmul.
@@ -747,8 +973,23 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
         },
         m, w.down, y, H, pool, gu, 2 * F);
   };
-  if (!L.moe) {
+  if (L.ffn == FfnKind::SwiGLU) {
     swiglu_ffn(L.dense, nullptr, T, out);
+  } else if (L.ffn == FfnKind::ReluSq) {
+    // down(relu(up(x))^2); the activations are made inside the down projection, over the up rows.
+    const int64_t F = L.dense.down.k();
+    I.gu.reserve_at_least(static_cast<size_t>(T * F));
+    float* u = I.gu.data();
+    matmul_fill(residual_norm, T, L.dense.gate_up, u, F, pool, xn, H);
+    matmul_fill(
+        [&](int64_t b, int64_t e, float* h, int64_t ldh) {
+          for (int64_t i = b; i < e; ++i)
+            for (int64_t j = 0; j < F; ++j) {
+              const float v = std::max(u[i * F + j], 0.0f);
+              h[(i - b) * ldh + j] = v * v;
+            }
+        },
+        T, L.dense.down, out, H, pool, u, F);
   } else {
     par(T, [&](int64_t b, int64_t e) { residual_norm(b, e, xn + b * H, H); });
     const int64_t E = c.n_expert, k = c.n_expert_used;
@@ -757,7 +998,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     float* rl = I.router.data();
     float* sg = I.shared_gate.data();
     matmul(xn, T, H, L.router, rl, E, pool);
-    matmul(xn, T, H, L.shared_gate, sg, 1, pool);
+    if (c.shared_expert_gate) matmul(xn, T, H, L.shared_gate, sg, 1, pool);
     std::vector<int32_t> sel(static_cast<size_t>(T * k));
     std::vector<float> wsel(static_cast<size_t>(T * k));
     par(T, [&](int64_t tb, int64_t te) {
@@ -806,19 +1047,27 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     swiglu_ffn(L.dense, xn, T, out);  // shared expert
     par(T, [&](int64_t tb, int64_t te) {
       for (int64_t t = tb; t < te; ++t) {
-        const float g = sigmoid(sg[t]);
         float* o = out + t * H;
-        for (int64_t i = 0; i < H; ++i) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < k; ++j) acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
-          o[i] = acc + g * o[i];
+        if (c.shared_expert_gate) {
+          const float g = sigmoid(sg[t]);
+          for (int64_t i = 0; i < H; ++i) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < k; ++j)
+              acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
+            o[i] = acc + g * o[i];
+          }
+        } else {  // Granite: the shared MLP is added as it is
+          for (int64_t i = 0; i < H; ++i) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < k; ++j)
+              acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
+            o[i] = acc + o[i];
+          }
         }
       }
     });
   }
-  par(T, [&](int64_t b, int64_t e) {
-    for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
-  });
+  par(T, add_out);
 }
 
 void Model::Impl::mtp_inputs(const ModelConfig& c, const WeightSource& emb, const int32_t* tok,
@@ -897,6 +1146,10 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
     int64_t row = 0;
     for (auto& in : batch)
       for (int32_t t : in.tokens) emb.row_f32(t, x + (row++) * H);
+    if (c.embedding_multiplier != 1.0) {  // Granite
+      const float m = static_cast<float>(c.embedding_multiplier);
+      for (int64_t i = 0; i < T * H; ++i) x[i] = x[i] * m;
+    }
   }
 
   for (const LayerW& L : I.layers) I.layer(c, L, segs, T, x, RF, pool, false);
@@ -963,6 +1216,10 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
         ++j;
       }
     matmul(xn, n_out, H, I.lm_head, logits->data(), V, pool);
+    if (c.logits_scaling != 1.0) {  // Granite
+      const float d = static_cast<float>(c.logits_scaling);
+      for (float& l : *logits) l = l / d;
+    }
   }
   return Ok{};
 }

@@ -1,0 +1,231 @@
+// Tests for the Mamba2 families' configuration parsers (model/arch_granite.cpp,
+// model/arch_nemotron_h.cpp): the fixture configs, real checkpoint geometry (docs/MAMBA2.md),
+// and an error naming the field for every new field that can be wrong.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "rewind/model/config.h"
+
+namespace rw {
+namespace {
+
+using nlohmann::json;
+
+json fixture_json(const std::string& variant) {
+  std::ifstream f(std::string(REWIND_TEST_DATA) + "/mamba2-tiny/" + variant + "/config.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return json::parse(ss.str());
+}
+
+Result<ModelConfig> parse(const json& j) {
+  return parse_model_config(j.dump(), "config.json");
+}
+
+void expect_error(const json& j, const std::string& what) {
+  auto r = parse(j);
+  ASSERT_FALSE(r.ok()) << j.dump();
+  const std::string msg = r.error_message();
+  EXPECT_EQ(msg.rfind("config.json: ", 0), 0u) << msg;
+  EXPECT_NE(msg.find(what), std::string::npos) << msg;
+}
+
+TEST(ConfigMamba2, GraniteFixture) {
+  auto r = parse(fixture_json("granitemoehybrid"));
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  const ModelConfig& c = *r;
+  EXPECT_EQ(c.family, Family::GraniteHybrid);
+  EXPECT_EQ(c.layer_kinds,
+            (std::vector<LayerKind>{LayerKind::Mamba2, LayerKind::Attention, LayerKind::Mamba2,
+                                    LayerKind::Mamba2, LayerKind::Attention}));
+  EXPECT_EQ(c.ffn_kinds, std::vector<FfnKind>(5, FfnKind::Moe));
+  EXPECT_EQ(c.ssm_n_head, 8);
+  EXPECT_EQ(c.ssm_head_dim, 16);
+  EXPECT_EQ(c.ssm_d_state, 24);
+  EXPECT_EQ(c.ssm_n_group, 1);
+  EXPECT_EQ(c.ssm_norm_groups, 1);
+  EXPECT_EQ(c.conv_dim(), 128 + 2 * 24);
+  EXPECT_EQ(c.ssm_floats(), 8 * 16 * 24);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.rope_dim, 0);
+  EXPECT_FALSE(c.attn_output_gate);
+  EXPECT_FALSE(c.attn_qk_norm);
+  EXPECT_DOUBLE_EQ(c.attn_scale, 0.125);
+  EXPECT_DOUBLE_EQ(c.embedding_multiplier, 12.0);
+  EXPECT_DOUBLE_EQ(c.residual_multiplier, 0.25);
+  EXPECT_DOUBLE_EQ(c.logits_scaling, 3.0);
+  EXPECT_EQ(c.n_expert, 4);
+  EXPECT_EQ(c.n_expert_used, 2);
+  EXPECT_EQ(c.moe_intermediate_size, 32);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 48);
+  EXPECT_FALSE(c.shared_expert_gate);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.n_recurrent_layers(), 3);
+  EXPECT_EQ(c.n_attention_layers(), 2);
+}
+
+TEST(ConfigMamba2, GraniteDenseAndDefaults) {
+  json j = fixture_json("granitemoehybrid");
+  j["num_local_experts"] = 0;
+  j.erase("layer_types");
+  j.erase("attention_multiplier");
+  j["mamba_d_head"] = "auto";
+  auto r = parse(j);
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(r->ffn_kinds, std::vector<FfnKind>(5, FfnKind::SwiGLU));
+  EXPECT_EQ(r->intermediate_size, 48);  // the shared MLP is the dense FFN
+  EXPECT_EQ(r->layer_kinds, std::vector<LayerKind>(5, LayerKind::Mamba2));
+  EXPECT_DOUBLE_EQ(r->attn_scale, 1.0);  // HF's default, not 1/sqrt(head_dim)
+  EXPECT_EQ(r->ssm_head_dim, 16);        // auto: expand * hidden / heads
+}
+
+// granite-4.0-h-350m's published geometry (docs/MAMBA2.md).
+TEST(ConfigMamba2, Granite350mShape) {
+  json j = fixture_json("granitemoehybrid");
+  j["hidden_size"] = 768;
+  j["num_hidden_layers"] = 32;
+  j["num_attention_heads"] = 12;
+  j["num_key_value_heads"] = 4;
+  j["mamba_n_heads"] = 48;
+  j["mamba_d_head"] = 32;
+  j["mamba_d_state"] = 128;
+  j["num_local_experts"] = 0;
+  j["shared_intermediate_size"] = 2048;
+  j["vocab_size"] = 100352;
+  json lt = json::array();
+  for (int i = 0; i < 32; ++i) lt.push_back(i % 8 == 7 ? "attention" : "mamba");
+  j["layer_types"] = lt;
+  auto r = parse(j);
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(r->conv_dim(), 1792);
+  EXPECT_EQ(r->n_recurrent_layers(), 28);
+  // 22,622,208 bytes of recurrent state per sequence: conv (K-1) x conv_dim + H x P x N per layer.
+  EXPECT_EQ(28 * (3 * r->conv_dim() + r->ssm_floats()) * 4, 22622208);
+}
+
+TEST(ConfigMamba2, GraniteErrors) {
+  json j = fixture_json("granitemoehybrid");
+  j["position_embedding_type"] = "rope";
+  expect_error(j, "position_embedding_type' is 'rope'");
+  j = fixture_json("granitemoehybrid");
+  j.erase("mamba_n_heads");
+  expect_error(j, "missing field 'mamba_n_heads'");
+  j = fixture_json("granitemoehybrid");
+  j["mamba_d_head"] = 8;
+  expect_error(j, "must equal mamba_expand x hidden_size");
+  j = fixture_json("granitemoehybrid");
+  j["mamba_n_groups"] = 3;
+  expect_error(j, "not a multiple of the groups");
+  j = fixture_json("granitemoehybrid");
+  j["layer_types"][2] = "linear";
+  expect_error(j, "layer_types[2]' is \"linear\"");
+  j = fixture_json("granitemoehybrid");
+  j["layer_types"].erase(0);
+  expect_error(j, "has 4 entries but 'num_hidden_layers' is 5");
+  j = fixture_json("granitemoehybrid");
+  j["mamba_proj_bias"] = true;
+  expect_error(j, "mamba_proj_bias");
+  j = fixture_json("granitemoehybrid");
+  j["residual_multiplier"] = -1;
+  expect_error(j, "'residual_multiplier' = -1");
+  j = fixture_json("granitemoehybrid");
+  j["num_experts_per_tok"] = 9;
+  expect_error(j, "num_experts_per_tok");
+  j = fixture_json("granitemoehybrid");
+  j.erase("shared_intermediate_size");
+  expect_error(j, "missing field 'shared_intermediate_size'");
+  j = fixture_json("granitemoehybrid");
+  j["mamba_d_state"] = "24";
+  expect_error(j, "field 'mamba_d_state' must be an integer");
+  j = fixture_json("granitemoehybrid");
+  j["hidden_act"] = "gelu";
+  expect_error(j, "only 'silu'");
+}
+
+TEST(ConfigMamba2, NemotronFixture) {
+  auto r = parse(fixture_json("nemotron_h"));
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  const ModelConfig& c = *r;
+  EXPECT_EQ(c.family, Family::NemotronH);
+  using K = LayerKind;
+  using F = FfnKind;
+  EXPECT_EQ(c.layer_kinds,
+            (std::vector<K>{K::Mamba2, K::None, K::Mamba2, K::Attention, K::Mamba2, K::None}));
+  EXPECT_EQ(c.ffn_kinds,
+            (std::vector<F>{F::None, F::ReluSq, F::None, F::None, F::None, F::ReluSq}));
+  EXPECT_EQ(c.ssm_n_head, 12);
+  EXPECT_EQ(c.ssm_head_dim, 16);
+  EXPECT_EQ(c.ssm_n_group, 2);
+  EXPECT_EQ(c.ssm_norm_groups, 2);
+  EXPECT_EQ(c.ssm_d_state, 20);
+  EXPECT_EQ(c.head_dim, 24);
+  EXPECT_EQ(c.intermediate_size, 96);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.attn_scale, 0.0);  // 1/sqrt(head_dim)
+}
+
+// Python's json writes inf as the bare token Infinity (Nemotron-H configs carry
+// "time_step_limit": [0.0, Infinity]); it parses, and means no clamp.
+TEST(ConfigMamba2, NemotronInfinityToken) {
+  json j = fixture_json("nemotron_h");
+  std::string text = j.dump();
+  text.insert(text.size() - 1, ",\"time_step_limit\": [0.0, Infinity]");
+  auto r = parse_model_config(text, "config.json");
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  std::string text2 = j.dump();
+  text2.insert(text2.size() - 1, ",\"time_step_limit\": [0.001, Infinity]");
+  auto r2 = parse_model_config(text2, "config.json");
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.error_message().find("time_step_limit"), std::string::npos) << r2.error_message();
+  // Inside a string the token is text, not a number.
+  std::string text3 = j.dump();
+  text3.insert(text3.size() - 1, ",\"note\": \"Infinity\"");
+  EXPECT_TRUE(parse_model_config(text3, "config.json").ok());
+}
+
+TEST(ConfigMamba2, NemotronErrors) {
+  json j = fixture_json("nemotron_h");
+  j["hybrid_override_pattern"] = "M-E*";
+  j["num_hidden_layers"] = 4;
+  expect_error(j, "'E' (a Nemotron-H MoE block): not supported yet");
+  j = fixture_json("nemotron_h");
+  j["hybrid_override_pattern"] = "M-X*M-";
+  expect_error(j, "has 'X' at 2");
+  j = fixture_json("nemotron_h");
+  j["num_hidden_layers"] = 7;
+  expect_error(j, "'num_hidden_layers' = 7 but the pattern has 6 blocks");
+  j = fixture_json("nemotron_h");
+  j.erase("hybrid_override_pattern");
+  expect_error(j, "missing field 'hybrid_override_pattern'");
+  j = fixture_json("nemotron_h");
+  j["mlp_hidden_act"] = "gelu";
+  expect_error(j, "only 'relu2'");
+  j = fixture_json("nemotron_h");
+  j["use_bias"] = true;
+  expect_error(j, "'use_bias' is true");
+  j = fixture_json("nemotron_h");
+  j.erase("ssm_state_size");
+  expect_error(j, "missing field 'ssm_state_size'");
+  j = fixture_json("nemotron_h");
+  j["n_groups"] = 5;
+  expect_error(j, "not a multiple of the groups");
+  j = fixture_json("nemotron_h");
+  j.erase("intermediate_size");
+  expect_error(j, "missing field 'intermediate_size'");
+}
+
+TEST(ConfigMamba2, UnknownModelTypeListsEveryFamily) {
+  json j = fixture_json("nemotron_h");
+  j["model_type"] = "mamba2";
+  expect_error(j, "granitemoehybrid");
+  expect_error(j, "nemotron_h");
+  expect_error(j, "qwen3_next");
+}
+
+}  // namespace
+}  // namespace rw
