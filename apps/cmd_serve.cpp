@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
 #include "rewind/io/gguf.h"
+#include "rewind/server/access_log.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/server/http_server.h"
 #include "rewind/tokenizer/gguf_vocab.h"
@@ -126,6 +128,30 @@ int cmd_serve(int argc, char** argv) {
     return fail("--max-queue must be in [0, 65536]");
   if (max_body.value() < 1) return fail("--max-body must be >= 1");
   const std::string host = args->str("--host", "127.0.0.1");
+  // --alias NAME, repeatable, each also a comma list: the names a request's "model" may give.
+  std::vector<std::string> aliases;
+  for (const std::string& v : args->all("--alias")) {
+    size_t i = 0;
+    while (i <= v.size()) {
+      const size_t e = std::min(v.find(',', i), v.size());
+      const std::string name = v.substr(i, e - i);
+      if (name.empty() || name.find_first_of(" \t\r\n") != std::string::npos)
+        return fail("--alias '" + v + "': a model name must be non-empty, without spaces");
+      if (std::find(aliases.begin(), aliases.end(), name) == aliases.end()) aliases.push_back(name);
+      i = e + 1;
+    }
+  }
+  AccessLogFormat log_format = AccessLogFormat::Text;
+  if (!parse_access_log_format(args->str("--log-format", "text"), &log_format))
+    return fail("--log-format must be text or json (got '" + args->str("--log-format") + "')");
+  if (args->has("--quiet") && (args->has("--log-file") || args->has("--log-format")))
+    return fail("--quiet turns the access log off; drop --log-file / --log-format, or --quiet");
+  std::unique_ptr<AccessLog> access_log;
+  if (!args->has("--quiet")) {
+    auto opened = AccessLog::open(args->str("--log-file"), log_format);
+    if (!opened.ok()) return fail(opened.error_message());
+    access_log = std::move(opened).value();
+  }
 
   // Signals go to one thread (sigwait), so block them before any thread is created.
   sigset_t sigs;
@@ -195,7 +221,9 @@ int cmd_serve(int argc, char** argv) {
   so.port = static_cast<int>(port.value());
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
-  so.model_id = basename_of(dir);
+  so.model_id = aliases.empty() ? basename_of(dir) : aliases[0];
+  so.aliases = aliases;
+  so.access_log = access_log.get();
   so.cors_origins = split_commas(args->str("--cors-origin"));
   so.header_timeout_s = header_to.value();
   so.body_timeout_s = body_to.value();
