@@ -22,38 +22,15 @@
 namespace rw::app {
 
 int cmd_bench(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--model", "-p", "-n", "-t", "--threads", "--weights", "--quant-dot",
-                           "--isa", "--seed", "--prefill-runs", "--decode-split"},
-                          {"--json", "--help"});
+  auto args = parse_args("bench", argc, argv);
   if (!args.ok()) return fail(args.error_message());
-  if (args->has("--help")) {
-    std::printf(
-        "usage: rewind bench [--model DIR|FILE.gguf] [-p 512] [-n 128] [-t THREADS]\n"
-        "                    [--prefill-runs 3] [--weights auto|f32|bf16] [--quant-dot "
-        "auto|int8|f32]\n"
-        "                    [--isa auto|amx|avx512|avx2|scalar] [--decode-split "
-        "auto|guided|static]\n"
-        "                    [--json]\n"
-        "  --model: default: the built-in model models/kjv-target\n"
-        "  --prefill-runs: timed prefills after a first one (the headline is their median; the\n"
-        "         first, which grows the buffers to the prompt's size, is reported apart)\n"
-        "  --isa: the widest SIMD path the kernels may take (default auto: the widest here;\n"
-        "         amx = AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K and Q5_K prefill)\n"
-        "  --decode-split: how the threads split a decode step's matmuls (default auto: a static\n"
-        "         share per thread for matrices of up to 8 MiB a thread, guided chunks for larger\n"
-        "         ones); two, as A,B, take turns step by step (A on even steps), and a line\n"
-        "         compares them: each one's median step against its probe, and the median ratio\n"
-        "         of B's step time to the A step before it (and of all B steps' time to all "
-        "A's)\n");
-    return 0;
-  }
+  if (args->has("--help")) return print_help("bench");
   auto model_arg = model_or_builtin(args->str("--model"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
-  auto p = args->int_("-p", 512);
-  auto n = args->int_("-n", 128);
-  auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
+  auto p = args->int_("--n-prompt", 512);
+  auto n = args->int_("--n-gen", 128);
+  auto th = args->int_("--threads", default_threads());
   auto seed = args->int_("--seed", 1);
   auto runs = args->int_("--prefill-runs", 3);
   for (auto* r : {&p, &n, &th, &seed, &runs})
@@ -268,10 +245,11 @@ int cmd_bench(int argc, char** argv) {
         decode_tps, prefill_gflop_s, decode_gb_s, bytes_tok, weight_bytes, state_bytes, kv_bytes,
         bw, lim.read_bandwidth_gb_s, bw_after, lim.fma_peak_gflop_s, lim.int8_peak_gop_s,
         lim.int8_isa.c_str(), lim.amx_int8_peak_gop_s, amx ? "true" : "false", frac_amx,
-        quant_dot_name(m.kernel_options().quant_dot), m.quantised_bytes(), frac_bw, step_frac.front(),
-        step_frac.back(), probes.front(), probes[probes.size() / 2], probes.back(), probe.bytes(),
-        lim.bandwidth_variant, frac_run_bw, best_step_tps, median_step_tps, frac_bw_best,
-        int8 ? "int8" : "fma", frac_peak, decode_split_name(splits[0]));
+        quant_dot_name(m.kernel_options().quant_dot), m.quantised_bytes(), frac_bw,
+        step_frac.front(), step_frac.back(), probes.front(), probes[probes.size() / 2],
+        probes.back(), probe.bytes(), lim.bandwidth_variant, frac_run_bw, best_step_tps,
+        median_step_tps, frac_bw_best, int8 ? "int8" : "fma", frac_peak,
+        decode_split_name(splits[0]));
     if (split_ab)
       std::printf(
           ",\"decode_split_b\":\"%s\",\"decode_split_a_step_fraction\":%.6g,"

@@ -46,7 +46,9 @@ class Script {
     for (auto& x : t) x = static_cast<int32_t>(rng_() % static_cast<uint64_t>(vocab_));
     return t;
   }
-  int32_t other(int32_t t) { return static_cast<int32_t>((t + 1 + rng_() % (vocab_ - 1)) % vocab_); }
+  int32_t other(int32_t t) {
+    return static_cast<int32_t>((t + 1 + rng_() % (vocab_ - 1)) % vocab_);
+  }
 
  private:
   std::mt19937_64 rng_;
@@ -60,7 +62,9 @@ std::vector<int32_t> cat(std::initializer_list<const std::vector<int32_t>*> part
 }
 
 Result<std::vector<Workload>> build(const std::string& which, double scale, Script& s) {
-  auto sz = [&](double base) { return std::max<int64_t>(4, static_cast<int64_t>(std::llround(base * scale))); };
+  auto sz = [&](double base) {
+    return std::max<int64_t>(4, static_cast<int64_t>(std::llround(base * scale)));
+  };
   std::vector<Workload> all;
   auto want = [&](const char* n) { return which == "all" || which == n; };
   if (want("shared-system")) {
@@ -78,7 +82,8 @@ Result<std::vector<Workload>> build(const std::string& which, double scale, Scri
     auto sys = s.tokens(sz(1024));
     auto t1 = s.tokens(sz(3800)), t2 = s.tokens(sz(3800)), t3 = s.tokens(sz(3800));
     const int64_t S = static_cast<int64_t>(sys.size());
-    const int64_t b2 = S + static_cast<int64_t>(t1.size()), b3 = b2 + static_cast<int64_t>(t2.size());
+    const int64_t b2 = S + static_cast<int64_t>(t1.size()),
+                  b3 = b2 + static_cast<int64_t>(t2.size());
     std::vector<int64_t> bounds = {S, b2, b3};
     auto full = cat({&sys, &t1, &t2, &t3});
     w.steps.push_back({full, bounds, S});
@@ -126,24 +131,9 @@ Result<std::vector<Workload>> build(const std::string& which, double scale, Scri
 }  // namespace
 
 int cmd_cache_bench(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      {"--model", "--workload", "--scale", "--interval", "--budget-mib", "--max-per-branch", "-n",
-       "--threads", "-t", "--seed", "--weights", "--quant-dot", "--chunk"},
-      {"--json", "--help"});
+  auto args = parse_args("cache-bench", argc, argv);
   if (!args.ok()) return fail(args.error_message());
-  if (args->has("--help")) {
-    std::printf(
-        "usage: rewind cache-bench [--model DIR|FILE.gguf] --workload NAME [--scale 1.0] "
-        "[--interval 512]\n"
-        "                          [--budget-mib 4096] [--max-per-branch 32] [-n 4] [--chunk 512]\n"
-        "                          [--threads N] [--seed 1] [--weights auto|f32|bf16] [--quant-dot "
-        "auto|int8|f32] [--json]\n"
-        "  --model (default: the built-in model models/kjv-target)\n"
-        "  NAME: shared-system | edit-turn | long-branch | repeat | chat | all\n"
-        "  --scale multiplies every prompt size of the workload (1.0: the documented sizes)\n");
-    return 0;
-  }
+  if (args->has("--help")) return print_help("cache-bench");
   auto model_arg = model_or_builtin(args->str("--model"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
@@ -151,8 +141,8 @@ int cmd_cache_bench(int argc, char** argv) {
   auto interval = args->int_("--interval", 512);
   auto budget = args->int_("--budget-mib", 4096);
   auto mpb = args->int_("--max-per-branch", 32);
-  auto n_gen = args->int_("-n", 4);
-  auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
+  auto n_gen = args->int_("--n-predict", 4);
+  auto th = args->int_("--threads", default_threads());
   auto seed = args->int_("--seed", 1);
   auto chunk = args->int_("--chunk", 512);
   for (auto* r : {&interval, &budget, &mpb, &n_gen, &th, &seed, &chunk})
@@ -240,8 +230,8 @@ int cmd_cache_bench(int argc, char** argv) {
             request, w.name.c_str(), static_cast<long long>(r.prompt_tokens),
             static_cast<long long>(r.diverged_at), static_cast<long long>(r.resumed_at),
             static_cast<long long>(r.rerun_tokens), static_cast<long long>(r.lost_to_spacing),
-            hit_kind_name(r.hit), r.ttft_ms, b->report.ttft_ms, static_cast<long long>(r.snapshots_taken),
-            r.snapshot_ms, same ? "true" : "false");
+            hit_kind_name(r.hit), r.ttft_ms, b->report.ttft_ms,
+            static_cast<long long>(r.snapshots_taken), r.snapshot_ms, same ? "true" : "false");
       } else {
         std::printf(
             "%3d %-13s prompt %6lld  L %6lld  p %6lld  rerun %6lld  lost %4lld  %-10s ttft %9.1f ms"
@@ -249,7 +239,8 @@ int cmd_cache_bench(int argc, char** argv) {
             request, w.name.c_str(), static_cast<long long>(r.prompt_tokens),
             static_cast<long long>(r.diverged_at), static_cast<long long>(r.resumed_at),
             static_cast<long long>(r.rerun_tokens), static_cast<long long>(r.lost_to_spacing),
-            hit_kind_name(r.hit), r.ttft_ms, b->report.ttft_ms, b->report.ttft_ms / std::max(1e-9, r.ttft_ms),
+            hit_kind_name(r.hit), r.ttft_ms, b->report.ttft_ms,
+            b->report.ttft_ms / std::max(1e-9, r.ttft_ms),
             static_cast<long long>(r.snapshots_taken), r.snapshot_ms,
             same ? "bit-identical" : "DIFFERENT");
       }
@@ -266,7 +257,8 @@ int cmd_cache_bench(int argc, char** argv) {
           static_cast<long long>(st.misses), static_cast<long long>(st.tokens_reused),
           static_cast<long long>(st.tokens_rerun), static_cast<long long>(st.lost_to_spacing),
           static_cast<double>(st.bytes_pages) / 1048576.0,
-          static_cast<double>(st.bytes_snapshots) / 1048576.0, static_cast<long long>(st.n_snapshots),
+          static_cast<double>(st.bytes_snapshots) / 1048576.0,
+          static_cast<long long>(st.n_snapshots),
           static_cast<long long>(st.evictions_nodes + st.evictions_snapshots));
   }
   return all_identical ? 0 : 3;

@@ -1,7 +1,7 @@
 // `rewind convert`: writes a Hugging Face checkpoint directory as one GGUF file in llama.cpp's
-// layout (model/gguf_model.h), with the matrices in F32, F16, BF16, Q8_0, Q4_K, Q5_K or Q6_K (or
-// llama-quantize's Q4_K_M / Q5_K_M mixtures), and the
-// tokenizer and chat template in the metadata.
+// layout (model/gguf_model.h), with the matrices in F32, F16, BF16, Q8_0 (the default), Q4_K,
+// Q5_K or Q6_K (or llama-quantize's Q4_K_M / Q5_K_M mixtures), and the tokenizer and chat
+// template in the metadata.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "args.h"
+#include "cli.h"
 #include "commands.h"
 #include "rewind/io/safetensors.h"
 #include "rewind/model/gguf_model.h"
@@ -108,35 +109,28 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
 }
 
 int cmd_convert(int argc, char** argv) {
-  auto args = Args::parse(argc, argv, {"--in", "--out", "--to", "--type"}, {"--help"});
+  auto args = parse_args("convert", argc, argv);
   if (!args.ok()) return fail(args.error_message());
-  if (args->has("--help")) {
-    std::printf(
-        "usage: rewind convert --in HF_DIR --out FILE.gguf [--to gguf]\n"
-        "                      [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|\n"
-        "                              q4_0|q4_1|q5_0|q5_1|iq4_nl|q3_k|iq4_xs|q2_k]\n"
-        "Writes the checkpoint as one GGUF file in llama.cpp's layout (qwen35, qwen35moe,\n"
-        "qwen3next), with its MTP head as blk.N.nextn.* (not for qwen3next).\n"
-        "--to: the output format; gguf (the default) is the only one.\n"
-        "Matrices get --type (default f32); a row length that is not a multiple of\n"
-        "the type's block falls back to q8_0 or f32. Norms, conv, ssm_a, dt bias stay f32.\n"
-        "q4_k_m, q5_k_m: llama-quantize's mixtures (q6_k for output and, in some layers,\n"
-        "attn_v and ffn_down; q4_k or q5_k elsewhere).\n"
-        "q4_0, q4_1, q5_0, q5_1, iq4_nl, q3_k, iq4_xs, q2_k: for files made elsewhere;\n"
-        "written here to test their loading.\n");
-    return 0;
-  }
+  if (args->has("--help")) return print_help("convert");
   const std::string in = args->str("--in"), out = args->str("--out");
-  if (in.empty() || out.empty()) return fail("--in HF_DIR and --out FILE.gguf are required");
+  if (in.empty() || out.empty()) return fail("--in HF_DIR and -o/--out FILE.gguf are required");
   if (const std::string to = args->str("--to", "gguf"); to != "gguf")
     return fail("--to must be gguf: convert writes a Hugging Face checkpoint as GGUF (got '" + to +
                 "')");
+  // Without --type: q8_0 (8.5 bits a weight, about half of bf16, close to its quality); said on
+  // stderr so that nobody takes the file for a full-precision one.
+  const std::string type = args->str("--type", kDefaultConvertType);
+  if (!args->has("--type"))
+    std::fprintf(stderr,
+                 "rewind convert: no --type given; writing %s (--type f32 or bf16 keeps full "
+                 "precision, q4_k_m is smaller)\n",
+                 type.c_str());
   const double t0 = now_seconds();
-  Status st = convert_hf_to_gguf(in, out, args->str("--type", "f32"));
+  Status st = convert_hf_to_gguf(in, out, type);
   if (!st.ok()) return fail(st.error_message());
   std::error_code ec;
   const auto size = std::filesystem::file_size(out, ec);
-  std::printf("wrote %s (%s, %.1f MB, %.1f s)\n", out.c_str(), args->str("--type", "f32").c_str(),
+  std::printf("wrote %s (%s, %.1f MB, %.1f s)\n", out.c_str(), type.c_str(),
               ec ? 0.0 : static_cast<double>(size) / 1e6, now_seconds() - t0);
   return 0;
 }

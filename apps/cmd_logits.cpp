@@ -12,19 +12,9 @@
 namespace rw::app {
 
 int cmd_logits(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--model", "--tokens", "--prompt", "--positions", "--threads", "-t",
-                           "--weights", "--quant-dot"},
-                          {"--help"});
+  auto args = parse_args("logits", argc, argv);
   if (!args.ok()) return fail(args.error_message());
-  if (args->has("--help")) {
-    std::printf(
-        "usage: rewind logits --model DIR|FILE.gguf (--tokens 1,2,3,... | --prompt TEXT)\n"
-        "                     [--positions i,j,...]\n"
-        "                     [--threads N] [--weights auto|f32|bf16] [--quant-dot "
-        "auto|int8|f32]\n");
-    return 0;
-  }
+  if (args->has("--help")) return print_help("logits");
   if (args->str("--model").empty()) return fail("--model DIR|FILE.gguf is required");
   const bool from_text = args->has("--prompt");
   if (from_text == args->has("--tokens")) return fail("give one of --tokens and --prompt");
@@ -33,13 +23,14 @@ int cmd_logits(int argc, char** argv) {
   if (!from_text && toks->empty()) return fail("--tokens needs at least one token id");
   auto pos = args->int_list("--positions");
   if (!pos.ok()) return fail(pos.error_message());
-  auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
+  auto th = args->int_("--threads", default_threads());
   if (!th.ok()) return fail(th.error_message());
   if (th.value() < 1) return fail("--threads must be >= 1");
   ThreadPool pool(static_cast<int>(th.value()));
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
-  auto model = load_model(args->str("--model"), args->str("--weights", "auto"), kernels.value(), &pool, nullptr);
+  auto model = load_model(args->str("--model"), args->str("--weights", "auto"), kernels.value(),
+                          &pool, nullptr);
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
 
@@ -64,7 +55,8 @@ int cmd_logits(int argc, char** argv) {
   std::vector<int32_t> rows;
   for (int64_t p : positions) {
     if (p < 0 || p >= static_cast<int64_t>(tokens.size()))
-      return fail("position " + std::to_string(p) + " out of range [0, " + std::to_string(tokens.size()) + ")");
+      return fail("position " + std::to_string(p) + " out of range [0, " +
+                  std::to_string(tokens.size()) + ")");
     rows.push_back(static_cast<int32_t>(p));
   }
   std::sort(rows.begin(), rows.end());
@@ -83,10 +75,12 @@ int cmd_logits(int argc, char** argv) {
     std::printf("],");
   }
   std::printf("\"positions\":[");
-  for (size_t i = 0; i < positions.size(); ++i) std::printf("%s%lld", i ? "," : "", static_cast<long long>(positions[i]));
+  for (size_t i = 0; i < positions.size(); ++i)
+    std::printf("%s%lld", i ? "," : "", static_cast<long long>(positions[i]));
   std::printf("],\"logits\":[");
   for (size_t i = 0; i < positions.size(); ++i) {
-    const size_t r = static_cast<size_t>(std::lower_bound(rows.begin(), rows.end(), positions[i]) - rows.begin());
+    const size_t r = static_cast<size_t>(std::lower_bound(rows.begin(), rows.end(), positions[i]) -
+                                         rows.begin());
     std::printf("%s[", i ? "," : "");
     for (int64_t v = 0; v < V; ++v) std::printf("%s%.9g", v ? "," : "", logits[r * V + v]);
     std::printf("]");

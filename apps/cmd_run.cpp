@@ -3,65 +3,48 @@
 // load time, prefill and decode throughput and speculation figures (or one JSON object).
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <sstream>
 
 #include "args.h"
-#include "spec_args.h"
-#include "rewind/engine/engine.h"
 #include "commands.h"
+#include "rewind/engine/engine.h"
 #include "rewind/sample/sampler.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/tokenizer/tokenizer.h"
+#include "spec_args.h"
 
 namespace rw::app {
 
 namespace {
 
-std::string json_escape(const std::string& s) { return nlohmann::json(s).dump(); }
+std::string json_escape(const std::string& s) {
+  return nlohmann::json(s).dump();
+}
 
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--model", "--prompt", "-n", "--temperature", "--top-k", "--top-p",
-                           "--min-p", "--seed", "--threads", "-t", "--weights", "--quant-dot",
-                           "--chunk", kSpecValueOpts[0], kSpecValueOpts[1]},
-                          {"--json", "--ignore-eos", "--help", kSpecFlagOpts[0]});
+  auto args = parse_args("run", argc, argv);
   if (!args.ok()) return fail(args.error_message());
-  if (args->has("--help")) {
-    std::printf(
-        "usage: rewind run [--model DIR|FILE.gguf] --prompt TEXT [-n N] [--temperature T] "
-        "[--top-k K]\n"
-        "                  [--top-p P] [--min-p P] [--seed S] [--threads N] [--chunk N]\n"
-        "                  [--weights auto|f32|bf16] [--quant-dot auto|int8|f32] [--ignore-eos] "
-        "[--json]\n"
-        "                  [--spec off|ngram|draft:DIR|mtp] [--draft-k K] [--spec-fixed-k]\n"
-        "  --model       default: the built-in model models/kjv-target\n"
-        "  -n N          tokens to generate (default 32)\n"
-        "  --temperature 0 = greedy (default)\n"
-        "  --chunk N     prefill chunk size (default 512; results do not depend on it)\n"
-        "%s",
-        kSpecHelp);
-    return 0;
-  }
+  if (args->has("--help")) return print_help("run");
   auto model_arg = model_or_builtin(args->str("--model"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
-  if (!args->has("--prompt")) return fail("--prompt TEXT is required");
-  auto n_gen = args->int_("-n", 32);
+  if (!args->has("--prompt")) return fail("-p/--prompt TEXT is required (rewind run --help)");
+  auto n_gen = args->int_("--n-predict", 32);
   auto temp = args->num("--temperature", 0.0);
   auto top_k = args->int_("--top-k", 0);
   auto top_p = args->num("--top-p", 1.0);
   auto min_p = args->num("--min-p", 0.0);
   auto seed = args->int_("--seed", 0);
-  auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
+  auto th = args->int_("--threads", default_threads());
   auto chunk = args->int_("--chunk", 512);
   for (auto* r : {&n_gen, &top_k, &seed, &th, &chunk})
     if (!r->ok()) return fail(r->error_message());
   for (auto* r : {&temp, &top_p, &min_p})
     if (!r->ok()) return fail(r->error_message());
-  if (n_gen.value() < 1 || n_gen.value() > (int64_t{1} << 30)) return fail("-n must be >= 1");
+  if (n_gen.value() < 1 || n_gen.value() > (int64_t{1} << 30))
+    return fail("-n/--n-predict must be >= 1");
   if (th.value() < 1) return fail("--threads must be >= 1");
   if (chunk.value() < 1) return fail("--chunk must be >= 1");
   if (temp.value() < 0) return fail("--temperature must be >= 0");
@@ -126,24 +109,27 @@ int cmd_run(int argc, char** argv) {
   const std::vector<int32_t>& out = rep->tokens;
   const bool eos = !out.empty() && req.stop_ids.count(out.back());
   const int64_t n = static_cast<int64_t>(prompt.size());
-  const double prefill_s = rep->report.ttft_ms / 1e3, decode_s = (rep->report.total_ms - rep->report.ttft_ms) / 1e3;
+  const double prefill_s = rep->report.ttft_ms / 1e3,
+               decode_s = (rep->report.total_ms - rep->report.ttft_ms) / 1e3;
   const double prefill_tps = static_cast<double>(n) / prefill_s;
   // Decode speed counts tokens after the first (which the prefill's logits gave).
   const int64_t n_dec = std::max<int64_t>(0, static_cast<int64_t>(out.size()) - 1);
   const double decode_tps = n_dec > 0 && decode_s > 0 ? static_cast<double>(n_dec) / decode_s : 0.0;
   const SpecStats& ss = rep->report.spec;
-  const double acc = ss.drafted ? static_cast<double>(ss.accepted) / static_cast<double>(ss.drafted) : 0.0;
+  const double acc =
+      ss.drafted ? static_cast<double>(ss.accepted) / static_cast<double>(ss.drafted) : 0.0;
   if (json) {
     std::printf("{\"text\":%s,\"tokens\":[", json_escape(text).c_str());
     for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);
-    std::printf("],\"prompt_tokens\":%lld,\"generated_tokens\":%zu,\"stop\":\"%s\",\"load_s\":%.3f,"
-                "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"threads\":%lld,\"isa\":\"%s\","
-                "\"spec\":\"%s\",\"spec_rounds\":%lld,\"spec_drafted\":%lld,\"spec_accepted\":%lld,"
-                "\"spec_replayed\":%lld,\"acceptance\":%.4f}\n",
-                static_cast<long long>(n), out.size(), eos ? "eos" : "length", load_s, prefill_tps,
-                decode_tps, static_cast<long long>(th.value()), m.isa(), spec_kind_name(spec->cfg.kind),
-                static_cast<long long>(ss.rounds), static_cast<long long>(ss.drafted),
-                static_cast<long long>(ss.accepted), static_cast<long long>(ss.replayed), acc);
+    std::printf(
+        "],\"prompt_tokens\":%lld,\"generated_tokens\":%zu,\"stop\":\"%s\",\"load_s\":%.3f,"
+        "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"threads\":%lld,\"isa\":\"%s\","
+        "\"spec\":\"%s\",\"spec_rounds\":%lld,\"spec_drafted\":%lld,\"spec_accepted\":%lld,"
+        "\"spec_replayed\":%lld,\"acceptance\":%.4f}\n",
+        static_cast<long long>(n), out.size(), eos ? "eos" : "length", load_s, prefill_tps,
+        decode_tps, static_cast<long long>(th.value()), m.isa(), spec_kind_name(spec->cfg.kind),
+        static_cast<long long>(ss.rounds), static_cast<long long>(ss.drafted),
+        static_cast<long long>(ss.accepted), static_cast<long long>(ss.replayed), acc);
   } else {
     std::fputs(tail.c_str(), stdout);
     std::printf("\n");

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -26,6 +27,7 @@
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
 #include "rewind/io/gguf.h"
+#include "rewind/server/access_log.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/server/http_server.h"
 #include "rewind/tokenizer/gguf_vocab.h"
@@ -75,51 +77,9 @@ std::string basename_of(std::string dir) {
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      {"--model", "--host", "--port", "--api-key", "--parallel", "--ctx-size", "--cache-ram",
-       "--checkpoint-interval", "--checkpoint-max", "--threads", "-t", "--max-queue", "--max-body",
-       "--weights", "--quant-dot", "--shutdown-grace", "--header-timeout", "--body-timeout",
-       "--idle-timeout", "--max-connections", "--max-connections-per-client", "--cors-origin",
-       kSpecValueOpts[0], kSpecValueOpts[1]},
-      {"--no-cache", "--help", kSpecFlagOpts[0]});
+  auto args = parse_args("serve", argc, argv);
   if (!args.ok()) return fail(args.error_message());
-  if (args->has("--help")) {
-    std::printf(
-        "usage: rewind serve [--model DIR|FILE.gguf] [--host 127.0.0.1] [--port 8080] [--api-key "
-        "KEY]\n"
-        "                    [--parallel 4] [--ctx-size 32768] [--cache-ram 4096]\n"
-        "                    [--checkpoint-interval 512] [--checkpoint-max 32] [--no-cache]\n"
-        "                    [--threads N] [--max-queue 64] [--max-body 8388608]\n"
-        "                    [--weights auto|f32|bf16] [--quant-dot auto|int8|f32] [--spec METHOD] "
-        "[--draft-k K]\n"
-        "  OpenAI-compatible API: POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
-        "  /v1/cache, /metrics, /health.\n"
-        "  --model              default: the built-in model models/kjv-target\n"
-        "  --port 0             pick a free port (printed on start)\n"
-        "  --api-key KEY        require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
-        "  --parallel N         sequences decoding at once (continuous batching)\n"
-        "  --ctx-size N         prompt + max_tokens limit per request\n"
-        "  --cache-ram MiB      prefix cache budget (KV pages + recurrent checkpoints)\n"
-        "  --checkpoint-interval N  checkpoint grid in tokens (0: none; turn starts still count)\n"
-        "  --checkpoint-max N   checkpoints kept per branch (0: no limit)\n"
-        "  --max-queue N        requests waiting beyond --parallel before 429\n"
-        "  --max-body BYTES     request body limit (413 beyond)\n"
-        "  --shutdown-grace S   on SIGINT/SIGTERM, time running requests get to finish (5)\n"
-        "  --header-timeout S   deadline for a request's whole header (10; 408 beyond)\n"
-        "  --body-timeout S     deadline for a request's whole body (30; 408 beyond)\n"
-        "  --idle-timeout S     keep-alive connection idle between requests (5)\n"
-        "  --max-connections N  open connections in total (512; 503 beyond)\n"
-        "  --max-connections-per-client N  open connections from one address (64; 503 beyond)\n"
-        "  --cors-origin LIST   origins allowed by CORS, comma-separated, or * (default: CORS off)\n"
-        "%s"
-        "  A request may pick its own: \"speculative\": \"off\"|\"ngram\"|\"draft\"|\"mtp\" or\n"
-        "  {\"method\": ..., \"k\": K}.\n"
-        "  SIGINT/SIGTERM: stop accepting, give running requests the grace period, then end\n"
-        "  them (streams get a final chunk and [DONE]); exit 0.\n",
-        kSpecHelp);
-    return 0;
-  }
+  if (args->has("--help")) return print_help("serve");
   auto model_arg = model_or_builtin(args->str("--model"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
@@ -129,7 +89,7 @@ int cmd_serve(int argc, char** argv) {
   auto cache_ram = args->int_("--cache-ram", 4096);
   auto ck_int = args->int_("--checkpoint-interval", 512);
   auto ck_max = args->int_("--checkpoint-max", 32);
-  auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
+  auto th = args->int_("--threads", default_threads());
   auto max_queue = args->int_("--max-queue", 64);
   auto max_body = args->int_("--max-body", 8 << 20);
   auto max_conns = args->int_("--max-connections", 512);
@@ -145,9 +105,9 @@ int cmd_serve(int argc, char** argv) {
     if (!r->ok()) return fail(r->error_message());
   if (!(grace.value() >= 0 && grace.value() <= 3600))
     return fail("--shutdown-grace must be in [0, 3600] seconds");
-  for (auto [name, v] : {std::pair{"--header-timeout", header_to.value()},
-                         std::pair{"--body-timeout", body_to.value()},
-                         std::pair{"--idle-timeout", idle_to.value()}})
+  for (auto [name, v] :
+       {std::pair{"--header-timeout", header_to.value()},
+        std::pair{"--body-timeout", body_to.value()}, std::pair{"--idle-timeout", idle_to.value()}})
     if (!(v > 0 && v <= 3600)) return fail(std::string(name) + " must be in (0, 3600] seconds");
   if (max_conns.value() < 1 || max_conns.value() > 1000000)
     return fail("--max-connections must be in [1, 1000000]");
@@ -168,6 +128,30 @@ int cmd_serve(int argc, char** argv) {
     return fail("--max-queue must be in [0, 65536]");
   if (max_body.value() < 1) return fail("--max-body must be >= 1");
   const std::string host = args->str("--host", "127.0.0.1");
+  // --alias NAME, repeatable, each also a comma list: the names a request's "model" may give.
+  std::vector<std::string> aliases;
+  for (const std::string& v : args->all("--alias")) {
+    size_t i = 0;
+    while (i <= v.size()) {
+      const size_t e = std::min(v.find(',', i), v.size());
+      const std::string name = v.substr(i, e - i);
+      if (name.empty() || name.find_first_of(" \t\r\n") != std::string::npos)
+        return fail("--alias '" + v + "': a model name must be non-empty, without spaces");
+      if (std::find(aliases.begin(), aliases.end(), name) == aliases.end()) aliases.push_back(name);
+      i = e + 1;
+    }
+  }
+  AccessLogFormat log_format = AccessLogFormat::Text;
+  if (!parse_access_log_format(args->str("--log-format", "text"), &log_format))
+    return fail("--log-format must be text or json (got '" + args->str("--log-format") + "')");
+  if (args->has("--quiet") && (args->has("--log-file") || args->has("--log-format")))
+    return fail("--quiet turns the access log off; drop --log-file / --log-format, or --quiet");
+  std::unique_ptr<AccessLog> access_log;
+  if (!args->has("--quiet")) {
+    auto opened = AccessLog::open(args->str("--log-file"), log_format);
+    if (!opened.ok()) return fail(opened.error_message());
+    access_log = std::move(opened).value();
+  }
 
   // Signals go to one thread (sigwait), so block them before any thread is created.
   sigset_t sigs;
@@ -207,7 +191,8 @@ int cmd_serve(int argc, char** argv) {
   if (!kernels.ok()) return fail(kernels.error_message());
   auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), kernels.value(), &pool);
   if (!spec.ok()) return fail(spec.error_message());
-  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, &load_s, spec->wants_mtp());
+  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, &load_s,
+                          spec->wants_mtp());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)
@@ -236,7 +221,9 @@ int cmd_serve(int argc, char** argv) {
   so.port = static_cast<int>(port.value());
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
-  so.model_id = basename_of(dir);
+  so.model_id = aliases.empty() ? basename_of(dir) : aliases[0];
+  so.aliases = aliases;
+  so.access_log = access_log.get();
   so.cors_origins = split_commas(args->str("--cors-origin"));
   so.header_timeout_s = header_to.value();
   so.body_timeout_s = body_to.value();

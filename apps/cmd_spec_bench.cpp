@@ -58,27 +58,15 @@ struct Row {
 }  // namespace
 
 int cmd_spec_bench(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--model", "--draft", "-n", "--draft-k", "--threads", "-t", "--weights",
-                           "--quant-dot", "--workload", "--prompt"},
-                          {"--json", "--help", "--spec-fixed-k"});
+  auto args = parse_args("spec-bench", argc, argv);
   if (!args.ok()) return fail(args.error_message());
-  if (args->has("--help")) {
-    std::printf(
-        "usage: rewind spec-bench [--model DIR] [--draft DIR] [-n 64] [--draft-k 4]\n"
-        "                         [--workload code|text] [--prompt TEXT] [--threads N]\n"
-        "                         [--weights auto|f32|bf16] [--quant-dot auto|int8|f32]\n"
-        "                         [--spec-fixed-k] [--json]\n"
-        "  Greedy decoding of one prompt, plain and with each drafter, side by side.\n"
-        "  --model defaults to the built-in model models/kjv-target.\n");
-    return 0;
-  }
+  if (args->has("--help")) return print_help("spec-bench");
   auto model_arg = model_or_builtin(args->str("--model"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
-  auto n_gen = args->int_("-n", 64);
+  auto n_gen = args->int_("--n-predict", 64);
   auto k = args->int_("--draft-k", 4);
-  auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
+  auto th = args->int_("--threads", default_threads());
   for (auto* r : {&n_gen, &k, &th})
     if (!r->ok()) return fail(r->error_message());
   if (n_gen.value() < 2) return fail("-n must be >= 2");

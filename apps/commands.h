@@ -22,6 +22,11 @@ int cmd_cache_bench(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_spec_bench(int argc, char** argv);
 
+// Parses a subcommand's arguments against its table in apps/cli.cpp.
+Result<Args> parse_args(const std::string& command, int argc, char** argv);
+// Prints the command's --help text (apps/cli.cpp) to stdout; returns 0.
+int print_help(const std::string& command);
+
 // Prints "rewind: <msg>" to stderr and returns exit code 1.
 int fail(const std::string& msg);
 

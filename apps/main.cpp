@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli.h"
 #include "commands.h"
 #include "rewind/io/gguf.h"
 #include "rewind/kernels/matmul.h"
@@ -18,6 +19,19 @@ namespace rw::app {
 int fail(const std::string& msg) {
   std::fprintf(stderr, "rewind: %s\n", msg.c_str());
   return 1;
+}
+
+Result<Args> parse_args(const std::string& command, int argc, char** argv) {
+  const CommandSpec* spec = command_spec(command);
+  if (!spec) return make_error("no option table for command '" + command + "'");
+  return Args::parse(argc, argv, *spec);
+}
+
+int print_help(const std::string& command) {
+  const CommandSpec* spec = command_spec(command);
+  if (!spec) return fail("no help for command '" + command + "'");
+  std::fputs(help_text(*spec).c_str(), stdout);
+  return 0;
 }
 
 int default_threads() {
@@ -141,32 +155,51 @@ Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::str
 
 int main(int argc, char** argv) {
   using namespace rw::app;
-  const char* usage =
-      "usage: rewind <command> [options]\n"
-      "commands:\n"
-      "  make-model  write a seeded random model in the Hugging Face layout (or as GGUF)\n"
-      "  convert     write a Hugging Face checkpoint as a GGUF file (f32, bf16, f16, q8_0, "
-      "k-quants, ...)\n"
-      "  run         generate text from a prompt\n"
-      "  logits      print the logits of a token list as JSON\n"
-      "  bench       prefill/decode throughput against this machine's limits\n"
-      "  cache-bench scripted multi-request workloads with the prefix cache on and off\n"
-      "  spec-bench  speculative decoding (n-gram, draft model, MTP) against plain decoding\n"
-      "  serve       OpenAI-compatible HTTP server (chat, completions, streaming, metrics)\n"
-      "Run 'rewind <command> --help' for its options.\n";
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    std::fputs(usage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  using Command = int (*)(int, char**);
+  static const std::pair<const char*, Command> kCommands[] = {
+      {"make-model", cmd_make_model},
+      {"convert", cmd_convert},
+      {"run", cmd_run},
+      {"logits", cmd_logits},
+      {"bench", cmd_bench},
+      {"cache-bench", cmd_cache_bench},
+      {"serve", cmd_serve},
+      {"spec-bench", cmd_spec_bench},
+  };
+  if (argc < 2) {
+    std::fputs(top_level_help().c_str(), stderr);
+    return 2;
   }
   const std::string cmd = argv[1];
-  if (cmd == "make-model") return cmd_make_model(argc - 2, argv + 2);
-  if (cmd == "convert") return cmd_convert(argc - 2, argv + 2);
-  if (cmd == "run") return cmd_run(argc - 2, argv + 2);
-  if (cmd == "logits") return cmd_logits(argc - 2, argv + 2);
-  if (cmd == "bench") return cmd_bench(argc - 2, argv + 2);
-  if (cmd == "cache-bench") return cmd_cache_bench(argc - 2, argv + 2);
-  if (cmd == "serve") return cmd_serve(argc - 2, argv + 2);
-  if (cmd == "spec-bench") return cmd_spec_bench(argc - 2, argv + 2);
-  std::fprintf(stderr, "rewind: unknown command '%s'\n%s", cmd.c_str(), usage);
+  if (cmd == "--help" || cmd == "-h") {
+    std::fputs(top_level_help().c_str(), stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    if (argc > 2) return fail(cmd + " takes no arguments");
+    std::fputs(version_text().c_str(), stdout);
+    return 0;
+  }
+  if (cmd == "help") {
+    if (argc == 2) {
+      std::fputs(top_level_help().c_str(), stdout);
+      return 0;
+    }
+    if (argc > 3) return fail("usage: rewind help [COMMAND]");
+    if (const CommandSpec* spec = command_spec(argv[2])) {
+      std::fputs(help_text(*spec).c_str(), stdout);
+      return 0;
+    }
+    const std::string topic = argv[2];
+    if (topic == "help" || topic == "version") {
+      std::fputs(top_level_help().c_str(), stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "rewind: %s\n", unknown_command_message(topic).c_str());
+    return 2;
+  }
+  for (const auto& [name, fn] : kCommands)
+    if (cmd == name) return fn(argc - 2, argv + 2);
+  std::fprintf(stderr, "rewind: %s\n", unknown_command_message(cmd).c_str());
   return 2;
 }

@@ -43,19 +43,24 @@ Result<Shape> preset(const std::string& name) {
     s.all_full = true;
     return s;
   }
-  if (name == "tiny") return Shape{"qwen3_5", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 128, 0, 0, 0, 0, false, 1e7, 247};
+  if (name == "tiny")
+    return Shape{"qwen3_5", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 128, 0, 0, 0, 0, false, 1e7, 247};
   if (name == "qwen3.5-moe-tiny")
-    return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
+    return Shape{"qwen3_5_moe", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48,
+                 false,         1e7, 247};
   if (name == "qwen3-next-tiny")
-    return Shape{"qwen3_next", 512, 64, 4, 4, 2, 32, 2, 4, 16, 8, 4, 0, 8, 2, 32, 48, false, 1e7, 247};
+    return Shape{"qwen3_next", 512, 64,    4,   4,  2, 32, 2, 4, 16, 8, 4, 0, 8, 2,
+                 32,           48,  false, 1e7, 247};
   if (name ==
       "qwen3.5-tiny-256")  // every matmul row length a multiple of 256 (K-quant tests), Hv > Hk
     return Shape{"qwen3_5", 512, 256, 4, 4, 2, 64, 2,     4,   32,
                  64,        4,   512, 0, 0, 0, 0,  false, 1e7, 247};
   if (name == "qwen3.5-mini")  // small real-ratio shape for cache benchmarks on slow machines
-    return Shape{"qwen3_5", 4096, 256, 8, 4, 2, 64, 4, 4, 64, 64, 4, 768, 0, 0, 0, 0, true, 1e7, 2000};
+    return Shape{"qwen3_5", 4096, 256, 8, 4, 2, 64, 4,    4,   64,
+                 64,        4,    768, 0, 0, 0, 0,  true, 1e7, 2000};
   if (name == "qwen3.5-0.8b")
-    return Shape{"qwen3_5", 248320, 1024, 24, 8, 2, 256, 16, 16, 128, 128, 4, 3584, 0, 0, 0, 0, true, 1e7, 2000};
+    return Shape{"qwen3_5", 248320, 1024, 24, 8, 2, 256, 16,   16,  128,
+                 128,       4,      3584, 0,  0, 0, 0,   true, 1e7, 2000};
   return make_error(
       "unknown preset '" + name +
       "' (tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, "
@@ -173,36 +178,9 @@ int noise_copy(const std::string& from, const std::string& out, double sigma, ui
 
 }  // namespace
 
-int cmd_make_model(int argc, char** argv) {
-  auto args = Args::parse(argc, argv,
-                          {"--preset", "--dtype", "--seed", "--out", "--layers", "--layer-types",
-                           "--linear-heads", "--from", "--noise", "--format", "--type"},
-                          {"--help", "--mtp"});
-  if (!args.ok()) return fail(args.error_message());
-  if (args->has("--help")) {
-    std::printf(
-        "usage: rewind make-model --preset tiny|tiny-dense|qwen3.5-tiny-256|qwen3.5-mini|\n"
-        "                                  qwen3.5-0.8b|qwen3.5-moe-tiny|qwen3-next-tiny\n"
-        "                         [--dtype f32|bf16] [--seed N] [--mtp]\n"
-        "                         [--layers N] [--layer-types full,linear,...]\n"
-        "                         [--linear-heads HK,HV,DK,DV] --out DIR [--format hf|gguf]\n"
-        "                         [--type f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|\n"
-        "                                 q4_0|q4_1|q5_0|q5_1|iq4_nl|q3_k|iq4_xs|q2_k]\n"
-        "       rewind make-model --from DIR --noise SIGMA [--seed N] --out DIR\n"
-        "  --mtp          also write the multi-token-prediction head (mtp.*)\n"
-        "  --layers N     number of decoder layers (default: the preset's)\n"
-        "  --layer-types  one of full|linear per layer (default: every 4th layer full;\n"
-        "                 all full for tiny-dense)\n"
-        "  --linear-heads the Gated DeltaNet layers' key heads, value heads (a multiple of\n"
-        "                 HK), key head dim and value head dim (default: the preset's; llama.cpp\n"
-        "                 loads only DK == DV, as every released checkpoint has)\n"
-        "  --from/--noise copy DIR adding SIGMA * rms(w) * N(0,1) to each float weight\n"
-        "                 but A_log (same dtype); other files are copied unchanged\n"
-        "  --format gguf  write --out FILE.gguf (llama.cpp's layout, matrices as --type) from the\n"
-        "                 same weights the HF layout would hold (--mtp: the head as\n"
-        "                 blk.N.nextn.*, except for qwen3_next)\n");
-    return 0;
-  }
+// The command on parsed options; --format gguf runs it again with --out changed.
+static int make_model(const Args& parsed) {
+  const Args* args = &parsed;
   const std::string format = args->str("--format", "hf");
   if (format != "hf" && format != "gguf") return fail("--format must be hf or gguf");
   if (format == "gguf") {
@@ -210,20 +188,10 @@ int cmd_make_model(int argc, char** argv) {
     const std::string out = args->str("--out");
     if (out.empty()) return fail("--out FILE.gguf is required");
     const std::string tmp = out + ".hf.tmp";
-    std::vector<std::string> hf_args;
-    for (int i = 0; i < argc; ++i) {
-      const std::string a = argv[i];
-      if (a == "--format" || a == "--type" || a == "--out") {
-        ++i;
-        continue;
-      }
-      hf_args.push_back(a);
-    }
-    hf_args.push_back("--out");
-    hf_args.push_back(tmp);
-    std::vector<char*> hv;
-    for (auto& a : hf_args) hv.push_back(a.data());
-    if (int rc = cmd_make_model(static_cast<int>(hv.size()), hv.data())) return rc;
+    Args hf = parsed;
+    hf.set("--format", "hf");
+    hf.set("--out", tmp);
+    if (int rc = make_model(hf)) return rc;
     Status st = convert_hf_to_gguf(tmp, out, args->str("--type", "f32"),
                                    "rewind " + args->str("--preset", "tiny"));
     std::error_code ec;
@@ -304,13 +272,15 @@ int cmd_make_model(int argc, char** argv) {
   // Tokenizer first: its size must fit the vocab.
   BpeTrainOptions topt;
   topt.n_merges = static_cast<int32_t>(S.n_merges);
-  topt.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
-                         "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"};
+  topt.special_tokens = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
+                         "<think>",       "</think>",        "<tool_call>",
+                         "</tool_call>",  "<tool_response>", "</tool_response>"};
   const std::string tok_json = train_bpe_tokenizer_json(builtin_training_text(), topt);
   auto tok = Tokenizer::from_json(tok_json, "tokenizer.json");
   if (!tok.ok()) return fail(tok.error_message());
   if (tok->vocab_size() > S.V)
-    return fail("tokenizer has " + std::to_string(tok->vocab_size()) + " ids, more than vocab_size");
+    return fail("tokenizer has " + std::to_string(tok->vocab_size()) +
+                " ids, more than vocab_size");
 
   const bool next = S.family == "qwen3_next";
   const bool moe = S.E > 0;
@@ -421,7 +391,8 @@ int cmd_make_model(int argc, char** argv) {
   // Tensors go out sorted by name, as safetensors writers do.
   std::vector<size_t> order(T.names.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return T.names[a] < T.names[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return T.names[a] < T.names[b]; });
   std::vector<std::vector<uint16_t>> half(T.names.size());
   std::vector<TensorToWrite> tw;
   for (size_t i : order) {
@@ -484,11 +455,14 @@ int cmd_make_model(int argc, char** argv) {
     cfg["intermediate_size"] = 4 * S.H;
   } else {
     text["model_type"] = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
-    text["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", S.theta},
+    text["rope_parameters"] = {{"rope_type", "default"},
+                               {"rope_theta", S.theta},
                                {"partial_rotary_factor", 0.25},
-                               {"mrope_section", {11, 11, 10}}, {"mrope_interleaved", true}};
+                               {"mrope_section", {11, 11, 10}},
+                               {"mrope_interleaved", true}};
     text["partial_rotary_factor"] = 0.25;
-    cfg = {{"architectures", {moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"}},
+    cfg = {{"architectures",
+            {moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"}},
            {"model_type", moe ? "qwen3_5_moe" : "qwen3_5"},
            {"text_config", text},
            {"tie_word_embeddings", S.tied}};
@@ -498,9 +472,12 @@ int cmd_make_model(int argc, char** argv) {
     f << body;
     return static_cast<bool>(f);
   };
-  nlohmann::json tcfg = {{"tokenizer_class", "Qwen2Tokenizer"}, {"bos_token", nullptr},
-                         {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"},
-                         {"model_max_length", 262144}, {"chat_template", rewind_chatml_template()},
+  nlohmann::json tcfg = {{"tokenizer_class", "Qwen2Tokenizer"},
+                         {"bos_token", nullptr},
+                         {"eos_token", "<|im_end|>"},
+                         {"pad_token", "<|endoftext|>"},
+                         {"model_max_length", 262144},
+                         {"chat_template", rewind_chatml_template()},
                          {"add_prefix_space", false}};
   nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
   if (!write("config.json", cfg.dump(2) + "\n") || !write("tokenizer.json", tok_json) ||
@@ -510,6 +487,13 @@ int cmd_make_model(int argc, char** argv) {
   std::printf("wrote %s (%s, %s, seed %llu)\n", out.c_str(), args->str("--preset", "tiny").c_str(),
               dtype.c_str(), static_cast<unsigned long long>(seed));
   return 0;
+}
+
+int cmd_make_model(int argc, char** argv) {
+  auto args = parse_args("make-model", argc, argv);
+  if (!args.ok()) return fail(args.error_message());
+  if (args->has("--help")) return print_help("make-model");
+  return make_model(args.value());
 }
 
 }  // namespace rw::app

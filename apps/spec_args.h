@@ -1,4 +1,5 @@
-// Speculative-decoding options shared by `rewind run`, `rewind serve` and `rewind spec-bench`:
+// Speculative-decoding options shared by `rewind run` and `rewind serve` (declared in
+// apps/cli.cpp):
 //   --spec off|ngram|draft:DIR|mtp   the drafter (default off)
 //   --draft-k K                      most drafts per round (default 4, 1..16)
 //   --spec-fixed-k                   keep k fixed (default: adaptive, shrinks after rejections)
@@ -11,15 +12,6 @@
 #include "rewind/engine/speculative.h"
 
 namespace rw::app {
-
-inline const char* kSpecValueOpts[] = {"--spec", "--draft-k"};
-inline const char* kSpecFlagOpts[] = {"--spec-fixed-k"};
-inline const char* kSpecHelp =
-    "  --spec METHOD        speculative decoding: off (default), ngram (prompt lookup),\n"
-    "                       draft:DIR (a draft model with the same tokenizer), mtp (the\n"
-    "                       checkpoint's own MTP head); greedy output is identical either way\n"
-    "  --draft-k K          most draft tokens per round (default 4, 1..16)\n"
-    "  --spec-fixed-k       do not adapt k (default: shrink after rejections, grow back)\n";
 
 struct SpecSetup {
   SpecConfig cfg;                // cfg.draft points into `draft` when kind is Draft

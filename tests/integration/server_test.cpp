@@ -7,7 +7,8 @@
 // bursts of connects, graceful drain on SIGTERM); 8 concurrent curl clients
 // whose greedy outputs must equal each one's output alone (bit-exact: logprobs included); and
 // the official `openai` npm client (tests/integration/openai_client, installed by
-// scripts/test.sh): skipped where node or the package is missing, a failure when CI is set.
+// scripts/test.sh): skipped where node or the package is missing, a failure when CI is set. The
+// access log (a line per request, text and JSON), --alias and its 404, and /v1/cache's client ids.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -25,8 +26,11 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <regex>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "test_util.h"
 
@@ -150,6 +154,7 @@ class Server {
   const std::string& url() const { return url_; }
   int port() const { return port_; }
   std::string log() const { return read_file(log_); }
+  const std::string& log_path() const { return log_; }
 
  private:
   Server() = default;
@@ -1547,6 +1552,293 @@ TEST_F(ServerTest, KeepAliveConnectionServesManyRequests) {
   c.send(gen);
   EXPECT_NE(c.read_until("text_completion").find("text_completion"), std::string::npos)
       << c.got();
+}
+
+// ---- access log, aliases, /v1/cache ids
+// ------------------------------------------------------------
+
+// The lines of a file that satisfy `keep`, once there are at least `n` of them (or after 20 s).
+std::vector<std::string> log_lines(const std::string& path, size_t n,
+                                   const std::function<bool(const std::string&)>& keep) {
+  std::vector<std::string> out;
+  wait_for([&] {
+    out.clear();
+    std::istringstream is(read_file(path));
+    std::string line;
+    while (std::getline(is, line))
+      if (keep(line)) out.push_back(line);
+    return out.size() >= n;
+  });
+  return out;
+}
+
+struct TextLine {
+  std::string id, client, method, path, model, stream, prompt, cached, rerun, completion, ttft,
+      total, finish;
+  int status = 0;
+};
+
+// One text line of the access log, every field checked against the format.
+std::optional<TextLine> parse_text_line(const std::string& line) {
+  static const std::regex re(
+      R"re(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (\S+) (\S+) "(\S+) (\S+)" (\d{3}) )re"
+      R"re(model=(\S+) stream=([01]) prompt=(\S+) cached=(\S+) rerun=(\S+) completion=(\S+) )re"
+      R"re(ttft_ms=(\S+) total_ms=(\S+) finish=(\S+)$)re");
+  std::smatch m;
+  if (!std::regex_match(line, m, re)) return std::nullopt;
+  TextLine t;
+  t.id = m[1], t.client = m[2], t.method = m[3], t.path = m[4], t.status = std::stoi(m[5]);
+  t.model = m[6], t.stream = m[7], t.prompt = m[8], t.cached = m[9], t.rerun = m[10];
+  t.completion = m[11], t.ttft = m[12], t.total = m[13], t.finish = m[14];
+  return t;
+}
+
+// One line per request, in the text format, to --log-file (not to stderr): generations with the
+// tokens, cache figures and finish reason their client was told; other routes, refused
+// requests and the header checks' answers with their status.
+TEST(ServerAccessLog, TextLinePerRequest) {
+  const std::string path = tmp_path("access.log");
+  auto srv = Server::start({"--api-key", kKey, "--log-file", path});
+  ASSERT_NE(srv, nullptr);
+  const Http chat = post(*srv, "/v1/chat/completions", chat_body("Log me", 6));
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const Http again = post(*srv, "/v1/chat/completions", chat_body("Log me", 6));
+  ASSERT_EQ(again.status, 200) << again.body;
+  const Http stream =
+      post(*srv, "/v1/completions", completion_body("stream me", 4, {{"stream", true}}));
+  ASSERT_EQ(stream.status, 200);
+  const json first_chunk = json::parse(sse_data(stream.body).at(0));
+  EXPECT_EQ(curl(*srv, "GET", "/health", "", "").status, 200);
+  EXPECT_EQ(curl(*srv, "GET", "/nope").status, 404);
+  EXPECT_EQ(curl(*srv, "GET", "/v1/models", "", "").status, 401);
+  EXPECT_EQ(curl(*srv, "POST", "/v1/chat/completions", "{not json").status, 400);
+
+  const auto lines = log_lines(path, 7, [](const std::string&) { return true; });
+  ASSERT_EQ(lines.size(), 7u) << read_file(path);
+  std::vector<TextLine> t;
+  for (const std::string& l : lines) {
+    auto p = parse_text_line(l);
+    ASSERT_TRUE(p.has_value()) << "not an access-log line: " << l;
+    t.push_back(*p);
+  }
+  for (const TextLine& x : t) EXPECT_EQ(x.client, "127.0.0.1");
+  auto check_chat = [](const TextLine& l, const json& answer) {
+    EXPECT_EQ(l.id, answer["id"]);
+    EXPECT_EQ(l.method, "POST");
+    EXPECT_EQ(l.path, "/v1/chat/completions");
+    EXPECT_EQ(l.status, 200);
+    EXPECT_EQ(l.model, "tiny");
+    EXPECT_EQ(l.stream, "0");
+    const json& u = answer["usage"];
+    EXPECT_EQ(std::stoi(l.prompt), u["prompt_tokens"].get<int>());
+    EXPECT_EQ(std::stoi(l.cached), u["prompt_tokens_details"]["cached_tokens"].get<int>());
+    EXPECT_EQ(std::stoi(l.rerun), std::stoi(l.prompt) - std::stoi(l.cached));
+    EXPECT_EQ(std::stoi(l.completion), u["completion_tokens"].get<int>());
+    EXPECT_EQ(l.finish, answer["choices"][0]["finish_reason"]);
+    EXPECT_GT(std::stod(l.ttft), 0);
+    EXPECT_LE(std::stod(l.ttft), std::stod(l.total));
+  };
+  check_chat(t[0], chat.j());
+  check_chat(t[1], again.j());
+  EXPECT_GT(std::stoi(t[1].cached), 0) << "the repeat resumes from the cache";
+  EXPECT_EQ(t[2].id, first_chunk["id"]);
+  EXPECT_EQ(t[2].path, "/v1/completions");
+  EXPECT_EQ(t[2].stream, "1");
+  EXPECT_EQ(t[2].model, "-");
+  EXPECT_EQ(t[2].completion, "4");
+  EXPECT_EQ(t[2].finish, "length");
+  const std::vector<std::tuple<std::string, std::string, int>> plain = {
+      {"GET", "/health", 200},
+      {"GET", "/nope", 404},
+      {"GET", "/v1/models", 401},
+      {"POST", "/v1/chat/completions", 400}};
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const TextLine& l = t[3 + i];
+    EXPECT_EQ(l.id.rfind("req-", 0), 0u) << lines[3 + i];
+    EXPECT_EQ(l.method, std::get<0>(plain[i])) << lines[3 + i];
+    EXPECT_EQ(l.path, std::get<1>(plain[i])) << lines[3 + i];
+    EXPECT_EQ(l.status, std::get<2>(plain[i])) << lines[3 + i];
+    for (const std::string& f : {l.prompt, l.cached, l.rerun, l.completion, l.ttft, l.finish})
+      EXPECT_EQ(f, "-") << lines[3 + i];
+  }
+  EXPECT_EQ(srv->log().find("\"POST /v1/chat/completions\""), std::string::npos)
+      << "the access log goes to --log-file only";
+}
+
+// --log-format json: every line is one JSON object with every field; without --log-file the
+// lines go to stderr.
+TEST(ServerAccessLog, JsonLinesParse) {
+  auto srv = Server::start({"--log-format", "json"});
+  ASSERT_NE(srv, nullptr);
+  const Http chat =
+      post(*srv, "/v1/chat/completions", chat_body("json please", 5, {{"stream", true}}));
+  ASSERT_EQ(chat.status, 200);
+  const std::string id = json::parse(sse_data(chat.body).at(0))["id"];
+  const Http models = curl(*srv, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  const auto lines =
+      log_lines(srv->log_path(), 2, [](const std::string& l) { return !l.empty() && l[0] == '{'; });
+  ASSERT_EQ(lines.size(), 2u) << srv->log();
+  const json g = json::parse(lines[0]), m = json::parse(lines[1]);
+  for (const char* k : {"time", "id", "client", "method", "path", "status", "model", "stream",
+                        "prompt_tokens", "cached_tokens", "rerun_tokens", "completion_tokens",
+                        "ttft_ms", "total_ms", "finish_reason"}) {
+    EXPECT_TRUE(g.contains(k)) << k;
+    EXPECT_TRUE(m.contains(k)) << k;
+  }
+  EXPECT_EQ(g["id"], id);
+  EXPECT_EQ(g["path"], "/v1/chat/completions");
+  EXPECT_EQ(g["status"], 200);
+  EXPECT_EQ(g["stream"], true);
+  EXPECT_EQ(g["model"], "tiny");
+  EXPECT_EQ(g["completion_tokens"], 5);
+  EXPECT_EQ(g["finish_reason"], "length");
+  EXPECT_GT(g["prompt_tokens"].get<int>(), 0);
+  EXPECT_EQ(g["rerun_tokens"].get<int>(),
+            g["prompt_tokens"].get<int>() - g["cached_tokens"].get<int>());
+  EXPECT_LE(g["ttft_ms"].get<double>(), g["total_ms"].get<double>());
+  EXPECT_EQ(m["path"], "/v1/models");
+  EXPECT_EQ(m["status"], 200);
+  EXPECT_TRUE(m["prompt_tokens"].is_null());
+  EXPECT_TRUE(m["finish_reason"].is_null());
+}
+
+// --quiet: no access log; bad log options are refused before the model loads.
+TEST(ServerAccessLog, QuietAndBadOptions) {
+  auto srv = Server::start({"--quiet"});
+  ASSERT_NE(srv, nullptr);
+  ASSERT_EQ(post(*srv, "/v1/completions", completion_body("quiet", 2)).status, 200);
+  ASSERT_EQ(curl(*srv, "GET", "/health").status, 200);
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(srv->log().find("/v1/completions"), std::string::npos) << srv->log();
+  EXPECT_EQ(srv->log().find("/health"), std::string::npos) << srv->log();
+  int rc = 0;
+  const std::string serve = std::string(REWIND_BINARY) + " serve --model " + model_dir() + " ";
+  std::string out = test::run_command(serve + "--log-format xml 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("--log-format must be text or json (got 'xml')"), std::string::npos) << out;
+  out = test::run_command(serve + "--quiet --log-file " + tmp_path("q.log") + " 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("--quiet turns the access log off"), std::string::npos) << out;
+  out = test::run_command(serve + "--log-file /nonexistent-dir/a.log 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("cannot open"), std::string::npos) << out;
+  out = test::run_command(serve + "--alias 'a,,b' 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("a model name must be non-empty"), std::string::npos) << out;
+}
+
+// --alias: /v1/models lists the names, an answer echoes the name asked for (the first when none
+// was), any other name is 404 model_not_found in OpenAI's error shape, also when streaming.
+TEST(ServerAlias, OnlyAliasesAreServed) {
+  const std::string path = tmp_path("alias.log");
+  auto srv = Server::start({"--alias", "alpha,beta", "-a", "gamma", "--log-file", path});
+  ASSERT_NE(srv, nullptr);
+  EXPECT_NE(srv->log().find("(model alpha,"), std::string::npos) << srv->log();
+  const Http models = curl(*srv, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  std::vector<std::string> ids;
+  const json listed = models.j();
+  for (const json& m : listed["data"]) ids.push_back(m["id"]);
+  EXPECT_EQ(ids, (std::vector<std::string>{"alpha", "beta", "gamma"}));
+
+  json body = chat_body("Hi", 3);
+  body["model"] = "beta";
+  Http h = post(*srv, "/v1/chat/completions", body);
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(h.j()["model"], "beta");
+  body.erase("model");
+  h = post(*srv, "/v1/chat/completions", body);
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(h.j()["model"], "alpha");
+  h = post(*srv, "/v1/completions",
+           completion_body("x", 2, {{"model", "gamma"}, {"stream", true}}));
+  ASSERT_EQ(h.status, 200);
+  EXPECT_EQ(json::parse(sse_data(h.body).at(0))["model"], "gamma");
+
+  for (const std::string route : {"/v1/chat/completions", "/v1/completions"}) {
+    const json bad = route == "/v1/completions" ? completion_body("x", 2, {{"model", "gpt-4"}})
+                                                : chat_body("x", 2, {{"model", "gpt-4"}});
+    for (bool stream : {false, true}) {
+      json b = bad;
+      b["stream"] = stream;
+      const Http e = post(*srv, route, b);
+      EXPECT_EQ(e.status, 404) << e.body;
+      const json j = e.j();
+      ASSERT_TRUE(j.contains("error")) << e.body;
+      EXPECT_EQ(j["error"]["code"], "model_not_found");
+      EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+      EXPECT_TRUE(j["error"]["param"].is_null());
+      const std::string msg = j["error"]["message"];
+      EXPECT_NE(msg.find("'gpt-4'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("'alpha', 'beta', 'gamma'"), std::string::npos) << msg;
+    }
+  }
+  // The refusals are in the access log with the name asked for.
+  const auto refused = log_lines(path, 4, [](const std::string& l) {
+    return l.find("\" 404 model=gpt-4 ") != std::string::npos;
+  });
+  EXPECT_EQ(refused.size(), 4u) << read_file(path);
+}
+
+// Without --alias any name is accepted and the answer names the served model.
+TEST_F(ServerTest, AnyModelNameWithoutAlias) {
+  const Http h = post(s(), "/v1/chat/completions", chat_body("Hi", 2, {{"model", "gpt-4"}}));
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(h.j()["model"], "tiny");
+}
+
+// /v1/cache's recent rows carry the ids their clients saw, streamed or not, and the note on
+// follow-up turns.
+TEST_F(ServerTest, CacheRowsCarryClientIds) {
+  const Http chat = post(s(), "/v1/chat/completions", chat_body("ids for the cache", 3));
+  ASSERT_EQ(chat.status, 200);
+  const Http stream =
+      post(s(), "/v1/completions", completion_body("ids, streamed", 3, {{"stream", true}}));
+  ASSERT_EQ(stream.status, 200);
+  const std::string chat_id = chat.j()["id"];
+  const std::string stream_id = json::parse(sse_data(stream.body).at(0))["id"];
+  EXPECT_EQ(chat_id.rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(stream_id.rfind("cmpl-", 0), 0u);
+  json cache;
+  ASSERT_TRUE(wait_for([&] {
+    cache = curl(s(), "GET", "/v1/cache").j();
+    int found = 0;
+    for (const json& r : cache["recent"]) found += r["id"] == chat_id || r["id"] == stream_id;
+    return found == 2;
+  })) << cache.dump();
+  for (const json& r : cache["recent"]) {
+    EXPECT_TRUE(r["engine_id"].is_number_integer()) << r;
+    EXPECT_TRUE(r["id"].is_string()) << r;
+  }
+  const std::string note = cache["notes"]["follow_up_turn"];
+  EXPECT_NE(note.find("re-renders"), std::string::npos) << note;
+}
+
+// The note's claim on the built-in model: a follow-up turn diverges from the cache where the
+// previous reply began (the template re-renders the reply without the generated reasoning
+// block), and resumes from the checkpoint at the end of the previous prompt.
+TEST(ServerCache, FollowUpTurnResumesAtThePreviousReply) {
+  auto srv = Server::start({}, std::string(REWIND_TEST_DATA) + "/../../models/kjv-target");
+  ASSERT_NE(srv, nullptr);
+  json turn = {{"messages", json::array({{{"role", "user"}, {"content", "Who begat Enoch?"}}})},
+               {"max_tokens", 12},
+               {"temperature", 0}};
+  const Http first = post(*srv, "/v1/chat/completions", turn);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const int prompt1 = first.j()["usage"]["prompt_tokens"].get<int>();
+  turn["messages"].push_back(
+      {{"role", "assistant"}, {"content", first.j()["choices"][0]["message"]["content"]}});
+  turn["messages"].push_back({{"role", "user"}, {"content", "And then?"}});
+  const Http second = post(*srv, "/v1/chat/completions", turn);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json cache = curl(*srv, "GET", "/v1/cache").j();
+  const json last = cache["recent"].back();
+  EXPECT_EQ(last["id"], second.j()["id"]);
+  EXPECT_EQ(last["hit"], "checkpoint");
+  EXPECT_EQ(last["diverged_at"].get<int>(), prompt1);
+  EXPECT_EQ(last["resumed_at"].get<int>(), prompt1 - 1);
+  EXPECT_EQ(last["lost_to_spacing"].get<int>(), 1);
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ std::string made_mtp(const std::string& preset, std::string* hf_out = nullptr,
   }
   if (!std::filesystem::exists(path)) {
     const std::string out = test::run_command(
-        std::string(REWIND_BINARY) + " convert --in " + hf + " --out " + path + " 2>&1", &rc);
+        std::string(REWIND_BINARY) + " convert --in " + hf + " --out " + path + " --type f32 2>&1",
+        &rc);
     EXPECT_EQ(rc, 0) << out;
     if (convert_out) *convert_out = out;
   }

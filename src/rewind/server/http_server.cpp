@@ -1,15 +1,19 @@
 #include "rewind/server/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
 
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
+#include "rewind/server/access_log.h"
 #include "rewind/server/http_transport.h"
 #include "rewind/server/metrics.h"
 #include "rewind/server/openai_request.h"
@@ -103,6 +107,8 @@ const Route* find_route(const std::string& path) {
 struct Plan {
   bool chat = true;
   std::string id;
+  std::string model_asked;  // the request's "model" ("" when none)
+  std::string model_id;     // the "model" of the answer
   int64_t created = 0;
   Request sub;
   std::vector<std::string> stop;
@@ -135,6 +141,7 @@ class Generation {
       error_ = ev.error;
       usage_.prompt_tokens = ev.report.prompt_tokens;
       usage_.cached_tokens = ev.report.resumed_at;
+      rerun_tokens_ = ev.report.rerun_tokens;
       ttft_ms_ = ev.report.ttft_ms;
       total_ms_ = ev.report.total_ms;
     }
@@ -185,6 +192,7 @@ class Generation {
     u.completion_tokens = completion_tokens_;
     return u;
   }
+  int64_t rerun_tokens() const { return rerun_tokens_; }
   double ttft_ms() const { return ttft_ms_; }
   double total_ms() const { return total_ms_; }
 
@@ -197,13 +205,14 @@ class Generation {
   FinishReason engine_finish_ = FinishReason::None;
   std::string error_;
   UsageCounts usage_;
-  int64_t completion_tokens_ = 0;
+  int64_t completion_tokens_ = 0, rerun_tokens_ = 0;
   double ttft_ms_ = 0, total_ms_ = 0;
 };
 
 }  // namespace
 
 struct HttpServer::Impl {
+  using Clock = std::chrono::steady_clock;
   BatchEngine& engine;
   const Tokenizer& tok;
   const ChatTemplate& tmpl;
@@ -213,6 +222,10 @@ struct HttpServer::Impl {
   ServerMetrics metrics;
   std::atomic<int> in_flight{0};
   std::unique_ptr<HttpTransport> transport;
+  // Engine request id -> the id its client saw, for /v1/cache (the engine keeps 32 recent rows).
+  std::mutex ids_mu;
+  std::deque<std::pair<uint64_t, std::string>> client_ids;
+  static constexpr size_t kClientIdsMax = 256;
 
   // One generation request from submit to its final event; its events run on the
   // connection's strand, one at a time.
@@ -228,6 +241,11 @@ struct HttpServer::Impl {
     std::string text;               // whole replies: the text so far
     std::vector<TokenLogprob> lps;  // whole replies: the logprobs so far
     std::string finish;             // the finish_reason the client was given
+    // For the access log:
+    std::string peer, method, path;
+    Clock::time_point t0, t_submit;  // the request complete; its submission to the engine
+    int status = 200;                // a whole reply's status
+    bool client_gone = false;
   };
 
   Impl(BatchEngine& e, const Tokenizer& t, const ChatTemplate& c, GenerationDefaults d,
@@ -253,8 +271,11 @@ struct HttpServer::Impl {
         [](int status, const std::string& message, const std::string& code) {
           return error_reply({status, message, error_type(status), code});
         },
-        [this](const std::string& path, int status) {
-          metrics.count_response(find_route(path) ? path : "other", status);
+        [this](const HttpTransport::Answer& a) {
+          metrics.count_response(find_route(a.path) ? a.path : "other", a.status);
+          // The handler's answers are logged where they end (with their tokens); these are the
+          // header checks' and the transport's own.
+          if (!a.from_handler) log_plain(random_id("req-"), a.peer, a.method, a.path, a.status);
         });
     // Request bytes the transport holds (bodies being read, pipelined input): in /metrics.
     metrics.track_memory("http_buffers", [this] { return transport->buffered_bytes(); });
@@ -338,9 +359,11 @@ struct HttpServer::Impl {
   // ---- routes ----
 
   void handle(HttpRequest req, const std::shared_ptr<HttpExchange>& ex) {
+    const Clock::time_point t0 = Clock::now();
     const HttpHeaders cors = cors_headers(req);
     auto send = [&](HttpReply r) {
       for (const auto& h : cors) r.headers.push_back(h);
+      log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0));
       ex->reply(std::move(r));
     };
     auto json_reply = [&](std::string body) {
@@ -358,17 +381,22 @@ struct HttpServer::Impl {
         return send(std::move(r));
       }
       if (req.path == "/v1/models") {
-        json m = {{"id", opt.model_id},
-                  {"object", "model"},
-                  {"created", static_cast<int64_t>(std::time(nullptr))},
-                  {"owned_by", "rewind"},
-                  {"max_model_len", engine.options().ctx_size}};
-        return json_reply(dump_json({{"object", "list"}, {"data", json::array({m})}}) + "\n");
+        json data = json::array();
+        const int64_t created = static_cast<int64_t>(std::time(nullptr));
+        for (const std::string& id :
+             opt.aliases.empty() ? std::vector<std::string>{opt.model_id} : opt.aliases)
+          data.push_back({{"id", id},
+                          {"object", "model"},
+                          {"created", created},
+                          {"owned_by", "rewind"},
+                          {"max_model_len", engine.options().ctx_size}});
+        return json_reply(dump_json({{"object", "list"}, {"data", std::move(data)}}) + "\n");
       }
       if (req.path == "/v1/cache")
-        return json_reply(dump_json(cache_json(engine_metrics(), engine.options())) + "\n");
+        return json_reply(
+            dump_json(cache_json(engine_metrics(), engine.options(), client_id_map())) + "\n");
       if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
-        return generation(req.path == "/v1/chat/completions", req.body, ex, cors);
+        return generation(req.path == "/v1/chat/completions", req, t0, ex, cors);
       send(error_reply(
           {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"}));
     } catch (const std::exception& e) {
@@ -437,6 +465,7 @@ struct HttpServer::Impl {
     auto r = parse_chat_request(body, limits);
     if (!r.ok()) return bad_request(r.error_message());
     const ParsedChatRequest& c = r.value();
+    if (auto e = resolve_model(c.model, p)) return e;
     ChatRenderOptions ro;
     ro.add_generation_prompt = true;
     ro.enable_thinking = c.enable_thinking;
@@ -460,6 +489,7 @@ struct HttpServer::Impl {
     auto r = parse_completion_request(body, limits);
     if (!r.ok()) return bad_request(r.error_message());
     const ParsedCompletionRequest& c = r.value();
+    if (auto e = resolve_model(c.model, p)) return e;
     p->chat = false;
     p->id = random_id("cmpl-");
     p->sub.prompt = c.has_token_prompt ? c.prompt_tokens : tok.encode(c.prompt_text, true);
@@ -468,20 +498,27 @@ struct HttpServer::Impl {
 
   // ---- generation ----
 
-  void generation(bool chat, const std::string& body, const std::shared_ptr<HttpExchange>& ex,
-                  const HttpHeaders& cors) {
+  void generation(bool chat, const HttpRequest& req, Clock::time_point t0,
+                  const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
+    auto plan = std::make_shared<Plan>();
     auto send = [&](const HttpError& e) {
       HttpReply r = error_reply(e);
       for (const auto& h : cors) r.headers.push_back(h);
+      log_plain(plan->id.empty() ? random_id("req-") : plan->id, req.peer, req.method, req.path,
+                r.status, ms_since(t0), plan->model_asked);
       ex->reply(std::move(r));
     };
-    auto plan = std::make_shared<Plan>();
-    if (auto e = chat ? plan_chat(body, plan.get()) : plan_completion(body, plan.get()))
+    if (auto e = chat ? plan_chat(req.body, plan.get()) : plan_completion(req.body, plan.get()))
       return send(*e);
     auto job = std::make_shared<Job>();
     job->plan = plan;
     job->ex = ex;
     job->cors = cors;
+    job->peer = req.peer;
+    job->method = req.method;
+    job->path = req.path;
+    job->t0 = t0;
+    job->t_submit = Clock::now();
     job->gen = std::make_unique<Generation>(tok, plan->sub.stop_ids, *plan);
     job->tools = ToolCallSplitter(plan->tools);
     job->reasoning = ReasoningSplitter(plan->think_open);
@@ -504,6 +541,7 @@ struct HttpServer::Impl {
       return send(bad_request(m));
     }
     job->id = id.value();
+    remember_client_id(job->id, plan->id);
     if (plan->stream) {
       HttpReply head;
       head.content_type = "text/event-stream";
@@ -513,11 +551,15 @@ struct HttpServer::Impl {
       ex->start_stream(std::move(head));
       if (plan->chat)
         ex->send_chunk(
-            sse_event(chat_chunk_json(plan->id, plan->created, opt.model_id,
+            sse_event(chat_chunk_json(plan->id, plan->created, plan->model_id,
                                       {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
     }
-    // The client went away: free its sequence at the engine's next step.
-    ex->on_gone([this, id = job->id] { engine.cancel(id); });
+    // The client went away: free its sequence at the engine's next step. (A weak reference: the
+    // exchange must not keep the job alive, the job holds the exchange.)
+    ex->on_gone([this, id = job->id, weak = std::weak_ptr<Job>(job)] {
+      if (auto j = weak.lock()) j->client_gone = true;
+      engine.cancel(id);
+    });
   }
 
   void on_event(Job& j, const TokenEvent& ev) {
@@ -538,8 +580,93 @@ struct HttpServer::Impl {
     if (!j.gen->done()) return;
     --in_flight;
     const Generation& g = *j.gen;
-    metrics.count_outcome(g.failed() ? "failed" : g.cancelled() ? "cancelled" : j.finish);
+    const std::string outcome = g.failed() ? "failed" : g.cancelled() ? "cancelled" : j.finish;
+    metrics.count_outcome(outcome);
     if (!g.failed() && !g.cancelled()) metrics.observe_request(g.ttft_ms(), g.total_ms());
+    log_generation(j, outcome);
+  }
+
+  // ---- the access log and /v1/cache's ids ----
+
+  static double ms_since(Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+  static double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  }
+
+  // A request without tokens: a route other than generation, a refused generation, or an
+  // answer of the header checks or the transport (no total time: it was not timed).
+  void log_plain(const std::string& id, const std::string& peer, const std::string& method,
+                 const std::string& path, int status, std::optional<double> total_ms = {},
+                 const std::string& model = "") {
+    if (!opt.access_log) return;
+    AccessRecord r;
+    r.unix_time = unix_now();
+    r.id = id;
+    r.client = peer.empty() ? "-" : peer;
+    r.method = method.empty() ? "-" : method;
+    r.path = path.empty() ? "-" : path;
+    r.status = status;
+    r.model = model;
+    r.total_ms = total_ms;
+    opt.access_log->write(r);
+  }
+
+  void log_generation(const Job& j, const std::string& outcome) {
+    if (!opt.access_log) return;
+    const Generation& g = *j.gen;
+    const UsageCounts u = g.usage();
+    AccessRecord r;
+    r.unix_time = unix_now();
+    r.id = j.plan->id;
+    r.client = j.peer;
+    r.method = j.method;
+    r.path = j.path;
+    // 499 (as nginx logs it): the client closed the connection before its answer was complete.
+    r.status = j.client_gone ? 499 : j.plan->stream ? 200 : j.status;
+    r.model = j.plan->model_asked;
+    r.stream = j.plan->stream;
+    r.prompt_tokens = u.prompt_tokens;
+    r.cached_tokens = u.cached_tokens;
+    r.rerun_tokens = g.rerun_tokens();
+    r.completion_tokens = u.completion_tokens;
+    if (u.completion_tokens > 0)
+      r.ttft_ms =
+          std::chrono::duration<double, std::milli>(j.t_submit - j.t0).count() + g.ttft_ms();
+    r.total_ms = ms_since(j.t0);
+    r.finish = outcome;
+    opt.access_log->write(r);
+  }
+
+  void remember_client_id(uint64_t engine_id, const std::string& id) {
+    std::lock_guard<std::mutex> lock(ids_mu);
+    client_ids.emplace_back(engine_id, id);
+    if (client_ids.size() > kClientIdsMax) client_ids.pop_front();
+  }
+  std::map<uint64_t, std::string> client_id_map() {
+    std::lock_guard<std::mutex> lock(ids_mu);
+    return {client_ids.begin(), client_ids.end()};
+  }
+
+  // The answer's model name; an error when aliases are set and `asked` names none of them.
+  std::optional<HttpError> resolve_model(const std::string& asked, Plan* p) const {
+    p->model_asked = asked;
+    if (opt.aliases.empty()) {
+      p->model_id = opt.model_id;
+      return std::nullopt;
+    }
+    if (asked.empty() ||
+        std::find(opt.aliases.begin(), opt.aliases.end(), asked) != opt.aliases.end()) {
+      p->model_id = asked.empty() ? opt.aliases[0] : asked;
+      return std::nullopt;
+    }
+    std::string served;
+    for (const std::string& a : opt.aliases) served += (served.empty() ? "'" : ", '") + a + "'";
+    const std::string shown = asked.size() > 100 ? asked.substr(0, 100) + "..." : asked;
+    return HttpError{404, "The model '" + shown + "' does not exist; this server serves " + served,
+                     "invalid_request_error", "model_not_found"};
   }
 
   void whole(Job& j) {
@@ -557,11 +684,11 @@ struct HttpServer::Impl {
         auto [content, calls] =
             split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
         if (!calls.empty()) j.finish = "tool_calls";
-        body = chat_completion_json(plan.id, plan.created, opt.model_id, content, calls, j.finish,
+        body = chat_completion_json(plan.id, plan.created, plan.model_id, content, calls, j.finish,
                                     plan.logprobs ? chat_logprobs_json(tok, j.lps) : json(nullptr),
                                     gen.usage(), a.reasoning + b.reasoning);
       } else {
-        body = completion_json(plan.id, plan.created, opt.model_id, j.text, j.finish,
+        body = completion_json(plan.id, plan.created, plan.model_id, j.text, j.finish,
                                plan.logprobs
                                    ? completion_logprobs_json(tok, j.lps, plan.top_logprobs > 0, 0)
                                    : json(nullptr),
@@ -570,6 +697,7 @@ struct HttpServer::Impl {
       r.content_type = kJson;
       r.body = dump_json(body) + "\n";
     }
+    j.status = r.status;
     for (const auto& h : j.cors) r.headers.push_back(h);
     j.ex->reply(std::move(r));
   }
@@ -588,7 +716,7 @@ struct HttpServer::Impl {
     for (const auto& l : p.lps)
       st.text_offset += static_cast<int64_t>(tok.token_bytes(l.token).size());
     return sse_event(
-        completion_chunk_json(plan.id, plan.created, opt.model_id, p.text, nullptr, lp));
+        completion_chunk_json(plan.id, plan.created, plan.model_id, p.text, nullptr, lp));
   }
 
   // One chat chunk with reasoning and/or content (and the token logprobs); "" when empty.
@@ -600,7 +728,7 @@ struct HttpServer::Impl {
     if (!content.empty() || reasoning.empty()) delta["content"] = content;
     json lp = lps.empty() ? json(nullptr) : chat_logprobs_json(tok, lps);
     return sse_event(
-        chat_chunk_json(st.plan->id, st.plan->created, opt.model_id, delta, nullptr, lp));
+        chat_chunk_json(st.plan->id, st.plan->created, st.plan->model_id, delta, nullptr, lp));
   }
 
   std::string final_chunks(Job& st) {
@@ -621,10 +749,10 @@ struct HttpServer::Impl {
       if (plan.parse_tools) {
         auto [content, calls] = st.tools.finish();
         if (!content.empty())
-          out += sse_event(chat_chunk_json(plan.id, plan.created, opt.model_id,
+          out += sse_event(chat_chunk_json(plan.id, plan.created, plan.model_id,
                                            {{"content", content}}, nullptr, nullptr));
         if (!calls.empty()) {
-          out += sse_event(chat_chunk_json(plan.id, plan.created, opt.model_id,
+          out += sse_event(chat_chunk_json(plan.id, plan.created, plan.model_id,
                                            {{"tool_calls", tool_calls_json(calls, true)}}, nullptr,
                                            nullptr));
           finish = "tool_calls";
@@ -632,15 +760,15 @@ struct HttpServer::Impl {
       }
       st.finish = finish;
       out += sse_event(
-          chat_chunk_json(plan.id, plan.created, opt.model_id, json::object(), finish, nullptr));
+          chat_chunk_json(plan.id, plan.created, plan.model_id, json::object(), finish, nullptr));
       if (plan.include_usage)
-        out += sse_event(chat_usage_chunk_json(plan.id, plan.created, opt.model_id, u));
+        out += sse_event(chat_usage_chunk_json(plan.id, plan.created, plan.model_id, u));
     } else {
       st.finish = st.gen->finish_reason();
       out += sse_event(
-          completion_chunk_json(plan.id, plan.created, opt.model_id, "", st.finish, nullptr));
+          completion_chunk_json(plan.id, plan.created, plan.model_id, "", st.finish, nullptr));
       if (plan.include_usage)
-        out += sse_event(completion_usage_chunk_json(plan.id, plan.created, opt.model_id, u));
+        out += sse_event(completion_usage_chunk_json(plan.id, plan.created, plan.model_id, u));
     }
     out += kSseDone;
     return out;

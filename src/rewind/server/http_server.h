@@ -16,7 +16,8 @@
 //   401 authentication_error: --api-key set and `Authorization: Bearer KEY` missing or wrong
 //       (/v1/* and /metrics; the scheme is case-insensitive, the key compared in constant time;
 //       checked from the header, before the body is used);
-//   404 not_found_error: unknown route or method;
+//   404 not_found_error: unknown route or method; 404 invalid_request_error model_not_found: a
+//       "model" that is none of the aliases, when aliases are set (OpenAI's shape);
 //   408 invalid_request_error: the header or body did not arrive within its deadline;
 //   413 / 414 / 431 invalid_request_error: body over max_body (from Content-Length before
 //       reading), request-target over max_target_bytes, header over max_header_bytes;
@@ -56,6 +57,12 @@
 // (usage when asked) and `data: [DONE]`; a waiting whole request gets 503 shutting_down. The
 // engine's own failures end a stream with an error event and `data: [DONE]`.
 //
+// Access log (ServerOptions::access_log): one line per request when its answer is complete,
+// generations with their token counts, time to first token and finish reason; answers the
+// transport or the header checks gave (malformed, timeouts, 401, 404, 415) too.
+//
+// /v1/cache's recent requests carry the id their client saw (chatcmpl-..., cmpl-...).
+//
 // Metrics: rewind_requests_total{outcome} counts generation requests by how they ended for the
 // client: stop, length, tool_calls (finish reasons), cancelled (client gone, or cut by
 // shutdown), failed (engine error), rejected (queue full or shutting down at submit).
@@ -72,16 +79,22 @@
 
 namespace rw {
 
+class AccessLog;
 class BatchEngine;
 class ChatTemplate;
 class Tokenizer;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                        // 0: an ephemeral port (bind() returns it)
-  std::string api_key;                    // empty: no authentication
-  size_t max_body = 8u << 20;             // bytes of a request body (413)
-  std::string model_id = "rewind";        // /v1/models id and the "model" of every response
+  int port = 8080;                  // 0: an ephemeral port (bind() returns it)
+  std::string api_key;              // empty: no authentication
+  size_t max_body = 8u << 20;       // bytes of a request body (413)
+  std::string model_id = "rewind";  // /v1/models id and the "model" of every response
+  // Names a request's "model" may give (--alias). Empty: any name is accepted and model_id is
+  // shown. Set: /v1/models lists them, an answer echoes the name asked for (the first when none
+  // was), and any other name gets 404 model_not_found.
+  std::vector<std::string> aliases;
+  AccessLog* access_log = nullptr;        // one line per request (access_log.h); null: none
   int http_threads = 0;                   // transport (io) threads; 0: 2
   std::vector<std::string> cors_origins;  // origins allowed by CORS ("*": any); empty: CORS off
   double header_timeout_s = 10;           // the whole request header (408)

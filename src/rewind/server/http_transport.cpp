@@ -162,7 +162,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- the exchange's side (all on the strand) ----
   void ex_reply(uint64_t ex, HttpReply r) {
     if (ex != ex_id_ || phase_ != Phase::Busy || streaming_) return;
-    send_reply(std::move(r), true);
+    send_reply(std::move(r), true, /*from_handler=*/true);
   }
   void ex_start_stream(uint64_t ex, HttpReply h) {
     if (ex != ex_id_ || phase_ != Phase::Busy || streaming_ || head_written_) return;
@@ -176,7 +176,7 @@ class Session : public std::enable_shared_from_this<Session> {
     head += connection_header();
     for (const auto& [k, v] : h.headers) head += k + ": " + v + "\r\n";
     head += "\r\n";
-    if (t_->observer) t_->observer(path_, h.status);
+    if (t_->observer) t_->observer({method_, path_, peer_, h.status, true});
     enqueue(std::move(head));
   }
   void ex_chunk(uint64_t ex, std::string data) {
@@ -220,6 +220,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start_head() {
     phase_ = Phase::Head;
+    method_.clear();
+    path_.clear();
     timed_out_ = false;
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(t_->opt.max_header_bytes));
@@ -271,6 +273,7 @@ class Session : public std::enable_shared_from_this<Session> {
     head.version = version_ >= 11 ? 11 : 10;
     head.peer = peer_;
     path_ = head.path;
+    method_ = head.method;
     int hosts = 0;
     const std::string* te = nullptr;
     for (const auto& f : m) {
@@ -443,7 +446,7 @@ class Session : public std::enable_shared_from_this<Session> {
     return hex + data + "\r\n";
   }
 
-  void send_reply(HttpReply r, bool ends) {
+  void send_reply(HttpReply r, bool ends, bool from_handler = false) {
     head_written_ = true;
     std::string out = status_line(r.status);
     if (!r.content_type.empty()) out += "Content-Type: " + r.content_type + "\r\n";
@@ -452,7 +455,7 @@ class Session : public std::enable_shared_from_this<Session> {
     for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
     out += "\r\n";
     out += r.body;
-    if (t_->observer) t_->observer(path_, r.status);
+    if (t_->observer) t_->observer({method_, path_, peer_, r.status, from_handler});
     ending_ = ends;
     if (phase_ != Phase::Busy) phase_ = Phase::Busy;
     enqueue(std::move(out));
@@ -623,7 +626,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::array<char, 4096> rbuf_{};
   HttpRequest request_;
   std::optional<HttpReply> pending_;
-  std::string path_, continue_buf_;
+  std::string method_, path_, continue_buf_;
   unsigned version_ = 11;
   bool keep_alive_ = true;
 

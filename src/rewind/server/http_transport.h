@@ -128,9 +128,15 @@ class HttpTransport {
   // Builds the transport's own error answers (400, 408, 413, 414, 431, 503, 505).
   using ErrorReply =
       std::function<HttpReply(int status, const std::string& message, const std::string& code)>;
-  // Every answer written (or begun, for streams): the request's path ("" when none was parsed)
-  // and the status.
-  using Observer = std::function<void(const std::string& path, int status)>;
+  // Every answer written (or begun, for streams).
+  struct Answer {
+    const std::string& method;  // "" when no request line was parsed
+    const std::string& path;    // likewise
+    const std::string& peer;    // the client's address
+    int status;
+    bool from_handler;  // given through the HttpExchange; else the precheck's or the transport's
+  };
+  using Observer = std::function<void(const Answer&)>;
 
   HttpTransport(TransportOptions opt, Handler handler, Precheck precheck, ErrorReply error,
                 Observer observer);

@@ -215,17 +215,29 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
   return p.str();
 }
 
-nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt) {
+const char* const kFollowUpNote =
+    "a follow-up chat turn resumes at the start of the previous reply: the chat template "
+    "re-renders that reply from its text (without the reasoning block the model generated before "
+    "it, tokenized afresh), so the new prompt leaves the cached tokens there and the cache resumes "
+    "from the checkpoint at the end of the previous prompt (lost_to_spacing 1: its last token "
+    "runs again)";
+
+nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt,
+                          const std::map<uint64_t, std::string>& client_ids) {
   const CacheStats& c = em.cache;
   nlohmann::json recent = nlohmann::json::array();
-  for (const auto& r : em.recent)
-    recent.push_back({{"id", r.id},
-                      {"prompt_tokens", r.prompt_tokens},
-                      {"diverged_at", r.diverged_at},
-                      {"resumed_at", r.resumed_at},
-                      {"rerun_tokens", r.rerun_tokens},
-                      {"lost_to_spacing", r.lost_to_spacing},
-                      {"hit", r.hit}});
+  for (const auto& r : em.recent) {
+    const auto id = client_ids.find(r.id);
+    recent.push_back(
+        {{"id", id == client_ids.end() ? nlohmann::json(nullptr) : nlohmann::json(id->second)},
+         {"engine_id", r.id},
+         {"prompt_tokens", r.prompt_tokens},
+         {"diverged_at", r.diverged_at},
+         {"resumed_at", r.resumed_at},
+         {"rerun_tokens", r.rerun_tokens},
+         {"lost_to_spacing", r.lost_to_spacing},
+         {"hit", r.hit}});
+  }
   return {{"enabled", opt.cache_enabled},
           {"budget_bytes", c.budget_bytes},
           {"bytes",
@@ -259,7 +271,8 @@ nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt) {
             {"max_per_branch", opt.cache.policy.max_per_branch},
             {"at_prompt_end", opt.cache.policy.at_prompt_end},
             {"page_tokens", opt.cache.page_tokens}}},
-          {"recent", std::move(recent)}};
+          {"recent", std::move(recent)},
+          {"notes", {{"follow_up_turn", kFollowUpNote}}}};
 }
 
 }  // namespace rw

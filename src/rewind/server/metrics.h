@@ -17,7 +17,8 @@
 //   rewind_memory_bound_term_bytes{term} (EngineMetrics::memory_bound; docs/ARCHITECTURE.md,
 //   "Memory").
 // /v1/cache: budget, bytes by kind, counts, hit counters and the engine's recent requests
-//   (diverged_at / resumed_at / rerun_tokens / lost_to_spacing).
+//   (id as the client saw it, diverged_at / resumed_at / rerun_tokens / lost_to_spacing), and
+//   a note on why a chat follow-up resumes where the previous reply began.
 //
 // Thread-safety: ServerMetrics is safe to use from every HTTP thread at once (one mutex; each
 // call is a few map updates).
@@ -71,7 +72,12 @@ class ServerMetrics {
   Histogram ttft_, request_;
 };
 
-// GET /v1/cache body. `enabled`: the engine runs with a prefix cache.
-nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt);
+// GET /v1/cache body. `client_ids`: engine request id -> the id its client saw (chatcmpl-...);
+// a row whose id is not there gets "id": null. Every row keeps the engine's id as engine_id.
+nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt,
+                          const std::map<uint64_t, std::string>& client_ids = {});
+
+// Why a chat follow-up turn resumes at the start of the previous reply (GET /v1/cache "notes").
+extern const char* const kFollowUpNote;
 
 }  // namespace rw

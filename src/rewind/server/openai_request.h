@@ -52,7 +52,7 @@ struct SamplingOverrides {
 
 // Fields the two endpoints share.
 struct CommonRequest {
-  std::string model;  // informational; any name is accepted
+  std::string model;  // checked by the server against --alias when aliases are set
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage (stream only)
   std::optional<int32_t> max_tokens;  // max_tokens or max_completion_tokens; >= 1

@@ -1,0 +1,302 @@
+#include "cli.h"
+
+#include "rewind/kernels/kernel_options.h"
+#include "rewind/kernels/matmul.h"
+
+#ifndef REWIND_VERSION
+#define REWIND_VERSION "unknown"
+#endif
+#ifndef REWIND_GIT_COMMIT
+#define REWIND_GIT_COMMIT "unknown"
+#endif
+
+namespace rw::app {
+
+namespace {
+
+// Options several commands share, with the same spelling and description everywhere.
+OptSpec model_opt(const std::string& help = "the model (default: the built-in model " +
+                                            std::string("models/kjv-target)")) {
+  return {"--model", "-m", "DIR|FILE.gguf", help, {}, false};
+}
+OptSpec threads_opt() {
+  return {"--threads", "-t", "N", "threads (default: this machine's cores)", {}, false};
+}
+OptSpec weights_opt() {
+  return {"--weights",
+          "",
+          "auto|f32|bf16",
+          "weights in memory: auto (quantised and BF16 kept, the rest F32), f32 or bf16",
+          {},
+          false};
+}
+OptSpec quant_dot_opt() {
+  return {"--quant-dot",
+          "",
+          "auto|int8|f32",
+          "quantised matmuls: int8 dots or exact f32 (auto: int8 with AVX2/AVX-512)",
+          {},
+          false};
+}
+OptSpec json_opt(const std::string& help) {
+  return {"--json", "", "", help, {}, false};
+}
+std::vector<OptSpec> spec_opts() {
+  return {
+      {"--spec",
+       "",
+       "METHOD",
+       "speculative decoding: off (default), ngram, draft:DIR (a draft model), mtp",
+       {},
+       false},
+      {"--draft-k", "", "K", "most draft tokens per round (default 4, 1..16)", {}, false},
+      {"--spec-fixed-k", "", "", "keep k fixed (default: shrink after rejections)", {}, false},
+  };
+}
+const char* kTypes =
+    "f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|q4_0|q4_1|q5_0|q5_1|iq4_nl|"
+    "q3_k|iq4_xs|q2_k";
+
+std::vector<OptSpec> join(std::vector<OptSpec> a, const std::vector<OptSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<CommandSpec> build_specs() {
+  std::vector<CommandSpec> c;
+  c.push_back(
+      {"run", "Generate text from a prompt (raw completion, no chat template).",
+       "-p TEXT [options]",
+       join({model_opt(),
+             {"--prompt", "-p", "TEXT", "the text to continue (required)", {}, false},
+             {"--n-predict", "-n", "N", "tokens to generate (default 32)", {}, false},
+             {"--temperature", "", "T", "sampling temperature (default 0: greedy)", {"--temp"}},
+             {"--top-k", "", "K", "keep the K most likely tokens (default 0: all)", {}, false},
+             {"--top-p", "", "P", "nucleus sampling mass, in (0, 1] (default 1: off)", {}, false},
+             {"--min-p", "", "P", "drop tokens below P x the best one's probability (default 0)"},
+             {"--seed", "-s", "S", "sampling seed (default 0)", {}, false},
+             threads_opt(),
+             {"--chunk", "", "N", "prefill chunk in tokens (default 512; same results)", {}, false},
+             weights_opt(),
+             quant_dot_opt(),
+             {"--ignore-eos", "", "", "keep generating past the end-of-sequence token", {}, false},
+             json_opt("print one JSON object (text, token ids, speeds) instead of the text")},
+            spec_opts()),
+       "Greedy output is identical with and without --spec."});
+  c.push_back(
+      {"serve", "The OpenAI-compatible HTTP server (chat, completions, streaming, metrics).",
+       "[options]",
+       join(
+           {model_opt(),
+            {"--alias",
+             "-a",
+             "NAME",
+             "model name for /v1/models and answers (or a comma list); others get 404",
+             {},
+             true},
+            {"--host", "", "ADDR", "address to listen on (default 127.0.0.1)", {}, false},
+            {"--port", "", "N", "port (default 8080; 0 picks a free one, printed on start)"},
+            {"--api-key", "", "KEY", "require 'Authorization: Bearer KEY' on /v1/* and /metrics"},
+            {"--parallel", "-np", "N", "sequences decoding at once (default 4)", {}, false},
+            {"--ctx-size", "-c", "N", "prompt + max_tokens limit per request (default 32768)"},
+            {"--cache-ram", "", "MiB", "prefix cache budget: KV pages + checkpoints (4096)"},
+            {"--no-cache", "", "", "serve without the prefix cache", {}, false},
+            {"--checkpoint-interval", "", "N",
+             "checkpoint grid in tokens (512; 0: none, turn starts still count)"},
+            {"--checkpoint-max", "", "N", "checkpoints kept per branch (32; 0: no limit)"},
+            threads_opt(),
+            {"--max-queue", "", "N", "requests waiting beyond --parallel before 429 (64)"},
+            {"--max-body", "", "BYTES", "request body limit, 413 beyond (8388608)", {}, false},
+            weights_opt(),
+            quant_dot_opt(),
+            {"--shutdown-grace", "", "S",
+             "on SIGINT/SIGTERM, time running requests get to finish (5)"},
+            {"--header-timeout", "", "S", "deadline for a request's header (10; 408 beyond)"},
+            {"--body-timeout", "", "S", "deadline for a request's body (30; 408 beyond)"},
+            {"--idle-timeout", "", "S", "keep-alive connection idle between requests (5)"},
+            {"--max-connections", "", "N", "open connections in total (512; 503 beyond)"},
+            {"--max-connections-per-client", "", "N",
+             "open connections from one address (64; 503 beyond)"},
+            {"--cors-origin", "", "LIST", "origins allowed by CORS, comma list or * (default off)"},
+            {"--log-format", "", "text|json", "access log: one line per request (default text)"},
+            {"--log-file", "", "PATH", "append the access log to PATH (default: stderr)"},
+            {"--quiet", "-q", "", "no access log", {}, false}},
+           spec_opts()),
+       "Routes: POST /v1/chat/completions, /v1/completions; GET /v1/models, /v1/cache, /metrics,\n"
+       "/health. A request may pick its own drafter: \"speculative\": \"off\"|\"ngram\"|\"draft\"|"
+       "\"mtp\"\n"
+       "or {\"method\": ..., \"k\": K}. Without --alias any \"model\" is accepted.\n"
+       "Access log fields (docs/ARCHITECTURE.md, \"Access log\"): time, request id, client,\n"
+       "method and path, status, prompt / cached / re-run / completion tokens, time to first\n"
+       "token, total time, finish reason.\n"
+       "SIGINT/SIGTERM: stop accepting, give running requests the grace period, then end them\n"
+       "(streams get a final chunk and [DONE]); exit 0."});
+  c.push_back(
+      {"bench",
+       "Prefill and decode throughput against this machine's measured limits.",
+       "[options]",
+       {model_opt(),
+        {"--n-prompt", "-p", "N", "prompt tokens to prefill (default 512)", {}, false},
+        {"--n-gen", "-n", "N", "tokens to decode (default 128)", {}, false},
+        threads_opt(),
+        {"--prefill-runs", "", "N", "timed prefills after a first one (default 3)", {}, false},
+        weights_opt(),
+        quant_dot_opt(),
+        {"--isa", "", "auto|amx|avx512|avx2|scalar", "widest SIMD path the kernels may take"},
+        {"--seed", "", "S", "seed of the random prompt (default 1)", {}, false},
+        {"--decode-split", "", "SPLIT", "auto|guided|static, or A,B to compare two step by step"},
+        json_opt("print one JSON object")},
+       "--prefill-runs: the headline is their median; the first prefill, which grows the buffers\n"
+       "to the prompt's size, is reported apart.\n"
+       "--isa amx: AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K and Q5_K prefill.\n"
+       "--decode-split: how the threads split a decode step's matmuls (auto: a static share per\n"
+       "thread for matrices of up to 8 MiB a thread, guided chunks for larger ones); two, as A,B,\n"
+       "take turns step by step (A on even steps), and a line compares them: each one's median\n"
+       "step against its probe, and the median ratio of B's step time to the A step before it."});
+  c.push_back(
+      {"cache-bench",
+       "Scripted multi-request workloads with the prefix cache on and off, side by side.",
+       "[--workload NAME] [options]",
+       {model_opt(),
+        {"--workload", "", "NAME",
+         "shared-system, edit-turn, long-branch, repeat, chat or all (default all)"},
+        {"--scale", "", "X", "multiplies every prompt size of the workload (default 1.0)"},
+        {"--interval", "", "N", "checkpoint grid in tokens (default 512)", {}, false},
+        {"--budget-mib", "", "MiB", "cache budget (default 4096)", {}, false},
+        {"--max-per-branch", "", "N", "checkpoints kept per branch (default 32)", {}, false},
+        {"--n-predict", "-n", "N", "tokens generated per request (default 4)", {}, false},
+        {"--chunk", "", "N", "prefill chunk in tokens (default 512)", {}, false},
+        threads_opt(),
+        {"--seed", "", "S", "seed of the scripted prompts (default 1)", {}, false},
+        weights_opt(),
+        quant_dot_opt(),
+        json_opt("print JSON lines instead of the table")},
+       ""});
+  c.push_back(
+      {"spec-bench",
+       "Speculative decoding (n-gram, draft model, MTP) against plain decoding.",
+       "[options]",
+       {model_opt(),
+        {"--draft", "", "DIR", "a draft model with the same tokenizer (adds the draft row)"},
+        {"--n-predict", "-n", "N", "tokens to generate (default 64)", {}, false},
+        {"--draft-k", "", "K", "most draft tokens per round (default 4, 1..16)", {}, false},
+        {"--workload", "", "code|text", "the built-in prompt (default code)", {}, false},
+        {"--prompt", "-p", "TEXT", "a prompt of your own instead of the workload's", {}, false},
+        threads_opt(),
+        weights_opt(),
+        quant_dot_opt(),
+        {"--spec-fixed-k", "", "", "keep k fixed (default: shrink after rejections)", {}, false},
+        json_opt("print JSON lines instead of the table")},
+       "Greedy decoding of one prompt, plain and with each drafter, side by side."});
+  c.push_back({"logits",
+               "Print the logits of a token list (or a prompt) as exact JSON.",
+               "-m DIR|FILE.gguf (--tokens IDS | -p TEXT) [options]",
+               {model_opt("the model (required)"),
+                {"--tokens", "", "IDS", "token ids, comma-separated (1,2,3)", {}, false},
+                {"--prompt", "-p", "TEXT", "text to encode instead of --tokens", {}, false},
+                {"--positions", "", "I,J,...", "positions to print (default: all)", {}, false},
+                threads_opt(),
+                weights_opt(),
+                quant_dot_opt()},
+               ""});
+  c.push_back(
+      {"convert",
+       std::string("Write a Hugging Face checkpoint as one GGUF file (default type ") +
+           kDefaultConvertType + ").",
+       "--in HF_DIR -o FILE.gguf [--type TYPE]",
+       {{"--in", "-i", "HF_DIR", "the checkpoint directory (required)", {}, false},
+        {"--out", "-o", "FILE.gguf", "the file to write (required)", {"--outfile"}, false},
+        {"--type",
+         "",
+         "TYPE",
+         std::string("matrix type (default ") + kDefaultConvertType +
+             "; f32 or bf16 keep full precision)",
+         {"--outtype"}},
+        {"--to", "", "gguf", "the output format; gguf (the default) is the only one", {}, false}},
+       std::string("TYPE: ") + kTypes +
+           ".\n"
+           "A row length that is not a multiple of the type's block falls back to q8_0 or f32;\n"
+           "norms, conv, ssm_a and dt bias stay f32. q4_k_m, q5_k_m: llama-quantize's mixtures\n"
+           "(q6_k for output and, in some layers, attn_v and ffn_down). q4_0, q4_1, q5_0, q5_1,\n"
+           "iq4_nl, q3_k, iq4_xs, q2_k: for files made elsewhere; written here to test loading.\n"
+           "The MTP head is written as blk.N.nextn.* (not for qwen3next)."});
+  c.push_back(
+      {"make-model",
+       "Write a seeded random model in the Hugging Face layout (or as GGUF).",
+       "--out DIR [--preset NAME] [options] | --from DIR --noise SIGMA --out DIR",
+       {{"--preset", "", "NAME",
+         "tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny or "
+         "qwen3-next-tiny (default tiny)"},
+        {"--out", "-o", "DIR", "where to write (FILE.gguf with --format gguf; required)"},
+        {"--dtype", "", "f32|bf16", "weight dtype of the HF files (default f32)", {}, false},
+        {"--seed", "", "N", "the weights' seed (default 0)", {}, false},
+        {"--mtp", "", "", "also write the multi-token-prediction head (mtp.*)", {}, false},
+        {"--layers", "", "N", "decoder layers (default: the preset's)", {}, false},
+        {"--layer-types", "", "full,linear,...",
+         "one of full|linear per layer (default: every 4th layer full)"},
+        {"--linear-heads", "", "HK,HV,DK,DV",
+         "Gated DeltaNet key heads, value heads, key and value head dims"},
+        {"--from", "", "DIR", "copy the model in DIR, adding noise (with --noise)", {}, false},
+        {"--noise", "", "SIGMA", "add SIGMA * rms(w) * N(0,1) to each float weight but A_log"},
+        {"--format", "", "hf|gguf", "write the HF layout (default) or one GGUF file", {}, false},
+        {"--type", "", "TYPE", "with --format gguf: the matrix type (default f32)", {}, false}},
+       "tiny-dense has every layer full attention. --linear-heads: HV a multiple of HK; llama.cpp\n"
+       "loads only DK == DV, as every released checkpoint has. --from copies other files\n"
+       "unchanged. --format gguf writes llama.cpp's layout from the same weights the HF layout\n"
+       "would hold (--mtp: the head as blk.N.nextn.*, except for qwen3_next)."});
+  return c;
+}
+
+}  // namespace
+
+const std::vector<CommandSpec>& command_specs() {
+  static const std::vector<CommandSpec> specs = build_specs();
+  return specs;
+}
+
+const CommandSpec* command_spec(const std::string& name) {
+  for (const CommandSpec& c : command_specs())
+    if (c.name == name) return &c;
+  return nullptr;
+}
+
+std::string top_level_help() {
+  std::string out = "usage: rewind COMMAND [options]\n\ncommands:\n";
+  for (const CommandSpec& c : command_specs()) {
+    std::string n = c.name;
+    n.resize(12, ' ');
+    out += "  " + n + c.summary + "\n";
+  }
+  out += "  help        this list, or a command's options: rewind help COMMAND\n";
+  out += "  version     the version, git commit and kernel paths (also --version)\n";
+  out += "\n'rewind COMMAND --help' (or -h) lists every option of a command.\n";
+  return out;
+}
+
+std::string unknown_command_message(const std::string& typed) {
+  std::vector<std::string> names = {"help", "version"};
+  for (const CommandSpec& c : command_specs()) names.push_back(c.name);
+  const std::string hint = typed.empty() || typed[0] == '-' ? "" : did_you_mean(typed, names);
+  return "unknown command '" + typed + "'" + (hint.empty() ? "" : "; did you mean " + hint + "?") +
+         " (rewind help lists the commands)";
+}
+
+std::string version_text() {
+  std::string out =
+      std::string("rewind ") + REWIND_VERSION + " (commit " + REWIND_GIT_COMMIT + ")\n";
+#if defined(__x86_64__)
+  out += "kernels built in: amx-int8, avx512 (vnni), avx2, scalar\n";
+#else
+  out += "kernels built in: scalar\n";
+#endif
+  out += "this CPU: f32/bf16 matmul " + std::string(matmul_isa()) + ", int8 dot " +
+         matmul_int8_isa() + ", amx-int8 tiles " + (matmul_amx_enabled() ? "yes" : "no") +
+         "; widest path " +
+         (isa_cap_supported(IsaCap::Avx512) ? "avx512"
+          : isa_cap_supported(IsaCap::Avx2) ? "avx2"
+                                            : "scalar") +
+         "\n";
+  return out;
+}
+
+}  // namespace rw::app

@@ -1,0 +1,132 @@
+// The rewind binary's command-line conventions, run as a user would: `--version` / `version`
+// (the commit and the kernel paths), `help [COMMAND]` and `COMMAND --help` (every option of the
+// table in apps/cli.cpp), "did you mean" for a mistyped command or option with exit status 2 or
+// 1, short flags accepted by a real run, and `convert` writing Q8_0 by default and saying so
+// (an explicit --type still wins).
+#include "cli.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include "rewind/io/gguf.h"
+#include "test_util.h"
+
+namespace rw {
+namespace {
+
+std::string rewind(const std::string& args, int* rc) {
+  return test::run_command(std::string(REWIND_BINARY) + " " + args + " 2>&1", rc);
+}
+
+bool contains(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
+TEST(Cli, Version) {
+  int rc = -1;
+  const std::string v = rewind("--version", &rc);
+  EXPECT_EQ(rc, 0) << v;
+  EXPECT_TRUE(std::regex_search(v, std::regex(R"(^rewind \d+\.\d+\.\d+ \(commit [0-9a-f]{7,}\))")))
+      << v;
+  EXPECT_TRUE(contains(v, std::string("(commit ") + REWIND_GIT_COMMIT + ")")) << v;
+  EXPECT_TRUE(contains(v, "kernels built in: ")) << v;
+  EXPECT_TRUE(std::regex_search(v, std::regex(R"(this CPU: f32/bf16 matmul (avx512|avx2|scalar))")))
+      << v;
+  EXPECT_EQ(v, app::version_text());
+  EXPECT_EQ(rewind("version", &rc), v);
+  EXPECT_EQ(rc, 0);
+  rewind("version extra", &rc);
+  EXPECT_EQ(rc, 1);
+}
+
+TEST(Cli, HelpListsCommandsAndEveryOption) {
+  int rc = -1;
+  const std::string top = rewind("help", &rc);
+  EXPECT_EQ(rc, 0) << top;
+  EXPECT_EQ(rewind("--help", &rc), top);
+  EXPECT_EQ(rewind("-h", &rc), top);
+  for (const app::CommandSpec& c : app::command_specs()) {
+    EXPECT_TRUE(contains(top, "  " + c.name + " ")) << c.name;
+    const std::string h = rewind("help " + c.name, &rc);
+    EXPECT_EQ(rc, 0) << h;
+    EXPECT_EQ(h, app::help_text(c));
+    EXPECT_EQ(rewind(c.name + " --help", &rc), h);
+    EXPECT_EQ(rc, 0);
+    EXPECT_EQ(rewind(c.name + " -h", &rc), h);
+    for (const app::OptSpec& o : c.options) {
+      EXPECT_TRUE(contains(h, o.name)) << c.name << " " << o.name;
+      EXPECT_TRUE(contains(h, o.help)) << c.name << " " << o.name;
+    }
+  }
+  // No arguments: the list on stderr and status 2 (a usage error).
+  EXPECT_EQ(rewind("", &rc), top);
+  EXPECT_EQ(rc, 2);
+}
+
+TEST(Cli, DidYouMean) {
+  int rc = -1;
+  std::string out = rewind("serv --port 0", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_TRUE(contains(out, "rewind: unknown command 'serv'; did you mean serve?")) << out;
+  out = rewind("help bnech", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_TRUE(contains(out, "did you mean bench?")) << out;
+  out = rewind("run --prompt x --temprature 0.7", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out,
+                       "unknown option '--temprature' for rewind run; did you mean "
+                       "--temperature?"))
+      << out;
+  out = rewind("serve --log-fromat json", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "did you mean --log-format?")) << out;
+}
+
+TEST(Cli, ShortFlagsRunTheBuiltInModel) {
+  int rc = -1;
+  const std::string a = rewind("run -p 'And God said' -n 4 -t 1 --temp 0 --json", &rc);
+  ASSERT_EQ(rc, 0) << a;
+  const std::string b =
+      rewind("run --prompt 'And God said' --n-predict 4 --threads 1 --temperature 0 --json", &rc);
+  ASSERT_EQ(rc, 0) << b;
+  auto tokens = [](const std::string& out) {
+    const size_t at = out.find("\"tokens\":");
+    return out.substr(at, out.find(']', at) - at);
+  };
+  EXPECT_EQ(tokens(a), tokens(b));
+  EXPECT_TRUE(contains(a, "\"generated_tokens\":4")) << a;
+}
+
+TEST(Cli, ConvertDefaultsToQ8_0AndSaysSo) {
+  const std::string dir = test::made_scratch_dir("cli_convert");
+  int rc = -1;
+  std::string out = rewind("make-model --preset tiny --out " + dir + "/hf", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = rewind("convert --in " + dir + "/hf -o " + dir + "/default.gguf", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "no --type given; writing q8_0")) << out;
+  EXPECT_TRUE(contains(out, "(q8_0, ")) << out;
+  out = rewind("convert --in " + dir + "/hf --outfile " + dir + "/f32.gguf --outtype f32", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_FALSE(contains(out, "no --type given")) << out;
+  auto count = [](const std::string& path, GgmlType t) {
+    auto g = GgufFile::open(path);
+    EXPECT_TRUE(g.ok()) << g.error_message();
+    int n = 0;
+    if (g.ok())
+      for (const GgufTensor& x : g->tensors()) n += x.type == t;
+    return n;
+  };
+  EXPECT_GT(count(dir + "/default.gguf", GgmlType::Q8_0), 0);
+  EXPECT_EQ(count(dir + "/f32.gguf", GgmlType::Q8_0), 0);
+  EXPECT_GT(count(dir + "/f32.gguf", GgmlType::F32), 0);
+  out = rewind("convert --in " + dir + "/hf -o " + dir + "/bad.gguf --type q9", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "--type must be")) << out;
+}
+
+}  // namespace
+}  // namespace rw
