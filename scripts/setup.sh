@@ -8,7 +8,7 @@ PKGS=(
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev
   clang-format clang libclang-rt-14-dev
-  libboost1.81-dev curl nodejs
+  libboost1.81-dev libcurl4-openssl-dev curl nodejs
 )
 
 missing=()
