@@ -78,7 +78,7 @@ Result<std::string> builtin_model_dir() {
 }
 
 Result<std::string> model_or_builtin(const std::string& given) {
-  if (!given.empty()) return given;
+  if (!given.empty()) return model_path_or_stored(given);
   REWIND_TRY(std::string dir, builtin_model_dir());
   std::fprintf(stderr, "rewind: no --model given; using the built-in model %s (%s)\n",
                kBuiltinModel, dir.c_str());
@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
       "  cache-bench scripted multi-request workloads with the prefix cache on and off\n"
       "  spec-bench  speculative decoding (n-gram, draft model, MTP) against plain decoding\n"
       "  serve       OpenAI-compatible HTTP server (chat, completions, streaming, metrics)\n"
+      "  pull        download a model from the Hugging Face Hub; models lists the pulled ones\n"
       "Run 'rewind <command> --help' for its options.\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
@@ -167,6 +168,8 @@ int main(int argc, char** argv) {
   if (cmd == "cache-bench") return cmd_cache_bench(argc - 2, argv + 2);
   if (cmd == "serve") return cmd_serve(argc - 2, argv + 2);
   if (cmd == "spec-bench") return cmd_spec_bench(argc - 2, argv + 2);
+  if (cmd == "pull") return cmd_pull(argc - 2, argv + 2);
+  if (cmd == "models") return cmd_models(argc - 2, argv + 2);
   std::fprintf(stderr, "rewind: unknown command '%s'\n%s", cmd.c_str(), usage);
   return 2;
 }
