@@ -53,6 +53,7 @@ void make_checkpoint_repo(const fs::path& repo) {
                         "tokenizer.json", "tokenizer_config.json", "loss.png"})
     fs::copy_file(fs::path(builtin_dir()) / f, repo / f);
   std::ofstream(repo / "LICENSE") << "licence text\n";
+  std::ofstream(repo / "special_tokens_map.json");  // an empty file: pulled, no transfer needed
 }
 
 // The built-in checkpoint with its tensors split into two shards and an index.
@@ -182,6 +183,8 @@ TEST(Pull, CheckpointLandsInTheStoreAndRunsByName) {
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors",
                         "tokenizer.json", "tokenizer_config.json"})
     EXPECT_EQ(test::read_file(stored + "/" + f), test::read_file(builtin_dir() + "/" + f)) << f;
+  EXPECT_TRUE(fs::is_regular_file(stored + "/special_tokens_map.json"));
+  EXPECT_EQ(fs::file_size(stored + "/special_tokens_map.json"), 0u);
   EXPECT_FALSE(fs::exists(stored + "/loss.png"));
   EXPECT_FALSE(fs::exists(stored + "/LICENSE"));
   // LFS files came through the resolve endpoint's redirect to the CDN path.

@@ -1,6 +1,7 @@
 #include "rewind/hub/download.h"
 
 #include <curl/curl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -427,6 +428,7 @@ class Puller {
     bool hash_valid = false;
     std::string last_error;
     std::error_code ec;
+    if (f.size == 0) std::ofstream(part, std::ios::binary | std::ios::trunc);  // nothing to fetch
     for (int attempt = 1;; ++attempt) {
       uint64_t offset = fs::exists(part, ec) ? fs::file_size(part, ec) : 0;
       if (ec) return make_error(part + ": " + ec.message());
