@@ -244,6 +244,24 @@ std::vector<CommandSpec> build_specs() {
        "loads only DK == DV, as every released checkpoint has. --from copies other files\n"
        "unchanged. --format gguf writes llama.cpp's layout from the same weights the HF layout\n"
        "would hold (--mtp: the head as blk.N.nextn.*, except for qwen3_next)."});
+  c.push_back(
+      {"pull", "Download a model from the Hugging Face Hub into the model store.",
+       "ORG/NAME[:QUANT|:FILE] [options]",
+       {{"--revision", "", "REV", "a branch, tag or commit (default: main)", {}, false},
+        {"--quiet", "-q", "", "no progress or messages; the model's path still goes to stdout"},
+        {"--list", "", "", "list the pulled models (the same as: rewind models)", {}, false}},
+       "ORG/NAME: a checkpoint repository (config.json, *.safetensors, tokenizer files), or a\n"
+       "GGUF repository (its one GGUF file, else its Q4_K_M file). ORG/NAME:Q4_K_M picks the GGUF\n"
+       "file whose name carries that quantisation (or :PATH, a file). --model ORG/NAME (or NAME\n"
+       "alone, when unique) then runs it.\n"
+       "Environment: HF_TOKEN (private and gated repositories), HF_ENDPOINT (default\n"
+       "https://huggingface.co), REWIND_HOME (the store; default ~/.cache/rewind).\n"
+       "An interrupted pull resumes where it stopped when run again; every file is checked\n"
+       "against the Hub's size and sha256. Architectures rewind cannot run are refused before\n"
+       "any weights are downloaded."});
+  c.push_back({"models", "List the models `rewind pull` stored (name, size, path).", "",
+               {},
+               "--model takes the name."});
   return c;
 }
 

@@ -21,6 +21,8 @@ int cmd_bench(int argc, char** argv);
 int cmd_cache_bench(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_spec_bench(int argc, char** argv);
+int cmd_pull(int argc, char** argv);    // apps/cmd_pull.cpp
+int cmd_models(int argc, char** argv);  // apps/cmd_pull.cpp
 
 // Parses a subcommand's arguments against its table in apps/cli.cpp.
 Result<Args> parse_args(const std::string& command, int argc, char** argv);
@@ -46,6 +48,10 @@ Result<std::string> builtin_model_dir();
 // `given` (a --model value) if not empty; else the built-in model, with a line on stderr that
 // says so.
 Result<std::string> model_or_builtin(const std::string& given);
+
+// `given` when it is an existing path; else the pulled model of that name in the store
+// (`rewind pull`: "org/name", a unique "name", with ":QUANT" for one of several GGUF files).
+Result<std::string> model_path_or_stored(const std::string& given);
 
 // Loads a model, showing a progress line on stderr while packing large files (> 64 MiB).
 // store: "auto", "f32", "bf16".

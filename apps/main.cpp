@@ -92,7 +92,7 @@ Result<std::string> builtin_model_dir() {
 }
 
 Result<std::string> model_or_builtin(const std::string& given) {
-  if (!given.empty()) return given;
+  if (!given.empty()) return model_path_or_stored(given);
   REWIND_TRY(std::string dir, builtin_model_dir());
   std::fprintf(stderr, "rewind: no --model given; using the built-in model %s (%s)\n",
                kBuiltinModel, dir.c_str());
@@ -165,6 +165,8 @@ int main(int argc, char** argv) {
       {"cache-bench", cmd_cache_bench},
       {"serve", cmd_serve},
       {"spec-bench", cmd_spec_bench},
+      {"pull", cmd_pull},
+      {"models", cmd_models},
   };
   if (argc < 2) {
     std::fputs(top_level_help().c_str(), stderr);

@@ -16,6 +16,7 @@
 #   model      base tensor io kernels state   (never the cache policy, engine or server)
 #   engine     base tensor state cache model sample
 #   server     base tokenizer chat engine sample/sampler.h
+#   hub        base model/arch.h model/config.h   (rewind pull: the Hub, the store)
 #
 # The server talks to the engine's public API (engine/batch_engine.h), the tokenizer and the
 # chat template; of the sample layer it may name only sample/sampler.h, whose SamplingParams is
@@ -44,6 +45,7 @@ declare -A allowed=(
   [model]="base tensor io kernels state"
   [engine]="base tensor state cache model sample"
   [server]="base tokenizer chat engine sample/sampler.h"
+  [hub]="base model/arch.h model/config.h"
 )
 
 violations=0 files=0 includes=0
