@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -75,14 +76,33 @@ std::string basename_of(std::string dir) {
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
-  auto args = Args::parse(
-      argc, argv,
-      {"--model", "--host", "--port", "--api-key", "--parallel", "--ctx-size", "--cache-ram",
-       "--checkpoint-interval", "--checkpoint-max", "--threads", "-t", "--max-queue", "--max-body",
-       "--weights", "--quant-dot", "--shutdown-grace", "--header-timeout", "--body-timeout",
-       "--idle-timeout", "--max-connections", "--max-connections-per-client", "--cors-origin",
-       kSpecValueOpts[0], kSpecValueOpts[1]},
-      {"--no-cache", "--help", kSpecFlagOpts[0]});
+  auto args = Args::parse(argc, argv,
+                          {"--model",
+                           "--host",
+                           "--port",
+                           "--api-key",
+                           "--parallel",
+                           "--ctx-size",
+                           "--cache-ram",
+                           "--checkpoint-interval",
+                           "--checkpoint-max",
+                           "--threads",
+                           "-t",
+                           "--max-queue",
+                           "--max-body",
+                           "--max-buffered",
+                           "--weights",
+                           "--quant-dot",
+                           "--shutdown-grace",
+                           "--header-timeout",
+                           "--body-timeout",
+                           "--idle-timeout",
+                           "--max-connections",
+                           "--max-connections-per-client",
+                           "--cors-origin",
+                           kSpecValueOpts[0],
+                           kSpecValueOpts[1]},
+                          {"--no-cache", "--help", kSpecFlagOpts[0]});
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) {
     std::printf(
@@ -91,6 +111,7 @@ int cmd_serve(int argc, char** argv) {
         "                    [--parallel 4] [--ctx-size 32768] [--cache-ram 4096]\n"
         "                    [--checkpoint-interval 512] [--checkpoint-max 32] [--no-cache]\n"
         "                    [--threads N] [--max-queue 64] [--max-body 8388608]\n"
+        "                    [--max-buffered 67108864]\n"
         "                    [--weights auto|f32|bf16] [--quant-dot auto|int8|f32] [--spec METHOD] "
         "[--draft-k K]\n"
         "  OpenAI-compatible API: POST /v1/chat/completions, /v1/completions; GET /v1/models,\n"
@@ -105,13 +126,16 @@ int cmd_serve(int argc, char** argv) {
         "  --checkpoint-max N   checkpoints kept per branch (0: no limit)\n"
         "  --max-queue N        requests waiting beyond --parallel before 429\n"
         "  --max-body BYTES     request body limit (413 beyond)\n"
+        "  --max-buffered BYTES request bodies + answers the HTTP layer may hold at once\n"
+        "                       (64 MiB, at least --max-body; a body past it gets 503)\n"
         "  --shutdown-grace S   on SIGINT/SIGTERM, time running requests get to finish (5)\n"
         "  --header-timeout S   deadline for a request's whole header (10; 408 beyond)\n"
         "  --body-timeout S     deadline for a request's whole body (30; 408 beyond)\n"
         "  --idle-timeout S     keep-alive connection idle between requests (5)\n"
         "  --max-connections N  open connections in total (512; 503 beyond)\n"
         "  --max-connections-per-client N  open connections from one address (64; 503 beyond)\n"
-        "  --cors-origin LIST   origins allowed by CORS, comma-separated, or * (default: CORS off)\n"
+        "  --cors-origin LIST   origins allowed by CORS, comma-separated, or * (default: CORS "
+        "off)\n"
         "%s"
         "  A request may pick its own: \"speculative\": \"off\"|\"ngram\"|\"draft\"|\"mtp\" or\n"
         "  {\"method\": ..., \"k\": K}.\n"
@@ -132,10 +156,11 @@ int cmd_serve(int argc, char** argv) {
   auto th = args->int_(args->has("-t") ? "-t" : "--threads", default_threads());
   auto max_queue = args->int_("--max-queue", 64);
   auto max_body = args->int_("--max-body", 8 << 20);
+  auto max_buffered = args->int_("--max-buffered", 0);
   auto max_conns = args->int_("--max-connections", 512);
   auto max_conns_client = args->int_("--max-connections-per-client", 64);
   for (auto* r : {&port, &parallel, &ctx, &cache_ram, &ck_int, &ck_max, &th, &max_queue, &max_body,
-                  &max_conns, &max_conns_client})
+                  &max_buffered, &max_conns, &max_conns_client})
     if (!r->ok()) return fail(r->error_message());
   auto grace = args->num("--shutdown-grace", 5);
   auto header_to = args->num("--header-timeout", 10);
@@ -145,9 +170,9 @@ int cmd_serve(int argc, char** argv) {
     if (!r->ok()) return fail(r->error_message());
   if (!(grace.value() >= 0 && grace.value() <= 3600))
     return fail("--shutdown-grace must be in [0, 3600] seconds");
-  for (auto [name, v] : {std::pair{"--header-timeout", header_to.value()},
-                         std::pair{"--body-timeout", body_to.value()},
-                         std::pair{"--idle-timeout", idle_to.value()}})
+  for (auto [name, v] :
+       {std::pair{"--header-timeout", header_to.value()},
+        std::pair{"--body-timeout", body_to.value()}, std::pair{"--idle-timeout", idle_to.value()}})
     if (!(v > 0 && v <= 3600)) return fail(std::string(name) + " must be in (0, 3600] seconds");
   if (max_conns.value() < 1 || max_conns.value() > 1000000)
     return fail("--max-connections must be in [1, 1000000]");
@@ -167,6 +192,11 @@ int cmd_serve(int argc, char** argv) {
   if (max_queue.value() < 0 || max_queue.value() > 65536)
     return fail("--max-queue must be in [0, 65536]");
   if (max_body.value() < 1) return fail("--max-body must be >= 1");
+  if (args->has("--max-buffered") && max_buffered.value() < max_body.value())
+    return fail("--max-buffered must be >= --max-body");
+  const int64_t buffered_cap = args->has("--max-buffered")
+                                   ? max_buffered.value()
+                                   : std::max<int64_t>(int64_t{64} << 20, max_body.value());
   const std::string host = args->str("--host", "127.0.0.1");
 
   // Signals go to one thread (sigwait), so block them before any thread is created.
@@ -207,7 +237,8 @@ int cmd_serve(int argc, char** argv) {
   if (!kernels.ok()) return fail(kernels.error_message());
   auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), kernels.value(), &pool);
   if (!spec.ok()) return fail(spec.error_message());
-  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, &load_s, spec->wants_mtp());
+  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, &load_s,
+                          spec->wants_mtp());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)
@@ -236,6 +267,7 @@ int cmd_serve(int argc, char** argv) {
   so.port = static_cast<int>(port.value());
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
+  so.max_buffered = static_cast<size_t>(buffered_cap);
   so.model_id = basename_of(dir);
   so.cors_origins = split_commas(args->str("--cors-origin"));
   so.header_timeout_s = header_to.value();
@@ -250,12 +282,15 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr,
                  "rewind: warning: no end-of-sequence token found; replies end at max_tokens\n");
   {
-    // The memory bound (docs/ARCHITECTURE.md, "Memory"): the engine's terms, the request bodies
-    // the HTTP threads may hold (each with a parsed copy), a fixed overhead.
+    // The memory bound (docs/ARCHITECTURE.md, "Memory"): the engine's terms; the HTTP layer's
+    // enforced cap on bodies and answers, the header buffers of the open connections (at most
+    // max_header_bytes + 4 KiB each) and a body's parsed copy on each transport thread; a fixed
+    // overhead.
     MemoryReport bound = engine_memory_bound(m, eo, static_cast<int>(th.value()));
-    const int64_t http_threads =
-        so.http_threads > 0 ? so.http_threads : parallel.value() + max_queue.value() + 8;
-    bound.add("http", http_threads * 2 * max_body.value());
+    const int64_t http_threads = so.http_threads > 0 ? so.http_threads : 2;
+    bound.add("http", buffered_cap +
+                          max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
+                          http_threads * max_body.value());
     bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
     std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
     for (size_t i = 0; i < bound.kinds.size(); ++i)
