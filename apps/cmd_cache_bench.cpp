@@ -167,6 +167,7 @@ int cmd_cache_bench(int argc, char** argv) {
   EngineOptions on;
   on.cache.budget_bytes = static_cast<size_t>(budget.value()) << 20;
   on.cache.policy.interval = interval.value();
+  on.cache.policy.size_by_state = !args->has("--interval");  // an explicit interval is kept
   on.cache.policy.max_per_branch = mpb.value();
   on.step_tokens = chunk.value();
   on.ctx_size = int64_t{1} << 40;  // the workloads' conversations grow as long as they are scaled
@@ -182,6 +183,11 @@ int cmd_cache_bench(int argc, char** argv) {
     g.max_tokens = 2;
     auto w = warm.generate(g);
     if (!w.ok()) return fail(w.error_message());
+  }
+  {
+    // The grid the engine chose for this model (CheckpointPolicy::size_grid).
+    Engine probe(m, &pool, on);
+    std::fprintf(stderr, "checkpoint grid: %s\n", probe.options().cache.policy.grid_note.c_str());
   }
   bool all_identical = true;
   int request = 0;

@@ -215,6 +215,7 @@ int cmd_serve(int argc, char** argv) {
   eo.cache_enabled = !args->has("--no-cache");
   eo.cache.budget_bytes = static_cast<size_t>(cache_ram.value()) << 20;
   eo.cache.policy.interval = ck_int.value();
+  eo.cache.policy.size_by_state = !args->has("--checkpoint-interval");  // explicit: kept as given
   eo.cache.policy.max_per_branch = ck_max.value();
   eo.sample_vocab =
       static_cast<int32_t>(std::min<int64_t>(tok->vocab_size(), m.config().vocab_size));

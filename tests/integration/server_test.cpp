@@ -1972,6 +1972,11 @@ TEST_F(ServerTest, CacheRowsCarryClientIds) {
   }
   const std::string note = cache["notes"]["follow_up_turn"];
   EXPECT_NE(note.find("re-renders"), std::string::npos) << note;
+  // The checkpoint grid and why it was chosen (CheckpointPolicy::size_grid).
+  const std::string why = cache["policy"]["interval_why"];
+  EXPECT_EQ(why.rfind("interval " + std::to_string(cache["policy"]["interval"].get<int64_t>()), 0),
+            0u)
+      << why;
 }
 
 // The note's claim on the built-in model: a follow-up turn diverges from the cache where the

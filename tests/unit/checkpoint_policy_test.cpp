@@ -59,7 +59,9 @@ TEST(CheckpointPolicyDeath, FromOutsidePrompt) {
   EXPECT_DEATH(p.cut_points(-1, 10, {}), "cut_points");
 }
 
-std::vector<uint8_t> none(size_t k) { return std::vector<uint8_t>(k, 0); }
+std::vector<uint8_t> none(size_t k) {
+  return std::vector<uint8_t>(k, 0);
+}
 
 TEST(CheckpointPolicy, ThinNothingUnderTheLimit) {
   CheckpointPolicy p;
@@ -96,9 +98,9 @@ TEST(CheckpointPolicy, ThinKeepsAnchorAndNewest) {
   ASSERT_EQ(drop.size(), 8u);
   EXPECT_TRUE(std::is_sorted(drop.begin(), drop.end()));
   for (size_t i : drop) {
-    EXPECT_NE(i, 2u);               // anchor
-    EXPECT_NE(i, pos.size() - 1);   // newest
-    EXPECT_LT(i, 20u);              // the older half pays, the recent half stays dense
+    EXPECT_NE(i, 2u);              // anchor
+    EXPECT_NE(i, pos.size() - 1);  // newest
+    EXPECT_LT(i, 20u);             // the older half pays, the recent half stays dense
   }
   // With only protected snapshots over the limit nothing can go.
   p.max_per_branch = 2;
@@ -139,6 +141,32 @@ TEST(CheckpointPolicyDeath, ThinRejectsBadInput) {
   const V ok{10, 20};
   EXPECT_DEATH(p.thin(ok, none(1), 30), "keep");
   EXPECT_DEATH(p.thin(ok, none(2), 15), "tip");
+}
+
+// The grid widens with the state: a snapshot costs at most 2x the KV of its grid step, in
+// multiples of the configured interval, which stays the floor.
+TEST(CheckpointPolicy, GridSizedByStateBytes) {
+  const size_t MiB = size_t{1} << 20;
+  std::string note;
+  // Qwen3.5-0.8B: 20.2 MB of state, 24 KiB of KV a token (6 attention layers): 512 stays.
+  EXPECT_EQ(CheckpointPolicy::size_grid(512, 20201472, 6 * 2 * 512 * 4, &note), 512);
+  // granite-4.0-h-tiny: 55.4 MiB of state, 16 KiB of KV a token: the KV of 3543 tokens, so
+  // steps of at least 1772 tokens, 2048 in multiples of 512.
+  EXPECT_EQ(CheckpointPolicy::size_grid(512, 58060800, 16384, &note), 2048);
+  EXPECT_NE(note.find("interval 2048"), std::string::npos) << note;
+  EXPECT_NE(note.find("55.4 MiB"), std::string::npos) << note;
+  EXPECT_NE(note.find("3543 tokens"), std::string::npos) << note;
+  // Nemotron-Nano-9B-v2: 138.8 MiB, 32 KiB a token: 2221 -> 2560.
+  EXPECT_EQ(CheckpointPolicy::size_grid(512, 145539072, 32768), 2560);
+  // Exactly at the ratio: 2 x 512 tokens of KV equals the snapshot, 512 suffices.
+  EXPECT_EQ(CheckpointPolicy::size_grid(512, 2 * 512 * 100, 100), 512);
+  EXPECT_EQ(CheckpointPolicy::size_grid(512, 2 * 512 * 100 + 1, 100), 1024);
+  // Nothing to weigh: the base as configured.
+  EXPECT_EQ(CheckpointPolicy::size_grid(64, 0, 100, &note), 64);
+  EXPECT_NE(note.find("no recurrent state"), std::string::npos) << note;
+  EXPECT_EQ(CheckpointPolicy::size_grid(64, MiB, 0, &note), 64);
+  EXPECT_NE(note.find("no attention KV"), std::string::npos) << note;
+  EXPECT_DEATH(CheckpointPolicy::size_grid(0, MiB, 100), "base > 0");
 }
 
 }  // namespace

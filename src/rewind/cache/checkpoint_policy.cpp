@@ -1,6 +1,8 @@
 #include "rewind/cache/checkpoint_policy.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "rewind/base/check.h"
@@ -9,8 +11,8 @@ namespace rw {
 
 std::vector<int64_t> CheckpointPolicy::cut_points(int64_t from, int64_t n,
                                                   std::span<const int64_t> boundaries) const {
-  REWIND_CHECK_MSG(from >= 0 && from <= n, "cut_points(from " + std::to_string(from) + ", n " +
-                                               std::to_string(n) + ")");
+  REWIND_CHECK_MSG(from >= 0 && from <= n,
+                   "cut_points(from " + std::to_string(from) + ", n " + std::to_string(n) + ")");
   std::vector<int64_t> out;
   const int64_t last = n - 1;  // the deepest position a prefill of [from, n) may stop at
   if (last <= from) return out;
@@ -24,6 +26,37 @@ std::vector<int64_t> CheckpointPolicy::cut_points(int64_t from, int64_t n,
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
+}
+
+int64_t CheckpointPolicy::size_grid(int64_t base, size_t snapshot_bytes, size_t kv_bytes_per_token,
+                                    std::string* note) {
+  REWIND_CHECK(base > 0);
+  auto mib = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1 << 20));
+    return std::string(buf);
+  };
+  if (snapshot_bytes == 0 || kv_bytes_per_token == 0) {
+    if (note)
+      *note = "interval " + std::to_string(base) + " as configured (" +
+              (snapshot_bytes == 0 ? "no recurrent state" : "no attention KV to weigh against") +
+              ")";
+    return base;
+  }
+  // Tokens whose KV equals one snapshot, then the step that makes the snapshot at most
+  // kSnapshotToStepKv times its step's KV, in whole multiples of the base.
+  const double tokens =
+      static_cast<double>(snapshot_bytes) / static_cast<double>(kv_bytes_per_token);
+  const int64_t need = static_cast<int64_t>(std::ceil(tokens / kSnapshotToStepKv));
+  const int64_t interval = std::max<int64_t>(1, (need + base - 1) / base) * base;
+  if (note)
+    *note = "interval " + std::to_string(interval) + ": a snapshot is " +
+            mib(static_cast<double>(snapshot_bytes)) + ", the KV of " +
+            std::to_string(static_cast<int64_t>(tokens)) + " tokens; grid steps of at least " +
+            std::to_string(need) + " tokens keep it under " +
+            std::to_string(static_cast<int>(kSnapshotToStepKv)) + "x their KV (configured floor " +
+            std::to_string(base) + "; turn boundaries are kept regardless)";
+  return interval;
 }
 
 namespace {

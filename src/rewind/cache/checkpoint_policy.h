@@ -23,19 +23,45 @@
 // one near the tip expensive, so the survivors settle into spacing roughly proportional to the
 // distance from the tip: dense near the tip, where the next edit is likely, sparse far back.
 //
+// Grid spacing by state size. A snapshot costs the model's whole recurrent state, whatever the
+// interval; the KV of a grid step costs interval x the KV bytes of a token. Where the state is
+// large (Mamba2 hybrids: 55 MiB for granite-4.0-h-tiny, the KV of ~3.5k tokens), a 512-token grid
+// would spend most of the budget on snapshots that each save at most 512 tokens of prefill.
+// size_grid widens the grid until a snapshot costs at most kSnapshotToStepKv times the KV its
+// step adds (rounded up to a multiple of the configured interval, which stays the floor).
+// Boundaries (turn starts, the anchor) and the prompt end are kept whatever the grid, so edits
+// at turn starts still resume exactly there.
+//
 // Value type; no state beyond its options; thread-compatible.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace rw {
 
 struct CheckpointPolicy {
-  int64_t interval = 512;       // grid: positions that are multiples of interval (absolute); <= 0: none
+  int64_t interval = 512;  // grid: positions that are multiples of interval (absolute); <= 0: none
   int64_t max_per_branch = 32;  // limit of snapshots along one root-to-leaf path; <= 0: no limit
   bool at_prompt_end = true;    // snapshot at n-1 (so an exact repeat re-runs one token)
+  // Widen `interval` by size_grid when the engine starts. serve and cache-bench set it unless
+  // the user gave the interval; library users (and tests) get the interval exactly as set.
+  bool size_by_state = false;
+  // What sizing chose and why, for /v1/cache and cache-bench ("" before sizing).
+  std::string grid_note;
+
+  // A snapshot may cost at most this many times the KV of the grid step it ends.
+  static constexpr double kSnapshotToStepKv = 2.0;
+  // The grid interval for a model whose snapshot is `snapshot_bytes` and whose KV grows by
+  // `kv_bytes_per_token`: the smallest multiple of `base` (> 0) with
+  // snapshot_bytes <= kSnapshotToStepKv * interval * kv_bytes_per_token; `base` when there is no
+  // recurrent state or no KV (a pure recurrent model: nothing to weigh against). `note`
+  // (optional) receives one line saying why.
+  static int64_t size_grid(int64_t base, size_t snapshot_bytes, size_t kv_bytes_per_token,
+                           std::string* note = nullptr);
 
   // Positions (in (0, n-1], ascending, unique) where a prefill of prompt tokens [from, n) must
   // stop to take a snapshot: grid points in (from, n-1]; the given boundaries, each clamped to

@@ -131,6 +131,18 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
   opt_.cache.has_recurrent = recurrent_;
   opt_.cache.has_attention = model.config().n_attention_layers() > 0;
   opt_.cache.page_tokens = model.state_shape().page_tokens;
+  {
+    // The checkpoint grid, widened for a large recurrent state (CheckpointPolicy::size_grid).
+    CheckpointPolicy& pol = opt_.cache.policy;
+    const StateShape sh = model.state_shape();
+    const size_t snap = static_cast<size_t>(sh.rec_floats()) * sizeof(float);
+    const size_t kv_tok = static_cast<size_t>(2 * sh.n_attn_layers * sh.kv_dim) * sizeof(float);
+    if (pol.interval > 0 && pol.size_by_state)
+      pol.interval = CheckpointPolicy::size_grid(pol.interval, snap, kv_tok, &pol.grid_note);
+    else
+      pol.grid_note = pol.interval > 0 ? "interval " + std::to_string(pol.interval) + " as set"
+                                       : "no grid (interval 0): boundaries and prompt ends only";
+  }
   if (opt_.cache_enabled) cache_ = std::make_unique<PrefixCache>(opt_.cache);
   {
     std::lock_guard<std::mutex> lock(mu_);
