@@ -33,7 +33,9 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -71,6 +73,9 @@ struct RenderOptions {
   Limits limits;
   std::string tracked;                 // variable name whose list elements are traced; "" = none
   std::vector<LoopPass>* trace = nullptr;  // receives the passes when non-null
+  // strftime_now's clock: this local time when set, else the system's (tests pin it so that
+  // renderings compare with jinja2's under a fixed clock).
+  std::optional<std::tm> now;
 };
 
 class Template {

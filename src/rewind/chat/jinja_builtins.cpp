@@ -1745,9 +1745,13 @@ Value call_builtin(Renderer& r, Builtin fn, const std::vector<Value>& pos, const
       if (pos.size() != 1 || !pos[0].is_str()) fail("strftime_now() takes one format string");
       const std::string& fmt = *pos[0].s;
       if (fmt.size() > 256) fail("strftime_now() format too long");
-      const std::time_t now = std::time(nullptr);
       std::tm tm{};
-      localtime_r(&now, &tm);
+      if (r.options().now) {
+        tm = *r.options().now;
+      } else {
+        const std::time_t now = std::time(nullptr);
+        localtime_r(&now, &tm);
+      }
       char buf[4096];
       const size_t len = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
       return r.make_str(std::string(buf, len));
