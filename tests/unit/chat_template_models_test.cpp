@@ -192,6 +192,29 @@ TEST(ModelTemplates, ExpectationsCoverEveryTemplateAndConversation) {
   EXPECT_LE(errors, 8u);  // the few conversations a template rejects (content lists, ...)
 }
 
+// Semantics the templates lean on and corner cases (render_templates.py, SNIPPETS): jinja2's
+// text, or an error where jinja2 raised or where rewind's subset refuses the construct.
+TEST(ModelTemplates, SnippetsRenderLikeJinja2) {
+  const ojson& vars = expected()["snippet_vars"];
+  size_t matched = 0, refused = 0;
+  for (const ojson& sn : expected()["snippets"]) {
+    const std::string src = sn.at("template").get<std::string>();
+    jinja::RenderOptions ro;
+    auto t = jinja::Template::parse(src);
+    auto text = t.ok() ? t->render(vars, ro) : Result<std::string>(make_error(t.error_message()));
+    if (sn.contains("error") || sn.value("rewind_refuses", false)) {
+      EXPECT_FALSE(text.ok()) << src << " rendered " << *text;
+      refused += sn.value("rewind_refuses", false);
+    } else {
+      ASSERT_TRUE(text.ok()) << src << ": " << text.error_message();
+      EXPECT_EQ(*text, sn.at("expected").get<std::string>()) << src;
+      ++matched;
+    }
+  }
+  EXPECT_GE(matched, 25u);
+  EXPECT_GE(refused, 9u);
+}
+
 // ---- the server's view: boundaries, anchor, generation prompt -------------------------------
 
 const ChatTemplate& model_template(const std::string& file) {

@@ -45,6 +45,71 @@ INLINE_TEMPLATES = {
 }
 
 
+# Small templates for the semantics the chat templates lean on (JSON, reprs, floats, string
+# methods, filters, loops, whitespace control) and corner cases where a subset could silently
+# differ; each is rendered with SNIPPET_VARS. jinja2's errors are expected errors.
+SNIPPET_VARS = {
+    "d": {"e": {}, "l": [], "n": [[], {}], "s": "q\"\\\u2028\x01\x7f\U0001f600é", "f": 1e-05,
+          "g": 123456789012.0, "h": 1.7976931348623157e308, "i": -9223372036854775808},
+    "w": "it's \"q\" \\ \n\t\x01\u2028é\U0001f600\x7f\u00ad",
+    "s": "Hello World  ", "l": [3, 1, 2],
+    "dl": [{"k": "b", "v": 2}, {"k": "a", "v": 1}, {"k": "c", "v": None}],
+    "messages": [{"role": "system", "content": " Sys "}, {"role": "user", "content": "Hi ü"}],
+}
+SNIPPETS = [
+    "{{ d|tojson }}", "{{ d|tojson(indent=2) }}", "{{ d|tojson(indent=0) }}",
+    "{{ d|tojson(indent='\\t') }}", "{{ d|tojson(ensure_ascii=true) }}",
+    "{{ d|tojson(separators=(',', ':'), indent=1, sort_keys=true) }}",
+    "{{ d }}|{{ w }}|{{ [w] }}|{{ (w,) }}|{{ {'it\\'s': 1, 'a\"b': [none]} }}",
+    "{{ d.f }}|{{ d.g }}|{{ d.h }}|{{ d.i }}|{{ d.h * 10 }}|{{ -(d.h * 10) }}",
+    "{{ 1 / 0 }}", "{{ 5 // 0 }}", "{{ 5 % 0 }}", "{{ d.i - 1 }}",
+    "{{ 2.5 // 1 }}|{{ -2.5 % 1 }}|{{ 7.0 // 2 }}|{{ 10 / 4 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 2 ** -1 }}",
+    "{{ 0.1|round(1) }}|{{ 2.675|round(2) }}|{{ 0.125|round(2) }}|{{ 1234.5|round(-2) }}|"
+    "{{ 0.5|round }}|{{ 1.5|round }}|{{ 2.5|round(0, 'floor') }}|{{ 2.1|round(0, 'ceil') }}|"
+    "{{ 7|round(1) }}",
+    "{{ 12345678901234567.0 }}|{{ 1e15 }}|{{ 1e16 }}|{{ 0.0001 }}|{{ 0.00001 }}|{{ 1/3 }}|{{ -0.0 }}",
+    "{{ 5.0|int }}|{{ -5.9|int }}|{{ '  12 '|int }}|{{ '1e3'|float }}|{{ true|int }}|{{ 'x'|int(5) }}",
+    "{{ \"\\x41\\u00e9\\101\" }}", "{{ \"\\N{BULLET}\" }}", "{{ 'a' 'b' }}",
+    "{{ s.upper() }}|{{ s.lower() }}|{{ s.title() }}|{{ s.capitalize() }}|{{ s|title }}",
+    "{{ s.split() }}|{{ s.split(' ', 1) }}|{{ 'a,b,,c'.split(',') }}|{{ s.rsplit(None, 1) }}|"
+    "{{ 'x\\ny\\r\\nz'.splitlines() }}",
+    "{{ s.strip('Hd ') }}|{{ s.lstrip('eH') }}|{{ s.count('l') }}|{{ s.startswith(('He', 'x')) }}|"
+    "{{ s[::-1] }}|{{ s[1:4] }}|{{ s[-2:] }}",
+    "{{ s.swapcase() }}", "{{ '%s' % s }}", "{{ '{}'.format(s) }}",
+    "{{ l|sort }}|{{ l|sort(reverse=true) }}|{{ l|max }}|{{ l|sum }}|{{ l|unique|list }}|"
+    "{{ l|map('string')|join('-') }}",
+    "{{ dl|map(attribute='k')|join(',') }}|{{ dl|selectattr('v')|list }}|"
+    "{{ dl|rejectattr('v', 'none')|map(attribute='k')|list }}|"
+    "{{ dl|sort(attribute='k')|map(attribute='v')|list }}",
+    "{{ dl|groupby('k') }}", "{{ s|truncate(5) }}",
+    "{{ {'b': 1, 'a': 2}|dictsort(reverse=true) }}|{{ ['b', 'A', 'a']|sort }}|"
+    "{{ ['b', 'A', 'a']|sort(case_sensitive=true) }}|{{ ['b', 'A', 'a']|unique|list }}",
+    "{{ messages|selectattr('role', 'equalto', 'user')|list|length }}|"
+    "{{ messages|map(attribute='content')|map('trim')|join('/') }}",
+    "{% for k, v in d.items() %}{{ loop.index }}{{ k }};{% endfor %}"
+    "{% for x in l if x > 1 %}{{ loop.index0 }}{{ loop.revindex }}{{ loop.length }}"
+    "{{ loop.cycle('a', 'b') }}{% else %}none{% endfor %}",
+    "{% for x in [1,2,3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}"
+    "{% if x == 3 %}{% break %}{% endif %}{% endfor %}",
+    "{% set ns = namespace(x=[]) %}{% for m in messages %}{% set ns.x = ns.x + [m.role] %}"
+    "{% endfor %}{{ ns.x }}",
+    "{% macro m(a, b='d') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(1, b=2) }}{{ m }}",
+    "{% filter upper %}x{% endfilter %}", "{% with q = 5 %}{{ q }}{% endwith %}",
+    "{{ x.y }}", "{{ none.y }}", "{{ 'abc'[5] is defined }}|{{ [1][3] is undefined }}",
+    "  {#- c -#}  {{- ' x ' -}}  {%+ if true %} y {% endif -%}\n  {% raw %}{{ k }}{% endraw %}\n",
+    "{% if true %}\n  a\n  {% if true %}\n    b\n  {% endif %}\n{% endif %}\n",
+]
+
+# What rewind's subset refuses (src/rewind/chat/jinja.h): the test expects an error for these
+# where jinja2 renders, never a different text.
+REWIND_REFUSES = {
+    "{{ d.i - 1 }}",  # ints are 64-bit
+    "{{ \"\\N{BULLET}\" }}", "{{ s.swapcase() }}", "{{ '%s' % s }}", "{{ '{}'.format(s) }}",
+    "{{ dl|groupby('k') }}", "{{ s|truncate(5) }}", "{% filter upper %}x{% endfilter %}",
+    "{% with q = 5 %}{{ q }}{% endwith %}",
+}
+
+
 def raise_exception(message):
     raise jinja2.exceptions.TemplateError(message)
 
@@ -310,6 +375,7 @@ def main():
         with open(os.path.join(HERE, name), encoding="utf-8") as f:
             sources[name] = f.read()
     sources.update(INLINE_TEMPLATES)
+    assert REWIND_REFUSES <= set(SNIPPETS)
     convs = conversations()
     renderings = []
     for tname, src in sources.items():
@@ -321,12 +387,24 @@ def main():
             except Exception as e:  # the C++ test expects rewind to fail too
                 r["error"] = type(e).__name__ + ": " + str(e)
             renderings.append(r)
+    snippets = []
+    for src in SNIPPETS:
+        r = {"template": src}
+        if src in REWIND_REFUSES:
+            r["rewind_refuses"] = True
+        try:
+            r["expected"] = env.from_string(src).render(**SNIPPET_VARS)
+        except Exception as e:
+            r["error"] = type(e).__name__ + ": " + str(e)
+        snippets.append(r)
     out = {
         "about": "Generated by render_templates.py (jinja2 %s); do not edit by hand." % jinja2.__version__,
         "strftime_now": FIXED_NOW.strftime("%Y-%m-%d %H:%M:%S"),
         "inline_templates": INLINE_TEMPLATES,
         "conversations": convs,
         "renderings": renderings,
+        "snippet_vars": SNIPPET_VARS,
+        "snippets": snippets,
     }
     path = os.path.join(HERE, "expected.json")
     with open(path, "w", encoding="utf-8") as f:
