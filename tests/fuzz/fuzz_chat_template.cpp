@@ -4,9 +4,11 @@
 // and without tools and thinking, under small limits; a rendering's message starts must be
 // monotonic and inside the text, and tokenize_chat's boundaries ascending inside (0, n).
 // The same bytes are also read as model output by parse_tool_calls, whose calls must carry a
-// JSON object. Build (clang): cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++
-// -DREWIND_BUILD_FUZZ=ON -DREWIND_BUILD_TESTS=OFF && ninja -C build/fuzz fuzz_chat_template;
-// run: build/fuzz/fuzz_chat_template -max_total_time=60 CORPUS_DIR
+// JSON object. Seeds: tests/fuzz/seeds/chat_template (the checkpoints' templates of
+// tests/data/templates, and model output in each tool-call format). Build (clang):
+// cmake -S . -B build/fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DREWIND_BUILD_FUZZ=ON
+// -DREWIND_BUILD_TESTS=OFF && ninja -C build/fuzz fuzz_chat_template; run:
+// build/fuzz/fuzz_chat_template -max_total_time=60 CORPUS_DIR tests/fuzz/seeds/chat_template
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

@@ -206,6 +206,7 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
   std::vector<jinja::LoopPass> passes;
   jinja::RenderOptions ro;
   ro.limits = opt.limits;
+  ro.now = opt.now;
   ro.tracked = "messages";
   ro.trace = &passes;
   auto text = impl_->tmpl.render(vars, more, ro);

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +52,8 @@ struct ChatRenderOptions {
   // Bounds on one render (output and string size, memory, steps, loop iterations, nesting);
   // exceeding one is an error naming it. The defaults suit any real chat template.
   jinja::Limits limits;
+  // strftime_now's clock (jinja::RenderOptions::now): the system's unless set.
+  std::optional<std::tm> now;
 };
 
 struct RenderedChat {
@@ -101,15 +105,20 @@ class ChatTemplate {
 std::vector<int32_t> tokenize_chat(const Tokenizer& tok, const RenderedChat& chat,
                                    std::vector<int64_t>* boundaries, int64_t* anchor);
 
-// Parses tool calls out of generated assistant text: the Qwen3.5 XML form
+// Parses tool calls out of generated assistant text, in each model family's format:
 // <tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n...</function>\n</tool_call>
-// and the Qwen3 JSON form <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>.
-// Returns the text with the tool-call blocks removed (trimmed) in *content.
+// (Qwen3.5 XML, also Nemotron-3), <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+// (Qwen3 and Granite-4.0 JSON) and <TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>
+// (Nemotron-Nano-v2 JSON list). Returns the text with the tool-call blocks removed (trimmed) in
+// *content; calls get ids call_0, call_1, ... in order.
 std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string* content);
 // The same, typed by the request's OpenAI tools array: an XML parameter whose schema type is
 // "string" keeps its text as a JSON string even when it would parse as JSON (e.g. "42").
 std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string* content,
                                        const nlohmann::json& tools);
+// The opening tags of the formats parse_tool_calls reads ("<tool_call>", "<TOOLCALL>"): where a
+// streamed reply may start holding text back for tool calls.
+std::vector<std::string> tool_call_markers();
 
 // Parses JSON text keeping the key order of objects, in linear time (nlohmann's
 // ordered_json::parse is quadratic in the number of keys of an object). A repeated key keeps

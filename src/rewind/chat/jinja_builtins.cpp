@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <limits>
@@ -492,9 +493,12 @@ void json_str(Builder& b, std::string_view s, bool ensure_ascii) {
         case '\t': out += "\\t"; break;
         case '\b': out += "\\b"; break;
         case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20) u4(c);
-          else out += static_cast<char>(c);
+        default:  // json.dumps escapes controls, and DEL too when ensure_ascii
+          if (c < 0x20 || (c == 0x7F && ensure_ascii)) {
+            u4(c);
+          } else {
+            out += static_cast<char>(c);
+          }
       }
       ++i;
       continue;
@@ -992,13 +996,21 @@ std::string html_escape(std::string_view s) {
   return out;
 }
 
+// Python's round(x, n): the decimal nearest to x's exact binary value, ties to even (so
+// round(2.675, 2) is 2.67). For n >= 0 printf's %.*f rounds exactly so in glibc; negative n
+// (rare in templates) scales by a power of ten, which can differ from Python on ties.
 double py_round(double x, int64_t ndigits) {
-  // Python's round(x, n): round half to even on the decimal value (close enough for templates).
+  if (!std::isfinite(x)) return x;
+  if (ndigits >= 0) {
+    if (ndigits > 330) return x;  // more digits than a double holds: x itself, as in Python
+    char buf[720];
+    std::snprintf(buf, sizeof buf, "%.*f", static_cast<int>(ndigits), x);
+    return std::strtod(buf, nullptr);
+  }
   const double p = std::pow(10.0, static_cast<double>(ndigits));
   const double y = x * p;
-  double r = std::nearbyint(y);  // default rounding mode: half to even
-  if (!std::isfinite(p) || !std::isfinite(y)) return x;
-  return r / p;
+  if (!std::isfinite(p) || !std::isfinite(y) || p == 0) return x * 0.0;
+  return std::nearbyint(y) / p;  // default rounding mode: half to even
 }
 
 // ---- filters -------------------------------------------------------------------------------
@@ -1745,9 +1757,13 @@ Value call_builtin(Renderer& r, Builtin fn, const std::vector<Value>& pos, const
       if (pos.size() != 1 || !pos[0].is_str()) fail("strftime_now() takes one format string");
       const std::string& fmt = *pos[0].s;
       if (fmt.size() > 256) fail("strftime_now() format too long");
-      const std::time_t now = std::time(nullptr);
       std::tm tm{};
-      localtime_r(&now, &tm);
+      if (r.options().now) {
+        tm = *r.options().now;
+      } else {
+        const std::time_t now = std::time(nullptr);
+        localtime_r(&now, &tm);
+      }
       char buf[4096];
       const size_t len = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
       return r.make_str(std::string(buf, len));

@@ -281,6 +281,7 @@ class Renderer {
   virtual void step(int64_t n = 1) = 0;
   virtual Value call_value(const Value& callee, const std::vector<Value>& args,
                            const std::vector<std::pair<std::string, Value>>& kwargs) = 0;
+  virtual const RenderOptions& options() const = 0;
   Value make_str(std::string s) { return Value::str(heap().str(std::move(s))); }
   // Work on n bytes counts as n / 64 steps, so that string operations in loops stay bounded.
   void step_bytes(size_t n) { step(1 + static_cast<int64_t>(n / 64)); }

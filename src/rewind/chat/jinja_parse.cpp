@@ -416,6 +416,8 @@ class Lexer {
           append_utf8(out, cp);
           break;
         }
+        case 'N':  // \N{NAME} needs the Unicode name database
+          fail_at(j - 2, "\\N{...} escapes in strings are not supported");
         default:
           if (e >= '0' && e <= '7') {
             uint32_t cp = static_cast<uint32_t>(e - '0');

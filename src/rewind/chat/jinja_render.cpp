@@ -51,6 +51,7 @@ class Render final : public Renderer {
   explicit Render(const RenderOptions& opt) : opt_(opt), lim_(opt.limits), heap_(lim_) {}
 
   Heap& heap() override { return heap_; }
+  const RenderOptions& options() const override { return opt_; }
 
   void step(int64_t n = 1) override {
     steps_ += n;

@@ -1,12 +1,15 @@
-// parse_tool_calls (chat_template.h): finds <tool_call>...</tool_call> blocks in generated text
-// and reads each as the Qwen3.5 XML form (<function=NAME> with <parameter=ARG> children) or the
-// Qwen3 JSON form ({"name": ..., "arguments": {...}}). A block that is neither (or is
-// unterminated) stays in the content untouched. A block ends at the first </tool_call>; when
-// several <tool_call> open before it, the last one starts the block and the earlier text stays
-// in the content. XML parameter values lose one leading and one trailing newline, then become
-// JSON if they parse as JSON (unless the tool's schema says the parameter is a string), else a
-// JSON string. A missing </parameter> ends the value at the next <parameter= or </function>,
-// and a missing </function> is accepted, as models sometimes drop them.
+// parse_tool_calls (chat_template.h): finds tool-call blocks in generated text, in the formats
+// of kFormats: <tool_call>...</tool_call> read as the Qwen3.5 XML form (<function=NAME> with
+// <parameter=ARG> children; also Nemotron-3) or the JSON form ({"name": ..., "arguments":
+// {...}}; Qwen3, Granite-4.0), and <TOOLCALL>[...]</TOOLCALL> read as a JSON list of such
+// objects (Nemotron-Nano-v2). A block that does not parse (or is unterminated) stays in the
+// content untouched; a list block is all or nothing. A block ends at the first closing tag of
+// any format; when several opening tags of its format come before it, the last one starts the
+// block and the earlier text stays in the content. XML parameter values lose one leading and
+// one trailing newline, then become JSON if they parse as JSON (unless the tool's schema says
+// the parameter is a string), else a JSON string. A missing </parameter> ends the value at the
+// next <parameter= or </function>, and a missing </function> is accepted, as models sometimes
+// drop them.
 #include <algorithm>
 #include <optional>
 
@@ -18,7 +21,6 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
 constexpr std::string_view kFunction = "<function=", kFunctionEnd = "</function>";
 constexpr std::string_view kParam = "<parameter=", kParamEnd = "</parameter>";
 
@@ -127,17 +129,18 @@ std::optional<ToolCall> parse_xml(std::string_view b, const nlohmann::json& tool
   return call;
 }
 
-std::optional<ToolCall> parse_json_call(std::string_view b) {
-  std::optional<ojson> j = parse_json(b);
-  if (!j || !j->is_object()) return std::nullopt;
-  auto name = j->find("name");
-  if (name == j->end() || !name->is_string() || name->get<std::string>().empty())
+// {"name": ..., "arguments": {...} or its JSON text, or null / missing} ("parameters" is
+// accepted for "arguments").
+std::optional<ToolCall> json_call(const ojson& j) {
+  if (!j.is_object()) return std::nullopt;
+  auto name = j.find("name");
+  if (name == j.end() || !name->is_string() || name->get<std::string>().empty())
     return std::nullopt;
   ToolCall call;
   call.name = name->get<std::string>();
-  auto args = j->find("arguments");
-  if (args == j->end()) args = j->find("parameters");
-  if (args == j->end() || args->is_null()) {
+  auto args = j.find("arguments");
+  if (args == j.end()) args = j.find("parameters");
+  if (args == j.end() || args->is_null()) {
     call.arguments_json = "{}";
   } else if (args->is_object()) {
     call.arguments_json = dump(*args);
@@ -151,12 +154,48 @@ std::optional<ToolCall> parse_json_call(std::string_view b) {
   return call;
 }
 
-std::optional<ToolCall> parse_block(std::string_view body, const nlohmann::json& tools) {
+using Calls = std::optional<std::vector<ToolCall>>;
+
+Calls one(std::optional<ToolCall> c) {
+  if (!c) return std::nullopt;
+  return std::vector<ToolCall>{std::move(*c)};
+}
+
+// The body of <tool_call>...</tool_call>: one call, XML or JSON.
+Calls parse_tool_call_block(std::string_view body, const nlohmann::json& tools) {
   body = trim(body);
-  if (starts_with(body, 0, kFunction)) return parse_xml(body, tools);
-  if (!body.empty() && body.front() == '{') return parse_json_call(body);
+  if (starts_with(body, 0, kFunction)) return one(parse_xml(body, tools));
+  if (!body.empty() && body.front() == '{') {
+    std::optional<ojson> j = parse_json(body);
+    return j ? one(json_call(*j)) : std::nullopt;
+  }
   return std::nullopt;
 }
+
+// The body of <TOOLCALL>...</TOOLCALL>: a JSON list of calls (possibly empty).
+Calls parse_json_list_block(std::string_view body, const nlohmann::json&) {
+  std::optional<ojson> j = parse_json(trim(body));
+  if (!j || !j->is_array()) return std::nullopt;
+  std::vector<ToolCall> calls;
+  for (const ojson& e : *j) {
+    std::optional<ToolCall> c = json_call(e);
+    if (!c) return std::nullopt;
+    calls.push_back(std::move(*c));
+  }
+  return calls;
+}
+
+// A tool-call format: a block from `open` to `close` whose body `parse` reads (nullopt: not
+// this format after all, the block stays text). New formats are one more entry here.
+struct Format {
+  std::string_view open, close;
+  Calls (*parse)(std::string_view body, const nlohmann::json& tools);
+};
+
+constexpr Format kFormats[] = {
+    {"<tool_call>", "</tool_call>", parse_tool_call_block},  // Qwen3/3.5, Granite, Nemotron-3
+    {"<TOOLCALL>", "</TOOLCALL>", parse_json_list_block},    // Nemotron-Nano-v2
+};
 
 }  // namespace
 
@@ -166,21 +205,31 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string* con
   std::string rest;
   size_t pos = 0;
   for (;;) {
-    const size_t close = text.find(kClose, pos);
-    if (close == std::string::npos) break;
-    const size_t end = close + kClose.size();
-    const size_t open = close >= kOpen.size() ? text.rfind(kOpen, close - kOpen.size()) : std::string::npos;
+    const Format* fmt = nullptr;  // the format whose closing tag comes first
+    size_t close = std::string::npos;
+    for (const Format& f : kFormats) {
+      const size_t c = text.find(f.close, pos);
+      if (c < close) {
+        close = c;
+        fmt = &f;
+      }
+    }
+    if (!fmt) break;
+    const size_t end = close + fmt->close.size();
+    const size_t open = close >= fmt->open.size() ? text.rfind(fmt->open, close - fmt->open.size())
+                                                  : std::string::npos;
     if (open == std::string::npos || open < pos) {
       rest.append(text, pos, end - pos);
       pos = end;
       continue;
     }
-    const size_t body = open + kOpen.size();
-    std::optional<ToolCall> call =
-        parse_block(std::string_view(text).substr(body, close - body), tools);
-    if (call) {
-      call->id = "call_" + std::to_string(calls.size());
-      calls.push_back(std::move(*call));
+    const size_t body = open + fmt->open.size();
+    Calls found = fmt->parse(std::string_view(text).substr(body, close - body), tools);
+    if (found) {
+      for (ToolCall& c : *found) {
+        c.id = "call_" + std::to_string(calls.size());
+        calls.push_back(std::move(c));
+      }
       rest.append(text, pos, open - pos);
     } else {
       rest.append(text, pos, end - pos);
@@ -190,6 +239,12 @@ std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string* con
   rest.append(text, pos, std::string::npos);
   if (content) *content = std::string(trim(rest));
   return calls;
+}
+
+std::vector<std::string> tool_call_markers() {
+  std::vector<std::string> m;
+  for (const Format& f : kFormats) m.emplace_back(f.open);
+  return m;
 }
 
 std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string* content) {
