@@ -556,6 +556,32 @@ TEST(ToolCalls, StreamingSplitterKeepsUnparsableText) {
   EXPECT_EQ(shown + tail, "a <tool_call> not really");
 }
 
+// Nemotron-Nano-v2's <TOOLCALL>[...]</TOOLCALL> streams like <tool_call>: the text before the
+// marker is shown, the list is parsed at the end; split_tool_calls finds it in a whole reply.
+TEST(ToolCalls, StreamingSplitterNemotronToolcallList) {
+  const std::string call =
+      "<TOOLCALL>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]</TOOLCALL>";
+  ToolCallSplitter s;
+  std::string shown;
+  const std::string text = "Let me check. " + call;
+  for (size_t i = 0; i < text.size(); i += 4) shown += s.push(text.substr(i, 4));
+  auto [tail, calls] = s.finish();
+  EXPECT_EQ(shown, "Let me check. ");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_EQ(json::parse(calls[0].arguments_json), json({{"city", "Oslo"}}));
+  EXPECT_EQ(tail, "");
+  auto [content, whole] = split_tool_calls(text, true);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].name, "get_weather");
+  // Not a list: the text stays content.
+  ToolCallSplitter bad;
+  std::string shown2 = bad.push("x <TOOLCALL>oops</TOOLCALL>");
+  auto [tail2, none] = bad.finish();
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(shown2 + tail2, "x <TOOLCALL>oops</TOOLCALL>");
+}
+
 TEST(ToolCalls, Json) {
   std::vector<ToolCall> calls = {{"call_1", "f", "{\"x\":1}"}};
   json j = tool_calls_json(calls, true);

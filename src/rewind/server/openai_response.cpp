@@ -159,7 +159,11 @@ std::string StopMatcher::flush() {
 // ---- tool calls ----
 
 namespace {
-constexpr const char* kToolMarker = "<tool_call>";
+// The opening tags of the tool-call formats the chat layer parses (<tool_call>, <TOOLCALL>).
+const std::vector<std::string>& markers() {
+  static const std::vector<std::string> m = tool_call_markers();
+  return m;
+}
 
 void fill_ids(std::vector<ToolCall>& calls) {
   for (auto& c : calls)
@@ -173,7 +177,7 @@ static std::vector<ToolCall> parse_calls(const std::string& text, std::string* c
                           : parse_tool_calls(text, content);
 }
 
-ToolCallSplitter::ToolCallSplitter(json tools) : marker_({kToolMarker}), tools_(std::move(tools)) {}
+ToolCallSplitter::ToolCallSplitter(json tools) : marker_(markers()), tools_(std::move(tools)) {}
 
 std::string ToolCallSplitter::push(std::string_view text) {
   return marker_.push(text);
@@ -181,7 +185,7 @@ std::string ToolCallSplitter::push(std::string_view text) {
 
 std::pair<std::string, std::vector<ToolCall>> ToolCallSplitter::finish() {
   if (!marker_.stopped()) return {marker_.flush(), {}};
-  const std::string tail = std::string(kToolMarker) + marker_.rest();
+  const std::string tail = markers()[static_cast<size_t>(marker_.matched_index())] + marker_.rest();
   std::string content;
   std::vector<ToolCall> calls = parse_calls(tail, &content, tools_);
   if (calls.empty()) return {tail, {}};
@@ -192,7 +196,10 @@ std::pair<std::string, std::vector<ToolCall>> ToolCallSplitter::finish() {
 std::pair<std::string, std::vector<ToolCall>> split_tool_calls(const std::string& text,
                                                                bool parse_tools,
                                                                const json& tools) {
-  if (!parse_tools || text.find(kToolMarker) == std::string::npos) return {text, {}};
+  if (!parse_tools || std::none_of(markers().begin(), markers().end(), [&](const std::string& m) {
+        return text.find(m) != std::string::npos;
+      }))
+    return {text, {}};
   std::string content;
   std::vector<ToolCall> calls = parse_calls(text, &content, tools);
   if (calls.empty()) return {text, {}};

@@ -82,8 +82,8 @@ class StopMatcher {
   int matched_ = -1;
 };
 
-// Streams assistant text while tool calls may appear: text before the first "<tool_call>" is
-// content (a partial marker is held back); from the marker on, everything is buffered and
+// Streams assistant text while tool calls may appear: text before the first tool-call marker
+// (tool_call_markers(): "<tool_call>", "<TOOLCALL>") is content (a partial marker is held back); from the marker on, everything is buffered and
 // parsed at the end with parse_tool_calls. If that finds no call, the buffered text is content
 // after all, so no generated text is ever lost.
 class ToolCallSplitter {
