@@ -106,7 +106,10 @@ std::vector<CommandSpec> build_specs() {
             {"--checkpoint-max", "", "N", "checkpoints kept per branch (32; 0: no limit)"},
             threads_opt(),
             {"--max-queue", "", "N", "requests waiting beyond --parallel before 429 (64)"},
-            {"--max-body", "", "BYTES", "request body limit, 413 beyond (8388608)", {}, false},
+            {"--max-body", "", "BYTES", "request body limit, 413 beyond (8388608)", {},
+            {"--max-buffered", "", "BYTES",
+             "request bodies + answers the HTTP layer may hold at once (64 MiB, at least "
+             "--max-body; a body past it gets 503)"}, false},
             weights_opt(),
             quant_dot_opt(),
             {"--shutdown-grace", "", "S",

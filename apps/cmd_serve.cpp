@@ -92,10 +92,11 @@ int cmd_serve(int argc, char** argv) {
   auto th = args->int_("--threads", default_threads());
   auto max_queue = args->int_("--max-queue", 64);
   auto max_body = args->int_("--max-body", 8 << 20);
+  auto max_buffered = args->int_("--max-buffered", 0);
   auto max_conns = args->int_("--max-connections", 512);
   auto max_conns_client = args->int_("--max-connections-per-client", 64);
   for (auto* r : {&port, &parallel, &ctx, &cache_ram, &ck_int, &ck_max, &th, &max_queue, &max_body,
-                  &max_conns, &max_conns_client})
+                  &max_buffered, &max_conns, &max_conns_client})
     if (!r->ok()) return fail(r->error_message());
   auto grace = args->num("--shutdown-grace", 5);
   auto header_to = args->num("--header-timeout", 10);
@@ -127,6 +128,11 @@ int cmd_serve(int argc, char** argv) {
   if (max_queue.value() < 0 || max_queue.value() > 65536)
     return fail("--max-queue must be in [0, 65536]");
   if (max_body.value() < 1) return fail("--max-body must be >= 1");
+  if (args->has("--max-buffered") && max_buffered.value() < max_body.value())
+    return fail("--max-buffered must be >= --max-body");
+  const int64_t buffered_cap = args->has("--max-buffered")
+                                   ? max_buffered.value()
+                                   : std::max<int64_t>(int64_t{64} << 20, max_body.value());
   const std::string host = args->str("--host", "127.0.0.1");
   // --alias NAME, repeatable, each also a comma list: the names a request's "model" may give.
   std::vector<std::string> aliases;
@@ -221,6 +227,7 @@ int cmd_serve(int argc, char** argv) {
   so.port = static_cast<int>(port.value());
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
+  so.max_buffered = static_cast<size_t>(buffered_cap);
   so.model_id = aliases.empty() ? basename_of(dir) : aliases[0];
   so.aliases = aliases;
   so.access_log = access_log.get();
@@ -237,12 +244,15 @@ int cmd_serve(int argc, char** argv) {
     std::fprintf(stderr,
                  "rewind: warning: no end-of-sequence token found; replies end at max_tokens\n");
   {
-    // The memory bound (docs/ARCHITECTURE.md, "Memory"): the engine's terms, the request bodies
-    // the HTTP threads may hold (each with a parsed copy), a fixed overhead.
+    // The memory bound (docs/ARCHITECTURE.md, "Memory"): the engine's terms; the HTTP layer's
+    // enforced cap on bodies and answers, the header buffers of the open connections (at most
+    // max_header_bytes + 4 KiB each) and a body's parsed copy on each transport thread; a fixed
+    // overhead.
     MemoryReport bound = engine_memory_bound(m, eo, static_cast<int>(th.value()));
-    const int64_t http_threads =
-        so.http_threads > 0 ? so.http_threads : parallel.value() + max_queue.value() + 8;
-    bound.add("http", http_threads * 2 * max_body.value());
+    const int64_t http_threads = so.http_threads > 0 ? so.http_threads : 2;
+    bound.add("http", buffered_cap +
+                          max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
+                          http_threads * max_body.value());
     bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
     std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
     for (size_t i = 0; i < bound.kinds.size(); ++i)

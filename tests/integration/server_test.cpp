@@ -11,9 +11,9 @@
 // access log (a line per request, text and JSON), --alias and its 404, and /v1/cache's client ids.
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -418,7 +418,6 @@ class Conn {
   std::string got_;
 };
 
-
 // The JSON body of the first response in `raw` (after its header).
 json body_of(const std::string& raw) {
   const size_t at = raw.find("\r\n\r\n");
@@ -426,8 +425,9 @@ json body_of(const std::string& raw) {
   const size_t open = raw.find('{', at);
   const size_t close = raw.find("\n", open);
   if (open == std::string::npos) return json();
-  return json::parse(raw.substr(open, close == std::string::npos ? std::string::npos : close - open),
-                     nullptr, false);
+  return json::parse(
+      raw.substr(open, close == std::string::npos ? std::string::npos : close - open), nullptr,
+      false);
 }
 
 std::string post_head(const std::string& path, const std::string& extra_headers) {
@@ -704,8 +704,8 @@ TEST_F(ServerTest, StopSequences) {
   const Http cf = post(s(), "/v1/chat/completions", creq);
   const std::string ct = cf.j()["choices"][0]["message"]["content"];
   size_t at = 1;  // the first printable ASCII character after the first byte
-  while (at < ct.size() && !(static_cast<unsigned char>(ct[at]) >= 0x21 &&
-                             static_cast<unsigned char>(ct[at]) < 0x7f))
+  while (at < ct.size() &&
+         !(static_cast<unsigned char>(ct[at]) >= 0x21 && static_cast<unsigned char>(ct[at]) < 0x7f))
     ++at;
   ASSERT_LT(at, ct.size()) << "no ASCII character in the chat reply: " << ct;
   const std::string cstop = ct.substr(at, 1);
@@ -718,7 +718,8 @@ TEST_F(ServerTest, StopSequences) {
   // reply without one ran to max_tokens: "length").
   EXPECT_TRUE(wait_for([&] {
     return metric(s(), "rewind_requests_total{outcome=\"stop\"}") == stop0 + 3;
-  })) << metric(s(), "rewind_requests_total{outcome=\"stop\"}") << " " << stop0;
+  })) << metric(s(), "rewind_requests_total{outcome=\"stop\"}")
+      << " " << stop0;
   EXPECT_EQ(metric(s(), "rewind_requests_total{outcome=\"cancelled\"}"), cancelled0);
 }
 
@@ -824,7 +825,101 @@ TEST_F(ServerTest, BadRequests) {
 TEST_F(ServerTest, NotFound) {
   expect_error(curl(s(), "GET", "/nope"), 404, "/nope");
   expect_error(curl(s(), "POST", "/v1/nope", "{}"), 404);
-  expect_error(curl(s(), "GET", "/v1/chat/completions"), 404);
+}
+
+// The head of the first answer in `raw` (up to the blank line), and one header's value in it.
+std::string head_of(const std::string& raw) {
+  return raw.substr(0, raw.find("\r\n\r\n") + 2);
+}
+std::string header_value(const std::string& head, const std::string& name) {
+  const size_t at = head.find("\r\n" + name + ": ");
+  if (at == std::string::npos) return "";
+  const size_t from = at + name.size() + 4;
+  return head.substr(from, head.find("\r\n", from) - from);
+}
+
+TEST_F(ServerTest, WrongMethodIs405WithAllow) {
+  const std::string gen = completion_body("x", 2).dump();
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"GET", "/v1/chat/completions", "POST, OPTIONS"},
+      {"PUT", "/v1/completions", "POST, OPTIONS"},
+      {"POST", "/health", "GET, HEAD, OPTIONS"},
+      {"DELETE", "/v1/models", "GET, HEAD, OPTIONS"},
+      {"POST", "/metrics", "GET, HEAD, OPTIONS"},
+      {"PATCH", "/v1/cache", "GET, HEAD, OPTIONS"},
+  };
+  for (const auto& [method, path, allow] : cases) {
+    Conn c(s().port());
+    ASSERT_TRUE(c.ok());
+    // A body as a POST would send it: read and dropped, the connection stays usable.
+    c.send(method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + kKey +
+           "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(gen.size()) +
+           "\r\n\r\n" + gen +
+           "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    ASSERT_TRUE(c.read_to_eof(20s)) << method << " " << path;
+    const std::string head = head_of(c.got());
+    EXPECT_EQ(head.rfind("HTTP/1.1 405 Method Not Allowed\r\n", 0), 0u) << c.got();
+    EXPECT_EQ(header_value(head, "Allow"), allow) << head;
+    const json j = body_of(c.got());
+    EXPECT_EQ(j["error"]["code"], "method_not_allowed") << c.got();
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error") << c.got();
+    EXPECT_EQ(count_of(c.got(), "{\"status\":\"ok\"}"), 1) << c.got();
+  }
+  // Through curl as well; an unknown path stays 404.
+  expect_error(curl(s(), "GET", "/v1/completions"), 405, "POST");
+  expect_error(curl(s(), "DELETE", "/v1/nope"), 404);
+}
+
+TEST_F(ServerTest, HeadAnswersAsGetWithoutBody) {
+  for (const char* path : {"/health", "/v1/models", "/metrics", "/v1/cache"}) {
+    Conn get(s().port());
+    ASSERT_TRUE(get.ok());
+    get.send("GET " + std::string(path) + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+             kKey + "\r\nConnection: close\r\n\r\n");
+    ASSERT_TRUE(get.read_to_eof(20s));
+    const std::string get_head = head_of(get.got());
+    const std::string get_body = get.got().substr(get_head.size() + 2);
+    ASSERT_EQ(get_head.rfind("HTTP/1.1 200", 0), 0u) << get.got();
+    // HEAD, then a GET /health on the same connection: the second answer must follow the
+    // first's head at once (no body bytes in between).
+    Conn c(s().port());
+    ASSERT_TRUE(c.ok());
+    c.send("HEAD " + std::string(path) + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+           kKey + "\r\n\r\nGET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    ASSERT_TRUE(c.read_to_eof(20s)) << path;
+    const std::string head = head_of(c.got());
+    EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << c.got();
+    EXPECT_EQ(header_value(head, "Content-Type"), header_value(get_head, "Content-Type"));
+    const std::string len = header_value(head, "Content-Length");
+    ASSERT_FALSE(len.empty()) << head;
+    EXPECT_GT(std::stoll(len), 0) << head;
+    if (std::string(path) == "/health") {
+      EXPECT_EQ(len, std::to_string(get_body.size())) << head;
+    }
+    EXPECT_EQ(c.got().substr(head.size() + 2).rfind("HTTP/1.1 200", 0), 0u)
+        << "HEAD " << path << " sent a body:\n"
+        << c.got();
+    EXPECT_EQ(count_of(c.got(), "{\"status\":\"ok\"}"), 1) << c.got();
+  }
+  // HEAD behind the key: 401 without a body too.
+  Conn c(s().port());
+  c.send("HEAD /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  ASSERT_TRUE(c.read_to_eof(20s));
+  EXPECT_EQ(c.got().rfind("HTTP/1.1 401", 0), 0u) << c.got();
+  EXPECT_EQ(c.got().size(), head_of(c.got()).size() + 2) << c.got();
+}
+
+TEST_F(ServerTest, OptionsListsAllowWithoutCors) {
+  for (const auto& [path, allow] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/chat/completions", "POST, OPTIONS"}, {"/v1/models", "GET, HEAD, OPTIONS"}}) {
+    Conn c(s().port());
+    c.send("OPTIONS " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://a.example\r\n" +
+           "Connection: close\r\n\r\n");
+    ASSERT_TRUE(c.read_to_eof(20s));
+    EXPECT_EQ(c.got().rfind("HTTP/1.1 204", 0), 0u) << c.got();
+    EXPECT_EQ(header_value(head_of(c.got()), "Allow"), allow) << c.got();
+    EXPECT_EQ(c.got().find("Access-Control"), std::string::npos) << c.got();  // CORS is off
+  }
 }
 
 TEST_F(ServerTest, BodyTooLarge) {
@@ -1023,16 +1118,29 @@ TEST_F(ServerTest, OpenAiNodeClient) {
 // equals the reply a freshly started server gives to the same request.
 TEST(ServerCache, EditedThirdUserMessageResumesAndMatchesFreshServer) {
   auto conv = [](const std::string& third) {
-    return json{{"model", "tiny"},
-                {"max_tokens", 6},
-                {"temperature", 0},
-                {"messages",
-                 json::array({{{"role", "system"}, {"content", "You answer questions about old lighthouses and the sea."}},
-                              {{"role", "user"}, {"content", "Tell me about the oldest lighthouse you know, and why it was built where it stands."}},
-                              {{"role", "assistant"}, {"content", "It stands on a rocky point; ships kept wrecking there in winter storms."}},
-                              {{"role", "user"}, {"content", "How did the keepers live there through the long winters, with supplies so far away?"}},
-                              {{"role", "assistant"}, {"content", "They stored food in autumn and kept the lamp lit every night until spring."}},
-                              {{"role", "user"}, {"content", third}}})}};
+    return json{
+        {"model", "tiny"},
+        {"max_tokens", 6},
+        {"temperature", 0},
+        {"messages",
+         json::array(
+             {{{"role", "system"},
+               {"content", "You answer questions about old lighthouses and the sea."}},
+              {{"role", "user"},
+               {"content",
+                "Tell me about the oldest lighthouse you know, and why it was built where it "
+                "stands."}},
+              {{"role", "assistant"},
+               {"content",
+                "It stands on a rocky point; ships kept wrecking there in winter storms."}},
+              {{"role", "user"},
+               {"content",
+                "How did the keepers live there through the long winters, with supplies so far "
+                "away?"}},
+              {{"role", "assistant"},
+               {"content",
+                "They stored food in autumn and kept the lamp lit every night until spring."}},
+              {{"role", "user"}, {"content", third}}})}};
   };
   const int interval = 16;
   auto a = Server::start({"--checkpoint-interval", std::to_string(interval)});
@@ -1085,7 +1193,9 @@ const json kLookupTool = json::parse(R"({
   }
 })");
 
-std::string trained_model_dir() { return test::data_dir() + "/../../models/kjv-target"; }
+std::string trained_model_dir() {
+  return test::data_dir() + "/../../models/kjv-target";
+}
 
 void expect_lookup_call(const json& call) {
   EXPECT_EQ(call["type"], "function") << call.dump();
@@ -1135,10 +1245,10 @@ TEST(ServerTools, TrainedModelCallsTheToolWholeAndStreamed) {
   // The same through the official openai npm client.
   REQUIRE_NODE_CLIENT();
   int rc = 0;
-  const std::string out = test::run_command(
-      "cd " + node_client_dir() + " && OPENAI_BASE_URL=" + srv->url() + "/v1 OPENAI_API_KEY=" + kKey +
-          " node tool_call_test.mjs 2>&1",
-      &rc);
+  const std::string out =
+      test::run_command("cd " + node_client_dir() + " && OPENAI_BASE_URL=" + srv->url() +
+                            "/v1 OPENAI_API_KEY=" + kKey + " node tool_call_test.mjs 2>&1",
+                        &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("ok: all"), std::string::npos) << out;
 }
@@ -1154,7 +1264,8 @@ TEST(ServerSpec, PerRequestSpeculationMatchesPlainAndShowsInMetrics) {
     for (auto it = base.begin(); it != base.end(); ++it) extra[it.key()] = it.value();
     const Http h = post(*srv, "/v1/completions", completion_body("The cat sat on the", 20, extra));
     EXPECT_EQ(h.status, 200) << h.body;
-    return h.status == 200 ? h.j()["choices"][0]["text"].get<std::string>() : std::string("<error>");
+    return h.status == 200 ? h.j()["choices"][0]["text"].get<std::string>()
+                           : std::string("<error>");
   };
   const std::string plain = text({{"speculative", "off"}});
   EXPECT_EQ(metric(*srv, "rewind_spec_drafted_tokens_total"), 0);
@@ -1174,9 +1285,9 @@ TEST(ServerSpec, PerRequestSpeculationMatchesPlainAndShowsInMetrics) {
     if (d != "[DONE]") streamed += json::parse(d)["choices"][0]["text"].get<std::string>();
   EXPECT_EQ(streamed, plain);
   // Refused with 400 and a JSON error: no MTP head, an unknown method, k out of range.
-  for (const json& bad : {json{{"speculative", "mtp"}}, json{{"speculative", "bogus"}},
-                          json{{"speculative", {{"method", "ngram"}, {"k", 0}}}},
-                          json{{"speculative", true}}}) {
+  for (const json& bad :
+       {json{{"speculative", "mtp"}}, json{{"speculative", "bogus"}},
+        json{{"speculative", {{"method", "ngram"}, {"k", 0}}}}, json{{"speculative", true}}}) {
     const Http h = post(*srv, "/v1/completions", completion_body("x", 2, bad));
     EXPECT_EQ(h.status, 400) << bad.dump() << " " << h.body;
     EXPECT_TRUE(h.j().contains("error")) << h.body;
@@ -1196,12 +1307,11 @@ TEST(ServerSpec, BadSpecOptionsFail) {
   EXPECT_NE(out2.find("--spec"), std::string::npos) << out2;
 }
 
-
 // ---- a hostile but fair client: the HTTP layer -----------------------------------------------
 
 TEST(HttpHostile, SlowHeadersHitTheDeadlineWhileHealthAnswers) {
-  auto srv = Server::start({"--api-key", kKey, "--parallel", "1", "--max-queue", "1",
-                            "--header-timeout", "3"});
+  auto srv = Server::start(
+      {"--api-key", kKey, "--parallel", "1", "--max-queue", "1", "--header-timeout", "3"});
   ASSERT_NE(srv, nullptr);
   // 12 clients sending a header a byte at a time, never finishing it.
   std::vector<std::unique_ptr<Conn>> slow;
@@ -1378,20 +1488,18 @@ TEST_F(ServerTest, PostMustBeJson) {
     c.read_to_eof(30s);
     return c.got();
   };
-  for (const char* ct : {"Content-Type: text/plain\r\n",
-                         "Content-Type: application/x-www-form-urlencoded\r\n",
-                         "Content-Type: multipart/form-data\r\n", ""}) {
+  for (const char* ct :
+       {"Content-Type: text/plain\r\n", "Content-Type: application/x-www-form-urlencoded\r\n",
+        "Content-Type: multipart/form-data\r\n", ""}) {
     const std::string got = send(ct);
     EXPECT_EQ(got.rfind("HTTP/1.1 415", 0), 0u) << got;
     const json j = body_of(got);
     EXPECT_EQ(j["error"]["type"], "invalid_request_error") << got;
     EXPECT_EQ(j["error"]["code"], "unsupported_media_type") << got;
-    EXPECT_NE(j["error"]["message"].get<std::string>().find("application/json"),
-              std::string::npos);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("application/json"), std::string::npos);
   }
   // With parameters, in any case: accepted.
-  EXPECT_EQ(send("Content-Type: Application/JSON; charset=utf-8\r\n").rfind("HTTP/1.1 200", 0),
-            0u);
+  EXPECT_EQ(send("Content-Type: Application/JSON; charset=utf-8\r\n").rfind("HTTP/1.1 200", 0), 0u);
 }
 
 TEST_F(ServerTest, AuthSchemeIsCaseInsensitive) {
@@ -1463,11 +1571,12 @@ TEST(HttpHostile, SigtermMidStreamEndsStreamsProperly) {
   auto srv = Server::start({"--api-key", kKey, "--shutdown-grace", "1"});
   ASSERT_NE(srv, nullptr);
   // A chat stream and a completions stream that would run far past the grace period.
-  RawClient chat(srv->port(), "/v1/chat/completions",
-                 chat_body("long", 30000, {{"ignore_eos", true},
-                                           {"stream", true},
-                                           {"stream_options", {{"include_usage", true}}}})
-                     .dump());
+  RawClient chat(
+      srv->port(), "/v1/chat/completions",
+      chat_body(
+          "long", 30000,
+          {{"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}}})
+          .dump());
   RawClient comp(srv->port(), "/v1/completions",
                  completion_body("long", 30000, {{"ignore_eos", true}, {"stream", true}}).dump());
   ASSERT_TRUE(chat.ok() && comp.ok());
@@ -1507,8 +1616,8 @@ TEST(HttpHostile, DrainLetsShortRequestsFinish) {
 }
 
 TEST(HttpHostile, CacheBudgetAndCorsFromStart) {
-  auto srv = Server::start({"--api-key", kKey, "--cache-ram", "64", "--cors-origin",
-                            "http://allowed.example"});
+  auto srv = Server::start(
+      {"--api-key", kKey, "--cache-ram", "64", "--cors-origin", "http://allowed.example"});
   ASSERT_NE(srv, nullptr);
   // Before any request.
   const Http h = curl(*srv, "GET", "/v1/cache");
@@ -1528,7 +1637,58 @@ TEST(HttpHostile, CacheBudgetAndCorsFromStart) {
   const std::string pre = headers("OPTIONS", "http://allowed.example");
   EXPECT_EQ(pre.rfind("HTTP/1.1 204", 0), 0u) << pre;
   EXPECT_NE(pre.find("Access-Control-Allow-Headers"), std::string::npos) << pre;
+  EXPECT_NE(pre.find("Access-Control-Allow-Methods: GET, HEAD, OPTIONS"), std::string::npos) << pre;
+  EXPECT_NE(pre.find("Allow: GET, HEAD, OPTIONS"), std::string::npos) << pre;
   EXPECT_EQ(headers("OPTIONS", "http://evil.example").find("Access-Control"), std::string::npos);
+}
+
+TEST(HttpHostile, BufferCapRefusesBodiesBeyondIt) {
+  // Room for one 90000-byte body at a time.
+  auto srv = Server::start(
+      {"--api-key", kKey, "--max-body", "100000", "--max-buffered", "150000", "--parallel", "1"});
+  ASSERT_NE(srv, nullptr);
+  // A valid completion request padded with spaces to 90000 bytes.
+  std::string body = completion_body("buffered", 2).dump();
+  body.resize(90000, ' ');
+  const std::string head =
+      post_head("/v1/completions", "Content-Length: " + std::to_string(body.size()) + "\r\n");
+  // A sends its header and part of its body, then stalls: its body is reserved in full.
+  Conn a(srv->port());
+  ASSERT_TRUE(a.ok());
+  a.send(head + body.substr(0, 1000));
+  ASSERT_TRUE(wait_for([&] {
+    return metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}") >= 90000;
+  })) << "the stalled body is not accounted";
+  // B's body does not fit beside A's: 503 with Retry-After at once, its body unread.
+  const auto t0 = std::chrono::steady_clock::now();
+  Conn b(srv->port());
+  ASSERT_TRUE(b.ok());
+  b.send(head);
+  ASSERT_TRUE(b.read_to_eof(20s));
+  EXPECT_LT(seconds_since(t0), 5.0);
+  EXPECT_EQ(b.got().rfind("HTTP/1.1 503", 0), 0u) << b.got();
+  EXPECT_NE(b.got().find("Retry-After: 1"), std::string::npos) << b.got();
+  EXPECT_EQ(body_of(b.got())["error"]["code"], "server_busy") << b.got();
+  // Requests without a body are still served meanwhile.
+  EXPECT_EQ(curl(*srv, "GET", "/health", "", "").status, 200);
+  // A finishes its body and gets its answer; then the room is free again.
+  a.send(body.substr(1000));
+  EXPECT_NE(a.read_until("text_completion").find("HTTP/1.1 200"), std::string::npos) << a.got();
+  ASSERT_TRUE(
+      wait_for([&] { return metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}") < 90000; }));
+  Conn c(srv->port());
+  c.send(head + body);
+  EXPECT_NE(c.read_until("text_completion").find("HTTP/1.1 200"), std::string::npos) << c.got();
+  // The bound's http term is the cap plus the header buffers and parsed copies.
+  EXPECT_GE(metric(*srv, "rewind_memory_bound_term_bytes{term=\"http\"}"), 150000.0);
+  // A cap below --max-body is refused at start.
+  int rc = 0;
+  const std::string out =
+      test::run_command(std::string(REWIND_BINARY) + " serve --model " + model_dir() +
+                            " --port 0 --max-body 1000 --max-buffered 999 2>&1",
+                        &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--max-buffered"), std::string::npos) << out;
 }
 
 TEST_F(ServerTest, NoCorsByDefault) {
@@ -1550,8 +1710,7 @@ TEST_F(ServerTest, KeepAliveConnectionServesManyRequests) {
                                           "\r\nExpect: 100-continue\r\n"));
   EXPECT_NE(c.read_until("100 Continue").find("HTTP/1.1 100 Continue"), std::string::npos);
   c.send(gen);
-  EXPECT_NE(c.read_until("text_completion").find("text_completion"), std::string::npos)
-      << c.got();
+  EXPECT_NE(c.read_until("text_completion").find("text_completion"), std::string::npos) << c.got();
 }
 
 // ---- access log, aliases, /v1/cache ids

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <string_view>
 
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
@@ -83,9 +84,13 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 struct Route {
   const char* path;
-  const char* method;
-  bool auth;       // behind the API key
-  bool json_body;  // a POST whose body must be JSON
+  const char* method;  // GET routes answer HEAD too
+  bool auth;           // behind the API key
+  bool json_body;      // a POST whose body must be JSON
+  // The methods the path answers (RFC 9110 10.2.1: the Allow header of 405 and OPTIONS).
+  const char* allow() const {
+    return std::string_view(method) == "GET" ? "GET, HEAD, OPTIONS" : "POST, OPTIONS";
+  }
 };
 
 constexpr Route kRoutes[] = {
@@ -263,6 +268,7 @@ struct HttpServer::Impl {
     to.max_header_bytes = opt.max_header_bytes;
     to.max_target_bytes = opt.max_target_bytes;
     to.max_body = opt.max_body;
+    to.max_buffered = std::max(opt.max_buffered, opt.max_body);
     to.max_connections = opt.max_connections;
     to.max_connections_per_client = opt.max_connections_per_client;
     transport = std::make_unique<HttpTransport>(
@@ -277,7 +283,8 @@ struct HttpServer::Impl {
           // header checks' and the transport's own.
           if (!a.from_handler) log_plain(random_id("req-"), a.peer, a.method, a.path, a.status);
         });
-    // Request bytes the transport holds (bodies being read, pipelined input): in /metrics.
+    // Bytes the transport holds or has reserved (bodies, read buffers, queued answers): in
+    // /metrics, under the cap max_buffered.
     metrics.track_memory("http_buffers", [this] { return transport->buffered_bytes(); });
   }
 
@@ -330,18 +337,31 @@ struct HttpServer::Impl {
 
   std::optional<HttpReply> precheck_plain(const HttpRequest& req) {
     const Route* route = find_route(req.path);
-    if (req.method == "OPTIONS" && route && !cors_headers(req).empty()) {
-      // A CORS preflight from an allowed origin (no API key: browsers send none here).
-      HttpReply r;
-      r.status = 204;
-      r.headers = {{"Access-Control-Allow-Methods", "GET, POST, OPTIONS"},
-                   {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
-                   {"Access-Control-Max-Age", "600"}};
-      return r;
-    }
-    if (!route || req.method != route->method)
+    if (!route)
       return error_reply(
           {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"});
+    if (req.method == "OPTIONS") {
+      // The path's methods (no API key: browsers send none with a preflight); the CORS
+      // preflight headers only for an allowed origin.
+      HttpReply r;
+      r.status = 204;
+      r.headers = {{"Allow", route->allow()}};
+      if (!cors_headers(req).empty()) {
+        r.headers.push_back({"Access-Control-Allow-Methods", route->allow()});
+        r.headers.push_back({"Access-Control-Allow-Headers", "Authorization, Content-Type"});
+        r.headers.push_back({"Access-Control-Max-Age", "600"});
+      }
+      return r;
+    }
+    const bool head_of_get = req.method == "HEAD" && std::string_view(route->method) == "GET";
+    if (req.method != route->method && !head_of_get) {
+      HttpReply r = error_reply(
+          {405,
+           req.method + " is not allowed on " + req.path + " (allowed: " + route->allow() + ")",
+           "invalid_request_error", "method_not_allowed"});
+      r.headers.push_back({"Allow", route->allow()});
+      return r;
+    }
     if (route->auth && !authorized(req)) return error_reply(unauthorized());
     if (route->json_body) {
       const std::string* ct = req.header("content-type");

@@ -5,7 +5,8 @@
 // server-sent events `data: {...}\n\n` ending with `data: [DONE]`), GET /v1/models,
 // GET /v1/cache (prefix-cache figures and the recent requests' resume points; the budget is
 // known from start-up), GET /metrics (Prometheus text), GET /health ({"status":"ok"}, never
-// behind the API key). OPTIONS is answered only as a CORS preflight from an allowed origin.
+// behind the API key). HEAD on a GET route answers as GET without the body. OPTIONS on a route
+// answers 204 with Allow (and the CORS preflight headers when the Origin is allowed).
 //
 // Every failure is a JSON body {"error": {"message", "type", "param", "code"}} whose message is
 // ours (no parser or library internals):
@@ -16,15 +17,17 @@
 //   401 authentication_error: --api-key set and `Authorization: Bearer KEY` missing or wrong
 //       (/v1/* and /metrics; the scheme is case-insensitive, the key compared in constant time;
 //       checked from the header, before the body is used);
-//   404 not_found_error: unknown route or method; 404 invalid_request_error model_not_found: a
-//       "model" that is none of the aliases, when aliases are set (OpenAI's shape);
+//   404 not_found_error: unknown route; 404 invalid_request_error model_not_found: a "model"
+//       that is none of the aliases, when aliases are set (OpenAI's shape);
+//   405 invalid_request_error: a route with a method it does not answer (with Allow);
 //   408 invalid_request_error: the header or body did not arrive within its deadline;
 //   413 / 414 / 431 invalid_request_error: body over max_body (from Content-Length before
 //       reading), request-target over max_target_bytes, header over max_header_bytes;
 //   415 invalid_request_error: a POST whose Content-Type is not application/json (a web page
 //       can POST text/plain to a local server without a CORS preflight; this refuses it);
 //   429 rate_limit_error: the engine's queue is full (Retry-After: 1);
-//   503 server_error: shutting down, or over the connection caps (Retry-After: 1);
+//   503 server_error: shutting down, over the connection caps, or the request bodies and
+//       answers held would pass max_buffered (Retry-After: 1);
 //   500 server_error: anything else.
 // A request is parsed, rendered and tokenized completely before it is submitted, so a bad
 // request changes nothing in the engine.
@@ -89,12 +92,13 @@ struct ServerOptions {
   int port = 8080;                  // 0: an ephemeral port (bind() returns it)
   std::string api_key;              // empty: no authentication
   size_t max_body = 8u << 20;       // bytes of a request body (413)
+  size_t max_buffered = 64u << 20;  // bodies + read buffers + answers held (503 beyond)
   std::string model_id = "rewind";  // /v1/models id and the "model" of every response
   // Names a request's "model" may give (--alias). Empty: any name is accepted and model_id is
   // shown. Set: /v1/models lists them, an answer echoes the name asked for (the first when none
   // was), and any other name gets 404 model_not_found.
   std::vector<std::string> aliases;
-  AccessLog* access_log = nullptr;        // one line per request (access_log.h); null: none
+  AccessLog* access_log = nullptr;  // one line per request (access_log.h); null: none
   int http_threads = 0;                   // transport (io) threads; 0: 2
   std::vector<std::string> cors_origins;  // origins allowed by CORS ("*": any); empty: CORS off
   double header_timeout_s = 10;           // the whole request header (408)

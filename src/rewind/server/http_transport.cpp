@@ -89,8 +89,29 @@ struct Counter {
     n += v - held;
     held = v;
   }
+  // Adds v to the total only when the total stays within cap (a body's reservation); held
+  // must be 0.
+  bool try_reserve(int64_t v, int64_t cap) {
+    int64_t cur = n.load();
+    do {
+      if (cur + v > cap) return false;
+    } while (!n.compare_exchange_weak(cur, cur + v));
+    held = v;
+    return true;
+  }
   ~Counter() { n -= held; }
 };
+
+// Bytes read from a socket at once beyond a full header: a connection's read buffer holds at
+// most max_header_bytes + this (pipelined input beyond it waits in the socket).
+constexpr size_t kReadSlack = 4096;
+
+// Adds Retry-After: 1 unless the answer has one.
+void add_retry_after(HttpReply& r) {
+  for (const auto& [k, v] : r.headers)
+    if (iequals(k, "retry-after")) return;
+  r.headers.push_back({"Retry-After", "1"});
+}
 
 }  // namespace
 
@@ -133,7 +154,9 @@ class Session : public std::enable_shared_from_this<Session> {
         peer_(std::move(peer)),
         reject_(reject),
         read_bytes_{t_->buffered},
-        write_bytes_{t_->buffered} {}
+        write_bytes_{t_->buffered},
+        body_bytes_{t_->buffered},
+        buf_(t_->opt.max_header_bytes + kReadSlack) {}
 
   ~Session() { unregister(); }
 
@@ -143,7 +166,7 @@ class Session : public std::enable_shared_from_this<Session> {
         self->keep_alive_ = false;
         HttpReply r =
             self->t_->error(503, "too many connections; retry later", "too_many_connections");
-        r.headers.push_back({"Retry-After", "1"});
+        add_retry_after(r);
         self->send_reply(std::move(r), /*ends=*/true);
         return;
       }
@@ -180,12 +203,12 @@ class Session : public std::enable_shared_from_this<Session> {
     enqueue(std::move(head));
   }
   void ex_chunk(uint64_t ex, std::string data) {
-    if (ex != ex_id_ || phase_ != Phase::Busy || !streaming_ || data.empty()) return;
+    if (ex != ex_id_ || phase_ != Phase::Busy || !streaming_ || data.empty() || head_only_) return;
     enqueue(chunk(data));
   }
   void ex_end(uint64_t ex) {
     if (ex != ex_id_ || phase_ != Phase::Busy || !streaming_) return;
-    if (chunked_) enqueue("0\r\n\r\n");
+    if (chunked_ && !head_only_) enqueue("0\r\n\r\n");
     ending_ = true;
     if (!writing_) after_reply();
   }
@@ -223,6 +246,7 @@ class Session : public std::enable_shared_from_this<Session> {
     method_.clear();
     path_.clear();
     timed_out_ = false;
+    head_only_ = false;
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(t_->opt.max_header_bytes));
     parser_->body_limit(t_->opt.max_body);
@@ -234,7 +258,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_head(error_code ec) {
     if (phase_ != Phase::Head) return;
-    read_bytes_.set(static_cast<int64_t>(buf_.size()));
+    read_bytes_.set(static_cast<int64_t>(buf_.capacity()));
     if (ec) {
       if (timed_out_) {
         if (!parser_->got_some() && buf_.size() == 0) return close();  // sent nothing
@@ -242,7 +266,7 @@ class Session : public std::enable_shared_from_this<Session> {
             408, "the request header did not arrive within " + num(t_->opt.header_timeout_s) + " s",
             "request_timeout");
       }
-      if (ec == http::error::header_limit) {
+      if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
         // 414 when the request line alone did not fit (the parser had no target yet) or its
         // target is too long, else 431.
         const size_t target = parser_->get().target().size();
@@ -274,6 +298,7 @@ class Session : public std::enable_shared_from_this<Session> {
     head.peer = peer_;
     path_ = head.path;
     method_ = head.method;
+    head_only_ = head.method == "HEAD";
     int hosts = 0;
     const std::string* te = nullptr;
     for (const auto& f : m) {
@@ -308,6 +333,19 @@ class Session : public std::enable_shared_from_this<Session> {
         return fail(417, "unsupported Expect header", "expectation_failed");
       head.expect_continue = version_ >= 11;
     }
+    // The body is reserved in full before a byte of it is read (chunked: max_body, which its
+    // buffer is sized to): past max_buffered, 503 and close instead of growing memory.
+    int64_t need = 0;
+    if (parser_->chunked())
+      need = static_cast<int64_t>(t_->opt.max_body);
+    else if (const auto len = parser_->content_length())
+      need = static_cast<int64_t>(*len);
+    if (need > 0) {
+      if (!body_bytes_.try_reserve(need, static_cast<int64_t>(t_->opt.max_buffered)))
+        return fail(503, "the server holds too many request bodies and answers; retry later",
+                    "server_busy");
+      if (parser_->chunked()) parser_->get().body().reserve(t_->opt.max_body);
+    }
     pending_.reset();
     if (t_->precheck) pending_ = t_->precheck(head);
     if (pending_ && head.expect_continue && !parser_->is_done()) {
@@ -315,6 +353,8 @@ class Session : public std::enable_shared_from_this<Session> {
       keep_alive_ = false;
       HttpReply r = std::move(*pending_);
       pending_.reset();
+      parser_.reset();
+      body_bytes_.set(0);
       phase_ = Phase::Busy;
       return send_reply(std::move(r), true);
     }
@@ -358,16 +398,21 @@ class Session : public std::enable_shared_from_this<Session> {
     phase_ = Phase::Busy;
     streaming_ = head_written_ = ending_ = false;
     ++ex_id_;
-    read_bytes_.set(static_cast<int64_t>(buf_.size()));
+    read_bytes_.set(static_cast<int64_t>(buf_.capacity()));
     if (pending_) {
       HttpReply r = std::move(*pending_);
       pending_.reset();
+      parser_.reset();
+      body_bytes_.set(0);
       return send_reply(std::move(r), true);
     }
     request_.body = std::move(parser_->get().body());
     parser_.reset();
     watch();
+    // The handler consumes the request (its body and the parsed copy it makes) before it
+    // returns; the reservation ends with it.
     t_->handler(std::move(request_), make_exchange());
+    body_bytes_.set(0);
   }
 
   std::shared_ptr<HttpExchange> make_exchange();
@@ -376,7 +421,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void watch() {
     if (watching_ || peer_eof_ || phase_ != Phase::Busy) return;
-    if (buf_.size() > t_->opt.max_header_bytes + t_->opt.max_body) return;  // backpressure
+    // Backpressure: pipelined input beyond the read buffer's limit waits in the socket.
+    if (buf_.size() + rbuf_.size() > buf_.max_size()) return;
     watching_ = true;
     sock_.async_read_some(asio::buffer(rbuf_),
                           [self = shared_from_this()](error_code ec, size_t n) {
@@ -385,7 +431,7 @@ class Session : public std::enable_shared_from_this<Session> {
                               auto mb = self->buf_.prepare(n);
                               asio::buffer_copy(mb, asio::buffer(self->rbuf_.data(), n));
                               self->buf_.commit(n);
-                              self->read_bytes_.set(static_cast<int64_t>(self->buf_.size()));
+                              self->read_bytes_.set(static_cast<int64_t>(self->buf_.capacity()));
                             }
                             if (self->phase_ == Phase::Closed) return;
                             if (ec == asio::error::eof) {
@@ -454,7 +500,7 @@ class Session : public std::enable_shared_from_this<Session> {
     out += connection_header();
     for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
     out += "\r\n";
-    out += r.body;
+    if (!head_only_) out += r.body;  // HEAD: GET's head, Content-Length included, no body
     if (t_->observer) t_->observer({method_, path_, peer_, r.status, from_handler});
     ending_ = ends;
     if (phase_ != Phase::Busy) phase_ = Phase::Busy;
@@ -521,7 +567,11 @@ class Session : public std::enable_shared_from_this<Session> {
     keep_alive_ = false;
     phase_ = Phase::Busy;
     ++ex_id_;
-    send_reply(t_->error(status, message, code), true);
+    parser_.reset();
+    body_bytes_.set(0);
+    HttpReply r = t_->error(status, message, code);
+    if (status == 503) add_retry_after(r);
+    send_reply(std::move(r), true);
   }
   void too_large() {
     fail(413, "request body is larger than " + std::to_string(t_->opt.max_body) + " bytes",
@@ -588,9 +638,11 @@ class Session : public std::enable_shared_from_this<Session> {
     sock_.close(ec);
     outq_.clear();
     buf_.clear();
+    buf_.shrink_to_fit();
     parser_.reset();
     read_bytes_.set(0);
     write_bytes_.set(0);
+    body_bytes_.set(0);
     unregister();
   }
 
@@ -616,7 +668,7 @@ class Session : public std::enable_shared_from_this<Session> {
   asio::steady_timer timer_, write_timer_, probe_timer_;
   std::string peer_;
   bool reject_ = false;
-  Counter read_bytes_, write_bytes_;
+  Counter read_bytes_, write_bytes_, body_bytes_;
 
   Phase phase_ = Phase::Idle;
   uint64_t timer_gen_ = 0;
@@ -628,7 +680,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::optional<HttpReply> pending_;
   std::string method_, path_, continue_buf_;
   unsigned version_ = 11;
-  bool keep_alive_ = true;
+  bool keep_alive_ = true, head_only_ = false;
 
   uint64_t ex_id_ = 0;
   bool streaming_ = false, chunked_ = false, head_written_ = false, ending_ = false;

@@ -34,6 +34,16 @@
 // the exchange's on_gone callback runs. A client that only half-closed reads the probes and
 // gets its answer. An HTTP/1.0 client's whole reply is not probed (it runs to its end).
 //
+// Memory: the transport holds at most max_buffered bytes for request bodies, read buffers and
+// queued answers together. A request's body is reserved in full (Content-Length; chunked:
+// max_body) when its header arrives, before any of it is read, and released once the handler
+// has returned; a body that does not fit gets 503 (Retry-After) and the connection closes
+// (its body unread). Answers count as they are queued but are never refused (their request was
+// admitted), so they make later bodies wait. A connection's read buffer is at most
+// max_header_bytes + 4 KiB; pipelined input beyond it stays in the socket.
+//
+// HEAD: an answer to a HEAD request is written without its body (Content-Length as for GET).
+//
 // Connection caps: over max_connections in total or max_connections_per_client from one client
 // address, a new connection is answered 503 (Retry-After) and closed; over twice
 // max_connections it is closed at once without an answer.
@@ -113,6 +123,7 @@ struct TransportOptions {
   size_t max_header_bytes = 16384;      // request line + header fields (431)
   size_t max_target_bytes = 8192;       // request-target (414)
   size_t max_body = 8u << 20;           // body (413)
+  size_t max_buffered = 64u << 20;      // bodies + read buffers + queued answers (503 beyond)
   int max_connections = 512;            // open connections in total
   int max_connections_per_client = 64;  // open connections from one client address
 };
@@ -125,7 +136,7 @@ class HttpTransport {
   // sent instead of calling the handler (after discarding the body, or before reading it and
   // then closing when the client asked `Expect: 100-continue`).
   using Precheck = std::function<std::optional<HttpReply>(const HttpRequest&)>;
-  // Builds the transport's own error answers (400, 408, 413, 414, 431, 503, 505).
+  // Builds the transport's own error answers (400, 408, 413, 414, 417, 431, 503, 505).
   using ErrorReply =
       std::function<HttpReply(int status, const std::string& message, const std::string& code)>;
   // Every answer written (or begun, for streams).
@@ -154,9 +165,9 @@ class HttpTransport {
   void stop();
   // Open connections now. Thread-safe.
   int connections() const;
-  // Bytes the transport holds for connections now: read buffers (including pipelined requests
-  // and bodies being read) and answers queued for writing. Thread-safe. A hook for memory
-  // accounting; nothing reports it yet.
+  // Bytes the transport holds for connections now: read buffers (including pipelined requests),
+  // the reservations of bodies being read or handled, and answers queued for writing.
+  // Thread-safe; the figure TransportOptions::max_buffered limits.
   int64_t buffered_bytes() const;
 
   struct Impl;
