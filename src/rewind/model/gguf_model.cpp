@@ -468,6 +468,7 @@ std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int
   // layers. Its attn_v rule covers the "attn_v-like" tensors, attn_v and attn_qkv, with one
   // counter over them in block order; every block has exactly one of them (a full-attention
   // block its attn_v, a linear-attention block its fused attn_qkv), so the counter is the block.
+  // rewind counts a Mamba2 block's ssm_in as attn_v-like too (docs/MAMBA2.md section 5.4).
   const int64_t n_all = c.n_layer + n_mtp;
   return [=](const std::string& name) {
     // A tied model has no output.weight: its token_embd is the output matrix and gets the
