@@ -228,10 +228,16 @@ std::vector<CommandSpec> build_specs() {
        "Write a seeded random model in the Hugging Face layout (or as GGUF).",
        "--out DIR [--preset NAME] [options] | --from DIR --noise SIGMA --out DIR",
        {{"--preset", "", "NAME",
-         "tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny or "
-         "qwen3-next-tiny (default tiny)"},
+         "tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, "
+         "qwen3-next-tiny, granite-h-tiny, granite-h-dense-tiny, nemotron-h-tiny, "
+         "granite-4.0-h-350m, granite-4.0-h-tiny or nemotron-nano-9b-v2 (default tiny)"},
         {"--out", "-o", "DIR", "where to write (FILE.gguf with --format gguf; required)"},
-        {"--dtype", "", "f32|bf16", "weight dtype of the HF files (default f32)", {}, false},
+        {"--dtype",
+         "",
+         "f32|bf16",
+         "weight dtype of the HF files (default f32; bf16 for the real Granite / Nemotron shapes)",
+         {},
+         false},
         {"--seed", "", "N", "the weights' seed (default 0)", {}, false},
         {"--mtp", "", "", "also write the multi-token-prediction head (mtp.*)", {}, false},
         {"--layers", "", "N", "decoder layers (default: the preset's)", {}, false},
@@ -246,9 +252,14 @@ std::vector<CommandSpec> build_specs() {
        "tiny-dense has every layer full attention. --linear-heads: HV a multiple of HK; llama.cpp\n"
        "loads only DK == DV, as every released checkpoint has. --from copies other files\n"
        "unchanged. --format gguf writes llama.cpp's layout from the same weights the HF layout\n"
-       "would hold (--mtp: the head as blk.N.nextn.*, except for qwen3_next)."});
+       "would hold (--mtp: the head as blk.N.nextn.*, except for qwen3_next).\n"
+       "granite-*: Granite-4.0-H (granitemoehybrid), nemotron-*: Nemotron-H (nemotron_h); their\n"
+       "weights are made and written one tensor at a time, so the real shapes need no more memory\n"
+       "than their largest tensor (--mtp, --layers, --layer-types and --linear-heads do not "
+       "apply)."});
   c.push_back(
-      {"pull", "Download a model from the Hugging Face Hub into the model store.",
+      {"pull",
+       "Download a model from the Hugging Face Hub into the model store.",
        "ORG/NAME[:QUANT|:FILE] [options]",
        {{"--revision", "", "REV", "a branch, tag or commit (default: main)", {}, false},
         {"--quiet", "-q", "", "no progress or messages; the model's path still goes to stdout"},
@@ -262,7 +273,9 @@ std::vector<CommandSpec> build_specs() {
        "An interrupted pull resumes where it stopped when run again; every file is checked\n"
        "against the Hub's size and sha256. Architectures rewind cannot run are refused before\n"
        "any weights are downloaded."});
-  c.push_back({"models", "List the models `rewind pull` stored (name, size, path).", "",
+  c.push_back({"models",
+               "List the models `rewind pull` stored (name, size, path).",
+               "",
                {},
                "--model takes the name."});
   return c;

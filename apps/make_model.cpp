@@ -15,7 +15,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "args.h"
 #include "commands.h"
@@ -64,7 +66,8 @@ Result<Shape> preset(const std::string& name) {
   return make_error(
       "unknown preset '" + name +
       "' (tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, "
-      "qwen3-next-tiny)");
+      "qwen3-next-tiny, granite-h-tiny, granite-h-dense-tiny, nemotron-h-tiny, granite-4.0-h-350m, "
+      "granite-4.0-h-tiny, nemotron-nano-9b-v2)");
 }
 
 // splitmix64-based generator; normals by Box-Muller. Deterministic per (seed, tensor name).
@@ -176,6 +179,388 @@ int noise_copy(const std::string& from, const std::string& out, double sigma, ui
   return 0;
 }
 
+// ---- Mamba2 hybrids (Granite-4.0-H, Nemotron-H)
+// --------------------------------------------------
+
+// A Granite-4.0-H (`granitemoehybrid`) or Nemotron-H (`nemotron_h`) shape. `pattern` has one
+// character per layer: M Mamba2, * attention, and for Nemotron-H - a squared-ReLU MLP block.
+struct M2Shape {
+  std::string family;
+  int64_t V, H;
+  std::string pattern;
+  int64_t Hs, P, N, G, K;  // Mamba2 heads x head dim, state, groups, conv kernel
+  int64_t nh, nkv, D;      // attention
+  int64_t F;               // Granite: the shared MLP; Nemotron-H: the MLP blocks
+  int64_t E = 0, k = 0, Im = 0;
+  bool tied = true;
+  double emb = 1, res = 1, attn = 1, logit = 1;
+  int64_t n_merges = 247;
+  bool big = false;  // real shape: HF files default to bf16
+};
+
+// Granite's pattern: attention at `at`, Mamba2 elsewhere.
+std::string granite_pattern(int64_t n, std::vector<int64_t> at) {
+  std::string p(static_cast<size_t>(n), 'M');
+  for (int64_t i : at) p[static_cast<size_t>(i)] = '*';
+  return p;
+}
+
+std::optional<M2Shape> mamba2_preset(const std::string& name) {
+  // Tiny shapes: every matrix row a multiple of 256 (so K-quants apply), Mamba2 heads > groups.
+  if (name == "granite-h-tiny")  // MoE: 4 experts top-2 plus the shared MLP
+    return M2Shape{"granitemoehybrid",
+                   512,
+                   256,
+                   "M*MM*",
+                   8,
+                   64,
+                   32,
+                   1,
+                   4,
+                   4,
+                   2,
+                   64,
+                   256,
+                   4,
+                   2,
+                   256,
+                   true,
+                   12,
+                   0.25,
+                   0.125,
+                   3};
+  if (name == "granite-h-dense-tiny")
+    return M2Shape{"granitemoehybrid",
+                   512,
+                   256,
+                   "MM*M",
+                   8,
+                   64,
+                   32,
+                   1,
+                   4,
+                   4,
+                   2,
+                   64,
+                   512,
+                   0,
+                   0,
+                   0,
+                   true,
+                   12,
+                   0.25,
+                   0.125,
+                   3};
+  if (name == "nemotron-h-tiny")
+    return M2Shape{"nemotron_h", 512, 256, "M-M*M-", 8, 64,   32, 2, 4, 4, 2,
+                   64,           512, 0,   0,        0, false};
+  if (name == "granite-4.0-h-350m") {
+    M2Shape s{"granitemoehybrid",
+              100352,
+              768,
+              granite_pattern(32, {5, 13, 21, 29}),
+              48,
+              32,
+              128,
+              1,
+              4,
+              12,
+              4,
+              64,
+              2048,
+              0,
+              0,
+              0,
+              true,
+              12,
+              0.246,
+              0.015625,
+              3,
+              2000,
+              true};
+    return s;
+  }
+  if (name == "granite-4.0-h-tiny")
+    return M2Shape{"granitemoehybrid",
+                   100352,
+                   1536,
+                   granite_pattern(40, {5, 15, 25, 35}),
+                   48,
+                   64,
+                   128,
+                   1,
+                   4,
+                   12,
+                   4,
+                   128,
+                   1024,
+                   64,
+                   6,
+                   512,
+                   true,
+                   12,
+                   0.22,
+                   0.0078125,
+                   6,
+                   2000,
+                   true};
+  if (name == "nemotron-nano-9b-v2")
+    return M2Shape{"nemotron_h",
+                   131072,
+                   4480,
+                   "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
+                   128,
+                   80,
+                   128,
+                   8,
+                   4,
+                   40,
+                   8,
+                   128,
+                   15680,
+                   0,
+                   0,
+                   0,
+                   false,
+                   1,
+                   1,
+                   1,
+                   1,
+                   2000,
+                   true};
+  return std::nullopt;
+}
+
+// One tensor of a streamed checkpoint: made when written, then dropped.
+struct LazyTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::function<void(std::vector<float>*)> make;  // fills numel values
+};
+
+// Writes `ts` (sorted by name) as one safetensors file, making one tensor at a time, so that a
+// checkpoint larger than memory can be written.
+Status write_streamed_safetensors(const std::string& path, std::vector<LazyTensor> ts, DType dt) {
+  std::sort(ts.begin(), ts.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  uint64_t off = 0;
+  for (auto& t : ts) {
+    uint64_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    const uint64_t nb = n * dtype_size(dt);
+    nlohmann::json e = {{"dtype", std::string(dtype_name(dt))},
+                        {"shape", t.shape},
+                        {"data_offsets", {off, off + nb}}};
+    header += ',';
+    header += nlohmann::json(t.name).dump();
+    header += ':';
+    header += e.dump();
+    off += nb;
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return make_error(path + ": cannot open for writing");
+  const uint64_t hl = header.size();
+  bool ok = std::fwrite(&hl, 8, 1, f) == 1 && std::fwrite(header.data(), 1, hl, f) == hl;
+  std::vector<float> v;
+  std::vector<uint16_t> half;
+  for (auto& t : ts) {
+    if (!ok) break;
+    t.make(&v);
+    if (dt == DType::F32) {
+      ok = std::fwrite(v.data(), 4, v.size(), f) == v.size();
+    } else {
+      half.resize(v.size());
+      for (size_t i = 0; i < v.size(); ++i) half[i] = f32_to_bf16(v[i]);
+      ok = std::fwrite(half.data(), 2, half.size(), f) == half.size();
+    }
+    std::vector<float>().swap(v);
+  }
+  if (std::fclose(f) != 0) ok = false;
+  if (!ok) return make_error(path + ": write failed");
+  return Ok{};
+}
+
+int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& preset) {
+  for (const char* o : {"--mtp", "--layers", "--layer-types", "--linear-heads"})
+    if (args.has(o)) return fail(std::string(o) + " does not apply to preset " + preset);
+  const std::string dtype = args.str("--dtype", S.big ? "bf16" : "f32");
+  if (dtype != "f32" && dtype != "bf16") return fail("--dtype must be f32 or bf16");
+  auto seed_r = args.int_("--seed", 0);
+  if (!seed_r.ok()) return fail(seed_r.error_message());
+  const uint64_t seed = static_cast<uint64_t>(seed_r.value());
+  const std::string out = args.str("--out");
+  if (out.empty()) return fail("--out DIR is required");
+  ::mkdir(out.c_str(), 0755);
+
+  BpeTrainOptions topt;
+  topt.n_merges = static_cast<int32_t>(S.n_merges);
+  topt.special_tokens = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
+                         "<think>",       "</think>",        "<tool_call>",
+                         "</tool_call>",  "<tool_response>", "</tool_response>"};
+  const std::string tok_json = train_bpe_tokenizer_json(builtin_training_text(), topt);
+  auto tok = Tokenizer::from_json(tok_json, "tokenizer.json");
+  if (!tok.ok()) return fail(tok.error_message());
+  if (tok->vocab_size() > S.V) return fail("tokenizer has more ids than vocab_size");
+
+  const bool granite = S.family == "granitemoehybrid";
+  const int64_t H = S.H, DI = S.Hs * S.P, CD = DI + 2 * S.G * S.N;
+  std::vector<LazyTensor> T;
+  auto normal = [&](const std::string& n, std::vector<int64_t> shape, float mean, float sd) {
+    T.push_back({n, shape, [n, shape, mean, sd, seed](std::vector<float>* v) {
+                   int64_t cnt = 1;
+                   for (int64_t d : shape) cnt *= d;
+                   Rng r(hash_name(n, seed));
+                   v->resize(static_cast<size_t>(cnt));
+                   for (auto& x : *v) x = mean + sd * r.normal();
+                 }});
+  };
+  // A linear layer [.., out, in]: N(0, 1 / in).
+  auto lin = [&](const std::string& n, std::vector<int64_t> shape) {
+    normal(n, shape, 0.0f, 1.0f / std::sqrt(static_cast<float>(shape.back())));
+  };
+  auto values = [&](const std::string& n, int64_t cnt, std::function<float(int64_t, Rng&)> f) {
+    T.push_back({n, {cnt}, [n, cnt, f, seed](std::vector<float>* v) {
+                   Rng r(hash_name(n, seed));
+                   v->resize(static_cast<size_t>(cnt));
+                   for (int64_t i = 0; i < cnt; ++i) (*v)[static_cast<size_t>(i)] = f(i, r);
+                 }});
+  };
+  // Mamba2 as HF initialises it: A_log = log(1..H), D = 1, dt_bias = softplus^-1(dt) with dt
+  // log-uniform in [1e-3, 0.1], the gated norm 1.
+  auto mamba = [&](const std::string& m) {
+    lin(m + "in_proj.weight", {2 * DI + 2 * S.G * S.N + S.Hs, H});
+    normal(m + "conv1d.weight", {CD, 1, S.K}, 0.0f, 1.0f / std::sqrt(static_cast<float>(S.K)));
+    normal(m + "conv1d.bias", {CD}, 0.0f, 0.1f);
+    values(m + "A_log", S.Hs, [](int64_t i, Rng&) { return std::log(static_cast<float>(i + 1)); });
+    values(m + "D", S.Hs, [](int64_t, Rng&) { return 1.0f; });
+    values(m + "dt_bias", S.Hs, [](int64_t, Rng& r) {
+      const double dt = std::exp(std::log(1e-3) + r.uniform() * (std::log(0.1) - std::log(1e-3)));
+      return static_cast<float>(dt + std::log(-std::expm1(-dt)));
+    });
+    values(m + "norm.weight", DI, [](int64_t, Rng&) { return 1.0f; });
+    lin(m + "out_proj.weight", {H, DI});
+  };
+  auto attention = [&](const std::string& a) {
+    lin(a + "q_proj.weight", {S.nh * S.D, H});
+    lin(a + "k_proj.weight", {S.nkv * S.D, H});
+    lin(a + "v_proj.weight", {S.nkv * S.D, H});
+    lin(a + "o_proj.weight", {H, S.nh * S.D});
+  };
+  // RMSNorm weights 1 + N(0, 0.1), so that a norm mapped to the wrong place shows.
+  auto norm = [&](const std::string& n) { normal(n, {H}, 1.0f, 0.1f); };
+
+  const std::string P = granite ? "model." : "backbone.";
+  normal(P + (granite ? "embed_tokens.weight" : "embeddings.weight"), {S.V, H}, 0.0f, 0.5f);
+  nlohmann::json layer_types = nlohmann::json::array();
+  for (size_t il = 0; il < S.pattern.size(); ++il) {
+    const char kind = S.pattern[il];
+    const std::string lp = P + "layers." + std::to_string(il) + ".";
+    if (granite) {
+      layer_types.push_back(kind == 'M' ? "mamba" : "attention");
+      norm(lp + "input_layernorm.weight");
+      norm(lp + "post_attention_layernorm.weight");
+      if (kind == 'M')
+        mamba(lp + "mamba.");
+      else
+        attention(lp + "self_attn.");
+      lin(lp + "shared_mlp.input_linear.weight", {2 * S.F, H});
+      lin(lp + "shared_mlp.output_linear.weight", {H, S.F});
+      if (S.E > 0) {
+        lin(lp + "block_sparse_moe.router.layer.weight", {S.E, H});
+        lin(lp + "block_sparse_moe.input_linear.weight", {S.E, 2 * S.Im, H});
+        lin(lp + "block_sparse_moe.output_linear.weight", {S.E, H, S.Im});
+      }
+    } else {
+      norm(lp + "norm.weight");
+      if (kind == 'M') {
+        mamba(lp + "mixer.");
+      } else if (kind == '*') {
+        attention(lp + "mixer.");
+      } else {
+        lin(lp + "mixer.up_proj.weight", {S.F, H});
+        lin(lp + "mixer.down_proj.weight", {H, S.F});
+      }
+    }
+  }
+  norm(P + (granite ? "norm.weight" : "norm_f.weight"));
+  if (!S.tied) lin("lm_head.weight", {S.V, H});
+  Status st = write_streamed_safetensors(out + "/model.safetensors", std::move(T),
+                                         dtype == "f32" ? DType::F32 : DType::BF16);
+  if (!st.ok()) return fail(st.error_message());
+
+  const int32_t eos = tok->token_id("<|im_end|>"), eot = tok->token_id("<|endoftext|>");
+  nlohmann::json cfg = {{"model_type", S.family},
+                        {"vocab_size", S.V},
+                        {"hidden_size", H},
+                        {"num_hidden_layers", static_cast<int64_t>(S.pattern.size())},
+                        {"num_attention_heads", S.nh},
+                        {"num_key_value_heads", S.nkv},
+                        {"max_position_embeddings", 131072},
+                        {"tie_word_embeddings", S.tied},
+                        {"eos_token_id", eos},
+                        {"torch_dtype", dtype == "f32" ? "float32" : "bfloat16"}};
+  if (granite) {
+    cfg["architectures"] = {"GraniteMoeHybridForCausalLM"};
+    cfg["layer_types"] = layer_types;
+    cfg["mamba_n_heads"] = S.Hs;
+    cfg["mamba_d_head"] = S.P;
+    cfg["mamba_d_state"] = S.N;
+    cfg["mamba_n_groups"] = S.G;
+    cfg["mamba_d_conv"] = S.K;
+    cfg["mamba_expand"] = DI / H;
+    cfg["mamba_conv_bias"] = true;
+    cfg["mamba_proj_bias"] = false;
+    cfg["hidden_act"] = "silu";
+    cfg["position_embedding_type"] = "nope";
+    cfg["attention_multiplier"] = S.attn;
+    cfg["embedding_multiplier"] = S.emb;
+    cfg["residual_multiplier"] = S.res;
+    cfg["logits_scaling"] = S.logit;
+    cfg["rms_norm_eps"] = 1e-5;
+    cfg["shared_intermediate_size"] = S.F;
+    cfg["num_local_experts"] = S.E;
+    if (S.E > 0) {
+      cfg["num_experts_per_tok"] = S.k;
+      cfg["intermediate_size"] = S.Im;
+    } else {
+      cfg["intermediate_size"] = S.F;
+    }
+  } else {
+    cfg["architectures"] = {"NemotronHForCausalLM"};
+    cfg["hybrid_override_pattern"] = S.pattern;
+    cfg["head_dim"] = S.D;
+    cfg["mamba_num_heads"] = S.Hs;
+    cfg["mamba_head_dim"] = S.P;
+    cfg["ssm_state_size"] = S.N;
+    cfg["n_groups"] = S.G;
+    cfg["conv_kernel"] = S.K;
+    cfg["use_conv_bias"] = true;
+    cfg["mamba_hidden_act"] = "silu";
+    cfg["mlp_hidden_act"] = "relu2";
+    cfg["intermediate_size"] = S.F;
+    cfg["layer_norm_epsilon"] = 1e-5;
+  }
+  auto write = [&](const std::string& name, const std::string& body) {
+    std::ofstream f(out + "/" + name, std::ios::binary);
+    f << body;
+    return static_cast<bool>(f);
+  };
+  nlohmann::json tcfg = {{"bos_token", nullptr},
+                         {"eos_token", "<|im_end|>"},
+                         {"pad_token", "<|endoftext|>"},
+                         {"chat_template", rewind_chatml_template()}};
+  nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
+  if (!write("config.json", cfg.dump(2) + "\n") || !write("tokenizer.json", tok_json) ||
+      !write("tokenizer_config.json", tcfg.dump(2) + "\n") ||
+      !write("generation_config.json", gcfg.dump(2) + "\n"))
+    return fail("cannot write files in " + out);
+  std::printf("wrote %s (%s, %s, seed %llu)\n", out.c_str(), preset.c_str(), dtype.c_str(),
+              static_cast<unsigned long long>(seed));
+  return 0;
+}
+
 }  // namespace
 
 // The command on parsed options; --format gguf runs it again with --out changed.
@@ -215,6 +600,8 @@ static int make_model(const Args& parsed) {
                       static_cast<uint64_t>(sd.value()));
   }
   if (args->has("--noise")) return fail("--noise needs --from DIR");
+  if (auto m2 = mamba2_preset(args->str("--preset", "tiny")))
+    return make_mamba2_model(*args, *m2, args->str("--preset"));
   auto ps = preset(args->str("--preset", "tiny"));
   if (!ps.ok()) return fail(ps.error_message());
   Shape S = ps.value();

@@ -12,6 +12,7 @@
 
 #include "rewind/model/arch.h"
 #include "rewind/model/config_fields.h"
+#include "rewind/model/gguf_resolver.h"
 #include "rewind/model/hf_resolver.h"
 
 namespace rw {
@@ -183,11 +184,133 @@ Status map_hf(const TensorSet& tensors, const ModelConfig& c, WeightSet* ws) {
   return Ok{};
 }
 
+// llama.cpp's `granitehybrid` files (docs/MAMBA2.md, "GGUF"): a block is Mamba2 where its
+// attention.head_count_kv is 0; feed_forward_length is the shared MLP's width (dense) or the
+// experts' (with expert_count > 0, the shared MLP's then expert_shared_feed_forward_length).
+Result<ModelConfig> parse_gguf(const GgufFile& g) {
+  const GgufKeys k(g, "granitehybrid");
+  ModelConfig c;
+  c.family = Family::GraniteHybrid;
+  c.model_type = "granitemoehybrid";
+  REWIND_TRY_STATUS(hybrid_basics_from_gguf(k, &c));
+  REWIND_TRY_STATUS(mamba2_sizes_from_gguf(k, &c));
+  REWIND_TRY(auto kv, k.per_layer("attention.head_count_kv", c.n_layer, 0, kMaxDim));
+  for (const int64_t n : kv)
+    c.layer_kinds.push_back(n == 0 ? LayerKind::Mamba2 : LayerKind::Attention);
+  REWIND_TRY_STATUS(attention_sizes_from_gguf(k, kv, &c));
+  // llama.cpp applies RoPE to Granite hybrids unless rope.scaling.finetuned is false.
+  REWIND_TRY(bool rope, g.get_bool_or(k.key("rope.scaling.finetuned"), true));
+  if (rope)
+    return k.err(
+        "rope.scaling.finetuned",
+        std::string(k.has("rope.scaling.finetuned") ? "is true"
+                                                    : "is absent (llama.cpp then applies RoPE)") +
+            ": only Granite-4.0-H without positional encoding (false) is supported");
+  // attention.scale absent: llama.cpp's 1/sqrt(head_dim) (canonical 0); the others default to 1.
+  REWIND_TRY(c.attn_scale, k.positive("attention.scale", 1.0));
+  if (!k.has("attention.scale")) c.attn_scale = 0;
+  REWIND_TRY(c.embedding_multiplier, k.positive("embedding_scale", 1.0));
+  REWIND_TRY(c.residual_multiplier, k.positive("residual_scale", 1.0));
+  REWIND_TRY(c.logits_scaling, k.positive("logit_scale", 1.0));
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (c.layer_kinds[il] == LayerKind::Mamba2) {
+      c.ssm_conv_bias = g.find("blk." + std::to_string(il) + ".ssm_conv1d.bias") != nullptr;
+      break;
+    }
+
+  REWIND_TRY(auto ff, k.per_layer("feed_forward_length", c.n_layer, 1, kMaxDim));
+  for (size_t il = 1; il < ff.size(); ++il)
+    if (ff[il] != ff[0])
+      return k.err("feed_forward_length", "has " + std::to_string(ff[il]) + " at block " +
+                                              std::to_string(il) + " but " + std::to_string(ff[0]) +
+                                              " at block 0 (one width for all is supported)");
+  REWIND_TRY(c.n_expert, k.opt("expert_count", 0, 0, kMaxDim));
+  if (c.n_expert > 0) {
+    REWIND_TRY(c.n_expert_used, k.req("expert_used_count", 1, c.n_expert));
+    c.moe_intermediate_size = ff[0];
+    REWIND_TRY(c.shared_expert_intermediate_size,
+               k.req("expert_shared_feed_forward_length", 1, kMaxDim));
+    c.shared_expert_gate = false;
+    c.norm_topk_prob = true;
+    c.ffn_kinds.assign(static_cast<size_t>(c.n_layer), FfnKind::Moe);
+  } else {
+    c.intermediate_size = ff[0];
+    c.ffn_kinds.assign(static_cast<size_t>(c.n_layer), FfnKind::SwiGLU);
+  }
+  return c;
+}
+
+Status map_gguf(const GgufFile& g, const ModelConfig& c, WeightSet* ws) {
+  const GgufResolver R(g);
+  const int64_t H = c.hidden_size;
+  REWIND_TRY_STATUS(map_head_gguf(R, c, ws));
+  // SwiGLU of width F from ffn_{gate,up,down}<sfx>.weight into `dst`{gate_up, down}.
+  auto swiglu = [&](const std::string& p, const std::string& sfx, const std::string& dst,
+                    int64_t F) -> Status {
+    REWIND_TRY(GgufFound gt, R.need(p + "ffn_gate" + sfx + ".weight", {F, H}));
+    REWIND_TRY(GgufFound up, R.need(p + "ffn_up" + sfx + ".weight", {F, H}));
+    REWIND_TRY(GgufFound dn, R.need(p + "ffn_down" + sfx + ".weight", {H, F}));
+    WeightSource s;
+    s.cols = H;
+    s.file_dtype = gt.dtype;
+    s.blocks = {GgufResolver::rows_of(gt, 0, F, H), GgufResolver::rows_of(up, 0, F, H)};
+    ws->put(dst + "gate_up", std::move(s));
+    ws->put(dst + "down", GgufResolver::view(dn, H, F));
+    return Ok{};
+  };
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string cp = "l" + std::to_string(il) + ".";
+    REWIND_TRY_STATUS(map_norm_gguf(R, p + "attn_norm.weight", H, cp + "in_norm", ws));
+    REWIND_TRY_STATUS(map_norm_gguf(R, p + "ffn_norm.weight", H, cp + "post_norm", ws));
+    if (c.layer_kinds[il] == LayerKind::Mamba2)
+      REWIND_TRY_STATUS(map_mamba2_gguf(R, p, cp, c, ws));
+    else
+      REWIND_TRY_STATUS(map_plain_attention_gguf(R, p, cp, c, ws));
+    if (c.n_expert == 0) {
+      if (R.has(p + "ffn_gate_inp.weight"))
+        return make_error(g.path() + ": tensor '" + p +
+                          "ffn_gate_inp.weight' is present but 'granitehybrid.expert_count' is "
+                          "absent or 0");
+      REWIND_TRY_STATUS(swiglu(p, "", cp, c.intermediate_size));
+      continue;
+    }
+    const int64_t E = c.n_expert, F = c.moe_intermediate_size;
+    REWIND_TRY(GgufFound router, R.need(p + "ffn_gate_inp.weight", {E, H}));
+    ws->put(cp + "router", GgufResolver::view(router, E, H));
+    REWIND_TRY(GgufFound gt, R.need(p + "ffn_gate_exps.weight", {E, F, H}));
+    REWIND_TRY(GgufFound up, R.need(p + "ffn_up_exps.weight", {E, F, H}));
+    REWIND_TRY(GgufFound dn, R.need(p + "ffn_down_exps.weight", {E, H, F}));
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = cp + "e" + std::to_string(e) + ".";
+      WeightSource s;
+      s.cols = H;
+      s.file_dtype = gt.dtype;
+      s.blocks = {GgufResolver::rows_of(gt, e * F, F, H), GgufResolver::rows_of(up, e * F, F, H)};
+      ws->put(ep + "gate_up", std::move(s));
+      WeightSource d;
+      d.cols = F;
+      d.file_dtype = dn.dtype;
+      d.blocks = {GgufResolver::rows_of(dn, e * H, H, F)};
+      ws->put(ep + "down", std::move(d));
+    }
+    REWIND_TRY_STATUS(swiglu(p, "_shexp", cp + "sh.", c.shared_expert_intermediate_size));
+  }
+  ws->set_mtp(false, {});
+  return Ok{};
+}
+
 }  // namespace
 
 const Architecture kGraniteArch = {
-    "Granite-4.0-H", {Family::GraniteHybrid}, {"granitemoehybrid"}, {}, parse_hf, map_hf, nullptr,
-    nullptr,
+    "Granite-4.0-H",
+    {Family::GraniteHybrid},
+    {"granitemoehybrid"},
+    {"granitehybrid"},
+    parse_hf,
+    map_hf,
+    parse_gguf,
+    map_gguf,
 };
 
 }  // namespace rw

@@ -12,6 +12,7 @@
 
 #include "rewind/model/arch.h"
 #include "rewind/model/config_fields.h"
+#include "rewind/model/gguf_resolver.h"
 #include "rewind/model/hf_resolver.h"
 
 namespace rw {
@@ -188,10 +189,81 @@ Status map_hf(const TensorSet& tensors, const ModelConfig& c, WeightSet* ws) {
   return Ok{};
 }
 
+// llama.cpp's `nemotron_h` files (docs/MAMBA2.md, "GGUF"): per block, feed_forward_length > 0
+// is an MLP block, else attention.head_count_kv > 0 is attention, else Mamba2.
+Result<ModelConfig> parse_gguf(const GgufFile& g) {
+  const GgufKeys k(g, "nemotron_h");
+  ModelConfig c;
+  c.family = Family::NemotronH;
+  c.model_type = "nemotron_h";
+  REWIND_TRY_STATUS(hybrid_basics_from_gguf(k, &c));
+  REWIND_TRY_STATUS(mamba2_sizes_from_gguf(k, &c));
+  REWIND_TRY(auto kv, k.per_layer("attention.head_count_kv", c.n_layer, 0, kMaxDim));
+  REWIND_TRY(auto ff, k.per_layer("feed_forward_length", c.n_layer, 0, kMaxDim));
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string b = std::to_string(il);
+    if (ff[il] > 0) {
+      if (kv[il] > 0)
+        return k.err("feed_forward_length",
+                     "and 'attention.head_count_kv' are both non-zero at block " + b +
+                         " (a block is Mamba2, attention or an MLP)");
+      if (g.find("blk." + b + ".ffn_gate_inp.weight"))
+        return make_error(g.path() + ": block " + b + " is a Nemotron-H MoE block (tensor 'blk." +
+                          b + ".ffn_gate_inp.weight'): not supported yet");
+      if (c.intermediate_size != 0 && ff[il] != c.intermediate_size)
+        return k.err("feed_forward_length",
+                     "has " + std::to_string(ff[il]) + " at block " + b + " but " +
+                         std::to_string(c.intermediate_size) +
+                         " at an earlier MLP block (one width for all is supported)");
+      c.intermediate_size = ff[il];
+      c.layer_kinds.push_back(LayerKind::None);
+      c.ffn_kinds.push_back(FfnKind::ReluSq);
+    } else {
+      c.layer_kinds.push_back(kv[il] > 0 ? LayerKind::Attention : LayerKind::Mamba2);
+      c.ffn_kinds.push_back(FfnKind::None);
+    }
+  }
+  REWIND_TRY_STATUS(attention_sizes_from_gguf(k, kv, &c));
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (c.layer_kinds[il] == LayerKind::Mamba2) {
+      c.ssm_conv_bias = g.find("blk." + std::to_string(il) + ".ssm_conv1d.bias") != nullptr;
+      break;
+    }
+  return c;
+}
+
+Status map_gguf(const GgufFile& g, const ModelConfig& c, WeightSet* ws) {
+  const GgufResolver R(g);
+  const int64_t H = c.hidden_size;
+  REWIND_TRY_STATUS(map_head_gguf(R, c, ws));
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string cp = "l" + std::to_string(il) + ".";
+    // The block's one norm: the mixer's pre-norm, or the MLP's.
+    const bool mlp = c.layer_kinds[il] == LayerKind::None;
+    const std::string norm = std::string(mlp ? "post_norm" : "in_norm");
+    REWIND_TRY_STATUS(map_norm_gguf(R, p + "attn_norm.weight", H, cp + norm, ws));
+    if (c.layer_kinds[il] == LayerKind::Mamba2) {
+      REWIND_TRY_STATUS(map_mamba2_gguf(R, p, cp, c, ws));
+    } else if (c.layer_kinds[il] == LayerKind::Attention) {
+      REWIND_TRY_STATUS(map_plain_attention_gguf(R, p, cp, c, ws));
+    } else {
+      const int64_t F = c.intermediate_size;
+      REWIND_TRY(GgufFound up, R.need(p + "ffn_up.weight", {F, H}));
+      REWIND_TRY(GgufFound down, R.need(p + "ffn_down.weight", {H, F}));
+      ws->put(cp + "up", GgufResolver::view(up, F, H));
+      ws->put(cp + "down", GgufResolver::view(down, H, F));
+    }
+  }
+  ws->set_mtp(false, {});
+  return Ok{};
+}
+
 }  // namespace
 
 const Architecture kNemotronHArch = {
-    "Nemotron-H", {Family::NemotronH}, {"nemotron_h"}, {}, parse_hf, map_hf, nullptr, nullptr,
+    "Nemotron-H", {Family::NemotronH}, {"nemotron_h"}, {"nemotron_h"}, parse_hf,
+    map_hf,       parse_gguf,          map_gguf,
 };
 
 }  // namespace rw

@@ -8,6 +8,7 @@
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/model/arch.h"
+#include "rewind/model/gguf_resolver.h"
 #include "rewind/tensor/quant.h"
 #include "rewind/tensor/shape.h"
 
@@ -18,93 +19,8 @@ namespace {
 constexpr int64_t kMaxDim = int64_t{1} << 24;
 constexpr int64_t kMaxLayers = int64_t{1} << 16;
 
-bool dtype_from_ggml(GgmlType t, DType* out) {
-  switch (t) {
-    case GgmlType::F32:
-      *out = DType::F32;
-      return true;
-    case GgmlType::F16:
-      *out = DType::F16;
-      return true;
-    case GgmlType::BF16:
-      *out = DType::BF16;
-      return true;
-    default:
-      if (const QuantTraits* q = quant_traits_by_ggml(static_cast<uint32_t>(t))) {
-        *out = q->type;
-        return true;
-      }
-      return false;
-  }
-}
-
-// A tensor found and checked: numpy-order shape, rewind dtype.
-struct Found {
-  const GgufTensor* t = nullptr;
-  DType dtype = DType::F32;
-};
-
-class Resolver {
- public:
-  explicit Resolver(const GgufFile& f) : f_(f) {}
-  bool has(const std::string& name) const { return f_.find(name) != nullptr; }
-
-  // `shape` in numpy order (HF order): the reverse of ne.
-  Result<Found> need(const std::string& name, std::vector<int64_t> shape) const {
-    const GgufTensor* t = f_.find(name);
-    if (!t)
-      return make_error(f_.path() + ": missing tensor '" + name + "' (expected shape " +
-                        shape_str(shape) + ")");
-    Found r{t, DType::F32};
-    if (!dtype_from_ggml(t->type, &r.dtype)) {
-      std::string types = "F32, F16, BF16";
-      for (const QuantTraits& q : kQuantTraits) (types += ", ") += q.name;
-      return make_error(f_.path() + ": tensor '" + name + "': type " +
-                        ggml_type_name(static_cast<uint32_t>(t->type)) +
-                        " is not supported for weights (" + types + ")");
-    }
-    std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
-    if (got != shape)
-      return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
-                        " (ne reversed), expected " + shape_str(shape));
-    return r;
-  }
-
-  static RowBlock rows_of(const Found& v, int64_t r0, int64_t n, int64_t cols) {
-    return RowBlock{v.t->data + static_cast<size_t>(r0) * dtype_row_bytes(v.dtype, cols), v.dtype,
-                    n, nullptr};
-  }
-  static WeightSource view(const Found& v, int64_t rows, int64_t cols) {
-    WeightSource w;
-    w.cols = cols;
-    w.file_dtype = v.dtype;
-    w.blocks.push_back(rows_of(v, 0, rows, cols));
-    return w;
-  }
-  // A small tensor as f32 [rows, cols]; output row r is stored row src_row(r) (the tensor is
-  // dequantised whole, with ne[0] as its row length, whatever its type).
-  static WeightSource owned(const Found& v, int64_t rows, int64_t cols,
-                            const std::function<int64_t(int64_t)>& src_row = nullptr) {
-    const int64_t ne0 = v.t->ne[0], n = v.t->numel();
-    std::vector<float> all(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n / ne0; ++i)
-      convert_row_to_f32(v.t->data + static_cast<size_t>(i) * dtype_row_bytes(v.dtype, ne0),
-                         v.dtype, ne0, all.data() + i * ne0);
-    auto buf = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t s = src_row ? src_row(r) : r;
-      std::memcpy(buf->data() + r * cols, all.data() + s * cols, static_cast<size_t>(cols) * 4);
-    }
-    WeightSource w;
-    w.cols = cols;
-    w.file_dtype = v.dtype;
-    w.blocks.push_back(RowBlock{buf->data(), DType::F32, rows, buf});
-    return w;
-  }
-
- private:
-  const GgufFile& f_;
-};
+using Found = GgufFound;
+using Resolver = GgufResolver;
 
 // Stored position of the model's (grouped-order) value head h.
 struct VHeads {
@@ -116,8 +32,8 @@ struct VHeads {
 
 VHeads vheads(const ModelConfig& c) {
   VHeads v;
-  v.Hk = c.lin_n_head_k;
-  v.r = c.lin_n_head_v / c.lin_n_head_k;
+  v.Hk = std::max<int64_t>(c.lin_n_head_k, 1);  // Mamba2 families: no GDN heads
+  v.r = c.lin_n_head_k > 0 ? c.lin_n_head_v / c.lin_n_head_k : 1;
   v.tiled = c.family != Family::Qwen3Next && v.r > 1;
   return v;
 }
@@ -552,6 +468,7 @@ std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int
   // layers. Its attn_v rule covers the "attn_v-like" tensors, attn_v and attn_qkv, with one
   // counter over them in block order; every block has exactly one of them (a full-attention
   // block its attn_v, a linear-attention block its fused attn_qkv), so the counter is the block.
+  // rewind counts a Mamba2 block's ssm_in as attn_v-like too (docs/MAMBA2.md section 5.4).
   const int64_t n_all = c.n_layer + n_mtp;
   return [=](const std::string& name) {
     // A tied model has no output.weight: its token_embd is the output matrix and gets the
@@ -561,8 +478,9 @@ std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int
     if (name.rfind("blk.", 0) != 0) return base;
     const int64_t il = std::strtoll(name.c_str() + 4, nullptr, 10);
     if (il < 0 || il >= n_all) return base;
-    const bool attn_v_like =
-        name.find(".attn_v.") != std::string::npos || name.find(".attn_qkv.") != std::string::npos;
+    const bool attn_v_like = name.find(".attn_v.") != std::string::npos ||
+                             name.find(".attn_qkv.") != std::string::npos ||
+                             name.find(".ssm_in.") != std::string::npos;
     if ((attn_v_like || name.find(".ffn_down") != std::string::npos) && more_bits(il, n_all))
       return DType::Q6_K;
     return base;
@@ -586,18 +504,75 @@ struct Out {
   std::function<void(int64_t, float*)> row;
 };
 
+// The architecture keys of a Granite-4.0-H / Nemotron-H file, as llama.cpp's converter writes
+// them: per-layer head_count_kv (0 on non-attention blocks); Granite's multipliers and a scalar
+// feed_forward_length (the shared MLP's width, or the experts' with expert_count), Nemotron-H's
+// per-layer feed_forward_length (0 on non-MLP blocks); rope.scaling.finetuned false (no RoPE).
+void write_mamba2_keys(const ModelConfig& c, std::vector<std::pair<std::string, GgufValue>>* kv) {
+  const std::string a = std::string(gguf_arch_name(c.family)) + ".";
+  const bool granite = c.family == Family::GraniteHybrid;
+  auto u32 = [&](const std::string& k, int64_t v) {
+    kv->emplace_back(a + k, GgufValue::u32(static_cast<uint32_t>(v)));
+  };
+  auto f32 = [&](const std::string& k, double v) {
+    kv->emplace_back(a + k, GgufValue::f32(static_cast<float>(v)));
+  };
+  u32("context_length", c.max_position_embeddings);
+  u32("embedding_length", c.hidden_size);
+  u32("block_count", c.n_layer);
+  std::vector<int64_t> kv_heads, ff;
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    kv_heads.push_back(c.layer_kinds[il] == LayerKind::Attention ? c.n_head_kv : 0);
+    ff.push_back(c.ffn_kinds[il] == FfnKind::ReluSq ? c.intermediate_size : 0);
+  }
+  if (granite)
+    u32("feed_forward_length", c.n_expert > 0 ? c.moe_intermediate_size : c.intermediate_size);
+  else
+    kv->emplace_back(a + "feed_forward_length", GgufValue::array_i32(std::move(ff)));
+  u32("attention.head_count", c.n_head);
+  kv->emplace_back(a + "attention.head_count_kv", GgufValue::array_i32(std::move(kv_heads)));
+  if (!granite || c.head_dim * c.n_head != c.hidden_size) {
+    u32("attention.key_length", c.head_dim);
+    u32("attention.value_length", c.head_dim);
+  }
+  f32("attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  if (granite) {
+    if (c.attn_scale > 0) f32("attention.scale", c.attn_scale);
+    f32("embedding_scale", c.embedding_multiplier);
+    f32("residual_scale", c.residual_multiplier);
+    f32("logit_scale", c.logits_scaling);
+  }
+  kv->emplace_back(a + "rope.scaling.finetuned", GgufValue::boolean(false));
+  u32("ssm.conv_kernel", c.conv_kernel);
+  u32("ssm.inner_size", c.ssm_d_inner());
+  u32("ssm.state_size", c.ssm_d_state);
+  u32("ssm.time_step_rank", c.ssm_n_head);
+  u32("ssm.group_count", c.ssm_n_group);
+  if (granite && c.n_expert > 0) {
+    u32("expert_count", c.n_expert);
+    u32("expert_used_count", c.n_expert_used);
+  }
+  if (granite)
+    u32("expert_shared_feed_forward_length",
+        c.n_expert > 0 ? c.shared_expert_intermediate_size : c.intermediate_size);
+}
+
 }  // namespace
 
 Status write_gguf_model(const std::string& path, const ModelConfig& c, const WeightSet& ws,
                         const GgufVocab& vocab, DType matrix_type, const std::string& name,
                         const std::function<DType(const std::string&)>& type_for, int64_t file_type,
                         const std::function<void(size_t, size_t)>& progress) {
-  if (c.family == Family::GraniteHybrid || c.family == Family::NemotronH)
-    return make_error(path + ": writing " + family_name(c.family) +
-                      " models as GGUF is not supported yet");
+  const bool mamba2 = c.family == Family::GraniteHybrid || c.family == Family::NemotronH;
+  if (c.family == Family::GraniteHybrid && c.ssm_norm_groups != c.ssm_n_group)
+    return make_error(path + ": this Granite-4.0-H model normalises its Mamba2 output over " +
+                      std::to_string(c.ssm_norm_groups) + " group(s) but has " +
+                      std::to_string(c.ssm_n_group) +
+                      " SSM groups; llama.cpp's granitehybrid groups the norm by ssm.group_count, "
+                      "so the file would change the model");
   const int64_t H = c.hidden_size, V = c.vocab_size;
   const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dv = c.lin_dv;
-  const int64_t r = Hv / Hk, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
+  const int64_t r = Hk > 0 ? Hv / Hk : 0, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
                 CD = c.conv_dim();
   const int64_t D = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
   const VHeads vh = vheads(c);
@@ -742,7 +717,79 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       mat(p + "ffn_down_shexp.weight", cp + "sh.down", H, Is, id);
     }
   };
-  for (int64_t il = 0; il < c.n_layer; ++il) write_layer(il, c.layer_kinds[il], c.layer_is_moe(il));
+  // The Mamba2 hybrids' blocks (llama.cpp's granitehybrid / nemotron_h names; docs/MAMBA2.md).
+  auto write_mamba2_layer = [&](int64_t il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string cp = "l" + std::to_string(il) + ".";
+    const LayerKind kind = c.layer_kinds[il];
+    const int64_t Hs = c.ssm_n_head, DI = c.ssm_d_inner(), G = c.ssm_n_group;
+    if (c.family == Family::GraniteHybrid) {
+      vec(p + "attn_norm.weight", cp + "in_norm", H, id);
+      vec(p + "ffn_norm.weight", cp + "post_norm", H, id);
+    } else {  // Nemotron-H: one norm per block, before its mixer or its MLP
+      vec(p + "attn_norm.weight", cp + (kind == LayerKind::None ? "post_norm" : "in_norm"), H, id);
+    }
+    if (kind == LayerKind::Mamba2) {
+      mat(p + "ssm_in.weight", cp + "in_proj", 2 * DI + 2 * G * c.ssm_d_state + Hs, H, id);
+      mat(p + "ssm_conv1d.weight", cp + "conv", CD, K, id);
+      outs.back().matrix = false;
+      if (c.ssm_conv_bias) vec(p + "ssm_conv1d.bias", cp + "conv_bias", CD, id);
+      vec(p + "ssm_a", cp + "A", Hs, id);  // canonical A is already -exp(A_log)
+      outs.back().ne = {1, Hs};
+      vec(p + "ssm_d", cp + "D", Hs, id);
+      outs.back().ne = {1, Hs};
+      vec(p + "ssm_dt.bias", cp + "dt_bias", Hs, id);
+      vec(p + "ssm_norm.weight", cp + "gnorm", DI, id);  // [d_inner] viewed per group
+      outs.back().ne = {DI / G, G};
+      mat(p + "ssm_out.weight", cp + "out_proj", H, DI, id);
+    } else if (kind == LayerKind::Attention) {
+      const std::string q = cp + "qkv";  // rows [q ; k ; v]
+      mat(p + "attn_q.weight", q, nh * D, H, id);
+      mat(p + "attn_k.weight", q, nkv * D, H, plus(nh * D));
+      mat(p + "attn_v.weight", q, nkv * D, H, plus(nh * D + nkv * D));
+      mat(p + "attn_output.weight", cp + "o_proj", H, nh * D, id);
+    }
+    const FfnKind ffn = c.ffn_kinds[il];
+    if (ffn == FfnKind::ReluSq) {
+      const int64_t F = c.intermediate_size;
+      mat(p + "ffn_up.weight", cp + "up", F, H, id);
+      mat(p + "ffn_down.weight", cp + "down", H, F, id);
+    } else if (ffn == FfnKind::SwiGLU || ffn == FfnKind::Moe) {
+      const bool moe = ffn == FfnKind::Moe;
+      // The shared MLP: ffn_{gate,up,down} when dense, the _shexp tensors beside the experts.
+      const int64_t F = moe ? c.shared_expert_intermediate_size : c.intermediate_size;
+      const std::string sfx = moe ? "_shexp" : "", src = moe ? cp + "sh." : cp;
+      mat(p + "ffn_gate" + sfx + ".weight", src + "gate_up", F, H, id);
+      mat(p + "ffn_up" + sfx + ".weight", src + "gate_up", F, H, plus(F));
+      mat(p + "ffn_down" + sfx + ".weight", src + "down", H, F, id);
+      if (moe) {
+        const int64_t E = c.n_expert, Im = c.moe_intermediate_size;
+        mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
+        auto experts = [&](const std::string& gname, const std::string& part, int64_t n,
+                           int64_t cols, int64_t r0) {
+          std::vector<const WeightSource*> src_w;
+          for (int64_t e = 0; e < E; ++e)
+            src_w.push_back(&ws.get(cp + "e" + std::to_string(e) + "." + part));
+          Out o;
+          o.name = gname;
+          o.rows = E * n;
+          o.cols = cols;
+          o.ne = {cols, n, E};
+          o.row = [src_w, n, r0](int64_t i, float* out) { src_w[i / n]->row_f32(r0 + i % n, out); };
+          outs.push_back(std::move(o));
+        };
+        experts(p + "ffn_gate_exps.weight", "gate_up", Im, H, 0);
+        experts(p + "ffn_up_exps.weight", "gate_up", Im, H, Im);
+        experts(p + "ffn_down_exps.weight", "down", H, Im, 0);
+      }
+    }
+  };
+  if (mamba2) {
+    for (int64_t il = 0; il < c.n_layer; ++il) write_mamba2_layer(il);
+  } else {
+    for (int64_t il = 0; il < c.n_layer; ++il)
+      write_layer(il, c.layer_kinds[il], c.layer_is_moe(il));
+  }
   // MTP blocks blk.{n_layer + j} (llama.cpp's nextn layout; model/gguf_model.h). The head's own
   // tensors go into every MTP block, as llama.cpp's converter writes them.
   const int64_t n_mtp = gguf_mtp_blocks(c, ws);
@@ -771,51 +818,55 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
   u32("general.file_type", file_type >= 0 ? file_type : ftype);
   if (dtype_is_quant(matrix_type)) u32("general.quantization_version", 2);
   const std::string a = arch + ".";
-  u32(a + "context_length", c.max_position_embeddings);
-  u32(a + "embedding_length", H);
-  u32(a + "block_count", c.n_layer + n_mtp);
-  if (c.intermediate_size > 0) u32(a + "feed_forward_length", c.intermediate_size);
-  u32(a + "attention.head_count", nh);
-  u32(a + "attention.head_count_kv", nkv);
-  u32(a + "attention.key_length", D);
-  u32(a + "attention.value_length", D);
-  kv.emplace_back(a + "attention.layer_norm_rms_epsilon",
-                  GgufValue::f32(static_cast<float>(c.rms_norm_eps)));
-  kv.emplace_back(a + "rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
-  u32(a + "rope.dimension_count", c.rope_dim);
-  if (c.family != Family::Qwen3Next) {
-    const int64_t n = c.rope_dim / 2;  // text positions: the split does not change the result
-    kv.emplace_back(a + "rope.dimension_sections",
-                    GgufValue::array_i32({n / 3 + (n % 3 > 0), n / 3 + (n % 3 > 1), n / 3, 0}));
-  }
-  u32(a + "ssm.conv_kernel", K);
-  u32(a + "ssm.state_size", c.lin_dk);
-  u32(a + "ssm.group_count", Hk);
-  u32(a + "ssm.time_step_rank", Hv);
-  u32(a + "ssm.inner_size", VD);
-  {
-    int64_t interval = 0;  // the interval that reproduces layer_kinds, if any
-    for (int64_t n = 1; n <= c.n_layer && !interval; ++n) {
-      bool ok = true;
-      for (int64_t il = 0; il < c.n_layer; ++il)
-        ok = ok && (c.layer_kinds[il] == LayerKind::Attention) == ((il + 1) % n == 0);
-      if (ok) interval = n;
+  if (mamba2) {
+    write_mamba2_keys(c, &kv);
+  } else {
+    u32(a + "context_length", c.max_position_embeddings);
+    u32(a + "embedding_length", H);
+    u32(a + "block_count", c.n_layer + n_mtp);
+    if (c.intermediate_size > 0) u32(a + "feed_forward_length", c.intermediate_size);
+    u32(a + "attention.head_count", nh);
+    u32(a + "attention.head_count_kv", nkv);
+    u32(a + "attention.key_length", D);
+    u32(a + "attention.value_length", D);
+    kv.emplace_back(a + "attention.layer_norm_rms_epsilon",
+                    GgufValue::f32(static_cast<float>(c.rms_norm_eps)));
+    kv.emplace_back(a + "rope.freq_base", GgufValue::f32(static_cast<float>(c.rope_theta)));
+    u32(a + "rope.dimension_count", c.rope_dim);
+    if (c.family != Family::Qwen3Next) {
+      const int64_t n = c.rope_dim / 2;  // text positions: the split does not change the result
+      kv.emplace_back(a + "rope.dimension_sections",
+                      GgufValue::array_i32({n / 3 + (n % 3 > 0), n / 3 + (n % 3 > 1), n / 3, 0}));
     }
-    if (interval > 0) {
-      u32(a + "full_attention_interval", interval);
-    } else {
-      std::vector<int64_t> flags;
-      for (auto k : c.layer_kinds) flags.push_back(k == LayerKind::GatedDeltaNet);
-      flags.resize(static_cast<size_t>(c.n_layer + n_mtp), 0);  // MTP blocks: attention
-      kv.emplace_back(a + "attention.recurrent_layers", GgufValue::array_bool(std::move(flags)));
+    u32(a + "ssm.conv_kernel", K);
+    u32(a + "ssm.state_size", c.lin_dk);
+    u32(a + "ssm.group_count", Hk);
+    u32(a + "ssm.time_step_rank", Hv);
+    u32(a + "ssm.inner_size", VD);
+    {
+      int64_t interval = 0;  // the interval that reproduces layer_kinds, if any
+      for (int64_t n = 1; n <= c.n_layer && !interval; ++n) {
+        bool ok = true;
+        for (int64_t il = 0; il < c.n_layer; ++il)
+          ok = ok && (c.layer_kinds[il] == LayerKind::Attention) == ((il + 1) % n == 0);
+        if (ok) interval = n;
+      }
+      if (interval > 0) {
+        u32(a + "full_attention_interval", interval);
+      } else {
+        std::vector<int64_t> flags;
+        for (auto k : c.layer_kinds) flags.push_back(k == LayerKind::GatedDeltaNet);
+        flags.resize(static_cast<size_t>(c.n_layer + n_mtp), 0);  // MTP blocks: attention
+        kv.emplace_back(a + "attention.recurrent_layers", GgufValue::array_bool(std::move(flags)));
+      }
     }
-  }
-  if (n_mtp > 0) u32(a + "nextn_predict_layers", n_mtp);
-  if (c.n_expert > 0) {
-    u32(a + "expert_count", c.n_expert);
-    u32(a + "expert_used_count", c.n_expert_used);
-    u32(a + "expert_feed_forward_length", c.moe_intermediate_size);
-    u32(a + "expert_shared_feed_forward_length", c.shared_expert_intermediate_size);
+    if (n_mtp > 0) u32(a + "nextn_predict_layers", n_mtp);
+    if (c.n_expert > 0) {
+      u32(a + "expert_count", c.n_expert);
+      u32(a + "expert_used_count", c.n_expert_used);
+      u32(a + "expert_feed_forward_length", c.moe_intermediate_size);
+      u32(a + "expert_shared_feed_forward_length", c.shared_expert_intermediate_size);
+    }
   }
   std::vector<std::string> tokens = vocab.tokens;
   std::vector<int64_t> types = vocab.token_type;

@@ -1,7 +1,9 @@
 // llama.cpp's GGUF layout of the qwen35 / qwen35moe / qwen3next architectures: the model
 // configuration from GGUF metadata, the tensor-name map to rewind's canonical weights
 // (WeightSet::from_gguf, in gguf_model.cpp), and the writer that turns canonical weights back
-// into a GGUF file llama.cpp loads (names, keys, conventions, tokenizer keys).
+// into a GGUF file llama.cpp loads (names, keys, conventions, tokenizer keys). The writer also
+// writes the Mamba2 hybrids (granitehybrid, nemotron_h; read by model/arch_granite.cpp and
+// model/arch_nemotron_h.cpp), whose layout is in docs/MAMBA2.md section 5.
 //
 // Conventions that differ from the HF layout (all handled here, nowhere else):
 //   * ne[0] is the contiguous axis, so a 2-D {in, out} tensor is HF's [out, in] row-major.
@@ -77,7 +79,8 @@ GgmlType ggml_from_dtype(DType t);
 // `n_mtp` MTP blocks: Q6_K for output.weight (token_embd.weight when the embeddings are tied
 // and there is no output.weight) and, in the blocks its use_more_bits rule picks (the
 // first and last eighth and every third between, over all block_count blocks, MTP blocks last),
-// for the attn_v-like tensors (attn_v, and attn_qkv: the linear-attention layers' fused q/k/v)
+// for the attn_v-like tensors (attn_v; attn_qkv, the linear-attention layers' fused q/k/v; and
+// ssm_in, the Mamba2 input projection)
 // and ffn_down*; the base type for every other matrix (nextn.eh_proj included). Checked against
 // the types llama-quantize itself chose for the same files (tests/data/llama-cpp).
 std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& cfg, int64_t n_mtp = 0,

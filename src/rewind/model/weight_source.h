@@ -97,7 +97,8 @@ class WeightSet {
   // model/arch.h), checks shapes and dtypes, applies the load-time transforms. `tensors` must
   // outlive the WeightSet.
   static Result<WeightSet> from_hf(const TensorSet& tensors, const ModelConfig& cfg);
-  // The same from a llama.cpp GGUF file (qwen35 / qwen35moe / qwen3next): tensor names and
+  // The same from a llama.cpp GGUF file (qwen35 / qwen35moe / qwen3next; the Mamba2 hybrids'
+  // granitehybrid / nemotron_h in docs/MAMBA2.md section 5): tensor names and
   // conventions in model/gguf_model.h (norms already hold the +1,
   // ssm_a is already -exp(A_log), V heads tiled in qwen35/qwen35moe files are put back in the
   // model's grouped order; the MTP head from the nextn blocks). `file` must outlive the WeightSet.

@@ -1,0 +1,228 @@
+// GGUF loading of the Mamba2 hybrids is exact: the mamba2-tiny fixtures (Granite-4.0-H and
+// Nemotron-H) and the make-model tiny presets written as F32 GGUF give byte-identical logits
+// (memcmp) to their HF checkpoints, in one piece and token by token on another thread count; a
+// BF16 checkpoint converted to BF16 the same. Quantised files (Q8_0, Q4_K_M, through `rewind
+// convert`) load, run, and stay close to the F32 logits.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "rewind/base/thread_pool.h"
+#include "rewind/io/gguf.h"
+#include "rewind/io/safetensors.h"
+#include "rewind/model/gguf_model.h"
+#include "test_util.h"
+
+namespace rw {
+namespace {
+
+std::string work_dir() {
+  static const std::string d = test::made_scratch_dir("gguf_mamba2_exact");
+  return d;
+}
+
+void sh(const std::string& cmd) {
+  int rc = 0;
+  const std::string out = test::run_command(cmd + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << cmd << "\n" << out;
+}
+
+// A fixture written as F32 GGUF in-process (it has no tokenizer for `rewind convert`).
+std::string fixture_gguf(const std::string& variant) {
+  const std::string path = work_dir() + "/" + variant + ".gguf";
+  if (std::filesystem::exists(path)) return path;
+  const std::string dir = test::fixture_dir(variant);
+  auto cfg = load_model_config(dir + "/config.json");
+  EXPECT_TRUE(cfg.ok()) << cfg.error_message();
+  auto ts = TensorSet::open_dir(dir);
+  EXPECT_TRUE(ts.ok()) << ts.error_message();
+  auto ws = WeightSet::from_hf(*ts, *cfg);
+  EXPECT_TRUE(ws.ok()) << ws.error_message();
+  GgufVocab v;
+  for (int i = 0; i < 256; ++i) v.tokens.push_back("tok" + std::to_string(i));
+  Status st = write_gguf_model(path, *cfg, *ws, v, DType::F32, "fixture");
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  return path;
+}
+
+// `make-model --preset P --dtype D` and its conversion to `type`, made once per process.
+std::string preset_hf(const std::string& preset, const std::string& dtype) {
+  const std::string dir = work_dir() + "/" + preset + "_" + dtype;
+  if (!std::filesystem::exists(dir + "/config.json"))
+    sh(std::string(REWIND_BINARY) + " make-model --preset " + preset + " --dtype " + dtype +
+       " --seed 5 --out " + dir);
+  return dir;
+}
+std::string preset_gguf(const std::string& preset, const std::string& dtype,
+                        const std::string& type) {
+  const std::string hf = preset_hf(preset, dtype);
+  const std::string path = hf + "_" + type + ".gguf";
+  if (!std::filesystem::exists(path))
+    sh(std::string(REWIND_BINARY) + " convert --in " + hf + " --out " + path + " --type " + type);
+  return path;
+}
+
+std::vector<float> logits(Model& m, const std::vector<int32_t>& tokens, int64_t chunk,
+                          ThreadPool* pool) {
+  SequenceState st = m.new_state();
+  std::vector<float> all, part;
+  for (size_t b = 0; b < tokens.size(); b += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(tokens.size() - b, static_cast<size_t>(chunk));
+    SeqInput in{&st, std::span<const int32_t>(tokens.data() + b, n), {}};
+    for (size_t i = 0; i < n; ++i) in.logit_rows.push_back(static_cast<int32_t>(i));
+    EXPECT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &part, pool).ok());
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void expect_same_logits(const std::string& hf_path, const std::string& gguf_path, bool f32) {
+  Model& hf = test::cached_model(hf_path);
+  Model& gg = test::cached_model(gguf_path);
+  EXPECT_EQ(gg.config().family, hf.config().family);
+  EXPECT_EQ(gg.config().layer_kinds, hf.config().layer_kinds);
+  if (f32) EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes());
+  std::mt19937_64 rng(41);
+  ThreadPool pool(2);
+  for (int trial = 0; trial < 3; ++trial) {
+    const auto tokens =
+        test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 70), hf.config().vocab_size);
+    const auto want = logits(hf, tokens, static_cast<int64_t>(tokens.size()), nullptr);
+    EXPECT_TRUE(same_bytes(logits(gg, tokens, static_cast<int64_t>(tokens.size()), nullptr), want))
+        << trial;
+    EXPECT_TRUE(same_bytes(logits(gg, tokens, 1, &pool), want)) << trial;
+  }
+}
+
+TEST(GgufMamba2Exact, FixturesSameLogitsAsHf) {
+  for (const char* variant : {"granitemoehybrid", "nemotron_h"}) {
+    SCOPED_TRACE(variant);
+    expect_same_logits(test::fixture_dir(variant), fixture_gguf(variant), true);
+  }
+}
+
+TEST(GgufMamba2Exact, PresetsThroughConvertSameLogitsAsHf) {
+  for (const char* preset : {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny"}) {
+    SCOPED_TRACE(preset);
+    expect_same_logits(preset_hf(preset, "f32"), preset_gguf(preset, "f32", "f32"), true);
+  }
+  SCOPED_TRACE("bf16");
+  expect_same_logits(preset_hf("granite-h-tiny", "bf16"),
+                     preset_gguf("granite-h-tiny", "bf16", "bf16"), false);
+}
+
+// Relative RMS distance of `got` from `want`, and the share of positions whose argmax agrees.
+struct Closeness {
+  double rel_rms = 0, argmax_agree = 0;
+};
+Closeness closeness(const std::vector<float>& want, const std::vector<float>& got, int64_t V) {
+  double d2 = 0, w2 = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    d2 += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    w2 += static_cast<double>(want[i]) * want[i];
+  }
+  int64_t agree = 0;
+  const int64_t n = static_cast<int64_t>(want.size()) / V;
+  for (int64_t p = 0; p < n; ++p) {
+    auto a = want.begin() + p * V, b = got.begin() + p * V;
+    agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+  }
+  return {std::sqrt(d2 / w2), static_cast<double>(agree) / static_cast<double>(n)};
+}
+
+TEST(GgufMamba2Exact, QuantisedFilesStayClose) {
+  for (const char* preset : {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny"}) {
+    Model& ref = test::cached_model(preset_gguf(preset, "f32", "f32"));
+    std::mt19937_64 rng(7);
+    const auto tokens = test::random_tokens(rng, 48, ref.config().vocab_size);
+    const auto want = logits(ref, tokens, 48, nullptr);
+    // Bounds: relative RMS distance and argmax agreement. The random Nemotron-H blocks (squared
+    // ReLU, untied head with a narrow logit spread) amplify weight error about four times more
+    // than Granite's, whose logits the scaled input embedding dominates; its Q4_K_M / Q8_0 ratio
+    // (about 9) is that of the per-weight errors.
+    const bool nemotron = std::string(preset) == "nemotron-h-tiny";
+    struct Bound {
+      const char* type;
+      double rms, agree;
+    };
+    for (const Bound b : {Bound{"q8_0", nemotron ? 0.06 : 0.02, 0.9},
+                          Bound{"q4_k_m", nemotron ? 0.4 : 0.06, nemotron ? 0.4 : 0.9}}) {
+      const char* type = b.type;
+      SCOPED_TRACE(std::string(preset) + " " + type);
+      const std::string path = preset_gguf(preset, "f32", type);
+      // The K-quant types are really used (every row length here is a multiple of 256).
+      auto g = GgufFile::open(path);
+      ASSERT_TRUE(g.ok());
+      const GgmlType ssm_out = g->find("blk.0.ssm_out.weight")->type;
+      EXPECT_EQ(ssm_out, std::string(type) == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_K);
+      Model& m = test::cached_model(path);
+      const auto got = logits(m, tokens, 48, nullptr);
+      ASSERT_EQ(got.size(), want.size());
+      for (float x : got) ASSERT_TRUE(std::isfinite(x));
+      const Closeness c = closeness(want, got, ref.config().vocab_size);
+      EXPECT_GT(c.rel_rms, 0.0);  // quantised for real
+      EXPECT_LT(c.rel_rms, b.rms);
+      EXPECT_GE(c.argmax_agree, b.agree);
+      // Batch invariance holds for quantised files too: token by token gives the same bytes.
+      ThreadPool pool(2);
+      EXPECT_TRUE(same_bytes(logits(m, tokens, 1, &pool), got));
+    }
+  }
+}
+
+// Seeded weights are well conditioned: finite logits that spread and whose argmax varies.
+TEST(GgufMamba2Exact, PresetLogitsAreNotDegenerate) {
+  for (const char* preset : {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny"}) {
+    SCOPED_TRACE(preset);
+    Model& m = test::cached_model(preset_hf(preset, "f32"));
+    const int64_t V = m.config().vocab_size;
+    std::mt19937_64 rng(3);
+    const auto tokens = test::random_tokens(rng, 32, V);
+    const auto l = logits(m, tokens, 32, nullptr);
+    std::set<int64_t> argmaxes;
+    for (int64_t p = 0; p < 32; ++p) {
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < V; ++i) mean += l[p * V + i];
+      mean /= static_cast<double>(V);
+      for (int64_t i = 0; i < V; ++i) {
+        ASSERT_TRUE(std::isfinite(l[p * V + i]));
+        var += (l[p * V + i] - mean) * (l[p * V + i] - mean);
+      }
+      EXPECT_GT(std::sqrt(var / static_cast<double>(V)), 0.1) << p;
+      argmaxes.insert(std::max_element(l.begin() + p * V, l.begin() + (p + 1) * V) -
+                      (l.begin() + p * V));
+    }
+    EXPECT_GT(argmaxes.size(), 8u);
+  }
+}
+
+// make-model writes a quantised GGUF directly (the path the real shapes take).
+TEST(GgufMamba2Exact, MakeModelWritesGgufDirectly) {
+  const std::string path = work_dir() + "/direct_nemotron.gguf";
+  sh(std::string(REWIND_BINARY) + " make-model --preset nemotron-h-tiny --format gguf --type " +
+     "q4_k_m --seed 5 --out " + path);
+  auto g = GgufFile::open(path);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(g->get_string("general.architecture").value(), "nemotron_h");
+  EXPECT_EQ(g->get_int("general.file_type").value(), 15);  // LLAMA_FTYPE_MOSTLY_Q4_K_M
+  // The same weights as make-model's HF files converted by `rewind convert`.
+  auto conv = GgufFile::open(preset_gguf("nemotron-h-tiny", "f32", "q4_k_m"));
+  ASSERT_TRUE(conv.ok());
+  for (const char* n : {"blk.0.ssm_in.weight", "blk.1.ffn_down.weight", "output.weight"}) {
+    const GgufTensor* a = g->find(n);
+    const GgufTensor* b = conv->find(n);
+    ASSERT_TRUE(a && b) << n;
+    ASSERT_EQ(a->nbytes, b->nbytes) << n;
+    EXPECT_EQ(std::memcmp(a->data, b->data, a->nbytes), 0) << n;
+  }
+}
+
+}  // namespace
+}  // namespace rw
