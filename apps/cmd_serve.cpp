@@ -30,6 +30,7 @@
 #include "rewind/server/access_log.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/server/http_server.h"
+#include "rewind/server/openai_request.h"
 #include "rewind/tokenizer/gguf_vocab.h"
 #include "rewind/tokenizer/tokenizer.h"
 #include "spec_args.h"
@@ -247,13 +248,13 @@ int cmd_serve(int argc, char** argv) {
   {
     // The memory bound (docs/ARCHITECTURE.md, "Memory"): the engine's terms; the HTTP layer's
     // enforced cap on bodies and answers, the header buffers of the open connections (at most
-    // max_header_bytes + 4 KiB each) and a body's parsed copy on each transport thread; a fixed
-    // overhead.
+    // max_header_bytes + 4 KiB each) and a body's parsed tree on each transport thread (at most
+    // kJsonTreeFactor x the body: openai_request.h); a fixed overhead.
     MemoryReport bound = engine_memory_bound(m, eo, static_cast<int>(th.value()));
     const int64_t http_threads = so.http_threads > 0 ? so.http_threads : 2;
     bound.add("http", buffered_cap +
                           max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
-                          http_threads * max_body.value());
+                          http_threads * kJsonTreeFactor * max_body.value());
     bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
     std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
     for (size_t i = 0; i < bound.kinds.size(); ++i)

@@ -189,9 +189,36 @@ TEST(ChatRequest, MalformedBodies) {
   expect_chat_error("null", "must be a JSON object");
   expect_chat_error("{} trailing", "not valid JSON");
   expect_chat_error(std::string(100, '[') + std::string(100, ']'), "nested deeper");
+  // A body of empty objects or of one-digit numbers parses into many times its size: refused
+  // before parsing (openai_request.h, kJsonTreeFactor).
+  {
+    std::string objs = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"x\":[";
+    for (int i = 0; i < 20000; ++i) objs += i ? ",{}" : "{}";
+    expect_chat_error(objs + "]}", "too many values for its size");
+    std::string nums = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"x\":[";
+    for (int i = 0; i < 20000; ++i) nums += i ? ",1" : "1";
+    expect_chat_error(nums + "]}", "too many values for its size");
+  }
   // Invalid UTF-8 inside a string.
   expect_chat_error("{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}",
                     "not valid JSON");
+}
+
+// The size guard leaves ordinary large requests alone: many short messages, and a long prompt
+// of token ids (completions) with five-digit ids.
+TEST(ChatRequest, SizeGuardAcceptsOrdinaryLargeBodies) {
+  json msgs = json::array();
+  for (int i = 0; i < 5000; ++i) msgs.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "ok"}});
+  const std::string body = json{{"messages", msgs}}.dump();
+  Limits lim;
+  lim.ctx_size = 1 << 20;
+  auto r = parse_chat_request(body, lim);
+  EXPECT_TRUE(r.ok()) << r.error_message();
+  json ids = json::array();
+  for (int i = 0; i < 20000; ++i) ids.push_back(10000 + (i * 7919) % 90000);
+  lim.vocab_size = 100000;
+  auto c = parse_completion_request(json{{"prompt", ids}, {"max_tokens", 1}}.dump(), lim);
+  EXPECT_TRUE(c.ok()) << c.error_message();
 }
 
 TEST(ChatRequest, MessagesMalformed) {

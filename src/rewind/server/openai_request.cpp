@@ -25,10 +25,17 @@ Error type_error(const std::string& field, const char* want, const json& got) {
   return make_error("'" + field + "' must be " + want + " (got " + type_name(got) + ")");
 }
 
-// Nesting depth of JSON text, counting brackets outside strings. A cheap guard before parsing
-// (the parser itself is iterative, but every later walk of the tree is recursive).
-int json_depth(std::string_view s) {
-  int depth = 0, worst = 0;
+// Nesting depth of JSON text and its count of values and of containers, counting outside
+// strings (values: one more than the commas, plus the containers). A cheap guard before parsing
+// (the parser itself is iterative, but every later walk of the tree is recursive, and the tree's
+// size is bounded by the counts: kJsonTreeFactor).
+struct JsonShape {
+  int depth = 0;
+  int64_t values = 1, containers = 0;
+};
+JsonShape json_shape(std::string_view s) {
+  JsonShape r;
+  int depth = 0;
   bool in_str = false, esc = false;
   for (char c : s) {
     if (in_str) {
@@ -44,19 +51,30 @@ int json_depth(std::string_view s) {
     if (c == '"') {
       in_str = true;
     } else if (c == '[' || c == '{') {
-      worst = std::max(worst, ++depth);
+      r.depth = std::max(r.depth, ++depth);
+      ++r.containers;
+      ++r.values;
     } else if (c == ']' || c == '}') {
       --depth;
+    } else if (c == ',') {
+      ++r.values;
     }
   }
-  return worst;
+  return r;
 }
 
 Result<json> parse_object(std::string_view body, const Limits& lim) {
   if (body.empty()) return make_error("request body is empty (expected a JSON object)");
-  if (json_depth(body) > lim.max_json_depth)
+  const JsonShape shape = json_shape(body);
+  if (shape.depth > lim.max_json_depth)
     return make_error("request JSON is nested deeper than " + std::to_string(lim.max_json_depth) +
                       " levels");
+  const int64_t n = static_cast<int64_t>(body.size());
+  if (shape.values > 1024 + n / 4 || shape.containers > 64 + n / 24)
+    return make_error("request JSON has too many values for its size (" +
+                      std::to_string(shape.values) + " values, " +
+                      std::to_string(shape.containers) + " objects and arrays in " +
+                      std::to_string(n) + " bytes; at most 1024 + bytes/4 and 64 + bytes/24)");
   // Linear time however many keys an object has (nlohmann's ordered parser is quadratic).
   auto parsed = parse_json_ordered(body);
   if (!parsed.ok())
@@ -213,12 +231,14 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
         out->speculative_k = static_cast<int32_t>(n);
       }
     } else if (v->is_boolean()) {
-      if (v->get<bool>()) return make_error("'speculative': true is ambiguous: name a method (ngram, draft, mtp)");
+      if (v->get<bool>())
+        return make_error("'speculative': true is ambiguous: name a method (ngram, draft, mtp)");
       out->speculative = "off";
       method = nullptr;
     }
     if (method) {
-      REWIND_TRY(out->speculative, get_str(*method, v->is_object() ? "speculative.method" : "speculative"));
+      REWIND_TRY(out->speculative,
+                 get_str(*method, v->is_object() ? "speculative.method" : "speculative"));
       if (out->speculative != "off" && out->speculative != "ngram" && out->speculative != "draft" &&
           out->speculative != "mtp")
         return make_error("'speculative' method '" + out->speculative +

@@ -6,8 +6,8 @@
 // or dropped silently: a field that is present and meaningful is either honoured or refused.
 // Unknown fields are ignored (clients such as the official SDKs send extras like `user`).
 // JSON null counts as an absent optional field. Extensions beyond OpenAI's schema: top_k, min_p,
-// ignore_eos (as vLLM), speculative, chat_template_kwargs.enable_thinking; top-level and `developer` role
-// names follow OpenAI (developer is rendered as system).
+// ignore_eos (as vLLM), speculative, chat_template_kwargs.enable_thinking; top-level and
+// `developer` role names follow OpenAI (developer is rendered as system).
 //
 // The parsers are pure functions of (body, limits): no model, no tokenizer, no engine. That
 // keeps them cheap to fuzz (tests/fuzz/fuzz_openai_request.cpp) and guarantees that a bad request
@@ -39,6 +39,13 @@ struct Limits {
   size_t max_messages = 65536;    // messages per chat request
   int max_json_depth = 64;        // nesting depth of the request JSON
 };
+
+// The parsed tree of a request body is bounded by its size: at most 1024 + bytes / 4 values
+// and 64 + bytes / 24 objects and arrays (checked on the text before parsing), so a body of b
+// bytes parses into at most about kJsonTreeFactor x b bytes (a body of empty objects, "[{},{},
+// ...]", would otherwise take some 20 times its size). Ordinary requests, token-id prompts
+// included, are far from both limits.
+inline constexpr int64_t kJsonTreeFactor = 12;
 
 // Sampling fields as the client sent them; unset ones take the model's defaults
 // (generation_config.json) in the server.
