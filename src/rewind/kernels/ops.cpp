@@ -992,14 +992,14 @@ __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const floa
                                                             const float* dA, float D, float* y,
                                                             int64_t ldy, int64_t T, int64_t P,
                                                             int64_t N) {
-  for (int64_t p = 0; p < P; ++p) {
-    float* s = S + p * N;
-    for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < T; ++t) {
+    const __m512 a = _mm512_set1_ps(dA[t]);
+    const float* b = B + t * ldbc;
+    const float* c = C + t * ldbc;
+    for (int64_t p = 0; p < P; ++p) {
+      float* s = S + p * N;
       const float xv = x[t * ldx + p];
       const __m512 xdt = _mm512_set1_ps(xv * dt[t]);
-      const __m512 a = _mm512_set1_ps(dA[t]);
-      const float* b = B + t * ldbc;
-      const float* c = C + t * ldbc;
       __m512 acc = _mm512_setzero_ps();
       int64_t n = 0;
       for (; n + kLanes <= N; n += kLanes) {
@@ -1031,15 +1031,15 @@ __attribute__((target("avx2,fma"))) void mamba2_steps_avx2(float* S, const float
                                                            const float* dA, float D, float* y,
                                                            int64_t ldy, int64_t T, int64_t P,
                                                            int64_t N) {
-  for (int64_t p = 0; p < P; ++p) {
-    float* s = S + p * N;
-    for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < T; ++t) {
+    const __m256 a = _mm256_set1_ps(dA[t]);
+    const float* b = B + t * ldbc;
+    const float* c = C + t * ldbc;
+    for (int64_t p = 0; p < P; ++p) {
+      float* s = S + p * N;
       const float xv = x[t * ldx + p];
       const float xs = xv * dt[t];
       const __m256 xdt = _mm256_set1_ps(xs);
-      const __m256 a = _mm256_set1_ps(dA[t]);
-      const float* b = B + t * ldbc;
-      const float* c = C + t * ldbc;
       __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
       int64_t n = 0;
       for (; n + kLanes <= N; n += kLanes) {
@@ -1082,13 +1082,13 @@ void mamba2_steps(float* S, const float* x, int64_t ldx, const float* B, const f
   if (level == 2) return mamba2_steps_avx512(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, P, N);
   if (level == 1) return mamba2_steps_avx2(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, P, N);
 #endif
-  for (int64_t p = 0; p < P; ++p) {
-    float* s = S + p * N;
-    for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = 0; t < T; ++t) {
+    const float* b = B + t * ldbc;
+    const float* c = C + t * ldbc;
+    for (int64_t p = 0; p < P; ++p) {
+      float* s = S + p * N;
       const float xv = x[t * ldx + p];
       const float xs = xv * dt[t];
-      const float* b = B + t * ldbc;
-      const float* c = C + t * ldbc;
       float acc[kLanes] = {};
       for (int64_t n = 0; n < N; ++n) {
         s[n] = std::fma(s[n], dA[t], b[n] * xs);

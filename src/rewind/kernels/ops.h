@@ -91,7 +91,8 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
 //   y[t][p] = (sum over n of S[p][n] * C[t][n], in dot_fixed's 16-lane order) + D * x[t][p]
 // x: row t at x + t*ldx (P values); B, C: row t at B + t*ldbc, C + t*ldbc (N values); dt (after
 // softplus), dA = exp(dt * A): [T]; y: row t at y + t*ldy. Rows of S never mix and every element
-// sees the same operations in the same order whatever T, so any cut of a sequence into calls
+// sees the same operations in the same order whatever T (tokens outer, rows inner: the head's
+// state stays in L1 while B and C of a token are read once), so any cut of a sequence into calls
 // gives the same bits, and so does every SIMD path.
 void mamba2_steps(float* S, const float* x, int64_t ldx, const float* B, const float* C,
                   int64_t ldbc, const float* dt, const float* dA, float D, float* y, int64_t ldy,
