@@ -67,9 +67,10 @@ Result<KernelOptions> kernel_options_from(const Args& a);
 
 double now_seconds();
 
-// A progress line on stderr for long work: "\r<label>: 12.3% of <total / unit> <unit_name>",
-// for totals of at least min_total, at most 4 lines a second (and the last); finish() ends the
-// line if one was shown.
+// A progress line on stderr for long work, on a terminal only (pipes and files get none):
+// "\r<label>: 12.3% of <total / unit> <unit_name>, <rate> <unit_name>/s, ETA <s> s", for totals
+// of at least min_total, at most 4 lines a second (and the last); finish() ends the line if one
+// was shown.
 class ProgressLine {
  public:
   ProgressLine(std::string label, double unit, std::string unit_name, size_t min_total)
@@ -85,6 +86,7 @@ class ProgressLine {
   double unit_;
   size_t min_total_;
   double last_ = 0;
+  double start_ = 0;  // the first call's time, for the rate and the ETA
   bool shown_ = false;
 };
 

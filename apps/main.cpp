@@ -1,4 +1,6 @@
 // rewind: command-line entry point. Subcommands live in apps/cmd_*.cpp and apps/make_model.cpp.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,14 +46,27 @@ double now_seconds() {
 }
 
 void ProgressLine::operator()(size_t done, size_t total) {
-  if (total < min_total_) return;
+  // A terminal only: a pipe or a log file gets no carriage-return lines.
+  static const bool tty = isatty(STDERR_FILENO) != 0;
+  if (!tty || total < min_total_) return;
   const double t = now_seconds();
+  if (start_ == 0) start_ = t;
   if (t - last_ < 0.25 && done < total) return;
   last_ = t;
   shown_ = true;
-  std::fprintf(stderr, "\r%s: %5.1f%% of %.2f %s", label_.c_str(),
-               100.0 * static_cast<double>(done) / static_cast<double>(total),
-               static_cast<double>(total) / unit_, unit_name_.c_str());
+  const double frac = static_cast<double>(done) / static_cast<double>(total);
+  const double secs = t - start_;
+  std::string rate;
+  if (secs > 0.5 && done > 0) {
+    char buf[64];
+    const double per_s = static_cast<double>(done) / secs;
+    std::snprintf(buf, sizeof buf, ", %.2f %s/s, %s %.0f s", per_s / unit_, unit_name_.c_str(),
+                  done < total ? "ETA" : "in",
+                  done < total ? static_cast<double>(total - done) / per_s : secs);
+    rate = buf;
+  }
+  std::fprintf(stderr, "\r%s: %5.1f%% of %.2f %s%s\033[K", label_.c_str(), 100.0 * frac,
+               static_cast<double>(total) / unit_, unit_name_.c_str(), rate.c_str());
   std::fflush(stderr);
 }
 
