@@ -184,16 +184,14 @@ int cmd_cache_bench(int argc, char** argv) {
     auto w = warm.generate(g);
     if (!w.ok()) return fail(w.error_message());
   }
-  {
-    // The grid the engine chose for this model (CheckpointPolicy::size_grid).
-    Engine probe(m, &pool, on);
-    std::fprintf(stderr, "checkpoint grid: %s\n", probe.options().cache.policy.grid_note.c_str());
-  }
   bool all_identical = true;
   int request = 0;
   for (auto& w : wls.value()) {
     Engine cached(m, &pool, on);  // a fresh cache per workload
     Engine cold(m, &pool, off);
+    if (request == 0)  // the grid the engine chose for this model (CheckpointPolicy::size_grid)
+      std::fprintf(stderr, "checkpoint grid: %s\n",
+                   cached.options().cache.policy.grid_note.c_str());
     std::vector<int32_t> history;  // chat: prompt + reply so far
     for (auto& step : w.steps) {
       Request req;

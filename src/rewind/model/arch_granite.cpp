@@ -123,15 +123,7 @@ Result<ModelConfig> parse_hf(const json& root, const std::string& model_type,
     c.ffn_kinds.assign(static_cast<size_t>(c.n_layer), FfnKind::SwiGLU);
   }
 
-  REWIND_TRY(c.rms_norm_eps, f.num_opt("rms_norm_eps", 1e-6));
-  if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0)
-    return f.err("field 'rms_norm_eps' must be positive");
-  REWIND_TRY(c.max_position_embeddings,
-             f.int_opt("max_position_embeddings", 4096, 1, kMaxPositions));
-  REWIND_TRY(c.tie_word_embeddings, f.bool_opt("tie_word_embeddings", false));
-  REWIND_TRY(auto bos, token_ids(f, f, "bos_token_id", false));
-  c.bos_token_id = bos.empty() ? -1 : bos[0];
-  REWIND_TRY(c.eos_token_ids, token_ids(f, f, "eos_token_id", true));
+  REWIND_TRY_STATUS(parse_flat_tail(f, "rms_norm_eps", 1e-6, &c));
   return c;
 }
 

@@ -2,6 +2,7 @@
 // (model/arch_*.cpp). Internal to the model layer.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -157,6 +158,22 @@ inline Status check_mamba2_sizes(const Fields& f, const ModelConfig& c) {
     return f.err("d_inner (" + std::to_string(c.ssm_d_inner()) +
                  ") is not a multiple of the gated norm's groups (" +
                  std::to_string(c.ssm_norm_groups) + ")");
+  return Ok{};
+}
+
+// The fields every flat (no text_config) config ends with: the norm epsilon under `eps_key`
+// (positive), max_position_embeddings (4096), tie_word_embeddings (false), bos / eos token ids.
+inline Status parse_flat_tail(const Fields& f, const char* eps_key, double eps_default,
+                              ModelConfig* c) {
+  REWIND_TRY(c->rms_norm_eps, f.num_opt(eps_key, eps_default));
+  if (!std::isfinite(c->rms_norm_eps) || c->rms_norm_eps <= 0)
+    return f.err("field '" + std::string(eps_key) + "' must be positive");
+  REWIND_TRY(c->max_position_embeddings,
+             f.int_opt("max_position_embeddings", 4096, 1, kMaxPositions));
+  REWIND_TRY(c->tie_word_embeddings, f.bool_opt("tie_word_embeddings", false));
+  REWIND_TRY(auto bos, token_ids(f, f, "bos_token_id", false));
+  c->bos_token_id = bos.empty() ? -1 : bos[0];
+  REWIND_TRY(c->eos_token_ids, token_ids(f, f, "eos_token_id", true));
   return Ok{};
 }
 

@@ -113,8 +113,11 @@ struct Model::Impl {
   // K/V writes (x is then left unchanged). RF: capture row stride.
   void layer(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs, int64_t T,
              float* x, int64_t RF, ThreadPool* pool, bool kv_only);
+  // The rows of rmsnorm(x) with L.in_norm, made inside a mixer's first matmul, which alone
+  // reads them (xn holds them only for weights without the int8 dot).
+  RowFill in_norm_rows(const ModelConfig& c, const LayerW& L, const float* x) const;
   // The token mixers: each reads the T rows of x, normalises them with L.in_norm, and writes
-  // its output rows to `out` (the residual is added by layer()).
+  // its output rows to `out` (the residual is added by layer(), which reserves xn and out).
   void gated_delta_net(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs,
                        int64_t T, const float* x, int64_t RF, ThreadPool* pool);
   void attention(const ModelConfig& c, const LayerW& L, const std::vector<Seg>& segs, int64_t T,
@@ -582,6 +585,15 @@ void Model::replay_mamba2(SequenceState* st, const RecCapture& cap, int64_t from
   par_items(pool, NR * (1 + Hs), 1, n > kGuidedTokens, run);
 }
 
+RowFill Model::Impl::in_norm_rows(const ModelConfig& c, const LayerW& L, const float* x) const {
+  const int64_t H = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const IsaCap isa = kopt.isa;
+  return [x, H, eps, isa, w = L.in_norm.data()](int64_t b, int64_t e, float* y, int64_t ldy) {
+    rmsnorm(x + b * H, H, w, y, ldy, e - b, H, eps, isa);
+  };
+}
+
 void Model::Impl::gated_delta_net(const ModelConfig& c, const LayerW& L,
                                   const std::vector<Seg>& segs, int64_t T, const float* x,
                                   int64_t RF, ThreadPool* pool) {
@@ -590,16 +602,9 @@ void Model::Impl::gated_delta_net(const ModelConfig& c, const LayerW& L,
   const int64_t H = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const size_t S = segs.size();
-  I.xn.reserve_at_least(static_cast<size_t>(T * H));
-  I.out.reserve_at_least(static_cast<size_t>(T * H));
-  float* xn = I.xn.data();
+  float* xn = I.xn.data();  // [T, H] each, reserved by layer()
   float* out = I.out.data();
-
-  // The input norm's rows are made inside the mixer's first matmul, which alone reads them (xn
-  // holds them only for weights without the int8 dot).
-  auto in_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
-    rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps, isa);
-  };
+  const RowFill in_norm = in_norm_rows(c, L, x);
   const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
   const int64_t r = Hv / Hk, CD = c.conv_dim(), VD = c.value_dim(), KD = c.key_dim();
   const int64_t NP = L.lin.in_proj.n();  // CD + VD + 2 Hv
@@ -700,19 +705,12 @@ void Model::Impl::attention(const ModelConfig& c, const LayerW& L, const std::ve
   const int64_t H = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const size_t S = segs.size();
-  I.xn.reserve_at_least(static_cast<size_t>(T * H));
-  I.out.reserve_at_least(static_cast<size_t>(T * H));
-  float* xn = I.xn.data();
+  float* xn = I.xn.data();  // [T, H] each, reserved by layer()
   float* out = I.out.data();
   auto par = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
     par_rows(pool, n, f);
   };
-
-  // The input norm's rows are made inside the mixer's first matmul, which alone reads them (xn
-  // holds them only for weights without the int8 dot).
-  auto in_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
-    rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps, isa);
-  };
+  const RowFill in_norm = in_norm_rows(c, L, x);
   const int64_t nh = c.n_head, nkv = c.n_head_kv, D = c.head_dim, grp = nh / nkv;
   // K/V only with a k,v matrix: rows hold [k | v]; else [q_h | gate_h]... | k | v, or without
   // the output gate q_h... | k | v.
@@ -821,16 +819,9 @@ void Model::Impl::mamba2(const ModelConfig& c, const LayerW& L, const std::vecto
   const int64_t H = c.hidden_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const size_t S = segs.size();
-  I.xn.reserve_at_least(static_cast<size_t>(T * H));
-  I.out.reserve_at_least(static_cast<size_t>(T * H));
-  float* xn = I.xn.data();
+  float* xn = I.xn.data();  // [T, H] each, reserved by layer()
   float* out = I.out.data();
-
-  // The input norm's rows are made inside the mixer's first matmul, which alone reads them (xn
-  // holds them only for weights without the int8 dot).
-  auto in_norm = [&](int64_t b, int64_t e, float* y, int64_t ldy) {
-    rmsnorm(x + b * H, H, L.in_norm.data(), y, ldy, e - b, H, eps, isa);
-  };
+  const RowFill in_norm = in_norm_rows(c, L, x);
   const int64_t Hs = c.ssm_n_head, P = c.ssm_head_dim, N = c.ssm_d_state, G = c.ssm_n_group;
   const int64_t DI = c.ssm_d_inner(), CD = c.conv_dim(), GN = G * N, hpg = Hs / G;
   const int64_t NP = L.m2.in_proj.n();  // DI + CD + Hs: [z | x, B, C | dt]
@@ -934,14 +925,11 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     case LayerKind::None:
       break;
   }
-  // x += out over rows [b, e), times the residual multiplier where the family has one (Granite).
-  const bool scaled = c.residual_multiplier != 1.0;
+  // x += out over rows [b, e), times the residual multiplier (Granite's; 1 elsewhere, and
+  // 1 * out is out exactly).
   const float rm = static_cast<float>(c.residual_multiplier);
   auto add_out = [&](int64_t b, int64_t e) {
-    if (scaled)
-      for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + rm * out[i];
-    else
-      for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + out[i];
+    for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + rm * out[i];
   };
   if (L.ffn == FfnKind::None) {  // a mixer-only block (Nemotron-H)
     par(T, add_out);
@@ -1048,21 +1036,12 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     par(T, [&](int64_t tb, int64_t te) {
       for (int64_t t = tb; t < te; ++t) {
         float* o = out + t * H;
-        if (c.shared_expert_gate) {
-          const float g = sigmoid(sg[t]);
-          for (int64_t i = 0; i < H; ++i) {
-            float acc = 0.0f;
-            for (int64_t j = 0; j < k; ++j)
-              acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
-            o[i] = acc + g * o[i];
-          }
-        } else {  // Granite: the shared MLP is added as it is
-          for (int64_t i = 0; i < H; ++i) {
-            float acc = 0.0f;
-            for (int64_t j = 0; j < k; ++j)
-              acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
-            o[i] = acc + o[i];
-          }
+        // Granite adds the shared MLP as it is (a gate of exactly 1).
+        const float g = c.shared_expert_gate ? sigmoid(sg[t]) : 1.0f;
+        for (int64_t i = 0; i < H; ++i) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < k; ++j) acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
+          o[i] = acc + g * o[i];
         }
       }
     });
