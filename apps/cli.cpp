@@ -80,7 +80,8 @@ std::vector<CommandSpec> build_specs() {
              weights_opt(),
              quant_dot_opt(),
              {"--ignore-eos", "", "", "keep generating past the end-of-sequence token", {}, false},
-             json_opt("print one JSON object (text, token ids, speeds) instead of the text")},
+             json_opt("print one JSON object (text, token ids, speeds) instead of the text"),
+             {"--quiet", "-q", "", "no progress lines and no figures on stderr", {}, false}},
             spec_opts()),
        "Greedy output is identical with and without --spec."});
   c.push_back(
@@ -215,7 +216,8 @@ std::vector<CommandSpec> build_specs() {
          std::string("matrix type (default ") + kDefaultConvertType +
              "; f32 or bf16 keep full precision)",
          {"--outtype"}},
-        {"--to", "", "gguf", "the output format; gguf (the default) is the only one", {}, false}},
+        {"--to", "", "gguf", "the output format; gguf (the default) is the only one", {}, false},
+        {"--quiet", "-q", "", "no progress line", {}, false}},
        std::string("TYPE: ") + kTypes +
            ".\n"
            "A row length that is not a multiple of the type's block falls back to q8_0 or f32;\n"
@@ -248,15 +250,15 @@ std::vector<CommandSpec> build_specs() {
         {"--from", "", "DIR", "copy the model in DIR, adding noise (with --noise)", {}, false},
         {"--noise", "", "SIGMA", "add SIGMA * rms(w) * N(0,1) to each float weight but A_log"},
         {"--format", "", "hf|gguf", "write the HF layout (default) or one GGUF file", {}, false},
-        {"--type", "", "TYPE", "with --format gguf: the matrix type (default f32)", {}, false}},
+        {"--type", "", "TYPE", "with --format gguf: the matrix type (default f32)", {}, false},
+        {"--quiet", "-q", "", "no progress line", {}, false}},
        "tiny-dense has every layer full attention. --linear-heads: HV a multiple of HK; llama.cpp\n"
        "loads only DK == DV, as every released checkpoint has. --from copies other files\n"
        "unchanged. --format gguf writes llama.cpp's layout from the same weights the HF layout\n"
        "would hold (--mtp: the head as blk.N.nextn.*, except for qwen3_next).\n"
-       "granite-*: Granite-4.0-H (granitemoehybrid), nemotron-*: Nemotron-H (nemotron_h); their\n"
-       "weights are made and written one tensor at a time, so the real shapes need no more memory\n"
-       "than their largest tensor (--mtp, --layers, --layer-types and --linear-heads do not "
-       "apply)."});
+       "granite-*: Granite-4.0-H (granitemoehybrid), nemotron-*: Nemotron-H (nemotron_h; --mtp,\n"
+       "--layers, --layer-types and --linear-heads do not apply). Weights are made and written one\n"
+       "tensor at a time, so a real shape needs no more memory than its largest tensor."});
   c.push_back(
       {"pull",
        "Download a model from the Hugging Face Hub into the model store.",

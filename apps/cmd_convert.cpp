@@ -112,6 +112,7 @@ int cmd_convert(int argc, char** argv) {
   auto args = parse_args("convert", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("convert");
+  if (args->has("--quiet")) ProgressLine::silence();
   const std::string in = args->str("--in"), out = args->str("--out");
   if (in.empty() || out.empty()) return fail("--in HF_DIR and -o/--out FILE.gguf are required");
   if (const std::string to = args->str("--to", "gguf"); to != "gguf")

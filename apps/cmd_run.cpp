@@ -52,6 +52,8 @@ int cmd_run(int argc, char** argv) {
   if (min_p.value() < 0 || min_p.value() > 1) return fail("--min-p must be in [0, 1]");
   if (top_k.value() < 0) return fail("--top-k must be >= 0");
   const bool json = args->has("--json");
+  const bool quiet = args->has("--quiet");
+  if (quiet) ProgressLine::silence();
 
   auto tok = load_tokenizer(dir);
   if (!tok.ok()) return fail(tok.error_message());
@@ -91,6 +93,12 @@ int cmd_run(int argc, char** argv) {
   if (!args->has("--ignore-eos"))
     req.stop_ids = load_generation_defaults(dir, m.config().eos_token_ids, tok.value()).stop_ids;
   req.spec = spec->cfg;
+  // A long prompt's first prefill shows progress on a terminal.
+  ProgressLine prefill_progress("prefill", 1e3, "k tokens", 2048);
+  req.on_prefill = [&](int64_t done, int64_t total) {
+    prefill_progress(static_cast<size_t>(done), static_cast<size_t>(total));
+    if (done == total) prefill_progress.finish();
+  };
   StreamDecoder dec(tok.value());
   std::string text;
   auto on_token = [&](int32_t t) {
@@ -133,6 +141,7 @@ int cmd_run(int argc, char** argv) {
   } else {
     std::fputs(tail.c_str(), stdout);
     std::printf("\n");
+    if (quiet) return 0;
     std::fprintf(stderr,
                  "\n[%lld prompt tokens, %zu generated (%s)] load %.2f s, prefill %.1f tok/s, "
                  "decode %.1f tok/s, %lld threads, %s\n",

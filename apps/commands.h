@@ -80,6 +80,8 @@ class ProgressLine {
         min_total_(min_total) {}
   void operator()(size_t done, size_t total);
   void finish();
+  // --quiet: no progress lines from here on (every ProgressLine of the process).
+  static void silence() { silenced_ = true; }
 
  private:
   std::string label_, unit_name_;
@@ -88,6 +90,7 @@ class ProgressLine {
   double last_ = 0;
   double start_ = 0;  // the first call's time, for the rate and the ETA
   bool shown_ = false;
+  static inline bool silenced_ = false;
 };
 
 // The tokenizer of a model path: DIR/tokenizer.json, or the metadata of a .gguf file.

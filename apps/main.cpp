@@ -48,7 +48,7 @@ double now_seconds() {
 void ProgressLine::operator()(size_t done, size_t total) {
   // A terminal only: a pipe or a log file gets no carriage-return lines.
   static const bool tty = isatty(STDERR_FILENO) != 0;
-  if (!tty || total < min_total_) return;
+  if (!tty || silenced_ || total < min_total_) return;
   const double t = now_seconds();
   if (start_ == 0) start_ = t;
   if (t - last_ < 0.25 && done < total) return;

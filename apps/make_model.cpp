@@ -105,16 +105,65 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
   return h;
 }
 
-struct Tensors {
-  std::vector<std::string> names;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<std::vector<float>> data;
-  void add(std::string n, std::vector<int64_t> shape, std::vector<float> v) {
-    names.push_back(std::move(n));
-    shapes.push_back(std::move(shape));
-    data.push_back(std::move(v));
-  }
+// One tensor of a streamed checkpoint: made when written, then dropped.
+struct LazyTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::function<void(std::vector<float>*)> make;  // fills numel values
+  bool keep_f32 = false;  // stays F32 in a BF16 checkpoint (Qwen's A_log, as the real files)
 };
+
+// Writes `ts` (sorted by name) as one safetensors file, making one tensor at a time, so that a
+// checkpoint larger than memory can be written; a progress line on a terminal.
+Status write_streamed_safetensors(const std::string& path, std::vector<LazyTensor> ts, DType dt) {
+  std::sort(ts.begin(), ts.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  auto type_of = [&](const LazyTensor& t) { return t.keep_f32 ? DType::F32 : dt; };
+  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
+  uint64_t off = 0;
+  for (auto& t : ts) {
+    uint64_t n = 1;
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    const uint64_t nb = n * dtype_size(type_of(t));
+    nlohmann::json e = {{"dtype", std::string(dtype_name(type_of(t)))},
+                        {"shape", t.shape},
+                        {"data_offsets", {off, off + nb}}};
+    header += ',';
+    header += nlohmann::json(t.name).dump();
+    header += ':';
+    header += e.dump();
+    off += nb;
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return make_error(path + ": cannot open for writing");
+  const uint64_t hl = header.size();
+  bool ok = std::fwrite(&hl, 8, 1, f) == 1 && std::fwrite(header.data(), 1, hl, f) == hl;
+  ProgressLine progress("writing " + path, 1e9, "GB", size_t{64} << 20);
+  size_t written = 0;
+  progress(0, static_cast<size_t>(off));  // shows the line and starts the clock
+  std::vector<float> v;
+  std::vector<uint16_t> half;
+  for (auto& t : ts) {
+    if (!ok) break;
+    t.make(&v);
+    if (type_of(t) == DType::F32) {
+      ok = std::fwrite(v.data(), 4, v.size(), f) == v.size();
+      written += v.size() * 4;
+    } else {
+      half.resize(v.size());
+      for (size_t i = 0; i < v.size(); ++i) half[i] = f32_to_bf16(v[i]);
+      ok = std::fwrite(half.data(), 2, half.size(), f) == half.size();
+      written += v.size() * 2;
+    }
+    std::vector<float>().swap(v);
+    progress(written, static_cast<size_t>(off));
+  }
+  progress.finish();
+  if (std::fclose(f) != 0) ok = false;
+  if (!ok) return make_error(path + ": write failed");
+  return Ok{};
+}
 
 // Copies every file of `from` into `out`; in each *.safetensors file every floating-point tensor
 // except A_log becomes w + sigma * rms(w) * N(0,1), in its own dtype. The normals are seeded
@@ -329,57 +378,6 @@ std::optional<M2Shape> mamba2_preset(const std::string& name) {
                    2000,
                    true};
   return std::nullopt;
-}
-
-// One tensor of a streamed checkpoint: made when written, then dropped.
-struct LazyTensor {
-  std::string name;
-  std::vector<int64_t> shape;
-  std::function<void(std::vector<float>*)> make;  // fills numel values
-};
-
-// Writes `ts` (sorted by name) as one safetensors file, making one tensor at a time, so that a
-// checkpoint larger than memory can be written.
-Status write_streamed_safetensors(const std::string& path, std::vector<LazyTensor> ts, DType dt) {
-  std::sort(ts.begin(), ts.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
-  uint64_t off = 0;
-  for (auto& t : ts) {
-    uint64_t n = 1;
-    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
-    const uint64_t nb = n * dtype_size(dt);
-    nlohmann::json e = {{"dtype", std::string(dtype_name(dt))},
-                        {"shape", t.shape},
-                        {"data_offsets", {off, off + nb}}};
-    header += ',';
-    header += nlohmann::json(t.name).dump();
-    header += ':';
-    header += e.dump();
-    off += nb;
-  }
-  header += "}";
-  while (header.size() % 8 != 0) header += ' ';
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return make_error(path + ": cannot open for writing");
-  const uint64_t hl = header.size();
-  bool ok = std::fwrite(&hl, 8, 1, f) == 1 && std::fwrite(header.data(), 1, hl, f) == hl;
-  std::vector<float> v;
-  std::vector<uint16_t> half;
-  for (auto& t : ts) {
-    if (!ok) break;
-    t.make(&v);
-    if (dt == DType::F32) {
-      ok = std::fwrite(v.data(), 4, v.size(), f) == v.size();
-    } else {
-      half.resize(v.size());
-      for (size_t i = 0; i < v.size(); ++i) half[i] = f32_to_bf16(v[i]);
-      ok = std::fwrite(half.data(), 2, half.size(), f) == half.size();
-    }
-    std::vector<float>().swap(v);
-  }
-  if (std::fclose(f) != 0) ok = false;
-  if (!ok) return make_error(path + ": write failed");
-  return Ok{};
 }
 
 int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& preset) {
@@ -672,21 +670,25 @@ static int make_model(const Args& parsed) {
   const bool next = S.family == "qwen3_next";
   const bool moe = S.E > 0;
   const std::string P = next ? "model." : "model.language_model.";
-  Tensors T;
-  auto lin = [&](const std::string& n, int64_t o, int64_t i) {
-    Rng r(hash_name(n, seed));
-    std::vector<float> v(static_cast<size_t>(o * i));
-    const float sc = 1.0f / std::sqrt(static_cast<float>(i));
-    for (auto& x : v) x = r.normal() * sc;
-    T.add(n, {o, i}, std::move(v));
+  std::vector<LazyTensor> T;
+  // A linear layer [o, i] (or `shape`, of o x i values): N(0, 1 / i).
+  auto lin = [&](const std::string& n, int64_t o, int64_t i, std::vector<int64_t> shape = {}) {
+    if (shape.empty()) shape = {o, i};
+    T.push_back({n, shape, [n, o, i, seed](std::vector<float>* v) {
+                   Rng r(hash_name(n, seed));
+                   v->resize(static_cast<size_t>(o * i));
+                   const float sc = 1.0f / std::sqrt(static_cast<float>(i));
+                   for (auto& x : *v) x = r.normal() * sc;
+                 }});
   };
   auto vecf = [&](const std::string& n, std::vector<int64_t> shape, float base, float sd) {
-    Rng r(hash_name(n, seed));
-    int64_t cnt = 1;
-    for (auto d : shape) cnt *= d;
-    std::vector<float> v(static_cast<size_t>(cnt));
-    for (auto& x : v) x = base + sd * r.normal();
-    T.add(n, std::move(shape), std::move(v));
+    T.push_back({n, shape, [n, shape, base, sd, seed](std::vector<float>* v) {
+                   Rng r(hash_name(n, seed));
+                   int64_t cnt = 1;
+                   for (auto d : shape) cnt *= d;
+                   v->resize(static_cast<size_t>(cnt));
+                   for (auto& x : *v) x = base + sd * r.normal();
+                 }});
   };
 
   // Full attention from `a` (…self_attn.); the family's MLP or MoE from `m` (…mlp.). Shared by
@@ -714,10 +716,8 @@ static int make_model(const Args& parsed) {
           lin(ep + "down_proj.weight", S.H, S.Im);
         }
       } else {
-        lin(m + "experts.gate_up_proj", S.E * 2 * S.Im, S.H);
-        T.shapes.back() = {S.E, 2 * S.Im, S.H};
-        lin(m + "experts.down_proj", S.E * S.H, S.Im);
-        T.shapes.back() = {S.E, S.H, S.Im};
+        lin(m + "experts.gate_up_proj", S.E * 2 * S.Im, S.H, {S.E, 2 * S.Im, S.H});
+        lin(m + "experts.down_proj", S.E * S.H, S.Im, {S.E, S.H, S.Im});
       }
       lin(m + "shared_expert.gate_proj.weight", S.Is, S.H);
       lin(m + "shared_expert.up_proj.weight", S.Is, S.H);
@@ -749,12 +749,14 @@ static int make_model(const Args& parsed) {
         lin(a + "in_proj_a.weight", S.Hv, S.H);
       }
       vecf(a + "conv1d.weight", {CD, 1, S.K}, 0.0f, 0.5f);
-      {
-        Rng rr(hash_name(a + "A_log", seed));
-        std::vector<float> v(static_cast<size_t>(S.Hv));
-        for (auto& x : v) x = static_cast<float>(std::log(0.5 + 7.5 * rr.uniform()));
-        T.add(a + "A_log", {S.Hv}, std::move(v));
-      }
+      T.push_back({a + "A_log",
+                   {S.Hv},
+                   [n = a + "A_log", Hv = S.Hv, seed](std::vector<float>* v) {
+                     Rng rr(hash_name(n, seed));
+                     v->resize(static_cast<size_t>(Hv));
+                     for (auto& x : *v) x = static_cast<float>(std::log(0.5 + 7.5 * rr.uniform()));
+                   },
+                   true});
       vecf(a + "dt_bias", {S.Hv}, -2.0f, 0.5f);
       vecf(a + "norm.weight", {S.dv}, 1.0f, 0.1f);
       lin(a + "out_proj.weight", S.H, VD);
@@ -775,26 +777,8 @@ static int make_model(const Args& parsed) {
     mlp("mtp.layers.0.mlp.");
   }
 
-  // Tensors go out sorted by name, as safetensors writers do.
-  std::vector<size_t> order(T.names.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return T.names[a] < T.names[b]; });
-  std::vector<std::vector<uint16_t>> half(T.names.size());
-  std::vector<TensorToWrite> tw;
-  for (size_t i : order) {
-    // A_log stays F32 in a BF16 checkpoint, as the real files do.
-    const bool keep_f32 = dtype == "f32" || T.names[i].find("A_log") != std::string::npos;
-    if (keep_f32) {
-      tw.push_back({T.names[i], DType::F32, T.shapes[i], T.data[i].data()});
-    } else {
-      half[i].resize(T.data[i].size());
-      for (size_t j = 0; j < T.data[i].size(); ++j) half[i][j] = f32_to_bf16(T.data[i][j]);
-      std::vector<float>().swap(T.data[i]);
-      tw.push_back({T.names[i], DType::BF16, T.shapes[i], half[i].data()});
-    }
-  }
-  Status st = write_safetensors(out + "/model.safetensors", tw, {{"format", "pt"}});
+  Status st = write_streamed_safetensors(out + "/model.safetensors", std::move(T),
+                                         dtype == "f32" ? DType::F32 : DType::BF16);
   if (!st.ok()) return fail(st.error_message());
 
   const int32_t eos = tok->token_id("<|im_end|>"), eot = tok->token_id("<|endoftext|>");
@@ -880,6 +864,7 @@ int cmd_make_model(int argc, char** argv) {
   auto args = parse_args("make-model", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("make-model");
+  if (args->has("--quiet")) ProgressLine::silence();
   return make_model(args.value());
 }
 

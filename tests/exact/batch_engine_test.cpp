@@ -78,6 +78,40 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
   EXPECT_GT(met.cache.hits_exact + met.cache.hits_checkpoint + met.cache.hits_extension, 0);
 }
 
+// on_prefill reports each chunk's end, ascending, ending at the prompt's length; a request
+// resumed from the cache starts its reports past the resumed tokens.
+TEST_P(BatchEngineTest, PrefillProgressReportsEachChunk) {
+  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  std::mt19937_64 rng(5);
+  EngineOptions opt;
+  opt.step_tokens = 16;
+  opt.cache.policy.interval = 16;
+  Engine eng(m, nullptr, opt);
+  Request r;
+  r.prompt = test::random_tokens(rng, 70, m.config().vocab_size);
+  r.max_tokens = 2;
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  r.on_prefill = [&](int64_t done, int64_t total) { seen.emplace_back(done, total); };
+  ASSERT_TRUE(eng.generate(r).ok());
+  ASSERT_FALSE(seen.empty());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].second, 70);
+    if (i) { EXPECT_GT(seen[i].first, seen[i - 1].first); }
+    EXPECT_LE(seen[i].first - (i ? seen[i - 1].first : 0), 16);
+  }
+  EXPECT_EQ(seen.back().first, 70);
+  // The same prompt plus a tail: resumed from a checkpoint, only the rest is reported.
+  auto tail = test::random_tokens(rng, 20, m.config().vocab_size);
+  r.prompt.insert(r.prompt.end(), tail.begin(), tail.end());
+  seen.clear();
+  auto g = eng.generate(r);
+  ASSERT_TRUE(g.ok());
+  ASSERT_GT(g->report.resumed_at, 0);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_GT(seen.front().first, g->report.resumed_at);
+  EXPECT_EQ(seen.back().first, 90);
+}
+
 TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
   Model& m = test::cached_model(test::fixture_dir(GetParam()));
   std::mt19937_64 rng(5);

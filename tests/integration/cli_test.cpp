@@ -2,7 +2,7 @@
 // (the commit and the kernel paths), `help [COMMAND]` and `COMMAND --help` (every option of the
 // table in apps/cli.cpp), "did you mean" for a mistyped command or option with exit status 2 or
 // 1, short flags accepted by a real run, and `convert` writing Q8_0 by default and saying so
-// (an explicit --type still wins).
+// (an explicit --type still wins), progress lines on a terminal only.
 #include "cli.h"
 
 #include <gtest/gtest.h>
@@ -98,6 +98,30 @@ TEST(Cli, ShortFlagsRunTheBuiltInModel) {
   };
   EXPECT_EQ(tokens(a), tokens(b));
   EXPECT_TRUE(contains(a, "\"generated_tokens\":4")) << a;
+}
+
+// A long prompt's prefill shows a progress line on a terminal (here a pseudo-terminal from
+// util-linux's `script`), none in a pipe, none with -q; -q also drops the figures line.
+TEST(Cli, PrefillProgressOnATerminalOnly) {
+  std::string prompt;
+  for (int i = 0; i < 400; ++i) prompt += "And God said unto Moses, ";
+  const std::string run =
+      std::string(REWIND_BINARY) + " run -p '" + prompt + "' -n 2 -t 1 --chunk 256";
+  int rc = -1;
+  const std::string tty =
+      test::run_command("script -qec \"" + run + "\" /dev/null < /dev/null 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << tty;
+  EXPECT_TRUE(contains(tty, "prefill: 100.0% of")) << tty;
+  EXPECT_TRUE(contains(tty, "prompt tokens")) << tty;
+  const std::string quiet =
+      test::run_command("script -qec \"" + run + " -q\" /dev/null < /dev/null 2>&1", &rc);
+  ASSERT_EQ(rc, 0) << quiet;
+  EXPECT_FALSE(contains(quiet, "prefill:")) << quiet;
+  EXPECT_FALSE(contains(quiet, "prompt tokens")) << quiet;
+  const std::string pipe = test::run_command(run + " 2>&1 | cat", &rc);
+  ASSERT_EQ(rc, 0) << pipe;
+  EXPECT_FALSE(contains(pipe, "prefill:")) << pipe;
+  EXPECT_TRUE(contains(pipe, "prompt tokens")) << pipe;
 }
 
 TEST(Cli, ConvertDefaultsToQ8_0AndSaysSo) {

@@ -545,6 +545,8 @@ void BatchEngine::step() {
     if (!r.decode) {
       s.history.insert(s.history.end(), s.req.prompt.begin() + r.begin, s.req.prompt.begin() + r.end);
       s.pos = r.end;
+      if (s.req.on_prefill)
+        s.req.on_prefill(s.pos, static_cast<int64_t>(s.req.prompt.size()));
       if (cache_ && recurrent_ && r.checkpoint) s.snapshot();
       if (!lg) continue;
       s.decoding = true;

@@ -51,6 +51,9 @@ struct Request {
   bool publish = true;              // publish prompt + reply into the prefix cache
   bool keep_first_logits = false;   // the final event carries the first token's logits
   bool keep_state = false;          // the final event carries the sequence's final state
+  // Called on the engine thread after each prefill chunk with the prompt tokens the state has
+  // consumed (resumed ones included) and the prompt's length: progress for long prompts.
+  std::function<void(int64_t done, int64_t total)> on_prefill;
 };
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };
