@@ -97,6 +97,25 @@ __attribute__((target("avx2"))) inline float reduce_lanes8(__m256 t8) {
   return _mm_cvtss_f32(_mm_add_ss(t2, _mm_shuffle_ps(t2, t2, 1)));
 }
 
+// reduce_lanes8 of eight rows at once (t8 of row r in h[r]), returned as [row 0 .. row 7]: the
+// same pairs are added (t4 from the 128-bit halves, t2 from lanes i and i + 2, then t2a + t2b),
+// only with the rows transposed across registers, so each sum has reduce_lanes8's bits.
+__attribute__((target("avx2"))) inline __m256 reduce_lanes8_x8(const __m256* h) {
+  __m256 t4[4];  // rows 2i, 2i+1 in the low, high 128 bits
+  for (int i = 0; i < 4; ++i)
+    t4[i] = _mm256_add_ps(_mm256_permute2f128_ps(h[2 * i], h[2 * i + 1], 0x20),
+                          _mm256_permute2f128_ps(h[2 * i], h[2 * i + 1], 0x31));
+  // t2 of rows (0, 2 | 1, 3) and (4, 6 | 5, 7): [t2a, t2b] pairs per 128-bit half.
+  const __m256 t2a = _mm256_add_ps(_mm256_shuffle_ps(t4[0], t4[1], 0x44),
+                                   _mm256_shuffle_ps(t4[0], t4[1], 0xEE));
+  const __m256 t2b = _mm256_add_ps(_mm256_shuffle_ps(t4[2], t4[3], 0x44),
+                                   _mm256_shuffle_ps(t4[2], t4[3], 0xEE));
+  // Rows 0, 2, 4, 6 | 1, 3, 5, 7, then in order.
+  const __m256 sum = _mm256_add_ps(_mm256_shuffle_ps(t2a, t2b, 0x88),
+                                   _mm256_shuffle_ps(t2a, t2b, 0xDD));
+  return _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 // The 16-lane dot products of R rows at once, with the lanes in vector registers: lane l is the
 // same fma chain over elements l, l + 16, ... as in dot_fixed_inline, the tail's lanes past n
 // keep their sums (masked fma), and the lanes are combined by the same tree; so the bits are
@@ -984,88 +1003,168 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// mamba2_steps in AVX-512: row p of S in 16-lane chunks (the tail masked), the chunk's update
-// and its lanes' fma into the 16 partial sums as in the scalar loop; the same tree at the end.
+// R rows of a Mamba2 state for one token in AVX-512, interleaved: each 16-lane chunk of B and C
+// is loaded once for the R rows, and R independent fma chains hide the fma latency. Row r's lanes
+// see the scalar loop's operations in its order; h[r] = lanes 0-7 plus lanes 8-15 of its sums.
+template <int R>
+__attribute__((target("avx512f"))) inline void mamba2_rows_avx512(float* s, int64_t N,
+                                                                  const float* b, const float* c,
+                                                                  __m512 a, const float* xdt,
+                                                                  __m256* h) {
+  __m512 acc[R], xd[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm512_setzero_ps();
+    xd[r] = _mm512_set1_ps(xdt[r]);
+  }
+  int64_t n = 0;
+  for (; n + kLanes <= N; n += kLanes) {
+    const __m512 bv = _mm512_loadu_ps(b + n), cv = _mm512_loadu_ps(c + n);
+    for (int r = 0; r < R; ++r) {
+      float* sr = s + r * N + n;
+      // The next group's rows: R interleaved rows defeat the hardware's stream prefetch.
+      if constexpr (R > 1) _mm_prefetch(reinterpret_cast<const char*>(sr + R * N), _MM_HINT_T0);
+      const __m512 sv = _mm512_fmadd_ps(_mm512_loadu_ps(sr), a, _mm512_mul_ps(bv, xd[r]));
+      _mm512_storeu_ps(sr, sv);
+      acc[r] = _mm512_fmadd_ps(sv, cv, acc[r]);
+    }
+  }
+  if (n < N) {
+    const __mmask16 m = lanes_left(N - n);
+    const __m512 bv = _mm512_maskz_loadu_ps(m, b + n), cv = _mm512_maskz_loadu_ps(m, c + n);
+    for (int r = 0; r < R; ++r) {
+      float* sr = s + r * N + n;
+      const __m512 sv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, sr), a, _mm512_mul_ps(bv, xd[r]));
+      _mm512_mask_storeu_ps(sr, m, sv);
+      acc[r] = _mm512_mask3_fmadd_ps(sv, cv, acc[r], m);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    h[r] = _mm256_add_ps(_mm512_castps512_ps256(acc[r]),
+                         _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc[r], acc[r], 0xEE)));
+}
+
+// mamba2_steps in AVX-512: rows in groups of eight (mamba2_rows_avx512), whose sums are reduced
+// together (reduce_lanes8_x8), y = sum + D * x as in the scalar loop; the rows left one at a time.
 __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const float* x, int64_t ldx,
                                                             const float* B, const float* C,
                                                             int64_t ldbc, const float* dt,
                                                             const float* dA, float D, float* y,
                                                             int64_t ldy, int64_t T, int64_t P,
                                                             int64_t N) {
+  const __m256 dv = _mm256_set1_ps(D);
   for (int64_t t = 0; t < T; ++t) {
     const __m512 a = _mm512_set1_ps(dA[t]);
     const float* b = B + t * ldbc;
     const float* c = C + t * ldbc;
-    for (int64_t p = 0; p < P; ++p) {
-      float* s = S + p * N;
-      const float xv = x[t * ldx + p];
-      const __m512 xdt = _mm512_set1_ps(xv * dt[t]);
-      __m512 acc = _mm512_setzero_ps();
-      int64_t n = 0;
-      for (; n + kLanes <= N; n += kLanes) {
-        const __m512 sv =
-            _mm512_fmadd_ps(_mm512_loadu_ps(s + n), a, _mm512_mul_ps(_mm512_loadu_ps(b + n), xdt));
-        _mm512_storeu_ps(s + n, sv);
-        acc = _mm512_fmadd_ps(sv, _mm512_loadu_ps(c + n), acc);
-      }
-      if (n < N) {
-        const __mmask16 m = lanes_left(N - n);
-        const __m512 sv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, s + n), a,
-                                          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, b + n), xdt));
-        _mm512_mask_storeu_ps(s + n, m, sv);
-        acc = _mm512_mask3_fmadd_ps(sv, _mm512_maskz_loadu_ps(m, c + n), acc, m);
-      }
-      const float sum = reduce_lanes8(
-          _mm256_add_ps(_mm512_castps512_ps256(acc),
-                        _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc, acc, 0xEE))));
-      y[t * ldy + p] = sum + D * xv;
+    const float* xt = x + t * ldx;
+    float* yt = y + t * ldy;
+    float xdt[8];
+    __m256 h[8];
+    int64_t p = 0;
+    for (; p + 8 <= P; p += 8) {
+      for (int r = 0; r < 8; ++r) xdt[r] = xt[p + r] * dt[t];
+      mamba2_rows_avx512<8>(S + p * N, N, b, c, a, xdt, h);
+      const __m256 xv = _mm256_loadu_ps(xt + p);
+      _mm256_storeu_ps(yt + p, _mm256_add_ps(reduce_lanes8_x8(h), _mm256_mul_ps(dv, xv)));
+    }
+    for (; p < P; ++p) {
+      xdt[0] = xt[p] * dt[t];
+      mamba2_rows_avx512<1>(S + p * N, N, b, c, a, xdt, h);
+      yt[p] = reduce_lanes8(h[0]) + D * xt[p];
     }
   }
 }
 
-// The same in AVX2: lanes 0-7 and 8-15 in two registers, a tail of under 16 in scalar code on
-// the stored lanes.
+// R rows in AVX2 (N a multiple of 16), interleaved as in mamba2_rows_avx512: lanes 0-7 and 8-15
+// of row r's partial sums in lo[r] and hi[r].
+template <int R>
+__attribute__((target("avx2,fma"))) inline void mamba2_rows_avx2(float* s, int64_t N, const float* b,
+                                                                const float* c, __m256 a,
+                                                                const float* xdt, __m256* lo,
+                                                                __m256* hi) {
+  __m256 xd[R];
+  for (int r = 0; r < R; ++r) {
+    lo[r] = hi[r] = _mm256_setzero_ps();
+    xd[r] = _mm256_set1_ps(xdt[r]);
+  }
+  for (int64_t n = 0; n < N; n += kLanes) {
+    const __m256 b0 = _mm256_loadu_ps(b + n), b1 = _mm256_loadu_ps(b + n + 8);
+    for (int r = 0; r < R; ++r) {
+      float* sr = s + r * N + n;
+      _mm_prefetch(reinterpret_cast<const char*>(sr + R * N), _MM_HINT_T0);
+      const __m256 s0 = _mm256_fmadd_ps(_mm256_loadu_ps(sr), a, _mm256_mul_ps(b0, xd[r]));
+      const __m256 s1 = _mm256_fmadd_ps(_mm256_loadu_ps(sr + 8), a, _mm256_mul_ps(b1, xd[r]));
+      _mm256_storeu_ps(sr, s0);
+      _mm256_storeu_ps(sr + 8, s1);
+      lo[r] = _mm256_fmadd_ps(s0, _mm256_loadu_ps(c + n), lo[r]);
+      hi[r] = _mm256_fmadd_ps(s1, _mm256_loadu_ps(c + n + 8), hi[r]);
+    }
+  }
+}
+
+// The same in AVX2: for N a multiple of 16 and T > 1, rows in groups of eight (two passes of four
+// rows) as above; otherwise each row alone, its tail of under 16 in scalar code on the stored
+// lanes.
 __attribute__((target("avx2,fma"))) void mamba2_steps_avx2(float* S, const float* x, int64_t ldx,
                                                            const float* B, const float* C,
                                                            int64_t ldbc, const float* dt,
                                                            const float* dA, float D, float* y,
                                                            int64_t ldy, int64_t T, int64_t P,
                                                            int64_t N) {
+  const int64_t N16 = N / kLanes * kLanes;
+  const __m256 dv = _mm256_set1_ps(D);
   for (int64_t t = 0; t < T; ++t) {
     const __m256 a = _mm256_set1_ps(dA[t]);
     const float* b = B + t * ldbc;
     const float* c = C + t * ldbc;
-    for (int64_t p = 0; p < P; ++p) {
+    const float* xt = x + t * ldx;
+    float* yt = y + t * ldy;
+    float xdt[8];
+    __m256 lo[8], hi[8];
+    int64_t p = 0;
+    // One token (a decode step streaming the state from memory) runs row after row: interleaved
+    // rows are slower there with AVX2's prefetch.
+    if (N16 == N && T > 1) {
+      for (; p + 8 <= P; p += 8) {
+        for (int r = 0; r < 8; ++r) xdt[r] = xt[p + r] * dt[t];
+        mamba2_rows_avx2<4>(S + p * N, N, b, c, a, xdt, lo, hi);
+        mamba2_rows_avx2<4>(S + (p + 4) * N, N, b, c, a, xdt + 4, lo + 4, hi + 4);
+        __m256 h[8];
+        for (int r = 0; r < 8; ++r) h[r] = _mm256_add_ps(lo[r], hi[r]);
+        const __m256 xv = _mm256_loadu_ps(xt + p);
+        _mm256_storeu_ps(yt + p, _mm256_add_ps(reduce_lanes8_x8(h), _mm256_mul_ps(dv, xv)));
+      }
+    }
+    for (; p < P; ++p) {
       float* s = S + p * N;
-      const float xv = x[t * ldx + p];
+      const float xv = xt[p];
       const float xs = xv * dt[t];
-      const __m256 xdt = _mm256_set1_ps(xs);
-      __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-      int64_t n = 0;
-      for (; n + kLanes <= N; n += kLanes) {
+      const __m256 xdt1 = _mm256_set1_ps(xs);
+      __m256 l0 = _mm256_setzero_ps(), l1 = _mm256_setzero_ps();
+      for (int64_t n = 0; n < N16; n += kLanes) {
         const __m256 s0 =
-            _mm256_fmadd_ps(_mm256_loadu_ps(s + n), a, _mm256_mul_ps(_mm256_loadu_ps(b + n), xdt));
+            _mm256_fmadd_ps(_mm256_loadu_ps(s + n), a, _mm256_mul_ps(_mm256_loadu_ps(b + n), xdt1));
         const __m256 s1 = _mm256_fmadd_ps(_mm256_loadu_ps(s + n + 8), a,
-                                          _mm256_mul_ps(_mm256_loadu_ps(b + n + 8), xdt));
+                                          _mm256_mul_ps(_mm256_loadu_ps(b + n + 8), xdt1));
         _mm256_storeu_ps(s + n, s0);
         _mm256_storeu_ps(s + n + 8, s1);
-        lo = _mm256_fmadd_ps(s0, _mm256_loadu_ps(c + n), lo);
-        hi = _mm256_fmadd_ps(s1, _mm256_loadu_ps(c + n + 8), hi);
+        l0 = _mm256_fmadd_ps(s0, _mm256_loadu_ps(c + n), l0);
+        l1 = _mm256_fmadd_ps(s1, _mm256_loadu_ps(c + n + 8), l1);
       }
       float sum;
-      if (n == N) {
-        sum = reduce_lanes8(_mm256_add_ps(lo, hi));
+      if (N16 == N) {
+        sum = reduce_lanes8(_mm256_add_ps(l0, l1));
       } else {
         float l[kLanes];
-        _mm256_storeu_ps(l, lo);
-        _mm256_storeu_ps(l + 8, hi);
-        for (int j = 0; n + j < N; ++j) {
-          s[n + j] = std::fma(s[n + j], dA[t], b[n + j] * xs);
-          l[j] = std::fma(s[n + j], c[n + j], l[j]);
+        _mm256_storeu_ps(l, l0);
+        _mm256_storeu_ps(l + 8, l1);
+        for (int j = 0; N16 + j < N; ++j) {
+          s[N16 + j] = std::fma(s[N16 + j], dA[t], b[N16 + j] * xs);
+          l[j] = std::fma(s[N16 + j], c[N16 + j], l[j]);
         }
         sum = reduce_lanes(l);
       }
-      y[t * ldy + p] = sum + D * xv;
+      yt[p] = sum + D * xv;
     }
   }
 }

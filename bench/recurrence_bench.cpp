@@ -1,6 +1,7 @@
-// gdn_bench: speed of the Gated DeltaNet recurrence (rw::gdn_steps over a prompt's tokens, and
-// over one token as a decode step runs it) on one thread, as a fraction of this machine's
-// measured one-thread fp32 FMA peak.
+// recurrence_bench: speed of the recurrences on one thread, as a fraction of this machine's
+// measured one-thread fp32 FMA peak: the Gated DeltaNet (rw::gdn_steps) or, with --mamba2, the
+// Mamba2 head (rw::mamba2_steps), over a prompt's tokens and over one token as a decode step
+// runs it.
 //
 // Per state element and token the recurrence does four fp32 vector operations (the decay
 // multiply, the read's fma, the update's fma and the output's fma: 7 flops), so the kernel's
@@ -9,7 +10,13 @@
 // strip of the state in L1 over all tokens; a decode token reads the state once from memory
 // (cold: a different state each call) and updates it from L2.
 //
-// Usage: gdn_bench [--dk 128] [--dv 128] [--tokens 512] [--seconds S]
+// Mamba2: per state element and token, the decay fma, the input's multiply and the read's fma
+// (3 vector operations, 5 flops); its pipe rate counts 3 operations per element. Defaults P 32,
+// N 128: the granite-4.0-h-350m head.
+//
+// Usage: recurrence_bench [--mamba2] [--dk 128] [--dv 128] [--tokens 512] [--seconds S]
+//                         [--isa auto|avx512|avx2|scalar]
+//   (with --mamba2, --dk is the state size N and --dv the head dim P)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "rewind/kernels/kernel_options.h"
 #include "rewind/kernels/machine_limits.h"
 #include "rewind/kernels/ops.h"
 
@@ -43,15 +51,75 @@ std::pair<double, double> time_calls(F&& fn, double seconds) {
   return {ts[ts.size() / 10], ts[ts.size() / 2]};
 }
 
+// The Mamba2 head: N = state size, P = head dim (x, y [T, P]; B, C [T, N]).
+int run_mamba2(int64_t N, int64_t P, int64_t T, double seconds, double peak, rw::IsaCap isa) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> uni(-0.1f, 0.1f);
+  std::vector<float> S(static_cast<size_t>(P * N)), x(static_cast<size_t>(T * P)),
+      bc(static_cast<size_t>(T * 2 * N)), y(static_cast<size_t>(T * P));
+  std::vector<float> dt(static_cast<size_t>(T)), dA(static_cast<size_t>(T));
+  for (auto* v : {&x, &bc})
+    for (float& e : *v) e = uni(rng);
+  for (int64_t t = 0; t < T; ++t) {
+    dt[t] = 0.05f + uni(rng) * 0.1f;
+    dA[t] = 0.95f + uni(rng) * 0.1f;
+  }
+  const double elems = static_cast<double>(P) * static_cast<double>(N);
+  auto report = [&](const char* what, int64_t tokens, std::pair<double, double> t) {
+    const double ns = t.first / static_cast<double>(tokens) * 1e9;
+    const double gflops = 5.0 * elems * static_cast<double>(tokens) / t.first / 1e9;
+    const double pipe = 3.0 * elems * static_cast<double>(tokens) / t.first / (peak / 2 * 1e9);
+    std::printf(
+        "mamba2 %-13s P %lld N %lld tokens %5lld: %8.1f ns per token and head (p10; median "
+        "%.1f)  %6.1f GFLOP/s  %5.1f%% of pipe rate\n",
+        what, static_cast<long long>(P), static_cast<long long>(N),
+        static_cast<long long>(tokens), ns, t.second / static_cast<double>(tokens) * 1e9, gflops,
+        100.0 * pipe);
+  };
+  const float* B = bc.data();
+  const float* C = bc.data() + N;
+  report("prefill", T,
+         time_calls(
+             [&] {
+               std::fill(S.begin(), S.end(), 0.0f);
+               rw::mamba2_steps(S.data(), x.data(), P, B, C, 2 * N, dt.data(), dA.data(), 1.0f,
+                                y.data(), P, T, P, N, isa);
+             },
+             seconds));
+  const int64_t n_cold = std::max<int64_t>(1, (int64_t{64} << 20) / (P * N * 4));
+  std::vector<float> states(static_cast<size_t>(n_cold * P * N), 0.01f);
+  for (const bool cold : {false, true}) {
+    int64_t t = 0, h = 0;
+    report(cold ? "decode, cold" : "decode, hot", 1,
+           time_calls(
+               [&] {
+                 float* st = cold ? states.data() + h * P * N : S.data();
+                 rw::mamba2_steps(st, x.data() + t * P, P, B + t * 2 * N, C + t * 2 * N, 2 * N,
+                                  dt.data() + t, dA.data() + t, 1.0f, y.data(), P, 1, P, N, isa);
+                 t = (t + 1) % T;
+                 h = (h + 1) % n_cold;
+               },
+               seconds));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t dk = 128, dv = 128, T = 512;
   double seconds = 1.0;
+  bool mamba2 = false;
+  rw::IsaCap isa_cap = rw::IsaCap::Amx;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--mamba2") {
+      mamba2 = true;
+      if (dv == 128) dv = 32;
+      continue;
+    }
     if (i + 1 >= argc) {
-      std::fprintf(stderr, "gdn_bench: %s needs a value\n", a.c_str());
+      std::fprintf(stderr, "recurrence_bench: %s needs a value\n", a.c_str());
       return 2;
     }
     const char* v = argv[++i];
@@ -63,13 +131,18 @@ int main(int argc, char** argv) {
       T = std::atoll(v);
     } else if (a == "--seconds") {
       seconds = std::atof(v);
+    } else if (a == "--isa") {
+      if (!rw::parse_isa_cap(v, &isa_cap) || !rw::isa_cap_supported(isa_cap)) {
+        std::fprintf(stderr, "recurrence_bench: --isa %s is not available here\n", v);
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: gdn_bench [--dk 128] [--dv 128] [--tokens 512] [--seconds S]\n");
+      std::fprintf(stderr, "usage: recurrence_bench [--mamba2] [--dk 128] [--dv 128] [--tokens 512] [--seconds S] [--isa I]\n");
       return 2;
     }
   }
   if (dk <= 0 || dv <= 0 || T <= 0 || seconds <= 0) {
-    std::fprintf(stderr, "gdn_bench: --dk, --dv, --tokens and --seconds must be positive\n");
+    std::fprintf(stderr, "recurrence_bench: --dk, --dv, --tokens and --seconds must be positive\n");
     return 2;
   }
   std::string isa;
@@ -88,6 +161,7 @@ int main(int argc, char** argv) {
   for (float& b : beta) b = 0.5f + uni(rng);
 
   const double elems = static_cast<double>(dk) * static_cast<double>(dv);
+  if (mamba2) return run_mamba2(dk, dv, T, seconds, peak, isa_cap);
   auto report = [&](const char* what, int64_t tokens, std::pair<double, double> t) {
     const double ns = t.first / static_cast<double>(tokens) * 1e9;
     const double gflops = 7.0 * elems * static_cast<double>(tokens) / t.first / 1e9;
@@ -105,7 +179,7 @@ int main(int argc, char** argv) {
              [&] {
                std::fill(S.begin(), S.end(), 0.0f);
                rw::gdn_steps(S.data(), q.data(), k.data(), dk, v.data(), dv, alpha.data(),
-                             beta.data(), o.data(), dv, T, dk, dv);
+                             beta.data(), o.data(), dv, T, dk, dv, isa_cap);
              },
              seconds));
   // Decode as the model runs it (gdn_steps, one token): hot (one state, in cache) and cold (a
@@ -119,7 +193,7 @@ int main(int argc, char** argv) {
                [&] {
                  float* st = cold ? states.data() + h * dk * dv : S.data();
                  rw::gdn_steps(st, q.data() + t * dk, k.data() + t * dk, dk, v.data() + t * dv, dv,
-                               alpha.data() + t, beta.data() + t, o.data(), dv, 1, dk, dv);
+                               alpha.data() + t, beta.data() + t, o.data(), dv, 1, dk, dv, isa_cap);
                  t = (t + 1) % T;
                  h = (h + 1) % n_cold;
                },
