@@ -88,7 +88,7 @@ void expect_same_logits(const std::string& hf_path, const std::string& gguf_path
   Model& gg = test::cached_model(gguf_path);
   EXPECT_EQ(gg.config().family, hf.config().family);
   EXPECT_EQ(gg.config().layer_kinds, hf.config().layer_kinds);
-  if (f32) EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes());
+  if (f32) { EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes()); }
   std::mt19937_64 rng(41);
   ThreadPool pool(2);
   for (int trial = 0; trial < 3; ++trial) {

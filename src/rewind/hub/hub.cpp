@@ -55,12 +55,6 @@ bool is_hex64(const std::string& s) {
   return true;
 }
 
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
-
 // The name without ".gguf" and without a "-00001-of-00003" split suffix.
 std::string gguf_stem(const std::string& path) {
   std::string n = base_name(path);

@@ -43,10 +43,6 @@ const Architecture& architecture_of(Family f);
 std::string supported_hf_model_types();
 std::string supported_gguf_archs();
 
-// Qwen3.5 family pieces shared by model/arch_qwen35.cpp and model/gguf_model.cpp.
-FfnKind qwen35_ffn_kind(const ModelConfig& c, int64_t il);
-Result<ModelConfig> qwen35_config_from_gguf(const GgufFile& file);
-Status qwen35_map_gguf(const GgufFile& file, const ModelConfig& cfg, WeightSet* ws);
 
 // The entries (defined in their family files).
 extern const Architecture kQwen35Arch;

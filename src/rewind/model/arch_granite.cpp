@@ -149,7 +149,7 @@ Status map_hf(const TensorSet& tensors, const ModelConfig& c, WeightSet* ws) {
   };
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const std::string lp = "model.layers." + std::to_string(il) + ".";
-    const std::string cp = "l" + std::to_string(il) + ".";
+    const std::string cp = layer_prefix(il);
     REWIND_TRY_STATUS(map_norm_hf(R, lp + "input_layernorm.weight", H, cp + "in_norm", ws));
     REWIND_TRY_STATUS(
         map_norm_hf(R, lp + "post_attention_layernorm.weight", H, cp + "post_norm", ws));
@@ -252,7 +252,7 @@ Status map_gguf(const GgufFile& g, const ModelConfig& c, WeightSet* ws) {
   };
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    const std::string cp = "l" + std::to_string(il) + ".";
+    const std::string cp = layer_prefix(il);
     REWIND_TRY_STATUS(map_norm_gguf(R, p + "attn_norm.weight", H, cp + "in_norm", ws));
     REWIND_TRY_STATUS(map_norm_gguf(R, p + "ffn_norm.weight", H, cp + "post_norm", ws));
     if (c.layer_kinds[il] == LayerKind::Mamba2)

@@ -159,7 +159,7 @@ Status map_hf(const TensorSet& tensors, const ModelConfig& c, WeightSet* ws) {
   REWIND_TRY_STATUS(map_norm_hf(R, P + "norm_f.weight", H, "final_norm", ws));
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const std::string lp = P + "layers." + std::to_string(il) + ".";
-    const std::string cp = "l" + std::to_string(il) + ".";
+    const std::string cp = layer_prefix(il);
     const std::string mp = lp + "mixer.";
     // The block's norm is the mixer's pre-norm, or the MLP's for an MLP block.
     const bool mlp = c.layer_kinds[il] == LayerKind::None;
@@ -230,7 +230,7 @@ Status map_gguf(const GgufFile& g, const ModelConfig& c, WeightSet* ws) {
   REWIND_TRY_STATUS(map_head_gguf(R, c, ws));
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const std::string p = "blk." + std::to_string(il) + ".";
-    const std::string cp = "l" + std::to_string(il) + ".";
+    const std::string cp = layer_prefix(il);
     // The block's one norm: the mixer's pre-norm, or the MLP's.
     const bool mlp = c.layer_kinds[il] == LayerKind::None;
     const std::string norm = std::string(mlp ? "post_norm" : "in_norm");

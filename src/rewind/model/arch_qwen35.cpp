@@ -1,7 +1,6 @@
 // The Qwen3.5 family entry of the architecture registry (model/arch.h): Qwen3.5 (dense),
 // Qwen3.5-MoE and Qwen3-Next. Gated DeltaNet and gated full attention layers, SwiGLU or routed
-// MoE FFNs, an optional MTP head. Spec: docs/QWEN35.md. The GGUF layout lives in
-// model/gguf_model.cpp (qwen35_config_from_gguf, qwen35_map_gguf).
+// MoE FFNs, an optional MTP head. Spec: docs/QWEN35.md; GGUF names: docs/GGUF.md.
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -10,6 +9,7 @@
 #include "rewind/model/arch.h"
 #include "rewind/model/config_fields.h"
 #include "rewind/model/gguf_model.h"
+#include "rewind/model/gguf_resolver.h"
 #include "rewind/model/hf_resolver.h"
 
 // Rules beyond docs/QWEN35.md section 1 (each is an explicit choice, documented here once):
@@ -32,6 +32,12 @@
 
 namespace rw {
 
+namespace {
+
+using Found = GgufFound;
+using Resolver = GgufResolver;
+
+// Which FFN layer il has: routed MoE or a dense SwiGLU MLP.
 FfnKind qwen35_ffn_kind(const ModelConfig& c, int64_t il) {
   switch (c.family) {
     case Family::Qwen35Moe:
@@ -45,8 +51,6 @@ FfnKind qwen35_ffn_kind(const ModelConfig& c, int64_t il) {
       return FfnKind::SwiGLU;
   }
 }
-
-namespace {
 
 using namespace cfg;
 
@@ -333,7 +337,7 @@ Status map_hf(const TensorSet& tensors, const ModelConfig& c, WeightSet* out) {
 
   for (int64_t il = 0; il < c.n_layer; ++il) {
     const std::string lp = P + "layers." + std::to_string(il) + ".";
-    const std::string cp = "l" + std::to_string(il) + ".";
+    const std::string cp = layer_prefix(il);
     REWIND_TRY_STATUS(map_norms(lp, cp));
 
     if (c.layer_kinds[il] == LayerKind::GatedDeltaNet) {
@@ -402,7 +406,7 @@ Status map_hf(const TensorSet& tensors, const ModelConfig& c, WeightSet* out) {
       ws.put("mtp.norm", HfResolver::owned(mn, 1, H, plus1));
       for (int64_t j = 0; j < c.mtp_num_hidden_layers; ++j) {
         const std::string lp = "mtp.layers." + std::to_string(j) + ".";
-        const std::string cp = "l" + std::to_string(c.n_layer + j) + ".";
+        const std::string cp = layer_prefix(c.n_layer + j);
         REWIND_TRY_STATUS(map_norms(lp, cp));
         REWIND_TRY_STATUS(map_full_attention(lp + "self_attn.", cp));
         REWIND_TRY_STATUS(map_mlp(lp + "mlp.", cp, c.mtp_layer_is_moe()));
@@ -422,6 +426,376 @@ Status map_hf(const TensorSet& tensors, const ModelConfig& c, WeightSet* out) {
   return Ok{};
 }
 
+// The GGUF layout (llama.cpp's qwen35, qwen35moe, qwen3next: docs/GGUF.md).
+Result<ModelConfig> parse_gguf(const GgufFile& g) {
+  const std::string& w = g.path();
+  REWIND_TRY(std::string arch, g.get_string("general.architecture"));
+  ModelConfig c;
+  if (arch == "qwen35") {
+    c.family = Family::Qwen35;
+    c.model_type = "qwen3_5_text";
+  } else if (arch == "qwen35moe") {
+    c.family = Family::Qwen35Moe;
+    c.model_type = "qwen3_5_moe_text";
+  } else if (arch == "qwen3next") {
+    c.family = Family::Qwen3Next;
+    c.model_type = "qwen3_next";
+  } else {
+    return make_error(w + ": architecture '" + arch + "' is not a Qwen3.5 family architecture");
+  }
+  const std::string a = arch + ".";
+  auto in_range = [&](const std::string& key, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v < lo || v > hi)
+      return make_error(w + ": key '" + key + "' = " + std::to_string(v) + " is out of range [" +
+                        std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return Ok{};
+  };
+  auto req = [&](const std::string& k, int64_t lo, int64_t hi) -> Result<int64_t> {
+    REWIND_TRY(int64_t v, g.get_int(a + k));
+    REWIND_TRY_STATUS(in_range(a + k, v, lo, hi));
+    return v;
+  };
+  auto opt = [&](const std::string& k, int64_t def, int64_t lo, int64_t hi) -> Result<int64_t> {
+    REWIND_TRY(int64_t v, g.get_int_or(a + k, def));
+    REWIND_TRY_STATUS(in_range(a + k, v, lo, hi));
+    return v;
+  };
+
+  const GgufTensor* emb = g.find("token_embd.weight");
+  if (!emb || emb->ne.size() != 2)
+    return make_error(w + ": missing 2-D tensor 'token_embd.weight'");
+  c.vocab_size = emb->ne[1];
+  REWIND_TRY(c.hidden_size, req("embedding_length", 1, kMaxDim));
+  if (emb->ne[0] != c.hidden_size)
+    return make_error(w + ": tensor 'token_embd.weight' has ne[0] = " + std::to_string(emb->ne[0]) +
+                      " but '" + a + "embedding_length' is " + std::to_string(c.hidden_size));
+  REWIND_TRY_STATUS(in_range("token_embd.weight ne[1]", c.vocab_size, 1, kMaxDim));
+  REWIND_TRY(int64_t blocks, req("block_count", 1, kMaxLayers));
+  REWIND_TRY(c.mtp_num_hidden_layers, opt("nextn_predict_layers", 0, 0, blocks - 1));
+  c.n_layer = blocks - c.mtp_num_hidden_layers;
+  REWIND_TRY(c.n_head, req("attention.head_count", 1, kMaxDim));
+  REWIND_TRY(c.n_head_kv, req("attention.head_count_kv", 1, kMaxDim));
+  REWIND_TRY(c.head_dim, req("attention.key_length", 1, kMaxDim));
+  REWIND_TRY(int64_t vlen, opt("attention.value_length", c.head_dim, 1, kMaxDim));
+  if (vlen != c.head_dim)
+    return make_error(w + ": key '" + a + "attention.value_length' = " + std::to_string(vlen) +
+                      " differs from '" + a +
+                      "attention.key_length' = " + std::to_string(c.head_dim));
+  if (c.n_head % c.n_head_kv != 0)
+    return make_error(
+        w + ": key '" + a + "attention.head_count' = " + std::to_string(c.n_head) +
+        " is not a multiple of 'attention.head_count_kv' = " + std::to_string(c.n_head_kv));
+  REWIND_TRY(c.rope_dim, opt("rope.dimension_count", c.head_dim, 2, c.head_dim));
+  if (c.rope_dim % 2 != 0)
+    return make_error(w + ": key '" + a + "rope.dimension_count' must be even");
+  REWIND_TRY(c.rope_theta, g.get_float(a + "rope.freq_base"));
+  if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0)
+    return make_error(w + ": key '" + a + "rope.freq_base' must be a positive number");
+  REWIND_TRY(c.rms_norm_eps, g.get_float(a + "attention.layer_norm_rms_epsilon"));
+  if (!std::isfinite(c.rms_norm_eps) || c.rms_norm_eps <= 0)
+    return make_error(w + ": key '" + a + "attention.layer_norm_rms_epsilon' must be positive");
+  REWIND_TRY(c.max_position_embeddings, opt("context_length", 32768, 1, int64_t{1} << 40));
+
+  REWIND_TRY(c.lin_n_head_k, req("ssm.group_count", 1, kMaxDim));
+  REWIND_TRY(c.lin_n_head_v, req("ssm.time_step_rank", 1, kMaxDim));
+  REWIND_TRY(c.lin_dk, req("ssm.state_size", 1, kMaxDim));
+  REWIND_TRY(c.conv_kernel, req("ssm.conv_kernel", 1, kMaxDim));
+  REWIND_TRY(int64_t inner, req("ssm.inner_size", 1, kMaxDim));
+  if (c.lin_n_head_v % c.lin_n_head_k != 0 || inner % c.lin_n_head_v != 0)
+    return make_error(
+        w + ": keys '" + a + "ssm.time_step_rank' = " + std::to_string(c.lin_n_head_v) +
+        " must be a multiple of 'ssm.group_count' = " + std::to_string(c.lin_n_head_k) +
+        " and divide 'ssm.inner_size' = " + std::to_string(inner));
+  c.lin_dv = inner / c.lin_n_head_v;
+
+  if (const GgufValue* rl = g.get(a + "attention.recurrent_layers")) {
+    REWIND_TRY(std::vector<int64_t> flags, g.get_ints(a + "attention.recurrent_layers"));
+    if (static_cast<int64_t>(flags.size()) != blocks)
+      return make_error(w + ": key '" + a + "attention.recurrent_layers' has " +
+                        std::to_string(flags.size()) + " entries but block_count is " +
+                        std::to_string(blocks));
+    (void)rl;
+    for (int64_t il = 0; il < c.n_layer; ++il)
+      c.layer_kinds.push_back(flags[il] ? LayerKind::GatedDeltaNet : LayerKind::Attention);
+    for (int64_t il = c.n_layer; il < blocks; ++il)
+      if (flags[il])
+        return make_error(w + ": key '" + a + "attention.recurrent_layers' marks block " +
+                          std::to_string(il) + " as recurrent, but it is an MTP block ('" + a +
+                          "nextn_predict_layers' = " + std::to_string(c.mtp_num_hidden_layers) +
+                          ")");
+  } else {
+    REWIND_TRY(int64_t n, opt("full_attention_interval", 4, 1, kMaxLayers));
+    for (int64_t il = 0; il < c.n_layer; ++il)
+      c.layer_kinds.push_back((il + 1) % n == 0 ? LayerKind::Attention : LayerKind::GatedDeltaNet);
+  }
+
+  REWIND_TRY(c.intermediate_size, opt("feed_forward_length", 0, 0, kMaxDim));
+  if (c.family != Family::Qwen35) {
+    REWIND_TRY(c.n_expert, req("expert_count", 1, kMaxDim));
+    REWIND_TRY(c.n_expert_used, req("expert_used_count", 1, c.n_expert));
+    REWIND_TRY(c.moe_intermediate_size, req("expert_feed_forward_length", 1, kMaxDim));
+    REWIND_TRY(c.shared_expert_intermediate_size,
+               req("expert_shared_feed_forward_length", 1, kMaxDim));
+  }
+  c.norm_topk_prob = true;  // llama.cpp renormalises the top-k weights for all three
+  for (int64_t il = 0; il < c.n_layer; ++il) c.ffn_kinds.push_back(qwen35_ffn_kind(c, il));
+  for (int64_t il = 0; il < c.n_layer; ++il)
+    if (!c.layer_is_moe(il) && c.intermediate_size <= 0)
+      return make_error(w + ": key '" + a + "feed_forward_length' is missing or 0, but layer " +
+                        std::to_string(il) + " has a dense MLP");
+  c.tie_word_embeddings = g.find("output.weight") == nullptr;
+  REWIND_TRY(c.bos_token_id, g.get_int_or("tokenizer.ggml.bos_token_id", -1));
+  REWIND_TRY(int64_t eos, g.get_int_or("tokenizer.ggml.eos_token_id", -1));
+  if (eos >= 0) c.eos_token_ids = {eos};
+  return c;
+}
+
+Status map_gguf(const GgufFile& g, const ModelConfig& c, WeightSet* out) {
+  WeightSet& ws = *out;
+  std::vector<std::string> mtp_names;
+  bool has_mtp = false;
+  const Resolver R(g);
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  REWIND_TRY(Found embed, R.need("token_embd.weight", {V, H}));
+  ws.put("embed", Resolver::view(embed, V, H));
+  if (R.has("output.weight")) {
+    REWIND_TRY(Found out, R.need("output.weight", {V, H}));
+    ws.put("lm_head", Resolver::view(out, V, H));
+  } else {
+    ws.put("lm_head", ws.get("embed"));
+  }
+  REWIND_TRY(Found fn, R.need("output_norm.weight", {H}));
+  ws.put("final_norm", Resolver::owned(fn, 1, H));
+
+  const int64_t Hk = c.lin_n_head_k, Hv = c.lin_n_head_v, dk = c.lin_dk, dv = c.lin_dv;
+  const int64_t r = Hv / Hk, K = c.conv_kernel, KD = c.key_dim(), VD = c.value_dim(),
+                CD = c.conv_dim();
+  const int64_t D = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
+  const VHeads vh = vheads(c);
+
+  // Norms of a decoder layer (either kind): `p` file prefix (blk.N.), `cp` canonical prefix.
+  auto map_norms = [&](const std::string& p, const std::string& cp) -> Status {
+    REWIND_TRY(Found in_norm, R.need(p + "attn_norm.weight", {H}));
+    REWIND_TRY(Found post_norm, R.need(p + "post_attention_norm.weight", {H}));
+    ws.put(cp + "in_norm", Resolver::owned(in_norm, 1, H));
+    ws.put(cp + "post_norm", Resolver::owned(post_norm, 1, H));
+    return Ok{};
+  };
+  // Gated full attention (separate attn_q/k/v or a fused attn_qkv).
+  auto map_full_attention = [&](const std::string& p, const std::string& cp) -> Status {
+    if (R.has(p + "attn_q.weight") || !R.has(p + "attn_qkv.weight")) {
+      REWIND_TRY(Found q, R.need(p + "attn_q.weight", {nh * 2 * D, H}));
+      REWIND_TRY(Found k, R.need(p + "attn_k.weight", {nkv * D, H}));
+      REWIND_TRY(Found v, R.need(p + "attn_v.weight", {nkv * D, H}));
+      WeightSource s;
+      s.cols = H;
+      s.file_dtype = q.dtype;
+      s.blocks = {Resolver::rows_of(q, 0, nh * 2 * D, H), Resolver::rows_of(k, 0, nkv * D, H),
+                  Resolver::rows_of(v, 0, nkv * D, H)};
+      ws.put(cp + "qkv", std::move(s));
+    } else {
+      REWIND_TRY(Found qkv, R.need(p + "attn_qkv.weight", {nh * 2 * D + 2 * nkv * D, H}));
+      ws.put(cp + "qkv", Resolver::view(qkv, nh * 2 * D + 2 * nkv * D, H));
+    }
+    REWIND_TRY(Found qn, R.need(p + "attn_q_norm.weight", {D}));
+    REWIND_TRY(Found kn, R.need(p + "attn_k_norm.weight", {D}));
+    ws.put(cp + "q_norm", Resolver::owned(qn, 1, D));
+    ws.put(cp + "k_norm", Resolver::owned(kn, 1, D));
+    REWIND_TRY(Found o, R.need(p + "attn_output.weight", {H, nh * D}));
+    ws.put(cp + "o_proj", Resolver::view(o, H, nh * D));
+    return Ok{};
+  };
+  // Dense SwiGLU or MoE (router, experts split or fused, shared expert).
+  auto map_ffn = [&](const std::string& p, const std::string& cp, bool moe) -> Status {
+    auto swiglu = [&](const std::string& sfx, const std::string& dst, int64_t F) -> Status {
+      REWIND_TRY(Found gt, R.need(p + "ffn_gate" + sfx + ".weight", {F, H}));
+      REWIND_TRY(Found up, R.need(p + "ffn_up" + sfx + ".weight", {F, H}));
+      REWIND_TRY(Found dn, R.need(p + "ffn_down" + sfx + ".weight", {H, F}));
+      WeightSource s;
+      s.cols = H;
+      s.file_dtype = gt.dtype;
+      s.blocks = {Resolver::rows_of(gt, 0, F, H), Resolver::rows_of(up, 0, F, H)};
+      ws.put(dst + "gate_up", std::move(s));
+      ws.put(dst + "down", Resolver::view(dn, H, F));
+      return Ok{};
+    };
+    if (!moe) {
+      REWIND_TRY_STATUS(swiglu("", cp, c.intermediate_size));
+    } else {
+      const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
+                    Is = c.shared_expert_intermediate_size;
+      REWIND_TRY(Found router, R.need(p + "ffn_gate_inp.weight", {E, H}));
+      ws.put(cp + "router", Resolver::view(router, E, H));
+      REWIND_TRY(Found dn, R.need(p + "ffn_down_exps.weight", {E, H, Im}));
+      const bool fused = R.has(p + "ffn_gate_up_exps.weight");
+      Found gu, gt, up;
+      if (fused) {
+        REWIND_TRY(gu, R.need(p + "ffn_gate_up_exps.weight", {E, 2 * Im, H}));
+      } else {
+        REWIND_TRY(gt, R.need(p + "ffn_gate_exps.weight", {E, Im, H}));
+        REWIND_TRY(up, R.need(p + "ffn_up_exps.weight", {E, Im, H}));
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string ep = cp + "e" + std::to_string(e) + ".";
+        WeightSource s;
+        s.cols = H;
+        s.file_dtype = fused ? gu.dtype : gt.dtype;
+        if (fused) {
+          s.blocks = {Resolver::rows_of(gu, e * 2 * Im, 2 * Im, H)};
+        } else {
+          s.blocks = {Resolver::rows_of(gt, e * Im, Im, H), Resolver::rows_of(up, e * Im, Im, H)};
+        }
+        ws.put(ep + "gate_up", std::move(s));
+        WeightSource d;
+        d.cols = Im;
+        d.file_dtype = dn.dtype;
+        d.blocks = {Resolver::rows_of(dn, e * H, H, Im)};
+        ws.put(ep + "down", std::move(d));
+      }
+      REWIND_TRY_STATUS(swiglu("_shexp", cp + "sh.", Is));
+      REWIND_TRY(Found sg, R.need(p + "ffn_gate_inp_shexp.weight", {H}));
+      ws.put(cp + "sh.gate", Resolver::view(sg, 1, H));
+    }
+    return Ok{};
+  };
+
+  for (int64_t il = 0; il < c.n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const std::string cp = layer_prefix(il);
+    REWIND_TRY_STATUS(map_norms(p, cp));
+    if (c.layer_kinds[il] == LayerKind::Attention) {
+      REWIND_TRY_STATUS(map_full_attention(p, cp));
+    } else {
+      WeightSource in;
+      in.cols = H;
+      // Rows of value heads (dv rows each, or 1 for beta/alpha) in the model's order.
+      auto heads = [&](const Found& t, int64_t base, int64_t rows_per_head) {
+        if (!vh.tiled) {
+          in.blocks.push_back(Resolver::rows_of(t, base, Hv * rows_per_head, H));
+          return;
+        }
+        for (int64_t h = 0; h < Hv; ++h)
+          in.blocks.push_back(
+              Resolver::rows_of(t, base + vh.pos(h) * rows_per_head, rows_per_head, H));
+      };
+      if (R.has(p + "attn_qkv.weight") || !R.has(p + "ssm_in.weight")) {
+        REWIND_TRY(Found qkv, R.need(p + "attn_qkv.weight", {CD, H}));
+        REWIND_TRY(Found z, R.need(p + "attn_gate.weight", {VD, H}));
+        in.file_dtype = qkv.dtype;
+        in.blocks.push_back(Resolver::rows_of(qkv, 0, 2 * KD, H));  // q, k
+        heads(qkv, 2 * KD, dv);                                     // v
+        heads(z, 0, dv);                                            // z
+      } else {
+        // Legacy qwen3next ssm_in: HF's in_proj_qkvz, per key-head group [q; k; v (r dv); z (r
+        // dv)].
+        const int64_t blk = 2 * dk + 2 * r * dv;
+        REWIND_TRY(Found qkvz, R.need(p + "ssm_in.weight", {Hk * blk, H}));
+        in.file_dtype = qkvz.dtype;
+        for (int64_t at : {int64_t{0}, dk})
+          for (int64_t gi = 0; gi < Hk; ++gi)
+            in.blocks.push_back(Resolver::rows_of(qkvz, gi * blk + at, dk, H));
+        for (int64_t at : {2 * dk, 2 * dk + r * dv})
+          for (int64_t gi = 0; gi < Hk; ++gi)
+            in.blocks.push_back(Resolver::rows_of(qkvz, gi * blk + at, r * dv, H));
+      }
+      if (R.has(p + "ssm_ba.weight")) {
+        if (vh.tiled)
+          return make_error(g.path() + ": tensor '" + p +
+                            "ssm_ba.weight' is only used by qwen3next");
+        REWIND_TRY(Found ba, R.need(p + "ssm_ba.weight", {2 * Hv, H}));
+        for (int64_t at : {int64_t{0}, r})
+          for (int64_t gi = 0; gi < Hk; ++gi)
+            in.blocks.push_back(Resolver::rows_of(ba, gi * 2 * r + at, r, H));
+      } else {
+        REWIND_TRY(Found b, R.need(p + "ssm_beta.weight", {Hv, H}));
+        REWIND_TRY(Found al, R.need(p + "ssm_alpha.weight", {Hv, H}));
+        heads(b, 0, 1);
+        heads(al, 0, 1);
+      }
+      ws.put(cp + "in_proj", std::move(in));
+
+      REWIND_TRY(Found conv, R.need(p + "ssm_conv1d.weight", {CD, K}));
+      ws.put(cp + "conv", Resolver::owned(conv, CD, K, [&](int64_t ch) {
+               return ch < 2 * KD ? ch
+                                  : 2 * KD + vh.pos((ch - 2 * KD) / dv) * dv + (ch - 2 * KD) % dv;
+             }));
+      REWIND_TRY(Found A, R.need(p + "ssm_a", {Hv}));
+      REWIND_TRY(Found dtb, R.need(p + "ssm_dt.bias", {Hv}));
+      // [Hv] viewed as Hv rows of one value, so the head permutation is a row permutation.
+      auto per_head = [&](const Found& t) {
+        WeightSource s = Resolver::owned(t, Hv, 1, [&](int64_t h) { return vh.pos(h); });
+        s.cols = Hv;
+        s.blocks[0].rows = 1;
+        return s;
+      };
+      ws.put(cp + "A", per_head(A));
+      ws.put(cp + "dt_bias", per_head(dtb));
+      REWIND_TRY(Found gn, R.need(p + "ssm_norm.weight", {dv}));
+      ws.put(cp + "gnorm", Resolver::owned(gn, 1, dv));
+      REWIND_TRY(Found out, R.need(p + "ssm_out.weight", {H, VD}));
+      WeightSource o = Resolver::view(out, H, VD);
+      if (vh.tiled) {
+        o.col_perm.resize(static_cast<size_t>(VD));
+        for (int64_t j = 0; j < VD; ++j)
+          o.col_perm[j] = static_cast<int32_t>(vh.head_at(j / dv) * dv + j % dv);
+      }
+      ws.put(cp + "out_proj", std::move(o));
+    }
+    REWIND_TRY_STATUS(map_ffn(p, cp, c.layer_is_moe(il)));
+  }
+
+  // MTP blocks (llama.cpp's nextn layout): block n_layer + j holds MTP layer j as a
+  // full-attention layer (the names above) plus nextn.eh_proj (HF mtp.fc, as is: input columns
+  // [normed embedding ; normed hidden]), nextn.enorm, nextn.hnorm and nextn.shared_head_norm (HF
+  // pre_fc_norm_embedding, pre_fc_norm_hidden, norm; +1 folded in as every zero-centred norm).
+  // The head's own tensors are read from the first MTP block (llama.cpp's converter copies them
+  // into each). Absent altogether is fine; partly present or mis-shaped is an error naming the
+  // tensor.
+  for (auto& t : g.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    const int64_t n = std::strtoll(t.name.c_str() + 4, nullptr, 10);
+    if (n >= c.n_layer) mtp_names.push_back(t.name);
+  }
+  if (c.mtp_num_hidden_layers > 0 && !mtp_names.empty()) {
+    auto mtp = [&]() -> Status {
+      const std::string nx = "blk." + std::to_string(c.n_layer) + ".nextn.";
+      for (const char* own : {"embed_tokens", "shared_head_head"})
+        if (R.has(nx + own + ".weight"))
+          return make_error(g.path() + ": tensor '" + nx + own +
+                            ".weight' is not supported (rewind's MTP head shares "
+                            "token_embd.weight and the output matrix)");
+      REWIND_TRY(Found fc, R.need(nx + "eh_proj.weight", {H, 2 * H}));
+      ws.put("mtp.fc", Resolver::view(fc, H, 2 * H));
+      REWIND_TRY(Found en, R.need(nx + "enorm.weight", {H}));
+      ws.put("mtp.enorm", Resolver::owned(en, 1, H));
+      REWIND_TRY(Found hn, R.need(nx + "hnorm.weight", {H}));
+      ws.put("mtp.hnorm", Resolver::owned(hn, 1, H));
+      if (R.has(nx + "shared_head_norm.weight")) {
+        REWIND_TRY(Found sn, R.need(nx + "shared_head_norm.weight", {H}));
+        ws.put("mtp.norm", Resolver::owned(sn, 1, H));
+      } else {  // optional: llama.cpp's MTP graph then uses output_norm
+        ws.put("mtp.norm", ws.get("final_norm"));
+      }
+      for (int64_t j = 0; j < c.mtp_num_hidden_layers; ++j) {
+        const std::string p = "blk." + std::to_string(c.n_layer + j) + ".";
+        const std::string cp = layer_prefix(c.n_layer + j);
+        REWIND_TRY_STATUS(map_norms(p, cp));
+        REWIND_TRY_STATUS(map_full_attention(p, cp));
+        REWIND_TRY_STATUS(map_ffn(p, cp, c.mtp_layer_is_moe()));
+      }
+      return Ok{};
+    };
+    Status st = mtp();
+    if (!st.ok())
+      return make_error(st.error_message() + " (MTP block: nextn_predict_layers = " +
+                        std::to_string(c.mtp_num_hidden_layers) + " and some blk." +
+                        std::to_string(c.n_layer) + ".* tensors are present)");
+    has_mtp = true;
+  }
+  ws.set_mtp(has_mtp, std::move(mtp_names));
+  return Ok{};
+}
+
 }  // namespace
 
 const Architecture kQwen35Arch = {
@@ -431,8 +805,8 @@ const Architecture kQwen35Arch = {
     {"qwen35", "qwen35moe", "qwen3next"},
     parse_hf,
     map_hf,
-    qwen35_config_from_gguf,
-    qwen35_map_gguf,
+    parse_gguf,
+    map_gguf,
 };
 
 }  // namespace rw

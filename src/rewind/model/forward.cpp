@@ -214,7 +214,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     }
   };
   for (int64_t il = 0; il < c.n_layer; ++il) {
-    const std::string p = std::string("l").append(std::to_string(il)).append(".");
+    const std::string p = layer_prefix(il);
     if (c.layer_kinds[il] == LayerKind::GatedDeltaNet || c.layer_kinds[il] == LayerKind::Mamba2) {
       mats.push_back(p + "in_proj");
       mats.push_back(p + "out_proj");
@@ -233,7 +233,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     return make_error("MTP drafting needs a model with recurrent layers (" + dir +
                       " is attention-only)");
   if (mtp) {  // the MTP head: fc and its full-attention layer l{n_layer}
-    const std::string p = "l" + std::to_string(c.n_layer) + ".";
+    const std::string p = layer_prefix(c.n_layer);
     for (const char* n : {"qkv", "o_proj"}) mats.push_back(p + n);
     push_ffn(p, c.mtp_layer_is_moe() ? FfnKind::Moe : FfnKind::SwiGLU);
     mats.push_back("mtp.fc");
@@ -297,7 +297,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   I.layers.resize(static_cast<size_t>(c.n_layer));
   for (int64_t il = 0; il < c.n_layer; ++il) {
     LayerW& L = I.layers[il];
-    const std::string p = std::string("l").append(std::to_string(il)).append(".");
+    const std::string p = layer_prefix(il);
     L.kind = c.layer_kinds[il];
     if (L.kind != LayerKind::None) L.in_norm = vec(W.get(p + "in_norm"));
     if (c.ffn_kinds[il] != FfnKind::None) L.post_norm = vec(W.get(p + "post_norm"));
@@ -334,7 +334,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   if (mtp) {
     I.mtp = true;
     LayerW& L = I.mtp_layer;
-    const std::string p = "l" + std::to_string(c.n_layer) + ".";
+    const std::string p = layer_prefix(c.n_layer);
     L.kind = LayerKind::Attention;
     L.attn_index = n_attn;  // the lagging attention layer after the main ones (StateShape)
     L.in_norm = vec(W.get(p + "in_norm"));

@@ -40,6 +40,23 @@ inline bool dtype_from_ggml(GgmlType t, DType* out) {
 }
 
 // A tensor found and checked: numpy-order shape, rewind dtype.
+// Qwen3.5's Gated DeltaNet value heads in llama.cpp's files: stored position of the model's
+// (grouped-order) value head h (tiled when value heads outnumber key heads, but in qwen3next).
+struct VHeads {
+  bool tiled = false;
+  int64_t Hk = 1, r = 1;
+  int64_t pos(int64_t h) const { return tiled ? (h % r) * Hk + h / r : h; }
+  int64_t head_at(int64_t t) const { return tiled ? (t % Hk) * r + t / Hk : t; }  // inverse
+};
+
+inline VHeads vheads(const ModelConfig& c) {
+  VHeads v;
+  v.Hk = std::max<int64_t>(c.lin_n_head_k, 1);  // Mamba2 families: no GDN heads
+  v.r = c.lin_n_head_k > 0 ? c.lin_n_head_v / c.lin_n_head_k : 1;
+  v.tiled = c.family != Family::Qwen3Next && v.r > 1;
+  return v;
+}
+
 struct GgufFound {
   const GgufTensor* t = nullptr;
   DType dtype = DType::F32;

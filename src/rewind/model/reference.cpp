@@ -5,20 +5,9 @@
 #include <numeric>
 
 #include "rewind/kernels/ops_ref.h"
+#include "rewind/model/weight_source.h"
 
 namespace rw {
-
-namespace {
-
-// Canonical layer prefix "l{il}." (built by appends: GCC 12 warns falsely on "l" + to_string).
-std::string layer_prefix(int64_t il) {
-  std::string p = "l";
-  p += std::to_string(il);
-  p += '.';
-  return p;
-}
-
-}  // namespace
 
 ReferenceModel::ReferenceModel(const ModelConfig& cfg, const WeightSet& ws) : cfg_(cfg), ws_(ws) {
   REWIND_CHECK_MSG(cfg.family == Family::Qwen35 || cfg.family == Family::Qwen35Moe ||

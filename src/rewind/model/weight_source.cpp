@@ -146,4 +146,12 @@ Result<WeightSet> WeightSet::from_hf(const TensorSet& tensors, const ModelConfig
   return ws;
 }
 
+// Built by appends: GCC 12 warns falsely (-Wrestrict) on "l" + std::to_string(il) when inlined.
+std::string layer_prefix(int64_t il) {
+  std::string p = "l";
+  p += std::to_string(il);
+  p += '.';
+  return p;
+}
+
 }  // namespace rw

@@ -91,6 +91,9 @@ struct WeightSource {
   const void* contiguous(DType* dtype, std::vector<std::byte>* scratch) const;
 };
 
+// "l<il>.": the prefix of layer il's names in a WeightSet (the MTP blocks follow the layers).
+std::string layer_prefix(int64_t il);
+
 class WeightSet {
  public:
   // Resolves every tensor the config needs in `tensors` (HF names, by the family's entry in
