@@ -21,6 +21,7 @@ int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_cache_bench(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_chat(int argc, char** argv);  // apps/cmd_chat.cpp
 int cmd_spec_bench(int argc, char** argv);
 int cmd_pull(int argc, char** argv);    // apps/cmd_pull.cpp
 int cmd_models(int argc, char** argv);  // apps/cmd_pull.cpp

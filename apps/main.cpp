@@ -219,6 +219,7 @@ int main(int argc, char** argv) {
       {"bench", cmd_bench},
       {"cache-bench", cmd_cache_bench},
       {"serve", cmd_serve},
+      {"chat", cmd_chat},
       {"spec-bench", cmd_spec_bench},
       {"pull", cmd_pull},
       {"models", cmd_models},
