@@ -85,6 +85,40 @@ std::vector<CommandSpec> build_specs() {
             spec_opts()),
        "Greedy output is identical with and without --spec."});
   c.push_back(
+      {"chat",
+       "Chat with a model in the terminal (its chat template, the prefix cache).",
+       "[options]",
+       {model_opt(),
+        {"--system", "", "TEXT", "the system prompt (default none; /system changes it)", {}, false},
+        {"--ctx-size", "-c", "N", "the conversation's context in tokens (default 4096)", {}, false},
+        {"--n-predict", "-n", "N", "most tokens per reply (default -1: up to the context)"},
+        {"--temperature",
+         "",
+         "T",
+         "sampling temperature (default: the model's, else 1)",
+         {"--temp"}},
+        {"--top-k", "", "K", "keep the K most likely tokens (default: the model's, else all)"},
+        {"--top-p", "", "P", "nucleus sampling mass, in (0, 1] (default: the model's, else 1)"},
+        {"--min-p", "", "P", "drop tokens below P x the best one's probability (default 0)"},
+        {"--seed", "-s", "S", "sampling seed; reply i uses S + i (default random)", {}, false},
+        {"--think", "", "on|off", "ask the template to turn reasoning on or off (its default)"},
+        {"--ignore-eos", "", "", "keep generating past the end-of-sequence token", {}, false},
+        threads_opt(),
+        {"--cache-ram", "", "MiB", "prefix cache budget: KV pages + checkpoints (1024)", {}, false},
+        {"--no-cache", "", "", "chat without the prefix cache (every turn re-runs it all)"},
+        weights_opt(),
+        quant_dot_opt(),
+        {"--quiet", "-q", "", "no banner and no status line after each reply", {}, false}},
+       "Type a message and press Enter; a line ending in \\ continues on the next line, and\n"
+       "\"\"\" opens and closes a block of lines. Commands: /regen, /edit N [TEXT], /undo,\n"
+       "/system [TEXT], /history, /stats, /clear, /help, /quit (also Ctrl-D).\n"
+       "Each turn renders the whole conversation with the model's chat template and resumes\n"
+       "from the prefix cache's checkpoint where it departs from the previous turn; the status\n"
+       "line after each reply (stderr) shows the prompt's cached and re-run tokens.\n"
+       "Ctrl-C stops a streaming reply (the part shown is kept in the conversation); at the\n"
+       "prompt it drops the line, and a second Ctrl-C leaves (status 0). On a terminal the\n"
+       "input has line editing and history (libedit); from a pipe, lines are read as they come."});
+  c.push_back(
       {"serve", "The OpenAI-compatible HTTP server (chat, completions, streaming, metrics).",
        "[options]",
        join(

@@ -14,9 +14,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -26,12 +23,10 @@
 #include "rewind/base/memory.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
-#include "rewind/io/gguf.h"
 #include "rewind/server/access_log.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/server/http_server.h"
 #include "rewind/server/openai_request.h"
-#include "rewind/tokenizer/gguf_vocab.h"
 #include "rewind/tokenizer/tokenizer.h"
 #include "spec_args.h"
 
@@ -55,19 +50,6 @@ std::vector<std::string> split_commas(const std::string& s) {
 // bookkeeping (docs/ARCHITECTURE.md, "Memory"), plus each thread's stack and arena share.
 constexpr int64_t kFixedOverhead = int64_t{48} << 20;
 constexpr int64_t kPerThreadOverhead = int64_t{256} << 10;
-
-// True when the checkpoint ships a chat template (tokenizer_config.json `chat_template` or
-// chat_template.jinja); then it must load. Otherwise rewind's own ChatML template is used.
-bool has_chat_template(const std::string& dir) {
-  if (std::ifstream(dir + "/chat_template.jinja")) return true;
-  std::ifstream f(dir + "/tokenizer_config.json");
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
-  return !j.is_discarded() && j.is_object() && j.contains("chat_template") &&
-         !j["chat_template"].is_null();
-}
 
 std::string basename_of(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -170,27 +152,8 @@ int cmd_serve(int argc, char** argv) {
 
   auto tok = load_tokenizer(dir);
   if (!tok.ok()) return fail(tok.error_message());
-  // A GGUF file's template is tokenizer.chat_template (eos: tokenizer.ggml.eos_token_id).
-  std::string gguf_template, gguf_eos = "<|im_end|>";
-  if (is_gguf_path(dir)) {
-    auto g = GgufFile::open(dir);
-    if (!g.ok()) return fail(g.error_message());
-    auto src = chat_template_from_gguf(g.value());
-    if (!src.ok()) return fail(src.error_message());
-    gguf_template = src.value();
-    auto eos = g->get_int_or("tokenizer.ggml.eos_token_id", -1);
-    if (!eos.ok()) return fail(eos.error_message());
-    if (eos.value() >= 0 && !tok->token_text(static_cast<int32_t>(eos.value())).empty())
-      gguf_eos = tok->token_text(static_cast<int32_t>(eos.value()));
-  }
-  const bool has_template = is_gguf_path(dir) ? !gguf_template.empty() : has_chat_template(dir);
-  auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
-              : is_gguf_path(dir) ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
-                                  : ChatTemplate::load_dir(dir);
-  if (!tmpl.ok()) return fail("chat template: " + tmpl.error_message());
-  if (!has_template)
-    std::fprintf(stderr, "rewind: %s has no chat template; using rewind's ChatML template\n",
-                 dir.c_str());
+  auto tmpl = load_chat_template(dir, tok.value());
+  if (!tmpl.ok()) return fail(tmpl.error_message());
 
   ThreadPool pool(static_cast<int>(th.value()));
   double load_s = 0;

@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "rewind/base/thread_pool.h"
+#include "rewind/chat/chat_template.h"
 #include "rewind/model/model.h"
 #include "rewind/tokenizer/tokenizer.h"
 
@@ -20,6 +21,7 @@ int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_cache_bench(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
+int cmd_chat(int argc, char** argv);  // apps/cmd_chat.cpp
 int cmd_spec_bench(int argc, char** argv);
 int cmd_pull(int argc, char** argv);    // apps/cmd_pull.cpp
 int cmd_models(int argc, char** argv);  // apps/cmd_pull.cpp
@@ -96,6 +98,12 @@ class ProgressLine {
 // The tokenizer of a model path: DIR/tokenizer.json, or the metadata of a .gguf file.
 Result<Tokenizer> load_tokenizer(const std::string& model_path);
 bool is_gguf_path(const std::string& model_path);  // a regular file (not a directory)
+
+// The chat template `serve` and `chat` render with: the checkpoint's own (tokenizer_config.json
+// `chat_template` or chat_template.jinja; a GGUF file's tokenizer.chat_template with its eos
+// token), else rewind's ChatML template, with a line on stderr that says so. Errors: a template
+// that is there but does not load, a malformed GGUF file.
+Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok);
 
 // Writes the HF checkpoint in `hf_dir` (config.json, safetensors, tokenizer.json, chat template
 // in tokenizer_config.json or chat_template.jinja) as a GGUF file in llama.cpp's layout, with

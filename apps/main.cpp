@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -124,6 +127,43 @@ Result<Tokenizer> load_tokenizer(const std::string& model_path) {
   return tokenizer_from_gguf(g);
 }
 
+namespace {
+// True when the checkpoint directory ships a chat template (tokenizer_config.json
+// `chat_template` or chat_template.jinja); then it must load.
+bool has_chat_template(const std::string& dir) {
+  if (std::ifstream(dir + "/chat_template.jinja")) return true;
+  std::ifstream f(dir + "/tokenizer_config.json");
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  return !j.is_discarded() && j.is_object() && j.contains("chat_template") &&
+         !j["chat_template"].is_null();
+}
+}  // namespace
+
+Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok) {
+  // A GGUF file's template is tokenizer.chat_template (eos: tokenizer.ggml.eos_token_id).
+  std::string gguf_template, gguf_eos = "<|im_end|>";
+  const bool gguf = is_gguf_path(model_path);
+  if (gguf) {
+    REWIND_TRY(GgufFile g, GgufFile::open(model_path));
+    REWIND_TRY(gguf_template, chat_template_from_gguf(g));
+    REWIND_TRY(int64_t eos, g.get_int_or("tokenizer.ggml.eos_token_id", -1));
+    if (eos >= 0 && !tok.token_text(static_cast<int32_t>(eos)).empty())
+      gguf_eos = tok.token_text(static_cast<int32_t>(eos));
+  }
+  const bool has_template = gguf ? !gguf_template.empty() : has_chat_template(model_path);
+  auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
+              : gguf        ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
+                            : ChatTemplate::load_dir(model_path);
+  if (!tmpl.ok()) return make_error("chat template: " + tmpl.error_message());
+  if (!has_template)
+    std::fprintf(stderr, "rewind: %s has no chat template; using rewind's ChatML template\n",
+                 model_path.c_str());
+  return tmpl;
+}
+
 Result<KernelOptions> kernel_options_from(const Args& a) {
   KernelOptions k;
   const std::string mode = a.str("--quant-dot", "auto");
@@ -179,6 +219,7 @@ int main(int argc, char** argv) {
       {"bench", cmd_bench},
       {"cache-bench", cmd_cache_bench},
       {"serve", cmd_serve},
+      {"chat", cmd_chat},
       {"spec-bench", cmd_spec_bench},
       {"pull", cmd_pull},
       {"models", cmd_models},

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <future>
 #include <mutex>
@@ -149,6 +151,55 @@ TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
   for (int i = 0; i < 2000 && eng.metrics().running != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_EQ(eng.metrics().running, 0);
+}
+
+// Engine::generate's stop flag (what `rewind chat` sets from its SIGINT handler): set from the
+// token callback after the third token, the request ends Cancelled with exactly those tokens,
+// which equal the first three of an uninterrupted run; what it computed is published, so the
+// conversation continued with that partial reply resumes from the cache. Set before the call,
+// nothing is generated.
+TEST_P(BatchEngineTest, StopFlagCancelsGenerate) {
+  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  std::mt19937_64 rng(9);
+  Request r;
+  r.prompt = test::random_tokens(rng, 40, m.config().vocab_size);
+  r.max_tokens = 12;
+  EngineOptions off;
+  off.cache_enabled = false;
+  Engine plain(m, nullptr, off);
+  auto want = plain.generate(r);
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(want->tokens.size(), 12u);
+
+  EngineOptions opt;
+  opt.cache.policy.interval = 16;
+  Engine eng(m, nullptr, opt);
+  std::atomic<bool> stop{false};
+  size_t seen = 0;
+  auto cut = eng.generate(
+      r, [&](int32_t) { if (++seen == 3) stop.store(true); }, &stop);
+  ASSERT_TRUE(cut.ok()) << cut.error_message();
+  EXPECT_EQ(cut->finish, FinishReason::Cancelled);
+  ASSERT_EQ(cut->tokens.size(), 3u);
+  EXPECT_TRUE(std::equal(cut->tokens.begin(), cut->tokens.end(), want->tokens.begin()));
+  EXPECT_TRUE(stop.load());  // generate() leaves the flag to its owner
+
+  // Still set: the next request is cancelled before it runs a step.
+  auto none = eng.generate(r, {}, &stop);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->finish, FinishReason::Cancelled);
+  EXPECT_TRUE(none->tokens.empty());
+
+  // Cleared: the prompt extended by the partial reply resumes past the original prompt.
+  stop.store(false);
+  Request next = r;
+  next.prompt.insert(next.prompt.end(), cut->tokens.begin(), cut->tokens.end());
+  next.prompt.push_back(1);
+  next.max_tokens = 2;
+  auto more = eng.generate(next, {}, &stop);
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(more->finish, FinishReason::Length);
+  EXPECT_GE(more->report.resumed_at, static_cast<int64_t>(r.prompt.size()));
 }
 
 TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {

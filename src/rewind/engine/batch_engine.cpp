@@ -261,13 +261,13 @@ void BatchEngine::maybe_release_memory() {
   trimmed_ = true;
 }
 
-void BatchEngine::run_until_idle() {
+void BatchEngine::run_until_idle(const std::atomic<bool>* stop) {
   REWIND_CHECK_MSG(!thread_.joinable(), "run_until_idle: the engine runs its own thread");
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (queue_.empty() && running_.empty()) return;
-      if (stopping_ && !drain_) {
+      if ((stopping_ && !drain_) || (stop && stop->load(std::memory_order_relaxed))) {
         for (auto& s : queue_) cancelled_.insert(s->id);
         for (auto& s : running_) cancelled_.insert(s->id);
       }

@@ -16,6 +16,7 @@
 // callbacks must be quick and must not call back into the engine except cancel().
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -84,8 +85,10 @@ class BatchEngine {
   // engine thread has stopped. Idempotent.
   void shutdown(bool drain);
   // EngineThread::Caller only: runs steps on the calling thread until nothing is queued or
-  // running.
-  void run_until_idle();
+  // running. `stop` (may be null) is read before every step; once it is true, every request
+  // still queued or running is cancelled (it ends as Cancelled at that step, publishing what it
+  // computed). Setting it is one lock-free atomic store, so a signal handler may do it.
+  void run_until_idle(const std::atomic<bool>* stop = nullptr);
 
   const Model& model() const { return model_; }
   const EngineOptions& options() const { return opt_; }

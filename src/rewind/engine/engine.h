@@ -7,6 +7,7 @@
 // Thread-safety: one caller at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,8 +34,14 @@ class Engine {
   // Runs `req` to its end. `on_token` (may be empty) is called on the calling thread with each
   // generated token, in order, as soon as it is final. Errors: the request refused (Request
   // validation, speculation it cannot run) or failed while running.
+  // `stop` (may be null): the cancellation hook. It is read before every engine step (one
+  // decoded token, or one prefill chunk of at most step_tokens); once it is true the request
+  // ends with FinishReason::Cancelled and the tokens generated so far, and what it computed is
+  // published to the prefix cache as for any cancelled request. A signal handler may set it
+  // (one lock-free atomic store); generate() never clears it.
   Result<Generation> generate(const Request& req,
-                              const std::function<void(int32_t)>& on_token = {});
+                              const std::function<void(int32_t)>& on_token = {},
+                              const std::atomic<bool>* stop = nullptr);
   // The state of the last generate() call's sequence (after its last consumed token; after a
   // failed speculative round, its last committed state), for tests that compare states bit for
   // bit; null before the first request that ran.

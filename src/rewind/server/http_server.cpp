@@ -497,11 +497,7 @@ struct HttpServer::Impl {
     p->sub.prompt = tokenize_chat(tok, rendered.value(), &p->sub.boundaries, &p->sub.anchor);
     p->parse_tools = c.parse_tools;
     if (c.parse_tools) p->tools = json::parse(c.tools.dump());
-    {  // Did the generation prompt open a reasoning block (Qwen3 with thinking on)?
-      std::string_view t = rendered->text;
-      while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
-      p->think_open = t.size() >= 7 && t.substr(t.size() - 7) == "<think>";
-    }
+    p->think_open = prompt_opens_think(rendered->text);
     return finish_plan(c, p);
   }
 

@@ -1,13 +1,13 @@
 // The response side of the OpenAI schema: JSON bodies of chat and text completions (whole and
-// streamed chunks), usage, logprobs, errors; stop-sequence matching on streamed text; the
-// split of generated text into content and tool calls. Pure functions and small value types,
+// streamed chunks), usage, logprobs, errors; the split of generated text into content and tool
+// calls (stop sequences and reasoning blocks: chat/text_stream.h). Pure functions and small value types,
 // no HTTP and no engine, so every rule is unit-testable (tests/unit/openai_request_test.cpp).
 //
 // JSON text is always produced with dump_json, which replaces invalid UTF-8 (a token's raw
 // bytes can be a partial character) with U+FFFD instead of throwing.
 //
-// Thread-safety: the free functions are reentrant; StopMatcher and ToolCallSplitter are value
-// types, one per stream.
+// Thread-safety: the free functions are reentrant; ToolCallSplitter is a value type, one per
+// stream.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "rewind/chat/chat_template.h"
+#include "rewind/chat/text_stream.h"
 
 namespace rw {
 
@@ -57,31 +58,6 @@ nlohmann::json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenL
 nlohmann::json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
                                         bool with_top, int64_t offset0);
 
-// Holds back streamed text that may still turn into a stop sequence, and cuts the text where
-// one completes (the stop sequence itself is not returned). Matching is on bytes of the decoded
-// text; the earliest match wins, the longest one on a tie. Cost: O(held bytes * stops) per push;
-// at most max(stop length) - 1 bytes are ever held.
-class StopMatcher {
- public:
-  explicit StopMatcher(std::vector<std::string> stops);
-  // Adds text; returns what can no longer be part of a match. Once a stop sequence completes,
-  // stopped() is true, the return value ends just before it, and the text after the match is
-  // kept in rest(); later pushes return "" and add to rest().
-  std::string push(std::string_view text);
-  // Generation ended: returns the held-back text (empty after a match).
-  std::string flush();
-  bool stopped() const { return stopped_; }
-  int matched_index() const { return matched_; }  // which stop sequence, -1 if none
-  const std::string& rest() const { return rest_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string held_;
-  std::string rest_;
-  bool stopped_ = false;
-  int matched_ = -1;
-};
-
 // Streams assistant text while tool calls may appear: text before the first tool-call marker
 // (tool_call_markers(): "<tool_call>", "<TOOLCALL>") is content (a partial marker is held back); from the marker on, everything is buffered and
 // parsed at the end with parse_tool_calls. If that finds no call, the buffered text is content
@@ -97,33 +73,6 @@ class ToolCallSplitter {
  private:
   StopMatcher marker_;
   nlohmann::json tools_;
-};
-
-// Splits a reply's reasoning (Qwen3 style: between <think> and </think>) from its content,
-// streaming: message.reasoning_content / delta.reasoning_content as the reasoning parsers of
-// other OpenAI-compatible servers return it. The reply is reasoning when the prompt ended
-// inside an open <think> block (the template's generation prompt opened it) or when the reply
-// itself starts with <think> (after whitespace). The tags are dropped, and so are the
-// whitespace that opens the reasoning and the newlines that follow </think> (an empty block,
-// "<think>\n\n</think>\n\n", gives no reasoning at all). A partial tag is held back until it is decided; an unterminated block
-// is all reasoning. Text with no tag at its start is all content, unchanged.
-class ReasoningSplitter {
- public:
-  explicit ReasoningSplitter(bool prompt_opened_think = false);
-  struct Out {
-    std::string reasoning, content;
-  };
-  Out push(std::string_view text);
-  Out finish();  // end of generation: whatever was held back
-
- private:
-  enum class State { Start, Reasoning, Content };
-  State state_;
-  std::string held_;        // Start: undecided prefix
-  StopMatcher end_;         // finds </think> in the reasoning
-  bool strip_newlines_ = false;  // just after </think>
-  bool reasoning_started_ = false;  // a non-space character of reasoning was emitted
-  void to_content(std::string_view text, Out* o);
 };
 
 // Splits a whole reply: tool calls parsed out (ids filled in when the text gave none), and the
