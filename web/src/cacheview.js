@@ -12,7 +12,6 @@ const KINDS = [
   { kind: 'boundary', label: 'turn boundary', shape: 'diamond' },
   { kind: 'grid', label: 'grid', shape: 'tick' },
 ];
-const ROW = 26;
 const POLL_MS = 1500;
 
 function mainKind(kinds) {
@@ -176,6 +175,7 @@ export function mountCacheView(root, { onAuth }) {
     const L = 12;
     const R = 96;
     const x = (p) => L + (p * (W - L - R)) / maxEnd;
+    const ROW = rows > 60 ? 17 : 26;  // denser rows for big trees
     const y = (r) => 22 + r * ROW;
     const maxAge = Math.max(1, ...nodes.filter((n) => !n.aggregate).map((n) => n.age));
     const svg = s('svg', { width: W, height: y(rows) + 10, class: 'tree', id: 'cache-tree', role: 'img', 'aria-label': 'prefix cache tree' });
@@ -217,7 +217,7 @@ export function mountCacheView(root, { onAuth }) {
       const tok = n.end - n.start;
       // The label inside a wide bar, else after it unless a child continues the row there.
       const label = `${tok} tok` + (n.pinned ? ' \u00b7 pinned' : '') + (n.shared_pages ? ` \u00b7 ${n.shared_pages} shared` : '');
-      const rowGoesOn = kids[i].length > 0 && !nodes[kids[i][0]].aggregate;
+      const rowGoesOn = kids[i].length > 0;
       if (w >= 7 * label.length + 8) g.append(s('text', { x: x0 + 5, y: yy + 4, class: 'bar-label inside' }, label));
       else if (!rowGoesOn) g.append(s('text', { x: x0 + w + 4, y: yy + 4, class: 'bar-label' }, label));
       g.append(s('title', null, `node ${n.id}: positions ${n.start}\u2013${n.end} (${tok} tokens)\n${n.pages} KV pages (${n.shared_pages} shared), ${fmtBytes(n.kv_bytes)}\n${n.snapshots.length} snapshots\nlast used ${n.age} cache operations ago` + (n.evict_rank ? `\neviction order: ${n.evict_rank}` : '') + (n.pinned ? '\npinned by a running request' : '')));

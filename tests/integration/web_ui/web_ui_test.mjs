@@ -332,6 +332,32 @@ try {
     await p2.close();
   });
 
+  await check('many branches: the tree is folded to the nodes asked for and still drawn', async () => {
+    // 300 prompts that share a prefix and then part: a node with 300 children.
+    const post = (i) => fetch(server.url + '/v1/completions', {
+      method: 'POST',
+      headers: { Authorization: 'Bearer ' + KEY, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: 'And the children of Israel numbered ' + (i * 7919 % 100003) + ' of them', max_tokens: 1, temperature: 0 }),
+    }).then((r) => r.json());
+    for (let i = 0; i < 300; i += 20) await Promise.all(Array.from({ length: 20 }, (_, j) => post(i + j)));
+    const all = await api(server.url, '/v1/cache/tree?max_nodes=5000');
+    assert.ok(all.total_nodes >= 300, String(all.total_nodes));
+    await page.click('#tab-cache');
+    await page.select('#max-nodes', '100');
+    await page.waitForFunction(() => document.querySelectorAll('#cache-tree g.node.aggregate').length > 0, { timeout: 20000 });
+    const drawn = await page.evaluate(() => ({
+      nodes: document.querySelectorAll('#cache-tree g.node:not(.aggregate)').length,
+      folded: [...document.querySelectorAll('#cache-tree g.node.aggregate')].reduce((a, g) => a + Number(g.dataset.nodes), 0),
+      count: document.querySelector('#node-count').textContent,
+    }));
+    const t = await api(server.url, '/v1/cache/tree?max_nodes=100');
+    assert.ok(drawn.nodes <= 100 + t.last.path.length, String(drawn.nodes));
+    assert.equal(drawn.nodes + drawn.folded, t.total_nodes);
+    assert.equal(drawn.count, t.total_nodes + ' nodes');
+    await page.screenshot({ path: join(outDir, 'cache-many.png') });
+    await page.click('#tab-chat');
+  });
+
   await check('no errors on the page', async () => {
     assert.deepEqual(pageErrors, []);
   });
