@@ -74,12 +74,15 @@ export function mountCacheView(root, { onAuth }) {
     return svg;
   }
 
+  let asked = 0;  // the newest refresh; an older answer that arrives later is dropped
   async function refresh(force) {
+    const mine = ++asked;
     try {
       const [tree, c] = await Promise.all([
         getJson('/v1/cache/tree?max_nodes=' + sizeSel.value),
         getJson('/v1/cache'),
       ]);
+      if (mine !== asked) return;
       cache = c;
       const width = svgBox.clientWidth;
       if (force || tree.version !== lastVersion || width !== lastWidth || !data) {
