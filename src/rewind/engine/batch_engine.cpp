@@ -257,9 +257,13 @@ void BatchEngine::loop() {
     }
     step();
   }
+  // Asks queued until now are answered here; later ones on their caller's thread (nothing
+  // changes the cache any more).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loop_done_ = true;
+  }
   answer_tree_asks();
-  std::lock_guard<std::mutex> lock(mu_);
-  loop_done_ = true;
 }
 
 void BatchEngine::answer_tree_asks() {
