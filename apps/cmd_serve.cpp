@@ -243,6 +243,7 @@ int cmd_serve(int argc, char** argv) {
       "try: curl %s/v1/chat/completions -H 'Content-Type: application/json'%s "
       "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
       url.c_str(), so.api_key.empty() ? "" : " -H 'Authorization: Bearer <api-key>'");
+  std::printf("web page: %s/ (chat and the prefix cache's tree)\n", url.c_str());
   std::fflush(stdout);
 
   const double grace_s = grace.value();

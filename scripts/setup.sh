@@ -13,7 +13,7 @@ RUNTIME_PKGS=(
 TEST_PKGS=(
   libgtest-dev libgmock-dev
   clang-format clang libclang-rt-14-dev
-  curl nodejs
+  curl nodejs chromium
 )
 
 mode=full

@@ -24,10 +24,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -777,6 +779,167 @@ void expect_error(const Http& h, int status, const std::string& needle = "") {
   if (!needle.empty()) {
     EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << h.body;
   }
+}
+
+// ---- the web page and /v1/cache/tree ------------------------------------------------------------
+
+// The header fields of a curl -D dump, names in lower case.
+std::map<std::string, std::string> header_fields(const std::string& dump) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(dump);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string k = line.substr(0, colon);
+    for (char& c : k) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    size_t v = colon + 1;
+    while (v < line.size() && line[v] == ' ') ++v;
+    out[k] = line.substr(v);
+  }
+  return out;
+}
+
+TEST_F(ServerTest, WebPageServedWithItsPolicyAndRevalidated) {
+  const std::string hdr = tmp_path("hdr");
+  // The page needs no key (its API calls do).
+  const Http page = curl(s(), "GET", "/", "", "", "-D " + hdr);
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_NE(page.body.find("<script src=\"/assets/app.js\""), std::string::npos) << page.body;
+  auto h = header_fields(read_file(hdr));
+  EXPECT_EQ(h["content-type"], "text/html; charset=utf-8");
+  EXPECT_NE(h["content-security-policy"].find("script-src 'self'"), std::string::npos);
+  EXPECT_NE(h["content-security-policy"].find("connect-src 'self'"), std::string::npos);
+  EXPECT_EQ(h["x-content-type-options"], "nosniff");
+  EXPECT_EQ(h["cache-control"], "no-cache");
+  EXPECT_TRUE(h.count("access-control-allow-origin") == 0);
+  const std::string etag = h["etag"];
+  ASSERT_EQ(etag.size(), 18u) << etag;  // "16 hex digits"
+  // The client's copy is current: 304 without a body or a length.
+  const std::string hdr2 = tmp_path("hdr");
+  const Http same = curl(s(), "GET", "/", "", "", "-H 'If-None-Match: " + etag + "' -D " + hdr2);
+  EXPECT_EQ(same.status, 304);
+  EXPECT_TRUE(same.body.empty());
+  auto h2 = header_fields(read_file(hdr2));
+  EXPECT_EQ(h2["etag"], etag);
+  EXPECT_EQ(h2.count("content-length"), 0u);
+  EXPECT_EQ(curl(s(), "GET", "/", "", "", "-H 'If-None-Match: \"x\", W/" + etag + "'").status, 304);
+  const Http other = curl(s(), "GET", "/", "", "", "-H 'If-None-Match: \"0000\"'");
+  EXPECT_EQ(other.status, 200);
+  EXPECT_EQ(other.body, page.body);
+  // The bundle's files.
+  for (auto [path, type] : {std::pair{"/assets/app.js", "text/javascript; charset=utf-8"},
+                            std::pair{"/assets/app.css", "text/css; charset=utf-8"},
+                            std::pair{"/favicon.svg", "image/svg+xml"}}) {
+    const std::string d = tmp_path("hdr");
+    const Http a = curl(s(), "GET", path, "", "", "-D " + d);
+    EXPECT_EQ(a.status, 200) << path;
+    EXPECT_GT(a.body.size(), 100u) << path;
+    auto ha = header_fields(read_file(d));
+    EXPECT_EQ(ha["content-type"], type) << path;
+    EXPECT_EQ(ha.count("content-security-policy"), 0u) << path;
+    EXPECT_FALSE(ha["etag"].empty()) << path;
+  }
+  expect_error(curl(s(), "GET", "/index.html", "", ""), 404);
+  expect_error(curl(s(), "GET", "/assets/", "", ""), 404);
+  expect_error(curl(s(), "POST", "/", "{}", ""), 405);
+}
+
+TEST_F(ServerTest, UsageCarriesRewindFigures) {
+  const json req = chat_body("Tell me about the tides near the old harbour wall.", 5);
+  ASSERT_EQ(post(s(), "/v1/chat/completions", req).status, 200);
+  const Http b = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(b.status, 200) << b.body;
+  const json u = b.j()["usage"];
+  const json& r = u["rewind"];
+  ASSERT_TRUE(r.is_object()) << b.body;
+  EXPECT_EQ(r["cached_tokens"], u["prompt_tokens_details"]["cached_tokens"]);
+  EXPECT_EQ(r["cached_tokens"].get<int>() + r["rerun_tokens"].get<int>(),
+            u["prompt_tokens"].get<int>());
+  EXPECT_EQ(r["resumed_at"], r["cached_tokens"]);
+  EXPECT_EQ(r["diverged_at"], u["prompt_tokens"]);  // an exact repeat
+  EXPECT_EQ(r["hit"], "exact");
+  EXPECT_GT(r["ttft_ms"].get<double>(), 0);
+  EXPECT_GE(r["decode_ms"].get<double>(), 0);
+  // The streamed usage chunk carries the same fields, and they match /v1/cache's row.
+  const Http st = post(s(), "/v1/chat/completions",
+                       chat_body("Tell me about the tides near the old harbour wall.", 5,
+                                 {{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+  ASSERT_EQ(st.status, 200);
+  json last, usage;
+  for (const std::string& d : sse_data(st.body)) {
+    if (d == "[DONE]") continue;
+    last = json::parse(d);
+    if (last.contains("usage") && last["usage"].is_object()) usage = last["usage"];
+  }
+  ASSERT_TRUE(usage.is_object() && usage["rewind"].is_object()) << st.body;
+  const json rows = curl(s(), "GET", "/v1/cache").j()["recent"];
+  const json* row = nullptr;
+  for (const auto& x : rows)
+    if (x["id"] == last["id"]) row = &x;
+  ASSERT_NE(row, nullptr) << rows.dump();
+  EXPECT_EQ((*row)["resumed_at"], usage["rewind"]["resumed_at"]);
+  EXPECT_EQ((*row)["rerun_tokens"], usage["rewind"]["rerun_tokens"]);
+  EXPECT_EQ((*row)["diverged_at"], usage["rewind"]["diverged_at"]);
+}
+
+TEST_F(ServerTest, CacheTreeShowsBranchesCheckpointsAndTheLastPath) {
+  auto conv = [](const std::string& first) {
+    json b = chat_body(first, 4);
+    b["messages"].push_back({{"role", "assistant"}, {"content", "The keepers rowed out at dawn."}});
+    b["messages"].push_back({{"role", "user"}, {"content", "And what did they eat all winter?"}});
+    return b;
+  };
+  ASSERT_EQ(post(s(), "/v1/chat/completions", conv("Where did the lighthouse keepers live?")).status,
+            200);
+  const Http b = post(s(), "/v1/chat/completions", conv("Where did the lighthouse keepers sleep?"));
+  ASSERT_EQ(b.status, 200) << b.body;
+  const json u = b.j()["usage"]["rewind"];
+  const Http h = curl(s(), "GET", "/v1/cache/tree");
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json t = h.j();
+  EXPECT_EQ(t["enabled"], true);
+  EXPECT_GE(t["total_nodes"].get<int>(), 3);  // a shared prefix and two branches
+  EXPECT_EQ(t["listed_nodes"], t["total_nodes"]);
+  EXPECT_TRUE(t["version"].is_number_unsigned());
+  EXPECT_EQ(t["budget_bytes"], 4096ll << 20);
+  const json& last = t["last"];
+  ASSERT_TRUE(last.is_object()) << h.body;
+  EXPECT_EQ(last["id"], b.j()["id"]);
+  EXPECT_EQ(last["diverged_at"], u["diverged_at"]);
+  EXPECT_EQ(last["resumed_at"], u["resumed_at"]);
+  EXPECT_GT(u["resumed_at"].get<int>(), 0);  // resumed from the system prompt's checkpoint
+  EXPECT_EQ(last["path_matched"], last["history_tokens"]);
+  const json& nodes = t["nodes"];
+  std::set<std::string> kinds_on_path;
+  int64_t pos = 0;
+  for (const auto& i : last["path"]) {
+    const json& n = nodes[i.get<size_t>()];
+    EXPECT_EQ(n["start"].get<int64_t>(), pos);  // the path is contiguous from the root
+    pos = n["end"].get<int64_t>();
+    for (const auto& sn : n["snapshots"]) {
+      EXPECT_GT(sn["pos"].get<int64_t>(), n["start"].get<int64_t>());
+      EXPECT_LE(sn["pos"].get<int64_t>(), n["end"].get<int64_t>());
+      for (const auto& k : sn["kinds"]) kinds_on_path.insert(k.get<std::string>());
+    }
+  }
+  EXPECT_EQ(pos, last["history_tokens"].get<int64_t>());
+  for (const char* k : {"anchor", "boundary", "prompt_end", "reply_end"})
+    EXPECT_TRUE(kinds_on_path.count(k)) << k << " in " << h.body;
+  // The node where the second conversation left the first one ends at its divergence.
+  const int64_t first_node_end = nodes[last["path"][0].get<size_t>()]["end"].get<int64_t>();
+  EXPECT_EQ(first_node_end, u["diverged_at"].get<int64_t>());
+  // Bounded: one listed node besides the path, the rest folded into aggregates.
+  const json small = curl(s(), "GET", "/v1/cache/tree?max_nodes=1").j();
+  EXPECT_EQ(small["listed_nodes"].get<size_t>(), last["path"].size());
+  int64_t folded = 0;
+  for (const auto& n : small["nodes"])
+    if (n.value("aggregate", false)) folded += n["subtree"]["nodes"].get<int64_t>();
+  EXPECT_EQ(folded + small["listed_nodes"].get<int64_t>(), small["total_nodes"].get<int64_t>());
+  expect_error(curl(s(), "GET", "/v1/cache/tree?max_nodes=0"), 400, "max_nodes");
+  expect_error(curl(s(), "GET", "/v1/cache/tree?depth=3"), 400, "unknown query parameter");
+  expect_error(curl(s(), "GET", "/v1/cache/tree", "", ""), 401);
 }
 
 TEST_F(ServerTest, Unauthorized) {

@@ -169,5 +169,25 @@ TEST(CheckpointPolicy, GridSizedByStateBytes) {
   EXPECT_DEATH(CheckpointPolicy::size_grid(0, MiB, 100), "base > 0");
 }
 
+TEST(CheckpointPolicy, KindsOfAPosition) {
+  CheckpointPolicy pol;
+  pol.interval = 8;
+  const V bounds{3, 8, 40};  // 40 lies past the prompt: clamped to n-1 as cut_points does
+  const int64_t n = 20, anchor = 3, reply_end = 27;
+  EXPECT_EQ(pol.kinds_at(3, n, bounds, anchor, reply_end), kCheckpointBoundary | kCheckpointAnchor);
+  EXPECT_EQ(pol.kinds_at(8, n, bounds, anchor, reply_end), kCheckpointGrid | kCheckpointBoundary);
+  EXPECT_EQ(pol.kinds_at(16, n, bounds, anchor, reply_end), kCheckpointGrid);
+  EXPECT_EQ(pol.kinds_at(19, n, bounds, anchor, reply_end),
+            kCheckpointBoundary | kCheckpointPromptEnd);
+  EXPECT_EQ(pol.kinds_at(24, n, bounds, anchor, reply_end), kCheckpointGrid);
+  EXPECT_EQ(pol.kinds_at(27, n, bounds, anchor, reply_end), kCheckpointReplyEnd);
+  EXPECT_EQ(pol.kinds_at(5, n, bounds, anchor, reply_end), 0);
+  EXPECT_EQ(pol.kinds_at(0, n, bounds, anchor, reply_end), 0);
+  pol.at_prompt_end = false;
+  pol.interval = 0;
+  EXPECT_EQ(pol.kinds_at(19, n, {}, -1, -1), 0);
+  EXPECT_EQ(pol.kinds_at(16, n, {}, -1, -1), 0);
+}
+
 }  // namespace
 }  // namespace rw

@@ -563,7 +563,7 @@ TEST(ToolCalls, Json) {
   EXPECT_EQ(j[0]["function"]["name"], "f");
   EXPECT_EQ(j[0]["function"]["arguments"], "{\"x\":1}");
   EXPECT_EQ(j[0]["index"], 0);
-  json resp = chat_completion_json("id", 1, "m", "", calls, "tool_calls", nullptr, {3, 2, 1});
+  json resp = chat_completion_json("id", 1, "m", "", calls, "tool_calls", nullptr, {3, 2, 1, {}});
   EXPECT_TRUE(resp["choices"][0]["message"]["content"].is_null());
   EXPECT_EQ(resp["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(resp["choices"][0]["message"]["tool_calls"].size(), 1u);
@@ -572,7 +572,7 @@ TEST(ToolCalls, Json) {
 // ---- JSON shapes ------------------------------------------------------------------------------
 
 TEST(ResponseJson, UsageAndErrors) {
-  json u = usage_json({10, 4, 6});
+  json u = usage_json({10, 4, 6, {}});
   EXPECT_EQ(u["prompt_tokens"], 10);
   EXPECT_EQ(u["completion_tokens"], 4);
   EXPECT_EQ(u["total_tokens"], 14);
@@ -596,10 +596,10 @@ TEST(ResponseJson, ChunksAndIds) {
   EXPECT_EQ(c["object"], "chat.completion.chunk");
   EXPECT_EQ(c["choices"][0]["delta"]["content"], "x");
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
-  json u = chat_usage_chunk_json("id", 5, "m", {1, 2, 0});
+  json u = chat_usage_chunk_json("id", 5, "m", {1, 2, 0, {}});
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["total_tokens"], 3);
-  json t = completion_json("id", 5, "m", "txt", "length", nullptr, {1, 1, 0});
+  json t = completion_json("id", 5, "m", "txt", "length", nullptr, {1, 1, 0, {}});
   EXPECT_EQ(t["object"], "text_completion");
   EXPECT_EQ(t["choices"][0]["text"], "txt");
   EXPECT_NE(random_id("chatcmpl-"), random_id("chatcmpl-"));

@@ -801,5 +801,150 @@ TEST(PrefixCacheProperty, PureAttentionSmallBudget) {
   }
 }
 
+// ---- dump (the picture /v1/cache/tree draws) ----------------------------------------------
+
+// Inserts `t` computed cold with snapshots at `at` carrying `kinds`.
+void insert_kinds(const Sim& sim, PrefixCache& cache, const Tokens& t, std::vector<int64_t> at,
+                  std::vector<uint8_t> kinds) {
+  SequenceState st(sim.shape);
+  SnapList snaps;
+  for (int64_t q : at) {
+    sim.run(st, t, q);
+    snaps.push_back(st.take_snapshot());
+  }
+  sim.run(st, t, static_cast<int64_t>(t.size()));
+  cache.insert(t, st.pages(), snaps, -1, kinds);
+  cache.check_invariants();
+}
+
+TEST(PrefixCacheDump, ListsNodesPagesSnapshotsKindsAndPath) {
+  Sim sim(true);
+  PrefixCache cache(opts(true));
+  insert_kinds(sim, cache, kA, {4, 8}, {kCheckpointBoundary, kCheckpointPromptEnd});
+  const Tokens b{1, 2, 3, 4, 5, 6, 99, 98, 97};
+  insert_kinds(sim, cache, b, {4, 8}, {kCheckpointGrid, kCheckpointReplyEnd});
+  const CacheTree t = cache.dump(100, b);
+  ASSERT_EQ(t.nodes.size(), 3u);
+  EXPECT_EQ(t.total_nodes, 3);
+  EXPECT_EQ(t.listed_nodes, 3);
+  const CacheTreeNode& up = t.nodes[0];
+  EXPECT_EQ(up.parent, -1);
+  EXPECT_EQ(up.start, 0);
+  EXPECT_EQ(up.end, 6);
+  ASSERT_EQ(up.snaps.size(), 1u);
+  EXPECT_EQ(up.snaps[0].pos, 4);
+  // The second insert found the snapshot at 4 and added its kind.
+  EXPECT_EQ(up.snaps[0].kinds, kCheckpointBoundary | kCheckpointGrid);
+  EXPECT_EQ(up.n_pages, 2);
+  EXPECT_EQ(up.shared_pages, 1);  // page [4, 8) is also the first page of kA's tail
+  EXPECT_EQ(up.kv_bytes, 2 * KvPage(sim.shape).bytes());
+  EXPECT_EQ(up.sub_nodes, 3);
+  EXPECT_EQ(up.sub_tokens, 10 + 3);
+  EXPECT_EQ(up.sub_snapshots, 3);
+  EXPECT_EQ(up.evict_rank, 0);  // not a leaf
+  // Children oldest first: kA's tail (the node split off) before b's.
+  const CacheTreeNode& a_tail = t.nodes[1];
+  const CacheTreeNode& b_tail = t.nodes[2];
+  EXPECT_EQ(a_tail.parent, 0);
+  EXPECT_EQ(b_tail.parent, 0);
+  EXPECT_EQ(a_tail.end, 10);
+  EXPECT_EQ(b_tail.end, 9);
+  EXPECT_LT(a_tail.id, b_tail.id);
+  EXPECT_TRUE(a_tail.terminal && b_tail.terminal);
+  ASSERT_EQ(a_tail.snaps.size(), 1u);
+  EXPECT_EQ(a_tail.snaps[0].kinds, kCheckpointPromptEnd);
+  ASSERT_EQ(b_tail.snaps.size(), 1u);
+  EXPECT_EQ(b_tail.snaps[0].kinds, kCheckpointReplyEnd);
+  EXPECT_EQ(a_tail.shared_pages, 1);
+  EXPECT_EQ(b_tail.shared_pages, 0);  // b ran cold: its boundary page is its own
+  EXPECT_EQ(t.path, (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(t.path_matched, 9);
+  const size_t snap = up.snaps[0].bytes;
+  EXPECT_EQ(t.snapshot_bytes_by_kind[1], snap);  // boundary over grid
+  EXPECT_EQ(t.snapshot_bytes_by_kind[3], snap);  // prompt end
+  EXPECT_EQ(t.snapshot_bytes_by_kind[4], snap);  // reply end
+  EXPECT_EQ(t.snapshot_bytes_by_kind[0] + t.snapshot_bytes_by_kind[2] + t.snapshot_bytes_by_kind[5],
+            0u);
+  // A prompt that leaves the tree inside a node: the path stops there.
+  const CacheTree u = cache.dump(100, Tokens{1, 2, 3, 7});
+  EXPECT_EQ(u.path, (std::vector<int64_t>{0}));
+  EXPECT_EQ(u.path_matched, 3);
+  EXPECT_TRUE(cache.dump(100, Tokens{42}).path.empty());
+}
+
+TEST(PrefixCacheDump, FoldsSmallBranchesPastMaxNodesButKeepsThePath) {
+  Sim sim(false);
+  PrefixCache cache(opts(false));
+  std::vector<Tokens> tails;
+  for (int32_t k = 1; k <= 10; ++k) {
+    Tokens t{1, 2, 3, 4};
+    for (int32_t j = 0; j < k; ++j) t.push_back(100 * k + j);
+    insert_cold(sim, cache, t, {});
+    tails.push_back(t);
+  }
+  const CacheTree all = cache.dump(1000);
+  EXPECT_EQ(all.nodes.size(), 11u);
+  EXPECT_EQ(all.listed_nodes, 11);
+  for (const auto& n : all.nodes) EXPECT_FALSE(n.aggregate);
+
+  const CacheTree t = cache.dump(4, tails[0]);  // the smallest branch highlighted
+  EXPECT_EQ(t.total_nodes, 11);
+  EXPECT_EQ(t.listed_nodes, 4);
+  std::vector<int64_t> listed_ends;
+  const CacheTreeNode* agg = nullptr;
+  for (const auto& n : t.nodes) {
+    if (n.aggregate) {
+      EXPECT_EQ(agg, nullptr);
+      agg = &n;
+    } else if (n.parent == 0) {
+      listed_ends.push_back(n.end);
+    }
+  }
+  std::sort(listed_ends.begin(), listed_ends.end());
+  EXPECT_EQ(listed_ends, (std::vector<int64_t>{5, 13, 14}));  // the path's, then the 2 largest
+  ASSERT_NE(agg, nullptr);
+  EXPECT_EQ(agg->parent, 0);
+  EXPECT_EQ(agg->sub_nodes, 7);
+  EXPECT_EQ(agg->sub_tokens, 2 + 3 + 4 + 5 + 6 + 7 + 8);
+  EXPECT_EQ(agg->start, 4);
+  EXPECT_EQ(agg->end, 12);  // the deepest folded branch
+  ASSERT_EQ(t.path.size(), 2u);
+  EXPECT_EQ(t.nodes[static_cast<size_t>(t.path[1])].end, 5);
+  // Sums over the listed nodes and the aggregate cover the tree.
+  EXPECT_EQ(t.nodes[0].sub_nodes, 11);
+}
+
+TEST(PrefixCacheDump, ShowsAgeEvictionOrderPinsAndVersion) {
+  Sim sim(false);
+  PrefixCache cache(opts(false));
+  const Tokens a{1, 1, 1, 1, 1, 1, 1, 1};
+  const Tokens b{2, 2, 2, 2, 2, 2, 2, 2};
+  insert_cold(sim, cache, a, {});
+  insert_cold(sim, cache, b, {});
+  const uint64_t v0 = cache.dump(10).version;
+  EXPECT_EQ(cache.dump(10).version, v0);  // dumping changes nothing
+  LookupResult held = cache.lookup(a);    // a used last, and pinned
+  const CacheTree t = cache.dump(10);
+  EXPECT_NE(t.version, v0);
+  ASSERT_EQ(t.nodes.size(), 2u);
+  const CacheTreeNode& na = t.nodes[0];  // children oldest first: a, then b
+  const CacheTreeNode& nb = t.nodes[1];
+  EXPECT_LT(na.id, nb.id);
+  EXPECT_EQ(na.age, 0u);
+  EXPECT_GT(nb.age, 0u);
+  EXPECT_TRUE(na.pinned);
+  EXPECT_EQ(na.pins, 1);
+  EXPECT_EQ(na.evict_rank, 0);
+  EXPECT_FALSE(nb.pinned);
+  EXPECT_EQ(nb.evict_rank, 1);
+  held.lease.release();
+  const CacheTree r = cache.dump(10);
+  EXPECT_NE(r.version, t.version);
+  for (const auto& n : r.nodes) {
+    EXPECT_FALSE(n.pinned);
+    EXPECT_EQ(n.evict_rank, n.age == 0 ? 2 : 1);  // least recently used first
+  }
+}
+
 }  // namespace
 }  // namespace rw

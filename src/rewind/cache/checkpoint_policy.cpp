@@ -126,4 +126,17 @@ std::vector<size_t> CheckpointPolicy::thin(std::span<const int64_t> positions,
   return dropped;
 }
 
+uint8_t CheckpointPolicy::kinds_at(int64_t q, int64_t n, std::span<const int64_t> boundaries,
+                                   int64_t anchor, int64_t reply_end) const {
+  uint8_t k = 0;
+  if (q <= 0) return k;
+  if (interval > 0 && q % interval == 0) k |= kCheckpointGrid;
+  for (int64_t b : boundaries)
+    if (std::min(b, n - 1) == q) k |= kCheckpointBoundary;
+  if (anchor > 0 && q == anchor) k |= kCheckpointAnchor;
+  if (at_prompt_end && q == n - 1) k |= kCheckpointPromptEnd;
+  if (reply_end > 0 && q == reply_end) k |= kCheckpointReplyEnd;
+  return k;
+}
+
 }  // namespace rw

@@ -43,6 +43,17 @@
 
 namespace rw {
 
+// What a checkpoint is for, as bits (one position can be several: a grid point that is also a
+// turn start). The cache keeps them with each snapshot for /v1/cache/tree; they change nothing
+// about lookup, eviction or thinning.
+enum CheckpointKind : uint8_t {
+  kCheckpointGrid = 1,        // a multiple of the grid interval
+  kCheckpointBoundary = 2,    // a message start the chat template reported
+  kCheckpointAnchor = 4,      // the end of the system prompt (never thinned)
+  kCheckpointPromptEnd = 8,   // n-1 of a prompt
+  kCheckpointReplyEnd = 16,   // the end of a generated reply
+};
+
 struct CheckpointPolicy {
   int64_t interval = 512;  // grid: positions that are multiples of interval (absolute); <= 0: none
   int64_t max_per_branch = 32;  // limit of snapshots along one root-to-leaf path; <= 0: no limit
@@ -78,6 +89,12 @@ struct CheckpointPolicy {
   // when protected snapshots alone exceed the limit. Cost: O(k log k) for k positions.
   std::vector<size_t> thin(std::span<const int64_t> positions, std::span<const uint8_t> keep,
                            int64_t tip) const;
+
+  // The CheckpointKind bits of a checkpoint at q for a request of `n` prompt tokens with these
+  // boundaries (clamped to n-1 as cut_points does) and anchor (-1: none), whose reply ended at
+  // `reply_end` (-1: no reply). 0 when no rule put one there. Cost: O(boundaries).
+  uint8_t kinds_at(int64_t q, int64_t n, std::span<const int64_t> boundaries, int64_t anchor,
+                   int64_t reply_end) const;
 };
 
 }  // namespace rw

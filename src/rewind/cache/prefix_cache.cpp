@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <queue>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -36,6 +37,7 @@ struct CacheSnap {
   int pins = 0;
   bool anchor = false;
   bool listed = false;
+  uint8_t kinds = 0;  // CheckpointKind bits (display only)
   LruKey key{};
   int64_t pos() const { return snap->pos; }
 };
@@ -75,6 +77,7 @@ struct CacheCore {
   uint64_t tick = 0;
   uint64_t next_id = 1;
   uint64_t epoch = 0;
+  uint64_t version = 0;  // bumped by every change a dump would show
 
   explicit CacheCore(const PrefixCache::Options& o) : opt(o), pt(o.page_tokens) {
     REWIND_CHECK(pt > 0);
@@ -281,6 +284,7 @@ struct CacheCore {
     ++st.active_leases;
   }
   void unpin(CacheNode* c, CacheSnap* s) {
+    ++version;
     REWIND_CHECK(c->pins > 0);
     --c->pins;
     relist(c);
@@ -296,6 +300,7 @@ struct CacheCore {
   // --- operations --------------------------------------------------------------------------
   LookupResult lookup(std::span<const int32_t> t, const std::shared_ptr<CacheCore>& self) {
     ++tick;
+    ++version;
     ++st.lookups;
     const int64_t n = static_cast<int64_t>(t.size());
     std::vector<CacheNode*> path;  // nodes entered, root excluded
@@ -379,8 +384,10 @@ struct CacheCore {
   }
 
   void insert(std::span<const int32_t> t, const std::vector<PagePtr>& pages,
-              std::span<const std::shared_ptr<const Snapshot>> snaps, int64_t anchor) {
+              std::span<const std::shared_ptr<const Snapshot>> snaps, int64_t anchor,
+              std::span<const uint8_t> kinds) {
     const int64_t n = static_cast<int64_t>(t.size());
+    REWIND_CHECK(kinds.empty() || kinds.size() == snaps.size());
     if (opt.has_attention) {
       REWIND_CHECK_MSG(static_cast<int64_t>(pages.size()) == (n + pt - 1) / pt,
                        "insert of " + std::to_string(n) + " tokens with " +
@@ -398,6 +405,7 @@ struct CacheCore {
       REWIND_CHECK(i == 0 || snaps[i - 1]->pos <= snaps[i]->pos);
     }
     ++tick;
+    ++version;
     ++st.inserts;
     if (n == 0) return;
 
@@ -426,7 +434,9 @@ struct CacheCore {
 
     // Snapshots: reuse one already at the same position, else add.
     size_t k = 0;
-    for (auto& s : snaps) {
+    for (size_t si = 0; si < snaps.size(); ++si) {
+      const std::shared_ptr<const Snapshot>& s = snaps[si];
+      const uint8_t kind = kinds.empty() ? 0 : kinds[si];
       const int64_t q = s->pos;
       if (q == 0) continue;
       while (path[k]->end < q) ++k;
@@ -435,11 +445,13 @@ struct CacheCore {
           c->snaps.begin(), c->snaps.end(), q,
           [](const std::unique_ptr<CacheSnap>& r, int64_t v) { return r->pos() < v; });
       if (lb != c->snaps.end() && (*lb)->pos() == q) {
+        (*lb)->kinds |= kind;
         touch(lb->get());
         continue;
       }
       auto rec = std::make_unique<CacheSnap>();
       rec->snap = s;
+      rec->kinds = kind;
       rec->owner = c;
       rec->id = next_id++;
       rec->tick = tick;
@@ -454,7 +466,10 @@ struct CacheCore {
       size_t j = 0;
       while (path[j]->end < anchor) ++j;
       for (auto& s : path[j]->snaps)
-        if (s->pos() == anchor) s->anchor = true;
+        if (s->pos() == anchor) {
+          s->anchor = true;
+          s->kinds |= kCheckpointAnchor;
+        }
     }
 
     thin(path, n);
@@ -480,6 +495,7 @@ struct CacheCore {
   }
 
   void clear() {
+    ++version;
     destroy_subtrees();
     root = std::make_unique<CacheNode>();
     lru.clear();
@@ -499,6 +515,165 @@ struct CacheCore {
       if (c != root.get()) f(c);
       for (auto& [k, ch] : c->children) stack.push_back(ch.get());
     }
+  }
+
+  CacheTree dump(int64_t max_nodes, std::span<const int32_t> hl) const {
+    CacheTree t;
+    t.version = version;
+    t.total_nodes = st.n_nodes;
+    // Eviction order: the LRU listing's rank of each candidate (1 = next).
+    std::unordered_map<const void*, int64_t> rank;
+    int64_t r = 0;
+    for (const auto& [k, v] : lru)
+      rank[v.snap ? static_cast<const void*>(v.snap) : static_cast<const void*>(v.node)] = ++r;
+    auto rank_of = [&](const void* p) {
+      auto it = rank.find(p);
+      return it == rank.end() ? int64_t{0} : it->second;
+    };
+    // Children oldest first (stable drawing), subtree totals bottom-up.
+    struct Info {
+      std::vector<const CacheNode*> kids;
+      int64_t nodes = 0, tokens = 0, snaps = 0, pins = 0, deepest = 0;
+      size_t bytes = 0;
+    };
+    std::unordered_map<const CacheNode*, Info> info;
+    std::vector<const CacheNode*> order;  // pre-order, root first
+    std::vector<const CacheNode*> stack{root.get()};
+    while (!stack.empty()) {
+      const CacheNode* c = stack.back();
+      stack.pop_back();
+      order.push_back(c);
+      Info& in = info[c];
+      for (const auto& [key, ch] : c->children) in.kids.push_back(ch.get());
+      std::sort(in.kids.begin(), in.kids.end(),
+                [](const CacheNode* a, const CacheNode* b) { return a->id < b->id; });
+      for (const CacheNode* ch : in.kids) stack.push_back(ch);
+    }
+    auto kv_bytes = [](const CacheNode* c) {
+      size_t b = 0;
+      for (const auto& p : c->pages) b += p->bytes();
+      return b;
+    };
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const CacheNode* c = *it;
+      Info& in = info[c];
+      in.deepest = c->end;
+      if (c != root.get()) {
+        for (const auto& s : c->snaps) {
+          size_t k = 5;
+          for (size_t b = 0; b < 5; ++b)
+            if (s->kinds & (1u << b)) k = b;
+          t.snapshot_bytes_by_kind[k] += s->snap->bytes();
+        }
+        in.nodes = 1;
+        in.tokens = c->len();
+        in.snaps = static_cast<int64_t>(c->snaps.size());
+        in.pins = c->pins;
+        in.bytes = kv_bytes(c);
+        for (const auto& s : c->snaps) in.bytes += s->snap->bytes();
+      }
+      for (const CacheNode* ch : in.kids) {
+        const Info& ci = info[ch];
+        in.nodes += ci.nodes;
+        in.tokens += ci.tokens;
+        in.snaps += ci.snaps;
+        in.pins += ci.pins;
+        in.bytes += ci.bytes;
+        in.deepest = std::max(in.deepest, ci.deepest);
+      }
+    }
+    // The highlighted path, then the biggest subtrees (by tokens) until max_nodes are listed.
+    std::unordered_set<const CacheNode*> chosen;
+    std::vector<const CacheNode*> path;
+    {
+      const CacheNode* node = root.get();
+      const int64_t n = static_cast<int64_t>(hl.size());
+      int64_t pos = 0;
+      while (pos < n) {
+        auto it = node->children.find(hl[static_cast<size_t>(pos)]);
+        if (it == node->children.end()) break;
+        const CacheNode* c = it->second.get();
+        const int64_t lim = std::min(c->len(), n - pos);
+        int64_t m = 1;
+        while (m < lim && c->tok(c->start + m) == hl[static_cast<size_t>(pos + m)]) ++m;
+        path.push_back(c);
+        chosen.insert(c);
+        pos += m;
+        if (m < c->len()) break;
+        node = c;
+      }
+      t.path_matched = pos;
+    }
+    using Cand = std::pair<int64_t, uint64_t>;  // (tokens, -id: older first on ties)
+    std::priority_queue<std::pair<Cand, const CacheNode*>> frontier;
+    auto offer = [&](const CacheNode* c) {
+      for (const CacheNode* ch : info[c].kids)
+        if (!chosen.count(ch)) frontier.push({{info[ch].tokens, ~ch->id}, ch});
+    };
+    offer(root.get());
+    for (const CacheNode* c : path) offer(c);
+    while (static_cast<int64_t>(chosen.size()) < max_nodes && !frontier.empty()) {
+      const CacheNode* c = frontier.top().second;
+      frontier.pop();
+      if (!chosen.insert(c).second) continue;
+      offer(c);
+    }
+    // Listing: pre-order over the chosen nodes; each parent's other children folded into one.
+    std::unordered_map<const CacheNode*, int64_t> index;
+    std::vector<std::pair<const CacheNode*, int64_t>> todo{{root.get(), -1}};
+    while (!todo.empty()) {
+      auto [c, parent] = todo.back();
+      todo.pop_back();
+      int64_t self = -1;
+      if (c != root.get()) {
+        const Info& in = info[c];
+        CacheTreeNode e;
+        e.id = c->id;
+        e.parent = parent;
+        e.start = c->start;
+        e.end = c->end;
+        e.n_pages = static_cast<int64_t>(c->pages.size());
+        for (const auto& p : c->pages)
+          if (page_refs.at(p.get()) > 1) ++e.shared_pages;
+        e.kv_bytes = kv_bytes(c);
+        for (const auto& s : c->snaps)
+          e.snaps.push_back({s->pos(), s->kinds, s->snap->bytes(), s->pins, tick - s->tick,
+                             rank_of(s.get())});
+        e.pins = c->pins;
+        e.pinned = in.pins > 0;
+        e.age = tick - c->tick;
+        e.evict_rank = rank_of(c);
+        e.terminal = c->terminal;
+        e.sub_nodes = in.nodes;
+        e.sub_tokens = in.tokens;
+        e.sub_snapshots = in.snaps;
+        e.sub_bytes = in.bytes;
+        self = static_cast<int64_t>(t.nodes.size());
+        index[c] = self;
+        t.nodes.push_back(std::move(e));
+      }
+      const std::vector<const CacheNode*>& kids = info[c].kids;
+      CacheTreeNode agg;
+      agg.aggregate = true;
+      agg.parent = self;
+      agg.start = agg.end = c->end;
+      for (const CacheNode* ch : kids) {
+        if (chosen.count(ch)) continue;
+        const Info& ci = info[ch];
+        agg.sub_nodes += ci.nodes;
+        agg.sub_tokens += ci.tokens;
+        agg.sub_snapshots += ci.snaps;
+        agg.sub_bytes += ci.bytes;
+        agg.pinned = agg.pinned || ci.pins > 0;
+        agg.end = std::max(agg.end, ci.deepest);
+      }
+      if (agg.sub_nodes > 0) t.nodes.push_back(std::move(agg));
+      for (auto it = kids.rbegin(); it != kids.rend(); ++it)
+        if (chosen.count(*it)) todo.push_back({*it, self});
+    }
+    t.listed_nodes = static_cast<int64_t>(chosen.size());
+    for (const CacheNode* c : path) t.path.push_back(index.at(c));
+    return t;
   }
 
   size_t bytes_by_walk() const {
@@ -615,8 +790,13 @@ LookupResult PrefixCache::lookup(std::span<const int32_t> tokens) {
 }
 
 void PrefixCache::insert(std::span<const int32_t> tokens, const std::vector<PagePtr>& pages,
-                         std::span<const std::shared_ptr<const Snapshot>> snaps, int64_t anchor) {
-  core_->insert(tokens, pages, snaps, anchor);
+                         std::span<const std::shared_ptr<const Snapshot>> snaps, int64_t anchor,
+                         std::span<const uint8_t> kinds) {
+  core_->insert(tokens, pages, snaps, anchor, kinds);
+}
+
+CacheTree PrefixCache::dump(int64_t max_nodes, std::span<const int32_t> highlight) const {
+  return core_->dump(max_nodes, highlight);
 }
 
 CacheStats PrefixCache::stats() const {
@@ -629,6 +809,7 @@ CacheStats PrefixCache::stats() const {
 size_t PrefixCache::bytes() const { return core_->bytes(); }
 
 void PrefixCache::set_budget_bytes(size_t budget) {
+  ++core_->version;
   core_->opt.budget_bytes = budget;
   core_->evict_to_budget();
 }

@@ -48,6 +48,7 @@
 // makes them shared). A lease may outlive the cache (its release is then a no-op).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -89,6 +90,55 @@ struct CacheStats {
   int64_t n_nodes = 0;      // excluding the root
   int64_t active_leases = 0;
   bool over_budget = false;  // bytes() > budget_bytes
+};
+
+// A bounded picture of the tree for people (/v1/cache/tree): every node with its edge, pages,
+// snapshots and LRU standing, or, past `max_nodes`, the biggest subtrees with the rest of each
+// parent's children folded into one aggregate entry.
+struct CacheTreeSnapshot {
+  int64_t pos = 0;
+  uint8_t kinds = 0;    // CheckpointKind bits (0: inserted without kinds)
+  size_t bytes = 0;
+  int pins = 0;         // running requests resumed from it
+  uint64_t age = 0;     // cache operations (lookups and inserts) since it was last used
+  int64_t evict_rank = 0;  // 1: the next thing eviction takes; 0: pinned, never evicted now
+};
+
+struct CacheTreeNode {
+  uint64_t id = 0;      // stable while the node exists (a split gives the upper half a new id)
+  int64_t parent = -1;  // index into CacheTree::nodes; -1: a child of the root
+  int64_t start = 0, end = 0;  // the edge's positions [start, end)
+  int64_t n_pages = 0;         // pages the node references (none for an aggregate)
+  int64_t shared_pages = 0;    // of those, pages another node references too (split boundaries)
+  size_t kv_bytes = 0;         // bytes of the node's pages (a shared page counts in each node)
+  std::vector<CacheTreeSnapshot> snaps;  // ascending positions
+  int pins = 0;                // leases whose resume point lies on this node
+  bool pinned = false;         // a lease lies here or below: the node cannot be evicted now
+  uint64_t age = 0;            // as CacheTreeSnapshot::age
+  int64_t evict_rank = 0;      // as CacheTreeSnapshot::evict_rank (only leaves can be evicted)
+  bool terminal = false;       // an inserted history ends at `end`
+  // The subtree rooted here: nodes, tokens (sum of edge lengths), snapshots, bytes (pages by
+  // reference, as kv_bytes, plus snapshots). For an aggregate: the folded subtrees together.
+  int64_t sub_nodes = 0, sub_tokens = 0, sub_snapshots = 0;
+  size_t sub_bytes = 0;
+  // An aggregate stands for `sub_nodes` nodes under `parent` that are not listed; its start is
+  // the parent's end and its end the deepest position among them. id 0.
+  bool aggregate = false;
+};
+
+struct CacheTree {
+  std::vector<CacheTreeNode> nodes;  // pre-order (a parent before its children; older first)
+  int64_t total_nodes = 0;           // in the tree, root excluded
+  int64_t listed_nodes = 0;          // of them, listed one by one
+  uint64_t version = 0;  // changes whenever the tree or its LRU standing does
+  // Bytes of every snapshot in the tree by its main kind: index i for the highest set bit
+  // (1 << i) of its CheckpointKind bits (reply end over prompt end over anchor over boundary
+  // over grid), index 5 for none.
+  std::array<size_t, 6> snapshot_bytes_by_kind{};
+  // The path of the `highlight` tokens: listed node indices from the root down, and how many
+  // tokens of them the tree holds.
+  std::vector<int64_t> path;
+  int64_t path_matched = 0;
 };
 
 namespace detail {
@@ -162,10 +212,17 @@ class PrefixCache {
   // and snapshots are added, the path is thinned, then eviction runs to fit the budget.
   // Preconditions (checked): page count, non-null pages and snapshots, snapshots ascending and
   // <= n, no snapshots when has_recurrent is false. O(n + snapshots on the path * log).
+  // `kinds` (empty, or one entry per snapshot): CheckpointKind bits kept for dump(); a
+  // snapshot that already exists gains the new bits.
   void insert(std::span<const int32_t> tokens, const std::vector<PagePtr>& pages,
-              std::span<const std::shared_ptr<const Snapshot>> snaps, int64_t anchor = -1);
+              std::span<const std::shared_ptr<const Snapshot>> snaps, int64_t anchor = -1,
+              std::span<const uint8_t> kinds = {});
 
   CacheStats stats() const;
+  // The tree for display (CacheTree): at most about max_nodes listed (the path of `highlight`
+  // is always listed, so it may pass that by the path's length), the rest aggregated. Changes
+  // nothing (no LRU touch). O(cache size + listed log listed).
+  CacheTree dump(int64_t max_nodes, std::span<const int32_t> highlight = {}) const;
   // Bytes of distinct pages referenced by the tree + bytes of the snapshots in it, exactly. O(1).
   size_t bytes() const;
   // Changes the budget and evicts down to it (as after an insert).

@@ -148,7 +148,8 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
     std::lock_guard<std::mutex> lock(mu_);
     update_memory();
   }
-  if (threading == EngineThread::Own) thread_ = std::thread([this] { loop(); });
+  own_thread_ = threading == EngineThread::Own;
+  if (own_thread_) thread_ = std::thread([this] { loop(); });
 }
 
 BatchEngine::~BatchEngine() { shutdown(false); }
@@ -238,7 +239,15 @@ void BatchEngine::loop() {
     maybe_release_memory();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !running_.empty(); });
+      cv_.wait(lock, [&] {
+        return stopping_ || !queue_.empty() || !running_.empty() || !tree_asks_.empty();
+      });
+      if (!tree_asks_.empty()) {
+        lock.unlock();
+        answer_tree_asks();
+        lock.lock();
+        if (!stopping_ && queue_.empty() && running_.empty()) continue;
+      }
       if (stopping_ && (!drain_ || (queue_.empty() && running_.empty()))) {
         if (queue_.empty() && running_.empty()) break;
         // Not draining: cancel everything still here.
@@ -248,6 +257,49 @@ void BatchEngine::loop() {
     }
     step();
   }
+  // Asks queued until now are answered here; later ones on their caller's thread (nothing
+  // changes the cache any more).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    loop_done_ = true;
+  }
+  answer_tree_asks();
+}
+
+void BatchEngine::answer_tree_asks() {
+  std::vector<std::pair<int64_t, std::function<void(CacheTreeReport)>>> asks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    asks.swap(tree_asks_);
+  }
+  for (auto& [max_nodes, done] : asks) done(tree_report(max_nodes));
+}
+
+CacheTreeReport BatchEngine::tree_report(int64_t max_nodes) const {
+  CacheTreeReport r;
+  if (!cache_) return r;
+  r.enabled = true;
+  r.stats = cache_->stats();
+  r.tree = cache_->dump(std::max<int64_t>(max_nodes, 1), last_history_);
+  r.last_id = last_id_;
+  r.last_prompt_tokens = last_report_.prompt_tokens;
+  r.last_diverged_at = last_report_.diverged_at;
+  r.last_resumed_at = last_report_.resumed_at;
+  r.last_history_tokens = static_cast<int64_t>(last_history_.size());
+  return r;
+}
+
+void BatchEngine::cache_tree(int64_t max_nodes, std::function<void(CacheTreeReport)> done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (own_thread_ && !loop_done_) {
+      tree_asks_.emplace_back(max_nodes, std::move(done));
+      cv_.notify_all();
+      return;
+    }
+  }
+  // No engine thread runs steps now (Caller, or stopped): this thread may read the cache.
+  done(tree_report(max_nodes));
 }
 
 void BatchEngine::maybe_release_memory() {
@@ -309,7 +361,19 @@ void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string
   if (why != FinishReason::Error && cache_ && s.state && s.state->n_pos() > 0) {
     if (recurrent_ && s.decoding && (s.snaps.empty() || s.snaps.back()->pos != s.state->n_pos()))
       s.snapshot();
-    if (s.req.publish) cache_->insert(s.history, s.state->pages(), s.snaps, s.req.anchor);
+    if (s.req.publish) {
+      const int64_t n = static_cast<int64_t>(s.req.prompt.size());
+      const int64_t reply_end = s.decoding ? s.state->n_pos() : -1;
+      std::vector<uint8_t> kinds;
+      kinds.reserve(s.snaps.size());
+      for (const auto& sn : s.snaps)
+        kinds.push_back(
+            opt_.cache.policy.kinds_at(sn->pos, n, s.req.boundaries, s.req.anchor, reply_end));
+      cache_->insert(s.history, s.state->pages(), s.snaps, s.req.anchor, kinds);
+      last_history_ = s.history;
+      last_report_ = s.report;
+      last_id_ = s.id;
+    }
   }
   s.hit.reset();  // releases the lease at once
   s.report.completion_tokens = static_cast<int64_t>(s.out.size());

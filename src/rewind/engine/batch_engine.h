@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -63,6 +64,17 @@ struct EngineMetrics {
 
 enum class EngineThread { Own, Caller };
 
+// A picture of the prefix tree for people (PrefixCache::dump), its path being the history the
+// last finished request published, with that request's resume figures.
+struct CacheTreeReport {
+  bool enabled = false;  // false: the cache is off (the tree is empty)
+  CacheTree tree;
+  uint64_t last_id = 0;  // the last published request's engine id; 0: none yet
+  int64_t last_prompt_tokens = 0, last_diverged_at = 0, last_resumed_at = 0;
+  int64_t last_history_tokens = 0;  // prompt + reply tokens it published
+  CacheStats stats;  // the cache's figures at the same moment
+};
+
 class BatchEngine {
  public:
   BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& opt,
@@ -81,6 +93,12 @@ class BatchEngine {
   EngineMetrics metrics() const;
   // Thread-safe: the memory bound's terms that metrics() reports from now on.
   void set_memory_bound(MemoryReport terms);
+  // Thread-safe: asks for a CacheTreeReport listing about max_nodes (>= 1) nodes. `done` runs
+  // once with it: with EngineThread::Own on the engine thread at the next step boundary (at
+  // once when idle; on the calling thread once the engine thread has stopped), with
+  // EngineThread::Caller on the calling thread before this returns. `done` must be quick and
+  // must not call into the engine. Cost: O(cache size) on the engine thread.
+  void cache_tree(int64_t max_nodes, std::function<void(CacheTreeReport)> done);
   // Stop accepting; `drain`: let in-flight requests finish, else cancel them. Blocks until the
   // engine thread has stopped. Idempotent.
   void shutdown(bool drain);
@@ -109,6 +127,8 @@ class BatchEngine {
   void finish_marked();  // finishes the sequences marked done during a step
   void update_memory();  // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
+  CacheTreeReport tree_report(int64_t max_nodes) const;  // the thread that runs the steps
+  void answer_tree_asks();  // engine thread: the cache_tree() requests waiting
 
   Model& model_;
   ThreadPool* pool_;
@@ -121,6 +141,14 @@ class BatchEngine {
   std::deque<std::unique_ptr<Seq>> queue_;   // guarded by mu_
   std::set<uint64_t> cancelled_;             // guarded by mu_
   bool stopping_ = false, drain_ = false;    // guarded by mu_
+  bool own_thread_ = false;                  // EngineThread::Own (fixed at construction)
+  bool loop_done_ = false;                   // guarded by mu_: the engine thread has stopped
+  // cache_tree() requests waiting for the engine thread; guarded by mu_.
+  std::vector<std::pair<int64_t, std::function<void(CacheTreeReport)>>> tree_asks_;
+  // The last published request (engine thread only): its history and report, for cache_tree.
+  std::vector<int32_t> last_history_;
+  RequestReport last_report_;
+  uint64_t last_id_ = 0;
   uint64_t next_id_ = 1;                     // guarded by mu_
   EngineMetrics metrics_;                    // guarded by mu_
   std::vector<std::unique_ptr<Seq>> running_;  // engine thread only

@@ -15,10 +15,12 @@
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
 #include "rewind/server/access_log.h"
+#include "rewind/server/cache_view.h"
 #include "rewind/server/http_transport.h"
 #include "rewind/server/metrics.h"
 #include "rewind/server/openai_request.h"
 #include "rewind/server/openai_response.h"
+#include "rewind/server/web_assets.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw {
@@ -98,14 +100,60 @@ constexpr Route kRoutes[] = {
     {"/metrics", "GET", true, false},
     {"/v1/models", "GET", true, false},
     {"/v1/cache", "GET", true, false},
+    {"/v1/cache/tree", "GET", true, false},
     {"/v1/chat/completions", "POST", true, true},
     {"/v1/completions", "POST", true, true},
 };
 
+// The web page's files (web_assets.h): public, like the page of any local server; the API
+// calls the page makes carry the key.
+constexpr Route kAssetRoute = {"(web page)", "GET", false, false};
+
 const Route* find_route(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;
+  if (find_web_asset(path)) return &kAssetRoute;
   return nullptr;
+}
+
+// The page's own rules: scripts and styles only from this server, no plugins, no framing, and
+// API calls only to this origin; so even markup that got past the sanitiser cannot run inline
+// script or load anything from elsewhere.
+constexpr const char* kPagePolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'";
+
+// A web asset, or 304 when the client's copy (If-None-Match) is current. Clients revalidate
+// every time (no-cache): the page changes with the binary.
+HttpReply asset_reply(const WebAsset& a, const HttpRequest& req) {
+  HttpReply r;
+  r.headers = {{"ETag", std::string(a.etag)},
+               {"Cache-Control", "no-cache"},
+               {"X-Content-Type-Options", "nosniff"}};
+  if (a.path == "/") {
+    r.headers.push_back({"Content-Security-Policy", kPagePolicy});
+    r.headers.push_back({"Referrer-Policy", "no-referrer"});
+    r.headers.push_back({"X-Frame-Options", "DENY"});
+  }
+  if (const std::string* inm = req.header("if-none-match")) {
+    std::string_view v = *inm;
+    bool match = false;
+    while (!v.empty()) {  // a list of entity tags (RFC 9110 13.1.2), weak ones compared weakly
+      const size_t comma = v.find(',');
+      std::string_view tag = trim(v.substr(0, comma));
+      v = comma == std::string_view::npos ? std::string_view{} : v.substr(comma + 1);
+      if (tag.substr(0, 2) == "W/") tag.remove_prefix(2);
+      if (tag == "*" || tag == a.etag) match = true;
+    }
+    if (match) {
+      r.status = 304;
+      return r;
+    }
+  }
+  r.content_type = std::string(a.content_type);
+  r.body = std::string(a.body);
+  return r;
 }
 
 // Everything about one accepted generation request, fixed before it is submitted.
@@ -146,6 +194,12 @@ class Generation {
       error_ = ev.error;
       usage_.prompt_tokens = ev.report.prompt_tokens;
       usage_.cached_tokens = ev.report.resumed_at;
+      RewindUsage& ru = usage_.rewind.emplace();
+      ru.rerun_tokens = ev.report.rerun_tokens;
+      ru.diverged_at = ev.report.diverged_at;
+      ru.resumed_at = ev.report.resumed_at;
+      ru.lost_to_spacing = ev.report.lost_to_spacing;
+      ru.hit = hit_kind_name(ev.report.hit);
       rerun_tokens_ = ev.report.rerun_tokens;
       ttft_ms_ = ev.report.ttft_ms;
       total_ms_ = ev.report.total_ms;
@@ -192,9 +246,14 @@ class Generation {
     if (stopped_by_string_ || engine_finish_ == FinishReason::Stop) return "stop";
     return "length";
   }
-  UsageCounts usage() const {
+  // `queue_ms`: the request complete to its submission (the engine times from there).
+  UsageCounts usage(double queue_ms = 0) const {
     UsageCounts u = usage_;
     u.completion_tokens = completion_tokens_;
+    if (u.rewind && completion_tokens_ > 0) {
+      u.rewind->ttft_ms = queue_ms + ttft_ms_;
+      u.rewind->decode_ms = std::max(0.0, total_ms_ - ttft_ms_);
+    }
     return u;
   }
   int64_t rerun_tokens() const { return rerun_tokens_; }
@@ -415,6 +474,8 @@ struct HttpServer::Impl {
       if (req.path == "/v1/cache")
         return json_reply(
             dump_json(cache_json(engine_metrics(), engine.options(), client_id_map())) + "\n");
+      if (req.path == "/v1/cache/tree") return cache_tree(req, t0, ex, cors);
+      if (const WebAsset* a = find_web_asset(req.path)) return send(asset_reply(*a, req));
       if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
         return generation(req.path == "/v1/chat/completions", req, t0, ex, cors);
       send(error_reply(
@@ -423,6 +484,31 @@ struct HttpServer::Impl {
       std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(), e.what());
       send(error_reply({500, "internal error", "server_error", "internal_error"}));
     }
+  }
+
+  // The tree is read on the engine thread between steps; its answer is built and written on the
+  // connection's strand, so no transport thread waits for the engine.
+  void cache_tree(const HttpRequest& req, Clock::time_point t0,
+                  const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
+    const size_t q = req.target.find('?');
+    auto max_nodes = parse_cache_tree_query(
+        q == std::string::npos ? std::string_view{} : std::string_view(req.target).substr(q + 1));
+    auto finish = [this, ex, cors, t0, peer = req.peer, method = req.method,
+                   path = req.path](HttpReply r) {
+      for (const auto& h : cors) r.headers.push_back(h);
+      log_plain(random_id("req-"), peer, method, path, r.status, ms_since(t0));
+      ex->reply(std::move(r));
+    };
+    if (!max_nodes.ok()) return finish(error_reply(bad_request(max_nodes.error_message())));
+    engine.cache_tree(max_nodes.value(), [this, ex, finish](CacheTreeReport rep) {
+      ex->post([this, finish, rep = std::move(rep)] {
+        HttpReply r;
+        r.content_type = kJson;
+        r.headers = {{"Cache-Control", "no-store"}};
+        r.body = dump_json(cache_tree_json(rep, engine.options(), client_id_map())) + "\n";
+        finish(std::move(r));
+      });
+    });
   }
 
   // ---- requests ----
@@ -685,6 +771,10 @@ struct HttpServer::Impl {
                      "invalid_request_error", "model_not_found"};
   }
 
+  static double queue_ms(const Job& j) {
+    return std::chrono::duration<double, std::milli>(j.t_submit - j.t0).count();
+  }
+
   void whole(Job& j) {
     const Plan& plan = *j.plan;
     const Generation& gen = *j.gen;
@@ -702,13 +792,13 @@ struct HttpServer::Impl {
         if (!calls.empty()) j.finish = "tool_calls";
         body = chat_completion_json(plan.id, plan.created, plan.model_id, content, calls, j.finish,
                                     plan.logprobs ? chat_logprobs_json(tok, j.lps) : json(nullptr),
-                                    gen.usage(), a.reasoning + b.reasoning);
+                                    gen.usage(queue_ms(j)), a.reasoning + b.reasoning);
       } else {
         body = completion_json(plan.id, plan.created, plan.model_id, j.text, j.finish,
                                plan.logprobs
                                    ? completion_logprobs_json(tok, j.lps, plan.top_logprobs > 0, 0)
                                    : json(nullptr),
-                               gen.usage());
+                               gen.usage(queue_ms(j)));
       }
       r.content_type = kJson;
       r.body = dump_json(body) + "\n";
@@ -756,7 +846,7 @@ struct HttpServer::Impl {
       out += kSseDone;
       return out;
     }
-    const UsageCounts u = st.gen->usage();
+    const UsageCounts u = st.gen->usage(queue_ms(st));
     if (plan.chat) {
       std::string finish = st.gen->finish_reason();
       const ReasoningSplitter::Out r = st.reasoning.finish();

@@ -4,8 +4,12 @@
 // Routes: POST /v1/chat/completions, POST /v1/completions (stream false: one JSON; stream true:
 // server-sent events `data: {...}\n\n` ending with `data: [DONE]`), GET /v1/models,
 // GET /v1/cache (prefix-cache figures and the recent requests' resume points; the budget is
-// known from start-up), GET /metrics (Prometheus text), GET /health ({"status":"ok"}, never
-// behind the API key). HEAD on a GET route answers as GET without the body. OPTIONS on a route
+// known from start-up), GET /v1/cache/tree?max_nodes=N (the prefix tree, bounded: cache_view.h),
+// GET /metrics (Prometheus text), GET /health ({"status":"ok"}, never behind the API key), and
+// the web page (web_assets.h: GET / and its /assets/..., never behind the API key; its API
+// calls carry the key): ETag with 304 for a current copy, Cache-Control no-cache, and on the
+// page a Content-Security-Policy that allows scripts, styles and fetches from this origin only.
+// Chat and completion answers' usage carries rewind's figures (openai_response.h, RewindUsage). HEAD on a GET route answers as GET without the body. OPTIONS on a route
 // answers 204 with Allow (and the CORS preflight headers when the Origin is allowed).
 //
 // Every failure is a JSON body {"error": {"message", "type", "param", "code"}} whose message is

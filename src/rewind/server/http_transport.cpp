@@ -496,7 +496,9 @@ class Session : public std::enable_shared_from_this<Session> {
     head_written_ = true;
     std::string out = status_line(r.status);
     if (!r.content_type.empty()) out += "Content-Type: " + r.content_type + "\r\n";
-    out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+    // 304 has no content and must not announce a length other than the full answer's (RFC 9110
+    // 8.6): none is sent.
+    if (r.status != 304) out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
     out += connection_header();
     for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
     out += "\r\n";

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -43,10 +44,20 @@ std::string random_id(const std::string& prefix) {
 }
 
 json usage_json(const UsageCounts& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.rewind) {
+    const RewindUsage& r = *u.rewind;
+    // Milliseconds to 0.01: enough for a person, and short.
+    auto ms = [](double v) { return std::round(v * 100) / 100; };
+    j["rewind"] = {{"cached_tokens", u.cached_tokens},    {"rerun_tokens", r.rerun_tokens},
+                   {"diverged_at", r.diverged_at},        {"resumed_at", r.resumed_at},
+                   {"lost_to_spacing", r.lost_to_spacing}, {"hit", r.hit},
+                   {"ttft_ms", ms(r.ttft_ms)},            {"decode_ms", ms(r.decode_ms)}};
+  }
+  return j;
 }
 
 namespace {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,13 +36,27 @@ nlohmann::json error_json(const std::string& message, const std::string& type,
 // Thread-safe.
 std::string random_id(const std::string& prefix);
 
+// rewind's own figures of a request, beside OpenAI's usage (clients ignore fields they do not
+// know): how the prefix cache served the prompt and how long the reply took.
+struct RewindUsage {
+  int64_t rerun_tokens = 0;     // prompt tokens run (n - resumed_at)
+  int64_t diverged_at = 0;      // L: the prompt's common prefix with the cache
+  int64_t resumed_at = 0;       // p: the checkpoint the prompt resumed from (= cached tokens)
+  int64_t lost_to_spacing = 0;  // min(L, n-1) - p: matched tokens run again for want of one
+  std::string hit;              // miss, exact, extension, checkpoint
+  double ttft_ms = 0;           // the request complete to its first generated token
+  double decode_ms = 0;         // the first generated token to the last
+};
+
 struct UsageCounts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  std::optional<RewindUsage> rewind;  // set: usage.rewind
 };
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
-// {"cached_tokens"}}
+// {"cached_tokens"}}, and when u.rewind is set "rewind": {"cached_tokens", "rerun_tokens",
+// "diverged_at", "resumed_at", "lost_to_spacing", "hit", "ttft_ms", "decode_ms"}
 nlohmann::json usage_json(const UsageCounts& u);
 
 // One generated token with its log-probability and the alternatives asked for (best first).

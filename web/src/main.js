@@ -1,0 +1,108 @@
+// The page's shell: header with the model, the Chat and Cache tabs, settings, and the API key
+// prompt (shown when the server answers 401).
+import './style.css';
+import { h, clear } from './dom.js';
+import { getJson, apiKey, setApiKey, AuthError } from './api.js';
+import { loadSettings, saveSettings } from './store.js';
+import { mountChat } from './chat.js';
+import { mountCacheView } from './cacheview.js';
+
+const app = document.getElementById('app');
+const modelName = h('span', { class: 'model', id: 'model-name' }, '');
+const chatTab = h('a', { href: '#/chat', class: 'tab', id: 'tab-chat' }, 'Chat');
+const cacheTab = h('a', { href: '#/cache', class: 'tab', id: 'tab-cache' }, 'Cache');
+const settingsBtn = h('button', { class: 'icon-text', id: 'settings-button', onclick: () => toggleSettings() }, 'Settings');
+const chatRoot = h('main', { class: 'view chat-view', id: 'chat-view' });
+const cacheRoot = h('main', { class: 'view cache-view', id: 'cache-view', hidden: true });
+const settingsPanel = h('aside', { class: 'settings', id: 'settings', hidden: true });
+const keyDialog = h('div', { class: 'modal-back', id: 'key-dialog', hidden: true });
+
+app.append(
+  h('header', { class: 'top' }, h('span', { class: 'brand' }, 'rewind'), modelName, h('nav', { class: 'tabs' }, chatTab, cacheTab), h('span', { class: 'spacer' }), settingsBtn),
+  h('div', { class: 'views' }, chatRoot, cacheRoot, settingsPanel),
+  keyDialog);
+
+let authPending = false;
+function askKey() {
+  if (authPending) return;
+  authPending = true;
+  const input = h('input', { type: 'password', id: 'key-input', placeholder: 'API key', autocomplete: 'off' });
+  const form = h('form', { class: 'modal' },
+    h('h3', null, 'API key'),
+    h('p', null, 'This server was started with --api-key. Enter the key; it is kept in this browser only.'),
+    input,
+    h('div', { class: 'edit-buttons' }, h('button', { class: 'primary', type: 'submit', id: 'key-save' }, 'Save')));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    setApiKey(input.value.trim());
+    keyDialog.hidden = true;
+    authPending = false;
+    loadModel();
+    if (!cacheRoot.hidden) cache.show();
+  });
+  clear(keyDialog).append(form);
+  keyDialog.hidden = false;
+  input.focus();
+}
+
+async function loadModel() {
+  try {
+    const m = await getJson('/v1/models');
+    modelName.textContent = m.data && m.data[0] ? m.data[0].id : '';
+    document.title = 'rewind \u00b7 ' + modelName.textContent;
+  } catch (e) {
+    if (e instanceof AuthError) askKey();
+    else modelName.textContent = String(e.message || e);
+  }
+}
+
+const cache = mountCacheView(cacheRoot, { onAuth: askKey });
+mountChat(chatRoot, { onAuth: askKey, onReplyDone: () => { if (!cacheRoot.hidden) cache.refresh(); } });
+
+function route() {
+  const onCache = location.hash === '#/cache';
+  chatRoot.hidden = onCache;
+  cacheRoot.hidden = !onCache;
+  chatTab.classList.toggle('active', !onCache);
+  cacheTab.classList.toggle('active', onCache);
+  if (onCache) cache.show();
+  else cache.hide();
+}
+window.addEventListener('hashchange', route);
+
+function field(settings, key, label, attrs) {
+  const input = h(attrs && attrs.rows ? 'textarea' : 'input', { id: 'setting-' + key, ...attrs });
+  input.value = settings[key] ?? '';
+  input.addEventListener('change', () => {
+    const s = loadSettings();
+    s[key] = input.value;
+    saveSettings(s);
+  });
+  return h('label', { class: 'field' }, h('span', null, label), input);
+}
+
+function toggleSettings() {
+  if (!settingsPanel.hidden) {
+    settingsPanel.hidden = true;
+    return;
+  }
+  const st = loadSettings();
+  clear(settingsPanel).append(
+    h('h3', null, 'Settings'),
+    field(st, 'system', 'System prompt', { rows: 5, placeholder: 'none' }),
+    h('div', { class: 'grid2' },
+      field(st, 'temperature', 'Temperature', { inputmode: 'decimal', placeholder: 'model default' }),
+      field(st, 'top_p', 'Top-p', { inputmode: 'decimal', placeholder: 'model default' }),
+      field(st, 'top_k', 'Top-k', { inputmode: 'numeric', placeholder: 'model default' }),
+      field(st, 'min_p', 'Min-p', { inputmode: 'decimal', placeholder: 'model default' }),
+      field(st, 'max_tokens', 'Max tokens', { inputmode: 'numeric', placeholder: 'rest of the context' }),
+      field(st, 'seed', 'Seed', { inputmode: 'numeric', placeholder: 'random' })),
+    h('p', { class: 'muted' }, 'Blank fields take the server\'s defaults. Settings and conversations stay in this browser.'),
+    h('div', { class: 'edit-buttons' },
+      apiKey() ? h('button', { onclick: () => { setApiKey(''); toggleSettings(); } }, 'Forget the API key') : null,
+      h('button', { class: 'primary', onclick: () => toggleSettings() }, 'Done')));
+  settingsPanel.hidden = false;
+}
+
+route();
+loadModel();
