@@ -82,7 +82,11 @@ std::vector<CommandSpec> build_specs() {
              {"--ignore-eos", "", "", "keep generating past the end-of-sequence token", {}, false},
              json_opt("print one JSON object (text, token ids, speeds) instead of the text")},
             spec_opts()),
-       "Greedy output is identical with and without --spec."});
+       "Greedy output is identical with and without --spec.\n"
+       "Figures (stderr, or --json): load time apart; prefill from the request's start to the\n"
+       "first generated token (its sampling and the threads' wake-up included; for a short\n"
+       "prompt mostly those), decode over the tokens after the first (prefill_ms, decode_ms,\n"
+       "decode_tokens and the rates in --json)."});
   c.push_back(
       {"serve", "The OpenAI-compatible HTTP server (chat, completions, streaming, metrics).",
        "[options]",
