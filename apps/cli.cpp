@@ -83,7 +83,11 @@ std::vector<CommandSpec> build_specs() {
              json_opt("print one JSON object (text, token ids, speeds) instead of the text"),
              {"--quiet", "-q", "", "no progress lines and no figures on stderr", {}, false}},
             spec_opts()),
-       "Greedy output is identical with and without --spec."});
+       "Greedy output is identical with and without --spec.\n"
+       "Figures (stderr, or --json): load time apart; prefill from the request's start to the\n"
+       "first generated token (its sampling and the threads' wake-up included; for a short\n"
+       "prompt mostly those), decode over the tokens after the first (prefill_ms, decode_ms,\n"
+       "decode_tokens and the rates in --json)."});
   c.push_back(
       {"chat",
        "Chat with a model in the terminal (its chat template, the prefix cache).",

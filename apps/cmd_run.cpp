@@ -1,6 +1,6 @@
 // `rewind run`: tokenizes a prompt, prefills it (in chunks), then decodes up to N tokens with
 // the chosen sampler (optionally speculatively), streaming valid UTF-8 to stdout; then prints
-// load time, prefill and decode throughput and speculation figures (or one JSON object).
+// load time, prefill and decode times and rates and speculation figures (or one JSON object).
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -20,6 +20,10 @@ namespace {
 std::string json_escape(const std::string& s) {
   return nlohmann::json(s).dump();
 }
+
+// Below this many prompt tokens the prefill rate is mostly the first step's fixed costs
+// (sampling, waking the threads), and the printed line says so.
+constexpr int64_t kFewPromptTokens = 32;
 
 }  // namespace
 
@@ -117,12 +121,16 @@ int cmd_run(int argc, char** argv) {
   const std::vector<int32_t>& out = rep->tokens;
   const bool eos = !out.empty() && req.stop_ids.count(out.back());
   const int64_t n = static_cast<int64_t>(prompt.size());
-  const double prefill_s = rep->report.ttft_ms / 1e3,
-               decode_s = (rep->report.total_ms - rep->report.ttft_ms) / 1e3;
-  const double prefill_tps = static_cast<double>(n) / prefill_s;
-  // Decode speed counts tokens after the first (which the prefill's logits gave).
+  // Prefill: from the request's start (the model loaded, the prompt tokenized) to the first
+  // generated token, so its time includes the first step's sampling and waking the pool's
+  // threads; the rate is the prompt's tokens over that time (for a few tokens it is mostly
+  // that fixed cost). Decode: the tokens after the first, over the time after it.
+  const double prefill_ms = rep->report.ttft_ms,
+               decode_ms = rep->report.total_ms - rep->report.ttft_ms;
+  const double prefill_tps = prefill_ms > 0 ? static_cast<double>(n) / (prefill_ms / 1e3) : 0.0;
   const int64_t n_dec = std::max<int64_t>(0, static_cast<int64_t>(out.size()) - 1);
-  const double decode_tps = n_dec > 0 && decode_s > 0 ? static_cast<double>(n_dec) / decode_s : 0.0;
+  const double decode_tps =
+      n_dec > 0 && decode_ms > 0 ? static_cast<double>(n_dec) / (decode_ms / 1e3) : 0.0;
   const SpecStats& ss = rep->report.spec;
   const double acc =
       ss.drafted ? static_cast<double>(ss.accepted) / static_cast<double>(ss.drafted) : 0.0;
@@ -131,11 +139,13 @@ int cmd_run(int argc, char** argv) {
     for (size_t i = 0; i < out.size(); ++i) std::printf("%s%d", i ? "," : "", out[i]);
     std::printf(
         "],\"prompt_tokens\":%lld,\"generated_tokens\":%zu,\"stop\":\"%s\",\"load_s\":%.3f,"
-        "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"threads\":%lld,\"isa\":\"%s\","
+        "\"prefill_ms\":%.3f,\"prefill_tok_s\":%.2f,\"decode_tokens\":%lld,\"decode_ms\":%.3f,"
+        "\"decode_tok_s\":%.2f,\"threads\":%lld,\"isa\":\"%s\","
         "\"spec\":\"%s\",\"spec_rounds\":%lld,\"spec_drafted\":%lld,\"spec_accepted\":%lld,"
         "\"spec_replayed\":%lld,\"acceptance\":%.4f}\n",
-        static_cast<long long>(n), out.size(), eos ? "eos" : "length", load_s, prefill_tps,
-        decode_tps, static_cast<long long>(th.value()), m.isa(), spec_kind_name(spec->cfg.kind),
+        static_cast<long long>(n), out.size(), eos ? "eos" : "length", load_s, prefill_ms,
+        prefill_tps, static_cast<long long>(n_dec), decode_ms, decode_tps,
+        static_cast<long long>(th.value()), m.isa(), spec_kind_name(spec->cfg.kind),
         static_cast<long long>(ss.rounds), static_cast<long long>(ss.drafted),
         static_cast<long long>(ss.accepted), static_cast<long long>(ss.replayed), acc);
   } else {
@@ -143,10 +153,13 @@ int cmd_run(int argc, char** argv) {
     std::printf("\n");
     if (quiet) return 0;
     std::fprintf(stderr,
-                 "\n[%lld prompt tokens, %zu generated (%s)] load %.2f s, prefill %.1f tok/s, "
-                 "decode %.1f tok/s, %lld threads, %s\n",
-                 static_cast<long long>(n), out.size(), eos ? "eos" : "length", load_s, prefill_tps,
-                 decode_tps, static_cast<long long>(th.value()), m.isa());
+                 "\n[%lld prompt tokens, %zu generated (%s)] load %.2f s; prefill %.2f ms to the "
+                 "first token (%.1f tok/s%s); decode %lld tokens after the first in %.2f ms "
+                 "(%.1f tok/s); %lld threads, %s\n",
+                 static_cast<long long>(n), out.size(), eos ? "eos" : "length", load_s, prefill_ms,
+                 prefill_tps, n < kFewPromptTokens ? ", mostly fixed costs for so few tokens" : "",
+                 static_cast<long long>(n_dec), decode_ms, decode_tps,
+                 static_cast<long long>(th.value()), m.isa());
     if (spec->cfg.kind != SpecKind::Off)
       std::fprintf(stderr,
                    "[speculative %s, k %d: %lld rounds, %lld drafted, %lld accepted (%.1f%%), "

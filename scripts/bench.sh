@@ -29,6 +29,8 @@ done
 echo "== matmul kernels alone, quantised, int8 dot: decode (M=1) and prefill (M=512)"
 build/release/bench/matmul_bench --threads "$t" --m 1,512 --dtype q8_0,q4_k,q5_k,q6_k --seconds 0.5
 build/release/bench/matmul_bench --threads "$t" --m 512 --dtype q8_0,q4_k,q5_k --seconds 0.5 --isa avx512 || true
+echo "== threads on a shared machine: rewind run with 1 and 2 threads, idle and beside a busy loop"
+python3 bench/threads_bench.py --rounds 7 --model builtin --model models/qwen3.5-mini now="$bin"
 echo "== prefix cache: all workloads, cache on vs off (qwen3.5-mini shape)"
 $bin cache-bench --model models/qwen3.5-mini --workload all -t "$t"
 echo "== prefix cache: shared-system and repeat on the qwen3.5-0.8b shape"

@@ -52,7 +52,7 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
     ASSERT_TRUE(out.ok());
     want.push_back(out->tokens);
   }
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   EngineOptions opt;
   opt.max_running = 8;
   opt.step_tokens = 37;  // small steps: prefills interleave with decodes

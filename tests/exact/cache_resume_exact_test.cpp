@@ -20,7 +20,7 @@ class CacheResumeExact : public ::testing::TestWithParam<std::string> {};
 TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
   Model& m = test::cached_model(test::fixture_dir(GetParam()));
   const int64_t V = m.config().vocab_size;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   EngineOptions on;
   // A few pages and snapshots, so that eviction happens: a Mamba2 snapshot is 20-30 times a
   // tiny GDN model's, so the budget holds at least a dozen of the model's snapshots.

@@ -49,7 +49,7 @@ bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST_P(ForwardExact, ChunkingTokenByTokenAndThreads) {
   std::mt19937_64 rng(1234);
-  ThreadPool pool2(2);
+  ThreadPool pool2(2, 0);  // every job shared, however small
   for (int trial = 0; trial < 4; ++trial) {
     const int64_t n = 1 + static_cast<int64_t>(rng() % 150);
     auto tokens = test::random_tokens(rng, n, V());
@@ -73,7 +73,7 @@ TEST_P(ForwardExact, ChunkingTokenByTokenAndThreads) {
 
 TEST_P(ForwardExact, BatchedWithOtherSequences) {
   std::mt19937_64 rng(99);
-  ThreadPool pool2(2);
+  ThreadPool pool2(2, 0);  // every job shared, however small
   Model& m = model();
   for (int trial = 0; trial < 4; ++trial) {
     const int n_seq = 2 + static_cast<int>(rng() % 7);  // target + 1..7 others

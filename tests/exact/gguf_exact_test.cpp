@@ -86,7 +86,7 @@ TEST_P(GgufExact, SameLogitsAsHfCheckpoint) {
     EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes());
   }
   std::mt19937_64 rng(99);
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (int trial = 0; trial < 3; ++trial) {
     const auto tokens =
         test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 90), hf.config().vocab_size);
@@ -201,7 +201,7 @@ TEST_P(GgufMtpExact, SameDraftsAsHfCheckpoint) {
   Model& gg = mtp_model(GetParam(), true);
   const int64_t V = hf.config().vocab_size;
   std::mt19937_64 rng(21);
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (int trial = 0; trial < 3; ++trial) {
     const auto tokens = test::random_tokens(rng, 2 + static_cast<int64_t>(rng() % 40), V);
     const int32_t last = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
@@ -238,7 +238,7 @@ class GgufQuantExact : public ::testing::TestWithParam<std::string> {};
 // quantised dot (the int8 dot quantises each row's activations on its own).
 TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
   Model& m = test::cached_model(gguf_model("qwen3.5-tiny-256", "f32", GetParam()));
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (QuantDot dot : {QuantDot::F32, QuantDot::Int8}) {
     KernelOptions ko;
     ko.quant_dot = dot;
@@ -268,7 +268,7 @@ TEST(GgufKernelOptions, TwoModelsWithDifferentDotsRunSideBySide) {
   ASSERT_TRUE(ma.ok() && mb.ok());
   EXPECT_EQ(ma.value()->kernel_options().quant_dot, QuantDot::F32);
   EXPECT_EQ(mb.value()->kernel_options().quant_dot, QuantDot::Int8);
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   std::mt19937_64 rng(9);
   const auto tokens = test::random_tokens(rng, 40, ma.value()->config().vocab_size);
   const auto a1 = logits(*ma.value(), tokens, 40, nullptr);

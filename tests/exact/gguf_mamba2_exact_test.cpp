@@ -90,7 +90,7 @@ void expect_same_logits(const std::string& hf_path, const std::string& gguf_path
   EXPECT_EQ(gg.config().layer_kinds, hf.config().layer_kinds);
   if (f32) { EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes()); }
   std::mt19937_64 rng(41);
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (int trial = 0; trial < 3; ++trial) {
     const auto tokens =
         test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 70), hf.config().vocab_size);
@@ -171,7 +171,7 @@ TEST(GgufMamba2Exact, QuantisedFilesStayClose) {
       EXPECT_LT(c.rel_rms, b.rms);
       EXPECT_GE(c.argmax_agree, b.agree);
       // Batch invariance holds for quantised files too: token by token gives the same bytes.
-      ThreadPool pool(2);
+      ThreadPool pool(2, 0);  // every job shared, however small
       EXPECT_TRUE(same_bytes(logits(m, tokens, 1, &pool), got));
     }
   }

@@ -119,7 +119,7 @@ TEST_P(MtpExact, ChainedDraftsMatchReference) {
   const auto tokens = test::random_tokens(rng, 9, V);
   const int32_t last = static_cast<int32_t>(rng() % V);
   constexpr int32_t k = 4;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   SequenceState st = m.new_state();
   std::vector<float> logits, ml;
   ASSERT_TRUE(run(m, st, tokens, &logits, &pool).ok());
@@ -170,7 +170,8 @@ TEST_P(MtpExact, HeadKvAndCarryAreCutInvariant) {
   ASSERT_EQ(sh.carry_floats, H);
   std::mt19937_64 rng(5);
   const auto tokens = test::random_tokens(rng, 150, V);  // crosses page boundaries (64)
-  ThreadPool pool(2);
+  // Every job shared, however small.
+  ThreadPool pool(2, 0);
   std::vector<float> logits;
   SequenceState whole = m.new_state();
   ASSERT_TRUE(run(m, whole, tokens, &logits, &pool).ok());
@@ -321,7 +322,7 @@ using test::generate;
 TEST_P(MtpExact, GreedySpeculationEqualsPlain) {
   Model& m = mtp_model(GetParam(), true);
   const int64_t V = m.config().vocab_size;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   EngineOptions cold_opt;
   cold_opt.cache_enabled = false;
   Engine cold(m, &pool, cold_opt);
@@ -423,7 +424,7 @@ TEST_P(MtpExact, SpeculationWithPrefixCacheEqualsPlain) {
 TEST_P(MtpExact, ForcedAcceptanceLengthsKeepStateExact) {
   Model& m = mtp_model(GetParam(), true);
   const int64_t V = m.config().vocab_size;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   std::mt19937_64 rng(12);
   std::vector<int32_t> history = test::random_tokens(rng, 30, V);
   SequenceState st = m.new_state();

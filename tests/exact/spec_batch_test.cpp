@@ -72,7 +72,7 @@ TEST_P(SpecBatch, MixedRowsWithTheirOwnKAndAcceptanceEqualAlone) {
     }
     return d;
   };
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   BatchEngine eng(m, &pool, opt);
   Collector col;
   std::vector<uint64_t> ids;

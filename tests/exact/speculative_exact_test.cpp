@@ -77,7 +77,7 @@ class SpecExact : public ::testing::TestWithParam<std::string> {};
 TEST_P(SpecExact, ForcedRejectionPatternsMatchPlainGreedy) {
   Model& m = test::cached_model(test::fixture_dir(GetParam()));
   const int64_t V = m.config().vocab_size;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   Engine e(m, &pool, no_cache());
   std::mt19937_64 rng(std::hash<std::string>()(GetParam()) + 1);
   Oracle total;
@@ -277,7 +277,7 @@ TEST(SpecDraft, AttentionOnlyAndNoisyDraftsWithAHybridTarget) {
   auto target = load(target_dir), dense = load(dense_dir), noisy = load(noisy_dir);
   ASSERT_EQ(dense->config().n_recurrent_layers(), 0);
   ASSERT_GT(target->config().n_recurrent_layers(), 0);
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   Engine e(*target, &pool, no_cache());
   std::mt19937_64 rng(31);
   int64_t noisy_acc = 0, noisy_drafted = 0;

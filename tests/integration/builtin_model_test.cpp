@@ -1,7 +1,7 @@
 // Without --model, `rewind run`, `serve` and `bench` use the built-in model (models/kjv-target,
 // the trained checkpoint committed in the repository) and say so in one line on stderr; `run`
 // then generates exactly what it generates with --model naming that directory (and prints no
-// such line there).
+// such line there). `run`'s figures say what they measure (times beside the rates).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -68,6 +68,35 @@ TEST(BuiltinModel, RunWithoutModelGeneratesWithIt) {
   ASSERT_TRUE(j2.is_object()) << out2;
   EXPECT_EQ(j2["tokens"].dump(), j["tokens"].dump());
   EXPECT_EQ(j2["text"].get<std::string>(), j["text"].get<std::string>());
+}
+
+TEST(BuiltinModel, RunSaysWhatItsFiguresMeasure) {
+  // --json: the prefill and decode times beside the rates, which they and the token counts
+  // give (prefill: the prompt over the time to the first token; decode: the tokens after it).
+  std::string err;
+  int rc = 0;
+  const std::string out =
+      rewind_cmd("run --prompt 'In the beginning' -n 6 --ignore-eos -t 2 --json", &err, &rc);
+  ASSERT_EQ(rc, 0) << out << err;
+  const json j = json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  for (const char* key :
+       {"prefill_ms", "prefill_tok_s", "decode_tokens", "decode_ms", "decode_tok_s"})
+    ASSERT_TRUE(j.contains(key) && j[key].is_number()) << key << " in " << out;
+  EXPECT_EQ(j["decode_tokens"].get<int>(), j["generated_tokens"].get<int>() - 1);
+  const double pms = j["prefill_ms"].get<double>(), dms = j["decode_ms"].get<double>();
+  ASSERT_GT(pms, 0);
+  ASSERT_GT(dms, 0);
+  EXPECT_NEAR(j["prefill_tok_s"].get<double>(), j["prompt_tokens"].get<double>() / (pms / 1e3),
+              0.01 * j["prefill_tok_s"].get<double>() + 0.01);
+  EXPECT_NEAR(j["decode_tok_s"].get<double>(), j["decode_tokens"].get<double>() / (dms / 1e3),
+              0.01 * j["decode_tok_s"].get<double>() + 0.01);
+  // The text line says it too, and that a prompt this short gives no meaningful prefill rate.
+  rewind_cmd("run --prompt 'In the beginning' -n 6 --ignore-eos -t 1", &err, &rc);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(err.find("ms to the first token"), std::string::npos) << err;
+  EXPECT_NE(err.find("mostly fixed costs for so few tokens"), std::string::npos) << err;
+  EXPECT_NE(err.find("decode 5 tokens after the first in "), std::string::npos) << err;
 }
 
 TEST(BuiltinModel, BenchWithoutModelMeasuresIt) {

@@ -9,6 +9,7 @@
 #include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -236,6 +237,17 @@ class PtyChat {
     while (std::chrono::steady_clock::now() < end && read_some(50)) {
     }
   }
+  // Waits until the terminal is in libedit's editing mode (not canonical): a Ctrl-D typed while
+  // the terminal is still canonical is an end-of-file mark that the switch to editing mode drops.
+  bool wait_editing(double seconds = 60) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      termios t{};
+      if (tcgetattr(fd_, &t) == 0 && !(t.c_lflag & ICANON)) return true;
+      read_some(10);
+    }
+    return false;
+  }
   bool alive() {
     int st = 0;
     return !exited_ && waitpid(pid_, &st, WNOHANG) == 0;
@@ -258,7 +270,7 @@ class PtyChat {
   bool exited_ = false;
 };
 
-TEST(ChatPty, CtrlCStopsAReplyAndCtrlDLeaves) {
+TEST(ChatPty, CtrlCStopsAReplyNotTheProgram) {
   PtyChat c({REWIND_BINARY, "chat", "-n", "100000", "--ignore-eos", "-c", "110000", "--temperature",
              "0", "-t", "2"});
   ASSERT_TRUE(c.started());
@@ -293,6 +305,19 @@ TEST(ChatPty, CtrlCStopsAReplyAndCtrlDLeaves) {
   ASSERT_TRUE(c.wait_for(">>> ", c.out.find("Ctrl-D to leave", mark))) << c.out;
   EXPECT_TRUE(c.alive());
   // Ctrl-D at an empty prompt leaves with status 0.
+  ASSERT_TRUE(c.wait_editing()) << c.out;
+  c.send("\x04");
+  EXPECT_EQ(c.wait_exit(), 0) << c.out;
+}
+
+TEST(ChatPty, CtrlDLeaves) {
+  PtyChat c({REWIND_BINARY, "chat", "-n", "4", "-q", "-t", "2"});
+  ASSERT_TRUE(c.started());
+  ASSERT_TRUE(c.wait_for(">>> ", 0)) << c.out;
+  size_t mark = c.out.size();
+  c.send("Hello\r");
+  ASSERT_TRUE(c.wait_for(">>> ", mark + 1)) << c.out;
+  ASSERT_TRUE(c.wait_editing()) << c.out;
   c.send("\x04");
   EXPECT_EQ(c.wait_exit(), 0) << c.out;
 }

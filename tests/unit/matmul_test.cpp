@@ -135,7 +135,7 @@ TEST(MatmulPack, BF16SourceKeepsBitsWhenStoredAsBF16) {
 }
 
 TEST(MatmulPack, ParallelPackingIsIdentical) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   const Source s = make_source(DType::F32, 300, 77, 11);
   for (DType store : {DType::F32, DType::BF16}) {
     const PackedMatrix a = PackedMatrix::pack(s.data(), DType::F32, 300, 77, store);
@@ -188,7 +188,7 @@ void check_against_naive(DType src, DType store, int64_t m, int64_t n, int64_t k
 }
 
 TEST(MatmulNaive, AllShapesF32) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (int64_t m : {1, 2, 3, 7, 8, 9, 17, 64, 100})
     for (int64_t n : {1, 5, 16, 17, 33, 100, 300})
       for (int64_t k : {1, 3, 16, 17, 64, 100, 1000})
@@ -196,7 +196,7 @@ TEST(MatmulNaive, AllShapesF32) {
 }
 
 TEST(MatmulNaive, AllShapesBF16Store) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (int64_t m : {1, 2, 3, 7, 8, 9, 17, 64, 100})
     for (int64_t n : {1, 5, 16, 17, 33, 100, 300})
       for (int64_t k : {1, 3, 16, 17, 64, 100, 1000})
@@ -204,7 +204,7 @@ TEST(MatmulNaive, AllShapesBF16Store) {
 }
 
 TEST(MatmulNaive, OtherSourceTypes) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (DType src : {DType::BF16, DType::F16})
     for (DType store : {DType::F32, DType::BF16})
       for (int64_t m : {1, 3, 9, 64})
@@ -214,7 +214,7 @@ TEST(MatmulNaive, OtherSourceTypes) {
 }
 
 TEST(MatmulNaive, StridedRows) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (DType store : {DType::F32, DType::BF16})
     for (int64_t m : {1, 7, 9, 33})
       for (auto [n, k] : {std::pair<int64_t, int64_t>{17, 33}, {100, 17}, {300, 257}})
@@ -225,7 +225,7 @@ TEST(MatmulNaive, StridedRows) {
 
 // y from the kernel equals the explicit sequential std::fma loop, bit for bit, on every path.
 TEST(MatmulExact, EqualsSequentialFmaLoop) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (const char* isa : kIsas) {
     KernelOptions ko;
     if (!test::isa_options(isa, &ko)) continue;
@@ -273,7 +273,7 @@ TEST(MatmulExact, SpecialValues) {
 
 // Every SIMD path gives the bits of the scalar path.
 TEST(MatmulExact, IdenticalBitsAcrossIsas) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   int compared = 0;
   for (DType store : {DType::F32, DType::BF16})
     for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {100, 129}, {300, 257}, {50, 1001}})
@@ -325,7 +325,7 @@ TEST(MatmulExact, IsaCapReportsPath) {
 // rows: wide decode tiles; more: 8-row tiles; 3+ row tiles: BF16 widened once per panel group),
 // and the thread count moves the panel split; the bits must not notice.
 TEST(MatmulExact, BatchInvariance) {
-  ThreadPool pool1(1), pool2(2);
+  ThreadPool pool1(1), pool2(2, 0);  // every job shared, however small
   const int64_t m = 100, n = 200, k = 301;
   const Source s = make_source(DType::F32, n, k, 31);
   const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 32);
@@ -363,7 +363,7 @@ TEST(MatmulExact, BatchInvariance) {
 // share each, the default rule): the same bits as one thread, with 2 and 3 threads (uneven
 // shares, and more threads than panels for n = 17).
 TEST(MatmulExact, DecodeSplitsGiveSameBits) {
-  ThreadPool pool2(2), pool3(3);
+  ThreadPool pool2(2, 0), pool3(3, 0);  // every job shared, however small
   const int64_t k = 96;
   for (int64_t n : {int64_t{17}, int64_t{200}, int64_t{1000}}) {
     const Source s = make_source(DType::F32, n, k, 41);
@@ -402,7 +402,7 @@ TEST(MatmulExact, DecodeSplitsGiveSameBits) {
 // in matmul.cpp) and many rows (several row blocks: kMc = 512): still the sequential FMA chain,
 // and still batch-invariant.
 TEST(MatmulExact, LongKAndManyRows) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   struct Case {
     int64_t m, n, k;
   };
@@ -430,7 +430,7 @@ TEST(MatmulExact, LongKAndManyRows) {
 
 // The strides ldx > K and ldy > N change nothing but where rows live.
 TEST(MatmulExact, StridesDoNotChangeBits) {
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   const int64_t m = 37, n = 130, k = 200, ldx = 211, ldy = 141;
   const Source s = make_source(DType::F32, n, k, 41);
   const std::vector<float> xs = random_floats(static_cast<size_t>(m * ldx), 42);

@@ -430,7 +430,7 @@ TEST(Quant, TranscodingIsExact) {
 // compute Q8_0's (Q6_K's) integers.
 TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
   KernelOptions ko;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (DType t : {DType::Q4_0, DType::Q5_0, DType::IQ4_NL, DType::Q3_K}) {
     const DType to = transcoded_type(t);
     const int64_t n = 37, k = 512;
@@ -503,7 +503,7 @@ TEST(Quant, ZeroRowsStayZero) {
 TEST(QuantMatmul, EqualsF32OfDequantised) {
   KernelOptions ko;
   ko.quant_dot = QuantDot::F32;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
     for (int64_t n : {1, 16, 37, 100}) {
@@ -613,7 +613,7 @@ TEST(QuantMatmul, StackOfStores) {
   EXPECT_EQ(st.bytes(), bytes);
   for (int64_t r = 0; r < n; r += 5) EXPECT_EQ(st.at(r, 77), all[r * k + 77]);
   PackedMatrix pf = PackedMatrix::pack(all.data(), DType::F32, n, k, DType::F32);
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (int64_t m : {1, 2, 3, 20}) {
     const auto x = randn(static_cast<size_t>(m * k), 9);
     std::vector<float> ys(static_cast<size_t>(m * n)), yf(ys.size());
@@ -640,7 +640,7 @@ TEST(QuantMatmul, StackOfStores) {
 // exactly once, and only into rows of the given stride.
 TEST(QuantMatmul, FillEqualsMatmulOnTheSameRows) {
   KernelOptions ko;
-  ThreadPool pool(3);
+  ThreadPool pool(3, 0);  // every job shared, however small
   struct Case {
     DType store;
     int64_t k;
@@ -809,7 +809,7 @@ TEST(QuantInt8, QuantizeActs) {
 TEST(QuantInt8, EqualsScalarFormula) {
   KernelOptions ko;
   ko.quant_dot = QuantDot::Int8;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
     // 20 and 29: a partial second panel in two-panel tiles (AVX2 lanes 8-15, masked stores);
@@ -893,7 +893,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
 TEST(QuantInt8, RowBlocksEqualScalarFormula) {
   KernelOptions ko;
   ko.quant_dot = QuantDot::Int8;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K,
                   DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
     const int64_t n = t == DType::Q4_K ? 500 : 37, k = 2048, m = 530;
@@ -930,7 +930,7 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
 TEST(QuantInt8, ExtremeCodesStayExact) {
   KernelOptions ko;
   ko.quant_dot = QuantDot::Int8;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
     const int64_t n = 32, k = 512;
@@ -1010,7 +1010,7 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
 TEST(QuantInt8, CloseToExactProduct) {
   KernelOptions ko;
   ko.quant_dot = QuantDot::Int8;
-  ThreadPool pool(2);
+  ThreadPool pool(2, 0);  // every job shared, however small
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0, DType::IQ4_NL,
                   DType::Q3_K, DType::IQ4_XS, DType::Q2_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
     const int64_t n = 48, k = 1024, m = 7;

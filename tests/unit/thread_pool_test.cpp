@@ -1,14 +1,21 @@
 // ThreadPool: parallel_for's static split and parallel_guided's dynamic chunks each cover every
 // item exactly once, with the promised boundaries, over many back-to-back jobs (the spin and
-// sleep hand-offs between generations) and for every thread count.
+// sleep hand-offs between generations) and for every thread count; shares of late workers are
+// run by whoever is free, a share's index is never in use twice at once, small jobs run on the
+// caller, and a caller held up by a stalled worker runs the next jobs alone.
 #include "rewind/base/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -148,6 +155,198 @@ TEST(ThreadPool, BackToBackJobsOfBothKindsAndIdleGaps) {
     if (rep % 1000 == 999) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(sum.load(), want);
+}
+
+// Pins the calling thread (and the threads it starts afterwards) to its current CPU while alive,
+// so that the pool's threads take turns on one core: workers are late for most jobs, as on a
+// machine where another process holds the other core.
+class OneCpu {
+ public:
+  OneCpu() {
+    pinned_ = sched_getaffinity(0, sizeof(old_), &old_) == 0;
+    if (!pinned_) return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    const int cpu = sched_getcpu();
+    CPU_SET(cpu >= 0 ? cpu : 0, &one);
+    pinned_ = sched_setaffinity(0, sizeof(one), &one) == 0;
+  }
+  ~OneCpu() {
+    if (pinned_) sched_setaffinity(0, sizeof(old_), &old_);
+  }
+
+ private:
+  cpu_set_t old_;
+  bool pinned_ = false;
+};
+
+// y[i] = a chain of float operations on i: per-item outputs, as the kernels write them.
+float item_value(int64_t i) {
+  float v = static_cast<float>(i) * 0.37f + 1.0f;
+  for (int k = 0; k < 20; ++k) v = std::sqrt(v * 1.618f + static_cast<float>(k));
+  return v;
+}
+
+TEST(ThreadPool, ResultsAreTheSameForOneTwoAndThreeThreadsWhenWorkersAreLate) {
+  const OneCpu pin;  // workers come late or not at all; the caller runs what they leave
+  std::vector<std::vector<float>> outs;
+  for (int nt : {1, 2, 3}) {
+    ThreadPool pool(nt);
+    std::vector<float> y;
+    for (int rep = 0; rep < 400; ++rep) {
+      const int64_t n = 1 + (rep * 7919) % 301;
+      std::vector<float> part(static_cast<size_t>(n), NAN);
+      auto fill = [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) part[static_cast<size_t>(i)] = item_value(i + rep);
+      };
+      if (rep % 2)
+        pool.parallel_guided(n, 1 + rep % 3, (1 + rep % 3) * (1 + rep % 4), fill);
+      else
+        pool.parallel_for(n, 1 + rep % 5, fill);
+      y.insert(y.end(), part.begin(), part.end());
+    }
+    outs.push_back(std::move(y));
+  }
+  for (size_t i = 1; i < outs.size(); ++i) {
+    ASSERT_EQ(outs[i].size(), outs[0].size());
+    EXPECT_EQ(std::memcmp(outs[i].data(), outs[0].data(), outs[0].size() * sizeof(float)), 0)
+        << "threads " << i + 1;
+  }
+}
+
+TEST(ThreadPool, ShareIndexIsNeverInUseTwiceAtOnce) {
+  // parallel_for's index names the share, whichever thread runs it (callers may keep scratch
+  // per index): each call's range is its share's, and no index runs twice at the same time,
+  // also when one thread runs a late worker's share.
+  for (int nt : {2, 3, 4}) {
+    ThreadPool pool(nt);
+    std::vector<std::atomic<int>> busy(static_cast<size_t>(nt));
+    std::atomic<int> clashes{0}, wrong_range{0};
+    std::mt19937 rng(static_cast<unsigned>(nt));
+    for (int rep = 0; rep < 300; ++rep) {
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 200), grain = 1 + rng() % 4;
+      const int sleepy = static_cast<int>(rng() % static_cast<unsigned>(nt));
+      pool.parallel_for(n, grain, [&](int t, int64_t b, int64_t e) {
+        if (busy[static_cast<size_t>(t)].exchange(1) != 0) clashes.fetch_add(1);
+        int64_t sb, se;
+        split_range(n, grain, n <= grain ? 1 : nt, t, &sb, &se);
+        if (sb != b || se != e) wrong_range.fetch_add(1);
+        if (t == sleepy && rep % 10 == 0)
+          std::this_thread::sleep_for(std::chrono::microseconds(300));
+        busy[static_cast<size_t>(t)].store(0);
+      });
+    }
+    EXPECT_EQ(clashes.load(), 0) << nt;
+    EXPECT_EQ(wrong_range.load(), 0) << nt;
+  }
+}
+
+TEST(ThreadPool, SmallWorkRunsOnTheCaller) {
+  ThreadPool pool(2);
+  const std::thread::id me = std::this_thread::get_id();
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  bool elsewhere = false;
+  auto record = [&](int t, int64_t b, int64_t e) {
+    std::lock_guard<std::mutex> lock(mu);
+    calls.emplace_back(b, e);
+    elsewhere = elsewhere || t != 0 || std::this_thread::get_id() != me;
+  };
+  // Below the threshold: guided in one range, static share by share in order, all on the
+  // caller.
+  const int64_t small = ThreadPool::kMinParallelWork - 1;
+  pool.parallel_guided(100, 1, 1, record, small);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{100}));
+  calls.clear();
+  std::vector<int> order;
+  pool.parallel_for(
+      100, 1,
+      [&](int t, int64_t b, int64_t e) {
+        order.push_back(t);
+        elsewhere = elsewhere || std::this_thread::get_id() != me;
+        calls.emplace_back(b, e);
+      },
+      small);
+  EXPECT_EQ(order, (std::vector<int>{0, 1}));
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{50}));
+  EXPECT_EQ(calls[1], std::make_pair(int64_t{50}, int64_t{100}));
+  EXPECT_FALSE(elsewhere);
+  // At the threshold (or with no hint) the job is shared out; the same calls, whoever runs them.
+  for (int64_t work : {ThreadPool::kMinParallelWork, int64_t{-1}}) {
+    calls.clear();
+    pool.parallel_for(100, 1, record, work);
+    std::sort(calls.begin(), calls.end());
+    ASSERT_EQ(calls.size(), 2u) << work;
+    EXPECT_EQ(calls[0], std::make_pair(int64_t{0}, int64_t{50}));
+    EXPECT_EQ(calls[1], std::make_pair(int64_t{50}, int64_t{100}));
+  }
+}
+
+TEST(ThreadPool, WorkerStalledInItsShareMakesTheCallerRunTheNextJobsAlone) {
+  // The worker takes share 1 (the caller waits in share 0 until it has) and stalls there for
+  // 300 ms, as if descheduled: the job still ends with every item done once, and the jobs that
+  // follow run on the caller alone (guided: in one range) for at least as long as it waited.
+  ThreadPool pool(2);
+  const std::thread::id me = std::this_thread::get_id();
+  std::atomic<bool> worker_in{false};
+  std::vector<std::atomic<int>> hits(64);
+  pool.parallel_for(64, 1, [&](int t, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+    if (std::this_thread::get_id() != me) {
+      worker_in.store(true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    } else if (t == 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!worker_in.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  });
+  ASSERT_TRUE(worker_in.load()) << "the worker never took its share";
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  int calls = 0;
+  bool elsewhere = false;
+  pool.parallel_guided(64, 1, 1, [&](int, int64_t b, int64_t e) {
+    ++calls;
+    elsewhere = elsewhere || std::this_thread::get_id() != me || b != 0 || e != 64;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(elsewhere);
+  std::vector<int> shares;
+  pool.parallel_for(64, 1, [&](int t, int64_t, int64_t) {
+    shares.push_back(t);
+    elsewhere = elsewhere || std::this_thread::get_id() != me;
+  });
+  EXPECT_EQ(shares, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(elsewhere);
+}
+
+TEST(ThreadPool, BackToBackJobsWithStallsCoverEachItemOnce) {
+  // Parts that now and then take long (a thread descheduled in the middle of one), on one core
+  // and on all: every job covers its items once, never touching an earlier or later job's.
+  for (bool one_cpu : {true, false}) {
+    std::unique_ptr<OneCpu> pin;
+    if (one_cpu) pin = std::make_unique<OneCpu>();
+    ThreadPool pool(3);
+    std::mt19937 rng(one_cpu ? 1u : 2u);
+    for (int rep = 0; rep < 500; ++rep) {
+      const int64_t n = 1 + static_cast<int64_t>(rng() % 400);
+      const int64_t stall_at = static_cast<int64_t>(rng() % static_cast<unsigned>(4 * n));
+      Coverage c(n);
+      auto fn = [&](int t, int64_t b, int64_t e) {
+        if (stall_at >= b && stall_at < e)
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        c.record(t, b, e);
+      };
+      if (rep % 2)
+        pool.parallel_guided(n, 1, 1 + rep % 7, fn);
+      else
+        pool.parallel_for(n, 1 + rep % 3, fn);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(c.hits[static_cast<size_t>(i)].load(), 1) << "rep " << rep << " item " << i;
+    }
+  }
 }
 
 }  // namespace

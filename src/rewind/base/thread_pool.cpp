@@ -1,8 +1,16 @@
 #include "rewind/base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "rewind/base/check.h"
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace rw {
 
@@ -19,109 +27,209 @@ void split_range(int64_t n_items, int64_t grain, int parts, int index, int64_t* 
 }
 
 namespace {
-constexpr int kSpinIters = 20000;  // with a pause each: on the order of a millisecond
+
+using Clock = std::chrono::steady_clock;
+
+// Waiting (measured in docs/PERFORMANCE.md, "Threads on a shared machine"): a worker pauses
+// for kSpinNs, then yields its core until kYieldNs, then sleeps; the caller pauses for kSpinNs,
+// then sleeps. A caller that waited longer than kLongWaitNs, and longer than its own share took,
+// for a part a worker had claimed runs jobs alone for a while: kSoloMinNs .. kSoloMaxNs.
+constexpr int64_t kSpinNs = 20'000;
+constexpr int64_t kYieldNs = 200'000;
+constexpr int64_t kLongWaitNs = 200'000;
+constexpr int64_t kSoloMinNs = 1'000'000;
+constexpr int64_t kSoloMaxNs = 64'000'000;
+
 inline void cpu_relax() {
 #if defined(__x86_64__)
   __builtin_ia32_pause();
 #endif
 }
+
+inline void yield_core() {
+#if defined(__linux__)
+  sched_yield();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Sleeps while *a == expected (or until woken; callers re-check).
+inline void futex_wait(std::atomic<uint32_t>* a, uint32_t expected) {
+#if defined(__linux__)
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr,
+          0);
+#else
+  a->wait(expected);
+#endif
+}
+
+inline void futex_wake_all(std::atomic<uint32_t>* a) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(a), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+          nullptr, 0);
+#else
+  a->notify_all();
+#endif
+}
+
+// Spins until ready() (pausing for spin_ns, then yielding the core until yield_ns), then
+// returns false so the caller can sleep; true as soon as ready().
+template <class Ready>
+bool spin_until(Ready ready, int64_t spin_ns, int64_t yield_ns) {
+  if (ready()) return true;
+  if (yield_ns <= 0 && spin_ns <= 0) return false;
+  const Clock::time_point t0 = Clock::now();
+  for (;;) {
+    for (int i = 0; i < 32; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+    }
+    const int64_t ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    if (ns >= yield_ns && ns >= spin_ns) return ready();
+    if (ns >= spin_ns) yield_core();
+  }
+}
+
+constexpr uint64_t kGenShift = 32;
+constexpr uint64_t kLowMask = (uint64_t{1} << kGenShift) - 1;
+
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads) {
-  REWIND_CHECK(n_threads >= 1);
+ThreadPool::ThreadPool(int n_threads, int64_t min_parallel_work)
+    : n_threads_(n_threads), min_parallel_work_(min_parallel_work) {
+  REWIND_CHECK(n_threads >= 1 && min_parallel_work >= 0);
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_.store(true);
-    generation_.fetch_add(1, std::memory_order_release);
-  }
-  cv_start_.notify_all();
+  stop_.store(true);
+  generation_.fetch_add(1);
+  futex_wake_all(&generation_);
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::parallel_for(int64_t n_items, int64_t grain,
-                              const std::function<void(int, int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n_items, int64_t grain, const Fn& fn, int64_t work) {
   REWIND_CHECK(grain >= 1);
-  run(n_items, grain, grain, Split::kStatic, fn);
+  run(n_items, grain, grain, Split::kStatic, work, fn);
 }
 
-void ThreadPool::parallel_guided(int64_t n_items, int64_t grain, int64_t min_chunk,
-                                 const std::function<void(int, int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_guided(int64_t n_items, int64_t grain, int64_t min_chunk, const Fn& fn,
+                                 int64_t work) {
   REWIND_CHECK(grain >= 1 && min_chunk >= grain && min_chunk % grain == 0);
-  run(n_items, grain, min_chunk, Split::kGuided, fn);
+  run(n_items, grain, min_chunk, Split::kGuided, work, fn);
 }
 
-// Thread `index`'s part of the current job.
-void ThreadPool::run_share(int index) {
-  if (job_split_ == Split::kStatic) {
-    int64_t b, e;
-    split_range(job_items_, job_grain_, n_threads_, index, &b, &e);
-    if (b < e) (*job_)(index, b, e);
+void ThreadPool::run_alone(int64_t n_items, int64_t grain, Split split, const Fn& fn) const {
+  if (split == Split::kGuided) {
+    fn(0, 0, n_items);
     return;
   }
-  // Guided: the chunk at the cursor, sized from what is left there, taken by moving the cursor.
-  int64_t b = next_chunk_.load(std::memory_order_relaxed);
-  while (b < job_items_) {
-    const int64_t share = (job_items_ - b) / (2 * n_threads_);
-    const int64_t len = std::max(job_min_, (share + job_grain_ - 1) / job_grain_ * job_grain_);
-    const int64_t e = std::min(job_items_, b + len);
-    if (next_chunk_.compare_exchange_weak(b, e, std::memory_order_relaxed)) {
-      (*job_)(index, b, e);
-      b = next_chunk_.load(std::memory_order_relaxed);
-    }  // else b now holds where another thread moved the cursor
+  for (int s = 0; s < n_threads_; ++s) {  // each share one call, with its index
+    int64_t b, e;
+    split_range(n_items, grain, n_threads_, s, &b, &e);
+    if (b < e) fn(s, b, e);
   }
 }
 
-void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split split,
-                     const std::function<void(int, int64_t, int64_t)>& fn) {
+void ThreadPool::help(uint32_t gen, int index) {
+  for (;;) {
+    uint64_t w = cursor_.load(std::memory_order_acquire);
+    if ((w >> kGenShift) != gen) return;  // a newer job replaced it
+    const int64_t c = static_cast<int64_t>(w & kLowMask);
+    const int64_t n = job_items_.load(std::memory_order_relaxed);
+    const int64_t grain = job_grain_.load(std::memory_order_relaxed);
+    const bool guided = job_split_.load(std::memory_order_relaxed) == Split::kGuided;
+    int64_t next;
+    if (!guided) {
+      if (c >= n_threads_) return;
+      next = c + 1;
+    } else {
+      if (c >= n) return;
+      // The chunk at the cursor, sized from what is left there.
+      const int64_t share = (n - c) / (2 * n_threads_);
+      const int64_t len =
+          std::max(job_min_.load(std::memory_order_relaxed), (share + grain - 1) / grain * grain);
+      next = std::min(n, c + len);
+    }
+    if (!cursor_.compare_exchange_weak(w, (w & ~kLowMask) | static_cast<uint64_t>(next),
+                                       std::memory_order_acq_rel, std::memory_order_relaxed))
+      continue;
+    // Claimed: the job cannot end before this part is counted done, so what was read is its.
+    int64_t b = c, e = next;
+    int idx = index;
+    if (!guided) {
+      split_range(n, grain, n_threads_, static_cast<int>(c), &b, &e);
+      idx = static_cast<int>(c);
+    }
+    if (b >= e) continue;
+    (*job_fn_.load(std::memory_order_relaxed))(idx, b, e);
+    const uint32_t d = done_.fetch_add(static_cast<uint32_t>(e - b)) + static_cast<uint32_t>(e - b);
+    if (d == static_cast<uint32_t>(n) && caller_asleep_.load() != 0) futex_wake_all(&done_);
+  }
+}
+
+void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split split, int64_t work,
+                     const Fn& fn) {
   if (n_items <= 0) return;
   if (n_threads_ == 1 || n_items <= min_chunk) {  // on this thread, in one range
     fn(0, 0, n_items);
     return;
   }
-  job_ = &fn;
-  job_items_ = n_items;
-  job_grain_ = grain;
-  job_min_ = min_chunk;
-  job_split_ = split;
-  next_chunk_.store(0, std::memory_order_relaxed);
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  {
-    // Under the lock so that a worker deciding to sleep cannot miss the new generation.
-    std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_release);
+  if ((work >= 0 && work < min_parallel_work_) || (solo_ns_ > 0 && Clock::now() < solo_until_)) {
+    run_alone(n_items, grain, split, fn);
+    return;
   }
-  if (sleepers_.load(std::memory_order_acquire) > 0) cv_start_.notify_all();
-  run_share(0);
-  for (int i = 0; i < kSpinIters && pending_.load(std::memory_order_acquire) != 0; ++i) cpu_relax();
-  if (pending_.load(std::memory_order_acquire) != 0) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  REWIND_CHECK_MSG(n_items < (int64_t{1} << 31), "thread pool: too many items for one job");
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  job_fn_.store(&fn, std::memory_order_relaxed);
+  job_items_.store(n_items, std::memory_order_relaxed);
+  job_grain_.store(grain, std::memory_order_relaxed);
+  job_min_.store(min_chunk, std::memory_order_relaxed);
+  job_split_.store(split, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  cursor_.store(static_cast<uint64_t>(gen) << kGenShift, std::memory_order_release);
+  generation_.store(gen);
+  if (sleepers_.load() > 0) futex_wake_all(&generation_);
+  const Clock::time_point t0 = Clock::now();
+  help(gen, 0);
+  const uint32_t n = static_cast<uint32_t>(n_items);
+  auto finished = [&] { return done_.load(std::memory_order_acquire) == n; };
+  if (finished()) return;
+  const Clock::time_point t1 = Clock::now();  // the caller's parts are done
+  if (!spin_until(finished, kSpinNs, 0)) {
+    caller_asleep_.store(1);
+    for (uint32_t d; (d = done_.load()) != n;) futex_wait(&done_, d);
+    caller_asleep_.store(0, std::memory_order_relaxed);
   }
-  job_ = nullptr;
+  // A wait far longer than the caller's own parts: a worker was descheduled in the middle of
+  // its part (another process took its core). Run alone for a while, longer each time.
+  const Clock::time_point t2 = Clock::now();
+  const int64_t own = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  const int64_t wait = std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count();
+  if (wait > kLongWaitNs && wait > own) {
+    // As long as the wait, at least; twice the last back-off when it ended recently.
+    const bool again = solo_ns_ > 0 && t2 - solo_until_ < std::chrono::nanoseconds(4 * solo_ns_);
+    solo_ns_ =
+        std::clamp<int64_t>(std::max(wait, again ? 2 * solo_ns_ : 0), kSoloMinNs, kSoloMaxNs);
+    solo_until_ = t2 + std::chrono::nanoseconds(solo_ns_);
+  }
 }
 
 void ThreadPool::worker(int index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    for (int i = 0; i < kSpinIters && generation_.load(std::memory_order_acquire) == seen; ++i)
-      cpu_relax();
-    if (generation_.load(std::memory_order_acquire) == seen) {
-      std::unique_lock<std::mutex> lock(mu_);
+    auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(fresh, kSpinNs, kYieldNs)) {
       sleepers_.fetch_add(1);
-      cv_start_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      while (generation_.load() == seen) futex_wait(&generation_, seen);
       sleepers_.fetch_sub(1);
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    run_share(index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mu_);
-      cv_done_.notify_one();
-    }
+    help(seen, index);
   }
 }
 

@@ -1,18 +1,25 @@
 // A fixed pool of worker threads for data-parallel loops. Threads split *outputs*, never
-// reductions (docs/ARCHITECTURE.md, "bit-exact"): parallel_for hands each worker a disjoint
-// range of items, so results never depend on the thread count.
+// reductions (docs/ARCHITECTURE.md, "bit-exact"): every item's result is computed by one call
+// of fn whichever thread makes it, so results never depend on the thread count.
 //
-// Thread-safety: one caller at a time (the engine thread). parallel_for blocks until done.
-// Waiting: workers and the caller spin briefly (about a millisecond) before sleeping on a
-// condition variable, so back-to-back calls (a decode step is dozens of matmuls) cost about a
-// microsecond each instead of a futex round trip; idle workers then sleep.
+// Thread-safety: one caller at a time (the engine thread). A call blocks until its items are
+// done.
+// Work is claimed, never assigned: the caller publishes a job and takes parts of it itself, and
+// each worker takes parts when it gets to run. A worker that is late (asleep, or descheduled on
+// a machine shared with other processes) leaves its parts to the caller, which never waits for
+// a thread that has not started; it waits only for parts already being run.
+// Waiting: a worker spins briefly for the next job (back-to-back calls, a decode step's dozens
+// of matmuls, then cost well under a microsecond), yielding its core after 20 us, and sleeps on
+// a futex after 200 us; the caller spins 20 us for parts other threads are running, then
+// sleeps. A worker descheduled in the middle of its part can still hold the caller for a time
+// slice of the other process; after such a wait (over 200 us, and longer than the caller's own
+// parts took) the caller runs jobs alone for at least as long, doubling while it recurs.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -20,18 +27,31 @@ namespace rw {
 
 class ThreadPool {
  public:
+  using Fn = std::function<void(int, int64_t, int64_t)>;
+
   // n_threads >= 1; the calling thread is one of them (n_threads - 1 workers are spawned).
-  explicit ThreadPool(int n_threads);
+  // Jobs whose work hint is below min_parallel_work run on the caller alone (tests pass 0, so
+  // that tiny fixtures still exercise the shared paths).
+  explicit ThreadPool(int n_threads, int64_t min_parallel_work = kMinParallelWork);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int n_threads() const { return n_threads_; }
 
-  // Calls fn(thread_index, begin, end) on a static, contiguous split of [0, n_items) into
-  // n_threads parts (granularity `grain`: every boundary but the last is a multiple of it).
-  void parallel_for(int64_t n_items, int64_t grain,
-                    const std::function<void(int, int64_t, int64_t)>& fn);
+  // The default least work hint (operations: multiply-adds, or element operations of
+  // comparable cost) for which a job is shared: about 10 us of work. Below it, what sharing
+  // saves (a few us) is worth less than what a worker descheduled in its share costs on a
+  // shared machine (docs/PERFORMANCE.md, "Threads on a shared machine").
+  static constexpr int64_t kMinParallelWork = int64_t{1} << 17;
+
+  // Calls fn(index, begin, end) once for each non-empty share of a static, contiguous split of
+  // [0, n_items) into n_threads shares (granularity `grain`: every boundary but the last is a
+  // multiple of it); index is the share's number, whichever thread runs it, so no two calls
+  // running at once get the same index (per-index scratch stays valid). A late worker's share
+  // is run by a thread that is free. `work`: the job's total cost in operations, or < 0 when
+  // not known; below min_parallel_work the caller runs the shares itself, in order.
+  void parallel_for(int64_t n_items, int64_t grain, const Fn& fn, int64_t work = -1);
 
   // Calls fn(thread_index, begin, end) on consecutive chunks, each taken by whichever thread is
   // free next: for loops whose threads run at uneven speeds (a shared machine, where one core
@@ -40,36 +60,48 @@ class ThreadPool {
   // The chunks shrink as the work runs out ("guided"): each is the items left / (2 *
   // n_threads), rounded up to a multiple of grain, and at least min_chunk items (a multiple of
   // grain; the last chunk may be shorter). Big chunks first keep the count of chunk starts
-  // low; small ones last keep the threads' finishing times close. Which thread runs a chunk,
-  // and where the chunks begin, vary from run to run, so fn's results must not depend on them
-  // (outputs per item, as everywhere here).
-  void parallel_guided(int64_t n_items, int64_t grain, int64_t min_chunk,
-                       const std::function<void(int, int64_t, int64_t)>& fn);
+  // low; small ones last keep the threads' finishing times close. thread_index is the running
+  // thread's (0 the caller). Which thread runs a chunk, and where the chunks begin, vary from
+  // run to run, so fn's results must not depend on them (outputs per item, as everywhere
+  // here). `work` as for parallel_for; a job the caller runs alone is one call fn(0, 0, n).
+  void parallel_guided(int64_t n_items, int64_t grain, int64_t min_chunk, const Fn& fn,
+                       int64_t work = -1);
 
  private:
+  enum class Split : int { kStatic, kGuided };
+  void run(int64_t n_items, int64_t grain, int64_t min_chunk, Split split, int64_t work,
+           const Fn& fn);
+  // The job on the calling thread: parallel_for's shares in order, parallel_guided's items in
+  // one range.
+  void run_alone(int64_t n_items, int64_t grain, Split split, const Fn& fn) const;
   void worker(int index);
-  enum class Split { kStatic, kGuided };
-  void run(int64_t n_items, int64_t grain, int64_t min_chunk, Split split,
-           const std::function<void(int, int64_t, int64_t)>& fn);
-  void run_share(int index);
+  // Claims and runs parts of job `gen` until none is left (or a newer job replaced it).
+  void help(uint32_t gen, int index);
 
   int n_threads_;
+  int64_t min_parallel_work_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_start_;
-  std::condition_variable cv_done_;
-  // The job: written by the caller before generation_ is bumped (release), read by workers
-  // after they see the new generation (acquire).
-  const std::function<void(int, int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_items_ = 0;
-  int64_t job_grain_ = 1;  // the split's granularity
-  int64_t job_min_ = 1;    // guided: the smallest chunk
-  Split job_split_ = Split::kStatic;
-  std::atomic<int64_t> next_chunk_{0};  // guided: the next chunk's first item
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
-  std::atomic<int> sleepers_{0};
+  // The job. A late worker may read these while the caller writes the next job's, hence the
+  // atomics; it uses what it read only once its claim on the job succeeded (the claim's
+  // acquire orders them after the caller's writes, and a job cannot end while a claim on it is
+  // possible).
+  std::atomic<const Fn*> job_fn_{nullptr};
+  std::atomic<int64_t> job_items_{0};
+  std::atomic<int64_t> job_grain_{1};  // the split's granularity
+  std::atomic<int64_t> job_min_{1};    // guided: the smallest chunk
+  std::atomic<Split> job_split_{Split::kStatic};
+  // generation << 32 | the next share (static) or the next item (guided): one word, so a claim
+  // is one compare-exchange that fails once the job it read has been replaced.
+  std::atomic<uint64_t> cursor_{0};
+  std::atomic<uint32_t> generation_{0};  // the current job's number; sleeping workers wait on it
+  std::atomic<uint32_t> done_{0};      // items of the current job finished; the caller waits on it
+  std::atomic<int> sleepers_{0};       // workers asleep (or about to be) on generation_
+  std::atomic<int> caller_asleep_{0};  // the caller asleep (or about to be) on done_
   std::atomic<bool> stop_{false};
+  // The caller's back-off: after a long wait for a descheduled worker, jobs run on the caller
+  // alone until solo_until_, for solo_ns_ (doubling on each long wait).
+  int64_t solo_ns_ = 0;
+  std::chrono::steady_clock::time_point solo_until_{};
 };
 
 // Split [0, n_items) into `parts` contiguous ranges whose inner boundaries are multiples of

@@ -496,17 +496,21 @@ bool static_shares(DecodeSplit split, int64_t m, size_t w_bytes, int threads) {
 // matrix's guided chunks are small. Prefill chunks are whole panel groups (`group` panels, which
 // every row tile of a row block reads). Every output's sum is the same whichever thread computes
 // it and wherever the chunk boundaries fall (the matmul tests run 1-3 threads and every split).
-void split_columns(ThreadPool* pool, DecodeSplit split, int64_t m, int64_t n, int64_t group,
-                   size_t w_bytes, const std::function<void(int, int64_t, int64_t)>& fn) {
+// A matmul of fewer multiply-adds (m n k) than the pool's min_parallel_work runs on the calling
+// thread.
+void split_columns(ThreadPool* pool, DecodeSplit split, int64_t m, int64_t n, int64_t k,
+                   int64_t group, size_t w_bytes,
+                   const std::function<void(int, int64_t, int64_t)>& fn) {
+  const int64_t work = m * n * k;
   if (!pool) {
     fn(0, 0, n);
   } else if (static_shares(split, m, w_bytes, pool->n_threads())) {
-    pool->parallel_for(n, kMatmulNR, fn);
+    pool->parallel_for(n, kMatmulNR, fn, work);
   } else if (m <= 16) {
-    pool->parallel_guided(n, kMatmulNR, 4 * kMatmulNR, fn);
+    pool->parallel_guided(n, kMatmulNR, 4 * kMatmulNR, fn, work);
   } else {
     const int64_t grain = group * kMatmulNR;
-    pool->parallel_guided(n, grain, cdiv(4, group) * grain, fn);
+    pool->parallel_guided(n, grain, cdiv(4, group) * grain, fn, work);
   }
 }
 
@@ -516,9 +520,10 @@ void run_int8(const detail::QuantizedActs& xa, const PackedMatrix& w, float* y, 
   const int64_t panel_stride =
       w.k() / dtype_block_elems(w.store()) * detail::quant_panel_block_bytes(w.store());
   const int64_t group = detail::int8_prefill_group_panels(w.store(), panel_stride, xa.m, ko.isa);
-  split_columns(pool, ko.decode_split, xa.m, w.n(), group, w.bytes(), [&](int, int64_t c0, int64_t c1) {
+  auto cols = [&](int, int64_t c0, int64_t c1) {
     run_panels_int8(xa, w, panel_stride, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR), ko);
-  });
+  };
+  split_columns(pool, ko.decode_split, xa.m, w.n(), w.k(), group, w.bytes(), cols);
 }
 }  // namespace
 
@@ -570,7 +575,7 @@ void matmul(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float
       run_panels(isa, x, m, ldx, w, y, ldy, c0 / kMatmulNR, cdiv(c1, kMatmulNR));
     }
   };
-  split_columns(pool, ko.decode_split, m, n, isa.np, w.bytes(), work);
+  split_columns(pool, ko.decode_split, m, n, k, isa.np, w.bytes(), work);
 }
 
 void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y, int64_t ldy,
@@ -593,7 +598,7 @@ void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y
   }
   auto make = [&](int, int64_t r0, int64_t r1) { fill(r0, r1, spare + r0 * ld_spare, ld_spare); };
   if (pool && m > 1)
-    pool->parallel_guided(m, 1, 4, make);
+    pool->parallel_guided(m, 1, 4, make, 4 * m * k);  // a row's fill: a norm or an activation
   else
     make(0, 0, m);
   matmul(spare, m, ld_spare, w, y, ldy, pool);

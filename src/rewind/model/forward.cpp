@@ -132,22 +132,26 @@ struct Model::Impl {
 namespace {
 // f over [0, n) on the pool. Prefill-sized work (guided) goes in chunks of at least min_chunk
 // items to whichever thread is free, so a thread slowed by other work takes fewer; a decode
-// step's passes keep the static split (their items take microseconds). Every item's result is
-// the same whichever thread runs it.
-void par_items(ThreadPool* pool, int64_t n, int64_t min_chunk, bool guided,
+// step's passes keep the static split (their items take microseconds). `work`: the pass's
+// cost in float operations, below which the pool runs it on this thread (the pool's
+// min_parallel_work). Every item's result is the same whichever thread runs it.
+void par_items(ThreadPool* pool, int64_t n, int64_t min_chunk, bool guided, int64_t work,
                const std::function<void(int64_t, int64_t)>& f) {
+  auto range = [&](int, int64_t b, int64_t e) { f(b, e); };
   if (!pool)
     f(0, n);
   else if (guided)
-    pool->parallel_guided(n, 1, min_chunk, [&](int, int64_t b, int64_t e) { f(b, e); });
+    pool->parallel_guided(n, 1, min_chunk, range, work);
   else
-    pool->parallel_for(n, 1, [&](int, int64_t b, int64_t e) { f(b, e); });
+    pool->parallel_for(n, 1, range, work);
 }
 // Work over more tokens than a decode step's (or a speculative round's) is handed out.
 constexpr int64_t kGuidedTokens = 16;
-// Rows (tokens) of cheap per-row work: chunks of at least 4 rows.
-void par_rows(ThreadPool* pool, int64_t n, const std::function<void(int64_t, int64_t)>& f) {
-  par_items(pool, n, 4, n > kGuidedTokens, f);
+// Rows (tokens) of cheap per-row work of about row_work float operations each: chunks of at
+// least 4 rows.
+void par_rows(ThreadPool* pool, int64_t n, int64_t row_work,
+              const std::function<void(int64_t, int64_t)>& f) {
+  par_items(pool, n, 4, n > kGuidedTokens, n * row_work, f);
 }
 }  // namespace
 
@@ -541,7 +545,7 @@ void Model::replay_recurrent(SequenceState* st, const RecCapture& cap, int64_t f
                 beta + n, dv, n, dk, dv, isa);
     }
   };
-  par_items(pool, n_jobs, 1, n > kGuidedTokens, run);
+  par_items(pool, n_jobs, 1, n > kGuidedTokens, 4 * n * NR * Hv * dk * dv, run);
 }
 
 void Model::replay_mamba2(SequenceState* st, const RecCapture& cap, int64_t from, int64_t to,
@@ -582,7 +586,7 @@ void Model::replay_mamba2(SequenceState* st, const RecCapture& cap, int64_t from
                    row + DI + GN + g * N, RF, dt, dA, L.m2.D[h], dA + n, P, n, P, N, isa);
     }
   };
-  par_items(pool, NR * (1 + Hs), 1, n > kGuidedTokens, run);
+  par_items(pool, NR * (1 + Hs), 1, n > kGuidedTokens, 4 * n * NR * Hs * P * N, run);
 }
 
 RowFill Model::Impl::in_norm_rows(const ModelConfig& c, const LayerW& L, const float* x) const {
@@ -649,7 +653,7 @@ void Model::Impl::gated_delta_net(const ModelConfig& c, const LayerW& L,
             l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f, isa);
       }
     };
-    par_items(pool, n_items, 1, n > kGuidedTokens, items);
+    par_items(pool, n_items, 1, n > kGuidedTokens, n * CD * (c.conv_kernel + 2), items);
   }
   for (size_t s = 0; s < S; ++s)
     if (segs[s].cap)
@@ -686,7 +690,7 @@ void Model::Impl::gated_delta_net(const ModelConfig& c, const LayerW& L,
                 o + t0 * VD + h * dv, VD, n, dk, dv, isa);
     }
   };
-  par_items(pool, n_jobs, 1, T > kGuidedTokens, run_heads);
+  par_items(pool, n_jobs, 1, T > kGuidedTokens, 4 * T * Hv * dk * dv, run_heads);
   // The gated norm's rows made inside the output projection (in place in o without the int8
   // dot).
   matmul_fill(
@@ -707,9 +711,6 @@ void Model::Impl::attention(const ModelConfig& c, const LayerW& L, const std::ve
   const size_t S = segs.size();
   float* xn = I.xn.data();  // [T, H] each, reserved by layer()
   float* out = I.out.data();
-  auto par = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
-    par_rows(pool, n, f);
-  };
   const RowFill in_norm = in_norm_rows(c, L, x);
   const int64_t nh = c.n_head, nkv = c.n_head_kv, D = c.head_dim, grp = nh / nkv;
   // K/V only with a k,v matrix: rows hold [k | v]; else [q_h | gate_h]... | k | v, or without
@@ -729,7 +730,7 @@ void Model::Impl::attention(const ModelConfig& c, const LayerW& L, const std::ve
   for (size_t s = 0; s < S; ++s) {
     SequenceState& st = *segs[s].st;
     const int64_t t0 = segs[s].off, p0 = segs[s].pos0;
-    par(segs[s].n, [&](int64_t b, int64_t e) {
+    par_rows(pool, segs[s].n, 4 * NQ, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
         float* row = qkv + (t0 + i) * NQ;
         const int64_t pos = p0 + i;
@@ -808,7 +809,9 @@ void Model::Impl::attention(const ModelConfig& c, const LayerW& L, const std::ve
   const int64_t n_jobs = static_cast<int64_t>(jobs.size());
   // A static split: each thread's tiles grow one K/V prefix in order (handed-out chunks, like
   // the zig-zag order tried before, would interleave the threads' prefixes).
-  par_items(pool, n_jobs, 1, /*guided=*/false, run);
+  int64_t att_work = 0;  // a score and a value fma per (row, key, dim)
+  for (size_t s = 0; s < S; ++s) att_work += 2 * nh * D * segs[s].n * (segs[s].pos0 + segs[s].n);
+  par_items(pool, n_jobs, 1, /*guided=*/false, att_work, run);
   matmul(att, T, nh * D, L.attn.o_proj, out, H, pool);
 }
 
@@ -849,13 +852,14 @@ void Model::Impl::mamba2(const ModelConfig& c, const LayerW& L, const std::vecto
     SequenceState& st = *segs[s].st;
     const int64_t t0 = segs[s].off, n = segs[s].n;
     float* window = st.conv(L.rec_index);
-    par_items(pool, n_blocks, 1, n > kGuidedTokens, [&](int64_t bb, int64_t be) {
+    auto blocks = [&](int64_t bb, int64_t be) {
       for (int64_t blk = bb; blk < be; ++blk) {
         const int64_t c0 = blk * kConvBlock, c1 = std::min(CD, c0 + kConvBlock);
         conv_silu(window, proj + t0 * NP + DI, NP, L.m2.conv.data(), conv + t0 * CD + c0, CD, n, CD,
                   c.conv_kernel, c0, c1, isa, L.m2.conv_bias.data());
       }
-    });
+    };
+    par_items(pool, n_blocks, 1, n > kGuidedTokens, n * CD * (c.conv_kernel + 2), blocks);
   }
   for (size_t s = 0; s < S; ++s)
     if (segs[s].cap)
@@ -886,7 +890,7 @@ void Model::Impl::mamba2(const ModelConfig& c, const LayerW& L, const std::vecto
                    isa);
     }
   };
-  par_items(pool, n_jobs, 1, T > kGuidedTokens, run_heads);
+  par_items(pool, n_jobs, 1, T > kGuidedTokens, 4 * T * Hs * P * N, run_heads);
   // The gated norm's rows (gate first, per group) made inside the output projection.
   const int64_t NG = c.ssm_norm_groups;
   matmul_fill(
@@ -908,8 +912,8 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
   I.out.reserve_at_least(static_cast<size_t>(T * H));
   float* xn = I.xn.data();
   float* out = I.out.data();
-  auto par = [&](int64_t n, const std::function<void(int64_t, int64_t)>& f) {
-    par_rows(pool, n, f);
+  auto par = [&](int64_t n, int64_t row_work, const std::function<void(int64_t, int64_t)>& f) {
+    par_rows(pool, n, row_work, f);
   };
   switch (L.kind) {
     case LayerKind::GatedDeltaNet:
@@ -932,7 +936,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     for (int64_t i = b * H; i < e * H; ++i) x[i] = x[i] + rm * out[i];
   };
   if (L.ffn == FfnKind::None) {  // a mixer-only block (Nemotron-H)
-    par(T, add_out);
+    par(T, 2 * H, add_out);
     return;
   }
   // The mixer's residual (when there is a mixer), then the FFN's norm: x += out;
@@ -979,7 +983,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
         },
         T, L.dense.down, out, H, pool, u, F);
   } else {
-    par(T, [&](int64_t b, int64_t e) { residual_norm(b, e, xn + b * H, H); });
+    par(T, 6 * H, [&](int64_t b, int64_t e) { residual_norm(b, e, xn + b * H, H); });
     const int64_t E = c.n_expert, k = c.n_expert_used;
     I.router.reserve_at_least(static_cast<size_t>(T * E));
     I.shared_gate.reserve_at_least(static_cast<size_t>(T));
@@ -989,7 +993,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     if (c.shared_expert_gate) matmul(xn, T, H, L.shared_gate, sg, 1, pool);
     std::vector<int32_t> sel(static_cast<size_t>(T * k));
     std::vector<float> wsel(static_cast<size_t>(T * k));
-    par(T, [&](int64_t tb, int64_t te) {
+    par(T, 16 * E, [&](int64_t tb, int64_t te) {
       std::vector<float> p(static_cast<size_t>(E));
       std::vector<int32_t> idx(static_cast<size_t>(E));
       for (int64_t t = tb; t < te; ++t) {
@@ -1033,7 +1037,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
         std::memcpy(slots + rows[i] * H, eout + i * H, static_cast<size_t>(H) * sizeof(float));
     }
     swiglu_ffn(L.dense, xn, T, out);  // shared expert
-    par(T, [&](int64_t tb, int64_t te) {
+    par(T, 2 * k * H, [&](int64_t tb, int64_t te) {
       for (int64_t t = tb; t < te; ++t) {
         float* o = out + t * H;
         // Granite adds the shared MLP as it is (a gate of exactly 1).
@@ -1046,7 +1050,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
       }
     });
   }
-  par(T, add_out);
+  par(T, 2 * H, add_out);
 }
 
 void Model::Impl::mtp_inputs(const ModelConfig& c, const WeightSource& emb, const int32_t* tok,
@@ -1056,7 +1060,7 @@ void Model::Impl::mtp_inputs(const ModelConfig& c, const WeightSource& emb, cons
   const float eps = static_cast<float>(c.rms_norm_eps);
   mcat.reserve_at_least(static_cast<size_t>(M * 2 * H));
   float* cat = mcat.data();
-  par_rows(pool, M, [&](int64_t b, int64_t e) {
+  par_rows(pool, M, 8 * H, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       float* row = cat + i * 2 * H;
       emb.row_f32(tok[i], row);
@@ -1138,7 +1142,7 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
   if (I.mtp) {
     I.fh.reserve_at_least(static_cast<size_t>(T * H));
     fh = I.fh.data();
-    par_rows(pool, T, [&](int64_t b, int64_t e) {
+    par_rows(pool, T, 4 * H, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t)
         rmsnorm(x + t * H, H, I.final_norm.data(), fh + t * H, H, 1, H, eps, isa);
     });
