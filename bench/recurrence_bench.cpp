@@ -51,6 +51,20 @@ std::pair<double, double> time_calls(F&& fn, double seconds) {
   return {ts[ts.size() / 10], ts[ts.size() / 2]};
 }
 
+// One line of figures: ns per token and head (p10, median), GFLOP/s at `flops` per state element
+// and token, and the share of the FMA pipes' rate at `ops` vector operations per element.
+void report_line(const char* kernel, const char* what, const char* a, int64_t av, const char* b,
+                 int64_t bv, int64_t tokens, std::pair<double, double> t, double elems,
+                 double flops, double ops, double peak) {
+  const double n = static_cast<double>(tokens);
+  std::printf(
+      "%-6s %-13s %s %lld %s %lld tokens %5lld: %8.1f ns per token and head (p10; median %.1f)"
+      "  %6.1f GFLOP/s  %5.1f%% of pipe rate\n",
+      kernel, what, a, static_cast<long long>(av), b, static_cast<long long>(bv),
+      static_cast<long long>(tokens), t.first / n * 1e9, t.second / n * 1e9,
+      flops * elems * n / t.first / 1e9, 100.0 * ops * elems * n / t.first / (peak / 2 * 1e9));
+}
+
 // The Mamba2 head: N = state size, P = head dim (x, y [T, P]; B, C [T, N]).
 int run_mamba2(int64_t N, int64_t P, int64_t T, double seconds, double peak, rw::IsaCap isa) {
   std::mt19937 rng(2);
@@ -66,15 +80,7 @@ int run_mamba2(int64_t N, int64_t P, int64_t T, double seconds, double peak, rw:
   }
   const double elems = static_cast<double>(P) * static_cast<double>(N);
   auto report = [&](const char* what, int64_t tokens, std::pair<double, double> t) {
-    const double ns = t.first / static_cast<double>(tokens) * 1e9;
-    const double gflops = 5.0 * elems * static_cast<double>(tokens) / t.first / 1e9;
-    const double pipe = 3.0 * elems * static_cast<double>(tokens) / t.first / (peak / 2 * 1e9);
-    std::printf(
-        "mamba2 %-13s P %lld N %lld tokens %5lld: %8.1f ns per token and head (p10; median "
-        "%.1f)  %6.1f GFLOP/s  %5.1f%% of pipe rate\n",
-        what, static_cast<long long>(P), static_cast<long long>(N),
-        static_cast<long long>(tokens), ns, t.second / static_cast<double>(tokens) * 1e9, gflops,
-        100.0 * pipe);
+    report_line("mamba2", what, "P", P, "N", N, tokens, t, elems, 5.0, 3.0, peak);
   };
   const float* B = bc.data();
   const float* C = bc.data() + N;
@@ -163,15 +169,7 @@ int main(int argc, char** argv) {
   const double elems = static_cast<double>(dk) * static_cast<double>(dv);
   if (mamba2) return run_mamba2(dk, dv, T, seconds, peak, isa_cap);
   auto report = [&](const char* what, int64_t tokens, std::pair<double, double> t) {
-    const double ns = t.first / static_cast<double>(tokens) * 1e9;
-    const double gflops = 7.0 * elems * static_cast<double>(tokens) / t.first / 1e9;
-    const double pipe = 4.0 * elems * static_cast<double>(tokens) / t.first / (peak / 2 * 1e9);
-    std::printf(
-        "%-8s dk %lld dv %lld tokens %5lld: %8.1f ns per token and head (p10; median %.1f)"
-        "  %6.1f GFLOP/s  %5.1f%% of pipe rate\n",
-        what, static_cast<long long>(dk), static_cast<long long>(dv),
-        static_cast<long long>(tokens), ns, t.second / static_cast<double>(tokens) * 1e9, gflops,
-        100.0 * pipe);
+    report_line("gdn", what, "dk", dk, "dv", dv, tokens, t, elems, 7.0, 4.0, peak);
   };
   // The state restarts from zero every call, so every call does the same work.
   report("prefill", T,
