@@ -455,9 +455,10 @@ int main(int argc, char** argv) {
   print("all cached", b_warm, step_ms);
   const rw::AutomatonStats st = automaton->stats();
   std::printf("\nautomaton: %lld states, %lld stack frames, %lld transitions, %lld masks computed "
-              "(%.1f MiB)\n",
+              "(%.1f MiB), %lld context-free parts (%.1f MiB, %lld reused)\n",
               static_cast<long long>(st.states), static_cast<long long>(st.stacks),
               static_cast<long long>(st.transitions), static_cast<long long>(st.mask_misses),
-              st.mask_bytes / 1048576.0);
+              st.mask_bytes / 1048576.0, static_cast<long long>(st.split_misses),
+              st.split_bytes / 1048576.0, static_cast<long long>(st.split_hits));
   return 0;
 }

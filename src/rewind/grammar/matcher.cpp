@@ -100,14 +100,21 @@ size_t VocabTrie::memory_bytes() const {
 
 // ---- GrammarAutomaton ----
 
+namespace {
+constexpr int32_t kEmptyFrame = 0;
+constexpr int32_t kHoleFrame = 1;  // a leaf of its own: accepts every byte, stays itself
+}  // namespace
+
 GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
                                    std::shared_ptr<const VocabTrie> vocab, AutomatonLimits limits)
     : grammar_(std::move(grammar)), vocab_(std::move(vocab)), limits_(limits) {
-  frames_.push_back({-1, -1});
+  frames_.push_back({-1, -1});  // kEmptyFrame: the root's rule finished
+  frame_min_.push_back(0);
+  frames_.push_back({-2, -1});  // kHoleFrame: what lies below a truncated stack
   frame_min_.push_back(0);
   // kDead and kEnded: no stacks, every byte leads to kDead.
   for (int k = 0; k < 2; ++k) {
-    states_.push_back({0, 0, false, kGrammarInf});
+    states_.push_back({0, 0, false, false, kGrammarInf, k});
     trans_.insert(trans_.end(), 256, kDead);
   }
   walk_states_.resize(static_cast<size_t>(vocab_->max_depth_) + 1);
@@ -151,8 +158,12 @@ Status GrammarAutomaton::expand(int32_t f, std::vector<int32_t>& leaves, bool& a
   while (!todo.empty()) {
     const int32_t x = todo.back();
     todo.pop_back();
-    if (x == 0) {
+    if (x == kEmptyFrame) {
       accepting = true;
+      continue;
+    }
+    if (x == kHoleFrame) {
+      leaves.push_back(kHoleFrame);
       continue;
     }
     if (seen_mark_.size() < frames_.size()) seen_mark_.resize(frames_.size() * 2, 0);
@@ -189,10 +200,11 @@ Result<int32_t> GrammarAutomaton::intern_state(std::vector<int32_t>& leaves, boo
     return make_error("grammar: matcher exceeded its limit of " +
                       std::to_string(limits_.max_states) + " states");
   uint32_t min_bytes = accepting ? 0 : kGrammarInf;
-  for (int32_t l : leaves) min_bytes = std::min(min_bytes, frame_min_[l]);
+  for (int32_t l : leaves)
+    if (l != kHoleFrame) min_bytes = std::min(min_bytes, frame_min_[l]);
   const int32_t id = static_cast<int32_t>(states_.size());
   states_.push_back({static_cast<int32_t>(leaves_.size()), static_cast<int32_t>(leaves.size()),
-                     accepting, min_bytes});
+                     accepting, !leaves.empty() && leaves[0] == kHoleFrame, min_bytes, -1});
   leaves_.insert(leaves_.end(), leaves.begin(), leaves.end());
   trans_.insert(trans_.end(), 256, -1);
   state_ids_.emplace(std::move(key), id);
@@ -208,6 +220,10 @@ Result<int32_t> GrammarAutomaton::transition(int32_t state, uint8_t byte) {
   new_epoch();
   const StateInfo info = states_[state];
   for (int32_t k = 0; k < info.count; ++k) {
+    if (leaves_[info.begin + k] == kHoleFrame) {
+      leaves.push_back(kHoleFrame);
+      continue;
+    }
     const Frame fr = frames_[leaves_[info.begin + k]];
     if (!g.byte_sets[g.elements[fr.pos].arg].test(byte)) continue;
     REWIND_TRY(const int32_t next, frame(fr.pos + 1, fr.parent));
@@ -219,13 +235,102 @@ Result<int32_t> GrammarAutomaton::transition(int32_t state, uint8_t byte) {
   return id;
 }
 
-Status GrammarAutomaton::compute_mask(int32_t state, TokenMask& words) {
+Status GrammarAutomaton::walk_subtree(int32_t node, int32_t end, int32_t at, TokenMask& words) {
   const VocabTrie& v = *vocab_;
-  words.assign(static_cast<size_t>(v.n_words()), 0);
-  if (state == kDead || state == kEnded) return Ok{};
-  if (states_[state].accepting)
-    for (int32_t id : v.eos_) words[id >> 6] |= uint64_t{1} << (id & 63);
-  walk_states_[0] = state;
+  auto set_tokens = [&](int32_t i) {
+    for (int32_t k = v.tok_begin_[i]; k < v.tok_begin_[i + 1]; ++k) {
+      const int32_t id = v.tok_ids_[k];
+      words[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  };
+  int32_t i = node;
+  if (node >= 0) {  // the subtree's root itself
+    set_tokens(node);
+    walk_states_[v.depth_[node]] = at;
+    ++i;
+  } else {
+    walk_states_[0] = at;
+    i = 0;
+  }
+  while (i < end) {
+    const int32_t d = v.depth_[i];
+    const int32_t from = walk_states_[d - 1];
+    int32_t to = trans_[static_cast<size_t>(from) * 256 + v.byte_[i]];
+    if (to < 0) {
+      REWIND_TRY(to, transition(from, v.byte_[i]));
+    }
+    if (to == kDead) {
+      i = v.skip_[i];
+      continue;
+    }
+    walk_states_[d] = to;
+    set_tokens(i);
+    ++i;
+  }
+  return Ok{};
+}
+
+// The state with its stacks cut just above the deepest frame they all share (the context they
+// have in common) and kHoleFrame put there; the state itself when there is no such frame within
+// kSplitSearch frames. A cut that would leave only the hole moves one frame down.
+Result<int32_t> GrammarAutomaton::split_state(int32_t state) {
+  if (states_[state].split >= 0) return states_[state].split;
+  const StateInfo info = states_[state];
+  if (info.count == 0) {  // only the end of the grammar: nothing to split
+    states_[state].split = state;
+    return state;
+  }
+  std::unordered_map<int32_t, int32_t> count;  // frame -> stacks through it
+  for (int32_t k = 0; k < info.count; ++k) {
+    int32_t f = leaves_[info.begin + k];
+    for (int n = 0; n < kSplitSearch && f > kHoleFrame; ++n, f = frames_[f].parent) ++count[f];
+  }
+  int32_t common = kEmptyFrame;
+  for (int32_t f = leaves_[info.begin], n = 0; n < kSplitSearch && f > kHoleFrame;
+       ++n, f = frames_[f].parent) {
+    if (count[f] == info.count) {
+      common = f;
+      break;
+    }
+  }
+  int32_t id = state;
+  std::vector<int32_t> leaves;
+  while (common > kHoleFrame) {
+    leaves.clear();
+    bool only_hole = true;
+    for (int32_t k = 0; k < info.count; ++k) {
+      std::vector<int32_t> pos;  // the frames above `common`, top first
+      for (int32_t f = leaves_[info.begin + k]; f != common; f = frames_[f].parent)
+        pos.push_back(frames_[f].pos);
+      int32_t g = kHoleFrame;
+      for (size_t j = pos.size(); j-- > 0;) {
+        REWIND_TRY(g, frame(pos[j], g));
+      }
+      only_hole &= g == kHoleFrame;
+      leaves.push_back(g);
+    }
+    if (!only_hole) {
+      REWIND_TRY(id, intern_state(leaves, false));
+      break;
+    }
+    common = frames_[common].parent;
+  }
+  states_[state].split = id;
+  states_[id].split = id;
+  return id;
+}
+
+Result<const GrammarAutomaton::SplitMask*> GrammarAutomaton::split_mask(int32_t truncated) {
+  auto it = splits_.find(truncated);
+  if (it != splits_.end()) {
+    ++split_hits_;
+    return &it->second;
+  }
+  ++split_misses_;
+  const VocabTrie& v = *vocab_;
+  SplitMask sm;
+  sm.allowed.assign(static_cast<size_t>(v.n_words()), 0);
+  walk_states_[0] = truncated;
   const int32_t n = static_cast<int32_t>(v.byte_.size());
   for (int32_t i = 0; i < n;) {
     const int32_t d = v.depth_[i];
@@ -238,13 +343,51 @@ Status GrammarAutomaton::compute_mask(int32_t state, TokenMask& words) {
       i = v.skip_[i];
       continue;
     }
+    const StateInfo& at = states_[to];
+    if (at.hole && at.count == 1 && !at.accepting) {  // only what lies below can go on
+      sm.context_roots.push_back(i);
+      i = v.skip_[i];
+      continue;
+    }
     walk_states_[d] = to;
     for (int32_t k = v.tok_begin_[i]; k < v.tok_begin_[i + 1]; ++k) {
       const int32_t id = v.tok_ids_[k];
-      words[id >> 6] |= uint64_t{1} << (id & 63);
+      sm.allowed[id >> 6] |= uint64_t{1} << (id & 63);
     }
     ++i;
   }
+  const size_t bytes = sm.allowed.size() * sizeof(uint64_t) + sm.context_roots.size() * sizeof(int32_t);
+  if (split_bytes_ + bytes > limits_.mask_cache_bytes / 2) {
+    splits_.clear();
+    split_bytes_ = 0;
+  }
+  split_bytes_ += bytes;
+  return &(splits_[truncated] = std::move(sm));
+}
+
+Status GrammarAutomaton::compute_mask(int32_t state, TokenMask& words) {
+  const VocabTrie& v = *vocab_;
+  words.assign(static_cast<size_t>(v.n_words()), 0);
+  if (state == kDead || state == kEnded) return Ok{};
+  REWIND_TRY(const int32_t truncated, split_state(state));
+  if (truncated == state) {
+    REWIND_TRY_STATUS(walk_subtree(-1, static_cast<int32_t>(v.byte_.size()), state, words));
+  } else {
+    REWIND_TRY(const SplitMask* sm, split_mask(truncated));
+    words = sm->allowed;
+    const std::vector<int32_t> roots = sm->context_roots;  // split_mask may run again below
+    for (int32_t r : roots) {
+      // The root's bytes: a prefix of the first token in its subtree.
+      const std::string& first = v.bytes_[v.tok_ids_[v.tok_begin_[r]]];
+      int32_t at = state;
+      for (int32_t k = 0; k < v.depth_[r] && at != kDead; ++k) {
+        REWIND_TRY(at, transition(at, static_cast<uint8_t>(first[k])));
+      }
+      if (at != kDead) REWIND_TRY_STATUS(walk_subtree(r, v.skip_[r], at, words));
+    }
+  }
+  if (states_[state].accepting)
+    for (int32_t id : v.eos_) words[id >> 6] |= uint64_t{1} << (id & 63);
   return Ok{};
 }
 
@@ -323,6 +466,9 @@ AutomatonStats GrammarAutomaton::stats() {
   s.mask_hits = hits_;
   s.mask_misses = misses_;
   s.mask_bytes = mask_bytes_;
+  s.split_hits = split_hits_;
+  s.split_misses = split_misses_;
+  s.split_bytes = split_bytes_;
   return s;
 }
 

@@ -10,8 +10,13 @@
 //   so right recursion such as x* does not grow them), and each distinct set of stacks is one
 //   interned state id. Byte transitions between state ids are memoised in a table, and the
 //   allowed-token mask of a state is computed once by walking the trie through that table
-//   (a subtree is skipped as soon as its prefix is dead) and kept in an LRU cache. Shared by
-//   every matcher of one grammar and vocabulary; thread-safe (one mutex).
+//   (a subtree is skipped as soon as its prefix is dead) and kept in an LRU cache. A state
+//   seen for the first time mostly differs from known ones only in the part of its stacks they
+//   all share (the same string content inside another property): its mask is split into the
+//   tokens decided by the stacks above that shared part alone (cached per truncated state, so
+//   shared by all such states) and the trie subtrees whose bytes reach into the shared part,
+//   walked again from the real state.
+//   Shared by every matcher of one grammar and vocabulary; thread-safe (one mutex).
 // * GrammarMatcher: one sequence's position, which is just a state id plus the ids after each
 //   accepted token, so rolling back rejected speculative drafts is exact and costs nothing.
 #pragma once
@@ -79,19 +84,24 @@ struct AutomatonLimits {
   int32_t max_states = 1 << 16;      // interned states (each holds a 1 KiB transition row)
   int32_t max_stacks = 1 << 21;      // interned stack frames
   int32_t max_state_stacks = 4096;   // stacks in one state (ambiguous grammars)
-  size_t mask_cache_bytes = size_t{256} << 20;  // LRU budget for allowed-token masks
+  // LRU budget for allowed-token masks; their context-free parts take up to half as much
+  // again (dropped all at once when full).
+  size_t mask_cache_bytes = size_t{256} << 20;
 };
 
 struct AutomatonStats {
   int64_t states = 0, stacks = 0, transitions = 0;
   int64_t mask_hits = 0, mask_misses = 0;
-  size_t mask_bytes = 0;
+  int64_t split_hits = 0, split_misses = 0;  // context-free parts of masks
+  size_t mask_bytes = 0, split_bytes = 0;
 };
 
 class GrammarAutomaton {
  public:
   static constexpr int32_t kDead = 0;   // no stack survives
   static constexpr int32_t kEnded = 1;  // an end-of-sequence token was accepted
+  // How deep split_state looks for the frame all stacks of a state share.
+  static constexpr int kSplitSearch = 64;
 
   GrammarAutomaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const VocabTrie> vocab,
                    AutomatonLimits limits = {});
@@ -124,11 +134,19 @@ class GrammarAutomaton {
   struct StateInfo {
     int32_t begin, count;  // leaves_[begin .. begin + count): stacks whose top is a byte set
     bool accepting;
+    bool hole;             // has kHoleFrame, the truncated part, as a leaf (split states only)
     uint32_t min_bytes;
+    int32_t split = -1;    // the truncated state (-1 unknown; the state itself: none)
   };
   struct CachedMask {
     TokenMask words;
     std::list<int32_t>::iterator lru;
+  };
+  // The part of a mask that a truncated state decides: tokens allowed whatever lies below
+  // the truncation, and the trie subtrees (their root nodes) that reach below it.
+  struct SplitMask {
+    TokenMask allowed;
+    std::vector<int32_t> context_roots;
   };
 
   Result<int32_t> frame(int32_t pos, int32_t parent);
@@ -137,6 +155,11 @@ class GrammarAutomaton {
   Result<int32_t> transition(int32_t state, uint8_t byte);
   Result<const TokenMask*> mask_locked(int32_t state);
   Status compute_mask(int32_t state, TokenMask& words);
+  Result<int32_t> split_state(int32_t state);
+  Result<const SplitMask*> split_mask(int32_t truncated);
+  // Sets the bits of the tokens in trie nodes [node, end) reachable from `at` (the state
+  // after node `node`'s bytes; node's own tokens included).
+  Status walk_subtree(int32_t node, int32_t end, int32_t at, TokenMask& words);
   void new_epoch() {
     if (++seen_epoch_ == 0) {  // wrapped: old marks could match again
       std::fill(seen_mark_.begin(), seen_mark_.end(), 0);
@@ -159,7 +182,9 @@ class GrammarAutomaton {
   std::unordered_map<int32_t, CachedMask> masks_;
   std::list<int32_t> lru_;  // most recent first
   size_t mask_bytes_ = 0;
-  int64_t hits_ = 0, misses_ = 0, n_transitions_ = 0;
+  std::unordered_map<int32_t, SplitMask> splits_;  // dropped together past half the budget
+  size_t split_bytes_ = 0;
+  int64_t hits_ = 0, misses_ = 0, n_transitions_ = 0, split_hits_ = 0, split_misses_ = 0;
   // Scratch for expand: frames seen in the current closure.
   std::vector<uint32_t> seen_mark_;
   uint32_t seen_epoch_ = 0;
