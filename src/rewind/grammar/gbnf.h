@@ -4,7 +4,7 @@
 // across tokens needs nothing special; every string the grammar derives is valid UTF-8 when
 // its literals are.
 //
-// Syntax (llama.cpp's grammars/README.md):
+// Syntax (llama.cpp's GBNF, as its grammar documentation describes it):
 //   rule-name ::= alternatives            one rule per line; names are [a-zA-Z0-9-]+
 //   a b          sequence                 a | b   alternation (| may not start a line at top level)
 //   ( ... )      group (newlines allowed inside)
