@@ -23,14 +23,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rewind/grammar/json_schema.h"
 #include "rewind/grammar/matcher.h"
@@ -69,11 +68,12 @@ class VocabGen {
   explicit VocabGen(uint32_t seed) : rng_(seed) {}
 
   std::string word(int min_len, int max_len) {
-    static const char* onset[] = {"b", "c", "d", "f", "g", "h", "j", "k", "l", "m", "n", "p",
-                                  "r", "s", "t", "v", "w", "z", "br", "ch", "cl", "dr", "fl",
-                                  "gr", "pl", "pr", "sh", "st", "str", "th", "tr", "wh", ""};
+    static const char* onset[] = {"b",  "c",  "d",  "f",  "g",  "h",  "j",   "k",  "l",  "m",  "n",
+                                  "p",  "r",  "s",  "t",  "v",  "w",  "z",   "br", "ch", "cl", "dr",
+                                  "fl", "gr", "pl", "pr", "sh", "st", "str", "th", "tr", "wh", ""};
     static const char* vowel[] = {"a", "e", "i", "o", "u", "y", "ai", "ea", "ee", "io", "ou", "oo"};
-    static const char* coda[] = {"", "", "n", "r", "s", "t", "l", "nd", "ng", "st", "ck", "rt", "m"};
+    static const char* coda[] = {"",   "",   "n",  "r",  "s",  "t", "l",
+                                 "nd", "ng", "st", "ck", "rt", "m"};
     const int len = pick(min_len, max_len);
     std::string w;
     while (static_cast<int>(w.size()) < len) {
@@ -100,11 +100,11 @@ class VocabGen {
       add(cat({"{\n", sp, "\""}));
       for (const char* post : {"\"", "}", "]"}) add(cat({"\n", sp, post}));
     }
-    static const char* json_pieces[] = {"{\"", "\":", "\": ", "\":\"", "\": \"", "\",", "\", \"",
-                                        "\",\"", "\"}", "\"},", "\"]", "},", "}]", "}}", "]}",
-                                        "],", "[{", "[\"", "\":[", "\": [", "\":{", "\": {", "null",
-                                        "true", "false", " null", " true", " false", "\\n", "\\\"",
-                                        "\\u", "\\\\", "\"\n", "\",\n", "},\n", "}\n", "]\n"};
+    static const char* json_pieces[] = {
+        "{\"",  "\":",   "\": ", "\":\"", "\": \"", "\",",   "\", \"", "\",\"",  "\"}",  "\"},",
+        "\"]",  "},",    "}]",   "}}",    "]}",     "],",    "[{",     "[\"",    "\":[", "\": [",
+        "\":{", "\": {", "null", "true",  "false",  " null", " true",  " false", "\\n",  "\\\"",
+        "\\u",  "\\\\",  "\"\n", "\",\n", "},\n",   "}\n",   "]\n"};
     for (const char* p : json_pieces) add(p);
     const char punct[] = "{}[]\":,.;!?()-_/\\'*#@&%$=+<>|~`^";
     for (int k = 0; k < 12000; ++k) {
@@ -126,13 +126,15 @@ class VocabGen {
     }
     for (int k = 0; k < 45000; ++k) {  // CJK words of 2-3 characters
       std::string s;
-      for (int j = 0, len = pick(2, 3); j < len; ++j) utf8(s, static_cast<uint32_t>(pick(0x4E00, 0x4E00 + 3000)));
+      for (int j = 0, len = pick(2, 3); j < len; ++j)
+        utf8(s, static_cast<uint32_t>(pick(0x4E00, 0x4E00 + 3000)));
       add(s);
     }
     for (int k = 0; k < 20000; ++k) {  // Cyrillic and Greek words
       std::string s = pick(0, 1) ? " " : "";
       const uint32_t base = pick(0, 1) ? 0x430 : 0x3B1;
-      for (int j = 0, len = pick(2, 8); j < len; ++j) utf8(s, base + static_cast<uint32_t>(pick(0, 24)));
+      for (int j = 0, len = pick(2, 8); j < len; ++j)
+        utf8(s, base + static_cast<uint32_t>(pick(0, 24)));
       add(s);
     }
     for (int k = 0; k < 20000; ++k) {  // identifiers
@@ -241,8 +243,10 @@ ojson instance(VocabGen& g) {
   for (int k = 0, n = g.pick(0, 5); k < n; ++k) doc["tags"].push_back(g.word(3, 8));
   doc["owner"] = {{"name", text(2)},
                   {"email", g.word(3, 8) + "@" + g.word(3, 8) + ".com"},
-                  {"address", {{"street", std::to_string(g.pick(1, 999)) + " " + text(2)},
-                               {"city", text(1)}, {"zip", std::to_string(g.pick(10000, 99999))}}}};
+                  {"address",
+                   {{"street", std::to_string(g.pick(1, 999)) + " " + text(2)},
+                    {"city", text(1)},
+                    {"zip", std::to_string(g.pick(10000, 99999))}}}};
   doc["items"] = ojson::array();
   for (int k = 0, n = g.pick(1, 4); k < n; ++k) {
     ojson item = {{"sku", "SKU-" + std::to_string(g.pick(1000, 9999))},
@@ -300,16 +304,19 @@ struct Figures {
   double quantile(double q) {
     if (each.empty()) return 0;
     std::sort(each.begin(), each.end());
-    return each[std::min(each.size() - 1, static_cast<size_t>(q * static_cast<double>(each.size())))];
+    return each[std::min(each.size() - 1,
+                         static_cast<size_t>(q * static_cast<double>(each.size())))];
   }
 };
 
 void print(const char* what, Figures& f, double step_ms) {
   const double n = static_cast<double>(std::max<int64_t>(f.tokens, 1));
   const double per = (f.mask_ms + f.accept_ms) / n;
-  std::printf("%-32s %5lld  mask %7.4f  accept %7.4f  mean %7.4f  p50 %7.4f  p99 %7.3f  max %7.3f  misses %lld",
-              what, static_cast<long long>(f.tokens), f.mask_ms / n, f.accept_ms / n, per,
-              f.quantile(0.5), f.quantile(0.99), f.quantile(1.0), static_cast<long long>(f.misses));
+  std::printf(
+      "%-32s %5lld  mask %7.4f  accept %7.4f  mean %7.4f  p50 %7.4f  p99 %7.3f  max %7.3f  misses "
+      "%lld",
+      what, static_cast<long long>(f.tokens), f.mask_ms / n, f.accept_ms / n, per, f.quantile(0.5),
+      f.quantile(0.99), f.quantile(1.0), static_cast<long long>(f.misses));
   if (step_ms > 0) std::printf("  mean = %.2f%% of a step", 100.0 * per / step_ms);
   std::printf("\n");
 }
@@ -337,7 +344,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--step-ms")) {
       step_ms = std::atof(next());
     } else {
-      std::fprintf(stderr, "usage: grammar_bench [--docs N] [--vocab N] [--seed S] [--step-ms MS]\n");
+      std::fprintf(stderr,
+                   "usage: grammar_bench [--docs N] [--vocab N] [--seed S] [--step-ms MS]\n");
       return 2;
     }
   }
@@ -353,8 +361,9 @@ int main(int argc, char** argv) {
   t0 = Clock::now();
   auto trie = std::make_shared<rw::VocabTrie>(vocab, std::vector<int32_t>{eos, eos + 1});
   const double trie_ms = ms_since(t0);
-  std::printf("vocabulary %d tokens (generated in %.0f ms), trie %zu nodes, %.1f MiB, built in %.0f ms\n",
-              trie->n_vocab(), gen_ms, trie->n_nodes(), trie->memory_bytes() / 1048576.0, trie_ms);
+  std::printf(
+      "vocabulary %d tokens (generated in %.0f ms), trie %zu nodes, %.1f MiB, built in %.0f ms\n",
+      trie->n_vocab(), gen_ms, trie->n_nodes(), trie->memory_bytes() / 1048576.0, trie_ms);
 
   t0 = Clock::now();
   auto g = rw::compile_json_schema(ojson::parse(kSchema));
@@ -389,7 +398,8 @@ int main(int argc, char** argv) {
       rw::Status st = m.mask_logits(row.data());
       const double mask = ms_since(a);
       if (!st.ok() || row[id] != 0.0f) {
-        std::fprintf(stderr, "grammar_bench: token %d not allowed: %s\n", id, st.error_message().c_str());
+        std::fprintf(stderr, "grammar_bench: token %d not allowed: %s\n", id,
+                     st.error_message().c_str());
         std::exit(1);
       }
       const auto b = Clock::now();
@@ -437,7 +447,8 @@ int main(int argc, char** argv) {
       const int64_t miss0 = automaton->stats().mask_misses;
       const auto a = Clock::now();
       for (int s = 0; s < 8; ++s)
-        if (t < docs[s].size()) (void)ms[s].mask_logits(rows.data() + static_cast<size_t>(s) * trie->n_vocab());
+        if (t < docs[s].size())
+          (void)ms[s].mask_logits(rows.data() + static_cast<size_t>(s) * trie->n_vocab());
       const double mask = ms_since(a);
       const auto b = Clock::now();
       for (int s = 0; s < 8; ++s)
@@ -454,11 +465,12 @@ int main(int argc, char** argv) {
   print("fresh automaton", b_cold, step_ms);
   print("all cached", b_warm, step_ms);
   const rw::AutomatonStats st = automaton->stats();
-  std::printf("\nautomaton: %lld states, %lld stack frames, %lld transitions, %lld masks computed "
-              "(%.1f MiB), %lld context-free parts (%.1f MiB, %lld reused)\n",
-              static_cast<long long>(st.states), static_cast<long long>(st.stacks),
-              static_cast<long long>(st.transitions), static_cast<long long>(st.mask_misses),
-              st.mask_bytes / 1048576.0, static_cast<long long>(st.split_misses),
-              st.split_bytes / 1048576.0, static_cast<long long>(st.split_hits));
+  std::printf(
+      "\nautomaton: %lld states, %lld stack frames, %lld transitions, %lld masks computed "
+      "(%.1f MiB), %lld context-free parts (%.1f MiB, %lld reused)\n",
+      static_cast<long long>(st.states), static_cast<long long>(st.stacks),
+      static_cast<long long>(st.transitions), static_cast<long long>(st.mask_misses),
+      st.mask_bytes / 1048576.0, static_cast<long long>(st.split_misses),
+      st.split_bytes / 1048576.0, static_cast<long long>(st.split_hits));
   return 0;
 }

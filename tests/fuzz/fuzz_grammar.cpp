@@ -9,10 +9,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rewind/grammar/gbnf.h"
 #include "rewind/grammar/grammar_ref.h"
@@ -25,9 +24,11 @@ std::shared_ptr<const rw::VocabTrie> vocab() {
   static const auto v = [] {
     std::vector<std::string> t;
     for (int b = 0; b < 256; ++b) t.push_back(std::string(1, static_cast<char>(b)));
-    for (const char* p : {"{\"", "\":", "\",", "}", "true", "null", "\n  ", "12", "ab", "é", "\xC3"})
+    for (const char* p :
+         {"{\"", "\":", "\",", "}", "true", "null", "\n  ", "12", "ab", "é", "\xC3"})
       t.push_back(p);
-    return std::make_shared<const rw::VocabTrie>(t, std::vector<int32_t>{static_cast<int32_t>(t.size())});
+    return std::make_shared<const rw::VocabTrie>(
+        t, std::vector<int32_t>{static_cast<int32_t>(t.size())});
   }();
   return v;
 }

@@ -30,7 +30,8 @@ bool matches(const Grammar& g, const std::string& s) {
   const EarleyResult ref = earley_recognise(g, s);
   std::vector<std::string> bytes(256);
   for (int b = 0; b < 256; ++b) bytes[b] = std::string(1, static_cast<char>(b));
-  GrammarAutomaton a(std::make_shared<Grammar>(g), std::make_shared<VocabTrie>(bytes, std::vector<int32_t>{256}));
+  GrammarAutomaton a(std::make_shared<Grammar>(g),
+                     std::make_shared<VocabTrie>(bytes, std::vector<int32_t>{256}));
   auto st = a.step_bytes(a.initial_state(), s);
   EXPECT_TRUE(st.ok());
   const bool dfa = st.ok() && *st != GrammarAutomaton::kDead && a.is_accepting(*st);
@@ -65,9 +66,9 @@ TEST(Gbnf, RepetitionOperatorsCountExactly) {
     const char* op;
     int lo, hi;  // hi -1: unbounded (checked up to 12)
   };
-  for (const Case& c : {Case{"*", 0, -1}, Case{"+", 1, -1}, Case{"?", 0, 1}, Case{"{3}", 3, 3},
-                        Case{"{2,}", 2, -1}, Case{"{1,4}", 1, 4}, Case{"{0,2}", 0, 2},
-                        Case{"{ 2 , 3 }", 2, 3}, Case{"{0}", 0, 0}}) {
+  for (const Case& c :
+       {Case{"*", 0, -1}, Case{"+", 1, -1}, Case{"?", 0, 1}, Case{"{3}", 3, 3}, Case{"{2,}", 2, -1},
+        Case{"{1,4}", 1, 4}, Case{"{0,2}", 0, 2}, Case{"{ 2 , 3 }", 2, 3}, Case{"{0}", 0, 0}}) {
     const Grammar g = parse_ok(std::string("root ::= \"ab\"") + c.op + " \"c\"\n");
     for (int n = 0; n <= 12; ++n) {
       std::string s;
@@ -92,15 +93,15 @@ TEST(Gbnf, ClassesRangesNegationAndUtf8) {
   const Grammar g = parse_ok("root ::= [a-cx-] [^a-z] [α-ω]\n");
   EXPECT_TRUE(matches(g, "aAα"));
   EXPECT_TRUE(matches(g, "x1ω"));
-  EXPECT_TRUE(matches(g, "-éβ"));           // é: a two-byte code point outside a-z
+  EXPECT_TRUE(matches(g, "-éβ"));                        // é: a two-byte code point outside a-z
   EXPECT_TRUE(matches(g, "c\xF0\x9F\x98\x80\xCE\xBB"));  // a four-byte one, then λ
   EXPECT_FALSE(matches(g, "dAα"));
   EXPECT_FALSE(matches(g, "aaα"));
   EXPECT_FALSE(matches(g, "aAa"));
-  EXPECT_FALSE(matches(g, "aA\xCF\x8A"));   // ϊ is past ω
-  EXPECT_FALSE(matches(g, "a\xFF\xCE\xB1"));  // not UTF-8
+  EXPECT_FALSE(matches(g, "aA\xCF\x8A"));             // ϊ is past ω
+  EXPECT_FALSE(matches(g, "a\xFF\xCE\xB1"));          // not UTF-8
   EXPECT_FALSE(matches(g, "a\xED\xA0\x80\xCE\xB1"));  // an encoded surrogate
-  EXPECT_FALSE(matches(g, "a\xC0\x81\xCE\xB1"));  // overlong
+  EXPECT_FALSE(matches(g, "a\xC0\x81\xCE\xB1"));      // overlong
 }
 
 TEST(Gbnf, AnyCharIsEveryCodePointAndNothingElse) {
@@ -109,15 +110,21 @@ TEST(Gbnf, AnyCharIsEveryCodePointAndNothingElse) {
   EXPECT_TRUE(matches(g, std::string("\0z", 2)));
   EXPECT_TRUE(matches(g, "\xF4\x8F\xBF\xBF\xEF\xBF\xBF"));  // U+10FFFF, U+FFFF
   EXPECT_TRUE(matches(g, "\xDF\xBF\xE0\xA0\x80"));          // U+07FF, U+0800
-  EXPECT_FALSE(matches(g, "\xF4\x90\x80\x80" "a"));        // past U+10FFFF
-  EXPECT_FALSE(matches(g, "\xE0\x80\x80" "a"));            // overlong three-byte
-  EXPECT_FALSE(matches(g, "\x80" "a"));                    // a lone continuation byte
+  EXPECT_FALSE(matches(g,
+                       "\xF4\x90\x80\x80"
+                       "a"));  // past U+10FFFF
+  EXPECT_FALSE(matches(g,
+                       "\xE0\x80\x80"
+                       "a"));  // overlong three-byte
+  EXPECT_FALSE(matches(g,
+                       "\x80"
+                       "a"));  // a lone continuation byte
   EXPECT_FALSE(matches(g, "a"));
 }
 
 TEST(Gbnf, EscapesInLiteralsAndClasses) {
-  const Grammar g = parse_ok(
-      "root ::= \"\\x41\\u00e9\\U0001F600\\t\\n\\r\\\\\\\"\" [\\[\\]] [\\x30-\\x39]\n");
+  const Grammar g =
+      parse_ok("root ::= \"\\x41\\u00e9\\U0001F600\\t\\n\\r\\\\\\\"\" [\\[\\]] [\\x30-\\x39]\n");
   EXPECT_TRUE(matches(g, "A\xC3\xA9\xF0\x9F\x98\x80\t\n\r\\\"[5"));
   EXPECT_TRUE(matches(g, "A\xC3\xA9\xF0\x9F\x98\x80\t\n\r\\\"]0"));
   EXPECT_FALSE(matches(g, "A\xE9\xF0\x9F\x98\x80\t\n\r\\\"]0"));  // \u00e9 is UTF-8, not a byte
@@ -162,9 +169,11 @@ TEST(Gbnf, MalformedInputsNameLineAndColumn) {
       {"root ::= [a-", "grammar 1:10: unterminated character class"},
       {"root ::= [ab", "grammar 1:10: unterminated character class"},
       {"root ::= foo\n", "grammar 1:10: undefined rule 'foo'"},
-      {"root ::= \"a\"\nroot ::= \"b\"\n", "grammar 2:1: rule 'root' is defined twice (first at 1:1)"},
+      {"root ::= \"a\"\nroot ::= \"b\"\n",
+       "grammar 2:1: rule 'root' is defined twice (first at 1:1)"},
       {"root = \"a\"\n", "grammar 1:6: expected '::=' after rule name 'root', found '='"},
-      {"root ::= (\"a\"\n", "grammar 2:1: expected ')' to close the group at 1:10, found the end of the grammar"},
+      {"root ::= (\"a\"\n",
+       "grammar 2:1: expected ')' to close the group at 1:10, found the end of the grammar"},
       {"root ::= \"a\" )\n", "grammar 1:14: unexpected ')' in rule 'root'"},
       {"root ::= *\n", "grammar 1:10: '*' must follow an item"},
       {"root ::= \"a\" | +\n", "grammar 1:16: '+' must follow an item"},
@@ -180,7 +189,8 @@ TEST(Gbnf, MalformedInputsNameLineAndColumn) {
       {"root ::= \"\xFF\"\n", "grammar 1:11: invalid UTF-8"},
       {"root ::= \"\xC3\"\n", "grammar 1:11: invalid UTF-8"},
       {"root ::= \"\xED\xA0\x80\"\n", "grammar 1:11: invalid UTF-8"},
-      {"root ::= root \"a\" | \"b\"\n", "grammar 1:1: rule 'root' is left-recursive (root -> root)"},
+      {"root ::= root \"a\" | \"b\"\n",
+       "grammar 1:1: rule 'root' is left-recursive (root -> root)"},
       {"root ::= x \"a\"\nx ::= \"b\"? y\ny ::= root | \"c\"\n", "is left-recursive"},
       {"root ::= (\"a\"?)*\n", "is left-recursive"},
       {"root ::= \"a\" root\n", "grammar 1:1: rule 'root' derives no finite string"},
@@ -215,7 +225,8 @@ TEST(Gbnf, TooLargeGrammarsAreRefused) {
 TEST(Gbnf, EveryPrefixOfAGrammarParsesOrFailsCleanly) {
   const std::string text =
       "root ::= obj ( \",\" ws obj )*  # objects\n"
-      "obj ::= \"{\" ws [a-zA-Z_\\u00e9]+ ws \":\" ws ( [0-9]{1,3} | \"\\\"\" [^\"]* \"\\\"\" ) ws \"}\"\n"
+      "obj ::= \"{\" ws [a-zA-Z_\\u00e9]+ ws \":\" ws ( [0-9]{1,3} | \"\\\"\" [^\"]* \"\\\"\" ) ws "
+      "\"}\"\n"
       "ws ::= [ \\t\\n]{0,4}\n";
   parse_ok(text);
   for (size_t n = 0; n < text.size(); ++n) {

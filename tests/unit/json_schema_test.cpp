@@ -35,7 +35,9 @@ std::string refusal(const std::string& schema_text) {
   return text.ok() ? std::string() : text.error_message();
 }
 
-bool accepts(const Grammar& g, const std::string& s) { return earley_recognise(g, s).complete; }
+bool accepts(const Grammar& g, const std::string& s) {
+  return earley_recognise(g, s).complete;
+}
 
 // ---- a validator for the subset, independent of the compiler ----
 
@@ -70,7 +72,8 @@ bool valid_format(const std::string& f, const std::string& s) {
     return t != std::string::npos && valid_date(s.substr(0, t)) && valid_time(s.substr(t + 1));
   }
   if (f == "uuid") {
-    static const std::regex re(R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)");
+    static const std::regex re(
+        R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)");
     return std::regex_match(s, re);
   }
   if (f == "ipv4") {
@@ -135,8 +138,9 @@ bool validate(const nlohmann::json& v, const ojson& s, const ojson& root, std::s
     bool ok = false;
     for (const std::string& t : types)
       ok |= (t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
-            (t == "integer" && (v.is_number_integer() ||
-                                (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))) ||
+            (t == "integer" &&
+             (v.is_number_integer() ||
+              (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))) ||
             (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
             (t == "object" && v.is_object()) || (t == "array" && v.is_array());
     if (!ok) {
@@ -204,14 +208,14 @@ TEST(JsonSchema, ObjectsWithRequiredAndOptionalPropertiesInOrder) {
   EXPECT_TRUE(accepts(g, R"({"a":1,"b":"x"})"));
   EXPECT_TRUE(accepts(g, R"({"a": -12, "b": "x", "c": true})"));
   EXPECT_TRUE(accepts(g, "{\n  \"b\": \"x\",\n  \"c\": false\n}"));
-  EXPECT_FALSE(accepts(g, R"({"a":1})"));              // b is required
-  EXPECT_FALSE(accepts(g, R"({"b":"x","a":1})"));      // declaration order
-  EXPECT_FALSE(accepts(g, R"({"b":"x","d":1})"));      // not declared
+  EXPECT_FALSE(accepts(g, R"({"a":1})"));          // b is required
+  EXPECT_FALSE(accepts(g, R"({"b":"x","a":1})"));  // declaration order
+  EXPECT_FALSE(accepts(g, R"({"b":"x","d":1})"));  // not declared
   EXPECT_FALSE(accepts(g, R"({"b":"x",})"));
   EXPECT_FALSE(accepts(g, R"({"a":1.5,"b":"x"})"));
-  EXPECT_FALSE(accepts(g, R"( {"b":"x"})"));            // no whitespace around the top level
+  EXPECT_FALSE(accepts(g, R"( {"b":"x"})"));  // no whitespace around the top level
   EXPECT_FALSE(accepts(g, R"({"b":"x"} )"));
-  EXPECT_FALSE(accepts(g, "{\"b\":  \"x\"}"));          // one space or a newline run
+  EXPECT_FALSE(accepts(g, "{\"b\":  \"x\"}"));  // one space or a newline run
 }
 
 TEST(JsonSchema, AllOptionalPropertiesAllowEmptyObject) {
@@ -232,7 +236,8 @@ TEST(JsonSchema, ObjectsWithoutPropertiesAreAnyObject) {
 }
 
 TEST(JsonSchema, ArraysWithMinAndMaxItems) {
-  const Grammar g = compile(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})");
+  const Grammar g =
+      compile(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})");
   EXPECT_FALSE(accepts(g, "[1]"));
   EXPECT_TRUE(accepts(g, "[1,2]"));
   EXPECT_TRUE(accepts(g, "[1, 2, 3]"));
@@ -261,7 +266,8 @@ TEST(JsonSchema, EnumAndConst) {
 }
 
 TEST(JsonSchema, AnyOfAndTypeLists) {
-  const Grammar g = compile(R"({"anyOf":[{"type":"integer"},{"type":"array","items":{"type":"boolean"}}]})");
+  const Grammar g =
+      compile(R"({"anyOf":[{"type":"integer"},{"type":"array","items":{"type":"boolean"}}]})");
   EXPECT_TRUE(accepts(g, "7"));
   EXPECT_TRUE(accepts(g, "[true,false]"));
   EXPECT_FALSE(accepts(g, R"("x")"));
@@ -275,8 +281,8 @@ TEST(JsonSchema, StringsEscapesAndLengths) {
   const Grammar s = compile(R"({"type":"string"})");
   EXPECT_TRUE(accepts(s, R"("a\"b\\c\/\b\f\n\r\t\u00e9\ud83d\ude00")"));
   EXPECT_TRUE(accepts(s, "\"é中\xF0\x9F\x98\x80\""));
-  EXPECT_FALSE(accepts(s, "\"a\nb\""));         // a raw control character
-  EXPECT_FALSE(accepts(s, R"("\ud83d")"));      // a lone surrogate escape
+  EXPECT_FALSE(accepts(s, "\"a\nb\""));     // a raw control character
+  EXPECT_FALSE(accepts(s, R"("\ud83d")"));  // a lone surrogate escape
   EXPECT_FALSE(accepts(s, R"("\ude00\ud83d")"));
   EXPECT_FALSE(accepts(s, R"("\x")"));
   const Grammar len = compile(R"({"type":"string","minLength":2,"maxLength":3})");
@@ -401,8 +407,9 @@ TEST(JsonSchema, RefCyclesWithoutAnEndAreRefusedWhenCompiled) {
     EXPECT_EQ(g.error_message().rfind("json_schema: grammar", 0), 0u) << g.error_message();
   }
   // An optional self-reference ends: it compiles.
-  EXPECT_TRUE(compile_json_schema(ojson::parse(
-                  R"({"type":"object","properties":{"x":{"$ref":"#"}}})")).ok());
+  EXPECT_TRUE(
+      compile_json_schema(ojson::parse(R"({"type":"object","properties":{"x":{"$ref":"#"}}})"))
+          .ok());
 }
 
 TEST(JsonSchema, ResponseFormat) {
@@ -445,10 +452,11 @@ class SchemaGen {
                         {"next", {{"anyOf", {{{"$ref", "#/$defs/node"}}, {{"type", "null"}}}}}}}},
                       {"required", {"n", "next"}},
                       {"additionalProperties", false}};
-      ojson obj = {{"type", "object"},
-                   {"properties", {{"main", s}, {"d", {{"$ref", "#/$defs/d0"}}},
-                                   {"list", {{"$ref", "#/$defs/node"}}}}},
-                   {"required", {"main", "list"}}};
+      ojson obj = {
+          {"type", "object"},
+          {"properties",
+           {{"main", s}, {"d", {{"$ref", "#/$defs/d0"}}}, {"list", {{"$ref", "#/$defs/node"}}}}},
+          {"required", {"main", "list"}}};
       obj["$defs"] = defs;
       return obj;
     }
@@ -460,19 +468,26 @@ class SchemaGen {
 
   ojson value() {
     switch (pick(6)) {
-      case 0: return pick(2) == 0;
-      case 1: return pick(100) - 50;
-      case 2: return "s" + std::to_string(pick(10)) + (pick(2) ? "é\"" : "");
-      case 3: return nullptr;
-      case 4: return 0.25 * pick(9);
-      default: return ojson{{"k", pick(3)}};
+      case 0:
+        return pick(2) == 0;
+      case 1:
+        return pick(100) - 50;
+      case 2:
+        return "s" + std::to_string(pick(10)) + (pick(2) ? "é\"" : "");
+      case 3:
+        return nullptr;
+      case 4:
+        return 0.25 * pick(9);
+      default:
+        return ojson{{"k", pick(3)}};
     }
   }
 
   ojson gen(int depth) {
     const int kind = depth >= 3 ? pick(8) : pick(13);
     switch (kind) {
-      case 0: return {{"type", "string"}};
+      case 0:
+        return {{"type", "string"}};
       case 1: {
         ojson s = {{"type", "string"}};
         const int lo = pick(4);
@@ -484,16 +499,21 @@ class SchemaGen {
         const char* f[] = {"date", "time", "date-time", "uuid", "ipv4"};
         return {{"type", "string"}, {"format", f[pick(5)]}};
       }
-      case 3: return {{"type", pick(2) ? "number" : "integer"}};
-      case 4: return {{"type", pick(2) ? "boolean" : "null"}};
+      case 3:
+        return {{"type", pick(2) ? "number" : "integer"}};
+      case 4:
+        return {{"type", pick(2) ? "boolean" : "null"}};
       case 5: {
         ojson e = ojson::array();
         for (int k = 0, n = 1 + pick(4); k < n; ++k) e.push_back(value());
         return {{"enum", e}};
       }
-      case 6: return {{"const", value()}};
-      case 7: return {{"type", {"string", "null"}}, {"description", "nullable"}};
-      case 8: case 9: {
+      case 6:
+        return {{"const", value()}};
+      case 7:
+        return {{"type", {"string", "null"}}, {"description", "nullable"}};
+      case 8:
+      case 9: {
         ojson props = ojson::object();
         ojson req = ojson::array();
         for (int k = 0, n = 1 + pick(4); k < n; ++k) {
@@ -517,7 +537,8 @@ class SchemaGen {
         for (int k = 0, n = 2 + pick(2); k < n; ++k) alts.push_back(gen(depth + 1));
         return {{"anyOf", alts}};
       }
-      default: return pick(3) ? ojson::object() : ojson{{"type", "object"}};  // any value / object
+      default:
+        return pick(3) ? ojson::object() : ojson{{"type", "object"}};  // any value / object
     }
   }
 
@@ -526,7 +547,8 @@ class SchemaGen {
 
 // A random walk through the matcher: random allowed tokens for a while, then the token that
 // brings the grammar closest to its end, then end-of-sequence. Returns the text.
-std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos, std::mt19937& rng) {
+std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos,
+                        std::mt19937& rng) {
   const VocabTrie& v = a->vocab();
   GrammarMatcher m(a);
   TokenMask mask(static_cast<size_t>(v.n_words()));
@@ -540,7 +562,8 @@ std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos,
     EXPECT_FALSE(ids.empty()) << "dead end after: " << text;
     if (ids.empty()) return text;
     int32_t choice = -1;
-    if (m.is_accepting() && (step >= wander || std::uniform_int_distribution<int>(0, 3)(rng) == 0)) {
+    if (m.is_accepting() &&
+        (step >= wander || std::uniform_int_distribution<int>(0, 3)(rng) == 0)) {
       choice = eos;
     } else if (step < wander) {
       choice = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
@@ -569,9 +592,11 @@ std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos,
 TEST(JsonSchema, RandomSchemasRandomWalksProduceValidJson) {
   std::vector<std::string> vocab;
   for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
-  for (const char* p : {"{\"", "\":", "\": ", "\",", "\", \"", "},", "}", "]}", "[{", "true", "false",
-                        "null", "\n  ", "12", "2024-", "-02-29", "T23:", ":59Z\"", "0.", "e-", "p0",
-                        "p1\"", "é", "\xC3", "\xA9", "中", "\\u", "\\ud83d\\ude00", "s1"})
+  for (const char* p : {"{\"",   "\":",    "\": ", "\",",    "\", \"", "},",   "}",
+                        "]}",    "[{",     "true", "false",  "null",   "\n  ", "12",
+                        "2024-", "-02-29", "T23:", ":59Z\"", "0.",     "e-",   "p0",
+                        "p1\"",  "é",      "\xC3", "\xA9",   "中",     "\\u",  "\\ud83d\\ude00",
+                        "s1"})
     vocab.push_back(p);
   const int32_t eos = static_cast<int32_t>(vocab.size());
   auto trie = std::make_shared<VocabTrie>(vocab, std::vector<int32_t>{eos});
@@ -583,7 +608,8 @@ TEST(JsonSchema, RandomSchemasRandomWalksProduceValidJson) {
     ASSERT_TRUE(text.ok()) << text.error_message() << "\n" << schema.dump();
     auto g = parse_gbnf(*text);
     ASSERT_TRUE(g.ok()) << g.error_message() << "\n" << *text;
-    auto a = std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
+    auto a =
+        std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
     std::mt19937 rng(seed * 7919);
     for (int walk = 0; walk < 6; ++walk) {
       const std::string out = random_walk(a, eos, rng);
@@ -602,12 +628,14 @@ TEST(JsonSchema, RandomSchemasRandomWalksProduceValidJson) {
 
 // The validator itself must reject what it should, or the property test proves nothing.
 TEST(JsonSchema, TestValidatorRejectsInvalidValues) {
-  const ojson s = ojson::parse(R"({"type":"object","properties":{"d":{"type":"string","format":"date"},
+  const ojson s =
+      ojson::parse(R"({"type":"object","properties":{"d":{"type":"string","format":"date"},
       "n":{"type":"array","items":{"type":"integer"},"maxItems":1}},"required":["d"],"additionalProperties":false})");
   std::string why;
   EXPECT_TRUE(validate(nlohmann::json::parse(R"({"d":"2024-02-29","n":[1]})"), s, s, why)) << why;
-  for (const char* bad : {R"({"d":"2023-02-29"})", R"({"n":[1]})", R"({"d":"2024-01-01","n":[1,2]})",
-                          R"({"d":"2024-01-01","n":[1.5]})", R"({"d":"2024-01-01","x":1})", "[]"})
+  for (const char* bad :
+       {R"({"d":"2023-02-29"})", R"({"n":[1]})", R"({"d":"2024-01-01","n":[1,2]})",
+        R"({"d":"2024-01-01","n":[1.5]})", R"({"d":"2024-01-01","x":1})", "[]"})
     EXPECT_FALSE(validate(nlohmann::json::parse(bad), s, s, why)) << bad;
 }
 

@@ -25,11 +25,13 @@ std::vector<std::string> test_vocab() {
   std::vector<std::string> v;
   for (int b = 0; b < 256; ++b) v.push_back(std::string(1, static_cast<char>(b)));
   for (const char* p :
-       {"{\"", "\":", "\": ", "\",", "\", \"", "},", "}", "]}", "[{", "[\"", "\"]", "true", "false",
-        "null", "nul", " \"", "\n  ", "\n    ", "  ", "12", "2024", "-0", ".5", "e+", "e-1", "0.",
-        "name", "id", "the", " the", "items", "tags", "value", "a\"", "\\n", "\\u00", "\\ud83d",
-        "é", "ü", "中文", "\xC3", "\xA9\"", "\xE4\xB8", "\xAD", "0-", "-01-", "T12:", ":00Z\"",
-        "ab", "abc", "(", "((", "))", "x)", ""}) {
+       {"{\"",   "\":",    "\": ",     "\",",   "\", \"",  "},",   "}",     "]}",
+        "[{",    "[\"",    "\"]",      "true",  "false",   "null", "nul",   " \"",
+        "\n  ",  "\n    ", "  ",       "12",    "2024",    "-0",   ".5",    "e+",
+        "e-1",   "0.",     "name",     "id",    "the",     " the", "items", "tags",
+        "value", "a\"",    "\\n",      "\\u00", "\\ud83d", "é",    "ü",     "中文",
+        "\xC3",  "\xA9\"", "\xE4\xB8", "\xAD",  "0-",      "-01-", "T12:",  ":00Z\"",
+        "ab",    "abc",    "(",        "((",    "))",      "x)",   ""}) {
     v.push_back(p);  // "" is a hole: never allowed
   }
   return v;
@@ -101,11 +103,13 @@ void check_masks_against_brute_force(const std::string& gbnf, int walks, int ste
 TEST(GrammarMatcher, MaskEqualsBruteForceOnSmallGrammars) {
   check_masks_against_brute_force("root ::= \"(\" root \")\" | \"x\" | \"ab\" [c-e]*\n", 20, 12, 1);
   check_masks_against_brute_force(
-      "root ::= [^\"\\\\]{0,3} \"\\\"\" | \"a\" | \"abc\" \"x\"? | [\\u00e0-\\u00ff\\u4e00-\\u4eff]+\n",
+      "root ::= [^\"\\\\]{0,3} \"\\\"\" | \"a\" | \"abc\" \"x\"? | "
+      "[\\u00e0-\\u00ff\\u4e00-\\u4eff]+\n",
       20, 8, 2);
   check_masks_against_brute_force(
-      "root ::= \"[\" ( item ( \",\" \" \"? item )* )? \"]\"\nitem ::= \"true\" | \"null\" | [0-9]+\n", 20,
-      20, 3);
+      "root ::= \"[\" ( item ( \",\" \" \"? item )* )? \"]\"\nitem ::= \"true\" | \"null\" | "
+      "[0-9]+\n",
+      20, 20, 3);
 }
 
 TEST(GrammarMatcher, MaskEqualsBruteForceOnJsonObjects) {
@@ -172,7 +176,8 @@ TEST(GrammarMatcher, RollbackRestoresMasksExactly) {
   }
   // Roll back by random amounts (a rejected speculative draft), compare, take a new branch.
   for (int r = 0; r < 30 && m.n_accepted() > 0; ++r) {
-    const size_t n = std::uniform_int_distribution<size_t>(1, std::min<size_t>(m.n_accepted(), 6))(rng);
+    const size_t n =
+        std::uniform_int_distribution<size_t>(1, std::min<size_t>(m.n_accepted(), 6))(rng);
     m.rollback(n);
     masks.resize(masks.size() - n);
     ASSERT_EQ(allowed_ids(m, *f.vocab), masks.back());
@@ -334,7 +339,8 @@ TEST(GrammarMatcher, VocabFromTokenizerLeavesOutSpecialTokens) {
   EXPECT_EQ(vocab->n_vocab(), tok->vocab_size());
   auto g = parse_gbnf("root ::= [^x]* \"x\"\n");
   ASSERT_TRUE(g.ok());
-  auto a = std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), vocab);
+  auto a =
+      std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), vocab);
   GrammarMatcher m(a);
   TokenMask mask(static_cast<size_t>(vocab->n_words()));
   ASSERT_TRUE(m.allowed(mask.data()).ok());

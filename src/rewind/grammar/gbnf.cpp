@@ -112,8 +112,8 @@ class GbnfParser {
     return make_error("grammar " + where(off) + ": " + msg);
   }
   std::string where(size_t off) const {
-    const size_t line = std::upper_bound(line_starts_.begin(), line_starts_.end(), off) -
-                        line_starts_.begin();
+    const size_t line =
+        std::upper_bound(line_starts_.begin(), line_starts_.end(), off) - line_starts_.begin();
     return std::to_string(line) + ":" + std::to_string(off - line_starts_[line - 1] + 1);
   }
   bool at(char c) const { return i_ < s_.size() && s_[i_] == c; }
@@ -175,10 +175,10 @@ class GbnfParser {
   Status parse_alternates(int32_t rule, bool nested, int depth);
   Status parse_sequence(int32_t rule, std::vector<GrammarElement>& out, bool nested, int depth);
   Status parse_repeat_bounds(size_t off, bool nested, int32_t& m, int32_t& n);
-  Status apply_repeat(int32_t rule, std::vector<GrammarElement>& out, size_t last_start,
-                      int32_t m, int32_t n, size_t off);
-  int32_t lower_class(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negate,
-                      int32_t rule, size_t off, bool& is_rule);
+  Status apply_repeat(int32_t rule, std::vector<GrammarElement>& out, size_t last_start, int32_t m,
+                      int32_t n, size_t off);
+  int32_t lower_class(std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negate, int32_t rule,
+                      size_t off, bool& is_rule);
   Status finish(Grammar& g, std::string_view root_name);
 
   std::string_view s_;
@@ -202,14 +202,32 @@ Result<uint32_t> GbnfParser::parse_char(bool in_literal) {
     const char e = s_[i_ + 1];
     int digits = 0;
     switch (e) {
-      case 'x': digits = 2; break;
-      case 'u': digits = 4; break;
-      case 'U': digits = 8; break;
-      case 't': i_ += 2; return uint32_t{'\t'};
-      case 'r': i_ += 2; return uint32_t{'\r'};
-      case 'n': i_ += 2; return uint32_t{'\n'};
-      case '\\': case '"': case '[': case ']': i_ += 2; return static_cast<uint32_t>(e);
-      default: return fail(off, "unknown escape '\\" + std::string(1, e) + "'");
+      case 'x':
+        digits = 2;
+        break;
+      case 'u':
+        digits = 4;
+        break;
+      case 'U':
+        digits = 8;
+        break;
+      case 't':
+        i_ += 2;
+        return uint32_t{'\t'};
+      case 'r':
+        i_ += 2;
+        return uint32_t{'\r'};
+      case 'n':
+        i_ += 2;
+        return uint32_t{'\n'};
+      case '\\':
+      case '"':
+      case '[':
+      case ']':
+        i_ += 2;
+        return static_cast<uint32_t>(e);
+      default:
+        return fail(off, "unknown escape '\\" + std::string(1, e) + "'");
     }
     i_ += 2;
     uint64_t v = 0;
@@ -330,7 +348,8 @@ Status GbnfParser::parse_repeat_bounds(size_t off, bool nested, int32_t& m, int3
       n = -1;
     }
   }
-  if (!at('}')) return fail(i_, "expected '}' to close '{' at " + where(off) + ", found " + shown(i_));
+  if (!at('}'))
+    return fail(i_, "expected '}' to close '{' at " + where(off) + ", found " + shown(i_));
   ++i_;
   if (n >= 0 && n < m) return fail(off, "repetition {m,n} with n < m");
   return Ok{};
@@ -338,8 +357,8 @@ Status GbnfParser::parse_repeat_bounds(size_t off, bool nested, int32_t& m, int3
 
 // Replaces the item at out[last_start..] by its repetition m..n times (n < 0: unbounded):
 // m copies, then a right-recursive rule for x* or a chain of optional rules for the rest.
-Status GbnfParser::apply_repeat(int32_t rule, std::vector<GrammarElement>& out,
-                                size_t last_start, int32_t m, int32_t n, size_t off) {
+Status GbnfParser::apply_repeat(int32_t rule, std::vector<GrammarElement>& out, size_t last_start,
+                                int32_t m, int32_t n, size_t off) {
   std::vector<GrammarElement> sym(out.begin() + static_cast<ptrdiff_t>(last_start), out.end());
   out.resize(last_start);
   if (sym.size() != 1) {
@@ -409,7 +428,8 @@ int32_t GbnfParser::lower_class(std::vector<std::pair<uint32_t, uint32_t>> range
   bool wide = false;
   for (const auto& r : cps) {
     if (r.first < 0x80)
-      ascii.set_range(static_cast<uint8_t>(r.first), static_cast<uint8_t>(std::min(r.second, 0x7Fu)));
+      ascii.set_range(static_cast<uint8_t>(r.first),
+                      static_cast<uint8_t>(std::min(r.second, 0x7Fu)));
     if (r.second >= 0x80) wide = true;
   }
   if (!wide) {
@@ -508,7 +528,8 @@ Status GbnfParser::parse_sequence(int32_t rule, std::vector<GrammarElement>& out
       const int32_t aux = new_rule(rule, off);
       REWIND_TRY_STATUS(parse_alternates(aux, true, depth + 1));
       if (!at(')'))
-        return fail(i_, "expected ')' to close the group at " + where(off) + ", found " + shown(i_));
+        return fail(i_,
+                    "expected ')' to close the group at " + where(off) + ", found " + shown(i_));
       ++i_;
       last_start = out.size();
       out.push_back({GrammarElem::kRule, aux});
@@ -594,9 +615,10 @@ Status GbnfParser::finish(Grammar& g, std::string_view root_name) {
                            ? (g.byte_sets[el.arg].empty() ? kGrammarInf : 1u)
                            : g.rule_min[el.arg];
     const uint32_t rest = g.suffix_min[e + 1];
-    g.suffix_min[e] = (v == kGrammarInf || rest == kGrammarInf)
-                          ? kGrammarInf
-                          : static_cast<uint32_t>(std::min<uint64_t>(uint64_t{v} + rest, kGrammarInf - 1));
+    g.suffix_min[e] =
+        (v == kGrammarInf || rest == kGrammarInf)
+            ? kGrammarInf
+            : static_cast<uint32_t>(std::min<uint64_t>(uint64_t{v} + rest, kGrammarInf - 1));
   }
 
   // Every rule reachable from the start (through any alternative) must derive something.
@@ -648,8 +670,8 @@ Status GbnfParser::finish(Grammar& g, std::string_view root_name) {
         for (int32_t x = r; x != t && x >= 0; x = parent[x]) names.push_back(rules_[x].name);
         for (size_t q = names.size(); q-- > 0;) path += " -> " + names[q];
         path += " -> " + rules_[t].name;
-        return fail(rules_[t].def_off, "rule '" + rules_[t].name + "' is left-recursive (" +
-                                           path + ")");
+        return fail(rules_[t].def_off,
+                    "rule '" + rules_[t].name + "' is left-recursive (" + path + ")");
       }
       if (colour[t] == 0) {
         colour[t] = 1;
@@ -728,7 +750,7 @@ std::string Grammar::to_string() const {
       if (k) out += " |";
       for (int32_t e = r.alts[k]; elements[e].kind != GrammarElem::kEnd; ++e)
         out += " " + (elements[e].kind == GrammarElem::kBytes ? set_text(byte_sets[elements[e].arg])
-                                                               : rules[elements[e].arg].name);
+                                                              : rules[elements[e].arg].name);
       if (elements[r.alts[k]].kind == GrammarElem::kEnd) out += " \"\"";
     }
     out += "\n";

@@ -31,9 +31,9 @@
 
 namespace rw {
 
-inline constexpr int32_t kGbnfMaxRepeat = 10000;       // largest m or n of x{m,n}
-inline constexpr int32_t kGbnfMaxElements = 1 << 20;   // lowered grammar elements
-inline constexpr uint32_t kGrammarInf = 0xFFFFFFFFu;   // "derives no finite string"
+inline constexpr int32_t kGbnfMaxRepeat = 10000;      // largest m or n of x{m,n}
+inline constexpr int32_t kGbnfMaxElements = 1 << 20;  // lowered grammar elements
+inline constexpr uint32_t kGrammarInf = 0xFFFFFFFFu;  // "derives no finite string"
 
 // A set of bytes (one terminal of the lowered grammar).
 struct ByteSet {
@@ -59,9 +59,9 @@ struct GrammarElement {
 };
 
 struct GrammarRule {
-  std::string name;          // as written, or `<parent>-<n>` for groups and repetitions
-  std::vector<int32_t> alts; // index of each alternative's first element (productive ones)
-  int32_t line = 0, col = 0; // where it was defined (generated rules: where their item was)
+  std::string name;           // as written, or `<parent>_<n>` for groups, repetitions, classes
+  std::vector<int32_t> alts;  // index of each alternative's first element (productive ones)
+  int32_t line = 0, col = 0;  // where it was defined (generated rules: where their item was)
 };
 
 // The lowered grammar. Immutable once built; matchers share it.

@@ -46,12 +46,13 @@ fmt-ipv4 ::= "\"" fmt-octet "." fmt-octet "." fmt-octet "." fmt-octet "\""
 )";
 
 const std::set<std::string, std::less<>> kAnnotations = {
-    "title",    "description", "$schema",    "$id",      "$comment",
-    "default",  "examples",    "deprecated", "readOnly", "writeOnly"};
+    "title",   "description", "$schema",    "$id",      "$comment",
+    "default", "examples",    "deprecated", "readOnly", "writeOnly"};
 const std::set<std::string, std::less<>> kKeywords = {
-    "type",     "properties", "required",  "additionalProperties", "items", "minItems",
-    "maxItems", "enum",       "const",     "anyOf",                "$ref",  "$defs",
-    "definitions", "format",  "minLength", "maxLength"};
+    "type",        "properties", "required",  "additionalProperties",
+    "items",       "minItems",   "maxItems",  "enum",
+    "const",       "anyOf",      "$ref",      "$defs",
+    "definitions", "format",     "minLength", "maxLength"};
 const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid", "ipv4"};
 
 // v as compact JSON text (what the grammar must spell); strings that are not UTF-8 are refused.
@@ -138,8 +139,8 @@ class SchemaCompiler {
   Result<std::string> ref_rule(const ojson& s, const std::string& path, int depth);
   Result<std::string> type_rule(const ojson& s, const std::string& type, const std::string& path,
                                 const std::string& hint, int depth);
-  Result<std::string> object_rule(const ojson& s, const std::string& path,
-                                  const std::string& hint, int depth);
+  Result<std::string> object_rule(const ojson& s, const std::string& path, const std::string& hint,
+                                  int depth);
   Result<std::string> array_rule(const ojson& s, const std::string& path, const std::string& hint,
                                  int depth);
 
@@ -200,8 +201,8 @@ Result<std::string> SchemaCompiler::visit(const ojson& s, const std::string& pat
       return error("'type' at " + path + " must be a string or a non-empty array of strings");
     }
     for (const std::string& ty : types)
-      if (ty != "string" && ty != "number" && ty != "integer" && ty != "boolean" &&
-          ty != "null" && ty != "object" && ty != "array")
+      if (ty != "string" && ty != "number" && ty != "integer" && ty != "boolean" && ty != "null" &&
+          ty != "object" && ty != "array")
         return error("unknown type '" + ty + "' at " + path);
   }
 
@@ -209,8 +210,7 @@ Result<std::string> SchemaCompiler::visit(const ojson& s, const std::string& pat
     const char* kw = s.contains("const") ? "const" : "enum";
     for (const std::string& k : keys)
       if (k != "enum" && k != "const" && k != "type")
-        return error("'" + std::string(kw) + "' with '" + k + "' at " + path +
-                     " is not supported");
+        return error("'" + std::string(kw) + "' with '" + k + "' at " + path + " is not supported");
     std::vector<ojson> values;
     if (s.contains("const")) {
       values.push_back(s["const"]);
@@ -353,8 +353,8 @@ Result<std::string> SchemaCompiler::object_rule(const ojson& s, const std::strin
   }
   if (!s.contains("properties")) {
     if (!required.empty())
-      return error("'required' names '" + *required.begin() + "', which is not in 'properties', at " +
-                   path);
+      return error("'required' names '" + *required.begin() +
+                   "', which is not in 'properties', at " + path);
     return closed ? add_rule(hint, R"("{" ws "}")") : std::string("object");
   }
   const ojson& props = s["properties"];
@@ -373,8 +373,7 @@ Result<std::string> SchemaCompiler::object_rule(const ojson& s, const std::strin
                visit(it.value(), path + "/properties/" + pointer_token(it.key()),
                      name + "-" + it.key(), depth + 1));
     REWIND_TRY(const std::string key, json_text(ojson(it.key()), path));
-    kv.push_back(add_rule(name + "-kv", gbnf_literal(key) +
-                                            " ws \":\" ws " + value + " ws"));
+    kv.push_back(add_rule(name + "-kv", gbnf_literal(key) + " ws \":\" ws " + value + " ws"));
     req.push_back(required.count(it.key()) > 0);
   }
   const size_t n = kv.size();
@@ -435,7 +434,9 @@ Result<std::string> json_schema_text_to_gbnf(std::string_view schema_json) {
   return json_schema_to_gbnf(schema);
 }
 
-std::string json_object_gbnf() { return "root ::= object\n" + std::string(kPrimitives); }
+std::string json_object_gbnf() {
+  return "root ::= object\n" + std::string(kPrimitives);
+}
 
 Result<Grammar> compile_json_schema(const ojson& schema) {
   REWIND_TRY(const std::string text, json_schema_to_gbnf(schema));

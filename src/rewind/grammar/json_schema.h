@@ -29,11 +29,10 @@
 // * enum / const: each value written compactly as nlohmann::json dumps it.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "rewind/base/result.h"
 #include "rewind/grammar/gbnf.h"

@@ -46,8 +46,8 @@ VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes, std::vector<in
     const int c = bytes_[a].compare(bytes_[b]);
     return c < 0 || (c == 0 && a < b);
   });
-  std::vector<int32_t> open;       // the node at each depth on the current path
-  std::vector<int32_t> tok_node;   // per entry of order: the node its bytes end at
+  std::vector<int32_t> open;      // the node at each depth on the current path
+  std::vector<int32_t> tok_node;  // per entry of order: the node its bytes end at
   const std::string* prev = nullptr;
   for (int32_t id : order) {
     const std::string& b = bytes_[id];
@@ -356,7 +356,8 @@ Result<const GrammarAutomaton::SplitMask*> GrammarAutomaton::split_mask(int32_t 
     }
     ++i;
   }
-  const size_t bytes = sm.allowed.size() * sizeof(uint64_t) + sm.context_roots.size() * sizeof(int32_t);
+  const size_t bytes =
+      sm.allowed.size() * sizeof(uint64_t) + sm.context_roots.size() * sizeof(int32_t);
   if (split_bytes_ + bytes > limits_.mask_cache_bytes / 2) {
     splits_.clear();
     split_bytes_ = 0;

@@ -81,9 +81,9 @@ class VocabTrie {
 };
 
 struct AutomatonLimits {
-  int32_t max_states = 1 << 16;      // interned states (each holds a 1 KiB transition row)
-  int32_t max_stacks = 1 << 21;      // interned stack frames
-  int32_t max_state_stacks = 4096;   // stacks in one state (ambiguous grammars)
+  int32_t max_states = 1 << 16;     // interned states (each holds a 1 KiB transition row)
+  int32_t max_stacks = 1 << 21;     // interned stack frames
+  int32_t max_state_stacks = 4096;  // stacks in one state (ambiguous grammars)
   // LRU budget for allowed-token masks; their context-free parts take up to half as much
   // again (dropped all at once when full).
   size_t mask_cache_bytes = size_t{256} << 20;
@@ -134,9 +134,9 @@ class GrammarAutomaton {
   struct StateInfo {
     int32_t begin, count;  // leaves_[begin .. begin + count): stacks whose top is a byte set
     bool accepting;
-    bool hole;             // has kHoleFrame, the truncated part, as a leaf (split states only)
+    bool hole;  // has kHoleFrame, the truncated part, as a leaf (split states only)
     uint32_t min_bytes;
-    int32_t split = -1;    // the truncated state (-1 unknown; the state itself: none)
+    int32_t split = -1;  // the truncated state (-1 unknown; the state itself: none)
   };
   struct CachedMask {
     TokenMask words;
@@ -171,8 +171,8 @@ class GrammarAutomaton {
   std::shared_ptr<const VocabTrie> vocab_;
   AutomatonLimits limits_;
   std::mutex mu_;
-  std::vector<Frame> frames_;                      // 0: the empty stack
-  std::vector<uint32_t> frame_min_;                // per frame: bytes to finish its stack
+  std::vector<Frame> frames_;        // 0: the empty stack
+  std::vector<uint32_t> frame_min_;  // per frame: bytes to finish its stack
   std::unordered_map<uint64_t, int32_t> frame_ids_;
   std::vector<StateInfo> states_;
   std::vector<int32_t> leaves_;
