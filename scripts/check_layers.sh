@@ -10,6 +10,7 @@
 #   kernels    base tensor
 #   tokenizer  base tensor io
 #   chat       base tensor tokenizer
+#   grammar    base tokenizer                (GBNF, JSON Schema, token masks)
 #   sample     base tensor
 #   state      base tensor
 #   cache      base tensor state              (tokens, pages, snapshots; never the model)
@@ -39,6 +40,7 @@ declare -A allowed=(
   [kernels]="base tensor"
   [tokenizer]="base tensor io"
   [chat]="base tensor tokenizer"
+  [grammar]="base tokenizer"
   [sample]="base tensor"
   [state]="base tensor"
   [cache]="base tensor state"

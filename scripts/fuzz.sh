@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 secs="${1:-15}"
 CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DREWIND_BUILD_FUZZ=ON \
   -DREWIND_BUILD_TESTS=OFF >/dev/null
-ninja -C build/fuzz fuzz_safetensors fuzz_gguf fuzz_tokenizer fuzz_openai_request fuzz_chat_template >/dev/null
+ninja -C build/fuzz fuzz_safetensors fuzz_gguf fuzz_tokenizer fuzz_openai_request fuzz_chat_template \
+  fuzz_grammar >/dev/null
 seeds=build/fuzz/seeds
-mkdir -p "$seeds"/{safetensors,gguf,tokenizer,openai,chat}
+mkdir -p "$seeds"/{safetensors,gguf,tokenizer,openai,chat,grammar}
 cp tests/data/qwen35-tiny/qwen3_5/model.safetensors "$seeds/safetensors/" 2>/dev/null || true
 cp tests/fuzz/seeds/gguf/*.gguf "$seeds/gguf/"
 printf '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stop":["x"],"tools":[]}' \
@@ -17,8 +18,14 @@ printf '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stop":["x"]
 printf '{"prompt":"hello","max_tokens":3,"logprobs":2}' > "$seeds/openai/completion.json"
 printf '{%% for m in messages %%}{{ m.role }}: {{ m.content | trim }}\n{%% endfor %%}' > "$seeds/chat/t1.jinja"
 printf 'Hello <|im_start|>world 123 \xc3\xa9\n' > "$seeds/tokenizer/text.txt"
+# Grammar seeds: the first byte picks GBNF (even) or JSON Schema (odd).
+printf '0root ::= "{" ws item ("," ws item)* "}"\nitem ::= [a-z]+ ":" ws ([0-9]{1,3} | "\\"" [^"\\\\]* "\\"")\nws ::= [ \\t\\n]?\n' \
+  > "$seeds/grammar/gbnf.txt"
+printf '1{"type":"object","properties":{"a":{"type":"array","items":{"enum":[1,"x",null]},"maxItems":3},"b":{"type":"string","format":"date"},"c":{"$ref":"#"}},"required":["a"],"additionalProperties":false}' \
+  > "$seeds/grammar/schema.json"
 status=0
-for t in safetensors:safetensors gguf:gguf tokenizer:tokenizer openai_request:openai chat_template:chat; do
+for t in safetensors:safetensors gguf:gguf tokenizer:tokenizer openai_request:openai chat_template:chat \
+    grammar:grammar; do
   bin="build/fuzz/tests/fuzz/fuzz_${t%%:*}"
   corpus="build/fuzz/corpus_${t%%:*}"
   mkdir -p "$corpus"

@@ -1,0 +1,473 @@
+// JSON Schema subset to GBNF (json_schema.h): one rule per composite schema, named after its
+// path; fixed rules for JSON's primitives and the string formats.
+#include "rewind/grammar/json_schema.h"
+
+#include <map>
+#include <set>
+#include <vector>
+
+namespace rw {
+
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+constexpr int kMaxSchemaDepth = 64;
+constexpr int64_t kMaxCount = kGbnfMaxRepeat;  // minItems, maxItems, minLength, maxLength
+
+// JSON's primitives and the formats; the generated rules never take these names (they start
+// with "root", "schema" or "ref-").
+constexpr std::string_view kPrimitives = R"(ws ::= ( " " | "\n" [ \t]{0,20} )?
+value ::= object | array | string | number | boolean | null
+object ::= "{" ws ( string ws ":" ws value ws ( "," ws string ws ":" ws value ws )* )? "}"
+array ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string ::= "\"" char* "\""
+char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" hex-escape )
+hex-escape ::= [0-9a-cA-Ce-fE-F] hex hex hex | [dD] [0-7] hex hex | [dD] [89abAB] hex hex "\\u" [dD] [c-fC-F] hex hex
+hex ::= [0-9a-fA-F]
+integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} )
+number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?
+boolean ::= "true" | "false"
+null ::= "null"
+fmt-year ::= [0-9]{4}
+fmt-leap-year ::= [0-9]{2} ( "0" [48] | [2468] [048] | [13579] [26] ) | ( "0" [048] | [2468] [048] | [13579] [26] ) "00"
+fmt-day-28 ::= "0" [1-9] | "1" [0-9] | "2" [0-8]
+fmt-day-30 ::= fmt-day-28 | "29" | "30"
+fmt-day-31 ::= fmt-day-30 | "31"
+fmt-full-date ::= fmt-year "-" ( ( "01" | "03" | "05" | "07" | "08" | "10" | "12" ) "-" fmt-day-31 | ( "04" | "06" | "09" | "11" ) "-" fmt-day-30 | "02-" fmt-day-28 ) | fmt-leap-year "-02-29"
+fmt-hour ::= [01] [0-9] | "2" [0-3]
+fmt-full-time ::= fmt-hour ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,9} )? ( "Z" | [+-] fmt-hour ":" [0-5] [0-9] )
+fmt-octet ::= "25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9]
+fmt-date ::= "\"" fmt-full-date "\""
+fmt-time ::= "\"" fmt-full-time "\""
+fmt-date-time ::= "\"" fmt-full-date "T" fmt-full-time "\""
+fmt-uuid ::= "\"" hex{8} "-" hex{4} "-" hex{4} "-" hex{4} "-" hex{12} "\""
+fmt-ipv4 ::= "\"" fmt-octet "." fmt-octet "." fmt-octet "." fmt-octet "\""
+)";
+
+const std::set<std::string, std::less<>> kAnnotations = {
+    "title",   "description", "$schema",    "$id",      "$comment",
+    "default", "examples",    "deprecated", "readOnly", "writeOnly"};
+const std::set<std::string, std::less<>> kKeywords = {
+    "type",        "properties", "required",  "additionalProperties",
+    "items",       "minItems",   "maxItems",  "enum",
+    "const",       "anyOf",      "$ref",      "$defs",
+    "definitions", "format",     "minLength", "maxLength"};
+const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid", "ipv4"};
+
+// v as compact JSON text (what the grammar must spell); strings that are not UTF-8 are refused.
+Result<std::string> json_text(const ojson& v, const std::string& path) {
+  try {
+    return v.dump();
+  } catch (const std::exception&) {
+    return make_error("json_schema: a value at " + path + " is not valid UTF-8");
+  }
+}
+
+std::string pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const ojson& root) : root_(root) {
+    names_ = {"root"};
+    refs_["#"] = "root";
+  }
+
+  Result<std::string> run() {
+    REWIND_TRY(const std::string top, visit(root_, "#", "schema", 0));
+    std::string out = "root ::= " + top + "\n";
+    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+    out += kPrimitives;
+    return out;
+  }
+
+ private:
+  static Error error(const std::string& msg) { return make_error("json_schema: " + msg); }
+
+  std::string new_name(const std::string& hint) {
+    std::string base;
+    for (char c : hint) {
+      const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+      base += word ? c : '-';
+      if (base.size() >= 48) break;
+    }
+    std::string name = base;
+    for (int k = 2; names_.count(name); ++k) name = base + "-" + std::to_string(k);
+    names_.insert(name);
+    return name;
+  }
+
+  std::string add_rule(const std::string& hint, std::string body) {
+    const std::string name = new_name(hint);
+    rules_.emplace_back(name, std::move(body));
+    return name;
+  }
+
+  static Result<int64_t> count(const ojson& s, const char* key, const std::string& path) {
+    const ojson& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      return error("'" + std::string(key) + "' at " + path + " must be a non-negative integer");
+    if (v.get<int64_t>() > kMaxCount)
+      return error("'" + std::string(key) + "' at " + path + " is larger than " +
+                   std::to_string(kMaxCount));
+    return v.get<int64_t>();
+  }
+
+  // The schema's keywords other than annotations and definitions, for "X with Y" refusals.
+  static std::vector<std::string> constraints(const ojson& s) {
+    std::vector<std::string> out;
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (!kAnnotations.count(it.key()) && it.key() != "$defs" && it.key() != "definitions")
+        out.push_back(it.key());
+    return out;
+  }
+
+  Result<std::string> visit(const ojson& s, const std::string& path, const std::string& hint,
+                            int depth);
+  Result<std::string> ref_rule(const ojson& s, const std::string& path, int depth);
+  Result<std::string> type_rule(const ojson& s, const std::string& type, const std::string& path,
+                                const std::string& hint, int depth);
+  Result<std::string> object_rule(const ojson& s, const std::string& path, const std::string& hint,
+                                  int depth);
+  Result<std::string> array_rule(const ojson& s, const std::string& path, const std::string& hint,
+                                 int depth);
+
+  const ojson& root_;
+  std::set<std::string> names_;
+  std::vector<std::pair<std::string, std::string>> rules_;
+  std::map<std::string, std::string> refs_;  // $ref -> its rule
+};
+
+Result<std::string> SchemaCompiler::visit(const ojson& s, const std::string& path,
+                                          const std::string& hint, int depth) {
+  if (depth > kMaxSchemaDepth)
+    return error("schema nested deeper than " + std::to_string(kMaxSchemaDepth) + " at " + path);
+  if (s.is_boolean()) {
+    if (s.get<bool>()) return std::string("value");
+    return error("schema false at " + path + " accepts nothing");
+  }
+  if (!s.is_object()) return error("the schema at " + path + " must be an object or a boolean");
+  for (auto it = s.begin(); it != s.end(); ++it)
+    if (!kKeywords.count(it.key()) && !kAnnotations.count(it.key()))
+      return error("unsupported keyword '" + it.key() + "' at " + path);
+  for (const char* defs : {"$defs", "definitions"})
+    if (s.contains(defs) && !s[defs].is_object())
+      return error("'" + std::string(defs) + "' at " + path + " must be an object");
+  const std::vector<std::string> keys = constraints(s);
+
+  if (s.contains("$ref")) {
+    for (const std::string& k : keys)
+      if (k != "$ref") return error("'$ref' with '" + k + "' at " + path + " is not supported");
+    return ref_rule(s, path, depth);
+  }
+  if (s.contains("anyOf")) {
+    for (const std::string& k : keys)
+      if (k != "anyOf") return error("'anyOf' with '" + k + "' at " + path + " is not supported");
+    const ojson& alts = s["anyOf"];
+    if (!alts.is_array() || alts.empty())
+      return error("'anyOf' at " + path + " must be a non-empty array");
+    std::string body;
+    for (size_t i = 0; i < alts.size(); ++i) {
+      REWIND_TRY(const std::string alt, visit(alts[i], path + "/anyOf/" + std::to_string(i),
+                                              hint + "-" + std::to_string(i), depth + 1));
+      body += (i ? " | " : "") + alt;
+    }
+    return add_rule(hint, body);
+  }
+
+  std::vector<std::string> types;
+  if (s.contains("type")) {
+    const ojson& t = s["type"];
+    if (t.is_string()) {
+      types.push_back(t.get<std::string>());
+    } else if (t.is_array() && !t.empty()) {
+      for (const ojson& x : t) {
+        if (!x.is_string()) return error("'type' at " + path + " must name types");
+        types.push_back(x.get<std::string>());
+      }
+    } else {
+      return error("'type' at " + path + " must be a string or a non-empty array of strings");
+    }
+    for (const std::string& ty : types)
+      if (ty != "string" && ty != "number" && ty != "integer" && ty != "boolean" && ty != "null" &&
+          ty != "object" && ty != "array")
+        return error("unknown type '" + ty + "' at " + path);
+  }
+
+  if (s.contains("enum") || s.contains("const")) {
+    const char* kw = s.contains("const") ? "const" : "enum";
+    for (const std::string& k : keys)
+      if (k != "enum" && k != "const" && k != "type")
+        return error("'" + std::string(kw) + "' with '" + k + "' at " + path + " is not supported");
+    std::vector<ojson> values;
+    if (s.contains("const")) {
+      values.push_back(s["const"]);
+      if (s.contains("enum")) return error("'const' with 'enum' at " + path + " is not supported");
+    } else {
+      if (!s["enum"].is_array() || s["enum"].empty())
+        return error("'enum' at " + path + " must be a non-empty array");
+      for (const ojson& v : s["enum"]) values.push_back(v);
+    }
+    std::string body;
+    std::set<std::string> seen;
+    for (const ojson& v : values) {
+      if (!types.empty()) {
+        bool fits = false;
+        for (const std::string& ty : types)
+          fits |= (ty == "string" && v.is_string()) || (ty == "number" && v.is_number()) ||
+                  (ty == "integer" && v.is_number_integer()) ||
+                  (ty == "boolean" && v.is_boolean()) || (ty == "null" && v.is_null()) ||
+                  (ty == "object" && v.is_object()) || (ty == "array" && v.is_array());
+        if (!fits) continue;
+      }
+      REWIND_TRY(const std::string text, json_text(v, path));
+      const std::string lit = gbnf_literal(text);
+      if (!seen.insert(lit).second) continue;
+      body += (body.empty() ? "" : " | ") + lit;
+    }
+    if (body.empty())
+      return error("no value of '" + std::string(kw) + "' at " + path + " has the schema's type");
+    return add_rule(hint, body);
+  }
+
+  if (types.empty()) {  // inferred from the keywords, else any value
+    if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+      types.push_back("object");
+    if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
+      types.push_back("array");
+    if (s.contains("format") || s.contains("minLength") || s.contains("maxLength"))
+      types.push_back("string");
+    if (types.empty()) return std::string("value");
+  }
+  if (types.size() == 1) return type_rule(s, types[0], path, hint, depth);
+  std::string body;
+  for (const std::string& ty : types) {
+    REWIND_TRY(const std::string alt, type_rule(s, ty, path, hint + "-" + ty, depth));
+    body += (body.empty() ? "" : " | ") + alt;
+  }
+  return add_rule(hint, body);
+}
+
+Result<std::string> SchemaCompiler::ref_rule(const ojson& s, const std::string& path, int depth) {
+  if (!s["$ref"].is_string()) return error("'$ref' at " + path + " must be a string");
+  const std::string ref = s["$ref"].get<std::string>();
+  auto known = refs_.find(ref);
+  if (known != refs_.end()) return known->second;
+  if (ref.empty() || ref[0] != '#')
+    return error("'$ref' '" + ref + "' at " + path + " points outside the schema (unsupported)");
+  if (ref.size() > 1 && ref[1] != '/')
+    return error("'$ref' '" + ref + "' at " + path + " is not a JSON pointer (#/...)");
+  const ojson* target = &root_;
+  std::string last = "ref";
+  for (size_t i = 2; i <= ref.size() && ref.size() > 1;) {
+    size_t e = ref.find('/', i);
+    if (e == std::string::npos) e = ref.size();
+    std::string tok;
+    for (size_t k = i; k < e; ++k) {
+      if (ref[k] == '~' && k + 1 < e && (ref[k + 1] == '0' || ref[k + 1] == '1')) {
+        tok += ref[k + 1] == '0' ? '~' : '/';
+        ++k;
+      } else {
+        tok += ref[k];
+      }
+    }
+    if (target->is_object() && target->contains(tok)) {
+      target = &(*target)[tok];
+    } else if (target->is_array() && !tok.empty() &&
+               tok.find_first_not_of("0123456789") == std::string::npos && tok.size() < 10 &&
+               std::stoul(tok) < target->size()) {
+      target = &(*target)[std::stoul(tok)];
+    } else {
+      return error("'$ref' '" + ref + "' at " + path + " does not resolve");
+    }
+    last = tok;
+    i = e + 1;
+  }
+  const std::string name = new_name("ref-" + last);
+  refs_[ref] = name;
+  REWIND_TRY(const std::string body, visit(*target, ref, name + "-body", depth + 1));
+  rules_.emplace_back(name, body);
+  return name;
+}
+
+Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string& type,
+                                              const std::string& path, const std::string& hint,
+                                              int depth) {
+  if (type == "object") return object_rule(s, path, hint, depth);
+  if (type == "array") return array_rule(s, path, hint, depth);
+  if (type == "number" || type == "integer" || type == "boolean" || type == "null") return type;
+  // string
+  if (s.contains("format")) {
+    if (!s["format"].is_string()) return error("'format' at " + path + " must be a string");
+    const std::string f = s["format"].get<std::string>();
+    if (!kFormats.count(f)) return error("unsupported format '" + f + "' at " + path);
+    if (s.contains("minLength") || s.contains("maxLength"))
+      return error("'format' with a length at " + path + " is not supported");
+    return "fmt-" + f;
+  }
+  if (!s.contains("minLength") && !s.contains("maxLength")) return std::string("string");
+  int64_t lo = 0;
+  int64_t hi = -1;
+  if (s.contains("minLength")) {
+    REWIND_TRY(lo, count(s, "minLength", path));
+  }
+  if (s.contains("maxLength")) {
+    REWIND_TRY(hi, count(s, "maxLength", path));
+  }
+  if (hi >= 0 && hi < lo) return error("'maxLength' below 'minLength' at " + path);
+  const std::string reps =
+      "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : std::string()) + "}";
+  return add_rule(hint, "\"\\\"\" char" + reps + " \"\\\"\"");
+}
+
+Result<std::string> SchemaCompiler::object_rule(const ojson& s, const std::string& path,
+                                                const std::string& hint, int depth) {
+  bool closed = false;  // additionalProperties false
+  if (s.contains("additionalProperties")) {
+    const ojson& a = s["additionalProperties"];
+    if (a.is_boolean()) {
+      closed = !a.get<bool>();
+    } else if (!(a.is_object() && a.empty())) {
+      return error("unsupported keyword 'additionalProperties' (a schema) at " + path);
+    }
+  }
+  std::set<std::string> required;
+  if (s.contains("required")) {
+    if (!s["required"].is_array()) return error("'required' at " + path + " must be an array");
+    for (const ojson& r : s["required"]) {
+      if (!r.is_string()) return error("'required' at " + path + " must list strings");
+      required.insert(r.get<std::string>());
+    }
+  }
+  if (!s.contains("properties")) {
+    if (!required.empty())
+      return error("'required' names '" + *required.begin() +
+                   "', which is not in 'properties', at " + path);
+    return closed ? add_rule(hint, R"("{" ws "}")") : std::string("object");
+  }
+  const ojson& props = s["properties"];
+  if (!props.is_object()) return error("'properties' at " + path + " must be an object");
+  for (const std::string& r : required)
+    if (!props.contains(r))
+      return error("'required' names '" + r + "', which is not in 'properties', at " + path);
+  if (props.empty()) return add_rule(hint, R"("{" ws "}")");
+
+  // One rule per key-value pair; tail j = the pairs from j on, each after a comma.
+  const std::string name = new_name(hint);
+  std::vector<std::string> kv;
+  std::vector<bool> req;
+  for (auto it = props.begin(); it != props.end(); ++it) {
+    REWIND_TRY(const std::string value,
+               visit(it.value(), path + "/properties/" + pointer_token(it.key()),
+                     name + "-" + it.key(), depth + 1));
+    REWIND_TRY(const std::string key, json_text(ojson(it.key()), path));
+    kv.push_back(add_rule(name + "-kv", gbnf_literal(key) + " ws \":\" ws " + value + " ws"));
+    req.push_back(required.count(it.key()) > 0);
+  }
+  const size_t n = kv.size();
+  std::vector<std::string> tail(n + 1);  // tail[n] is empty
+  for (size_t j = n; j-- > 0;) {
+    std::string body = req[j] ? "\",\" ws " + kv[j] : "( \",\" ws " + kv[j] + " )?";
+    if (!tail[j + 1].empty()) body += " " + tail[j + 1];
+    tail[j] = add_rule(name + "-tail", body);
+  }
+  std::string alts;
+  bool all_optional = true;
+  for (size_t j = 0; j < n; ++j) {
+    alts += (j ? " | " : "") + kv[j] + (j + 1 < n ? " " + tail[j + 1] : std::string());
+    if (req[j]) {
+      all_optional = false;
+      break;
+    }
+  }
+  rules_.emplace_back(name, "\"{\" ws ( " + alts + " )" + (all_optional ? "?" : "") + " \"}\"");
+  return name;
+}
+
+Result<std::string> SchemaCompiler::array_rule(const ojson& s, const std::string& path,
+                                               const std::string& hint, int depth) {
+  int64_t lo = 0;
+  int64_t hi = -1;
+  if (s.contains("minItems")) {
+    REWIND_TRY(lo, count(s, "minItems", path));
+  }
+  if (s.contains("maxItems")) {
+    REWIND_TRY(hi, count(s, "maxItems", path));
+  }
+  if (hi >= 0 && hi < lo) return error("'maxItems' below 'minItems' at " + path);
+  if (hi == 0) return add_rule(hint, R"("[" ws "]")");
+  const std::string name = new_name(hint);
+  std::string item = "value";
+  if (s.contains("items")) {
+    REWIND_TRY(item, visit(s["items"], path + "/items", name + "-item", depth + 1));
+  }
+  const int64_t more_lo = lo > 0 ? lo - 1 : 0;
+  const std::string reps = "{" + std::to_string(more_lo) + "," +
+                           (hi >= 0 ? std::to_string(hi - 1) : std::string()) + "}";
+  const std::string items = item + " ws ( \",\" ws " + item + " ws )" + reps;
+  rules_.emplace_back(name, "\"[\" ws " + (lo > 0 ? items : "( " + items + " )?") + " \"]\"");
+  return name;
+}
+
+}  // namespace
+
+Result<std::string> json_schema_to_gbnf(const ojson& schema) {
+  SchemaCompiler c(schema);
+  return c.run();
+}
+
+Result<std::string> json_schema_text_to_gbnf(std::string_view schema_json) {
+  ojson schema = ojson::parse(schema_json, nullptr, /*allow_exceptions=*/false);
+  if (schema.is_discarded()) return make_error("json_schema: the schema is not valid JSON");
+  return json_schema_to_gbnf(schema);
+}
+
+std::string json_object_gbnf() {
+  return "root ::= object\n" + std::string(kPrimitives);
+}
+
+Result<Grammar> compile_json_schema(const ojson& schema) {
+  REWIND_TRY(const std::string text, json_schema_to_gbnf(schema));
+  auto g = parse_gbnf(text);
+  if (!g.ok()) return make_error("json_schema: " + g.error_message());
+  return g;
+}
+
+Result<std::optional<std::string>> response_format_to_gbnf(const ojson& format) {
+  using Out = std::optional<std::string>;
+  if (!format.is_object()) return make_error("'response_format' must be an object");
+  if (!format.contains("type") || !format["type"].is_string())
+    return make_error("'response_format.type' must be a string");
+  const std::string type = format["type"].get<std::string>();
+  if (type == "text") return Out{};
+  if (type == "json_object") return Out{json_object_gbnf()};
+  if (type != "json_schema")
+    return make_error("'response_format.type' '" + type +
+                      "' is not one of text, json_object, json_schema");
+  if (!format.contains("json_schema") || !format["json_schema"].is_object())
+    return make_error("'response_format.json_schema' must be an object");
+  const ojson& js = format["json_schema"];
+  for (auto it = js.begin(); it != js.end(); ++it)
+    if (it.key() != "name" && it.key() != "schema" && it.key() != "strict" &&
+        it.key() != "description")
+      return make_error("unknown field 'response_format.json_schema." + it.key() + "'");
+  if (js.contains("strict") && !js["strict"].is_boolean())
+    return make_error("'response_format.json_schema.strict' must be a boolean");
+  if (!js.contains("schema")) return Out{"root ::= value\n" + std::string(kPrimitives)};
+  REWIND_TRY(std::string text, json_schema_to_gbnf(js["schema"]));
+  return Out{std::move(text)};
+}
+
+}  // namespace rw

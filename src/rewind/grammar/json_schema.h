@@ -1,0 +1,57 @@
+// JSON Schema to GBNF (grammar/gbnf.h) for structured output: the subset that OpenAI's
+// structured outputs accept, compiled so that every string the grammar derives parses as JSON
+// and validates against the schema.
+//
+// Supported: type (a name or a list of them: string, number, integer, boolean, null, object,
+// array); properties, required, additionalProperties (false, true or absent); items, minItems,
+// maxItems; enum, const; anyOf; $ref (a JSON pointer into the same document: #, #/$defs/x,
+// #/definitions/x, any #/... path; recursion allowed); $defs, definitions; minLength,
+// maxLength; format date, time, date-time, uuid, ipv4. Annotations are ignored: title,
+// description, $schema, $id, $comment, default, examples, deprecated, readOnly, writeOnly.
+// Any other keyword is refused with an error naming it and where it is ("json_schema:
+// unsupported keyword 'pattern' at #/properties/code"), which the server returns as a 400.
+//
+// What the grammar generates (each a subset of what the schema accepts, so outputs validate):
+// * Whitespace: none before or after the top-level value; at most one whitespace run after
+//   '{', '[', ',' and ':' and after each key and value, each either one space or a newline
+//   followed by up to 20 spaces or tabs (llama.cpp's rule). Bounded runs keep the output
+//   finite: a model cannot spend its tokens on whitespace.
+// * Objects with `properties`: the declared properties in declaration order, required ones
+//   always, optional ones possibly left out; never other keys (additionalProperties true or
+//   absent is allowed by the schema but not generated). Without `properties`: any object
+//   (an empty one when additionalProperties is false).
+// * Numbers: an integer part of at most 16 digits, at most 16 fraction digits, an exponent of
+//   at most 2 digits; integers at most 16 digits (so they stay exact in int64 and double).
+// * Strings: any UTF-8 text with JSON escapes (\uXXXX only as a non-surrogate or a proper
+//   surrogate pair); minLength / maxLength count code points (at most 10000).
+// * Formats: date / time / date-time as RFC 3339 with upper-case T and Z, no leap second,
+//   February 29 only in leap years; uuid as 8-4-4-4-12 hex digits; ipv4 dotted decimal.
+// * enum / const: each value written compactly as nlohmann::json dumps it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rewind/base/result.h"
+#include "rewind/grammar/gbnf.h"
+
+namespace rw {
+
+// The GBNF text for `schema` (root rule `root`). Property order is the order of `schema`.
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
+// The same from JSON text (errors for malformed JSON too).
+Result<std::string> json_schema_text_to_gbnf(std::string_view schema_json);
+// Any JSON object (response_format {"type": "json_object"}).
+std::string json_object_gbnf();
+// Compiled to a Grammar (json_schema_to_gbnf, then parse_gbnf).
+Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
+
+// OpenAI's response_format object: {"type": "text"} gives no grammar; {"type":
+// "json_object"} any JSON object; {"type": "json_schema", "json_schema": {"name": ...,
+// "schema": {...}, "strict": ..., "description": ...}} the schema's grammar (no schema: any
+// JSON value). Errors name the field.
+Result<std::optional<std::string>> response_format_to_gbnf(const nlohmann::ordered_json& format);
+
+}  // namespace rw

@@ -1,0 +1,507 @@
+// VocabTrie, GrammarAutomaton and GrammarMatcher (matcher.h).
+#include "rewind/grammar/matcher.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <numeric>
+
+#include "rewind/tokenizer/tokenizer.h"
+
+namespace rw {
+
+void apply_token_mask(const uint64_t* mask, float* logits, int32_t n_vocab) {
+  const float neg = -INFINITY;
+  const int32_t n_words = (n_vocab + 63) / 64;
+  for (int32_t w = 0; w < n_words; ++w) {
+    const uint64_t m = mask[w];
+    if (m == ~uint64_t{0}) continue;
+    float* row = logits + static_cast<ptrdiff_t>(w) * 64;
+    const int32_t lim = std::min<int32_t>(64, n_vocab - w * 64);
+    if (m == 0) {
+      for (int32_t b = 0; b < lim; ++b) row[b] = neg;
+    } else {
+      for (int32_t b = 0; b < lim; ++b)
+        if (!((m >> b) & 1)) row[b] = neg;
+    }
+  }
+}
+
+// ---- VocabTrie ----
+
+VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes, std::vector<int32_t> eos_ids)
+    : bytes_(token_bytes), eos_(std::move(eos_ids)) {
+  n_vocab_ = static_cast<int32_t>(bytes_.size());
+  for (int32_t id : eos_) {
+    REWIND_CHECK(id >= 0);
+    n_vocab_ = std::max(n_vocab_, id + 1);
+  }
+  bytes_.resize(static_cast<size_t>(n_vocab_));
+  for (int32_t id : eos_) bytes_[id].clear();
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < n_vocab_; ++id)
+    if (!bytes_[id].empty() && bytes_[id].size() <= 0xFFFF) order.push_back(id);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const int c = bytes_[a].compare(bytes_[b]);
+    return c < 0 || (c == 0 && a < b);
+  });
+  std::vector<int32_t> open;      // the node at each depth on the current path
+  std::vector<int32_t> tok_node;  // per entry of order: the node its bytes end at
+  const std::string* prev = nullptr;
+  for (int32_t id : order) {
+    const std::string& b = bytes_[id];
+    size_t lcp = 0;
+    if (prev) {
+      const size_t lim = std::min({b.size(), prev->size(), open.size()});
+      while (lcp < lim && b[lcp] == (*prev)[lcp]) ++lcp;
+    }
+    while (open.size() > lcp) {
+      skip_[open.back()] = static_cast<int32_t>(byte_.size());
+      open.pop_back();
+    }
+    for (size_t k = lcp; k < b.size(); ++k) {
+      open.push_back(static_cast<int32_t>(byte_.size()));
+      byte_.push_back(static_cast<uint8_t>(b[k]));
+      depth_.push_back(static_cast<uint16_t>(k + 1));
+      skip_.push_back(0);
+    }
+    tok_node.push_back(open.back());
+    max_depth_ = std::max(max_depth_, static_cast<int32_t>(b.size()));
+    prev = &b;
+  }
+  while (!open.empty()) {
+    skip_[open.back()] = static_cast<int32_t>(byte_.size());
+    open.pop_back();
+  }
+  // Tokens come out in node order (a node's own tokens sort before its descendants').
+  tok_begin_.assign(byte_.size() + 1, 0);
+  for (int32_t node : tok_node) ++tok_begin_[node + 1];
+  std::partial_sum(tok_begin_.begin(), tok_begin_.end(), tok_begin_.begin());
+  tok_ids_ = order;
+}
+
+VocabTrie VocabTrie::from_tokenizer(const Tokenizer& tok, std::vector<int32_t> eos_ids) {
+  std::vector<std::string> bytes(static_cast<size_t>(tok.vocab_size()));
+  for (int32_t id = 0; id < tok.vocab_size(); ++id)
+    if (!tok.is_special(id)) bytes[id] = tok.token_bytes(id);
+  return VocabTrie(bytes, std::move(eos_ids));
+}
+
+bool VocabTrie::is_eos(int32_t id) const {
+  return std::find(eos_.begin(), eos_.end(), id) != eos_.end();
+}
+
+size_t VocabTrie::memory_bytes() const {
+  size_t n = byte_.size() * (1 + 2 + 4 + 4) + tok_ids_.size() * 4;
+  for (const std::string& b : bytes_) n += sizeof(std::string) + (b.size() > 15 ? b.size() : 0);
+  return n;
+}
+
+// ---- GrammarAutomaton ----
+
+namespace {
+constexpr int32_t kEmptyFrame = 0;
+constexpr int32_t kHoleFrame = 1;  // a leaf of its own: accepts every byte, stays itself
+}  // namespace
+
+GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
+                                   std::shared_ptr<const VocabTrie> vocab, AutomatonLimits limits)
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), limits_(limits) {
+  frames_.push_back({-1, -1});  // kEmptyFrame: the root's rule finished
+  frame_min_.push_back(0);
+  frames_.push_back({-2, -1});  // kHoleFrame: what lies below a truncated stack
+  frame_min_.push_back(0);
+  // kDead and kEnded: no stacks, every byte leads to kDead.
+  for (int k = 0; k < 2; ++k) {
+    states_.push_back({0, 0, false, false, kGrammarInf, k});
+    trans_.insert(trans_.end(), 256, kDead);
+  }
+  walk_states_.resize(static_cast<size_t>(vocab_->max_depth_) + 1);
+  std::vector<int32_t> leaves;
+  bool accepting = false;
+  new_epoch();
+  Status st = Ok{};
+  for (int32_t alt : grammar_->rules[grammar_->root].alts) {
+    auto f = frame(alt, 0);
+    REWIND_CHECK_MSG(f.ok(), f.error_message());
+    st = expand(*f, leaves, accepting);
+    REWIND_CHECK_MSG(st.ok(), st.error_message());
+  }
+  auto s = intern_state(leaves, accepting);
+  REWIND_CHECK_MSG(s.ok(), s.error_message());
+  initial_ = *s;
+}
+
+Result<int32_t> GrammarAutomaton::frame(int32_t pos, int32_t parent) {
+  if (grammar_->elements[pos].kind == GrammarElem::kEnd) return parent;  // a finished frame
+  const uint64_t key = (static_cast<uint64_t>(pos) << 32) | static_cast<uint32_t>(parent);
+  auto it = frame_ids_.find(key);
+  if (it != frame_ids_.end()) return it->second;
+  if (static_cast<int64_t>(frames_.size()) >= limits_.max_stacks)
+    return make_error("grammar: matcher exceeded its limit of " +
+                      std::to_string(limits_.max_stacks) + " stack frames");
+  const int32_t id = static_cast<int32_t>(frames_.size());
+  frames_.push_back({pos, parent});
+  const uint64_t m = uint64_t{grammar_->suffix_min[pos]} + frame_min_[parent];
+  frame_min_.push_back(static_cast<uint32_t>(std::min<uint64_t>(m, kGrammarInf - 1)));
+  frame_ids_.emplace(key, id);
+  return id;
+}
+
+// Adds to `leaves` every stack reachable from frame `f` by entering rules without reading a
+// byte (tops are byte sets); an emptied stack makes the state accepting. Terminates because
+// the grammar has no left recursion; frames seen in this closure are skipped.
+Status GrammarAutomaton::expand(int32_t f, std::vector<int32_t>& leaves, bool& accepting) {
+  std::vector<int32_t> todo = {f};
+  const Grammar& g = *grammar_;
+  while (!todo.empty()) {
+    const int32_t x = todo.back();
+    todo.pop_back();
+    if (x == kEmptyFrame) {
+      accepting = true;
+      continue;
+    }
+    if (x == kHoleFrame) {
+      leaves.push_back(kHoleFrame);
+      continue;
+    }
+    if (seen_mark_.size() < frames_.size()) seen_mark_.resize(frames_.size() * 2, 0);
+    if (seen_mark_[x] == seen_epoch_) continue;
+    seen_mark_[x] = seen_epoch_;
+    const Frame fr = frames_[x];
+    const GrammarElement& el = g.elements[fr.pos];
+    if (el.kind == GrammarElem::kBytes) {
+      leaves.push_back(x);
+      continue;
+    }
+    REWIND_TRY(const int32_t ret, frame(fr.pos + 1, fr.parent));
+    for (int32_t alt : g.rules[el.arg].alts) {
+      REWIND_TRY(const int32_t child, frame(alt, ret));
+      todo.push_back(child);
+    }
+  }
+  return Ok{};
+}
+
+Result<int32_t> GrammarAutomaton::intern_state(std::vector<int32_t>& leaves, bool accepting) {
+  std::sort(leaves.begin(), leaves.end());
+  leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());
+  if (leaves.empty() && !accepting) return kDead;
+  if (static_cast<int64_t>(leaves.size()) > limits_.max_state_stacks)
+    return make_error("grammar: matcher exceeded its limit of " +
+                      std::to_string(limits_.max_state_stacks) + " stacks in one state");
+  std::string key(reinterpret_cast<const char*>(leaves.data()), leaves.size() * sizeof(int32_t));
+  key += accepting ? '\1' : '\0';
+  auto it = state_ids_.find(key);
+  if (it != state_ids_.end()) return it->second;
+  if (static_cast<int64_t>(states_.size()) >= limits_.max_states ||
+      static_cast<int64_t>(leaves_.size() + leaves.size()) > limits_.max_stacks)
+    return make_error("grammar: matcher exceeded its limit of " +
+                      std::to_string(limits_.max_states) + " states");
+  uint32_t min_bytes = accepting ? 0 : kGrammarInf;
+  for (int32_t l : leaves)
+    if (l != kHoleFrame) min_bytes = std::min(min_bytes, frame_min_[l]);
+  const int32_t id = static_cast<int32_t>(states_.size());
+  states_.push_back({static_cast<int32_t>(leaves_.size()), static_cast<int32_t>(leaves.size()),
+                     accepting, !leaves.empty() && leaves[0] == kHoleFrame, min_bytes, -1});
+  leaves_.insert(leaves_.end(), leaves.begin(), leaves.end());
+  trans_.insert(trans_.end(), 256, -1);
+  state_ids_.emplace(std::move(key), id);
+  return id;
+}
+
+Result<int32_t> GrammarAutomaton::transition(int32_t state, uint8_t byte) {
+  const int32_t known = trans_[static_cast<size_t>(state) * 256 + byte];
+  if (known >= 0) return known;
+  const Grammar& g = *grammar_;
+  std::vector<int32_t> leaves;
+  bool accepting = false;
+  new_epoch();
+  const StateInfo info = states_[state];
+  for (int32_t k = 0; k < info.count; ++k) {
+    if (leaves_[info.begin + k] == kHoleFrame) {
+      leaves.push_back(kHoleFrame);
+      continue;
+    }
+    const Frame fr = frames_[leaves_[info.begin + k]];
+    if (!g.byte_sets[g.elements[fr.pos].arg].test(byte)) continue;
+    REWIND_TRY(const int32_t next, frame(fr.pos + 1, fr.parent));
+    REWIND_TRY_STATUS(expand(next, leaves, accepting));
+  }
+  REWIND_TRY(const int32_t id, intern_state(leaves, accepting));
+  trans_[static_cast<size_t>(state) * 256 + byte] = id;
+  ++n_transitions_;
+  return id;
+}
+
+Status GrammarAutomaton::walk_subtree(int32_t node, int32_t end, int32_t at, TokenMask& words) {
+  const VocabTrie& v = *vocab_;
+  auto set_tokens = [&](int32_t i) {
+    for (int32_t k = v.tok_begin_[i]; k < v.tok_begin_[i + 1]; ++k) {
+      const int32_t id = v.tok_ids_[k];
+      words[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+  };
+  int32_t i = node;
+  if (node >= 0) {  // the subtree's root itself
+    set_tokens(node);
+    walk_states_[v.depth_[node]] = at;
+    ++i;
+  } else {
+    walk_states_[0] = at;
+    i = 0;
+  }
+  while (i < end) {
+    const int32_t d = v.depth_[i];
+    const int32_t from = walk_states_[d - 1];
+    int32_t to = trans_[static_cast<size_t>(from) * 256 + v.byte_[i]];
+    if (to < 0) {
+      REWIND_TRY(to, transition(from, v.byte_[i]));
+    }
+    if (to == kDead) {
+      i = v.skip_[i];
+      continue;
+    }
+    walk_states_[d] = to;
+    set_tokens(i);
+    ++i;
+  }
+  return Ok{};
+}
+
+// The state with its stacks cut just above the deepest frame they all share (the context they
+// have in common) and kHoleFrame put there; the state itself when there is no such frame within
+// kSplitSearch frames. A cut that would leave only the hole moves one frame down.
+Result<int32_t> GrammarAutomaton::split_state(int32_t state) {
+  if (states_[state].split >= 0) return states_[state].split;
+  const StateInfo info = states_[state];
+  if (info.count == 0) {  // only the end of the grammar: nothing to split
+    states_[state].split = state;
+    return state;
+  }
+  std::unordered_map<int32_t, int32_t> count;  // frame -> stacks through it
+  for (int32_t k = 0; k < info.count; ++k) {
+    int32_t f = leaves_[info.begin + k];
+    for (int n = 0; n < kSplitSearch && f > kHoleFrame; ++n, f = frames_[f].parent) ++count[f];
+  }
+  int32_t common = kEmptyFrame;
+  for (int32_t f = leaves_[info.begin], n = 0; n < kSplitSearch && f > kHoleFrame;
+       ++n, f = frames_[f].parent) {
+    if (count[f] == info.count) {
+      common = f;
+      break;
+    }
+  }
+  int32_t id = state;
+  std::vector<int32_t> leaves;
+  while (common > kHoleFrame) {
+    leaves.clear();
+    bool only_hole = true;
+    for (int32_t k = 0; k < info.count; ++k) {
+      std::vector<int32_t> pos;  // the frames above `common`, top first
+      for (int32_t f = leaves_[info.begin + k]; f != common; f = frames_[f].parent)
+        pos.push_back(frames_[f].pos);
+      int32_t g = kHoleFrame;
+      for (size_t j = pos.size(); j-- > 0;) {
+        REWIND_TRY(g, frame(pos[j], g));
+      }
+      only_hole &= g == kHoleFrame;
+      leaves.push_back(g);
+    }
+    if (!only_hole) {
+      REWIND_TRY(id, intern_state(leaves, false));
+      break;
+    }
+    common = frames_[common].parent;
+  }
+  states_[state].split = id;
+  states_[id].split = id;
+  return id;
+}
+
+Result<const GrammarAutomaton::SplitMask*> GrammarAutomaton::split_mask(int32_t truncated) {
+  auto it = splits_.find(truncated);
+  if (it != splits_.end()) {
+    ++split_hits_;
+    return &it->second;
+  }
+  ++split_misses_;
+  const VocabTrie& v = *vocab_;
+  SplitMask sm;
+  sm.allowed.assign(static_cast<size_t>(v.n_words()), 0);
+  walk_states_[0] = truncated;
+  const int32_t n = static_cast<int32_t>(v.byte_.size());
+  for (int32_t i = 0; i < n;) {
+    const int32_t d = v.depth_[i];
+    const int32_t from = walk_states_[d - 1];
+    int32_t to = trans_[static_cast<size_t>(from) * 256 + v.byte_[i]];
+    if (to < 0) {
+      REWIND_TRY(to, transition(from, v.byte_[i]));
+    }
+    if (to == kDead) {
+      i = v.skip_[i];
+      continue;
+    }
+    const StateInfo& at = states_[to];
+    if (at.hole && at.count == 1 && !at.accepting) {  // only what lies below can go on
+      sm.context_roots.push_back(i);
+      i = v.skip_[i];
+      continue;
+    }
+    walk_states_[d] = to;
+    for (int32_t k = v.tok_begin_[i]; k < v.tok_begin_[i + 1]; ++k) {
+      const int32_t id = v.tok_ids_[k];
+      sm.allowed[id >> 6] |= uint64_t{1} << (id & 63);
+    }
+    ++i;
+  }
+  const size_t bytes =
+      sm.allowed.size() * sizeof(uint64_t) + sm.context_roots.size() * sizeof(int32_t);
+  if (split_bytes_ + bytes > limits_.mask_cache_bytes / 2) {
+    splits_.clear();
+    split_bytes_ = 0;
+  }
+  split_bytes_ += bytes;
+  return &(splits_[truncated] = std::move(sm));
+}
+
+Status GrammarAutomaton::compute_mask(int32_t state, TokenMask& words) {
+  const VocabTrie& v = *vocab_;
+  words.assign(static_cast<size_t>(v.n_words()), 0);
+  if (state == kDead || state == kEnded) return Ok{};
+  REWIND_TRY(const int32_t truncated, split_state(state));
+  if (truncated == state) {
+    REWIND_TRY_STATUS(walk_subtree(-1, static_cast<int32_t>(v.byte_.size()), state, words));
+  } else {
+    REWIND_TRY(const SplitMask* sm, split_mask(truncated));
+    words = sm->allowed;
+    const std::vector<int32_t> roots = sm->context_roots;  // split_mask may run again below
+    for (int32_t r : roots) {
+      // The root's bytes: a prefix of the first token in its subtree.
+      const std::string& first = v.bytes_[v.tok_ids_[v.tok_begin_[r]]];
+      int32_t at = state;
+      for (int32_t k = 0; k < v.depth_[r] && at != kDead; ++k) {
+        REWIND_TRY(at, transition(at, static_cast<uint8_t>(first[k])));
+      }
+      if (at != kDead) REWIND_TRY_STATUS(walk_subtree(r, v.skip_[r], at, words));
+    }
+  }
+  if (states_[state].accepting)
+    for (int32_t id : v.eos_) words[id >> 6] |= uint64_t{1} << (id & 63);
+  return Ok{};
+}
+
+Result<const TokenMask*> GrammarAutomaton::mask_locked(int32_t state) {
+  auto it = masks_.find(state);
+  if (it != masks_.end()) {
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    return &it->second.words;
+  }
+  ++misses_;
+  TokenMask words;
+  REWIND_TRY_STATUS(compute_mask(state, words));
+  const size_t bytes = words.size() * sizeof(uint64_t);
+  while (!lru_.empty() && mask_bytes_ + bytes > limits_.mask_cache_bytes) {
+    auto old = masks_.find(lru_.back());
+    mask_bytes_ -= old->second.words.size() * sizeof(uint64_t);
+    masks_.erase(old);
+    lru_.pop_back();
+  }
+  lru_.push_front(state);
+  auto& entry = masks_[state];
+  entry.words = std::move(words);
+  entry.lru = lru_.begin();
+  mask_bytes_ += bytes;
+  return &entry.words;
+}
+
+Status GrammarAutomaton::allowed(int32_t state, uint64_t* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  REWIND_TRY(const TokenMask* m, mask_locked(state));
+  std::memcpy(out, m->data(), m->size() * sizeof(uint64_t));
+  return Ok{};
+}
+
+Status GrammarAutomaton::mask_logits(int32_t state, float* logits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  REWIND_TRY(const TokenMask* m, mask_locked(state));
+  apply_token_mask(m->data(), logits, vocab_->n_vocab());
+  return Ok{};
+}
+
+Result<int32_t> GrammarAutomaton::step_bytes(int32_t state, std::string_view bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (char c : bytes) {
+    if (state == kDead) break;
+    REWIND_TRY(state, transition(state, static_cast<uint8_t>(c)));
+  }
+  return state;
+}
+
+Result<int32_t> GrammarAutomaton::step_token(int32_t state, int32_t id) {
+  if (id < 0 || id >= vocab_->n_vocab()) return kDead;
+  if (vocab_->is_eos(id)) return is_accepting(state) && state != kEnded ? kEnded : kDead;
+  const std::string& b = vocab_->bytes(id);
+  if (b.empty() || state == kEnded) return kDead;
+  return step_bytes(state, b);
+}
+
+bool GrammarAutomaton::is_accepting(int32_t state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return states_[state].accepting;
+}
+
+uint32_t GrammarAutomaton::min_bytes_to_accept(int32_t state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return states_[state].min_bytes;
+}
+
+AutomatonStats GrammarAutomaton::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  AutomatonStats s;
+  s.states = static_cast<int64_t>(states_.size());
+  s.stacks = static_cast<int64_t>(frames_.size());
+  s.transitions = n_transitions_;
+  s.mask_hits = hits_;
+  s.mask_misses = misses_;
+  s.mask_bytes = mask_bytes_;
+  s.split_hits = split_hits_;
+  s.split_misses = split_misses_;
+  s.split_bytes = split_bytes_;
+  return s;
+}
+
+// ---- GrammarMatcher ----
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<GrammarAutomaton> automaton)
+    : automaton_(std::move(automaton)) {
+  history_.push_back(automaton_->initial_state());
+}
+
+Status GrammarMatcher::accept(int32_t id) {
+  REWIND_TRY(const int32_t next, automaton_->step_token(state(), id));
+  if (next == GrammarAutomaton::kDead)
+    return make_error("grammar: token " + std::to_string(id) + " is not allowed here");
+  history_.push_back(next);
+  return Ok{};
+}
+
+Result<size_t> GrammarMatcher::accept_prefix(const std::vector<int32_t>& ids) {
+  size_t n = 0;
+  for (int32_t id : ids) {
+    REWIND_TRY(const int32_t next, automaton_->step_token(state(), id));
+    if (next == GrammarAutomaton::kDead) break;
+    history_.push_back(next);
+    ++n;
+  }
+  return n;
+}
+
+void GrammarMatcher::rollback(size_t n) {
+  REWIND_CHECK_MSG(n <= n_accepted(), "grammar rollback past the first token");
+  history_.resize(history_.size() - n);
+}
+
+}  // namespace rw

@@ -1,0 +1,643 @@
+// JSON Schema to grammar (grammar/json_schema.h): each keyword accepts and rejects what it
+// should, unsupported keywords are refused by name, and a property test: random schemas, random
+// walks through the matcher, every finished output parses and validates (a validator for the
+// subset, written here independently of the compiler).
+#include "rewind/grammar/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "rewind/grammar/grammar_ref.h"
+#include "rewind/grammar/matcher.h"
+
+namespace rw {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+Grammar compile(const std::string& schema_text) {
+  auto text = json_schema_text_to_gbnf(schema_text);
+  EXPECT_TRUE(text.ok()) << text.error_message();
+  if (!text.ok()) return Grammar{};
+  auto g = parse_gbnf(*text);
+  EXPECT_TRUE(g.ok()) << g.error_message() << "\n" << *text;
+  return g.ok() ? std::move(g).value() : Grammar{};
+}
+
+std::string refusal(const std::string& schema_text) {
+  auto text = json_schema_text_to_gbnf(schema_text);
+  EXPECT_FALSE(text.ok()) << schema_text;
+  return text.ok() ? std::string() : text.error_message();
+}
+
+bool accepts(const Grammar& g, const std::string& s) {
+  return earley_recognise(g, s).complete;
+}
+
+// ---- a validator for the subset, independent of the compiler ----
+
+int64_t code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+bool valid_date(const std::string& s) {
+  static const std::regex re(R"(^(\d{4})-(\d{2})-(\d{2})$)");
+  std::smatch m;
+  if (!std::regex_match(s, m, re)) return false;
+  const int y = std::stoi(m[1]), mo = std::stoi(m[2]), d = std::stoi(m[3]);
+  if (mo < 1 || mo > 12 || d < 1) return false;
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  const int days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return d <= days[mo - 1];
+}
+
+bool valid_time(const std::string& s) {
+  static const std::regex re(
+      R"(^([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$)");
+  return std::regex_match(s, re);
+}
+
+bool valid_format(const std::string& f, const std::string& s) {
+  if (f == "date") return valid_date(s);
+  if (f == "time") return valid_time(s);
+  if (f == "date-time") {
+    const size_t t = s.find_first_of("Tt");
+    return t != std::string::npos && valid_date(s.substr(0, t)) && valid_time(s.substr(t + 1));
+  }
+  if (f == "uuid") {
+    static const std::regex re(
+        R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)");
+    return std::regex_match(s, re);
+  }
+  if (f == "ipv4") {
+    static const std::regex re(R"(^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$)");
+    std::smatch m;
+    if (!std::regex_match(s, m, re)) return false;
+    for (int k = 1; k <= 4; ++k) {
+      const std::string o = m[k];
+      if ((o.size() > 1 && o[0] == '0') || std::stoi(o) > 255) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+const ojson* resolve(const ojson& root, const std::string& ref) {
+  const ojson* t = &root;
+  size_t i = 2;
+  while (ref.size() > 1 && i <= ref.size()) {
+    size_t e = ref.find('/', i);
+    if (e == std::string::npos) e = ref.size();
+    const std::string tok = ref.substr(i, e - i);
+    if (!t->contains(tok)) return nullptr;
+    t = &(*t)[tok];
+    i = e + 1;
+  }
+  return t;
+}
+
+// Whether `v` validates against `s` (only the keywords of the subset; an unknown one fails).
+bool validate(const nlohmann::json& v, const ojson& s, const ojson& root, std::string& why) {
+  if (s.is_boolean()) return s.get<bool>();
+  if (s.contains("$ref")) {
+    const ojson* t = resolve(root, s["$ref"].get<std::string>());
+    return t && validate(v, *t, root, why);
+  }
+  if (s.contains("anyOf")) {
+    for (const ojson& alt : s["anyOf"])
+      if (validate(v, alt, root, why)) return true;
+    why = "no anyOf branch matches " + v.dump();
+    return false;
+  }
+  if (s.contains("const") && nlohmann::json::parse(s["const"].dump()) != v) {
+    why = "const differs: " + v.dump();
+    return false;
+  }
+  if (s.contains("enum")) {
+    bool found = false;
+    for (const ojson& e : s["enum"]) found |= nlohmann::json::parse(e.dump()) == v;
+    if (!found) {
+      why = "not in enum: " + v.dump();
+      return false;
+    }
+  }
+  if (s.contains("type")) {
+    std::vector<std::string> types;
+    if (s["type"].is_string()) {
+      types.push_back(s["type"]);
+    } else {
+      for (const ojson& t : s["type"]) types.push_back(t);
+    }
+    bool ok = false;
+    for (const std::string& t : types)
+      ok |= (t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
+            (t == "integer" &&
+             (v.is_number_integer() ||
+              (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))) ||
+            (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
+            (t == "object" && v.is_object()) || (t == "array" && v.is_array());
+    if (!ok) {
+      why = "wrong type: " + v.dump() + " for " + s["type"].dump();
+      return false;
+    }
+  }
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    why = "a number that is not finite";
+    return false;
+  }
+  if (v.is_object()) {
+    if (s.contains("required"))
+      for (const ojson& r : s["required"])
+        if (!v.contains(r.get<std::string>())) {
+          why = "missing required " + r.dump();
+          return false;
+        }
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (s.contains("properties") && s["properties"].contains(it.key())) {
+        if (!validate(it.value(), s["properties"][it.key()], root, why)) return false;
+      } else if (s.contains("additionalProperties") && s["additionalProperties"] == false) {
+        why = "additional property " + it.key();
+        return false;
+      }
+    }
+  }
+  if (v.is_array()) {
+    if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) {
+      why = "too few items";
+      return false;
+    }
+    if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) {
+      why = "too many items";
+      return false;
+    }
+    if (s.contains("items"))
+      for (const auto& x : v)
+        if (!validate(x, s["items"], root, why)) return false;
+  }
+  if (v.is_string()) {
+    const std::string str = v.get<std::string>();
+    if (s.contains("minLength") && code_points(str) < s["minLength"].get<int64_t>()) {
+      why = "string too short";
+      return false;
+    }
+    if (s.contains("maxLength") && code_points(str) > s["maxLength"].get<int64_t>()) {
+      why = "string too long";
+      return false;
+    }
+    if (s.contains("format") && !valid_format(s["format"], str)) {
+      why = "bad " + s["format"].get<std::string>() + ": " + str;
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- keyword by keyword ----
+
+TEST(JsonSchema, ObjectsWithRequiredAndOptionalPropertiesInOrder) {
+  const Grammar g = compile(R"({"type":"object","properties":{"a":{"type":"integer"},
+      "b":{"type":"string"},"c":{"type":"boolean"}},"required":["b"],"additionalProperties":false})");
+  EXPECT_TRUE(accepts(g, R"({"b":"x"})"));
+  EXPECT_TRUE(accepts(g, R"({"a":1,"b":"x"})"));
+  EXPECT_TRUE(accepts(g, R"({"a": -12, "b": "x", "c": true})"));
+  EXPECT_TRUE(accepts(g, "{\n  \"b\": \"x\",\n  \"c\": false\n}"));
+  EXPECT_FALSE(accepts(g, R"({"a":1})"));          // b is required
+  EXPECT_FALSE(accepts(g, R"({"b":"x","a":1})"));  // declaration order
+  EXPECT_FALSE(accepts(g, R"({"b":"x","d":1})"));  // not declared
+  EXPECT_FALSE(accepts(g, R"({"b":"x",})"));
+  EXPECT_FALSE(accepts(g, R"({"a":1.5,"b":"x"})"));
+  EXPECT_FALSE(accepts(g, R"( {"b":"x"})"));  // no whitespace around the top level
+  EXPECT_FALSE(accepts(g, R"({"b":"x"} )"));
+  EXPECT_FALSE(accepts(g, "{\"b\":  \"x\"}"));  // one space or a newline run
+}
+
+TEST(JsonSchema, AllOptionalPropertiesAllowEmptyObject) {
+  const Grammar g = compile(R"({"properties":{"a":{"type":"null"},"b":{"type":"null"}}})");
+  EXPECT_TRUE(accepts(g, "{}"));
+  EXPECT_TRUE(accepts(g, R"({"b":null})"));
+  EXPECT_TRUE(accepts(g, R"({"a":null,"b":null})"));
+  EXPECT_FALSE(accepts(g, R"({,"b":null})"));
+}
+
+TEST(JsonSchema, ObjectsWithoutPropertiesAreAnyObject) {
+  const Grammar any = compile(R"({"type":"object"})");
+  EXPECT_TRUE(accepts(any, R"({"x":[1,{"y":null}],"z":"w"})"));
+  EXPECT_FALSE(accepts(any, "[]"));
+  const Grammar empty = compile(R"({"type":"object","additionalProperties":false})");
+  EXPECT_TRUE(accepts(empty, "{}"));
+  EXPECT_FALSE(accepts(empty, R"({"x":1})"));
+}
+
+TEST(JsonSchema, ArraysWithMinAndMaxItems) {
+  const Grammar g =
+      compile(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})");
+  EXPECT_FALSE(accepts(g, "[1]"));
+  EXPECT_TRUE(accepts(g, "[1,2]"));
+  EXPECT_TRUE(accepts(g, "[1, 2, 3]"));
+  EXPECT_FALSE(accepts(g, "[1,2,3,4]"));
+  EXPECT_FALSE(accepts(g, "[1,\"a\"]"));
+  const Grammar any = compile(R"({"type":"array"})");
+  EXPECT_TRUE(accepts(any, "[]"));
+  EXPECT_TRUE(accepts(any, R"([1,"a",[],{}])"));
+  const Grammar none = compile(R"({"type":"array","maxItems":0})");
+  EXPECT_TRUE(accepts(none, "[]"));
+  EXPECT_FALSE(accepts(none, "[1]"));
+}
+
+TEST(JsonSchema, EnumAndConst) {
+  const Grammar e = compile(R"({"enum":["red","gr\"een",3,null,{"k":[1]}]})");
+  for (const char* ok : {R"("red")", R"("gr\"een")", "3", "null", R"({"k":[1]})"})
+    EXPECT_TRUE(accepts(e, ok)) << ok;
+  EXPECT_FALSE(accepts(e, R"("blue")"));
+  EXPECT_FALSE(accepts(e, "4"));
+  const Grammar typed = compile(R"({"type":"string","enum":["a",1]})");
+  EXPECT_TRUE(accepts(typed, R"("a")"));
+  EXPECT_FALSE(accepts(typed, "1"));
+  const Grammar c = compile(R"({"const":"only"})");
+  EXPECT_TRUE(accepts(c, R"("only")"));
+  EXPECT_FALSE(accepts(c, R"("other")"));
+}
+
+TEST(JsonSchema, AnyOfAndTypeLists) {
+  const Grammar g =
+      compile(R"({"anyOf":[{"type":"integer"},{"type":"array","items":{"type":"boolean"}}]})");
+  EXPECT_TRUE(accepts(g, "7"));
+  EXPECT_TRUE(accepts(g, "[true,false]"));
+  EXPECT_FALSE(accepts(g, R"("x")"));
+  const Grammar t = compile(R"({"type":["string","null"]})");
+  EXPECT_TRUE(accepts(t, "null"));
+  EXPECT_TRUE(accepts(t, R"("s")"));
+  EXPECT_FALSE(accepts(t, "1"));
+}
+
+TEST(JsonSchema, StringsEscapesAndLengths) {
+  const Grammar s = compile(R"({"type":"string"})");
+  EXPECT_TRUE(accepts(s, R"("a\"b\\c\/\b\f\n\r\t\u00e9\ud83d\ude00")"));
+  EXPECT_TRUE(accepts(s, "\"é中\xF0\x9F\x98\x80\""));
+  EXPECT_FALSE(accepts(s, "\"a\nb\""));     // a raw control character
+  EXPECT_FALSE(accepts(s, R"("\ud83d")"));  // a lone surrogate escape
+  EXPECT_FALSE(accepts(s, R"("\ude00\ud83d")"));
+  EXPECT_FALSE(accepts(s, R"("\x")"));
+  const Grammar len = compile(R"({"type":"string","minLength":2,"maxLength":3})");
+  EXPECT_FALSE(accepts(len, R"("a")"));
+  EXPECT_TRUE(accepts(len, R"("ab")"));
+  EXPECT_TRUE(accepts(len, "\"é中\\n\""));
+  EXPECT_TRUE(accepts(len, R"("\ud83d\ude00x")"));  // a surrogate pair is one character
+  EXPECT_FALSE(accepts(len, R"("abcd")"));
+}
+
+TEST(JsonSchema, NumbersAndIntegers) {
+  const Grammar n = compile(R"({"type":"number"})");
+  for (const char* ok : {"0", "-0", "12", "-3.25", "1e5", "2.5E-10", "9999999999999999"})
+    EXPECT_TRUE(accepts(n, ok)) << ok;
+  for (const char* bad : {"01", "+1", ".5", "1.", "1e", "1e123", "99999999999999999", "NaN"})
+    EXPECT_FALSE(accepts(n, bad)) << bad;
+  const Grammar i = compile(R"({"type":"integer"})");
+  EXPECT_TRUE(accepts(i, "-42"));
+  EXPECT_FALSE(accepts(i, "4.0"));
+  EXPECT_FALSE(accepts(i, "1e3"));
+}
+
+TEST(JsonSchema, Formats) {
+  const Grammar d = compile(R"({"type":"string","format":"date"})");
+  EXPECT_TRUE(accepts(d, R"("2024-02-29")"));
+  EXPECT_TRUE(accepts(d, R"("2000-02-29")"));
+  EXPECT_FALSE(accepts(d, R"("1900-02-29")"));
+  EXPECT_FALSE(accepts(d, R"("2023-02-29")"));
+  EXPECT_FALSE(accepts(d, R"("2023-04-31")"));
+  EXPECT_TRUE(accepts(d, R"("2023-12-31")"));
+  EXPECT_FALSE(accepts(d, R"("2023-13-01")"));
+  const Grammar dt = compile(R"({"format":"date-time"})");
+  EXPECT_TRUE(accepts(dt, R"("2024-01-31T23:59:59.123Z")"));
+  EXPECT_TRUE(accepts(dt, R"("2024-01-31T00:00:00+05:30")"));
+  EXPECT_FALSE(accepts(dt, R"("2024-01-31T24:00:00Z")"));
+  EXPECT_FALSE(accepts(dt, R"("2024-01-31 10:00:00Z")"));
+  const Grammar t = compile(R"({"type":"string","format":"time"})");
+  EXPECT_TRUE(accepts(t, R"("10:20:30Z")"));
+  EXPECT_FALSE(accepts(t, R"("10:20Z")"));
+  const Grammar u = compile(R"({"type":"string","format":"uuid"})");
+  EXPECT_TRUE(accepts(u, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(accepts(u, R"("123e4567e89b12d3a456426614174000")"));
+  const Grammar ip = compile(R"({"type":"string","format":"ipv4"})");
+  EXPECT_TRUE(accepts(ip, R"("192.168.0.255")"));
+  EXPECT_FALSE(accepts(ip, R"("192.168.0.256")"));
+  EXPECT_FALSE(accepts(ip, R"("01.1.1.1")"));
+}
+
+TEST(JsonSchema, DefsRefsAndRecursion) {
+  const Grammar g = compile(R"({"$defs":{"node":{"type":"object","properties":{
+      "v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},
+      "required":["v","kids"],"additionalProperties":false}},"$ref":"#/$defs/node"})");
+  EXPECT_TRUE(accepts(g, R"({"v":1,"kids":[]})"));
+  EXPECT_TRUE(accepts(g, R"({"v":1,"kids":[{"v":2,"kids":[{"v":3,"kids":[]}]}]})"));
+  EXPECT_FALSE(accepts(g, R"({"v":1,"kids":[{"v":2}]})"));
+  const Grammar root = compile(R"({"type":"object","properties":{"next":{"anyOf":[{"$ref":"#"},
+      {"type":"null"}]}},"required":["next"]})");
+  EXPECT_TRUE(accepts(root, R"({"next":{"next":null}})"));
+  const Grammar defs = compile(R"({"definitions":{"a~b/c":{"type":"boolean"}},
+      "type":"array","items":{"$ref":"#/definitions/a~0b~1c"}})");
+  EXPECT_TRUE(accepts(defs, "[true]"));
+}
+
+TEST(JsonSchema, AnnotationsAreIgnoredAndEmptySchemaIsAnyValue) {
+  const Grammar g = compile(R"({"title":"t","description":"d","$schema":"x","default":1,
+      "examples":[1],"properties":{"a":{"description":"x","type":"null"}},"required":["a"]})");
+  EXPECT_TRUE(accepts(g, R"({"a":null})"));
+  const Grammar any = compile("{}");
+  EXPECT_TRUE(accepts(any, R"([{"a":"b"},1.5,true,null])"));
+  EXPECT_TRUE(accepts(compile("true"), "false"));
+}
+
+TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
+  struct Case {
+    const char* schema;
+    const char* want;
+  };
+  const Case cases[] = {
+      {R"({"type":"string","pattern":"^a+$"})", "unsupported keyword 'pattern' at #"},
+      {R"({"type":"integer","minimum":1})", "unsupported keyword 'minimum' at #"},
+      {R"({"properties":{"x":{"type":"number","multipleOf":2}}})",
+       "unsupported keyword 'multipleOf' at #/properties/x"},
+      {R"({"oneOf":[{"type":"string"}]})", "unsupported keyword 'oneOf' at #"},
+      {R"({"allOf":[{"type":"string"}]})", "unsupported keyword 'allOf' at #"},
+      {R"({"not":{"type":"string"}})", "unsupported keyword 'not' at #"},
+      {R"({"type":"array","prefixItems":[]})", "unsupported keyword 'prefixItems' at #"},
+      {R"({"type":"array","items":{"type":"string","uniqueItems":true}})",
+       "unsupported keyword 'uniqueItems' at #/items"},
+      {R"({"type":"string","format":"email"})", "unsupported format 'email' at #"},
+      {R"({"type":"object","additionalProperties":{"type":"string"}})",
+       "unsupported keyword 'additionalProperties' (a schema) at #"},
+      {R"({"$ref":"http://example.com/s.json"})", "points outside the schema"},
+      {R"({"$ref":"#/$defs/missing"})", "'$ref' '#/$defs/missing' at # does not resolve"},
+      {R"({"$ref":"#/$defs/a","type":"string","$defs":{"a":{}}})", "'$ref' with 'type' at #"},
+      {R"({"anyOf":[{"type":"string"}],"type":"string"})", "'anyOf' with 'type' at #"},
+      {R"({"anyOf":[]})", "'anyOf' at # must be a non-empty array"},
+      {R"({"type":"strin"})", "unknown type 'strin' at #"},
+      {R"({"type":"object","properties":{"a":{}},"required":["b"]})", "'required' names 'b'"},
+      {R"({"type":"array","minItems":3,"maxItems":2})", "'maxItems' below 'minItems' at #"},
+      {R"({"type":"array","minItems":-1})", "'minItems' at # must be a non-negative integer"},
+      {R"({"type":"string","maxLength":100000})", "'maxLength' at # is larger than 10000"},
+      {R"({"enum":[1,2],"type":"string"})", "no value of 'enum' at # has the schema's type"},
+      {R"({"enum":[1],"minLength":2})", "'enum' with 'minLength' at #"},
+      {R"(false)", "schema false at # accepts nothing"},
+      {R"({"properties":{"a":false}})", "schema false at #/properties/a"},
+      {R"(3)", "the schema at # must be an object or a boolean"},
+      {R"({"type":"obj)", "not valid JSON"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = refusal(c.schema);
+    EXPECT_NE(err.find(c.want), std::string::npos) << c.schema << "\ngot: " << err;
+    EXPECT_EQ(err.rfind("json_schema: ", 0), 0u) << err;
+  }
+}
+
+TEST(JsonSchema, RefCyclesWithoutAnEndAreRefusedWhenCompiled) {
+  for (const char* schema :
+       {R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})",
+        R"({"type":"object","properties":{"x":{"$ref":"#"}},"required":["x"]})"}) {
+    auto g = compile_json_schema(ojson::parse(schema));
+    ASSERT_FALSE(g.ok()) << schema;
+    EXPECT_EQ(g.error_message().rfind("json_schema: grammar", 0), 0u) << g.error_message();
+  }
+  // An optional self-reference ends: it compiles.
+  EXPECT_TRUE(
+      compile_json_schema(ojson::parse(R"({"type":"object","properties":{"x":{"$ref":"#"}}})"))
+          .ok());
+}
+
+TEST(JsonSchema, ResponseFormat) {
+  auto text = response_format_to_gbnf(ojson::parse(R"({"type":"text"})"));
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->has_value());
+  auto obj = response_format_to_gbnf(ojson::parse(R"({"type":"json_object"})"));
+  ASSERT_TRUE(obj.ok() && obj->has_value());
+  auto g = parse_gbnf(**obj);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(accepts(*g, R"({"a":[1]})"));
+  EXPECT_FALSE(accepts(*g, "[1]"));
+  auto js = response_format_to_gbnf(ojson::parse(
+      R"({"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"boolean"}}})"));
+  ASSERT_TRUE(js.ok() && js->has_value()) << js.error_message();
+  auto jg = parse_gbnf(**js);
+  ASSERT_TRUE(jg.ok());
+  EXPECT_TRUE(accepts(*jg, "true"));
+  for (const char* bad : {R"([])", R"({"type":"yaml"})", R"({"type":"json_schema"})",
+                          R"({"type":"json_schema","json_schema":{"strict":1}})",
+                          R"({"type":"json_schema","json_schema":{"schema":{},"extra":1}})",
+                          R"({"type":"json_schema","json_schema":{"schema":{"pattern":"a"}}})"})
+    EXPECT_FALSE(response_format_to_gbnf(ojson::parse(bad)).ok()) << bad;
+}
+
+// ---- the property test ----
+
+class SchemaGen {
+ public:
+  explicit SchemaGen(uint32_t seed) : rng_(seed) {}
+
+  ojson root() {
+    ojson s = gen(0);
+    if (pick(3) == 0) {  // definitions referenced from inside
+      ojson defs = ojson::object();
+      defs["d0"] = gen(2);
+      defs["node"] = {{"type", "object"},
+                      {"properties",
+                       {{"n", {{"type", "integer"}}},
+                        {"next", {{"anyOf", {{{"$ref", "#/$defs/node"}}, {{"type", "null"}}}}}}}},
+                      {"required", {"n", "next"}},
+                      {"additionalProperties", false}};
+      ojson obj = {
+          {"type", "object"},
+          {"properties",
+           {{"main", s}, {"d", {{"$ref", "#/$defs/d0"}}}, {"list", {{"$ref", "#/$defs/node"}}}}},
+          {"required", {"main", "list"}}};
+      obj["$defs"] = defs;
+      return obj;
+    }
+    return s;
+  }
+
+ private:
+  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
+
+  ojson value() {
+    switch (pick(6)) {
+      case 0:
+        return pick(2) == 0;
+      case 1:
+        return pick(100) - 50;
+      case 2:
+        return "s" + std::to_string(pick(10)) + (pick(2) ? "é\"" : "");
+      case 3:
+        return nullptr;
+      case 4:
+        return 0.25 * pick(9);
+      default:
+        return ojson{{"k", pick(3)}};
+    }
+  }
+
+  ojson gen(int depth) {
+    const int kind = depth >= 3 ? pick(8) : pick(13);
+    switch (kind) {
+      case 0:
+        return {{"type", "string"}};
+      case 1: {
+        ojson s = {{"type", "string"}};
+        const int lo = pick(4);
+        if (pick(2)) s["minLength"] = lo;
+        if (pick(2)) s["maxLength"] = lo + pick(4);
+        return s;
+      }
+      case 2: {
+        const char* f[] = {"date", "time", "date-time", "uuid", "ipv4"};
+        return {{"type", "string"}, {"format", f[pick(5)]}};
+      }
+      case 3:
+        return {{"type", pick(2) ? "number" : "integer"}};
+      case 4:
+        return {{"type", pick(2) ? "boolean" : "null"}};
+      case 5: {
+        ojson e = ojson::array();
+        for (int k = 0, n = 1 + pick(4); k < n; ++k) e.push_back(value());
+        return {{"enum", e}};
+      }
+      case 6:
+        return {{"const", value()}};
+      case 7:
+        return {{"type", {"string", "null"}}, {"description", "nullable"}};
+      case 8:
+      case 9: {
+        ojson props = ojson::object();
+        ojson req = ojson::array();
+        for (int k = 0, n = 1 + pick(4); k < n; ++k) {
+          const std::string key = std::string("p") + std::to_string(k) + (pick(4) ? "" : " \"q\"");
+          props[key] = gen(depth + 1);
+          if (pick(2)) req.push_back(key);
+        }
+        ojson s = {{"type", "object"}, {"properties", props}, {"required", req}};
+        if (pick(2)) s["additionalProperties"] = false;
+        return s;
+      }
+      case 10: {
+        ojson s = {{"type", "array"}, {"items", gen(depth + 1)}};
+        const int lo = pick(3);
+        if (pick(2)) s["minItems"] = lo;
+        if (pick(2)) s["maxItems"] = lo + pick(3);
+        return s;
+      }
+      case 11: {
+        ojson alts = ojson::array();
+        for (int k = 0, n = 2 + pick(2); k < n; ++k) alts.push_back(gen(depth + 1));
+        return {{"anyOf", alts}};
+      }
+      default:
+        return pick(3) ? ojson::object() : ojson{{"type", "object"}};  // any value / object
+    }
+  }
+
+  std::mt19937 rng_;
+};
+
+// A random walk through the matcher: random allowed tokens for a while, then the token that
+// brings the grammar closest to its end, then end-of-sequence. Returns the text.
+std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos,
+                        std::mt19937& rng) {
+  const VocabTrie& v = a->vocab();
+  GrammarMatcher m(a);
+  TokenMask mask(static_cast<size_t>(v.n_words()));
+  std::string text;
+  const int wander = std::uniform_int_distribution<int>(0, 80)(rng);
+  for (int step = 0; step < 5000; ++step) {
+    EXPECT_TRUE(m.allowed(mask.data()).ok());
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < v.n_vocab(); ++id)
+      if (mask_test(mask.data(), id)) ids.push_back(id);
+    EXPECT_FALSE(ids.empty()) << "dead end after: " << text;
+    if (ids.empty()) return text;
+    int32_t choice = -1;
+    if (m.is_accepting() &&
+        (step >= wander || std::uniform_int_distribution<int>(0, 3)(rng) == 0)) {
+      choice = eos;
+    } else if (step < wander) {
+      choice = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+      if (choice == eos) continue;
+    } else {
+      uint32_t best = kGrammarInf;
+      std::vector<int32_t> best_ids;
+      for (int32_t id : ids) {
+        if (id == eos) continue;
+        GrammarMatcher probe = m;
+        EXPECT_TRUE(probe.accept(id).ok());
+        const uint32_t d = probe.min_bytes_to_accept();
+        if (d < best) best_ids.clear(), best = d;
+        if (d == best) best_ids.push_back(id);
+      }
+      choice = best_ids[std::uniform_int_distribution<size_t>(0, best_ids.size() - 1)(rng)];
+    }
+    EXPECT_TRUE(m.accept(choice).ok());
+    if (choice == eos) return text;
+    text += v.bytes(choice);
+  }
+  ADD_FAILURE() << "the walk did not finish: " << text;
+  return text;
+}
+
+TEST(JsonSchema, RandomSchemasRandomWalksProduceValidJson) {
+  std::vector<std::string> vocab;
+  for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* p : {"{\"",   "\":",    "\": ", "\",",    "\", \"", "},",   "}",
+                        "]}",    "[{",     "true", "false",  "null",   "\n  ", "12",
+                        "2024-", "-02-29", "T23:", ":59Z\"", "0.",     "e-",   "p0",
+                        "p1\"",  "é",      "\xC3", "\xA9",   "中",     "\\u",  "\\ud83d\\ude00",
+                        "s1"})
+    vocab.push_back(p);
+  const int32_t eos = static_cast<int32_t>(vocab.size());
+  auto trie = std::make_shared<VocabTrie>(vocab, std::vector<int32_t>{eos});
+  int outputs = 0, nontrivial = 0;
+  for (uint32_t seed = 1; seed <= 150; ++seed) {
+    SchemaGen gen(seed);
+    const ojson schema = gen.root();
+    auto text = json_schema_to_gbnf(schema);
+    ASSERT_TRUE(text.ok()) << text.error_message() << "\n" << schema.dump();
+    auto g = parse_gbnf(*text);
+    ASSERT_TRUE(g.ok()) << g.error_message() << "\n" << *text;
+    auto a =
+        std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
+    std::mt19937 rng(seed * 7919);
+    for (int walk = 0; walk < 6; ++walk) {
+      const std::string out = random_walk(a, eos, rng);
+      const nlohmann::json parsed = nlohmann::json::parse(out, nullptr, false);
+      ASSERT_FALSE(parsed.is_discarded()) << "not JSON: " << out << "\nschema " << schema.dump();
+      std::string why;
+      ASSERT_TRUE(validate(parsed, schema, schema, why))
+          << why << "\noutput " << out << "\nschema " << schema.dump();
+      ++outputs;
+      nontrivial += out.size() > 12;
+    }
+  }
+  EXPECT_EQ(outputs, 900);
+  EXPECT_GT(nontrivial, 300);  // the walks reach into the schemas, not only their shortest values
+}
+
+// The validator itself must reject what it should, or the property test proves nothing.
+TEST(JsonSchema, TestValidatorRejectsInvalidValues) {
+  const ojson s =
+      ojson::parse(R"({"type":"object","properties":{"d":{"type":"string","format":"date"},
+      "n":{"type":"array","items":{"type":"integer"},"maxItems":1}},"required":["d"],"additionalProperties":false})");
+  std::string why;
+  EXPECT_TRUE(validate(nlohmann::json::parse(R"({"d":"2024-02-29","n":[1]})"), s, s, why)) << why;
+  for (const char* bad :
+       {R"({"d":"2023-02-29"})", R"({"n":[1]})", R"({"d":"2024-01-01","n":[1,2]})",
+        R"({"d":"2024-01-01","n":[1.5]})", R"({"d":"2024-01-01","x":1})", "[]"})
+    EXPECT_FALSE(validate(nlohmann::json::parse(bad), s, s, why)) << bad;
+}
+
+}  // namespace
+}  // namespace rw
