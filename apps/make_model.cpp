@@ -165,6 +165,17 @@ Status write_streamed_safetensors(const std::string& path, std::vector<LazyTenso
   return Ok{};
 }
 
+// The presets' tokenizer: a BPE of n_merges merges learnt on the built-in text, with ChatML,
+// reasoning and tool-call special tokens.
+std::string preset_tokenizer_json(int64_t n_merges) {
+  BpeTrainOptions topt;
+  topt.n_merges = static_cast<int32_t>(n_merges);
+  topt.special_tokens = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
+                         "<think>",       "</think>",        "<tool_call>",
+                         "</tool_call>",  "<tool_response>", "</tool_response>"};
+  return train_bpe_tokenizer_json(builtin_training_text(), topt);
+}
+
 // Copies every file of `from` into `out`; in each *.safetensors file every floating-point tensor
 // except A_log becomes w + sigma * rms(w) * N(0,1), in its own dtype. The normals are seeded
 // per tensor name from a stream distinct from the one make-model draws weights from.
@@ -392,12 +403,7 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
   if (out.empty()) return fail("--out DIR is required");
   ::mkdir(out.c_str(), 0755);
 
-  BpeTrainOptions topt;
-  topt.n_merges = static_cast<int32_t>(S.n_merges);
-  topt.special_tokens = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
-                         "<think>",       "</think>",        "<tool_call>",
-                         "</tool_call>",  "<tool_response>", "</tool_response>"};
-  const std::string tok_json = train_bpe_tokenizer_json(builtin_training_text(), topt);
+  const std::string tok_json = preset_tokenizer_json(S.n_merges);
   auto tok = Tokenizer::from_json(tok_json, "tokenizer.json");
   if (!tok.ok()) return fail(tok.error_message());
   if (tok->vocab_size() > S.V) return fail("tokenizer has more ids than vocab_size");
@@ -655,12 +661,7 @@ static int make_model(const Args& parsed) {
   ::mkdir(out.c_str(), 0755);
 
   // Tokenizer first: its size must fit the vocab.
-  BpeTrainOptions topt;
-  topt.n_merges = static_cast<int32_t>(S.n_merges);
-  topt.special_tokens = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
-                         "<think>",       "</think>",        "<tool_call>",
-                         "</tool_call>",  "<tool_response>", "</tool_response>"};
-  const std::string tok_json = train_bpe_tokenizer_json(builtin_training_text(), topt);
+  const std::string tok_json = preset_tokenizer_json(S.n_merges);
   auto tok = Tokenizer::from_json(tok_json, "tokenizer.json");
   if (!tok.ok()) return fail(tok.error_message());
   if (tok->vocab_size() > S.V)
