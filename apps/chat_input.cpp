@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "args.h"
@@ -42,6 +43,10 @@ constexpr CommandName kCommands[] = {
     {"/stats", ChatCommandKind::Stats, false,
      "per reply: prompt, cached and re-run tokens, prefill and decode tok/s, time to first token"},
     {"/clear", ChatCommandKind::Clear, false, "start a new conversation (the system prompt stays)"},
+    {"/save", ChatCommandKind::Save, true,
+     "FILE: write the conversation as an OpenAI request body ({\"messages\": [...]})"},
+    {"/load", ChatCommandKind::Load, true,
+     "FILE: replace the conversation with a saved one (a last user message is answered)"},
     {"/help", ChatCommandKind::Help, false, "this list"},
     {"/?", ChatCommandKind::Help, false, ""},
     {"/quit", ChatCommandKind::Quit, false, "leave (also /exit, /bye, Ctrl-D)"},
@@ -152,8 +157,90 @@ Result<ChatCommand> parse_chat_input(const std::string& input) {
     c.text = sp == std::string::npos ? "" : trim(arg.substr(sp));
     return c;
   }
+  if ((c.kind == ChatCommandKind::Save || c.kind == ChatCommandKind::Load) && arg.empty())
+    return make_error(name + " needs a file name");
   c.text = arg;
   return c;
+}
+
+namespace {
+
+// A message's text: a string, or the concatenation of an array's {"type": "text"} parts.
+Result<std::string> message_text(const nlohmann::json& m, size_t pos) {
+  const std::string where = "message " + std::to_string(pos);
+  if (!m.contains("content") || m["content"].is_null()) return std::string();
+  const nlohmann::json& c = m["content"];
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) return make_error(where + ": content must be a string or an array of parts");
+  std::string out;
+  for (const auto& part : c) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      return make_error(where +
+                        ": only text parts ({\"type\": \"text\", \"text\": ...}) "
+                        "can be read");
+    out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<SavedConversation> parse_conversation(const std::string& json) {
+  nlohmann::json doc = nlohmann::json::parse(json, nullptr, false);
+  if (doc.is_discarded()) return make_error("not JSON");
+  if (doc.is_object()) {
+    if (!doc.contains("messages")) return make_error("no \"messages\" array");
+    doc = doc["messages"];
+  }
+  if (!doc.is_array()) return make_error("\"messages\" must be an array");
+  SavedConversation out;
+  size_t pos = 0;
+  for (const auto& m : doc) {
+    ++pos;
+    const std::string where = "message " + std::to_string(pos);
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      return make_error(where + ": an object with a \"role\" is expected");
+    const std::string role = m["role"].get<std::string>();
+    auto text = message_text(m, pos);
+    if (!text.ok()) return text.error();
+    if (role == "system" || role == "developer") {
+      if (pos != 1) return make_error(where + ": a system message can only come first");
+      out.system = text.value();
+    } else if (role == "user") {
+      if (!out.turns.empty() && !out.turns.back().replied)
+        return make_error(where + ": two user messages in a row");
+      out.turns.push_back({text.value(), "", "", false});
+    } else if (role == "assistant") {
+      if (out.turns.empty() || out.turns.back().replied)
+        return make_error(where + ": an assistant message must answer a user message");
+      if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].empty())
+        return make_error(where + ": tool calls cannot be loaded into a terminal chat");
+      SavedTurn& t = out.turns.back();
+      t.reply = text.value();
+      if (m.contains("reasoning_content") && m["reasoning_content"].is_string())
+        t.reasoning = m["reasoning_content"].get<std::string>();
+      t.replied = true;
+    } else {
+      return make_error(where + ": role '" + role +
+                        "' cannot be loaded (only system, user and assistant)");
+    }
+  }
+  return out;
+}
+
+std::string conversation_json(const SavedConversation& c) {
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  if (!c.system.empty()) msgs.push_back({{"role", "system"}, {"content", c.system}});
+  for (const SavedTurn& t : c.turns) {
+    msgs.push_back({{"role", "user"}, {"content", t.user}});
+    if (!t.replied) continue;
+    nlohmann::ordered_json a = {{"role", "assistant"}, {"content", t.reply}};
+    if (!t.reasoning.empty()) a["reasoning_content"] = t.reasoning;
+    msgs.push_back(std::move(a));
+  }
+  nlohmann::ordered_json doc = {{"messages", std::move(msgs)}};
+  return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 std::string chat_commands_help() {

@@ -47,13 +47,15 @@ enum class ChatCommandKind {
   History,  // /history
   Stats,    // /stats
   Clear,    // /clear
+  Save,     // /save FILE
+  Load,     // /load FILE
   Help,     // /help, /?
   Quit,     // /quit, /exit, /bye
 };
 
 struct ChatCommand {
   ChatCommandKind kind = ChatCommandKind::Message;
-  std::string text;  // the message; /edit's and /system's text ("" when none was given)
+  std::string text;  // the message; /edit's, /system's text, /save's and /load's file name
   int64_t n = 0;     // /edit's user message number (1-based)
 };
 
@@ -66,5 +68,27 @@ Result<ChatCommand> parse_chat_input(const std::string& input);
 
 // The /help text: every command with one line on what it does.
 std::string chat_commands_help();
+
+// A conversation as `/save` writes it and `/load` (and `--load`) reads it: the body of an OpenAI
+// chat request, {"messages": [...]}, so a saved chat can be sent to `rewind serve` as it is.
+struct SavedTurn {
+  std::string user;
+  std::string reply, reasoning;  // reasoning: the assistant's reasoning_content
+  bool replied = false;          // false only for a last user message still to be answered
+};
+struct SavedConversation {
+  std::string system;
+  std::vector<SavedTurn> turns;
+};
+
+// Reads {"messages": [...]} (or a bare array of messages): an optional system message first,
+// then user and assistant messages in turn, the last one a user message or an assistant reply.
+// Content is a string or an array of {"type": "text"} parts. Errors name the message (its
+// 1-based position) and what is wrong: not JSON, a role other than system / user / assistant
+// (tool calls have no place in a terminal chat), two user or two assistant messages in a row,
+// content that is not text.
+Result<SavedConversation> parse_conversation(const std::string& json);
+// The inverse: system first (when set), then each turn's user message and reply.
+std::string conversation_json(const SavedConversation& c);
 
 }  // namespace rw::app

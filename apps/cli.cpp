@@ -112,10 +112,14 @@ std::vector<CommandSpec> build_specs() {
         {"--no-cache", "", "", "chat without the prefix cache (every turn re-runs it all)"},
         weights_opt(),
         quant_dot_opt(),
+        {"--load", "", "FILE", "start from a conversation saved with /save", {}, false},
+        {"--history", "", "FILE", "the input history (default <store>/chat_history)", {}, false},
+        {"--no-history", "", "", "keep no input history between sessions", {}, false},
         {"--quiet", "-q", "", "no banner and no status line after each reply", {}, false}},
        "Type a message and press Enter; a line ending in \\ continues on the next line, and\n"
        "\"\"\" opens and closes a block of lines. Commands: /regen, /edit N [TEXT], /undo,\n"
-       "/system [TEXT], /history, /stats, /clear, /help, /quit (also Ctrl-D).\n"
+       "/system [TEXT], /history, /stats, /clear, /save FILE, /load FILE, /help, /quit (also\n"
+       "Ctrl-D). A saved conversation is an OpenAI request body ({\"messages\": [...]}).\n"
        "Each turn renders the whole conversation with the model's chat template and resumes\n"
        "from the prefix cache's checkpoint where it departs from the previous turn; the status\n"
        "line after each reply (stderr) shows the prompt's cached and re-run tokens.\n"
@@ -295,7 +299,8 @@ std::vector<CommandSpec> build_specs() {
        "unchanged. --format gguf writes llama.cpp's layout from the same weights the HF layout\n"
        "would hold (--mtp: the head as blk.N.nextn.*, except for qwen3_next).\n"
        "granite-*: Granite-4.0-H (granitemoehybrid), nemotron-*: Nemotron-H (nemotron_h; --mtp,\n"
-       "--layers, --layer-types and --linear-heads do not apply). Weights are made and written one\n"
+       "--layers, --layer-types and --linear-heads do not apply). Weights are made and written "
+       "one\n"
        "tensor at a time, so a real shape needs no more memory than its largest tensor."});
   c.push_back(
       {"pull",

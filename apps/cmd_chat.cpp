@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cwchar>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <set>
@@ -39,6 +41,7 @@
 #include "rewind/chat/chat_template.h"
 #include "rewind/chat/text_stream.h"
 #include "rewind/engine/engine.h"
+#include "rewind/hub/store.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/tokenizer/tokenizer.h"
 
@@ -134,10 +137,11 @@ class PlainReader : public LineReader {
   bool eof_ = false;
 };
 
-// libedit: emacs key bindings (or ~/.editrc), history of this session (Up / Down, Ctrl-R).
+// libedit: emacs key bindings (or ~/.editrc), history (Up / Down, Ctrl-R) kept in `history_file`
+// across sessions (libedit's format, mode 0600; "" keeps it for this session only).
 class EditReader : public LineReader {
  public:
-  EditReader() {
+  explicit EditReader(std::string history_file) : file_(std::move(history_file)) {
     el_ = el_init("rewind", stdin, stdout, stderr);
     hist_ = history_init();
     HistEvent ev;
@@ -150,10 +154,14 @@ class EditReader : public LineReader {
     el_set(el_, EL_BIND, "^R", "em-inc-search-prev", nullptr);
     el_set(el_, EL_GETCFN, &EditReader::getc);
     el_source(el_, nullptr);
+    if (!file_.empty()) history(hist_, &ev, H_LOAD, file_.c_str());  // absent on a first run
+    saved_ = tcgetattr(STDIN_FILENO, &cooked_) == 0;
+    hold_input();
   }
   ~EditReader() override {
     el_end(el_);
     history_end(hist_);
+    if (saved_) tcsetattr(STDIN_FILENO, TCSANOW, &cooked_);
   }
   EditReader(const EditReader&) = delete;
   EditReader& operator=(const EditReader&) = delete;
@@ -162,6 +170,7 @@ class EditReader : public LineReader {
     prompt_ = prompt;
     int count = 0;
     const char* s = el_gets(el_, &count);
+    hold_input();
     if (g_interrupt.load()) {  // what was typed before Ctrl-C, which drops it
       const LineInfo* li = el_line(el_);
       line->assign(li->buffer, li->lastchar);
@@ -175,10 +184,27 @@ class EditReader : public LineReader {
   void remember(const std::string& line) override {
     HistEvent ev;
     history(hist_, &ev, H_ENTER, line.c_str());
+    if (!file_.empty() && history(hist_, &ev, H_SAVE, file_.c_str()) < 0 && !save_failed_) {
+      save_failed_ = true;
+      std::fprintf(stderr, "rewind: warning: cannot write the history file %s\n", file_.c_str());
+    }
   }
   void prefill(const std::string& text) override { el_push(el_, text.c_str()); }
 
  private:
+  // Between prompts (a reply streaming, the model loading) the terminal is kept out of canonical
+  // mode and without echo: what is typed waits as plain bytes for the next prompt, Ctrl-D
+  // included (canonical mode would make it an end-of-file mark that libedit's switch to its own
+  // mode drops), and type-ahead does not echo into the reply. Ctrl-C still signals. libedit
+  // ignores a non-canonical mode it finds and restores its saved cooked one when a line ends.
+  void hold_input() const {
+    if (!saved_) return;
+    termios t = cooked_;
+    t.c_lflag &= ~static_cast<tcflag_t>(ICANON | ECHO);
+    t.c_cc[VMIN] = 1;
+    t.c_cc[VTIME] = 0;
+    tcsetattr(STDIN_FILENO, TCSANOW, &t);
+  }
   // libedit's character source: read_byte's bytes decoded as the locale's multibyte text.
   static int getc(EditLine*, wchar_t* wc) {
     std::mbstate_t st{};
@@ -207,6 +233,10 @@ class EditReader : public LineReader {
   EditLine* el_ = nullptr;
   History* hist_ = nullptr;
   std::string prompt_;
+  std::string file_;
+  bool save_failed_ = false;
+  termios cooked_{};  // the terminal's mode when the chat started, restored when it ends
+  bool saved_ = false;
 };
 
 // Colours only on a terminal, and not when NO_COLOR is set or TERM is dumb.
@@ -338,6 +368,50 @@ class ChatSession {
   void clear() {
     turns_.clear();
     note("(new conversation)");
+  }
+
+  // /save FILE: the conversation as an OpenAI request body, written whole or not at all.
+  void save(const std::string& path) const {
+    SavedConversation c;
+    c.system = system_;
+    for (const Turn& t : turns_) c.turns.push_back({t.user, t.reply, t.reasoning, t.replied});
+    const std::string tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    const std::string text = conversation_json(c);
+    const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (f && std::fclose(f) != 0) f = nullptr;
+    if (!ok || !f || std::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int e = errno;
+      std::remove(tmp.c_str());
+      return error("cannot write " + path + ": " + std::strerror(e));
+    }
+    note("(saved " + std::to_string(turns_.size()) + " turn" + (turns_.size() == 1 ? "" : "s") +
+         " to " + path + ")");
+  }
+
+  // /load FILE and --load: replaces the conversation (and the system prompt); a last user
+  // message without a reply is answered now. The first turn after it re-runs the whole prompt
+  // unless the cache holds it.
+  void load(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) return error("cannot read " + path + ": " + std::strerror(errno));
+    std::string text;
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    std::fclose(f);
+    auto c = parse_conversation(text);
+    if (!c.ok()) return error(path + ": " + c.error_message());
+    system_ = c->system;
+    turns_.clear();
+    for (const SavedTurn& t : c->turns)
+      turns_.push_back({t.user, t.reply, t.reasoning, t.replied, false});
+    note("(loaded " + std::to_string(turns_.size()) + " turn" + (turns_.size() == 1 ? "" : "s") +
+         " from " + path + "; /history lists them)");
+    if (!turns_.empty() && !turns_.back().replied && !reply(turns_.size() - 1, "new")) {
+      turns_.pop_back();
+      note("(no reply: the last message was dropped)");
+    }
   }
 
   void history() const {
@@ -615,9 +689,20 @@ int cmd_chat(int argc, char** argv) {
   if (!std::setlocale(LC_CTYPE, "") || std::strcmp(nl_langinfo(CODESET), "UTF-8") != 0)
     std::setlocale(LC_CTYPE, "C.UTF-8");
   std::unique_ptr<LineReader> reader;
-  if (interactive)
-    reader = std::make_unique<EditReader>();
-  else
+  if (interactive) {
+    // The input history: --history FILE, else <store>/chat_history; --no-history keeps none.
+    std::string hist;
+    if (args->has("--history")) {
+      hist = args->str("--history");
+    } else if (!args->has("--no-history")) {
+      if (auto root = hub::default_store_root(); root.ok()) {
+        std::error_code ec;
+        std::filesystem::create_directories(root.value(), ec);
+        if (!ec) hist = root.value() + "/chat_history";
+      }
+    }
+    reader = std::make_unique<EditReader>(hist);
+  } else
     reader = std::make_unique<PlainReader>();
   if (!co.quiet)
     std::fprintf(stderr,
@@ -626,6 +711,7 @@ int cmd_chat(int argc, char** argv) {
                  dir.c_str(), m.isa(), load_s, static_cast<long long>(ctx.value()),
                  eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off");
   ChatSession chat(engine, tok.value(), tmpl.value(), std::move(co), args->str("--system"));
+  if (args->has("--load")) chat.load(args->str("--load"));
   set_sigint_blocked(true);
   install_sigint_handler();
 
@@ -711,6 +797,12 @@ int cmd_chat(int argc, char** argv) {
               break;
             case ChatCommandKind::Clear:
               chat.clear();
+              break;
+            case ChatCommandKind::Save:
+              chat.save(cmd->text);
+              break;
+            case ChatCommandKind::Load:
+              chat.load(cmd->text);
               break;
             case ChatCommandKind::Help:
               std::fputs(chat_commands_help().c_str(), stdout);

@@ -183,16 +183,60 @@ TEST(ChatPipe, RejectsBadOptions) {
   EXPECT_TRUE(contains(out, "(no messages yet)")) << out;
 }
 
+// /save writes an OpenAI request body; --load and /load bring it back, and a last user message
+// without a reply is answered on loading.
+TEST(ChatPipe, SaveAndLoad) {
+  const std::string dir = test::made_scratch_dir("chat_save");
+  const std::string file = dir + "/chat.json";
+  std::string err;
+  int rc = -1;
+  chat_pipe("-n 4 --temperature 0 -q -t 2 --system 'Be terse.'",
+            "First question\nSecond question\n/save " + file + "\n", &err, &rc);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_TRUE(contains(err, "(saved 2 turns to " + file + ")")) << err;
+  const std::string saved = test::read_file(file);
+  EXPECT_EQ(saved.rfind("{\n  \"messages\": [", 0), 0u) << saved;
+  EXPECT_TRUE(contains(saved, "\"content\": \"Be terse.\"")) << saved;
+  EXPECT_TRUE(contains(saved, "\"content\": \"Second question\"")) << saved;
+  std::string out =
+      chat_pipe("-n 4 --temperature 0 -q -t 2 --load " + file, "/history\n", &err, &rc);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_TRUE(contains(err, "(loaded 2 turns from " + file)) << err;
+  EXPECT_TRUE(contains(out, "system: Be terse.\n[1] user: First question\n")) << out;
+  EXPECT_TRUE(contains(out, "[2] user: Second question\n")) << out;
+  // A file that ends with a user message: loading answers it.
+  std::ofstream(dir + "/ask.json") << R"({"messages":[{"role":"user","content":"Hi"}]})";
+  out = chat_pipe("-n 4 --temperature 0 -t 2", "/load " + dir + "/ask.json\n/stats\n", &err, &rc);
+  ASSERT_EQ(rc, 0) << err;
+  const auto rows = stats_rows(out);
+  ASSERT_EQ(rows.size(), 1u) << out;
+  EXPECT_EQ(rows[0].tokens, 4);
+  // Errors leave the conversation as it was.
+  std::ofstream(dir + "/bad.json") << R"([{"role":"tool","content":"x"}])";
+  out = chat_pipe("-n 2 -q -t 2",
+                  "Keep me\n/load " + dir + "/bad.json\n/load " + dir + "/none.json\n/save " + dir +
+                      "/no/such/dir.json\n/history\n",
+                  &err, &rc);
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_TRUE(contains(err, "bad.json: message 1: role 'tool' cannot be loaded")) << err;
+  EXPECT_TRUE(contains(err, "error: cannot read " + dir + "/none.json")) << err;
+  EXPECT_TRUE(contains(err, "error: cannot write " + dir + "/no/such/dir.json")) << err;
+  EXPECT_TRUE(contains(out, "[1] user: Keep me")) << out;
+}
+
 // A child under a pseudo-terminal, its output collected as it comes.
 class PtyChat {
  public:
-  explicit PtyChat(std::vector<std::string> args) {
+  // REWIND_HOME is a scratch directory (the input history's default place) unless `home` is set.
+  explicit PtyChat(std::vector<std::string> args, std::string home = "") {
+    if (home.empty()) home = test::made_scratch_dir("chat_pty_home");
     winsize ws{};
     ws.ws_row = 40;
     ws.ws_col = 200;
     pid_ = forkpty(&fd_, nullptr, nullptr, &ws);
     if (pid_ == 0) {
       setenv("TERM", "xterm", 1);
+      setenv("REWIND_HOME", home.c_str(), 1);
       unsetenv("NO_COLOR");
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -237,8 +281,9 @@ class PtyChat {
     while (std::chrono::steady_clock::now() < end && read_some(50)) {
     }
   }
-  // Waits until the terminal is in libedit's editing mode (not canonical): a Ctrl-D typed while
-  // the terminal is still canonical is an end-of-file mark that the switch to editing mode drops.
+  // Waits until the terminal is out of canonical mode (libedit's, or the chat's own between
+  // prompts): a Ctrl-D typed before then, while the program is still starting, is an end-of-file
+  // mark that the switch drops.
   bool wait_editing(double seconds = 60) {
     const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (std::chrono::steady_clock::now() < end) {
@@ -342,6 +387,64 @@ TEST(ChatPty, SecondCtrlCLeaves) {
   EXPECT_TRUE(c.alive());
   c.send("\x03");
   EXPECT_EQ(c.wait_exit(), 0) << c.out;
+}
+
+// Typed while a reply streams, text waits for the next prompt (not echoed into the reply) and a
+// Ctrl-D after it still leaves once the prompt comes.
+TEST(ChatPty, TypeAheadAndCtrlDDuringAReply) {
+  PtyChat c({REWIND_BINARY, "chat", "-n", "5000", "-c", "6000", "--ignore-eos", "--temperature",
+             "0", "-t", "2"});
+  ASSERT_TRUE(c.started());
+  ASSERT_TRUE(c.wait_for(">>> ", 0)) << c.out;
+  size_t mark = c.out.size();
+  c.send("Hello\r");
+  ASSERT_TRUE(c.wait_for("Hello", mark)) << c.out;
+  const size_t reply_at = c.out.find("Hello", mark) + 5;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (c.out.size() < reply_at + 40 && std::chrono::steady_clock::now() < end) c.pump(0.05);
+  ASSERT_FALSE(contains(c.out.substr(reply_at), "tokens (")) << "the reply ended too soon";
+  c.send("/history\r\x04");  // typed during the reply
+  ASSERT_TRUE(c.wait_for("tokens (length)", mark)) << c.out;
+  const size_t status = c.out.find("tokens (length)", mark);
+  EXPECT_FALSE(contains(c.out.substr(mark, status - mark), "/history")) << c.out;
+  ASSERT_TRUE(c.wait_for("[1] user: Hello", status)) << c.out;
+  EXPECT_EQ(c.wait_exit(), 0) << c.out;
+}
+
+// The input history outlives the session: Up at a new session's prompt recalls the last line.
+TEST(ChatPty, HistoryFileAcrossSessions) {
+  const std::string home = test::made_scratch_dir("chat_history_home");
+  {
+    PtyChat c({REWIND_BINARY, "chat", "-n", "2", "-q", "-t", "2"}, home);
+    ASSERT_TRUE(c.started());
+    ASSERT_TRUE(c.wait_for(">>> ", 0)) << c.out;
+    const size_t mark = c.out.size();
+    c.send("remember this line\r");
+    ASSERT_TRUE(c.wait_for(">>> ", mark + 1)) << c.out;
+    c.send("\x04");
+    ASSERT_EQ(c.wait_exit(), 0) << c.out;
+  }
+  EXPECT_TRUE(contains(test::read_file(home + "/chat_history"), "remember")) << home;
+  PtyChat c({REWIND_BINARY, "chat", "-n", "2", "-q", "-t", "2"}, home);
+  ASSERT_TRUE(c.started());
+  ASSERT_TRUE(c.wait_for(">>> ", 0)) << c.out;
+  c.send("\x1b[A\r");  // Up, Enter
+  size_t mark = c.out.size();
+  ASSERT_TRUE(c.wait_for(">>> ", mark)) << c.out;
+  mark = c.out.size();
+  c.send("/history\r");
+  ASSERT_TRUE(c.wait_for("[1] user: remember this line", mark)) << c.out;
+  c.send("\x04");
+  EXPECT_EQ(c.wait_exit(), 0) << c.out;
+  // --no-history neither reads nor writes it.
+  PtyChat n({REWIND_BINARY, "chat", "-n", "2", "-q", "-t", "2", "--no-history"}, home);
+  ASSERT_TRUE(n.started());
+  ASSERT_TRUE(n.wait_for(">>> ", 0)) << n.out;
+  mark = n.out.size();
+  n.send("\x1b[A/history\r");
+  ASSERT_TRUE(n.wait_for("(no messages yet)", mark)) << n.out;
+  n.send("\x04");
+  EXPECT_EQ(n.wait_exit(), 0) << n.out;
 }
 
 }  // namespace

@@ -133,9 +133,88 @@ TEST(ChatInput, MalformedCommands) {
 
 TEST(ChatInput, HelpNamesEveryCommand) {
   const std::string h = chat_commands_help();
-  for (const char* c :
-       {"/regen", "/edit", "/undo", "/system", "/history", "/stats", "/clear", "/help", "/quit"})
+  for (const char* c : {"/regen", "/edit", "/undo", "/system", "/history", "/stats", "/clear",
+                        "/save", "/load", "/help", "/quit"})
     EXPECT_NE(h.find(c), std::string::npos) << c;
+}
+
+TEST(ChatInput, SaveAndLoadNeedAFile) {
+  EXPECT_EQ(ok("/save chat.json").kind, ChatCommandKind::Save);
+  EXPECT_EQ(ok("/save  my chat.json ").text, "my chat.json");
+  EXPECT_EQ(ok("/load chat.json").kind, ChatCommandKind::Load);
+  EXPECT_NE(err("/save").find("/save needs a file name"), std::string::npos);
+  EXPECT_NE(err("/load  ").find("/load needs a file name"), std::string::npos);
+}
+
+TEST(Conversation, RoundTrip) {
+  SavedConversation c;
+  c.system = "Be brief.";
+  c.turns.push_back({"hi \"there\"\nsecond line", "hello", "they greet me", true});
+  c.turns.push_back({"and now?", "", "", false});
+  const std::string j = conversation_json(c);
+  EXPECT_NE(j.find("\"messages\""), std::string::npos);
+  EXPECT_NE(j.find("\"reasoning_content\": \"they greet me\""), std::string::npos);
+  auto back = parse_conversation(j);
+  ASSERT_TRUE(back.ok()) << back.error_message();
+  EXPECT_EQ(back->system, c.system);
+  ASSERT_EQ(back->turns.size(), 2u);
+  EXPECT_EQ(back->turns[0].user, c.turns[0].user);
+  EXPECT_EQ(back->turns[0].reply, "hello");
+  EXPECT_EQ(back->turns[0].reasoning, "they greet me");
+  EXPECT_TRUE(back->turns[0].replied);
+  EXPECT_EQ(back->turns[1].user, "and now?");
+  EXPECT_FALSE(back->turns[1].replied);
+  EXPECT_EQ(conversation_json(back.value()), j);
+}
+
+TEST(Conversation, ReadsOpenAIShapes) {
+  // A bare array, text parts, a developer message as the system prompt, null content.
+  auto c = parse_conversation(
+      R"([{"role":"developer","content":"sys"},)"
+      R"({"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},)"
+      R"({"role":"assistant","content":null}])");
+  ASSERT_TRUE(c.ok()) << c.error_message();
+  EXPECT_EQ(c->system, "sys");
+  ASSERT_EQ(c->turns.size(), 1u);
+  EXPECT_EQ(c->turns[0].user, "ab");
+  EXPECT_TRUE(c->turns[0].replied);
+  EXPECT_EQ(c->turns[0].reply, "");
+  auto empty = parse_conversation(R"({"messages": []})");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->turns.empty());
+}
+
+TEST(Conversation, MalformedFiles) {
+  const auto bad = [](const std::string& j) {
+    auto c = parse_conversation(j);
+    return c.ok() ? std::string("(accepted)") : c.error_message();
+  };
+  EXPECT_EQ(bad("{\"messages\": ["), "not JSON");
+  EXPECT_EQ(bad(""), "not JSON");
+  EXPECT_NE(bad("{\"model\": \"x\"}").find("no \"messages\""), std::string::npos);
+  EXPECT_NE(bad("{\"messages\": 3}").find("must be an array"), std::string::npos);
+  EXPECT_NE(bad("[3]").find("message 1: an object with a \"role\""), std::string::npos);
+  EXPECT_NE(bad(R"([{"content":"x"}])").find("message 1"), std::string::npos);
+  EXPECT_NE(bad(R"([{"role":"user","content":"a"},{"role":"user","content":"b"}])")
+                .find("message 2: two user messages in a row"),
+            std::string::npos);
+  EXPECT_NE(bad(R"([{"role":"assistant","content":"a"}])").find("must answer a user message"),
+            std::string::npos);
+  EXPECT_NE(bad(R"([{"role":"user","content":"a"},{"role":"system","content":"b"}])")
+                .find("can only come first"),
+            std::string::npos);
+  EXPECT_NE(bad(R"([{"role":"user","content":"a"},{"role":"tool","content":"b"}])")
+                .find("role 'tool' cannot be loaded"),
+            std::string::npos);
+  EXPECT_NE(bad(R"([{"role":"user","content":"a"},{"role":"assistant","content":"",)"
+                R"("tool_calls":[{"id":"1"}]}])")
+                .find("tool calls"),
+            std::string::npos);
+  EXPECT_NE(bad(R"([{"role":"user","content":[{"type":"image_url","image_url":{}}]}])")
+                .find("only text parts"),
+            std::string::npos);
+  EXPECT_NE(bad(R"([{"role":"user","content":5}])").find("content must be a string"),
+            std::string::npos);
 }
 
 }  // namespace
