@@ -140,6 +140,11 @@ std::vector<CommandSpec> build_specs() {
             {"--ctx-size", "-c", "N", "prompt + max_tokens limit per request (default 32768)"},
             {"--cache-ram", "", "MiB", "prefix cache budget: KV pages + checkpoints (4096)"},
             {"--no-cache", "", "", "serve without the prefix cache", {}, false},
+            {"--cache-dir", "", "DIR",
+             "keep checkpoints and KV pages on disk too: written behind, read back after an "
+             "eviction or a restart"},
+            {"--cache-disk", "", "GiB", "disk budget of --cache-dir (16; LRU beyond)"},
+            {"--cache-fsync", "", "", "fdatasync each --cache-dir file before its rename", {}, false},
             {"--checkpoint-interval", "", "N",
              "checkpoint grid in tokens (512; 0: none, turn starts still count)"},
             {"--checkpoint-max", "", "N", "checkpoints kept per branch (32; 0: no limit)"},
