@@ -219,6 +219,8 @@ EngineMetrics BatchEngine::metrics() const {
     if (kind == "kv_pages") bytes = KvPage::live_bytes();
     if (kind == "snapshots") bytes = Snapshot::live_bytes();
   }
+  // The tier's writer works between steps too (thread-safe).
+  if (opt_.cache_enabled && opt_.cache.tier) m.cache.tier = opt_.cache.tier->stats();
   return m;
 }
 
