@@ -202,6 +202,9 @@ int cmd_serve(int argc, char** argv) {
     if (d.dir.empty()) return fail("--cache-dir needs a directory");
     d.budget_bytes = static_cast<uint64_t>(gib.value() * 1073741824.0);
     d.fsync = args->has("--cache-fsync");
+    // Queued objects are shared with the RAM tree while it holds them; the queue can keep alive
+    // at most this much that RAM has dropped (a term of the memory bound).
+    d.queue_bytes = std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes);
     std::error_code ec;
     std::filesystem::create_directories(d.dir, ec);
     if (ec) return fail("--cache-dir " + d.dir + ": " + ec.message());
@@ -259,6 +262,7 @@ int cmd_serve(int argc, char** argv) {
     bound.add("http", buffered_cap +
                           max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
                           http_threads * kJsonTreeFactor * max_body.value());
+    if (disk) bound.add("disk_queue", static_cast<int64_t>(std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes)));
     bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
     std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
     for (size_t i = 0; i < bound.kinds.size(); ++i)
