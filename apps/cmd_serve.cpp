@@ -214,8 +214,10 @@ int cmd_serve(int argc, char** argv) {
     d.fingerprint = fp.value();
     d.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     // Fault injection for the tests (tests/integration/disk_tier_test.cpp).
-    if (const char* e = std::getenv("REWIND_TEST_CACHE_FAIL_AFTER_BYTES")) d.fail_after_bytes = std::atoll(e);
-    if (const char* e = std::getenv("REWIND_TEST_CACHE_WRITE_PAUSE_MS")) d.write_pause_ms = std::atoi(e);
+    if (const char* e = std::getenv("REWIND_TEST_CACHE_FAIL_AFTER_BYTES"))
+      d.fail_after_bytes = std::atoll(e);
+    if (const char* e = std::getenv("REWIND_TEST_CACHE_WRITE_PAUSE_MS"))
+      d.write_pause_ms = std::atoi(e);
     auto t = DiskTier::open(d);
     if (!t.ok()) return fail(t.error_message());
     disk = std::move(t).value();
@@ -262,7 +264,9 @@ int cmd_serve(int argc, char** argv) {
     bound.add("http", buffered_cap +
                           max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
                           http_threads * kJsonTreeFactor * max_body.value());
-    if (disk) bound.add("disk_queue", static_cast<int64_t>(std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes)));
+    if (disk)
+      bound.add("disk_queue",
+                static_cast<int64_t>(std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes)));
     bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
     std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
     for (size_t i = 0; i < bound.kinds.size(); ++i)

@@ -13,7 +13,8 @@ side by side with a server without it, on one machine in one run (loopback only)
    sent at once. Reported: from the process start to the first token (start-up, index, the
    fingerprint from its cached digests, the disk reads and the re-run suffix), against the same
    on a server without --cache-dir (start-up and the whole cold prefill); the bytes read for the
-   resume, the tokens re-run.
+   resume, the tokens re-run, and the first token of a second edit at the same point, resumed
+   from RAM (the difference is what reading from disk added).
 
 usage: bench/disk_tier_bench.py --rewind build/release/rewind [--model DIR] [--tokens 10000]
                                 [--reps 3] [--threads 2] [--json]
@@ -139,6 +140,11 @@ def main():
         _, ttft_disk, usage_disk = again.complete(edited)
         first_hit = time.time() - again.t_spawn
         st2 = again.get("/v1/cache")["disk"]
+        # The same resume point again, now from RAM (another token at the edit): what the disk
+        # read added to the first token.
+        edited2 = list(edited)
+        edited2[at] = (edited2[at] + 1) % vocab
+        _, ttft_ram, usage_ram = again.complete(edited2)
         again.stop()
         cold = Server(a.rewind, model, a.threads, ctx, [])
         start_cold = cold.start()
@@ -162,6 +168,9 @@ def main():
             "resume_rerun_tokens": usage_disk["prompt_tokens"] -
                                    usage_disk["prompt_tokens_details"]["cached_tokens"],
             "resume_bytes_read": st2["bytes_read"],
+            "resume_load_s": st2["load_ms"] / 1e3,
+            "ram_resume_ttft_s": ttft_ram,
+            "ram_resume_cached_tokens": usage_ram["prompt_tokens_details"]["cached_tokens"],
             "restored_objects": st2["restored_at_start"],
         }
         if a.json:
@@ -176,10 +185,13 @@ def main():
               f"{res['restart_ratio']:.3f} |")
         print(f"|   of which start-up (listening) | {start_disk:.2f} s | {start_cold:.2f} s | |")
         print(f"|   of which the request's first token | {ttft_disk:.2f} s | {ttft_cold:.2f} s | |")
+        print(f"| the same resume point from RAM (a second edit there) | {ttft_ram:.2f} s | | "
+              f"{ttft_disk / ttft_ram:.3f} |")
         print(f"bytes written per cold prompt: {written / 1048576:.1f} MiB "
               f"(writer thread {writer_s:.2f} s); resume after restart: "
               f"{res['resume_bytes_read'] / 1048576:.1f} MiB read, {res['resume_cached_tokens']} tokens "
-              f"resumed, {res['resume_rerun_tokens']} re-run; {res['restored_objects']} objects indexed")
+              f"resumed, {res['resume_rerun_tokens']} re-run, {res['resume_load_s'] * 1e3:.0f} ms finding and "
+              f"reading them; {res['restored_objects']} objects indexed")
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -2,11 +2,11 @@
 // (REWIND_BINARY) and the tiny seeded model. A long chat is served, the server stops (SIGTERM, or
 // kill -9 once its writes are done) and a new server on the same directory gets the chat with its
 // third user turn edited: it must resume from disk (re-running at most the checkpoint spacing plus
-// the edited suffix) and answer exactly as a cold server does (greedy text and the log-probabilities
-// of every token with its top alternatives, the first token's included). Faults: kill -9 halfway
-// through a file, truncated and bit-flipped files, files of another model, a full disk (injected)
-// and a disk budget smaller than the chat: every answer stays that of a cold server and the
-// server stays up, with the errors counted in /v1/cache.
+// the edited suffix) and answer exactly as a cold server does (greedy text and the
+// log-probabilities of every token with its top alternatives, the first token's included). Faults:
+// kill -9 halfway through a file, truncated and bit-flipped files, files of another model, a full
+// disk (injected) and a disk budget smaller than the chat: every answer stays that of a cold server
+// and the server stays up, with the errors counted in /v1/cache.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -81,8 +81,15 @@ class Server {
                                        std::vector<std::pair<std::string, std::string>> env = {}) {
     auto s = std::unique_ptr<Server>(new Server());
     s->log_ = tmp_path("server.log");
-    std::vector<std::string> args = {REWIND_BINARY, "serve", "--model", model_dir(), "--port", "0",
-                                     "--threads", "1", "--checkpoint-interval",
+    std::vector<std::string> args = {REWIND_BINARY,
+                                     "serve",
+                                     "--model",
+                                     model_dir(),
+                                     "--port",
+                                     "0",
+                                     "--threads",
+                                     "1",
+                                     "--checkpoint-interval",
                                      std::to_string(kInterval)};
     for (auto& e : extra) args.push_back(e);
     for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
@@ -142,8 +149,8 @@ struct Http {
 Http curl(const Server& s, const std::string& method, const std::string& path,
           const std::string& body = "") {
   const std::string out = tmp_path("out");
-  std::string cmd = "curl -sS -o " + out + " -w '%{http_code}' -X " + method + " '" + s.url() +
-                    path + "'";
+  std::string cmd =
+      "curl -sS -o " + out + " -w '%{http_code}' -X " + method + " '" + s.url() + path + "'";
   if (!body.empty()) {
     const std::string in = tmp_path("in.json");
     std::ofstream(in) << body;
@@ -156,8 +163,9 @@ Http curl(const Server& s, const std::string& method, const std::string& path,
 
 // A long chat: a system prompt and seven turns; `third` is the third user message.
 json chat(const std::string& third) {
-  json msgs = json::array({{{"role", "system"},
-                            {"content", "You answer questions about old lighthouses and the sea."}}});
+  json msgs =
+      json::array({{{"role", "system"},
+                    {"content", "You answer questions about old lighthouses and the sea."}}});
   const char* turns[][2] = {
       {"Tell me about the oldest lighthouse you know, and why it was built where it stands.",
        "It stands on a rocky point; ships kept wrecking there in winter storms."},
@@ -172,7 +180,7 @@ json chat(const std::string& third) {
     msgs.push_back({{"role", "assistant"}, {"content", t[1]}});
   }
   msgs.push_back({{"role", "user"}, {"content", "And who keeps the light burning today?"}});
-  return {{"model", "tiny"},   {"max_tokens", 8},   {"temperature", 0},
+  return {{"model", "tiny"},  {"max_tokens", 8},  {"temperature", 0},
           {"messages", msgs}, {"logprobs", true}, {"top_logprobs", 5}};
 }
 
@@ -208,13 +216,16 @@ const Reference& reference() {
   return r;
 }
 
-json disk_stats(const Server& s) { return curl(s, "GET", "/v1/cache").j()["disk"]; }
+json disk_stats(const Server& s) {
+  return curl(s, "GET", "/v1/cache").j()["disk"];
+}
 
 // Waits until the writer has nothing queued and has written at least `writes` objects.
 bool writes_settle(const Server& s, int writes) {
   for (int i = 0; i < 500; ++i) {
     const json d = disk_stats(s);
-    if (d.is_object() && d["queued"].get<int>() == 0 && d["writes"].get<int>() >= writes) return true;
+    if (d.is_object() && d["queued"].get<int>() == 0 && d["writes"].get<int>() >= writes)
+      return true;
     std::this_thread::sleep_for(20ms);
   }
   return false;
@@ -250,8 +261,10 @@ std::string serve_original(int stop_signal) {
   if (!a) return dir;
   ask(*a, chat(kThird));
   EXPECT_TRUE(writes_settle(*a, 10));
-  if (stop_signal == SIGTERM) EXPECT_EQ(a->stop(SIGTERM), 0) << a->log();
-  else a->stop(SIGKILL);
+  if (stop_signal == SIGTERM)
+    EXPECT_EQ(a->stop(SIGTERM), 0) << a->log();
+  else
+    a->stop(SIGKILL);
   return dir;
 }
 
@@ -335,7 +348,8 @@ TEST(DiskCache, TruncatedAndFlippedFilesAreRecomputed) {
   EXPECT_EQ(disk_stats(*b)["errors"]["corrupt"].get<int>(), truncated);
   expect_edited_answer(*b, false);
   const json d = disk_stats(*b);
-  EXPECT_GE(d["errors"]["corrupt"].get<int>(), truncated + 1) << "a flipped byte was met: " << d.dump();
+  EXPECT_GE(d["errors"]["corrupt"].get<int>(), truncated + 1)
+      << "a flipped byte was met: " << d.dump();
   EXPECT_EQ(d["hits"].get<int>(), 0) << d.dump();
   const std::string log = b->log();
   EXPECT_NE(log.find("truncated"), std::string::npos) << log;
@@ -351,8 +365,8 @@ TEST(DiskCache, FilesOfAnotherModelAreSkipped) {
   for (const auto& p : object_files(dir)) {
     std::string bytes = test::read_file(p.string());
     TierExpect any;
-    TierParse h = parse_tier_header(std::as_bytes(std::span<const char>(bytes.data(), bytes.size())),
-                                    bytes.size(), any);
+    TierParse h = parse_tier_header(
+        std::as_bytes(std::span<const char>(bytes.data(), bytes.size())), bytes.size(), any);
     ASSERT_EQ(h.error, TierFileError::Fingerprint);
     h.header.fingerprint.lo ^= 0x1234;
     const auto hd = encode_tier_header(h.header);
@@ -366,7 +380,8 @@ TEST(DiskCache, FilesOfAnotherModelAreSkipped) {
   EXPECT_EQ(disk_stats(*b)["objects"].get<int>(), 0);
   EXPECT_NE(b->log().find("another model"), std::string::npos);
   expect_edited_answer(*b, false);
-  EXPECT_EQ(object_files(dir).size() >= static_cast<size_t>(n), true) << "foreign files are left alone";
+  EXPECT_EQ(object_files(dir).size() >= static_cast<size_t>(n), true)
+      << "foreign files are left alone";
 }
 
 TEST(DiskCache, FullDiskAndTinyBudgetKeepAnswersRight) {
@@ -410,8 +425,8 @@ TEST(DiskCache, BadOptionsAndASharedDirectoryFail) {
   test::run_command(bin + " serve --model " + model_dir() + " --cache-dir x --no-cache 2>&1", &rc);
   EXPECT_NE(rc, 0);
   const std::string dir = tmp_path("cache");
-  test::run_command(bin + " serve --model " + model_dir() + " --cache-dir " + dir +
-                        " --cache-disk 0 2>&1", &rc);
+  test::run_command(
+      bin + " serve --model " + model_dir() + " --cache-dir " + dir + " --cache-disk 0 2>&1", &rc);
   EXPECT_NE(rc, 0);
   auto a = Server::start({"--cache-dir", dir});
   ASSERT_NE(a, nullptr);

@@ -1,6 +1,8 @@
 // DiskTier (cache/disk_tier.h) on its own: write-behind and read back, the index after a
 // reopen, LRU under the budget, a full queue, an injected full disk, and files damaged or
 // foreign on disk: each skipped with a count, never a wrong payload.
+#include "rewind/cache/disk_tier.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "rewind/cache/disk_tier.h"
 #include "rewind/cache/tier_format.h"
 
 namespace rw {

@@ -1,12 +1,12 @@
 // The tier file format (cache/tier_format.h) and the content keys (cache/cache_tier.h): a round
 // trip, then every malformed input: each truncation, each flipped byte, another version, model,
 // KV type, object or layout, a longer file, a bad kind or header field with a valid checksum.
+#include "rewind/cache/tier_format.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
-
-#include "rewind/cache/tier_format.h"
 
 namespace rw {
 namespace {

@@ -23,10 +23,14 @@ bool Hash128::from_hex(std::string_view s, Hash128* out) {
   for (size_t i = 0; i < 32; ++i) {
     const char c = s[i];
     int x;
-    if (c >= '0' && c <= '9') x = c - '0';
-    else if (c >= 'a' && c <= 'f') x = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') x = c - 'A' + 10;
-    else return false;
+    if (c >= '0' && c <= '9')
+      x = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      x = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      x = c - 'A' + 10;
+    else
+      return false;
     v[i / 16] = (v[i / 16] << 4) | static_cast<uint64_t>(x);
   }
   out->hi = v[0];
@@ -39,7 +43,9 @@ Hash128 xxh3_128(const void* data, size_t n) {
   return Hash128{h.low64, h.high64};
 }
 
-uint64_t xxh3_64(const void* data, size_t n) { return XXH3_64bits(data, n); }
+uint64_t xxh3_64(const void* data, size_t n) {
+  return XXH3_64bits(data, n);
+}
 
 struct Hasher::State {
   XXH3_state_t st128;
@@ -64,6 +70,8 @@ Hash128 Hasher::digest128() const {
   return Hash128{h.low64, h.high64};
 }
 
-uint64_t Hasher::digest64() const { return XXH3_64bits_digest(&s_->st64); }
+uint64_t Hasher::digest64() const {
+  return XXH3_64bits_digest(&s_->st64);
+}
 
 }  // namespace rw

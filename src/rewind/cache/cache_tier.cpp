@@ -6,8 +6,10 @@ namespace rw {
 
 const char* tier_kind_name(TierKind k) {
   switch (k) {
-    case TierKind::Page: return "page";
-    case TierKind::Checkpoint: return "ckpt";
+    case TierKind::Page:
+      return "page";
+    case TierKind::Checkpoint:
+      return "ckpt";
   }
   return "?";
 }

@@ -60,7 +60,7 @@ struct TierPut {
 
 struct TierStats {
   bool enabled = false;
-  std::string name;          // "disk"
+  std::string name;  // "disk"
   // Objects and bytes held now (written), the budget, the write queue.
   int64_t objects = 0;
   uint64_t bytes = 0;
@@ -68,19 +68,19 @@ struct TierStats {
   int64_t queued = 0;
   uint64_t queued_bytes = 0;
   // Cumulative.
-  int64_t reads = 0;              // objects read (get() that returned them)
+  int64_t reads = 0;  // objects read (get() that returned them)
   uint64_t bytes_read = 0;
-  double read_seconds = 0;        // time in get(), successful or not
-  int64_t writes = 0;             // objects written
+  double read_seconds = 0;  // time in get(), successful or not
+  int64_t writes = 0;       // objects written
   uint64_t bytes_written = 0;
-  double write_seconds = 0;       // writer thread time per object
-  int64_t write_errors = 0;       // a failed write (no space, I/O error): the object is dropped
-  int64_t dropped = 0;            // put() refused: queue full or larger than the budget
-  int64_t evictions = 0;          // objects removed by the budget (LRU)
-  int64_t corrupt = 0;            // truncated, bad checksum, unreadable: removed, recomputed
-  int64_t foreign = 0;            // another model or format version: skipped, left alone
-  int64_t stale_temp = 0;         // unfinished temporary files found at start and removed
-  int64_t restored = 0;           // objects indexed at start
+  double write_seconds = 0;  // writer thread time per object
+  int64_t write_errors = 0;  // a failed write (no space, I/O error): the object is dropped
+  int64_t dropped = 0;       // put() refused: queue full or larger than the budget
+  int64_t evictions = 0;     // objects removed by the budget (LRU)
+  int64_t corrupt = 0;       // truncated, bad checksum, unreadable: removed, recomputed
+  int64_t foreign = 0;       // another model or format version: skipped, left alone
+  int64_t stale_temp = 0;    // unfinished temporary files found at start and removed
+  int64_t restored = 0;      // objects indexed at start
 };
 
 class CacheTier {

@@ -19,8 +19,7 @@ namespace rw {
 
 namespace {
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 bool write_all(int fd, const std::byte* p, size_t n) {
@@ -59,9 +58,12 @@ bool pread_all(int fd, std::byte* p, size_t n, off_t off) {
 bool parse_name(const std::string& name, ContentKey* key, TierKind* kind) {
   if (name.size() != 37 || name[32] != '.') return false;
   const std::string ext = name.substr(33);
-  if (ext == "page") *kind = TierKind::Page;
-  else if (ext == "ckpt") *kind = TierKind::Checkpoint;
-  else return false;
+  if (ext == "page")
+    *kind = TierKind::Page;
+  else if (ext == "ckpt")
+    *kind = TierKind::Checkpoint;
+  else
+    return false;
   return Hash128::from_hex(std::string_view(name).substr(0, 32), key);
 }
 }  // namespace
@@ -154,8 +156,8 @@ Status DiskTier::scan() {
     want.kv_dtype = opt_.kv_dtype;
     want.key = &id.key;
     want.kind = id.kind;
-    const TierParse p =
-        parse_tier_header(std::span<const std::byte>(hdr, got), static_cast<uint64_t>(sb.st_size), want);
+    const TierParse p = parse_tier_header(std::span<const std::byte>(hdr, got),
+                                          static_cast<uint64_t>(sb.st_size), want);
     if (!p.ok()) {
       const bool foreign = tier_file_error_foreign(p.error);
       tell("rewind: cache: skipped " + path + ": " + p.message);
@@ -173,7 +175,8 @@ Status DiskTier::scan() {
   if (ec) return make_error("--cache-dir " + opt_.dir + ": " + ec.message());
   if (told > 20) say("rewind: cache: ... and " + std::to_string(told - 20) + " more files skipped");
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
-    return std::tie(a.mtime_ns, a.id.key.hi, a.id.key.lo) < std::tie(b.mtime_ns, b.id.key.hi, b.id.key.lo);
+    return std::tie(a.mtime_ns, a.id.key.hi, a.id.key.lo) <
+           std::tie(b.mtime_ns, b.id.key.hi, b.id.key.lo);
   });
   std::vector<std::string> remove;
   {

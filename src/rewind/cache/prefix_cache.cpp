@@ -525,7 +525,8 @@ struct CacheCore {
     keys->resize(static_cast<size_t>(upto) + 1);
     (*keys)[0] = tier_root;
     for (int64_t k = 0; k < upto; ++k)
-      (*keys)[static_cast<size_t>(k) + 1] = chain_next((*keys)[static_cast<size_t>(k)], t[static_cast<size_t>(k)]);
+      (*keys)[static_cast<size_t>(k) + 1] =
+          chain_next((*keys)[static_cast<size_t>(k)], t[static_cast<size_t>(k)]);
   }
 
   // Queues the history's full pages and its checkpoints for the tier, deepest first (so the
@@ -548,7 +549,8 @@ struct CacheCore {
         objs.push_back({(i + 1) * pt, TierKind::Page, static_cast<size_t>(i)});
     for (size_t i = 0; i < snaps.size(); ++i)
       if (snaps[i]->pos > 0) objs.push_back({snaps[i]->pos, TierKind::Checkpoint, i});
-    std::stable_sort(objs.begin(), objs.end(), [](const Obj& a, const Obj& b) { return a.pos > b.pos; });
+    std::stable_sort(objs.begin(), objs.end(),
+                     [](const Obj& a, const Obj& b) { return a.pos > b.pos; });
     CacheTier& tier = *opt.tier;
     for (const Obj& o : objs) {
       const ContentKey& key = tier_keys[static_cast<size_t>(o.pos)];
@@ -563,17 +565,20 @@ struct CacheCore {
       if (o.kind == TierKind::Page) {
         const PagePtr& pg = pages[o.index];
         put.layout = page_layout();
-        put.parts.push_back(std::as_bytes(std::span<const float>(pg->data(), pg->bytes() / sizeof(float))));
+        put.parts.push_back(
+            std::as_bytes(std::span<const float>(pg->data(), pg->bytes() / sizeof(float))));
         put.owner = pg;
       } else {
         const std::shared_ptr<const Snapshot>& sn = snaps[o.index];
         put.layout = ckpt_layout(o.pos);
         if (put.layout.rec_bytes > 0)
-          put.parts.push_back(std::as_bytes(std::span<const float>(sn->rec.data(), sn->rec.size())));
+          put.parts.push_back(
+              std::as_bytes(std::span<const float>(sn->rec.data(), sn->rec.size())));
         PagePtr pg;
         if (put.layout.kv_bytes > 0) {
           pg = pages[static_cast<size_t>(o.pos / pt)];
-          put.parts.push_back(std::as_bytes(std::span<const float>(pg->data(), pg->bytes() / sizeof(float))));
+          put.parts.push_back(
+              std::as_bytes(std::span<const float>(pg->data(), pg->bytes() / sizeof(float))));
         }
         put.owner = std::make_shared<std::pair<std::shared_ptr<const Snapshot>, PagePtr>>(sn, pg);
       }
@@ -627,7 +632,8 @@ struct CacheCore {
           }
           auto pg = std::make_shared<KvPage>(opt.shape);
           if (!tier.get(key((i + 1) * pt), TierKind::Page, page_layout(),
-                        std::as_writable_bytes(std::span<float>(pg->data(), pg->bytes() / sizeof(float))))) {
+                        std::as_writable_bytes(
+                            std::span<float>(pg->data(), pg->bytes() / sizeof(float))))) {
             hi = std::min(hi, i * pt + pt - 1);  // page i is gone: resume inside it at most
             ok = false;
             break;

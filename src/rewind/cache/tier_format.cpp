@@ -34,18 +34,30 @@ TierParse fail(TierParse r, TierFileError e, std::string msg) {
 
 const char* tier_file_error_name(TierFileError e) {
   switch (e) {
-    case TierFileError::None: return "ok";
-    case TierFileError::Truncated: return "truncated";
-    case TierFileError::TooLong: return "longer than its header says";
-    case TierFileError::BadMagic: return "not a tier file (bad magic)";
-    case TierFileError::HeaderChecksum: return "header checksum mismatch";
-    case TierFileError::BadKind: return "unknown object kind";
-    case TierFileError::BadHeader: return "malformed header";
-    case TierFileError::Version: return "another format version";
-    case TierFileError::Fingerprint: return "another model (fingerprint)";
-    case TierFileError::KvType: return "another KV element type";
-    case TierFileError::WrongObject: return "not the object asked for";
-    case TierFileError::PayloadChecksum: return "payload checksum mismatch";
+    case TierFileError::None:
+      return "ok";
+    case TierFileError::Truncated:
+      return "truncated";
+    case TierFileError::TooLong:
+      return "longer than its header says";
+    case TierFileError::BadMagic:
+      return "not a tier file (bad magic)";
+    case TierFileError::HeaderChecksum:
+      return "header checksum mismatch";
+    case TierFileError::BadKind:
+      return "unknown object kind";
+    case TierFileError::BadHeader:
+      return "malformed header";
+    case TierFileError::Version:
+      return "another format version";
+    case TierFileError::Fingerprint:
+      return "another model (fingerprint)";
+    case TierFileError::KvType:
+      return "another KV element type";
+    case TierFileError::WrongObject:
+      return "not the object asked for";
+    case TierFileError::PayloadChecksum:
+      return "payload checksum mismatch";
   }
   return "?";
 }
@@ -92,7 +104,8 @@ TierParse parse_tier_header(std::span<const std::byte> bytes, uint64_t file_size
   if (get_u64(b + 80) != xxh3_64(b, 80))
     return fail(r, TierFileError::HeaderChecksum, "header checksum mismatch");
   const uint8_t kind = static_cast<uint8_t>(b[8]);
-  if (kind != static_cast<uint8_t>(TierKind::Page) && kind != static_cast<uint8_t>(TierKind::Checkpoint))
+  if (kind != static_cast<uint8_t>(TierKind::Page) &&
+      kind != static_cast<uint8_t>(TierKind::Checkpoint))
     return fail(r, TierFileError::BadKind, "unknown object kind " + std::to_string(kind));
   r.header.kind = static_cast<TierKind>(kind);
   r.header.kv_dtype = static_cast<uint8_t>(b[9]);
@@ -121,9 +134,9 @@ TierParse parse_tier_header(std::span<const std::byte> bytes, uint64_t file_size
                 "truncated: " + std::to_string(file_size) + " of " + std::to_string(expect_size) +
                     " bytes");
   if (file_size > expect_size)
-    return fail(r, TierFileError::TooLong,
-                std::to_string(file_size) + " bytes, the header says " +
-                    std::to_string(expect_size));
+    return fail(
+        r, TierFileError::TooLong,
+        std::to_string(file_size) + " bytes, the header says " + std::to_string(expect_size));
   if (want.key && (r.header.key != *want.key || r.header.kind != want.kind))
     return fail(r, TierFileError::WrongObject, "holds another object than its name says");
   if (want.layout && !(r.header.layout == *want.layout))

@@ -48,16 +48,16 @@ struct TierFileHeader {
 // such a file is skipped and left alone. Every other error means a damaged file.
 enum class TierFileError {
   None,
-  Truncated,        // shorter than its header says
-  TooLong,          // longer than its header says
+  Truncated,  // shorter than its header says
+  TooLong,    // longer than its header says
   BadMagic,
   HeaderChecksum,
   BadKind,
-  BadHeader,        // reserved bytes, header size, negative position, sizes that overflow
-  Version,          // foreign
-  Fingerprint,      // foreign
-  KvType,           // foreign
-  WrongObject,      // a valid file of this model, but not the object asked for (key, kind, layout)
+  BadHeader,    // reserved bytes, header size, negative position, sizes that overflow
+  Version,      // foreign
+  Fingerprint,  // foreign
+  KvType,       // foreign
+  WrongObject,  // a valid file of this model, but not the object asked for (key, kind, layout)
   PayloadChecksum,
 };
 const char* tier_file_error_name(TierFileError e);

@@ -19,7 +19,8 @@ Result<Hash128> file_digest(const std::string& path, const std::string& cache_fi
   std::error_code ec;
   const std::string abs = std::filesystem::absolute(path, ec).string();
   const long long size = static_cast<long long>(sb.st_size);
-  const long long mtime = static_cast<long long>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
+  const long long mtime =
+      static_cast<long long>(sb.st_mtim.tv_sec) * 1000000000LL + sb.st_mtim.tv_nsec;
   std::vector<std::string> keep;  // the cache's lines for other files
   if (!cache_file.empty()) {
     std::ifstream in(cache_file);

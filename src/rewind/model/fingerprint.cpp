@@ -18,7 +18,8 @@ Result<Hash128> model_fingerprint(const std::string& path, const Model& m,
   } else {
     for (const auto& de : std::filesystem::directory_iterator(path, ec)) {
       const std::string name = de.path().filename().string();
-      const bool weights = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+      const bool weights =
+          name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
       if (de.is_regular_file() && (weights || name == "config.json"))
         files.push_back(de.path().string());
     }

@@ -198,7 +198,8 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
     p.one("rewind_cache_disk_load_seconds_total", "counter",
           "Time lookups spent finding and reading the disk tier's objects.", c.tier_load_ms / 1e3);
     counter("disk_reads", "Objects read from the disk tier.", d.reads);
-    counter("disk_read_bytes", "Bytes read from the disk tier.", static_cast<int64_t>(d.bytes_read));
+    counter("disk_read_bytes", "Bytes read from the disk tier.",
+            static_cast<int64_t>(d.bytes_read));
     p.one("rewind_cache_disk_read_seconds_total", "counter", "Time spent reading objects.",
           d.read_seconds);
     counter("disk_writes", "Objects written to the disk tier.", d.writes);
@@ -216,8 +217,10 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
     counter("disk_foreign", "Files of another model or format version skipped.", d.foreign);
     gauge("disk_bytes", "Bytes of the disk tier's files.", static_cast<double>(d.bytes));
     gauge("disk_objects", "Objects in the disk tier.", static_cast<double>(d.objects));
-    gauge("disk_budget_bytes", "Byte budget of the disk tier.", static_cast<double>(d.budget_bytes));
-    gauge("disk_queued", "Objects waiting for the disk tier's writer.", static_cast<double>(d.queued));
+    gauge("disk_budget_bytes", "Byte budget of the disk tier.",
+          static_cast<double>(d.budget_bytes));
+    gauge("disk_queued", "Objects waiting for the disk tier's writer.",
+          static_cast<double>(d.queued));
   }
 
   std::lock_guard<std::mutex> lock(mu_);
