@@ -14,6 +14,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,8 +24,10 @@
 #include "args.h"
 #include "commands.h"
 #include "rewind/base/memory.h"
+#include "rewind/cache/disk_tier.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
+#include "rewind/model/fingerprint.h"
 #include "rewind/server/access_log.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/server/http_server.h"
@@ -185,6 +190,47 @@ int cmd_serve(int argc, char** argv) {
       static_cast<int32_t>(std::min<int64_t>(tok->vocab_size(), m.config().vocab_size));
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());
   eo.spec = spec->cfg;
+  // The disk tier under the prefix cache (docs/ARCHITECTURE.md, "Disk tier").
+  std::shared_ptr<DiskTier> disk;
+  if (args->has("--cache-dir")) {
+    if (!eo.cache_enabled) return fail("--cache-dir needs the prefix cache (drop --no-cache)");
+    auto gib = args->num("--cache-disk", 16);
+    if (!gib.ok()) return fail(gib.error_message());
+    if (!(gib.value() > 0)) return fail("--cache-disk must be > 0 (GiB)");
+    DiskTier::Options d;
+    d.dir = args->str("--cache-dir");
+    if (d.dir.empty()) return fail("--cache-dir needs a directory");
+    d.budget_bytes = static_cast<uint64_t>(gib.value() * 1073741824.0);
+    d.fsync = args->has("--cache-fsync");
+    // Queued objects are shared with the RAM tree while it holds them; the queue can keep alive
+    // at most this much that RAM has dropped (a term of the memory bound).
+    d.queue_bytes = std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes);
+    std::error_code ec;
+    std::filesystem::create_directories(d.dir, ec);
+    if (ec) return fail("--cache-dir " + d.dir + ": " + ec.message());
+    const double t0 = now_seconds();
+    auto fp = model_fingerprint(dir, m, d.dir + "/model-digests");
+    if (!fp.ok()) return fail(fp.error_message());
+    d.fingerprint = fp.value();
+    d.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    // Fault injection for the tests (tests/integration/disk_tier_test.cpp).
+    if (const char* e = std::getenv("REWIND_TEST_CACHE_FAIL_AFTER_BYTES"))
+      d.fail_after_bytes = std::atoll(e);
+    if (const char* e = std::getenv("REWIND_TEST_CACHE_WRITE_PAUSE_MS"))
+      d.write_pause_ms = std::atoi(e);
+    auto t = DiskTier::open(d);
+    if (!t.ok()) return fail(t.error_message());
+    disk = std::move(t).value();
+    const TierStats ts = disk->stats();
+    std::fprintf(stderr,
+                 "rewind serve: cache dir %s: %lld objects, %.1f MiB of %.1f GiB (model %s, "
+                 "indexed in %.2f s)\n",
+                 d.dir.c_str(), static_cast<long long>(ts.objects), ts.bytes / 1048576.0,
+                 gib.value(), fp.value().hex().substr(0, 12).c_str(), now_seconds() - t0);
+    eo.cache.tier = disk;
+  } else if (args->has("--cache-disk") || args->has("--cache-fsync")) {
+    return fail("--cache-disk and --cache-fsync need --cache-dir");
+  }
   BatchEngine engine(m, &pool, eo);
 
   ServerOptions so;
@@ -218,6 +264,9 @@ int cmd_serve(int argc, char** argv) {
     bound.add("http", buffered_cap +
                           max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
                           http_threads * kJsonTreeFactor * max_body.value());
+    if (disk)
+      bound.add("disk_queue",
+                static_cast<int64_t>(std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes)));
     bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
     std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
     for (size_t i = 0; i < bound.kinds.size(); ++i)
@@ -279,6 +328,7 @@ int cmd_serve(int argc, char** argv) {
   pthread_kill(sig_thread.native_handle(), SIGUSR1);
   sig_thread.join();
   engine.shutdown(/*drain=*/false);
+  if (disk) disk->flush();  // the checkpoints still queued reach the disk
   std::fprintf(stderr, "rewind serve: stopped\n");
   return 0;
 }

@@ -8,11 +8,12 @@ secs="${1:-15}"
 CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DREWIND_BUILD_FUZZ=ON \
   -DREWIND_BUILD_TESTS=OFF >/dev/null
 ninja -C build/fuzz fuzz_safetensors fuzz_gguf fuzz_tokenizer fuzz_openai_request fuzz_chat_template \
-  fuzz_grammar >/dev/null
+  fuzz_grammar fuzz_tier_file >/dev/null
 seeds=build/fuzz/seeds
-mkdir -p "$seeds"/{safetensors,gguf,tokenizer,openai,chat,grammar}
+mkdir -p "$seeds"/{safetensors,gguf,tokenizer,openai,chat,grammar,tier}
 cp tests/data/qwen35-tiny/qwen3_5/model.safetensors "$seeds/safetensors/" 2>/dev/null || true
 cp tests/fuzz/seeds/gguf/*.gguf "$seeds/gguf/"
+cp tests/fuzz/seeds/tier/*.rwkt "$seeds/tier/"
 printf '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stop":["x"],"tools":[]}' \
   > "$seeds/openai/chat.json"
 printf '{"prompt":"hello","max_tokens":3,"logprobs":2}' > "$seeds/openai/completion.json"
@@ -25,7 +26,7 @@ printf '1{"type":"object","properties":{"a":{"type":"array","items":{"enum":[1,"
   > "$seeds/grammar/schema.json"
 status=0
 for t in safetensors:safetensors gguf:gguf tokenizer:tokenizer openai_request:openai chat_template:chat \
-    grammar:grammar; do
+    grammar:grammar tier_file:tier; do
   bin="build/fuzz/tests/fuzz/fuzz_${t%%:*}"
   corpus="build/fuzz/corpus_${t%%:*}"
   mkdir -p "$corpus"

@@ -8,7 +8,7 @@ set -euo pipefail
 RUNTIME_PKGS=(
   cmake ninja-build g++ pkg-config
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  libboost1.81-dev libcurl4-openssl-dev libssl-dev libedit-dev
+  libboost1.81-dev libcurl4-openssl-dev libssl-dev libedit-dev libxxhash-dev
 )
 TEST_PKGS=(
   libgtest-dev libgmock-dev

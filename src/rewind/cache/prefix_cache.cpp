@@ -1,6 +1,8 @@
 #include "rewind/cache/prefix_cache.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <queue>
@@ -22,6 +24,14 @@ const char* hit_kind_name(HitKind k) {
   }
   return "?";
 }
+
+namespace {
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 namespace detail {
 
@@ -78,12 +88,18 @@ struct CacheCore {
   uint64_t next_id = 1;
   uint64_t epoch = 0;
   uint64_t version = 0;  // bumped by every change a dump would show
+  ContentKey tier_root;  // the chain hash's start (Options::tier's fingerprint)
+  std::vector<ContentKey> tier_keys;  // scratch: the keys of a history's prefixes
 
   explicit CacheCore(const PrefixCache::Options& o) : opt(o), pt(o.page_tokens) {
     REWIND_CHECK(pt > 0);
     REWIND_CHECK(o.has_attention || o.has_recurrent);
     st.budget_bytes = o.budget_bytes;
     root = std::make_unique<CacheNode>();
+    if (o.tier) {
+      REWIND_CHECK(o.shape.page_tokens == pt);
+      tier_root = chain_root(o.tier->fingerprint());
+    }
   }
   ~CacheCore() { destroy_subtrees(); }
 
@@ -298,12 +314,9 @@ struct CacheCore {
   }
 
   // --- operations --------------------------------------------------------------------------
-  LookupResult lookup(std::span<const int32_t> t, const std::shared_ptr<CacheCore>& self) {
-    ++tick;
-    ++version;
-    ++st.lookups;
+  // The nodes entered along t (root excluded); returns L, the tokens matched.
+  int64_t walk(std::span<const int32_t> t, std::vector<CacheNode*>* path) const {
     const int64_t n = static_cast<int64_t>(t.size());
-    std::vector<CacheNode*> path;  // nodes entered, root excluded
     CacheNode* node = root.get();
     int64_t pos = 0;
     while (pos < n) {
@@ -313,12 +326,35 @@ struct CacheCore {
       const int64_t lim = std::min(c->len(), n - pos);
       int64_t m = 1;  // the first token matched through the key
       while (m < lim && c->tok(c->start + m) == t[static_cast<size_t>(pos + m)]) ++m;
-      path.push_back(c);
+      path->push_back(c);
       pos += m;
       if (m < c->len()) break;
       node = c;
     }
-    const int64_t L = pos;
+    return pos;
+  }
+
+  // The deepest snapshot at a position <= lp on the path, or null.
+  static CacheSnap* deepest_snap(const std::vector<CacheNode*>& path, int64_t lp) {
+    for (auto it = path.rbegin(); it != path.rend(); ++it) {
+      CacheNode* c = *it;
+      if (c->start >= lp) continue;  // every snapshot here is past lp
+      auto ub = std::upper_bound(
+          c->snaps.begin(), c->snaps.end(), lp,
+          [](int64_t v, const std::unique_ptr<CacheSnap>& s) { return v < s->pos(); });
+      if (ub != c->snaps.begin()) return std::prev(ub)->get();
+    }
+    return nullptr;
+  }
+
+  LookupResult lookup(std::span<const int32_t> t, const std::shared_ptr<CacheCore>& self) {
+    const int64_t from_tier = opt.tier && t.size() > 1 ? promote_from_tier(t) : 0;
+    ++tick;
+    ++version;
+    ++st.lookups;
+    const int64_t n = static_cast<int64_t>(t.size());
+    std::vector<CacheNode*> path;  // nodes entered, root excluded
+    const int64_t L = walk(t, &path);
     const int64_t lp = n > 0 ? std::min(L, n - 1) : 0;
 
     LookupResult r;
@@ -328,17 +364,11 @@ struct CacheCore {
     if (!opt.has_recurrent) {
       p = lp;
     } else {
-      for (auto it = path.rbegin(); it != path.rend() && !used; ++it) {
-        CacheNode* c = *it;
-        if (c->start >= lp) continue;  // every snapshot here is past lp
-        auto ub = std::upper_bound(
-            c->snaps.begin(), c->snaps.end(), lp,
-            [](int64_t v, const std::unique_ptr<CacheSnap>& s) { return v < s->pos(); });
-        if (ub != c->snaps.begin()) used = std::prev(ub)->get();
-      }
+      used = deepest_snap(path, lp);
       p = used ? used->pos() : 0;
     }
     r.resume_pos = p;
+    r.tier_tokens = std::min(from_tier, p);
     if (used) r.snapshot = used->snap;
 
     // Page i from the node holding position min((i+1)*pt, p) - 1: the deepest one intersecting.
@@ -383,9 +413,11 @@ struct CacheCore {
     return r;
   }
 
+  // from_tier: a prefix brought back from the tier (not an inserted history: no terminal mark,
+  // not counted as an insert, not written back).
   void insert(std::span<const int32_t> t, const std::vector<PagePtr>& pages,
               std::span<const std::shared_ptr<const Snapshot>> snaps, int64_t anchor,
-              std::span<const uint8_t> kinds) {
+              std::span<const uint8_t> kinds, bool from_tier = false) {
     const int64_t n = static_cast<int64_t>(t.size());
     REWIND_CHECK(kinds.empty() || kinds.size() == snaps.size());
     if (opt.has_attention) {
@@ -406,7 +438,7 @@ struct CacheCore {
     }
     ++tick;
     ++version;
-    ++st.inserts;
+    if (!from_tier) ++st.inserts;
     if (n == 0) return;
 
     std::vector<CacheNode*> path;
@@ -429,7 +461,7 @@ struct CacheCore {
       node = c;
       pos += m;
     }
-    node->terminal = true;
+    if (!from_tier) node->terminal = true;
     for (CacheNode* c : path) touch(c);
 
     // Snapshots: reuse one already at the same position, else add.
@@ -474,6 +506,170 @@ struct CacheCore {
 
     thin(path, n);
     evict_to_budget();
+    if (opt.tier && !from_tier) write_behind(t, pages, snaps);
+  }
+
+  // --- the tier (cache/cache_tier.h) -------------------------------------------------------
+  size_t page_bytes() const {
+    const StateShape& sh = opt.shape;
+    return static_cast<size_t>(sh.n_attn_layers * 2 * sh.page_tokens * sh.kv_dim) * sizeof(float);
+  }
+  size_t rec_bytes() const { return static_cast<size_t>(opt.shape.rec_floats()) * sizeof(float); }
+  TierLayout page_layout() const { return TierLayout{0, page_bytes()}; }
+  TierLayout ckpt_layout(int64_t q) const {
+    return TierLayout{opt.has_recurrent ? rec_bytes() : 0,
+                      opt.has_attention && q % pt != 0 ? page_bytes() : 0};
+  }
+  // keys[k] = the content key of t[0, k), k = 0..upto.
+  void chain_keys(std::span<const int32_t> t, int64_t upto, std::vector<ContentKey>* keys) const {
+    keys->resize(static_cast<size_t>(upto) + 1);
+    (*keys)[0] = tier_root;
+    for (int64_t k = 0; k < upto; ++k)
+      (*keys)[static_cast<size_t>(k) + 1] =
+          chain_next((*keys)[static_cast<size_t>(k)], t[static_cast<size_t>(k)]);
+  }
+
+  // Queues the history's full pages and its checkpoints for the tier, deepest first (so the
+  // pages near the root are the most recently used); what the tier holds is only touched.
+  // A page whose last row is the history's last position is left out when the MTP head lags
+  // (its slot there is not defined yet); a checkpoint carries its partial page instead.
+  void write_behind(std::span<const int32_t> t, const std::vector<PagePtr>& pages,
+                    std::span<const std::shared_ptr<const Snapshot>> snaps) {
+    const int64_t n = static_cast<int64_t>(t.size());
+    chain_keys(t, n, &tier_keys);
+    const int64_t lag = opt.shape.lagged_attn_layers > 0 ? 1 : 0;
+    struct Obj {
+      int64_t pos;
+      TierKind kind;
+      size_t index;  // page index or snapshot index
+    };
+    std::vector<Obj> objs;
+    if (opt.has_attention)
+      for (int64_t i = 0; (i + 1) * pt + lag <= n; ++i)
+        objs.push_back({(i + 1) * pt, TierKind::Page, static_cast<size_t>(i)});
+    for (size_t i = 0; i < snaps.size(); ++i)
+      if (snaps[i]->pos > 0) objs.push_back({snaps[i]->pos, TierKind::Checkpoint, i});
+    std::stable_sort(objs.begin(), objs.end(),
+                     [](const Obj& a, const Obj& b) { return a.pos > b.pos; });
+    CacheTier& tier = *opt.tier;
+    for (const Obj& o : objs) {
+      const ContentKey& key = tier_keys[static_cast<size_t>(o.pos)];
+      if (tier.contains(key, o.kind)) {
+        tier.touch(key, o.kind);
+        continue;
+      }
+      TierPut put;
+      put.key = key;
+      put.kind = o.kind;
+      put.pos = o.pos;
+      if (o.kind == TierKind::Page) {
+        const PagePtr& pg = pages[o.index];
+        put.layout = page_layout();
+        put.parts.push_back(
+            std::as_bytes(std::span<const float>(pg->data(), pg->bytes() / sizeof(float))));
+        put.owner = pg;
+      } else {
+        const std::shared_ptr<const Snapshot>& sn = snaps[o.index];
+        put.layout = ckpt_layout(o.pos);
+        if (put.layout.rec_bytes > 0)
+          put.parts.push_back(
+              std::as_bytes(std::span<const float>(sn->rec.data(), sn->rec.size())));
+        PagePtr pg;
+        if (put.layout.kv_bytes > 0) {
+          pg = pages[static_cast<size_t>(o.pos / pt)];
+          put.parts.push_back(
+              std::as_bytes(std::span<const float>(pg->data(), pg->bytes() / sizeof(float))));
+        }
+        put.owner = std::make_shared<std::pair<std::shared_ptr<const Snapshot>, PagePtr>>(sn, pg);
+      }
+      tier.put(std::move(put));
+    }
+  }
+
+  // Before a lookup of t: when the tier holds a resume point deeper than RAM's, reads its pages
+  // and checkpoint back and inserts them into the tree, so the lookup resumes there. Returns
+  // the tokens it added to RAM's resume point (0: nothing deeper, or nothing readable).
+  // A damaged object is skipped (the tier forgets it) and the next deepest point is tried.
+  int64_t promote_from_tier(std::span<const int32_t> t) {
+    const int64_t n = static_cast<int64_t>(t.size());
+    std::vector<CacheNode*> path;
+    const int64_t L = walk(t, &path);
+    const int64_t lp = std::min(L, n - 1);
+    int64_t p_ram = lp;
+    if (opt.has_recurrent) {
+      const CacheSnap* s = deepest_snap(path, lp);
+      p_ram = s ? s->pos() : 0;
+    }
+    if (p_ram >= n - 1) return 0;
+    const double t0 = now_ms();
+    CacheTier& tier = *opt.tier;
+    chain_keys(t, n - 1, &tier_keys);
+    auto key = [&](int64_t k) -> const ContentKey& { return tier_keys[static_cast<size_t>(k)]; };
+    // Full pages 0 .. full-1 are at hand: RAM holds those inside [0, L), the tier the others.
+    int64_t full = 0;
+    if (opt.has_attention)
+      while ((full + 1) * pt <= n - 1 &&
+             ((full + 1) * pt <= L || tier.contains(key((full + 1) * pt), TierKind::Page)))
+        ++full;
+    int64_t hi = opt.has_attention ? std::min(n - 1, full * pt + pt - 1) : n - 1;
+    for (int attempt = 0; attempt < 4 && hi > p_ram; ++attempt) {
+      int64_t q = 0;
+      for (int64_t c = hi; c > p_ram && q == 0; --c)
+        if (tier.contains(key(c), TierKind::Checkpoint) || (!opt.has_recurrent && c % pt == 0))
+          q = c;
+      if (q == 0) break;
+      // The pages below q: RAM's where it has them, else read back.
+      std::vector<PagePtr> pages;
+      bool ok = true;
+      if (opt.has_attention) {
+        size_t k = 0;
+        for (int64_t i = 0; i < q / pt && ok; ++i) {
+          if ((i + 1) * pt <= L) {
+            while (path[k]->end < (i + 1) * pt) ++k;
+            CacheNode* c = path[k];
+            pages.push_back(c->pages[static_cast<size_t>(i - c->start / pt)]);
+            continue;
+          }
+          auto pg = std::make_shared<KvPage>(opt.shape);
+          if (!tier.get(key((i + 1) * pt), TierKind::Page, page_layout(),
+                        std::as_writable_bytes(
+                            std::span<float>(pg->data(), pg->bytes() / sizeof(float))))) {
+            hi = std::min(hi, i * pt + pt - 1);  // page i is gone: resume inside it at most
+            ok = false;
+            break;
+          }
+          pages.push_back(std::move(pg));
+        }
+      }
+      if (!ok) continue;
+      std::vector<std::shared_ptr<const Snapshot>> snaps;
+      const TierLayout lay = ckpt_layout(q);
+      if (lay.total() > 0) {
+        std::vector<std::byte> buf(lay.total());
+        if (!tier.get(key(q), TierKind::Checkpoint, lay, buf)) {
+          hi = q - 1;
+          continue;
+        }
+        if (lay.rec_bytes > 0) {
+          AlignedBuffer<float> rec(lay.rec_bytes / sizeof(float));
+          std::memcpy(rec.data(), buf.data(), lay.rec_bytes);
+          snaps.push_back(std::make_shared<const Snapshot>(q, std::move(rec)));
+        }
+        if (lay.kv_bytes > 0) {
+          auto pg = std::make_shared<KvPage>(opt.shape);
+          std::memcpy(pg->data(), buf.data() + lay.rec_bytes, lay.kv_bytes);
+          pages.push_back(std::move(pg));
+        }
+      }
+      insert(t.first(static_cast<size_t>(q)), pages, snaps, -1, {}, true);
+      ++st.tier_hits;
+      st.tier_tokens += q - p_ram;
+      st.tier_load_ms += now_ms() - t0;
+      return q - p_ram;
+    }
+    ++st.tier_misses;
+    st.tier_load_ms += now_ms() - t0;
+    return 0;
   }
 
   void thin(const std::vector<CacheNode*>& path, int64_t tip) {
@@ -803,6 +999,7 @@ CacheStats PrefixCache::stats() const {
   CacheStats s = core_->st;
   s.budget_bytes = core_->opt.budget_bytes;
   s.over_budget = core_->bytes() > core_->opt.budget_bytes;
+  if (core_->opt.tier) s.tier = core_->opt.tier->stats();
   return s;
 }
 

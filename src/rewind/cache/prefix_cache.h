@@ -55,6 +55,7 @@
 #include <span>
 #include <vector>
 
+#include "rewind/cache/cache_tier.h"
 #include "rewind/cache/checkpoint_policy.h"
 #include "rewind/state/sequence_state.h"
 
@@ -81,6 +82,13 @@ struct CacheStats {
   int64_t thinned_snapshots = 0;    // snapshots dropped by thinning (max_per_branch)
   int64_t inserts = 0;
   int64_t over_budget_events = 0;   // inserts/releases that ended over budget (all pinned)
+  // The tier under RAM (Options::tier): lookups it served with a deeper resume point than RAM
+  // had, lookups it could not improve, the tokens it added to resume points, time spent loading.
+  int64_t tier_hits = 0;
+  int64_t tier_misses = 0;
+  int64_t tier_tokens = 0;
+  double tier_load_ms = 0;
+  TierStats tier;  // the tier's own figures (enabled false without a tier)
   // Gauges (now).
   size_t bytes_pages = 0;
   size_t bytes_snapshots = 0;
@@ -177,6 +185,7 @@ struct LookupResult {
   std::vector<PagePtr> pages;                // pages covering [0, p): ceil(p/page_tokens) entries
   std::shared_ptr<const Snapshot> snapshot;  // at p (null if p == 0 or no recurrent layers)
   CacheLease lease;
+  int64_t tier_tokens = 0;  // of p, tokens brought back from the tier by this lookup (0: RAM)
 };
 
 class PrefixCache {
@@ -187,6 +196,12 @@ class PrefixCache {
     bool has_recurrent = true;  // false: pure attention, resume anywhere without snapshots
     bool has_attention = true;  // false: no KV pages (insert takes none, lookup returns none)
     CheckpointPolicy policy;
+    // A tier under RAM (cache/cache_tier.h), or null. Every published page and checkpoint is
+    // written behind to it, so what eviction drops from RAM stays there; a lookup that finds a
+    // deeper resume point in the tier than in RAM loads it back into the tree first. `shape`
+    // (required with a tier) lays out what is read back.
+    std::shared_ptr<CacheTier> tier;
+    StateShape shape;
   };
 
   explicit PrefixCache(const Options& opt);

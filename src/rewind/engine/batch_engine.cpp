@@ -129,6 +129,7 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
     opt_.sample_vocab = static_cast<int32_t>(model.config().vocab_size);
   recurrent_ = model.config().n_recurrent_layers() > 0;
   opt_.cache.has_recurrent = recurrent_;
+  opt_.cache.shape = model.state_shape();
   opt_.cache.has_attention = model.config().n_attention_layers() > 0;
   opt_.cache.page_tokens = model.state_shape().page_tokens;
   {
@@ -218,6 +219,8 @@ EngineMetrics BatchEngine::metrics() const {
     if (kind == "kv_pages") bytes = KvPage::live_bytes();
     if (kind == "snapshots") bytes = Snapshot::live_bytes();
   }
+  // The tier's writer works between steps too (thread-safe).
+  if (opt_.cache_enabled && opt_.cache.tier) m.cache.tier = opt_.cache.tier->stats();
   return m;
 }
 

@@ -187,6 +187,41 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
         static_cast<double>(c.active_leases));
   gauge("over_budget", "1 when the cache is over its budget (everything left is pinned).",
         c.over_budget ? 1.0 : 0.0);
+  if (c.tier.enabled) {
+    // The disk tier (--cache-dir): the same names with disk_.
+    const TierStats& d = c.tier;
+    counter("disk_hits", "Lookups resumed deeper thanks to the disk tier.", c.tier_hits);
+    counter("disk_misses", "Lookups where the disk tier had nothing deeper than RAM.",
+            c.tier_misses);
+    counter("disk_tokens", "Prompt tokens resumed from the disk tier beyond RAM's resume point.",
+            c.tier_tokens);
+    p.one("rewind_cache_disk_load_seconds_total", "counter",
+          "Time lookups spent finding and reading the disk tier's objects.", c.tier_load_ms / 1e3);
+    counter("disk_reads", "Objects read from the disk tier.", d.reads);
+    counter("disk_read_bytes", "Bytes read from the disk tier.",
+            static_cast<int64_t>(d.bytes_read));
+    p.one("rewind_cache_disk_read_seconds_total", "counter", "Time spent reading objects.",
+          d.read_seconds);
+    counter("disk_writes", "Objects written to the disk tier.", d.writes);
+    counter("disk_written_bytes", "Bytes written to the disk tier.",
+            static_cast<int64_t>(d.bytes_written));
+    p.one("rewind_cache_disk_write_seconds_total", "counter",
+          "Writer thread time spent writing objects.", d.write_seconds);
+    counter("disk_write_errors", "Writes that failed (no space, I/O error); the object dropped.",
+            d.write_errors);
+    counter("disk_dropped", "Objects not queued: the write queue was full or the object too large.",
+            d.dropped);
+    counter("disk_evictions", "Objects removed for the disk budget (LRU).", d.evictions);
+    counter("disk_corrupt", "Damaged files (truncated, bad checksum) skipped and removed.",
+            d.corrupt);
+    counter("disk_foreign", "Files of another model or format version skipped.", d.foreign);
+    gauge("disk_bytes", "Bytes of the disk tier's files.", static_cast<double>(d.bytes));
+    gauge("disk_objects", "Objects in the disk tier.", static_cast<double>(d.objects));
+    gauge("disk_budget_bytes", "Byte budget of the disk tier.",
+          static_cast<double>(d.budget_bytes));
+    gauge("disk_queued", "Objects waiting for the disk tier's writer.",
+          static_cast<double>(d.queued));
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   MemoryReport mem = em.memory;
@@ -221,6 +256,39 @@ const char* const kFollowUpNote =
     "it, tokenized afresh), so the new prompt leaves the cached tokens there and the cache resumes "
     "from the checkpoint at the end of the previous prompt (lost_to_spacing 1: its last token "
     "runs again)";
+
+namespace {
+// The disk tier's figures for /v1/cache ({"enabled": false} without --cache-dir).
+nlohmann::json disk_json(const CacheStats& c) {
+  const TierStats& d = c.tier;
+  if (!d.enabled) return {{"enabled", false}};
+  auto avg_ms = [](double s, int64_t n) { return n > 0 ? s * 1e3 / static_cast<double>(n) : 0.0; };
+  return {{"enabled", true},
+          {"objects", d.objects},
+          {"bytes", d.bytes},
+          {"budget_bytes", d.budget_bytes},
+          {"queued", d.queued},
+          {"queued_bytes", d.queued_bytes},
+          {"restored_at_start", d.restored},
+          {"hits", c.tier_hits},
+          {"misses", c.tier_misses},
+          {"tokens", c.tier_tokens},
+          {"load_ms", c.tier_load_ms},
+          {"reads", d.reads},
+          {"bytes_read", d.bytes_read},
+          {"read_ms_avg", avg_ms(d.read_seconds, d.reads)},
+          {"writes", d.writes},
+          {"bytes_written", d.bytes_written},
+          {"write_ms_avg", avg_ms(d.write_seconds, d.writes)},
+          {"evictions", d.evictions},
+          {"errors",
+           {{"write", d.write_errors},
+            {"dropped", d.dropped},
+            {"corrupt", d.corrupt},
+            {"foreign", d.foreign},
+            {"stale_temp", d.stale_temp}}}};
+}
+}  // namespace
 
 nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt,
                           const std::map<uint64_t, std::string>& client_ids) {
@@ -266,6 +334,7 @@ nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt,
             {"thinned_snapshots", c.thinned_snapshots},
             {"over_budget_events", c.over_budget_events}}},
           {"inserts", c.inserts},
+          {"disk", disk_json(c)},
           {"policy",
            {{"interval", opt.cache.policy.interval},
             {"interval_why", opt.cache.policy.grid_note},

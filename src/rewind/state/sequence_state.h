@@ -62,6 +62,9 @@ class KvPage {
   const float* k(int64_t layer) const { return data_.data() + (layer * 2) * stride_; }
   const float* v(int64_t layer) const { return data_.data() + (layer * 2 + 1) * stride_; }
   size_t bytes() const { return data_.size() * sizeof(float); }
+  // The whole page, bytes() bytes (what a cache tier stores and reads back).
+  float* data() { return data_.data(); }
+  const float* data() const { return data_.data(); }
   std::unique_ptr<KvPage> clone() const;  // copies bytes()
 
  private:
