@@ -148,12 +148,7 @@ std::vector<CommandSpec> build_specs() {
              "keep checkpoints and KV pages on disk too: written behind, read back after an "
              "eviction or a restart"},
             {"--cache-disk", "", "GiB", "disk budget of --cache-dir (16; LRU beyond)"},
-            {"--cache-fsync",
-             "",
-             "",
-             "fdatasync each --cache-dir file before its rename",
-             {},
-             false},
+            {"--cache-fsync", "", "", "fdatasync each --cache-dir file before its rename"},
             {"--checkpoint-interval", "", "N",
              "checkpoint grid in tokens (512; 0: none, turn starts still count)"},
             {"--checkpoint-max", "", "N", "checkpoints kept per branch (32; 0: no limit)"},

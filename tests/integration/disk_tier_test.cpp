@@ -77,14 +77,17 @@ constexpr int kInterval = 16;
 class Server {
  public:
   // `env`: NAME=VALUE pairs for the child only.
+  // model: a checkpoint directory; empty = the tiny model.
   static std::unique_ptr<Server> start(std::vector<std::string> extra,
-                                       std::vector<std::pair<std::string, std::string>> env = {}) {
+                                       std::vector<std::pair<std::string, std::string>> env = {},
+                                       std::string model = "") {
     auto s = std::unique_ptr<Server>(new Server());
     s->log_ = tmp_path("server.log");
+    if (model.empty()) model = model_dir();
     std::vector<std::string> args = {REWIND_BINARY,
                                      "serve",
                                      "--model",
-                                     model_dir(),
+                                     model,
                                      "--port",
                                      "0",
                                      "--threads",
@@ -415,6 +418,40 @@ TEST(DiskCache, FullDiskAndTinyBudgetKeepAnswersRight) {
   for (const auto& p : object_files(small)) on_disk += fs::file_size(p);
   EXPECT_EQ(on_disk, d["bytes"].get<uint64_t>());
   expect_edited_answer(*c, false);
+}
+
+// Without recurrent layers there are no snapshots: the tier holds full KV pages, and a resume
+// from it lands on a page boundary.
+TEST(DiskCache, AttentionOnlyModelResumesFromFullPages) {
+  const std::string model = tmp_dir() + "/dense";
+  int rc = 0;
+  test::run_command(
+      std::string(REWIND_BINARY) + " make-model --preset tiny-dense --out " + model + " 2>&1", &rc);
+  ASSERT_EQ(rc, 0);
+  json cold_choices;
+  {
+    auto c = Server::start({}, {}, model);
+    ASSERT_NE(c, nullptr);
+    cold_choices = ask(*c, chat(kEdited)).j()["choices"];
+  }
+  const std::string dir = tmp_path("cache");
+  {
+    auto a = Server::start({"--cache-dir", dir}, {}, model);
+    ASSERT_NE(a, nullptr);
+    ask(*a, chat(kThird));
+    ASSERT_TRUE(writes_settle(*a, 3));
+    EXPECT_EQ(a->stop(SIGTERM), 0);
+  }
+  auto b = Server::start({"--cache-dir", dir}, {}, model);
+  ASSERT_NE(b, nullptr);
+  const Http h = ask(*b, chat(kEdited));
+  const int cached = h.j()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GT(cached, 0);
+  EXPECT_EQ(cached % 64, 0) << cached;
+  EXPECT_LE(cached, reference().edit_at);
+  EXPECT_GT(cached, reference().edit_at - 64);
+  EXPECT_EQ(h.j()["choices"], cold_choices);
+  EXPECT_GE(disk_stats(*b)["hits"].get<int>(), 1);
 }
 
 TEST(DiskCache, BadOptionsAndASharedDirectoryFail) {
