@@ -103,7 +103,10 @@ bool is_gguf_path(const std::string& model_path);  // a regular file (not a dire
 // `chat_template` or chat_template.jinja; a GGUF file's tokenizer.chat_template with its eos
 // token), else rewind's ChatML template, with a line on stderr that says so. Errors: a template
 // that is there but does not load, a malformed GGUF file.
-Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok);
+// `from_model` (may be null): set to whether the model has its own template (else rewind's
+// ChatML template is used).
+Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
+                                        bool* from_model = nullptr);
 
 // Writes the HF checkpoint in `hf_dir` (config.json, safetensors, tokenizer.json, chat template
 // in tokenizer_config.json or chat_template.jinja) as a GGUF file in llama.cpp's layout, with

@@ -142,7 +142,8 @@ bool has_chat_template(const std::string& dir) {
 }
 }  // namespace
 
-Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok) {
+Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
+                                        bool* from_model) {
   // A GGUF file's template is tokenizer.chat_template (eos: tokenizer.ggml.eos_token_id).
   std::string gguf_template, gguf_eos = "<|im_end|>";
   const bool gguf = is_gguf_path(model_path);
@@ -154,6 +155,7 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
       gguf_eos = tok.token_text(static_cast<int32_t>(eos));
   }
   const bool has_template = gguf ? !gguf_template.empty() : has_chat_template(model_path);
+  if (from_model) *from_model = has_template;
   auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
               : gguf        ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
                             : ChatTemplate::load_dir(model_path);
