@@ -1168,6 +1168,10 @@ TEST_F(ServerTest, TokenizeAndDetokenize) {
   expect_error(post(s(), "/detokenize", {{"tokens", {1, 1 << 30}}}), 400, "'tokens[1]'");
   expect_error(post(s(), "/detokenize", {{"tokens", "1 2"}}), 400, "must be an array");
   expect_error(post(s(), "/detokenize", json::object()), 400, "'tokens' is required");
+  // Answers stay bounded: no more tokens than the context holds (32768 here).
+  std::string long_text;
+  for (int i = 0; i < 40000; ++i) long_text += " a";
+  expect_error(post(s(), "/tokenize", {{"content", long_text}}), 400, "context size");
   expect_error(curl(s(), "GET", "/tokenize"), 405, "POST");
   expect_error(curl(s(), "POST", "/tokenize", "{}", ""), 401);
 }

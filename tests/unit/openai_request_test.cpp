@@ -195,6 +195,9 @@ TEST(TokenizeRequest, ParsesAndRefusesMalformed) {
   derr(R"({"tokens":[-1]})", "'tokens[0]' must be in");
   derr(R"({"tokens":[1.5]})", "'tokens[0]' must be an integer");
   EXPECT_TRUE(parse_detokenize_request(R"({"tokens":[]})", limits()).ok());
+  std::string many = R"({"tokens":[1)";
+  for (int i = 0; i < 4096; ++i) many += ",100";
+  derr(many + "]}", "at most 4096 (the context size)");
 }
 
 TEST(ChatRequest, NullsAreAbsent) {

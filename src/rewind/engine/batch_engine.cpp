@@ -17,6 +17,7 @@ double now_ms() {
       .count();
 }
 constexpr size_t kRecentMax = 32;
+constexpr int64_t kAdjusterEntryBytes = 64;  // one count of LogitAdjuster's maps, with overhead
 constexpr size_t kLatencySamples = 4096;
 }  // namespace
 
@@ -45,7 +46,8 @@ MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, i
   // round, its own prefill snapshots (capped, cap_cuts) plus those the cache's lease pins on
   // its path (pinned ones may hold the cache over budget), grid checkpoints crossed while
   // decoding and the one at the end of the reply, its token vectors (prompt, history, reply, the
-  // request's copy) and first logits.
+  // request's copy), its logit adjuster's tokens and two count maps (at most one entry per
+  // token, some 64 bytes each with the hash table's node and bucket) and first logits.
   const int64_t pages = (ctx + k1 + sh.page_tokens - 1) / sh.page_tokens + 1;
   const int64_t interval = opt.cache.policy.interval;
   const int64_t cap = opt.cache.policy.max_per_branch > 0
@@ -55,7 +57,8 @@ MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, i
                             ? 2 * cap + (interval > 0 ? ctx / interval + 1 : 0) + 1
                             : 0;
   const int64_t slot = pages * page_bytes + 2 * rec_bytes + snaps * rec_bytes +
-                       k1 * model.capture_row_floats() * 4 + 4 * ctx * 4 + V * 4;
+                       k1 * model.capture_row_floats() * 4 + 4 * ctx * 4 +
+                       ctx * (4 + 2 * kAdjusterEntryBytes) + V * 4;
   // The largest step: step_tokens of prefill next to every sequence's decode rows.
   const int64_t rows = opt.step_tokens + static_cast<int64_t>(opt.max_running) * k1;
   const int64_t logit_rows = static_cast<int64_t>(opt.max_running) * k1;
@@ -432,7 +435,7 @@ void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string
       cache_->insert(s.history, s.state->pages(), s.snaps, s.req.anchor, kinds);
       last_history_ = s.history;
       last_report_ = s.report;
-      last_id_ = s.id;
+      last_id_ = s.id - static_cast<uint64_t>(s.choice);  // the request's id, as clients know it
     }
   }
   s.hit.reset();  // releases the lease at once

@@ -558,8 +558,13 @@ struct HttpServer::Impl {
   Result<json> tokenize(const std::string& body, std::vector<std::string>* ignored) const {
     REWIND_TRY(TokenizeRequest t, parse_tokenize_request(body, limits));
     *ignored = t.ignored_fields;
+    const std::vector<int32_t> ids = tok.encode(t.content, t.parse_special);
+    if (static_cast<int64_t>(ids.size()) > limits.ctx_size)
+      return make_error("'content' encodes to " + std::to_string(ids.size()) +
+                        " tokens; at most " + std::to_string(limits.ctx_size) +
+                        " (the context size) are allowed");
     json toks = json::array();
-    for (int32_t id : tok.encode(t.content, t.parse_special)) {
+    for (int32_t id : ids) {
       if (!t.with_pieces) {
         toks.push_back(id);
         continue;

@@ -617,6 +617,9 @@ Result<DetokenizeRequest> parse_detokenize_request(std::string_view body, const 
   const json* t = field(j, "tokens");
   if (!t) return make_error("'tokens' is required");
   if (!t->is_array()) return type_error("tokens", "an array of token ids", *t);
+  if (static_cast<int64_t>(t->size()) > limits.ctx_size)
+    return make_error("'tokens' has " + std::to_string(t->size()) + " ids; at most " +
+                      std::to_string(limits.ctx_size) + " (the context size) are allowed");
   const int64_t hi =
       limits.vocab_size > 0 ? limits.vocab_size - 1 : std::numeric_limits<int32_t>::max();
   out.tokens.reserve(t->size());

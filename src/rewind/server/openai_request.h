@@ -119,7 +119,9 @@ struct TokenizeRequest {
   std::vector<std::string> ignored_fields;
 };
 
-// POST /detokenize: {"tokens": [ids below Limits::vocab_size]}.
+// POST /detokenize: {"tokens": [ids below Limits::vocab_size]}, at most Limits::ctx_size of
+// them. (The server refuses a /tokenize text of more than ctx_size tokens the same way: the
+// answers stay bounded like a prompt's.)
 struct DetokenizeRequest {
   std::vector<int32_t> tokens;
   std::vector<std::string> ignored_fields;
