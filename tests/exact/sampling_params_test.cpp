@@ -33,9 +33,8 @@ struct Out {
   RequestReport report;
 };
 
-Out run(Model& m, const std::vector<int32_t>& prompt, int32_t max_tokens,
-        const SamplingParams& sp, std::optional<SpecConfig> spec = std::nullopt,
-        ThreadPool* pool = nullptr) {
+Out run(Model& m, const std::vector<int32_t>& prompt, int32_t max_tokens, const SamplingParams& sp,
+        std::optional<SpecConfig> spec = std::nullopt, ThreadPool* pool = nullptr) {
   EngineOptions o;
   o.cache_enabled = false;
   Engine e(m, pool, o);
@@ -122,9 +121,10 @@ INSTANTIATE_TEST_SUITE_P(Families, PenaltySpec, ::testing::ValuesIn(test::all_fa
 TEST(PenaltySpecMtp, GreedyIdenticalWithMtpSpeculation) {
   const std::string dir = test::scratch_dir("sampling_params_mtp");
   int rc = 0;
-  const std::string log = test::run_command(
-      std::string(REWIND_BINARY) + " make-model --preset tiny --mtp --seed 8 --out " + dir + " 2>&1",
-      &rc);
+  const std::string log =
+      test::run_command(std::string(REWIND_BINARY) +
+                            " make-model --preset tiny --mtp --seed 8 --out " + dir + " 2>&1",
+                        &rc);
   ASSERT_EQ(rc, 0) << log;
   LoadOptions lo;
   lo.mtp = true;
@@ -235,9 +235,9 @@ TEST(SamplingParams, ChoicesForkOnceAndEqualSingleRequestsWithSeedPlusI) {
     EXPECT_EQ(em.prefill_tokens_run, 150);  // the prompt ran once for the three choices
     EXPECT_EQ(em.requests_finished, 1);
     EXPECT_EQ(em.prompt_tokens, 150);
-    EXPECT_EQ(em.generated_tokens, static_cast<int64_t>(col.tokens[*id].size() +
-                                                        col.tokens[*id + 1].size() +
-                                                        col.tokens[*id + 2].size()));
+    EXPECT_EQ(em.generated_tokens,
+              static_cast<int64_t>(col.tokens[*id].size() + col.tokens[*id + 1].size() +
+                                   col.tokens[*id + 2].size()));
   }
 }
 

@@ -973,8 +973,9 @@ TEST_F(ServerTest, BadRequests) {
                "'n' must be in [1, 8]");
   // n above the server's parallel sequences (4 here).
   expect_error(post(s(), "/v1/chat/completions", chat_body("x", 2, {{"n", 5}})), 400, "--parallel");
-  expect_error(post(s(), "/v1/completions", completion_body("x", 2, {{"logit_bias", {{"99999", 1}}}})),
-               400, "out of range");
+  expect_error(
+      post(s(), "/v1/completions", completion_body("x", 2, {{"logit_bias", {{"99999", 1}}}})), 400,
+      "out of range");
   expect_error(post(s(), "/v1/completions", completion_body("x", 2, {{"presence_penalty", 3}})),
                400, "presence_penalty");
   expect_error(post(s(), "/v1/completions", {{"prompt", json::array({1, 99999})}}), 400);
@@ -1070,10 +1071,10 @@ TEST_F(ServerTest, ChoicesWholeAndStreamed) {
   EXPECT_EQ(finishes, std::vector<int>(3, 1));
 
   // Completions too, with the prompt's cache figures from the one prefill.
-  const Http c = post(s(), "/v1/completions",
-                      completion_body("Once upon a time", 5,
-                                      {{"n", 2}, {"temperature", 0.8}, {"seed", 3},
-                                       {"ignore_eos", true}}));
+  const Http c =
+      post(s(), "/v1/completions",
+           completion_body("Once upon a time", 5,
+                           {{"n", 2}, {"temperature", 0.8}, {"seed", 3}, {"ignore_eos", true}}));
   ASSERT_EQ(c.status, 200) << c.body;
   ASSERT_EQ(c.j()["choices"].size(), 2u);
   EXPECT_EQ(c.j()["choices"][1]["index"], 1);
@@ -1143,7 +1144,8 @@ TEST_F(ServerTest, TokenizeAndDetokenize) {
   EXPECT_GT(nsp.j()["tokens"].size(), 1u) << nsp.body;
   // A multi-byte character cut between tokens: a piece that is not UTF-8 comes as bytes, and
   // detokenizing part of it gives U+FFFD.
-  const Http e = post(s(), "/tokenize", {{"content", "\xe6\xb5\xb7\xe7\x81\xaf"}, {"with_pieces", true}});
+  const Http e =
+      post(s(), "/tokenize", {{"content", "\xe6\xb5\xb7\xe7\x81\xaf"}, {"with_pieces", true}});
   ASSERT_EQ(e.status, 200) << e.body;
   std::string bytes;
   const json pieces = e.j()["tokens"];

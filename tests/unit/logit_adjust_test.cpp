@@ -30,7 +30,8 @@ std::vector<float> reference(const SamplingParams& p, const std::vector<int32_t>
   const size_t w = p.repeat_last_n < 0 ? n : std::min(n, static_cast<size_t>(p.repeat_last_n));
   std::set<int32_t> window(all.end() - static_cast<std::ptrdiff_t>(w), all.end());
   if (p.repetition_penalty != 1.0f)
-    for (int32_t t : window) l[t] = l[t] > 0.0f ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
+    for (int32_t t : window)
+      l[t] = l[t] > 0.0f ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
   std::map<int32_t, int> count;
   for (int32_t t : generated) ++count[t];
   for (const auto& [t, c] : count)
@@ -133,8 +134,8 @@ TEST(LogitAdjust, MatchesReferenceThroughPushAndPop) {
       std::vector<int32_t> gen;
       for (int op = 0; op < 60; ++op) {
         if (!gen.empty() && rng() % 3 == 0) {
-          const int32_t n = std::uniform_int_distribution<int32_t>(
-              1, static_cast<int32_t>(gen.size()))(rng);
+          const int32_t n =
+              std::uniform_int_distribution<int32_t>(1, static_cast<int32_t>(gen.size()))(rng);
           a.pop(n);
           gen.resize(gen.size() - static_cast<size_t>(n));
         } else {
@@ -195,8 +196,10 @@ double chi2(const std::vector<int64_t>& obs, const std::vector<double>& p, int64
   double c = 0;
   for (size_t i = 0; i < p.size(); ++i) {
     const double e = p[i] * static_cast<double>(n);
-    if (e > 0) c += (obs[i] - e) * (obs[i] - e) / e;
-    else if (obs[i] > 0) c += 1e300;  // a draw the distribution forbids
+    if (e > 0)
+      c += (obs[i] - e) * (obs[i] - e) / e;
+    else if (obs[i] > 0)
+      c += 1e300;  // a draw the distribution forbids
   }
   return c;
 }

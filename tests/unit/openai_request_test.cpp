@@ -138,8 +138,8 @@ TEST(ChatRequest, SamplingAdjustmentsChoicesAndIgnoredFields) {
   EXPECT_TRUE(plain->ignored_fields.empty());
   EXPECT_EQ(plain->n, 1);
   EXPECT_FALSE(plain->sampling.presence_penalty.has_value());
-  auto c = parse_completion_request(R"({"prompt":"x","n":2,"suffix":"","messages":[],"q":1})",
-                                    limits());
+  auto c =
+      parse_completion_request(R"({"prompt":"x","n":2,"suffix":"","messages":[],"q":1})", limits());
   ASSERT_TRUE(c.ok()) << c.error_message();
   EXPECT_EQ(c->n, 2);
   // `messages` is not a completions field.

@@ -442,7 +442,8 @@ void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string
   // Choices not forked yet end with choice 0 (cancelled with it, or failed with it).
   if (s.forks_pending())
     for (int32_t c = 1; c < s.req.n; ++c)
-      end_unstarted(s, c, why == FinishReason::Error ? FinishReason::Error : FinishReason::Cancelled,
+      end_unstarted(s, c,
+                    why == FinishReason::Error ? FinishReason::Error : FinishReason::Cancelled,
                     why == FinishReason::Error ? err : std::string());
   s.report.completion_tokens = static_cast<int64_t>(s.out.size());
   s.report.total_ms = now_ms() - s.t_submit;

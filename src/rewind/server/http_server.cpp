@@ -96,6 +96,8 @@ struct Route {
   }
 };
 
+// One route a line.
+// clang-format off
 constexpr Route kRoutes[] = {
     {"/health", "GET", false, false},
     {"/metrics", "GET", true, false},
@@ -108,6 +110,7 @@ constexpr Route kRoutes[] = {
     {"/detokenize", "POST", true, true},
     {"/props", "GET", true, false},
 };
+// clang-format on
 
 // The web page's files (web_assets.h): public, like the page of any local server; the API
 // calls the page makes carry the key.
@@ -506,8 +509,8 @@ struct HttpServer::Impl {
       if (req.path == "/props") return json_reply(dump_json(props_json()) + "\n");
       if (req.path == "/tokenize" || req.path == "/detokenize") {
         std::vector<std::string> ignored;
-        auto body = req.path == "/tokenize" ? tokenize(req.body, &ignored)
-                                            : detokenize(req.body, &ignored);
+        auto body =
+            req.path == "/tokenize" ? tokenize(req.body, &ignored) : detokenize(req.body, &ignored);
         if (!body.ok()) return send(error_reply(bad_request(body.error_message())));
         HttpReply r;
         r.content_type = kJson;
@@ -560,9 +563,8 @@ struct HttpServer::Impl {
     *ignored = t.ignored_fields;
     const std::vector<int32_t> ids = tok.encode(t.content, t.parse_special);
     if (static_cast<int64_t>(ids.size()) > limits.ctx_size)
-      return make_error("'content' encodes to " + std::to_string(ids.size()) +
-                        " tokens; at most " + std::to_string(limits.ctx_size) +
-                        " (the context size) are allowed");
+      return make_error("'content' encodes to " + std::to_string(ids.size()) + " tokens; at most " +
+                        std::to_string(limits.ctx_size) + " (the context size) are allowed");
     json toks = json::array();
     for (int32_t id : ids) {
       if (!t.with_pieces) {
@@ -984,10 +986,10 @@ struct HttpServer::Impl {
           auto [content, calls] =
               split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
           if (!calls.empty()) c.finish = "tool_calls";
-          bodies.push_back(chat_completion_json(
-              plan.id, plan.created, plan.model_id, content, calls, c.finish,
-              plan.logprobs ? chat_logprobs_json(tok, c.lps) : json(nullptr), usage,
-              a.reasoning + b.reasoning));
+          bodies.push_back(
+              chat_completion_json(plan.id, plan.created, plan.model_id, content, calls, c.finish,
+                                   plan.logprobs ? chat_logprobs_json(tok, c.lps) : json(nullptr),
+                                   usage, a.reasoning + b.reasoning));
         } else {
           bodies.push_back(completion_json(
               plan.id, plan.created, plan.model_id, c.text, c.finish,
@@ -1056,8 +1058,8 @@ struct HttpServer::Impl {
         }
       }
       c.finish = finish;
-      out += sse_event(chat_chunk_json(plan.id, plan.created, plan.model_id, json::object(),
-                                       finish, nullptr, index));
+      out += sse_event(chat_chunk_json(plan.id, plan.created, plan.model_id, json::object(), finish,
+                                       nullptr, index));
     } else {
       c.finish = c.gen->finish_reason();
       out += sse_event(completion_chunk_json(plan.id, plan.created, plan.model_id, "", c.finish,
@@ -1072,9 +1074,9 @@ struct HttpServer::Impl {
     std::string out;
     if (plan.include_usage) {
       const UsageCounts u = usage_of(st);
-      out += sse_event(plan.chat ? chat_usage_chunk_json(plan.id, plan.created, plan.model_id, u)
-                                 : completion_usage_chunk_json(plan.id, plan.created,
-                                                               plan.model_id, u));
+      out += sse_event(plan.chat
+                           ? chat_usage_chunk_json(plan.id, plan.created, plan.model_id, u)
+                           : completion_usage_chunk_json(plan.id, plan.created, plan.model_id, u));
     }
     out += kSseDone;
     return out;

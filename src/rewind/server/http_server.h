@@ -13,8 +13,9 @@
 // the web page (web_assets.h: GET / and its /assets/..., never behind the API key; its API
 // calls carry the key): ETag with 304 for a current copy, Cache-Control no-cache, and on the
 // page a Content-Security-Policy that allows scripts, styles and fetches from this origin only.
-// Chat and completion answers' usage carries rewind's figures (openai_response.h, RewindUsage). HEAD on a GET route answers as GET without the body. OPTIONS on a route
-// answers 204 with Allow (and the CORS preflight headers when the Origin is allowed).
+// Chat and completion answers' usage carries rewind's figures (openai_response.h, RewindUsage).
+// HEAD on a GET route answers as GET without the body. OPTIONS on a route answers 204 with Allow
+// (and the CORS preflight headers when the Origin is allowed).
 //
 // Every failure is a JSON body {"error": {"message", "type", "param", "code"}} whose message is
 // ours (no parser or library internals):

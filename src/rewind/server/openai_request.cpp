@@ -138,8 +138,7 @@ Result<std::vector<std::pair<int32_t, float>>> parse_logit_bias(const json& v, c
   if (!v.is_object()) return type_error("logit_bias", "an object of token ids to numbers", v);
   std::vector<std::pair<int32_t, float>> out;
   std::set<int64_t> seen;
-  const int64_t hi =
-      lim.vocab_size > 0 ? lim.vocab_size - 1 : std::numeric_limits<int32_t>::max();
+  const int64_t hi = lim.vocab_size > 0 ? lim.vocab_size - 1 : std::numeric_limits<int32_t>::max();
   for (auto it = v.begin(); it != v.end(); ++it) {
     const std::string& key = it.key();
     const std::string shown = key.size() > 20 ? key.substr(0, 20) + "..." : key;
@@ -171,10 +170,10 @@ std::vector<std::string> unknown_fields(const json& j, std::initializer_list<con
   return out;
 }
 
-#define REWIND_COMMON_FIELDS                                                                   \
-  "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",     \
+#define REWIND_COMMON_FIELDS                                                                      \
+  "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",      \
       "top_p", "top_k", "min_p", "seed", "n", "best_of", "presence_penalty", "frequency_penalty", \
-      "repetition_penalty", "repeat_last_n", "logit_bias", "stop", "speculative", "ignore_eos",  \
+      "repetition_penalty", "repeat_last_n", "logit_bias", "stop", "speculative", "ignore_eos",   \
       "logprobs", "top_logprobs"
 
 // Fields both endpoints share. `chat` selects the chat meaning of logprobs (a boolean plus
@@ -607,7 +606,8 @@ Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const Limi
   if (const json* v = field(j, "with_pieces")) {
     REWIND_TRY(out.with_pieces, get_bool(*v, "with_pieces"));
   }
-  out.ignored_fields = unknown_fields(j, {"content", "add_special", "parse_special", "with_pieces"});
+  out.ignored_fields =
+      unknown_fields(j, {"content", "add_special", "parse_special", "with_pieces"});
   return out;
 }
 

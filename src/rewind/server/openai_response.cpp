@@ -191,7 +191,9 @@ json envelope(const std::string& id, const char* object, int64_t created, const 
 // One choice: [{"index", key: value, "logprobs", "finish_reason"}].
 json one_choice(const char* key, json value, const json& logprobs, const json& finish_reason,
                 int index = 0) {
-  return json::array({{{"index", index}, {key, std::move(value)}, {"logprobs", logprobs},
+  return json::array({{{"index", index},
+                       {key, std::move(value)},
+                       {"logprobs", logprobs},
                        {"finish_reason", finish_reason}}});
 }
 
@@ -229,8 +231,8 @@ json completion_json(const std::string& id, int64_t created, const std::string& 
 }
 
 json completion_chunk_json(const std::string& id, int64_t created, const std::string& model,
-                           const std::string& text, const json& finish_reason,
-                           const json& logprobs, int index) {
+                           const std::string& text, const json& finish_reason, const json& logprobs,
+                           int index) {
   return envelope(id, "text_completion", created, model,
                   one_choice("text", text, logprobs, finish_reason, index), nullptr);
 }
