@@ -2052,6 +2052,9 @@ TEST(HttpHostile, CacheBudgetAndCorsFromStart) {
   EXPECT_NE(headers("GET", "http://allowed.example")
                 .find("Access-Control-Allow-Origin: http://allowed.example"),
             std::string::npos);
+  EXPECT_NE(headers("GET", "http://allowed.example")
+                .find("Access-Control-Expose-Headers: X-Rewind-Ignored-Fields"),
+            std::string::npos);
   EXPECT_EQ(headers("GET", "http://evil.example").find("Access-Control"), std::string::npos);
   const std::string pre = headers("OPTIONS", "http://allowed.example");
   EXPECT_EQ(pre.rfind("HTTP/1.1 204", 0), 0u) << pre;

@@ -415,7 +415,10 @@ struct HttpServer::Impl {
   HttpHeaders cors_headers(const HttpRequest& req) const {
     const std::string* origin = req.header("origin");
     if (!origin || !cors_allowed(*origin)) return {};
-    return {{"Access-Control-Allow-Origin", *origin}, {"Vary", "Origin"}};
+    // A page may read the ignored-fields header (browsers hide other headers by default).
+    return {{"Access-Control-Allow-Origin", *origin},
+            {"Access-Control-Expose-Headers", "X-Rewind-Ignored-Fields"},
+            {"Vary", "Origin"}};
   }
 
   std::optional<HttpReply> precheck(const HttpRequest& req) {
