@@ -10,6 +10,7 @@
 #include "rewind/base/thread_pool.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/model/model.h"
+#include "rewind/sample/sampler.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw::app {
@@ -66,6 +67,9 @@ Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::str
 // The kernel options of the command line: --quant-dot auto (int8 where the CPU has AVX-512 VNNI
 // or AVX2, else f32), int8 or f32 (kernels/kernel_options.h, QuantDot).
 Result<KernelOptions> kernel_options_from(const Args& a);
+// --repeat-penalty, --repeat-last-n, --presence-penalty, --frequency-penalty into *p (those
+// given); errors name the option.
+Status penalties_from(const Args& a, SamplingParams* p);
 
 double now_seconds();
 
