@@ -665,6 +665,7 @@ int cmd_chat(int argc, char** argv) {
   if (args->has("--top-k")) co.sampling.top_k = static_cast<int32_t>(top_k.value());
   if (args->has("--top-p")) co.sampling.top_p = static_cast<float>(top_p.value());
   if (args->has("--min-p")) co.sampling.min_p = static_cast<float>(min_p.value());
+  if (Status ps = penalties_from(*args, &co.sampling); !ps.ok()) return fail(ps.error_message());
   co.seed = args->has("--seed")
                 ? static_cast<uint64_t>(seed.value())
                 : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();

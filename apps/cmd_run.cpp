@@ -94,6 +94,7 @@ int cmd_run(int argc, char** argv) {
   req.sampling.top_p = static_cast<float>(top_p.value());
   req.sampling.min_p = static_cast<float>(min_p.value());
   req.sampling.seed = static_cast<uint64_t>(seed.value());
+  if (Status ps = penalties_from(*args, &req.sampling); !ps.ok()) return fail(ps.error_message());
   if (!args->has("--ignore-eos"))
     req.stop_ids = load_generation_defaults(dir, m.config().eos_token_ids, tok.value()).stop_ids;
   req.spec = spec->cfg;

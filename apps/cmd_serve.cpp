@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "args.h"
+#include "cli.h"
 #include "commands.h"
 #include "rewind/base/memory.h"
 #include "rewind/cache/disk_tier.h"
@@ -157,7 +158,8 @@ int cmd_serve(int argc, char** argv) {
 
   auto tok = load_tokenizer(dir);
   if (!tok.ok()) return fail(tok.error_message());
-  auto tmpl = load_chat_template(dir, tok.value());
+  bool template_from_model = false;
+  auto tmpl = load_chat_template(dir, tok.value(), &template_from_model);
   if (!tmpl.ok()) return fail(tmpl.error_message());
 
   ThreadPool pool(static_cast<int>(th.value()));
@@ -241,6 +243,12 @@ int cmd_serve(int argc, char** argv) {
   so.max_buffered = static_cast<size_t>(buffered_cap);
   so.model_id = aliases.empty() ? basename_of(dir) : aliases[0];
   so.aliases = aliases;
+  so.model_path = dir;
+  so.chat_template_source = template_from_model ? "model" : "rewind-chatml";
+  {
+    const std::string v = version_text();
+    so.build_info = v.substr(0, v.find('\n'));
+  }
   so.access_log = access_log.get();
   so.cors_origins = split_commas(args->str("--cors-origin"));
   so.header_timeout_s = header_to.value();

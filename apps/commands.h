@@ -10,6 +10,7 @@
 #include "rewind/base/thread_pool.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/model/model.h"
+#include "rewind/sample/sampler.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw::app {
@@ -66,6 +67,9 @@ Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::str
 // The kernel options of the command line: --quant-dot auto (int8 where the CPU has AVX-512 VNNI
 // or AVX2, else f32), int8 or f32 (kernels/kernel_options.h, QuantDot).
 Result<KernelOptions> kernel_options_from(const Args& a);
+// --repeat-penalty, --repeat-last-n, --presence-penalty, --frequency-penalty into *p (those
+// given); errors name the option.
+Status penalties_from(const Args& a, SamplingParams* p);
 
 double now_seconds();
 
@@ -103,7 +107,10 @@ bool is_gguf_path(const std::string& model_path);  // a regular file (not a dire
 // `chat_template` or chat_template.jinja; a GGUF file's tokenizer.chat_template with its eos
 // token), else rewind's ChatML template, with a line on stderr that says so. Errors: a template
 // that is there but does not load, a malformed GGUF file.
-Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok);
+// `from_model` (may be null): set to whether the model has its own template (else rewind's
+// ChatML template is used).
+Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
+                                        bool* from_model = nullptr);
 
 // Writes the HF checkpoint in `hf_dir` (config.json, safetensors, tokenizer.json, chat template
 // in tokenizer_config.json or chat_template.jinja) as a GGUF file in llama.cpp's layout, with

@@ -142,7 +142,8 @@ bool has_chat_template(const std::string& dir) {
 }
 }  // namespace
 
-Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok) {
+Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
+                                        bool* from_model) {
   // A GGUF file's template is tokenizer.chat_template (eos: tokenizer.ggml.eos_token_id).
   std::string gguf_template, gguf_eos = "<|im_end|>";
   const bool gguf = is_gguf_path(model_path);
@@ -154,6 +155,7 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
       gguf_eos = tok.token_text(static_cast<int32_t>(eos));
   }
   const bool has_template = gguf ? !gguf_template.empty() : has_chat_template(model_path);
+  if (from_model) *from_model = has_template;
   auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
               : gguf        ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
                             : ChatTemplate::load_dir(model_path);
@@ -162,6 +164,23 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
     std::fprintf(stderr, "rewind: %s has no chat template; using rewind's ChatML template\n",
                  model_path.c_str());
   return tmpl;
+}
+
+Status penalties_from(const Args& a, SamplingParams* p) {
+  REWIND_TRY(double rep, a.num("--repeat-penalty", p->repetition_penalty));
+  REWIND_TRY(int64_t last_n, a.int_("--repeat-last-n", p->repeat_last_n));
+  REWIND_TRY(double pres, a.num("--presence-penalty", p->presence_penalty));
+  REWIND_TRY(double freq, a.num("--frequency-penalty", p->frequency_penalty));
+  if (!(rep > 0 && rep <= 10)) return make_error("--repeat-penalty must be in (0, 10]");
+  if (last_n < -1 || last_n > (int64_t{1} << 30))
+    return make_error("--repeat-last-n must be >= -1");
+  if (!(pres >= -2 && pres <= 2)) return make_error("--presence-penalty must be in [-2, 2]");
+  if (!(freq >= -2 && freq <= 2)) return make_error("--frequency-penalty must be in [-2, 2]");
+  p->repetition_penalty = static_cast<float>(rep);
+  p->repeat_last_n = static_cast<int32_t>(last_n);
+  p->presence_penalty = static_cast<float>(pres);
+  p->frequency_penalty = static_cast<float>(freq);
+  return Ok{};
 }
 
 Result<KernelOptions> kernel_options_from(const Args& a) {

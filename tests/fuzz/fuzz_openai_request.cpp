@@ -1,4 +1,5 @@
-// libFuzzer target for the server's request parsers (src/rewind/server/openai_request.h): any
+// libFuzzer target for the server's request parsers (src/rewind/server/openai_request.h: chat,
+// completions, /tokenize, /detokenize): any
 // bytes must give a parsed request or an Error, never a crash, a hang or a sanitizer report; an
 // accepted request must satisfy the limits it was parsed under.
 #include <cstddef>
@@ -22,6 +23,15 @@ void check_common(const rw::CommonRequest& c, const rw::Limits& lim) {
   if (s.top_p && !(*s.top_p > 0 && *s.top_p <= 1)) std::abort();
   if (s.min_p && !(*s.min_p >= 0 && *s.min_p <= 1)) std::abort();
   if (s.top_k && *s.top_k < 0) std::abort();
+  if (c.n < 1 || c.n > 8) std::abort();
+  if (s.presence_penalty && !(*s.presence_penalty >= -2 && *s.presence_penalty <= 2)) std::abort();
+  if (s.frequency_penalty && !(*s.frequency_penalty >= -2 && *s.frequency_penalty <= 2))
+    std::abort();
+  if (s.repetition_penalty && !(*s.repetition_penalty > 0 && *s.repetition_penalty <= 10))
+    std::abort();
+  if (s.repeat_last_n && *s.repeat_last_n < -1) std::abort();
+  for (const auto& [t, b] : s.logit_bias)
+    if (t < 0 || t >= lim.vocab_size || !(b >= -100 && b <= 100)) std::abort();
 }
 
 }  // namespace
@@ -53,6 +63,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   } else if (comp.error_message().empty()) {
+    std::abort();
+  }
+  auto tk = rw::parse_tokenize_request(body, lim);
+  if (!tk.ok() && tk.error_message().empty()) std::abort();
+  auto dt = rw::parse_detokenize_request(body, lim);
+  if (dt.ok()) {
+    for (int32_t t : dt->tokens)
+      if (t < 0 || t >= lim.vocab_size) std::abort();
+  } else if (dt.error_message().empty()) {
     std::abort();
   }
   return 0;

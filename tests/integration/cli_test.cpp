@@ -100,6 +100,33 @@ TEST(Cli, ShortFlagsRunTheBuiltInModel) {
   EXPECT_TRUE(contains(a, "\"generated_tokens\":4")) << a;
 }
 
+// llama.cpp's penalty options change a greedy reply, keep it identical with speculation on,
+// and refuse values out of range naming the option.
+TEST(Cli, PenaltiesChangeGreedyRunAndComposeWithSpeculation) {
+  int rc = -1;
+  auto tokens = [](const std::string& out) {
+    const size_t at = out.find("\"tokens\":");
+    return out.substr(at, out.find(']', at) - at);
+  };
+  const std::string base = "run -p 'And God said, And God said' -n 16 -t 1 --ignore-eos --json";
+  const std::string plain = rewind(base, &rc);
+  ASSERT_EQ(rc, 0) << plain;
+  const std::string pen_opts =
+      " --repeat-penalty 1.8 --repeat-last-n 32 --presence-penalty 1 --frequency-penalty 0.5";
+  const std::string pen = rewind(base + pen_opts, &rc);
+  ASSERT_EQ(rc, 0) << pen;
+  EXPECT_NE(tokens(pen), tokens(plain));
+  const std::string spec = rewind(base + pen_opts + " --spec ngram", &rc);
+  ASSERT_EQ(rc, 0) << spec;
+  EXPECT_EQ(tokens(spec), tokens(pen));
+  for (const std::string bad : {"--repeat-penalty 0", "--repeat-last-n -2", "--presence-penalty 3",
+                                "--frequency-penalty x"}) {
+    const std::string out = rewind("run -p x -n 1 " + bad, &rc);
+    EXPECT_NE(rc, 0) << bad;
+    EXPECT_TRUE(contains(out, bad.substr(0, bad.find(' ')))) << out;
+  }
+}
+
 // A long prompt's prefill shows a progress line on a terminal (here a pseudo-terminal from
 // util-linux's `script`), none in a pipe, none with -q; -q also drops the figures line.
 TEST(Cli, PrefillProgressOnATerminalOnly) {

@@ -969,8 +969,15 @@ TEST_F(ServerTest, BadRequests) {
                    {"content", json::array({{{"type", "image_url"},
                                              {"image_url", {{"url", "http://x/y.png"}}}}})}}})}}),
       400, "image_url");
-  expect_error(post(s(), "/v1/chat/completions", chat_body("x", 2, {{"n", 2}})), 400,
-               "'n' must be 1");
+  expect_error(post(s(), "/v1/chat/completions", chat_body("x", 2, {{"n", 9}})), 400,
+               "'n' must be in [1, 8]");
+  // n above the server's parallel sequences (4 here).
+  expect_error(post(s(), "/v1/chat/completions", chat_body("x", 2, {{"n", 5}})), 400, "--parallel");
+  expect_error(
+      post(s(), "/v1/completions", completion_body("x", 2, {{"logit_bias", {{"99999", 1}}}})), 400,
+      "out of range");
+  expect_error(post(s(), "/v1/completions", completion_body("x", 2, {{"presence_penalty", 3}})),
+               400, "presence_penalty");
   expect_error(post(s(), "/v1/completions", {{"prompt", json::array({1, 99999})}}), 400);
   expect_error(post(s(), "/v1/completions",
                     completion_body("x", 2, {{"stop", json::array({"a", "b", "c", "d", "e"})}})),
@@ -983,6 +990,241 @@ TEST_F(ServerTest, BadRequests) {
                "context size");
   // Nothing was submitted for any of these.
   EXPECT_EQ(metric(s(), "rewind_requests_submitted_total"), submitted0);
+}
+
+// ---- sampling parameters, n, /tokenize, /detokenize, /props, ignored fields -------------------
+
+// A POST through curl with the answer's header block (lower-cased names) beside the body.
+struct HttpH : Http {
+  std::string headers;
+};
+HttpH post_h(const Server& s, const std::string& path, const json& body) {
+  const std::string hdr = tmp_path("headers");
+  HttpH h;
+  static_cast<Http&>(h) = curl(s, "POST", path, body.dump(), kKey, "-D " + hdr);
+  h.headers = read_file(hdr);
+  for (char& c : h.headers)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return h;
+}
+
+// n = 3 with sampling: three choices indexed 0..2 whose texts equal single requests with
+// seed + i, usage summing the completion tokens; the stream carries each choice's index, a
+// finish chunk per choice, one usage chunk and the same texts.
+TEST_F(ServerTest, ChoicesWholeAndStreamed) {
+  const json one = chat_body("Tell me about the sea", 10,
+                             {{"temperature", 1.0}, {"seed", 77}, {"ignore_eos", true}});
+  json req = one;
+  req["n"] = 3;
+  const Http h = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  ASSERT_EQ(j["choices"].size(), 3u) << h.body;
+  std::vector<std::string> texts;
+  std::set<std::string> distinct;
+  for (int i = 0; i < 3; ++i) {
+    const json& c = j["choices"][static_cast<size_t>(i)];
+    EXPECT_EQ(c["index"], i);
+    EXPECT_EQ(c["finish_reason"], "length");
+    texts.push_back(c["message"]["content"].get<std::string>());
+    distinct.insert(texts.back());
+    json single = one;
+    single["seed"] = 77 + i;
+    const Http sh = post(s(), "/v1/chat/completions", single);
+    ASSERT_EQ(sh.status, 200) << sh.body;
+    EXPECT_EQ(sh.j()["choices"][0]["message"]["content"], texts.back()) << "choice " << i;
+  }
+  EXPECT_GE(distinct.size(), 2u);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 30);
+  EXPECT_EQ(j["usage"]["total_tokens"].get<int>(), j["usage"]["prompt_tokens"].get<int>() + 30);
+
+  json sreq = req;
+  sreq["stream"] = true;
+  sreq["stream_options"] = {{"include_usage", true}};
+  const Http st = post(s(), "/v1/chat/completions", sreq);
+  ASSERT_EQ(st.status, 200) << st.body;
+  const auto data = sse_data(st.body);
+  ASSERT_EQ(data.back(), "[DONE]");
+  std::vector<std::string> got(3);
+  std::vector<int> roles(3, 0), finishes(3, 0);
+  int usages = 0;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const json c = json::parse(data[i]);
+    if (c.contains("usage") && !c["usage"].is_null()) {
+      ++usages;
+      EXPECT_EQ(c["usage"]["completion_tokens"], 30);
+      EXPECT_EQ(i + 2, data.size());  // the last chunk before [DONE]
+      continue;
+    }
+    ASSERT_EQ(c["choices"].size(), 1u);
+    const json& ch = c["choices"][0];
+    const int idx = ch["index"].get<int>();
+    ASSERT_TRUE(idx >= 0 && idx < 3) << data[i];
+    if (ch["delta"].contains("role")) ++roles[static_cast<size_t>(idx)];
+    if (ch["delta"].contains("content"))
+      got[static_cast<size_t>(idx)] += ch["delta"]["content"].get<std::string>();
+    if (!ch["finish_reason"].is_null()) ++finishes[static_cast<size_t>(idx)];
+  }
+  EXPECT_EQ(usages, 1);
+  EXPECT_EQ(got, texts);
+  EXPECT_EQ(roles, std::vector<int>(3, 1));
+  EXPECT_EQ(finishes, std::vector<int>(3, 1));
+
+  // Completions too, with the prompt's cache figures from the one prefill.
+  const Http c =
+      post(s(), "/v1/completions",
+           completion_body("Once upon a time", 5,
+                           {{"n", 2}, {"temperature", 0.8}, {"seed", 3}, {"ignore_eos", true}}));
+  ASSERT_EQ(c.status, 200) << c.body;
+  ASSERT_EQ(c.j()["choices"].size(), 2u);
+  EXPECT_EQ(c.j()["choices"][1]["index"], 1);
+  EXPECT_EQ(c.j()["usage"]["completion_tokens"], 10);
+}
+
+// Penalties change a greedy reply; a +100 logit_bias forces its token at every step.
+TEST_F(ServerTest, PenaltiesAndLogitBias) {
+  const json base = completion_body("the sea the sea the sea", 16, {{"ignore_eos", true}});
+  const Http plain = post(s(), "/v1/completions", base);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  json pen = base;
+  pen["frequency_penalty"] = 2.0;
+  pen["presence_penalty"] = 2.0;
+  pen["repetition_penalty"] = 3.0;
+  const Http p = post(s(), "/v1/completions", pen);
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_NE(p.j()["choices"][0]["text"], plain.j()["choices"][0]["text"]);
+  // The same penalised request again: the same text (deterministic).
+  EXPECT_EQ(post(s(), "/v1/completions", pen).j()["choices"][0]["text"],
+            p.j()["choices"][0]["text"]);
+
+  // A token the greedy reply does not start with, forced four times.
+  const Http t = post(s(), "/tokenize", {{"content", "the sea"}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const Http first = post(s(), "/tokenize", {{"content", plain.j()["choices"][0]["text"]}});
+  int forced_id = -1;
+  const json t_ids = t.j()["tokens"], first_ids = first.j()["tokens"];
+  for (const json& id : t_ids)
+    if (id != first_ids[0]) forced_id = id.get<int>();
+  ASSERT_GE(forced_id, 0) << t.body;
+  json forced = base;
+  forced["max_tokens"] = 4;
+  forced["logit_bias"] = {{std::to_string(forced_id), 100}};
+  const Http f = post(s(), "/v1/completions", forced);
+  ASSERT_EQ(f.status, 200) << f.body;
+  const Http want = post(s(), "/detokenize", {{"tokens", std::vector<int>(4, forced_id)}});
+  EXPECT_EQ(f.j()["choices"][0]["text"], want.j()["content"]) << f.body;
+}
+
+TEST_F(ServerTest, TokenizeAndDetokenize) {
+  const Http t = post(s(), "/tokenize", {{"content", "Hello world"}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json ids = t.j()["tokens"];
+  ASSERT_TRUE(ids.is_array() && !ids.empty()) << t.body;
+  // The ids a completions prompt runs: the usage counts them.
+  const Http c = post(s(), "/v1/completions", completion_body("Hello world", 1));
+  EXPECT_EQ(c.j()["usage"]["prompt_tokens"], ids.size());
+  const Http d = post(s(), "/detokenize", {{"tokens", ids}});
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(d.j(), json({{"content", "Hello world"}}));
+  // Pieces: one per id, concatenating to the text; add_special adds nothing.
+  const Http p = post(s(), "/tokenize",
+                      {{"content", "Hello world"}, {"with_pieces", true}, {"add_special", true}});
+  ASSERT_EQ(p.status, 200) << p.body;
+  std::string joined;
+  ASSERT_EQ(p.j()["tokens"].size(), ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(p.j()["tokens"][i]["id"], ids[i]);
+    joined += p.j()["tokens"][i]["piece"].get<std::string>();
+  }
+  EXPECT_EQ(joined, "Hello world");
+  // Special tokens are recognised unless parse_special is false.
+  const Http sp = post(s(), "/tokenize", {{"content", "<|im_end|>"}});
+  EXPECT_EQ(sp.j()["tokens"].size(), 1u) << sp.body;
+  const Http nsp = post(s(), "/tokenize", {{"content", "<|im_end|>"}, {"parse_special", false}});
+  EXPECT_GT(nsp.j()["tokens"].size(), 1u) << nsp.body;
+  // A multi-byte character cut between tokens: a piece that is not UTF-8 comes as bytes, and
+  // detokenizing part of it gives U+FFFD.
+  const Http e =
+      post(s(), "/tokenize", {{"content", "\xe6\xb5\xb7\xe7\x81\xaf"}, {"with_pieces", true}});
+  ASSERT_EQ(e.status, 200) << e.body;
+  std::string bytes;
+  const json pieces = e.j()["tokens"];
+  for (const json& x : pieces) {
+    if (x["piece"].is_string()) {
+      bytes += x["piece"].get<std::string>();
+    } else {
+      ASSERT_TRUE(x["piece"].is_array()) << e.body;
+      for (const json& b : x["piece"]) bytes += static_cast<char>(b.get<int>());
+    }
+  }
+  EXPECT_EQ(bytes, "\xe6\xb5\xb7\xe7\x81\xaf") << e.body;
+
+  // Malformed bodies: 400 naming the field; wrong method 405; not JSON 415; key required.
+  expect_error(post(s(), "/tokenize", json::object()), 400, "'content' is required");
+  expect_error(post(s(), "/tokenize", {{"content", 3}}), 400, "'content' must be a string");
+  expect_error(post(s(), "/tokenize", {{"content", "a"}, {"with_pieces", "yes"}}), 400,
+               "with_pieces");
+  expect_error(curl(s(), "POST", "/tokenize", "{\"content\":"), 400, "not valid JSON");
+  expect_error(curl(s(), "POST", "/tokenize", "[1]"), 400, "JSON object");
+  expect_error(post(s(), "/detokenize", {{"tokens", {1, -5}}}), 400, "'tokens[1]'");
+  expect_error(post(s(), "/detokenize", {{"tokens", {1, 1 << 30}}}), 400, "'tokens[1]'");
+  expect_error(post(s(), "/detokenize", {{"tokens", "1 2"}}), 400, "must be an array");
+  expect_error(post(s(), "/detokenize", json::object()), 400, "'tokens' is required");
+  // Answers stay bounded: no more tokens than the context holds (32768 here).
+  std::string long_text;
+  for (int i = 0; i < 40000; ++i) long_text += " a";
+  expect_error(post(s(), "/tokenize", {{"content", long_text}}), 400, "context size");
+  expect_error(curl(s(), "GET", "/tokenize"), 405, "POST");
+  expect_error(curl(s(), "POST", "/tokenize", "{}", ""), 401);
+}
+
+TEST_F(ServerTest, PropsDescribeTheServer) {
+  const Http h = curl(s(), "GET", "/props");
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json j = h.j();
+  EXPECT_EQ(j["n_ctx"], 32768);
+  EXPECT_EQ(j["total_slots"], 4);
+  EXPECT_EQ(j["max_choices"], 4);
+  EXPECT_EQ(j["default_generation_settings"]["n_ctx"], 32768);
+  EXPECT_TRUE(j["default_generation_settings"]["params"]["temperature"].is_number());
+  EXPECT_EQ(j["default_generation_settings"]["params"]["repeat_last_n"], 64);
+  EXPECT_NE(j["model_path"].get<std::string>().find("tiny"), std::string::npos);
+  EXPECT_TRUE(j["chat_template_source"] == "model" || j["chat_template_source"] == "rewind-chatml");
+  EXPECT_EQ(j["cache"]["enabled"], true);
+  EXPECT_GT(j["cache"]["budget_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(j["cache"]["checkpoint_interval"].get<int64_t>(), 0);
+  EXPECT_EQ(j["speculative"]["kind"], "off");
+  EXPECT_EQ(j["build_info"].get<std::string>().rfind("rewind ", 0), 0u) << j["build_info"];
+  expect_error(curl(s(), "GET", "/props", "", ""), 401);
+}
+
+// Unknown top-level fields are ignored and named in X-Rewind-Ignored-Fields on every endpoint
+// with a JSON body; known fields never appear there, and no header comes when nothing was
+// ignored.
+TEST_F(ServerTest, IgnoredFieldsHeader) {
+  auto ignored = [](const HttpH& h) {
+    const std::string key = "x-rewind-ignored-fields: ";
+    const size_t at = h.headers.find(key);
+    if (at == std::string::npos) return std::string("(none)");
+    return h.headers.substr(at + key.size(), h.headers.find('\r', at) - at - key.size());
+  };
+  HttpH h = post_h(s(), "/v1/chat/completions",
+                   chat_body("x", 2, {{"user", "u"}, {"store", true}, {"n", 1}}));
+  EXPECT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(ignored(h), "store,user");  // nlohmann::json writes keys sorted
+  h = post_h(s(), "/v1/chat/completions",
+             chat_body("x", 2, {{"stream", true}, {"brand_new_option", 1}}));
+  EXPECT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(ignored(h), "brand_new_option");
+  h = post_h(s(), "/v1/completions", completion_body("x", 2, {{"messages", json::array()}}));
+  EXPECT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(ignored(h), "messages");
+  h = post_h(s(), "/tokenize", {{"content", "x"}, {"n_probs", 3}});
+  EXPECT_EQ(ignored(h), "n_probs");
+  h = post_h(s(), "/detokenize", {{"tokens", {1}}, {"x", 1}});
+  EXPECT_EQ(ignored(h), "x");
+  h = post_h(s(), "/v1/completions", completion_body("x", 2));
+  EXPECT_EQ(ignored(h), "(none)");
 }
 
 TEST_F(ServerTest, NotFound) {
@@ -1456,6 +1698,20 @@ TEST(ServerSpec, PerRequestSpeculationMatchesPlainAndShowsInMetrics) {
     EXPECT_TRUE(h.j().contains("error")) << h.body;
   }
   EXPECT_EQ(text({{"speculative", false}}), plain);
+  // Penalties and a bias compose with speculation: the same greedy text with it on and off.
+  const json pen = {{"frequency_penalty", 0.8},
+                    {"presence_penalty", 0.5},
+                    {"repetition_penalty", 1.5},
+                    {"logit_bias", {{"5", 2}}}};
+  json off = pen;
+  off["speculative"] = "off";
+  const std::string pen_plain = text(off);
+  EXPECT_NE(pen_plain, plain);
+  for (const char* method : {"draft", "ngram"}) {
+    json on = pen;
+    on["speculative"] = method;
+    EXPECT_EQ(text(on), pen_plain) << method;
+  }
 }
 
 TEST(ServerSpec, BadSpecOptionsFail) {
@@ -1795,6 +2051,9 @@ TEST(HttpHostile, CacheBudgetAndCorsFromStart) {
   };
   EXPECT_NE(headers("GET", "http://allowed.example")
                 .find("Access-Control-Allow-Origin: http://allowed.example"),
+            std::string::npos);
+  EXPECT_NE(headers("GET", "http://allowed.example")
+                .find("Access-Control-Expose-Headers: X-Rewind-Ignored-Fields"),
             std::string::npos);
   EXPECT_EQ(headers("GET", "http://evil.example").find("Access-Control"), std::string::npos);
   const std::string pre = headers("OPTIONS", "http://allowed.example");

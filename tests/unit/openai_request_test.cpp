@@ -116,6 +116,90 @@ TEST(ChatRequest, AllFields) {
   EXPECT_TRUE(c.ignore_eos);
 }
 
+// Penalties, logit_bias and n are parsed as sent; unknown top-level fields are listed in the
+// client's order (and only top-level ones: nested unknown keys are the fields' own business).
+TEST(ChatRequest, SamplingAdjustmentsChoicesAndIgnoredFields) {
+  auto r = parse_chat_request(
+      chat_with(R"("n":3,"presence_penalty":-0.5,"frequency_penalty":2,"repetition_penalty":1.1,)"
+                R"("repeat_last_n":-1,"logit_bias":{"5":100,"511":-100,"0":0.25},)"
+                R"("user":"u","zeta":{"a":1},"store":false)"),
+      limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(r->n, 3);
+  EXPECT_DOUBLE_EQ(*r->sampling.presence_penalty, -0.5);
+  EXPECT_DOUBLE_EQ(*r->sampling.frequency_penalty, 2.0);
+  EXPECT_DOUBLE_EQ(*r->sampling.repetition_penalty, 1.1);
+  EXPECT_EQ(*r->sampling.repeat_last_n, -1);
+  EXPECT_EQ(r->sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{5, 100.0f}, {511, -100.0f}, {0, 0.25f}}));
+  EXPECT_EQ(r->ignored_fields, (std::vector<std::string>{"user", "zeta", "store"}));
+  auto plain = parse_chat_request(chat_with(R"("temperature":1)"), limits());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->ignored_fields.empty());
+  EXPECT_EQ(plain->n, 1);
+  EXPECT_FALSE(plain->sampling.presence_penalty.has_value());
+  auto c =
+      parse_completion_request(R"({"prompt":"x","n":2,"suffix":"","messages":[],"q":1})", limits());
+  ASSERT_TRUE(c.ok()) << c.error_message();
+  EXPECT_EQ(c->n, 2);
+  // `messages` is not a completions field.
+  EXPECT_EQ(c->ignored_fields, (std::vector<std::string>{"messages", "q"}));
+}
+
+// llama.cpp's /tokenize and /detokenize bodies: accepted forms and every malformed one.
+TEST(TokenizeRequest, ParsesAndRefusesMalformed) {
+  auto t = parse_tokenize_request(
+      R"({"content":"hi <x>","add_special":true,"parse_special":false,"with_pieces":true,"x":1})",
+      limits());
+  ASSERT_TRUE(t.ok()) << t.error_message();
+  EXPECT_EQ(t->content, "hi <x>");
+  EXPECT_TRUE(t->add_special);
+  EXPECT_FALSE(t->parse_special);
+  EXPECT_TRUE(t->with_pieces);
+  EXPECT_EQ(t->ignored_fields, std::vector<std::string>{"x"});
+  auto d = parse_tokenize_request(R"({"content":""})", limits());
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->with_pieces);
+  EXPECT_TRUE(d->parse_special);
+  auto terr = [](const std::string& body, const std::string& needle) {
+    auto r = parse_tokenize_request(body, limits());
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_NE(r.error_message().find(needle), std::string::npos) << r.error_message();
+  };
+  terr("", "empty");
+  terr("[]", "must be a JSON object");
+  terr("{", "not valid JSON");
+  terr("{}", "'content' is required");
+  terr(R"({"content":null})", "'content' is required");
+  terr(R"({"content":5})", "'content' must be a string");
+  terr(R"({"content":["a"]})", "'content' must be a string");
+  terr(R"({"content":"a","add_special":"yes"})", "'add_special' must be a boolean");
+  terr(R"({"content":"a","with_pieces":1})", "'with_pieces' must be a boolean");
+  terr(R"({"content":"a","parse_special":[]})", "'parse_special' must be a boolean");
+
+  auto k = parse_detokenize_request(R"({"tokens":[1,2,511],"extra":null})", limits());
+  ASSERT_TRUE(k.ok()) << k.error_message();
+  EXPECT_EQ(k->tokens, (std::vector<int32_t>{1, 2, 511}));
+  EXPECT_EQ(k->ignored_fields, std::vector<std::string>{"extra"});
+  auto derr = [](const std::string& body, const std::string& needle) {
+    auto r = parse_detokenize_request(body, limits());
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_NE(r.error_message().find(needle), std::string::npos) << r.error_message();
+  };
+  derr("", "empty");
+  derr("5", "must be a JSON object");
+  derr("{}", "'tokens' is required");
+  derr(R"({"tokens":"1 2"})", "'tokens' must be an array");
+  derr(R"({"tokens":[1,"2"]})", "'tokens[1]' must be an integer");
+  derr(R"({"tokens":[1,512]})", "'tokens[1]' must be in [0, 511]");
+  derr(R"({"tokens":[-1]})", "'tokens[0]' must be in");
+  derr(R"({"tokens":[1.5]})", "'tokens[0]' must be an integer");
+  EXPECT_TRUE(parse_detokenize_request(R"({"tokens":[]})", limits()).ok());
+  std::string many = R"({"tokens":[1)";
+  for (int i = 0; i < 4096; ++i) many += ",100";
+  derr(many + "]}", "at most 4096 (the context size)");
+}
+
 TEST(ChatRequest, NullsAreAbsent) {
   auto r = parse_chat_request(
       chat_with(R"("max_tokens":null,"temperature":null,"stop":null,"tools":null,"seed":null,)"
@@ -314,17 +398,30 @@ TEST(ChatRequest, FieldTypesAndRanges) {
   expect_chat_error(chat_with(R"("min_p":1.5)"), "'min_p' must be in");
   expect_chat_error(chat_with(R"("seed":"1")"), "'seed' must be an integer");
   expect_chat_error(chat_with(R"("seed":1.5)"), "'seed' must be an integer");
-  expect_chat_error(chat_with(R"("n":2)"), "'n' must be 1");
+  expect_chat_error(chat_with(R"("n":9)"), "'n' must be in [1, 8]");
   expect_chat_error(chat_with(R"("n":0)"), "'n' must be in");
   expect_chat_error(chat_with(R"("n":"1")"), "'n' must be an integer");
   expect_chat_error(chat_with(R"("best_of":3)"), "'best_of'");
-  expect_chat_error(chat_with(R"("presence_penalty":0.5)"), "'presence_penalty' is not supported");
-  expect_chat_error(chat_with(R"("frequency_penalty":-1)"), "'frequency_penalty' is not supported");
+  expect_chat_error(chat_with(R"("presence_penalty":2.5)"), "'presence_penalty' must be in");
+  expect_chat_error(chat_with(R"("frequency_penalty":-2.01)"), "'frequency_penalty' must be in");
   expect_chat_error(chat_with(R"("frequency_penalty":"x")"), "must be a number");
-  expect_chat_error(chat_with(R"("repetition_penalty":1.1)"),
-                    "'repetition_penalty' is not supported");
-  expect_chat_error(chat_with(R"("logit_bias":{"5":10})"), "'logit_bias' is not supported");
+  expect_chat_error(chat_with(R"("repetition_penalty":0)"), "'repetition_penalty' must be in (0");
+  expect_chat_error(chat_with(R"("repetition_penalty":11)"), "'repetition_penalty' must be in");
+  expect_chat_error(chat_with(R"("repeat_last_n":-2)"), "'repeat_last_n' must be in [-1");
+  expect_chat_error(chat_with(R"("repeat_last_n":1.5)"), "'repeat_last_n' must be an integer");
   expect_chat_error(chat_with(R"("logit_bias":[1])"), "'logit_bias' must be an object");
+  expect_chat_error(chat_with(R"("logit_bias":"5")"), "'logit_bias' must be an object");
+  expect_chat_error(chat_with(R"("logit_bias":{"512":1})"), "token id 512 is out of range");
+  expect_chat_error(chat_with(R"("logit_bias":{"99999999999":1})"), "must be token ids");
+  expect_chat_error(chat_with(R"("logit_bias":{"-1":1})"), "must be token ids");
+  expect_chat_error(chat_with(R"("logit_bias":{"a":1})"), "must be token ids");
+  expect_chat_error(chat_with(R"("logit_bias":{"":1})"), "must be token ids");
+  expect_chat_error(chat_with(R"("logit_bias":{" 5":1})"), "must be token ids");
+  expect_chat_error(chat_with(R"("logit_bias":{"5":101})"), "'logit_bias[\"5\"]' must be in");
+  expect_chat_error(chat_with(R"("logit_bias":{"5":-100.5})"), "must be in");
+  expect_chat_error(chat_with(R"("logit_bias":{"5":"1"})"), "must be a number");
+  expect_chat_error(chat_with(R"("logit_bias":{"5":null})"), "must be a number");
+  expect_chat_error(chat_with(R"("logit_bias":{"5":1,"05":2})"), "token id 5 is given twice");
   expect_chat_error(chat_with(R"("ignore_eos":1)"), "'ignore_eos' must be a boolean");
 }
 
@@ -454,7 +551,8 @@ TEST(CompletionRequest, Malformed) {
   expect_completion_error(R"({"prompt":"x","suffix":3})", "'suffix' must be a string");
   expect_completion_error(R"({"prompt":"x","logprobs":true})", "'logprobs' must be an integer");
   expect_completion_error(R"({"prompt":"x","logprobs":21})", "'logprobs' must be in [0, 20]");
-  expect_completion_error(R"({"prompt":"x","n":3})", "'n' must be 1");
+  expect_completion_error(R"({"prompt":"x","n":30})", "'n' must be in [1, 8]");
+  expect_completion_error(R"({"prompt":"x","logit_bias":{"7":"x"}})", "must be a number");
   expect_completion_error(R"({"prompt":"x","max_tokens":0})", "'max_tokens' must be in");
   expect_completion_error(R"({"prompt":"x","stop":[1]})", "'stop[0]' must be a string");
   expect_completion_error(R"({"prompt":"x","temperature":[]})", "'temperature' must be a number");

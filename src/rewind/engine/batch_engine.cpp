@@ -7,6 +7,7 @@
 
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/step_plan.h"
+#include "rewind/sample/logit_adjust.h"
 
 namespace rw {
 
@@ -16,6 +17,7 @@ double now_ms() {
       .count();
 }
 constexpr size_t kRecentMax = 32;
+constexpr int64_t kAdjusterEntryBytes = 64;  // one count of LogitAdjuster's maps, with overhead
 constexpr size_t kLatencySamples = 4096;
 }  // namespace
 
@@ -44,7 +46,8 @@ MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, i
   // round, its own prefill snapshots (capped, cap_cuts) plus those the cache's lease pins on
   // its path (pinned ones may hold the cache over budget), grid checkpoints crossed while
   // decoding and the one at the end of the reply, its token vectors (prompt, history, reply, the
-  // request's copy) and first logits.
+  // request's copy), its logit adjuster's tokens and two count maps (at most one entry per
+  // token, some 64 bytes each with the hash table's node and bucket) and first logits.
   const int64_t pages = (ctx + k1 + sh.page_tokens - 1) / sh.page_tokens + 1;
   const int64_t interval = opt.cache.policy.interval;
   const int64_t cap = opt.cache.policy.max_per_branch > 0
@@ -54,7 +57,8 @@ MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, i
                             ? 2 * cap + (interval > 0 ? ctx / interval + 1 : 0) + 1
                             : 0;
   const int64_t slot = pages * page_bytes + 2 * rec_bytes + snaps * rec_bytes +
-                       k1 * model.capture_row_floats() * 4 + 4 * ctx * 4 + V * 4;
+                       k1 * model.capture_row_floats() * 4 + 4 * ctx * 4 +
+                       ctx * (4 + 2 * kAdjusterEntryBytes) + V * 4;
   // The largest step: step_tokens of prefill next to every sequence's decode rows.
   const int64_t rows = opt.step_tokens + static_cast<int64_t>(opt.max_running) * k1;
   const int64_t logit_rows = static_cast<int64_t>(opt.max_running) * k1;
@@ -81,6 +85,7 @@ const char* finish_reason_name(FinishReason r) {
 
 struct BatchEngine::Seq {
   uint64_t id = 0;
+  int32_t choice = 0;  // Request::n: this sequence's choice (id = the request's id + choice)
   Request req;
   EventCallback cb;
   double t_submit = 0, t_start = 0;
@@ -91,6 +96,8 @@ struct BatchEngine::Seq {
   std::vector<std::shared_ptr<const Snapshot>> snaps;
   std::vector<int32_t> history;     // tokens consumed by the state
   std::optional<Sampler> sampler;
+  std::optional<LogitAdjuster> adjust;  // penalties and bias: follows `out` exactly
+  std::set<int32_t> cancelled_choices;  // choice 0 before the fork: choices already cancelled
   std::vector<int32_t> out;
   bool decoding = false;
   RequestReport report;
@@ -100,6 +107,11 @@ struct BatchEngine::Seq {
   // Set while a step is applied when the request ends there; finished after the step.
   FinishReason end = FinishReason::None;
   TokenEvent end_ev;
+
+  // Running sequences this one stands for: choice 0 holds the slots of its choices until it
+  // forks them at the end of the prompt.
+  int32_t slots() const { return choice == 0 && !decoding ? req.n : 1; }
+  bool forks_pending() const { return choice == 0 && !decoding && req.n > 1; }
 
   void snapshot() {  // every checkpoint taken for this request is counted and timed
     const double t = now_ms();
@@ -173,6 +185,14 @@ Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
                   std::to_string(req.max_tokens) + " exceed the context size " +
                   std::to_string(opt_.ctx_size));
   if (req.top_logprobs < 0 || req.top_logprobs > 20) return reject("top_logprobs must be in [0, 20]");
+  if (req.n < 1 || req.n > Request::kMaxChoices)
+    return reject("n must be in [1, " + std::to_string(Request::kMaxChoices) + "]");
+  if (req.n > opt_.max_running)
+    return reject("n = " + std::to_string(req.n) + " needs " + std::to_string(req.n) +
+                  " sequences at once; this engine runs " + std::to_string(opt_.max_running) +
+                  " (--parallel)");
+  if (Status as = check_logit_adjustments(req.sampling, V); !as.ok())
+    return reject(as.error_message());
   for (int64_t b : req.boundaries)
     if (b < 0) return reject("negative checkpoint boundary");
   auto spec = resolve_spec(model_, opt_.spec, req);
@@ -193,7 +213,8 @@ Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
       ++metrics_.requests_rejected;
       return make_error("queue full");
     }
-    id = next_id_++;
+    id = next_id_;
+    next_id_ += static_cast<uint64_t>(s->req.n);  // choice i is id + i
     s->id = id;
     queue_.push_back(std::move(s));
     ++metrics_.requests_submitted;
@@ -351,6 +372,48 @@ void BatchEngine::admit(Seq& s) {
   s.report.lost_to_spacing = std::min(s.report.diverged_at, n - 1) - s.pos;
   s.history.assign(s.req.prompt.begin(), s.req.prompt.begin() + s.pos);
   s.sampler.emplace(s.req.sampling);
+  s.adjust.emplace(s.req.sampling, s.req.prompt);
+}
+
+std::unique_ptr<BatchEngine::Seq> BatchEngine::fork(const Seq& s, int32_t choice) {
+  // Choice `choice` of s's request, at the end of the prompt s has just consumed: the state is
+  // cloned (KV pages shared, recurrent bytes copied), so nothing of the prompt runs again.
+  auto f = std::make_unique<Seq>();
+  f->id = s.id + static_cast<uint64_t>(choice);
+  f->choice = choice;
+  f->req = s.req;
+  f->req.sampling.seed = s.req.sampling.seed + static_cast<uint64_t>(choice);
+  f->cb = s.cb;
+  f->t_submit = s.t_submit;
+  f->t_start = s.t_start;
+  f->state.emplace(s.state->clone());
+  f->pos = s.pos;
+  f->snaps = s.snaps;  // shared: published again by each choice (the cache keeps one)
+  f->history = s.history;
+  f->sampler.emplace(f->req.sampling);
+  f->adjust = s.adjust;  // before s's first token: the prompt's window only
+  f->decoding = true;
+  f->spec_cfg = s.spec_cfg;
+  f->report = s.report;
+  f->report.resumed_at = static_cast<int64_t>(s.req.prompt.size());
+  f->report.rerun_tokens = 0;
+  f->report.lost_to_spacing = 0;
+  f->report.snapshots_taken = 0;
+  f->report.snapshot_ms = 0;
+  f->report.forked = true;
+  return f;
+}
+
+void BatchEngine::end_unstarted(const Seq& s, int32_t choice, FinishReason why,
+                                const std::string& err) {
+  TokenEvent ev;
+  ev.id = s.id + static_cast<uint64_t>(choice);
+  ev.choice = choice;
+  ev.finish = why;
+  ev.error = err;
+  ev.report.prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
+  ev.report.forked = true;
+  if (s.cb) s.cb(ev);
 }
 
 void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev) {
@@ -375,13 +438,20 @@ void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string
       cache_->insert(s.history, s.state->pages(), s.snaps, s.req.anchor, kinds);
       last_history_ = s.history;
       last_report_ = s.report;
-      last_id_ = s.id;
+      last_id_ = s.id - static_cast<uint64_t>(s.choice);  // the request's id, as clients know it
     }
   }
   s.hit.reset();  // releases the lease at once
+  // Choices not forked yet end with choice 0 (cancelled with it, or failed with it).
+  if (s.forks_pending())
+    for (int32_t c = 1; c < s.req.n; ++c)
+      end_unstarted(s, c,
+                    why == FinishReason::Error ? FinishReason::Error : FinishReason::Cancelled,
+                    why == FinishReason::Error ? err : std::string());
   s.report.completion_tokens = static_cast<int64_t>(s.out.size());
   s.report.total_ms = now_ms() - s.t_submit;
   ev.id = s.id;
+  ev.choice = s.choice;
   ev.finish = why;
   ev.error = std::move(err);
   ev.report = s.report;
@@ -389,12 +459,17 @@ void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string
   if (s.req.keep_state && s.state) ev.state = std::make_shared<SequenceState>(std::move(*s.state));
   {
     std::lock_guard<std::mutex> lock(mu_);
+    metrics_.spec.add(s.report.spec);
+    metrics_.generated_tokens += s.report.completion_tokens;
+  }
+  // A request counts once, by its choice 0 (the one that ran the prompt); its other choices
+  // add their tokens and speculation only.
+  if (s.choice == 0) {
+    std::lock_guard<std::mutex> lock(mu_);
     if (why == FinishReason::Cancelled) ++metrics_.requests_cancelled;
     else if (why == FinishReason::Error) ++metrics_.requests_failed;
     else ++metrics_.requests_finished;
     metrics_.prompt_tokens += s.report.prompt_tokens;
-    metrics_.spec.add(s.report.spec);
-    metrics_.generated_tokens += s.report.completion_tokens;
     auto push = [](std::vector<double>& v, double x) {
       if (v.size() >= kLatencySamples) v.erase(v.begin());
       v.push_back(x);
@@ -457,18 +532,25 @@ void BatchEngine::step() {
     // Cancelled requests still waiting never start.
     for (auto it = queue_.begin(); it != queue_.end();) {
       if (cancelled.count((*it)->id)) {
-        TokenEvent ev;
-        ev.id = (*it)->id;
-        ev.finish = FinishReason::Cancelled;
-        ev.report.prompt_tokens = static_cast<int64_t>((*it)->req.prompt.size());
-        queue_cancels.emplace_back(std::move((*it)->cb), ev);
+        for (int32_t c = 0; c < (*it)->req.n; ++c) {  // every choice of the request
+          TokenEvent ev;
+          ev.id = (*it)->id + static_cast<uint64_t>(c);
+          ev.choice = c;
+          ev.finish = FinishReason::Cancelled;
+          ev.report.prompt_tokens = static_cast<int64_t>((*it)->req.prompt.size());
+          queue_cancels.emplace_back((*it)->cb, ev);
+        }
         ++metrics_.requests_cancelled;
         it = queue_.erase(it);
       } else {
         ++it;
       }
     }
-    while (static_cast<int32_t>(running_.size() + admitted.size()) < opt_.max_running && !queue_.empty()) {
+    // A request takes a slot per choice (Request::n), in order of arrival.
+    int32_t used = 0;
+    for (const auto& sp : running_) used += sp->slots();
+    while (!queue_.empty() && used + queue_.front()->req.n <= opt_.max_running) {
+      used += queue_.front()->req.n;
       admitted.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
@@ -480,8 +562,15 @@ void BatchEngine::step() {
     admit(*s);
     running_.push_back(std::move(s));
   }
-  for (auto& sp : running_)
-    if (cancelled.count(sp->id)) finish(sp, FinishReason::Cancelled, "", TokenEvent{});
+  for (auto& sp : running_) {
+    if (cancelled.count(sp->id)) {
+      finish(sp, FinishReason::Cancelled, "", TokenEvent{});
+      continue;
+    }
+    if (sp->forks_pending())  // choices cancelled before they exist end at the fork
+      for (int32_t c = 1; c < sp->req.n; ++c)
+        if (cancelled.count(sp->id + static_cast<uint64_t>(c))) sp->cancelled_choices.insert(c);
+  }
   std::erase_if(running_, [](auto& p) { return !p; });
   open_spec_rounds();
   if (running_.empty()) {
@@ -563,6 +652,7 @@ void BatchEngine::step() {
   auto emit = [&](Seq& s, const float* lg, int32_t tok) {
     TokenEvent ev;
     ev.id = s.id;
+    ev.choice = s.choice;
     ev.token = tok;
     fill_logprobs(s, lg, tok, ev);
     if (s.out.empty()) {
@@ -570,6 +660,7 @@ void BatchEngine::step() {
       if (s.req.keep_first_logits) s.first_logits.assign(lg, lg + V);
     }
     s.out.push_back(tok);
+    s.adjust->push(tok);
     FinishReason why = FinishReason::None;
     if (s.req.stop_ids.count(tok)) why = FinishReason::Stop;
     else if (static_cast<int32_t>(s.out.size()) >= s.req.max_tokens) why = FinishReason::Length;
@@ -582,13 +673,17 @@ void BatchEngine::step() {
     return false;
   };
   const int64_t interval = cache_ && recurrent_ ? opt_.cache.policy.interval : 0;
+  std::vector<std::unique_ptr<Seq>> forked;  // choices forked in this step (Request::n)
   size_t row = 0;  // logits row
   for (const PlannedRow& r : plan.rows) {
     Seq& s = *running_[r.seq];
     if (r.decode && s.spec && s.spec->round_open()) {
-      // Close the speculative round: accept, cut, roll back; one event per emitted token.
-      const float* lg = logits.data() + row * V;
+      // Close the speculative round: accept, cut, roll back; one event per emitted token. The
+      // rows are adjusted first (row i after drafts 1..i), so acceptance runs on the target
+      // distribution the request asked for.
+      float* lg = logits.data() + row * V;
       row += static_cast<size_t>(s.spec->drafted() + 1);
+      s.adjust->adjust_rows(lg, V, s.spec->drafts(), opt_.sample_vocab);
       const int32_t last = s.out.back();
       SpecOutcome o;
       try {
@@ -608,7 +703,7 @@ void BatchEngine::step() {
         if (!emit(s, lg + static_cast<int64_t>(o.rows[j]) * V, o.tokens[j])) break;
       continue;
     }
-    const float* lg = r.logits ? logits.data() + (row++) * V : nullptr;
+    float* lg = r.logits ? logits.data() + (row++) * V : nullptr;
     if (!r.decode) {
       s.history.insert(s.history.end(), s.req.prompt.begin() + r.begin, s.req.prompt.begin() + r.end);
       s.pos = r.end;
@@ -616,14 +711,34 @@ void BatchEngine::step() {
         s.req.on_prefill(s.pos, static_cast<int64_t>(s.req.prompt.size()));
       if (cache_ && recurrent_ && r.checkpoint) s.snapshot();
       if (!lg) continue;
+      if (s.forks_pending()) {
+        // The prompt's end: the other choices fork from here and draw their first token from
+        // the same row, each with its own seed.
+        s.adjust->apply(lg, opt_.sample_vocab);
+        for (int32_t c = 1; c < s.req.n; ++c) {
+          if (s.cancelled_choices.count(c)) {
+            end_unstarted(s, c, FinishReason::Cancelled, "");
+            continue;
+          }
+          forked.push_back(fork(s, c));
+          Seq& f = *forked.back();
+          emit(f, lg, f.sampler->sample(lg, opt_.sample_vocab));
+        }
+        s.decoding = true;
+        emit(s, lg, s.sampler->sample(lg, opt_.sample_vocab));
+        continue;
+      }
       s.decoding = true;
     } else {
       s.history.push_back(s.out.back());
       // Grid checkpoints crossed while decoding.
       if (interval > 0 && s.state->n_pos() % interval == 0) s.snapshot();
     }
+    s.adjust->apply(lg, opt_.sample_vocab);
     emit(s, lg, s.sampler->sample(lg, opt_.sample_vocab));
   }
+  // Forked choices run from the next step; those that already ended are finished with the rest.
+  for (auto& f : forked) running_.push_back(std::move(f));
   finish_marked();
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -125,6 +125,10 @@ class BatchEngine {
   // it and delivers its final event. Resets `sp`.
   void finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev);
   void finish_marked();  // finishes the sequences marked done during a step
+  // Choice `choice` of s's request, forked from s at the end of its prompt (Request::n).
+  std::unique_ptr<Seq> fork(const Seq& s, int32_t choice);
+  // The final event of a choice that never started (its request ended before the fork).
+  void end_unstarted(const Seq& s, int32_t choice, FinishReason why, const std::string& err);
   void update_memory();  // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
   CacheTreeReport tree_report(int64_t max_nodes) const;  // the thread that runs the steps

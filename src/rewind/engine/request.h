@@ -38,7 +38,15 @@ struct Request {
   std::vector<int64_t> boundaries;
   int64_t anchor = -1;
   int32_t max_tokens = 256;
+  // Sampling, with its logit adjustments (penalties, logit_bias: sample/logit_adjust.h), and
+  // the choices (OpenAI's n): the prompt is prefilled once, by choice 0; at its end the
+  // sequence forks into n (state clones sharing its KV pages and snapshots, nothing re-run),
+  // choice i sampling with seed + i, so choice i equals a single request with that seed.
+  // Choice i has engine id submit()'s id + i and its own events, stop and cancel. 1..kMaxChoices,
+  // and at most max_running: a request is admitted when its n sequences fit.
   SamplingParams sampling;
+  int32_t n = 1;
+  static constexpr int32_t kMaxChoices = 8;
   std::set<int32_t> stop_ids;
   int32_t top_logprobs = 0;         // alternatives reported per token (0: none)
   bool logprobs = false;            // report the chosen token's log-probability
@@ -74,17 +82,21 @@ struct RequestReport {
   double ttft_ms = 0;             // submit to first token
   double total_ms = 0;            // submit to the final event
   SpecStats spec;                 // speculative rounds (all zero when off)
+  bool forked = false;            // a choice > 0: forked at the prompt's end (resumed_at = n)
 };
 
 struct TokenEvent {
   uint64_t id = 0;
+  int32_t choice = 0;            // Request::n: which choice (id = submit()'s id + choice)
   int32_t token = -1;            // -1 on a final event that carries no token (cancel, error)
-  float logprob = 0;             // of `token` under the sampling distribution's logits (log-softmax)
+  // Of `token` under the row's logits after the logit adjustments (log-softmax), before
+  // temperature and the filters.
+  float logprob = 0;
   std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, best first
   FinishReason finish = FinishReason::None;    // set on the last event of a request
   std::string error;             // for FinishReason::Error
   RequestReport report;          // complete on the last event
-  // On the last event only, when the request asked for them.
+  // On the last event only, when the request asked for them (the logits after the adjustments).
   std::vector<float> first_logits;
   std::shared_ptr<SequenceState> state;
 };

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace rw {
@@ -19,6 +20,13 @@ struct SamplingParams {
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off (keep tokens with p >= min_p * p_max)
   uint64_t seed = 0;
+  // Logit adjustments (sample/logit_adjust.h), applied to a row before the filters above by
+  // the sequence's LogitAdjuster, never by the Sampler; neutral values turn each one off.
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token, added to its logit), ids unique
+  float repetition_penalty = 1.0f;  // llama.cpp's: over the last repeat_last_n tokens
+  int32_t repeat_last_n = 64;       // its window, prompt tokens included; -1: the whole sequence
+  float frequency_penalty = 0.0f;   // OpenAI's: minus f x count in the generated tokens
+  float presence_penalty = 0.0f;    // OpenAI's: minus p once a token has been generated
 };
 
 class Sampler {

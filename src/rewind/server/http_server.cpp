@@ -21,6 +21,7 @@
 #include "rewind/server/openai_request.h"
 #include "rewind/server/openai_response.h"
 #include "rewind/server/web_assets.h"
+#include "rewind/tokenizer/text.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw {
@@ -95,6 +96,8 @@ struct Route {
   }
 };
 
+// One route a line.
+// clang-format off
 constexpr Route kRoutes[] = {
     {"/health", "GET", false, false},
     {"/metrics", "GET", true, false},
@@ -103,7 +106,11 @@ constexpr Route kRoutes[] = {
     {"/v1/cache/tree", "GET", true, false},
     {"/v1/chat/completions", "POST", true, true},
     {"/v1/completions", "POST", true, true},
+    {"/tokenize", "POST", true, true},
+    {"/detokenize", "POST", true, true},
+    {"/props", "GET", true, false},
 };
+// clang-format on
 
 // The web page's files (web_assets.h): public, like the page of any local server; the API
 // calls the page makes carry the key.
@@ -170,7 +177,25 @@ struct Plan {
   json tools;  // the request's tools when parse_tools (types parsed tool-call arguments)
   bool logprobs = false;
   int32_t top_logprobs = 0;
+  int32_t n = 1;                            // choices (engine ids id .. id + n - 1)
+  std::vector<std::string> ignored_fields;  // X-Rewind-Ignored-Fields
 };
+
+// The X-Rewind-Ignored-Fields header naming a request's unknown top-level fields (none when
+// there are none): the one policy of every endpoint with a JSON body (openai_request.h).
+void add_ignored_header(HttpHeaders* h, const std::vector<std::string>& fields) {
+  if (fields.empty()) return;
+  std::string v;
+  for (const std::string& f : fields) {
+    // A header value holds visible ASCII only; other bytes of a field name become '?'.
+    std::string clean = f.substr(0, 100);
+    for (char& c : clean)
+      if (c < 0x21 || c > 0x7e || c == ',') c = '?';
+    v += (v.empty() ? "" : ",") + clean;
+    if (v.size() > 2000) break;
+  }
+  h->push_back({"X-Rewind-Ignored-Fields", v});
+}
 
 // Turns token events into text: UTF-8 streaming, stop sequences, finish reasons, logprobs.
 class Generation {
@@ -297,14 +322,20 @@ struct HttpServer::Impl {
     std::shared_ptr<Plan> plan;
     std::shared_ptr<HttpExchange> ex;
     HttpHeaders cors;
-    uint64_t id = 0;
-    std::unique_ptr<Generation> gen;
-    ToolCallSplitter tools;
-    ReasoningSplitter reasoning;
-    int64_t text_offset = 0;
-    std::string text;               // whole replies: the text so far
-    std::vector<TokenLogprob> lps;  // whole replies: the logprobs so far
-    std::string finish;             // the finish_reason the client was given
+    uint64_t id = 0;  // choice i's engine id is id + i
+    // One per choice (Plan::n), addressed by TokenEvent::choice.
+    struct Choice {
+      std::unique_ptr<Generation> gen;
+      ToolCallSplitter tools;
+      ReasoningSplitter reasoning;
+      int64_t text_offset = 0;
+      std::string text;               // whole replies: the text so far
+      std::vector<TokenLogprob> lps;  // whole replies: the logprobs so far
+      std::string finish;             // the finish_reason the client was given
+    };
+    std::vector<Choice> choices;
+    int32_t n_done = 0;  // choices whose final event arrived
+    bool ended = false;  // the answer is complete (every choice done, or one failed a stream)
     // For the access log:
     std::string peer, method, path;
     Clock::time_point t0, t_submit;  // the request complete; its submission to the engine
@@ -384,7 +415,10 @@ struct HttpServer::Impl {
   HttpHeaders cors_headers(const HttpRequest& req) const {
     const std::string* origin = req.header("origin");
     if (!origin || !cors_allowed(*origin)) return {};
-    return {{"Access-Control-Allow-Origin", *origin}, {"Vary", "Origin"}};
+    // A page may read the ignored-fields header (browsers hide other headers by default).
+    return {{"Access-Control-Allow-Origin", *origin},
+            {"Access-Control-Expose-Headers", "X-Rewind-Ignored-Fields"},
+            {"Vary", "Origin"}};
   }
 
   std::optional<HttpReply> precheck(const HttpRequest& req) {
@@ -475,6 +509,18 @@ struct HttpServer::Impl {
         return json_reply(
             dump_json(cache_json(engine_metrics(), engine.options(), client_id_map())) + "\n");
       if (req.path == "/v1/cache/tree") return cache_tree(req, t0, ex, cors);
+      if (req.path == "/props") return json_reply(dump_json(props_json()) + "\n");
+      if (req.path == "/tokenize" || req.path == "/detokenize") {
+        std::vector<std::string> ignored;
+        auto body =
+            req.path == "/tokenize" ? tokenize(req.body, &ignored) : detokenize(req.body, &ignored);
+        if (!body.ok()) return send(error_reply(bad_request(body.error_message())));
+        HttpReply r;
+        r.content_type = kJson;
+        r.body = dump_json(body.value()) + "\n";
+        add_ignored_header(&r.headers, ignored);
+        return send(std::move(r));
+      }
       if (const WebAsset* a = find_web_asset(req.path)) return send(asset_reply(*a, req));
       if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
         return generation(req.path == "/v1/chat/completions", req, t0, ex, cors);
@@ -511,6 +557,97 @@ struct HttpServer::Impl {
     });
   }
 
+  // ---- llama.cpp's /tokenize, /detokenize and /props ----
+
+  // {"tokens": [ids]} or, with_pieces, {"tokens": [{"id", "piece"}]}: a piece is the token's
+  // text when its bytes are valid UTF-8, else the list of its bytes (as llama.cpp).
+  Result<json> tokenize(const std::string& body, std::vector<std::string>* ignored) const {
+    REWIND_TRY(TokenizeRequest t, parse_tokenize_request(body, limits));
+    *ignored = t.ignored_fields;
+    const std::vector<int32_t> ids = tok.encode(t.content, t.parse_special);
+    if (static_cast<int64_t>(ids.size()) > limits.ctx_size)
+      return make_error("'content' encodes to " + std::to_string(ids.size()) + " tokens; at most " +
+                        std::to_string(limits.ctx_size) + " (the context size) are allowed");
+    json toks = json::array();
+    for (int32_t id : ids) {
+      if (!t.with_pieces) {
+        toks.push_back(id);
+        continue;
+      }
+      const std::string piece = tok.token_bytes(id);
+      bool valid = true;
+      for (size_t i = 0; i < piece.size() && valid;) {
+        const text::Utf8Step st = text::utf8_step(piece, i);
+        valid = st.kind == text::Utf8Step::kValid;
+        i += static_cast<size_t>(st.len);
+      }
+      json p = json::array();
+      if (valid) {
+        p = piece;
+      } else {
+        for (unsigned char b : piece) p.push_back(static_cast<int>(b));
+      }
+      toks.push_back({{"id", id}, {"piece", std::move(p)}});
+    }
+    return json{{"tokens", std::move(toks)}};
+  }
+
+  // {"content": text}; bytes that do not form UTF-8 (a character cut between tokens) become
+  // U+FFFD.
+  Result<json> detokenize(const std::string& body, std::vector<std::string>* ignored) const {
+    REWIND_TRY(DetokenizeRequest d, parse_detokenize_request(body, limits));
+    *ignored = d.ignored_fields;
+    return json{{"content", tok.decode(d.tokens)}};
+  }
+
+  // The server's settings in llama.cpp's /props shape where a field applies (n_ctx,
+  // total_slots, model_path, default_generation_settings, build_info, chat template), plus
+  // rewind's cache and speculation settings.
+  json props_json() const {
+    const EngineOptions& eo = engine.options();
+    const SamplingParams& d = defaults.sampling;
+    const SpecConfig& sc = eo.spec;
+    json stops = json::array();
+    for (int32_t t : defaults.stop_ids) stops.push_back(t);
+    json params = {{"temperature", d.temperature},
+                   {"top_k", d.top_k},
+                   {"top_p", d.top_p},
+                   {"min_p", d.min_p},
+                   {"repeat_penalty", d.repetition_penalty},
+                   {"repeat_last_n", d.repeat_last_n},
+                   {"presence_penalty", d.presence_penalty},
+                   {"frequency_penalty", d.frequency_penalty},
+                   {"n_predict", -1},
+                   {"stop_token_ids", std::move(stops)},
+                   {"speculative", spec_kind_name(sc.kind)},
+                   {"speculative.n_max", sc.k}};
+    return {
+        {"model_alias", opt.model_id},
+        {"model_path", opt.model_path},
+        {"n_ctx", eo.ctx_size},
+        {"total_slots", eo.max_running},
+        {"max_choices", std::min(Request::kMaxChoices, eo.max_running)},
+        {"vocab_size", engine.model().config().vocab_size},
+        {"default_generation_settings", {{"n_ctx", eo.ctx_size}, {"params", std::move(params)}}},
+        {"chat_template_source", opt.chat_template_source},
+        {"cache",
+         {{"enabled", eo.cache_enabled},
+          {"budget_bytes", eo.cache_enabled ? eo.cache.budget_bytes : 0},
+          {"checkpoint_interval", eo.cache.policy.interval},
+          {"checkpoint_interval_why", eo.cache.policy.grid_note},
+          {"checkpoint_max_per_branch", eo.cache.policy.max_per_branch}}},
+        {"speculative",
+         {{"kind", spec_kind_name(sc.kind)},
+          {"k", sc.k},
+          {"adaptive", sc.adaptive},
+          {"ngram_min", sc.ngram_min},
+          {"ngram_max", sc.ngram_max},
+          {"draft_model", sc.draft != nullptr},
+          {"mtp", engine.model().mtp_loaded()}}},
+        {"build_info", opt.build_info},
+    };
+  }
+
   // ---- requests ----
 
   SamplingParams sampling_of(const SamplingOverrides& o) const {
@@ -519,6 +656,11 @@ struct HttpServer::Impl {
     if (o.top_p) s.top_p = static_cast<float>(*o.top_p);
     if (o.top_k) s.top_k = *o.top_k;
     if (o.min_p) s.min_p = static_cast<float>(*o.min_p);
+    if (o.presence_penalty) s.presence_penalty = static_cast<float>(*o.presence_penalty);
+    if (o.frequency_penalty) s.frequency_penalty = static_cast<float>(*o.frequency_penalty);
+    if (o.repetition_penalty) s.repetition_penalty = static_cast<float>(*o.repetition_penalty);
+    if (o.repeat_last_n) s.repeat_last_n = *o.repeat_last_n;
+    if (!o.logit_bias.empty()) s.logit_bias = o.logit_bias;
     if (o.seed) {
       s.seed = *o.seed;
     } else {
@@ -556,6 +698,9 @@ struct HttpServer::Impl {
                                                     : SpecKind::Mtp;
     }
     p->sub.spec_k = c.speculative_k;
+    p->sub.n = c.n;
+    p->n = c.n;
+    p->ignored_fields = c.ignored_fields;
     if (auto sc = resolve_spec(engine.model(), engine.options().spec, p->sub); !sc.ok())
       return bad_request(sc.error_message());
     p->stop = c.stop;
@@ -621,9 +766,12 @@ struct HttpServer::Impl {
     job->path = req.path;
     job->t0 = t0;
     job->t_submit = Clock::now();
-    job->gen = std::make_unique<Generation>(tok, plan->sub.stop_ids, *plan);
-    job->tools = ToolCallSplitter(plan->tools);
-    job->reasoning = ReasoningSplitter(plan->think_open);
+    job->choices.resize(static_cast<size_t>(plan->n));
+    for (Job::Choice& c : job->choices) {
+      c.gen = std::make_unique<Generation>(tok, plan->sub.stop_ids, *plan);
+      c.tools = ToolCallSplitter(plan->tools);
+      c.reasoning = ReasoningSplitter(plan->think_open);
+    }
     Request sub = plan->sub;
     ++in_flight;
     // The engine thread only hands each event to the connection's strand. This runs on that
@@ -649,43 +797,90 @@ struct HttpServer::Impl {
       head.content_type = "text/event-stream";
       head.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
       for (const auto& h : cors) head.headers.push_back(h);
+      add_ignored_header(&head.headers, plan->ignored_fields);
       head.heartbeat = ": keep-alive\n\n";
       ex->start_stream(std::move(head));
-      if (plan->chat)
-        ex->send_chunk(
-            sse_event(chat_chunk_json(plan->id, plan->created, plan->model_id,
-                                      {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr)));
+      if (plan->chat) {
+        std::string roles;
+        for (int32_t c = 0; c < plan->n; ++c)
+          roles += sse_event(chat_chunk_json(plan->id, plan->created, plan->model_id,
+                                             {{"role", "assistant"}, {"content", ""}}, nullptr,
+                                             nullptr, c));
+        ex->send_chunk(std::move(roles));
+      }
     }
-    // The client went away: free its sequence at the engine's next step. (A weak reference: the
+    // The client went away: free its sequences at the engine's next step. (A weak reference: the
     // exchange must not keep the job alive, the job holds the exchange.)
-    ex->on_gone([this, id = job->id, weak = std::weak_ptr<Job>(job)] {
+    ex->on_gone([this, id = job->id, n = plan->n, weak = std::weak_ptr<Job>(job)] {
       if (auto j = weak.lock()) j->client_gone = true;
-      engine.cancel(id);
+      for (int32_t c = 0; c < n; ++c) engine.cancel(id + static_cast<uint64_t>(c));
     });
   }
 
   void on_event(Job& j, const TokenEvent& ev) {
-    if (j.gen->done()) return;
+    if (j.ended || ev.choice < 0 || ev.choice >= static_cast<int32_t>(j.choices.size())) return;
+    Job::Choice& c = j.choices[static_cast<size_t>(ev.choice)];
+    if (c.gen->done()) return;
     bool cancel = false;
-    Generation::Piece p = j.gen->on_event(ev, &cancel);
-    if (cancel) engine.cancel(j.id);
+    Generation::Piece p = c.gen->on_event(ev, &cancel);
+    if (cancel) engine.cancel(j.id + static_cast<uint64_t>(ev.choice));
+    if (c.gen->done()) ++j.n_done;
+    const bool all = j.n_done == static_cast<int32_t>(j.choices.size());
     if (j.plan->stream) {
-      std::string out = chunk_for(j, p);
-      if (j.gen->done()) out += final_chunks(j);
+      std::string out = chunk_for(j, c, ev.choice, p);
+      if (c.gen->failed()) {
+        // A failed choice ends the stream with the error; the others are cancelled.
+        const HttpError e = *c.gen->failure();
+        out += sse_event(error_json(e.message, e.type, e.code));
+        out += kSseDone;
+        j.ended = true;
+        for (int32_t o = 0; o < static_cast<int32_t>(j.choices.size()); ++o)
+          if (!j.choices[static_cast<size_t>(o)].gen->done())
+            engine.cancel(j.id + static_cast<uint64_t>(o));
+      } else if (c.gen->done()) {
+        out += finish_chunks(j, c, ev.choice);
+        if (all) {
+          out += usage_chunk(j);
+          j.ended = true;
+        }
+      }
       j.ex->send_chunk(std::move(out));
-      if (j.gen->done()) j.ex->end_stream();
+      if (j.ended) j.ex->end_stream();
     } else {
-      j.text += p.text;
-      for (auto& lp : p.lps) j.lps.push_back(std::move(lp));
-      if (j.gen->done()) whole(j);
+      c.text += p.text;
+      for (auto& lp : p.lps) c.lps.push_back(std::move(lp));
+      if (all) {
+        whole(j);
+        j.ended = true;
+      }
     }
-    if (!j.gen->done()) return;
+    if (!j.ended) return;
     --in_flight;
-    const Generation& g = *j.gen;
-    const std::string outcome = g.failed() ? "failed" : g.cancelled() ? "cancelled" : j.finish;
+    const std::string outcome = outcome_of(j);
     metrics.count_outcome(outcome);
-    if (!g.failed() && !g.cancelled()) metrics.observe_request(g.ttft_ms(), g.total_ms());
+    const Generation& g = *j.choices[0].gen;
+    if (outcome != "failed" && outcome != "cancelled")
+      metrics.observe_request(g.ttft_ms(), g.total_ms());
     log_generation(j, outcome);
+  }
+
+  // How a request ended for its client: failed or cancelled when any choice was, else choice
+  // 0's finish_reason.
+  static std::string outcome_of(const Job& j) {
+    for (const Job::Choice& c : j.choices)
+      if (c.gen->failed()) return "failed";
+    for (const Job::Choice& c : j.choices)
+      if (c.gen->cancelled()) return "cancelled";
+    return j.choices[0].finish;
+  }
+
+  // The request's usage: choice 0's (the prompt and its cache figures), with the completion
+  // tokens of every choice.
+  static UsageCounts usage_of(const Job& j) {
+    UsageCounts u = j.choices[0].gen->usage(queue_ms(j));
+    u.completion_tokens = 0;
+    for (const Job::Choice& c : j.choices) u.completion_tokens += c.gen->usage().completion_tokens;
+    return u;
   }
 
   // ---- the access log and /v1/cache's ids ----
@@ -718,8 +913,8 @@ struct HttpServer::Impl {
 
   void log_generation(const Job& j, const std::string& outcome) {
     if (!opt.access_log) return;
-    const Generation& g = *j.gen;
-    const UsageCounts u = g.usage();
+    const Generation& g = *j.choices[0].gen;
+    const UsageCounts u = usage_of(j);
     AccessRecord r;
     r.unix_time = unix_now();
     r.id = j.plan->id;
@@ -777,104 +972,114 @@ struct HttpServer::Impl {
 
   void whole(Job& j) {
     const Plan& plan = *j.plan;
-    const Generation& gen = *j.gen;
-    j.finish = gen.finish_reason();
     HttpReply r;
-    if (auto e = gen.failure()) {
-      r = error_reply(*e);
+    std::optional<HttpError> err;
+    for (const Job::Choice& c : j.choices)
+      if (!err) err = c.gen->failure();
+    if (err) {
+      r = error_reply(*err);
     } else {
-      json body;
-      if (plan.chat) {
-        ReasoningSplitter rs(plan.think_open);
-        ReasoningSplitter::Out a = rs.push(j.text), b = rs.finish();
-        auto [content, calls] =
-            split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
-        if (!calls.empty()) j.finish = "tool_calls";
-        body = chat_completion_json(plan.id, plan.created, plan.model_id, content, calls, j.finish,
-                                    plan.logprobs ? chat_logprobs_json(tok, j.lps) : json(nullptr),
-                                    gen.usage(queue_ms(j)), a.reasoning + b.reasoning);
-      } else {
-        body = completion_json(plan.id, plan.created, plan.model_id, j.text, j.finish,
-                               plan.logprobs
-                                   ? completion_logprobs_json(tok, j.lps, plan.top_logprobs > 0, 0)
-                                   : json(nullptr),
-                               gen.usage(queue_ms(j)));
+      const UsageCounts usage = usage_of(j);
+      std::vector<json> bodies;
+      for (Job::Choice& c : j.choices) {
+        c.finish = c.gen->finish_reason();
+        if (plan.chat) {
+          ReasoningSplitter rs(plan.think_open);
+          ReasoningSplitter::Out a = rs.push(c.text), b = rs.finish();
+          auto [content, calls] =
+              split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
+          if (!calls.empty()) c.finish = "tool_calls";
+          bodies.push_back(
+              chat_completion_json(plan.id, plan.created, plan.model_id, content, calls, c.finish,
+                                   plan.logprobs ? chat_logprobs_json(tok, c.lps) : json(nullptr),
+                                   usage, a.reasoning + b.reasoning));
+        } else {
+          bodies.push_back(completion_json(
+              plan.id, plan.created, plan.model_id, c.text, c.finish,
+              plan.logprobs ? completion_logprobs_json(tok, c.lps, plan.top_logprobs > 0, 0)
+                            : json(nullptr),
+              usage));
+        }
       }
       r.content_type = kJson;
-      r.body = dump_json(body) + "\n";
+      r.body = dump_json(merge_choices(std::move(bodies))) + "\n";
+      add_ignored_header(&r.headers, plan.ignored_fields);
     }
     j.status = r.status;
     for (const auto& h : j.cors) r.headers.push_back(h);
     j.ex->reply(std::move(r));
   }
 
-  std::string chunk_for(Job& st, Generation::Piece& p) {
+  std::string chunk_for(Job& st, Job::Choice& c, int32_t index, Generation::Piece& p) {
     const Plan& plan = *st.plan;
     if (plan.chat) {
-      const ReasoningSplitter::Out r = st.reasoning.push(p.text);
-      return chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content,
-                        p.lps);
+      const ReasoningSplitter::Out r = c.reasoning.push(p.text);
+      return chat_delta(st, index, r.reasoning,
+                        plan.parse_tools ? c.tools.push(r.content) : r.content, p.lps);
     }
     if (p.text.empty() && p.lps.empty()) return {};
     json lp = p.lps.empty()
                   ? json(nullptr)
-                  : completion_logprobs_json(tok, p.lps, plan.top_logprobs > 0, st.text_offset);
+                  : completion_logprobs_json(tok, p.lps, plan.top_logprobs > 0, c.text_offset);
     for (const auto& l : p.lps)
-      st.text_offset += static_cast<int64_t>(tok.token_bytes(l.token).size());
+      c.text_offset += static_cast<int64_t>(tok.token_bytes(l.token).size());
     return sse_event(
-        completion_chunk_json(plan.id, plan.created, plan.model_id, p.text, nullptr, lp));
+        completion_chunk_json(plan.id, plan.created, plan.model_id, p.text, nullptr, lp, index));
   }
 
   // One chat chunk with reasoning and/or content (and the token logprobs); "" when empty.
-  std::string chat_delta(const Job& st, const std::string& reasoning, const std::string& content,
-                         const std::vector<TokenLogprob>& lps) {
+  std::string chat_delta(const Job& st, int32_t index, const std::string& reasoning,
+                         const std::string& content, const std::vector<TokenLogprob>& lps) {
     if (reasoning.empty() && content.empty() && lps.empty()) return {};
     json delta = json::object();
     if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!content.empty() || reasoning.empty()) delta["content"] = content;
     json lp = lps.empty() ? json(nullptr) : chat_logprobs_json(tok, lps);
-    return sse_event(
-        chat_chunk_json(st.plan->id, st.plan->created, st.plan->model_id, delta, nullptr, lp));
+    return sse_event(chat_chunk_json(st.plan->id, st.plan->created, st.plan->model_id, delta,
+                                     nullptr, lp, index));
   }
 
-  std::string final_chunks(Job& st) {
+  // The end of one choice's stream: what its splitters held back, then its finish_reason.
+  std::string finish_chunks(Job& st, Job::Choice& c, int32_t index) {
     const Plan& plan = *st.plan;
     std::string out;
-    if (st.gen->failed()) {
-      const HttpError e = *st.gen->failure();
-      out += sse_event(error_json(e.message, e.type, e.code));
-      out += kSseDone;
-      return out;
-    }
-    const UsageCounts u = st.gen->usage(queue_ms(st));
     if (plan.chat) {
-      std::string finish = st.gen->finish_reason();
-      const ReasoningSplitter::Out r = st.reasoning.finish();
-      out +=
-          chat_delta(st, r.reasoning, plan.parse_tools ? st.tools.push(r.content) : r.content, {});
+      std::string finish = c.gen->finish_reason();
+      const ReasoningSplitter::Out r = c.reasoning.finish();
+      out += chat_delta(st, index, r.reasoning,
+                        plan.parse_tools ? c.tools.push(r.content) : r.content, {});
       if (plan.parse_tools) {
-        auto [content, calls] = st.tools.finish();
+        auto [content, calls] = c.tools.finish();
         if (!content.empty())
           out += sse_event(chat_chunk_json(plan.id, plan.created, plan.model_id,
-                                           {{"content", content}}, nullptr, nullptr));
+                                           {{"content", content}}, nullptr, nullptr, index));
         if (!calls.empty()) {
           out += sse_event(chat_chunk_json(plan.id, plan.created, plan.model_id,
                                            {{"tool_calls", tool_calls_json(calls, true)}}, nullptr,
-                                           nullptr));
+                                           nullptr, index));
           finish = "tool_calls";
         }
       }
-      st.finish = finish;
-      out += sse_event(
-          chat_chunk_json(plan.id, plan.created, plan.model_id, json::object(), finish, nullptr));
-      if (plan.include_usage)
-        out += sse_event(chat_usage_chunk_json(plan.id, plan.created, plan.model_id, u));
+      c.finish = finish;
+      out += sse_event(chat_chunk_json(plan.id, plan.created, plan.model_id, json::object(), finish,
+                                       nullptr, index));
     } else {
-      st.finish = st.gen->finish_reason();
-      out += sse_event(
-          completion_chunk_json(plan.id, plan.created, plan.model_id, "", st.finish, nullptr));
-      if (plan.include_usage)
-        out += sse_event(completion_usage_chunk_json(plan.id, plan.created, plan.model_id, u));
+      c.finish = c.gen->finish_reason();
+      out += sse_event(completion_chunk_json(plan.id, plan.created, plan.model_id, "", c.finish,
+                                             nullptr, index));
+    }
+    return out;
+  }
+
+  // The end of the stream, once every choice has finished: the usage chunk when asked, [DONE].
+  std::string usage_chunk(const Job& st) {
+    const Plan& plan = *st.plan;
+    std::string out;
+    if (plan.include_usage) {
+      const UsageCounts u = usage_of(st);
+      out += sse_event(plan.chat
+                           ? chat_usage_chunk_json(plan.id, plan.created, plan.model_id, u)
+                           : completion_usage_chunk_json(plan.id, plan.created, plan.model_id, u));
     }
     out += kSseDone;
     return out;

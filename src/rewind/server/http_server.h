@@ -2,15 +2,20 @@
 // the HTTP/1.1 transport of http_transport.h (Boost.Beast's parser on Boost.Asio).
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (stream false: one JSON; stream true:
-// server-sent events `data: {...}\n\n` ending with `data: [DONE]`), GET /v1/models,
+// server-sent events `data: {...}\n\n` ending with `data: [DONE]`; with n > 1 every choice's
+// chunks carry its index, each choice ends with its own finish_reason chunk, and usage, which
+// sums the choices' completion tokens, comes once at the end), POST /tokenize and
+// POST /detokenize (llama.cpp's shapes: openai_request.h), GET /props (the server's settings,
+// llama.cpp's shape where a field applies), GET /v1/models,
 // GET /v1/cache (prefix-cache figures and the recent requests' resume points; the budget is
 // known from start-up), GET /v1/cache/tree?max_nodes=N (the prefix tree, bounded: cache_view.h),
 // GET /metrics (Prometheus text), GET /health ({"status":"ok"}, never behind the API key), and
 // the web page (web_assets.h: GET / and its /assets/..., never behind the API key; its API
 // calls carry the key): ETag with 304 for a current copy, Cache-Control no-cache, and on the
 // page a Content-Security-Policy that allows scripts, styles and fetches from this origin only.
-// Chat and completion answers' usage carries rewind's figures (openai_response.h, RewindUsage). HEAD on a GET route answers as GET without the body. OPTIONS on a route
-// answers 204 with Allow (and the CORS preflight headers when the Origin is allowed).
+// Chat and completion answers' usage carries rewind's figures (openai_response.h, RewindUsage).
+// HEAD on a GET route answers as GET without the body. OPTIONS on a route answers 204 with Allow
+// (and the CORS preflight headers when the Origin is allowed).
 //
 // Every failure is a JSON body {"error": {"message", "type", "param", "code"}} whose message is
 // ours (no parser or library internals):
@@ -112,6 +117,11 @@ struct ServerOptions {
   size_t max_target_bytes = 8192;         // request-target (414)
   int max_connections = 512;              // open connections in total (503 beyond)
   int max_connections_per_client = 64;    // open connections from one address (503 beyond)
+  // Reported by GET /props: the model's path, where the chat template came from ("model", or
+  // "rewind-chatml" when the model has none) and the build ("rewind VERSION (commit C)").
+  std::string model_path;
+  std::string chat_template_source;
+  std::string build_info;
 };
 
 class HttpServer {

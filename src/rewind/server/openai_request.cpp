@@ -1,7 +1,9 @@
 #include "rewind/server/openai_request.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <set>
 
 namespace rw {
 
@@ -130,6 +132,50 @@ Result<std::string> get_str(const json& v, const std::string& name) {
   return v.get<std::string>();
 }
 
+// OpenAI's logit_bias: {"<token id>": bias}, ids as decimal strings below the vocabulary size,
+// biases in [-100, 100] (as OpenAI; not clamped), each id once.
+Result<std::vector<std::pair<int32_t, float>>> parse_logit_bias(const json& v, const Limits& lim) {
+  if (!v.is_object()) return type_error("logit_bias", "an object of token ids to numbers", v);
+  std::vector<std::pair<int32_t, float>> out;
+  std::set<int64_t> seen;
+  const int64_t hi = lim.vocab_size > 0 ? lim.vocab_size - 1 : std::numeric_limits<int32_t>::max();
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    const std::string& key = it.key();
+    const std::string shown = key.size() > 20 ? key.substr(0, 20) + "..." : key;
+    const std::string name = "logit_bias[\"" + shown + "\"]";
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) digits = digits && c >= '0' && c <= '9';
+    if (!digits) return make_error("'logit_bias' keys must be token ids (got \"" + shown + "\")");
+    const int64_t id = std::stoll(key);
+    if (id > hi)
+      return make_error("'logit_bias': token id " + key + " is out of range [0, " +
+                        std::to_string(hi) + "]");
+    if (!seen.insert(id).second)
+      return make_error("'logit_bias': token id " + std::to_string(id) + " is given twice");
+    if (it->is_null()) return type_error(name, "a number", *it);
+    REWIND_TRY(double b, get_num(*it, name, -100.0, 100.0));
+    out.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+  return out;
+}
+
+// Top-level keys of `j` that are not in `known`, in the client's order.
+std::vector<std::string> unknown_fields(const json& j, std::initializer_list<const char*> known) {
+  std::vector<std::string> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool k = false;
+    for (const char* name : known) k = k || it.key() == name;
+    if (!k) out.push_back(it.key());
+  }
+  return out;
+}
+
+#define REWIND_COMMON_FIELDS                                                                      \
+  "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",      \
+      "top_p", "top_k", "min_p", "seed", "n", "best_of", "presence_penalty", "frequency_penalty", \
+      "repetition_penalty", "repeat_last_n", "logit_bias", "stop", "speculative", "ignore_eos",   \
+      "logprobs", "top_logprobs"
+
 // Fields both endpoints share. `chat` selects the chat meaning of logprobs (a boolean plus
 // top_logprobs) over the completions one (an integer count of alternatives).
 Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* out) {
@@ -179,26 +225,28 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
     }
   }
   if (const json* v = field(j, "n")) {
-    REWIND_TRY(int64_t n, get_int(*v, "n", 1, std::numeric_limits<int32_t>::max()));
-    if (n != 1) return make_error("'n' must be 1 (rewind returns one choice per request)");
+    REWIND_TRY(int64_t n, get_int(*v, "n", 1, 8));
+    out->n = static_cast<int32_t>(n);
   }
   if (const json* v = field(j, "best_of")) {
     REWIND_TRY(int64_t n, get_int(*v, "best_of", 1, std::numeric_limits<int32_t>::max()));
     if (n != 1) return make_error("'best_of' must be 1 (not supported)");
   }
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    if (const json* v = field(j, name)) {
-      REWIND_TRY(double x, get_num(*v, name, -2.0, 2.0));
-      if (x != 0.0) return make_error(std::string("'") + name + "' is not supported (must be 0)");
-    }
+  if (const json* v = field(j, "presence_penalty")) {
+    REWIND_TRY(s.presence_penalty, get_num(*v, "presence_penalty", -2.0, 2.0));
+  }
+  if (const json* v = field(j, "frequency_penalty")) {
+    REWIND_TRY(s.frequency_penalty, get_num(*v, "frequency_penalty", -2.0, 2.0));
   }
   if (const json* v = field(j, "repetition_penalty")) {
-    REWIND_TRY(double x, get_num(*v, "repetition_penalty", 0.0, 1e9, true));
-    if (x != 1.0) return make_error("'repetition_penalty' is not supported (must be 1)");
+    REWIND_TRY(s.repetition_penalty, get_num(*v, "repetition_penalty", 0.0, 10.0, true));
+  }
+  if (const json* v = field(j, "repeat_last_n")) {
+    REWIND_TRY(int64_t n, get_int(*v, "repeat_last_n", -1, std::numeric_limits<int32_t>::max()));
+    s.repeat_last_n = static_cast<int32_t>(n);
   }
   if (const json* v = field(j, "logit_bias")) {
-    if (!v->is_object()) return type_error("logit_bias", "an object", *v);
-    if (!v->empty()) return make_error("'logit_bias' is not supported (must be empty)");
+    REWIND_TRY(s.logit_bias, parse_logit_bias(*v, lim));
   }
   if (const json* v = field(j, "stop")) {
     if (v->is_string()) {
@@ -469,6 +517,9 @@ Result<ParsedChatRequest> parse_chat_request(std::string_view body, const Limits
   }
   REWIND_TRY_STATUS(parse_tools(j, &out));
   REWIND_TRY_STATUS(check_response_format(j));
+  out.ignored_fields = unknown_fields(
+      j, {REWIND_COMMON_FIELDS, "messages", "modalities", "audio", "tools", "tool_choice",
+          "parallel_tool_calls", "response_format", "chat_template_kwargs"});
   if (const json* k = field(j, "chat_template_kwargs")) {
     if (!k->is_object()) return type_error("chat_template_kwargs", "an object", *k);
     for (auto it = k->begin(); it != k->end(); ++it) {
@@ -536,6 +587,47 @@ Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
     REWIND_TRY(std::string sfx, get_str(*s, "suffix"));
     if (!sfx.empty()) return make_error("'suffix' is not supported");
   }
+  out.ignored_fields = unknown_fields(j, {REWIND_COMMON_FIELDS, "prompt", "echo", "suffix"});
+  return out;
+}
+
+Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const Limits& limits) {
+  REWIND_TRY(json j, parse_object(body, limits));
+  TokenizeRequest out;
+  const json* c = field(j, "content");
+  if (!c) return make_error("'content' is required");
+  REWIND_TRY(out.content, get_str(*c, "content"));
+  if (const json* v = field(j, "add_special")) {
+    REWIND_TRY(out.add_special, get_bool(*v, "add_special"));
+  }
+  if (const json* v = field(j, "parse_special")) {
+    REWIND_TRY(out.parse_special, get_bool(*v, "parse_special"));
+  }
+  if (const json* v = field(j, "with_pieces")) {
+    REWIND_TRY(out.with_pieces, get_bool(*v, "with_pieces"));
+  }
+  out.ignored_fields =
+      unknown_fields(j, {"content", "add_special", "parse_special", "with_pieces"});
+  return out;
+}
+
+Result<DetokenizeRequest> parse_detokenize_request(std::string_view body, const Limits& limits) {
+  REWIND_TRY(json j, parse_object(body, limits));
+  DetokenizeRequest out;
+  const json* t = field(j, "tokens");
+  if (!t) return make_error("'tokens' is required");
+  if (!t->is_array()) return type_error("tokens", "an array of token ids", *t);
+  if (static_cast<int64_t>(t->size()) > limits.ctx_size)
+    return make_error("'tokens' has " + std::to_string(t->size()) + " ids; at most " +
+                      std::to_string(limits.ctx_size) + " (the context size) are allowed");
+  const int64_t hi =
+      limits.vocab_size > 0 ? limits.vocab_size - 1 : std::numeric_limits<int32_t>::max();
+  out.tokens.reserve(t->size());
+  for (size_t i = 0; i < t->size(); ++i) {
+    REWIND_TRY(int64_t id, get_int((*t)[i], "tokens[" + std::to_string(i) + "]", 0, hi));
+    out.tokens.push_back(static_cast<int32_t>(id));
+  }
+  out.ignored_fields = unknown_fields(j, {"tokens"});
   return out;
 }
 

@@ -1,13 +1,17 @@
 // Parsers for the bodies of OpenAI-compatible requests (POST /v1/chat/completions and
 // /v1/completions). They turn untrusted JSON text into plain structs, or an Error whose one-line
 // message becomes the 400 response: malformed JSON, wrong types, missing fields, values out of
-// range, and features rewind does not serve (n > 1, image/audio/video content parts, penalties,
-// logit_bias, echo, suffix, best_of, structured output, forced tool choice). Nothing is clamped
-// or dropped silently: a field that is present and meaningful is either honoured or refused.
-// Unknown fields are ignored (clients such as the official SDKs send extras like `user`).
+// range, and features rewind does not serve (image/audio/video content parts, echo, suffix,
+// best_of, structured output, forced tool choice). Nothing is clamped or dropped silently: a
+// field that rewind knows is either honoured or refused.
+// Unknown top-level fields (OpenAI clients send new ones often, e.g. `user`, `store`,
+// `metadata`) are ignored and listed in the request's `ignored_fields`, which the server
+// returns in the answer's X-Rewind-Ignored-Fields header; the same rule holds on every
+// endpoint with a JSON body (/v1/chat/completions, /v1/completions, /tokenize, /detokenize).
 // JSON null counts as an absent optional field. Extensions beyond OpenAI's schema: top_k, min_p,
-// ignore_eos (as vLLM), speculative, chat_template_kwargs.enable_thinking; top-level and
-// `developer` role names follow OpenAI (developer is rendered as system).
+// repetition_penalty and repeat_last_n (llama.cpp's), ignore_eos (as vLLM), speculative,
+// chat_template_kwargs.enable_thinking; top-level and `developer` role names follow OpenAI
+// (developer is rendered as system).
 //
 // The parsers are pure functions of (body, limits): no model, no tokenizer, no engine. That
 // keeps them cheap to fuzz (tests/fuzz/fuzz_openai_request.cpp) and guarantees that a bad request
@@ -55,6 +59,15 @@ struct SamplingOverrides {
   std::optional<int32_t> top_k;       // >= 0 (0: off); -1 is accepted as "off" (vLLM)
   std::optional<double> min_p;        // [0, 1]
   std::optional<uint64_t> seed;       // any integer (negative values wrap to uint64)
+  // Logit adjustments (sample/logit_adjust.h): OpenAI's penalties in [-2, 2] over the generated
+  // tokens, llama.cpp's repetition penalty in (0, 10] over the last repeat_last_n tokens
+  // (>= -1; -1: the whole sequence), OpenAI's logit_bias {"token id": bias in [-100, 100]}
+  // with ids below Limits::vocab_size.
+  std::optional<double> presence_penalty;
+  std::optional<double> frequency_penalty;
+  std::optional<double> repetition_penalty;
+  std::optional<int32_t> repeat_last_n;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // in the client's order, ids unique
 };
 
 // Fields the two endpoints share.
@@ -72,6 +85,10 @@ struct CommonRequest {
   // "k": 1..16}. Empty: the server's default (--spec).
   std::string speculative;
   int32_t speculative_k = 0;  // 0: the server's --draft-k
+  // Choices (1..8): the prompt runs once, choice i samples with seed + i (engine/request.h).
+  int32_t n = 1;
+  // Top-level fields not known to this endpoint, in the client's order: ignored.
+  std::vector<std::string> ignored_fields;
 };
 
 struct ParsedChatRequest : CommonRequest {
@@ -90,11 +107,33 @@ struct ParsedCompletionRequest : CommonRequest {
   std::vector<int32_t> prompt_tokens;
 };
 
+// POST /tokenize (llama.cpp's shape): {"content": text, "add_special": bool, "parse_special":
+// bool, "with_pieces": bool}. add_special is accepted for llama.cpp's clients and adds nothing:
+// rewind's tokenizers never add BOS/EOS (prompts get special tokens from the chat template),
+// so the ids are what /v1/completions runs for the same text.
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool parse_special = true;  // recognise special tokens written in the text
+  bool with_pieces = false;   // [{"id", "piece"}] instead of ids
+  std::vector<std::string> ignored_fields;
+};
+
+// POST /detokenize: {"tokens": [ids below Limits::vocab_size]}, at most Limits::ctx_size of
+// them. (The server refuses a /tokenize text of more than ctx_size tokens the same way: the
+// answers stay bounded like a prompt's.)
+struct DetokenizeRequest {
+  std::vector<int32_t> tokens;
+  std::vector<std::string> ignored_fields;
+};
+
 // Errors name the field (`messages[2].content[0].type`), e.g.
 //   "messages[0].content[1]: content part type 'image_url' is not supported (rewind serves
 //    text-only models)".
 Result<ParsedChatRequest> parse_chat_request(std::string_view body, const Limits& limits);
 Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
                                                          const Limits& limits);
+Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const Limits& limits);
+Result<DetokenizeRequest> parse_detokenize_request(std::string_view body, const Limits& limits);
 
 }  // namespace rw

@@ -188,9 +188,12 @@ json envelope(const std::string& id, const char* object, int64_t created, const 
   return j;
 }
 
-// The one choice of n = 1: {"index": 0, key: value, "logprobs", "finish_reason"}.
-json one_choice(const char* key, json value, const json& logprobs, const json& finish_reason) {
-  return json::array({{{"index", 0}, {key, std::move(value)}, {"logprobs", logprobs},
+// One choice: [{"index", key: value, "logprobs", "finish_reason"}].
+json one_choice(const char* key, json value, const json& logprobs, const json& finish_reason,
+                int index = 0) {
+  return json::array({{{"index", index},
+                       {key, std::move(value)},
+                       {"logprobs", logprobs},
                        {"finish_reason", finish_reason}}});
 }
 
@@ -209,9 +212,10 @@ json chat_completion_json(const std::string& id, int64_t created, const std::str
 }
 
 json chat_chunk_json(const std::string& id, int64_t created, const std::string& model,
-                     const json& delta, const json& finish_reason, const json& logprobs) {
+                     const json& delta, const json& finish_reason, const json& logprobs,
+                     int index) {
   return envelope(id, "chat.completion.chunk", created, model,
-                  one_choice("delta", delta, logprobs, finish_reason), nullptr);
+                  one_choice("delta", delta, logprobs, finish_reason, index), nullptr);
 }
 
 json chat_usage_chunk_json(const std::string& id, int64_t created, const std::string& model,
@@ -227,10 +231,20 @@ json completion_json(const std::string& id, int64_t created, const std::string& 
 }
 
 json completion_chunk_json(const std::string& id, int64_t created, const std::string& model,
-                           const std::string& text, const json& finish_reason,
-                           const json& logprobs) {
+                           const std::string& text, const json& finish_reason, const json& logprobs,
+                           int index) {
   return envelope(id, "text_completion", created, model,
-                  one_choice("text", text, logprobs, finish_reason), nullptr);
+                  one_choice("text", text, logprobs, finish_reason, index), nullptr);
+}
+
+json merge_choices(std::vector<json> bodies) {
+  json out = std::move(bodies.at(0));
+  for (size_t i = 1; i < bodies.size(); ++i) {
+    json c = std::move(bodies[i]["choices"][0]);
+    c["index"] = i;
+    out["choices"].push_back(std::move(c));
+  }
+  return out;
 }
 
 json completion_usage_chunk_json(const std::string& id, int64_t created, const std::string& model,

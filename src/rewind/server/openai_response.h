@@ -108,11 +108,11 @@ nlohmann::json chat_completion_json(const std::string& id, int64_t created,
                                     const std::string& finish_reason,
                                     const nlohmann::json& logprobs, const UsageCounts& usage,
                                     const std::string& reasoning = "");
-// One streamed chunk ("object": "chat.completion.chunk") with one choice; finish_reason and
-// logprobs may be null.
+// One streamed chunk ("object": "chat.completion.chunk") with one choice, number `index` of
+// the request's n; finish_reason and logprobs may be null.
 nlohmann::json chat_chunk_json(const std::string& id, int64_t created, const std::string& model,
                                const nlohmann::json& delta, const nlohmann::json& finish_reason,
-                               const nlohmann::json& logprobs);
+                               const nlohmann::json& logprobs, int index = 0);
 // The last streamed chunk when stream_options.include_usage is set: no choices, the usage.
 nlohmann::json chat_usage_chunk_json(const std::string& id, int64_t created,
                                      const std::string& model, const UsageCounts& usage);
@@ -121,11 +121,15 @@ nlohmann::json chat_usage_chunk_json(const std::string& id, int64_t created,
 nlohmann::json completion_json(const std::string& id, int64_t created, const std::string& model,
                                const std::string& text, const std::string& finish_reason,
                                const nlohmann::json& logprobs, const UsageCounts& usage);
-// One streamed text-completion chunk (same object, one choice, usage absent or null).
+// One streamed text-completion chunk (same object, one choice, number `index`, usage absent).
 nlohmann::json completion_chunk_json(const std::string& id, int64_t created,
                                      const std::string& model, const std::string& text,
                                      const nlohmann::json& finish_reason,
-                                     const nlohmann::json& logprobs);
+                                     const nlohmann::json& logprobs, int index = 0);
+// A whole answer of n choices from n one-choice answers (chat_completion_json or
+// completion_json, each with the request's usage): the first's envelope and usage, with every
+// answer's choice in order, "index" 0..n-1.
+nlohmann::json merge_choices(std::vector<nlohmann::json> bodies);
 nlohmann::json completion_usage_chunk_json(const std::string& id, int64_t created,
                                            const std::string& model, const UsageCounts& usage);
 

@@ -1,5 +1,7 @@
 // Drives `rewind serve` with the official `openai` npm client: models, chat and completions
 // (whole and streamed, which must agree under greedy sampling), usage with include_usage,
+// n: 3 (indexed choices, whole and streamed), presence / frequency penalties, a logit_bias that
+// forces a token,
 // tool definitions and a tool-call round trip in the history, and the SDK's typed errors for
 // 400 and 401. Run by tests/integration/server_test.cpp (OpenAiNodeClient) with
 // OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 and OPENAI_API_KEY set; prints "ok: all N checks".
@@ -127,6 +129,74 @@ await check('tools: definitions and a tool-call round trip', async () => {
   let text = '';
   for await (const chunk of s) text += chunk.choices[0]?.delta?.content ?? '';
   if (c.finish_reason !== 'tool_calls') assert.equal(text, c.message.content);
+});
+
+await check('n: 3 choices, whole and streamed', async () => {
+  const req = { model, messages, max_tokens: 8, temperature: 1, seed: 5, n: 3, ignore_eos: true };
+  const r = await client.chat.completions.create(req);
+  assert.equal(r.choices.length, 3);
+  r.choices.forEach((c, i) => assert.equal(c.index, i));
+  assert.equal(r.usage.completion_tokens, 24);
+  const texts = r.choices.map((c) => c.message.content);
+  assert.ok(new Set(texts).size >= 2, 'the choices should differ with temperature');
+  // Choice i is the single request with seed + i.
+  const single = await client.chat.completions.create({ ...req, n: 1, seed: 6 });
+  assert.equal(single.choices[0].message.content, texts[1]);
+  const s = await client.chat.completions.create({
+    ...req, stream: true, stream_options: { include_usage: true },
+  });
+  const got = ['', '', ''];
+  const finishes = [null, null, null];
+  let usage = null;
+  for await (const chunk of s) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta.content) got[c.index] += c.delta.content;
+      if (c.finish_reason) finishes[c.index] = c.finish_reason;
+    }
+  }
+  assert.deepEqual(got, texts);
+  assert.deepEqual(finishes, ['length', 'length', 'length']);
+  assert.equal(usage.completion_tokens, 24);
+});
+
+await check('presence and frequency penalties change a greedy reply', async () => {
+  const req = { model, prompt: 'the sea the sea the sea', max_tokens: 16, temperature: 0, ignore_eos: true };
+  const plain = await client.completions.create(req);
+  const pen = await client.completions.create({ ...req, presence_penalty: 2, frequency_penalty: 2 });
+  assert.notEqual(pen.choices[0].text, plain.choices[0].text);
+  const again = await client.completions.create({ ...req, presence_penalty: 2, frequency_penalty: 2 });
+  assert.equal(again.choices[0].text, pen.choices[0].text);
+  await assert.rejects(
+    client.completions.create({ ...req, presence_penalty: 2.5 }),
+    (e) => e instanceof OpenAI.BadRequestError && /presence_penalty/.test(e.message),
+  );
+});
+
+await check('logit_bias +100 forces a token', async () => {
+  // The server's own /tokenize (llama.cpp's endpoint, beside /v1).
+  const root = baseURL.replace(/\/v1\/?$/, '');
+  const post = async (path, body) => {
+    const res = await fetch(root + path, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${apiKey}` },
+      body: JSON.stringify(body),
+    });
+    assert.equal(res.status, 200);
+    return res.json();
+  };
+  const { tokens } = await post('/tokenize', { content: ' lighthouse' });
+  const id = tokens[tokens.length - 1];
+  const r = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 3, temperature: 0.7, seed: 1,
+    logit_bias: { [id]: 100 },
+  });
+  const { content } = await post('/detokenize', { tokens: [id, id, id] });
+  assert.equal(r.choices[0].text, content);
+  await assert.rejects(
+    client.completions.create({ model, prompt: 'x', max_tokens: 1, logit_bias: { 99999999: 1 } }),
+    (e) => e instanceof OpenAI.BadRequestError && /logit_bias/.test(e.message),
+  );
 });
 
 await check('400 is a BadRequestError', async () => {
