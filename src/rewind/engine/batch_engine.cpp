@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "rewind/base/thread_pool.h"
+#include "rewind/engine/constrained.h"
 #include "rewind/engine/step_plan.h"
 
 namespace rw {
@@ -97,6 +98,7 @@ struct BatchEngine::Seq {
   SpecConfig spec_cfg;               // resolved at submit (kind Off: plain decoding)
   std::optional<SpecSequence> spec;  // from the first decode step on
   std::vector<float> first_logits;   // when the request asks for them
+  std::optional<GrammarMatcher> grammar;  // constrained decoding: the reply's grammar position
   // Set while a step is applied when the request ends there; finished after the step.
   FinishReason end = FinishReason::None;
   TokenEvent end_ev;
@@ -174,6 +176,15 @@ Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
   if (req.top_logprobs < 0 || req.top_logprobs > 20) return reject("top_logprobs must be in [0, 20]");
   for (int64_t b : req.boundaries)
     if (b < 0) return reject("negative checkpoint boundary");
+  if (req.grammar) {
+    const VocabTrie& gv = req.grammar->vocab();
+    if (gv.n_vocab() > V)
+      return reject("grammar: its vocabulary (" + std::to_string(gv.n_vocab()) +
+                    " ids) is larger than the model's (" + std::to_string(V) + ")");
+    if (gv.eos_ids().empty()) return reject("grammar: its vocabulary has no end-of-sequence id");
+    // The grammar ends the reply with one of its end-of-sequence ids, whatever else stops it.
+    req.stop_ids.insert(gv.eos_ids().begin(), gv.eos_ids().end());
+  }
   auto spec = resolve_spec(model_, opt_.spec, req);
   if (!spec.ok()) return reject(spec.error_message());
   auto s = std::make_unique<Seq>();
@@ -348,6 +359,7 @@ void BatchEngine::admit(Seq& s) {
   s.report.lost_to_spacing = std::min(s.report.diverged_at, n - 1) - s.pos;
   s.history.assign(s.req.prompt.begin(), s.req.prompt.begin() + s.pos);
   s.sampler.emplace(s.req.sampling);
+  if (s.req.grammar) s.grammar.emplace(s.req.grammar);
 }
 
 void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev) {
@@ -423,7 +435,10 @@ void BatchEngine::open_spec_rounds() {
     Seq& s = *sp;
     if (!s.decoding || s.spec_cfg.kind == SpecKind::Off) continue;
     // A speculative round: [last, d1..dk] verified in this step's forward.
-    if (!s.spec) s.spec.emplace(model_, s.spec_cfg);
+    if (!s.spec) {
+      s.spec.emplace(model_, s.spec_cfg);
+      if (s.grammar) s.spec->set_grammar(&*s.grammar);
+    }
     const int32_t left = s.req.max_tokens - static_cast<int32_t>(s.out.size());
     Status bs = Ok{};
     try {
@@ -553,7 +568,9 @@ void BatchEngine::step() {
       const int32_t k = std::min(s.req.top_logprobs, nv);
       std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
                         [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
-      for (int32_t j = 0; j < k; ++j) ev.top.push_back({idx[j], static_cast<float>(lg[idx[j]] - lse)});
+      // Tokens a grammar refuses (-inf) are no alternatives.
+      for (int32_t j = 0; j < k && lg[idx[j]] > -INFINITY; ++j)
+        ev.top.push_back({idx[j], static_cast<float>(lg[idx[j]] - lse)});
     }
   };
   // Emits one sampled token; false when it ends the request (marked, finished after the step).
@@ -584,17 +601,44 @@ void BatchEngine::step() {
     Seq& s = *running_[r.seq];
     if (r.decode && s.spec && s.spec->round_open()) {
       // Close the speculative round: accept, cut, roll back; one event per emitted token.
-      const float* lg = logits.data() + row * V;
+      float* lg = logits.data() + row * V;
       row += static_cast<size_t>(s.spec->drafted() + 1);
       const int32_t last = s.out.back();
+      // Under a grammar the matcher follows the drafts and row i is constrained in the state
+      // after the first i of them; what the verification rejects is rolled back below.
+      size_t g_adv = 0;
+      if (s.grammar) {
+        Status gs = constrain_spec_rows(s, lg, &g_adv);
+        if (!gs.ok()) {
+          s.grammar->rollback(g_adv);
+          s.spec->abort();
+          s.end = FinishReason::Error;
+          s.end_ev.error = gs.error_message();
+          continue;
+        }
+      }
       SpecOutcome o;
       try {
         o = s.spec->commit(lg, V, opt_.sample_vocab, *s.sampler, s.req.stop_ids, interval, pool_);
       } catch (const std::exception& e) {
         // commit() aborted the round: the sequence is at its committed state.
+        if (s.grammar) s.grammar->rollback(g_adv);
         s.end = FinishReason::Error;
         s.end_ev.error = std::string("speculative round failed: ") + e.what();
         continue;
+      }
+      if (s.grammar) {
+        // Keep the accepted drafts, then take the token chosen after them.
+        REWIND_CHECK(static_cast<size_t>(o.accepted) <= g_adv);
+        s.grammar->rollback(g_adv - static_cast<size_t>(o.accepted));
+        if (o.tokens.size() > static_cast<size_t>(o.accepted)) {
+          Status as = s.grammar->accept(o.tokens.back());
+          if (!as.ok()) {
+            s.end = FinishReason::Error;
+            s.end_ev.error = as.error_message();
+            continue;
+          }
+        }
       }
       o.append_consumed(last, &s.history);
       for (auto& sn : o.snaps) {
@@ -605,7 +649,7 @@ void BatchEngine::step() {
         if (!emit(s, lg + static_cast<int64_t>(o.rows[j]) * V, o.tokens[j])) break;
       continue;
     }
-    const float* lg = r.logits ? logits.data() + (row++) * V : nullptr;
+    float* lg = r.logits ? logits.data() + (row++) * V : nullptr;
     if (!r.decode) {
       s.history.insert(s.history.end(), s.req.prompt.begin() + r.begin, s.req.prompt.begin() + r.end);
       s.pos = r.end;
@@ -619,6 +663,19 @@ void BatchEngine::step() {
       // Grid checkpoints crossed while decoding.
       if (interval > 0 && s.state->n_pos() % interval == 0) s.snapshot();
     }
+    if (s.grammar) {
+      Status gs = constrain_logits(s.grammar->automaton(), s.grammar->state(), lg,
+                                   opt_.sample_vocab, lazy_grammar(s));
+      const int32_t tok = gs.ok() ? s.sampler->sample(lg, opt_.sample_vocab) : -1;
+      if (gs.ok()) gs = s.grammar->accept(tok);
+      if (!gs.ok()) {
+        s.end = FinishReason::Error;
+        s.end_ev.error = gs.error_message();
+        continue;
+      }
+      emit(s, lg, tok);
+      continue;
+    }
     emit(s, lg, s.sampler->sample(lg, opt_.sample_vocab));
   }
   finish_marked();
@@ -629,6 +686,32 @@ void BatchEngine::step() {
   metrics_.running = static_cast<int32_t>(running_.size());
   if (cache_) metrics_.cache = cache_->stats();
   update_memory();
+}
+
+bool BatchEngine::lazy_grammar(const Seq& s) const {
+  // A greedy row whose log-probabilities are not reported needs the mask only when its argmax
+  // is refused (constrain_logits); the same rule on every path keeps spec and plain decoding
+  // token for token equal.
+  return s.sampler->greedy() && !s.req.logprobs && s.req.top_logprobs <= 0 &&
+         !s.req.keep_first_logits;
+}
+
+Status BatchEngine::constrain_spec_rows(Seq& s, float* lg, size_t* advanced) {
+  const int64_t V = model_.config().vocab_size;
+  const std::span<const int32_t> d = s.spec->drafts();
+  // begin() cut the drafts at the first refused token, so all of them are accepted here; a
+  // row past a refused draft would never be read (its draft is rejected before it).
+  REWIND_TRY(const size_t n, s.grammar->accept_prefix(std::vector<int32_t>(d.begin(), d.end())));
+  *advanced = n;
+  for (size_t i = 0; i <= n; ++i) {
+    // A row after an end-of-sequence draft is never emitted (the run is cut at that stop).
+    const int32_t st = s.grammar->state_back(n - i);
+    if (st == GrammarAutomaton::kEnded) break;
+    REWIND_TRY_STATUS(constrain_logits(s.grammar->automaton(), st,
+                                       lg + static_cast<int64_t>(i) * V, opt_.sample_vocab,
+                                       lazy_grammar(s)));
+  }
+  return Ok{};
 }
 
 void BatchEngine::update_memory() {

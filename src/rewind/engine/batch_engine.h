@@ -125,6 +125,11 @@ class BatchEngine {
   // it and delivers its final event. Resets `sp`.
   void finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev);
   void finish_marked();  // finishes the sequences marked done during a step
+  // Constrained decoding: whether a row of `s` is masked only when its argmax is refused;
+  // the rows of an open speculative round constrained along its drafts (the matcher is left
+  // *advanced tokens further, for the caller to roll back).
+  bool lazy_grammar(const Seq& s) const;
+  Status constrain_spec_rows(Seq& s, float* lg, size_t* advanced);
   void update_memory();  // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
   CacheTreeReport tree_report(int64_t max_nodes) const;  // the thread that runs the steps

@@ -80,17 +80,21 @@ std::string pointer_token(const std::string& key) {
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const ojson& root) : root_(root) {
-    names_ = {"root"};
-    refs_["#"] = "root";
+  // Compiles `root` as the rule `root_name`; rule names are unique within `names` and the
+  // rules go to `rules` (shared when several schemas make one grammar).
+  SchemaCompiler(const ojson& root, std::string root_name, std::set<std::string>& names,
+                 std::vector<std::pair<std::string, std::string>>& rules)
+      : root_(root), root_name_(std::move(root_name)), names_(names), rules_(rules) {
+    names_.insert(root_name_);
+    refs_["#"] = root_name_;
   }
 
-  Result<std::string> run() {
-    REWIND_TRY(const std::string top, visit(root_, "#", "schema", 0));
-    std::string out = "root ::= " + top + "\n";
-    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    out += kPrimitives;
-    return out;
+  // Adds root_name ::= the schema's expression (and the rules it needs) to the rules.
+  Status run() {
+    REWIND_TRY(const std::string top,
+               visit(root_, "#", root_name_ == "root" ? "schema" : root_name_ + "-schema", 0));
+    rules_.insert(rules_.begin() + static_cast<std::ptrdiff_t>(first_rule_), {root_name_, top});
+    return Ok{};
   }
 
  private:
@@ -118,9 +122,9 @@ class SchemaCompiler {
   static Result<int64_t> count(const ojson& s, const char* key, const std::string& path) {
     const ojson& v = s[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      return error("'" + std::string(key) + "' at " + path + " must be a non-negative integer");
+      return error(std::string("'") + key + "' at " + path + " must be a non-negative integer");
     if (v.get<int64_t>() > kMaxCount)
-      return error("'" + std::string(key) + "' at " + path + " is larger than " +
+      return error(std::string("'") + key + "' at " + path + " is larger than " +
                    std::to_string(kMaxCount));
     return v.get<int64_t>();
   }
@@ -145,8 +149,10 @@ class SchemaCompiler {
                                  int depth);
 
   const ojson& root_;
-  std::set<std::string> names_;
-  std::vector<std::pair<std::string, std::string>> rules_;
+  std::string root_name_;
+  std::set<std::string>& names_;
+  std::vector<std::pair<std::string, std::string>>& rules_;
+  size_t first_rule_ = rules_.size();        // where this schema's rules start
   std::map<std::string, std::string> refs_;  // $ref -> its rule
 };
 
@@ -414,8 +420,8 @@ Result<std::string> SchemaCompiler::array_rule(const ojson& s, const std::string
     REWIND_TRY(item, visit(s["items"], path + "/items", name + "-item", depth + 1));
   }
   const int64_t more_lo = lo > 0 ? lo - 1 : 0;
-  const std::string reps = "{" + std::to_string(more_lo) + "," +
-                           (hi >= 0 ? std::to_string(hi - 1) : std::string()) + "}";
+  std::string reps = "{";
+  reps += std::to_string(more_lo) + "," + (hi >= 0 ? std::to_string(hi - 1) : std::string()) + "}";
   const std::string items = item + " ws ( \",\" ws " + item + " ws )" + reps;
   rules_.emplace_back(name, "\"[\" ws " + (lo > 0 ? items : "( " + items + " )?") + " \"]\"");
   return name;
@@ -424,8 +430,31 @@ Result<std::string> SchemaCompiler::array_rule(const ojson& s, const std::string
 }  // namespace
 
 Result<std::string> json_schema_to_gbnf(const ojson& schema) {
-  SchemaCompiler c(schema);
-  return c.run();
+  std::set<std::string> names;
+  std::vector<std::pair<std::string, std::string>> rules;
+  SchemaCompiler c(schema, "root", names, rules);
+  REWIND_TRY_STATUS(c.run());
+  std::string out;
+  for (const auto& [name, body] : rules) out += name + " ::= " + body + "\n";
+  out += kPrimitives;
+  return out;
+}
+
+Result<std::string> json_schema_rules(
+    const std::vector<std::pair<std::string, nlohmann::ordered_json>>& schemas) {
+  std::set<std::string> names;
+  std::vector<std::pair<std::string, std::string>> rules;
+  for (const auto& [name, schema] : schemas) {
+    if (name.empty() || name.rfind("schema", 0) == 0 || name.rfind("ref-", 0) == 0 ||
+        names.count(name))
+      return make_error("json_schema: rule name '" + name + "' is taken");
+    SchemaCompiler c(schema, name, names, rules);
+    REWIND_TRY_STATUS(c.run());
+  }
+  std::string out;
+  for (const auto& [name, body] : rules) out += name + " ::= " + body + "\n";
+  out += kPrimitives;
+  return out;
 }
 
 Result<std::string> json_schema_text_to_gbnf(std::string_view schema_json) {

@@ -33,6 +33,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "rewind/base/result.h"
 #include "rewind/grammar/gbnf.h"
@@ -43,6 +45,12 @@ namespace rw {
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 // The same from JSON text (errors for malformed JSON too).
 Result<std::string> json_schema_text_to_gbnf(std::string_view schema_json);
+// Several schemas in one grammar, for grammars built around JSON values (tool calls): schema
+// i becomes the rule named schemas[i].first ($ref "#" and "#/..." inside it resolve against
+// schema i), followed by the shared primitives (value, string, ws, ...). The caller adds its
+// own `root` rule. Names must not start with "schema" or "ref-" (generated rules do) nor repeat.
+Result<std::string> json_schema_rules(
+    const std::vector<std::pair<std::string, nlohmann::ordered_json>>& schemas);
 // Any JSON object (response_format {"type": "json_object"}).
 std::string json_object_gbnf();
 // Compiled to a Grammar (json_schema_to_gbnf, then parse_gbnf).
