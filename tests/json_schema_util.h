@@ -1,13 +1,19 @@
 // Test helpers for JSON Schema output (tests/unit/json_schema_test.cpp, tests/exact/
 // constrained_test.cpp): a validator for the structured-outputs subset written independently
-// of the compiler, and a generator of random schemas in that subset.
+// of the compiler, a generator of random schemas in that subset, and a random walk through a
+// grammar's matcher that ends it.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <string>
 #include <vector>
+
+#include "rewind/grammar/matcher.h"
 
 namespace rw::schema_test {
 
@@ -126,6 +132,17 @@ inline bool validate(const nlohmann::json& v, const ojson& s, const ojson& root,
     why = "a number that is not finite";
     return false;
   }
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    const bool out = (s.contains("minimum") && x < s["minimum"].get<double>()) ||
+                     (s.contains("maximum") && x > s["maximum"].get<double>()) ||
+                     (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) ||
+                     (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>());
+    if (out) {
+      why = "out of bounds: " + v.dump();
+      return false;
+    }
+  }
   if (v.is_object()) {
     if (s.contains("required"))
       for (const ojson& r : s["required"])
@@ -235,8 +252,14 @@ class SchemaGen {
         const char* f[] = {"date", "time", "date-time", "uuid", "ipv4"};
         return {{"type", "string"}, {"format", f[pick(5)]}};
       }
-      case 3:
-        return {{"type", pick(2) ? "number" : "integer"}};
+      case 3: {
+        if (pick(2)) return {{"type", pick(2) ? "number" : "integer"}};
+        ojson n = {{"type", "integer"}};  // bounds: inclusive, exclusive, one side or both
+        const int lo = pick(2000) - 1000;
+        if (pick(3)) n[pick(2) ? "minimum" : "exclusiveMinimum"] = lo;
+        if (pick(3)) n[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(50000);
+        return n;
+      }
       case 4:
         return {{"type", pick(2) ? "boolean" : "null"}};
       case 5: {
@@ -281,5 +304,49 @@ class SchemaGen {
   std::mt19937 rng_;
 };
 
+
+// A random walk through the matcher: random allowed tokens for a while, then the token that
+// brings the grammar closest to its end, then end-of-sequence. Returns the text.
+inline std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos,
+                        std::mt19937& rng) {
+  const VocabTrie& v = a->vocab();
+  GrammarMatcher m(a);
+  TokenMask mask(static_cast<size_t>(v.n_words()));
+  std::string text;
+  const int wander = std::uniform_int_distribution<int>(0, 80)(rng);
+  for (int step = 0; step < 5000; ++step) {
+    EXPECT_TRUE(m.allowed(mask.data()).ok());
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < v.n_vocab(); ++id)
+      if (mask_test(mask.data(), id)) ids.push_back(id);
+    EXPECT_FALSE(ids.empty()) << "dead end after: " << text;
+    if (ids.empty()) return text;
+    int32_t choice = -1;
+    if (m.is_accepting() &&
+        (step >= wander || std::uniform_int_distribution<int>(0, 3)(rng) == 0)) {
+      choice = eos;
+    } else if (step < wander) {
+      choice = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+      if (choice == eos) continue;
+    } else {
+      uint32_t best = kGrammarInf;
+      std::vector<int32_t> best_ids;
+      for (int32_t id : ids) {
+        if (id == eos) continue;
+        GrammarMatcher probe = m;
+        EXPECT_TRUE(probe.accept(id).ok());
+        const uint32_t d = probe.min_bytes_to_accept();
+        if (d < best) best_ids.clear(), best = d;
+        if (d == best) best_ids.push_back(id);
+      }
+      choice = best_ids[std::uniform_int_distribution<size_t>(0, best_ids.size() - 1)(rng)];
+    }
+    EXPECT_TRUE(m.accept(choice).ok());
+    if (choice == eos) return text;
+    text += v.bytes(choice);
+  }
+  ADD_FAILURE() << "the walk did not finish: " << text;
+  return text;
+}
 
 }  // namespace rw::schema_test

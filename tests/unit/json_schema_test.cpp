@@ -22,6 +22,7 @@ namespace {
 using ojson = nlohmann::ordered_json;
 using schema_test::SchemaGen;
 using schema_test::validate;
+using schema_test::random_walk;
 
 Grammar compile(const std::string& schema_text) {
   auto text = json_schema_text_to_gbnf(schema_text);
@@ -198,6 +199,40 @@ TEST(JsonSchema, AnnotationsAreIgnoredAndEmptySchemaIsAnyValue) {
   EXPECT_TRUE(accepts(compile("true"), "false"));
 }
 
+TEST(JsonSchema, IntegerBoundsAreExact) {
+  std::mt19937 rng(12);
+  for (int round = 0; round < 12; ++round) {
+    const int lo = std::uniform_int_distribution<int>(-1200, 1200)(rng);
+    const int hi = lo + std::uniform_int_distribution<int>(0, 1300)(rng);
+    const bool excl = round % 3 == 0;
+    ojson s = {{"type", "integer"}};
+    s[excl ? "exclusiveMinimum" : "minimum"] = excl ? lo - 1 : lo;
+    s[excl ? "exclusiveMaximum" : "maximum"] = excl ? hi + 1 : hi;
+    const Grammar g = compile(s.dump());
+    for (int x = -1600; x <= 1600; ++x)
+      ASSERT_EQ(accepts(g, std::to_string(x)), x >= lo && x <= hi) << x << " in " << s.dump();
+    EXPECT_FALSE(accepts(g, "-0"));
+    EXPECT_FALSE(accepts(g, "0" + std::to_string(std::max(hi, 1))));
+  }
+  // zod's integers: the safe-integer range, one side only, fractional bounds.
+  const Grammar safe =
+      compile(R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})");
+  EXPECT_TRUE(accepts(safe, "9007199254740991"));
+  EXPECT_TRUE(accepts(safe, "-9007199254740991"));
+  EXPECT_TRUE(accepts(safe, "8999999999999999"));
+  EXPECT_FALSE(accepts(safe, "9007199254740992"));
+  EXPECT_FALSE(accepts(safe, "-9007199254740992"));
+  EXPECT_FALSE(accepts(safe, "10000000000000000"));
+  const Grammar pos = compile(R"({"type":"integer","exclusiveMinimum":0})");
+  EXPECT_TRUE(accepts(pos, "1"));
+  EXPECT_TRUE(accepts(pos, "9999999999999999"));
+  EXPECT_FALSE(accepts(pos, "0"));
+  EXPECT_FALSE(accepts(pos, "-1"));
+  const Grammar frac = compile(R"({"minimum":-2.5,"maximum":3.5})");
+  for (const char* ok : {"-2", "0", "3"}) EXPECT_TRUE(accepts(frac, ok)) << ok;
+  for (const char* bad : {"-3", "4", "2.5"}) EXPECT_FALSE(accepts(frac, bad)) << bad;
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
   struct Case {
     const char* schema;
@@ -205,7 +240,9 @@ TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
   };
   const Case cases[] = {
       {R"({"type":"string","pattern":"^a+$"})", "unsupported keyword 'pattern' at #"},
-      {R"({"type":"integer","minimum":1})", "unsupported keyword 'minimum' at #"},
+      {R"({"type":"number","minimum":1})", "'minimum' on a number at # is not supported"},
+      {R"({"type":"integer","minimum":5,"exclusiveMaximum":5})", "no integer within the bounds"},
+      {R"({"type":"integer","maximum":"7"})", "'maximum' at # must be a number"},
       {R"({"properties":{"x":{"type":"number","multipleOf":2}}})",
        "unsupported keyword 'multipleOf' at #/properties/x"},
       {R"({"oneOf":[{"type":"string"}]})", "unsupported keyword 'oneOf' at #"},
@@ -279,50 +316,6 @@ TEST(JsonSchema, ResponseFormat) {
 }
 
 // ---- the property test ----
-
-// A random walk through the matcher: random allowed tokens for a while, then the token that
-// brings the grammar closest to its end, then end-of-sequence. Returns the text.
-std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos,
-                        std::mt19937& rng) {
-  const VocabTrie& v = a->vocab();
-  GrammarMatcher m(a);
-  TokenMask mask(static_cast<size_t>(v.n_words()));
-  std::string text;
-  const int wander = std::uniform_int_distribution<int>(0, 80)(rng);
-  for (int step = 0; step < 5000; ++step) {
-    EXPECT_TRUE(m.allowed(mask.data()).ok());
-    std::vector<int32_t> ids;
-    for (int32_t id = 0; id < v.n_vocab(); ++id)
-      if (mask_test(mask.data(), id)) ids.push_back(id);
-    EXPECT_FALSE(ids.empty()) << "dead end after: " << text;
-    if (ids.empty()) return text;
-    int32_t choice = -1;
-    if (m.is_accepting() &&
-        (step >= wander || std::uniform_int_distribution<int>(0, 3)(rng) == 0)) {
-      choice = eos;
-    } else if (step < wander) {
-      choice = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
-      if (choice == eos) continue;
-    } else {
-      uint32_t best = kGrammarInf;
-      std::vector<int32_t> best_ids;
-      for (int32_t id : ids) {
-        if (id == eos) continue;
-        GrammarMatcher probe = m;
-        EXPECT_TRUE(probe.accept(id).ok());
-        const uint32_t d = probe.min_bytes_to_accept();
-        if (d < best) best_ids.clear(), best = d;
-        if (d == best) best_ids.push_back(id);
-      }
-      choice = best_ids[std::uniform_int_distribution<size_t>(0, best_ids.size() - 1)(rng)];
-    }
-    EXPECT_TRUE(m.accept(choice).ok());
-    if (choice == eos) return text;
-    text += v.bytes(choice);
-  }
-  ADD_FAILURE() << "the walk did not finish: " << text;
-  return text;
-}
 
 TEST(JsonSchema, RandomSchemasRandomWalksProduceValidJson) {
   std::vector<std::string> vocab;

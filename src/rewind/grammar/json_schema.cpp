@@ -2,6 +2,8 @@
 // path; fixed rules for JSON's primitives and the string formats.
 #include "rewind/grammar/json_schema.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <vector>
@@ -52,8 +54,59 @@ const std::set<std::string, std::less<>> kKeywords = {
     "type",        "properties", "required",  "additionalProperties",
     "items",       "minItems",   "maxItems",  "enum",
     "const",       "anyOf",      "$ref",      "$defs",
-    "definitions", "format",     "minLength", "maxLength"};
+    "definitions", "format",     "minLength", "maxLength",
+    "minimum",     "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
 const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid", "ipv4"};
+
+constexpr int64_t kMaxInteger = 9999999999999999;  // 16 digits, as the `integer` rule
+
+// Decimal integers of exactly x.size() digits from x to y (x <= y, same length) as a GBNF
+// expression: digit by digit, the shared prefix, then the part of x's first differing digit
+// up to all 9s, whole digits between, and y's digit from all 0s.
+std::string digits_between(const std::string& x, const std::string& y) {
+  const size_t n = x.size();
+  if (n == 0) return "";
+  if (x == y) return "\"" + x + "\"";
+  const std::string rest = n > 1 ? " [0-9]{" + std::to_string(n - 1) + "}" : "";
+  if (x[0] == y[0]) return "\"" + std::string(1, x[0]) + "\" " + digits_between(x.substr(1), y.substr(1));
+  if (x.find_first_not_of('0', 1) == std::string::npos &&
+      y.find_first_not_of('9', 1) == std::string::npos)
+    return "[" + std::string(1, x[0]) + "-" + std::string(1, y[0]) + "]" + rest;
+  std::string out = "( \"" + std::string(1, x[0]) + "\" ";
+  out += n > 1 ? "( " + digits_between(x.substr(1), std::string(n - 1, '9')) + " )" : "";
+  if (y[0] - x[0] >= 2)
+    out += " | [" + std::string(1, static_cast<char>(x[0] + 1)) + "-" +
+           std::string(1, static_cast<char>(y[0] - 1)) + "]" + rest;
+  out += " | \"" + std::string(1, y[0]) + "\" ";
+  out += n > 1 ? "( " + digits_between(std::string(n - 1, '0'), y.substr(1)) + " )" : "";
+  return out + " )";
+}
+
+// Positive integers from a to b (1 <= a <= b), without leading zeros.
+std::string positive_between(int64_t a, int64_t b) {
+  std::vector<std::string> alts;
+  int64_t lo = a;
+  for (int64_t p = 10; lo <= b && p <= kMaxInteger + 1; p *= 10) {
+    if (lo >= p) continue;
+    const int64_t hi = std::min(b, p - 1);
+    alts.push_back(digits_between(std::to_string(lo), std::to_string(hi)));
+    lo = hi + 1;
+  }
+  std::string out;
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return alts.size() > 1 ? "( " + out + " )" : out;
+}
+
+// Integers in [lo, hi] as a GBNF expression (lo <= hi, both within +-kMaxInteger).
+std::string integer_between(int64_t lo, int64_t hi) {
+  std::vector<std::string> alts;
+  if (lo < 0) alts.push_back("\"-\" " + positive_between(std::max<int64_t>(1, -hi), -lo));
+  if (lo <= 0 && hi >= 0) alts.push_back("\"0\"");
+  if (hi > 0) alts.push_back(positive_between(std::max<int64_t>(1, lo), hi));
+  std::string out;
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out;
+}
 
 // v as compact JSON text (what the grammar must spell); strings that are not UTF-8 are refused.
 Result<std::string> json_text(const ojson& v, const std::string& path) {
@@ -255,6 +308,9 @@ Result<std::string> SchemaCompiler::visit(const ojson& s, const std::string& pat
       types.push_back("array");
     if (s.contains("format") || s.contains("minLength") || s.contains("maxLength"))
       types.push_back("string");
+    if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+        s.contains("exclusiveMaximum"))
+      types.push_back("integer");  // a subset of the numbers in range
     if (types.empty()) return std::string("value");
   }
   if (types.size() == 1) return type_rule(s, types[0], path, hint, depth);
@@ -313,6 +369,36 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
                                               int depth) {
   if (type == "object") return object_rule(s, path, hint, depth);
   if (type == "array") return array_rule(s, path, hint, depth);
+  const bool bounded = s.contains("minimum") || s.contains("maximum") ||
+                       s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
+  if (type == "integer" && bounded) {
+    // Inclusive integer bounds, clamped to what the integer rule spells (16 digits; 1e16 is
+    // exact in a double, 10^16 - 1 is not).
+    auto to_int = [](double v) -> int64_t {
+      return v <= -1e16 ? -kMaxInteger - 1 : v >= 1e16 ? kMaxInteger + 1 : static_cast<int64_t>(v);
+    };
+    int64_t lo = -kMaxInteger, hi = kMaxInteger;
+    for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      if (!s.contains(kw)) continue;
+      if (!s[kw].is_number()) return error("'" + std::string(kw) + "' at " + path + " must be a number");
+      const double v = s[kw].get<double>();
+      if (std::isnan(v)) return error("'" + std::string(kw) + "' at " + path + " must be a number");
+      const std::string k = kw;
+      if (k == "minimum") lo = std::max(lo, to_int(std::ceil(v)));
+      if (k == "exclusiveMinimum") lo = std::max(lo, to_int(std::floor(v)) + 1);
+      if (k == "maximum") hi = std::min(hi, to_int(std::floor(v)));
+      if (k == "exclusiveMaximum") hi = std::min(hi, to_int(std::ceil(v)) - 1);
+    }
+    if (lo > hi) return error("no integer within the bounds at " + path);
+    return add_rule(hint, integer_between(lo, hi));
+  }
+  if (type == "number" && bounded)
+    return error("'" +
+                 std::string(s.contains("minimum")            ? "minimum"
+                             : s.contains("maximum")          ? "maximum"
+                             : s.contains("exclusiveMinimum") ? "exclusiveMinimum"
+                                                              : "exclusiveMaximum") +
+                 "' on a number at " + path + " is not supported (only on integers)");
   if (type == "number" || type == "integer" || type == "boolean" || type == "null") return type;
   // string
   if (s.contains("format")) {

@@ -6,7 +6,9 @@
 // array); properties, required, additionalProperties (false, true or absent); items, minItems,
 // maxItems; enum, const; anyOf; $ref (a JSON pointer into the same document: #, #/$defs/x,
 // #/definitions/x, any #/... path; recursion allowed); $defs, definitions; minLength,
-// maxLength; format date, time, date-time, uuid, ipv4. Annotations are ignored: title,
+// maxLength; format date, time, date-time, uuid, ipv4; minimum, maximum, exclusiveMinimum,
+// exclusiveMaximum on integers (on numbers they are refused; without a type they give
+// integers in range). Annotations are ignored: title,
 // description, $schema, $id, $comment, default, examples, deprecated, readOnly, writeOnly.
 // Any other keyword is refused with an error naming it and where it is ("json_schema:
 // unsupported keyword 'pattern' at #/properties/code"), which the server returns as a 400.
@@ -21,7 +23,8 @@
 //   absent is allowed by the schema but not generated). Without `properties`: any object
 //   (an empty one when additionalProperties is false).
 // * Numbers: an integer part of at most 16 digits, at most 16 fraction digits, an exponent of
-//   at most 2 digits; integers at most 16 digits (so they stay exact in int64 and double).
+//   at most 2 digits; integers at most 16 digits (so they stay exact in int64), within their
+//   bounds exactly (a digit-by-digit range, without leading zeros or "-0").
 // * Strings: any UTF-8 text with JSON escapes (\uXXXX only as a non-surrogate or a proper
 //   surrogate pair); minLength / maxLength count code points (at most 10000).
 // * Formats: date / time / date-time as RFC 3339 with upper-case T and Z, no leap second,
