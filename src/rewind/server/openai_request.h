@@ -2,11 +2,13 @@
 // /v1/completions). They turn untrusted JSON text into plain structs, or an Error whose one-line
 // message becomes the 400 response: malformed JSON, wrong types, missing fields, values out of
 // range, and features rewind does not serve (n > 1, image/audio/video content parts, penalties,
-// logit_bias, echo, suffix, best_of, structured output, forced tool choice). Nothing is clamped
+// logit_bias, echo, suffix, best_of; JSON Schema keywords outside the structured-outputs
+// subset of grammar/json_schema.h). Nothing is clamped
 // or dropped silently: a field that is present and meaningful is either honoured or refused.
 // Unknown fields are ignored (clients such as the official SDKs send extras like `user`).
 // JSON null counts as an absent optional field. Extensions beyond OpenAI's schema: top_k, min_p,
-// ignore_eos (as vLLM), speculative, chat_template_kwargs.enable_thinking; top-level and
+// ignore_eos (as vLLM), speculative, chat_template_kwargs.enable_thinking, grammar (GBNF, as
+// llama.cpp; both endpoints); top-level and
 // `developer` role names follow OpenAI (developer is rendered as system).
 //
 // The parsers are pure functions of (body, limits): no model, no tokenizer, no engine. That
@@ -72,6 +74,12 @@ struct CommonRequest {
   // "k": 1..16}. Empty: the server's default (--spec).
   std::string speculative;
   int32_t speculative_k = 0;  // 0: the server's --draft-k
+  // Structured output: GBNF text from response_format (json_object, json_schema: compiled
+  // here, so a refused schema keyword is a parse error naming it) or from the `grammar`
+  // extension (llama.cpp's GBNF, parsed by the server); empty: unconstrained. grammar_from
+  // names the field it came from.
+  std::string grammar;
+  std::string grammar_from;
 };
 
 struct ParsedChatRequest : CommonRequest {
@@ -79,6 +87,11 @@ struct ParsedChatRequest : CommonRequest {
   // Array of {type:"function", function:{name,...}} or null, keys in the client's order.
   nlohmann::ordered_json tools = nullptr;
   bool parse_tools = false;  // tools given and tool_choice is not "none"
+  // tool_choice "required" or naming a function (tool_choice_name): the reply is constrained
+  // to tool calls of the declared functions, arguments by their parameter schemas.
+  bool tool_required = false;
+  std::string tool_choice_name;
+  bool parallel_tool_calls = true;
   int enable_thinking = -1;  // chat_template_kwargs.enable_thinking: -1 absent, 0/1
 };
 
