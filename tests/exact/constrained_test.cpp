@@ -6,6 +6,8 @@
 // (the model was trained on English text, so only the constraint makes its output JSON).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <memory>
 #include <random>
 
@@ -375,6 +377,78 @@ TEST(Constrained, SampledRepliesOverRandomSchemasValidate) {
   // model trained on English text rarely closes: most replies still finish.
   EXPECT_GE(finished, 24) << "of " << total;
   EXPECT_GE(with_spec, 12);
+}
+
+// A temperature-only row is drawn whole and masked only when the draw is refused: the tokens
+// must follow the masked distribution (chi-square over many seeds against the first row's
+// masked softmax, which a request with keep_first_logits reports after masking it in full).
+TEST(Constrained, LazySampledRowsFollowTheMaskedDistribution) {
+  EngineOptions opt;
+  opt.cache_enabled = false;
+  Engine e(*fix().target, nullptr, opt);
+  auto g = fix().grammars->get("root ::= [ A-Z] [a-z ]*\n");
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  Request r;
+  r.prompt = chat_prompt("Name a city.");
+  r.max_tokens = 1;
+  r.grammar = g.value();
+  r.sampling.temperature = 1.0f;
+  r.keep_first_logits = true;  // not lazy: the row is masked in full
+  auto full = e.generate(r);
+  ASSERT_TRUE(full.ok()) << full.error_message();
+  const std::vector<float>& row = full->first_logits;
+  const int32_t V = static_cast<int32_t>(row.size());
+  double mx = -INFINITY, sum = 0;
+  for (float x : row) mx = std::max(mx, static_cast<double>(x));
+  std::vector<double> p(static_cast<size_t>(V));
+  for (int32_t v = 0; v < V; ++v) sum += p[v] = std::exp(static_cast<double>(row[v]) - mx);
+  for (double& x : p) x /= sum;
+  // How much of the unmasked mass the grammar allows: the lazy path must see refusals.
+  r.grammar = nullptr;
+  auto raw = e.generate(r);
+  ASSERT_TRUE(raw.ok());
+  double rmx = -INFINITY, rsum = 0, allowed = 0;
+  for (float x : raw->first_logits) rmx = std::max(rmx, static_cast<double>(x));
+  for (int32_t v = 0; v < V; ++v) {
+    const double w = std::exp(static_cast<double>(raw->first_logits[v]) - rmx);
+    rsum += w;
+    if (p[v] > 0) allowed += w;
+  }
+  EXPECT_LT(allowed / rsum, 0.9);
+  EXPECT_GT(allowed / rsum, 0.01);
+  r.keep_first_logits = false;
+  r.grammar = g.value();
+  const int n = 2000;
+  std::map<int32_t, int> count;
+  for (int i = 0; i < n; ++i) {
+    r.sampling.seed = 9000 + static_cast<uint64_t>(i);
+    auto o = e.generate(r);
+    ASSERT_TRUE(o.ok()) << o.error_message();
+    ASSERT_EQ(o->tokens.size(), 1u);
+    ASSERT_GT(p[o->tokens[0]], 0.0) << "a refused token was sampled";
+    ++count[o->tokens[0]];
+  }
+  // Bins of expected count >= 5 (the rest pooled).
+  double chi2 = 0, pool_e = 0;
+  int pool_o = 0, df = -1;
+  for (int32_t v = 0; v < V; ++v) {
+    const double ex = p[v] * n;
+    if (p[v] == 0) continue;
+    const int ob = count.count(v) ? count[v] : 0;
+    if (ex < 5) {
+      pool_e += ex;
+      pool_o += ob;
+      continue;
+    }
+    chi2 += (ob - ex) * (ob - ex) / ex;
+    ++df;
+  }
+  if (pool_e > 0) {
+    chi2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+    ++df;
+  }
+  ASSERT_GT(df, 3);
+  EXPECT_LT(chi2, df + 5 * std::sqrt(2.0 * df)) << "df " << df;
 }
 
 TEST(Constrained, SubmitRefusesAGrammarOverALargerVocabulary) {

@@ -664,9 +664,22 @@ void BatchEngine::step() {
       if (interval > 0 && s.state->n_pos() % interval == 0) s.snapshot();
     }
     if (s.grammar) {
-      Status gs = constrain_logits(s.grammar->automaton(), s.grammar->state(), lg,
-                                   opt_.sample_vocab, lazy_grammar(s));
-      const int32_t tok = gs.ok() ? s.sampler->sample(lg, opt_.sample_vocab) : -1;
+      Status gs = Ok{};
+      int32_t tok = -1;
+      if (lazy_sampling(s)) {
+        // Temperature alone: a draw from the whole row kept when allowed, else a draw from
+        // the masked row, is a draw from the masked distribution (p(t) + (1 - p(A)) p(t) / p(A)
+        // = p(t) / p(A) for t in the allowed set A), so the mask is needed only on refusal.
+        tok = s.sampler->sample(lg, opt_.sample_vocab);
+        auto next = s.grammar->automaton().step_token(s.grammar->state(), tok);
+        if (!next.ok()) gs = next.error();
+        else if (next.value() == GrammarAutomaton::kDead) tok = -1;
+      }
+      if (gs.ok() && tok < 0) {
+        gs = constrain_logits(s.grammar->automaton(), s.grammar->state(), lg, opt_.sample_vocab,
+                              lazy_grammar(s));
+        if (gs.ok()) tok = s.sampler->sample(lg, opt_.sample_vocab);
+      }
       if (gs.ok()) gs = s.grammar->accept(tok);
       if (!gs.ok()) {
         s.end = FinishReason::Error;
@@ -694,6 +707,14 @@ bool BatchEngine::lazy_grammar(const Seq& s) const {
   // token for token equal.
   return s.sampler->greedy() && !s.req.logprobs && s.req.top_logprobs <= 0 &&
          !s.req.keep_first_logits;
+}
+
+bool BatchEngine::lazy_sampling(const Seq& s) const {
+  // Plain rows sampled with temperature alone (no top-k / top-p / min-p, whose cut would differ
+  // between the whole and the masked row), log-probabilities not reported.
+  const SamplingParams& p = s.sampler->params();
+  return !s.sampler->greedy() && p.top_k <= 0 && p.top_p >= 1.0f && p.min_p <= 0.0f &&
+         !s.req.logprobs && s.req.top_logprobs <= 0 && !s.req.keep_first_logits;
 }
 
 Status BatchEngine::constrain_spec_rows(Seq& s, float* lg, size_t* advanced) {

@@ -129,6 +129,9 @@ class BatchEngine {
   // the rows of an open speculative round constrained along its drafts (the matcher is left
   // *advanced tokens further, for the caller to roll back).
   bool lazy_grammar(const Seq& s) const;
+  // Whether a plain (not speculative) sampled row of `s` is drawn whole first and masked only
+  // when the draw is refused (the same distribution as masking first).
+  bool lazy_sampling(const Seq& s) const;
   Status constrain_spec_rows(Seq& s, float* lg, size_t* advanced);
   void update_memory();  // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
