@@ -410,8 +410,11 @@ TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
                     "unsupported keyword 'pattern' at #");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","strict":true,"schema":{"type":"object",)"
-                              R"("properties":{"n":{"type":"number","minimum":3}}}}})"),
-                    "unsupported keyword 'minimum' at #/properties/n");
+                              R"("properties":{"n":{"type":"number","multipleOf":3}}}}})"),
+                    "unsupported keyword 'multipleOf' at #/properties/n");
+  expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
+                              R"({"name":"x","schema":{"type":"number","minimum":3}}})"),
+                    "'minimum' on a number at # is not supported");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","schema":{},"extra":1}})"),
                     "unknown field 'response_format.json_schema.extra'");
