@@ -15,8 +15,8 @@
 #   state      base tensor
 #   cache      base tensor state              (tokens, pages, snapshots; never the model)
 #   model      base tensor io kernels state   (never the cache policy, engine or server)
-#   engine     base tensor state cache model sample
-#   server     base tokenizer chat engine sample/sampler.h
+#   engine     base tensor state cache model sample grammar
+#   server     base tokenizer chat engine grammar sample/sampler.h
 #   hub        base model/arch.h model/config.h   (rewind pull: the Hub, the store)
 #
 # The server talks to the engine's public API (engine/batch_engine.h), the tokenizer and the
@@ -45,8 +45,8 @@ declare -A allowed=(
   [state]="base tensor"
   [cache]="base tensor state"
   [model]="base tensor io kernels state"
-  [engine]="base tensor state cache model sample"
-  [server]="base tokenizer chat engine sample/sampler.h"
+  [engine]="base tensor state cache model sample grammar"
+  [server]="base tokenizer chat engine grammar sample/sampler.h"
   [hub]="base model/arch.h model/config.h"
 )
 

@@ -34,6 +34,7 @@
 #include <thread>
 #include <tuple>
 
+#include "json_schema_util.h"
 #include "test_util.h"
 
 namespace rw {
@@ -1227,6 +1228,173 @@ TEST_F(ServerTest, IgnoredFieldsHeader) {
   EXPECT_EQ(ignored(h), "(none)");
 }
 
+// ---- structured output and forced tool calls ------------------------------------------------
+
+const char* kPersonSchema = R"({"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 10},
+    "age": {"type": "integer", "minimum": 0, "maximum": 130},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 5}, "maxItems": 2}},
+  "required": ["name", "age", "tags"], "additionalProperties": false})";
+
+void expect_valid_json(const std::string& text, const std::string& schema_text) {
+  const json v = json::parse(text, nullptr, false);
+  ASSERT_FALSE(v.is_discarded()) << "not JSON: " << text;
+  const auto schema = nlohmann::ordered_json::parse(schema_text);
+  std::string why;
+  EXPECT_TRUE(schema_test::validate(v, schema, schema, why)) << why << "\n" << text;
+}
+
+// The content of a streamed chat reply and its finish reason.
+std::pair<std::string, std::string> streamed_content(const Http& h) {
+  std::string content, finish;
+  for (const std::string& d : sse_data(h.body)) {
+    if (d == "[DONE]") continue;
+    const json c = json::parse(d);
+    if (c["choices"].empty()) continue;
+    const json& delta = c["choices"][0]["delta"];
+    if (delta.contains("content") && delta["content"].is_string()) content += delta["content"];
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  return {content, finish};
+}
+
+TEST_F(ServerTest, StructuredOutputJsonSchemaAndJsonObject) {
+  const json rf = {{"type", "json_schema"},
+                   {"json_schema",
+                    {{"name", "person"}, {"strict", true}, {"schema", json::parse(kPersonSchema)}}}};
+  const json req = chat_body("Describe a person.", 200, {{"response_format", rf}});
+  const Http h = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json choice = h.j()["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "stop") << h.body;
+  const std::string content = choice["message"]["content"];
+  expect_valid_json(content, kPersonSchema);
+  // Streamed, and with speculation: the same greedy text.
+  json sreq = req;
+  sreq["stream"] = true;
+  const auto [streamed, finish] = streamed_content(post(s(), "/v1/chat/completions", sreq));
+  EXPECT_EQ(streamed, content);
+  EXPECT_EQ(finish, "stop");
+  json spec = req;
+  spec["speculative"] = "ngram";
+  const Http hs = post(s(), "/v1/chat/completions", spec);
+  ASSERT_EQ(hs.status, 200) << hs.body;
+  EXPECT_EQ(hs.j()["choices"][0]["message"]["content"], content);
+  // json_object: any object.
+  const Http ho = post(s(), "/v1/chat/completions",
+                       chat_body("Reply.", 120, {{"response_format", {{"type", "json_object"}}},
+                                                 {"temperature", 1.0}, {"seed", 5}}));
+  ASSERT_EQ(ho.status, 200) << ho.body;
+  const json oc = ho.j()["choices"][0];
+  if (oc["finish_reason"] == "stop") {
+    const json v = json::parse(oc["message"]["content"].get<std::string>(), nullptr, false);
+    EXPECT_TRUE(v.is_object()) << oc["message"]["content"];
+  } else {
+    EXPECT_EQ(oc["finish_reason"], "length");
+    EXPECT_EQ(oc["message"]["content"].get<std::string>().substr(0, 1), "{");
+  }
+}
+
+TEST_F(ServerTest, CompletionsGrammarAndResponseFormat) {
+  const Http h = post(s(), "/v1/completions",
+                      completion_body("The answer is", 20,
+                                      {{"grammar", "root ::= (\"yes\" | \"no\") \", \" [0-9]{1,3}"}}));
+  ASSERT_EQ(h.status, 200) << h.body;
+  const json c = h.j()["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "stop") << h.body;
+  EXPECT_TRUE(std::regex_match(c["text"].get<std::string>(), std::regex("(yes|no), [0-9]{1,3}")))
+      << c["text"];
+  const json rf = {{"type", "json_schema"},
+                   {"json_schema", {{"name", "p"}, {"schema", json::parse(kPersonSchema)}}}};
+  const Http hj =
+      post(s(), "/v1/completions", completion_body("Person:", 200, {{"response_format", rf}}));
+  ASSERT_EQ(hj.status, 200) << hj.body;
+  EXPECT_EQ(hj.j()["choices"][0]["finish_reason"], "stop") << hj.body;
+  expect_valid_json(hj.j()["choices"][0]["text"], kPersonSchema);
+}
+
+TEST_F(ServerTest, StructuredOutputErrorsAre400) {
+  const double submitted0 = metric(s(), "rewind_requests_submitted_total");
+  const json bad_schema = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
+  expect_error(post(s(), "/v1/chat/completions", chat_body("x", 5, {{"response_format", bad_schema}})),
+               400, "unsupported keyword 'pattern'");
+  expect_error(post(s(), "/v1/completions", completion_body("x", 5, {{"response_format", bad_schema}})),
+               400, "unsupported keyword 'pattern'");
+  expect_error(post(s(), "/v1/completions", completion_body("x", 5, {{"grammar", "root ::= (\"a\""}})),
+               400, "'grammar': ");
+  expect_error(post(s(), "/v1/completions", completion_body("x", 5, {{"grammar", "root ::= undefined-rule"}})),
+               400, "undefined-rule");
+  expect_error(post(s(), "/v1/chat/completions",
+                    chat_body("x", 5, {{"grammar", "start ::= \"a\""}})),
+               400, "'grammar': ");
+  expect_error(post(s(), "/v1/chat/completions",
+                    chat_body("x", 5, {{"response_format", {{"type", "yaml"}}}})),
+               400, "'yaml' is not one of text, json_object, json_schema");
+  json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  expect_error(post(s(), "/v1/chat/completions",
+                    chat_body("x", 5, {{"tools", tools},
+                                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}})),
+               400, "not among 'tools'");
+  tools[0]["function"]["parameters"] = {{"type", "object"},
+                                        {"properties", {{"n", {{"type", "number"}, {"multipleOf", 2}}}}}};
+  expect_error(post(s(), "/v1/chat/completions",
+                    chat_body("x", 5, {{"tools", tools}, {"tool_choice", "required"}})),
+               400, "unsupported keyword 'multipleOf'");
+  EXPECT_EQ(metric(s(), "rewind_requests_submitted_total"), submitted0);
+}
+
+TEST_F(ServerTest, ForcedToolCallsFollowTheParameterSchemas) {
+  const json weather = json::parse(R"({"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+       "required": ["city", "days"]}}})");
+  const json time = json::parse(R"({"type": "function", "function": {"name": "get_time",
+      "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+       "required": ["zone"]}}})");
+  for (const json& choice : {json("required"), json::parse(R"({"type": "function",
+                                                             "function": {"name": "get_time"}})")}) {
+    for (bool stream : {false, true}) {
+      json req = chat_body("What is the weather in Paris?", 150,
+                           {{"tools", json::array({weather, time})}, {"tool_choice", choice}});
+      req["stream"] = stream;
+      const Http h = post(s(), "/v1/chat/completions", req);
+      ASSERT_EQ(h.status, 200) << h.body;
+      json calls = json::array();
+      std::string finish;
+      if (stream) {
+        for (const std::string& d : sse_data(h.body)) {
+          if (d == "[DONE]") continue;
+          const json c = json::parse(d);
+          if (c["choices"].empty()) continue;
+          const json& delta = c["choices"][0]["delta"];
+          if (delta.contains("tool_calls"))
+            for (const auto& tc : delta["tool_calls"]) calls.push_back(tc);
+          if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+        }
+      } else {
+        const json c = h.j()["choices"][0];
+        finish = c["finish_reason"];
+        if (c["message"].contains("tool_calls")) calls = c["message"]["tool_calls"];
+      }
+      ASSERT_EQ(finish, "tool_calls") << h.body;
+      ASSERT_FALSE(calls.empty()) << h.body;
+      for (const json& call : calls) {
+        const std::string name = call["function"]["name"];
+        if (choice.is_object()) {
+          EXPECT_EQ(name, "get_time");
+        }
+        ASSERT_TRUE(name == "get_weather" || name == "get_time") << name;
+        const json& params = (name == "get_weather" ? weather : time)["function"]["parameters"];
+        expect_valid_json(call["function"]["arguments"], params.dump());
+      }
+    }
+  }
+}
+
 TEST_F(ServerTest, NotFound) {
   expect_error(curl(s(), "GET", "/nope"), 404, "/nope");
   expect_error(curl(s(), "POST", "/v1/nope", "{}"), 404);
@@ -1516,6 +1684,25 @@ TEST_F(ServerTest, OpenAiNodeClient) {
                         &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("ok: all"), std::string::npos) << out;
+}
+
+// Structured output through the official npm client: zodResponseFormat, a zodFunction tool
+// forced by tool_choice, and a refused schema keyword
+// (tests/integration/openai_client/structured_output_test.mjs).
+TEST_F(ServerTest, StructuredOutputNodeClient) {
+  REQUIRE_NODE_CLIENT();
+  if (!std::filesystem::exists(node_client_dir() + "/node_modules/zod/package.json")) {
+    if (in_ci()) FAIL() << "the zod npm package is not installed (CI is set: this test must run)";
+    GTEST_SKIP() << "the zod npm package is not installed in tests/integration/openai_client "
+                    "(run: cd tests/integration/openai_client && npm ci)";
+  }
+  int rc = 0;
+  const std::string out =
+      test::run_command("cd " + node_client_dir() + " && OPENAI_BASE_URL=" + s().url() +
+                            "/v1 OPENAI_API_KEY=" + kKey + " node structured_output_test.mjs 2>&1",
+                        &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("ok: all 5 checks"), std::string::npos) << out;
 }
 
 // Cache through the API: a conversation whose third user message is edited resumes from the

@@ -14,11 +14,15 @@
 
 #include "rewind/grammar/grammar_ref.h"
 #include "rewind/grammar/matcher.h"
+#include "json_schema_util.h"
 
 namespace rw {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+using schema_test::SchemaGen;
+using schema_test::validate;
+using schema_test::random_walk;
 
 Grammar compile(const std::string& schema_text) {
   auto text = json_schema_text_to_gbnf(schema_text);
@@ -37,166 +41,6 @@ std::string refusal(const std::string& schema_text) {
 
 bool accepts(const Grammar& g, const std::string& s) {
   return earley_recognise(g, s).complete;
-}
-
-// ---- a validator for the subset, independent of the compiler ----
-
-int64_t code_points(const std::string& s) {
-  int64_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-bool valid_date(const std::string& s) {
-  static const std::regex re(R"(^(\d{4})-(\d{2})-(\d{2})$)");
-  std::smatch m;
-  if (!std::regex_match(s, m, re)) return false;
-  const int y = std::stoi(m[1]), mo = std::stoi(m[2]), d = std::stoi(m[3]);
-  if (mo < 1 || mo > 12 || d < 1) return false;
-  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-  const int days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  return d <= days[mo - 1];
-}
-
-bool valid_time(const std::string& s) {
-  static const std::regex re(
-      R"(^([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$)");
-  return std::regex_match(s, re);
-}
-
-bool valid_format(const std::string& f, const std::string& s) {
-  if (f == "date") return valid_date(s);
-  if (f == "time") return valid_time(s);
-  if (f == "date-time") {
-    const size_t t = s.find_first_of("Tt");
-    return t != std::string::npos && valid_date(s.substr(0, t)) && valid_time(s.substr(t + 1));
-  }
-  if (f == "uuid") {
-    static const std::regex re(
-        R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)");
-    return std::regex_match(s, re);
-  }
-  if (f == "ipv4") {
-    static const std::regex re(R"(^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$)");
-    std::smatch m;
-    if (!std::regex_match(s, m, re)) return false;
-    for (int k = 1; k <= 4; ++k) {
-      const std::string o = m[k];
-      if ((o.size() > 1 && o[0] == '0') || std::stoi(o) > 255) return false;
-    }
-    return true;
-  }
-  return false;
-}
-
-const ojson* resolve(const ojson& root, const std::string& ref) {
-  const ojson* t = &root;
-  size_t i = 2;
-  while (ref.size() > 1 && i <= ref.size()) {
-    size_t e = ref.find('/', i);
-    if (e == std::string::npos) e = ref.size();
-    const std::string tok = ref.substr(i, e - i);
-    if (!t->contains(tok)) return nullptr;
-    t = &(*t)[tok];
-    i = e + 1;
-  }
-  return t;
-}
-
-// Whether `v` validates against `s` (only the keywords of the subset; an unknown one fails).
-bool validate(const nlohmann::json& v, const ojson& s, const ojson& root, std::string& why) {
-  if (s.is_boolean()) return s.get<bool>();
-  if (s.contains("$ref")) {
-    const ojson* t = resolve(root, s["$ref"].get<std::string>());
-    return t && validate(v, *t, root, why);
-  }
-  if (s.contains("anyOf")) {
-    for (const ojson& alt : s["anyOf"])
-      if (validate(v, alt, root, why)) return true;
-    why = "no anyOf branch matches " + v.dump();
-    return false;
-  }
-  if (s.contains("const") && nlohmann::json::parse(s["const"].dump()) != v) {
-    why = "const differs: " + v.dump();
-    return false;
-  }
-  if (s.contains("enum")) {
-    bool found = false;
-    for (const ojson& e : s["enum"]) found |= nlohmann::json::parse(e.dump()) == v;
-    if (!found) {
-      why = "not in enum: " + v.dump();
-      return false;
-    }
-  }
-  if (s.contains("type")) {
-    std::vector<std::string> types;
-    if (s["type"].is_string()) {
-      types.push_back(s["type"]);
-    } else {
-      for (const ojson& t : s["type"]) types.push_back(t);
-    }
-    bool ok = false;
-    for (const std::string& t : types)
-      ok |= (t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
-            (t == "integer" &&
-             (v.is_number_integer() ||
-              (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))) ||
-            (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
-            (t == "object" && v.is_object()) || (t == "array" && v.is_array());
-    if (!ok) {
-      why = "wrong type: " + v.dump() + " for " + s["type"].dump();
-      return false;
-    }
-  }
-  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
-    why = "a number that is not finite";
-    return false;
-  }
-  if (v.is_object()) {
-    if (s.contains("required"))
-      for (const ojson& r : s["required"])
-        if (!v.contains(r.get<std::string>())) {
-          why = "missing required " + r.dump();
-          return false;
-        }
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      if (s.contains("properties") && s["properties"].contains(it.key())) {
-        if (!validate(it.value(), s["properties"][it.key()], root, why)) return false;
-      } else if (s.contains("additionalProperties") && s["additionalProperties"] == false) {
-        why = "additional property " + it.key();
-        return false;
-      }
-    }
-  }
-  if (v.is_array()) {
-    if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) {
-      why = "too few items";
-      return false;
-    }
-    if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) {
-      why = "too many items";
-      return false;
-    }
-    if (s.contains("items"))
-      for (const auto& x : v)
-        if (!validate(x, s["items"], root, why)) return false;
-  }
-  if (v.is_string()) {
-    const std::string str = v.get<std::string>();
-    if (s.contains("minLength") && code_points(str) < s["minLength"].get<int64_t>()) {
-      why = "string too short";
-      return false;
-    }
-    if (s.contains("maxLength") && code_points(str) > s["maxLength"].get<int64_t>()) {
-      why = "string too long";
-      return false;
-    }
-    if (s.contains("format") && !valid_format(s["format"], str)) {
-      why = "bad " + s["format"].get<std::string>() + ": " + str;
-      return false;
-    }
-  }
-  return true;
 }
 
 // ---- keyword by keyword ----
@@ -355,6 +199,40 @@ TEST(JsonSchema, AnnotationsAreIgnoredAndEmptySchemaIsAnyValue) {
   EXPECT_TRUE(accepts(compile("true"), "false"));
 }
 
+TEST(JsonSchema, IntegerBoundsAreExact) {
+  std::mt19937 rng(12);
+  for (int round = 0; round < 12; ++round) {
+    const int lo = std::uniform_int_distribution<int>(-1200, 1200)(rng);
+    const int hi = lo + std::uniform_int_distribution<int>(0, 1300)(rng);
+    const bool excl = round % 3 == 0;
+    ojson s = {{"type", "integer"}};
+    s[excl ? "exclusiveMinimum" : "minimum"] = excl ? lo - 1 : lo;
+    s[excl ? "exclusiveMaximum" : "maximum"] = excl ? hi + 1 : hi;
+    const Grammar g = compile(s.dump());
+    for (int x = -1600; x <= 1600; ++x)
+      ASSERT_EQ(accepts(g, std::to_string(x)), x >= lo && x <= hi) << x << " in " << s.dump();
+    EXPECT_FALSE(accepts(g, "-0"));
+    EXPECT_FALSE(accepts(g, "0" + std::to_string(std::max(hi, 1))));
+  }
+  // zod's integers: the safe-integer range, one side only, fractional bounds.
+  const Grammar safe =
+      compile(R"({"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991})");
+  EXPECT_TRUE(accepts(safe, "9007199254740991"));
+  EXPECT_TRUE(accepts(safe, "-9007199254740991"));
+  EXPECT_TRUE(accepts(safe, "8999999999999999"));
+  EXPECT_FALSE(accepts(safe, "9007199254740992"));
+  EXPECT_FALSE(accepts(safe, "-9007199254740992"));
+  EXPECT_FALSE(accepts(safe, "10000000000000000"));
+  const Grammar pos = compile(R"({"type":"integer","exclusiveMinimum":0})");
+  EXPECT_TRUE(accepts(pos, "1"));
+  EXPECT_TRUE(accepts(pos, "9999999999999999"));
+  EXPECT_FALSE(accepts(pos, "0"));
+  EXPECT_FALSE(accepts(pos, "-1"));
+  const Grammar frac = compile(R"({"minimum":-2.5,"maximum":3.5})");
+  for (const char* ok : {"-2", "0", "3"}) EXPECT_TRUE(accepts(frac, ok)) << ok;
+  for (const char* bad : {"-3", "4", "2.5"}) EXPECT_FALSE(accepts(frac, bad)) << bad;
+}
+
 TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
   struct Case {
     const char* schema;
@@ -362,7 +240,9 @@ TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
   };
   const Case cases[] = {
       {R"({"type":"string","pattern":"^a+$"})", "unsupported keyword 'pattern' at #"},
-      {R"({"type":"integer","minimum":1})", "unsupported keyword 'minimum' at #"},
+      {R"({"type":"number","minimum":1})", "'minimum' on a number at # is not supported"},
+      {R"({"type":"integer","minimum":5,"exclusiveMaximum":5})", "no integer within the bounds"},
+      {R"({"type":"integer","maximum":"7"})", "'maximum' at # must be a number"},
       {R"({"properties":{"x":{"type":"number","multipleOf":2}}})",
        "unsupported keyword 'multipleOf' at #/properties/x"},
       {R"({"oneOf":[{"type":"string"}]})", "unsupported keyword 'oneOf' at #"},
@@ -436,158 +316,6 @@ TEST(JsonSchema, ResponseFormat) {
 }
 
 // ---- the property test ----
-
-class SchemaGen {
- public:
-  explicit SchemaGen(uint32_t seed) : rng_(seed) {}
-
-  ojson root() {
-    ojson s = gen(0);
-    if (pick(3) == 0) {  // definitions referenced from inside
-      ojson defs = ojson::object();
-      defs["d0"] = gen(2);
-      defs["node"] = {{"type", "object"},
-                      {"properties",
-                       {{"n", {{"type", "integer"}}},
-                        {"next", {{"anyOf", {{{"$ref", "#/$defs/node"}}, {{"type", "null"}}}}}}}},
-                      {"required", {"n", "next"}},
-                      {"additionalProperties", false}};
-      ojson obj = {
-          {"type", "object"},
-          {"properties",
-           {{"main", s}, {"d", {{"$ref", "#/$defs/d0"}}}, {"list", {{"$ref", "#/$defs/node"}}}}},
-          {"required", {"main", "list"}}};
-      obj["$defs"] = defs;
-      return obj;
-    }
-    return s;
-  }
-
- private:
-  int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
-
-  ojson value() {
-    switch (pick(6)) {
-      case 0:
-        return pick(2) == 0;
-      case 1:
-        return pick(100) - 50;
-      case 2:
-        return "s" + std::to_string(pick(10)) + (pick(2) ? "é\"" : "");
-      case 3:
-        return nullptr;
-      case 4:
-        return 0.25 * pick(9);
-      default:
-        return ojson{{"k", pick(3)}};
-    }
-  }
-
-  ojson gen(int depth) {
-    const int kind = depth >= 3 ? pick(8) : pick(13);
-    switch (kind) {
-      case 0:
-        return {{"type", "string"}};
-      case 1: {
-        ojson s = {{"type", "string"}};
-        const int lo = pick(4);
-        if (pick(2)) s["minLength"] = lo;
-        if (pick(2)) s["maxLength"] = lo + pick(4);
-        return s;
-      }
-      case 2: {
-        const char* f[] = {"date", "time", "date-time", "uuid", "ipv4"};
-        return {{"type", "string"}, {"format", f[pick(5)]}};
-      }
-      case 3:
-        return {{"type", pick(2) ? "number" : "integer"}};
-      case 4:
-        return {{"type", pick(2) ? "boolean" : "null"}};
-      case 5: {
-        ojson e = ojson::array();
-        for (int k = 0, n = 1 + pick(4); k < n; ++k) e.push_back(value());
-        return {{"enum", e}};
-      }
-      case 6:
-        return {{"const", value()}};
-      case 7:
-        return {{"type", {"string", "null"}}, {"description", "nullable"}};
-      case 8:
-      case 9: {
-        ojson props = ojson::object();
-        ojson req = ojson::array();
-        for (int k = 0, n = 1 + pick(4); k < n; ++k) {
-          const std::string key = std::string("p") + std::to_string(k) + (pick(4) ? "" : " \"q\"");
-          props[key] = gen(depth + 1);
-          if (pick(2)) req.push_back(key);
-        }
-        ojson s = {{"type", "object"}, {"properties", props}, {"required", req}};
-        if (pick(2)) s["additionalProperties"] = false;
-        return s;
-      }
-      case 10: {
-        ojson s = {{"type", "array"}, {"items", gen(depth + 1)}};
-        const int lo = pick(3);
-        if (pick(2)) s["minItems"] = lo;
-        if (pick(2)) s["maxItems"] = lo + pick(3);
-        return s;
-      }
-      case 11: {
-        ojson alts = ojson::array();
-        for (int k = 0, n = 2 + pick(2); k < n; ++k) alts.push_back(gen(depth + 1));
-        return {{"anyOf", alts}};
-      }
-      default:
-        return pick(3) ? ojson::object() : ojson{{"type", "object"}};  // any value / object
-    }
-  }
-
-  std::mt19937 rng_;
-};
-
-// A random walk through the matcher: random allowed tokens for a while, then the token that
-// brings the grammar closest to its end, then end-of-sequence. Returns the text.
-std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos,
-                        std::mt19937& rng) {
-  const VocabTrie& v = a->vocab();
-  GrammarMatcher m(a);
-  TokenMask mask(static_cast<size_t>(v.n_words()));
-  std::string text;
-  const int wander = std::uniform_int_distribution<int>(0, 80)(rng);
-  for (int step = 0; step < 5000; ++step) {
-    EXPECT_TRUE(m.allowed(mask.data()).ok());
-    std::vector<int32_t> ids;
-    for (int32_t id = 0; id < v.n_vocab(); ++id)
-      if (mask_test(mask.data(), id)) ids.push_back(id);
-    EXPECT_FALSE(ids.empty()) << "dead end after: " << text;
-    if (ids.empty()) return text;
-    int32_t choice = -1;
-    if (m.is_accepting() &&
-        (step >= wander || std::uniform_int_distribution<int>(0, 3)(rng) == 0)) {
-      choice = eos;
-    } else if (step < wander) {
-      choice = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
-      if (choice == eos) continue;
-    } else {
-      uint32_t best = kGrammarInf;
-      std::vector<int32_t> best_ids;
-      for (int32_t id : ids) {
-        if (id == eos) continue;
-        GrammarMatcher probe = m;
-        EXPECT_TRUE(probe.accept(id).ok());
-        const uint32_t d = probe.min_bytes_to_accept();
-        if (d < best) best_ids.clear(), best = d;
-        if (d == best) best_ids.push_back(id);
-      }
-      choice = best_ids[std::uniform_int_distribution<size_t>(0, best_ids.size() - 1)(rng)];
-    }
-    EXPECT_TRUE(m.accept(choice).ok());
-    if (choice == eos) return text;
-    text += v.bytes(choice);
-  }
-  ADD_FAILURE() << "the walk did not finish: " << text;
-  return text;
-}
 
 TEST(JsonSchema, RandomSchemasRandomWalksProduceValidJson) {
   std::vector<std::string> vocab;

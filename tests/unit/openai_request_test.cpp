@@ -466,17 +466,75 @@ TEST(ChatRequest, ToolsMalformed) {
   expect_chat_error(
       chat_with(R"("tools":[{"type":"function","function":{"name":"f","description":1}}])"),
       "description' must be a string");
-  expect_chat_error(chat_with(R"("tool_choice":"required")"), "\"required\" is not supported");
+  expect_chat_error(chat_with(R"("tool_choice":"required")"), "no 'tools' are given");
   expect_chat_error(chat_with(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
-                    "naming a function is not supported");
-  expect_chat_error(chat_with(R"("tool_choice":"sometimes")"), "must be \"auto\" or \"none\"");
-  expect_chat_error(chat_with(R"("tool_choice":3)"), "'tool_choice' must be a string");
+                    "names function 'f', which is not among 'tools'");
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}}],)";
+  expect_chat_error(chat_with(tools + R"("tool_choice":{"type":"function","function":{"name":"g"}})"),
+                    "names function 'g', which is not among 'tools'");
+  expect_chat_error(chat_with(tools + R"("tool_choice":{"type":"fn","function":{"name":"f"}})"),
+                    "'tool_choice.type' must be \"function\"");
+  expect_chat_error(chat_with(tools + R"("tool_choice":{"type":"function"})"),
+                    "'tool_choice.function' is required");
+  expect_chat_error(chat_with(tools + R"("tool_choice":{"type":"function","function":{}})"),
+                    "'tool_choice.function.name' is required");
+  expect_chat_error(chat_with(R"("tool_choice":"sometimes")"), "must be \"auto\", \"none\"");
+  expect_chat_error(chat_with(R"("tool_choice":3)"), "'tool_choice' must be a string or an object");
+  expect_chat_error(
+      chat_with(tools + R"("tool_choice":"required","response_format":{"type":"json_object"})"),
+      "cannot be combined with 'response_format'");
+  auto req = parse_chat_request(chat_with(tools + R"("tool_choice":"required")"), limits());
+  ASSERT_TRUE(req.ok()) << req.error_message();
+  EXPECT_TRUE(req->tool_required && req->parse_tools && req->parallel_tool_calls);
+  EXPECT_TRUE(req->tool_choice_name.empty());
+  auto named = parse_chat_request(
+      chat_with(tools + R"("tool_choice":{"type":"function","function":{"name":"f"}},)"
+                        R"("parallel_tool_calls":false)"),
+      limits());
+  ASSERT_TRUE(named.ok()) << named.error_message();
+  EXPECT_TRUE(named->tool_required && !named->parallel_tool_calls);
+  EXPECT_EQ(named->tool_choice_name, "f");
   expect_chat_error(chat_with(R"("parallel_tool_calls":"yes")"), "must be a boolean");
 }
 
 TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
-  expect_chat_error(chat_with(R"("response_format":{"type":"json_object"})"),
-                    "'json_object' is not supported");
+  expect_chat_error(chat_with(R"("response_format":{"type":"xml"})"),
+                    "'response_format.type' 'xml' is not one of text, json_object, json_schema");
+  expect_chat_error(chat_with(R"("response_format":{"type":"json_schema"})"),
+                    "'response_format.json_schema' must be an object");
+  expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
+                              R"({"name":"x","schema":{"type":"string","pattern":"a+"}}})"),
+                    "unsupported keyword 'pattern' at #");
+  expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
+                              R"({"name":"x","strict":true,"schema":{"type":"object",)"
+                              R"("properties":{"n":{"type":"number","multipleOf":3}}}}})"),
+                    "unsupported keyword 'multipleOf' at #/properties/n");
+  expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
+                              R"({"name":"x","schema":{"type":"number","minimum":3}}})"),
+                    "'minimum' on a number at # is not supported");
+  expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
+                              R"({"name":"x","schema":{},"extra":1}})"),
+                    "unknown field 'response_format.json_schema.extra'");
+  expect_chat_error(chat_with(R"("response_format":{"type":"json_object"},"grammar":"root ::= \"a\"")"),
+                    "'grammar' and a 'response_format' other than text cannot be combined");
+  expect_chat_error(chat_with(R"("grammar":1)"), "'grammar' must be a string");
+  auto text = parse_chat_request(chat_with(R"("response_format":{"type":"text"})"), limits());
+  ASSERT_TRUE(text.ok()) << text.error_message();
+  EXPECT_TRUE(text->grammar.empty());
+  auto obj = parse_chat_request(chat_with(R"("response_format":{"type":"json_object"})"), limits());
+  ASSERT_TRUE(obj.ok()) << obj.error_message();
+  EXPECT_NE(obj->grammar.find("root ::= object"), std::string::npos);
+  EXPECT_EQ(obj->grammar_from, "response_format");
+  auto sch = parse_chat_request(
+      chat_with(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,)"
+                R"("schema":{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}}})"),
+      limits());
+  ASSERT_TRUE(sch.ok()) << sch.error_message();
+  EXPECT_NE(sch->grammar.find("\"\\\"b\\\"\""), std::string::npos) << sch->grammar;
+  auto gbnf = parse_chat_request(chat_with(R"("grammar":"root ::= [a-z]+")"), limits());
+  ASSERT_TRUE(gbnf.ok()) << gbnf.error_message();
+  EXPECT_EQ(gbnf->grammar, "root ::= [a-z]+");
+  EXPECT_EQ(gbnf->grammar_from, "grammar");
   expect_chat_error(chat_with(R"("response_format":"json")"),
                     "'response_format' must be an object");
   expect_chat_error(chat_with(R"("response_format":{})"), "'response_format.type' is required");
@@ -523,6 +581,24 @@ TEST(CompletionRequest, PromptForms) {
   ASSERT_TRUE(lp0.ok()) << lp0.error_message();
   EXPECT_TRUE(lp0->logprobs);
   EXPECT_EQ(lp0->top_logprobs, 0);
+}
+
+TEST(CompletionRequest, GrammarAndResponseFormat) {
+  auto g = parse_completion_request(R"({"prompt":"x","grammar":"root ::= \"yes\" | \"no\""})",
+                                    limits());
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(g->grammar, "root ::= \"yes\" | \"no\"");
+  auto rf = parse_completion_request(
+      R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"name":"n",)"
+      R"("schema":{"type":"array","items":{"type":"integer"}}}}})",
+      limits());
+  ASSERT_TRUE(rf.ok()) << rf.error_message();
+  EXPECT_NE(rf->grammar.find("integer"), std::string::npos);
+  expect_completion_error(
+      R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":)"
+      R"({"type":"object","patternProperties":{}}}}})",
+      "unsupported keyword 'patternProperties'");
+  expect_completion_error(R"({"prompt":"x","grammar":["root"]})", "'grammar' must be a string");
 }
 
 TEST(CompletionRequest, Malformed) {

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "rewind/base/thread_pool.h"
+#include "rewind/engine/constrained.h"
 #include "rewind/engine/step_plan.h"
 #include "rewind/sample/logit_adjust.h"
 
@@ -13,7 +14,8 @@ namespace rw {
 
 namespace {
 double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 constexpr size_t kRecentMax = 32;
@@ -74,11 +76,16 @@ MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, i
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::None: return "";
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::Cancelled: return "cancelled";
-    case FinishReason::Error: return "error";
+    case FinishReason::None:
+      return "";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Error:
+      return "error";
   }
   return "";
 }
@@ -94,16 +101,17 @@ struct BatchEngine::Seq {
   int64_t pos = 0;                  // next prompt position to run (prefill) == state n_pos
   std::vector<int64_t> cuts;        // checkpoint positions of the prefill, ascending
   std::vector<std::shared_ptr<const Snapshot>> snaps;
-  std::vector<int32_t> history;     // tokens consumed by the state
+  std::vector<int32_t> history;  // tokens consumed by the state
   std::optional<Sampler> sampler;
   std::optional<LogitAdjuster> adjust;  // penalties and bias: follows `out` exactly
   std::set<int32_t> cancelled_choices;  // choice 0 before the fork: choices already cancelled
   std::vector<int32_t> out;
   bool decoding = false;
   RequestReport report;
-  SpecConfig spec_cfg;               // resolved at submit (kind Off: plain decoding)
-  std::optional<SpecSequence> spec;  // from the first decode step on
-  std::vector<float> first_logits;   // when the request asks for them
+  SpecConfig spec_cfg;                    // resolved at submit (kind Off: plain decoding)
+  std::optional<SpecSequence> spec;       // from the first decode step on
+  std::vector<float> first_logits;        // when the request asks for them
+  std::optional<GrammarMatcher> grammar;  // constrained decoding: the reply's grammar position
   // Set while a step is applied when the request ends there; finished after the step.
   FinishReason end = FinishReason::None;
   TokenEvent end_ev;
@@ -127,7 +135,8 @@ Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_def
   if (req.spec_kind) c.kind = *req.spec_kind;
   if (req.spec_k != 0) c.k = req.spec_k;
   if (c.kind == SpecKind::Draft && !c.draft)
-    return make_error("speculative: this server has no draft model (start it with --spec draft:DIR)");
+    return make_error(
+        "speculative: this server has no draft model (start it with --spec draft:DIR)");
   REWIND_TRY_STATUS(spec_check(model, c));
   return c;
 }
@@ -136,7 +145,8 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
                          EngineThread threading)
     : model_(model), pool_(pool), opt_(opt) {
   REWIND_CHECK(opt_.max_running >= 1 && opt_.step_tokens >= 1 && opt_.max_queued >= 0);
-  REWIND_CHECK_MSG(spec_check(model, opt_.spec).ok(), "BatchEngine: speculative options not checked");
+  REWIND_CHECK_MSG(spec_check(model, opt_.spec).ok(),
+                   "BatchEngine: speculative options not checked");
   if (opt_.sample_vocab <= 0 || opt_.sample_vocab > model.config().vocab_size)
     opt_.sample_vocab = static_cast<int32_t>(model.config().vocab_size);
   recurrent_ = model.config().n_recurrent_layers() > 0;
@@ -165,7 +175,9 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
   if (own_thread_) thread_ = std::thread([this] { loop(); });
 }
 
-BatchEngine::~BatchEngine() { shutdown(false); }
+BatchEngine::~BatchEngine() {
+  shutdown(false);
+}
 
 Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
   const int64_t n = static_cast<int64_t>(req.prompt.size());
@@ -178,13 +190,15 @@ Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
   if (n == 0) return reject("empty prompt");
   for (int32_t t : req.prompt)
     if (t < 0 || t >= V)
-      return reject("token id " + std::to_string(t) + " out of range [0, " + std::to_string(V) + ")");
+      return reject("token id " + std::to_string(t) + " out of range [0, " + std::to_string(V) +
+                    ")");
   if (req.max_tokens < 1) return reject("max_tokens must be >= 1");
   if (n + req.max_tokens > opt_.ctx_size)
     return reject("prompt too long: " + std::to_string(n) + " prompt tokens + max_tokens " +
                   std::to_string(req.max_tokens) + " exceed the context size " +
                   std::to_string(opt_.ctx_size));
-  if (req.top_logprobs < 0 || req.top_logprobs > 20) return reject("top_logprobs must be in [0, 20]");
+  if (req.top_logprobs < 0 || req.top_logprobs > 20)
+    return reject("top_logprobs must be in [0, 20]");
   if (req.n < 1 || req.n > Request::kMaxChoices)
     return reject("n must be in [1, " + std::to_string(Request::kMaxChoices) + "]");
   if (req.n > opt_.max_running)
@@ -195,6 +209,15 @@ Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
     return reject(as.error_message());
   for (int64_t b : req.boundaries)
     if (b < 0) return reject("negative checkpoint boundary");
+  if (req.grammar) {
+    const VocabTrie& gv = req.grammar->vocab();
+    if (gv.n_vocab() > V)
+      return reject("grammar: its vocabulary (" + std::to_string(gv.n_vocab()) +
+                    " ids) is larger than the model's (" + std::to_string(V) + ")");
+    if (gv.eos_ids().empty()) return reject("grammar: its vocabulary has no end-of-sequence id");
+    // The grammar ends the reply with one of its end-of-sequence ids, whatever else stops it.
+    req.stop_ids.insert(gv.eos_ids().begin(), gv.eos_ids().end());
+  }
   auto spec = resolve_spec(model_, opt_.spec, req);
   if (!spec.ok()) return reject(spec.error_message());
   auto s = std::make_unique<Seq>();
@@ -254,8 +277,10 @@ void BatchEngine::shutdown(bool drain) {
     }
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  else run_until_idle();  // EngineThread::Caller: drain or cancel what is still here
+  if (thread_.joinable())
+    thread_.join();
+  else
+    run_until_idle();  // EngineThread::Caller: drain or cancel what is still here
 }
 
 void BatchEngine::loop() {
@@ -373,6 +398,7 @@ void BatchEngine::admit(Seq& s) {
   s.history.assign(s.req.prompt.begin(), s.req.prompt.begin() + s.pos);
   s.sampler.emplace(s.req.sampling);
   s.adjust.emplace(s.req.sampling, s.req.prompt);
+  if (s.req.grammar) s.grammar.emplace(s.req.grammar);
 }
 
 std::unique_ptr<BatchEngine::Seq> BatchEngine::fork(const Seq& s, int32_t choice) {
@@ -391,7 +417,8 @@ std::unique_ptr<BatchEngine::Seq> BatchEngine::fork(const Seq& s, int32_t choice
   f->snaps = s.snaps;  // shared: published again by each choice (the cache keeps one)
   f->history = s.history;
   f->sampler.emplace(f->req.sampling);
-  f->adjust = s.adjust;  // before s's first token: the prompt's window only
+  f->adjust = s.adjust;    // before s's first token: the prompt's window only
+  f->grammar = s.grammar;  // likewise: no token accepted yet
   f->decoding = true;
   f->spec_cfg = s.spec_cfg;
   f->report = s.report;
@@ -416,7 +443,8 @@ void BatchEngine::end_unstarted(const Seq& s, int32_t choice, FinishReason why,
   if (s.cb) s.cb(ev);
 }
 
-void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev) {
+void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err,
+                         TokenEvent ev) {
   Seq& s = *sp;
   if (s.spec) {
     s.spec->abort();  // no-op unless a round is open (a failed step)
@@ -466,9 +494,12 @@ void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string
   // add their tokens and speculation only.
   if (s.choice == 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (why == FinishReason::Cancelled) ++metrics_.requests_cancelled;
-    else if (why == FinishReason::Error) ++metrics_.requests_failed;
-    else ++metrics_.requests_finished;
+    if (why == FinishReason::Cancelled)
+      ++metrics_.requests_cancelled;
+    else if (why == FinishReason::Error)
+      ++metrics_.requests_failed;
+    else
+      ++metrics_.requests_finished;
     metrics_.prompt_tokens += s.report.prompt_tokens;
     auto push = [](std::vector<double>& v, double x) {
       if (v.size() >= kLatencySamples) v.erase(v.begin());
@@ -501,7 +532,10 @@ void BatchEngine::open_spec_rounds() {
     Seq& s = *sp;
     if (!s.decoding || s.spec_cfg.kind == SpecKind::Off) continue;
     // A speculative round: [last, d1..dk] verified in this step's forward.
-    if (!s.spec) s.spec.emplace(model_, s.spec_cfg);
+    if (!s.spec) {
+      s.spec.emplace(model_, s.spec_cfg);
+      if (s.grammar) s.spec->set_grammar(&*s.grammar);
+    }
     const int32_t left = s.req.max_tokens - static_cast<int32_t>(s.out.size());
     Status bs = Ok{};
     try {
@@ -602,7 +636,10 @@ void BatchEngine::step() {
     } else if (r.decode) {
       batch.push_back({&*s.state, std::span<const int32_t>(&s.out.back(), 1), {0}});
     } else {
-      SeqInput in{&*s.state, std::span<const int32_t>(s.req.prompt.data() + r.begin, static_cast<size_t>(r.end - r.begin)), {}};
+      SeqInput in{&*s.state,
+                  std::span<const int32_t>(s.req.prompt.data() + r.begin,
+                                           static_cast<size_t>(r.end - r.begin)),
+                  {}};
       if (r.logits) in.logit_rows = {static_cast<int32_t>(r.end - r.begin - 1)};
       batch.push_back(in);
     }
@@ -643,9 +680,12 @@ void BatchEngine::step() {
       idx.resize(static_cast<size_t>(nv));
       for (int32_t v = 0; v < nv; ++v) idx[v] = v;
       const int32_t k = std::min(s.req.top_logprobs, nv);
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                        [&](int32_t a, int32_t b) { return lg[a] > lg[b] || (lg[a] == lg[b] && a < b); });
-      for (int32_t j = 0; j < k; ++j) ev.top.push_back({idx[j], static_cast<float>(lg[idx[j]] - lse)});
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+        return lg[a] > lg[b] || (lg[a] == lg[b] && a < b);
+      });
+      // Tokens a grammar refuses (-inf) are no alternatives.
+      for (int32_t j = 0; j < k && lg[idx[j]] > -INFINITY; ++j)
+        ev.top.push_back({idx[j], static_cast<float>(lg[idx[j]] - lse)});
     }
   };
   // Emits one sampled token; false when it ends the request (marked, finished after the step).
@@ -662,8 +702,10 @@ void BatchEngine::step() {
     s.out.push_back(tok);
     s.adjust->push(tok);
     FinishReason why = FinishReason::None;
-    if (s.req.stop_ids.count(tok)) why = FinishReason::Stop;
-    else if (static_cast<int32_t>(s.out.size()) >= s.req.max_tokens) why = FinishReason::Length;
+    if (s.req.stop_ids.count(tok))
+      why = FinishReason::Stop;
+    else if (static_cast<int32_t>(s.out.size()) >= s.req.max_tokens)
+      why = FinishReason::Length;
     if (why == FinishReason::None) {
       if (s.cb) s.cb(ev);
       return true;
@@ -674,7 +716,38 @@ void BatchEngine::step() {
   };
   const int64_t interval = cache_ && recurrent_ ? opt_.cache.policy.interval : 0;
   std::vector<std::unique_ptr<Seq>> forked;  // choices forked in this step (Request::n)
-  size_t row = 0;  // logits row
+  // The token of a plain (not speculative) row of q, its logits adjusted; under a grammar the
+  // row is masked (in place, when needed) and the matcher advanced. -1 ends q with an error.
+  const auto pick = [&](Seq& q, float* row_lg) -> int32_t {
+    if (!q.grammar) return q.sampler->sample(row_lg, opt_.sample_vocab);
+    Status gs = Ok{};
+    int32_t tok = -1;
+    if (lazy_sampling(q)) {
+      // Temperature alone: a draw from the whole row kept when allowed, else a draw from
+      // the masked row, is a draw from the masked distribution (p(t) + (1 - p(A)) p(t) / p(A)
+      // = p(t) / p(A) for t in the allowed set A), so the mask is needed only on refusal.
+      tok = q.sampler->sample(row_lg, opt_.sample_vocab);
+      auto next = q.grammar->automaton().step_token(q.grammar->state(), tok);
+      if (!next.ok())
+        gs = next.error();
+      else if (next.value() == GrammarAutomaton::kDead)
+        tok = -1;
+    }
+    if (gs.ok() && tok < 0) {
+      gs = constrain_logits(q.grammar->automaton(), q.grammar->state(), row_lg, opt_.sample_vocab,
+                            lazy_grammar(q));
+      if (gs.ok()) tok = q.sampler->sample(row_lg, opt_.sample_vocab);
+    }
+    if (gs.ok()) gs = q.grammar->accept(tok);
+    if (!gs.ok()) {
+      q.end = FinishReason::Error;
+      q.end_ev.error = gs.error_message();
+      return -1;
+    }
+    return tok;
+  };
+  std::vector<float> choice_row;  // a forked choice's own copy of a constrained row
+  size_t row = 0;                 // logits row
   for (const PlannedRow& r : plan.rows) {
     Seq& s = *running_[r.seq];
     if (r.decode && s.spec && s.spec->round_open()) {
@@ -685,14 +758,41 @@ void BatchEngine::step() {
       row += static_cast<size_t>(s.spec->drafted() + 1);
       s.adjust->adjust_rows(lg, V, s.spec->drafts(), opt_.sample_vocab);
       const int32_t last = s.out.back();
+      // Under a grammar the matcher follows the drafts and row i is constrained in the state
+      // after the first i of them; what the verification rejects is rolled back below.
+      size_t g_adv = 0;
+      if (s.grammar) {
+        Status gs = constrain_spec_rows(s, lg, &g_adv);
+        if (!gs.ok()) {
+          s.grammar->rollback(g_adv);
+          s.spec->abort();
+          s.end = FinishReason::Error;
+          s.end_ev.error = gs.error_message();
+          continue;
+        }
+      }
       SpecOutcome o;
       try {
         o = s.spec->commit(lg, V, opt_.sample_vocab, *s.sampler, s.req.stop_ids, interval, pool_);
       } catch (const std::exception& e) {
         // commit() aborted the round: the sequence is at its committed state.
+        if (s.grammar) s.grammar->rollback(g_adv);
         s.end = FinishReason::Error;
         s.end_ev.error = std::string("speculative round failed: ") + e.what();
         continue;
+      }
+      if (s.grammar) {
+        // Keep the accepted drafts, then take the token chosen after them.
+        REWIND_CHECK(static_cast<size_t>(o.accepted) <= g_adv);
+        s.grammar->rollback(g_adv - static_cast<size_t>(o.accepted));
+        if (o.tokens.size() > static_cast<size_t>(o.accepted)) {
+          Status as = s.grammar->accept(o.tokens.back());
+          if (!as.ok()) {
+            s.end = FinishReason::Error;
+            s.end_ev.error = as.error_message();
+            continue;
+          }
+        }
       }
       o.append_consumed(last, &s.history);
       for (auto& sn : o.snaps) {
@@ -705,10 +805,10 @@ void BatchEngine::step() {
     }
     float* lg = r.logits ? logits.data() + (row++) * V : nullptr;
     if (!r.decode) {
-      s.history.insert(s.history.end(), s.req.prompt.begin() + r.begin, s.req.prompt.begin() + r.end);
+      s.history.insert(s.history.end(), s.req.prompt.begin() + r.begin,
+                       s.req.prompt.begin() + r.end);
       s.pos = r.end;
-      if (s.req.on_prefill)
-        s.req.on_prefill(s.pos, static_cast<int64_t>(s.req.prompt.size()));
+      if (s.req.on_prefill) s.req.on_prefill(s.pos, static_cast<int64_t>(s.req.prompt.size()));
       if (cache_ && recurrent_ && r.checkpoint) s.snapshot();
       if (!lg) continue;
       if (s.forks_pending()) {
@@ -722,10 +822,18 @@ void BatchEngine::step() {
           }
           forked.push_back(fork(s, c));
           Seq& f = *forked.back();
-          emit(f, lg, f.sampler->sample(lg, opt_.sample_vocab));
+          // A grammar may mask the row in place: each choice picks from its own copy.
+          float* own = lg;
+          if (f.grammar) {
+            choice_row.assign(lg, lg + V);
+            own = choice_row.data();
+          }
+          const int32_t tok = pick(f, own);
+          if (tok >= 0) emit(f, own, tok);
         }
         s.decoding = true;
-        emit(s, lg, s.sampler->sample(lg, opt_.sample_vocab));
+        const int32_t tok = pick(s, lg);
+        if (tok >= 0) emit(s, lg, tok);
         continue;
       }
       s.decoding = true;
@@ -735,7 +843,8 @@ void BatchEngine::step() {
       if (interval > 0 && s.state->n_pos() % interval == 0) s.snapshot();
     }
     s.adjust->apply(lg, opt_.sample_vocab);
-    emit(s, lg, s.sampler->sample(lg, opt_.sample_vocab));
+    const int32_t tok = pick(s, lg);
+    if (tok >= 0) emit(s, lg, tok);
   }
   // Forked choices run from the next step; those that already ended are finished with the rest.
   for (auto& f : forked) running_.push_back(std::move(f));
@@ -747,6 +856,39 @@ void BatchEngine::step() {
   metrics_.running = static_cast<int32_t>(running_.size());
   if (cache_) metrics_.cache = cache_->stats();
   update_memory();
+}
+
+bool BatchEngine::lazy_grammar(const Seq& s) const {
+  // A greedy row whose log-probabilities are not reported needs the mask only when its argmax
+  // is refused (constrain_logits); the same rule on every path keeps spec and plain decoding
+  // token for token equal.
+  return s.sampler->greedy() && !s.req.logprobs && s.req.top_logprobs <= 0 &&
+         !s.req.keep_first_logits;
+}
+
+bool BatchEngine::lazy_sampling(const Seq& s) const {
+  // Plain rows sampled with temperature alone (no top-k / top-p / min-p, whose cut would differ
+  // between the whole and the masked row), log-probabilities not reported.
+  const SamplingParams& p = s.sampler->params();
+  return !s.sampler->greedy() && p.top_k <= 0 && p.top_p >= 1.0f && p.min_p <= 0.0f &&
+         !s.req.logprobs && s.req.top_logprobs <= 0 && !s.req.keep_first_logits;
+}
+
+Status BatchEngine::constrain_spec_rows(Seq& s, float* lg, size_t* advanced) {
+  const int64_t V = model_.config().vocab_size;
+  const std::span<const int32_t> d = s.spec->drafts();
+  // begin() cut the drafts at the first refused token, so all of them are accepted here; a
+  // row past a refused draft would never be read (its draft is rejected before it).
+  REWIND_TRY(const size_t n, s.grammar->accept_prefix(std::vector<int32_t>(d.begin(), d.end())));
+  *advanced = n;
+  for (size_t i = 0; i <= n; ++i) {
+    // A row after an end-of-sequence draft is never emitted (the run is cut at that stop).
+    const int32_t st = s.grammar->state_back(n - i);
+    if (st == GrammarAutomaton::kEnded) break;
+    REWIND_TRY_STATUS(constrain_logits(s.grammar->automaton(), st, lg + static_cast<int64_t>(i) * V,
+                                       opt_.sample_vocab, lazy_grammar(s)));
+  }
+  return Ok{};
 }
 
 void BatchEngine::update_memory() {

@@ -129,6 +129,14 @@ class BatchEngine {
   std::unique_ptr<Seq> fork(const Seq& s, int32_t choice);
   // The final event of a choice that never started (its request ended before the fork).
   void end_unstarted(const Seq& s, int32_t choice, FinishReason why, const std::string& err);
+  // Constrained decoding: whether a row of `s` is masked only when its argmax is refused;
+  // the rows of an open speculative round constrained along its drafts (the matcher is left
+  // *advanced tokens further, for the caller to roll back).
+  bool lazy_grammar(const Seq& s) const;
+  // Whether a plain (not speculative) sampled row of `s` is drawn whole first and masked only
+  // when the draw is refused (the same distribution as masking first).
+  bool lazy_sampling(const Seq& s) const;
+  Status constrain_spec_rows(Seq& s, float* lg, size_t* advanced);
   void update_memory();  // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
   CacheTreeReport tree_report(int64_t max_nodes) const;  // the thread that runs the steps

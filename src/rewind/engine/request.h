@@ -17,6 +17,8 @@
 
 namespace rw {
 
+class GrammarAutomaton;
+
 struct EngineOptions {
   int32_t max_running = 4;        // sequences decoding/prefilling at once (--parallel)
   int32_t max_queued = 64;        // waiting requests beyond that are refused (queue full)
@@ -62,6 +64,11 @@ struct Request {
   // Called on the engine thread after each prefill chunk with the prompt tokens the state has
   // consumed (resumed ones included) and the prompt's length: progress for long prompts.
   std::function<void(int64_t done, int64_t total)> on_prefill;
+  // Constrained decoding (engine/constrained.h): every generated token is one this grammar
+  // allows; the reply ends with one of its end-of-sequence ids (stop ids for this request) once
+  // the grammar is complete. One automaton per grammar text, shared by the requests that use
+  // it (its mask cache with them); the sequence's GrammarMatcher starts at admission.
+  std::shared_ptr<GrammarAutomaton> grammar;
 };
 
 enum class FinishReason { None, Stop, Length, Cancelled, Error };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "rewind/engine/constrained.h"
 #include "rewind/sample/speculative_accept.h"
 
 namespace rw {
@@ -112,6 +113,17 @@ Status SpecSequence::begin(SequenceState* st, const std::vector<int32_t>& histor
           ds = make_error("speculative: custom draft token " + std::to_string(t) + " out of range");
       if (ds.ok()) verify_.insert(verify_.end(), d.begin(), d.end());
     }
+    if (ds.ok() && grammar_ && cfg_.kind != SpecKind::Draft && verify_.size() > 1) {
+      // Drafts past the first token the grammar refuses could never be accepted.
+      const std::vector<int32_t> d(verify_.begin() + 1, verify_.end());
+      auto n = grammar_->accept_prefix(d);
+      if (n.ok()) {
+        grammar_->rollback(n.value());
+        verify_.resize(1 + n.value());
+      } else {
+        ds = n.error();
+      }
+    }
     if (!ds.ok()) {
       abort();
       return ds;
@@ -185,10 +197,24 @@ Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t la
     draft_q_.assign(static_cast<size_t>(k) * V, 0.0f);
     have_q_ = true;
   }
+  // Under a grammar the draft's logits are masked with the matcher advanced along the drafts
+  // (so a sampled draft's q is the masked distribution and every draft is allowed); the
+  // matcher goes back to where it was when drafting ends, however it ends.
+  size_t advanced = 0;
+  struct Rewind {
+    GrammarMatcher* m;
+    size_t* n;
+    ~Rewind() {
+      if (m) m->rollback(*n);
+    }
+  } rewind_grammar{grammar_, &advanced};
   for (int32_t i = 0; i < k; ++i) {
     SeqInput in{
         &*dstate_, std::span<const int32_t>(feed), {static_cast<int32_t>(feed.size()) - 1}, &dcap_};
     REWIND_TRY_STATUS(D.forward(std::span<SeqInput>(&in, 1), &logits, pool));
+    if (grammar_)
+      REWIND_TRY_STATUS(constrain_logits(grammar_->automaton(), grammar_->state(), logits.data(),
+                                         V, greedy));
     int32_t d;
     if (greedy) {
       d = argmax(logits.data(), V);
@@ -199,6 +225,11 @@ Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t la
     }
     verify_.push_back(d);
     feed.assign(1, d);
+    if (grammar_) {
+      REWIND_TRY_STATUS(grammar_->accept(d));
+      ++advanced;
+      if (grammar_->is_ended()) break;  // an end-of-sequence draft: nothing can follow it
+    }
     if (i + 1 == k) break;  // the last draft is consumed next round, if accepted
   }
   return Ok{};

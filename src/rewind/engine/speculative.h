@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "rewind/base/result.h"
+#include "rewind/grammar/matcher.h"
 #include "rewind/model/model.h"
 #include "rewind/sample/sampler.h"
 
@@ -104,6 +105,11 @@ class SpecSequence {
   int32_t current_k() const { return k_cur_; }
   const SpecStats& stats() const { return stats_; }
   bool round_open() const { return open_; }
+  // Constrained decoding: the sequence's matcher (owned by the caller, at the committed
+  // position whenever no round is open). Drafts then follow the grammar: the draft model's
+  // logits are masked as it drafts, other drafters' proposals are cut at the first token the
+  // grammar refuses. begin() leaves the matcher where it found it.
+  void set_grammar(GrammarMatcher* m) { grammar_ = m; }
 
   // --- one round (the caller owns the forward) ---
   // Opens a round: drafts up to min(current_k, budget - 1) tokens following history + last,
@@ -141,6 +147,7 @@ class SpecSequence {
 
   const Model& target_;
   SpecConfig cfg_;
+  GrammarMatcher* grammar_ = nullptr;
   int32_t k_cur_;
   SpecStats stats_;
 

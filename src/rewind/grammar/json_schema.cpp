@@ -2,6 +2,8 @@
 // path; fixed rules for JSON's primitives and the string formats.
 #include "rewind/grammar/json_schema.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <vector>
@@ -52,8 +54,59 @@ const std::set<std::string, std::less<>> kKeywords = {
     "type",        "properties", "required",  "additionalProperties",
     "items",       "minItems",   "maxItems",  "enum",
     "const",       "anyOf",      "$ref",      "$defs",
-    "definitions", "format",     "minLength", "maxLength"};
+    "definitions", "format",     "minLength", "maxLength",
+    "minimum",     "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
 const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid", "ipv4"};
+
+constexpr int64_t kMaxInteger = 9999999999999999;  // 16 digits, as the `integer` rule
+
+// Decimal integers of exactly x.size() digits from x to y (x <= y, same length) as a GBNF
+// expression: digit by digit, the shared prefix, then the part of x's first differing digit
+// up to all 9s, whole digits between, and y's digit from all 0s.
+std::string digits_between(const std::string& x, const std::string& y) {
+  const size_t n = x.size();
+  if (n == 0) return "";
+  if (x == y) return "\"" + x + "\"";
+  const std::string rest = n > 1 ? " [0-9]{" + std::to_string(n - 1) + "}" : "";
+  if (x[0] == y[0]) return "\"" + std::string(1, x[0]) + "\" " + digits_between(x.substr(1), y.substr(1));
+  if (x.find_first_not_of('0', 1) == std::string::npos &&
+      y.find_first_not_of('9', 1) == std::string::npos)
+    return "[" + std::string(1, x[0]) + "-" + std::string(1, y[0]) + "]" + rest;
+  std::string out = "( \"" + std::string(1, x[0]) + "\" ";
+  out += n > 1 ? "( " + digits_between(x.substr(1), std::string(n - 1, '9')) + " )" : "";
+  if (y[0] - x[0] >= 2)
+    out += " | [" + std::string(1, static_cast<char>(x[0] + 1)) + "-" +
+           std::string(1, static_cast<char>(y[0] - 1)) + "]" + rest;
+  out += " | \"" + std::string(1, y[0]) + "\" ";
+  out += n > 1 ? "( " + digits_between(std::string(n - 1, '0'), y.substr(1)) + " )" : "";
+  return out + " )";
+}
+
+// Positive integers from a to b (1 <= a <= b), without leading zeros.
+std::string positive_between(int64_t a, int64_t b) {
+  std::vector<std::string> alts;
+  int64_t lo = a;
+  for (int64_t p = 10; lo <= b && p <= kMaxInteger + 1; p *= 10) {
+    if (lo >= p) continue;
+    const int64_t hi = std::min(b, p - 1);
+    alts.push_back(digits_between(std::to_string(lo), std::to_string(hi)));
+    lo = hi + 1;
+  }
+  std::string out;
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return alts.size() > 1 ? "( " + out + " )" : out;
+}
+
+// Integers in [lo, hi] as a GBNF expression (lo <= hi, both within +-kMaxInteger).
+std::string integer_between(int64_t lo, int64_t hi) {
+  std::vector<std::string> alts;
+  if (lo < 0) alts.push_back("\"-\" " + positive_between(std::max<int64_t>(1, -hi), -lo));
+  if (lo <= 0 && hi >= 0) alts.push_back("\"0\"");
+  if (hi > 0) alts.push_back(positive_between(std::max<int64_t>(1, lo), hi));
+  std::string out;
+  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  return out;
+}
 
 // v as compact JSON text (what the grammar must spell); strings that are not UTF-8 are refused.
 Result<std::string> json_text(const ojson& v, const std::string& path) {
@@ -80,17 +133,21 @@ std::string pointer_token(const std::string& key) {
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const ojson& root) : root_(root) {
-    names_ = {"root"};
-    refs_["#"] = "root";
+  // Compiles `root` as the rule `root_name`; rule names are unique within `names` and the
+  // rules go to `rules` (shared when several schemas make one grammar).
+  SchemaCompiler(const ojson& root, std::string root_name, std::set<std::string>& names,
+                 std::vector<std::pair<std::string, std::string>>& rules)
+      : root_(root), root_name_(std::move(root_name)), names_(names), rules_(rules) {
+    names_.insert(root_name_);
+    refs_["#"] = root_name_;
   }
 
-  Result<std::string> run() {
-    REWIND_TRY(const std::string top, visit(root_, "#", "schema", 0));
-    std::string out = "root ::= " + top + "\n";
-    for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
-    out += kPrimitives;
-    return out;
+  // Adds root_name ::= the schema's expression (and the rules it needs) to the rules.
+  Status run() {
+    REWIND_TRY(const std::string top,
+               visit(root_, "#", root_name_ == "root" ? "schema" : root_name_ + "-schema", 0));
+    rules_.insert(rules_.begin() + static_cast<std::ptrdiff_t>(first_rule_), {root_name_, top});
+    return Ok{};
   }
 
  private:
@@ -118,9 +175,9 @@ class SchemaCompiler {
   static Result<int64_t> count(const ojson& s, const char* key, const std::string& path) {
     const ojson& v = s[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      return error("'" + std::string(key) + "' at " + path + " must be a non-negative integer");
+      return error(std::string("'") + key + "' at " + path + " must be a non-negative integer");
     if (v.get<int64_t>() > kMaxCount)
-      return error("'" + std::string(key) + "' at " + path + " is larger than " +
+      return error(std::string("'") + key + "' at " + path + " is larger than " +
                    std::to_string(kMaxCount));
     return v.get<int64_t>();
   }
@@ -145,8 +202,10 @@ class SchemaCompiler {
                                  int depth);
 
   const ojson& root_;
-  std::set<std::string> names_;
-  std::vector<std::pair<std::string, std::string>> rules_;
+  std::string root_name_;
+  std::set<std::string>& names_;
+  std::vector<std::pair<std::string, std::string>>& rules_;
+  size_t first_rule_ = rules_.size();        // where this schema's rules start
   std::map<std::string, std::string> refs_;  // $ref -> its rule
 };
 
@@ -249,6 +308,9 @@ Result<std::string> SchemaCompiler::visit(const ojson& s, const std::string& pat
       types.push_back("array");
     if (s.contains("format") || s.contains("minLength") || s.contains("maxLength"))
       types.push_back("string");
+    if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+        s.contains("exclusiveMaximum"))
+      types.push_back("integer");  // a subset of the numbers in range
     if (types.empty()) return std::string("value");
   }
   if (types.size() == 1) return type_rule(s, types[0], path, hint, depth);
@@ -307,6 +369,36 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
                                               int depth) {
   if (type == "object") return object_rule(s, path, hint, depth);
   if (type == "array") return array_rule(s, path, hint, depth);
+  const bool bounded = s.contains("minimum") || s.contains("maximum") ||
+                       s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
+  if (type == "integer" && bounded) {
+    // Inclusive integer bounds, clamped to what the integer rule spells (16 digits; 1e16 is
+    // exact in a double, 10^16 - 1 is not).
+    auto to_int = [](double v) -> int64_t {
+      return v <= -1e16 ? -kMaxInteger - 1 : v >= 1e16 ? kMaxInteger + 1 : static_cast<int64_t>(v);
+    };
+    int64_t lo = -kMaxInteger, hi = kMaxInteger;
+    for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      if (!s.contains(kw)) continue;
+      if (!s[kw].is_number()) return error("'" + std::string(kw) + "' at " + path + " must be a number");
+      const double v = s[kw].get<double>();
+      if (std::isnan(v)) return error("'" + std::string(kw) + "' at " + path + " must be a number");
+      const std::string k = kw;
+      if (k == "minimum") lo = std::max(lo, to_int(std::ceil(v)));
+      if (k == "exclusiveMinimum") lo = std::max(lo, to_int(std::floor(v)) + 1);
+      if (k == "maximum") hi = std::min(hi, to_int(std::floor(v)));
+      if (k == "exclusiveMaximum") hi = std::min(hi, to_int(std::ceil(v)) - 1);
+    }
+    if (lo > hi) return error("no integer within the bounds at " + path);
+    return add_rule(hint, integer_between(lo, hi));
+  }
+  if (type == "number" && bounded)
+    return error("'" +
+                 std::string(s.contains("minimum")            ? "minimum"
+                             : s.contains("maximum")          ? "maximum"
+                             : s.contains("exclusiveMinimum") ? "exclusiveMinimum"
+                                                              : "exclusiveMaximum") +
+                 "' on a number at " + path + " is not supported (only on integers)");
   if (type == "number" || type == "integer" || type == "boolean" || type == "null") return type;
   // string
   if (s.contains("format")) {
@@ -414,8 +506,8 @@ Result<std::string> SchemaCompiler::array_rule(const ojson& s, const std::string
     REWIND_TRY(item, visit(s["items"], path + "/items", name + "-item", depth + 1));
   }
   const int64_t more_lo = lo > 0 ? lo - 1 : 0;
-  const std::string reps = "{" + std::to_string(more_lo) + "," +
-                           (hi >= 0 ? std::to_string(hi - 1) : std::string()) + "}";
+  std::string reps = "{";
+  reps += std::to_string(more_lo) + "," + (hi >= 0 ? std::to_string(hi - 1) : std::string()) + "}";
   const std::string items = item + " ws ( \",\" ws " + item + " ws )" + reps;
   rules_.emplace_back(name, "\"[\" ws " + (lo > 0 ? items : "( " + items + " )?") + " \"]\"");
   return name;
@@ -424,8 +516,31 @@ Result<std::string> SchemaCompiler::array_rule(const ojson& s, const std::string
 }  // namespace
 
 Result<std::string> json_schema_to_gbnf(const ojson& schema) {
-  SchemaCompiler c(schema);
-  return c.run();
+  std::set<std::string> names;
+  std::vector<std::pair<std::string, std::string>> rules;
+  SchemaCompiler c(schema, "root", names, rules);
+  REWIND_TRY_STATUS(c.run());
+  std::string out;
+  for (const auto& [name, body] : rules) out += name + " ::= " + body + "\n";
+  out += kPrimitives;
+  return out;
+}
+
+Result<std::string> json_schema_rules(
+    const std::vector<std::pair<std::string, nlohmann::ordered_json>>& schemas) {
+  std::set<std::string> names;
+  std::vector<std::pair<std::string, std::string>> rules;
+  for (const auto& [name, schema] : schemas) {
+    if (name.empty() || name.rfind("schema", 0) == 0 || name.rfind("ref-", 0) == 0 ||
+        names.count(name))
+      return make_error("json_schema: rule name '" + name + "' is taken");
+    SchemaCompiler c(schema, name, names, rules);
+    REWIND_TRY_STATUS(c.run());
+  }
+  std::string out;
+  for (const auto& [name, body] : rules) out += name + " ::= " + body + "\n";
+  out += kPrimitives;
+  return out;
 }
 
 Result<std::string> json_schema_text_to_gbnf(std::string_view schema_json) {

@@ -6,7 +6,9 @@
 // array); properties, required, additionalProperties (false, true or absent); items, minItems,
 // maxItems; enum, const; anyOf; $ref (a JSON pointer into the same document: #, #/$defs/x,
 // #/definitions/x, any #/... path; recursion allowed); $defs, definitions; minLength,
-// maxLength; format date, time, date-time, uuid, ipv4. Annotations are ignored: title,
+// maxLength; format date, time, date-time, uuid, ipv4; minimum, maximum, exclusiveMinimum,
+// exclusiveMaximum on integers (on numbers they are refused; without a type they give
+// integers in range). Annotations are ignored: title,
 // description, $schema, $id, $comment, default, examples, deprecated, readOnly, writeOnly.
 // Any other keyword is refused with an error naming it and where it is ("json_schema:
 // unsupported keyword 'pattern' at #/properties/code"), which the server returns as a 400.
@@ -21,7 +23,8 @@
 //   absent is allowed by the schema but not generated). Without `properties`: any object
 //   (an empty one when additionalProperties is false).
 // * Numbers: an integer part of at most 16 digits, at most 16 fraction digits, an exponent of
-//   at most 2 digits; integers at most 16 digits (so they stay exact in int64 and double).
+//   at most 2 digits; integers at most 16 digits (so they stay exact in int64), within their
+//   bounds exactly (a digit-by-digit range, without leading zeros or "-0").
 // * Strings: any UTF-8 text with JSON escapes (\uXXXX only as a non-surrogate or a proper
 //   surrogate pair); minLength / maxLength count code points (at most 10000).
 // * Formats: date / time / date-time as RFC 3339 with upper-case T and Z, no leap second,
@@ -33,6 +36,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "rewind/base/result.h"
 #include "rewind/grammar/gbnf.h"
@@ -43,6 +48,12 @@ namespace rw {
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 // The same from JSON text (errors for malformed JSON too).
 Result<std::string> json_schema_text_to_gbnf(std::string_view schema_json);
+// Several schemas in one grammar, for grammars built around JSON values (tool calls): schema
+// i becomes the rule named schemas[i].first ($ref "#" and "#/..." inside it resolve against
+// schema i), followed by the shared primitives (value, string, ws, ...). The caller adds its
+// own `root` rule. Names must not start with "schema" or "ref-" (generated rules do) nor repeat.
+Result<std::string> json_schema_rules(
+    const std::vector<std::pair<std::string, nlohmann::ordered_json>>& schemas);
 // Any JSON object (response_format {"type": "json_object"}).
 std::string json_object_gbnf();
 // Compiled to a Grammar (json_schema_to_gbnf, then parse_gbnf).

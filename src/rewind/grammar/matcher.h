@@ -214,6 +214,10 @@ class GrammarMatcher {
   size_t n_accepted() const { return history_.size() - 1; }
   void rollback(size_t n);
   int32_t state() const { return history_.back(); }
+  // The state n tokens ago (n <= n_accepted()): state_back(0) == state(). A speculative round
+  // masks each verified row with the state after the drafts before it.
+  int32_t state_back(size_t n) const { return history_[history_.size() - 1 - n]; }
+  GrammarAutomaton& automaton() const { return *automaton_; }
 
  private:
   std::shared_ptr<GrammarAutomaton> automaton_;

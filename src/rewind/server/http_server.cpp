@@ -14,6 +14,8 @@
 
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
+#include "rewind/grammar/grammar_cache.h"
+#include "rewind/grammar/tool_grammar.h"
 #include "rewind/server/access_log.h"
 #include "rewind/server/cache_view.h"
 #include "rewind/server/http_transport.h"
@@ -315,6 +317,12 @@ struct HttpServer::Impl {
   std::mutex ids_mu;
   std::deque<std::pair<uint64_t, std::string>> client_ids;
   static constexpr size_t kClientIdsMax = 256;
+  static constexpr size_t kGrammarCacheEntries = 8;  // compiled grammars kept (LRU)
+  // Constrained decoding: the vocabulary trie and the compiled grammars (built on the first
+  // request that asks for a grammar), and the chat template's tool-call syntax.
+  mutable std::once_flag grammar_once;
+  mutable std::unique_ptr<GrammarCache> grammars;
+  std::optional<ToolCallFormat> tool_format;
 
   // One generation request from submit to its final event; its events run on the
   // connection's strand, one at a time.
@@ -376,6 +384,59 @@ struct HttpServer::Impl {
     // Bytes the transport holds or has reserved (bodies, read buffers, queued answers): in
     // /metrics, under the cap max_buffered.
     metrics.track_memory("http_buffers", [this] { return transport->buffered_bytes(); });
+    tool_format = probe_tool_format();
+  }
+
+  // The tool-call syntax of the chat template, from a rendered call (none: forced tool calls
+  // are refused).
+  std::optional<ToolCallFormat> probe_tool_format() const {
+    ChatMessage user;
+    user.role = "user";
+    user.content = "hi";
+    ChatMessage call;
+    call.role = "assistant";
+    call.tool_calls = {{"call_0", "probe_fn", R"({"x": 1})"}};
+    ChatRenderOptions ro;
+    ro.add_generation_prompt = false;
+    ro.tools = json::parse(
+        R"([{"type":"function","function":{"name":"probe_fn","parameters":{"type":"object",)"
+        R"("properties":{"x":{"type":"integer"}}}}}])");
+    auto r = tmpl.render({user, call}, ro);
+    if (!r.ok()) return std::nullopt;
+    const std::string& t = r->text;
+    if (t.find("<function=probe_fn>") != std::string::npos) return ToolCallFormat::XmlTag;
+    if (t.find("<TOOLCALL>") != std::string::npos) return ToolCallFormat::JsonList;
+    if (t.find("<tool_call>") != std::string::npos) return ToolCallFormat::JsonTag;
+    return std::nullopt;
+  }
+
+  // The compiled grammar of `gbnf` for p's request. A prompt that ends inside an open <think>
+  // block gets the reasoning first: free text up to "</think>" (any '<' in it not followed by
+  // '/'), then the grammar.
+  std::optional<HttpError> attach_grammar(const std::string& gbnf, const std::string& from,
+                                          Plan* p) const {
+    std::call_once(grammar_once, [this] {
+      std::vector<int32_t> eos(defaults.stop_ids.begin(), defaults.stop_ids.end());
+      AutomatonLimits lim;
+      lim.mask_cache_bytes = size_t{64} << 20;
+      grammars = std::make_unique<GrammarCache>(
+          std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(tok, std::move(eos))),
+          kGrammarCacheEntries, lim);
+    });
+    if (grammars->vocab().eos_ids().empty())
+      return bad_request("'" + from + "': the model has no end-of-sequence token to end a "
+                         "constrained reply");
+    std::string text = gbnf;
+    std::string root = "root";
+    if (p->think_open) {
+      root = "rewind-reasoned-reply";
+      text += "\n" + root +
+              " ::= ( [^<] | \"<\" [^/] )* \"</think>\" [ \\n]{0,4} root\n";
+    }
+    auto a = grammars->get(text, root);
+    if (!a.ok()) return bad_request("'" + from + "': " + a.error_message());
+    p->sub.grammar = a.value();
+    return std::nullopt;
   }
 
   // The engine's figures, with the cache budget known from the start (the engine reports the
@@ -729,7 +790,21 @@ struct HttpServer::Impl {
     p->parse_tools = c.parse_tools;
     if (c.parse_tools) p->tools = json::parse(c.tools.dump());
     p->think_open = prompt_opens_think(rendered->text);
-    return finish_plan(c, p);
+    if (auto e = finish_plan(c, p)) return e;
+    if (c.tool_required) {
+      if (!tool_format)
+        return bad_request("'tool_choice': this model's chat template has no tool-call syntax "
+                           "rewind can constrain (use \"auto\")");
+      ToolGrammarOptions to;
+      to.format = *tool_format;
+      to.only = c.tool_choice_name;
+      to.parallel = c.parallel_tool_calls && c.tool_choice_name.empty();
+      auto g = tool_call_gbnf(c.tools, to);
+      if (!g.ok()) return bad_request(g.error_message());
+      return attach_grammar(g.value(), "tool_choice", p);
+    }
+    if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
+    return std::nullopt;
   }
 
   std::optional<HttpError> plan_completion(const std::string& body, Plan* p) const {
@@ -740,7 +815,9 @@ struct HttpServer::Impl {
     p->chat = false;
     p->id = random_id("cmpl-");
     p->sub.prompt = c.has_token_prompt ? c.prompt_tokens : tok.encode(c.prompt_text, true);
-    return finish_plan(c, p);
+    if (auto e = finish_plan(c, p)) return e;
+    if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
+    return std::nullopt;
   }
 
   // ---- generation ----

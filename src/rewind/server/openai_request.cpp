@@ -5,6 +5,8 @@
 #include <limits>
 #include <set>
 
+#include "rewind/grammar/json_schema.h"
+
 namespace rw {
 
 namespace {
@@ -174,7 +176,7 @@ std::vector<std::string> unknown_fields(const json& j, std::initializer_list<con
   "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",      \
       "top_p", "top_k", "min_p", "seed", "n", "best_of", "presence_penalty", "frequency_penalty", \
       "repetition_penalty", "repeat_last_n", "logit_bias", "stop", "speculative", "ignore_eos",   \
-      "logprobs", "top_logprobs"
+      "logprobs", "top_logprobs", "response_format", "grammar"
 
 // Fields both endpoints share. `chat` selects the chat meaning of logprobs (a boolean plus
 // top_logprobs) over the completions one (an integer count of alternatives).
@@ -455,34 +457,72 @@ Status parse_tools(const json& j, ParsedChatRequest* out) {
       if (s == "none") {
         choice_none = true;
       } else if (s == "required") {
-        return make_error(
-            "'tool_choice': \"required\" is not supported (use \"auto\" or \"none\")");
+        out->tool_required = true;
       } else if (s != "auto") {
-        return make_error("'tool_choice' must be \"auto\" or \"none\" (got '" + s + "')");
+        return make_error(
+            "'tool_choice' must be \"auto\", \"none\", \"required\" or an object "
+            "naming a function (got '" +
+            s + "')");
       }
     } else if (c->is_object()) {
-      return make_error(
-          "'tool_choice' naming a function is not supported (use \"auto\" or \"none\")");
+      const json* type = field(*c, "type");
+      if (!type) return make_error("'tool_choice.type' is required");
+      REWIND_TRY(std::string ty, get_str(*type, "tool_choice.type"));
+      if (ty != "function")
+        return make_error("'tool_choice.type' must be \"function\" (got '" + ty + "')");
+      const json* f = field(*c, "function");
+      if (!f) return make_error("'tool_choice.function' is required");
+      if (!f->is_object()) return type_error("tool_choice.function", "an object", *f);
+      const json* name = field(*f, "name");
+      if (!name) return make_error("'tool_choice.function.name' is required");
+      REWIND_TRY(out->tool_choice_name, get_str(*name, "tool_choice.function.name"));
+      bool found = false;
+      if (out->tools.is_array())
+        for (const auto& t : out->tools)
+          found = found || t["function"]["name"] == out->tool_choice_name;
+      if (!found)
+        return make_error("'tool_choice' names function '" + out->tool_choice_name +
+                          "', which is not among 'tools'");
+      out->tool_required = true;
     } else {
-      return type_error("tool_choice", "a string", *c);
+      return type_error("tool_choice", "a string or an object", *c);
     }
   }
+  if (out->tool_required && out->tools.is_null())
+    return make_error("'tool_choice' requires a tool call but no 'tools' are given");
   if (const json* p = field(j, "parallel_tool_calls")) {
-    REWIND_TRY(bool b, get_bool(*p, "parallel_tool_calls"));
-    (void)b;
+    REWIND_TRY(out->parallel_tool_calls, get_bool(*p, "parallel_tool_calls"));
   }
   out->parse_tools = !out->tools.is_null() && !choice_none;
   return Ok{};
 }
 
-Status check_response_format(const json& j) {
-  if (const json* rf = field(j, "response_format")) {
+// Structured output: response_format (json_object / json_schema, compiled to GBNF here so that
+// a refused schema keyword is this request's 400) or the `grammar` extension (GBNF, parsed by
+// the server, which owns the compiled grammars).
+Status parse_structured(const json& j, CommonRequest* out) {
+  const json* rf = field(j, "response_format");
+  const json* g = field(j, "grammar");
+  if (rf) {
     if (!rf->is_object()) return type_error("response_format", "an object", *rf);
     const json* t = field(*rf, "type");
     if (!t) return make_error("'response_format.type' is required");
     REWIND_TRY(std::string ty, get_str(*t, "response_format.type"));
-    if (ty != "text")
-      return make_error("'response_format' type '" + ty + "' is not supported (only \"text\")");
+    auto gbnf = response_format_to_gbnf(*rf);
+    if (!gbnf.ok()) return make_error(gbnf.error_message());
+    if (gbnf.value()) {
+      out->grammar = std::move(*gbnf.value());
+      out->grammar_from = "response_format";
+    }
+  }
+  if (g) {
+    REWIND_TRY(std::string text, get_str(*g, "grammar"));
+    if (!text.empty()) {
+      if (!out->grammar.empty())
+        return make_error("'grammar' and a 'response_format' other than text cannot be combined");
+      out->grammar = std::move(text);
+      out->grammar_from = "grammar";
+    }
   }
   return Ok{};
 }
@@ -516,7 +556,10 @@ Result<ParsedChatRequest> parse_chat_request(std::string_view body, const Limits
     }
   }
   REWIND_TRY_STATUS(parse_tools(j, &out));
-  REWIND_TRY_STATUS(check_response_format(j));
+  REWIND_TRY_STATUS(parse_structured(j, &out));
+  if (out.tool_required && !out.grammar.empty())
+    return make_error("a forced tool call ('tool_choice') cannot be combined with '" +
+                      out.grammar_from + "'");
   out.ignored_fields = unknown_fields(
       j, {REWIND_COMMON_FIELDS, "messages", "modalities", "audio", "tools", "tool_choice",
           "parallel_tool_calls", "response_format", "chat_template_kwargs"});
@@ -541,6 +584,7 @@ Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
   REWIND_TRY(json j, parse_object(body, limits));
   ParsedCompletionRequest out;
   REWIND_TRY_STATUS(parse_common(j, limits, /*chat=*/false, &out));
+  REWIND_TRY_STATUS(parse_structured(j, &out));
   const json* p = field(j, "prompt");
   if (!p) return make_error("'prompt' is required");
   auto tokens_of = [&](const json& arr, const std::string& where) -> Status {

@@ -2,16 +2,17 @@
 // /v1/completions). They turn untrusted JSON text into plain structs, or an Error whose one-line
 // message becomes the 400 response: malformed JSON, wrong types, missing fields, values out of
 // range, and features rewind does not serve (image/audio/video content parts, echo, suffix,
-// best_of, structured output, forced tool choice). Nothing is clamped or dropped silently: a
-// field that rewind knows is either honoured or refused.
+// best_of; JSON Schema keywords outside the structured-outputs subset of grammar/json_schema.h).
+// Nothing is clamped or dropped silently: a field that rewind knows is either honoured or
+// refused.
 // Unknown top-level fields (OpenAI clients send new ones often, e.g. `user`, `store`,
 // `metadata`) are ignored and listed in the request's `ignored_fields`, which the server
 // returns in the answer's X-Rewind-Ignored-Fields header; the same rule holds on every
 // endpoint with a JSON body (/v1/chat/completions, /v1/completions, /tokenize, /detokenize).
 // JSON null counts as an absent optional field. Extensions beyond OpenAI's schema: top_k, min_p,
 // repetition_penalty and repeat_last_n (llama.cpp's), ignore_eos (as vLLM), speculative,
-// chat_template_kwargs.enable_thinking; top-level and `developer` role names follow OpenAI
-// (developer is rendered as system).
+// chat_template_kwargs.enable_thinking, grammar (GBNF, as llama.cpp; both endpoints); top-level
+// and `developer` role names follow OpenAI (developer is rendered as system).
 //
 // The parsers are pure functions of (body, limits): no model, no tokenizer, no engine. That
 // keeps them cheap to fuzz (tests/fuzz/fuzz_openai_request.cpp) and guarantees that a bad request
@@ -89,6 +90,12 @@ struct CommonRequest {
   int32_t n = 1;
   // Top-level fields not known to this endpoint, in the client's order: ignored.
   std::vector<std::string> ignored_fields;
+  // Structured output: GBNF text from response_format (json_object, json_schema: compiled
+  // here, so a refused schema keyword is a parse error naming it) or from the `grammar`
+  // extension (llama.cpp's GBNF, parsed by the server); empty: unconstrained. grammar_from
+  // names the field it came from.
+  std::string grammar;
+  std::string grammar_from;
 };
 
 struct ParsedChatRequest : CommonRequest {
@@ -96,6 +103,11 @@ struct ParsedChatRequest : CommonRequest {
   // Array of {type:"function", function:{name,...}} or null, keys in the client's order.
   nlohmann::ordered_json tools = nullptr;
   bool parse_tools = false;  // tools given and tool_choice is not "none"
+  // tool_choice "required" or naming a function (tool_choice_name): the reply is constrained
+  // to tool calls of the declared functions, arguments by their parameter schemas.
+  bool tool_required = false;
+  std::string tool_choice_name;
+  bool parallel_tool_calls = true;
   int enable_thinking = -1;  // chat_template_kwargs.enable_thinking: -1 absent, 0/1
 };
 

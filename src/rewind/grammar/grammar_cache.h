@@ -1,0 +1,52 @@
+// Compiled grammars by text: the GrammarAutomaton of each distinct GBNF text over one
+// vocabulary, kept in a small LRU so that requests with the same schema share states and mask
+// caches (a fresh automaton computes every mask again). The vocabulary is fixed per cache, so
+// the text alone is the key. Thread-safe (one mutex; compiling happens outside it).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "rewind/base/result.h"
+#include "rewind/grammar/matcher.h"
+
+namespace rw {
+
+class GrammarCache {
+ public:
+  // At most max_entries automata (>= 1), each built with `limits` (its mask cache budget
+  // among them: the cache's memory is at most about max_entries x 1.5 x that budget plus the
+  // automata's states).
+  GrammarCache(std::shared_ptr<const VocabTrie> vocab, size_t max_entries = 8,
+               AutomatonLimits limits = {});
+
+  // The automaton of `gbnf` starting at rule `root`, compiled on first use. Errors: the
+  // grammar's parse error (one line with line:column).
+  Result<std::shared_ptr<GrammarAutomaton>> get(const std::string& gbnf,
+                                                const std::string& root = "root");
+
+  const VocabTrie& vocab() const { return *vocab_; }
+  std::shared_ptr<const VocabTrie> vocab_ptr() const { return vocab_; }
+  size_t size() const;
+  int64_t hits() const;
+  int64_t misses() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<GrammarAutomaton> automaton;
+    std::list<std::string>::iterator lru;
+  };
+  std::shared_ptr<const VocabTrie> vocab_;
+  size_t max_entries_;
+  AutomatonLimits limits_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> map_;
+  std::list<std::string> lru_;  // most recent first
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace rw

@@ -1,0 +1,171 @@
+// Forced tool calls (grammar/tool_grammar.h): each format's grammar accepts the model's tool-call
+// syntax with valid arguments and refuses the rest, and every random walk through its matcher
+// is text that chat/tool_calls.cpp parses back into calls of declared functions whose arguments
+// validate against their parameter schemas.
+#include "rewind/grammar/tool_grammar.h"
+
+#include <gtest/gtest.h>
+
+#include "json_schema_util.h"
+#include "rewind/chat/chat_template.h"
+#include "rewind/grammar/gbnf.h"
+#include "rewind/grammar/grammar_ref.h"
+#include "rewind/grammar/matcher.h"
+
+namespace rw {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+const ojson& tools() {
+  static const ojson t = ojson::parse(R"([
+    {"type": "function", "function": {"name": "lookup", "description": "a verse",
+      "parameters": {"type": "object", "properties": {
+        "book": {"type": "string"},
+        "chapter": {"type": "integer", "minimum": 1, "maximum": 150},
+        "verse": {"type": "integer", "minimum": 1}},
+       "required": ["book", "chapter"], "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "mark", "parameters": {"type": "object",
+      "properties": {"colour": {"type": "string", "enum": ["red", "blue"]},
+                     "refs": {"type": "array", "items": {"$ref": "#/$defs/ref"}, "maxItems": 2}},
+      "required": ["colour"],
+      "$defs": {"ref": {"type": "object", "properties": {"b": {"type": "string", "maxLength": 8}},
+                        "required": ["b"]}}}}},
+    {"type": "function", "function": {"name": "ping"}}])");
+  return t;
+}
+
+Grammar grammar(const ToolGrammarOptions& opt) {
+  auto text = tool_call_gbnf(tools(), opt);
+  EXPECT_TRUE(text.ok()) << text.error_message();
+  if (!text.ok()) return Grammar{};
+  auto g = parse_gbnf(*text);
+  EXPECT_TRUE(g.ok()) << g.error_message() << "\n" << *text;
+  return g.ok() ? std::move(g).value() : Grammar{};
+}
+
+bool accepts(const Grammar& g, const std::string& s) {
+  return earley_recognise(g, s).complete;
+}
+
+TEST(ToolGrammar, JsonTagFormat) {
+  const Grammar g = grammar({ToolCallFormat::JsonTag, "", true});
+  const std::string call =
+      "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"book\": \"John\", \"chapter\": 3}}\n"
+      "</tool_call>";
+  EXPECT_TRUE(accepts(g, call));
+  EXPECT_TRUE(accepts(g, call + "\n" + call));
+  EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\": \"mark\", \"arguments\": {\"colour\": \"red\", "
+                         "\"refs\": [{\"b\": \"Ruth\"}]}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"book\": \"John\", "
+                          "\"chapter\": 151}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"book\": \"John\"}}"
+                          "\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "Sure! " + call));
+  const Grammar one = grammar({ToolCallFormat::JsonTag, "lookup", false});
+  EXPECT_TRUE(accepts(one, call));
+  EXPECT_FALSE(accepts(one, call + "\n" + call));
+  EXPECT_FALSE(accepts(one, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"));
+}
+
+TEST(ToolGrammar, XmlTagFormat) {
+  const Grammar g = grammar({ToolCallFormat::XmlTag, "", true});
+  const std::string call =
+      "<tool_call>\n<function=lookup>\n<parameter=book>\nSong of Songs\n</parameter>\n"
+      "<parameter=chapter>\n2\n</parameter>\n</function>\n</tool_call>";
+  EXPECT_TRUE(accepts(g, call));
+  EXPECT_TRUE(accepts(g, call + "\n" + call));
+  EXPECT_TRUE(accepts(g, "<tool_call>\n<function=mark>\n<parameter=colour>\nblue\n</parameter>\n"
+                         "<parameter=refs>\n[{\"b\": \"Acts\"}]\n</parameter>\n</function>\n"
+                         "</tool_call>"));
+  EXPECT_TRUE(accepts(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n<function=mark>\n<parameter=colour>\ngreen\n</parameter>\n"
+                          "</function>\n</tool_call>"));
+  // Parameters in declaration order, required ones present, values of their schema.
+  EXPECT_FALSE(accepts(g, "<tool_call>\n<function=lookup>\n<parameter=chapter>\n2\n</parameter>\n"
+                          "<parameter=book>\nJob\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(g, "<tool_call>\n<function=lookup>\n<parameter=book>\nJob\n</parameter>\n"
+                          "<parameter=chapter>\ntwo\n</parameter>\n</function>\n</tool_call>"));
+}
+
+TEST(ToolGrammar, JsonListFormat) {
+  const Grammar g = grammar({ToolCallFormat::JsonList, "", true});
+  const std::string a = "{\"name\": \"ping\", \"arguments\": {}}";
+  const std::string b = "{\"name\": \"lookup\", \"arguments\": {\"book\": \"Job\", \"chapter\": 1}}";
+  EXPECT_TRUE(accepts(g, "<TOOLCALL>[" + a + "]</TOOLCALL>"));
+  EXPECT_TRUE(accepts(g, "<TOOLCALL>[" + a + ", " + b + "]</TOOLCALL>"));
+  EXPECT_FALSE(accepts(g, "<TOOLCALL>[]</TOOLCALL>"));
+  EXPECT_FALSE(accepts(grammar({ToolCallFormat::JsonList, "", false}),
+                       "<TOOLCALL>[" + a + ", " + b + "]</TOOLCALL>"));
+}
+
+TEST(ToolGrammar, Refusals) {
+  auto none = tool_call_gbnf(ojson::array(), {});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error_message().find("no tools"), std::string::npos);
+  auto unknown = tool_call_gbnf(tools(), {ToolCallFormat::JsonTag, "nope", false});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error_message().find("no tool is named 'nope'"), std::string::npos);
+  ojson bad = tools();
+  bad[1]["function"]["parameters"]["properties"]["colour"]["pattern"] = "r.*";
+  for (ToolCallFormat f : {ToolCallFormat::JsonTag, ToolCallFormat::XmlTag}) {
+    auto e = tool_call_gbnf(bad, {f, "", true});
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.error_message().find("tools[1].function.parameters"), std::string::npos)
+        << e.error_message();
+    EXPECT_NE(e.error_message().find("unsupported keyword 'pattern'"), std::string::npos)
+        << e.error_message();
+  }
+}
+
+// Whatever the matcher lets through parses back into valid calls.
+TEST(ToolGrammar, RandomWalksParseIntoValidCalls) {
+  std::vector<std::string> vocab;
+  for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
+  // No closing tags as tokens: a JSON string argument holding one would end its block early
+  // when parsed back (tool_calls.cpp ends a block at the first closing tag of any format); the
+  // grammar still spells them from bytes where they belong.
+  for (const char* p : {"<tool_call>", "<function=", "<parameter=", "\n", "{\"", "\": ", "\", \"",
+                        "lookup", "mark", "ping", "name", "arguments", "12", "red", "blue",
+                        "[{\"b\": \"", "\"}]"})
+    vocab.push_back(p);
+  const int32_t eos = static_cast<int32_t>(vocab.size());
+  auto trie = std::make_shared<VocabTrie>(vocab, std::vector<int32_t>{eos});
+  const nlohmann::json plain_tools = nlohmann::json::parse(tools().dump());
+  int calls = 0;
+  for (ToolCallFormat f : {ToolCallFormat::JsonTag, ToolCallFormat::XmlTag, ToolCallFormat::JsonList}) {
+    auto text = tool_call_gbnf(tools(), {f, "", true});
+    ASSERT_TRUE(text.ok()) << text.error_message();
+    auto g = parse_gbnf(*text);
+    ASSERT_TRUE(g.ok()) << g.error_message();
+    auto a = std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
+    std::mt19937 rng(static_cast<uint32_t>(f) + 5);
+    for (int walk = 0; walk < 40; ++walk) {
+      const std::string out = schema_test::random_walk(a, eos, rng);
+      std::string content;
+      const std::vector<ToolCall> got = parse_tool_calls(out, &content, plain_tools);
+      ASSERT_FALSE(got.empty()) << out;
+      EXPECT_EQ(content, "") << out;
+      for (const ToolCall& c : got) {
+        const ojson* params = nullptr;
+        for (const auto& t : tools())
+          if (t["function"]["name"] == c.name)
+            params = t["function"].contains("parameters") ? &t["function"]["parameters"] : nullptr;
+        ASSERT_TRUE(params || c.name == "ping") << c.name << "\n" << out;
+        if (!params) continue;
+        const nlohmann::json args = nlohmann::json::parse(c.arguments_json, nullptr, false);
+        ASSERT_FALSE(args.is_discarded()) << c.arguments_json;
+        std::string why;
+        EXPECT_TRUE(schema_test::validate(args, *params, *params, why))
+            << why << "\n" << c.arguments_json << "\n" << out;
+        ++calls;
+      }
+    }
+  }
+  EXPECT_GT(calls, 60);
+}
+
+}  // namespace
+}  // namespace rw
