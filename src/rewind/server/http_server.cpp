@@ -405,6 +405,9 @@ struct HttpServer::Impl {
     auto a = grammars->get(text, root);
     if (!a.ok()) return bad_request("'" + from + "': " + a.error_message());
     p->sub.grammar = a.value();
+    // The grammar ends the reply with one of these (ignore_eos too); never shown as text.
+    const auto& eos = grammars->vocab().eos_ids();
+    p->sub.stop_ids.insert(eos.begin(), eos.end());
     return std::nullopt;
   }
 
