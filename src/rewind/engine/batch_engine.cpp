@@ -672,8 +672,10 @@ void BatchEngine::step() {
         // = p(t) / p(A) for t in the allowed set A), so the mask is needed only on refusal.
         tok = s.sampler->sample(lg, opt_.sample_vocab);
         auto next = s.grammar->automaton().step_token(s.grammar->state(), tok);
-        if (!next.ok()) gs = next.error();
-        else if (next.value() == GrammarAutomaton::kDead) tok = -1;
+        if (!next.ok())
+          gs = next.error();
+        else if (next.value() == GrammarAutomaton::kDead)
+          tok = -1;
       }
       if (gs.ok() && tok < 0) {
         gs = constrain_logits(s.grammar->automaton(), s.grammar->state(), lg, opt_.sample_vocab,
@@ -728,9 +730,8 @@ Status BatchEngine::constrain_spec_rows(Seq& s, float* lg, size_t* advanced) {
     // A row after an end-of-sequence draft is never emitted (the run is cut at that stop).
     const int32_t st = s.grammar->state_back(n - i);
     if (st == GrammarAutomaton::kEnded) break;
-    REWIND_TRY_STATUS(constrain_logits(s.grammar->automaton(), st,
-                                       lg + static_cast<int64_t>(i) * V, opt_.sample_vocab,
-                                       lazy_grammar(s)));
+    REWIND_TRY_STATUS(constrain_logits(s.grammar->automaton(), st, lg + static_cast<int64_t>(i) * V,
+                                       opt_.sample_vocab, lazy_grammar(s)));
   }
   return Ok{};
 }

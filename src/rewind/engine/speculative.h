@@ -120,9 +120,7 @@ class SpecSequence {
                const Sampler& sampler, ThreadPool* pool);
   SeqInput verify_input();
   int32_t drafted() const { return static_cast<int32_t>(verify_.size()) - 1; }
-  std::span<const int32_t> drafts() const {
-    return std::span<const int32_t>(verify_).subspan(1);
-  }
+  std::span<const int32_t> drafts() const { return std::span<const int32_t>(verify_).subspan(1); }
   // Closes the round after the verification forward: `logits` holds its k+1 rows (stride ld),
   // tokens >= n_vocab are never chosen. Accepts, cuts at a stop token or the budget, rolls back
   // and replays. snapshot_interval > 0 takes grid checkpoints at multiples of it crossed by the

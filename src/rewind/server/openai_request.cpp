@@ -411,8 +411,10 @@ Status parse_tools(const json& j, ParsedChatRequest* out) {
       } else if (s == "required") {
         out->tool_required = true;
       } else if (s != "auto") {
-        return make_error("'tool_choice' must be \"auto\", \"none\", \"required\" or an object "
-                          "naming a function (got '" + s + "')");
+        return make_error(
+            "'tool_choice' must be \"auto\", \"none\", \"required\" or an object "
+            "naming a function (got '" +
+            s + "')");
       }
     } else if (c->is_object()) {
       const json* type = field(*c, "type");
