@@ -537,8 +537,10 @@ int main(int argc, char** argv) {
   Figures l1, l8;
   lazy(1, l1);
   lazy(8, l8);
-  std::printf("\ngreedy rows masked only when the argmax is refused (%.0f%% agree), fresh "
-              "automaton\n", 100 * agree);
+  std::printf(
+      "\ngreedy rows masked only when the argmax is refused (%.0f%% agree), fresh "
+      "automaton\n",
+      100 * agree);
   print("batch 1, ms per token", l1, step_ms);
   print("batch 8, ms per step", l8, step_ms);
 

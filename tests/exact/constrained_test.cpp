@@ -4,6 +4,8 @@
 // speculation, cold and after a prefix-cache hit, alone and in a batch; every finished reply
 // parses and validates against its schema, over random schemas and random sampling seeds
 // (the model was trained on English text, so only the constraint makes its output JSON).
+#include "rewind/engine/constrained.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +16,6 @@
 #include "event_collector.h"
 #include "json_schema_util.h"
 #include "rewind/engine/batch_engine.h"
-#include "rewind/engine/constrained.h"
 #include "rewind/engine/engine.h"
 #include "rewind/grammar/grammar_cache.h"
 #include "rewind/grammar/json_schema.h"
@@ -54,8 +55,8 @@ Fixture& fix() {
     f->tok = std::make_unique<Tokenizer>(std::move(tok).value());
     f->im_end = f->tok->token_id("<|im_end|>");
     f->eot = f->tok->token_id("<|endoftext|>");
-    auto trie = std::make_shared<const VocabTrie>(
-        VocabTrie::from_tokenizer(*f->tok, {f->im_end, f->eot}));
+    auto trie =
+        std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(*f->tok, {f->im_end, f->eot}));
     f->grammars = std::make_unique<GrammarCache>(trie, 64);
     return f;
   }();
@@ -187,8 +188,7 @@ TEST(Constrained, GreedyIsTheSameWithEverySpecKind) {
     ASSERT_EQ(want.finish, FinishReason::Stop);
     expect_valid(want.tokens, *schema, "plain");
     auto rng = std::make_shared<std::mt19937_64>(want.tokens.size());
-    for (SpecKind kind :
-         {SpecKind::Ngram, SpecKind::Draft, SpecKind::Mtp, SpecKind::Custom}) {
+    for (SpecKind kind : {SpecKind::Ngram, SpecKind::Draft, SpecKind::Mtp, SpecKind::Custom}) {
       for (int32_t k : {1, 3, 6}) {
         Request r = base;
         SpecConfig c;
@@ -242,13 +242,16 @@ TEST(Constrained, LogprobsAreOfTheMaskedRowsAndTheSameUnderSpeculation) {
     r.logprobs = true;
     r.top_logprobs = 3;
     auto& into = got[static_cast<size_t>(i++)];
-    ASSERT_TRUE(eng->submit(r, [&](const TokenEvent& ev) {
-                     if (ev.token < 0) return;
-                     into.push_back({ev.token, ev.logprob});
-                     // Alternatives are allowed tokens only (a refused one has -inf).
-                     for (const auto& [t, lp] : ev.top) EXPECT_TRUE(std::isfinite(lp)) << t;
-                     short_top += ev.top.size() < 3;
-                   }).ok());
+    ASSERT_TRUE(eng->submit(r,
+                            [&](const TokenEvent& ev) {
+                              if (ev.token < 0) return;
+                              into.push_back({ev.token, ev.logprob});
+                              // Alternatives are allowed tokens only (a refused one has -inf).
+                              for (const auto& [t, lp] : ev.top)
+                                EXPECT_TRUE(std::isfinite(lp)) << t;
+                              short_top += ev.top.size() < 3;
+                            })
+                    .ok());
     eng->run_until_idle();
   }
   ASSERT_FALSE(got[0].empty());
@@ -273,7 +276,8 @@ TEST(Constrained, CacheHitGivesTheColdReply) {
   // A follow-up turn through the first reply: an extension hit, with speculation too.
   std::vector<int32_t> p2 = p1;
   p2.insert(p2.end(), a.tokens.begin(), a.tokens.end());
-  const std::vector<int32_t> more = fix().tok->encode("\n<|im_start|>user\nAnd Solomon?<|im_end|>\n<|im_start|>assistant\n");
+  const std::vector<int32_t> more =
+      fix().tok->encode("\n<|im_start|>user\nAnd Solomon?<|im_end|>\n<|im_start|>assistant\n");
   p2.insert(p2.end(), more.begin(), more.end());
   const Out b = run(cold, constrained(p2, list_schema(), 300));
   Request r = constrained(p2, list_schema(), 300);
@@ -296,8 +300,8 @@ TEST(Constrained, RowInABatchGivesTheSameTokensAsAlone) {
     Out want;
   };
   std::vector<Case> cases;
-  const char* users[] = {"Who was David?", "Name a king.", "Who was Saul?", "Tell me of Moses.",
-                         "And Elijah?", "Who built the temple?"};
+  const char* users[] = {"Who was David?",    "Name a king.", "Who was Saul?",
+                         "Tell me of Moses.", "And Elijah?",  "Who built the temple?"};
   for (int i = 0; i < 6; ++i) {
     Request r = constrained(chat_prompt(users[i]), i % 2 ? list_schema() : nested_schema(), 200);
     if (i == 4) r.grammar = nullptr;  // plain rows share the batch
@@ -461,8 +465,8 @@ TEST(Constrained, SubmitRefusesAGrammarOverALargerVocabulary) {
   ASSERT_TRUE(g.ok());
   Request r;
   r.prompt = chat_prompt("x");
-  r.grammar = std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()),
-                                                 trie);
+  r.grammar =
+      std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
   auto out = e.generate(r);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.error_message().find("vocabulary"), std::string::npos) << out.error_message();

@@ -1296,9 +1296,11 @@ TEST_F(ServerTest, StructuredOutputJsonSchemaAndJsonObject) {
 }
 
 TEST_F(ServerTest, CompletionsGrammarAndResponseFormat) {
+  // ignore_eos too: the grammar still ends the reply, and its end token is not text.
   const Http h = post(s(), "/v1/completions",
                       completion_body("The answer is", 20,
-                                      {{"grammar", "root ::= (\"yes\" | \"no\") \", \" [0-9]{1,3}"}}));
+                                      {{"grammar", "root ::= (\"yes\" | \"no\") \", \" [0-9]{1,3}"},
+                                       {"ignore_eos", true}}));
   ASSERT_EQ(h.status, 200) << h.body;
   const json c = h.j()["choices"][0];
   EXPECT_EQ(c["finish_reason"], "stop") << h.body;

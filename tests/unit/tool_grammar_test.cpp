@@ -56,12 +56,15 @@ TEST(ToolGrammar, JsonTagFormat) {
   EXPECT_TRUE(accepts(g, call));
   EXPECT_TRUE(accepts(g, call + "\n" + call));
   EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {}}\n</tool_call>"));
-  EXPECT_TRUE(accepts(g, "<tool_call>\n{\"name\": \"mark\", \"arguments\": {\"colour\": \"red\", "
-                         "\"refs\": [{\"b\": \"Ruth\"}]}}\n</tool_call>"));
-  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"book\": \"John\", "
-                          "\"chapter\": 151}}\n</tool_call>"));
-  EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"book\": \"John\"}}"
-                          "\n</tool_call>"));
+  EXPECT_TRUE(accepts(g,
+                      "<tool_call>\n{\"name\": \"mark\", \"arguments\": {\"colour\": \"red\", "
+                      "\"refs\": [{\"b\": \"Ruth\"}]}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(g,
+                       "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"book\": \"John\", "
+                       "\"chapter\": 151}}\n</tool_call>"));
+  EXPECT_FALSE(accepts(g,
+                       "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {\"book\": \"John\"}}"
+                       "\n</tool_call>"));
   EXPECT_FALSE(accepts(g, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(accepts(g, "Sure! " + call));
   const Grammar one = grammar({ToolCallFormat::JsonTag, "lookup", false});
@@ -77,23 +80,28 @@ TEST(ToolGrammar, XmlTagFormat) {
       "<parameter=chapter>\n2\n</parameter>\n</function>\n</tool_call>";
   EXPECT_TRUE(accepts(g, call));
   EXPECT_TRUE(accepts(g, call + "\n" + call));
-  EXPECT_TRUE(accepts(g, "<tool_call>\n<function=mark>\n<parameter=colour>\nblue\n</parameter>\n"
-                         "<parameter=refs>\n[{\"b\": \"Acts\"}]\n</parameter>\n</function>\n"
-                         "</tool_call>"));
+  EXPECT_TRUE(accepts(g,
+                      "<tool_call>\n<function=mark>\n<parameter=colour>\nblue\n</parameter>\n"
+                      "<parameter=refs>\n[{\"b\": \"Acts\"}]\n</parameter>\n</function>\n"
+                      "</tool_call>"));
   EXPECT_TRUE(accepts(g, "<tool_call>\n<function=ping>\n</function>\n</tool_call>"));
-  EXPECT_FALSE(accepts(g, "<tool_call>\n<function=mark>\n<parameter=colour>\ngreen\n</parameter>\n"
-                          "</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(g,
+                       "<tool_call>\n<function=mark>\n<parameter=colour>\ngreen\n</parameter>\n"
+                       "</function>\n</tool_call>"));
   // Parameters in declaration order, required ones present, values of their schema.
-  EXPECT_FALSE(accepts(g, "<tool_call>\n<function=lookup>\n<parameter=chapter>\n2\n</parameter>\n"
-                          "<parameter=book>\nJob\n</parameter>\n</function>\n</tool_call>"));
-  EXPECT_FALSE(accepts(g, "<tool_call>\n<function=lookup>\n<parameter=book>\nJob\n</parameter>\n"
-                          "<parameter=chapter>\ntwo\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(g,
+                       "<tool_call>\n<function=lookup>\n<parameter=chapter>\n2\n</parameter>\n"
+                       "<parameter=book>\nJob\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(accepts(g,
+                       "<tool_call>\n<function=lookup>\n<parameter=book>\nJob\n</parameter>\n"
+                       "<parameter=chapter>\ntwo\n</parameter>\n</function>\n</tool_call>"));
 }
 
 TEST(ToolGrammar, JsonListFormat) {
   const Grammar g = grammar({ToolCallFormat::JsonList, "", true});
   const std::string a = "{\"name\": \"ping\", \"arguments\": {}}";
-  const std::string b = "{\"name\": \"lookup\", \"arguments\": {\"book\": \"Job\", \"chapter\": 1}}";
+  const std::string b =
+      "{\"name\": \"lookup\", \"arguments\": {\"book\": \"Job\", \"chapter\": 1}}";
   EXPECT_TRUE(accepts(g, "<TOOLCALL>[" + a + "]</TOOLCALL>"));
   EXPECT_TRUE(accepts(g, "<TOOLCALL>[" + a + ", " + b + "]</TOOLCALL>"));
   EXPECT_FALSE(accepts(g, "<TOOLCALL>[]</TOOLCALL>"));
@@ -127,20 +135,22 @@ TEST(ToolGrammar, RandomWalksParseIntoValidCalls) {
   // No closing tags as tokens: a JSON string argument holding one would end its block early
   // when parsed back (tool_calls.cpp ends a block at the first closing tag of any format); the
   // grammar still spells them from bytes where they belong.
-  for (const char* p : {"<tool_call>", "<function=", "<parameter=", "\n", "{\"", "\": ", "\", \"",
-                        "lookup", "mark", "ping", "name", "arguments", "12", "red", "blue",
-                        "[{\"b\": \"", "\"}]"})
+  for (const char* p :
+       {"<tool_call>", "<function=", "<parameter=", "\n", "{\"", "\": ", "\", \"", "lookup", "mark",
+        "ping", "name", "arguments", "12", "red", "blue", "[{\"b\": \"", "\"}]"})
     vocab.push_back(p);
   const int32_t eos = static_cast<int32_t>(vocab.size());
   auto trie = std::make_shared<VocabTrie>(vocab, std::vector<int32_t>{eos});
   const nlohmann::json plain_tools = nlohmann::json::parse(tools().dump());
   int calls = 0;
-  for (ToolCallFormat f : {ToolCallFormat::JsonTag, ToolCallFormat::XmlTag, ToolCallFormat::JsonList}) {
+  for (ToolCallFormat f :
+       {ToolCallFormat::JsonTag, ToolCallFormat::XmlTag, ToolCallFormat::JsonList}) {
     auto text = tool_call_gbnf(tools(), {f, "", true});
     ASSERT_TRUE(text.ok()) << text.error_message();
     auto g = parse_gbnf(*text);
     ASSERT_TRUE(g.ok()) << g.error_message();
-    auto a = std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
+    auto a =
+        std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
     std::mt19937 rng(static_cast<uint32_t>(f) + 5);
     for (int walk = 0; walk < 40; ++walk) {
       const std::string out = schema_test::random_walk(a, eos, rng);
@@ -158,8 +168,9 @@ TEST(ToolGrammar, RandomWalksParseIntoValidCalls) {
         const nlohmann::json args = nlohmann::json::parse(c.arguments_json, nullptr, false);
         ASSERT_FALSE(args.is_discarded()) << c.arguments_json;
         std::string why;
-        EXPECT_TRUE(schema_test::validate(args, *params, *params, why))
-            << why << "\n" << c.arguments_json << "\n" << out;
+        EXPECT_TRUE(schema_test::validate(args, *params, *params, why)) << why << "\n"
+                                                                        << c.arguments_json << "\n"
+                                                                        << out;
         ++calls;
       }
     }

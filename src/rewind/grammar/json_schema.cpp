@@ -50,12 +50,26 @@ fmt-ipv4 ::= "\"" fmt-octet "." fmt-octet "." fmt-octet "." fmt-octet "\""
 const std::set<std::string, std::less<>> kAnnotations = {
     "title",   "description", "$schema",    "$id",      "$comment",
     "default", "examples",    "deprecated", "readOnly", "writeOnly"};
-const std::set<std::string, std::less<>> kKeywords = {
-    "type",        "properties", "required",  "additionalProperties",
-    "items",       "minItems",   "maxItems",  "enum",
-    "const",       "anyOf",      "$ref",      "$defs",
-    "definitions", "format",     "minLength", "maxLength",
-    "minimum",     "maximum",    "exclusiveMinimum", "exclusiveMaximum"};
+const std::set<std::string, std::less<>> kKeywords = {"type",
+                                                      "properties",
+                                                      "required",
+                                                      "additionalProperties",
+                                                      "items",
+                                                      "minItems",
+                                                      "maxItems",
+                                                      "enum",
+                                                      "const",
+                                                      "anyOf",
+                                                      "$ref",
+                                                      "$defs",
+                                                      "definitions",
+                                                      "format",
+                                                      "minLength",
+                                                      "maxLength",
+                                                      "minimum",
+                                                      "maximum",
+                                                      "exclusiveMinimum",
+                                                      "exclusiveMaximum"};
 const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid", "ipv4"};
 
 constexpr int64_t kMaxInteger = 9999999999999999;  // 16 digits, as the `integer` rule
@@ -68,7 +82,8 @@ std::string digits_between(const std::string& x, const std::string& y) {
   if (n == 0) return "";
   if (x == y) return "\"" + x + "\"";
   const std::string rest = n > 1 ? " [0-9]{" + std::to_string(n - 1) + "}" : "";
-  if (x[0] == y[0]) return "\"" + std::string(1, x[0]) + "\" " + digits_between(x.substr(1), y.substr(1));
+  if (x[0] == y[0])
+    return "\"" + std::string(1, x[0]) + "\" " + digits_between(x.substr(1), y.substr(1));
   if (x.find_first_not_of('0', 1) == std::string::npos &&
       y.find_first_not_of('9', 1) == std::string::npos)
     return "[" + std::string(1, x[0]) + "-" + std::string(1, y[0]) + "]" + rest;
@@ -380,7 +395,8 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
     int64_t lo = -kMaxInteger, hi = kMaxInteger;
     for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
       if (!s.contains(kw)) continue;
-      if (!s[kw].is_number()) return error("'" + std::string(kw) + "' at " + path + " must be a number");
+      if (!s[kw].is_number())
+        return error("'" + std::string(kw) + "' at " + path + " must be a number");
       const double v = s[kw].get<double>();
       if (std::isnan(v)) return error("'" + std::string(kw) + "' at " + path + " must be a number");
       const std::string k = kw;

@@ -92,14 +92,14 @@ Result<std::string> tool_call_gbnf(const ojson& tools, const ToolGrammarOptions&
             // $refs point.
             ojson v = it.value();
             for (const char* defs : {"$defs", "definitions"})
-              if (params.contains(defs) && v.is_object() && !v.contains(defs)) v[defs] = params[defs];
+              if (params.contains(defs) && v.is_object() && !v.contains(defs))
+                v[defs] = params[defs];
             schemas.push_back({pid + "-value", v});
             value = pid + "-value";
           }
           rules += pid + " ::= " + gbnf_literal("<parameter=" + it.key() + ">\n") + " " + value +
                    " " + gbnf_literal("\n</parameter>\n") + "\n";
-          const bool req =
-              std::find(required.begin(), required.end(), it.key()) != required.end();
+          const bool req = std::find(required.begin(), required.end(), it.key()) != required.end();
           body += " " + pid + (req ? "" : "?");
         }
       }

@@ -424,18 +424,21 @@ struct HttpServer::Impl {
           kGrammarCacheEntries, lim);
     });
     if (grammars->vocab().eos_ids().empty())
-      return bad_request("'" + from + "': the model has no end-of-sequence token to end a "
+      return bad_request("'" + from +
+                         "': the model has no end-of-sequence token to end a "
                          "constrained reply");
     std::string text = gbnf;
     std::string root = "root";
     if (p->think_open) {
       root = "rewind-reasoned-reply";
-      text += "\n" + root +
-              " ::= ( [^<] | \"<\" [^/] )* \"</think>\" [ \\n]{0,4} root\n";
+      text += "\n" + root + " ::= ( [^<] | \"<\" [^/] )* \"</think>\" [ \\n]{0,4} root\n";
     }
     auto a = grammars->get(text, root);
     if (!a.ok()) return bad_request("'" + from + "': " + a.error_message());
     p->sub.grammar = a.value();
+    // The grammar ends the reply with one of these (ignore_eos too); never shown as text.
+    const auto& eos = grammars->vocab().eos_ids();
+    p->sub.stop_ids.insert(eos.begin(), eos.end());
     return std::nullopt;
   }
 
@@ -793,8 +796,9 @@ struct HttpServer::Impl {
     if (auto e = finish_plan(c, p)) return e;
     if (c.tool_required) {
       if (!tool_format)
-        return bad_request("'tool_choice': this model's chat template has no tool-call syntax "
-                           "rewind can constrain (use \"auto\")");
+        return bad_request(
+            "'tool_choice': this model's chat template has no tool-call syntax "
+            "rewind can constrain (use \"auto\")");
       ToolGrammarOptions to;
       to.format = *tool_format;
       to.only = c.tool_choice_name;
