@@ -187,6 +187,10 @@ class PrefixCache {
     bool has_recurrent = true;  // false: pure attention, resume anywhere without snapshots
     bool has_attention = true;  // false: no KV pages (insert takes none, lookup returns none)
     CheckpointPolicy policy;
+    // What a page holds, for reports only (the budget counts each page's own bytes()): its K/V
+    // types and bytes (StateShape::page_bytes).
+    KvTypes kv_types;
+    size_t page_bytes = 0;
   };
 
   explicit PrefixCache(const Options& opt);
