@@ -993,9 +993,9 @@ struct VLoadQ8 {  // i a multiple of 16, so 16 dims share the scale at sc[j * sl
 };
 
 template <int R, int NV, class LoadK>
-__attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q,
-                                                           const LoadK& kl, const int64_t* nb,
-                                                           int64_t d, float* const* s) {
+__attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q, const LoadK& kl,
+                                                           const int64_t* nb, int64_t d,
+                                                           float* const* s) {
   constexpr int kW = 16 * NV;  // keys per pass
   int64_t n_max = 0;
   for (int r = 0; r < R; ++r) n_max = std::max(n_max, nb[r]);
