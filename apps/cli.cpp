@@ -30,6 +30,20 @@ OptSpec weights_opt() {
           {},
           false};
 }
+std::vector<OptSpec> kv_type_opts() {
+  return {{"--cache-type-k",
+           "-ctk",
+           "TYPE",
+           "KV cache type of K: f32, bf16, f16 (default) or q8_0",
+           {},
+           false},
+          {"--cache-type-v",
+           "-ctv",
+           "TYPE",
+           "KV cache type of V: f32, bf16, f16 (default) or q8_0",
+           {},
+           false}};
+}
 OptSpec quant_dot_opt() {
   return {"--quant-dot",
           "",
@@ -336,6 +350,17 @@ std::vector<CommandSpec> build_specs() {
                "",
                {},
                "--model takes the name."});
+  // The KV cache types, after --quant-dot, wherever a model is loaded for running.
+  const std::vector<OptSpec> kv = kv_type_opts();
+  for (CommandSpec& cs : c) {
+    if (cs.name != "run" && cs.name != "chat" && cs.name != "serve" && cs.name != "bench" &&
+        cs.name != "cache-bench" && cs.name != "spec-bench" && cs.name != "logits")
+      continue;
+    auto at = cs.options.begin();
+    for (auto it = cs.options.begin(); it != cs.options.end(); ++it)
+      if (it->name == "--quant-dot") at = it + 1;
+    cs.options.insert(at, kv.begin(), kv.end());
+  }
   return c;
 }
 

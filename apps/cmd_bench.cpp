@@ -42,6 +42,8 @@ int cmd_bench(int argc, char** argv) {
   double load_s = 0;
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
+  auto kv = kv_types_from(*args);
+  if (!kv.ok()) return fail(kv.error_message());
   // --decode-split: one split, or two taking turns step by step.
   std::vector<DecodeSplit> splits;
   {
@@ -67,7 +69,8 @@ int cmd_bench(int argc, char** argv) {
       (isa == "amx" && !matmul_amx_enabled(IsaCap::Amx)))
     return fail("--isa " + isa + ": not available on this machine (or not one of auto, amx, " +
                 "avx512, avx2, scalar)");
-  auto model = load_model(dir, args->str("--weights", "auto"), ko, &pool, &load_s);
+  auto model =
+      load_model(dir, args->str("--weights", "auto"), ko, &pool, &load_s, false, kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   const int64_t V = m.config().vocab_size;
@@ -161,8 +164,10 @@ int cmd_bench(int argc, char** argv) {
   const ModelConfig& cfg = m.config();
   const double weight_bytes = static_cast<double>(m.decode_bytes_per_token());
   const double state_bytes = static_cast<double>(st.recurrent_bytes());
-  const double kv_bytes_pos = 2.0 * sizeof(float) * static_cast<double>(cfg.n_attention_layers()) *
-                              static_cast<double>(cfg.n_head_kv * cfg.head_dim);
+  // K/V bytes a position takes in the model's KV types (the main model's attention layers).
+  StateShape kv_shape = m.state_shape();
+  kv_shape.n_attn_layers = cfg.n_attention_layers();
+  const double kv_bytes_pos = kv_shape.kv_bytes_per_token();
   const double kv_bytes = kv_bytes_pos * (static_cast<double>(p.value()) + (n.value() + 1) / 2.0);
   const double bytes_tok = weight_bytes + state_bytes + kv_bytes;
   const double decode_gb_s = decode_tps * bytes_tok / 1e9;
@@ -250,6 +255,8 @@ int cmd_bench(int argc, char** argv) {
         probes.back(), probe.bytes(), lim.bandwidth_variant, frac_run_bw, best_step_tps,
         median_step_tps, frac_bw_best, int8 ? "int8" : "fma", frac_peak,
         decode_split_name(splits[0]));
+    std::printf(",\"cache_type_k\":\"%s\",\"cache_type_v\":\"%s\"",
+                kv_type_name(kv_shape.kv_types.k), kv_type_name(kv_shape.kv_types.v));
     if (split_ab)
       std::printf(
           ",\"decode_split_b\":\"%s\",\"decode_split_a_step_fraction\":%.6g,"

@@ -157,7 +157,10 @@ int cmd_cache_bench(int argc, char** argv) {
   ThreadPool pool(static_cast<int>(th.value()));
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
-  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, nullptr);
+  auto kv = kv_types_from(*args);
+  if (!kv.ok()) return fail(kv.error_message());
+  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, nullptr,
+                          false, kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   Script script(static_cast<uint64_t>(seed.value()), m.config().vocab_size);

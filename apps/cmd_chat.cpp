@@ -648,8 +648,10 @@ int cmd_chat(int argc, char** argv) {
   const std::string store = args->str("--weights", "auto");
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
+  auto kv = kv_types_from(*args);
+  if (!kv.ok()) return fail(kv.error_message());
   double load_s = 0;
-  auto model = load_model(dir, store, kernels.value(), &pool, &load_s);
+  auto model = load_model(dir, store, kernels.value(), &pool, &load_s, false, kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
 

@@ -29,8 +29,10 @@ int cmd_logits(int argc, char** argv) {
   ThreadPool pool(static_cast<int>(th.value()));
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
+  auto kv = kv_types_from(*args);
+  if (!kv.ok()) return fail(kv.error_message());
   auto model = load_model(args->str("--model"), args->str("--weights", "auto"), kernels.value(),
-                          &pool, nullptr);
+                          &pool, nullptr, false, kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
 

@@ -65,10 +65,13 @@ int cmd_run(int argc, char** argv) {
   const std::string store = args->str("--weights", "auto");
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
+  auto kv = kv_types_from(*args);
+  if (!kv.ok()) return fail(kv.error_message());
   auto spec = spec_from_args(args.value(), store, kernels.value(), &pool);
   if (!spec.ok()) return fail(spec.error_message());
   double load_s = 0;
-  auto model = load_model(dir, store, kernels.value(), &pool, &load_s, spec->wants_mtp());
+  auto model =
+      load_model(dir, store, kernels.value(), &pool, &load_s, spec->wants_mtp(), kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());

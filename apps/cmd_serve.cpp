@@ -166,10 +166,12 @@ int cmd_serve(int argc, char** argv) {
   double load_s = 0;
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
+  auto kv = kv_types_from(*args);
+  if (!kv.ok()) return fail(kv.error_message());
   auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), kernels.value(), &pool);
   if (!spec.ok()) return fail(spec.error_message());
   auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, &load_s,
-                          spec->wants_mtp());
+                          spec->wants_mtp(), kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)
@@ -211,7 +213,13 @@ int cmd_serve(int argc, char** argv) {
     std::filesystem::create_directories(d.dir, ec);
     if (ec) return fail("--cache-dir " + d.dir + ": " + ec.message());
     const double t0 = now_seconds();
-    auto fp = model_fingerprint(dir, m, d.dir + "/model-digests");
+    // The KV element types are part of what a page's bytes mean: another choice is a foreign
+    // file (headers: K's type code in the high nibble, V's in the low one; f32/f32 is 0).
+    const KvTypes kvt = m.state_shape().kv_types;
+    d.kv_dtype = static_cast<uint8_t>((static_cast<unsigned>(kvt.k) << 4) |
+                                      static_cast<unsigned>(kvt.v));
+    auto fp = model_fingerprint(dir, m, d.dir + "/model-digests",
+                                std::string(kv_type_name(kvt.k)) + "/" + kv_type_name(kvt.v));
     if (!fp.ok()) return fail(fp.error_message());
     d.fingerprint = fp.value();
     d.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
@@ -281,6 +289,10 @@ int cmd_serve(int argc, char** argv) {
       std::fprintf(stderr, "%s%s %.1f", i ? ", " : "", bound.kinds[i].first.c_str(),
                    bound.kinds[i].second / 1048576.0);
     std::fprintf(stderr, " MiB)\n");
+    const StateShape sh = m.state_shape();
+    std::fprintf(stderr, "rewind serve: KV cache K %s, V %s: %.1f KiB a token, %.1f KiB a page\n",
+                 kv_type_name(sh.kv_types.k), kv_type_name(sh.kv_types.v),
+                 sh.kv_bytes_per_token() / 1024.0, static_cast<double>(sh.page_bytes()) / 1024.0);
     engine.set_memory_bound(std::move(bound));
   }
   HttpServer server(engine, tok.value(), tmpl.value(), std::move(defaults), so);

@@ -82,13 +82,16 @@ int cmd_spec_bench(int argc, char** argv) {
   double load_s = 0;
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
-  auto model = load_model(dir, store, kernels.value(), &pool, &load_s);
+  auto kv = kv_types_from(*args);
+  if (!kv.ok()) return fail(kv.error_message());
+  auto model = load_model(dir, store, kernels.value(), &pool, &load_s, false, kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   std::unique_ptr<Model> draft;
   if (args->has("--draft")) {
     double ds = 0;
-    auto d = load_model(args->str("--draft"), store, kernels.value(), &pool, &ds);
+    auto d =
+        load_model(args->str("--draft"), store, kernels.value(), &pool, &ds, false, kv.value());
     if (!d.ok()) return fail(d.error_message());
     draft = std::move(d).value();
   }
@@ -183,7 +186,7 @@ int cmd_spec_bench(int argc, char** argv) {
   std::unique_ptr<Model> with_mtp;
   if (m.weights().has_mtp()) {
     double ms = 0;
-    auto wm = load_model(dir, store, kernels.value(), &pool, &ms, true);
+    auto wm = load_model(dir, store, kernels.value(), &pool, &ms, true, kv.value());
     if (!wm.ok()) return fail(wm.error_message());
     with_mtp = std::move(wm).value();
     Engine mtp_engine(*with_mtp, &pool, eo);

@@ -60,9 +60,15 @@ Result<std::string> model_path_or_stored(const std::string& given);
 // store: "auto", "f32", "bf16".
 // mtp: also load the checkpoint's MTP head (for --spec mtp).
 // kernels: how its kernels run (kernel_options_from).
+// kv: how its states store K and V (kv_types_from).
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
                                           const KernelOptions& kernels, ThreadPool* pool,
-                                          double* seconds, bool mtp = false);
+                                          double* seconds, bool mtp = false,
+                                          const KvTypes& kv = kDefaultKvTypes);
+
+// The KV cache types of the command line: --cache-type-k and --cache-type-v, each f32, bf16,
+// f16 or q8_0 (kDefaultKvTypes where absent).
+Result<KvTypes> kv_types_from(const Args& a);
 
 // The kernel options of the command line: --quant-dot auto (int8 where the CPU has AVX-512 VNNI
 // or AVX2, else f32), int8 or f32 (kernels/kernel_options.h, QuantDot).

@@ -200,13 +200,25 @@ Result<KernelOptions> kernel_options_from(const Args& a) {
   return k;
 }
 
+Result<KvTypes> kv_types_from(const Args& a) {
+  KvTypes t = kDefaultKvTypes;
+  for (auto [flag, out] : {std::pair{"--cache-type-k", &t.k}, std::pair{"--cache-type-v", &t.v}}) {
+    if (!a.has(flag)) continue;
+    const std::string v = a.str(flag, "");
+    if (!parse_kv_type(v, out))
+      return make_error(std::string(flag) + " must be f32, bf16, f16 or q8_0 (got '" + v + "')");
+  }
+  return t;
+}
+
 Result<std::unique_ptr<Model>> load_model(const std::string& dir, const std::string& store,
                                           const KernelOptions& kernels, ThreadPool* pool,
-                                          double* seconds, bool mtp) {
+                                          double* seconds, bool mtp, const KvTypes& kv) {
   LoadOptions opt;
   opt.pool = pool;
   opt.mtp = mtp;
   opt.kernels = kernels;
+  opt.kv_types = kv;
   if (store == "auto") {
     opt.store = WeightStore::Auto;
   } else if (store == "f32") {

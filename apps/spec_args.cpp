@@ -22,7 +22,8 @@ Result<SpecSetup> spec_from_args(const Args& a, const std::string& store,
   } else if (m.rfind("draft:", 0) == 0 && m.size() > 6) {
     s.cfg.kind = SpecKind::Draft;
     double secs = 0;
-    REWIND_TRY(s.draft, load_model(m.substr(6), store, kernels, pool, &secs));
+    REWIND_TRY(const KvTypes kv, kv_types_from(a));  // the draft's KV as the target's
+    REWIND_TRY(s.draft, load_model(m.substr(6), store, kernels, pool, &secs, false, kv));
     s.cfg.draft = s.draft.get();
   } else {
     return make_error("--spec must be off, ngram, draft:DIR or mtp (got '" + m + "')");

@@ -13,6 +13,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "rewind/model/model.h"
@@ -57,14 +58,33 @@ inline const std::vector<std::string>& all_families() {
   return v;
 }
 
-// Loaded once per (dir, store) per process.
-inline Model& cached_model(const std::string& dir, WeightStore store = WeightStore::Auto) {
-  static std::map<std::pair<std::string, int>, std::unique_ptr<Model>> cache;
-  auto key = std::make_pair(dir, static_cast<int>(store));
+// KV cache types: F32 (what the golden tests and the fp64 references use), and every type the
+// exactness suites run over (the invariants hold for each: values are rounded once, when
+// written).
+inline constexpr KvTypes kF32Kv = {DType::F32, DType::F32};
+inline const std::vector<KvTypes>& all_kv_types() {
+  static const std::vector<KvTypes> v = {kF32Kv,
+                                         {DType::BF16, DType::BF16},
+                                         {DType::F16, DType::F16},
+                                         {DType::Q8_0, DType::Q8_0},
+                                         {DType::F16, DType::Q8_0}};
+  return v;
+}
+inline std::string kv_name(const KvTypes& t) {
+  return std::string(kv_type_name(t.k)) + "_" + kv_type_name(t.v);
+}
+
+// Loaded once per (dir, store, KV types) per process.
+inline Model& cached_model(const std::string& dir, WeightStore store = WeightStore::Auto,
+                           KvTypes kv = kF32Kv) {
+  static std::map<std::tuple<std::string, int, int, int>, std::unique_ptr<Model>> cache;
+  auto key =
+      std::make_tuple(dir, static_cast<int>(store), static_cast<int>(kv.k), static_cast<int>(kv.v));
   auto it = cache.find(key);
   if (it == cache.end()) {
     LoadOptions opt;
     opt.store = store;
+    opt.kv_types = kv;
     auto m = Model::load(dir, opt);
     if (!m.ok()) {
       std::fprintf(stderr, "cannot load %s: %s\n", dir.c_str(), m.error_message().c_str());
@@ -73,6 +93,47 @@ inline Model& cached_model(const std::string& dir, WeightStore store = WeightSto
     it = cache.emplace(key, std::move(m).value()).first;
   }
   return *it->second;
+}
+
+// Parameters of the exactness suites that run over families (or presets) and KV cache types:
+// "FAMILY:K_V" ("qwen3_5:f16_f16"); a plain "FAMILY" means F32 KV.
+inline std::string param_family(const std::string& p) {
+  return p.substr(0, p.find(':'));
+}
+inline KvTypes param_kv(const std::string& p) {
+  const size_t c = p.find(':');
+  if (c == std::string::npos) return kF32Kv;
+  const std::string kv = p.substr(c + 1);
+  const size_t u = kv.find('_', kv.rfind("q8_0", 0) == 0 ? 4 : 0);
+  KvTypes t;
+  if (u == std::string::npos || !parse_kv_type(kv.substr(0, u), &t.k) ||
+      !parse_kv_type(kv.substr(u + 1), &t.v)) {
+    std::fprintf(stderr, "bad test parameter %s\n", p.c_str());
+    std::abort();
+  }
+  return t;
+}
+// Every name in `names` with each of the KV types the suites run over: F32, BF16, F16 and
+// Q8_0 for K and V alike.
+inline std::vector<std::string> with_kv_types(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& n : names)
+    for (const KvTypes& t : all_kv_types())
+      if (t.k == t.v) out.push_back(n + ":" + kv_name(t));
+  return out;
+}
+// A gtest name for such a parameter ("qwen3_5_kv_f16_f16").
+inline std::string param_name(const std::string& p) {
+  std::string s = p;
+  const size_t c = s.find(':');
+  if (c != std::string::npos) s.replace(c, 1, "_kv_");
+  for (char& ch : s)
+    if (ch == '-' || ch == '.') ch = '_';
+  return s;
+}
+// The fixture of a "FAMILY:K_V" parameter in its KV types.
+inline Model& param_model(const std::string& p) {
+  return cached_model(fixture_dir(param_family(p)), WeightStore::Auto, param_kv(p));
 }
 
 inline std::vector<int32_t> random_tokens(std::mt19937_64& rng, int64_t n, int64_t vocab) {

@@ -26,7 +26,7 @@ using test::Collector;
 class BatchEngineTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   std::mt19937_64 rng(21);
   auto shared = test::random_tokens(rng, 70, V);
@@ -83,7 +83,7 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
 // on_prefill reports each chunk's end, ascending, ending at the prompt's length; a request
 // resumed from the cache starts its reports past the resumed tokens.
 TEST_P(BatchEngineTest, PrefillProgressReportsEachChunk) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   std::mt19937_64 rng(5);
   EngineOptions opt;
   opt.step_tokens = 16;
@@ -115,7 +115,7 @@ TEST_P(BatchEngineTest, PrefillProgressReportsEachChunk) {
 }
 
 TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   std::mt19937_64 rng(5);
   EngineOptions opt;
   opt.max_running = 2;
@@ -159,7 +159,7 @@ TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
 // conversation continued with that partial reply resumes from the cache. Set before the call,
 // nothing is generated.
 TEST_P(BatchEngineTest, StopFlagCancelsGenerate) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   std::mt19937_64 rng(9);
   Request r;
   r.prompt = test::random_tokens(rng, 40, m.config().vocab_size);
@@ -203,7 +203,7 @@ TEST_P(BatchEngineTest, StopFlagCancelsGenerate) {
 }
 
 TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   EngineOptions opt;
   opt.ctx_size = 100;
   opt.max_running = 1;
@@ -259,7 +259,9 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   EXPECT_EQ(eng.metrics().requests_finished, static_cast<int64_t>(accepted.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, BatchEngineTest, ::testing::ValuesIn(test::all_families()));
+INSTANTIATE_TEST_SUITE_P(Families, BatchEngineTest,
+                         ::testing::ValuesIn(test::with_kv_types(test::all_families())),
+                         [](const auto& info) { return test::param_name(info.param); });
 
 }  // namespace
 }  // namespace rw

@@ -18,7 +18,7 @@ namespace {
 class CacheResumeExact : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   ThreadPool pool(2, 0);  // every job shared, however small
   EngineOptions on;
@@ -35,7 +35,7 @@ TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
   Engine cached(m, &pool, on);
   Engine cold(m, nullptr, off);
 
-  std::mt19937_64 rng(std::hash<std::string>()(GetParam()));
+  std::mt19937_64 rng(std::hash<std::string>()(test::param_family(GetParam())));
   std::vector<std::vector<int32_t>> seen;  // prompts and prompt+reply histories so far
   int64_t hits = 0, evictions_before = 0;
   const int n_requests = 90;
@@ -106,7 +106,7 @@ TEST_P(CacheResumeExact, RandomPromptTreesMatchColdRuns) {
 }
 
 TEST_P(CacheResumeExact, ExactRepeatRerunsOneToken) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   EngineOptions on;
   on.cache.policy.interval = 32;
   Engine e(m, nullptr, on);
@@ -127,7 +127,7 @@ TEST_P(CacheResumeExact, ExactRepeatRerunsOneToken) {
 // the first sequence wrote (refcounts go up, no page is copied until the resumed sequence
 // writes into the last, partly filled one).
 TEST_P(CacheResumeExact, ResumeSharesPagesWithoutCopying) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   PrefixCache::Options o;
   PrefixCache cache(o);
   std::mt19937_64 rng(11);
@@ -167,7 +167,9 @@ TEST_P(CacheResumeExact, ResumeSharesPagesWithoutCopying) {
   EXPECT_EQ(k_before, k_after);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CacheResumeExact, ::testing::ValuesIn(test::all_families()));
+INSTANTIATE_TEST_SUITE_P(Families, CacheResumeExact,
+                         ::testing::ValuesIn(test::with_kv_types(test::all_families())),
+                         [](const auto& info) { return test::param_name(info.param); });
 
 }  // namespace
 }  // namespace rw

@@ -4,6 +4,8 @@
 // state was copied into a fresh object at a random position, or with another thread count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "rewind/base/thread_pool.h"
@@ -15,12 +17,14 @@ namespace {
 struct Case {
   std::string variant;
   WeightStore store;
+  KvTypes kv = test::kF32Kv;
 };
 
 class ForwardExact : public ::testing::TestWithParam<Case> {
  protected:
   Model& model() {
-    return test::cached_model(test::fixture_dir(GetParam().variant), GetParam().store);
+    return test::cached_model(test::fixture_dir(GetParam().variant), GetParam().store,
+                              GetParam().kv);
   }
   int64_t V() { return model().config().vocab_size; }
 
@@ -153,18 +157,67 @@ TEST_P(ForwardExact, CopyStateAtRandomPositionAndContinue) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Families, ForwardExact,
-    ::testing::Values(Case{"qwen3_5", WeightStore::F32}, Case{"qwen3_5_moe", WeightStore::F32},
-                      Case{"qwen3_next", WeightStore::F32}, Case{"qwen3_5", WeightStore::BF16},
-                      Case{"qwen3_next", WeightStore::BF16},
-                      Case{"granitemoehybrid", WeightStore::F32},
-                      Case{"nemotron_h", WeightStore::F32},
-                      Case{"granitemoehybrid", WeightStore::BF16},
-                      Case{"nemotron_h", WeightStore::BF16}),
-    [](const auto& info) {
-      return info.param.variant + (info.param.store == WeightStore::BF16 ? "_bf16" : "_f32");
-    });
+// Every family with F32 weights in every KV cache type; BF16 weights with F32 KV.
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  for (const std::string& v : test::all_families())
+    for (const KvTypes& kv : test::all_kv_types()) c.push_back({v, WeightStore::F32, kv});
+  for (const char* v : {"qwen3_5", "qwen3_next", "granitemoehybrid", "nemotron_h"})
+    c.push_back({v, WeightStore::BF16, test::kF32Kv});
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ForwardExact, ::testing::ValuesIn(cases()),
+                         [](const auto& info) {
+                           return info.param.variant +
+                                  (info.param.store == WeightStore::BF16 ? "_bf16" : "_f32") +
+                                  "_kv_" + test::kv_name(info.param.kv);
+                         });
+
+// A KV type changes the values attention reads (the logits differ from F32 KV's) but little:
+// the same greedy token almost everywhere, the logits within a small distance.
+TEST(ForwardKvTypes, RoundedKvChangesLogitsALittle) {
+  std::mt19937_64 rng(7);
+  for (const std::string& v : test::all_families()) {
+    Model& f32 = test::cached_model(test::fixture_dir(v), WeightStore::F32, test::kF32Kv);
+    const int64_t V = f32.config().vocab_size, n = 120;
+    const auto tokens = test::random_tokens(rng, n, V);
+    auto logits = [&](Model& m) {
+      SequenceState st = m.new_state();
+      SeqInput in{&st, std::span<const int32_t>(tokens), {}};
+      for (int32_t i = 0; i < n; ++i) in.logit_rows.push_back(i);
+      std::vector<float> out;
+      EXPECT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &out, nullptr).ok());
+      return out;
+    };
+    const auto base = logits(f32);
+    for (const KvTypes& kv : test::all_kv_types()) {
+      if (kv.k == DType::F32 && kv.v == DType::F32) continue;
+      const auto got = logits(test::cached_model(test::fixture_dir(v), WeightStore::F32, kv));
+      ASSERT_EQ(got.size(), base.size());
+      EXPECT_FALSE(same_bytes(got, base)) << v << " " << test::kv_name(kv);
+      // Per position the largest change of a logit; its median (a MoE routing flip at a
+      // position or two moves those positions' logits further).
+      std::vector<double> diffs;
+      double max_abs = 0;
+      int agree = 0;
+      for (int64_t t = 0; t < n; ++t) {
+        const float* a = base.data() + t * V;
+        const float* b = got.data() + t * V;
+        agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
+        double d = 0;
+        for (int64_t i = 0; i < V; ++i) {
+          d = std::max(d, static_cast<double>(std::fabs(a[i] - b[i])));
+          max_abs = std::max(max_abs, static_cast<double>(std::fabs(a[i])));
+        }
+        diffs.push_back(d);
+      }
+      std::sort(diffs.begin(), diffs.end());
+      EXPECT_GE(agree, n * 9 / 10) << v << " " << test::kv_name(kv);
+      EXPECT_LT(diffs[diffs.size() / 2], 0.01 * max_abs) << v << " " << test::kv_name(kv);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace rw

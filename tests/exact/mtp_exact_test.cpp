@@ -12,20 +12,21 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <tuple>
 
+#include "engine_run.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/engine.h"
 #include "rewind/model/reference.h"
-#include "engine_run.h"
 #include "test_util.h"
 
 namespace rw {
 namespace {
 
 // `make-model --mtp --preset P` made once per process, loaded once with and once without MTP.
-Model& mtp_model(const std::string& preset, bool mtp) {
+Model& mtp_model(const std::string& preset, bool mtp, KvTypes kv = test::kF32Kv) {
   static std::map<std::string, std::string> made;
-  static std::map<std::pair<std::string, bool>, std::unique_ptr<Model>> loaded;
+  static std::map<std::tuple<std::string, bool, int, int>, std::unique_ptr<Model>> loaded;
   auto it = made.find(preset);
   if (it == made.end()) {
     const std::string dir = test::scratch_dir("mtp_exact_" + preset);
@@ -40,11 +41,12 @@ Model& mtp_model(const std::string& preset, bool mtp) {
     }
     it = made.emplace(preset, dir).first;
   }
-  auto key = std::make_pair(preset, mtp);
+  auto key = std::make_tuple(preset, mtp, static_cast<int>(kv.k), static_cast<int>(kv.v));
   auto lt = loaded.find(key);
   if (lt == loaded.end()) {
     LoadOptions opt;
     opt.mtp = mtp;
+    opt.kv_types = kv;
     auto m = Model::load(it->second, opt);
     if (!m.ok()) {
       std::fprintf(stderr, "cannot load %s: %s\n", it->second.c_str(), m.error_message().c_str());
@@ -72,7 +74,7 @@ constexpr double kTol = 1e-4;  // as the golden test: fp32 fast path vs the fp64
 class MtpExact : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MtpExact, EntryLogitsMatchReference) {
-  Model& m = mtp_model(GetParam(), true);
+  Model& m = mtp_model(test::param_family(GetParam()), true);  // fp64 refs: F32 KV
   ASSERT_TRUE(m.mtp_loaded());
   const int64_t V = m.config().vocab_size;
   std::mt19937_64 rng(3);
@@ -112,7 +114,7 @@ TEST_P(MtpExact, EntryLogitsMatchReference) {
 }
 
 TEST_P(MtpExact, ChainedDraftsMatchReference) {
-  Model& m = mtp_model(GetParam(), true);
+  Model& m = mtp_model(test::param_family(GetParam()), true);  // fp64 refs: F32 KV
   const int64_t V = m.config().vocab_size, H = m.config().hidden_size;
   ReferenceModel ref(m.config(), m.weights());
   std::mt19937_64 rng(4);
@@ -163,7 +165,7 @@ TEST_P(MtpExact, ChainedDraftsMatchReference) {
 }
 
 TEST_P(MtpExact, HeadKvAndCarryAreCutInvariant) {
-  Model& m = mtp_model(GetParam(), true);
+  Model& m = mtp_model(test::param_family(GetParam()), true, test::param_kv(GetParam()));
   const int64_t V = m.config().vocab_size, H = m.config().hidden_size;
   const StateShape sh = m.state_shape();
   ASSERT_EQ(sh.lagged_attn_layers, 1);
@@ -225,7 +227,7 @@ TEST_P(MtpExact, HeadKvAndCarryAreCutInvariant) {
 // drafting writes the head's slot p-1 and scratch slots: never into the shared pages. p = 64
 // puts slot p-1 in the last shared page while the main layers only touch the next one.
 TEST_P(MtpExact, SharedPagesStayUntouched) {
-  Model& m = mtp_model(GetParam(), true);
+  Model& m = mtp_model(test::param_family(GetParam()), true, test::param_kv(GetParam()));
   const int64_t V = m.config().vocab_size, PT = m.state_shape().page_tokens;
   std::mt19937_64 rng(10);
   const auto tokens = test::random_tokens(rng, PT + 30, V);
@@ -259,8 +261,8 @@ TEST_P(MtpExact, SharedPagesStayUntouched) {
 }
 
 TEST_P(MtpExact, LoadingWithoutMtpChangesNothing) {
-  Model& with = mtp_model(GetParam(), true);
-  Model& without = mtp_model(GetParam(), false);
+  Model& with = mtp_model(test::param_family(GetParam()), true, test::param_kv(GetParam()));
+  Model& without = mtp_model(test::param_family(GetParam()), false, test::param_kv(GetParam()));
   EXPECT_FALSE(without.mtp_loaded());
   const StateShape a = without.state_shape(), b = with.state_shape();
   EXPECT_EQ(a.carry_floats, 0);
@@ -320,7 +322,7 @@ using test::Gen;
 using test::generate;
 
 TEST_P(MtpExact, GreedySpeculationEqualsPlain) {
-  Model& m = mtp_model(GetParam(), true);
+  Model& m = mtp_model(test::param_family(GetParam()), true, test::param_kv(GetParam()));
   const int64_t V = m.config().vocab_size;
   ThreadPool pool(2, 0);  // every job shared, however small
   EngineOptions cold_opt;
@@ -351,7 +353,7 @@ TEST_P(MtpExact, GreedySpeculationEqualsPlain) {
 // Sampling: MTP drafts are deterministic (q one-hot); whatever is accepted, the state after
 // the request equals a plain run over the tokens it consumed.
 TEST_P(MtpExact, SampledSpeculationKeepsStateExact) {
-  Model& m = mtp_model(GetParam(), true);
+  Model& m = mtp_model(test::param_family(GetParam()), true, test::param_kv(GetParam()));
   const int64_t V = m.config().vocab_size;
   EngineOptions opt;
   opt.cache_enabled = false;
@@ -379,7 +381,7 @@ TEST_P(MtpExact, SampledSpeculationKeepsStateExact) {
 }
 
 TEST_P(MtpExact, SpeculationWithPrefixCacheEqualsPlain) {
-  Model& m = mtp_model(GetParam(), true);
+  Model& m = mtp_model(test::param_family(GetParam()), true, test::param_kv(GetParam()));
   const int64_t V = m.config().vocab_size;
   EngineOptions copt;
   copt.cache.policy.interval = 16;
@@ -422,7 +424,7 @@ TEST_P(MtpExact, SpeculationWithPrefixCacheEqualsPlain) {
 // carry included) equals a plain run over the same tokens, and every grid checkpoint taken
 // inside an accepted run equals a plain snapshot at its position.
 TEST_P(MtpExact, ForcedAcceptanceLengthsKeepStateExact) {
-  Model& m = mtp_model(GetParam(), true);
+  Model& m = mtp_model(test::param_family(GetParam()), true, test::param_kv(GetParam()));
   const int64_t V = m.config().vocab_size;
   ThreadPool pool(2, 0);  // every job shared, however small
   std::mt19937_64 rng(12);
@@ -480,13 +482,9 @@ TEST_P(MtpExact, ForcedAcceptanceLengthsKeepStateExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MtpExact,
-                         ::testing::Values("tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& ch : s)
-                             if (ch == '-' || ch == '.') ch = '_';
-                           return s;
-                         });
+                         ::testing::ValuesIn(test::with_kv_types({"tiny", "qwen3.5-moe-tiny",
+                                                                  "qwen3-next-tiny"})),
+                         [](const auto& info) { return test::param_name(info.param); });
 
 // Cost of one MTP draft token against one decode step, and what the head's K/V adds to a
 // decode step (printed and recorded; no assertion on speed: the machine may be shared, so each

@@ -34,7 +34,7 @@ std::vector<int32_t> alone(Model& m, const std::vector<int32_t>& prompt, int32_t
 class SpecBatch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpecBatch, MixedRowsWithTheirOwnKAndAcceptanceEqualAlone) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   std::mt19937_64 rng(41);
   struct Req {
@@ -104,7 +104,7 @@ TEST_P(SpecBatch, MixedRowsWithTheirOwnKAndAcceptanceEqualAlone) {
 }
 
 TEST_P(SpecBatch, EarlyCloseThenTheCacheServesTheSamePrompt) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   std::mt19937_64 rng(43);
   // Repetitive prompt: n-gram drafts happen.
@@ -210,7 +210,8 @@ TEST(SpecBatchRefusals, RequestsTheEngineCannotServeAreRefusedUpFront) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecBatch,
-                         ::testing::ValuesIn(test::all_families()));
+                         ::testing::ValuesIn(test::with_kv_types(test::all_families())),
+                         [](const auto& info) { return test::param_name(info.param); });
 
 }  // namespace
 }  // namespace rw

@@ -75,11 +75,11 @@ struct Oracle {
 class SpecExact : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpecExact, ForcedRejectionPatternsMatchPlainGreedy) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   ThreadPool pool(2, 0);  // every job shared, however small
   Engine e(m, &pool, no_cache());
-  std::mt19937_64 rng(std::hash<std::string>()(GetParam()) + 1);
+  std::mt19937_64 rng(std::hash<std::string>()(test::param_family(GetParam())) + 1);
   Oracle total;
   for (int trial = 0; trial < 6; ++trial) {
     const auto prompt = test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 70), V);
@@ -113,7 +113,7 @@ TEST_P(SpecExact, ForcedRejectionPatternsMatchPlainGreedy) {
 }
 
 TEST_P(SpecExact, AllAcceptedManyRoundsNeedNoReplay) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   Engine e(m, nullptr, no_cache());
   std::mt19937_64 rng(11);
@@ -130,7 +130,7 @@ TEST_P(SpecExact, AllAcceptedManyRoundsNeedNoReplay) {
 }
 
 TEST_P(SpecExact, NgramOnRepetitiveTextMatchesPlain) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   Engine e(m, nullptr, no_cache());
   std::mt19937_64 rng(5);
@@ -151,14 +151,15 @@ TEST_P(SpecExact, NgramOnRepetitiveTextMatchesPlain) {
 }
 
 TEST_P(SpecExact, DraftModelsMatchPlain) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   Engine e(m, nullptr, no_cache());
   std::mt19937_64 rng(17);
   // The target as its own draft (every draft accepted) and another family's recurrent model
   // (mostly rejected): both must give exactly the plain output.
   for (const std::string& other : test::fixture_variants()) {
-    Model& d = test::cached_model(test::fixture_dir(other));
+    Model& d =
+        test::cached_model(test::fixture_dir(other), WeightStore::Auto, test::param_kv(GetParam()));
     const auto prompt = test::random_tokens(rng, 20 + static_cast<int64_t>(rng() % 40), V);
     Gen plain = generate(e, prompt, 25);
     SpecConfig sc;
@@ -168,12 +169,14 @@ TEST_P(SpecExact, DraftModelsMatchPlain) {
     Gen spec = generate(e, prompt, 25, sc);
     EXPECT_EQ(spec.out, plain.out) << "draft " << other;
     EXPECT_TRUE(spec.state.same_contents(plain.state)) << "draft " << other;
-    if (other == GetParam()) { EXPECT_EQ(spec.rep.spec.accepted, spec.rep.spec.drafted); }
+    if (other == test::param_family(GetParam())) {
+      EXPECT_EQ(spec.rep.spec.accepted, spec.rep.spec.drafted);
+    }
   }
 }
 
 TEST_P(SpecExact, FailingRoundLeavesCommittedStateAndCacheUsable) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   EngineOptions opt;
   opt.cache.policy.interval = 16;
@@ -212,7 +215,7 @@ TEST_P(SpecExact, FailingRoundLeavesCommittedStateAndCacheUsable) {
 }
 
 TEST_P(SpecExact, CheckpointsCrossedInsideAcceptedRunsAreExact) {
-  Model& m = test::cached_model(test::fixture_dir(GetParam()));
+  Model& m = test::param_model(GetParam());
   const int64_t V = m.config().vocab_size;
   EngineOptions opt;
   opt.cache.policy.interval = 5;  // many grid positions fall inside accepted runs
@@ -250,7 +253,8 @@ TEST_P(SpecExact, CheckpointsCrossedInsideAcceptedRunsAreExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SpecExact,
-                         ::testing::ValuesIn(test::all_families()));
+                         ::testing::ValuesIn(test::with_kv_types(test::all_families())),
+                         [](const auto& info) { return test::param_name(info.param); });
 
 std::string make_model_dir(const std::string& args, const std::string& tag) {
   const std::string dir = test::scratch_dir("spec_" + tag);

@@ -143,7 +143,12 @@ TEST(BenchCli, JsonEchoesTheRunAndCountsTheModelsBytes) {
   EXPECT_EQ(j["decode_weight_bytes"].get<size_t>(), m.decode_bytes_per_token());
   EXPECT_EQ(j["decode_state_bytes"].get<size_t>(), m.new_state().recurrent_bytes());
   const ModelConfig& cfg = m.config();
-  const double kv_pos = 2.0 * sizeof(float) * static_cast<double>(cfg.n_attention_layers()) *
+  // K and V in the default KV cache type (kDefaultKvTypes): 2 bytes a value.
+  EXPECT_EQ(j["cache_type_k"].get<std::string>(), kv_type_name(kDefaultKvTypes.k));
+  EXPECT_EQ(j["cache_type_v"].get<std::string>(), kv_type_name(kDefaultKvTypes.v));
+  ASSERT_TRUE(kDefaultKvTypes.k != DType::F32 && kDefaultKvTypes.k != DType::Q8_0 &&
+              kDefaultKvTypes.v != DType::F32 && kDefaultKvTypes.v != DType::Q8_0);
+  const double kv_pos = 2.0 * 2.0 * static_cast<double>(cfg.n_attention_layers()) *
                         static_cast<double>(cfg.n_head_kv * cfg.head_dim);
   EXPECT_GT(kv_pos, 0.0);
   EXPECT_EQ(j["decode_kv_bytes"].get<double>(), kv_pos * (kPrompt + (kDecode + 1) / 2.0));

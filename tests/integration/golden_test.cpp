@@ -28,7 +28,7 @@ class Golden : public ::testing::TestWithParam<std::string> {};
 TEST_P(Golden, LibraryMatchesFp64Reference) {
   const std::string dir = test::fixture_dir(GetParam());
   const auto exp = read_json(dir + "/expected_logits.json");
-  Model& m = test::cached_model(dir);
+  Model& m = test::cached_model(dir, WeightStore::Auto, test::kF32Kv);  // fp64 refs: F32 KV
   const auto tokens = exp["tokens"].get<std::vector<int32_t>>();
   SequenceState st = m.new_state();
   SeqInput in{&st, tokens, {}};
@@ -67,10 +67,10 @@ TEST_P(Golden, CliLogitsMatchesFp64Reference) {
     pos += std::to_string(p.get<int>());
   }
   int rc = 0;
-  const std::string out =
-      test::run_command(std::string(REWIND_BINARY) + " logits --model " + dir + " --tokens " +
-                            toks + " --positions " + pos + " -t 2",
-                        &rc);
+  const std::string out = test::run_command(std::string(REWIND_BINARY) + " logits --model " + dir +
+                                                " --tokens " + toks + " --positions " + pos +
+                                                " -t 2 --cache-type-k f32 --cache-type-v f32",
+                                            &rc);
   ASSERT_EQ(rc, 0);
   const auto got = nlohmann::json::parse(out);
   ASSERT_EQ(got["positions"], exp["positions"]);
@@ -88,7 +88,7 @@ class GoldenNaive : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenNaive, FastPathMatchesNaiveReferenceModel) {
   const std::string dir = test::fixture_dir(GetParam());
-  Model& m = test::cached_model(dir);
+  Model& m = test::cached_model(dir, WeightStore::Auto, test::kF32Kv);  // fp64 refs: F32 KV
   ReferenceModel ref(m.config(), m.weights());
   std::mt19937_64 rng(5);
   auto tokens = test::random_tokens(rng, 70, m.config().vocab_size);

@@ -79,11 +79,11 @@ Agreement agree(const std::string& model, const nlohmann::json& c) {
   EXPECT_FALSE(want_tokens.empty());
   if (want_tokens.empty()) return a;
   int rc = 0;
-  const std::string out =
-      test::run_command(std::string(REWIND_BINARY) + " logits -t 2 --model " + model +
-                            " --prompt " + shell_quote(c.at("prompt").get<std::string>()) +
-                            " --positions " + std::to_string(want_tokens.size() - 1) + " 2>&1",
-                        &rc);
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " logits -t 2 --cache-type-k f32 --cache-type-v f32 --model " +
+          model + " --prompt " + shell_quote(c.at("prompt").get<std::string>()) + " --positions " +
+          std::to_string(want_tokens.size() - 1) + " 2>&1",
+      &rc);
   EXPECT_EQ(rc, 0) << out;
   if (rc != 0) return a;
   const nlohmann::json got = nlohmann::json::parse(out);

@@ -58,7 +58,7 @@ class trained_logits : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(trained_logits, MatchTrainingScriptFp64Forward) {
   const auto exp = read_json(kjv_data() + "/" + GetParam() + "_golden.json");
-  Model& m = test::cached_model(model_dir(GetParam()));
+  Model& m = test::cached_model(model_dir(GetParam()), WeightStore::Auto, test::kF32Kv);
   const int64_t V = m.config().vocab_size;
   double worst = 0;
   for (const auto& seq : exp["sequences"]) {
@@ -99,6 +99,7 @@ TEST(trained_model, MtpHeadMatchesTrainingScriptFp64Forward) {
   const auto exp = read_json(kjv_data() + "/target_golden.json");
   LoadOptions lo;
   lo.mtp = true;
+  lo.kv_types = test::kF32Kv;  // against the script's fp64 forward
   auto loaded = Model::load(model_dir("target"), lo);
   ASSERT_TRUE(loaded.ok()) << loaded.error_message();
   Model& m = **loaded;

@@ -338,6 +338,160 @@ TEST(Ops, AttentionBlocksMatchReference) {
   }
 }
 
+// KV cache types (KvBlocks): one head (of two) of BF16, F16 and Q8_0 K/V blocks, laid out as the
+// state's pages lay them out. kv_widen_k / kv_widen_v give exactly the values of ops_ref.h's
+// format definitions on every SIMD path (every finite code, subnormals included), and
+// attention_rows over the typed blocks is bit-identical to the F32 kernel on those values (so
+// each F32 invariant carries over) and close to the double reference.
+struct TypedHead {
+  std::vector<std::vector<uint8_t>> k, v;     // codes of both heads, per block
+  std::vector<std::vector<uint16_t>> ks, vs;  // Q8_0 scales of both heads, per block
+  std::vector<std::vector<float>> kf,
+      vf;  // head 1 widened by the reference: [d][block], [block][d]
+  std::vector<const void*> kp, vp;
+  std::vector<const uint16_t*> ksp, vsp;
+  KvBlocks K, V;
+};
+
+TypedHead typed_head(std::mt19937_64& r, DType t, int64_t d, int64_t block, int64_t nb,
+                     bool any_bits) {
+  TypedHead h;
+  const int64_t es = t == DType::Q8_0 ? 1 : 2, qb = (d + 31) / 32, hd = 2 * d;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> sc(0.002f, 0.04f);
+  auto word = [&]() -> uint16_t {  // a finite half word
+    if (any_bits) {
+      for (;;) {
+        const uint16_t w = static_cast<uint16_t>(r());
+        if (t == DType::F16 ? ((w >> 10) & 0x1f) != 0x1f : ((w >> 7) & 0xff) != 0xff) return w;
+      }
+    }
+    return t == DType::F16 ? f32_to_f16(nd(r)) : f32_to_bf16(nd(r));
+  };
+  auto value = [&](const uint8_t* codes, int64_t e, const uint16_t* scales, int64_t se) {
+    if (t == DType::Q8_0) return ref::q8_value(static_cast<int8_t>(codes[e]), scales[se]);
+    uint16_t w;
+    std::memcpy(&w, codes + 2 * e, 2);
+    return t == DType::F16 ? ref::f16_value(w) : ref::bf16_value(w);
+  };
+  for (int64_t b = 0; b < nb; ++b) {
+    std::vector<uint8_t> k(static_cast<size_t>(hd * block * es)), v(k.size());
+    std::vector<uint16_t> ks(static_cast<size_t>(2 * qb * block)), vs(ks.size());
+    for (int64_t e = 0; e < hd * block; ++e) {
+      if (t == DType::Q8_0) {
+        k[e] = static_cast<uint8_t>(static_cast<int8_t>(r() % 255 - 127));
+        v[e] = static_cast<uint8_t>(static_cast<int8_t>(r() % 255 - 127));
+      } else {
+        const uint16_t a = word(), c = word();
+        std::memcpy(&k[2 * e], &a, 2);
+        std::memcpy(&v[2 * e], &c, 2);
+      }
+    }
+    for (auto& x : ks) x = f32_to_f16(sc(r));
+    for (auto& x : vs) x = f32_to_f16(sc(r));
+    std::vector<float> kf(static_cast<size_t>(d * block)), vf(kf.size());
+    // Head 1: K codes from element d*block on, scales from qb*block; V columns from d, scales
+    // from qb within each key's row of 2*qb.
+    for (int64_t i = 0; i < d; ++i)
+      for (int64_t j = 0; j < block; ++j) {
+        kf[i * block + j] = static_cast<float>(
+            value(k.data(), d * block + i * block + j, ks.data(), (qb + i / 32) * block + j));
+        vf[j * d + i] = static_cast<float>(
+            value(v.data(), j * hd + d + i, vs.data(), j * 2 * qb + qb + i / 32));
+      }
+    h.k.push_back(std::move(k));
+    h.v.push_back(std::move(v));
+    h.ks.push_back(std::move(ks));
+    h.vs.push_back(std::move(vs));
+    h.kf.push_back(std::move(kf));
+    h.vf.push_back(std::move(vf));
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    h.kp.push_back(h.k[b].data() + d * block * es);
+    h.vp.push_back(h.v[b].data() + d * es);
+    h.ksp.push_back(h.ks[b].data() + qb * block);
+    h.vsp.push_back(h.vs[b].data() + qb);
+  }
+  h.K = {t, h.kp.data(), h.ksp.data(), 0, 0};
+  h.V = {t, h.vp.data(), h.vsp.data(), hd, 2 * qb};
+  return h;
+}
+
+TEST(Ops, KvWidenEqualsFormatDefinitions) {
+  std::mt19937_64 r(29);
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    IsaCap cap;
+    if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+    for (DType t : {DType::BF16, DType::F16, DType::Q8_0})
+      for (int64_t d : {32, 40, 24, 128})
+        for (int64_t block : {64, 4}) {
+          TypedHead h = typed_head(r, t, d, block, 2, /*any_bits=*/true);
+          std::vector<float> out(static_cast<size_t>(d * block));
+          for (int64_t b = 0; b < 2; ++b) {
+            std::fill(out.begin(), out.end(), -1.0f);
+            kv_widen_k(h.K, b, block, block, d, out.data(), cap);
+            ASSERT_EQ(std::memcmp(out.data(), h.kf[b].data(), out.size() * 4), 0)
+                << isa << " " << dtype_name(t) << " d " << d << " K";
+            const int64_t n = block - 1;  // a partly filled block
+            kv_widen_v(h.V, b, n, d, out.data(), cap);
+            ASSERT_EQ(std::memcmp(out.data(), h.vf[b].data(), static_cast<size_t>(n * d) * 4), 0)
+                << isa << " " << dtype_name(t) << " d " << d << " V";
+          }
+        }
+  }
+}
+
+TEST(Ops, AttentionOverTypedKvBitsEqualF32OnWidenedValues) {
+  std::mt19937_64 r(31);
+  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+    IsaCap cap;
+    if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+    for (DType t : {DType::BF16, DType::F16, DType::Q8_0})
+      for (int64_t d : {32, 40, 64, 128})
+        for (int64_t block : {64, 4})
+          for (auto [first, m] :
+               std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {61, 9}, {130, 4}}) {
+            const int64_t n_max = first + m - 1, nb = (n_max + block - 1) / block;
+            TypedHead h = typed_head(r, t, d, block, nb, /*any_bits=*/false);
+            std::vector<const float*> kf, vf;
+            for (int64_t b = 0; b < nb; ++b) {
+              kf.push_back(h.kf[b].data());
+              vf.push_back(h.vf[b].data());
+            }
+            auto q = randv(r, m * d);
+            std::vector<const float*> qp;
+            std::vector<float*> op, op2;
+            std::vector<float> out(static_cast<size_t>(m * d)), out2(out.size()),
+                scratch(static_cast<size_t>(m * n_max));
+            std::vector<int64_t> n_keys;
+            for (int64_t i = 0; i < m; ++i) {
+              qp.push_back(q.data() + i * d);
+              op.push_back(out.data() + i * d);
+              op2.push_back(out2.data() + i * d);
+              n_keys.push_back(first + i);
+            }
+            attention_rows(qp.data(), m, n_keys.data(), h.K, h.V, block, d, 0.13f, op.data(),
+                           scratch.data(), cap);
+            attention_rows(qp.data(), m, n_keys.data(), kf.data(), vf.data(), block, d, d, 0.13f,
+                           op2.data(), scratch.data(), cap);
+            ASSERT_EQ(std::memcmp(out.data(), out2.data(), out.size() * 4), 0)
+                << isa << " " << dtype_name(t) << " d " << d << " block " << block << " first "
+                << first;
+            // The last row against the double reference on the widened values.
+            std::vector<double> keys, vals;
+            for (int64_t j = 0; j < n_max; ++j)
+              for (int64_t i = 0; i < d; ++i) {
+                keys.push_back(h.kf[j / block][i * block + j % block]);
+                vals.push_back(h.vf[j / block][(j % block) * d + i]);
+              }
+            std::vector<double> qd(q.begin() + (m - 1) * d, q.begin() + m * d), od(d);
+            ref::attention(qd.data(), keys.data(), vals.data(), n_max, d, 0.13, od.data());
+            for (int64_t i = 0; i < d; ++i)
+              ASSERT_NEAR(out[(m - 1) * d + i], od[i], 1e-5) << isa << " " << dtype_name(t);
+          }
+  }
+}
+
 // attention_rows shares K/V loads between rows (groups of 8 and 4 on AVX-512, of 4 in the
 // portable code, when the block and d allow); each row's output must still be attention_head's
 // bits for that row alone: rows that start before, inside and after a block boundary, tiles not

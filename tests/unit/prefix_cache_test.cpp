@@ -105,10 +105,11 @@ struct Sim {
       row_k(k, h, q);
       row_v(v, h, q);
       const KvPage& pg = *r.pages[static_cast<size_t>(q / kPT)];
-      float kr[2];
+      float kr[2], vr[2];
       pg.read_k(0, q % kPT, kr);
+      pg.read_v(0, q % kPT, vr);
       ASSERT_EQ(std::memcmp(kr, k, 8), 0) << "K row " << q << " of p " << p;
-      ASSERT_EQ(std::memcmp(pg.v(0) + (q % kPT) * 2, v, 8), 0) << "V row " << q << " of p " << p;
+      ASSERT_EQ(std::memcmp(vr, v, 8), 0) << "V row " << q << " of p " << p;
     }
     if (!recurrent || p == 0) {
       EXPECT_EQ(r.snapshot, nullptr);

@@ -3,6 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "rewind/tensor/quant.h"
+
 namespace rw {
 namespace {
 
@@ -76,6 +83,139 @@ TEST(SequenceState, CloneSharesPagesAndCopiesOnWrite) {
   a.restore_from(b);
   EXPECT_TRUE(a.same_contents(b));
   EXPECT_EQ(a.recurrent_bytes(), static_cast<size_t>((3 * 5 + 2 * 3 * 2) * 4));
+}
+
+void append_rows(SequenceState& st, int64_t n) {
+  std::vector<float> row(static_cast<size_t>(st.shape().kv_dim), 1.5f);
+  st.prepare_append(n);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t l = 0; l < st.shape().n_attn_layers; ++l)
+      st.write_kv(l, st.n_pos() + i, row.data(), row.data());
+  st.commit_append(n);
+}
+
+// KV cache types: each stored row reads back as the value rounded once (BF16 / F16 by the
+// exact conversions of tensor/dtype.h, Q8_0 by ggml's quantize_row_q8_0 over each 32 dims of a
+// head), pages are sized by type, and copies keep the stored bytes.
+StateShape typed_shape(KvTypes t, int64_t head_dim, int64_t heads) {
+  StateShape s;
+  s.n_attn_layers = 2;
+  s.kv_dim = head_dim * heads;
+  s.kv_head_dim = head_dim;
+  s.page_tokens = 8;
+  s.kv_types = t;
+  return s;
+}
+
+// The value `x` (one head's row, hd dims) reads back as, per the rounding rule.
+std::vector<float> rounded(DType t, const std::vector<float>& x, int64_t hd) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (t == DType::BF16) y[i] = bf16_to_f32(f32_to_bf16(x[i]));
+    if (t == DType::F16) y[i] = f16_to_f32(f32_to_f16(x[i]));
+    if (t == DType::F32) y[i] = x[i];
+  }
+  if (t == DType::Q8_0)
+    for (size_t h0 = 0; h0 < x.size(); h0 += static_cast<size_t>(hd))
+      for (int64_t c = 0; c < hd; c += 32) {
+        // A short last block is a whole block padded with zeros (zeros never raise amax).
+        float blk[32] = {};
+        const int64_t m = std::min<int64_t>(32, hd - c);
+        std::memcpy(blk, x.data() + h0 + c, static_cast<size_t>(m) * 4);
+        BlockQ8_0 q;
+        quantize_row_q8_0(blk, &q, 32);
+        float back[32];
+        dequantize_row_q8_0(&q, back, 32);
+        std::memcpy(y.data() + h0 + c, back, static_cast<size_t>(m) * 4);
+      }
+  return y;
+}
+
+TEST(SequenceState, KvTypesRoundOnceWhenWritten) {
+  std::mt19937_64 r(5);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::Q8_0})
+    for (int64_t hd : {32, 40, 24, 64}) {
+      const KvTypes kv{t, t == DType::Q8_0 ? DType::F16 : t};
+      SequenceState st(typed_shape(kv, hd, 2));
+      const int64_t n = 2 * hd, T = 19;
+      std::vector<std::vector<float>> ks, vs;
+      st.prepare_append(T);
+      for (int64_t p = 0; p < T; ++p) {
+        std::vector<float> k(static_cast<size_t>(n)), v(k.size());
+        for (auto& x : k) x = nd(r);
+        for (auto& x : v) x = nd(r);
+        if (p == 3) k[5] = v[7] = 0.0f;  // zeros and a whole zero block
+        if (p == 4) std::fill(k.begin(), k.end(), 0.0f);
+        st.write_kv(1, p, k.data(), v.data());
+        ks.push_back(k);
+        vs.push_back(v);
+      }
+      st.commit_append(T);
+      std::vector<float> got(static_cast<size_t>(n));
+      for (int64_t p = 0; p < T; ++p) {
+        st.read_k(1, p, got.data());
+        const auto want_k = rounded(kv.k, ks[p], hd);
+        ASSERT_EQ(std::memcmp(got.data(), want_k.data(), got.size() * 4), 0)
+            << kv_type_name(t) << " hd " << hd << " K pos " << p;
+        st.read_v(1, p, got.data());
+        const auto want_v = rounded(kv.v, vs[p], hd);
+        ASSERT_EQ(std::memcmp(got.data(), want_v.data(), got.size() * 4), 0)
+            << kv_type_name(t) << " hd " << hd << " V pos " << p;
+      }
+      SequenceState c = st.clone();
+      EXPECT_TRUE(c.same_contents(st));
+    }
+}
+
+TEST(SequenceState, PagesSizedByKvType) {
+  // qwen3.5-0.8b: 6 attention layers, 2 K/V heads of 256 dims, 64-token pages.
+  auto page = [](KvTypes t) {
+    StateShape s;
+    s.n_attn_layers = 6;
+    s.kv_dim = 512;
+    s.kv_head_dim = 256;
+    s.kv_types = t;
+    return KvPage(s).bytes();
+  };
+  const size_t f32 = page({DType::F32, DType::F32});
+  EXPECT_EQ(f32, size_t{6} * 2 * 64 * 512 * 4);  // 24576 bytes a token
+  EXPECT_EQ(page({DType::BF16, DType::BF16}), f32 / 2);
+  EXPECT_EQ(page({DType::F16, DType::F16}), f32 / 2);
+  // Q8_0: a byte a value plus an f16 scale per 32 values.
+  EXPECT_EQ(page({DType::Q8_0, DType::Q8_0}), size_t{6} * 2 * 64 * (512 + 16 * 2));
+  EXPECT_EQ(page({DType::F16, DType::Q8_0}), size_t{6} * 64 * (512 * 2 + 512 + 32));
+  StateShape s = typed_shape({DType::F16, DType::F16}, 32, 1);
+  EXPECT_EQ(static_cast<size_t>(s.page_bytes()), KvPage(s).bytes());
+  const int64_t before = KvPage::live_bytes();
+  {
+    KvPage p(s);
+    EXPECT_EQ(KvPage::live_bytes() - before, s.page_bytes());
+  }
+  EXPECT_EQ(KvPage::live_bytes(), before);
+}
+
+TEST(SequenceState, ParseKvType) {
+  DType t = DType::F32;
+  EXPECT_TRUE(parse_kv_type("q8_0", &t));
+  EXPECT_EQ(t, DType::Q8_0);
+  EXPECT_TRUE(parse_kv_type("BF16", &t));
+  EXPECT_EQ(t, DType::BF16);
+  EXPECT_TRUE(parse_kv_type("f16", &t));
+  EXPECT_EQ(t, DType::F16);
+  EXPECT_TRUE(parse_kv_type("f32", &t));
+  EXPECT_EQ(t, DType::F32);
+  for (const char* bad : {"", "q4_0", "fp16", "f16 ", "q8", "f64", "i8"}) {
+    EXPECT_FALSE(parse_kv_type(bad, &t)) << bad;
+  }
+  EXPECT_EQ(t, DType::F32);
+}
+
+TEST(SequenceStateDeath, ResumeWithPagesOfAnotherType) {
+  SequenceState a(typed_shape({DType::F16, DType::F16}, 32, 1));
+  append_rows(a, 3);
+  SequenceState b(typed_shape({DType::BF16, DType::F16}, 32, 1));
+  EXPECT_DEATH(b.resume(a.pages(), nullptr, 3), "");
 }
 
 }  // namespace

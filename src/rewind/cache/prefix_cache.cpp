@@ -510,10 +510,7 @@ struct CacheCore {
   }
 
   // --- the tier (cache/cache_tier.h) -------------------------------------------------------
-  size_t page_bytes() const {
-    const StateShape& sh = opt.shape;
-    return static_cast<size_t>(sh.n_attn_layers * 2 * sh.page_tokens * sh.kv_dim) * sizeof(float);
-  }
+  size_t page_bytes() const { return static_cast<size_t>(opt.shape.page_bytes()); }
   size_t rec_bytes() const { return static_cast<size_t>(opt.shape.rec_floats()) * sizeof(float); }
   TierLayout page_layout() const { return TierLayout{0, page_bytes()}; }
   TierLayout ckpt_layout(int64_t q) const {
@@ -566,7 +563,7 @@ struct CacheCore {
         const PagePtr& pg = pages[o.index];
         put.layout = page_layout();
         put.parts.push_back(
-            std::as_bytes(std::span<const float>(pg->data(), pg->bytes() / sizeof(float))));
+            std::span<const std::byte>(pg->raw(), pg->bytes()));
         put.owner = pg;
       } else {
         const std::shared_ptr<const Snapshot>& sn = snaps[o.index];
@@ -578,7 +575,7 @@ struct CacheCore {
         if (put.layout.kv_bytes > 0) {
           pg = pages[static_cast<size_t>(o.pos / pt)];
           put.parts.push_back(
-              std::as_bytes(std::span<const float>(pg->data(), pg->bytes() / sizeof(float))));
+              std::span<const std::byte>(pg->raw(), pg->bytes()));
         }
         put.owner = std::make_shared<std::pair<std::shared_ptr<const Snapshot>, PagePtr>>(sn, pg);
       }
@@ -632,8 +629,7 @@ struct CacheCore {
           }
           auto pg = std::make_shared<KvPage>(opt.shape);
           if (!tier.get(key((i + 1) * pt), TierKind::Page, page_layout(),
-                        std::as_writable_bytes(
-                            std::span<float>(pg->data(), pg->bytes() / sizeof(float))))) {
+                        std::span<std::byte>(pg->raw(), pg->bytes()))) {
             hi = std::min(hi, i * pt + pt - 1);  // page i is gone: resume inside it at most
             ok = false;
             break;
@@ -657,7 +653,7 @@ struct CacheCore {
         }
         if (lay.kv_bytes > 0) {
           auto pg = std::make_shared<KvPage>(opt.shape);
-          std::memcpy(pg->data(), buf.data() + lay.rec_bytes, lay.kv_bytes);
+          std::memcpy(pg->raw(), buf.data() + lay.rec_bytes, lay.kv_bytes);
           pages.push_back(std::move(pg));
         }
       }

@@ -202,6 +202,10 @@ class PrefixCache {
     // (required with a tier) lays out what is read back.
     std::shared_ptr<CacheTier> tier;
     StateShape shape;
+    // What a page holds, for reports only (the budget counts each page's own bytes()): its K/V
+    // types and bytes (StateShape::page_bytes).
+    KvTypes kv_types;
+    size_t page_bytes = 0;
   };
 
   explicit PrefixCache(const Options& opt);

@@ -41,7 +41,7 @@ MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, i
   const int64_t V = model.config().vocab_size;
   const int64_t ctx = opt.ctx_size;
   const int64_t k1 = SpecConfig::kMaxDraft + 1;  // rows of a speculative round at most
-  const int64_t page_bytes = sh.n_attn_layers * 2 * sh.page_tokens * sh.kv_dim * 4;
+  const int64_t page_bytes = sh.page_bytes();    // in the model's KV types
   const int64_t rec_bytes = sh.rec_floats() * 4;
   // One running sequence: its pages up to ctx_size (drafts may write k past it; one more page
   // for a copy on write), its state and a speculative pre-round copy, the capture rows of a
@@ -154,12 +154,14 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
   opt_.cache.shape = model.state_shape();
   opt_.cache.has_attention = model.config().n_attention_layers() > 0;
   opt_.cache.page_tokens = model.state_shape().page_tokens;
+  opt_.cache.kv_types = model.state_shape().kv_types;
+  opt_.cache.page_bytes = static_cast<size_t>(model.state_shape().page_bytes());
   {
     // The checkpoint grid, widened for a large recurrent state (CheckpointPolicy::size_grid).
     CheckpointPolicy& pol = opt_.cache.policy;
     const StateShape sh = model.state_shape();
     const size_t snap = static_cast<size_t>(sh.rec_floats()) * sizeof(float);
-    const size_t kv_tok = static_cast<size_t>(2 * sh.n_attn_layers * sh.kv_dim) * sizeof(float);
+    const size_t kv_tok = static_cast<size_t>(sh.kv_bytes_per_token());
     if (pol.interval > 0 && pol.size_by_state)
       pol.interval = CheckpointPolicy::size_grid(pol.interval, snap, kv_tok, &pol.grid_note);
     else

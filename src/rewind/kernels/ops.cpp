@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rewind/base/aligned.h"
 #include "rewind/base/clones.h"
 
 namespace rw {
@@ -920,10 +921,81 @@ inline __attribute__((always_inline)) void weighted_values_rows(const float* vb,
 // grouped-query heads) NV = 4 where the block and d allow: a pass then reads whole 256-byte K
 // rows and V row segments instead of halves, which the hardware prefetchers follow better when
 // K and V come from memory.
-template <int R, int NV>
-__attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q, const float* kb,
-                                                           int64_t block, const int64_t* nb,
-                                                           int64_t d, float* const* s) {
+//
+// Each kernel reads K or V through a loader (below): 16 values widened to fp32 from the stored
+// KV type (KvBlocks) as they are loaded. Every widening is exact, so a typed block gives the
+// F32 kernel's bits on the widened values.
+// GCC 12's headers pass an uninitialised operand to the unmasked conversions (dead, as above).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define REWIND_AVX512_INLINE __attribute__((target("avx512f"), always_inline)) inline
+// K block (dim i, keys j..j+15) and V block (key j, dims i..i+15) in each stored type.
+struct KLoadF32 {
+  const float* p;
+  int64_t block;
+  REWIND_AVX512_INLINE __m512 operator()(int64_t i, int64_t j) const {
+    return _mm512_loadu_ps(p + i * block + j);
+  }
+};
+template <bool kBf16>
+struct KLoadHalf {
+  const uint16_t* p;
+  int64_t block;
+  REWIND_AVX512_INLINE __m512 operator()(int64_t i, int64_t j) const {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * block + j));
+    if constexpr (kBf16)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    else
+      return _mm512_cvtph_ps(h);
+  }
+};
+struct KLoadQ8 {  // the scale of (i, j) at sc[(i / 32) * block + j]
+  const int8_t* p;
+  const uint16_t* sc;
+  int64_t block;
+  REWIND_AVX512_INLINE __m512 operator()(int64_t i, int64_t j) const {
+    const __m512 c = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * block + j))));
+    return _mm512_mul_ps(c, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                reinterpret_cast<const __m256i*>(sc + (i / 32) * block + j))));
+  }
+};
+struct VLoadF32 {
+  const float* p;
+  int64_t ld;
+  REWIND_AVX512_INLINE __m512 operator()(int64_t j, int64_t i) const {
+    return _mm512_loadu_ps(p + j * ld + i);
+  }
+};
+template <bool kBf16>
+struct VLoadHalf {
+  const uint16_t* p;
+  int64_t ld;
+  REWIND_AVX512_INLINE __m512 operator()(int64_t j, int64_t i) const {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j * ld + i));
+    if constexpr (kBf16)
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    else
+      return _mm512_cvtph_ps(h);
+  }
+};
+struct VLoadQ8 {  // i a multiple of 16, so 16 dims share the scale at sc[j * sld + i / 32]
+  const int8_t* p;
+  const uint16_t* sc;
+  int64_t ld, sld;
+  REWIND_AVX512_INLINE __m512 operator()(int64_t j, int64_t i) const {
+    const __m512 c = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * ld + i))));
+    const __m256i s = _mm256_set1_epi16(static_cast<short>(sc[j * sld + i / 32]));
+    return _mm512_mul_ps(c, _mm512_cvtph_ps(s));
+  }
+};
+
+template <int R, int NV, class LoadK>
+__attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q, const LoadK& kl,
+                                                           const int64_t* nb, int64_t d,
+                                                           float* const* s) {
   constexpr int kW = 16 * NV;  // keys per pass
   int64_t n_max = 0;
   for (int r = 0; r < R; ++r) n_max = std::max(n_max, nb[r]);
@@ -931,10 +1003,9 @@ __attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q
     __m512 acc[R][NV];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_setzero_ps();
-    const float* kp = kb + j0;
-    for (int64_t i = 0; i < d; ++i, kp += block) {
+    for (int64_t i = 0; i < d; ++i) {
       __m512 kv[NV];
-      for (int c = 0; c < NV; ++c) kv[c] = _mm512_loadu_ps(kp + 16 * c);
+      for (int c = 0; c < NV; ++c) kv[c] = kl(i, j0 + 16 * c);
       for (int r = 0; r < R; ++r) {
         const __m512 qi = _mm512_set1_ps(q[r][i]);
         for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(qi, kv[c], acc[r][c]);
@@ -951,8 +1022,8 @@ __attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q
   }
 }
 
-template <int R, int NV>
-__attribute__((target("avx512f"))) void weighted_values_rows_avx512(const float* vb, int64_t ld,
+template <int R, int NV, class LoadV>
+__attribute__((target("avx512f"))) void weighted_values_rows_avx512(const LoadV& vl,
                                                                     const int64_t* nb,
                                                                     const float* const* p,
                                                                     float* const* o, int64_t d) {
@@ -963,10 +1034,9 @@ __attribute__((target("avx512f"))) void weighted_values_rows_avx512(const float*
     __m512 acc[R][NV];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_loadu_ps(o[r] + d0 + 16 * c);
-    const float* vp = vb + d0;
-    for (int64_t j = 0; j < n_min; ++j, vp += ld) {
+    for (int64_t j = 0; j < n_min; ++j) {
       __m512 vv[NV];
-      for (int c = 0; c < NV; ++c) vv[c] = _mm512_loadu_ps(vp + 16 * c);
+      for (int c = 0; c < NV; ++c) vv[c] = vl(j, d0 + 16 * c);
       for (int r = 0; r < R; ++r) {
         const __m512 pj = _mm512_set1_ps(p[r][j]);
         for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
@@ -974,15 +1044,14 @@ __attribute__((target("avx512f"))) void weighted_values_rows_avx512(const float*
     }
     for (int r = 0; r < R; ++r) {
       for (int64_t j = n_min; j < nb[r]; ++j) {
-        const float* vj = vb + j * ld + d0;
         const __m512 pj = _mm512_set1_ps(p[r][j]);
-        for (int c = 0; c < NV; ++c)
-          acc[r][c] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vj + 16 * c), acc[r][c]);
+        for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vl(j, d0 + 16 * c), acc[r][c]);
       }
       for (int c = 0; c < NV; ++c) _mm512_storeu_ps(o[r] + d0 + 16 * c, acc[r][c]);
     }
   }
 }
+#pragma GCC diagnostic pop
 
 #endif
 
@@ -1213,6 +1282,174 @@ void gated_rmsnorm_groups(const float* y, const float* z, const float* w, float*
   }
 }
 
+// ---- KV cache types: exact widening to fp32 ----
+namespace {
+
+// Per-thread buffers the widened blocks go to (which: 0 K, 1 V); they grow to the largest
+// d x block seen and stay.
+float* widen_buffer(int which, int64_t n) {
+  thread_local AlignedBuffer<float> buf[2];
+  buf[which].reserve_at_least(static_cast<size_t>(n));
+  return buf[which].data();
+}
+
+// out[e] = widen(src[e]) for e < n, BF16 or F16.
+void widen_u16_scalar(const uint16_t* src, bool bf, int64_t n, float* out) {
+  if (bf)
+    for (int64_t e = 0; e < n; ++e) out[e] = bf16_to_f32(src[e]);
+  else
+    for (int64_t e = 0; e < n; ++e) out[e] = f16_to_f32(src[e]);
+}
+// out[e] = code[e] * f16(scale[e * step]) for e < n... with step 0 or 1: a K row (one scale a
+// key) or a run of one V block (one scale for all).
+void widen_q8_scalar(const int8_t* code, const uint16_t* scale, int64_t step, int64_t n,
+                     float* out) {
+  for (int64_t e = 0; e < n; ++e)
+    out[e] = static_cast<float>(code[e]) * f16_to_f32(scale[e * step]);
+}
+
+#ifdef REWIND_DOT_SIMD
+// GCC 12's headers pass an uninitialised operand to the unmasked conversions (dead, as above).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void widen_u16_avx512(const uint16_t* src, bool bf, int64_t n,
+                                                         float* out) {
+  int64_t e = 0;
+  for (; e + 16 <= n; e += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + e));
+    _mm512_storeu_ps(out + e,
+                     bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                        : _mm512_cvtph_ps(h));
+  }
+  widen_u16_scalar(src + e, bf, n - e, out + e);
+}
+__attribute__((target("avx512f"))) void widen_q8_avx512(const int8_t* code, const uint16_t* scale,
+                                                        int64_t step, int64_t n, float* out) {
+  int64_t e = 0;
+  const __m512 s1 = _mm512_set1_ps(f16_to_f32(scale[0]));
+  for (; e + 16 <= n; e += 16) {
+    const __m512 c = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(code + e))));
+    const __m512 sc =
+        step ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scale + e)))
+             : s1;
+    _mm512_storeu_ps(out + e, _mm512_mul_ps(c, sc));
+  }
+  widen_q8_scalar(code + e, scale + e * step, step, n - e, out + e);
+}
+__attribute__((target("avx2,f16c"))) void widen_u16_avx2(const uint16_t* src, bool bf, int64_t n,
+                                                         float* out) {
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + e));
+    _mm256_storeu_ps(out + e,
+                     bf ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                        : _mm256_cvtph_ps(h));
+  }
+  widen_u16_scalar(src + e, bf, n - e, out + e);
+}
+__attribute__((target("avx2,f16c"))) void widen_q8_avx2(const int8_t* code, const uint16_t* scale,
+                                                        int64_t step, int64_t n, float* out) {
+  int64_t e = 0;
+  const __m256 s1 = _mm256_set1_ps(f16_to_f32(scale[0]));
+  for (; e + 8 <= n; e += 8) {
+    const __m256 c = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(code + e))));
+    const __m256 sc =
+        step ? _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scale + e))) : s1;
+    _mm256_storeu_ps(out + e, _mm256_mul_ps(c, sc));
+  }
+  widen_q8_scalar(code + e, scale + e * step, step, n - e, out + e);
+}
+#pragma GCC diagnostic pop
+#endif
+
+// 2: AVX-512, 1: AVX2 with F16C, 0: scalar.
+int widen_level(IsaCap isa) {
+#ifdef REWIND_DOT_SIMD
+  static const bool f16c = (__builtin_cpu_init(), __builtin_cpu_supports("f16c"));
+  const int l = simd_level(isa);
+  return l == 1 && !f16c ? 0 : l;
+#else
+  (void)isa;
+  return 0;
+#endif
+}
+
+void widen_u16(int level, const uint16_t* src, bool bf, int64_t n, float* out) {
+#ifdef REWIND_DOT_SIMD
+  if (level == 2) return widen_u16_avx512(src, bf, n, out);
+  if (level == 1) return widen_u16_avx2(src, bf, n, out);
+#endif
+  (void)level;
+  widen_u16_scalar(src, bf, n, out);
+}
+void widen_q8(int level, const int8_t* code, const uint16_t* scale, int64_t step, int64_t n,
+              float* out) {
+  if (n <= 0) return;
+#ifdef REWIND_DOT_SIMD
+  if (level == 2) return widen_q8_avx512(code, scale, step, n, out);
+  if (level == 1) return widen_q8_avx2(code, scale, step, n, out);
+#endif
+  (void)level;
+  widen_q8_scalar(code, scale, step, n, out);
+}
+
+}  // namespace
+
+void kv_widen_k(const KvBlocks& k, int64_t b, int64_t block, int64_t n, int64_t d, float* out,
+                IsaCap isa) {
+  const int level = widen_level(isa);
+  for (int64_t i = 0; i < d; ++i) {
+    float* o = out + i * block;
+    switch (k.type) {
+      case DType::F32:
+        std::memcpy(o, static_cast<const float*>(k.data[b]) + i * block,
+                    static_cast<size_t>(n) * 4);
+        break;
+      case DType::BF16:
+      case DType::F16:
+        widen_u16(level, static_cast<const uint16_t*>(k.data[b]) + i * block, k.type == DType::BF16,
+                  n, o);
+        break;
+      default:  // Q8_0: one scale per key in the row of dim block i / 32
+        widen_q8(level, static_cast<const int8_t*>(k.data[b]) + i * block,
+                 k.scales[b] + (i / 32) * block, 1, n, o);
+    }
+  }
+}
+
+void kv_widen_v(const KvBlocks& v, int64_t b, int64_t n, int64_t d, float* out, IsaCap isa) {
+  const int level = widen_level(isa);
+  for (int64_t j = 0; j < n; ++j) {
+    float* o = out + j * d;
+    switch (v.type) {
+      case DType::F32:
+        std::memcpy(o, static_cast<const float*>(v.data[b]) + j * v.ld, static_cast<size_t>(d) * 4);
+        break;
+      case DType::BF16:
+      case DType::F16:
+        widen_u16(level, static_cast<const uint16_t*>(v.data[b]) + j * v.ld, v.type == DType::BF16,
+                  d, o);
+        break;
+      default: {  // Q8_0: one scale per 32 dims
+        const int8_t* c = static_cast<const int8_t*>(v.data[b]) + j * v.ld;
+        const uint16_t* sc = v.scales[b] + j * v.sld;
+        for (int64_t i0 = 0; i0 < d; i0 += 32)
+          widen_q8(level, c + i0, sc + i0 / 32, 0, std::min<int64_t>(32, d - i0), o + i0);
+      }
+    }
+  }
+}
+
+namespace detail {
+void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
+                    const float* const* k_blocks, const float* const* v_blocks, int64_t block,
+                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch,
+                    IsaCap isa, const KvBlocks* kt, const KvBlocks* vt);
+}  // namespace detail
+
 REWIND_CLONES
 void attention_head(const float* q, const float* const* k_blocks, const float* const* v_blocks,
                     int64_t block, int64_t ld, int64_t n_keys, int64_t d, float scale, float* out,
@@ -1237,12 +1474,34 @@ void attention_rows(const float* q, int64_t ldq, int64_t m, const int64_t* n_key
                  scratch, isa);
 }
 
-REWIND_CLONES
 void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
                     int64_t ld, int64_t d, float scale, float* const* out, float* scratch,
                     IsaCap isa) {
+  detail::attention_core(q, m, n_keys, k_blocks, v_blocks, block, ld, d, scale, out, scratch, isa,
+                         nullptr, nullptr);
+}
+
+void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys, const KvBlocks& k,
+                    const KvBlocks& v, int64_t block, int64_t d, float scale, float* const* out,
+                    float* scratch, IsaCap isa) {
+  const bool kf = k.type == DType::F32, vf = v.type == DType::F32;
+  detail::attention_core(q, m, n_keys, kf ? reinterpret_cast<const float* const*>(k.data) : nullptr,
+                         vf ? reinterpret_cast<const float* const*>(v.data) : nullptr, block, v.ld,
+                         d, scale, out, scratch, isa, kf ? nullptr : &k, vf ? nullptr : &v);
+}
+
+namespace detail {
+// The F32 kernel; blocks of a typed K (kt) or V (vt) are widened one at a time into per-thread
+// buffers first (the widening is exact, so the bits are those of the F32 kernel on them).
+REWIND_CLONES
+void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
+                    const float* const* k_blocks, const float* const* v_blocks, int64_t block,
+                    int64_t ld, int64_t d, float scale, float* const* out, float* scratch,
+                    IsaCap isa, const KvBlocks* kt, const KvBlocks* vt) {
   const int64_t n_max = n_keys[m - 1];
+  float* kbuf = kt ? widen_buffer(0, d * block) : nullptr;
+  float* vbuf = vt ? widen_buffer(1, d * block) : nullptr;
   // Rows [r, r + R) of one block: fills g with their pointers and key counts.
   auto group = [&](RowGroup& g, int64_t r, int R, int64_t b0, int64_t d0) {
     for (int u = 0; u < R; ++u) {
@@ -1269,19 +1528,37 @@ void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
 #endif
   // Pass 1, block-major so that a K block is reused by every row: scores.
   for (int64_t b0 = 0; b0 < n_max; b0 += block) {
-    const float* kb = k_blocks[b0 / block];
+    const int64_t bi = b0 / block;
+    const float* kb = k_blocks ? k_blocks[bi] : nullptr;
     int64_t r = 0;
     while (r < m && n_keys[r] <= b0) ++r;  // rows whose keys end before this block
     RowGroup g;
 #ifdef REWIND_ATTN_AVX512
-    if (avx512 && block % 32 == 0)
-      in_groups(r, b0, [&](RowGroup& rg, auto R) {
-        if (R() == 4 && block % 64 == 0)
-          scores_rows_avx512<4, 4>(rg.q, kb, block, rg.nb, d, rg.s);
-        else
-          scores_rows_avx512<R(), 2>(rg.q, kb, block, rg.nb, d, rg.s);
-      });
+    // Groups of rows: the AVX-512 kernels read a typed block as they go.
+    if (avx512 && block % 32 == 0) {
+      auto rows = [&](const auto& kl) {
+        in_groups(r, b0, [&](RowGroup& rg, auto R) {
+          if (R() == 4 && block % 64 == 0)
+            scores_rows_avx512<4, 4>(rg.q, kl, rg.nb, d, rg.s);
+          else
+            scores_rows_avx512<R(), 2>(rg.q, kl, rg.nb, d, rg.s);
+        });
+      };
+      const DType t = kt ? kt->type : DType::F32;
+      if (t == DType::F32)
+        rows(KLoadF32{kb ? kb : static_cast<const float*>(kt->data[bi]), block});
+      else if (t == DType::BF16)
+        rows(KLoadHalf<true>{static_cast<const uint16_t*>(kt->data[bi]), block});
+      else if (t == DType::F16)
+        rows(KLoadHalf<false>{static_cast<const uint16_t*>(kt->data[bi]), block});
+      else
+        rows(KLoadQ8{static_cast<const int8_t*>(kt->data[bi]), kt->scales[bi], block});
+    }
 #endif
+    if (kt && r < m) {  // rows left for the portable kernel: whole 64-key chunks widened
+      kv_widen_k(*kt, bi, block, std::min(block, (n_max - b0 + 63) / 64 * 64), d, kbuf, isa);
+      kb = kbuf;
+    }
     for (; r + 4 <= m; r += 4) {
       group(g, r, 4, b0, 0);
       scores_rows<4, 64>(g.q, kb, block, g.nb, d, g.s);
@@ -1306,19 +1583,37 @@ void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
   for (int64_t r = 0; r < m; ++r)
     for (int64_t i = 0; i < d; ++i) out[r][i] = 0.0f;
   for (int64_t b0 = 0; b0 < n_max; b0 += block) {
-    const float* vb = v_blocks[b0 / block];
+    const int64_t bi = b0 / block;
+    const float* vb = v_blocks ? v_blocks[bi] : nullptr;
     int64_t r = 0;
     while (r < m && n_keys[r] <= b0) ++r;
     RowGroup g;
 #ifdef REWIND_ATTN_AVX512
-    if (avx512 && d % 32 == 0)
-      in_groups(r, b0, [&](RowGroup& rg, auto R) {
-        if (R() == 4 && d % 64 == 0)
-          weighted_values_rows_avx512<4, 4>(vb, ld, rg.nb, rg.s, rg.o, d);
-        else
-          weighted_values_rows_avx512<R(), 2>(vb, ld, rg.nb, rg.s, rg.o, d);
-      });
+    if (avx512 && d % 32 == 0) {
+      auto rows = [&](const auto& vl) {
+        in_groups(r, b0, [&](RowGroup& rg, auto R) {
+          if (R() == 4 && d % 64 == 0)
+            weighted_values_rows_avx512<4, 4>(vl, rg.nb, rg.s, rg.o, d);
+          else
+            weighted_values_rows_avx512<R(), 2>(vl, rg.nb, rg.s, rg.o, d);
+        });
+      };
+      const DType t = vt ? vt->type : DType::F32;
+      if (t == DType::F32)
+        rows(VLoadF32{vb ? vb : static_cast<const float*>(vt->data[bi]), vb ? ld : vt->ld});
+      else if (t == DType::BF16)
+        rows(VLoadHalf<true>{static_cast<const uint16_t*>(vt->data[bi]), vt->ld});
+      else if (t == DType::F16)
+        rows(VLoadHalf<false>{static_cast<const uint16_t*>(vt->data[bi]), vt->ld});
+      else
+        rows(VLoadQ8{static_cast<const int8_t*>(vt->data[bi]), vt->scales[bi], vt->ld, vt->sld});
+    }
 #endif
+    if (vt && r < m) {  // rows left for the portable kernel: the block's keys widened
+      kv_widen_v(*vt, bi, std::min(block, n_max - b0), d, vbuf, isa);
+      vb = vbuf;
+      ld = d;
+    }
     if (d % 64 == 0)
       for (; r + 4 <= m; r += 4)
         for (int64_t d0 = 0; d0 < d; d0 += 64) {
@@ -1351,5 +1646,7 @@ void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
     }
   }
 }
+
+}  // namespace detail
 
 }  // namespace rw

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "rewind/kernels/kernel_options.h"
+#include "rewind/tensor/dtype.h"
 
 namespace rw {
 
@@ -131,5 +132,37 @@ void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys,
                     const float* const* k_blocks, const float* const* v_blocks, int64_t block,
                     int64_t ld, int64_t d, float scale, float* const* out, float* scratch,
                     IsaCap isa = IsaCap::Amx);
+
+// One head's K or V blocks in a stored type: F32, BF16, F16 or Q8_0 (the KV cache types,
+// state/sequence_state.h). In elements of the type, K of block b holds (dim i, key j) at
+// data[b] + i*block + j; V holds (key j, dim i) at data[b] + j*ld + i. Q8_0 values are int8
+// codes times f16 scales, one scale per 32 dims of one key (a head_dim not a multiple of 32
+// ends in a shorter block): K's scale of (i, j) at scales[b][(i / 32) * block + j], V's at
+// scales[b][j * sld + i / 32].
+struct KvBlocks {
+  DType type = DType::F32;
+  const void* const* data = nullptr;
+  const uint16_t* const* scales = nullptr;  // Q8_0 only
+  int64_t ld = 0;                           // V: elements from one key to the next
+  int64_t sld = 0;                          // Q8_0 V: scales from one key to the next
+};
+
+// Widens block b of a head's K to fp32, exactly: out [d][block] dim-major (the F32 layout),
+// keys [0, n) of every dim written (n <= block). The same bits on every SIMD path (for every
+// value the KV writer stores; a signalling f16 NaN may come back quiet).
+void kv_widen_k(const KvBlocks& k, int64_t b, int64_t block, int64_t n, int64_t d, float* out,
+                IsaCap isa = IsaCap::Amx);
+// Widens keys [0, n) of block b of a head's V to fp32, exactly: out [n][d].
+void kv_widen_v(const KvBlocks& v, int64_t b, int64_t n, int64_t d, float* out,
+                IsaCap isa = IsaCap::Amx);
+
+// attention_rows over stored K/V: the AVX-512 row-group kernels widen K and V as they load them;
+// other rows and the AVX2 and scalar paths widen each block first (kv_widen_k / kv_widen_v into
+// per-thread buffers of d x block floats) and run the F32 kernel on it. Either way each row is
+// bit-identical to attention_head on the widened values, on every SIMD path. F32 blocks are
+// read in place.
+void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys, const KvBlocks& k,
+                    const KvBlocks& v, int64_t block, int64_t d, float scale, float* const* out,
+                    float* scratch, IsaCap isa = IsaCap::Amx);
 
 }  // namespace rw

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace rw::ref {
@@ -68,6 +69,27 @@ inline void gdn_step(double* S, const double* q, const double* k, const double* 
     for (int64_t i = 0; i < dk; ++i) acc += S[i * dv + j] * q[i];
     o[j] = acc;
   }
+}
+
+// The value of a stored half-precision word, by the formats' definitions (the KV cache types):
+// IEEE binary16 (1 sign, 5 exponent bits biased by 15, 10 fraction bits) and bfloat16 (the top
+// half of a binary32).
+inline double f16_value(uint16_t h) {
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e == 0) return sign * std::ldexp(m, -24);
+  if (e == 31) return m ? NAN : sign * INFINITY;
+  return sign * std::ldexp(1024 + m, e - 25);
+}
+inline double bf16_value(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// Q8_0: an int8 code times its block's f16 scale.
+inline double q8_value(int8_t code, uint16_t scale) {
+  return code * f16_value(scale);
 }
 
 // Causal softmax attention of one query over n_keys keys/values (rows of d, contiguous).

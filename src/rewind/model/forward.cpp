@@ -87,6 +87,7 @@ struct Model::Impl {
   size_t packed_bytes = 0;
   size_t quantised_bytes = 0;  // of packed_bytes, in Q8_0 / Q4_K / Q5_K / Q6_K stores
   KernelOptions kopt;          // how the kernels run (LoadOptions::kernels)
+  KvTypes kv_types;            // how states store K and V (LoadOptions::kv_types)
   size_t mapped_bytes = 0;     // the checkpoint's mapped tensor bytes (read at load, embeddings)
 
   // MTP head (LoadOptions::mtp and a checkpoint with one): its decoder layer is attention
@@ -162,6 +163,8 @@ StateShape Model::state_shape() const {
   StateShape s;
   s.n_attn_layers = cfg_.n_attention_layers();
   s.kv_dim = cfg_.n_head_kv * cfg_.head_dim;
+  s.kv_head_dim = cfg_.head_dim;
+  s.kv_types = impl_->kv_types;
   s.n_rec_layers = cfg_.n_recurrent_layers();
   s.conv_rows = cfg_.conv_kernel - 1;
   s.conv_dim = cfg_.conv_dim();
@@ -198,6 +201,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   const ModelConfig& c = m->cfg_;
   Impl& I = *m->impl_;
   I.kopt = opt.kernels;
+  if (!kv_type_supported(opt.kv_types.k) || !kv_type_supported(opt.kv_types.v))
+    return make_error("KV cache types must be f32, bf16, f16 or q8_0");
+  I.kv_types = opt.kv_types;
   const WeightSet& W = *m->ws_;
 
   // Bytes to pack, for progress.
@@ -773,7 +779,9 @@ void Model::Impl::attention(const ModelConfig& c, const LayerW& L, const std::ve
             {static_cast<int64_t>(s), h0, t, std::min(kTile, segs[s].off + segs[s].n - t)});
   auto run = [&](int64_t jb, int64_t je) {
     std::vector<float> scratch;
-    std::vector<const float*> kb, vb, qr;
+    std::vector<const void*> kb, vb;
+    std::vector<const uint16_t*> ks, vs;
+    std::vector<const float*> qr;
     std::vector<float*> orow;
     std::vector<int64_t> n_keys;
     for (int64_t ji = jb; ji < je; ++ji) {
@@ -793,15 +801,27 @@ void Model::Impl::attention(const ModelConfig& c, const LayerW& L, const std::ve
         }
       const int64_t n_max = n_keys[rows - 1];
       const int64_t nb = (n_max + PT - 1) / PT;
+      // The head's blocks in the state's KV types (StateShape::kv_types; KvPage's layout).
+      const KvTypes ty = st.shape().kv_types;
+      const int64_t qb = st.shape().q_blocks_per_head();
+      auto elem = [](DType t) -> int64_t { return t == DType::F32 ? 4 : t == DType::Q8_0 ? 1 : 2; };
+      const int64_t ke = elem(ty.k), ve = elem(ty.v);
       kb.resize(static_cast<size_t>(nb));
       vb.resize(static_cast<size_t>(nb));
+      ks.assign(static_cast<size_t>(nb), nullptr);
+      vs.assign(static_cast<size_t>(nb), nullptr);
       for (int64_t bi = 0; bi < nb; ++bi) {
-        kb[bi] = st.k_block(L.attn_index, bi) + kvh * D * PT;  // dim-major
-        vb[bi] = st.v_block(L.attn_index, bi) + kvh * D;
+        const KvPage& pg = st.page(bi);
+        kb[bi] = pg.k(L.attn_index) + kvh * D * PT * ke;  // dim-major
+        vb[bi] = pg.v(L.attn_index) + kvh * D * ve;
+        if (ty.k == DType::Q8_0) ks[bi] = pg.k_scales(L.attn_index) + kvh * qb * PT;
+        if (ty.v == DType::Q8_0) vs[bi] = pg.v_scales(L.attn_index) + kvh * qb;
       }
+      const KvBlocks kv_k{ty.k, kb.data(), ks.data(), 0, 0};
+      const KvBlocks kv_v{ty.v, vb.data(), vs.data(), nkv * D, nkv * qb};
       scratch.resize(static_cast<size_t>(rows * n_max));
-      attention_rows(qr.data(), rows, n_keys.data(), kb.data(), vb.data(), PT, nkv * D, D, scale,
-                     orow.data(), scratch.data(), isa);
+      attention_rows(qr.data(), rows, n_keys.data(), kv_k, kv_v, PT, D, scale, orow.data(),
+                     scratch.data(), isa);
       if (c.attn_output_gate)  // the output gate
         for (int64_t r = 0; r < rows; ++r) sigmoid_gate(orow[r], qr[r] + D, D);
     }

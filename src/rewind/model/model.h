@@ -35,6 +35,10 @@ class ThreadPool;
 // rest becomes F32. F32 / BF16 force that store (quantised weights are dequantised exactly).
 enum class WeightStore { Auto, F32, BF16 };
 
+// The KV cache types a model loads with unless told otherwise (docs/PERFORMANCE.md, "KV cache
+// types": the quality and speed measured for each).
+inline constexpr KvTypes kDefaultKvTypes = {DType::F16, DType::F16};
+
 struct LoadOptions {
   WeightStore store = WeightStore::Auto;
   ThreadPool* pool = nullptr;  // used for packing
@@ -46,6 +50,8 @@ struct LoadOptions {
   bool mtp = false;
   // How the kernels run (the quantised dot, the SIMD cap, benchmark knobs); the model owns it.
   KernelOptions kernels;
+  // How its states store K and V (--cache-type-k / --cache-type-v; StateShape::kv_types).
+  KvTypes kv_types = kDefaultKvTypes;
 };
 
 // The inputs of every recurrent layer's per-token update, recorded by forward() for one
@@ -97,6 +103,8 @@ class Model {
   const WeightSet& weights() const { return *ws_; }
   StateShape state_shape() const;
   SequenceState new_state() const { return SequenceState(state_shape()); }
+  // forward() reads and writes each state's K/V in that state's own types
+  // (StateShape::kv_types), so a state made from state_shape() with other types runs too.
 
   // Runs the batch. On success every state has advanced by its token count, and `logits` holds
   // one row of vocab_size floats per requested row, in batch order then row order.

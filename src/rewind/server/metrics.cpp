@@ -341,6 +341,12 @@ nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt,
             {"max_per_branch", opt.cache.policy.max_per_branch},
             {"at_prompt_end", opt.cache.policy.at_prompt_end},
             {"page_tokens", opt.cache.page_tokens}}},
+          {"kv_cache",
+           {{"type_k", kv_type_name(opt.cache.kv_types.k)},
+            {"type_v", kv_type_name(opt.cache.kv_types.v)},
+            {"page_bytes", opt.cache.page_bytes},
+            {"bytes_per_token",
+             opt.cache.page_tokens > 0 ? opt.cache.page_bytes / opt.cache.page_tokens : 0}}},
           {"recent", std::move(recent)},
           {"notes", {{"follow_up_turn", kFollowUpNote}}}};
 }

@@ -1,6 +1,10 @@
 #include "rewind/state/sequence_state.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstring>
+#include <string>
 
 #include "rewind/base/check.h"
 
@@ -19,11 +23,95 @@ int64_t KvPage::live_bytes() {
   return live().get();
 }
 
+namespace {
+int64_t round64(int64_t n) {
+  return (n + 63) / 64 * 64;
+}
+
+// ggml's Q8_0 rounding of n <= 32 values: d = amax / 127 stored as f16, codes round(x / d) with
+// the fp32 d (quantize_row_q8_0). NaN codes become 0; the f16 scale keeps amax's NaN or inf.
+uint16_t quantize_q8(const float* x, int64_t n, int8_t* q) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = std::roundf(x[i] * id);
+    q[i] = r == r ? static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f)) : 0;
+  }
+  return f32_to_f16(d);
+}
+}  // namespace
+
+bool kv_type_supported(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::Q8_0;
+}
+
+const char* kv_type_name(DType t) {
+  switch (t) {
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::Q8_0:
+      return "q8_0";
+    default:
+      return "?";
+  }
+}
+
+bool parse_kv_type(std::string_view name, DType* out) {
+  std::string n(name);
+  for (char& c : n) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::Q8_0})
+    if (n == kv_type_name(t)) {
+      *out = t;
+      return true;
+    }
+  return false;
+}
+
+int64_t StateShape::kv_codes_bytes(DType t) const {
+  const int64_t n = page_tokens * kv_dim;
+  return round64(t == DType::F32 ? 4 * n : t == DType::Q8_0 ? n : 2 * n);
+}
+
+int64_t StateShape::kv_part_bytes(DType t) const {
+  const int64_t scales =
+      t == DType::Q8_0 ? round64(2 * n_kv_heads() * q_blocks_per_head() * page_tokens) : 0;
+  return kv_codes_bytes(t) + scales;
+}
+
 KvPage::KvPage(const StateShape& s)
-    : stride_(s.page_tokens * s.kv_dim),
-      page_tokens_(s.page_tokens),
+    : page_tokens_(s.page_tokens),
       kv_dim_(s.kv_dim),
-      data_(static_cast<size_t>(s.n_attn_layers * 2 * stride_)) {
+      head_dim_(s.head_dim()),
+      qb_(s.q_blocks_per_head()),
+      types_(s.kv_types),
+      k_codes_(s.kv_codes_bytes(s.kv_types.k)),
+      k_part_(s.kv_part_bytes(s.kv_types.k)),
+      v_codes_(s.kv_codes_bytes(s.kv_types.v)),
+      layer_bytes_(s.page_layer_bytes()),
+      data_(static_cast<size_t>(s.page_bytes())) {
+  REWIND_CHECK_MSG(kv_type_supported(s.kv_types.k) && kv_type_supported(s.kv_types.v),
+                   "KV cache type must be f32, bf16, f16 or q8_0");
+  REWIND_CHECK(head_dim_ == 0 || s.kv_dim % head_dim_ == 0);
+  live().add(static_cast<int64_t>(bytes()));
+}
+
+KvPage::KvPage(const KvPage& o, AlignedBuffer<std::byte> data)
+    : page_tokens_(o.page_tokens_),
+      kv_dim_(o.kv_dim_),
+      head_dim_(o.head_dim_),
+      qb_(o.qb_),
+      types_(o.types_),
+      k_codes_(o.k_codes_),
+      k_part_(o.k_part_),
+      v_codes_(o.v_codes_),
+      layer_bytes_(o.layer_bytes_),
+      data_(std::move(data)) {
   live().add(static_cast<int64_t>(bytes()));
 }
 
@@ -44,17 +132,121 @@ int64_t Snapshot::live_bytes() {
 }
 
 std::unique_ptr<KvPage> KvPage::clone() const {
-  return std::unique_ptr<KvPage>(new KvPage(stride_, page_tokens_, kv_dim_, data_.clone()));
+  return std::unique_ptr<KvPage>(new KvPage(*this, data_.clone()));
 }
 
-void KvPage::write_k(int64_t layer, int64_t slot, const float* src) {
-  float* base = k(layer) + slot;
-  for (int64_t i = 0; i < kv_dim_; ++i) base[i * page_tokens_] = src[i];
+const uint16_t* KvPage::k_scales(int64_t layer) const {
+  if (types_.k != DType::Q8_0) return nullptr;
+  return reinterpret_cast<const uint16_t*>(k(layer) + k_codes_);
+}
+
+const uint16_t* KvPage::v_scales(int64_t layer) const {
+  if (types_.v != DType::Q8_0) return nullptr;
+  return reinterpret_cast<const uint16_t*>(v(layer) + v_codes_);
+}
+
+void KvPage::write(int64_t layer, int64_t slot, const float* kr, const float* vr) {
+  const int64_t PT = page_tokens_, n = kv_dim_;
+  std::byte* kb = kw(layer);
+  std::byte* vb = kb + k_part_;
+  // K: dim-major, element i of the row at [i][slot].
+  switch (types_.k) {
+    case DType::F32: {
+      float* o = reinterpret_cast<float*>(kb) + slot;
+      for (int64_t i = 0; i < n; ++i) o[i * PT] = kr[i];
+      break;
+    }
+    case DType::BF16:
+    case DType::F16: {
+      const bool bf = types_.k == DType::BF16;
+      uint16_t* o = reinterpret_cast<uint16_t*>(kb) + slot;
+      for (int64_t i = 0; i < n; ++i) o[i * PT] = bf ? f32_to_bf16(kr[i]) : f32_to_f16(kr[i]);
+      break;
+    }
+    default: {  // Q8_0
+      int8_t* o = reinterpret_cast<int8_t*>(kb) + slot;
+      uint16_t* sc = reinterpret_cast<uint16_t*>(kb + k_codes_) + slot;
+      int8_t q[kKvQBlock];
+      for (int64_t h = 0; h < n / head_dim_; ++h)
+        for (int64_t c = 0; c < qb_; ++c) {
+          const int64_t i0 = h * head_dim_ + c * kKvQBlock;
+          const int64_t m = std::min(kKvQBlock, head_dim_ - c * kKvQBlock);
+          sc[(h * qb_ + c) * PT] = quantize_q8(kr + i0, m, q);
+          for (int64_t i = 0; i < m; ++i) o[(i0 + i) * PT] = q[i];
+        }
+    }
+  }
+  // V: row-major, the row at [slot][0].
+  switch (types_.v) {
+    case DType::F32:
+      std::memcpy(vb + slot * n * 4, vr, static_cast<size_t>(n) * 4);
+      break;
+    case DType::BF16:
+    case DType::F16: {
+      const bool bf = types_.v == DType::BF16;
+      uint16_t* o = reinterpret_cast<uint16_t*>(vb) + slot * n;
+      for (int64_t i = 0; i < n; ++i) o[i] = bf ? f32_to_bf16(vr[i]) : f32_to_f16(vr[i]);
+      break;
+    }
+    default: {  // Q8_0
+      int8_t* o = reinterpret_cast<int8_t*>(vb) + slot * n;
+      uint16_t* sc = reinterpret_cast<uint16_t*>(vb + v_codes_) + slot * (n / head_dim_) * qb_;
+      for (int64_t h = 0; h < n / head_dim_; ++h)
+        for (int64_t c = 0; c < qb_; ++c) {
+          const int64_t i0 = h * head_dim_ + c * kKvQBlock;
+          sc[h * qb_ + c] =
+              quantize_q8(vr + i0, std::min(kKvQBlock, head_dim_ - c * kKvQBlock), o + i0);
+        }
+    }
+  }
 }
 
 void KvPage::read_k(int64_t layer, int64_t slot, float* out) const {
-  const float* base = k(layer) + slot;
-  for (int64_t i = 0; i < kv_dim_; ++i) out[i] = base[i * page_tokens_];
+  const int64_t PT = page_tokens_, n = kv_dim_;
+  const std::byte* kb = k(layer);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = i * PT + slot;
+    switch (types_.k) {
+      case DType::F32:
+        out[i] = reinterpret_cast<const float*>(kb)[e];
+        break;
+      case DType::BF16:
+        out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(kb)[e]);
+        break;
+      case DType::F16:
+        out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(kb)[e]);
+        break;
+      default: {
+        const int64_t h = i / head_dim_, c = (i % head_dim_) / kKvQBlock;
+        out[i] = static_cast<float>(reinterpret_cast<const int8_t*>(kb)[e]) *
+                 f16_to_f32(k_scales(layer)[(h * qb_ + c) * PT + slot]);
+      }
+    }
+  }
+}
+
+void KvPage::read_v(int64_t layer, int64_t slot, float* out) const {
+  const int64_t n = kv_dim_;
+  const std::byte* vb = v(layer);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = slot * n + i;
+    switch (types_.v) {
+      case DType::F32:
+        out[i] = reinterpret_cast<const float*>(vb)[e];
+        break;
+      case DType::BF16:
+        out[i] = bf16_to_f32(reinterpret_cast<const uint16_t*>(vb)[e]);
+        break;
+      case DType::F16:
+        out[i] = f16_to_f32(reinterpret_cast<const uint16_t*>(vb)[e]);
+        break;
+      default: {
+        const int64_t h = i / head_dim_, c = (i % head_dim_) / kKvQBlock;
+        out[i] = static_cast<float>(reinterpret_cast<const int8_t*>(vb)[e]) *
+                 f16_to_f32(v_scales(layer)[slot * (n / head_dim_) * qb_ + h * qb_ + c]);
+      }
+    }
+  }
 }
 
 SequenceState::SequenceState(const StateShape& shape)
@@ -76,7 +268,8 @@ void SequenceState::restore_from(const SequenceState& other) {
                other.shape_.kv_dim == shape_.kv_dim &&
                other.shape_.page_tokens == shape_.page_tokens &&
                other.shape_.lagged_attn_layers == shape_.lagged_attn_layers &&
-               other.rec_.size() == rec_.size());
+               other.shape_.kv_types.k == shape_.kv_types.k &&
+               other.shape_.kv_types.v == shape_.kv_types.v && other.rec_.size() == rec_.size());
   n_pos_ = other.n_pos_;
   pages_ = other.pages_;
   if (rec_.size()) std::memcpy(rec_.data(), other.rec_.data(), rec_.size() * sizeof(float));
@@ -100,6 +293,9 @@ void SequenceState::resume(std::vector<PagePtr> pages, const Snapshot* snap, int
       std::memset(rec_.data(), 0, rec_.size() * sizeof(float));
     }
   }
+  for (const PagePtr& pg : pages)  // pages of another KV type would be read as this one's
+    REWIND_CHECK(pg->types().k == shape_.kv_types.k && pg->types().v == shape_.kv_types.v &&
+                 pg->bytes() == static_cast<size_t>(shape_.page_bytes()));
   pages_ = std::move(pages);
   n_pos_ = p;
 }
@@ -156,19 +352,13 @@ void SequenceState::prepare_write(int64_t from, int64_t to) {
 void SequenceState::commit_append(int64_t n_new) { n_pos_ += n_new; }
 
 void SequenceState::write_kv(int64_t layer, int64_t pos, const float* k, const float* v) {
-  KvPage& pg = *pages_[pos / shape_.page_tokens];
-  pg.write_k(layer, pos % shape_.page_tokens, k);
-  std::memcpy(pg.v(layer) + (pos % shape_.page_tokens) * shape_.kv_dim, v,
-              static_cast<size_t>(shape_.kv_dim) * sizeof(float));
+  pages_[pos / shape_.page_tokens]->write(layer, pos % shape_.page_tokens, k, v);
 }
 void SequenceState::read_k(int64_t layer, int64_t pos, float* out) const {
   pages_[pos / shape_.page_tokens]->read_k(layer, pos % shape_.page_tokens, out);
 }
-float* SequenceState::v_row(int64_t layer, int64_t pos) {
-  return pages_[pos / shape_.page_tokens]->v(layer) + (pos % shape_.page_tokens) * shape_.kv_dim;
-}
-const float* SequenceState::v_row(int64_t layer, int64_t pos) const {
-  return pages_[pos / shape_.page_tokens]->v(layer) + (pos % shape_.page_tokens) * shape_.kv_dim;
+void SequenceState::read_v(int64_t layer, int64_t pos, float* out) const {
+  pages_[pos / shape_.page_tokens]->read_v(layer, pos % shape_.page_tokens, out);
 }
 
 size_t SequenceState::kv_bytes_used() const {
@@ -187,8 +377,10 @@ bool SequenceState::same_contents(const SequenceState& o) const {
     for (int64_t p = 0; p < n_pos_ - (l >= shape_.n_attn_layers - shape_.lagged_attn_layers); ++p) {
       read_k(l, p, ka.data());
       o.read_k(l, p, kb.data());
-      if (std::memcmp(ka.data(), kb.data(), row) != 0 || std::memcmp(v_row(l, p), o.v_row(l, p), row) != 0)
-        return false;
+      if (std::memcmp(ka.data(), kb.data(), row) != 0) return false;
+      read_v(l, p, ka.data());
+      o.read_v(l, p, kb.data());
+      if (std::memcmp(ka.data(), kb.data(), row) != 0) return false;
     }
   return true;
 }

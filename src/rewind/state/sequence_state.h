@@ -11,14 +11,33 @@
 // trim_to on an impossible n is a broken invariant (check failure), not an error value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "rewind/base/aligned.h"
 #include "rewind/base/memory.h"
+#include "rewind/tensor/dtype.h"
 
 namespace rw {
+
+// The element types K and V may be stored in (--cache-type-k / --cache-type-v): F32, BF16, F16
+// or Q8_0. A token's K and V are computed in fp32 and rounded once when written (write_kv);
+// attention widens what is stored to fp32 exactly, so a type changes the values, never the
+// bit-exact invariants. Q8_0 is ggml's block (f16 scale d = amax / 127, codes round(x / d))
+// over 32 dims of one head of one token; a head_dim that is not a multiple of 32 ends in a
+// shorter block with its own scale.
+struct KvTypes {
+  DType k = DType::F32;
+  DType v = DType::F32;
+};
+// "f32", "bf16", "f16", "q8_0" (case-insensitive); false for anything else.
+bool parse_kv_type(std::string_view name, DType* out);
+const char* kv_type_name(DType t);  // "f32", "bf16", "f16", "q8_0"
+bool kv_type_supported(DType t);
+constexpr int64_t kKvQBlock = 32;  // Q8_0 values per scale
 
 struct StateShape {
   int64_t n_attn_layers = 0;     // full-attention layers
@@ -28,6 +47,8 @@ struct StateShape {
   int64_t conv_dim = 0;          // channels convolved (GDN q, k, v; Mamba2 x, B, C)
   int64_t ssm_layer_floats = 0;  // one layer's SSM state (GDN [Hv, dk, dv]; Mamba2 [H, P, N])
   int64_t page_tokens = 64;      // tokens per KV page; attention reduces in blocks of this size
+  int64_t kv_head_dim = 0;       // dims per K/V head (0: kv_dim); Q8_0 blocks never cross heads
+  KvTypes kv_types;              // how K and V are stored (F32 unless the model says otherwise)
   // MTP head (model/forward.cpp, loaded on request): its attention layer is the last of the
   // n_attn_layers and lags by one position (its slot p is written once token p+1 is consumed,
   // so at n_pos only slots below n_pos - 1 are defined); `carry_floats` more floats at the end
@@ -41,11 +62,29 @@ struct StateShape {
   int64_t rec_floats_per_layer() const { return conv_floats() + ssm_floats(); }
   // The whole recurrent buffer: every recurrent layer, then the carry.
   int64_t rec_floats() const { return n_rec_layers * rec_floats_per_layer() + carry_floats; }
+
+  int64_t head_dim() const { return kv_head_dim > 0 ? kv_head_dim : kv_dim; }
+  int64_t n_kv_heads() const { return head_dim() > 0 ? kv_dim / head_dim() : 0; }
+  // Q8_0 scales per head per token: ceil(head_dim / 32).
+  int64_t q_blocks_per_head() const { return (head_dim() + kKvQBlock - 1) / kKvQBlock; }
+  // Bytes of one layer's K (V) in a page: codes, then for Q8_0 the f16 scales, each part a
+  // multiple of 64 bytes.
+  int64_t kv_codes_bytes(DType t) const;
+  int64_t kv_part_bytes(DType t) const;
+  int64_t page_layer_bytes() const { return kv_part_bytes(kv_types.k) + kv_part_bytes(kv_types.v); }
+  int64_t page_bytes() const { return n_attn_layers * page_layer_bytes(); }
+  // Bytes one token's K and V take in every attention layer (Q8_0 scales included).
+  double kv_bytes_per_token() const {
+    return static_cast<double>(page_bytes()) / static_cast<double>(page_tokens);
+  }
 };
 
-// One page: K and V of page_tokens positions for every attention layer.
+// One page: K and V of page_tokens positions for every attention layer, in the shape's types.
 // Layout per layer: K dim-major [kv_dim][page_tokens] (so attention scores 16 keys per vector),
-// then V row-major [page_tokens][kv_dim]; f32.
+// then V row-major [page_tokens][kv_dim], each as codes of its type; for Q8_0 the codes are
+// followed by f16 scales: K's [n_kv_heads * q_blocks_per_head][page_tokens] (the scale of dim
+// block c of head h for slot j at [(h * qb + c) * page_tokens + j]), V's [page_tokens]
+// [n_kv_heads * qb]. Each part starts on a 64-byte boundary (StateShape::kv_part_bytes).
 class KvPage {
  public:
   explicit KvPage(const StateShape& s);
@@ -54,28 +93,33 @@ class KvPage {
   KvPage& operator=(const KvPage&) = delete;
   // Bytes of every page alive now, process-wide (each page counts itself while it exists).
   static int64_t live_bytes();
-  // Writes / reads the K row of slot (position % page_tokens) of one layer.
-  void write_k(int64_t layer, int64_t slot, const float* k);
+  // Rounds k and v (kv_dim floats each) to the page's types and stores them in slot
+  // (position % page_tokens) of one layer.
+  void write(int64_t layer, int64_t slot, const float* k, const float* v);
+  // Widens the stored K (V) row of one slot of one layer to fp32 (exact).
   void read_k(int64_t layer, int64_t slot, float* out) const;
-  float* k(int64_t layer) { return data_.data() + (layer * 2) * stride_; }
-  float* v(int64_t layer) { return data_.data() + (layer * 2 + 1) * stride_; }
-  const float* k(int64_t layer) const { return data_.data() + (layer * 2) * stride_; }
-  const float* v(int64_t layer) const { return data_.data() + (layer * 2 + 1) * stride_; }
-  size_t bytes() const { return data_.size() * sizeof(float); }
-  // The whole page, bytes() bytes (what a cache tier stores and reads back).
-  float* data() { return data_.data(); }
-  const float* data() const { return data_.data(); }
+  void read_v(int64_t layer, int64_t slot, float* out) const;
+  // Base of one layer's K (V) codes, and for Q8_0 its scales (else null).
+  const std::byte* k(int64_t layer) const { return data_.data() + layer * layer_bytes_; }
+  const std::byte* v(int64_t layer) const { return k(layer) + k_part_; }
+  const uint16_t* k_scales(int64_t layer) const;
+  const uint16_t* v_scales(int64_t layer) const;
+  KvTypes types() const { return types_; }
+  // The page's bytes as they are stored (every layer, codes and scales), for byte copies.
+  // What a cache tier stores and reads back.
+  const std::byte* raw() const { return data_.data(); }
+  std::byte* raw() { return data_.data(); }
+  size_t bytes() const { return data_.size(); }
   std::unique_ptr<KvPage> clone() const;  // copies bytes()
 
  private:
-  KvPage(int64_t stride, int64_t page_tokens, int64_t kv_dim, AlignedBuffer<float> data)
-      : stride_(stride), page_tokens_(page_tokens), kv_dim_(kv_dim), data_(std::move(data)) {
-    live().add(static_cast<int64_t>(bytes()));
-  }
+  KvPage(const KvPage& o, AlignedBuffer<std::byte> data);
+  std::byte* kw(int64_t layer) { return data_.data() + layer * layer_bytes_; }
   static LiveBytes& live();
-  int64_t stride_;  // page_tokens * kv_dim
-  int64_t page_tokens_, kv_dim_;
-  AlignedBuffer<float> data_;
+  int64_t page_tokens_, kv_dim_, head_dim_, qb_;  // qb_: Q8_0 blocks per head
+  KvTypes types_;
+  int64_t k_codes_, k_part_, v_codes_, layer_bytes_;  // byte offsets and sizes per layer
+  AlignedBuffer<std::byte> data_;
 };
 
 // An immutable copy of every recurrent layer's state (conv windows + fp32 SSM) of one sequence
@@ -144,16 +188,17 @@ class SequenceState {
   void prepare_write(int64_t from, int64_t to);
   // Advances n_pos after a forward pass wrote n_new tokens.
   void commit_append(int64_t n_new);
-  // K and V of one position of one layer (kv_dim floats each); the page must be private
-  // (prepare_append).
+  // K and V of one position of one layer (kv_dim floats each), rounded to the shape's types
+  // as they are stored; the page must be private (prepare_append).
   void write_kv(int64_t layer, int64_t pos, const float* k, const float* v);
+  // The stored K (V) row of one position widened to fp32 (kv_dim floats).
   void read_k(int64_t layer, int64_t pos, float* out) const;
-  float* v_row(int64_t layer, int64_t pos);
-  const float* v_row(int64_t layer, int64_t pos) const;
-  // Base of block b (positions [b*page_tokens, (b+1)*page_tokens)) for one layer: K dim-major
-  // [kv_dim][page_tokens], V row-major [page_tokens][kv_dim].
-  const float* k_block(int64_t layer, int64_t b) const { return pages_[b]->k(layer); }
-  const float* v_block(int64_t layer, int64_t b) const { return pages_[b]->v(layer); }
+  void read_v(int64_t layer, int64_t pos, float* out) const;
+  // Block b (positions [b*page_tokens, (b+1)*page_tokens)) of one layer: K and V codes and
+  // their Q8_0 scales, laid out as KvPage says.
+  const KvPage& page(int64_t b) const { return *pages_[b]; }
+  const std::byte* k_block(int64_t layer, int64_t b) const { return pages_[b]->k(layer); }
+  const std::byte* v_block(int64_t layer, int64_t b) const { return pages_[b]->v(layer); }
   int64_t n_pages() const { return static_cast<int64_t>(pages_.size()); }
 
   float* conv(int64_t il_rec) { return rec_.data() + il_rec * shape_.rec_floats_per_layer(); }
@@ -171,8 +216,8 @@ class SequenceState {
   size_t recurrent_bytes() const { return rec_.size() * sizeof(float); }
   size_t kv_bytes_used() const;  // bytes of pages referenced (shared pages counted in full)
   // True when both states hold bit-identical contents at the same position (recurrent state
-  // with the MTP carry, and every defined KV row: below n_pos, below n_pos - 1 for a lagging
-  // layer). For tests and checks.
+  // with the MTP carry, and every defined KV row widened to fp32: below n_pos, below n_pos - 1
+  // for a lagging layer). For tests and checks.
   bool same_contents(const SequenceState& other) const;
 
  private:
