@@ -155,13 +155,13 @@ TEST_P(ForwardExact, CopyStateAtRandomPositionAndContinue) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, ForwardExact,
-    ::testing::Values(Case{"qwen3_5", WeightStore::F32}, Case{"qwen3_5_moe", WeightStore::F32},
-                      Case{"qwen3_next", WeightStore::F32}, Case{"qwen3_5", WeightStore::BF16},
-                      Case{"qwen3_next", WeightStore::BF16},
-                      Case{"granitemoehybrid", WeightStore::F32},
-                      Case{"nemotron_h", WeightStore::F32},
-                      Case{"granitemoehybrid", WeightStore::BF16},
-                      Case{"nemotron_h", WeightStore::BF16}),
+    ::testing::Values(
+        Case{"qwen3_5", WeightStore::F32}, Case{"qwen3_5_moe", WeightStore::F32},
+        Case{"qwen3_next", WeightStore::F32}, Case{"qwen3_5", WeightStore::BF16},
+        Case{"qwen3_next", WeightStore::BF16}, Case{"granitemoehybrid", WeightStore::F32},
+        Case{"nemotron_h", WeightStore::F32}, Case{"nemotron_h_moe", WeightStore::F32},
+        Case{"granitemoehybrid", WeightStore::BF16}, Case{"nemotron_h", WeightStore::BF16},
+        Case{"nemotron_h_moe", WeightStore::BF16}),
     [](const auto& info) {
       return info.param.variant + (info.param.store == WeightStore::BF16 ? "_bf16" : "_f32");
     });

@@ -88,7 +88,9 @@ void expect_same_logits(const std::string& hf_path, const std::string& gguf_path
   Model& gg = test::cached_model(gguf_path);
   EXPECT_EQ(gg.config().family, hf.config().family);
   EXPECT_EQ(gg.config().layer_kinds, hf.config().layer_kinds);
-  if (f32) { EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes()); }
+  if (f32) {
+    EXPECT_EQ(gg.packed_bytes(), hf.packed_bytes());
+  }
   std::mt19937_64 rng(41);
   ThreadPool pool(2, 0);  // every job shared, however small
   for (int trial = 0; trial < 3; ++trial) {
@@ -102,14 +104,50 @@ void expect_same_logits(const std::string& hf_path, const std::string& gguf_path
 }
 
 TEST(GgufMamba2Exact, FixturesSameLogitsAsHf) {
-  for (const char* variant : {"granitemoehybrid", "nemotron_h"}) {
+  for (const char* variant : {"granitemoehybrid", "nemotron_h", "nemotron_h_moe"}) {
     SCOPED_TRACE(variant);
     expect_same_logits(test::fixture_dir(variant), fixture_gguf(variant), true);
   }
 }
 
+// The MoE fixture's file is llama.cpp's nemotron_h_moe layout: the router's bias, stacked
+// squared-ReLU experts (no gate), the shared expert, the routing keys.
+TEST(GgufMamba2Exact, NemotronMoeFileLayout) {
+  auto g = GgufFile::open(fixture_gguf("nemotron_h_moe"));
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(g->get_string("general.architecture").value(), "nemotron_h_moe");
+  auto cfg = load_model_config(test::fixture_dir("nemotron_h_moe") + "/config.json");
+  ASSERT_TRUE(cfg.ok());
+  const int64_t E = cfg->n_expert, F = cfg->moe_intermediate_size, H = cfg->hidden_size;
+  for (int64_t il = 0; il < cfg->n_layer; ++il) {
+    const std::string p = "blk." + std::to_string(il) + ".";
+    const bool moe = cfg->ffn_kinds[il] == FfnKind::Moe;
+    EXPECT_EQ(g->find(p + "ffn_gate_inp.weight") != nullptr, moe) << il;
+    if (!moe) continue;
+    const GgufTensor* up = g->find(p + "ffn_up_exps.weight");
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(up->ne, (std::vector<int64_t>{H, F, E}));
+    ASSERT_NE(g->find(p + "exp_probs_b.bias"), nullptr);
+    EXPECT_EQ(g->find(p + "exp_probs_b.bias")->ne, (std::vector<int64_t>{E}));
+    EXPECT_NE(g->find(p + "ffn_down_exps.weight"), nullptr);
+    EXPECT_NE(g->find(p + "ffn_up_shexp.weight"), nullptr);
+    EXPECT_NE(g->find(p + "ffn_down_shexp.weight"), nullptr);
+    EXPECT_EQ(g->find(p + "ffn_gate_exps.weight"), nullptr);
+  }
+  EXPECT_EQ(g->get_float("nemotron_h_moe.expert_weights_scale").value(), cfg->moe_routed_scale);
+  auto back = config_from_gguf(*g);
+  ASSERT_TRUE(back.ok()) << back.error_message();
+  EXPECT_EQ(back->ffn_kinds, cfg->ffn_kinds);
+  EXPECT_EQ(back->n_expert_used, cfg->n_expert_used);
+  EXPECT_EQ(back->moe_n_group, cfg->moe_n_group);
+  EXPECT_EQ(back->moe_topk_group, cfg->moe_topk_group);
+  EXPECT_EQ(back->norm_topk_prob, cfg->norm_topk_prob);
+  EXPECT_EQ(back->shared_expert_intermediate_size, cfg->shared_expert_intermediate_size);
+}
+
 TEST(GgufMamba2Exact, PresetsThroughConvertSameLogitsAsHf) {
-  for (const char* preset : {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny"}) {
+  for (const char* preset :
+       {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny", "nemotron-h-moe-tiny"}) {
     SCOPED_TRACE(preset);
     expect_same_logits(preset_hf(preset, "f32"), preset_gguf(preset, "f32", "f32"), true);
   }
@@ -138,7 +176,8 @@ Closeness closeness(const std::vector<float>& want, const std::vector<float>& go
 }
 
 TEST(GgufMamba2Exact, QuantisedFilesStayClose) {
-  for (const char* preset : {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny"}) {
+  for (const char* preset :
+       {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny", "nemotron-h-moe-tiny"}) {
     Model& ref = test::cached_model(preset_gguf(preset, "f32", "f32"));
     std::mt19937_64 rng(7);
     const auto tokens = test::random_tokens(rng, 48, ref.config().vocab_size);
@@ -147,7 +186,7 @@ TEST(GgufMamba2Exact, QuantisedFilesStayClose) {
     // ReLU, untied head with a narrow logit spread) amplify weight error about four times more
     // than Granite's, whose logits the scaled input embedding dominates; its Q4_K_M / Q8_0 ratio
     // (about 9) is that of the per-weight errors.
-    const bool nemotron = std::string(preset) == "nemotron-h-tiny";
+    const bool nemotron = std::string(preset).rfind("nemotron", 0) == 0;
     struct Bound {
       const char* type;
       double rms, agree;
@@ -179,7 +218,8 @@ TEST(GgufMamba2Exact, QuantisedFilesStayClose) {
 
 // Seeded weights are well conditioned: finite logits that spread and whose argmax varies.
 TEST(GgufMamba2Exact, PresetLogitsAreNotDegenerate) {
-  for (const char* preset : {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny"}) {
+  for (const char* preset :
+       {"granite-h-tiny", "granite-h-dense-tiny", "nemotron-h-tiny", "nemotron-h-moe-tiny"}) {
     SCOPED_TRACE(preset);
     Model& m = test::cached_model(preset_hf(preset, "f32"));
     const int64_t V = m.config().vocab_size;
@@ -201,6 +241,20 @@ TEST(GgufMamba2Exact, PresetLogitsAreNotDegenerate) {
     }
     EXPECT_GT(argmaxes.size(), 8u);
   }
+}
+
+// The MoE preset through `rewind convert`: llama.cpp's nemotron_h_moe names, every expert
+// matrix quantised in its stacked tensor.
+TEST(GgufMamba2Exact, NemotronMoeConvertedLayout) {
+  auto g = GgufFile::open(preset_gguf("nemotron-h-moe-tiny", "f32", "q8_0"));
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_EQ(g->get_string("general.architecture").value(), "nemotron_h_moe");
+  for (const char* n : {"blk.1.ffn_up_exps.weight", "blk.1.ffn_down_exps.weight",
+                        "blk.4.ffn_up_shexp.weight", "blk.4.ffn_gate_inp.weight"})
+    EXPECT_EQ(g->find(n)->type, GgmlType::Q8_0) << n;
+  EXPECT_EQ(g->find("blk.1.exp_probs_b.bias")->type, GgmlType::F32);
+  EXPECT_EQ(g->get_int("nemotron_h_moe.expert_group_count").value(), 4);
+  EXPECT_EQ(g->get_int("nemotron_h_moe.expert_group_used_count").value(), 2);
 }
 
 // make-model writes a quantised GGUF directly (the path the real shapes take).
