@@ -261,6 +261,31 @@ TEST(ConfigMamba2, NemotronMoeFixture) {
   EXPECT_TRUE(r->norm_topk_prob);
 }
 
+// Nemotron-3-Nano-30B-A3B's config.json fields (the Hub's), on the fixture's other fields.
+TEST(ConfigMamba2, NemotronNano30bShape) {
+  json j = fixture_json("nemotron_h_moe");
+  j.update(json::parse(R"({
+    "vocab_size": 131072, "hidden_size": 2688, "num_hidden_layers": 52,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+    "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+    "conv_kernel": 4, "intermediate_size": 1856, "n_routed_experts": 128, "n_shared_experts": 1,
+    "num_experts_per_tok": 6, "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712, "n_group": 1, "topk_group": 1,
+    "norm_topk_prob": true, "routed_scaling_factor": 2.5})"));
+  auto r = parse(j);
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  int64_t moe = 0;
+  for (int64_t il = 0; il < r->n_layer; ++il) moe += r->layer_is_moe(il);
+  EXPECT_EQ(moe, 23);
+  EXPECT_EQ(r->n_recurrent_layers(), 23);
+  EXPECT_EQ(r->n_attention_layers(), 6);
+  EXPECT_EQ(r->ssm_d_inner(), 4096);
+  EXPECT_EQ(r->conv_dim(), 4096 + 2 * 8 * 128);
+  EXPECT_EQ(r->n_expert, 128);
+  EXPECT_EQ(r->moe_n_group, 1);
+}
+
 TEST(ConfigMamba2, NemotronMoeErrors) {
   auto with = [](const char* key, const json& v) {
     json j = fixture_json("nemotron_h_moe");

@@ -391,7 +391,10 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
     } else if (ffn == FfnKind::Moe && c.moe_relu2) {  // Nemotron-H MoE (nemotron_h_moe)
       const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
                     Is = c.shared_expert_intermediate_size;
+      // The router stays F32 in every file, as llama-quantize leaves ffn_gate_inp: a sigmoid
+      // router with a selection bias flips experts on small score changes.
       mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
+      outs.back().matrix = false;
       vec(p + "exp_probs_b.bias", cp + "router_bias", E, id);
       auto experts = [&](const std::string& gname, const std::string& part, int64_t n,
                          int64_t cols) {
