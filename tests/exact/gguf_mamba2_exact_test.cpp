@@ -111,6 +111,50 @@ TEST(GgufMamba2Exact, FixturesSameLogitsAsHf) {
   }
 }
 
+// Current HF saves Nemotron-H as `model.*` with each MoE block's experts stacked
+// (mixer.experts.up_proj [E, F, H], mixer.experts.down_proj [E, H, F]): the MoE fixture
+// rewritten so loads to the same logits, bit for bit.
+TEST(GgufMamba2Exact, NemotronMoeStackedHfExpertsSameLogits) {
+  const std::string src = test::fixture_dir("nemotron_h_moe");
+  const std::string dir = work_dir() + "/nemotron_h_moe_stacked";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src + "/config.json", dir + "/config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto ts = TensorSet::open_dir(src);
+  ASSERT_TRUE(ts.ok()) << ts.error_message();
+  auto cfg = load_model_config(src + "/config.json");
+  ASSERT_TRUE(cfg.ok());
+  const int64_t E = cfg->n_expert;
+  std::vector<TensorToWrite> out;
+  std::vector<std::vector<std::byte>> stacks;
+  stacks.reserve(2 * static_cast<size_t>(cfg->n_layer));
+  for (const std::string& n : ts->names()) {
+    if (n.find(".experts.") != std::string::npos) continue;
+    const TensorView* t = ts->find(n);
+    const bool bb = n.rfind("backbone.", 0) == 0;
+    out.push_back({bb ? "model." + n.substr(9) : n, t->dtype, t->shape, t->data});
+  }
+  for (int64_t il = 0; il < cfg->n_layer; ++il) {
+    if (!cfg->layer_is_moe(il)) continue;
+    const std::string mp = "backbone.layers." + std::to_string(il) + ".mixer.experts.";
+    for (const char* part : {"up_proj", "down_proj"}) {
+      std::vector<std::byte>& b = stacks.emplace_back();
+      std::vector<int64_t> shape;
+      for (int64_t e = 0; e < E; ++e) {
+        const TensorView* t = ts->find(mp + std::to_string(e) + "." + part + ".weight");
+        ASSERT_NE(t, nullptr);
+        b.insert(b.end(), t->data, t->data + t->nbytes);
+        shape = t->shape;
+      }
+      shape.insert(shape.begin(), E);
+      out.push_back({"model.layers." + std::to_string(il) + ".mixer.experts." + part, DType::F32,
+                     shape, b.data()});
+    }
+  }
+  ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", out).ok());
+  expect_same_logits(src, dir, true);
+}
+
 // The MoE fixture's file is llama.cpp's nemotron_h_moe layout: the router's bias, stacked
 // squared-ReLU experts (no gate), the shared expert, the routing keys.
 TEST(GgufMamba2Exact, NemotronMoeFileLayout) {
