@@ -3,16 +3,15 @@
 Origin: the independent fp64 reference that generated the golden fixtures of
 tests/data/mamba2-tiny (granitemoehybrid, nemotron_h). It was written apart
 from rewind, from the semantics of the HF modeling code, and kept outside the
-repository; it is copied here (the spec it names is docs/MAMBA2.md in this
-repository) and extended with the Nemotron-H MoE family (nemotron_h_moe:
-'E' blocks, sigmoid group-limited router with a correction bias, relu^2
-experts plus a shared expert), written from HF's NemotronHMoE /
+repository; it is copied here and extended with the Nemotron-H MoE family
+(nemotron_h_moe: 'E' blocks, sigmoid group-limited router with a correction
+bias, relu^2 experts plus a shared expert), written from HF's NemotronHMoE /
 NemotronHTopkRouter semantics. Regenerating the two older families with this
 copy gives byte-identical fixtures.
 
-Self-contained PyTorch reference (fp64 golden, fp32 for comparison) for two
-Mamba2-hybrid decoder families, written from the spec in
-../ARCH-mamba2.md and checked against the
+Self-contained PyTorch reference (fp64 golden, fp32 for comparison) for the
+Mamba2-hybrid decoder families, written from the spec that became
+docs/MAMBA2.md and checked against the
 HF transformers modeling code (modeling_granitemoehybrid.py,
 modeling_nemotron_h.py) and llama.cpp (src/models/{granite-hybrid,nemotron-h,
 mamba-base}.cpp). No code is copied from either.
