@@ -301,7 +301,8 @@ std::vector<CommandSpec> build_specs() {
        {{"--preset", "", "NAME",
          "tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, "
          "qwen3-next-tiny, granite-h-tiny, granite-h-dense-tiny, nemotron-h-tiny, "
-         "granite-4.0-h-350m, granite-4.0-h-tiny or nemotron-nano-9b-v2 (default tiny)"},
+         "nemotron-h-moe-tiny, granite-4.0-h-350m, granite-4.0-h-tiny, nemotron-nano-9b-v2 or "
+         "nemotron-3-nano-30b-a3b (default tiny)"},
         {"--out", "-o", "DIR", "where to write (FILE.gguf with --format gguf; required)"},
         {"--dtype",
          "",

@@ -66,8 +66,9 @@ Result<Shape> preset(const std::string& name) {
   return make_error(
       "unknown preset '" + name +
       "' (tiny, tiny-dense, qwen3.5-tiny-256, qwen3.5-mini, qwen3.5-0.8b, qwen3.5-moe-tiny, "
-      "qwen3-next-tiny, granite-h-tiny, granite-h-dense-tiny, nemotron-h-tiny, granite-4.0-h-350m, "
-      "granite-4.0-h-tiny, nemotron-nano-9b-v2)");
+      "qwen3-next-tiny, granite-h-tiny, granite-h-dense-tiny, nemotron-h-tiny, "
+      "nemotron-h-moe-tiny, "
+      "granite-4.0-h-350m, granite-4.0-h-tiny, nemotron-nano-9b-v2, nemotron-3-nano-30b-a3b)");
 }
 
 // splitmix64-based generator; normals by Box-Muller. Deterministic per (seed, tensor name).
@@ -243,7 +244,8 @@ int noise_copy(const std::string& from, const std::string& out, double sigma, ui
 // --------------------------------------------------
 
 // A Granite-4.0-H (`granitemoehybrid`) or Nemotron-H (`nemotron_h`) shape. `pattern` has one
-// character per layer: M Mamba2, * attention, and for Nemotron-H - a squared-ReLU MLP block.
+// character per layer: M Mamba2, * attention, and for Nemotron-H - a squared-ReLU MLP block and
+// E a MoE block (E experts of Im, top-k, shared expert Fs, groups ng / tg kept, scale).
 struct M2Shape {
   std::string family;
   int64_t V, H;
@@ -255,7 +257,9 @@ struct M2Shape {
   bool tied = true;
   double emb = 1, res = 1, attn = 1, logit = 1;
   int64_t n_merges = 247;
-  bool big = false;  // real shape: HF files default to bf16
+  bool big = false;                // real shape: HF files default to bf16
+  int64_t Fs = 0, ng = 1, tg = 1;  // Nemotron-H MoE: shared expert width, expert groups
+  double scale = 1;                // Nemotron-H MoE: routed_scaling_factor
 };
 
 // Granite's pattern: attention at `at`, Mamba2 elsewhere.
@@ -314,6 +318,42 @@ std::optional<M2Shape> mamba2_preset(const std::string& name) {
   if (name == "nemotron-h-tiny")
     return M2Shape{"nemotron_h", 512, 256, "M-M*M-", 8, 64,   32, 2, 4, 4, 2,
                    64,           512, 0,   0,        0, false};
+  if (name == "nemotron-h-moe-tiny") {  // 8 experts in 4 groups, 2 kept, top-2
+    M2Shape s{"nemotron_h", 512, 256, "MEM*E-", 8, 64, 32, 2, 4, 4, 2, 64, 512, 8, 2, 256, false};
+    s.Fs = 512;
+    s.ng = 4;
+    s.tg = 2;
+    s.scale = 2.5;
+    return s;
+  }
+  if (name == "nemotron-3-nano-30b-a3b") {  // the released shape; no MTP block
+    M2Shape s{"nemotron_h",
+              131072,
+              2688,
+              "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+              64,
+              64,
+              128,
+              8,
+              4,
+              32,
+              2,
+              128,
+              1856,
+              128,
+              6,
+              1856,
+              false,
+              1,
+              1,
+              1,
+              1,
+              2000,
+              true};
+    s.Fs = 3712;
+    s.scale = 2.5;
+    return s;
+  }
   if (name == "granite-4.0-h-350m") {
     M2Shape s{"granitemoehybrid",
               100352,
@@ -482,6 +522,16 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
         mamba(lp + "mixer.");
       } else if (kind == '*') {
         attention(lp + "mixer.");
+      } else if (kind == 'E') {  // the Hub's names: one tensor per expert
+        lin(lp + "mixer.gate.weight", {S.E, H});
+        normal(lp + "mixer.gate.e_score_correction_bias", {S.E}, 0.0f, 0.1f);
+        for (int64_t e = 0; e < S.E; ++e) {
+          const std::string ep = lp + "mixer.experts." + std::to_string(e) + ".";
+          lin(ep + "up_proj.weight", {S.Im, H});
+          lin(ep + "down_proj.weight", {H, S.Im});
+        }
+        lin(lp + "mixer.shared_experts.up_proj.weight", {S.Fs, H});
+        lin(lp + "mixer.shared_experts.down_proj.weight", {H, S.Fs});
       } else {
         lin(lp + "mixer.up_proj.weight", {S.F, H});
         lin(lp + "mixer.down_proj.weight", {H, S.F});
@@ -545,6 +595,17 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
     cfg["mlp_hidden_act"] = "relu2";
     cfg["intermediate_size"] = S.F;
     cfg["layer_norm_epsilon"] = 1e-5;
+    if (S.E > 0) {
+      cfg["n_routed_experts"] = S.E;
+      cfg["num_experts_per_tok"] = S.k;
+      cfg["moe_intermediate_size"] = S.Im;
+      cfg["moe_shared_expert_intermediate_size"] = S.Fs;
+      cfg["n_shared_experts"] = 1;
+      cfg["n_group"] = S.ng;
+      cfg["topk_group"] = S.tg;
+      cfg["norm_topk_prob"] = true;
+      cfg["routed_scaling_factor"] = S.scale;
+    }
   }
   auto write = [&](const std::string& name, const std::string& body) {
     std::ofstream f(out + "/" + name, std::ios::binary);

@@ -41,9 +41,11 @@ inline std::string data_dir() {
   return REWIND_TEST_DATA;
 }
 // The fixtures of tests/data: qwen35-tiny (Gated DeltaNet families) and mamba2-tiny
-// (Granite-4.0-H, Nemotron-H), each named by its model_type.
+// (Granite-4.0-H, Nemotron-H, Nemotron-H with MoE blocks), each named by its model_type
+// (nemotron_h_moe: model_type nemotron_h, GGUF architecture nemotron_h_moe).
 inline std::string fixture_dir(const std::string& variant) {
-  const bool mamba2 = variant == "granitemoehybrid" || variant == "nemotron_h";
+  const bool mamba2 =
+      variant == "granitemoehybrid" || variant == "nemotron_h" || variant == "nemotron_h_moe";
   return data_dir() + (mamba2 ? "/mamba2-tiny/" : "/qwen35-tiny/") + variant;
 }
 // The Qwen3.5 families' fixtures.
@@ -53,8 +55,8 @@ inline const std::vector<std::string>& fixture_variants() {
 }
 // Every family's fixture: the exactness suites run over all of them.
 inline const std::vector<std::string>& all_families() {
-  static const std::vector<std::string> v = {"qwen3_5", "qwen3_5_moe", "qwen3_next",
-                                             "granitemoehybrid", "nemotron_h"};
+  static const std::vector<std::string> v = {"qwen3_5",          "qwen3_5_moe", "qwen3_next",
+                                             "granitemoehybrid", "nemotron_h",  "nemotron_h_moe"};
   return v;
 }
 

@@ -162,7 +162,8 @@ std::vector<Case> cases() {
   std::vector<Case> c;
   for (const std::string& v : test::all_families())
     for (const KvTypes& kv : test::all_kv_types()) c.push_back({v, WeightStore::F32, kv});
-  for (const char* v : {"qwen3_5", "qwen3_next", "granitemoehybrid", "nemotron_h"})
+  for (const char* v :
+       {"qwen3_5", "qwen3_next", "granitemoehybrid", "nemotron_h", "nemotron_h_moe"})
     c.push_back({v, WeightStore::BF16, test::kF32Kv});
   return c;
 }

@@ -190,9 +190,9 @@ TEST(ConfigMamba2, NemotronInfinityToken) {
 
 TEST(ConfigMamba2, NemotronErrors) {
   json j = fixture_json("nemotron_h");
-  j["hybrid_override_pattern"] = "M-E*";
+  j["hybrid_override_pattern"] = "M-E*";  // an E block without the MoE fields
   j["num_hidden_layers"] = 4;
-  expect_error(j, "'E' (a Nemotron-H MoE block): not supported yet");
+  expect_error(j, "missing field 'n_routed_experts'");
   j = fixture_json("nemotron_h");
   j["hybrid_override_pattern"] = "M-X*M-";
   expect_error(j, "has 'X' at 2");
@@ -217,6 +217,101 @@ TEST(ConfigMamba2, NemotronErrors) {
   j = fixture_json("nemotron_h");
   j.erase("intermediate_size");
   expect_error(j, "missing field 'intermediate_size'");
+}
+
+TEST(ConfigMamba2, NemotronMoeFixture) {
+  auto r = parse(fixture_json("nemotron_h_moe"));
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  const ModelConfig& c = *r;
+  EXPECT_EQ(c.family, Family::NemotronH);
+  EXPECT_EQ(c.layer_kinds,
+            (std::vector<LayerKind>{LayerKind::Mamba2, LayerKind::None, LayerKind::Mamba2,
+                                    LayerKind::Attention, LayerKind::None, LayerKind::None}));
+  EXPECT_EQ(c.ffn_kinds, (std::vector<FfnKind>{FfnKind::None, FfnKind::Moe, FfnKind::None,
+                                               FfnKind::None, FfnKind::Moe, FfnKind::ReluSq}));
+  EXPECT_EQ(c.n_expert, 12);
+  EXPECT_EQ(c.n_expert_used, 4);
+  EXPECT_EQ(c.moe_intermediate_size, 32);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 48);
+  EXPECT_EQ(c.intermediate_size, 96);
+  EXPECT_EQ(c.moe_n_group, 4);
+  EXPECT_EQ(c.moe_topk_group, 2);
+  EXPECT_DOUBLE_EQ(c.moe_routed_scale, 2.5);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_TRUE(c.moe_relu2);
+  EXPECT_TRUE(c.moe_sigmoid_router);
+  EXPECT_FALSE(c.shared_expert_gate);
+  EXPECT_TRUE(c.layer_is_moe(1));
+  // HF defaults: one group, all of it kept, no scale, normalised weights; the current HF
+  // layers_block_type list and the num_local_experts alias read the same.
+  json j = fixture_json("nemotron_h_moe");
+  for (const char* k : {"n_group", "topk_group", "routed_scaling_factor", "norm_topk_prob"})
+    j.erase(k);
+  j["num_local_experts"] = j["n_routed_experts"];
+  j.erase("n_routed_experts");
+  j.erase("hybrid_override_pattern");
+  j["layers_block_type"] = {"mamba", "moe", "mamba", "attention", "moe", "mlp"};
+  r = parse(j);
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(r->ffn_kinds, c.ffn_kinds);
+  EXPECT_EQ(r->n_expert, 12);
+  EXPECT_EQ(r->moe_n_group, 1);
+  EXPECT_EQ(r->moe_topk_group, 1);
+  EXPECT_DOUBLE_EQ(r->moe_routed_scale, 1.0);
+  EXPECT_TRUE(r->norm_topk_prob);
+}
+
+// Nemotron-3-Nano-30B-A3B's config.json fields (the Hub's), on the fixture's other fields.
+TEST(ConfigMamba2, NemotronNano30bShape) {
+  json j = fixture_json("nemotron_h_moe");
+  j.update(json::parse(R"({
+    "vocab_size": 131072, "hidden_size": 2688, "num_hidden_layers": 52,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+    "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8,
+    "conv_kernel": 4, "intermediate_size": 1856, "n_routed_experts": 128, "n_shared_experts": 1,
+    "num_experts_per_tok": 6, "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712, "n_group": 1, "topk_group": 1,
+    "norm_topk_prob": true, "routed_scaling_factor": 2.5})"));
+  auto r = parse(j);
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  int64_t moe = 0;
+  for (int64_t il = 0; il < r->n_layer; ++il) moe += r->layer_is_moe(il);
+  EXPECT_EQ(moe, 23);
+  EXPECT_EQ(r->n_recurrent_layers(), 23);
+  EXPECT_EQ(r->n_attention_layers(), 6);
+  EXPECT_EQ(r->ssm_d_inner(), 4096);
+  EXPECT_EQ(r->conv_dim(), 4096 + 2 * 8 * 128);
+  EXPECT_EQ(r->n_expert, 128);
+  EXPECT_EQ(r->moe_n_group, 1);
+}
+
+TEST(ConfigMamba2, NemotronMoeErrors) {
+  auto with = [](const char* key, const json& v) {
+    json j = fixture_json("nemotron_h_moe");
+    if (v.is_null())
+      j.erase(key);
+    else
+      j[key] = v;
+    return j;
+  };
+  expect_error(with("n_group", 5), "the 12 experts do not split into 5 equal groups");
+  expect_error(with("n_group", 0), "'n_group' = 0 is out of range");
+  expect_error(with("n_group", 13), "'n_group' = 13 is out of range");
+  expect_error(with("topk_group", 5), "topk_group = 5 must be in [1, 4]");
+  expect_error(with("topk_group", 0), "'topk_group' = 0 is out of range");
+  expect_error(with("topk_group", 1), "num_experts_per_tok = 4 is more than the 3 experts");
+  expect_error(with("num_experts_per_tok", 13), "'num_experts_per_tok' = 13 is out of range");
+  expect_error(with("routed_scaling_factor", 0), "routed_scaling_factor = 0");
+  expect_error(with("routed_scaling_factor", "2"), "'routed_scaling_factor' must be a number");
+  expect_error(with("norm_topk_prob", 1), "'norm_topk_prob' must be true or false");
+  expect_error(with("moe_latent_size", 16), "'moe_latent_size' is 16: the latent MoE");
+  for (const char* k : {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
+                        "moe_shared_expert_intermediate_size"})
+    expect_error(with(k, nullptr), std::string("missing field '") + k + "'");
+  expect_error(with("moe_intermediate_size", -1), "'moe_intermediate_size' = -1 is out of range");
+  // A dense MLP block still needs intermediate_size.
+  expect_error(with("intermediate_size", nullptr), "missing field 'intermediate_size'");
 }
 
 TEST(ConfigMamba2, UnknownModelTypeListsEveryFamily) {

@@ -134,7 +134,7 @@ const GgufTensor& tensor(const GgufFile& g, const std::string& name) {
 }
 
 TEST(GgufMamba2, ConfigMatchesHf) {
-  for (const char* variant : {"granitemoehybrid", "nemotron_h"}) {
+  for (const char* variant : {"granitemoehybrid", "nemotron_h", "nemotron_h_moe"}) {
     SCOPED_TRACE(variant);
     auto g = GgufFile::open(fixture_gguf(variant));
     ASSERT_TRUE(g.ok()) << g.error_message();
@@ -171,7 +171,13 @@ TEST(GgufMamba2, ConfigMatchesHf) {
     EXPECT_EQ(c->logits_scaling, h->logits_scaling);
     EXPECT_EQ(c->tie_word_embeddings, h->tie_word_embeddings);
     EXPECT_EQ(static_cast<float>(c->rms_norm_eps), static_cast<float>(h->rms_norm_eps));
-    EXPECT_EQ(g->get_string("general.architecture").value(), gguf_arch_name(h->family));
+    EXPECT_EQ(c->moe_relu2, h->moe_relu2);
+    EXPECT_EQ(c->moe_sigmoid_router, h->moe_sigmoid_router);
+    EXPECT_EQ(c->moe_n_group, h->moe_n_group);
+    EXPECT_EQ(c->moe_topk_group, h->moe_topk_group);
+    EXPECT_EQ(c->norm_topk_prob, h->norm_topk_prob);
+    EXPECT_EQ(static_cast<float>(c->moe_routed_scale), static_cast<float>(h->moe_routed_scale));
+    EXPECT_EQ(g->get_string("general.architecture").value(), gguf_arch_name(*h));
   }
 }
 
@@ -356,7 +362,56 @@ TEST(GgufMamba2, NemotronMetadataErrors) {
                                             {64, 4},
                                             std::vector<std::byte>(64 * 4 * 4)});
                             }),
-                    "block 5 is a Nemotron-H MoE block (tensor 'blk.5.ffn_gate_inp.weight')");
+                    "block 5 has MoE tensors ('blk.5.ffn_gate_inp.weight') but the architecture "
+                    "is 'nemotron_h' (expected 'nemotron_h_moe')");
+}
+
+// MoE fixture: blocks M E M * E -, 12 experts of 32 in 4 groups (2 kept), top-4, shared 48.
+TEST(GgufMamba2, NemotronMoeMetadataErrors) {
+  const std::string src = fixture_gguf("nemotron_h_moe");
+  const std::string a = "nemotron_h_moe.";
+  for (const char* k : {"expert_count", "expert_used_count", "expert_shared_feed_forward_length",
+                        "expert_weights_scale"})
+    expect_load_error(rewrite(src, std::string("m_no_") + k, [&](Kv& kv) { drop(kv, a + k); }),
+                      "'" + a + k + "'");
+  expect_load_error(
+      rewrite(src, "m_no_gu", [&](Kv& kv) { drop(kv, a + "expert_group_used_count"); }),
+      "key 'nemotron_h_moe.expert_group_used_count' is missing but 'expert_group_count' is 4");
+  auto edit = [&](const std::string& tag, const std::string& k, GgufValue v,
+                  const std::string& what) {
+    expect_load_error(rewrite(src, "m_" + tag, [&](Kv& kv) { set(kv, a + k, v); }), what);
+  };
+  edit("groups", "expert_group_count", GgufValue::u32(5),
+       "the 12 experts do not split into 5 equal groups");
+  edit("groups0", "expert_group_count", GgufValue::u32(0), "expert_group_count");
+  edit("gused", "expert_group_used_count", GgufValue::u32(5), "topk_group = 5 must be in [1, 4]");
+  edit("gused1", "expert_group_used_count", GgufValue::u32(1),
+       "num_experts_per_tok = 4 is more than the 3 experts");
+  edit("used", "expert_used_count", GgufValue::u32(13), "expert_used_count");
+  edit("eff", "expert_feed_forward_length", GgufValue::u32(16),
+       "'nemotron_h_moe.expert_feed_forward_length' = 16 but the MoE blocks' "
+       "feed_forward_length is 32");
+  edit("scale", "expert_weights_scale", GgufValue::f32(0), "expert_weights_scale' = 0");
+  edit("gating", "expert_gating_func", GgufValue::u32(1), "only 2 (sigmoid) is supported");
+  edit("latent", "moe_latent_size", GgufValue::u32(16), "the latent MoE projection");
+  edit("ffmix", "feed_forward_length", GgufValue::array_i32({0, 32, 0, 0, 48, 96}),
+       "has 48 at block 4 but 32 at an earlier MoE block");
+  for (const char* t :
+       {"blk.1.exp_probs_b.bias", "blk.1.ffn_up_exps.weight", "blk.4.ffn_down_exps.weight",
+        "blk.4.ffn_up_shexp.weight", "blk.1.ffn_down_shexp.weight"})
+    expect_load_error(rewrite(src, std::string("m_no_") + t, nullptr, drop_tensor(t)),
+                      std::string("missing tensor '") + t + "'");
+  expect_load_error(
+      rewrite(src, "m_upshape", nullptr, reshape("blk.1.ffn_up_exps.weight", {64, 32, 11})),
+      "blk.1.ffn_up_exps.weight");
+  expect_load_error(rewrite(src, "m_latent_t", nullptr,
+                            [](std::vector<T>& ts) {
+                              ts.push_back({"blk.1.ffn_latent_down.weight",
+                                            GgmlType::F32,
+                                            {64, 16},
+                                            std::vector<std::byte>(64 * 16 * 4)});
+                            }),
+                    "tensor 'blk.1.ffn_latent_down.weight': the latent MoE projection");
 }
 
 TEST(GgufMamba2, TensorErrors) {

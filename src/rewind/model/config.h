@@ -74,8 +74,18 @@ struct ModelConfig {
   int64_t n_expert_used = 0;      // top-k
   int64_t moe_intermediate_size = 0;
   int64_t shared_expert_intermediate_size = 0;
-  bool shared_expert_gate = true;   // Qwen: sigmoid(x . w) scales the shared expert
-  bool norm_topk_prob = true;       // qwen3_5_moe: always true
+  bool shared_expert_gate = true;  // Qwen: sigmoid(x . w) scales the shared expert
+  bool norm_topk_prob = true;      // qwen3_5_moe: always true
+  // Nemotron-H MoE (docs/MAMBA2.md 3.1): squared-ReLU experts and shared expert (canonical `up`
+  // / `down`) instead of SwiGLU; a sigmoid router whose choice adds `router_bias` and keeps the
+  // moe_topk_group best of moe_n_group expert groups (group score: its top-2 choices' sum), with
+  // the chosen experts' unbiased scores as weights (normalised by norm_topk_prob), times
+  // moe_routed_scale. Otherwise: softmax router, top-k over all experts.
+  bool moe_relu2 = false;
+  bool moe_sigmoid_router = false;
+  int64_t moe_n_group = 1;
+  int64_t moe_topk_group = 1;
+  double moe_routed_scale = 1.0;
   int64_t decoder_sparse_step = 1;  // qwen3_next
   std::vector<int64_t> mlp_only_layers;
 

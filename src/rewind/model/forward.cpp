@@ -49,6 +49,7 @@ struct LayerW {
   bool moe = false;
   ExpertW dense;  // dense FFN, or the shared expert of a MoE layer
   PackedMatrix router, shared_gate;
+  std::vector<float> router_bias;  // sigmoid router: added to the scores for the choice only
   std::vector<ExpertW> experts;
 };
 
@@ -75,6 +76,65 @@ WeightSource rows_from(const WeightSource& w, int64_t r0) {
     out.blocks.push_back(std::move(part));
   }
   return out;
+}
+
+// Nemotron-H MoE routing (HF NemotronHMoE, docs/MAMBA2.md 3.1) of rows [tb, te) of the router
+// logits rl [T, E]: scores s = sigmoid(logit), choice = s + bias; the moe_topk_group groups with
+// the largest sum of their top-2 choices (top-1 for groups of one) stay; the top-k experts of
+// those by choice, ties to the lower id (a stable sort's order), each weighted by its unbiased
+// score, normalised over the k when norm_topk_prob (HF's + 1e-20), times moe_routed_scale.
+// sel / wsel: k entries per row, in rank order.
+void route_sigmoid_grouped(const ModelConfig& c, const float* bias, const float* rl, int64_t tb,
+                           int64_t te, int32_t* sel, float* wsel) {
+  const int64_t E = c.n_expert, k = c.n_expert_used, G = c.moe_n_group, per = E / G,
+                kg = c.moe_topk_group;
+  const float scale = static_cast<float>(c.moe_routed_scale);
+  std::vector<float> s(static_cast<size_t>(E)), choice(static_cast<size_t>(E)),
+      gscore(static_cast<size_t>(G));
+  std::vector<int32_t> gidx(static_cast<size_t>(G)), idx;
+  idx.reserve(static_cast<size_t>(E));
+  auto before = [](const std::vector<float>& v) {
+    return [&v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+  };
+  for (int64_t t = tb; t < te; ++t) {
+    const float* l = rl + t * E;
+    for (int64_t e = 0; e < E; ++e) {
+      s[e] = sigmoid(l[e]);
+      choice[e] = s[e] + bias[e];
+    }
+    idx.clear();
+    if (kg < G) {
+      for (int64_t g = 0; g < G; ++g) {
+        float top1 = -INFINITY, top2 = -INFINITY;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+          const float v = choice[e];
+          if (v > top1) {
+            top2 = top1;
+            top1 = v;
+          } else if (v > top2) {
+            top2 = v;
+          }
+        }
+        gscore[g] = per >= 2 ? top1 + top2 : top1;
+      }
+      std::iota(gidx.begin(), gidx.end(), 0);
+      std::partial_sort(gidx.begin(), gidx.begin() + kg, gidx.end(), before(gscore));
+      std::sort(gidx.begin(), gidx.begin() + kg);
+      for (int64_t j = 0; j < kg; ++j)
+        for (int64_t e = gidx[j] * per; e < (gidx[j] + 1) * per; ++e)
+          idx.push_back(static_cast<int32_t>(e));
+    } else {
+      for (int64_t e = 0; e < E; ++e) idx.push_back(static_cast<int32_t>(e));
+    }
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before(choice));
+    float wsum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) wsum += s[idx[j]];
+    const float denom = wsum + 1e-20f;
+    for (int64_t j = 0; j < k; ++j) {
+      sel[t * k + j] = idx[j];
+      wsel[t * k + j] = (c.norm_topk_prob ? s[idx[j]] / denom : s[idx[j]]) * scale;
+    }
+  }
 }
 
 }  // namespace
@@ -212,10 +272,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
   auto push_ffn = [&](const std::string& p, FfnKind k) {
     if (k == FfnKind::None) return;
     if (k == FfnKind::Moe) {
-      for (const char* n : {"router", "sh.gate_up", "sh.down"}) mats.push_back(p + n);
+      const std::string up = c.moe_relu2 ? "up" : "gate_up";
+      for (const std::string& n : {std::string("router"), "sh." + up, std::string("sh.down")})
+        mats.push_back(p + n);
       if (c.shared_expert_gate) mats.push_back(p + "sh.gate");
       for (int64_t e = 0; e < c.n_expert; ++e) {
-        mats.push_back(p + "e" + std::to_string(e) + ".gate_up");
+        mats.push_back(p + "e" + std::to_string(e) + "." + up);
         mats.push_back(p + "e" + std::to_string(e) + ".down");
       }
     } else {
@@ -280,13 +342,16 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadOpt
     L.moe = k == FfnKind::Moe;
     if (k == FfnKind::None) return;
     if (L.moe) {
+      // Squared-ReLU experts keep their up rows where SwiGLU keeps gate ; up.
+      const std::string up = c.moe_relu2 ? ".up" : ".gate_up";
       L.router = pack(p + "router");
+      if (c.moe_sigmoid_router) L.router_bias = vec(W.get(p + "router_bias"));
       if (c.shared_expert_gate) L.shared_gate = pack(p + "sh.gate");
-      L.dense.gate_up = pack(p + "sh.gate_up");
+      L.dense.gate_up = pack(p + "sh" + up);
       L.dense.down = pack(p + "sh.down");
       L.experts.resize(static_cast<size_t>(c.n_expert));
       for (int64_t e = 0; e < c.n_expert; ++e) {
-        L.experts[e].gate_up = pack(p + "e" + std::to_string(e) + ".gate_up");
+        L.experts[e].gate_up = pack(p + "e" + std::to_string(e) + up);
         L.experts[e].down = pack(p + "e" + std::to_string(e) + ".down");
       }
     } else {
@@ -985,14 +1050,16 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
         },
         m, w.down, y, H, pool, gu, 2 * F);
   };
-  if (L.ffn == FfnKind::SwiGLU) {
-    swiglu_ffn(L.dense, nullptr, T, out);
-  } else if (L.ffn == FfnKind::ReluSq) {
-    // down(relu(up(x))^2); the activations are made inside the down projection, over the up rows.
-    const int64_t F = L.dense.down.k();
-    I.gu.reserve_at_least(static_cast<size_t>(T * F));
+  // down(relu(up(x))^2) (squared-ReLU MLP or expert; w.gate_up holds the up rows); the
+  // activations are made inside the down projection, over the up rows. in: as for swiglu_ffn.
+  auto relu2_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
+    const int64_t F = w.down.k();
+    I.gu.reserve_at_least(static_cast<size_t>(m * F));
     float* u = I.gu.data();
-    matmul_fill(residual_norm, T, L.dense.gate_up, u, F, pool, xn, H);
+    if (in)
+      matmul(in, m, H, w.gate_up, u, F, pool);
+    else
+      matmul_fill(residual_norm, m, w.gate_up, u, F, pool, xn, H);
     matmul_fill(
         [&](int64_t b, int64_t e, float* h, int64_t ldh) {
           for (int64_t i = b; i < e; ++i)
@@ -1001,7 +1068,18 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
               h[(i - b) * ldh + j] = v * v;
             }
         },
-        T, L.dense.down, out, H, pool, u, F);
+        m, w.down, y, H, pool, u, F);
+  };
+  auto expert_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
+    if (c.moe_relu2)
+      relu2_ffn(w, in, m, y);
+    else
+      swiglu_ffn(w, in, m, y);
+  };
+  if (L.ffn == FfnKind::SwiGLU) {
+    swiglu_ffn(L.dense, nullptr, T, out);
+  } else if (L.ffn == FfnKind::ReluSq) {
+    relu2_ffn(L.dense, nullptr, T, out);
   } else {
     par(T, 6 * H, [&](int64_t b, int64_t e) { residual_norm(b, e, xn + b * H, H); });
     const int64_t E = c.n_expert, k = c.n_expert_used;
@@ -1016,6 +1094,10 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     par(T, 16 * E, [&](int64_t tb, int64_t te) {
       std::vector<float> p(static_cast<size_t>(E));
       std::vector<int32_t> idx(static_cast<size_t>(E));
+      if (c.moe_sigmoid_router) {
+        route_sigmoid_grouped(c, L.router_bias.data(), rl, tb, te, sel.data(), wsel.data());
+        return;
+      }
       for (int64_t t = tb; t < te; ++t) {
         const float* l = rl + t * E;
         float mx = -INFINITY;
@@ -1052,11 +1134,11 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
       float* eout = I.moe_out.data();
       for (int64_t i = 0; i < m; ++i)
         std::memcpy(ein + i * H, xn + (rows[i] / k) * H, static_cast<size_t>(H) * sizeof(float));
-      swiglu_ffn(L.experts[e], ein, m, eout);
+      expert_ffn(L.experts[e], ein, m, eout);
       for (int64_t i = 0; i < m; ++i)
         std::memcpy(slots + rows[i] * H, eout + i * H, static_cast<size_t>(H) * sizeof(float));
     }
-    swiglu_ffn(L.dense, xn, T, out);  // shared expert
+    expert_ffn(L.dense, xn, T, out);  // shared expert
     par(T, 2 * k * H, [&](int64_t tb, int64_t te) {
       for (int64_t t = tb; t < te; ++t) {
         float* o = out + t * H;

@@ -40,6 +40,11 @@ const char* gguf_arch_name(Family f) {
   return "?";
 }
 
+const char* gguf_arch_name(const ModelConfig& c) {
+  return c.family == Family::NemotronH && c.n_expert > 0 ? "nemotron_h_moe"
+                                                         : gguf_arch_name(c.family);
+}
+
 Result<ModelConfig> config_from_gguf(const GgufFile& g) {
   REWIND_TRY(std::string arch, g.get_string("general.architecture"));
   const Architecture* a = architecture_for_gguf(arch);
@@ -124,7 +129,7 @@ struct Out {
 // feed_forward_length (the shared MLP's width, or the experts' with expert_count), Nemotron-H's
 // per-layer feed_forward_length (0 on non-MLP blocks); rope.scaling.finetuned false (no RoPE).
 void write_mamba2_keys(const ModelConfig& c, std::vector<std::pair<std::string, GgufValue>>* kv) {
-  const std::string a = std::string(gguf_arch_name(c.family)) + ".";
+  const std::string a = std::string(gguf_arch_name(c)) + ".";
   const bool granite = c.family == Family::GraniteHybrid;
   auto u32 = [&](const std::string& k, int64_t v) {
     kv->emplace_back(a + k, GgufValue::u32(static_cast<uint32_t>(v)));
@@ -138,7 +143,9 @@ void write_mamba2_keys(const ModelConfig& c, std::vector<std::pair<std::string, 
   std::vector<int64_t> kv_heads, ff;
   for (int64_t il = 0; il < c.n_layer; ++il) {
     kv_heads.push_back(c.layer_kinds[il] == LayerKind::Attention ? c.n_head_kv : 0);
-    ff.push_back(c.ffn_kinds[il] == FfnKind::ReluSq ? c.intermediate_size : 0);
+    ff.push_back(c.ffn_kinds[il] == FfnKind::ReluSq ? c.intermediate_size
+                 : c.ffn_kinds[il] == FfnKind::Moe  ? c.moe_intermediate_size
+                                                    : 0);
   }
   if (granite)
     u32("feed_forward_length", c.n_expert > 0 ? c.moe_intermediate_size : c.intermediate_size);
@@ -170,6 +177,18 @@ void write_mamba2_keys(const ModelConfig& c, std::vector<std::pair<std::string, 
   if (granite)
     u32("expert_shared_feed_forward_length",
         c.n_expert > 0 ? c.shared_expert_intermediate_size : c.intermediate_size);
+  if (!granite && c.n_expert > 0) {  // nemotron_h_moe
+    u32("expert_count", c.n_expert);
+    u32("expert_used_count", c.n_expert_used);
+    u32("expert_feed_forward_length", c.moe_intermediate_size);
+    u32("expert_shared_feed_forward_length", c.shared_expert_intermediate_size);
+    u32("expert_shared_count", 1);
+    kv->emplace_back(a + "expert_weights_norm", GgufValue::boolean(c.norm_topk_prob));
+    f32("expert_weights_scale", c.moe_routed_scale);
+    u32("expert_group_count", c.moe_n_group);
+    u32("expert_group_used_count", c.moe_topk_group);
+    u32("expert_gating_func", 2);  // sigmoid
+  }
 }
 
 }  // namespace
@@ -191,7 +210,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
                 CD = c.conv_dim();
   const int64_t D = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
   const VHeads vh = vheads(c);
-  const std::string arch = gguf_arch_name(c.family);
+  const std::string arch = gguf_arch_name(c);
   if (static_cast<int64_t>(vocab.tokens.size()) > V)
     return make_error(path + ": the tokenizer has " + std::to_string(vocab.tokens.size()) +
                       " tokens, more than vocab_size " + std::to_string(V));
@@ -369,6 +388,31 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       const int64_t F = c.intermediate_size;
       mat(p + "ffn_up.weight", cp + "up", F, H, id);
       mat(p + "ffn_down.weight", cp + "down", H, F, id);
+    } else if (ffn == FfnKind::Moe && c.moe_relu2) {  // Nemotron-H MoE (nemotron_h_moe)
+      const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
+                    Is = c.shared_expert_intermediate_size;
+      // The router stays F32 in every file, as llama-quantize leaves ffn_gate_inp: a sigmoid
+      // router with a selection bias flips experts on small score changes.
+      mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
+      outs.back().matrix = false;
+      vec(p + "exp_probs_b.bias", cp + "router_bias", E, id);
+      auto experts = [&](const std::string& gname, const std::string& part, int64_t n,
+                         int64_t cols) {
+        std::vector<const WeightSource*> src_w;
+        for (int64_t e = 0; e < E; ++e)
+          src_w.push_back(&ws.get(cp + "e" + std::to_string(e) + "." + part));
+        Out o;
+        o.name = gname;
+        o.rows = E * n;
+        o.cols = cols;
+        o.ne = {cols, n, E};
+        o.row = [src_w, n](int64_t i, float* out) { src_w[i / n]->row_f32(i % n, out); };
+        outs.push_back(std::move(o));
+      };
+      experts(p + "ffn_up_exps.weight", "up", Im, H);
+      experts(p + "ffn_down_exps.weight", "down", H, Im);
+      mat(p + "ffn_up_shexp.weight", cp + "sh.up", Is, H, id);
+      mat(p + "ffn_down_shexp.weight", cp + "sh.down", H, Is, id);
     } else if (ffn == FfnKind::SwiGLU || ffn == FfnKind::Moe) {
       const bool moe = ffn == FfnKind::Moe;
       // The shared MLP: ffn_{gate,up,down} when dense, the _shexp tensors beside the experts.

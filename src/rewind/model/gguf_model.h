@@ -36,6 +36,9 @@ namespace rw {
 
 // "qwen35", "qwen35moe", "qwen3next".
 const char* gguf_arch_name(Family f);
+// The architecture a model is written as: gguf_arch_name(family), or "nemotron_h_moe" for a
+// Nemotron-H model with MoE blocks.
+const char* gguf_arch_name(const ModelConfig& c);
 
 // Configuration from the metadata (`<arch>.*` keys, token_embd's shape for the vocab, the
 // presence of output.weight for tied embeddings). Errors name the file and key.

@@ -25,6 +25,9 @@
 //   dense:   l{il}.gate_up [2I, H] = rows [gate ; up]; l{il}.down [H, I]
 //   moe:     l{il}.router [E, H]; l{il}.e{e}.gate_up [2Im, H]; l{il}.e{e}.down [H, Im];
 //            l{il}.sh.gate_up [2Is, H]; l{il}.sh.down [H, Is]; l{il}.sh.gate [1, H]
+//   moe with squared-ReLU experts (ModelConfig::moe_relu2, Nemotron-H): e{e}.up [Im, H] and
+//            sh.up [Is, H] instead of the gate_up halves; with the sigmoid router also
+//            l{il}.router_bias [E] (HF e_score_correction_bias)
 //   MTP head (only when config mtp_num_hidden_layers > 0 and the checkpoint has mtp.* tensors,
 //   or in a GGUF file blk.N tensors for N >= n_layer; then has_mtp() is true; docs/QWEN35.md
 //   2.5; GGUF names in model/gguf_model.h):
