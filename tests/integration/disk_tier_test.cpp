@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "rewind/cache/tier_format.h"
+#include "scratch.h"
 #include "test_util.h"
 
 namespace rw {
@@ -32,45 +33,9 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
-const std::string& tmp_dir() {
-  static const std::string d = [] {
-    char tmpl[] = "/tmp/rewind_disk_tier_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    if (!p) std::abort();
-    return std::string(p);
-  }();
-  return d;
-}
-
-class ScratchCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(tmp_dir(), ec);
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kScratchCleanup =
-    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
-
-std::string tmp_path(const std::string& name) {
-  static int n = 0;
-  return tmp_dir() + "/" + std::to_string(n++) + "_" + name;
-}
-
-const std::string& model_dir() {
-  static const std::string d = [] {
-    const std::string dir = tmp_dir() + "/tiny";
-    int rc = 0;
-    const std::string out = test::run_command(
-        std::string(REWIND_BINARY) + " make-model --preset tiny --out " + dir + " 2>&1", &rc);
-    if (rc != 0) {
-      std::fprintf(stderr, "make-model failed: %s\n", out.c_str());
-      std::abort();
-    }
-    return dir;
-  }();
-  return d;
-}
+using test::model_dir;
+using test::tmp_dir;
+using test::tmp_path;
 
 constexpr int kInterval = 16;
 

@@ -35,6 +35,7 @@
 #include <tuple>
 
 #include "json_schema_util.h"
+#include "scratch.h"
 #include "test_util.h"
 
 namespace rw {
@@ -52,49 +53,9 @@ void write_file(const std::string& path, const std::string& s) {
   f << s;
 }
 
-// A scratch directory for this test process.
-const std::string& tmp_dir() {
-  static const std::string d = [] {
-    char tmpl[] = "/tmp/rewind_server_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    if (!p) std::abort();
-    return std::string(p);
-  }();
-  return d;
-}
-
-// Removes the scratch directory when the test program ends (after every suite's teardown, so
-// after the servers are gone).
-class ScratchCleanup : public ::testing::Environment {
- public:
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(tmp_dir(), ec);
-  }
-};
-[[maybe_unused]] ::testing::Environment* const kScratchCleanup =
-    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
-
-std::string tmp_path(const std::string& name) {
-  static std::atomic<int> n{0};
-  return tmp_dir() + "/" + std::to_string(n++) + "_" + name;
-}
-
-// The tiny model, made once per test process.
-const std::string& model_dir() {
-  static const std::string d = [] {
-    const std::string dir = tmp_dir() + "/tiny";
-    int rc = 0;
-    const std::string out = test::run_command(
-        std::string(REWIND_BINARY) + " make-model --preset tiny --out " + dir + " 2>&1", &rc);
-    if (rc != 0) {
-      std::fprintf(stderr, "make-model failed: %s\n", out.c_str());
-      std::abort();
-    }
-    return dir;
-  }();
-  return d;
-}
+using test::model_dir;
+using test::tmp_dir;
+using test::tmp_path;
 
 // A `rewind serve` child process.
 class Server {
@@ -864,9 +825,10 @@ TEST_F(ServerTest, UsageCarriesRewindFigures) {
   EXPECT_GT(r["ttft_ms"].get<double>(), 0);
   EXPECT_GE(r["decode_ms"].get<double>(), 0);
   // The streamed usage chunk carries the same fields, and they match /v1/cache's row.
-  const Http st = post(s(), "/v1/chat/completions",
-                       chat_body("Tell me about the tides near the old harbour wall.", 5,
-                                 {{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+  const Http st =
+      post(s(), "/v1/chat/completions",
+           chat_body("Tell me about the tides near the old harbour wall.", 5,
+                     {{"stream", true}, {"stream_options", {{"include_usage", true}}}}));
   ASSERT_EQ(st.status, 200);
   json last, usage;
   for (const std::string& d : sse_data(st.body)) {
@@ -892,8 +854,9 @@ TEST_F(ServerTest, CacheTreeShowsBranchesCheckpointsAndTheLastPath) {
     b["messages"].push_back({{"role", "user"}, {"content", "And what did they eat all winter?"}});
     return b;
   };
-  ASSERT_EQ(post(s(), "/v1/chat/completions", conv("Where did the lighthouse keepers live?")).status,
-            200);
+  ASSERT_EQ(
+      post(s(), "/v1/chat/completions", conv("Where did the lighthouse keepers live?")).status,
+      200);
   const Http b = post(s(), "/v1/chat/completions", conv("Where did the lighthouse keepers sleep?"));
   ASSERT_EQ(b.status, 200) << b.body;
   const json u = b.j()["usage"]["rewind"];
@@ -1259,9 +1222,10 @@ std::pair<std::string, std::string> streamed_content(const Http& h) {
 }
 
 TEST_F(ServerTest, StructuredOutputJsonSchemaAndJsonObject) {
-  const json rf = {{"type", "json_schema"},
-                   {"json_schema",
-                    {{"name", "person"}, {"strict", true}, {"schema", json::parse(kPersonSchema)}}}};
+  const json rf = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "person"}, {"strict", true}, {"schema", json::parse(kPersonSchema)}}}};
   const json req = chat_body("Describe a person.", 200, {{"response_format", rf}});
   const Http h = post(s(), "/v1/chat/completions", req);
   ASSERT_EQ(h.status, 200) << h.body;
@@ -1281,9 +1245,11 @@ TEST_F(ServerTest, StructuredOutputJsonSchemaAndJsonObject) {
   ASSERT_EQ(hs.status, 200) << hs.body;
   EXPECT_EQ(hs.j()["choices"][0]["message"]["content"], content);
   // json_object: any object.
-  const Http ho = post(s(), "/v1/chat/completions",
-                       chat_body("Reply.", 120, {{"response_format", {{"type", "json_object"}}},
-                                                 {"temperature", 1.0}, {"seed", 5}}));
+  const Http ho = post(
+      s(), "/v1/chat/completions",
+      chat_body(
+          "Reply.", 120,
+          {{"response_format", {{"type", "json_object"}}}, {"temperature", 1.0}, {"seed", 5}}));
   ASSERT_EQ(ho.status, 200) << ho.body;
   const json oc = ho.j()["choices"][0];
   if (oc["finish_reason"] == "stop") {
@@ -1319,29 +1285,34 @@ TEST_F(ServerTest, StructuredOutputErrorsAre400) {
   const double submitted0 = metric(s(), "rewind_requests_submitted_total");
   const json bad_schema = {
       {"type", "json_schema"},
-      {"json_schema",
-       {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
-  expect_error(post(s(), "/v1/chat/completions", chat_body("x", 5, {{"response_format", bad_schema}})),
-               400, "unsupported keyword 'pattern'");
-  expect_error(post(s(), "/v1/completions", completion_body("x", 5, {{"response_format", bad_schema}})),
-               400, "unsupported keyword 'pattern'");
-  expect_error(post(s(), "/v1/completions", completion_body("x", 5, {{"grammar", "root ::= (\"a\""}})),
-               400, "'grammar': ");
-  expect_error(post(s(), "/v1/completions", completion_body("x", 5, {{"grammar", "root ::= undefined-rule"}})),
+      {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
+  expect_error(
+      post(s(), "/v1/chat/completions", chat_body("x", 5, {{"response_format", bad_schema}})), 400,
+      "unsupported keyword 'pattern'");
+  expect_error(
+      post(s(), "/v1/completions", completion_body("x", 5, {{"response_format", bad_schema}})), 400,
+      "unsupported keyword 'pattern'");
+  expect_error(
+      post(s(), "/v1/completions", completion_body("x", 5, {{"grammar", "root ::= (\"a\""}})), 400,
+      "'grammar': ");
+  expect_error(post(s(), "/v1/completions",
+                    completion_body("x", 5, {{"grammar", "root ::= undefined-rule"}})),
                400, "undefined-rule");
-  expect_error(post(s(), "/v1/chat/completions",
-                    chat_body("x", 5, {{"grammar", "start ::= \"a\""}})),
-               400, "'grammar': ");
+  expect_error(
+      post(s(), "/v1/chat/completions", chat_body("x", 5, {{"grammar", "start ::= \"a\""}})), 400,
+      "'grammar': ");
   expect_error(post(s(), "/v1/chat/completions",
                     chat_body("x", 5, {{"response_format", {{"type", "yaml"}}}})),
                400, "'yaml' is not one of text, json_object, json_schema");
   json tools = json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
-  expect_error(post(s(), "/v1/chat/completions",
-                    chat_body("x", 5, {{"tools", tools},
-                                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}})),
-               400, "not among 'tools'");
-  tools[0]["function"]["parameters"] = {{"type", "object"},
-                                        {"properties", {{"n", {{"type", "number"}, {"multipleOf", 2}}}}}};
+  expect_error(
+      post(s(), "/v1/chat/completions",
+           chat_body("x", 5,
+                     {{"tools", tools},
+                      {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}})),
+      400, "not among 'tools'");
+  tools[0]["function"]["parameters"] = {
+      {"type", "object"}, {"properties", {{"n", {{"type", "number"}, {"multipleOf", 2}}}}}};
   expect_error(post(s(), "/v1/chat/completions",
                     chat_body("x", 5, {{"tools", tools}, {"tool_choice", "required"}})),
                400, "unsupported keyword 'multipleOf'");
@@ -1375,7 +1346,8 @@ TEST_F(ServerTest, ForcedToolCallsFollowTheParameterSchemas) {
           const json& delta = c["choices"][0]["delta"];
           if (delta.contains("tool_calls"))
             for (const auto& tc : delta["tool_calls"]) calls.push_back(tc);
-          if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+          if (!c["choices"][0]["finish_reason"].is_null())
+            finish = c["choices"][0]["finish_reason"];
         }
       } else {
         const json c = h.j()["choices"][0];
