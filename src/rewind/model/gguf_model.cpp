@@ -124,6 +124,21 @@ struct Out {
   std::function<void(int64_t, float*)> row;
 };
 
+// A 3-D experts tensor from E per-expert matrices `<cp>e<i>.<part>`: file row i is row
+// r0 + i % n of expert i / n.
+Out stacked_experts(const WeightSet& ws, const std::string& gname, const std::string& cp,
+                    const std::string& part, int64_t E, int64_t n, int64_t cols, int64_t r0) {
+  std::vector<const WeightSource*> src;
+  for (int64_t e = 0; e < E; ++e) src.push_back(&ws.get(cp + "e" + std::to_string(e) + "." + part));
+  Out o;
+  o.name = gname;
+  o.rows = E * n;
+  o.cols = cols;
+  o.ne = {cols, n, E};
+  o.row = [src, n, r0](int64_t i, float* out) { src[i / n]->row_f32(r0 + i % n, out); };
+  return o;
+}
+
 // The architecture keys of a Granite-4.0-H / Nemotron-H file, as llama.cpp's converter writes
 // them: per-layer head_count_kv (0 on non-attention blocks); Granite's multipliers and a scalar
 // feed_forward_length (the shared MLP's width, or the experts' with expert_count), Nemotron-H's
@@ -331,16 +346,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       // 3-D experts: file row i = expert i / n, row i % n of that expert.
       auto experts = [&](const std::string& gname, const std::string& part, int64_t n, int64_t cols,
                          int64_t r0) {
-        std::vector<const WeightSource*> src;
-        for (int64_t e = 0; e < E; ++e)
-          src.push_back(&ws.get(cp + "e" + std::to_string(e) + "." + part));
-        Out o;
-        o.name = gname;
-        o.rows = E * n;
-        o.cols = cols;
-        o.ne = {cols, n, E};
-        o.row = [src, n, r0](int64_t i, float* out) { src[i / n]->row_f32(r0 + i % n, out); };
-        outs.push_back(std::move(o));
+        outs.push_back(stacked_experts(ws, gname, cp, part, E, n, cols, r0));
       };
       experts(p + "ffn_gate_exps.weight", "gate_up", Im, H, 0);
       experts(p + "ffn_up_exps.weight", "gate_up", Im, H, Im);
@@ -398,16 +404,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       vec(p + "exp_probs_b.bias", cp + "router_bias", E, id);
       auto experts = [&](const std::string& gname, const std::string& part, int64_t n,
                          int64_t cols) {
-        std::vector<const WeightSource*> src_w;
-        for (int64_t e = 0; e < E; ++e)
-          src_w.push_back(&ws.get(cp + "e" + std::to_string(e) + "." + part));
-        Out o;
-        o.name = gname;
-        o.rows = E * n;
-        o.cols = cols;
-        o.ne = {cols, n, E};
-        o.row = [src_w, n](int64_t i, float* out) { src_w[i / n]->row_f32(i % n, out); };
-        outs.push_back(std::move(o));
+        outs.push_back(stacked_experts(ws, gname, cp, part, E, n, cols, 0));
       };
       experts(p + "ffn_up_exps.weight", "up", Im, H);
       experts(p + "ffn_down_exps.weight", "down", H, Im);
@@ -424,22 +421,9 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       if (moe) {
         const int64_t E = c.n_expert, Im = c.moe_intermediate_size;
         mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
-        auto experts = [&](const std::string& gname, const std::string& part, int64_t n,
-                           int64_t cols, int64_t r0) {
-          std::vector<const WeightSource*> src_w;
-          for (int64_t e = 0; e < E; ++e)
-            src_w.push_back(&ws.get(cp + "e" + std::to_string(e) + "." + part));
-          Out o;
-          o.name = gname;
-          o.rows = E * n;
-          o.cols = cols;
-          o.ne = {cols, n, E};
-          o.row = [src_w, n, r0](int64_t i, float* out) { src_w[i / n]->row_f32(r0 + i % n, out); };
-          outs.push_back(std::move(o));
-        };
-        experts(p + "ffn_gate_exps.weight", "gate_up", Im, H, 0);
-        experts(p + "ffn_up_exps.weight", "gate_up", Im, H, Im);
-        experts(p + "ffn_down_exps.weight", "down", H, Im, 0);
+        outs.push_back(stacked_experts(ws, p + "ffn_gate_exps.weight", cp, "gate_up", E, Im, H, 0));
+        outs.push_back(stacked_experts(ws, p + "ffn_up_exps.weight", cp, "gate_up", E, Im, H, Im));
+        outs.push_back(stacked_experts(ws, p + "ffn_down_exps.weight", cp, "down", E, H, Im, 0));
       }
     }
   };
