@@ -157,6 +157,26 @@ TEST(ThreadPool, BackToBackJobsOfBothKindsAndIdleGaps) {
   EXPECT_EQ(sum.load(), want);
 }
 
+TEST(ThreadPool, GuidedJobRightAfterStaticJobsRunsEachItemOnce) {
+  // A static job's exhausted cursor (its share count) is a valid guided position: a worker
+  // that read it just before the next job's fields changed must not claim items with it.
+  ThreadPool pool(3, 0);
+  std::atomic<int64_t> sum{0};
+  int64_t want = 0;
+  auto add = [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) sum.fetch_add(i + 1);
+  };
+  for (int rep = 0; rep < 200000; ++rep) {
+    const int64_t n = rep % 2 ? 24 : 6;
+    want += n * (n + 1) / 2;
+    if (rep % 2)
+      pool.parallel_guided(n, 1, 1, add);
+    else
+      pool.parallel_for(n, 1, add);
+  }
+  EXPECT_EQ(sum.load(), want);
+}
+
 // Pins the calling thread (and the threads it starts afterwards) to its current CPU while alive,
 // so that the pool's threads take turns on one core: workers are late for most jobs, as on a
 // machine where another process holds the other core.

@@ -95,6 +95,8 @@ bool spin_until(Ready ready, int64_t spin_ns, int64_t yield_ns) {
 
 constexpr uint64_t kGenShift = 32;
 constexpr uint64_t kLowMask = (uint64_t{1} << kGenShift) - 1;
+// A cursor past every job's end (jobs have fewer than 2^31 items): no part can be claimed.
+constexpr uint64_t kClosed = kLowMask;
 
 }  // namespace
 
@@ -154,6 +156,8 @@ void ThreadPool::help(uint32_t gen, int index) {
           std::max(job_min_.load(std::memory_order_relaxed), (share + grain - 1) / grain * grain);
       next = std::min(n, c + len);
     }
+    // Pairs with run()'s fence: fields read from a newer job make this claim fail.
+    std::atomic_thread_fence(std::memory_order_acquire);
     if (!cursor_.compare_exchange_weak(w, (w & ~kLowMask) | static_cast<uint64_t>(next),
                                        std::memory_order_acq_rel, std::memory_order_relaxed))
       continue;
@@ -184,6 +188,11 @@ void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split sp
   }
   REWIND_CHECK_MSG(n_items < (int64_t{1} << 31), "thread pool: too many items for one job");
   const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  // Close the cursor under the new generation before the job's fields change: a late thread
+  // that read the old job's exhausted cursor and then this job's fields (a guided job's items
+  // after a static job's shares) would otherwise claim a part under the old generation.
+  cursor_.store(static_cast<uint64_t>(gen) << kGenShift | kClosed, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   job_fn_.store(&fn, std::memory_order_relaxed);
   job_items_.store(n_items, std::memory_order_relaxed);
   job_grain_.store(grain, std::memory_order_relaxed);

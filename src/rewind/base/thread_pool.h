@@ -84,7 +84,8 @@ class ThreadPool {
   // The job. A late worker may read these while the caller writes the next job's, hence the
   // atomics; it uses what it read only once its claim on the job succeeded (the claim's
   // acquire orders them after the caller's writes, and a job cannot end while a claim on it is
-  // possible).
+  // possible). The caller closes the cursor under the new generation before it writes a job's
+  // fields, so a claim made with fields read from a newer job fails.
   std::atomic<const Fn*> job_fn_{nullptr};
   std::atomic<int64_t> job_items_{0};
   std::atomic<int64_t> job_grain_{1};  // the split's granularity
