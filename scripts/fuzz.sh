@@ -24,18 +24,29 @@ printf '0root ::= "{" ws item ("," ws item)* "}"\nitem ::= [a-z]+ ":" ws ([0-9]{
   > "$seeds/grammar/gbnf.txt"
 printf '1{"type":"object","properties":{"a":{"type":"array","items":{"enum":[1,"x",null]},"maxItems":3},"b":{"type":"string","format":"date"},"c":{"$ref":"#"}},"required":["a"],"additionalProperties":false}' \
   > "$seeds/grammar/schema.json"
+# Two targets at a time (CI has two cores); a target's log is printed when it fails.
+fuzz_one() {
+  local name="$1" seeddir="$2"
+  local bin="build/fuzz/tests/fuzz/fuzz_$name" corpus="build/fuzz/corpus_$name"
+  mkdir -p "$corpus"
+  echo "fuzz: $name for ${secs}s"
+  if ! "$bin" -max_total_time="$secs" -max_len=65536 -print_final_stats=0 "$corpus" "$seeds/$seeddir" \
+      > "build/fuzz/$name.log" 2>&1; then
+    echo "fuzz: $name FAILED (see build/fuzz/$name.log)" >&2
+    tail -30 "build/fuzz/$name.log" >&2
+    return 1
+  fi
+}
 status=0
+pids=()
 for t in safetensors:safetensors gguf:gguf tokenizer:tokenizer openai_request:openai chat_template:chat \
     grammar:grammar tier_file:tier; do
-  bin="build/fuzz/tests/fuzz/fuzz_${t%%:*}"
-  corpus="build/fuzz/corpus_${t%%:*}"
-  mkdir -p "$corpus"
-  echo "fuzz: ${t%%:*} for ${secs}s"
-  if ! "$bin" -max_total_time="$secs" -max_len=65536 -print_final_stats=0 "$corpus" "$seeds/${t##*:}" \
-      > "build/fuzz/${t%%:*}.log" 2>&1; then
-    echo "fuzz: ${t%%:*} FAILED (see build/fuzz/${t%%:*}.log)" >&2
-    tail -30 "build/fuzz/${t%%:*}.log" >&2
-    status=1
+  fuzz_one "${t%%:*}" "${t##*:}" &
+  pids+=($!)
+  if [ ${#pids[@]} -ge 2 ]; then
+    wait "${pids[0]}" || status=1
+    pids=("${pids[@]:1}")
   fi
 done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
 exit $status

@@ -157,6 +157,40 @@ TEST(ThreadPool, BackToBackJobsOfBothKindsAndIdleGaps) {
   EXPECT_EQ(sum.load(), want);
 }
 
+TEST(ThreadPool, SmallStepRunsOnTheCallerAlone) {
+  ThreadPool pool(2);  // the default thresholds
+  const auto caller = std::this_thread::get_id();
+  auto jobs_off_caller = [&] {
+    std::atomic<int> off{0};
+    for (int rep = 0; rep < 200; ++rep)
+      pool.parallel_for(
+          64, 1,
+          [&](int, int64_t, int64_t) {
+            if (std::this_thread::get_id() != caller) off.fetch_add(1);
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+          },
+          ThreadPool::kMinParallelWork);
+    return off.load();
+  };
+  {
+    const ThreadPool::StepScope step(
+        &pool, ThreadPool::kStepWorkFactor * ThreadPool::kMinParallelWork - 1);
+    EXPECT_EQ(jobs_off_caller(), 0);
+    EXPECT_EQ(pool.steps_alone(), 1);
+    const ThreadPool::StepScope nested(&pool, 0);  // already alone: not counted again
+    EXPECT_EQ(pool.steps_alone(), 1);
+  }
+  {
+    const ThreadPool::StepScope step(&pool,
+                                     ThreadPool::kStepWorkFactor * ThreadPool::kMinParallelWork);
+    EXPECT_EQ(pool.steps_alone(), 1);  // shared as usual (which thread runs what varies)
+  }
+  ThreadPool every_job_shared(2, 0);  // tests' pools: never alone
+  const ThreadPool::StepScope step(&every_job_shared, 0);
+  EXPECT_EQ(every_job_shared.steps_alone(), 0);
+  EXPECT_EQ(pool.steps_alone(), 1);
+}
+
 TEST(ThreadPool, GuidedJobRightAfterStaticJobsRunsEachItemOnce) {
   // A static job's exhausted cursor (its share count) is a valid guided position: a worker
   // that read it just before the next job's fields changed must not claim items with it.

@@ -113,6 +113,19 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+ThreadPool::StepScope::StepScope(ThreadPool* pool, int64_t work) {
+  if (!pool || pool->n_threads_ == 1 || pool->step_alone_ ||
+      work >= kStepWorkFactor * pool->min_parallel_work_)
+    return;
+  pool_ = pool;
+  pool->step_alone_ = true;
+  ++pool->steps_alone_;
+}
+
+ThreadPool::StepScope::~StepScope() {
+  if (pool_) pool_->step_alone_ = false;
+}
+
 void ThreadPool::parallel_for(int64_t n_items, int64_t grain, const Fn& fn, int64_t work) {
   REWIND_CHECK(grain >= 1);
   run(n_items, grain, grain, Split::kStatic, work, fn);
@@ -182,7 +195,8 @@ void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split sp
     fn(0, 0, n_items);
     return;
   }
-  if ((work >= 0 && work < min_parallel_work_) || (solo_ns_ > 0 && Clock::now() < solo_until_)) {
+  if (step_alone_ || (work >= 0 && work < min_parallel_work_) ||
+      (solo_ns_ > 0 && Clock::now() < solo_until_)) {
     run_alone(n_items, grain, split, fn);
     return;
   }

@@ -45,6 +45,25 @@ class ThreadPool {
   // shared machine (docs/PERFORMANCE.md, "Threads on a shared machine").
   static constexpr int64_t kMinParallelWork = int64_t{1} << 17;
 
+  // A whole step (a forward pass) whose work is below kStepWorkFactor x min_parallel_work (16M
+  // multiply-adds by default: a tiny model's decode step, well under a millisecond) is not
+  // worth waking workers for, job by job: while a StepScope made with such a work hint is
+  // alive, every job runs on the caller alone. Results are unchanged (items are computed the
+  // same whichever thread runs them).
+  static constexpr int64_t kStepWorkFactor = 128;
+  class StepScope {
+   public:
+    StepScope(ThreadPool* pool, int64_t work);
+    ~StepScope();
+    StepScope(const StepScope&) = delete;
+    StepScope& operator=(const StepScope&) = delete;
+
+   private:
+    ThreadPool* pool_ = nullptr;  // set only when this scope made the pool run alone
+  };
+  // Steps run alone since the pool was made (StepScope), for reports.
+  int64_t steps_alone() const { return steps_alone_; }
+
   // Calls fn(index, begin, end) once for each non-empty share of a static, contiguous split of
   // [0, n_items) into n_threads shares (granularity `grain`: every boundary but the last is a
   // multiple of it); index is the share's number, whichever thread runs it, so no two calls
@@ -102,6 +121,8 @@ class ThreadPool {
   // The caller's back-off: after a long wait for a descheduled worker, jobs run on the caller
   // alone until solo_until_, for solo_ns_ (doubling on each long wait).
   int64_t solo_ns_ = 0;
+  bool step_alone_ = false;  // a StepScope below the step threshold is alive
+  int64_t steps_alone_ = 0;
   std::chrono::steady_clock::time_point solo_until_{};
 };
 

@@ -1222,6 +1222,17 @@ Status Model::forward(std::span<SeqInput> batch, std::vector<float>* logits, Thr
     }
   }
 
+  // A step this small (a tiny model's decode) runs on this thread alone (base/thread_pool.h):
+  // its matmuls, the recurrent state update and the attention over the context.
+  int64_t step_work =
+      T * (matmul_macs_per_token_layers() + c.n_recurrent_layers() * c.ssm_floats()) +
+      n_out * matmul_macs_lm_head();
+  for (const SeqInput& in : batch)
+    step_work += static_cast<int64_t>(in.tokens.size()) *
+                 (in.state->n_pos() + static_cast<int64_t>(in.tokens.size())) *
+                 c.n_attention_layers() * c.n_head * c.head_dim * 2;
+  const ThreadPool::StepScope step_scope(pool, step_work);
+
   I.x.reserve_at_least(static_cast<size_t>(T * H));
   float* x = I.x.data();
 
