@@ -163,6 +163,7 @@ std::vector<CommandSpec> build_specs() {
             {"--port", "", "N", "port (default 8080; 0 picks a free one, printed on start)"},
             {"--api-key", "", "KEY", "require 'Authorization: Bearer KEY' on /v1/* and /metrics"},
             {"--parallel", "-np", "N", "sequences decoding at once (default 4)", {}, false},
+            {"--chunk", "", "N", "a step's tokens: decode rows, then prefill (512)", {}, false},
             {"--ctx-size", "-c", "N", "prompt + max_tokens limit per request (default 32768)"},
             {"--cache-ram", "", "MiB", "prefix cache budget: KV pages + checkpoints (4096)"},
             {"--no-cache", "", "", "serve without the prefix cache", {}, false},
@@ -218,6 +219,9 @@ std::vector<CommandSpec> build_specs() {
         {"--isa", "", "auto|amx|avx512|avx2|scalar", "widest SIMD path the kernels may take"},
         {"--seed", "", "S", "seed of the random prompt (default 1)", {}, false},
         {"--decode-split", "", "SPLIT", "auto|guided|static, or A,B to compare two step by step"},
+        {"--batch", "", "N,...", "decode N sequences per step, sizes side by side", {}, false},
+        {"--mixed-prefill", "", "L", "with --batch: also beside L-token prefills", {}, false},
+        {"--step-tokens", "", "B", "with --mixed-prefill: a step's token budget (512)", {}, false},
         json_opt("print one JSON object")},
        "--prefill-runs: the headline is their median; the first prefill, which grows the buffers\n"
        "to the prompt's size, is reported apart.\n"
@@ -225,7 +229,15 @@ std::vector<CommandSpec> build_specs() {
        "--decode-split: how the threads split a decode step's matmuls (auto: a static share per\n"
        "thread for matrices of up to 8 MiB a thread, guided chunks for larger ones); two, as A,B,\n"
        "take turns step by step (A on even steps), and a line compares them: each one's median\n"
-       "step against its probe, and the median ratio of B's step time to the A step before it."});
+       "step against its probe, and the median ratio of B's step time to the A step before it.\n"
+       "--batch: instead of the above, for each N a set of N sequences (each prefilled with its\n"
+       "own -p token prompt) decodes -n tokens, one step of every set in turn per round, so the\n"
+       "sizes share the machine's state; each set's aggregate tok/s (N / median step) and its\n"
+       "ratio to one sequence's (the first N given, normally 1).\n"
+       "--mixed-prefill: one more set of the largest N decodes while another sequence prefills\n"
+       "L-token prompts one after another in chunks of what the N rows leave of --step-tokens\n"
+       "(the engine's plan): its steps' p50 / p99 time is the decode rows' inter-token latency\n"
+       "under that load; a step with the whole prompt in one piece is timed for comparison."});
   c.push_back(
       {"cache-bench",
        "Scripted multi-request workloads with the prefix cache on and off, side by side.",

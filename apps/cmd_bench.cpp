@@ -21,6 +21,163 @@
 
 namespace rw::app {
 
+namespace {
+
+// `rewind bench --batch N,...`: for each N a set of N sequences, each prefilled with its own
+// seeded prompt of `p` tokens, then `n` rounds in which every set takes one decode step (N rows,
+// greedy) in turn, so the sizes are measured side by side under the same machine load. Each
+// step's forward and its argmax over the rows are timed apart.
+// mixed > 0: one more set of the largest size whose every step also carries a chunk of a
+// mixed-token prompt (what its rows leave of step_tokens), prompts one after another.
+int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, int64_t p, int64_t n,
+                int64_t seed, int64_t mixed, int64_t step_tokens, bool json) {
+  const int64_t V = m.config().vocab_size;
+  struct Set {
+    int64_t rows;
+    std::vector<SequenceState> st;
+    std::vector<int32_t> next;
+    std::vector<double> fwd_s, step_s;
+  };
+  std::vector<Set> sets;
+  std::vector<float> logits;
+  uint64_t s = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ull + 1;
+  std::vector<int64_t> set_rows = sizes;
+  if (mixed > 0) set_rows.push_back(*std::max_element(sizes.begin(), sizes.end()));
+  // The long prompt of the mixed set and its prefilling state.
+  std::vector<int32_t> long_prompt(static_cast<size_t>(std::max<int64_t>(mixed, 0)));
+  for (auto& t : long_prompt) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    t = static_cast<int32_t>(s % static_cast<uint64_t>(V));
+  }
+  SequenceState pre = m.new_state();
+  for (int64_t rows : set_rows) {
+    Set set{rows, {}, {}, {}, {}};
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<int32_t> prompt(static_cast<size_t>(p));
+      for (auto& t : prompt) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        t = static_cast<int32_t>(s % static_cast<uint64_t>(V));
+      }
+      set.st.push_back(m.new_state());
+      SeqInput in{&set.st.back(), prompt, {static_cast<int32_t>(p - 1)}};
+      Status st = m.forward(std::span<SeqInput>(&in, 1), &logits, pool);
+      if (!st.ok()) return fail(st.error_message());
+      set.next.push_back(argmax(logits.data(), static_cast<int32_t>(V)));
+    }
+    sets.push_back(std::move(set));
+  }
+  std::vector<SeqInput> in;
+  int64_t chunks = 0, prompts_done = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (size_t k = 0; k < sets.size(); ++k) {
+      Set& set = sets[k];
+      in.clear();
+      for (int64_t r = 0; r < set.rows; ++r)
+        in.push_back(SeqInput{&set.st[static_cast<size_t>(r)],
+                              std::span<const int32_t>(&set.next[static_cast<size_t>(r)], 1),
+                              {0}});
+      if (mixed > 0 && k + 1 == sets.size() && step_tokens > set.rows) {
+        if (pre.n_pos() >= mixed) {  // the prompt is done: the next one
+          pre = m.new_state();
+          ++prompts_done;
+        }
+        const int64_t b = pre.n_pos(), e = std::min(mixed, b + step_tokens - set.rows);
+        std::vector<int32_t> rows;
+        if (e == mixed) rows.push_back(static_cast<int32_t>(e - b - 1));
+        in.push_back(SeqInput{
+            &pre, std::span<const int32_t>(long_prompt.data() + b, static_cast<size_t>(e - b)),
+            rows});
+        ++chunks;
+      }
+      const double a = now_seconds();
+      Status st = m.forward(in, &logits, pool);
+      if (!st.ok()) return fail(st.error_message());
+      const double b = now_seconds();
+      for (int64_t r = 0; r < set.rows; ++r)
+        set.next[static_cast<size_t>(r)] = argmax(logits.data() + r * V, static_cast<int32_t>(V));
+      set.step_s.push_back(now_seconds() - a);
+      set.fwd_s.push_back(b - a);
+    }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto p99 = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, v.size() * 99 / 100)];
+  };
+  // The largest batch beside the whole long prompt in one step (no budget), timed once.
+  double whole_s = 0;
+  if (mixed > 0) {
+    Set& set = sets.back();
+    in.clear();
+    for (int64_t r = 0; r < set.rows; ++r)
+      in.push_back(SeqInput{&set.st[static_cast<size_t>(r)],
+                            std::span<const int32_t>(&set.next[static_cast<size_t>(r)], 1),
+                            {0}});
+    pre = m.new_state();
+    in.push_back(SeqInput{&pre, long_prompt, {static_cast<int32_t>(mixed - 1)}});
+    const double a = now_seconds();
+    Status st = m.forward(in, &logits, pool);
+    if (!st.ok()) return fail(st.error_message());
+    whole_s = now_seconds() - a;
+  }
+  const double base_tps = static_cast<double>(sets[0].rows) / median(sets[0].step_s);
+  if (json) std::printf("{\"batch\":[");
+  const size_t n_plain = sizes.size();
+  for (size_t k = 0; k < n_plain; ++k) {
+    const Set& set = sets[k];
+    const double step = median(set.step_s), fwd = median(set.fwd_s);
+    const double tps = static_cast<double>(set.rows) / step;
+    if (json)
+      std::printf(
+          "%s{\"rows\":%lld,\"step_ms\":%.3f,\"forward_ms\":%.3f,\"tok_s\":%.3f,"
+          "\"ratio\":%.4f}",
+          k ? "," : "", static_cast<long long>(set.rows), 1e3 * step, 1e3 * fwd, tps,
+          tps / base_tps);
+    else
+      std::printf(
+          "batch %3lld rows: median step %8.3f ms (forward %8.3f, argmax %6.3f)  %8.2f tok/s  "
+          "= %5.2fx %lld row%s\n",
+          static_cast<long long>(set.rows), 1e3 * step, 1e3 * fwd, 1e3 * (step - fwd), tps,
+          tps / base_tps, static_cast<long long>(sets[0].rows), sets[0].rows == 1 ? "" : "s");
+  }
+  if (json)
+    std::printf("],\"prompt_tokens\":%lld,\"decode_tokens\":%lld", static_cast<long long>(p),
+                static_cast<long long>(n));
+  if (mixed > 0) {
+    size_t plain_index = 0;  // the plain set of the same size
+    for (size_t k = 0; k < n_plain; ++k)
+      if (sets[k].rows == sets.back().rows) plain_index = k;
+    const Set& alone = sets[plain_index];
+    const Set& mix = sets.back();
+    if (json)
+      std::printf(
+          ",\"mixed\":{\"rows\":%lld,\"prefill_tokens\":%lld,\"step_tokens\":%lld,"
+          "\"chunks\":%lld,\"prompts_done\":%lld,\"itl_p50_ms\":%.3f,"
+          "\"itl_p99_ms\":%.3f,\"alone_p50_ms\":%.3f,\"alone_p99_ms\":%.3f,"
+          "\"whole_prompt_step_ms\":%.3f}",
+          static_cast<long long>(mix.rows), static_cast<long long>(mixed),
+          static_cast<long long>(step_tokens), static_cast<long long>(chunks),
+          static_cast<long long>(prompts_done), 1e3 * median(mix.step_s), 1e3 * p99(mix.step_s),
+          1e3 * median(alone.step_s), 1e3 * p99(alone.step_s), 1e3 * whole_s);
+    else
+      std::printf(
+          "mixed: %lld decode rows beside a %lld-token prefill in chunks of %lld (budget %lld, "
+          "%lld chunks, %lld prompts done): inter-token latency p50 %.3f ms, p99 %.3f ms "
+          "(decoding alone p50 %.3f, p99 %.3f); the whole prompt in one step: %.3f ms\n",
+          static_cast<long long>(mix.rows), static_cast<long long>(mixed),
+          static_cast<long long>(step_tokens - mix.rows), static_cast<long long>(step_tokens),
+          static_cast<long long>(chunks), static_cast<long long>(prompts_done),
+          1e3 * median(mix.step_s), 1e3 * p99(mix.step_s), 1e3 * median(alone.step_s),
+          1e3 * p99(alone.step_s), 1e3 * whole_s);
+  }
+  if (json) std::printf("}\n");
+  return 0;
+}
+
+}  // namespace
+
 int cmd_bench(int argc, char** argv) {
   auto args = parse_args("bench", argc, argv);
   if (!args.ok()) return fail(args.error_message());
@@ -74,6 +231,26 @@ int cmd_bench(int argc, char** argv) {
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
   const int64_t V = m.config().vocab_size;
+  if (args->has("--batch")) {
+    auto sizes = args->int_list("--batch");
+    if (!sizes.ok()) return fail(sizes.error_message());
+    if (sizes->empty()) return fail("--batch: expected sizes, e.g. 1,8");
+    for (int64_t b : sizes.value())
+      if (b < 1 || b > 256) return fail("--batch: each size must be 1 to 256");
+    if (!args->has("--json"))
+      std::printf("model %s: %.2f GB packed weights, %lld threads, %s\n", dir.c_str(),
+                  static_cast<double>(m.packed_bytes()) / 1e9, static_cast<long long>(th.value()),
+                  m.isa());
+    auto mixed = args->int_("--mixed-prefill", 0);
+    auto budget = args->int_("--step-tokens", 512);
+    if (!mixed.ok()) return fail(mixed.error_message());
+    if (!budget.ok()) return fail(budget.error_message());
+    const int64_t max_rows = *std::max_element(sizes->begin(), sizes->end());
+    if (mixed.value() < 0 || budget.value() <= max_rows)
+      return fail("--mixed-prefill must be >= 0 and --step-tokens more than the largest batch");
+    return bench_batch(m, &pool, sizes.value(), p.value(), n.value(), seed.value(), mixed.value(),
+                       budget.value(), args->has("--json"));
+  }
 
   std::fprintf(stderr, "measuring machine limits...\n");
   MachineLimits lim = measure_machine_limits(&pool, 1.0);

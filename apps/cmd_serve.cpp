@@ -84,8 +84,9 @@ int cmd_serve(int argc, char** argv) {
   auto max_buffered = args->int_("--max-buffered", 0);
   auto max_conns = args->int_("--max-connections", 512);
   auto max_conns_client = args->int_("--max-connections-per-client", 64);
+  auto chunk = args->int_("--chunk", 512);
   for (auto* r : {&port, &parallel, &ctx, &cache_ram, &ck_int, &ck_max, &th, &max_queue, &max_body,
-                  &max_buffered, &max_conns, &max_conns_client})
+                  &max_buffered, &max_conns, &max_conns_client, &chunk})
     if (!r->ok()) return fail(r->error_message());
   auto grace = args->num("--shutdown-grace", 5);
   auto header_to = args->num("--header-timeout", 10);
@@ -106,6 +107,9 @@ int cmd_serve(int argc, char** argv) {
   if (port.value() < 0 || port.value() > 65535) return fail("--port must be in [0, 65535]");
   if (parallel.value() < 1 || parallel.value() > 4096)
     return fail("--parallel must be in [1, 4096]");
+  // A step's decode rows come first; the prefill gets what they leave.
+  if (chunk.value() <= parallel.value())
+    return fail("--chunk must exceed --parallel (a step's decode rows take their share first)");
   if (ctx.value() < 2) return fail("--ctx-size must be >= 2");
   if (ctx.value() > (int64_t{1} << 31) - 1) return fail("--ctx-size must be < 2^31");
   if (cache_ram.value() < 1)
@@ -183,6 +187,7 @@ int cmd_serve(int argc, char** argv) {
 
   EngineOptions eo;
   eo.max_running = static_cast<int32_t>(parallel.value());
+  eo.step_tokens = chunk.value();
   eo.max_queued = static_cast<int32_t>(max_queue.value());
   eo.ctx_size = ctx.value();
   eo.cache_enabled = !args->has("--no-cache");

@@ -275,6 +275,40 @@ TEST(BenchCli, TwoDecodeSplitsAreCompared) {
   }
 }
 
+// --batch: one entry per size in the order given, each with positive times, tok/s = rows / step
+// and the ratio to the first size's tok/s; --mixed-prefill adds the mixed set's latencies,
+// with as many prefill chunks as steps (the set's steps all carry one).
+TEST(BenchCli, BatchSizesSideBySide) {
+  const json j = run_bench("-p 4 -n 3 --batch 1,3 --mixed-prefill 40 --step-tokens 16");
+  ASSERT_TRUE(j.is_object() && j.contains("batch") && j["batch"].is_array()) << j.dump();
+  ASSERT_EQ(j["batch"].size(), 2u);
+  EXPECT_EQ(j["prompt_tokens"].get<int64_t>(), 4);
+  EXPECT_EQ(j["decode_tokens"].get<int64_t>(), 3);
+  const double base = j["batch"][0]["tok_s"].get<double>();
+  int64_t want_rows[] = {1, 3};
+  for (size_t i = 0; i < 2; ++i) {
+    const json& b = j["batch"][i];
+    EXPECT_EQ(b["rows"].get<int64_t>(), want_rows[i]);
+    const double step = b["step_ms"].get<double>(), fwd = b["forward_ms"].get<double>();
+    EXPECT_GT(fwd, 0.0);
+    EXPECT_GE(step, fwd * (1 - 1e-6));
+    expect_close(b["tok_s"].get<double>(), 1e3 * static_cast<double>(want_rows[i]) / step, 1e-3,
+                 1e-3, "tok_s");
+    expect_close(b["ratio"].get<double>(), b["tok_s"].get<double>() / base, 1e-3, 1e-4, "ratio");
+  }
+  const json& m = j["mixed"];
+  ASSERT_TRUE(m.is_object()) << j.dump();
+  EXPECT_EQ(m["rows"].get<int64_t>(), 3);
+  EXPECT_EQ(m["prefill_tokens"].get<int64_t>(), 40);
+  EXPECT_EQ(m["step_tokens"].get<int64_t>(), 16);
+  EXPECT_EQ(m["chunks"].get<int64_t>(), 3);
+  EXPECT_EQ(m["prompts_done"].get<int64_t>(), 0);  // 3 chunks of 13 tokens: 39 of 40
+  for (const char* k :
+       {"itl_p50_ms", "itl_p99_ms", "alone_p50_ms", "alone_p99_ms", "whole_prompt_step_ms"})
+    EXPECT_GT(m[k].get<double>(), 0.0) << k;
+  EXPECT_GE(m["itl_p99_ms"].get<double>(), m["itl_p50_ms"].get<double>());
+}
+
 // Bad options: refused before any measurement, with exit status 1 and a message naming the
 // option and the choices.
 TEST(BenchCli, BadOptionsAreRefused) {
@@ -289,6 +323,10 @@ TEST(BenchCli, BadOptionsAreRefused) {
       {"--decode-split auto,", "--decode-split auto,:"},
       {"--decode-split auto,guided,static", "--decode-split auto,guided,static:"},
       {"-n 1 --decode-split auto,static", "needs -n 2 or more"},
+      {"--batch 0", "--batch: each size must be 1 to 256"},
+      {"--batch 1,x", "--batch"},
+      {"--batch 1,8 --mixed-prefill -1", "--mixed-prefill must be >= 0"},
+      {"--batch 8 --mixed-prefill 64 --step-tokens 8", "more than the largest batch"},
   };
   for (const Case& c : cases) {
     int rc = 0;

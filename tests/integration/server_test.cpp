@@ -1642,6 +1642,15 @@ TEST(ServerLimits, BadOptionsFail) {
       std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --parallel 0 2>&1", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--parallel"), std::string::npos) << out;
+  // A step budget no larger than the decode rows would leave a prefill nothing.
+  for (const char* chunk : {"0", "4", "x"}) {
+    const std::string o =
+        test::run_command(std::string(REWIND_BINARY) + " serve --model " + model_dir() +
+                              " --parallel 4 --chunk " + chunk + " 2>&1",
+                          &rc);
+    EXPECT_NE(rc, 0) << chunk;
+    EXPECT_NE(o.find("--chunk"), std::string::npos) << chunk << ": " << o;
+  }
   test::run_command(std::string(REWIND_BINARY) + " serve --help", &rc);
   EXPECT_EQ(rc, 0);
 }

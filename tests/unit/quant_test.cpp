@@ -823,7 +823,9 @@ TEST(QuantInt8, EqualsScalarFormula) {
         reinterpret_cast<BlockQ8_0*>(q.data())->qs[3] = -128;
       PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
       const int64_t panel_stride = k / dtype_block_elems(t) * detail::quant_panel_block_bytes(t);
-      for (int64_t m : {1, 2, 3, 5, 9, 16, 33, 50}) {
+      // 1-8: decode and batched decode (row tiles of up to 4 rows on the packed panels: 3, 4,
+      // 2 + 3, 3 + 3, 3 + 4, 4 + 4); 9 and more: the prefill's row blocks.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 50}) {
         auto x = randn(static_cast<size_t>(m * k), 990 + static_cast<uint32_t>(m), 2.0f);
         x[0] = 100.0f;  // an outlier: the block's other values get few levels
         if (m > 2) {    // row 1: a zero block and a block too small to scale (both quantise to 0)
@@ -854,8 +856,8 @@ TEST(QuantInt8, EqualsScalarFormula) {
           matmul(x.data(), 1, k, pq, y1.data(), n, &pool, ko);
           ASSERT_EQ(std::memcmp(y1.data(), ref.data(), y1.size() * 4), 0);
           // Decode tiles over 1-4 panel streams (each run of panels split differently, the
-          // last tiles of a run shorter): the same bits.
-          if (m <= 2) {
+          // last tiles of a run shorter), one to eight rows: the same bits.
+          if (m <= 8) {
             for (int panels : {1, 2, 3, 4}) {
               ko.decode_panels = panels;
               std::fill(y.begin(), y.end(), -1.0f);

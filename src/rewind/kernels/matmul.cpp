@@ -481,23 +481,26 @@ namespace {
 // Decode matrices of at most this many weight bytes a thread take the static split (Auto).
 constexpr size_t kDecodeStaticShareBytes = size_t{8} << 20;
 
+// Rows of a decode step (one per sequence of a batch) whose matmuls stream the weights once.
+constexpr int64_t kDecodeRows = 8;
+
 // Whether a decode matmul of w_bytes of weights takes one static share per thread.
 bool static_shares(DecodeSplit split, int64_t m, size_t w_bytes, int threads) {
-  return m <= 2 && (split == DecodeSplit::Static ||
-                    (split == DecodeSplit::Auto &&
-                     w_bytes <= kDecodeStaticShareBytes * static_cast<size_t>(threads)));
+  return m <= kDecodeRows && (split == DecodeSplit::Static ||
+                              (split == DecodeSplit::Auto &&
+                               w_bytes <= kDecodeStaticShareBytes * static_cast<size_t>(threads)));
 }
 
 // Threads split the output columns on panel boundaries, never K. Prefill and the larger decode
 // matrices go in chunks handed out to whichever thread is free (guided: big chunks first, then
 // smaller ones), so a thread slowed by other work waits for at most a small chunk at the end.
-// Decode matrices (M <= 2) of at most kDecodeStaticShareBytes a thread take one contiguous share
-// per thread instead: each chunk costs its panel streams a ramp-up from memory, and a small
-// matrix's guided chunks are small. Prefill chunks are whole panel groups (`group` panels, which
-// every row tile of a row block reads). Every output's sum is the same whichever thread computes
-// it and wherever the chunk boundaries fall (the matmul tests run 1-3 threads and every split).
-// A matmul of fewer multiply-adds (m n k) than the pool's min_parallel_work runs on the calling
-// thread.
+// Decode matrices (M <= kDecodeRows) of at most kDecodeStaticShareBytes a thread take one
+// contiguous share per thread instead: each chunk costs its panel streams a ramp-up from memory,
+// and a small matrix's guided chunks are small. Prefill chunks are whole panel groups (`group`
+// panels, which every row tile of a row block reads). Every output's sum is the same whichever
+// thread computes it and wherever the chunk boundaries fall (the matmul tests run 1-3 threads and
+// every split). A matmul of fewer multiply-adds (m n k) than the pool's min_parallel_work runs on
+// the calling thread.
 void split_columns(ThreadPool* pool, DecodeSplit split, int64_t m, int64_t n, int64_t k,
                    int64_t group, size_t w_bytes,
                    const std::function<void(int, int64_t, int64_t)>& fn) {

@@ -328,7 +328,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const bool avx2 = path == Int8Path::Avx2;
   const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
   const int64_t rows = r1 - r0;
-  if (rows <= 2) {
+  if (rows <= kInt8BatchRows) {
     // The type's own count, or the forced one (at most the path's own most).
     const int forced = opt.decode_panels;
     const int max_p = avx2 ? (forced ? std::min(forced, kAvx2MaxP) : kAvx2MaxP)
@@ -337,12 +337,21 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
     // stream already loaded, and only the first panel of each run starts cold.
+    // A few rows (batched decode): row tiles of up to 4 rows, all on the packed panels (no
+    // expansion to amortise), one after the other on the same panels while they are in L1, so
+    // each weight comes from memory once for all the rows.
     const int q = (np + max_p - 1) / max_p;
+    const int n_tiles = static_cast<int>((rows + 3) / 4);
     for (int i = 0; i < q; ++i) {
       int npg = 0;
       while (npg < max_p && i + npg * q < np) ++npg;
-      tiles[rows - 1][npg - 1](t, xa, r0, panels + i * panel_stride, q * panel_stride, y + 16 * i,
-                               ldy, ncols - 16 * i, int64_t{16} * q, false, nullptr, 1);
+      for (int j = 0, rb = 0; j < n_tiles; ++j) {
+        const int re = static_cast<int>(rows * (j + 1) / n_tiles);  // even heights
+        tiles[re - rb - 1][npg - 1](t, xa, r0 + rb, panels + i * panel_stride, q * panel_stride,
+                                    y + rb * ldy + 16 * i, ldy, ncols - 16 * i, int64_t{16} * q,
+                                    false, nullptr, 1);
+        rb = re;
+      }
     }
     return;
   }

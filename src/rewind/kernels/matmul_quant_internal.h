@@ -293,6 +293,9 @@ using Int8TileFn = void (*)(DType, const QuantizedActs&, int64_t, const std::byt
                             int64_t, int, int64_t, bool, PrefetchStream*, int64_t);
 constexpr int kInt8MaxR = 6, kInt8MaxP = 4;
 constexpr int kAvx2MaxP = 2;
+// Up to this many rows (a batched decode step) the int8 dot runs the decode loop on the packed
+// panels, in row tiles of up to 4 rows; more rows take the prefill's row blocks.
+constexpr int kInt8BatchRows = 8;
 
 // ---- what each file provides -------------------------------------------------------------------
 

@@ -708,24 +708,23 @@ void Model::Impl::gated_delta_net(const ModelConfig& c, const LayerW& L,
   const int64_t n_items = 2 * Hk + Hv;
   auto col = [&](int64_t e) { return e < 2 * Hk ? e * dk : 2 * KD + (e - 2 * Hk) * dv; };
   auto width = [&](int64_t e) { return e < 2 * Hk ? dk : dv; };
-  for (size_t s = 0; s < S; ++s) {
-    SequenceState& st = *segs[s].st;
-    const int64_t t0 = segs[s].off, n = segs[s].n;
-    float* window = st.conv(L.rec_index);
-    auto items = [&](int64_t eb, int64_t ee) {
-      for (int64_t e = eb; e < ee; ++e) {
-        const int64_t c0 = col(e), w = width(e);
-        float* out = conv + c0 * T + t0 * w;
-        conv_silu(window, proj + t0 * NP, NP, L.lin.conv.data(), out, w, n, CD, c.conv_kernel, c0,
-                  c0 + w, isa);
-        // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
-        if (e < 2 * Hk)
-          for (int64_t t = 0; t < n; ++t)
-            l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f, isa);
-      }
-    };
-    par_items(pool, n_items, 1, n > kGuidedTokens, n * CD * (c.conv_kernel + 2), items);
-  }
+  // One pass over every (sequence, item), so that a batch of decode rows shares the threads.
+  auto items = [&](int64_t jb, int64_t je) {
+    for (int64_t j = jb; j < je; ++j) {
+      const size_t s = static_cast<size_t>(j / n_items);
+      const int64_t e = j % n_items, t0 = segs[s].off, n = segs[s].n;
+      const int64_t c0 = col(e), w = width(e);
+      float* out = conv + c0 * T + t0 * w;
+      conv_silu(segs[s].st->conv(L.rec_index), proj + t0 * NP, NP, L.lin.conv.data(), out, w, n, CD,
+                c.conv_kernel, c0, c0 + w, isa);
+      // Normalise q (with 1/sqrt(dk)) and k per head, row-wise.
+      if (e < 2 * Hk)
+        for (int64_t t = 0; t < n; ++t)
+          l2norm_heads(out + t * w, 1, dk, 1e-6f, e < Hk ? qscale : 1.0f, isa);
+    }
+  };
+  par_items(pool, static_cast<int64_t>(S) * n_items, 1, T > kGuidedTokens,
+            T * CD * (c.conv_kernel + 2), items);
   for (size_t s = 0; s < S; ++s)
     if (segs[s].cap)
       for (int64_t t = segs[s].off; t < segs[s].off + segs[s].n; ++t)
