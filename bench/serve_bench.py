@@ -6,8 +6,9 @@ bounded in time).
 Starts each server itself (rewind on --port 0, llama-server on a free port), both up for the whole
 run, and stops them at the end. For each prompt kind (short, long) and each client count it runs
 one cell per server, the servers alternately (so a change in the machine's load falls on both):
-C clients start together, each sends --requests POST /v1/chat/completions with "stream": true,
-greedy, "ignore_eos": true and "max_tokens" M, one after the other. Every prompt is new (a
+C clients start together, each sends --requests POST /v1/chat/completions (--endpoint
+completions: /v1/completions) with "stream": true, greedy, "ignore_eos": true and "max_tokens" M,
+one after the other. Every prompt is new (a
 request number first, then seeded random words), so no server reuses a cached prefix beyond the
 chat template's first tokens; both servers get the same prompts.
 
@@ -17,7 +18,8 @@ successive streamed token chunks) p50 / p90 / p99 over all requests of the cell,
 --rounds. With --rounds > 1 tok/s is the median of the rounds.
 
 Every reply is checked: HTTP 200, an event stream of "data: " JSON chunks (object
-chat.completion.chunk, one id, choices with index 0 and a delta), at least one token, one
+chat.completion.chunk or text_completion, one id, choices with index 0 and a delta or a text), at
+least one token, one
 finish_reason "length", a usage chunk with completion_tokens == max_tokens, then "data: [DONE]"
 and nothing after. A malformed reply, a failed request or a server that does not start exits 1.
 
@@ -25,10 +27,16 @@ usage: bench/serve_bench.py [--rewind build/release/rewind] [--model FILE.gguf]
                             [--llama-server PATH] [--clients 1,2,4,8,16] [--prompts short,long]
                             [--short-words 16] [--long-words 384] [--max-tokens 64]
                             [--requests 2] [--rounds 1] [--threads 2] [--ctx-size 2048]
-                            [--rewind-arg=ARG ...] [--llama-arg=ARG ...] [--json]
+                            [--endpoint chat|completions] [--rewind-arg=ARG ...]
+                            [--llama-arg=ARG ...] [--json]
        bench/serve_bench.py --self-test      (the stream checker against malformed streams)
 Without --model rewind serves its built-in model (and --llama-server is refused). Prints a
-Markdown table (--json: one JSON object instead). Standard library only (python3)."""
+Markdown table (--json: one JSON object instead). Standard library only (python3).
+
+A streamed chat reply that is whitespace only (what seeded random weights often produce)
+reaches llama-server's client as no content at all (its chat parser holds trailing whitespace
+back), which this checker refuses ("no token streamed"); --endpoint completions streams the
+raw text on both servers."""
 import argparse, http.client, json, os, platform, random, re, socket, subprocess, sys, threading, time
 
 WORDS = ("the sea light keeper storm ship harbour night lamp rock wave wind island coast winter "
@@ -57,10 +65,11 @@ def median(values):
 
 # ---------------------------------------------------------------------------------- the stream
 
-def check_stream(lines, max_tokens):
-    """Checks one streamed chat completion. `lines` is [(arrival_s, text)] of the body's lines
-    (without line ends). Returns dict(token_times, completion_tokens, prompt_tokens); raises
-    StreamError saying what is wrong."""
+def check_stream(lines, max_tokens, chat=True):
+    """Checks one streamed chat completion (chat=False: text completion). `lines` is
+    [(arrival_s, text)] of the body's lines (without line ends). Returns dict(token_times,
+    completion_tokens, prompt_tokens); raises StreamError saying what is wrong."""
+    want = "chat.completion.chunk" if chat else "text_completion"
     token_times, finish, usage, ids, done = [], [], None, set(), False
     for t, line in lines:
         if line == "" or line.startswith(":"):  # event separator, SSE comment
@@ -81,8 +90,8 @@ def check_stream(lines, max_tokens):
             raise StreamError(f"a chunk is not an object: {payload[:80]!r}")
         if "error" in ev:
             raise StreamError(f"error chunk: {json.dumps(ev['error'])[:200]}")
-        if ev.get("object") != "chat.completion.chunk":
-            raise StreamError(f"object is {ev.get('object')!r}, not chat.completion.chunk")
+        if ev.get("object") != want:
+            raise StreamError(f"object is {ev.get('object')!r}, not {want}")
         if not isinstance(ev.get("id"), str):
             raise StreamError("a chunk without a string id")
         ids.add(ev["id"])
@@ -92,15 +101,20 @@ def check_stream(lines, max_tokens):
         for ch in choices:
             if not isinstance(ch, dict) or ch.get("index") != 0:
                 raise StreamError(f"a choice that is not index 0: {json.dumps(ch)[:80]}")
-            delta = ch.get("delta")
-            if not isinstance(delta, dict):
-                raise StreamError("a choice without a delta object")
             text = ""
-            for key in ("content", "reasoning_content"):
-                v = delta.get(key)
-                if v is not None and not isinstance(v, str):
-                    raise StreamError(f"delta.{key} is not a string")
-                text += v or ""
+            if chat:
+                delta = ch.get("delta")
+                if not isinstance(delta, dict):
+                    raise StreamError("a choice without a delta object")
+                for key in ("content", "reasoning_content"):
+                    v = delta.get(key)
+                    if v is not None and not isinstance(v, str):
+                        raise StreamError(f"delta.{key} is not a string")
+                    text += v or ""
+            else:
+                text = ch.get("text")
+                if not isinstance(text, str):
+                    raise StreamError("a choice without a text string")
             if text:
                 if finish:
                     raise StreamError("a token after the finish_reason")
@@ -176,20 +190,37 @@ def self_test():
                       "choices": [{"index": 0}]})] + good, "without a delta"),
         "too many tokens": ([chunk("x")] + good, "token chunks for"),
     }
-    r = check_stream([(i * 0.1, l) for i, l in enumerate(good)], 2)
+    def text_chunk(text, finish=None, obj="text_completion"):
+        return "data: " + json.dumps({"id": "c1", "object": obj, "choices": [
+            {"index": 0, "text": text, "finish_reason": finish}]})
+
+    good_text = [text_chunk("a"), text_chunk("b"), text_chunk("", finish="length"),
+                 chunk(usage=u, obj="text_completion"), "data: [DONE]"]
+    text_cases = {
+        "completion: chat chunks": (good, "not text_completion"),
+        "completion: no text": (["data: " + json.dumps({"id": "c1", "object": "text_completion",
+                                 "choices": [{"index": 0, "finish_reason": None}]})] + good_text,
+                                "without a text string"),
+        "completion: wrong object": ([text_chunk("a", obj="chat.completion.chunk")] + good_text[1:],
+                                     "not text_completion"),
+    }
     failures = []
-    if r["completion_tokens"] != 2 or r["prompt_tokens"] != 5 or len(r["token_times"]) != 2:
-        failures.append(f"good stream read as {r}")
-    for name, (lines, why) in cases.items():
+    for lines, chat in ((good, True), (good_text, False)):
+        r = check_stream([(i * 0.1, l) for i, l in enumerate(lines)], 2, chat)
+        if r["completion_tokens"] != 2 or r["prompt_tokens"] != 5 or len(r["token_times"]) != 2:
+            failures.append(f"a well-formed stream read as {r}")
+    cases = {k: (v[0], v[1], True) for k, v in cases.items()}
+    cases.update({k: (v[0], v[1], False) for k, v in text_cases.items()})
+    for name, (lines, why, chat) in cases.items():
         try:
-            check_stream([(0.0, l) for l in lines], 2)
+            check_stream([(0.0, l) for l in lines], 2, chat)
             failures.append(f"{name}: accepted")
         except StreamError as e:
             if why not in str(e):
                 failures.append(f"{name}: refused for another reason: {e}")
     for f in failures:
         print("self-test FAILED:", f)
-    print(f"self-test: a well-formed stream and {len(cases)} malformed ones, "
+    print(f"self-test: two well-formed streams and {len(cases)} malformed ones, "
           f"{len(failures)} failure(s)")
     return 1 if failures else 0
 
@@ -261,16 +292,21 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
 
-    def chat(self, prompt, max_tokens, timeout_s):
-        """One streamed chat completion; returns check_stream's dict plus sent_s (when the request
-        was sent), ttft_s and end_s."""
-        body = json.dumps({"messages": [{"role": "user", "content": prompt}],
-                           "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
-                           "stream": True, "stream_options": {"include_usage": True}})
+    def generate(self, prompt, max_tokens, timeout_s, chat=True):
+        """One streamed chat completion (chat=False: text completion); returns check_stream's
+        dict plus sent_s (when the request was sent), ttft_s and end_s."""
+        req = {"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
+               "stream_options": {"include_usage": True}}
+        if chat:
+            req["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            req["prompt"] = prompt
+        body = json.dumps(req)
         c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout_s)
         try:
             t0 = time.perf_counter()
-            c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            c.request("POST", "/v1/chat/completions" if chat else "/v1/completions", body,
+                      {"Content-Type": "application/json"})
             r = c.getresponse()
             if r.status != 200:
                 raise StreamError(f"HTTP {r.status}: {r.read()[:300]!r}")
@@ -285,7 +321,10 @@ class Server:
             raise StreamError("the body is not UTF-8") from None
         finally:
             c.close()
-        out = check_stream(lines, max_tokens)
+        try:
+            out = check_stream(lines, max_tokens, chat)
+        except StreamError as e:
+            raise StreamError(f"{self.kind}: {e}") from None
         out.update(sent_s=t0, ttft_s=out["token_times"][0] - t0, end_s=end)
         return out
 
@@ -302,7 +341,7 @@ def prompts_for(kind, clients, requests, rnd, words, seed):
     return out
 
 
-def run_cell(server, prompts, clients, max_tokens, timeout_s):
+def run_cell(server, prompts, clients, max_tokens, timeout_s, chat):
     """C clients, each sending its share of `prompts` one after the other, all started together.
     Returns dict(wall_s, results) or raises the first client's error."""
     per = len(prompts) // clients
@@ -314,7 +353,7 @@ def run_cell(server, prompts, clients, max_tokens, timeout_s):
         barrier.wait()
         for p in prompts[k * per:(k + 1) * per]:
             try:
-                r = server.chat(p, max_tokens, timeout_s)
+                r = server.generate(p, max_tokens, timeout_s, chat)
             except (StreamError, OSError, http.client.HTTPException) as e:
                 with lock:
                     errors.append(f"{server.kind}, client {k}: {type(e).__name__}: {e}")
@@ -380,7 +419,7 @@ def fmt(v, nd=1):
 def markdown(doc):
     out = []
     m = doc["meta"]
-    out.append(f"commit {m['commit']}; {m['cpu']}; {m['threads']} threads; max_tokens "
+    out.append(f"commit {m['commit']}; {m['cpu']}; {m['threads']} threads; {m['endpoint']}; max_tokens "
                f"{m['max_tokens']}; {m['requests_per_client']} request(s) per client; rounds "
                f"{m['rounds']}; load average {m['load_before']} before, {m['load_after']} after")
     for s in doc["servers"]:
@@ -428,6 +467,8 @@ def main():
     ap.add_argument("--llama-arg", action="append", default=[], help="extra llama-server argument")
     ap.add_argument("--startup-s", type=float, default=300)
     ap.add_argument("--timeout-s", type=float, default=900, help="per request")
+    ap.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
+                    help="/v1/chat/completions or /v1/completions (the prompt as text)")
     ap.add_argument("--json", action="store_true", help="print one JSON object, not the table")
     args = ap.parse_args()
     if args.self_test:
@@ -448,6 +489,7 @@ def main():
     if not os.access(args.rewind, os.X_OK):
         ap.error(f"--rewind {args.rewind}: not an executable")
     slots = max(clients)
+    chat = args.endpoint == "chat"
 
     rcmd = [args.rewind, "serve", "--host", "127.0.0.1", "--port", "0", "--threads",
             str(args.threads), "--parallel", str(slots), "--ctx-size", str(args.ctx_size)]
@@ -469,7 +511,7 @@ def main():
         for s in servers:
             s.start(args.startup_s)
             started.append(s)
-            s.chat("Warm up: say something.", min(8, args.max_tokens), args.timeout_s)
+            s.generate("Warm up: say something.", min(8, args.max_tokens), args.timeout_s, chat)
         for kind in kinds:
             words = args.short_words if kind == "short" else args.long_words
             for c in clients:
@@ -477,7 +519,7 @@ def main():
                     prompts = prompts_for(kind, c, args.requests, rnd, words, args.seed)
                     order = servers if rnd % 2 == 0 else servers[::-1]
                     for s in order:
-                        cell = run_cell(s, prompts, c, args.max_tokens, args.timeout_s)
+                        cell = run_cell(s, prompts, c, args.max_tokens, args.timeout_s, chat)
                         cells.setdefault((kind, c, s.kind), []).append(cell)
                         n = sum(r["completion_tokens"] for r in cell["results"])
                         print(f"  {s.kind:6} {kind:5} clients {c:3} round {rnd}: {n} tokens in "
@@ -498,6 +540,7 @@ def main():
                                  **summarise(cells[(kind, c, s.kind)])))
     doc = {
         "meta": {"commit": git_commit(), "cpu": cpu_name(), "threads": args.threads,
+                 "endpoint": "/v1/chat/completions" if chat else "/v1/completions",
                  "max_tokens": args.max_tokens, "requests_per_client": args.requests,
                  "rounds": args.rounds, "short_words": args.short_words,
                  "long_words": args.long_words, "ctx_size": args.ctx_size,
