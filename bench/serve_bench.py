@@ -387,8 +387,8 @@ def summarise(cells):
         "completion_tokens": sum(r["completion_tokens"] for r in res),
         "tok_s": round(median(toks), 2),
         "tok_s_rounds": [round(x, 2) for x in toks],
-        "ttft_ms": {p: ms(pct(ttft, p)) for p in (50, 90, 99)},
-        "itl_ms": {p: ms(pct(itl, p)) for p in (50, 90, 99)},
+        "ttft_ms": {f"p{p}": ms(pct(ttft, p)) for p in (50, 90, 99)},
+        "itl_ms": {f"p{p}": ms(pct(itl, p)) for p in (50, 90, 99)},
     }
 
 
@@ -441,8 +441,9 @@ def markdown(doc):
                 ratio = " |"
         t, i = row["ttft_ms"], row["itl_ms"]
         out.append(f"| {row['prompt']} ({fmt(row['prompt_tokens'], 0)} tok) | {row['clients']} | "
-                   f"{row['server']} | {fmt(row['tok_s'])} | {fmt(t[50])} / {fmt(t[90])} / "
-                   f"{fmt(t[99])} | {fmt(i[50], 2)} / {fmt(i[90], 2)} / {fmt(i[99], 2)} |{ratio}")
+                   f"{row['server']} | {fmt(row['tok_s'])} | {fmt(t['p50'])} / {fmt(t['p90'])} / "
+                   f"{fmt(t['p99'])} | {fmt(i['p50'], 2)} / {fmt(i['p90'], 2)} / {fmt(i['p99'], 2)} |"
+                   f"{ratio}")
     return "\n".join(out)
 
 
