@@ -506,6 +506,7 @@ def main():
                                         str(args.ctx_size * slots)] + args.llama_arg, port))
 
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    commit = git_commit()  # the tree as the run starts
     cells = {}  # (prompt, clients, kind) -> [cell per round]
     started = []
     try:
@@ -540,7 +541,7 @@ def main():
                 rows.append(dict(prompt=kind, clients=c, server=s.kind,
                                  **summarise(cells[(kind, c, s.kind)])))
     doc = {
-        "meta": {"commit": git_commit(), "cpu": cpu_name(), "threads": args.threads,
+        "meta": {"commit": commit, "cpu": cpu_name(), "threads": args.threads,
                  "endpoint": "/v1/chat/completions" if chat else "/v1/completions",
                  "max_tokens": args.max_tokens, "requests_per_client": args.requests,
                  "rounds": args.rounds, "short_words": args.short_words,
