@@ -281,6 +281,9 @@ TEST(GgufMamba2, NemotronNamesShapesAndKeys) {
   EXPECT_EQ(g->get_int("nemotron_h.ssm.time_step_rank").value(), 12);
   EXPECT_EQ(g->get_int("nemotron_h.ssm.group_count").value(), 2);
   EXPECT_EQ(g->get("nemotron_h.embedding_scale"), nullptr);
+  // llama.cpp's nemotron_h loader refuses a file without attention.layer_norm_epsilon.
+  EXPECT_EQ(g->get_float("nemotron_h.attention.layer_norm_epsilon").value(),
+            g->get_float("nemotron_h.attention.layer_norm_rms_epsilon").value());
 }
 
 TEST(GgufMamba2, GraniteMetadataErrors) {
@@ -355,6 +358,28 @@ TEST(GgufMamba2, NemotronMetadataErrors) {
   edit("kinds", "feed_forward_length", GgufValue::array_i32({0, 0, 0, 0, 0, 96}),
        "missing tensor 'blk.1.ssm_in.weight'");
   edit("klen", "attention.key_length", GgufValue::u32(16), "attention.value_length' = 24 differs");
+  // The epsilon as llama.cpp reads it: the RMS key, else attention.layer_norm_epsilon.
+  expect_load_error(rewrite(src, "n_no_eps",
+                            [&](Kv& kv) {
+                              drop(kv, a + "attention.layer_norm_rms_epsilon");
+                              drop(kv, a + "attention.layer_norm_epsilon");
+                            }),
+                    "missing key 'nemotron_h.attention.layer_norm_rms_epsilon'");
+  expect_load_error(rewrite(src, "n_bad_eps",
+                            [&](Kv& kv) {
+                              drop(kv, a + "attention.layer_norm_rms_epsilon");
+                              set(kv, a + "attention.layer_norm_epsilon", GgufValue::f32(0));
+                            }),
+                    "'nemotron_h.attention.layer_norm_epsilon' must be positive");
+  auto only_eps = Model::load(rewrite(src, "n_only_eps",
+                                      [&](Kv& kv) {
+                                        drop(kv, a + "attention.layer_norm_rms_epsilon");
+                                        set(kv, a + "attention.layer_norm_epsilon",
+                                            GgufValue::f32(0.25f));
+                                      }),
+                              LoadOptions{});
+  ASSERT_TRUE(only_eps.ok()) << only_eps.error_message();
+  EXPECT_EQ(only_eps.value()->config().rms_norm_eps, 0.25);
   expect_load_error(rewrite(src, "n_moe", nullptr,
                             [](std::vector<T>& ts) {
                               ts.push_back({"blk.5.ffn_gate_inp.weight",

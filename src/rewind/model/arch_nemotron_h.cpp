@@ -285,7 +285,8 @@ Result<ModelConfig> parse_gguf(const GgufFile& g) {
   ModelConfig c;
   c.family = Family::NemotronH;
   c.model_type = "nemotron_h";
-  REWIND_TRY_STATUS(hybrid_basics_from_gguf(k, &c));
+  // llama.cpp requires attention.layer_norm_epsilon here and reads the RMS key only when present.
+  REWIND_TRY_STATUS(hybrid_basics_from_gguf(k, &c, /*eps_fallback=*/true));
   REWIND_TRY_STATUS(mamba2_sizes_from_gguf(k, &c));
   REWIND_TRY(auto kv, k.per_layer("attention.head_count_kv", c.n_layer, 0, kMaxDim));
   REWIND_TRY(auto ff, k.per_layer("feed_forward_length", c.n_layer, 0, kMaxDim));

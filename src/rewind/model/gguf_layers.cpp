@@ -75,7 +75,7 @@ Status mamba2_sizes_from_gguf(const GgufKeys& k, ModelConfig* c) {
   return Ok{};
 }
 
-Status hybrid_basics_from_gguf(const GgufKeys& k, ModelConfig* c) {
+Status hybrid_basics_from_gguf(const GgufKeys& k, ModelConfig* c, bool eps_fallback) {
   const GgufFile& g = k.file();
   const std::string& w = g.path();
   const GgufTensor* emb = g.find("token_embd.weight");
@@ -92,9 +92,15 @@ Status hybrid_basics_from_gguf(const GgufKeys& k, ModelConfig* c) {
                       std::to_string(c->vocab_size) + ", out of range");
   REWIND_TRY(c->n_layer, k.req("block_count", 1, kMaxLayers));
   REWIND_TRY(c->n_head, k.req("attention.head_count", 1, kMaxDim));
-  REWIND_TRY(c->rms_norm_eps, g.get_float(k.key("attention.layer_norm_rms_epsilon")));
+  const bool rms_key = g.get(k.key("attention.layer_norm_rms_epsilon")) != nullptr;
+  const bool use_fallback = eps_fallback && !rms_key &&
+                            g.get(k.key("attention.layer_norm_epsilon")) != nullptr;
+  REWIND_TRY(c->rms_norm_eps,
+             g.get_float(k.key(use_fallback ? "attention.layer_norm_epsilon"
+                                            : "attention.layer_norm_rms_epsilon")));
   if (!std::isfinite(c->rms_norm_eps) || c->rms_norm_eps <= 0)
-    return k.err("attention.layer_norm_rms_epsilon", "must be positive");
+    return k.err(use_fallback ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon",
+                 "must be positive");
   REWIND_TRY(c->max_position_embeddings, k.opt("context_length", 4096, 1, int64_t{1} << 40));
   c->rope_dim = 0;
   c->attn_output_gate = false;

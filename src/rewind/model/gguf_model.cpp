@@ -173,6 +173,9 @@ void write_mamba2_keys(const ModelConfig& c, std::vector<std::pair<std::string, 
     u32("attention.value_length", c.head_dim);
   }
   f32("attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  // llama.cpp's nemotron_h loader requires this key (its converter writes the config's
+  // layer_norm_epsilon to both); without it llama.cpp refuses the file.
+  if (!granite) f32("attention.layer_norm_epsilon", c.rms_norm_eps);
   if (granite) {
     if (c.attn_scale > 0) f32("attention.scale", c.attn_scale);
     f32("embedding_scale", c.embedding_multiplier);

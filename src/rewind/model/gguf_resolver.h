@@ -153,8 +153,9 @@ class GgufKeys {
 // ssm_d_state, ssm_n_group, conv_kernel, with their consistency checks; ssm_norm_groups = G.
 Status mamba2_sizes_from_gguf(const GgufKeys& k, ModelConfig* c);
 // The sizes shared by the Mamba2 hybrids' files: vocab (token_embd), hidden, block count, heads,
-// rms epsilon, context length, tied embeddings (no output.weight), bos / eos ids.
-Status hybrid_basics_from_gguf(const GgufKeys& k, ModelConfig* c);
+// rms epsilon, context length, tied embeddings (no output.weight), bos / eos ids. eps_fallback:
+// without attention.layer_norm_rms_epsilon, attention.layer_norm_epsilon is the epsilon.
+Status hybrid_basics_from_gguf(const GgufKeys& k, ModelConfig* c, bool eps_fallback = false);
 
 // One kv-head count for every attention layer from the per-layer head_count_kv (0 elsewhere; all
 // zero: n_head), and key_length = value_length (default hidden / heads) into c.
