@@ -637,7 +637,7 @@ TEST(Ops, Mamba2StepsMatchReferenceAndAreCutInvariant) {
   std::mt19937_64 r(41);
   for (auto [P, N] : std::vector<std::pair<int64_t, int64_t>>{
            {16, 24}, {16, 20}, {32, 128}, {5, 7}, {3, 16}, {8, 33}, {64, 128}, {13, 32}, {12, 40}})
-    for (int64_t T : {1, 3, 17, 70}) {
+    for (int64_t T : {1, 2, 3, 17, 70}) {
       const int64_t ldx = P + 3, ldbc = 2 * N + 1, ldy = P + 2;
       auto S0 = randv(r, P * N, 0.5f);
       auto x = randv(r, T * ldx), bc = randv(r, T * ldbc, 0.5f);

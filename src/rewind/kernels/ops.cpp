@@ -342,7 +342,8 @@ __attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* ro
   }
 }
 
-// swiglu in AVX-512: silu_avx512(g) * u, the scalar loop's operations (same bits), y may be g.
+// swiglu in AVX-512: silu_avx512(g) * u, the scalar loop's operations (same bits); y may be g
+// or u.
 __attribute__((target("avx512f"))) void swiglu_avx512(const float* g, const float* u, float* y,
                                                       int64_t n) {
   int64_t i = 0;
@@ -1072,76 +1073,112 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// R rows of a Mamba2 state for one token in AVX-512, interleaved: each 16-lane chunk of B and C
-// is loaded once for the R rows, and R independent fma chains hide the fma latency. Row r's lanes
-// see the scalar loop's operations in its order; h[r] = lanes 0-7 plus lanes 8-15 of its sums.
-template <int R>
+// R rows of a Mamba2 state for K consecutive tokens (K = 1 or 2) in AVX-512, interleaved: each
+// 16-lane chunk of B and C is loaded once for the R rows, R * K independent fma chains hide the
+// fma latency, and with K = 2 a chunk of the state is loaded and stored once for both tokens
+// (half the state traffic of a token at a time). Row r's lanes see the scalar loop's operations in
+// its order (token k's update and read, then token k + 1's); xdt[k * 8 + r] is row r's x * dt of
+// token k, and h[k * 8 + r] gets lanes 0-7 plus lanes 8-15 of its sums. With PF the next group's
+// rows are prefetched: a decode step streams the state from memory, where R interleaved rows
+// defeat the hardware's stream prefetch; a state already in cache is slower with it.
+template <int R, int K, bool PF>
 __attribute__((target("avx512f"))) inline void mamba2_rows_avx512(float* s, int64_t N,
                                                                   const float* b, const float* c,
-                                                                  __m512 a, const float* xdt,
-                                                                  __m256* h) {
-  __m512 acc[R], xd[R];
-  for (int r = 0; r < R; ++r) {
-    acc[r] = _mm512_setzero_ps();
-    xd[r] = _mm512_set1_ps(xdt[r]);
-  }
+                                                                  int64_t ldbc, const __m512* a,
+                                                                  const float* xdt, __m256* h) {
+  __m512 acc[K][R];
+  for (int k = 0; k < K; ++k)
+    for (int r = 0; r < R; ++r) acc[k][r] = _mm512_setzero_ps();
   int64_t n = 0;
   for (; n + kLanes <= N; n += kLanes) {
-    const __m512 bv = _mm512_loadu_ps(b + n), cv = _mm512_loadu_ps(c + n);
+    __m512 bv[K], cv[K];
+    for (int k = 0; k < K; ++k) {
+      bv[k] = _mm512_loadu_ps(b + k * ldbc + n);
+      cv[k] = _mm512_loadu_ps(c + k * ldbc + n);
+    }
     for (int r = 0; r < R; ++r) {
       float* sr = s + r * N + n;
-      // The next group's rows: R interleaved rows defeat the hardware's stream prefetch.
-      if constexpr (R > 1) _mm_prefetch(reinterpret_cast<const char*>(sr + R * N), _MM_HINT_T0);
-      const __m512 sv = _mm512_fmadd_ps(_mm512_loadu_ps(sr), a, _mm512_mul_ps(bv, xd[r]));
+      if constexpr (PF && R > 1) _mm_prefetch(reinterpret_cast<const char*>(sr + R * N), _MM_HINT_T0);
+      __m512 sv = _mm512_loadu_ps(sr);
+      for (int k = 0; k < K; ++k) {
+        sv = _mm512_fmadd_ps(sv, a[k], _mm512_mul_ps(bv[k], _mm512_set1_ps(xdt[k * 8 + r])));
+        acc[k][r] = _mm512_fmadd_ps(sv, cv[k], acc[k][r]);
+      }
       _mm512_storeu_ps(sr, sv);
-      acc[r] = _mm512_fmadd_ps(sv, cv, acc[r]);
     }
   }
   if (n < N) {
     const __mmask16 m = lanes_left(N - n);
-    const __m512 bv = _mm512_maskz_loadu_ps(m, b + n), cv = _mm512_maskz_loadu_ps(m, c + n);
+    __m512 bv[K], cv[K];
+    for (int k = 0; k < K; ++k) {
+      bv[k] = _mm512_maskz_loadu_ps(m, b + k * ldbc + n);
+      cv[k] = _mm512_maskz_loadu_ps(m, c + k * ldbc + n);
+    }
     for (int r = 0; r < R; ++r) {
       float* sr = s + r * N + n;
-      const __m512 sv = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, sr), a, _mm512_mul_ps(bv, xd[r]));
+      __m512 sv = _mm512_maskz_loadu_ps(m, sr);
+      for (int k = 0; k < K; ++k) {
+        sv = _mm512_fmadd_ps(sv, a[k], _mm512_mul_ps(bv[k], _mm512_set1_ps(xdt[k * 8 + r])));
+        acc[k][r] = _mm512_mask3_fmadd_ps(sv, cv[k], acc[k][r], m);
+      }
       _mm512_mask_storeu_ps(sr, m, sv);
-      acc[r] = _mm512_mask3_fmadd_ps(sv, cv, acc[r], m);
     }
   }
-  for (int r = 0; r < R; ++r)
-    h[r] = _mm256_add_ps(_mm512_castps512_ps256(acc[r]),
-                         _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc[r], acc[r], 0xEE)));
+  for (int k = 0; k < K; ++k)
+    for (int r = 0; r < R; ++r)
+      h[k * 8 + r] = _mm256_add_ps(
+          _mm512_castps512_ps256(acc[k][r]),
+          _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc[k][r], acc[k][r], 0xEE)));
 }
 
-// mamba2_steps in AVX-512: rows in groups of eight (mamba2_rows_avx512), whose sums are reduced
-// together (reduce_lanes8_x8), y = sum + D * x as in the scalar loop; the rows left one at a time.
+// K tokens from t of mamba2_steps in AVX-512 (mamba2_rows_avx512): rows in groups of eight,
+// whose sums are reduced together (reduce_lanes8_x8), y = sum + D * x as in the scalar loop; the
+// rows left one at a time.
+template <int K, bool PF>
+__attribute__((target("avx512f"))) inline void mamba2_tokens_avx512(
+    float* S, const float* x, int64_t ldx, const float* B, const float* C, int64_t ldbc,
+    const float* dt, const float* dA, float D, float* y, int64_t ldy, int64_t t, int64_t P,
+    int64_t N) {
+  const __m256 dv = _mm256_set1_ps(D);
+  __m512 a[K];
+  for (int k = 0; k < K; ++k) a[k] = _mm512_set1_ps(dA[t + k]);
+  const float* b = B + t * ldbc;
+  const float* c = C + t * ldbc;
+  float xdt[K * 8];
+  __m256 h[K * 8];
+  int64_t p = 0;
+  for (; p + 8 <= P; p += 8) {
+    for (int k = 0; k < K; ++k)
+      for (int r = 0; r < 8; ++r) xdt[k * 8 + r] = x[(t + k) * ldx + p + r] * dt[t + k];
+    mamba2_rows_avx512<8, K, PF>(S + p * N, N, b, c, ldbc, a, xdt, h);
+    for (int k = 0; k < K; ++k) {
+      const __m256 xv = _mm256_loadu_ps(x + (t + k) * ldx + p);
+      _mm256_storeu_ps(y + (t + k) * ldy + p,
+                       _mm256_add_ps(reduce_lanes8_x8(h + k * 8), _mm256_mul_ps(dv, xv)));
+    }
+  }
+  for (; p < P; ++p) {
+    for (int k = 0; k < K; ++k) xdt[k * 8] = x[(t + k) * ldx + p] * dt[t + k];
+    mamba2_rows_avx512<1, K, PF>(S + p * N, N, b, c, ldbc, a, xdt, h);
+    for (int k = 0; k < K; ++k)
+      y[(t + k) * ldy + p] = reduce_lanes8(h[k * 8]) + D * x[(t + k) * ldx + p];
+  }
+}
+
+// mamba2_steps in AVX-512: tokens two at a time (the state chunk loaded and stored once for
+// both), the last one of an odd count alone. A single token (a decode step) prefetches the state.
 __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const float* x, int64_t ldx,
                                                             const float* B, const float* C,
                                                             int64_t ldbc, const float* dt,
                                                             const float* dA, float D, float* y,
                                                             int64_t ldy, int64_t T, int64_t P,
                                                             int64_t N) {
-  const __m256 dv = _mm256_set1_ps(D);
-  for (int64_t t = 0; t < T; ++t) {
-    const __m512 a = _mm512_set1_ps(dA[t]);
-    const float* b = B + t * ldbc;
-    const float* c = C + t * ldbc;
-    const float* xt = x + t * ldx;
-    float* yt = y + t * ldy;
-    float xdt[8];
-    __m256 h[8];
-    int64_t p = 0;
-    for (; p + 8 <= P; p += 8) {
-      for (int r = 0; r < 8; ++r) xdt[r] = xt[p + r] * dt[t];
-      mamba2_rows_avx512<8>(S + p * N, N, b, c, a, xdt, h);
-      const __m256 xv = _mm256_loadu_ps(xt + p);
-      _mm256_storeu_ps(yt + p, _mm256_add_ps(reduce_lanes8_x8(h), _mm256_mul_ps(dv, xv)));
-    }
-    for (; p < P; ++p) {
-      xdt[0] = xt[p] * dt[t];
-      mamba2_rows_avx512<1>(S + p * N, N, b, c, a, xdt, h);
-      yt[p] = reduce_lanes8(h[0]) + D * xt[p];
-    }
-  }
+  if (T == 1)
+    return mamba2_tokens_avx512<1, true>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, 0, P, N);
+  int64_t t = 0;
+  for (; t + 2 <= T; t += 2)
+    mamba2_tokens_avx512<2, false>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, t, P, N);
+  if (t < T) mamba2_tokens_avx512<1, false>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, t, P, N);
 }
 
 // R rows in AVX2 (N a multiple of 16), interleaved as in mamba2_rows_avx512: lanes 0-7 and 8-15
@@ -1270,8 +1307,8 @@ void mamba2_steps(float* S, const float* x, int64_t ldx, const float* B, const f
 REWIND_CLONES
 void gated_rmsnorm_groups(const float* y, const float* z, const float* w, float* out,
                           int64_t n_groups, int64_t d, float eps, IsaCap isa) {
-  const int64_t n = n_groups * d;
-  for (int64_t i = 0; i < n; ++i) out[i] = y[i] * silu_inline(z[i]);
+  // The gate as swiglu(z, y): silu(z) * y is y * silu(z) bit for bit, in its SIMD pass.
+  swiglu(z, y, out, n_groups * d, isa);
   float ss[16];
   for (int64_t g = 0; g < n_groups; ++g) {
     if (g % 16 == 0) sumsq_rows(out + g * d, d, std::min<int64_t>(16, n_groups - g), d, ss, isa);
