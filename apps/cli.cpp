@@ -166,6 +166,8 @@ std::vector<CommandSpec> build_specs() {
             {"--chunk", "", "N", "a step's tokens: decode rows, then prefill (512)", {}, false},
             {"--ctx-size", "-c", "N", "prompt + max_tokens limit per request (default 32768)"},
             {"--cache-ram", "", "MiB", "prefix cache budget: KV pages + checkpoints (4096)"},
+            {"--grammar-cache-ram", "", "MiB",
+             "compiled grammars of structured output and their cached masks (256)"},
             {"--no-cache", "", "", "serve without the prefix cache", {}, false},
             {"--cache-dir", "", "DIR",
              "keep checkpoints and KV pages on disk too: written behind, read back after an "

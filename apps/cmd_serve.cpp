@@ -28,6 +28,7 @@
 #include "rewind/cache/disk_tier.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
+#include "rewind/grammar/matcher.h"
 #include "rewind/model/fingerprint.h"
 #include "rewind/server/access_log.h"
 #include "rewind/server/generation_defaults.h"
@@ -85,8 +86,9 @@ int cmd_serve(int argc, char** argv) {
   auto max_conns = args->int_("--max-connections", 512);
   auto max_conns_client = args->int_("--max-connections-per-client", 64);
   auto chunk = args->int_("--chunk", 512);
+  auto grammar_ram = args->int_("--grammar-cache-ram", 256);
   for (auto* r : {&port, &parallel, &ctx, &cache_ram, &ck_int, &ck_max, &th, &max_queue, &max_body,
-                  &max_buffered, &max_conns, &max_conns_client, &chunk})
+                  &max_buffered, &max_conns, &max_conns_client, &chunk, &grammar_ram})
     if (!r->ok()) return fail(r->error_message());
   auto grace = args->num("--shutdown-grace", 5);
   auto header_to = args->num("--header-timeout", 10);
@@ -114,6 +116,8 @@ int cmd_serve(int argc, char** argv) {
   if (ctx.value() > (int64_t{1} << 31) - 1) return fail("--ctx-size must be < 2^31");
   if (cache_ram.value() < 1)
     return fail("--cache-ram must be >= 1 (MiB); use --no-cache to turn it off");
+  if (grammar_ram.value() < 1 || grammar_ram.value() > (int64_t{1} << 20))
+    return fail("--grammar-cache-ram must be in [1, 1048576] (MiB)");
   if (ck_int.value() < 0) return fail("--checkpoint-interval must be >= 0");
   if (ck_max.value() < 0 || ck_max.value() == 1)
     return fail("--checkpoint-max must be 0 (no limit) or >= 2");
@@ -254,6 +258,7 @@ int cmd_serve(int argc, char** argv) {
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
   so.max_buffered = static_cast<size_t>(buffered_cap);
+  so.grammar_cache_bytes = static_cast<size_t>(grammar_ram.value()) << 20;
   so.model_id = aliases.empty() ? basename_of(dir) : aliases[0];
   so.aliases = aliases;
   so.model_path = dir;
@@ -288,6 +293,10 @@ int cmd_serve(int argc, char** argv) {
     if (disk)
       bound.add("disk_queue",
                 static_cast<int64_t>(std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes)));
+    // Structured output: the vocabulary trie (built on the first grammar request) and the
+    // grammar cache's byte cap, which every compiled automaton shares (grammar/grammar_cache.h).
+    bound.add("grammar",
+              static_cast<int64_t>(VocabTrie::memory_bound(tok.value()) + so.grammar_cache_bytes));
     bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
     std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
     for (size_t i = 0; i < bound.kinds.size(); ++i)

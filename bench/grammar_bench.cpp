@@ -21,7 +21,14 @@
 // agree of the rows need the mask; reported for a fresh automaton at batch 1 and batch 8, the
 // cost including the argmax pass the check needs.
 //
+// The decode step compared with is measured in the same run when --model names a model (a
+// Q4_K GGUF of the qwen3.5-0.8b shape: `rewind make-model --preset qwen3.5-0.8b --format gguf
+// --type q4_k_m`): the median of --steps forwards of one token at batch 1, and of one token
+// for each of 8 sequences at batch 8, on --threads threads; each batch's figures are then a
+// share of its own step. --step-ms gives one step time for both instead.
+//
 // Usage: grammar_bench [--docs N] [--vocab N] [--seed S] [--step-ms MS] [--agree P]
+//                      [--model PATH] [--threads N] [--steps N]
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -33,13 +40,16 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "rewind/base/thread_pool.h"
 #include "rewind/engine/constrained.h"
 #include "rewind/grammar/json_schema.h"
 #include "rewind/grammar/matcher.h"
+#include "rewind/model/model.h"
 #include "rewind/sample/sampler.h"
 
 namespace {
@@ -329,12 +339,57 @@ void print(const char* what, Figures& f, double step_ms) {
   std::printf("\n");
 }
 
+// Median decode step (ms) of `model` at batch `batch`: each sequence prefilled with a short
+// seeded prompt, then `steps` timed forwards of one token per sequence (after one untimed).
+double measure_step_ms(rw::Model& model, rw::ThreadPool& pool, int batch, int steps) {
+  const int32_t V = static_cast<int32_t>(model.config().vocab_size);
+  std::vector<rw::SequenceState> states;
+  for (int s = 0; s < batch; ++s) states.push_back(model.new_state());
+  std::vector<float> logits;
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
+  for (auto& p : prompts) {
+    p.resize(64);
+    for (auto& t : p) t = std::uniform_int_distribution<int32_t>(0, V - 1)(rng);
+  }
+  auto run = [&](bool prefill) {
+    std::vector<rw::SeqInput> in(static_cast<size_t>(batch));
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    for (int s = 0; s < batch; ++s) {
+      next[s] = std::uniform_int_distribution<int32_t>(0, V - 1)(rng);
+      in[s].state = &states[s];
+      in[s].tokens =
+          prefill ? std::span<const int32_t>(prompts[s]) : std::span<const int32_t>(&next[s], 1);
+      in[s].logit_rows = {static_cast<int32_t>(in[s].tokens.size()) - 1};
+    }
+    rw::Status st = model.forward(std::span<rw::SeqInput>(in), &logits, &pool);
+    if (!st.ok()) {
+      std::fprintf(stderr, "grammar_bench: %s\n", st.error_message().c_str());
+      std::exit(1);
+    }
+  };
+  run(true);
+  run(false);
+  std::vector<double> t;
+  for (int i = 0; i < steps; ++i) {
+    const auto a = Clock::now();
+    run(false);
+    t.push_back(ms_since(a));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int n_docs = 16, n_vocab = 248320;
   uint32_t seed = 1;
   double step_ms = 0, agree = 0.9;
+  std::string model_path;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int steps = 16;
+  int mask_threads = 1;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> const char* {
       if (i + 1 >= argc) {
@@ -353,16 +408,42 @@ int main(int argc, char** argv) {
       step_ms = std::atof(next());
     } else if (!std::strcmp(argv[i], "--agree")) {
       agree = std::atof(next());
+    } else if (!std::strcmp(argv[i], "--model")) {
+      model_path = next();
+    } else if (!std::strcmp(argv[i], "--threads")) {
+      threads = std::max(1, std::atoi(next()));
+    } else if (!std::strcmp(argv[i], "--mask-threads")) {
+      mask_threads = std::max(1, std::atoi(next()));
+    } else if (!std::strcmp(argv[i], "--steps")) {
+      steps = std::max(1, std::atoi(next()));
     } else {
       std::fprintf(stderr,
                    "usage: grammar_bench [--docs N] [--vocab N] [--seed S] [--step-ms MS] "
-                   "[--agree P]\n");
+                   "[--agree P] [--model PATH] [--threads N] [--steps N] [--mask-threads N]\n");
       return 2;
     }
   }
   if (n_docs < 8 || n_vocab < 1000) {
     std::fprintf(stderr, "grammar_bench: --docs must be >= 8 and --vocab >= 1000\n");
     return 2;
+  }
+  // The decode steps compared with: measured now (before the vocabulary takes memory and
+  // cache), or one --step-ms for both batches.
+  double step1_ms = step_ms, step8_ms = step_ms;
+  if (!model_path.empty()) {
+    rw::ThreadPool pool(threads);
+    rw::LoadOptions lo;
+    lo.pool = &pool;
+    auto model = rw::Model::load(model_path, lo);
+    if (!model.ok()) {
+      std::fprintf(stderr, "grammar_bench: %s\n", model.error_message().c_str());
+      return 1;
+    }
+    step1_ms = measure_step_ms(**model, pool, 1, steps);
+    step8_ms = measure_step_ms(**model, pool, 8, steps);
+    std::printf(
+        "decode step of %s on %d threads (median of %d): batch 1 %.2f ms, batch 8 %.2f ms\n",
+        model_path.c_str(), threads, steps, step1_ms, step8_ms);
   }
   VocabGen gen(seed);
   auto t0 = Clock::now();
@@ -399,6 +480,11 @@ int main(int argc, char** argv) {
               total_tokens);
 
   std::vector<float> row(static_cast<size_t>(trie->n_vocab()));
+  // Masks that walk the whole trie share it among --mask-threads threads (the engine passes
+  // its pool, idle while it samples).
+  rw::ThreadPool mask_pool(mask_threads);
+  rw::ThreadPool* mp = mask_threads > 1 ? &mask_pool : nullptr;
+  std::printf("masks computed on %d thread(s)\n", mask_threads);
   auto automaton = std::make_shared<rw::GrammarAutomaton>(grammar, trie);
   auto replay = [&](const std::vector<int32_t>& doc, Figures& f) {
     rw::GrammarMatcher m(automaton);
@@ -406,7 +492,7 @@ int main(int argc, char** argv) {
       std::fill(row.begin(), row.end(), 0.0f);
       const int64_t miss0 = automaton->stats().mask_misses;
       const auto a = Clock::now();
-      rw::Status st = m.mask_logits(row.data());
+      rw::Status st = m.mask_logits(row.data(), mp);
       const double mask = ms_since(a);
       if (!st.ok() || row[id] != 0.0f) {
         std::fprintf(stderr, "grammar_bench: token %d not allowed: %s\n", id,
@@ -433,9 +519,9 @@ int main(int argc, char** argv) {
   for (int d = 1; d < n_docs; ++d) replay(docs[d], later);
   for (int d = 0; d < n_docs; ++d) replay(docs[d], cached);
   std::printf("\nbatch 1, ms per token (mask: the allowed set applied to one logit row)\n");
-  print("first document, fresh automaton", first, step_ms);
-  print("documents 2.., warm automaton", later, step_ms);
-  print("second pass, all cached", cached, step_ms);
+  print("first document, fresh automaton", first, step1_ms);
+  print("documents 2.., warm automaton", later, step1_ms);
+  print("second pass, all cached", cached, step1_ms);
 
   // Applying a mask alone (no lookup), for scale.
   {
@@ -464,7 +550,7 @@ int main(int argc, char** argv) {
       const auto a = Clock::now();
       for (int s = 0; s < 8; ++s)
         if (t < docs[s].size())
-          (void)ms[s].mask_logits(rows.data() + static_cast<size_t>(s) * trie->n_vocab());
+          (void)ms[s].mask_logits(rows.data() + static_cast<size_t>(s) * trie->n_vocab(), mp);
       const double mask = ms_since(a);
       const auto b = Clock::now();
       for (int s = 0; s < 8; ++s)
@@ -478,8 +564,8 @@ int main(int argc, char** argv) {
   batch(b_cold);
   batch(b_warm);
   std::printf("\nbatch 8, ms per step (8 masks and 8 accepts)\n");
-  print("fresh automaton", b_cold, step_ms);
-  print("all cached", b_warm, step_ms);
+  print("fresh automaton", b_cold, step8_ms);
+  print("all cached", b_warm, step8_ms);
   const rw::AutomatonStats st = automaton->stats();
   std::printf(
       "\nautomaton: %lld states, %lld stack frames, %lld transitions, %lld masks computed "
@@ -520,7 +606,7 @@ int main(int argc, char** argv) {
       for (int s = 0; s < batch_size; ++s) {
         if (t >= docs[s].size()) continue;
         float* r = rows.data() + static_cast<size_t>(s) * V;
-        if (!rw::constrain_logits(*automaton, ms[s].state(), r, V, true).ok() ||
+        if (!rw::constrain_logits(*automaton, ms[s].state(), r, V, true, nullptr, mp).ok() ||
             rw::argmax(r, V) != docs[s][t]) {
           std::fprintf(stderr, "grammar_bench: the lazy mask chose another token\n");
           std::exit(1);
@@ -541,8 +627,8 @@ int main(int argc, char** argv) {
       "\ngreedy rows masked only when the argmax is refused (%.0f%% agree), fresh "
       "automaton\n",
       100 * agree);
-  print("batch 1, ms per token", l1, step_ms);
-  print("batch 8, ms per step", l8, step_ms);
+  print("batch 1, ms per token", l1, step1_ms);
+  print("batch 8, ms per step", l8, step8_ms);
 
   return 0;
 }

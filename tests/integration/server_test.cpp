@@ -1259,6 +1259,11 @@ TEST_F(ServerTest, StructuredOutputJsonSchemaAndJsonObject) {
     EXPECT_EQ(oc["finish_reason"], "length");
     EXPECT_EQ(oc["message"]["content"].get<std::string>().substr(0, 1), "{");
   }
+  // The compiled grammars and their masks are a memory kind, within the grammar cache's cap
+  // (256 MiB by default) plus the vocabulary trie.
+  const double g = metric(s(), "rewind_memory_bytes{kind=\"grammar\"}");
+  EXPECT_GT(g, 0.0);
+  EXPECT_LT(g, 256.0 * 1024 * 1024 + 64.0 * 1024 * 1024);
 }
 
 TEST_F(ServerTest, CompletionsGrammarAndResponseFormat) {
@@ -1366,6 +1371,47 @@ TEST_F(ServerTest, ForcedToolCallsFollowTheParameterSchemas) {
         expect_valid_json(call["function"]["arguments"], params.dump());
       }
     }
+  }
+}
+
+// tool_choice "auto" with a strict tool: the reply is constrained lazily (free text until the
+// template's tool-call tag, then calls whose strict arguments follow their schema). A strict
+// schema's refused keyword is a 400 under "auto" too (the grammar is built), one of a tool
+// that is not strict is not; greedy text is the same with speculation; sampled replies end
+// and their calls, when the model opens any, validate.
+TEST_F(ServerTest, StrictToolsUnderAutoAreConstrainedFromTheOpeningTag) {
+  json weather = json::parse(R"({"type": "function", "function": {"name": "get_weather",
+      "strict": true, "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 12},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+       "required": ["city", "days"], "additionalProperties": false}}})");
+  json loose = json::parse(R"({"type": "function", "function": {"name": "note",
+      "parameters": {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 2}}}}})");
+  json bad = weather;
+  bad["function"]["parameters"]["properties"]["days"]["multipleOf"] = 2;
+  expect_error(
+      post(s(), "/v1/chat/completions", chat_body("x", 5, {{"tools", json::array({bad})}})), 400,
+      "unsupported keyword 'multipleOf'");
+  const json tools = json::array({weather, loose});
+  const json req = chat_body("What is the weather in Paris?", 60, {{"tools", tools}});
+  const Http h = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(h.status, 200) << h.body;
+  json spec = req;
+  spec["speculative"] = "ngram";
+  const Http hs = post(s(), "/v1/chat/completions", spec);
+  ASSERT_EQ(hs.status, 200) << hs.body;
+  EXPECT_EQ(hs.j()["choices"][0]["message"], h.j()["choices"][0]["message"]);
+  for (int seed = 0; seed < 4; ++seed) {
+    json r = req;
+    r["temperature"] = 1.0;
+    r["seed"] = seed;
+    const Http hr = post(s(), "/v1/chat/completions", r);
+    ASSERT_EQ(hr.status, 200) << hr.body;
+    const json c = hr.j()["choices"][0];
+    if (!c["message"].contains("tool_calls")) continue;
+    for (const json& call : c["message"]["tool_calls"])
+      if (call["function"]["name"] == "get_weather")
+        expect_valid_json(call["function"]["arguments"], weather["function"]["parameters"].dump());
   }
 }
 

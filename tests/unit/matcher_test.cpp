@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "rewind/base/thread_pool.h"
+#include "rewind/grammar/grammar_cache.h"
 #include "rewind/grammar/grammar_ref.h"
 #include "rewind/grammar/json_schema.h"
 #include "rewind/tokenizer/tokenizer.h"
@@ -313,6 +315,143 @@ TEST(GrammarMatcher, MaskCacheStaysWithinItsBudget) {
     ASSERT_LE(f.automaton->stats().mask_bytes, small.mask_cache_bytes);
     ASSERT_TRUE(m.accept(ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)]).ok());
   }
+}
+
+// Masks computed by a pool's threads (whole-trie walks shared, unknown transitions left to
+// the caller) equal the ones one thread computes, split states included, on a vocabulary big
+// enough to be cut into many chunks.
+TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
+  auto text = json_schema_text_to_gbnf(R"({"type":"object","properties":{
+      "ab":{"type":"string"},"the":{"type":"array","items":{"type":"string"}},
+      "x":{"type":"object","properties":{"ab":{"type":"string"},"n":{"type":"integer"}},
+      "required":["ab","n"]}},"required":["ab","the","x"]})");
+  ASSERT_TRUE(text.ok()) << text.error_message();
+  auto g = parse_gbnf(*text);
+  ASSERT_TRUE(g.ok());
+  auto grammar = std::make_shared<Grammar>(std::move(g).value());
+  std::vector<std::string> v = test_vocab();
+  std::mt19937 rng(31);
+  const std::string pieces[] = {"\"", ",", ":", "{",  "}", "[", "]",        " ", "\n", "a",
+                                "b",  "1", "0", "\\", "e", "x", "\xC3\xA9", "-", "n",  "t"};
+  for (int i = 0; i < 6000; ++i) {
+    std::string s;
+    const int len = 1 + static_cast<int>(rng() % 7);
+    for (int k = 0; k < len; ++k) s += pieces[rng() % 20];
+    v.push_back(s);
+  }
+  const int32_t eos = static_cast<int32_t>(v.size());
+  auto vocab = std::make_shared<VocabTrie>(v, std::vector<int32_t>{eos});
+  auto one = std::make_shared<GrammarAutomaton>(grammar, vocab);
+  auto shared = std::make_shared<GrammarAutomaton>(grammar, vocab);
+  ThreadPool pool(3, 0);  // every job shared, however small
+  TokenMask a(static_cast<size_t>(vocab->n_words())), b(a.size());
+  int steps = 0;
+  for (int w = 0; w < 6; ++w) {
+    GrammarMatcher m1(one), m2(shared);
+    for (int s = 0; s < 40 && !m1.is_ended(); ++s, ++steps) {
+      ASSERT_TRUE(m1.allowed(a.data()).ok());
+      ASSERT_TRUE(m2.allowed(b.data(), &pool).ok());
+      ASSERT_EQ(a, b) << "walk " << w << " step " << s;
+      std::vector<int32_t> ids;
+      for (int32_t id = 0; id < vocab->n_vocab(); ++id)
+        if (mask_test(a.data(), id)) ids.push_back(id);
+      ASSERT_FALSE(ids.empty());
+      int32_t id = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+      for (int32_t c : ids)  // closing quotes now and then, to get through the object
+        if (vocab->bytes(c) == "\"" && rng() % 3 == 0) id = c;
+      ASSERT_TRUE(m1.accept(id).ok());
+      ASSERT_TRUE(m2.accept(id).ok());
+    }
+  }
+  EXPECT_GT(steps, 60);
+  EXPECT_GT(shared->stats().split_misses, 0);
+}
+
+// Random walks through `a`, each mask compared with a fresh automaton's (no budget).
+void walk_against_unbounded(const Fixture& f, std::shared_ptr<GrammarAutomaton> a, int walks,
+                            uint32_t seed, size_t cap) {
+  auto ref = std::make_shared<GrammarAutomaton>(f.grammar, f.vocab);
+  std::mt19937 rng(seed);
+  for (int w = 0; w < walks; ++w) {
+    GrammarMatcher m(a), r(ref);
+    for (int s = 0; s < 25 && !m.is_ended(); ++s) {
+      const auto ids = allowed_ids(m, *f.vocab);
+      ASSERT_EQ(ids, allowed_ids(r, *f.vocab));
+      ASSERT_LE(a->memory_bytes(), cap);
+      const int32_t id = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+      ASSERT_TRUE(m.accept(id).ok());
+      ASSERT_TRUE(r.accept(id).ok());
+    }
+  }
+}
+
+TEST(GrammarMatcher, SharedBudgetCapsMemoryAndKeepsMasksExact) {
+  Fixture f = make(json_object_gbnf());
+  // Measure what an unbounded automaton holds after some walks, then cap a second one below.
+  walk_against_unbounded(f, f.automaton, 4, 11, size_t{1} << 40);
+  const size_t full = f.automaton->memory_bytes();
+  const size_t masks = f.automaton->stats().mask_bytes;
+  ASSERT_GT(masks, 0u);
+  // Room for the same states but only half the masks: the others are dropped or not kept.
+  const size_t cap = full - masks / 2;
+  AutomatonLimits capped;
+  capped.budget = std::make_shared<GrammarMemoryBudget>(cap);
+  auto a = std::make_shared<GrammarAutomaton>(f.grammar, f.vocab, capped);
+  walk_against_unbounded(f, a, 4, 11, cap);
+  EXPECT_EQ(capped.budget->used.load(), a->memory_bytes());  // the charge is the footprint
+  EXPECT_LE(capped.budget->used.load(), cap);
+  EXPECT_LT(a->stats().mask_bytes, masks);
+  EXPECT_GT(a->stats().uncached + a->stats().mask_hits, 0);
+  a.reset();
+  EXPECT_EQ(capped.budget->used.load(), 0u);  // given back when the automaton goes
+}
+
+TEST(GrammarMatcher, BudgetTooSmallForStatesIsAnError) {
+  Fixture f = make(json_object_gbnf());
+  AutomatonLimits capped;
+  capped.budget = std::make_shared<GrammarMemoryBudget>(1);  // smaller than the first state
+  auto a = std::make_shared<GrammarAutomaton>(f.grammar, f.vocab, capped);
+  GrammarMatcher m(a);
+  std::string error;
+  TokenMask mask(static_cast<size_t>(f.vocab->n_words()));
+  const Status st = m.allowed(mask.data());  // the walk needs new states
+  if (!st.ok()) error = st.error_message();
+  EXPECT_NE(error.find("memory cap"), std::string::npos) << error;
+  EXPECT_EQ(m.state(), a->initial_state());  // nothing changed
+}
+
+TEST(GrammarCache, ByteCapEvictsIdleAutomataLeastRecentFirst) {
+  const auto v = test_vocab();
+  auto vocab = std::make_shared<VocabTrie>(v, std::vector<int32_t>{static_cast<int32_t>(v.size())});
+  // A cap about three small automata fill to three quarters: the first ones go once idle.
+  size_t one = 0;
+  {
+    GrammarCache probe(vocab, 64, {}, size_t{1} << 30);
+    auto a = probe.get("root ::= \"a\" [0-9]* \"z\"\n");
+    ASSERT_TRUE(a.ok());
+    TokenMask mask(static_cast<size_t>(vocab->n_words()));
+    ASSERT_TRUE(GrammarMatcher(*a).allowed(mask.data()).ok());
+    one = probe.memory_bytes();
+    ASSERT_GT(one, 0u);
+  }
+  GrammarCache cache(vocab, 64, {}, one * 4);
+  std::vector<std::shared_ptr<GrammarAutomaton>> held;
+  TokenMask mask(static_cast<size_t>(vocab->n_words()));
+  for (int i = 0; i < 8; ++i) {
+    auto a =
+        cache.get("root ::= \"" + std::string(1, static_cast<char>('a' + i)) + "\" [0-9]* \"z\"\n");
+    ASSERT_TRUE(a.ok()) << a.error_message();
+    ASSERT_TRUE(GrammarMatcher(*a).allowed(mask.data()).ok());
+    EXPECT_LE(cache.memory_bytes(), cache.max_bytes());
+    if (i == 0) held.push_back(*a);  // in use: never evicted
+  }
+  EXPECT_LT(cache.size(), 8u);
+  EXPECT_GE(cache.size(), 2u);
+  const int64_t misses = cache.misses();
+  ASSERT_TRUE(cache.get("root ::= \"a\" [0-9]* \"z\"\n").ok());  // held, still cached
+  EXPECT_EQ(cache.misses(), misses);
+  ASSERT_TRUE(cache.get("root ::= \"b\" [0-9]* \"z\"\n").ok());  // evicted: compiled again
+  EXPECT_EQ(cache.misses(), misses + 1);
 }
 
 TEST(GrammarMatcher, ApplyTokenMask) {

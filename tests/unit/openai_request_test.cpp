@@ -466,6 +466,9 @@ TEST(ChatRequest, ToolsMalformed) {
   expect_chat_error(
       chat_with(R"("tools":[{"type":"function","function":{"name":"f","description":1}}])"),
       "description' must be a string");
+  expect_chat_error(
+      chat_with(R"("tools":[{"type":"function","function":{"name":"f","strict":"yes"}}])"),
+      "'tools[0].function.strict' must be a boolean");
   expect_chat_error(chat_with(R"("tool_choice":"required")"), "no 'tools' are given");
   expect_chat_error(chat_with(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
                     "names function 'f', which is not among 'tools'");

@@ -109,6 +109,63 @@ TEST(ToolGrammar, JsonListFormat) {
                        "<TOOLCALL>[" + a + ", " + b + "]</TOOLCALL>"));
 }
 
+// tool_choice "auto" with strict tools: free text without the opening tag, then optionally
+// the calls; only strict functions' arguments are checked against their schemas.
+TEST(ToolGrammar, LazyGrammarIsFreeTextUntilTheOpeningTag) {
+  ojson t = tools();
+  t[0]["function"]["strict"] = true;  // lookup: strict; mark and ping: any arguments
+  EXPECT_TRUE(has_strict_tool(t));
+  EXPECT_FALSE(has_strict_tool(tools()));
+  for (ToolCallFormat f :
+       {ToolCallFormat::JsonTag, ToolCallFormat::XmlTag, ToolCallFormat::JsonList}) {
+    ToolGrammarOptions opt{f, "", true};
+    opt.lazy = true;
+    auto text = tool_call_gbnf(t, opt);
+    ASSERT_TRUE(text.ok()) << text.error_message();
+    auto parsed = parse_gbnf(*text);
+    ASSERT_TRUE(parsed.ok()) << parsed.error_message() << "\n" << *text;
+    const Grammar& g = parsed.value();
+    const std::string open = tool_call_opening(f);
+    // Free text of any kind, with near misses of the tag and UTF-8, ending anywhere.
+    for (const std::string& free :
+         {std::string(), std::string("Hello, world."), std::string("a <tool_cal> b <<tool"),
+          std::string("<TOOLCAL <TOOL [x] \xC3\xA9 \xE4\xB8\xAD"), open.substr(0, 5),
+          std::string("<") + open.substr(0, open.size() - 1)}) {
+      EXPECT_TRUE(accepts(g, free)) << free;
+    }
+    // The whole tag starts the calls: then only well-formed calls follow.
+    EXPECT_FALSE(accepts(g, "text " + open + " more text")) << open;
+    EXPECT_FALSE(accepts(g, open));
+    std::string good, bad, loose;
+    if (f == ToolCallFormat::XmlTag) {
+      good =
+          "<tool_call>\n<function=lookup>\n<parameter=book>\nJob\n</parameter>\n"
+          "<parameter=chapter>\n2\n</parameter>\n</function>\n</tool_call>";
+      bad =
+          "<tool_call>\n<function=lookup>\n<parameter=book>\nJob\n</parameter>\n"
+          "<parameter=chapter>\ntwo\n</parameter>\n</function>\n</tool_call>";
+      loose =
+          "<tool_call>\n<function=mark>\n<parameter=shade>\ngreen\n</parameter>\n"
+          "</function>\n</tool_call>";
+    } else {
+      const std::string a = "{\"name\": \"lookup\", \"arguments\": {\"book\": \"Job\", ";
+      const std::string m = "{\"name\": \"mark\", \"arguments\": {\"shade\": [1, \"x\"]}}";
+      const bool list = f == ToolCallFormat::JsonList;
+      const auto wrap = [&](const std::string& c) {
+        return list ? "<TOOLCALL>[" + c + "]</TOOLCALL>" : "<tool_call>\n" + c + "\n</tool_call>";
+      };
+      good = wrap(a + "\"chapter\": 2}}");
+      bad = wrap(a + "\"chapter\": \"two\"}}");
+      loose = wrap(m);
+    }
+    EXPECT_TRUE(accepts(g, good)) << good;
+    EXPECT_TRUE(accepts(g, "Let me look.\n" + good));
+    EXPECT_FALSE(accepts(g, "Let me look.\n" + bad)) << bad;  // strict: its schema holds
+    EXPECT_TRUE(accepts(g, "Marking: " + loose)) << loose;    // not strict: any arguments
+    EXPECT_FALSE(accepts(g, good + " and some text after"));
+  }
+}
+
 TEST(ToolGrammar, Refusals) {
   auto none = tool_call_gbnf(ojson::array(), {});
   ASSERT_FALSE(none.ok());

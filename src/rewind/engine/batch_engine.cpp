@@ -737,7 +737,7 @@ void BatchEngine::step() {
     }
     if (gs.ok() && tok < 0) {
       gs = constrain_logits(q.grammar->automaton(), q.grammar->state(), row_lg, opt_.sample_vocab,
-                            lazy_grammar(q));
+                            lazy_grammar(q), nullptr, pool_);
       if (gs.ok()) tok = q.sampler->sample(row_lg, opt_.sample_vocab);
     }
     if (gs.ok()) gs = q.grammar->accept(tok);
@@ -888,7 +888,7 @@ Status BatchEngine::constrain_spec_rows(Seq& s, float* lg, size_t* advanced) {
     const int32_t st = s.grammar->state_back(n - i);
     if (st == GrammarAutomaton::kEnded) break;
     REWIND_TRY_STATUS(constrain_logits(s.grammar->automaton(), st, lg + static_cast<int64_t>(i) * V,
-                                       opt_.sample_vocab, lazy_grammar(s)));
+                                       opt_.sample_vocab, lazy_grammar(s), nullptr, pool_));
   }
   return Ok{};
 }

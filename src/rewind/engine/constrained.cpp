@@ -7,7 +7,7 @@
 namespace rw {
 
 Status constrain_logits(GrammarAutomaton& automaton, int32_t state, float* row, int32_t n_vocab,
-                        bool lazy_greedy, bool* masked) {
+                        bool lazy_greedy, bool* masked, ThreadPool* pool) {
   if (masked) *masked = false;
   if (state == GrammarAutomaton::kEnded || state == GrammarAutomaton::kDead)
     return make_error("grammar: no token may follow (the grammar has ended)");
@@ -16,7 +16,7 @@ Status constrain_logits(GrammarAutomaton& automaton, int32_t state, float* row, 
     if (next != GrammarAutomaton::kDead) return Ok{};
   }
   const int32_t nv = automaton.vocab().n_vocab();
-  REWIND_TRY_STATUS(automaton.mask_logits(state, row));
+  REWIND_TRY_STATUS(automaton.mask_logits(state, row, pool));
   for (int32_t v = nv; v < n_vocab; ++v) row[v] = -INFINITY;
   if (masked) *masked = true;
   return Ok{};

@@ -18,9 +18,10 @@ namespace rw {
 // (the lowest id among the maxima of all tokens is, when allowed, the lowest among the maxima
 // of the allowed ones), so the mask is computed only when the model's own choice is refused.
 // Otherwise every token the grammar refuses (and every id past the grammar's vocabulary) gets
-// -infinity. *masked says whether the row was changed. Errors: the grammar has ended or is
+// -infinity. *masked says whether the row was changed. `pool` (may be null) shares a mask's
+// walk of the whole vocabulary (GrammarAutomaton::allowed). Errors: the grammar has ended or is
 // dead, an automaton limit.
 Status constrain_logits(GrammarAutomaton& automaton, int32_t state, float* row, int32_t n_vocab,
-                        bool lazy_greedy, bool* masked = nullptr);
+                        bool lazy_greedy, bool* masked = nullptr, ThreadPool* pool = nullptr);
 
 }  // namespace rw

@@ -213,8 +213,8 @@ Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t la
         &*dstate_, std::span<const int32_t>(feed), {static_cast<int32_t>(feed.size()) - 1}, &dcap_};
     REWIND_TRY_STATUS(D.forward(std::span<SeqInput>(&in, 1), &logits, pool));
     if (grammar_)
-      REWIND_TRY_STATUS(
-          constrain_logits(grammar_->automaton(), grammar_->state(), logits.data(), V, greedy));
+      REWIND_TRY_STATUS(constrain_logits(grammar_->automaton(), grammar_->state(), logits.data(), V,
+                                         greedy, nullptr, pool));
     int32_t d;
     if (greedy) {
       d = argmax(logits.data(), V);

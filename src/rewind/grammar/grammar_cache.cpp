@@ -5,8 +5,22 @@
 namespace rw {
 
 GrammarCache::GrammarCache(std::shared_ptr<const VocabTrie> vocab, size_t max_entries,
-                           AutomatonLimits limits)
-    : vocab_(std::move(vocab)), max_entries_(std::max<size_t>(max_entries, 1)), limits_(limits) {}
+                           AutomatonLimits limits, size_t max_bytes)
+    : vocab_(std::move(vocab)), max_entries_(std::max<size_t>(max_entries, 1)), limits_(limits) {
+  limits_.budget = max_bytes > 0 ? std::make_shared<GrammarMemoryBudget>(max_bytes) : nullptr;
+}
+
+void GrammarCache::evict_idle_locked(const std::string& keep) {
+  if (!limits_.budget) return;
+  const size_t high = limits_.budget->cap / 4 * 3;
+  for (auto it = lru_.end(); it != lru_.begin() && limits_.budget->used.load() >= high;) {
+    --it;
+    auto e = map_.find(*it);
+    if (*it == keep || e->second.automaton.use_count() > 1) continue;  // in use: kept
+    map_.erase(e);
+    it = lru_.erase(it);
+  }
+}
 
 Result<std::shared_ptr<GrammarAutomaton>> GrammarCache::get(const std::string& gbnf,
                                                             const std::string& root) {
@@ -17,6 +31,7 @@ Result<std::shared_ptr<GrammarAutomaton>> GrammarCache::get(const std::string& g
     if (it != map_.end()) {
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       ++hits_;
+      evict_idle_locked(key);
       return it->second.automaton;
     }
   }
@@ -36,12 +51,17 @@ Result<std::shared_ptr<GrammarAutomaton>> GrammarCache::get(const std::string& g
     map_.erase(lru_.back());  // running requests keep their automaton alive by shared_ptr
     lru_.pop_back();
   }
+  evict_idle_locked(key);
   return a;
 }
 
 size_t GrammarCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return map_.size();
+}
+
+size_t GrammarCache::memory_bytes() const {
+  return limits_.budget ? limits_.budget->used.load() : 0;
 }
 
 int64_t GrammarCache::hits() const {

@@ -2,28 +2,51 @@
 #include "rewind/grammar/matcher.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <numeric>
 
+#include "rewind/base/thread_pool.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw {
 
 void apply_token_mask(const uint64_t* mask, float* logits, int32_t n_vocab) {
-  const float neg = -INFINITY;
+  // Per byte of a mask word, eight lane masks (all ones: keep the logit); a refused logit gets
+  // the bits of -infinity. Branch-free over eight floats, so the loop vectorises.
+  static const auto kLanes = [] {
+    std::array<std::array<uint32_t, 8>, 256> t{};
+    for (int b = 0; b < 256; ++b)
+      for (int k = 0; k < 8; ++k) t[b][k] = (b >> k) & 1 ? 0xFFFFFFFFu : 0u;
+    return t;
+  }();
+  const uint32_t neg_bits = std::bit_cast<uint32_t>(-INFINITY);
   const int32_t n_words = (n_vocab + 63) / 64;
   for (int32_t w = 0; w < n_words; ++w) {
     const uint64_t m = mask[w];
     if (m == ~uint64_t{0}) continue;
     float* row = logits + static_cast<ptrdiff_t>(w) * 64;
     const int32_t lim = std::min<int32_t>(64, n_vocab - w * 64);
-    if (m == 0) {
-      for (int32_t b = 0; b < lim; ++b) row[b] = neg;
-    } else {
-      for (int32_t b = 0; b < lim; ++b)
-        if (!((m >> b) & 1)) row[b] = neg;
+    if (m == 0) {  // nothing allowed: a plain fill
+      std::fill(row, row + lim, -INFINITY);
+      continue;
+    }
+    for (int32_t j = 0; j < lim; j += 8) {
+      const uint32_t bits = static_cast<uint32_t>(m >> j) & 0xFF;
+      if (bits == 0xFF) continue;
+      const auto& keep = kLanes[bits];
+      if (j + 8 <= lim) {
+        uint32_t u[8];
+        std::memcpy(u, row + j, sizeof(u));
+        for (int k = 0; k < 8; ++k) u[k] = (u[k] & keep[k]) | (neg_bits & ~keep[k]);
+        std::memcpy(row + j, u, sizeof(u));
+      } else {
+        for (int32_t k = 0; j + k < lim; ++k)
+          if (!keep[k]) row[j + k] = -INFINITY;
+      }
     }
   }
 }
@@ -79,6 +102,12 @@ VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes, std::vector<in
   for (int32_t node : tok_node) ++tok_begin_[node + 1];
   std::partial_sum(tok_begin_.begin(), tok_begin_.end(), tok_begin_.begin());
   tok_ids_ = order;
+  // About 64 chunks, cut only between subtrees of the root's children.
+  const int32_t n_nodes = static_cast<int32_t>(byte_.size());
+  const int32_t target = std::max<int32_t>(n_nodes / 64, 1024);
+  for (int32_t i = 0; i < n_nodes; i = skip_[i])
+    if (chunk_begin_.empty() || i - chunk_begin_.back() >= target) chunk_begin_.push_back(i);
+  chunk_begin_.push_back(n_nodes);
 }
 
 VocabTrie VocabTrie::from_tokenizer(const Tokenizer& tok, std::vector<int32_t> eos_ids) {
@@ -93,15 +122,47 @@ bool VocabTrie::is_eos(int32_t id) const {
 }
 
 size_t VocabTrie::memory_bytes() const {
-  size_t n = byte_.size() * (1 + 2 + 4 + 4) + tok_ids_.size() * 4;
-  for (const std::string& b : bytes_) n += sizeof(std::string) + (b.size() > 15 ? b.size() : 0);
+  size_t n = byte_.capacity() + depth_.capacity() * 2 + skip_.capacity() * 4 +
+             tok_begin_.capacity() * 4 + tok_ids_.capacity() * 4 + eos_.capacity() * 4;
+  for (const std::string& b : bytes_)
+    n += sizeof(std::string) + (b.capacity() > 15 ? b.capacity() + 1 : 0);
   return n;
+}
+
+size_t VocabTrie::memory_bound(const Tokenizer& tok) {
+  // At most one node per byte of every token (node arrays grown by doubling: twice that),
+  // the tokens' strings as copied, the id arrays, and a few end-of-sequence ids.
+  const size_t n = static_cast<size_t>(tok.vocab_size()) + 64;
+  size_t bytes = 0, strings = n * sizeof(std::string);
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    const size_t len = tok.is_special(id) ? 0 : tok.token_bytes(id).size();
+    bytes += len;
+    if (len > 15) strings += 2 * len + 1;
+  }
+  return 2 * (bytes + 1) * (1 + 2 + 4 + 4) + 2 * n * 4 * 2 + strings;
 }
 
 // ---- GrammarAutomaton ----
 
 namespace {
+// Estimated bytes of one hash-map or list entry beyond its key and value (node, bucket).
+constexpr size_t kNodeBytes = 48;
 constexpr int32_t kEmptyFrame = 0;
+// Room in `v` for `extra` more elements: twice its capacity when `room` grants the bytes,
+// else only `step` more; false when not even that is granted.
+template <class V, class Room>
+bool grow(V& v, size_t extra, size_t step, size_t elem_bytes, Room&& room) {
+  if (v.size() + extra <= v.capacity()) return true;
+  const size_t doubled = std::max(v.capacity() * 2, v.size() + extra);
+  if (room((doubled - v.capacity()) * elem_bytes)) {
+    v.reserve(doubled);
+    return true;
+  }
+  const size_t small = v.size() + std::max(extra, step);
+  if (!room((small - v.capacity()) * elem_bytes)) return false;
+  v.reserve(small);
+  return true;
+}
 constexpr int32_t kHoleFrame = 1;  // a leaf of its own: accepts every byte, stays itself
 }  // namespace
 
@@ -118,6 +179,8 @@ GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
     trans_.insert(trans_.end(), 256, kDead);
   }
   walk_states_.resize(static_cast<size_t>(vocab_->max_depth_) + 1);
+  // The initial state is made whatever the shared budget holds (charged just after).
+  std::shared_ptr<GrammarMemoryBudget> budget = std::move(limits_.budget);
   std::vector<int32_t> leaves;
   bool accepting = false;
   new_epoch();
@@ -131,6 +194,57 @@ GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
   auto s = intern_state(leaves, accepting);
   REWIND_CHECK_MSG(s.ok(), s.error_message());
   initial_ = *s;
+  limits_.budget = std::move(budget);
+  charged_ = 0;
+  sync_budget();
+}
+
+GrammarAutomaton::~GrammarAutomaton() {
+  if (limits_.budget) limits_.budget->used.fetch_sub(charged_, std::memory_order_relaxed);
+}
+
+size_t GrammarAutomaton::footprint() const {
+  size_t n = frames_.capacity() * sizeof(Frame) + frame_min_.capacity() * sizeof(uint32_t) +
+             frame_ids_.size() * (kNodeBytes + 16) + states_.capacity() * sizeof(StateInfo) +
+             leaves_.capacity() * sizeof(int32_t) + state_key_bytes_ +
+             state_ids_.size() * (kNodeBytes + sizeof(std::string)) +
+             trans_.capacity() * sizeof(int32_t) + seen_mark_.capacity() * sizeof(uint32_t) +
+             walk_states_.capacity() * sizeof(int32_t) +
+             scratch_mask_.capacity() * sizeof(uint64_t);
+  n += mask_bytes_ + masks_.size() * (2 * kNodeBytes + sizeof(CachedMask));
+  n += split_bytes_ + splits_.size() * (kNodeBytes + sizeof(SplitMask));
+  return n;
+}
+
+void GrammarAutomaton::sync_budget() {
+  const size_t now = footprint();
+  if (limits_.budget) {
+    if (now > charged_)
+      limits_.budget->used.fetch_add(now - charged_, std::memory_order_relaxed);
+    else
+      limits_.budget->used.fetch_sub(charged_ - now, std::memory_order_relaxed);
+  }
+  charged_ = now;
+}
+
+bool GrammarAutomaton::make_room(size_t want) {
+  if (!limits_.budget) return true;
+  sync_budget();
+  const size_t cap = limits_.budget->cap;
+  auto fits = [&] { return limits_.budget->used.load(std::memory_order_relaxed) + want <= cap; };
+  while (!fits() && !lru_.empty()) {
+    auto old = masks_.find(lru_.back());
+    mask_bytes_ -= old->second.words.size() * sizeof(uint64_t);
+    masks_.erase(old);
+    lru_.pop_back();
+    sync_budget();
+  }
+  if (!fits() && !splits_.empty()) {
+    splits_.clear();
+    split_bytes_ = 0;
+    sync_budget();
+  }
+  return fits();
 }
 
 Result<int32_t> GrammarAutomaton::frame(int32_t pos, int32_t parent) {
@@ -141,6 +255,13 @@ Result<int32_t> GrammarAutomaton::frame(int32_t pos, int32_t parent) {
   if (static_cast<int64_t>(frames_.size()) >= limits_.max_stacks)
     return make_error("grammar: matcher exceeded its limit of " +
                       std::to_string(limits_.max_stacks) + " stack frames");
+  // frames_, frame_min_ and seen_mark_ grow together (seen_mark_ to frames_'s capacity).
+  auto room = [this](size_t b) { return make_room(b); };
+  if (!make_room(kNodeBytes + 16) ||
+      !grow(frames_, 1, 64, sizeof(Frame) + 2 * sizeof(uint32_t), room))
+    return make_error("grammar: the grammar cache's memory cap of " +
+                      std::to_string(limits_.budget->cap >> 20) + " MiB is reached");
+  frame_min_.reserve(frames_.capacity());
   const int32_t id = static_cast<int32_t>(frames_.size());
   frames_.push_back({pos, parent});
   const uint64_t m = uint64_t{grammar_->suffix_min[pos]} + frame_min_[parent];
@@ -166,7 +287,7 @@ Status GrammarAutomaton::expand(int32_t f, std::vector<int32_t>& leaves, bool& a
       leaves.push_back(kHoleFrame);
       continue;
     }
-    if (seen_mark_.size() < frames_.size()) seen_mark_.resize(frames_.size() * 2, 0);
+    if (seen_mark_.size() < frames_.size()) seen_mark_.resize(frames_.capacity(), 0);
     if (seen_mark_[x] == seen_epoch_) continue;
     seen_mark_[x] = seen_epoch_;
     const Frame fr = frames_[x];
@@ -199,6 +320,14 @@ Result<int32_t> GrammarAutomaton::intern_state(std::vector<int32_t>& leaves, boo
       static_cast<int64_t>(leaves_.size() + leaves.size()) > limits_.max_stacks)
     return make_error("grammar: matcher exceeded its limit of " +
                       std::to_string(limits_.max_states) + " states");
+  sync_budget();
+  auto room = [this](size_t b) { return make_room(b); };
+  if (!make_room(key.size() + 1 + kNodeBytes + sizeof(std::string)) ||
+      !grow(trans_, 256, 256 * 16, sizeof(int32_t), room) ||
+      !grow(states_, 1, 16, sizeof(StateInfo), room) ||
+      !grow(leaves_, leaves.size(), 1024, sizeof(int32_t), room))
+    return make_error("grammar: the grammar cache's memory cap of " +
+                      std::to_string(limits_.budget->cap >> 20) + " MiB is reached");
   uint32_t min_bytes = accepting ? 0 : kGrammarInf;
   for (int32_t l : leaves)
     if (l != kHoleFrame) min_bytes = std::min(min_bytes, frame_min_[l]);
@@ -207,7 +336,9 @@ Result<int32_t> GrammarAutomaton::intern_state(std::vector<int32_t>& leaves, boo
                      accepting, !leaves.empty() && leaves[0] == kHoleFrame, min_bytes, -1});
   leaves_.insert(leaves_.end(), leaves.begin(), leaves.end());
   trans_.insert(trans_.end(), 256, -1);
+  state_key_bytes_ += key.capacity() > 15 ? key.capacity() + 1 : 0;
   state_ids_.emplace(std::move(key), id);
+  sync_budget();
   return id;
 }
 
@@ -270,6 +401,102 @@ Status GrammarAutomaton::walk_subtree(int32_t node, int32_t end, int32_t at, Tok
   return Ok{};
 }
 
+Status GrammarAutomaton::walk_parallel(int32_t state, TokenMask& words, std::vector<int32_t>* roots,
+                                       ThreadPool* pool) {
+  const VocabTrie& v = *vocab_;
+  struct Task {
+    int32_t begin, end;  // nodes [begin, end): one subtree, or whole subtrees of the root
+    int32_t at;          // the state before node `begin`'s byte
+  };
+  struct Pending {
+    int32_t node, from;  // node's byte from state `from`: a transition not known yet
+  };
+  struct Part {  // one thread's output
+    TokenMask words;
+    std::vector<Pending> pending;
+    std::vector<int32_t> roots;
+    std::vector<int32_t> states;  // per depth
+  };
+  const int n_threads = pool->n_threads();
+  std::vector<Part> parts(static_cast<size_t>(n_threads));
+  for (Part& p : parts) {
+    p.words.assign(words.size(), 0);
+    p.states.assign(static_cast<size_t>(v.max_depth_) + 1, 0);
+  }
+  std::vector<Task> tasks;
+  for (size_t c = 0; c + 1 < v.chunk_begin_.size(); ++c)
+    tasks.push_back({v.chunk_begin_[c], v.chunk_begin_[c + 1], state});
+  const int32_t* trans = trans_.data();
+  const StateInfo* infos = states_.data();
+  // Reads only: the table is not written until every thread is done.
+  auto walk = [&](Part& p, const Task& t) {
+    const int32_t base = v.depth_[t.begin] - 1;
+    p.states[static_cast<size_t>(base)] = t.at;
+    for (int32_t i = t.begin; i < t.end;) {
+      const int32_t d = v.depth_[i];
+      const int32_t from = p.states[static_cast<size_t>(d - 1)];
+      const int32_t to = trans[static_cast<size_t>(from) * 256 + v.byte_[i]];
+      if (to < 0) p.pending.push_back({i, from});
+      if (to <= kDead) {
+        i = v.skip_[i];
+        continue;
+      }
+      if (roots && infos[to].hole && infos[to].count == 1 && !infos[to].accepting) {
+        p.roots.push_back(i);
+        i = v.skip_[i];
+        continue;
+      }
+      p.states[static_cast<size_t>(d)] = to;
+      for (int32_t k = v.tok_begin_[i]; k < v.tok_begin_[i + 1]; ++k) {
+        const int32_t id = v.tok_ids_[k];
+        p.words[id >> 6] |= uint64_t{1} << (id & 63);
+      }
+      ++i;
+    }
+  };
+  while (!tasks.empty()) {
+    trans = trans_.data();
+    infos = states_.data();
+    int64_t nodes = 0;
+    for (const Task& t : tasks) nodes += t.end - t.begin;
+    pool->parallel_guided(
+        static_cast<int64_t>(tasks.size()), 1, 1,
+        [&](int thread, int64_t b, int64_t e) {
+          for (int64_t k = b; k < e; ++k) walk(parts[static_cast<size_t>(thread)], tasks[k]);
+        },
+        nodes * 8);
+    // The unknown transitions, alone; each live one is a subtree to walk next round.
+    std::vector<Pending> pending;
+    for (Part& p : parts) {
+      pending.insert(pending.end(), p.pending.begin(), p.pending.end());
+      p.pending.clear();
+    }
+    std::sort(pending.begin(), pending.end(),
+              [](const Pending& a, const Pending& b) { return a.node < b.node; });
+    tasks.clear();
+    for (const Pending& q : pending) {
+      REWIND_TRY(const int32_t to, transition(q.from, v.byte_[q.node]));
+      if (to == kDead) continue;
+      const StateInfo& at = states_[to];
+      if (roots && at.hole && at.count == 1 && !at.accepting) {
+        roots->push_back(q.node);
+        continue;
+      }
+      for (int32_t k = v.tok_begin_[q.node]; k < v.tok_begin_[q.node + 1]; ++k) {
+        const int32_t id = v.tok_ids_[k];
+        words[id >> 6] |= uint64_t{1} << (id & 63);
+      }
+      if (q.node + 1 < v.skip_[q.node]) tasks.push_back({q.node + 1, v.skip_[q.node], to});
+    }
+  }
+  for (Part& p : parts) {
+    for (size_t w = 0; w < words.size(); ++w) words[w] |= p.words[w];
+    if (roots) roots->insert(roots->end(), p.roots.begin(), p.roots.end());
+  }
+  if (roots) std::sort(roots->begin(), roots->end());
+  return Ok{};
+}
+
 // The state with its stacks cut just above the deepest frame they all share (the context they
 // have in common) and kHoleFrame put there; the state itself when there is no such frame within
 // kSplitSearch frames. A cut that would leave only the hole moves one frame down.
@@ -320,7 +547,8 @@ Result<int32_t> GrammarAutomaton::split_state(int32_t state) {
   return id;
 }
 
-Result<const GrammarAutomaton::SplitMask*> GrammarAutomaton::split_mask(int32_t truncated) {
+Result<const GrammarAutomaton::SplitMask*> GrammarAutomaton::split_mask(int32_t truncated,
+                                                                        ThreadPool* pool) {
   auto it = splits_.find(truncated);
   if (it != splits_.end()) {
     ++split_hits_;
@@ -332,7 +560,10 @@ Result<const GrammarAutomaton::SplitMask*> GrammarAutomaton::split_mask(int32_t 
   sm.allowed.assign(static_cast<size_t>(v.n_words()), 0);
   walk_states_[0] = truncated;
   const int32_t n = static_cast<int32_t>(v.byte_.size());
-  for (int32_t i = 0; i < n;) {
+  if (pool && pool->n_threads() > 1) {
+    REWIND_TRY_STATUS(walk_parallel(truncated, sm.allowed, &sm.context_roots, pool));
+  }
+  for (int32_t i = (pool && pool->n_threads() > 1) ? n : 0; i < n;) {
     const int32_t d = v.depth_[i];
     const int32_t from = walk_states_[d - 1];
     int32_t to = trans_[static_cast<size_t>(from) * 256 + v.byte_[i]];
@@ -361,20 +592,30 @@ Result<const GrammarAutomaton::SplitMask*> GrammarAutomaton::split_mask(int32_t 
   if (split_bytes_ + bytes > limits_.mask_cache_bytes / 2) {
     splits_.clear();
     split_bytes_ = 0;
+    sync_budget();
+  }
+  if (!make_room(bytes + kNodeBytes + sizeof(SplitMask))) {
+    ++uncached_;
+    scratch_split_ = std::move(sm);
+    return &scratch_split_;
   }
   split_bytes_ += bytes;
-  return &(splits_[truncated] = std::move(sm));
+  const SplitMask* kept = &(splits_[truncated] = std::move(sm));
+  sync_budget();
+  return kept;
 }
 
-Status GrammarAutomaton::compute_mask(int32_t state, TokenMask& words) {
+Status GrammarAutomaton::compute_mask(int32_t state, TokenMask& words, ThreadPool* pool) {
   const VocabTrie& v = *vocab_;
   words.assign(static_cast<size_t>(v.n_words()), 0);
   if (state == kDead || state == kEnded) return Ok{};
   REWIND_TRY(const int32_t truncated, split_state(state));
-  if (truncated == state) {
+  if (truncated == state && pool && pool->n_threads() > 1) {
+    REWIND_TRY_STATUS(walk_parallel(state, words, nullptr, pool));
+  } else if (truncated == state) {
     REWIND_TRY_STATUS(walk_subtree(-1, static_cast<int32_t>(v.byte_.size()), state, words));
   } else {
-    REWIND_TRY(const SplitMask* sm, split_mask(truncated));
+    REWIND_TRY(const SplitMask* sm, split_mask(truncated, pool));
     words = sm->allowed;
     const std::vector<int32_t> roots = sm->context_roots;  // split_mask may run again below
     for (int32_t r : roots) {
@@ -392,7 +633,7 @@ Status GrammarAutomaton::compute_mask(int32_t state, TokenMask& words) {
   return Ok{};
 }
 
-Result<const TokenMask*> GrammarAutomaton::mask_locked(int32_t state) {
+Result<const TokenMask*> GrammarAutomaton::mask_locked(int32_t state, ThreadPool* pool) {
   auto it = masks_.find(state);
   if (it != masks_.end()) {
     ++hits_;
@@ -401,7 +642,7 @@ Result<const TokenMask*> GrammarAutomaton::mask_locked(int32_t state) {
   }
   ++misses_;
   TokenMask words;
-  REWIND_TRY_STATUS(compute_mask(state, words));
+  REWIND_TRY_STATUS(compute_mask(state, words, pool));
   const size_t bytes = words.size() * sizeof(uint64_t);
   while (!lru_.empty() && mask_bytes_ + bytes > limits_.mask_cache_bytes) {
     auto old = masks_.find(lru_.back());
@@ -409,24 +650,31 @@ Result<const TokenMask*> GrammarAutomaton::mask_locked(int32_t state) {
     masks_.erase(old);
     lru_.pop_back();
   }
+  if (!make_room(bytes + 2 * kNodeBytes + sizeof(CachedMask))) {
+    ++uncached_;  // used once, for this call
+    scratch_mask_ = std::move(words);
+    sync_budget();
+    return &scratch_mask_;
+  }
   lru_.push_front(state);
   auto& entry = masks_[state];
   entry.words = std::move(words);
   entry.lru = lru_.begin();
   mask_bytes_ += bytes;
+  sync_budget();
   return &entry.words;
 }
 
-Status GrammarAutomaton::allowed(int32_t state, uint64_t* out) {
+Status GrammarAutomaton::allowed(int32_t state, uint64_t* out, ThreadPool* pool) {
   std::lock_guard<std::mutex> lock(mu_);
-  REWIND_TRY(const TokenMask* m, mask_locked(state));
+  REWIND_TRY(const TokenMask* m, mask_locked(state, pool));
   std::memcpy(out, m->data(), m->size() * sizeof(uint64_t));
   return Ok{};
 }
 
-Status GrammarAutomaton::mask_logits(int32_t state, float* logits) {
+Status GrammarAutomaton::mask_logits(int32_t state, float* logits, ThreadPool* pool) {
   std::lock_guard<std::mutex> lock(mu_);
-  REWIND_TRY(const TokenMask* m, mask_locked(state));
+  REWIND_TRY(const TokenMask* m, mask_locked(state, pool));
   apply_token_mask(m->data(), logits, vocab_->n_vocab());
   return Ok{};
 }
@@ -470,7 +718,14 @@ AutomatonStats GrammarAutomaton::stats() {
   s.split_hits = split_hits_;
   s.split_misses = split_misses_;
   s.split_bytes = split_bytes_;
+  s.uncached = uncached_;
+  s.memory_bytes = footprint();
   return s;
+}
+
+size_t GrammarAutomaton::memory_bytes() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return footprint();
 }
 
 // ---- GrammarMatcher ----

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -35,6 +36,7 @@
 
 namespace rw {
 
+class ThreadPool;
 class Tokenizer;
 
 // A set of token ids, bit i of word i / 64.
@@ -63,6 +65,8 @@ class VocabTrie {
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
   bool is_eos(int32_t id) const;
   size_t memory_bytes() const;
+  // An upper bound of memory_bytes() for from_tokenizer(tok, ...), without building it.
+  static size_t memory_bound(const Tokenizer& tok);
 
  private:
   friend class GrammarAutomaton;
@@ -78,6 +82,20 @@ class VocabTrie {
   std::vector<int32_t> tok_begin_;
   std::vector<int32_t> tok_ids_;
   int32_t max_depth_ = 0;
+  // Node ranges of about equal size, each a run of whole subtrees of the root's children:
+  // the parts of a whole-trie walk that threads share.
+  std::vector<int32_t> chunk_begin_;
+};
+
+// A byte cap shared by several automata (a GrammarCache's): each charges what it holds
+// (states, frames, transitions, cached masks) and gives it back when it shrinks or is
+// destroyed. An automaton at the cap drops its own cached masks before it grows, computes a
+// mask it cannot keep without caching it, and refuses a new state (an error) only when its
+// masks are all gone and the cap is still passed.
+struct GrammarMemoryBudget {
+  explicit GrammarMemoryBudget(size_t cap_bytes) : cap(cap_bytes) {}
+  const size_t cap;
+  std::atomic<size_t> used{0};
 };
 
 struct AutomatonLimits {
@@ -87,13 +105,17 @@ struct AutomatonLimits {
   // LRU budget for allowed-token masks; their context-free parts take up to half as much
   // again (dropped all at once when full).
   size_t mask_cache_bytes = size_t{256} << 20;
+  // Shared byte cap (null: only the limits above).
+  std::shared_ptr<GrammarMemoryBudget> budget;
 };
 
 struct AutomatonStats {
   int64_t states = 0, stacks = 0, transitions = 0;
   int64_t mask_hits = 0, mask_misses = 0;
   int64_t split_hits = 0, split_misses = 0;  // context-free parts of masks
+  int64_t uncached = 0;  // masks computed but not kept (the shared budget was full)
   size_t mask_bytes = 0, split_bytes = 0;
+  size_t memory_bytes = 0;  // all of it (memory_bytes())
 };
 
 class GrammarAutomaton {
@@ -105,6 +127,9 @@ class GrammarAutomaton {
 
   GrammarAutomaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const VocabTrie> vocab,
                    AutomatonLimits limits = {});
+  ~GrammarAutomaton();
+  GrammarAutomaton(const GrammarAutomaton&) = delete;
+  GrammarAutomaton& operator=(const GrammarAutomaton&) = delete;
 
   int32_t initial_state() const { return initial_; }
   const VocabTrie& vocab() const { return *vocab_; }
@@ -118,13 +143,18 @@ class GrammarAutomaton {
   Result<int32_t> step_token(int32_t state, int32_t id);
   // The tokens allowed in `state` into out[0 .. vocab().n_words()): every token whose bytes
   // keep some stack alive, plus the end-of-sequence ids when the state is accepting.
-  Status allowed(int32_t state, uint64_t* out);
+  // With `pool` (its one caller being this caller) a mask that needs a walk of the whole trie
+  // is computed by its threads: the same bits whatever the thread count.
+  Status allowed(int32_t state, uint64_t* out, ThreadPool* pool = nullptr);
   // Applies the allowed mask of `state` to one row of logits (apply_token_mask).
-  Status mask_logits(int32_t state, float* logits);
+  Status mask_logits(int32_t state, float* logits, ThreadPool* pool = nullptr);
   bool is_accepting(int32_t state);
   // The fewest bytes that complete the grammar from `state` (0 when accepting).
   uint32_t min_bytes_to_accept(int32_t state);
   AutomatonStats stats();
+  // Bytes this automaton holds (vector capacities, hash-map entries estimated, cached masks);
+  // what it has charged to limits.budget.
+  size_t memory_bytes();
 
  private:
   struct Frame {
@@ -153,13 +183,29 @@ class GrammarAutomaton {
   Status expand(int32_t frame, std::vector<int32_t>& leaves, bool& accepting);
   Result<int32_t> intern_state(std::vector<int32_t>& leaves, bool accepting);
   Result<int32_t> transition(int32_t state, uint8_t byte);
-  Result<const TokenMask*> mask_locked(int32_t state);
-  Status compute_mask(int32_t state, TokenMask& words);
+  Result<const TokenMask*> mask_locked(int32_t state, ThreadPool* pool);
+  Status compute_mask(int32_t state, TokenMask& words, ThreadPool* pool);
   Result<int32_t> split_state(int32_t state);
-  Result<const SplitMask*> split_mask(int32_t truncated);
+  Result<const SplitMask*> split_mask(int32_t truncated, ThreadPool* pool);
+  // A walk of the whole trie from `state` into `words` on the pool's threads: they read the
+  // transition table only, leaving each unknown transition's subtree to the caller, which
+  // computes those transitions alone and hands the subtrees out again, until none is left.
+  // With `roots` (a split walk) a node whose state holds only the hole is put there instead.
+  Status walk_parallel(int32_t state, TokenMask& words, std::vector<int32_t>* roots,
+                       ThreadPool* pool);
   // Sets the bits of the tokens in trie nodes [node, end) reachable from `at` (the state
   // after node `node`'s bytes; node's own tokens included).
   Status walk_subtree(int32_t node, int32_t end, int32_t at, TokenMask& words);
+  // Recomputes the footprint and charges (or gives back) the change to the budget.
+  void sync_budget();
+  size_t footprint() const;
+  bool over_budget() const {
+    return limits_.budget &&
+           limits_.budget->used.load(std::memory_order_relaxed) > limits_.budget->cap;
+  }
+  // Drops cached masks (LRU first) and, if that is not enough, the context-free parts, until
+  // `want` more bytes fit the budget; false when they still do not.
+  bool make_room(size_t want);
   void new_epoch() {
     if (++seen_epoch_ == 0) {  // wrapped: old marks could match again
       std::fill(seen_mark_.begin(), seen_mark_.end(), 0);
@@ -185,6 +231,11 @@ class GrammarAutomaton {
   std::unordered_map<int32_t, SplitMask> splits_;  // dropped together past half the budget
   size_t split_bytes_ = 0;
   int64_t hits_ = 0, misses_ = 0, n_transitions_ = 0, split_hits_ = 0, split_misses_ = 0;
+  int64_t uncached_ = 0;
+  size_t charged_ = 0;          // bytes charged to limits_.budget
+  size_t state_key_bytes_ = 0;  // heap bytes of state_ids_'s keys
+  TokenMask scratch_mask_;      // a mask the budget had no room to keep
+  SplitMask scratch_split_;     // likewise, a context-free part
   // Scratch for expand: frames seen in the current closure.
   std::vector<uint32_t> seen_mark_;
   uint32_t seen_epoch_ = 0;
@@ -199,8 +250,12 @@ class GrammarMatcher {
 
   // The allowed tokens now into out[0 .. n_words): see GrammarAutomaton::allowed. Nothing is
   // allowed once an end-of-sequence token was accepted.
-  Status allowed(uint64_t* out) const { return automaton_->allowed(state(), out); }
-  Status mask_logits(float* logits) const { return automaton_->mask_logits(state(), logits); }
+  Status allowed(uint64_t* out, ThreadPool* pool = nullptr) const {
+    return automaton_->allowed(state(), out, pool);
+  }
+  Status mask_logits(float* logits, ThreadPool* pool = nullptr) const {
+    return automaton_->mask_logits(state(), logits, pool);
+  }
   // Advances by one token. An error (token not allowed, or an automaton limit) changes nothing.
   Status accept(int32_t id);
   // Advances by several tokens (a speculative draft); stops at the first that is not allowed

@@ -47,7 +47,61 @@ std::string raw_string_rule(const ojson& s) {
   return out + " )";
 }
 
+bool is_strict(const ojson& f) {
+  return f.contains("strict") && f["strict"].is_boolean() && f["strict"].get<bool>();
+}
+
+// A GBNF character class (inside [...]) escape of an ASCII byte.
+std::string class_char(char c) {
+  if (c == ']' || c == '[' || c == '\\' || c == '^' || c == '-') return std::string("\\") + c;
+  return std::string(1, c);
+}
+
+// Rules `prefix`0 .. `prefix`(m-1): text (any characters) that never contains `tag` (ASCII,
+// m bytes): rule q is where the text so far ends in the first q bytes of the tag and no
+// earlier match (the states of the Knuth-Morris-Pratt automaton); the text may end anywhere.
+std::string text_without(const std::string& tag, const std::string& prefix) {
+  const size_t m = tag.size();
+  std::string chars;  // the tag's distinct bytes
+  for (char c : tag)
+    if (chars.find(c) == std::string::npos) chars += c;
+  // next(q, c): the longest prefix of the tag that ends the text tag[0..q) + c.
+  auto next = [&](size_t q, char c) {
+    const std::string t = tag.substr(0, q) + c;
+    for (size_t k = std::min(m, t.size()); k > 0; --k)
+      if (t.compare(t.size() - k, k, tag, 0, k) == 0) return k;
+    return size_t{0};
+  };
+  std::string other = "[^";
+  for (char c : chars) other += class_char(c);
+  other += "]";
+  std::string out;
+  for (size_t q = 0; q < m; ++q) {
+    out += prefix + std::to_string(q) + " ::= \"\" | " + other + " " + prefix + "0";
+    for (char c : chars) {
+      const size_t n = next(q, c);
+      if (n == m) continue;  // the whole tag: not free text
+      out += " | [" + class_char(c) + "] " + prefix + std::to_string(n);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string tool_call_opening(ToolCallFormat format) {
+  return format == ToolCallFormat::JsonList ? "<TOOLCALL>" : "<tool_call>";
+}
+
+bool has_strict_tool(const ojson& tools) {
+  if (!tools.is_array()) return false;
+  for (const ojson& t : tools) {
+    const ojson& f = t.is_object() && t.contains("function") ? t["function"] : t;
+    if (f.is_object() && is_strict(f)) return true;
+  }
+  return false;
+}
 
 Result<std::string> tool_call_gbnf(const ojson& tools, const ToolGrammarOptions& opt) {
   if (!tools.is_array() || tools.empty()) return make_error("tool calls: no tools are declared");
@@ -66,6 +120,21 @@ Result<std::string> tool_call_gbnf(const ojson& tools, const ToolGrammarOptions&
                        : ojson{{"type", "object"}};
     const std::string id = "tc" + std::to_string(i);
     const std::string where = "tools[" + std::to_string(i) + "].function.parameters";
+    if (opt.lazy && !is_strict(f)) {
+      // Not strict: any arguments.
+      if (opt.format != ToolCallFormat::XmlTag) {
+        rules += id +
+                 " ::= " + gbnf_literal("{\"name\": " + ojson(name).dump() + ", \"arguments\": ") +
+                 " tc-any-object \"}\"\n";
+        schemas.push_back({"tc-any-object", ojson{{"type", "object"}}});
+      } else {
+        rules += id + " ::= " + gbnf_literal("<function=" + name + ">\n") +
+                 " ( \"<parameter=\" [^<>\\n]+ \">\\n\" [^<]* \"\\n</parameter>\\n\" )* " +
+                 gbnf_literal("</function>") + "\n";
+      }
+      calls.push_back(id);
+      continue;
+    }
     // Each tool's schema on its own first, so that a refusal names the tool.
     if (auto whole = json_schema_to_gbnf(params); !whole.ok())
       return make_error(where + ": " + whole.error_message());
@@ -109,6 +178,12 @@ Result<std::string> tool_call_gbnf(const ojson& tools, const ToolGrammarOptions&
     calls.push_back(id);
   }
   if (calls.empty()) return make_error("tool calls: no tool is named '" + opt.only + "'");
+  // One any-object rule for all the tools that are not strict.
+  std::sort(schemas.begin(), schemas.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  schemas.erase(std::unique(schemas.begin(), schemas.end(),
+                            [](const auto& a, const auto& b) { return a.first == b.first; }),
+                schemas.end());
   auto json_rules = json_schema_rules(schemas);
   if (!json_rules.ok()) return make_error("tool calls: " + json_rules.error_message());
   std::string call = "tc-call ::= ";
@@ -124,6 +199,13 @@ Result<std::string> tool_call_gbnf(const ojson& tools, const ToolGrammarOptions&
       root = "root ::= \"<TOOLCALL>[\" tc-call" +
              std::string(opt.parallel ? " ( \", \" tc-call )*" : "") + " \"]</TOOLCALL>\"\n";
       break;
+  }
+  if (opt.lazy) {
+    // The calls become an optional tail after free text without their opening tag.
+    const size_t at = root.find("root ::=");
+    root.replace(at, 8, "tc-calls ::=");
+    root = "root ::= tc-free0 tc-calls?\n" +
+           text_without(tool_call_opening(opt.format), "tc-free") + root;
   }
   return root + call + "\n" + rules + json_rules.value();
 }

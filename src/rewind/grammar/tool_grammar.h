@@ -13,6 +13,12 @@
 //             required ones always, optional ones possibly left out.
 //   JsonList  <TOOLCALL>[{"name": "NAME", "arguments": ARGS}, ...]</TOOLCALL>   (Nemotron-H)
 // Several calls are separated by a newline (JsonTag, XmlTag) or ", " (JsonList).
+//
+// Lazy (tool_choice "auto" with `strict` tools, as llama.cpp's grammar triggers): free text
+// that never contains the format's opening tag ("<tool_call>", "<TOOLCALL>"), then optionally
+// the tool calls from that tag on, as above. Only the functions marked "strict": true get
+// their parameter schemas; the others take any arguments (a JSON object; XmlTag: any
+// parameters whose values hold no '<').
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,7 +34,14 @@ struct ToolGrammarOptions {
   ToolCallFormat format = ToolCallFormat::JsonTag;
   std::string only;      // non-empty: only this function may be called
   bool parallel = true;  // one or more calls (else exactly one)
+  bool lazy = false;     // free text first; the calls only from the opening tag on
 };
+
+// The tag that opens the tool calls of `format` (the trigger of a lazy grammar).
+std::string tool_call_opening(ToolCallFormat format);
+
+// True when some tool of `tools` has "function": {"strict": true}.
+bool has_strict_tool(const nlohmann::ordered_json& tools);
 
 // GBNF (root rule `root`) for the tool calls of `tools`, an OpenAI tools array
 // ([{"type": "function", "function": {"name", "parameters"?, ...}}]). Errors: no tools, `only`

@@ -322,6 +322,7 @@ struct HttpServer::Impl {
   // request that asks for a grammar), and the chat template's tool-call syntax.
   mutable std::once_flag grammar_once;
   mutable std::unique_ptr<GrammarCache> grammars;
+  mutable std::atomic<const GrammarCache*> grammars_ready{nullptr};  // for /metrics
   std::optional<ToolCallFormat> tool_format;
 
   // One generation request from submit to its final event; its events run on the
@@ -384,6 +385,10 @@ struct HttpServer::Impl {
     // Bytes the transport holds or has reserved (bodies, read buffers, queued answers): in
     // /metrics, under the cap max_buffered.
     metrics.track_memory("http_buffers", [this] { return transport->buffered_bytes(); });
+    metrics.track_memory("grammar", [this] {
+      const GrammarCache* g = grammars_ready.load();
+      return g ? static_cast<int64_t>(g->memory_bytes() + g->vocab().memory_bytes()) : 0;
+    });
     tool_format = probe_tool_format();
   }
 
@@ -421,7 +426,8 @@ struct HttpServer::Impl {
       lim.mask_cache_bytes = size_t{64} << 20;
       grammars = std::make_unique<GrammarCache>(
           std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(tok, std::move(eos))),
-          kGrammarCacheEntries, lim);
+          kGrammarCacheEntries, lim, opt.grammar_cache_bytes);
+      grammars_ready.store(grammars.get());
     });
     if (grammars->vocab().eos_ids().empty())
       return bad_request("'" + from +
@@ -808,6 +814,17 @@ struct HttpServer::Impl {
       return attach_grammar(g.value(), "tool_choice", p);
     }
     if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
+    if (c.parse_tools && tool_format && has_strict_tool(c.tools)) {
+      // tool_choice "auto" with strict tools: free text until the template's tool-call tag,
+      // then calls whose strict functions' arguments follow their schemas.
+      ToolGrammarOptions to;
+      to.format = *tool_format;
+      to.parallel = c.parallel_tool_calls;
+      to.lazy = true;
+      auto g = tool_call_gbnf(c.tools, to);
+      if (!g.ok()) return bad_request(g.error_message());
+      return attach_grammar(g.value(), "tools", p);
+    }
     return std::nullopt;
   }
 

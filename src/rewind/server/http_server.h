@@ -117,6 +117,8 @@ struct ServerOptions {
   size_t max_target_bytes = 8192;         // request-target (414)
   int max_connections = 512;              // open connections in total (503 beyond)
   int max_connections_per_client = 64;    // open connections from one address (503 beyond)
+  // Byte cap of the compiled grammars and their cached masks (grammar/grammar_cache.h).
+  size_t grammar_cache_bytes = size_t{256} << 20;
   // Reported by GET /props: the model's path, where the chat template came from ("model", or
   // "rewind-chatml" when the model has none) and the build ("rewind VERSION (commit C)").
   std::string model_path;

@@ -447,6 +447,10 @@ Status parse_tools(const json& j, ParsedChatRequest* out) {
       }
       if (const json* p = field(*f, "parameters"))
         if (!p->is_object()) return type_error(w + ".function.parameters", "an object", *p);
+      if (const json* st = field(*f, "strict")) {
+        REWIND_TRY(const bool strict, get_bool(*st, w + ".function.strict"));
+        (void)strict;
+      }
     }
     if (!tools->empty()) out->tools = *tools;
   }
