@@ -266,7 +266,12 @@ EngineMetrics BatchEngine::metrics() const {
     if (kind == "snapshots") bytes = Snapshot::live_bytes();
   }
   // The tier's writer works between steps too (thread-safe).
-  if (opt_.cache_enabled && opt_.cache.tier) m.cache.tier = opt_.cache.tier->stats();
+  if (opt_.cache_enabled && opt_.cache.tier) {
+    m.cache.tiers = opt_.cache.tier->all_stats();
+    m.cache.tier = TierStats{};
+    for (const TierStats& t : m.cache.tiers)
+      if (t.name == "disk") m.cache.tier = t;
+  }
   return m;
 }
 
