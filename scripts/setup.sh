@@ -14,7 +14,7 @@ TEST_PKGS=(
   libgtest-dev libgmock-dev
   clang-format clang libclang-rt-14-dev
   curl nodejs chromium
-  redis-server redis-tools
+  redis-server redis-tools haproxy
 )
 
 mode=full
