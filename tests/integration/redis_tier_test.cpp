@@ -397,6 +397,8 @@ void expect_edited_answer(const Server& s, bool expect_shared) {
     EXPECT_GE(d["hits"].get<int>(), 1) << d.dump();
     EXPECT_GT(d["bytes_read"].get<int>(), 0) << d.dump();
     EXPECT_GE(curl(s, "GET", "/v1/cache").j()["tiers"]["resumes"].get<int>(), 1);
+    EXPECT_GT(u["rewind"]["tier_tokens"].get<int>(), 0) << u.dump();
+    EXPECT_LE(u["rewind"]["tier_tokens"].get<int>(), cached) << u.dump();
   }
   EXPECT_EQ(curl(s, "GET", "/health").status, 200);
 }
