@@ -91,6 +91,7 @@ struct TierStats {
   bool down = false;         // calls are skipped until the backoff has passed
   int64_t reconnects = 0;    // times the server answered again after being down
   int64_t existing = 0;      // put()s not sent: another process had stored the object already
+  int64_t redirects = 0;     // cluster MOVED / ASK replies followed
   int64_t probes = 0;        // probe() round trips
   double probe_seconds = 0;  // time in probe()
 };

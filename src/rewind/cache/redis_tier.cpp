@@ -173,6 +173,7 @@ void RedisTier::send_batch(std::vector<std::shared_ptr<Job>>& batch) {
   const double t0 = now_s();
   std::vector<RedisClient::Command> cmds;
   for (const auto& j : batch) cmds.push_back({"EXISTS", object_key(j->id.key, j->id.kind)});
+  const int64_t r0 = writer_client_.redirects();
   auto ex = writer_client_.run(cmds);
   if (!ex.ok()) {
     call_failed(ex.error_message());
@@ -227,6 +228,7 @@ void RedisTier::send_batch(std::vector<std::shared_ptr<Job>>& batch) {
     if (opt_.ttl_s > 0)
       cmds.push_back({"EXPIRE", index_key(o.page_start), std::to_string(opt_.ttl_s)});
   }
+  auto count_redirects = [&] { redirects_ += writer_client_.redirects() - r0; };
   uint64_t bytes = 0;
   int64_t writes = 0, errors = 0;
   std::string err;
@@ -255,6 +257,7 @@ void RedisTier::send_batch(std::vector<std::shared_ptr<Job>>& batch) {
       remember_locked(batch[i]->id);
     }
   }
+  count_redirects();
   std::lock_guard<std::mutex> lock(mu_);
   st_.existing += existing;
   st_.writes += writes;
@@ -290,7 +293,9 @@ void RedisTier::probe(std::span<const ContentKey> prefix_keys, int64_t page_toke
     }
   }
   std::unique_lock<std::mutex> rl(read_mu_);
+  const int64_t r0 = reader_.redirects();
   auto rs = reader_.run(cmds);
+  redirects_ += reader_.redirects() - r0;
   rl.unlock();
   if (!rs.ok()) {
     call_failed(rs.error_message());
@@ -361,7 +366,9 @@ bool RedisTier::get(const ContentKey& key, TierKind kind, const TierLayout& layo
   if (!may_call()) return miss();
   const std::string rkey = object_key(key, kind);
   std::unique_lock<std::mutex> rl(read_mu_);
+  const int64_t r0 = reader_.redirects();
   auto rs = reader_.run({{"GET", rkey}});
+  redirects_ += reader_.redirects() - r0;
   rl.unlock();
   if (!rs.ok()) {
     call_failed(rs.error_message());
@@ -416,6 +423,7 @@ TierStats RedisTier::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   TierStats s = st_;
   s.objects = static_cast<int64_t>(known_.size());
+  s.redirects = redirects_.load();
   s.down = down_;
   return s;
 }

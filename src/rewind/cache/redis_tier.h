@@ -115,6 +115,7 @@ class RedisTier final : public CacheTier {
   double retry_at_ = 0;
   int backoff_ms_ = 0;
   std::string last_write_error_;
+  std::atomic<int64_t> redirects_{0};  // both clients' MOVED / ASK followed
   TierStats st_;
 
   std::mutex read_mu_;  // the reading connection

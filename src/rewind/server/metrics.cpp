@@ -259,6 +259,7 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
     counter("redis_corrupt", "Damaged values (bad checksum, size) skipped and deleted.", r.corrupt);
     counter("redis_foreign", "Values of another model or format version skipped.", r.foreign);
     counter("redis_reconnects", "Times Redis answered again after being down.", r.reconnects);
+    counter("redis_redirects", "Cluster MOVED and ASK replies followed.", r.redirects);
     gauge("redis_down", "1 while the shared tier is down (local-only caching).",
           r.down ? 1.0 : 0.0);
     gauge("redis_queued", "Objects waiting for the shared tier's publisher.",
@@ -353,6 +354,7 @@ nlohmann::json redis_json(const CacheStats& c) {
             {"write_ms_avg", avg_ms(r.write_seconds, r.writes)},
             {"existing", r.existing},
             {"reconnects", r.reconnects},
+            {"redirects", r.redirects},
             {"errors",
              {{"connection", r.errors},
               {"write", r.write_errors},
