@@ -174,6 +174,11 @@ std::vector<CommandSpec> build_specs() {
              "eviction or a restart"},
             {"--cache-disk", "", "GiB", "disk budget of --cache-dir (16; LRU beyond)"},
             {"--cache-fsync", "", "", "fdatasync each --cache-dir file before its rename"},
+            {"--cache-redis", "", "URL",
+             "share checkpoints and KV pages with other replicas of the model through Redis: "
+             "redis://HOST:PORT[,HOST:PORT...] (standalone or cluster)"},
+            {"--cache-redis-timeout", "", "MS", "timeout of each --cache-redis call (250)"},
+            {"--cache-redis-ttl", "", "S", "expiry of each --cache-redis object (0: none)"},
             {"--checkpoint-interval", "", "N",
              "checkpoint grid in tokens (512; 0: none, turn starts still count)"},
             {"--checkpoint-max", "", "N", "checkpoints kept per branch (32; 0: no limit)"},

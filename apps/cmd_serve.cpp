@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "commands.h"
 #include "rewind/base/memory.h"
 #include "rewind/cache/disk_tier.h"
+#include "rewind/cache/redis_tier.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
 #include "rewind/grammar/matcher.h"
@@ -203,8 +205,14 @@ int cmd_serve(int argc, char** argv) {
       static_cast<int32_t>(std::min<int64_t>(tok->vocab_size(), m.config().vocab_size));
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());
   eo.spec = spec->cfg;
-  // The disk tier under the prefix cache (docs/ARCHITECTURE.md, "Disk tier").
+  // The tiers under the prefix cache (docs/ARCHITECTURE.md, "Disk tier" and "Shared tier"):
+  // both are bound to the model's fingerprint and the KV element types.
+  const KvTypes kvt = m.state_shape().kv_types;
+  const uint8_t kv_code =
+      static_cast<uint8_t>((static_cast<unsigned>(kvt.k) << 4) | static_cast<unsigned>(kvt.v));
+  const std::string kv_name = std::string(kv_type_name(kvt.k)) + "/" + kv_type_name(kvt.v);
   std::shared_ptr<DiskTier> disk;
+  std::optional<Hash128> fingerprint;
   if (args->has("--cache-dir")) {
     if (!eo.cache_enabled) return fail("--cache-dir needs the prefix cache (drop --no-cache)");
     auto gib = args->num("--cache-disk", 16);
@@ -224,13 +232,11 @@ int cmd_serve(int argc, char** argv) {
     const double t0 = now_seconds();
     // The KV element types are part of what a page's bytes mean: another choice is a foreign
     // file (headers: K's type code in the high nibble, V's in the low one; f32/f32 is 0).
-    const KvTypes kvt = m.state_shape().kv_types;
-    d.kv_dtype = static_cast<uint8_t>((static_cast<unsigned>(kvt.k) << 4) |
-                                      static_cast<unsigned>(kvt.v));
-    auto fp = model_fingerprint(dir, m, d.dir + "/model-digests",
-                                std::string(kv_type_name(kvt.k)) + "/" + kv_type_name(kvt.v));
+    d.kv_dtype = kv_code;
+    auto fp = model_fingerprint(dir, m, d.dir + "/model-digests", kv_name);
     if (!fp.ok()) return fail(fp.error_message());
     d.fingerprint = fp.value();
+    fingerprint = fp.value();
     d.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
     // Fault injection for the tests (tests/integration/disk_tier_test.cpp).
     if (const char* e = std::getenv("REWIND_TEST_CACHE_FAIL_AFTER_BYTES"))
@@ -249,6 +255,41 @@ int cmd_serve(int argc, char** argv) {
     eo.cache.tier = disk;
   } else if (args->has("--cache-disk") || args->has("--cache-fsync")) {
     return fail("--cache-disk and --cache-fsync need --cache-dir");
+  }
+  std::shared_ptr<RedisTier> redis;
+  const uint64_t redis_queue = std::min<uint64_t>(uint64_t{256} << 20, eo.cache.budget_bytes);
+  if (args->has("--cache-redis")) {
+    if (!eo.cache_enabled) return fail("--cache-redis needs the prefix cache (drop --no-cache)");
+    auto eps = parse_redis_url(args->str("--cache-redis"));
+    if (!eps.ok()) return fail("--cache-redis: " + eps.error_message());
+    auto to = args->int_("--cache-redis-timeout", 250);
+    if (!to.ok()) return fail(to.error_message());
+    if (to.value() < 1 || to.value() > 60000) return fail("--cache-redis-timeout: 1 to 60000 ms");
+    auto ttl = args->int_("--cache-redis-ttl", 0);
+    if (!ttl.ok()) return fail(ttl.error_message());
+    if (ttl.value() < 0) return fail("--cache-redis-ttl must be >= 0");
+    if (!fingerprint) {
+      // Without --cache-dir the weight files' digests are computed at each start.
+      auto fp = model_fingerprint(dir, m, "", kv_name);
+      if (!fp.ok()) return fail(fp.error_message());
+      fingerprint = fp.value();
+    }
+    RedisTier::Options r;
+    r.endpoints = std::move(eps).value();
+    r.fingerprint = *fingerprint;
+    r.kv_dtype = kv_code;
+    r.timeout_ms = static_cast<int>(to.value());
+    r.ttl_s = ttl.value();
+    r.queue_bytes = redis_queue;
+    r.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+    redis = RedisTier::open(r);
+    if (disk)
+      eo.cache.tier =
+          std::make_shared<TierStack>(std::vector<std::shared_ptr<CacheTier>>{disk, redis});
+    else
+      eo.cache.tier = redis;
+  } else if (args->has("--cache-redis-timeout") || args->has("--cache-redis-ttl")) {
+    return fail("--cache-redis-timeout and --cache-redis-ttl need --cache-redis");
   }
   BatchEngine engine(m, &pool, eo);
 
@@ -290,6 +331,7 @@ int cmd_serve(int argc, char** argv) {
     bound.add("http", buffered_cap +
                           max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
                           http_threads * kJsonTreeFactor * max_body.value());
+    if (redis) bound.add("redis_queue", static_cast<int64_t>(redis_queue));
     if (disk)
       bound.add("disk_queue",
                 static_cast<int64_t>(std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes)));
@@ -363,6 +405,7 @@ int cmd_serve(int argc, char** argv) {
   sig_thread.join();
   engine.shutdown(/*drain=*/false);
   if (disk) disk->flush();  // the checkpoints still queued reach the disk
+  if (redis) redis->flush();  // and Redis, while it answers
   std::fprintf(stderr, "rewind serve: stopped\n");
   return 0;
 }

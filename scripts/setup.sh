@@ -8,12 +8,13 @@ set -euo pipefail
 RUNTIME_PKGS=(
   cmake ninja-build g++ pkg-config
   nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  libboost1.81-dev libcurl4-openssl-dev libssl-dev libedit-dev libxxhash-dev
+  libboost1.81-dev libcurl4-openssl-dev libssl-dev libedit-dev libxxhash-dev libhiredis-dev
 )
 TEST_PKGS=(
   libgtest-dev libgmock-dev
   clang-format clang libclang-rt-14-dev
   curl nodejs chromium
+  redis-server redis-tools haproxy
 )
 
 mode=full

@@ -215,6 +215,7 @@ void expect_edited_answer(const Server& s, bool expect_disk) {
     EXPECT_LE(rerun, kInterval + (ref.prompt_tokens - ref.edit_at))
         << "resumed from the newest checkpoint before the edit (cached " << cached << ", edit at "
         << ref.edit_at << ")";
+    EXPECT_GT(u["rewind"]["tier_tokens"].get<int>(), 0) << u.dump();
     const json d = disk_stats(s);
     EXPECT_GE(d["hits"].get<int>(), 1) << d.dump();
     EXPECT_GT(d["bytes_read"].get<int>(), 0) << d.dump();

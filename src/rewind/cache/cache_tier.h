@@ -56,11 +56,15 @@ struct TierPut {
   TierLayout layout;
   std::vector<std::span<const std::byte>> parts;
   std::shared_ptr<const void> owner;
+  // Checkpoints: the page size and the key of t[0, page_tokens * floor(pos / page_tokens)), for a
+  // tier that indexes checkpoints by page (the shared one); page_tokens 0: not given.
+  int64_t page_tokens = 0;
+  ContentKey page_start;
 };
 
 struct TierStats {
   bool enabled = false;
-  std::string name;  // "disk"
+  std::string name;  // "disk", "redis"
   // Objects and bytes held now (written), the budget, the write queue.
   int64_t objects = 0;
   uint64_t bytes = 0;
@@ -81,6 +85,15 @@ struct TierStats {
   int64_t foreign = 0;       // another model or format version: skipped, left alone
   int64_t stale_temp = 0;    // unfinished temporary files found at start and removed
   int64_t restored = 0;      // objects indexed at start
+  // Remote tiers (the shared one).
+  int64_t get_misses = 0;    // get() of an object the tier did not have (or could not read)
+  int64_t errors = 0;        // connection errors, timeouts, protocol errors
+  bool down = false;         // calls are skipped until the backoff has passed
+  int64_t reconnects = 0;    // times the server answered again after being down
+  int64_t existing = 0;      // put()s not sent: another process had stored the object already
+  int64_t redirects = 0;     // cluster MOVED / ASK replies followed
+  int64_t probes = 0;        // probe() round trips
+  double probe_seconds = 0;  // time in probe()
 };
 
 class CacheTier {
@@ -104,6 +117,37 @@ class CacheTier {
   // Blocks until every queued write has been done or dropped.
   virtual void flush() = 0;
   virtual TierStats stats() const = 0;
+  // Before a lookup asks contains() along one prompt: `prefix_keys[k]` is the key of its first k
+  // tokens, and positions at or below `from` need no answer. A remote tier learns in one round
+  // trip which pages (every `page_tokens`) and checkpoints it holds there; a local one has nothing
+  // to do.
+  virtual void probe(std::span<const ContentKey> /*prefix_keys*/, int64_t /*page_tokens*/,
+                     int64_t /*from*/) {}
+  // Each tier's own figures (a TierStack: one per tier, top first).
+  virtual std::vector<TierStats> all_stats() const { return {stats()}; }
+};
+
+// Tiers on top of each other (the disk, then the shared Redis tier): contains() asks each, put()
+// goes to every tier that lacks the object, get() reads the first tier holding a good copy and
+// copies it up into the tiers above (a Redis hit lands on disk too), probe(), touch(), evict()
+// and flush() go to all. stats() is the top tier's.
+class TierStack final : public CacheTier {
+ public:
+  explicit TierStack(std::vector<std::shared_ptr<CacheTier>> tiers);
+  std::span<const uint8_t> fingerprint() const override { return tiers_[0]->fingerprint(); }
+  bool contains(const ContentKey& key, TierKind kind) const override;
+  void put(TierPut obj) override;
+  void touch(const ContentKey& key, TierKind kind) override;
+  bool get(const ContentKey& key, TierKind kind, const TierLayout& layout,
+           std::span<std::byte> out) override;
+  void evict(const ContentKey& key, TierKind kind) override;
+  void flush() override;
+  TierStats stats() const override { return tiers_[0]->stats(); }
+  void probe(std::span<const ContentKey> prefix_keys, int64_t page_tokens, int64_t from) override;
+  std::vector<TierStats> all_stats() const override;
+
+ private:
+  std::vector<std::shared_ptr<CacheTier>> tiers_;
 };
 
 }  // namespace rw

@@ -505,8 +505,15 @@ struct CacheCore {
     }
 
     thin(path, n);
+    // Every snapshot on the path goes to the tier, not only this request's: one the tier lost
+    // (a shared tier restarted empty) is offered again; those it holds are only touched.
+    std::vector<std::shared_ptr<const Snapshot>> on_path;
+    if (opt.tier && !from_tier)
+      for (CacheNode* c : path)
+        for (const auto& s : c->snaps)
+          if (s->pos() <= n) on_path.push_back(s->snap);
     evict_to_budget();
-    if (opt.tier && !from_tier) write_behind(t, pages, snaps);
+    if (opt.tier && !from_tier) write_behind(t, pages, on_path);
   }
 
   // --- the tier (cache/cache_tier.h) -------------------------------------------------------
@@ -568,6 +575,8 @@ struct CacheCore {
       } else {
         const std::shared_ptr<const Snapshot>& sn = snaps[o.index];
         put.layout = ckpt_layout(o.pos);
+        put.page_tokens = pt;
+        put.page_start = tier_keys[static_cast<size_t>(o.pos / pt * pt)];
         if (put.layout.rec_bytes > 0)
           put.parts.push_back(
               std::as_bytes(std::span<const float>(sn->rec.data(), sn->rec.size())));
@@ -602,6 +611,7 @@ struct CacheCore {
     CacheTier& tier = *opt.tier;
     chain_keys(t, n - 1, &tier_keys);
     auto key = [&](int64_t k) -> const ContentKey& { return tier_keys[static_cast<size_t>(k)]; };
+    tier.probe(tier_keys, pt, p_ram);  // a remote tier learns what it holds in one round trip
     // Full pages 0 .. full-1 are at hand: RAM holds those inside [0, L), the tier the others.
     int64_t full = 0;
     if (opt.has_attention)
@@ -995,7 +1005,11 @@ CacheStats PrefixCache::stats() const {
   CacheStats s = core_->st;
   s.budget_bytes = core_->opt.budget_bytes;
   s.over_budget = core_->bytes() > core_->opt.budget_bytes;
-  if (core_->opt.tier) s.tier = core_->opt.tier->stats();
+  if (core_->opt.tier) {
+    s.tiers = core_->opt.tier->all_stats();
+    for (const TierStats& t : s.tiers)
+      if (t.name == "disk") s.tier = t;
+  }
   return s;
 }
 

@@ -266,7 +266,12 @@ EngineMetrics BatchEngine::metrics() const {
     if (kind == "snapshots") bytes = Snapshot::live_bytes();
   }
   // The tier's writer works between steps too (thread-safe).
-  if (opt_.cache_enabled && opt_.cache.tier) m.cache.tier = opt_.cache.tier->stats();
+  if (opt_.cache_enabled && opt_.cache.tier) {
+    m.cache.tiers = opt_.cache.tier->all_stats();
+    m.cache.tier = TierStats{};
+    for (const TierStats& t : m.cache.tiers)
+      if (t.name == "disk") m.cache.tier = t;
+  }
   return m;
 }
 
@@ -390,6 +395,7 @@ void BatchEngine::admit(Seq& s) {
     s.state->resume(s.hit->pages, s.hit->snapshot.get(), s.hit->resume_pos);
     s.report.diverged_at = s.hit->common_prefix;
     s.report.hit = s.hit->kind;
+    s.report.tier_tokens = s.hit->tier_tokens;
     s.cuts = opt_.cache.policy.cut_points(s.state->n_pos(), n, s.req.boundaries);
     s.cuts = cap_cuts(std::move(s.cuts), s.req.anchor, opt_.cache.policy.max_per_branch);
   }

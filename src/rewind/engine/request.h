@@ -82,6 +82,7 @@ struct RequestReport {
   int64_t resumed_at = 0;         // p: prompt tokens resumed from the cache ("cached tokens")
   int64_t rerun_tokens = 0;       // n - p
   int64_t lost_to_spacing = 0;    // min(L, n-1) - p
+  int64_t tier_tokens = 0;        // of p, tokens read back from a tier (disk, Redis) for it
   HitKind hit = HitKind::Miss;
   int64_t snapshots_taken = 0;    // checkpoints this request took
   double snapshot_ms = 0;         // time spent taking them

@@ -226,6 +226,7 @@ class Generation {
       ru.diverged_at = ev.report.diverged_at;
       ru.resumed_at = ev.report.resumed_at;
       ru.lost_to_spacing = ev.report.lost_to_spacing;
+      ru.tier_tokens = ev.report.tier_tokens;
       ru.hit = hit_kind_name(ev.report.hit);
       rerun_tokens_ = ev.report.rerun_tokens;
       ttft_ms_ = ev.report.ttft_ms;

@@ -222,6 +222,49 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
     gauge("disk_queued", "Objects waiting for the disk tier's writer.",
           static_cast<double>(d.queued));
   }
+  if (!c.tiers.empty()) {
+    // Lookups over all tiers together (disk, then Redis).
+    counter("tier_resumes", "Lookups resumed deeper than RAM from a tier (disk or Redis).",
+            c.tier_hits);
+    counter("tier_misses", "Lookups where no tier had anything deeper than RAM.", c.tier_misses);
+    counter("tier_tokens", "Prompt tokens resumed from a tier beyond RAM's resume point.",
+            c.tier_tokens);
+    p.one("rewind_cache_tier_load_seconds_total", "counter",
+          "Time lookups spent asking the tiers and reading their objects.", c.tier_load_ms / 1e3);
+  }
+  for (const TierStats& r : c.tiers) {
+    if (r.name != "redis") continue;
+    // The shared tier (--cache-redis): hits and misses are objects asked of it.
+    counter("redis_hits", "Objects read from the shared (Redis) tier.", r.reads);
+    counter("redis_misses", "Objects asked of the shared tier that it did not have.", r.get_misses);
+    counter("redis_read_bytes", "Bytes read from the shared tier.",
+            static_cast<int64_t>(r.bytes_read));
+    p.one("rewind_cache_redis_read_seconds_total", "counter", "Time spent reading objects.",
+          r.read_seconds);
+    counter("redis_probes", "Round trips asking which pages and checkpoints lie along a prompt.",
+            r.probes);
+    p.one("rewind_cache_redis_probe_seconds_total", "counter", "Time spent in those round trips.",
+          r.probe_seconds);
+    counter("redis_writes", "Objects published to the shared tier.", r.writes);
+    counter("redis_written_bytes", "Bytes published to the shared tier.",
+            static_cast<int64_t>(r.bytes_written));
+    p.one("rewind_cache_redis_write_seconds_total", "counter",
+          "Publisher thread time spent sending objects.", r.write_seconds);
+    counter("redis_existing", "Objects not sent: another replica had published them.", r.existing);
+    counter("redis_errors", "Connection errors, timeouts and protocol errors.", r.errors);
+    counter("redis_write_errors", "Writes refused by Redis (out of memory); the object dropped.",
+            r.write_errors);
+    counter("redis_dropped", "Objects not published: the queue was full or Redis was down.",
+            r.dropped);
+    counter("redis_corrupt", "Damaged values (bad checksum, size) skipped and deleted.", r.corrupt);
+    counter("redis_foreign", "Values of another model or format version skipped.", r.foreign);
+    counter("redis_reconnects", "Times Redis answered again after being down.", r.reconnects);
+    counter("redis_redirects", "Cluster MOVED and ASK replies followed.", r.redirects);
+    gauge("redis_down", "1 while the shared tier is down (local-only caching).",
+          r.down ? 1.0 : 0.0);
+    gauge("redis_queued", "Objects waiting for the shared tier's publisher.",
+          static_cast<double>(r.queued));
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   MemoryReport mem = em.memory;
@@ -288,6 +331,39 @@ nlohmann::json disk_json(const CacheStats& c) {
             {"foreign", d.foreign},
             {"stale_temp", d.stale_temp}}}};
 }
+// The shared tier's figures for /v1/cache ({"enabled": false} without --cache-redis).
+nlohmann::json redis_json(const CacheStats& c) {
+  for (const TierStats& r : c.tiers) {
+    if (r.name != "redis") continue;
+    auto avg_ms = [](double s, int64_t n) {
+      return n > 0 ? s * 1e3 / static_cast<double>(n) : 0.0;
+    };
+    return {{"enabled", true},
+            {"down", r.down},
+            {"known_objects", r.objects},
+            {"queued", r.queued},
+            {"queued_bytes", r.queued_bytes},
+            {"hits", r.reads},
+            {"misses", r.get_misses},
+            {"bytes_read", r.bytes_read},
+            {"read_ms_avg", avg_ms(r.read_seconds, r.reads + r.get_misses)},
+            {"probes", r.probes},
+            {"probe_ms_avg", avg_ms(r.probe_seconds, r.probes)},
+            {"writes", r.writes},
+            {"bytes_written", r.bytes_written},
+            {"write_ms_avg", avg_ms(r.write_seconds, r.writes)},
+            {"existing", r.existing},
+            {"reconnects", r.reconnects},
+            {"redirects", r.redirects},
+            {"errors",
+             {{"connection", r.errors},
+              {"write", r.write_errors},
+              {"dropped", r.dropped},
+              {"corrupt", r.corrupt},
+              {"foreign", r.foreign}}}};
+  }
+  return {{"enabled", false}};
+}
 }  // namespace
 
 nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt,
@@ -335,6 +411,12 @@ nlohmann::json cache_json(const EngineMetrics& em, const EngineOptions& opt,
             {"over_budget_events", c.over_budget_events}}},
           {"inserts", c.inserts},
           {"disk", disk_json(c)},
+          {"redis", redis_json(c)},
+          {"tiers",
+           {{"resumes", c.tier_hits},
+            {"misses", c.tier_misses},
+            {"tokens", c.tier_tokens},
+            {"load_ms", c.tier_load_ms}}},
           {"policy",
            {{"interval", opt.cache.policy.interval},
             {"interval_why", opt.cache.policy.grid_note},

@@ -52,10 +52,15 @@ json usage_json(const UsageCounts& u) {
     const RewindUsage& r = *u.rewind;
     // Milliseconds to 0.01: enough for a person, and short.
     auto ms = [](double v) { return std::round(v * 100) / 100; };
-    j["rewind"] = {{"cached_tokens", u.cached_tokens},    {"rerun_tokens", r.rerun_tokens},
-                   {"diverged_at", r.diverged_at},        {"resumed_at", r.resumed_at},
-                   {"lost_to_spacing", r.lost_to_spacing}, {"hit", r.hit},
-                   {"ttft_ms", ms(r.ttft_ms)},            {"decode_ms", ms(r.decode_ms)}};
+    j["rewind"] = {{"cached_tokens", u.cached_tokens},
+                   {"rerun_tokens", r.rerun_tokens},
+                   {"diverged_at", r.diverged_at},
+                   {"resumed_at", r.resumed_at},
+                   {"lost_to_spacing", r.lost_to_spacing},
+                   {"tier_tokens", r.tier_tokens},
+                   {"hit", r.hit},
+                   {"ttft_ms", ms(r.ttft_ms)},
+                   {"decode_ms", ms(r.decode_ms)}};
   }
   return j;
 }

@@ -43,6 +43,7 @@ struct RewindUsage {
   int64_t diverged_at = 0;      // L: the prompt's common prefix with the cache
   int64_t resumed_at = 0;       // p: the checkpoint the prompt resumed from (= cached tokens)
   int64_t lost_to_spacing = 0;  // min(L, n-1) - p: matched tokens run again for want of one
+  int64_t tier_tokens = 0;      // of p, tokens read back from a tier (disk, Redis), not RAM
   std::string hit;              // miss, exact, extension, checkpoint
   double ttft_ms = 0;           // the request complete to its first generated token
   double decode_ms = 0;         // the first generated token to the last
@@ -56,7 +57,7 @@ struct UsageCounts {
 };
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
 // {"cached_tokens"}}, and when u.rewind is set "rewind": {"cached_tokens", "rerun_tokens",
-// "diverged_at", "resumed_at", "lost_to_spacing", "hit", "ttft_ms", "decode_ms"}
+// "diverged_at", "resumed_at", "lost_to_spacing", "tier_tokens", "hit", "ttft_ms", "decode_ms"}
 nlohmann::json usage_json(const UsageCounts& u);
 
 // One generated token with its log-probability and the alternatives asked for (best first).

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""The shared tier (`rewind serve --cache-redis`): the time to first token of an edited turn on a
+fresh replica with the shared tier against one without, side by side on one machine in one run
+(loopback only; the script starts its own redis-server on a free port).
+
+Each rep: a new random --tokens-token prompt (token ids through POST /v1/completions, greedy, 1
+token) is served by replica A (--cache-redis), which publishes its pages and checkpoints; then the
+prompt with one token edited at 90% of its length goes to a fresh replica B (--cache-redis, empty
+RAM) and to a fresh replica C without the shared tier, alternating which goes first. Reported:
+median TTFT of B and C and their ratio, the tokens B resumed and re-ran, the bytes B read from Redis
+for the resume (and the time its lookup spent finding and reading them), the bytes A published per
+prompt.
+
+usage: bench/redis_tier_bench.py --rewind build/release/rewind [--model DIR] [--tokens 4000]
+                                 [--reps 3] [--threads 2] [--json]
+Without --model, `rewind make-model --preset qwen3.5-mini` is made in a temporary directory.
+Needs redis-server. Standard library only (python3)."""
+import argparse, http.client, json, os, random, re, shutil, socket, statistics, subprocess, sys
+import tempfile, threading, time
+
+TIMEOUT_S = 1800
+
+
+class Server:
+    def __init__(self, binary, model, threads, ctx, extra):
+        self.cmd = [binary, "serve", "--model", model, "--port", "0", "--threads", str(threads),
+                    "--ctx-size", str(ctx), "--quiet"] + extra
+        self.proc, self.port, self.t_spawn = None, None, None
+
+    def start(self):
+        self.t_spawn = time.time()
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, errors="replace")
+        while True:
+            line = self.proc.stdout.readline()
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+            if not line and self.proc.poll() is not None:
+                raise RuntimeError("server did not start: " + " ".join(self.cmd))
+        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
+        return time.time() - self.t_spawn
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=120)
+
+    def get(self, path):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT_S)
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return json.loads(body)
+
+    def complete(self, ids):
+        """(seconds from the request to its end, seconds to the first token, usage)."""
+        body = {"prompt": ids, "max_tokens": 1, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT_S)
+        t0 = time.time()
+        c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {r.read()[:300]!r}")
+        first, usage = None, None
+        for raw in r:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("choices") and first is None:
+                first = time.time()
+            if ev.get("usage"):
+                usage = ev["usage"]
+        t1 = time.time()
+        c.close()
+        return t1 - t0, (first or t1) - t0, usage
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rewind", required=True)
+    ap.add_argument("--model", default="")
+    ap.add_argument("--tokens", type=int, default=4000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="rewind_redis_bench_")
+    redis = None
+    try:
+        model = a.model
+        if not model:
+            model = os.path.join(work, "model")
+            subprocess.run([a.rewind, "make-model", "--preset", "qwen3.5-mini", "--out", model],
+                           check=True, stdout=subprocess.DEVNULL)
+        meta = json.load(open(os.path.join(model, "config.json")))
+        vocab = meta.get("vocab_size") or meta.get("text_config", {}).get("vocab_size")
+        ctx = a.tokens + 64
+        port = free_port()
+        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                  "--save", "", "--appendonly", "no", "--dir", work],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        shared = ["--cache-redis", f"redis://127.0.0.1:{port}"]
+        rng = random.Random(11)
+        ttft_b, ttft_c, cached, rerun, read, load, written = [], [], [], [], [], [], []
+        for i in range(a.reps):
+            prompt = [rng.randrange(vocab) for _ in range(a.tokens)]
+            edited = list(prompt)
+            at = int(len(edited) * 0.9)
+            edited[at] = (edited[at] + 1) % vocab
+            A = Server(a.rewind, model, a.threads, ctx, shared)
+            A.start()
+            A.complete(prompt)
+            for _ in range(6000):
+                st = A.get("/v1/cache")["redis"]
+                if st["queued"] == 0:
+                    break
+                time.sleep(0.05)
+            written.append(st["bytes_written"])
+            A.stop()
+            B = Server(a.rewind, model, a.threads, ctx, shared)
+            C = Server(a.rewind, model, a.threads, ctx, [])
+            B.start()
+            C.start()
+            order = [(B, ttft_b), (C, ttft_c)]
+            if i % 2:
+                order.reverse()
+            for srv, out in order:
+                _, ttft, usage = srv.complete(edited)
+                out.append(ttft)
+                if srv is B:
+                    cached.append(usage["prompt_tokens_details"]["cached_tokens"])
+                    rerun.append(usage["prompt_tokens"] - cached[-1])
+            c = B.get("/v1/cache")
+            read.append(c["redis"]["bytes_read"])
+            load.append(c["tiers"]["load_ms"])
+            B.stop()
+            C.stop()
+        res = {
+            "tokens": a.tokens, "reps": a.reps, "threads": a.threads,
+            "ttft_s_shared": statistics.median(ttft_b), "ttft_s_without": statistics.median(ttft_c),
+            "ratio": statistics.median(ttft_b) / statistics.median(ttft_c),
+            "resumed_tokens": statistics.median(cached), "rerun_tokens": statistics.median(rerun),
+            "bytes_read_per_resume": statistics.median(read),
+            "lookup_ms_per_resume": statistics.median(load),
+            "bytes_published_per_prompt": statistics.median(written),
+        }
+        if a.json:
+            print(json.dumps(res, indent=1))
+            return 0
+        print(f"shared tier, {a.tokens}-token prompts edited at 90%, {a.threads} threads, "
+              f"{a.reps} reps (medians)")
+        print("| measure | fresh replica with --cache-redis | fresh replica without | ratio |")
+        print("|---|---|---|---|")
+        print(f"| time to first token of the edited prompt | {res['ttft_s_shared']:.3f} s | "
+              f"{res['ttft_s_without']:.3f} s | {res['ratio']:.3f} |")
+        print(f"| prompt tokens resumed / re-run | {res['resumed_tokens']} / "
+              f"{res['rerun_tokens']} | 0 / {a.tokens} | |")
+        print(f"bytes read from Redis per resume: {res['bytes_read_per_resume'] / 1048576:.2f} MiB "
+              f"(lookup: {res['lookup_ms_per_resume']:.0f} ms finding and reading them); "
+              f"published per {a.tokens}-token prompt: "
+              f"{res['bytes_published_per_prompt'] / 1048576:.2f} MiB")
+        return 0
+    finally:
+        if redis:
+            redis.kill()
+            redis.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
