@@ -131,7 +131,7 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     const double tps = static_cast<double>(set.rows) / step;
     if (json)
       std::printf(
-          "%s{\"rows\":%lld,\"step_ms\":%.3f,\"forward_ms\":%.3f,\"tok_s\":%.3f,"
+          "%s{\"rows\":%lld,\"step_ms\":%.6f,\"forward_ms\":%.6f,\"tok_s\":%.3f,"
           "\"ratio\":%.4f}",
           k ? "," : "", static_cast<long long>(set.rows), 1e3 * step, 1e3 * fwd, tps,
           tps / base_tps);
