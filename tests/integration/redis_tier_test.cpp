@@ -32,6 +32,7 @@
 #include "rewind/cache/tier_format.h"
 #include "scratch.h"
 #include "test_util.h"
+#include "tier_server.h"
 
 namespace rw {
 namespace {
@@ -217,200 +218,14 @@ struct RedisCluster {
 
 // ---- rewind serve ----
 
-constexpr int kInterval = 16;
-
-class Server {
- public:
-  // `env`: NAME=VALUE pairs for the child only.
-  // model: a checkpoint directory; empty = the tiny model.
-  static std::unique_ptr<Server> start(std::vector<std::string> extra,
-                                       std::vector<std::pair<std::string, std::string>> env = {},
-                                       std::string model = "") {
-    auto s = std::unique_ptr<Server>(new Server());
-    s->log_ = tmp_path("server.log");
-    if (model.empty()) model = model_dir();
-    std::vector<std::string> args = {REWIND_BINARY,
-                                     "serve",
-                                     "--model",
-                                     model,
-                                     "--port",
-                                     "0",
-                                     "--threads",
-                                     "1",
-                                     "--checkpoint-interval",
-                                     std::to_string(kInterval)};
-    for (auto& e : extra) args.push_back(e);
-    for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    s->pid_ = test::spawn_logged(args, s->log_);
-    for (auto& [k, v] : env) unsetenv(k.c_str());
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (std::chrono::steady_clock::now() < deadline) {
-      const std::string log = test::read_file(s->log_);
-      const std::string marker = "listening on http://127.0.0.1:";
-      const size_t at = log.find(marker);
-      if (at != std::string::npos) {
-        s->url_ = "http://127.0.0.1:" + std::to_string(std::atoi(log.c_str() + at + marker.size()));
-        return s;
-      }
-      int st = 0;
-      if (waitpid(s->pid_, &st, WNOHANG) == s->pid_) {
-        s->pid_ = -1;
-        ADD_FAILURE() << "server exited early:\n" << log;
-        return nullptr;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    ADD_FAILURE() << "server did not start:\n" << test::read_file(s->log_);
-    return nullptr;
-  }
-  ~Server() { stop(SIGKILL); }
-  // Sends `sig` and waits for the exit; the exit status (-1: killed by a signal or timeout).
-  int stop(int sig) {
-    if (pid_ <= 0) return -1;
-    kill(pid_, sig);
-    int st = 0;
-    for (int i = 0; i < 1500; ++i) {
-      if (waitpid(pid_, &st, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return -1;
-  }
-  bool alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
-  const std::string& url() const { return url_; }
-  std::string log() const { return test::read_file(log_); }
-
- private:
-  Server() = default;
-  pid_t pid_ = -1;
-  std::string url_, log_;
-};
-
-struct Http {
-  int status = 0;
-  std::string body;
-  json j() const { return json::parse(body, nullptr, false); }
-};
-
-Http curl(const Server& s, const std::string& method, const std::string& path,
-          const std::string& body = "") {
-  const std::string out = tmp_path("out");
-  std::string cmd =
-      "curl -sS -o " + out + " -w '%{http_code}' -X " + method + " '" + s.url() + path + "'";
-  if (!body.empty()) {
-    const std::string in = tmp_path("in.json");
-    std::ofstream(in) << body;
-    cmd += " -H 'Content-Type: application/json' --data-binary @" + in;
-  }
-  int rc = 0;
-  const std::string code = test::run_command(cmd + " 2>&1", &rc);
-  return Http{std::atoi(code.c_str()), test::read_file(out)};
-}
-
-// A long chat: a system prompt and seven turns; `third` is the third user message.
-json chat(const std::string& third) {
-  json msgs =
-      json::array({{{"role", "system"},
-                    {"content", "You answer questions about old lighthouses and the sea."}}});
-  const char* turns[][2] = {
-      {"Tell me about the oldest lighthouse you know, and why it was built where it stands.",
-       "It stands on a rocky point; ships kept wrecking there in winter storms."},
-      {"How did the keepers live there through the long winters, with supplies so far away?",
-       "They stored food in autumn and kept the lamp lit every night until spring."},
-      {nullptr, "They lit oil lamps by hand and rang the fog bell until the wind dropped."},
-      {"Which fuel did the lamps burn before electricity reached the coast?",
-       "Whale oil first, then colza oil, then kerosene once it was cheap enough."},
-  };
-  for (const auto& t : turns) {
-    msgs.push_back({{"role", "user"}, {"content", t[0] ? t[0] : third}});
-    msgs.push_back({{"role", "assistant"}, {"content", t[1]}});
-  }
-  msgs.push_back({{"role", "user"}, {"content", "And who keeps the light burning today?"}});
-  return {{"model", "tiny"},  {"max_tokens", 8},  {"temperature", 0},
-          {"messages", msgs}, {"logprobs", true}, {"top_logprobs", 5}};
-}
-
-const std::string kThird = "What did they do when the lamp failed on a stormy night at sea?";
-const std::string kEdited = "What did they do when the lamp failed on a calm night in the harbour?";
-
-Http ask(const Server& s, const json& body) {
-  const Http h = curl(s, "POST", "/v1/chat/completions", body.dump());
-  EXPECT_EQ(h.status, 200) << h.body;
-  return h;
-}
-
-// The cold answer to the edited chat and the edit's position (the common prefix of the two
-// chats' tokens), from a server without a cache directory.
-struct Reference {
-  json choices;
-  int prompt_tokens = 0;
-  int edit_at = 0;
-};
-const Reference& reference() {
-  static const Reference r = [] {
-    Reference out;
-    auto s = Server::start({});
-    if (!s) return out;
-    const Http cold = ask(*s, chat(kEdited));
-    out.choices = cold.j()["choices"];
-    out.prompt_tokens = cold.j()["usage"]["prompt_tokens"].get<int>();
-    EXPECT_EQ(cold.j()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 0);
-    const Http orig = ask(*s, chat(kThird));
-    out.edit_at = orig.j()["usage"]["rewind"]["diverged_at"].get<int>();
-    return out;
-  }();
-  return r;
-}
-
-json redis_stats(const Server& s) {
-  return curl(s, "GET", "/v1/cache").j()["redis"];
-}
-
-// Waits until the publisher has nothing queued and has published at least `writes` objects.
-bool publish_settles(const Server& s, int writes) {
-  for (int i = 0; i < 500; ++i) {
-    const json d = redis_stats(s);
-    if (d.is_object() && d["queued"].get<int>() == 0 && d["writes"].get<int>() >= writes)
-      return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
-// The edited chat on a replica: the reference's answer, and (when `expect_shared`) a resume from
-// the shared tier re-running at most the spacing plus the edited suffix.
-void expect_edited_answer(const Server& s, bool expect_shared) {
-  const Reference& ref = reference();
-  ASSERT_GT(ref.edit_at, ref.prompt_tokens / 3) << "the edit lies after the first turns";
-  const Http h = ask(s, chat(kEdited));
-  const json u = h.j()["usage"];
-  EXPECT_EQ(h.j()["choices"], ref.choices) << "the answer equals a cold server's";
-  const int cached = u["prompt_tokens_details"]["cached_tokens"].get<int>();
-  const int rerun = u["rewind"]["rerun_tokens"].get<int>();
-  EXPECT_EQ(cached + rerun, ref.prompt_tokens);
-  EXPECT_LE(cached, ref.edit_at);
-  if (expect_shared) {
-    EXPECT_LE(rerun, kInterval + (ref.prompt_tokens - ref.edit_at))
-        << "resumed from the newest checkpoint before the edit (cached " << cached << ", edit at "
-        << ref.edit_at << ")";
-    const json d = redis_stats(s);
-    EXPECT_GE(d["hits"].get<int>(), 1) << d.dump();
-    EXPECT_GT(d["bytes_read"].get<int>(), 0) << d.dump();
-    EXPECT_GE(curl(s, "GET", "/v1/cache").j()["tiers"]["resumes"].get<int>(), 1);
-    EXPECT_GT(u["rewind"]["tier_tokens"].get<int>(), 0) << u.dump();
-    EXPECT_LE(u["rewind"]["tier_tokens"].get<int>(), cached) << u.dump();
-  }
-  EXPECT_EQ(curl(s, "GET", "/health").status, 200);
-}
+using namespace test::tier;
 
 // Replica A serves the original chat and publishes it.
 void publish_original(const std::string& url) {
   auto a = Server::start({"--cache-redis", url});
   ASSERT_NE(a, nullptr);
   ask(*a, chat(kThird));
-  EXPECT_TRUE(publish_settles(*a, 10)) << redis_stats(*a).dump();
+  EXPECT_TRUE(writes_settle(*a, "redis", 10)) << tier_stats(*a, "redis").dump();
   EXPECT_EQ(a->stop(SIGTERM), 0) << a->log();
 }
 
@@ -442,8 +257,8 @@ TEST(SharedCache, TwoReplicasShareSnapshots) {
   publish_original(redis->url());
   auto b = Server::start({"--cache-redis", redis->url()});
   ASSERT_NE(b, nullptr);
-  expect_edited_answer(*b, true);
-  const json d = redis_stats(*b);
+  expect_edited_answer(*b, "redis");
+  const json d = tier_stats(*b, "redis");
   EXPECT_EQ(d["errors"]["connection"].get<int>(), 0) << d.dump();
   EXPECT_EQ(d["down"].get<bool>(), false);
   // /metrics carries the same figures.
@@ -453,8 +268,9 @@ TEST(SharedCache, TwoReplicasShareSnapshots) {
   EXPECT_NE(m.find("rewind_cache_redis_errors_total 0"), std::string::npos);
   EXPECT_NE(m.find("rewind_cache_tier_resumes_total 1"), std::string::npos);
   // B published what it computed beyond A's snapshot, not what it read from Redis.
-  EXPECT_TRUE(publish_settles(*b, 1));
-  EXPECT_LT(redis_stats(*b)["writes"].get<int>(), redis_stats(*b)["known_objects"].get<int>());
+  EXPECT_TRUE(writes_settle(*b, "redis", 1));
+  EXPECT_LT(tier_stats(*b, "redis")["writes"].get<int>(),
+            tier_stats(*b, "redis")["known_objects"].get<int>());
 }
 
 TEST(SharedCache, WithADiskTierBelowRam) {
@@ -466,7 +282,7 @@ TEST(SharedCache, WithADiskTierBelowRam) {
   const std::string dir = tmp_path("cache");
   auto b = Server::start({"--cache-redis", redis->url(), "--cache-dir", dir});
   ASSERT_NE(b, nullptr);
-  expect_edited_answer(*b, true);
+  expect_edited_answer(*b, "redis");
   const json disk = curl(*b, "GET", "/v1/cache").j()["disk"];
   for (int i = 0; i < 200 && disk["writes"].get<int>() == 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_GT(curl(*b, "GET", "/v1/cache").j()["disk"]["writes"].get<int>(), 0);
@@ -483,8 +299,8 @@ TEST(SharedCache, FlippedBytesInRedisValuesAreRecomputed) {
   ASSERT_GT(damaged.size(), 3u);
   auto b = Server::start({"--cache-redis", redis->url()});
   ASSERT_NE(b, nullptr);
-  expect_edited_answer(*b, false);
-  const json d = redis_stats(*b);
+  expect_edited_answer(*b, nullptr);
+  const json d = tier_stats(*b, "redis");
   EXPECT_GE(d["errors"]["corrupt"].get<int>(), 1) << d.dump();
   EXPECT_NE(b->log().find("checksum mismatch"), std::string::npos) << b->log();
   EXPECT_NE(b->log().find("deleted"), std::string::npos) << b->log();
@@ -523,8 +339,8 @@ TEST(SharedCache, ValuesOfAnotherModelAreSkipped) {
   ASSERT_GT(n, 10u);
   auto b = Server::start({"--cache-redis", redis->url()});
   ASSERT_NE(b, nullptr);
-  expect_edited_answer(*b, false);
-  const json d = redis_stats(*b);
+  expect_edited_answer(*b, nullptr);
+  const json d = tier_stats(*b, "redis");
   EXPECT_GE(d["errors"]["foreign"].get<int>(), 1) << d.dump();
   EXPECT_NE(b->log().find("another model"), std::string::npos) << b->log();
 }
@@ -538,8 +354,8 @@ TEST(SharedCache, RedisPausedKilledAndRestartedUnderARunningServer) {
   ASSERT_NE(a, nullptr);
   // Paused: every call times out; the answer is a cold one and correct.
   redis->pause();
-  expect_edited_answer(*a, false);
-  json d = redis_stats(*a);
+  expect_edited_answer(*a, nullptr);
+  json d = tier_stats(*a, "redis");
   EXPECT_GE(d["errors"]["connection"].get<int>(), 1) << d.dump();
   EXPECT_TRUE(d["down"].get<bool>());
   redis->resume();
@@ -550,7 +366,7 @@ TEST(SharedCache, RedisPausedKilledAndRestartedUnderARunningServer) {
   {
     auto c = Server::start({"--cache-redis", "redis://127.0.0.1:" + std::to_string(port)});
     ASSERT_NE(c, nullptr);
-    expect_edited_answer(*c, false);
+    expect_edited_answer(*c, nullptr);
   }
   const std::string log = a->log();
   EXPECT_NE(log.find("caching locally only"), std::string::npos) << log;
@@ -562,15 +378,15 @@ TEST(SharedCache, RedisPausedKilledAndRestartedUnderARunningServer) {
   for (int i = 0; i < 100 && !back; ++i) {
     std::this_thread::sleep_for(100ms);
     ask(*a, chat(kThird));  // an exact repeat: from RAM, and published again once Redis is up
-    d = redis_stats(*a);
+    d = tier_stats(*a, "redis");
     back = !d["down"].get<bool>() && d["reconnects"].get<int>() >= 1;
   }
   ASSERT_TRUE(back) << d.dump();
-  EXPECT_TRUE(publish_settles(*a, 10)) << redis_stats(*a).dump();
+  EXPECT_TRUE(writes_settle(*a, "redis", 10)) << tier_stats(*a, "redis").dump();
   EXPECT_NE(a->log().find("answers again"), std::string::npos);
   auto b = Server::start({"--cache-redis", redis->url()});
   ASSERT_NE(b, nullptr);
-  expect_edited_answer(*b, true);
+  expect_edited_answer(*b, "redis");
 }
 
 TEST(SharedCache, ThreeNodeCluster) {
@@ -621,8 +437,8 @@ TEST(SharedCache, ThreeNodeCluster) {
     first = false;
   }
   EXPECT_EQ(std::atoi(cli(p0, "dbsize").c_str()), 0);
-  expect_edited_answer(*b, true);
-  EXPECT_GE(redis_stats(*b)["redirects"].get<int>(), 1) << redis_stats(*b).dump();
+  expect_edited_answer(*b, "redis");
+  EXPECT_GE(tier_stats(*b, "redis")["redirects"].get<int>(), 1) << tier_stats(*b, "redis").dump();
 }
 
 TEST(SharedCache, BadAddressesFailAtStart) {
