@@ -77,7 +77,8 @@ TEST(ThreadPool, ParallelForCoversEachItemOnceInOneRangePerThread) {
 
 TEST(ThreadPool, ParallelGuidedCoversEachItemOnceInShrinkingChunks) {
   for (int nt : {1, 2, 3, 4}) {
-    ThreadPool pool(nt);
+    // No back-off: on a loaded host a long wait would make later jobs run alone, in one range.
+    ThreadPool pool(nt, ThreadPool::kMinParallelWork, /*back_off=*/false);
     for (int64_t n : {1, 7, 64, 65, 1000, 4099})
       for (auto [grain, min_chunk] :
            {std::pair<int64_t, int64_t>{1, 1}, {1, 8}, {16, 16}, {16, 64}, {8, 2000}}) {

@@ -100,8 +100,8 @@ constexpr uint64_t kClosed = kLowMask;
 
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads, int64_t min_parallel_work)
-    : n_threads_(n_threads), min_parallel_work_(min_parallel_work) {
+ThreadPool::ThreadPool(int n_threads, int64_t min_parallel_work, bool back_off)
+    : n_threads_(n_threads), min_parallel_work_(min_parallel_work), back_off_(back_off) {
   REWIND_CHECK(n_threads >= 1 && min_parallel_work >= 0);
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
@@ -232,7 +232,7 @@ void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split sp
   const Clock::time_point t2 = Clock::now();
   const int64_t own = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const int64_t wait = std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count();
-  if (wait > kLongWaitNs && wait > own) {
+  if (back_off_ && wait > kLongWaitNs && wait > own) {
     // As long as the wait, at least; twice the last back-off when it ended recently.
     const bool again = solo_ns_ > 0 && t2 - solo_until_ < std::chrono::nanoseconds(4 * solo_ns_);
     solo_ns_ =

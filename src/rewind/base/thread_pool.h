@@ -32,7 +32,10 @@ class ThreadPool {
   // n_threads >= 1; the calling thread is one of them (n_threads - 1 workers are spawned).
   // Jobs whose work hint is below min_parallel_work run on the caller alone (tests pass 0, so
   // that tiny fixtures still exercise the shared paths).
-  explicit ThreadPool(int n_threads, int64_t min_parallel_work = kMinParallelWork);
+  // back_off: after a long wait for a descheduled worker, run jobs alone for a while (off only
+  // in tests that check how a shared job is split).
+  explicit ThreadPool(int n_threads, int64_t min_parallel_work = kMinParallelWork,
+                      bool back_off = true);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -120,6 +123,7 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   // The caller's back-off: after a long wait for a descheduled worker, jobs run on the caller
   // alone until solo_until_, for solo_ns_ (doubling on each long wait).
+  bool back_off_ = true;
   int64_t solo_ns_ = 0;
   bool step_alone_ = false;  // a StepScope below the step threshold is alive
   int64_t steps_alone_ = 0;
