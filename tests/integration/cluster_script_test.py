@@ -32,12 +32,13 @@ def chat(third):
             "logprobs": True, "top_logprobs": 5}
 
 
+state = None
 proc = subprocess.Popen([script, "2", "--port", "0", "--binary", binary, "--",
                          "--threads", "1", "--checkpoint-interval", "16"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 cold = None
 try:
-    url = state = None
+    url = None
     deadline = time.time() + 120
     while url is None and time.time() < deadline:
         line = proc.stdout.readline()
@@ -87,3 +88,5 @@ finally:
         cold.wait()
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=30)
+    if state:
+        shutil.rmtree(state, ignore_errors=True)

@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <thread>
 #include <vector>
 
+#include "rewind/cache/redis_client.h"
 #include "rewind/cache/redis_tier.h"
 
 namespace rw {
@@ -49,6 +51,21 @@ TEST(Resp, MalformedRepliesAreErrors) {
     auto r = resp_parse(bad);
     EXPECT_FALSE(r.ok()) << "'" << bad << "'";
   }
+}
+
+TEST(Resp, HugeArrayCountsAreRefusedBeforeAllocating) {
+  // Found by fuzz_resp: hiredis would calloc 700710207 pointers (5.6 GB) for the count alone.
+  auto r = resp_parse("*2\r\n*700710207\r\n$0\r\n");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error_message().find("700710207 elements"), std::string::npos) << r.error_message();
+  auto nested = resp_parse("*1\r\n*1\r\n*65537\r\n");
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(nested.error_message().find("65537 elements"), std::string::npos);
+  std::string at_limit = "*65536\r\n";
+  for (int i = 0; i < kMaxRespElements; ++i) at_limit += ":1\r\n";
+  auto ok = resp_parse(at_limit);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(ok->elements.size(), 65536u);
 }
 
 TEST(ClusterSlot, Crc16AndSlotsMatchRedis) {
@@ -162,6 +179,37 @@ int dead_port() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+TEST(RedisClient, HugeArrayFromAServerIsAnErrorNotAnAllocation) {
+  // A server that answers every read with an array header announcing 700 million elements.
+  const int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(lfd, 1), 0);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::thread server([lfd] {
+    const int fd = accept(lfd, nullptr, nullptr);
+    char buf[4096];
+    if (fd >= 0 && read(fd, buf, sizeof buf) > 0) {
+      const std::string reply = "*700710207\r\n:1\r\n";
+      (void)!write(fd, reply.data(), reply.size());
+      (void)!read(fd, buf, sizeof buf);  // until the client hangs up
+    }
+    if (fd >= 0) close(fd);
+  });
+  {
+    RedisClient c({{"127.0.0.1", ntohs(a.sin_port)}}, 2000);
+    auto r = c.run({{"GET", "k"}});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.error_message().find("700710207 elements"), std::string::npos)
+        << r.error_message();
+  }
+  server.join();
+  close(lfd);
 }
 
 TEST(RedisTier, DeadServerMeansMissesAndDroppedPutsNeverAFailure) {

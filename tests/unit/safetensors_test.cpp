@@ -20,13 +20,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh, empty directory under the GoogleTest temp dir, unique per test.
+// A fresh, empty directory under the GoogleTest temp dir, unique per test, removed at exit.
 std::string fresh_dir() {
+  struct Dirs {
+    std::vector<fs::path> made;
+    ~Dirs() {
+      std::error_code ec;
+      for (const auto& p : made) fs::remove_all(p, ec);
+    }
+  };
+  static Dirs dirs;
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   fs::path p = fs::path(::testing::TempDir()) /
                ("rewind_st_" + std::string(info->name()) + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
+  dirs.made.push_back(p);
   return p.string();
 }
 

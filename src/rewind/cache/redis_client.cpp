@@ -9,6 +9,7 @@ namespace rw {
 
 struct RedisClient::Ctx {
   redisContext* c = nullptr;
+  RespGuard guard;
   ~Ctx() {
     if (c) redisFree(c);
   }
@@ -24,6 +25,10 @@ timeval tv_of(int ms) {
 
 std::string ctx_error(const redisContext* c) {
   if (!c) return "out of memory";
+  if (c->reader && c->reader->privdata) {
+    const auto* g = static_cast<const RespGuard*>(c->reader->privdata);
+    if (g->refused_elements) return g->message();
+  }
   std::string e = c->errstr;
   // A receive timeout reads as EAGAIN ("Resource temporarily unavailable").
   if (e.find("temporarily unavailable") != std::string::npos) return "timed out";
@@ -68,6 +73,7 @@ Result<redisContext*> RedisClient::node(const RedisEndpoint& e) {
   auto ctx = std::make_unique<Ctx>();
   ctx->c = redisConnectWithTimeout(e.host.c_str(), e.port, tv_of(timeout_ms_));
   if (!ctx->c || ctx->c->err) return make_error("redis " + name + ": " + ctx_error(ctx->c));
+  resp_guard_reader(ctx->c->reader, &ctx->guard);
   if (redisSetTimeout(ctx->c, tv_of(timeout_ms_)) != REDIS_OK)
     return make_error("redis " + name + ": cannot set the timeout");
   redisEnableKeepAlive(ctx->c);

@@ -38,14 +38,47 @@ RespValue resp_from_reply(const redisReply* r) {
   return v;
 }
 
+namespace {
+
+void* (*g_create_array)(const redisReadTask*, int) = nullptr;
+
+void* bounded_array(const redisReadTask* t, int n) {
+  if (n > kMaxRespElements) {
+    if (t->privdata) static_cast<RespGuard*>(t->privdata)->refused_elements = n;
+    return nullptr;  // the reader turns this into an error
+  }
+  return g_create_array(t, n);
+}
+
+}  // namespace
+
+std::string RespGuard::message() const {
+  return "a reply announced " + std::to_string(refused_elements) + " elements (at most " +
+         std::to_string(kMaxRespElements) + ")";
+}
+
+void resp_guard_reader(redisReader* r, RespGuard* g) {
+  // hiredis's default functions are one static table; copy it once with createArray bounded.
+  static redisReplyObjectFunctions bounded = [r] {
+    redisReplyObjectFunctions f = *r->fn;
+    g_create_array = f.createArray;
+    f.createArray = bounded_array;
+    return f;
+  }();
+  r->fn = &bounded;
+  r->privdata = g;
+}
+
 Result<RespValue> resp_parse(std::string_view bytes) {
   std::unique_ptr<redisReader, void (*)(redisReader*)> rd(redisReaderCreate(), redisReaderFree);
   if (!rd) return make_error("RESP: out of memory");
+  RespGuard guard;
+  resp_guard_reader(rd.get(), &guard);
   if (redisReaderFeed(rd.get(), bytes.data(), bytes.size()) != REDIS_OK)
     return make_error(std::string("RESP: ") + rd->errstr);
   void* out = nullptr;
   if (redisReaderGetReply(rd.get(), &out) != REDIS_OK)
-    return make_error(std::string("RESP: ") + rd->errstr);
+    return make_error("RESP: " + (guard.refused_elements ? guard.message() : rd->errstr));
   if (!out) return make_error("RESP: incomplete reply");
   std::unique_ptr<redisReply, void (*)(void*)> reply(static_cast<redisReply*>(out),
                                                      freeReplyObject);

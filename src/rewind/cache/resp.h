@@ -12,7 +12,8 @@
 
 #include "rewind/base/result.h"
 
-struct redisReply;  // hiredis
+struct redisReply;   // hiredis
+struct redisReader;  // hiredis
 
 namespace rw {
 
@@ -31,6 +32,19 @@ struct RespValue {
 Result<RespValue> resp_parse(std::string_view bytes);
 // A copy of a hiredis reply tree (null: Nil).
 RespValue resp_from_reply(const redisReply* r);
+
+// The most elements one RESP array may announce. hiredis allocates an array's element table when
+// it reads the count, before any element arrives, so "*700000000" from a broken or hostile
+// server would take 5.6 GB; the largest real reply, CLUSTER SLOTS, has at most 16384 ranges.
+constexpr int kMaxRespElements = 1 << 16;
+// What a guarded reader refused (0: nothing); the reader's privdata points at it.
+struct RespGuard {
+  int64_t refused_elements = 0;
+  std::string message() const;  // "a reply announced N elements (at most 65536)"
+};
+// Makes `r` refuse arrays over kMaxRespElements (a reader error) and record it in `g`, which
+// must outlive the reader.
+void resp_guard_reader(redisReader* r, RespGuard* g);
 
 // CRC16-CCITT (XModem: polynomial 0x1021, initial 0), the checksum Redis Cluster uses.
 uint16_t crc16_xmodem(std::string_view bytes);
