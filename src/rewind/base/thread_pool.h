@@ -48,12 +48,12 @@ class ThreadPool {
   // shared machine (docs/PERFORMANCE.md, "Threads on a shared machine").
   static constexpr int64_t kMinParallelWork = int64_t{1} << 17;
 
-  // A whole step (a forward pass) whose work is below kStepWorkFactor x min_parallel_work (16M
-  // multiply-adds by default: a tiny model's decode step, well under a millisecond) is not
-  // worth waking workers for, job by job: while a StepScope made with such a work hint is
-  // alive, every job runs on the caller alone. Results are unchanged (items are computed the
-  // same whichever thread runs them).
-  static constexpr int64_t kStepWorkFactor = 128;
+  // A whole step (a forward pass) whose work is below kStepWorkFactor x min_parallel_work (1M
+  // multiply-adds by default, well under a tenth of a millisecond) is not worth waking workers
+  // for, job by job: while a StepScope made with such a work hint is alive, every job runs on
+  // the caller alone. Larger steps gain from two threads even on small models (1.6-1.8x on an
+  // idle host at 4-16M; docs/PERFORMANCE.md). Results are unchanged whichever thread runs.
+  static constexpr int64_t kStepWorkFactor = 8;
   class StepScope {
    public:
     StepScope(ThreadPool* pool, int64_t work);
