@@ -891,9 +891,12 @@ TEST_F(ServerTest, CacheTreeShowsBranchesCheckpointsAndTheLastPath) {
   EXPECT_EQ(pos, last["history_tokens"].get<int64_t>());
   for (const char* k : {"anchor", "boundary", "prompt_end", "reply_end"})
     EXPECT_TRUE(kinds_on_path.count(k)) << k << " in " << h.body;
-  // The node where the second conversation left the first one ends at its divergence.
-  const int64_t first_node_end = nodes[last["path"][0].get<size_t>()]["end"].get<int64_t>();
-  EXPECT_EQ(first_node_end, u["diverged_at"].get<int64_t>());
+  // A node on the path ends where the second conversation left the first one (the shared
+  // server's cache may hold other tests' conversations, which split the path earlier too).
+  bool ends_at_divergence = false;
+  for (const auto& i : last["path"])
+    ends_at_divergence |= nodes[i.get<size_t>()]["end"] == u["diverged_at"];
+  EXPECT_TRUE(ends_at_divergence) << "diverged_at " << u["diverged_at"] << " in " << h.body;
   // Bounded: one listed node besides the path, the rest folded into aggregates.
   const json small = curl(s(), "GET", "/v1/cache/tree?max_nodes=1").j();
   EXPECT_EQ(small["listed_nodes"].get<size_t>(), last["path"].size());
