@@ -12,8 +12,10 @@
 // Reported per token: the mask (allowed-token bitset applied to a 248k-float logit row) and the
 // accept, for the first document on a fresh automaton (every state new), for later documents
 // (states seen before come from the cache) and for a second pass over all documents (all
-// cached); and per step of 8 sequences in lockstep. Pass --step-ms (a decode step's time
-// measured by `rewind bench` on the same host) to print each figure as a share of a step.
+// cached); and per step of 8 sequences in lockstep, the masks a step misses computed row after
+// row or together across its rows (GrammarAutomaton::prefetch, as the engine does). Pass
+// --step-ms (a decode step's time measured by `rewind bench` on the same host) to print each
+// figure as a share of a step.
 //
 // Greedy rows (engine/constrained.h, lazy_greedy): the engine masks such a row only when its
 // argmax is refused. Modelled here with rows whose maximum is the document's token with
@@ -538,8 +540,10 @@ int main(int argc, char** argv) {
     std::printf("argmax of one row alone: %.4f ms\n", ms_since(c) / 200);
   }
 
-  // Batch 8: sequences in lockstep on a fresh automaton, then again all cached.
-  auto batch = [&](Figures& f) {
+  // Batch 8: sequences in lockstep on a fresh automaton, then again all cached. `together`:
+  // a step's missing masks are first computed at once across its rows (GrammarAutomaton::
+  // prefetch, as the engine does), else row after row.
+  auto batch = [&](Figures& f, bool together) {
     std::vector<rw::GrammarMatcher> ms;
     for (int s = 0; s < 8; ++s) ms.emplace_back(automaton);
     std::vector<float> rows(static_cast<size_t>(trie->n_vocab()) * 8);
@@ -548,6 +552,12 @@ int main(int argc, char** argv) {
     for (size_t t = 0; t < longest; ++t) {
       const int64_t miss0 = automaton->stats().mask_misses;
       const auto a = Clock::now();
+      if (together) {
+        std::vector<int32_t> states;
+        for (int s = 0; s < 8; ++s)
+          if (t < docs[s].size()) states.push_back(ms[s].state());
+        (void)automaton->prefetch(states, mp);
+      }
       for (int s = 0; s < 8; ++s)
         if (t < docs[s].size())
           (void)ms[s].mask_logits(rows.data() + static_cast<size_t>(s) * trie->n_vocab(), mp);
@@ -560,11 +570,15 @@ int main(int argc, char** argv) {
     }
   };
   automaton = std::make_shared<rw::GrammarAutomaton>(grammar, trie);
+  Figures b_cold_rows;
+  batch(b_cold_rows, false);
+  automaton = std::make_shared<rw::GrammarAutomaton>(grammar, trie);
   Figures b_cold, b_warm;
-  batch(b_cold);
-  batch(b_warm);
+  batch(b_cold, true);
+  batch(b_warm, true);
   std::printf("\nbatch 8, ms per step (8 masks and 8 accepts)\n");
-  print("fresh automaton", b_cold, step8_ms);
+  print("fresh, row after row", b_cold_rows, step8_ms);
+  print("fresh, a step's masks together", b_cold, step8_ms);
   print("all cached", b_warm, step8_ms);
   const rw::AutomatonStats st = automaton->stats();
   std::printf(
@@ -575,7 +589,7 @@ int main(int argc, char** argv) {
       st.mask_bytes / 1048576.0, static_cast<long long>(st.split_misses),
       st.split_bytes / 1048576.0, static_cast<long long>(st.split_hits));
   // Greedy rows, masked only when the argmax is refused: a fresh automaton each time.
-  auto lazy = [&](int batch_size, Figures& f) {
+  auto lazy = [&](int batch_size, Figures& f, bool together) {
     automaton = std::make_shared<rw::GrammarAutomaton>(grammar, trie);
     std::mt19937 rng(seed + 7);
     const int32_t V = trie->n_vocab();
@@ -603,10 +617,24 @@ int main(int argc, char** argv) {
       }
       const int64_t miss0 = automaton->stats().mask_misses;
       const auto a = Clock::now();
+      // As the engine's prefetch: each row's argmax checked first, the refused rows' masks
+      // computed together, the argmax passed on.
+      std::vector<int32_t> hint(static_cast<size_t>(batch_size), -1);
+      if (together) {
+        std::vector<int32_t> states;
+        for (int s = 0; s < batch_size; ++s) {
+          if (t >= docs[s].size()) continue;
+          hint[s] = rw::argmax(rows.data() + static_cast<size_t>(s) * V, V);
+          auto n = automaton->step_token(ms[s].state(), hint[s]);
+          if (n.ok() && n.value() == rw::GrammarAutomaton::kDead) states.push_back(ms[s].state());
+        }
+        if (states.size() >= 2) (void)automaton->prefetch(states, mp);
+      }
       for (int s = 0; s < batch_size; ++s) {
         if (t >= docs[s].size()) continue;
         float* r = rows.data() + static_cast<size_t>(s) * V;
-        if (!rw::constrain_logits(*automaton, ms[s].state(), r, V, true, nullptr, mp).ok() ||
+        if (!rw::constrain_logits(*automaton, ms[s].state(), r, V, true, nullptr, mp, hint[s])
+                 .ok() ||
             rw::argmax(r, V) != docs[s][t]) {
           std::fprintf(stderr, "grammar_bench: the lazy mask chose another token\n");
           std::exit(1);
@@ -620,15 +648,17 @@ int main(int argc, char** argv) {
       f.add(mask, ms_since(b));
     }
   };
-  Figures l1, l8;
-  lazy(1, l1);
-  lazy(8, l8);
+  Figures l1, l8_rows, l8;
+  lazy(1, l1, false);
+  lazy(8, l8_rows, false);
+  lazy(8, l8, true);
   std::printf(
       "\ngreedy rows masked only when the argmax is refused (%.0f%% agree), fresh "
       "automaton\n",
       100 * agree);
   print("batch 1, ms per token", l1, step1_ms);
-  print("batch 8, ms per step", l8, step8_ms);
+  print("batch 8, row after row", l8_rows, step8_ms);
+  print("batch 8, refused rows together", l8, step8_ms);
 
   return 0;
 }

@@ -15,6 +15,8 @@
 
 #include "event_collector.h"
 #include "json_schema_util.h"
+#include "rewind/base/thread_pool.h"
+#include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
 #include "rewind/engine/engine.h"
 #include "rewind/grammar/grammar_cache.h"
@@ -56,8 +58,10 @@ Fixture& fix() {
     f->tok = std::make_unique<Tokenizer>(std::move(tok).value());
     f->im_end = f->tok->token_id("<|im_end|>");
     f->eot = f->tok->token_id("<|endoftext|>");
-    auto trie =
-        std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(*f->tok, {f->im_end, f->eot}));
+    // As the server builds it: the tool-call tags, special in this tokenizer, kept.
+    auto trie = std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(
+        *f->tok, {f->im_end, f->eot},
+        {tool_call_opening(ToolCallFormat::XmlTag), tool_call_closing(ToolCallFormat::XmlTag)}));
     f->grammars = std::make_unique<GrammarCache>(trie, 64);
     return f;
   }();
@@ -387,9 +391,8 @@ TEST(Constrained, CachePropertyWithSchemasEveryDrafterAndMidReplyResumes) {
 // A lazy tool grammar (tool_choice "auto" with a strict tool, grammar/tool_grammar.h): free
 // text until the tool-call tag, then the call. The reply is token for token the same with
 // every drafter, and when the tag is there the rest is a call whose arguments follow the
-// strict schema. (This model's tokenizer marks <tool_call> special, which the grammar's
-// vocabulary leaves out, and the model does not spell the tag out, so it opens no call here;
-// the call part is checked on the grammar itself in tests/unit/tool_grammar_test.cpp.)
+// strict schema. (The JSON form, which this model was not trained on: it seldom opens a call
+// here; LazyToolGrammarOpensTheCallOnTheSpecialTagToken below has the form it knows.)
 TEST(Constrained, LazyToolGrammarIsExactUnderSpeculation) {
   const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "find",
       "strict": true, "parameters": {"type": "object", "properties": {
@@ -450,6 +453,102 @@ TEST(Constrained, LazyToolGrammarIsExactUnderSpeculation) {
   }
 }
 
+// The model was trained to answer a verse lookup with a call of lookup_verse in the XML form,
+// the tags written as this tokenizer's special tokens. Under a lazy grammar with the tool
+// strict (tool_choice "auto"), the grammar's vocabulary keeps those two tags, so the greedy
+// reply opens the call on the model's own <tool_call> token, and the call follows the schema;
+// token for token the same with every drafter and after a prefix-cache hit. With the tags left
+// out of the vocabulary (as before), the same request could open no call.
+TEST(Constrained, LazyToolGrammarOpensTheCallOnTheSpecialTagToken) {
+  const ojson tools = ojson::parse(R"([{"type": "function", "function": {
+      "name": "lookup_verse", "strict": true,
+      "description": "Look up one verse of the King James Bible by its reference.",
+      "parameters": {"type": "object", "properties": {
+        "book": {"type": "string", "description": "Book name, e.g. Genesis", "maxLength": 20},
+        "chapter": {"type": "integer", "description": "Chapter number", "minimum": 1,
+                    "maximum": 150},
+        "verse": {"type": "integer", "description": "Verse number", "minimum": 1,
+                  "maximum": 176}},
+      "required": ["book", "chapter", "verse"], "additionalProperties": false}}}])");
+  ToolGrammarOptions to;
+  to.format = ToolCallFormat::XmlTag;
+  to.lazy = true;
+  auto text = tool_call_gbnf(tools, to);
+  ASSERT_TRUE(text.ok()) << text.error_message();
+  auto g = fix().grammars->get(*text);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  auto tmpl = ChatTemplate::load_dir(model_dir("target"));
+  ASSERT_TRUE(tmpl.ok()) << tmpl.error_message();
+  const int32_t open = fix().tok->token_id("<tool_call>");
+  const int32_t close = fix().tok->token_id("</tool_call>");
+  ASSERT_TRUE(fix().tok->is_special(open) && fix().tok->is_special(close));
+  // The old vocabulary, special tokens all left out.
+  auto plain_trie = std::make_shared<const VocabTrie>(
+      VocabTrie::from_tokenizer(*fix().tok, {fix().im_end, fix().eot}));
+  GrammarCache plain(plain_trie, 4);
+  auto g_plain = plain.get(*text);
+  ASSERT_TRUE(g_plain.ok()) << g_plain.error_message();
+  EngineOptions opt;
+  opt.cache_enabled = false;
+  Engine e(*fix().target, nullptr, opt);
+  EngineOptions copt;
+  Engine cached(*fix().target, nullptr, copt);
+  int calls = 0;
+  const char* asks[] = {"Look up John 3:16.", "Please look up Genesis 1:1.",
+                        "Find the verse Psalms 23:4.", "What does Ruth 1:16 say?"};
+  for (const char* ask : asks) {
+    ChatMessage sys, user;
+    sys.role = "system";
+    sys.content = "You are a helpful assistant.";
+    user.role = "user";
+    user.content = ask;
+    ChatRenderOptions ro;
+    ro.tools_ordered = tools;
+    ro.enable_thinking = 0;  // the prompt closes an empty think block: the reply is the call
+    auto rendered = tmpl->render({sys, user}, ro);
+    ASSERT_TRUE(rendered.ok()) << rendered.error_message();
+    Request base;
+    base.prompt = fix().tok->encode(rendered->text);
+    base.max_tokens = 80;
+    base.stop_ids = {fix().im_end, fix().eot};
+    base.grammar = g.value();
+    const Out want = run(e, base);
+    ASSERT_EQ(want.finish, FinishReason::Stop) << ask << ": " << reply_text(want.tokens);
+    const auto at = std::find(want.tokens.begin(), want.tokens.end(), open);
+    ASSERT_NE(at, want.tokens.end()) << ask << ": " << reply_text(want.tokens);
+    EXPECT_NE(std::find(at, want.tokens.end(), close), want.tokens.end());
+    std::string content;
+    const std::vector<ToolCall> got =
+        parse_tool_calls(reply_text(want.tokens), &content, nlohmann::json::parse(tools.dump()));
+    ASSERT_EQ(got.size(), 1u) << reply_text(want.tokens);
+    EXPECT_EQ(got[0].name, "lookup_verse");
+    const nlohmann::json args = nlohmann::json::parse(got[0].arguments_json, nullptr, false);
+    ASSERT_FALSE(args.is_discarded()) << got[0].arguments_json;
+    std::string why;
+    const ojson& params = tools[0]["function"]["parameters"];
+    EXPECT_TRUE(schema_test::validate(args, params, params, why)) << why << " " << args.dump();
+    ++calls;
+    for (SpecKind kind : {SpecKind::Ngram, SpecKind::Draft, SpecKind::Mtp}) {
+      Request r = base;
+      r.spec = spec(kind, 3);
+      EXPECT_EQ(run(e, r).tokens, want.tokens) << spec_kind_name(kind) << " " << ask;
+    }
+    // Cold, then a cache hit on the same prompt (with n-gram drafts the second time).
+    EXPECT_EQ(run(cached, base).tokens, want.tokens) << ask;
+    Request again = base;
+    again.spec = spec(SpecKind::Ngram, 3);
+    const Out hit = run(cached, again);
+    EXPECT_EQ(hit.tokens, want.tokens) << ask;
+    EXPECT_GT(hit.report.resumed_at, 0) << ask;
+    // The old vocabulary: the model's tag token is refused, and it opens no call.
+    Request old = base;
+    old.grammar = g_plain.value();
+    const Out o = run(e, old);
+    EXPECT_EQ(std::find(o.tokens.begin(), o.tokens.end(), open), o.tokens.end());
+  }
+  EXPECT_EQ(calls, 4);
+}
+
 TEST(Constrained, RowInABatchGivesTheSameTokensAsAlone) {
   EngineOptions off;
   off.cache_enabled = false;
@@ -475,19 +574,35 @@ TEST(Constrained, RowInABatchGivesTheSameTokensAsAlone) {
   opt.cache_enabled = false;
   opt.max_running = 6;
   opt.step_tokens = 37;
-  BatchEngine eng(*fix().target, nullptr, opt);
-  test::Collector col;
-  std::vector<uint64_t> ids;
-  for (auto& c : cases) {
-    auto id = eng.submit(c.req, col.cb());
-    ASSERT_TRUE(id.ok()) << id.error_message();
-    ids.push_back(id.value());
+  // On one thread, then on a pool of three (every job shared): a step's missing masks are then
+  // computed together across its rows (BatchEngine::prefetch_masks), the bits unchanged.
+  // Fresh automata for the pool's run (the runs above cached every mask they needed).
+  ThreadPool pool(3, 0);
+  std::map<const GrammarAutomaton*, std::shared_ptr<GrammarAutomaton>> fresh;
+  for (const auto& c : cases)
+    if (c.req.grammar && !fresh.count(c.req.grammar.get()))
+      fresh[c.req.grammar.get()] = std::make_shared<GrammarAutomaton>(
+          std::make_shared<const Grammar>(c.req.grammar->grammar()), fix().grammars->vocab_ptr());
+  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+    BatchEngine eng(*fix().target, p, opt);
+    test::Collector col;
+    std::vector<uint64_t> ids;
+    for (auto& c : cases) {
+      Request r = c.req;
+      if (p && r.grammar) r.grammar = fresh[r.grammar.get()];
+      auto id = eng.submit(r, col.cb());
+      ASSERT_TRUE(id.ok()) << id.error_message();
+      ids.push_back(id.value());
+    }
+    col.wait(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(col.tokens[ids[i]], cases[i].want.tokens) << i << (p ? " pool" : "");
+      EXPECT_EQ(col.final_ev[ids[i]].finish, cases[i].want.finish) << i;
+    }
   }
-  col.wait(cases.size());
-  for (size_t i = 0; i < cases.size(); ++i) {
-    EXPECT_EQ(col.tokens[ids[i]], cases[i].want.tokens) << i;
-    EXPECT_EQ(col.final_ev[ids[i]].finish, cases[i].want.finish) << i;
-  }
+  int64_t prefetched = 0;
+  for (const auto& [old, a] : fresh) prefetched += a->stats().prefetched;
+  EXPECT_GT(prefetched, 0) << "no step had two masks to compute together";
 }
 
 // Bounds every string and array of a random schema so that a sampled reply ends within the

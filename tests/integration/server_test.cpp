@@ -1877,6 +1877,54 @@ TEST(ServerTools, TrainedModelCallsTheToolWholeAndStreamed) {
   EXPECT_NE(out.find("ok: all"), std::string::npos) << out;
 }
 
+// The lookup tool made strict under tool_choice "auto": the reply is constrained lazily, and
+// this model's tokenizer marks <tool_call> and </tool_call> special. The grammar's vocabulary
+// keeps those two tags (other special tokens stay out), so the model opens its call on its own
+// tag token as unconstrained, and the call's arguments follow the schema; the greedy message is
+// the same with the draft model, n-gram drafts and none.
+TEST(ServerTools, StrictToolUnderAutoOpensTheCallOnTheSpecialTagToken) {
+  const std::string draft = test::data_dir() + "/../../models/kjv-draft";
+  auto srv = Server::start({"--api-key", kKey, "--spec", "draft:" + draft}, trained_model_dir());
+  ASSERT_NE(srv, nullptr);
+  json strict = kLookupTool;
+  strict["function"]["strict"] = true;
+  json& props = strict["function"]["parameters"]["properties"];
+  props["book"]["maxLength"] = 20;
+  props["chapter"]["minimum"] = 1;
+  props["chapter"]["maximum"] = 150;
+  props["verse"]["minimum"] = 1;
+  strict["function"]["parameters"]["additionalProperties"] = false;
+  for (const char* ask : {"Look up John 3:16.", "Please look up Genesis 1:1."}) {
+    json body = {{"messages",
+                  {{{"role", "system"}, {"content", "You are a helpful assistant."}},
+                   {{"role", "user"}, {"content", ask}}}},
+                 {"max_tokens", 80},
+                 {"temperature", 0},
+                 {"chat_template_kwargs", {{"enable_thinking", false}}},
+                 {"tools", json::array({strict})},
+                 {"speculative", "off"}};
+    const Http h = post(*srv, "/v1/chat/completions", body);
+    ASSERT_EQ(h.status, 200) << h.body;
+    const json choice = h.j()["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls") << h.body;
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << h.body;
+    const json& call = choice["message"]["tool_calls"][0];
+    expect_lookup_call(call);
+    expect_valid_json(call["function"]["arguments"], strict["function"]["parameters"].dump());
+    for (const char* method : {"ngram", "draft"}) {
+      json sb = body;
+      sb["speculative"] = method;
+      const Http hs = post(*srv, "/v1/chat/completions", sb);
+      ASSERT_EQ(hs.status, 200) << hs.body;
+      // (The call's id is drawn per reply.)
+      const json m = hs.j()["choices"][0]["message"];
+      EXPECT_EQ(m["content"], choice["message"]["content"]) << method << " " << ask;
+      ASSERT_EQ(m["tool_calls"].size(), 1u) << hs.body;
+      EXPECT_EQ(m["tool_calls"][0]["function"], call["function"]) << method << " " << ask;
+    }
+  }
+}
+
 // ---- speculative decoding -----------------------------------------------------------------------
 
 TEST(ServerSpec, PerRequestSpeculationMatchesPlainAndShowsInMetrics) {

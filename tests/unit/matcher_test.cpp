@@ -367,6 +367,85 @@ TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
   EXPECT_GT(shared->stats().split_misses, 0);
 }
 
+// A decode step's masks computed together (GrammarAutomaton::prefetch: the walks of several
+// states shared across the pool's threads) equal the ones one thread computes row by row, for
+// eight sequences in lockstep, split states included; then the rows find them cached. With a
+// mask cache too small for a step's masks, the rows still get the same bits.
+TEST(GrammarMatcher, PrefetchedMasksOfARowBatchEqualOneThreads) {
+  auto text = json_schema_text_to_gbnf(R"({"type":"object","properties":{
+      "ab":{"type":"string"},"the":{"type":"array","items":{"type":"string"}},
+      "x":{"type":"object","properties":{"ab":{"type":"string"},"n":{"type":"integer"}},
+      "required":["ab","n"]}},"required":["ab","the","x"]})");
+  ASSERT_TRUE(text.ok()) << text.error_message();
+  auto g = parse_gbnf(*text);
+  ASSERT_TRUE(g.ok());
+  auto grammar = std::make_shared<Grammar>(std::move(g).value());
+  std::vector<std::string> v = test_vocab();
+  std::mt19937 rng(57);
+  const std::string pieces[] = {"\"", ",", ":", "{",  "}", "[", "]",        " ", "\n", "a",
+                                "b",  "1", "0", "\\", "e", "x", "\xC3\xA9", "-", "n",  "t"};
+  for (int i = 0; i < 6000; ++i) {
+    std::string s;
+    const int len = 1 + static_cast<int>(rng() % 7);
+    for (int k = 0; k < len; ++k) s += pieces[rng() % 20];
+    v.push_back(s);
+  }
+  const int32_t eos = static_cast<int32_t>(v.size());
+  auto vocab = std::make_shared<VocabTrie>(v, std::vector<int32_t>{eos});
+  ThreadPool pool(3, 0);  // every job shared, however small
+  for (const size_t cache_bytes : {size_t{256} << 20, size_t{3} * vocab->n_words() * 8}) {
+    AutomatonLimits lim;
+    lim.mask_cache_bytes = cache_bytes;
+    auto one = std::make_shared<GrammarAutomaton>(grammar, vocab);
+    auto batch = std::make_shared<GrammarAutomaton>(grammar, vocab, lim);
+    std::vector<GrammarMatcher> m1, m2;
+    for (int s = 0; s < 8; ++s) {
+      m1.emplace_back(one);
+      m2.emplace_back(batch);
+    }
+    TokenMask a(static_cast<size_t>(vocab->n_words())), b(a.size());
+    int rows = 0;
+    for (int step = 0; step < 30; ++step) {
+      std::vector<int32_t> states;
+      for (const GrammarMatcher& m : m2)
+        if (!m.is_ended()) states.push_back(m.state());
+      if (states.empty()) break;
+      ASSERT_TRUE(batch->prefetch(states, &pool).ok());
+      const int64_t misses = batch->stats().mask_misses;
+      for (size_t s = 0; s < 8; ++s) {
+        if (m1[s].is_ended()) continue;
+        ASSERT_TRUE(m1[s].allowed(a.data()).ok());
+        ASSERT_TRUE(m2[s].allowed(b.data()).ok());
+        ASSERT_EQ(a, b) << "sequence " << s << " step " << step;
+        ++rows;
+        std::vector<int32_t> ids;
+        for (int32_t id = 0; id < vocab->n_vocab(); ++id)
+          if (mask_test(a.data(), id)) ids.push_back(id);
+        ASSERT_FALSE(ids.empty());
+        int32_t id = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+        for (int32_t c : ids)  // closing quotes now and then, to get through the object
+          if (vocab->bytes(c) == "\"" && rng() % 3 == 0) id = c;
+        ASSERT_TRUE(m1[s].accept(id).ok());
+        ASSERT_TRUE(m2[s].accept(id).ok());
+      }
+      // With room for every mask, the rows computed none themselves (one, when only one was
+      // missing: then there is nothing to share).
+      if (cache_bytes > (size_t{1} << 20)) {
+        EXPECT_LE(batch->stats().mask_misses - misses, 1) << "step " << step;
+      }
+    }
+    EXPECT_GT(rows, 100);
+    EXPECT_GT(batch->stats().split_misses, 0);
+  }
+  // Nothing to share: one thread, or fewer than two masks missing, leaves the rows to compute.
+  Fixture f = make(json_object_gbnf());
+  ThreadPool alone(1);
+  ASSERT_TRUE(f.automaton->prefetch({f.automaton->initial_state()}, &pool).ok());
+  ASSERT_TRUE(
+      f.automaton->prefetch({f.automaton->initial_state(), GrammarAutomaton::kDead}, &alone).ok());
+  EXPECT_EQ(f.automaton->stats().mask_misses, 0);
+}
+
 // Random walks through `a`, each mask compared with a fresh automaton's (no budget).
 void walk_against_unbounded(const Fixture& f, std::shared_ptr<GrammarAutomaton> a, int walks,
                             uint32_t seed, size_t cap) {

@@ -11,6 +11,7 @@
 #include "rewind/grammar/gbnf.h"
 #include "rewind/grammar/grammar_ref.h"
 #include "rewind/grammar/matcher.h"
+#include "rewind/tokenizer/tokenizer.h"
 
 namespace rw {
 namespace {
@@ -183,6 +184,80 @@ TEST(ToolGrammar, Refusals) {
     EXPECT_NE(e.error_message().find("unsupported keyword 'pattern'"), std::string::npos)
         << e.error_message();
   }
+}
+
+// A tokenizer that marks the tool-call tags special (Qwen's, the built-in models'): the
+// grammar's vocabulary keeps those two tokens as their text, so a lazy grammar opens its calls
+// on the model's own tag token (left out, the tag could only be spelled from ordinary tokens,
+// which such a model never writes); other special tokens stay out.
+TEST(ToolGrammar, LazyGrammarOpensOnTheTagWhenItIsASpecialToken) {
+  BpeTrainOptions bo;
+  bo.n_merges = 64;
+  bo.special_tokens = {"<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"};
+  auto tok = Tokenizer::from_json(train_bpe_tokenizer_json(builtin_training_text(), bo), "test");
+  ASSERT_TRUE(tok.ok()) << tok.error_message();
+  const int32_t im_end = tok->token_id("<|im_end|>"), think = tok->token_id("<think>");
+  const int32_t open = tok->token_id("<tool_call>"), close = tok->token_id("</tool_call>");
+  ASSERT_TRUE(tok->is_special(open) && tok->is_special(close) && tok->is_special(think));
+  const ToolCallFormat f = ToolCallFormat::XmlTag;
+  auto kept = std::make_shared<const VocabTrie>(
+      VocabTrie::from_tokenizer(*tok, {im_end}, {tool_call_opening(f), tool_call_closing(f)}));
+  auto plain = std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(*tok, {im_end}));
+  EXPECT_EQ(kept->bytes(open), "<tool_call>");
+  EXPECT_EQ(kept->bytes(close), "</tool_call>");
+  EXPECT_EQ(kept->bytes(think), "");
+  EXPECT_EQ(plain->bytes(open), "");
+  ojson t = tools();
+  t[0]["function"]["strict"] = true;
+  ToolGrammarOptions opt{f, "", true};
+  opt.lazy = true;
+  auto text = tool_call_gbnf(t, opt);
+  ASSERT_TRUE(text.ok()) << text.error_message();
+  auto g = parse_gbnf(*text);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  auto grammar = std::make_shared<const Grammar>(std::move(g).value());
+  auto with_tags = std::make_shared<GrammarAutomaton>(grammar, kept);
+  auto without = std::make_shared<GrammarAutomaton>(grammar, plain);
+  TokenMask mask(static_cast<size_t>(kept->n_words()));
+  GrammarMatcher m(with_tags), w(without);
+  ASSERT_TRUE(w.allowed(mask.data()).ok());
+  EXPECT_FALSE(mask_test(mask.data(), open));  // the old vocabulary: the tag is refused
+  ASSERT_TRUE(m.allowed(mask.data()).ok());
+  EXPECT_TRUE(mask_test(mask.data(), open));
+  EXPECT_FALSE(mask_test(mask.data(), think));
+  // A reply as the model writes it (the tags as their special tokens) goes through token by
+  // token, ends the grammar and parses back into a call whose arguments follow the schema.
+  const std::string reply =
+      "Let me look.\n<tool_call>\n<function=lookup>\n<parameter=book>\nJob\n</parameter>\n"
+      "<parameter=chapter>\n2\n</parameter>\n</function>\n</tool_call>";
+  const std::vector<int32_t> ids = tok->encode(reply);
+  ASSERT_NE(std::find(ids.begin(), ids.end(), open), ids.end());
+  ASSERT_NE(std::find(ids.begin(), ids.end(), close), ids.end());
+  for (int32_t id : ids) {
+    ASSERT_TRUE(m.allowed(mask.data()).ok());
+    ASSERT_TRUE(mask_test(mask.data(), id)) << tok->token_text(id);
+    EXPECT_FALSE(mask_test(mask.data(), think));
+    ASSERT_TRUE(m.accept(id).ok());
+  }
+  EXPECT_TRUE(m.is_accepting());
+  ASSERT_TRUE(m.accept(im_end).ok());
+  // After the call's tag, a strict argument that breaks its schema is refused.
+  GrammarMatcher bad(with_tags);
+  bool refused = false;
+  for (int32_t id : tok->encode("<tool_call>\n<function=lookup>\n<parameter=book>\nJob\n"
+                                "</parameter>\n<parameter=chapter>\ntwo\n</parameter>")) {
+    if (!bad.accept(id).ok()) {
+      refused = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(refused);
+  std::string content;
+  const auto calls = parse_tool_calls(tok->decode(ids), &content, nlohmann::json::parse(t.dump()));
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].name, "lookup");
+  EXPECT_EQ(nlohmann::json::parse(calls[0].arguments_json),
+            nlohmann::json::parse(R"({"book": "Job", "chapter": 2})"));
 }
 
 // Whatever the matcher lets through parses back into valid calls.

@@ -672,6 +672,8 @@ void BatchEngine::step() {
     return;
   }
 
+  prefetch_masks(plan);
+
   // Apply: snapshots, sampling, events.
   std::vector<int32_t> idx;  // top_logprobs scratch, reused across the step's rows
   // Log-probabilities of `tok` (and the top alternatives) under logits row lg.
@@ -743,7 +745,7 @@ void BatchEngine::step() {
     }
     if (gs.ok() && tok < 0) {
       gs = constrain_logits(q.grammar->automaton(), q.grammar->state(), row_lg, opt_.sample_vocab,
-                            lazy_grammar(q), nullptr, pool_);
+                            lazy_grammar(q), nullptr, pool_, argmax_hint(row_lg));
       if (gs.ok()) tok = q.sampler->sample(row_lg, opt_.sample_vocab);
     }
     if (gs.ok()) gs = q.grammar->accept(tok);
@@ -893,10 +895,80 @@ Status BatchEngine::constrain_spec_rows(Seq& s, float* lg, size_t* advanced) {
     // A row after an end-of-sequence draft is never emitted (the run is cut at that stop).
     const int32_t st = s.grammar->state_back(n - i);
     if (st == GrammarAutomaton::kEnded) break;
-    REWIND_TRY_STATUS(constrain_logits(s.grammar->automaton(), st, lg + static_cast<int64_t>(i) * V,
-                                       opt_.sample_vocab, lazy_grammar(s), nullptr, pool_));
+    float* row = lg + static_cast<int64_t>(i) * V;
+    REWIND_TRY_STATUS(constrain_logits(s.grammar->automaton(), st, row, opt_.sample_vocab,
+                                       lazy_grammar(s), nullptr, pool_, argmax_hint(row)));
   }
   return Ok{};
+}
+
+int32_t BatchEngine::argmax_hint(const float* row) const {
+  const int64_t V = model_.config().vocab_size;
+  if (row < logits_.data() || row >= logits_.data() + logits_.size()) return -1;
+  const size_t i = static_cast<size_t>((row - logits_.data()) / V);
+  return i < argmax_hint_.size() && row == logits_.data() + static_cast<int64_t>(i) * V
+             ? argmax_hint_[i]
+             : -1;
+}
+
+void BatchEngine::prefetch_masks(const StepPlan& plan) {
+  argmax_hint_.clear();
+  if (!pool_ || pool_->n_threads() < 2) return;
+  const int64_t V = model_.config().vocab_size;
+  // Per automaton, the states whose masks the rows will need.
+  std::vector<std::pair<GrammarAutomaton*, std::vector<int32_t>>> need;
+  auto add = [&](GrammarAutomaton& a, int32_t state) {
+    for (auto& [g, states] : need)
+      if (g == &a) return states.push_back(state);
+    need.push_back({&a, {state}});
+  };
+  // A row in `state`: masked first, or (a greedy row with no adjustment to come) masked only
+  // when its argmax is refused, which is checked here (the hint spares the row a second pass).
+  // A temperature-only row draws first and an adjusted greedy row is not known yet: left out.
+  size_t n_rows = 0;
+  for (const PlannedRow& r : plan.rows) {
+    const Seq& s = *running_[r.seq];
+    n_rows += r.decode && s.spec && s.spec->round_open() ? s.spec->drafted() + 1 : r.logits;
+  }
+  argmax_hint_.assign(n_rows, -1);
+  auto consider = [&](const Seq& s, int32_t state, size_t row, bool plain) {
+    GrammarAutomaton& a = s.grammar->automaton();
+    if (!lazy_grammar(s)) {
+      if (!plain || !lazy_sampling(s)) add(a, state);
+      return;
+    }
+    if (s.adjust->active()) return;
+    const int32_t top = argmax(logits_.data() + static_cast<int64_t>(row) * V, opt_.sample_vocab);
+    argmax_hint_[row] = top;
+    auto next = a.step_token(state, top);
+    if (next.ok() && next.value() == GrammarAutomaton::kDead) add(a, state);
+  };
+  size_t row = 0;
+  for (const PlannedRow& r : plan.rows) {
+    const Seq& s = *running_[r.seq];
+    if (r.decode && s.spec && s.spec->round_open()) {
+      const size_t first = row;
+      row += static_cast<size_t>(s.spec->drafted() + 1);
+      if (!s.grammar) continue;
+      // The states after each draft the grammar accepts (constrain_spec_rows).
+      int32_t st = s.grammar->state();
+      const std::span<const int32_t> d = s.spec->drafts();
+      for (size_t i = 0; i <= d.size() && st != GrammarAutomaton::kEnded; ++i) {
+        consider(s, st, first + i, false);
+        if (i == d.size()) break;
+        auto next = s.grammar->automaton().step_token(st, d[i]);
+        if (!next.ok() || next.value() == GrammarAutomaton::kDead) break;
+        st = next.value();
+      }
+      continue;
+    }
+    if (!r.logits) continue;
+    const size_t at = row++;
+    if (!s.grammar || s.forks_pending()) continue;
+    consider(s, s.grammar->state(), at, true);
+  }
+  for (auto& [a, states] : need)
+    if (states.size() >= 2) (void)a->prefetch(states, pool_);  // errors recur on the row
 }
 
 void BatchEngine::update_memory() {

@@ -36,6 +36,7 @@
 namespace rw {
 
 class ThreadPool;
+struct StepPlan;
 
 struct EngineMetrics {
   int64_t requests_submitted = 0, requests_finished = 0, requests_cancelled = 0,
@@ -137,6 +138,13 @@ class BatchEngine {
   // when the draw is refused (the same distribution as masking first).
   bool lazy_sampling(const Seq& s) const;
   Status constrain_spec_rows(Seq& s, float* lg, size_t* advanced);
+  // Before a step's rows are sampled: the grammar masks they will need that are not cached
+  // yet, computed together on the pool (GrammarAutomaton::prefetch), and argmax_hint_ for the
+  // greedy rows checked here. Only a cache fill: the rows are constrained as without it.
+  void prefetch_masks(const StepPlan& plan);
+  // The argmax of logits row `row` when prefetch_masks took it (the row unchanged since), else
+  // -1; by a pointer into logits_.
+  int32_t argmax_hint(const float* row) const;
   void update_memory();  // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
   CacheTreeReport tree_report(int64_t max_nodes) const;  // the thread that runs the steps
@@ -166,6 +174,7 @@ class BatchEngine {
   std::vector<std::unique_ptr<Seq>> running_;  // engine thread only
   size_t rr_ = 0;                              // engine thread only: prefill round-robin
   std::vector<float> logits_;                  // engine thread only: the step's logit rows
+  std::vector<int32_t> argmax_hint_;  // engine thread only: per logits row, -1 when not known
   bool trimmed_ = true;  // engine thread only: free memory handed back since the last step
   std::thread thread_;
 };

@@ -19,9 +19,11 @@ namespace rw {
 // of the allowed ones), so the mask is computed only when the model's own choice is refused.
 // Otherwise every token the grammar refuses (and every id past the grammar's vocabulary) gets
 // -infinity. *masked says whether the row was changed. `pool` (may be null) shares a mask's
-// walk of the whole vocabulary (GrammarAutomaton::allowed). Errors: the grammar has ended or is
-// dead, an automaton limit.
+// walk of the whole vocabulary (GrammarAutomaton::allowed). `argmax_hint` >= 0: argmax(row,
+// n_vocab), already known (spares lazy_greedy its pass over the row). Errors: the grammar has
+// ended or is dead, an automaton limit.
 Status constrain_logits(GrammarAutomaton& automaton, int32_t state, float* row, int32_t n_vocab,
-                        bool lazy_greedy, bool* masked = nullptr, ThreadPool* pool = nullptr);
+                        bool lazy_greedy, bool* masked = nullptr, ThreadPool* pool = nullptr,
+                        int32_t argmax_hint = -1);
 
 }  // namespace rw

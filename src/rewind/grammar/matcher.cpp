@@ -110,10 +110,17 @@ VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes, std::vector<in
   chunk_begin_.push_back(n_nodes);
 }
 
-VocabTrie VocabTrie::from_tokenizer(const Tokenizer& tok, std::vector<int32_t> eos_ids) {
+VocabTrie VocabTrie::from_tokenizer(const Tokenizer& tok, std::vector<int32_t> eos_ids,
+                                    const std::vector<std::string>& keep_special) {
   std::vector<std::string> bytes(static_cast<size_t>(tok.vocab_size()));
-  for (int32_t id = 0; id < tok.vocab_size(); ++id)
-    if (!tok.is_special(id)) bytes[id] = tok.token_bytes(id);
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    if (!tok.is_special(id)) {
+      bytes[id] = tok.token_bytes(id);
+    } else if (std::find(keep_special.begin(), keep_special.end(), tok.token_text(id)) !=
+               keep_special.end()) {
+      bytes[id] = tok.token_text(id);  // an added token's text is its content
+    }
+  }
   return VocabTrie(bytes, std::move(eos_ids));
 }
 
@@ -135,7 +142,8 @@ size_t VocabTrie::memory_bound(const Tokenizer& tok) {
   const size_t n = static_cast<size_t>(tok.vocab_size()) + 64;
   size_t bytes = 0, strings = n * sizeof(std::string);
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-    const size_t len = tok.is_special(id) ? 0 : tok.token_bytes(id).size();
+    // A special token counts as kept (its text), whatever the caller keeps.
+    const size_t len = tok.is_special(id) ? tok.token_text(id).size() : tok.token_bytes(id).size();
     bytes += len;
     if (len > 15) strings += 2 * len + 1;
   }
@@ -401,55 +409,66 @@ Status GrammarAutomaton::walk_subtree(int32_t node, int32_t end, int32_t at, Tok
   return Ok{};
 }
 
+void GrammarAutomaton::whole_trie_tasks(int32_t state, int32_t job,
+                                        std::vector<WalkTask>& tasks) const {
+  const VocabTrie& v = *vocab_;
+  for (size_t c = 0; c + 1 < v.chunk_begin_.size(); ++c)
+    tasks.push_back({v.chunk_begin_[c], v.chunk_begin_[c + 1], state, job});
+}
+
 Status GrammarAutomaton::walk_parallel(int32_t state, TokenMask& words, std::vector<int32_t>* roots,
                                        ThreadPool* pool) {
+  std::vector<WalkTask> tasks;
+  whole_trie_tasks(state, 0, tasks);
+  return walk_many(std::move(tasks), {{&words, roots}}, pool);
+}
+
+Status GrammarAutomaton::walk_many(std::vector<WalkTask> tasks, const std::vector<WalkJob>& jobs,
+                                   ThreadPool* pool) {
   const VocabTrie& v = *vocab_;
-  struct Task {
-    int32_t begin, end;  // nodes [begin, end): one subtree, or whole subtrees of the root
-    int32_t at;          // the state before node `begin`'s byte
-  };
   struct Pending {
-    int32_t node, from;  // node's byte from state `from`: a transition not known yet
+    int32_t job, node, from;  // node's byte from state `from`: a transition not known yet
   };
   struct Part {  // one thread's output
-    TokenMask words;
+    std::vector<TokenMask> words;  // per job, allocated when first written
     std::vector<Pending> pending;
-    std::vector<int32_t> roots;
-    std::vector<int32_t> states;  // per depth
+    std::vector<std::pair<int32_t, int32_t>> roots;  // (job, node)
+    std::vector<int32_t> states;                     // per depth
   };
+  const size_t n_words = static_cast<size_t>(v.n_words());
   const int n_threads = pool->n_threads();
   std::vector<Part> parts(static_cast<size_t>(n_threads));
   for (Part& p : parts) {
-    p.words.assign(words.size(), 0);
+    p.words.resize(jobs.size());
     p.states.assign(static_cast<size_t>(v.max_depth_) + 1, 0);
   }
-  std::vector<Task> tasks;
-  for (size_t c = 0; c + 1 < v.chunk_begin_.size(); ++c)
-    tasks.push_back({v.chunk_begin_[c], v.chunk_begin_[c + 1], state});
   const int32_t* trans = trans_.data();
   const StateInfo* infos = states_.data();
   // Reads only: the table is not written until every thread is done.
-  auto walk = [&](Part& p, const Task& t) {
+  auto walk = [&](Part& p, const WalkTask& t) {
+    const bool split = jobs[static_cast<size_t>(t.job)].roots != nullptr;
+    TokenMask& out = p.words[static_cast<size_t>(t.job)];
+    if (out.empty()) out.assign(n_words, 0);
     const int32_t base = v.depth_[t.begin] - 1;
     p.states[static_cast<size_t>(base)] = t.at;
     for (int32_t i = t.begin; i < t.end;) {
       const int32_t d = v.depth_[i];
       const int32_t from = p.states[static_cast<size_t>(d - 1)];
       const int32_t to = trans[static_cast<size_t>(from) * 256 + v.byte_[i]];
-      if (to < 0) p.pending.push_back({i, from});
+      if (to < 0) p.pending.push_back({t.job, i, from});
       if (to <= kDead) {
         i = v.skip_[i];
         continue;
       }
-      if (roots && infos[to].hole && infos[to].count == 1 && !infos[to].accepting) {
-        p.roots.push_back(i);
+      if (split && infos[to].hole && infos[to].count == 1 && !infos[to].accepting) {
+        p.roots.push_back({t.job, i});
         i = v.skip_[i];
         continue;
       }
       p.states[static_cast<size_t>(d)] = to;
       for (int32_t k = v.tok_begin_[i]; k < v.tok_begin_[i + 1]; ++k) {
         const int32_t id = v.tok_ids_[k];
-        p.words[id >> 6] |= uint64_t{1} << (id & 63);
+        out[id >> 6] |= uint64_t{1} << (id & 63);
       }
       ++i;
     }
@@ -458,42 +477,52 @@ Status GrammarAutomaton::walk_parallel(int32_t state, TokenMask& words, std::vec
     trans = trans_.data();
     infos = states_.data();
     int64_t nodes = 0;
-    for (const Task& t : tasks) nodes += t.end - t.begin;
+    for (const WalkTask& t : tasks) nodes += t.end - t.begin;
     pool->parallel_guided(
         static_cast<int64_t>(tasks.size()), 1, 1,
         [&](int thread, int64_t b, int64_t e) {
           for (int64_t k = b; k < e; ++k) walk(parts[static_cast<size_t>(thread)], tasks[k]);
         },
         nodes * 8);
-    // The unknown transitions, alone; each live one is a subtree to walk next round.
+    // The unknown transitions, alone and in a fixed order (the same states are made whatever
+    // the thread count); each live one is a subtree to walk next round.
     std::vector<Pending> pending;
     for (Part& p : parts) {
       pending.insert(pending.end(), p.pending.begin(), p.pending.end());
       p.pending.clear();
     }
-    std::sort(pending.begin(), pending.end(),
-              [](const Pending& a, const Pending& b) { return a.node < b.node; });
+    std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+      return a.job != b.job ? a.job < b.job : a.node < b.node;
+    });
     tasks.clear();
     for (const Pending& q : pending) {
       REWIND_TRY(const int32_t to, transition(q.from, v.byte_[q.node]));
       if (to == kDead) continue;
+      const WalkJob& job = jobs[static_cast<size_t>(q.job)];
       const StateInfo& at = states_[to];
-      if (roots && at.hole && at.count == 1 && !at.accepting) {
-        roots->push_back(q.node);
+      if (job.roots && at.hole && at.count == 1 && !at.accepting) {
+        job.roots->push_back(q.node);
         continue;
       }
+      TokenMask& words = *job.words;
       for (int32_t k = v.tok_begin_[q.node]; k < v.tok_begin_[q.node + 1]; ++k) {
         const int32_t id = v.tok_ids_[k];
         words[id >> 6] |= uint64_t{1} << (id & 63);
       }
-      if (q.node + 1 < v.skip_[q.node]) tasks.push_back({q.node + 1, v.skip_[q.node], to});
+      if (q.node + 1 < v.skip_[q.node]) tasks.push_back({q.node + 1, v.skip_[q.node], to, q.job});
     }
   }
-  for (Part& p : parts) {
-    for (size_t w = 0; w < words.size(); ++w) words[w] |= p.words[w];
-    if (roots) roots->insert(roots->end(), p.roots.begin(), p.roots.end());
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    TokenMask& words = *jobs[j].words;
+    for (Part& p : parts) {
+      if (p.words[j].empty()) continue;
+      for (size_t w = 0; w < n_words; ++w) words[w] |= p.words[j][w];
+    }
   }
-  if (roots) std::sort(roots->begin(), roots->end());
+  for (Part& p : parts)
+    for (const auto& [job, node] : p.roots) jobs[static_cast<size_t>(job)].roots->push_back(node);
+  for (const WalkJob& j : jobs)
+    if (j.roots) std::sort(j.roots->begin(), j.roots->end());
   return Ok{};
 }
 
@@ -587,6 +616,11 @@ Result<const GrammarAutomaton::SplitMask*> GrammarAutomaton::split_mask(int32_t 
     }
     ++i;
   }
+  return store_split(truncated, std::move(sm));
+}
+
+const GrammarAutomaton::SplitMask* GrammarAutomaton::store_split(int32_t truncated,
+                                                                 SplitMask&& sm) {
   const size_t bytes =
       sm.allowed.size() * sizeof(uint64_t) + sm.context_roots.size() * sizeof(int32_t);
   if (split_bytes_ + bytes > limits_.mask_cache_bytes / 2) {
@@ -643,6 +677,10 @@ Result<const TokenMask*> GrammarAutomaton::mask_locked(int32_t state, ThreadPool
   ++misses_;
   TokenMask words;
   REWIND_TRY_STATUS(compute_mask(state, words, pool));
+  return store_mask(state, std::move(words));
+}
+
+const TokenMask* GrammarAutomaton::store_mask(int32_t state, TokenMask&& words) {
   const size_t bytes = words.size() * sizeof(uint64_t);
   while (!lru_.empty() && mask_bytes_ + bytes > limits_.mask_cache_bytes) {
     auto old = masks_.find(lru_.back());
@@ -663,6 +701,92 @@ Result<const TokenMask*> GrammarAutomaton::mask_locked(int32_t state, ThreadPool
   mask_bytes_ += bytes;
   sync_budget();
   return &entry.words;
+}
+
+Status GrammarAutomaton::prefetch(const std::vector<int32_t>& states, ThreadPool* pool) {
+  if (!pool || pool->n_threads() < 2) return Ok{};
+  std::lock_guard<std::mutex> lock(mu_);
+  const VocabTrie& v = *vocab_;
+  std::vector<int32_t> todo;  // distinct states whose masks are not cached
+  for (int32_t st : states)
+    if (st != kDead && st != kEnded && !masks_.count(st) &&
+        std::find(todo.begin(), todo.end(), st) == todo.end())
+      todo.push_back(st);
+  if (todo.size() < 2) return Ok{};
+  misses_ += static_cast<int64_t>(todo.size());
+  prefetched_ += static_cast<int64_t>(todo.size());
+  // Each state's mask is a walk of the whole trie, or (a split state) its truncated state's
+  // context-free part and then walks of that part's context roots from the state itself
+  // (compute_mask). First every whole walk at once: the unsplit states' and the context-free
+  // parts not cached yet.
+  std::vector<int32_t> truncated(todo.size());
+  for (size_t k = 0; k < todo.size(); ++k) {
+    REWIND_TRY(truncated[k], split_state(todo[k]));
+  }
+  std::vector<TokenMask> words(todo.size());
+  std::vector<int32_t> new_parts;  // truncated states whose parts are computed here
+  std::vector<SplitMask> parts;    // their parts
+  std::vector<WalkJob> jobs;
+  std::vector<WalkTask> tasks;
+  for (size_t k = 0; k < todo.size(); ++k) {
+    words[k].assign(static_cast<size_t>(v.n_words()), 0);
+    if (truncated[k] != todo[k]) {
+      if (splits_.count(truncated[k]) ||
+          std::find(new_parts.begin(), new_parts.end(), truncated[k]) != new_parts.end())
+        continue;
+      new_parts.push_back(truncated[k]);
+    }
+  }
+  parts.resize(new_parts.size());
+  for (size_t k = 0; k < todo.size(); ++k) {
+    if (truncated[k] != todo[k]) continue;
+    whole_trie_tasks(todo[k], static_cast<int32_t>(jobs.size()), tasks);
+    jobs.push_back({&words[k], nullptr});
+  }
+  for (size_t j = 0; j < new_parts.size(); ++j) {
+    parts[j].allowed.assign(static_cast<size_t>(v.n_words()), 0);
+    whole_trie_tasks(new_parts[j], static_cast<int32_t>(jobs.size()), tasks);
+    jobs.push_back({&parts[j].allowed, &parts[j].context_roots});
+  }
+  split_misses_ += static_cast<int64_t>(new_parts.size());
+  if (!tasks.empty()) REWIND_TRY_STATUS(walk_many(std::move(tasks), jobs, pool));
+  // Then the split states: their part, and their context roots' subtrees all at once.
+  jobs.clear();
+  tasks.clear();
+  for (size_t k = 0; k < todo.size(); ++k) {
+    if (truncated[k] == todo[k]) continue;
+    const size_t j =
+        std::find(new_parts.begin(), new_parts.end(), truncated[k]) - new_parts.begin();
+    const SplitMask* sm = nullptr;
+    if (j < new_parts.size()) {
+      sm = &parts[j];
+    } else {  // cached before (or dropped since for room: computed again)
+      REWIND_TRY(sm, split_mask(truncated[k], pool));
+    }
+    words[k] = sm->allowed;
+    const std::vector<int32_t> roots = sm->context_roots;  // transition() may drop the cache
+    const int32_t job = static_cast<int32_t>(jobs.size());
+    jobs.push_back({&words[k], nullptr});
+    for (int32_t r : roots) {
+      // The state before the root's own byte: its first depth - 1 bytes from the state itself.
+      const std::string& first = v.bytes_[v.tok_ids_[v.tok_begin_[r]]];
+      int32_t at = todo[k];
+      for (int32_t b = 0; b + 1 < v.depth_[r] && at != kDead; ++b) {
+        REWIND_TRY(at, transition(at, static_cast<uint8_t>(first[b])));
+      }
+      if (at != kDead) tasks.push_back({r, v.skip_[r], at, job});
+    }
+  }
+  if (!tasks.empty()) REWIND_TRY_STATUS(walk_many(std::move(tasks), jobs, pool));
+  for (size_t j = 0; j < new_parts.size(); ++j) store_split(new_parts[j], std::move(parts[j]));
+  for (size_t k = 0; k < todo.size(); ++k) {
+    if (states_[todo[k]].accepting)
+      for (int32_t id : v.eos_) words[k][id >> 6] |= uint64_t{1} << (id & 63);
+    if (masks_.count(todo[k])) continue;
+    const TokenMask* kept = store_mask(todo[k], std::move(words[k]));
+    if (kept == &scratch_mask_) break;  // no room: the rest are computed when asked for
+  }
+  return Ok{};
 }
 
 Status GrammarAutomaton::allowed(int32_t state, uint64_t* out, ThreadPool* pool) {
@@ -719,6 +843,7 @@ AutomatonStats GrammarAutomaton::stats() {
   s.split_misses = split_misses_;
   s.split_bytes = split_bytes_;
   s.uncached = uncached_;
+  s.prefetched = prefetched_;
   s.memory_bytes = footprint();
   return s;
 }

@@ -2,8 +2,10 @@
 // decoding").
 //
 // * VocabTrie: the model's tokens as byte strings in a trie laid out in depth-first order, built
-//   once per tokenizer. Special tokens are left out (they are never grammar text); the
-//   end-of-sequence ids are kept apart and allowed exactly when the grammar is complete.
+//   once per tokenizer. Special tokens are left out (they are never grammar text), except
+//   those a caller names (the tags of a tool-call syntax, which some tokenizers mark special):
+//   they stand for their text. The end-of-sequence ids are kept apart and allowed exactly when
+//   the grammar is complete.
 // * GrammarAutomaton: the grammar's pushdown automaton over bytes, determinised lazily. A
 //   configuration is a set of stacks of grammar positions (llama.cpp's grammar stacks);
 //   stacks are hash-consed linked lists (a frame whose alternative is finished is never kept,
@@ -55,8 +57,11 @@ class VocabTrie {
   // token_bytes[id] is the token's text as bytes; an empty string leaves the id out (holes,
   // special tokens). eos_ids end a finished grammar and are never grammar text.
   VocabTrie(const std::vector<std::string>& token_bytes, std::vector<int32_t> eos_ids);
-  // Every token of the tokenizer except special ones, by Tokenizer::token_bytes.
-  static VocabTrie from_tokenizer(const Tokenizer& tok, std::vector<int32_t> eos_ids);
+  // Every token of the tokenizer except special ones, by Tokenizer::token_bytes; a special
+  // token whose text is one of `keep_special` stays, as that text (a tool-call tag: the
+  // grammar spells the tag, and the model writes it as its one special token).
+  static VocabTrie from_tokenizer(const Tokenizer& tok, std::vector<int32_t> eos_ids,
+                                  const std::vector<std::string>& keep_special = {});
 
   int32_t n_vocab() const { return n_vocab_; }
   int32_t n_words() const { return (n_vocab_ + 63) / 64; }
@@ -65,7 +70,8 @@ class VocabTrie {
   const std::string& bytes(int32_t id) const { return bytes_[id]; }
   bool is_eos(int32_t id) const;
   size_t memory_bytes() const;
-  // An upper bound of memory_bytes() for from_tokenizer(tok, ...), without building it.
+  // An upper bound of memory_bytes() for from_tokenizer(tok, ...) whatever it keeps, without
+  // building it.
   static size_t memory_bound(const Tokenizer& tok);
 
  private:
@@ -114,6 +120,7 @@ struct AutomatonStats {
   int64_t mask_hits = 0, mask_misses = 0;
   int64_t split_hits = 0, split_misses = 0;  // context-free parts of masks
   int64_t uncached = 0;  // masks computed but not kept (the shared budget was full)
+  int64_t prefetched = 0;  // masks computed by prefetch (among mask_misses)
   size_t mask_bytes = 0, split_bytes = 0;
   size_t memory_bytes = 0;  // all of it (memory_bytes())
 };
@@ -148,6 +155,12 @@ class GrammarAutomaton {
   Status allowed(int32_t state, uint64_t* out, ThreadPool* pool = nullptr);
   // Applies the allowed mask of `state` to one row of logits (apply_token_mask).
   Status mask_logits(int32_t state, float* logits, ThreadPool* pool = nullptr);
+  // Computes the masks of `states` (one decode step's rows) that are not cached yet all at
+  // once, the pool's threads sharing the trie walks of every state (bits as allowed() gives
+  // them), and caches them as room allows: the rows' allowed() / mask_logits() calls then find
+  // them. Without a pool of several threads, or with fewer than two masks missing, nothing is
+  // done here (allowed() splits one mask's walk by itself).
+  Status prefetch(const std::vector<int32_t>& states, ThreadPool* pool);
   bool is_accepting(int32_t state);
   // The fewest bytes that complete the grammar from `state` (0 when accepting).
   uint32_t min_bytes_to_accept(int32_t state);
@@ -187,12 +200,29 @@ class GrammarAutomaton {
   Status compute_mask(int32_t state, TokenMask& words, ThreadPool* pool);
   Result<int32_t> split_state(int32_t state);
   Result<const SplitMask*> split_mask(int32_t truncated, ThreadPool* pool);
-  // A walk of the whole trie from `state` into `words` on the pool's threads: they read the
-  // transition table only, leaving each unknown transition's subtree to the caller, which
-  // computes those transitions alone and hands the subtrees out again, until none is left.
-  // With `roots` (a split walk) a node whose state holds only the hole is put there instead.
+  // Keeps a computed mask (or context-free part) in its cache when the budgets allow; the
+  // pointer is to the kept copy or, without room, to a scratch valid until the next call.
+  const TokenMask* store_mask(int32_t state, TokenMask&& words);
+  const SplitMask* store_split(int32_t truncated, SplitMask&& sm);
+  // Trie walks on the pool's threads, several masks at once: threads read the transition
+  // table only, leaving each unknown transition's subtree to the caller, which computes those
+  // transitions alone and hands the subtrees out again, until none is left. A task walks the
+  // nodes [begin, end) (one subtree, or whole subtrees of the root's children) from the state
+  // before node begin's byte, into walk `job`'s words; a job with roots (a split walk) puts a
+  // node whose state holds only the hole there instead.
+  struct WalkTask {
+    int32_t begin, end, at, job;
+  };
+  struct WalkJob {
+    TokenMask* words;
+    std::vector<int32_t>* roots;  // null: not a split walk
+  };
+  Status walk_many(std::vector<WalkTask> tasks, const std::vector<WalkJob>& jobs, ThreadPool* pool);
+  // One whole-trie walk from `state` (walk_many with one job).
   Status walk_parallel(int32_t state, TokenMask& words, std::vector<int32_t>* roots,
                        ThreadPool* pool);
+  // The tasks of a whole-trie walk from `state` for job `job`.
+  void whole_trie_tasks(int32_t state, int32_t job, std::vector<WalkTask>& tasks) const;
   // Sets the bits of the tokens in trie nodes [node, end) reachable from `at` (the state
   // after node `node`'s bytes; node's own tokens included).
   Status walk_subtree(int32_t node, int32_t end, int32_t at, TokenMask& words);
@@ -231,7 +261,7 @@ class GrammarAutomaton {
   std::unordered_map<int32_t, SplitMask> splits_;  // dropped together past half the budget
   size_t split_bytes_ = 0;
   int64_t hits_ = 0, misses_ = 0, n_transitions_ = 0, split_hits_ = 0, split_misses_ = 0;
-  int64_t uncached_ = 0;
+  int64_t uncached_ = 0, prefetched_ = 0;
   size_t charged_ = 0;          // bytes charged to limits_.budget
   size_t state_key_bytes_ = 0;  // heap bytes of state_ids_'s keys
   TokenMask scratch_mask_;      // a mask the budget had no room to keep

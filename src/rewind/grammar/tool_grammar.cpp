@@ -94,6 +94,10 @@ std::string tool_call_opening(ToolCallFormat format) {
   return format == ToolCallFormat::JsonList ? "<TOOLCALL>" : "<tool_call>";
 }
 
+std::string tool_call_closing(ToolCallFormat format) {
+  return format == ToolCallFormat::JsonList ? "</TOOLCALL>" : "</tool_call>";
+}
+
 bool has_strict_tool(const ojson& tools) {
   if (!tools.is_array()) return false;
   for (const ojson& t : tools) {

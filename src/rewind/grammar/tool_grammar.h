@@ -37,8 +37,11 @@ struct ToolGrammarOptions {
   bool lazy = false;     // free text first; the calls only from the opening tag on
 };
 
-// The tag that opens the tool calls of `format` (the trigger of a lazy grammar).
+// The tag that opens the tool calls of `format` (the trigger of a lazy grammar), and the one
+// that closes them. A tokenizer may mark them special (Qwen's do): the grammar's vocabulary
+// must then keep those tokens as their text (VocabTrie::from_tokenizer's keep_special).
 std::string tool_call_opening(ToolCallFormat format);
+std::string tool_call_closing(ToolCallFormat format);
 
 // True when some tool of `tools` has "function": {"strict": true}.
 bool has_strict_tool(const nlohmann::ordered_json& tools);

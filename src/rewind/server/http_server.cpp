@@ -425,8 +425,12 @@ struct HttpServer::Impl {
       std::vector<int32_t> eos(defaults.stop_ids.begin(), defaults.stop_ids.end());
       AutomatonLimits lim;
       lim.mask_cache_bytes = size_t{64} << 20;
+      // The template's tool-call tags stay in the vocabulary when the tokenizer marks them
+      // special: a model writes them as those tokens, and a lazy grammar opens its calls on them.
+      std::vector<std::string> tags;
+      if (tool_format) tags = {tool_call_opening(*tool_format), tool_call_closing(*tool_format)};
       grammars = std::make_unique<GrammarCache>(
-          std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(tok, std::move(eos))),
+          std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(tok, std::move(eos), tags)),
           kGrammarCacheEntries, lim, opt.grammar_cache_bytes);
       grammars_ready.store(grammars.get());
     });
