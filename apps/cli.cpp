@@ -326,7 +326,8 @@ std::vector<CommandSpec> build_specs() {
         {"--dtype",
          "",
          "f32|bf16",
-         "weight dtype of the HF files (default f32; bf16 for the real Granite / Nemotron shapes)",
+         "weight dtype of the HF files, and of the weights a GGUF file is made from (default "
+         "f32; bf16 for the real Granite / Nemotron shapes)",
          {},
          false},
         {"--seed", "", "N", "the weights' seed (default 0)", {}, false},
@@ -339,7 +340,13 @@ std::vector<CommandSpec> build_specs() {
         {"--from", "", "DIR", "copy the model in DIR, adding noise (with --noise)", {}, false},
         {"--noise", "", "SIGMA", "add SIGMA * rms(w) * N(0,1) to each float weight but A_log"},
         {"--format", "", "hf|gguf", "write the HF layout (default) or one GGUF file", {}, false},
-        {"--type", "", "TYPE", "with --format gguf: the matrix type (default f32)", {}, false},
+        {"--type",
+         "",
+         "TYPE",
+         "with --format gguf: the matrix type (default f32); the weights go straight into the "
+         "file, one tensor at a time (no HF files in between)",
+         {},
+         false},
         {"--quiet", "-q", "", "no progress line", {}, false}},
        "tiny-dense has every layer full attention. --linear-heads: HV a multiple of HK; llama.cpp\n"
        "loads only DK == DV, as every released checkpoint has. --from copies other files\n"

@@ -41,13 +41,12 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
-Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
-                          const std::string& type, const std::string& name_in) {
+Status write_gguf_checkpoint(
+    const std::string& out, const ModelConfig& cfg, const WeightSet& ws, const Tokenizer& tok,
+    const nlohmann::json& tc, const std::string& chat_template, const std::string& type,
+    const std::string& name,
+    const std::function<void(const std::vector<const WeightSource*>&)>& prepare) {
   REWIND_TRY(DType t, parse_type(type));
-  REWIND_TRY(ModelConfig cfg, load_model_config(hf_dir + "/config.json"));
-  REWIND_TRY(TensorSet ts, TensorSet::open_dir(hf_dir));
-  REWIND_TRY(WeightSet ws, WeightSet::from_hf(ts, cfg));
-  REWIND_TRY(Tokenizer tok, Tokenizer::load(hf_dir + "/tokenizer.json"));
   GgufVocab v;
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
     const std::string text = tok.token_text(id);
@@ -61,24 +60,7 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
   }
   for (auto& [a, b] : tok.merges()) v.merges.push_back(a + " " + b);
   REWIND_TRY(v.pre, gguf_pre_name(tok));
-
-  // Chat template and special ids from tokenizer_config.json (or chat_template.jinja).
-  const std::string tc_path = hf_dir + "/tokenizer_config.json";
-  nlohmann::json tc = nlohmann::json::object();
-  if (std::filesystem::exists(tc_path)) {
-    tc = nlohmann::json::parse(read_file(tc_path), nullptr, false);
-    if (tc.is_discarded() || !tc.is_object()) return make_error(tc_path + ": not a JSON object");
-  }
-  if (tc.contains("chat_template") && tc["chat_template"].is_string()) {
-    v.chat_template = tc["chat_template"].get<std::string>();
-  } else if (tc.contains("chat_template") && tc["chat_template"].is_array()) {
-    for (auto& e : tc["chat_template"])
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-          e["template"].is_string())
-        v.chat_template = e["template"].get<std::string>();
-  } else if (std::filesystem::exists(hf_dir + "/chat_template.jinja")) {
-    v.chat_template = read_file(hf_dir + "/chat_template.jinja");
-  }
+  v.chat_template = chat_template;
   auto special_id = [&](const char* key) -> int64_t {
     if (!tc.contains(key) || !tc[key].is_string()) return -1;
     return tok.token_id(tc[key].get<std::string>());
@@ -87,9 +69,6 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
   if (v.eos_id < 0 && !cfg.eos_token_ids.empty()) v.eos_id = cfg.eos_token_ids[0];
   v.pad_id = special_id("pad_token");
   v.bos_id = special_id("bos_token");
-  const std::string name =
-      name_in.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string()
-                      : name_in;
   if (ws.has_mtp() && gguf_mtp_blocks(cfg, ws) == 0)
     std::fprintf(stderr,
                  "rewind: note: the MTP head is not written (llama.cpp's qwen3next has no MTP "
@@ -97,15 +76,49 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
   // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_K_M / _Q5_K_M.
   const bool mix = type == "q4_k_m" || type == "q5_k_m";
   // Progress on stderr for checkpoints of 64M values or more.
-  ProgressLine progress("converting to " + type, 1e9, "G values", size_t{64} << 20);
-  Status st = write_gguf_model(out, cfg, ws, v, t, name.empty() ? "rewind" : name,
-                               mix ? gguf_k_m_rule(cfg, gguf_mtp_blocks(cfg, ws), t) : nullptr,
-                               !mix               ? -1
-                               : t == DType::Q4_K ? 15
-                                                  : 17,
-                               [&](size_t done, size_t total) { progress(done, total); });
+  ProgressLine progress("writing " + out + " (" + type + ")", 1e9, "G values", size_t{64} << 20);
+  Status st = write_gguf_model(
+      out, cfg, ws, v, t, name.empty() ? "rewind" : name,
+      mix ? gguf_k_m_rule(cfg, gguf_mtp_blocks(cfg, ws), t) : nullptr,
+      !mix               ? -1
+      : t == DType::Q4_K ? 15
+                         : 17,
+      [&](size_t done, size_t total) { progress(done, total); }, prepare);
   progress.finish();
   return st;
+}
+
+Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
+                          const std::string& type, const std::string& name_in) {
+  REWIND_TRY(DType t, parse_type(type));
+  (void)t;  // checked before the checkpoint is read
+  REWIND_TRY(ModelConfig cfg, load_model_config(hf_dir + "/config.json"));
+  REWIND_TRY(TensorSet ts, TensorSet::open_dir(hf_dir));
+  REWIND_TRY(WeightSet ws, WeightSet::from_hf(ts, cfg));
+  REWIND_TRY(Tokenizer tok, Tokenizer::load(hf_dir + "/tokenizer.json"));
+
+  // Chat template and special ids from tokenizer_config.json (or chat_template.jinja).
+  const std::string tc_path = hf_dir + "/tokenizer_config.json";
+  nlohmann::json tc = nlohmann::json::object();
+  if (std::filesystem::exists(tc_path)) {
+    tc = nlohmann::json::parse(read_file(tc_path), nullptr, false);
+    if (tc.is_discarded() || !tc.is_object()) return make_error(tc_path + ": not a JSON object");
+  }
+  std::string chat_template;
+  if (tc.contains("chat_template") && tc["chat_template"].is_string()) {
+    chat_template = tc["chat_template"].get<std::string>();
+  } else if (tc.contains("chat_template") && tc["chat_template"].is_array()) {
+    for (auto& e : tc["chat_template"])
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+          e["template"].is_string())
+        chat_template = e["template"].get<std::string>();
+  } else if (std::filesystem::exists(hf_dir + "/chat_template.jinja")) {
+    chat_template = read_file(hf_dir + "/chat_template.jinja");
+  }
+  const std::string name =
+      name_in.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string()
+                      : name_in;
+  return write_gguf_checkpoint(out, cfg, ws, tok, tc, chat_template, type, name);
 }
 
 int cmd_convert(int argc, char** argv) {

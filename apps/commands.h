@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
@@ -124,5 +126,14 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
 // `name` goes to general.name ("" = the directory's name).
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
                           const std::string& type, const std::string& name = "");
+
+// The writing half of convert_hf_to_gguf, for a checkpoint already mapped: `tc` is the
+// tokenizer_config.json object (special tokens), `chat_template` the template ("" = none).
+// `prepare` is write_gguf_model's (make-model makes each weight there).
+Status write_gguf_checkpoint(
+    const std::string& out, const ModelConfig& cfg, const WeightSet& ws, const Tokenizer& tok,
+    const nlohmann::json& tc, const std::string& chat_template, const std::string& type,
+    const std::string& name,
+    const std::function<void(const std::vector<const WeightSource*>&)>& prepare = nullptr);
 
 }  // namespace rw::app

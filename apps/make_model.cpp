@@ -7,9 +7,12 @@
 // --layer-types change the layer pattern (tiny-dense: attention only, tokenizer of tiny).
 // With --from DIR --noise SIGMA it instead copies a model directory, adding seeded Gaussian
 // noise to every floating-point weight (a draft that agrees with its target for real reasons).
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -18,11 +21,14 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "args.h"
 #include "commands.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/io/safetensors.h"
+#include "rewind/model/config.h"
+#include "rewind/model/weight_source.h"
 #include "rewind/tensor/dtype.h"
 #include "rewind/tokenizer/tokenizer.h"
 
@@ -82,6 +88,12 @@ class Rng {
     return z ^ (z >> 31);
   }
   double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+  // Moves ahead by `calls` calls of next() (splitmix64's state is a counter): normal number i
+  // comes from calls 2 (i / 2) and 2 (i / 2) + 1, so skip(i) at an even i starts there.
+  void skip(uint64_t calls) {
+    s_ += calls * 0x9e3779b97f4a7c15ull;
+    have_ = false;
+  }
   float normal() {
     if (have_) {
       have_ = false;
@@ -106,18 +118,64 @@ uint64_t hash_name(const std::string& s, uint64_t seed) {
   return h;
 }
 
+// The threads that make weights (every core; the values do not depend on the split).
+ThreadPool& gen_pool() {
+  static ThreadPool pool(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  return pool;
+}
+
+// v[i] = f(normal i of Rng(h)) for i < n, on every core: a share starting at an even i skips
+// the generator ahead (Rng::skip), so the values equal one sequential pass.
+template <class F>
+void fill_normals(std::vector<float>* v, int64_t n, uint64_t h, F f) {
+  v->resize(static_cast<size_t>(n));
+  constexpr int64_t kShare = int64_t{1} << 16;  // even
+  float* out = v->data();
+  gen_pool().parallel_guided((n + kShare - 1) / kShare, 1, 1,
+                             [&](int, int64_t s0, int64_t s1) {
+                               for (int64_t s = s0; s < s1; ++s) {
+                                 Rng r(h);
+                                 r.skip(static_cast<uint64_t>(s * kShare));
+                                 for (int64_t i = s * kShare; i < std::min(n, (s + 1) * kShare);
+                                      ++i)
+                                   out[i] = f(r.normal());
+                               }
+                             },
+                             n * 32);
+}
+
 // One tensor of a streamed checkpoint: made when written, then dropped.
 struct LazyTensor {
   std::string name;
   std::vector<int64_t> shape;
   std::function<void(std::vector<float>*)> make;  // fills numel values
   bool keep_f32 = false;  // stays F32 in a BF16 checkpoint (Qwen's A_log, as the real files)
+  // A matrix or embedding: a GGUF file made directly (MemoryCheckpoint) makes it only when the
+  // writer reads it; the small tensors are made up front (the weight map copies them).
+  bool big = false;
 };
 
-// Writes `ts` (sorted by name) as one safetensors file, making one tensor at a time, so that a
-// checkpoint larger than memory can be written; a progress line on a terminal.
-Status write_streamed_safetensors(const std::string& path, std::vector<LazyTensor> ts, DType dt) {
-  std::sort(ts.begin(), ts.end(), [](auto& a, auto& b) { return a.name < b.name; });
+// `v` stored as `t` (F32 or BF16) at dst, on every core.
+void store_values(const std::vector<float>& v, DType t, std::byte* dst) {
+  const int64_t n = static_cast<int64_t>(v.size());
+  if (t == DType::F32) {
+    std::memcpy(dst, v.data(), v.size() * 4);
+    return;
+  }
+  gen_pool().parallel_for(
+      n, int64_t{1} << 16,
+      [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          const uint16_t h = f32_to_bf16(v[static_cast<size_t>(i)]);
+          std::memcpy(dst + 2 * i, &h, 2);
+        }
+      },
+      n * 4);
+}
+
+// The safetensors header of `ts` (sorted by name) stored as `dt` (keep_f32 tensors as F32),
+// padded to 8 bytes; `data_bytes` gets the size of the data that follows.
+std::string streamed_header(const std::vector<LazyTensor>& ts, DType dt, uint64_t* data_bytes) {
   auto type_of = [&](const LazyTensor& t) { return t.keep_f32 ? DType::F32 : dt; };
   std::string header = "{\"__metadata__\":{\"format\":\"pt\"}";
   uint64_t off = 0;
@@ -136,6 +194,17 @@ Status write_streamed_safetensors(const std::string& path, std::vector<LazyTenso
   }
   header += "}";
   while (header.size() % 8 != 0) header += ' ';
+  *data_bytes = off;
+  return header;
+}
+
+// Writes `ts` as one safetensors file (sorted by name), making one tensor at a time, so that a
+// checkpoint larger than memory can be written; a progress line on a terminal.
+Status write_streamed_safetensors(const std::string& path, std::vector<LazyTensor> ts, DType dt) {
+  std::sort(ts.begin(), ts.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  auto type_of = [&](const LazyTensor& t) { return t.keep_f32 ? DType::F32 : dt; };
+  uint64_t off = 0;
+  const std::string header = streamed_header(ts, dt, &off);
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return make_error(path + ": cannot open for writing");
   const uint64_t hl = header.size();
@@ -144,19 +213,14 @@ Status write_streamed_safetensors(const std::string& path, std::vector<LazyTenso
   size_t written = 0;
   progress(0, static_cast<size_t>(off));  // shows the line and starts the clock
   std::vector<float> v;
-  std::vector<uint16_t> half;
+  std::vector<std::byte> bytes;
   for (auto& t : ts) {
     if (!ok) break;
     t.make(&v);
-    if (type_of(t) == DType::F32) {
-      ok = std::fwrite(v.data(), 4, v.size(), f) == v.size();
-      written += v.size() * 4;
-    } else {
-      half.resize(v.size());
-      for (size_t i = 0; i < v.size(); ++i) half[i] = f32_to_bf16(v[i]);
-      ok = std::fwrite(half.data(), 2, half.size(), f) == half.size();
-      written += v.size() * 2;
-    }
+    bytes.resize(v.size() * dtype_size(type_of(t)));
+    store_values(v, type_of(t), bytes.data());
+    ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    written += bytes.size();
     std::vector<float>().swap(v);
     progress(written, static_cast<size_t>(off));
   }
@@ -175,6 +239,154 @@ std::string preset_tokenizer_json(int64_t n_merges) {
                          "<think>",       "</think>",        "<tool_call>",
                          "</tool_call>",  "<tool_response>", "</tool_response>"};
   return train_bpe_tokenizer_json(builtin_training_text(), topt);
+}
+
+// A model to write: its tensors (made when written) and the bodies of its JSON files.
+struct ModelFiles {
+  std::vector<LazyTensor> tensors;
+  DType dtype = DType::F32;
+  std::string config, tokenizer, tokenizer_config, generation_config;
+  std::string label;  // "PRESET, DTYPE, seed N"
+};
+
+Status write_hf_files(ModelFiles* m, const std::string& out) {
+  ::mkdir(out.c_str(), 0755);
+  REWIND_TRY_STATUS(
+      write_streamed_safetensors(out + "/model.safetensors", std::move(m->tensors), m->dtype));
+  auto write = [&](const std::string& name, const std::string& body) {
+    std::ofstream f(out + "/" + name, std::ios::binary);
+    f << body;
+    return static_cast<bool>(f);
+  };
+  if (!write("config.json", m->config) || !write("tokenizer.json", m->tokenizer) ||
+      !write("tokenizer_config.json", m->tokenizer_config) ||
+      !write("generation_config.json", m->generation_config))
+    return make_error("cannot write files in " + out);
+  return Ok{};
+}
+
+// The safetensors checkpoint of a ModelFiles, laid out in reserved (not committed) memory
+// instead of a file: the small tensors are made up front, a big one when the GGUF writer is
+// about to read it (prepare), and its pages are given back when the writer moves on to weights
+// it does not read. Memory then holds about one GGUF tensor's sources at a time, so a model
+// larger than memory goes straight to a quantised GGUF file with no intermediate checkpoint.
+class MemoryCheckpoint {
+ public:
+  MemoryCheckpoint() = default;
+  MemoryCheckpoint(const MemoryCheckpoint&) = delete;
+  MemoryCheckpoint& operator=(const MemoryCheckpoint&) = delete;
+  ~MemoryCheckpoint() {
+    if (base_) ::munmap(base_, size_);
+  }
+
+  Status init(std::vector<LazyTensor> ts, DType dt) {
+    std::sort(ts.begin(), ts.end(), [](auto& a, auto& b) { return a.name < b.name; });
+    uint64_t data_bytes = 0;
+    const std::string header = streamed_header(ts, dt, &data_bytes);
+    const uint64_t hl = header.size();
+    size_ = 8 + hl + data_bytes;
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      const size_t mib = size_ >> 20;
+      size_ = 0;
+      return make_error("make-model: cannot reserve " + std::to_string(mib) +
+                        " MiB of address space: " + std::strerror(err));
+    }
+    base_ = static_cast<std::byte*>(p);
+    std::memcpy(base_, &hl, 8);
+    std::memcpy(base_ + 8, header.data(), hl);
+    REWIND_TRY(SafetensorsFile f, SafetensorsFile::parse(base_, size_, "make-model checkpoint"));
+    for (LazyTensor& t : ts) {
+      const TensorView* v = f.find(t.name);
+      REWIND_CHECK(v != nullptr);
+      Entry e;
+      e.begin = static_cast<size_t>(v->data - base_);
+      e.end = e.begin + v->nbytes;
+      e.dtype = v->dtype;
+      e.t = std::move(t);
+      entries_.push_back(std::move(e));
+    }
+    std::sort(entries_.begin(), entries_.end(),
+              [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+    std::vector<SafetensorsFile> files;
+    files.push_back(std::move(f));
+    REWIND_TRY(set_, TensorSet::from_files(std::move(files)));
+    for (Entry& e : entries_)
+      if (!e.t.big) make(&e);
+    return Ok{};
+  }
+
+  const TensorSet& tensors() const { return set_; }
+
+  // Before the writer reads `reads`: the big tensors they view are made, the other big
+  // tensors dropped.
+  void prepare(const std::vector<const WeightSource*>& reads) {
+    std::vector<char> need(entries_.size(), 0);
+    for (const WeightSource* w : reads) {
+      for (const RowBlock& b : w->blocks) {
+        const std::byte* d = static_cast<const std::byte*>(b.data);
+        if (b.owned || d < base_ || d >= base_ + size_) continue;  // copied by the weight map
+        const size_t lo = static_cast<size_t>(d - base_);
+        const size_t hi = lo + dtype_row_bytes(b.dtype, w->cols) * static_cast<size_t>(b.rows);
+        // The entries overlapping [lo, hi): from the last one starting at or before lo.
+        auto it = std::upper_bound(entries_.begin(), entries_.end(), lo,
+                                   [](size_t x, const Entry& e) { return x < e.begin; });
+        if (it != entries_.begin()) --it;
+        for (; it != entries_.end() && it->begin < hi; ++it)
+          if (it->end > lo) need[static_cast<size_t>(it - entries_.begin())] = 1;
+      }
+    }
+    for (size_t i = 0; i < entries_.size(); ++i)
+      if (entries_[i].t.big && entries_[i].resident && !need[i]) drop(&entries_[i]);
+    for (size_t i = 0; i < entries_.size(); ++i)
+      if (need[i] && !entries_[i].resident) make(&entries_[i]);
+  }
+
+ private:
+  struct Entry {
+    LazyTensor t;
+    size_t begin = 0, end = 0;
+    DType dtype = DType::F32;
+    bool resident = false;
+  };
+
+  void make(Entry* e) {
+    std::vector<float> v;
+    e->t.make(&v);
+    REWIND_CHECK(v.size() * dtype_size(e->dtype) == e->end - e->begin);
+    store_values(v, e->dtype, base_ + e->begin);
+    e->resident = true;
+  }
+  // Gives back the pages that lie wholly inside the tensor (a page it shares with a neighbour
+  // stays, with the neighbour's bytes).
+  void drop(Entry* e) {
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t lo = (e->begin + page - 1) / page * page, hi = e->end / page * page;
+    if (hi > lo) ::madvise(base_ + lo, hi - lo, MADV_DONTNEED);
+    e->resident = false;
+  }
+
+  std::byte* base_ = nullptr;
+  size_t size_ = 0;
+  std::vector<Entry> entries_;
+  TensorSet set_;
+};
+
+// `make-model --format gguf`: the model's weights through the same map and writer as `convert`,
+// made one tensor at a time in a MemoryCheckpoint instead of read from files.
+Status write_gguf_direct(ModelFiles* m, const std::string& out, const std::string& type,
+                         const std::string& name) {
+  REWIND_TRY(ModelConfig cfg, parse_model_config(m->config, "make-model config.json"));
+  REWIND_TRY(Tokenizer tok, Tokenizer::from_json(m->tokenizer, "tokenizer.json"));
+  const nlohmann::json tc = nlohmann::json::parse(m->tokenizer_config);
+  MemoryCheckpoint ck;
+  REWIND_TRY_STATUS(ck.init(std::move(m->tensors), m->dtype));
+  REWIND_TRY(WeightSet ws, WeightSet::from_hf(ck.tensors(), cfg));
+  return write_gguf_checkpoint(
+      out, cfg, ws, tok, tc, tc.value("chat_template", std::string()), type, name,
+      [&](const std::vector<const WeightSource*>& reads) { ck.prepare(reads); });
 }
 
 // Copies every file of `from` into `out`; in each *.safetensors file every floating-point tensor
@@ -431,7 +643,8 @@ std::optional<M2Shape> mamba2_preset(const std::string& name) {
   return std::nullopt;
 }
 
-int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& preset) {
+int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& preset,
+                      ModelFiles* m) {
   for (const char* o : {"--mtp", "--layers", "--layer-types", "--linear-heads"})
     if (args.has(o)) return fail(std::string(o) + " does not apply to preset " + preset);
   const std::string dtype = args.str("--dtype", S.big ? "bf16" : "f32");
@@ -439,10 +652,6 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
   auto seed_r = args.int_("--seed", 0);
   if (!seed_r.ok()) return fail(seed_r.error_message());
   const uint64_t seed = static_cast<uint64_t>(seed_r.value());
-  const std::string out = args.str("--out");
-  if (out.empty()) return fail("--out DIR is required");
-  ::mkdir(out.c_str(), 0755);
-
   const std::string tok_json = preset_tokenizer_json(S.n_merges);
   auto tok = Tokenizer::from_json(tok_json, "tokenizer.json");
   if (!tok.ok()) return fail(tok.error_message());
@@ -451,18 +660,20 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
   const bool granite = S.family == "granitemoehybrid";
   const int64_t H = S.H, DI = S.Hs * S.P, CD = DI + 2 * S.G * S.N;
   std::vector<LazyTensor> T;
-  auto normal = [&](const std::string& n, std::vector<int64_t> shape, float mean, float sd) {
-    T.push_back({n, shape, [n, shape, mean, sd, seed](std::vector<float>* v) {
+  auto normal = [&](const std::string& n, std::vector<int64_t> shape, float mean, float sd,
+                    bool big = false) {
+    T.push_back({n, shape,
+                 [n, shape, mean, sd, seed](std::vector<float>* v) {
                    int64_t cnt = 1;
                    for (int64_t d : shape) cnt *= d;
-                   Rng r(hash_name(n, seed));
-                   v->resize(static_cast<size_t>(cnt));
-                   for (auto& x : *v) x = mean + sd * r.normal();
-                 }});
+                   fill_normals(v, cnt, hash_name(n, seed),
+                                [mean, sd](float z) { return mean + sd * z; });
+                 },
+                 false, big});
   };
   // A linear layer [.., out, in]: N(0, 1 / in).
   auto lin = [&](const std::string& n, std::vector<int64_t> shape) {
-    normal(n, shape, 0.0f, 1.0f / std::sqrt(static_cast<float>(shape.back())));
+    normal(n, shape, 0.0f, 1.0f / std::sqrt(static_cast<float>(shape.back())), true);
   };
   auto values = [&](const std::string& n, int64_t cnt, std::function<float(int64_t, Rng&)> f) {
     T.push_back({n, {cnt}, [n, cnt, f, seed](std::vector<float>* v) {
@@ -496,7 +707,7 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
   auto norm = [&](const std::string& n) { normal(n, {H}, 1.0f, 0.1f); };
 
   const std::string P = granite ? "model." : "backbone.";
-  normal(P + (granite ? "embed_tokens.weight" : "embeddings.weight"), {S.V, H}, 0.0f, 0.5f);
+  normal(P + (granite ? "embed_tokens.weight" : "embeddings.weight"), {S.V, H}, 0.0f, 0.5f, true);
   nlohmann::json layer_types = nlohmann::json::array();
   for (size_t il = 0; il < S.pattern.size(); ++il) {
     const char kind = S.pattern[il];
@@ -540,10 +751,6 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
   }
   norm(P + (granite ? "norm.weight" : "norm_f.weight"));
   if (!S.tied) lin("lm_head.weight", {S.V, H});
-  Status st = write_streamed_safetensors(out + "/model.safetensors", std::move(T),
-                                         dtype == "f32" ? DType::F32 : DType::BF16);
-  if (!st.ok()) return fail(st.error_message());
-
   const int32_t eos = tok->token_id("<|im_end|>"), eot = tok->token_id("<|endoftext|>");
   nlohmann::json cfg = {{"model_type", S.family},
                         {"vocab_size", S.V},
@@ -607,66 +814,24 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
       cfg["routed_scaling_factor"] = S.scale;
     }
   }
-  auto write = [&](const std::string& name, const std::string& body) {
-    std::ofstream f(out + "/" + name, std::ios::binary);
-    f << body;
-    return static_cast<bool>(f);
-  };
   nlohmann::json tcfg = {{"bos_token", nullptr},
                          {"eos_token", "<|im_end|>"},
                          {"pad_token", "<|endoftext|>"},
                          {"chat_template", rewind_chatml_template()}};
   nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
-  if (!write("config.json", cfg.dump(2) + "\n") || !write("tokenizer.json", tok_json) ||
-      !write("tokenizer_config.json", tcfg.dump(2) + "\n") ||
-      !write("generation_config.json", gcfg.dump(2) + "\n"))
-    return fail("cannot write files in " + out);
-  std::printf("wrote %s (%s, %s, seed %llu)\n", out.c_str(), preset.c_str(), dtype.c_str(),
-              static_cast<unsigned long long>(seed));
+  m->tensors = std::move(T);
+  m->dtype = dtype == "f32" ? DType::F32 : DType::BF16;
+  m->config = cfg.dump(2) + "\n";
+  m->tokenizer = tok_json;
+  m->tokenizer_config = tcfg.dump(2) + "\n";
+  m->generation_config = gcfg.dump(2) + "\n";
+  m->label = preset + ", " + dtype + ", seed " + std::to_string(seed);
   return 0;
 }
 
-}  // namespace
-
-// The command on parsed options; --format gguf runs it again with --out changed.
-static int make_model(const Args& parsed) {
+// The Qwen3.5 / Qwen3.5-MoE / Qwen3-Next presets.
+int qwen_model(const Args& parsed, ModelFiles* m) {
   const Args* args = &parsed;
-  const std::string format = args->str("--format", "hf");
-  if (format != "hf" && format != "gguf") return fail("--format must be hf or gguf");
-  if (format == "gguf") {
-    // The HF files go to a scratch directory next to the output, then through `convert`.
-    const std::string out = args->str("--out");
-    if (out.empty()) return fail("--out FILE.gguf is required");
-    const std::string tmp = out + ".hf.tmp";
-    Args hf = parsed;
-    hf.set("--format", "hf");
-    hf.set("--out", tmp);
-    if (int rc = make_model(hf)) return rc;
-    Status st = convert_hf_to_gguf(tmp, out, args->str("--type", "f32"),
-                                   "rewind " + args->str("--preset", "tiny"));
-    std::error_code ec;
-    std::filesystem::remove_all(tmp, ec);
-    if (!st.ok()) return fail(st.error_message());
-    std::printf("wrote %s (gguf, %s)\n", out.c_str(), args->str("--type", "f32").c_str());
-    return 0;
-  }
-  if (args->has("--from")) {
-    if (args->has("--preset") || args->has("--mtp") || args->has("--layers") ||
-        args->has("--layer-types") || args->has("--linear-heads") || args->has("--dtype"))
-      return fail("--from copies a model: only --noise, --seed and --out apply");
-    auto sigma = args->num("--noise", 0.0);
-    if (!sigma.ok()) return fail(sigma.error_message());
-    if (!args->has("--noise") || !(sigma.value() >= 0))
-      return fail("--from needs --noise SIGMA >= 0");
-    auto sd = args->int_("--seed", 0);
-    if (!sd.ok()) return fail(sd.error_message());
-    if (args->str("--out").empty()) return fail("--out DIR is required");
-    return noise_copy(args->str("--from"), args->str("--out"), sigma.value(),
-                      static_cast<uint64_t>(sd.value()));
-  }
-  if (args->has("--noise")) return fail("--noise needs --from DIR");
-  if (auto m2 = mamba2_preset(args->str("--preset", "tiny")))
-    return make_mamba2_model(*args, *m2, args->str("--preset"));
   auto ps = preset(args->str("--preset", "tiny"));
   if (!ps.ok()) return fail(ps.error_message());
   Shape S = ps.value();
@@ -717,10 +882,6 @@ static int make_model(const Args& parsed) {
   auto seed_r = args->int_("--seed", 0);
   if (!seed_r.ok()) return fail(seed_r.error_message());
   const uint64_t seed = static_cast<uint64_t>(seed_r.value());
-  const std::string out = args->str("--out");
-  if (out.empty()) return fail("--out DIR is required");
-  ::mkdir(out.c_str(), 0755);
-
   // Tokenizer first: its size must fit the vocab.
   const std::string tok_json = preset_tokenizer_json(S.n_merges);
   auto tok = Tokenizer::from_json(tok_json, "tokenizer.json");
@@ -736,21 +897,23 @@ static int make_model(const Args& parsed) {
   // A linear layer [o, i] (or `shape`, of o x i values): N(0, 1 / i).
   auto lin = [&](const std::string& n, int64_t o, int64_t i, std::vector<int64_t> shape = {}) {
     if (shape.empty()) shape = {o, i};
-    T.push_back({n, shape, [n, o, i, seed](std::vector<float>* v) {
-                   Rng r(hash_name(n, seed));
-                   v->resize(static_cast<size_t>(o * i));
+    T.push_back({n, shape,
+                 [n, o, i, seed](std::vector<float>* v) {
                    const float sc = 1.0f / std::sqrt(static_cast<float>(i));
-                   for (auto& x : *v) x = r.normal() * sc;
-                 }});
+                   fill_normals(v, o * i, hash_name(n, seed), [sc](float z) { return z * sc; });
+                 },
+                 false, true});
   };
-  auto vecf = [&](const std::string& n, std::vector<int64_t> shape, float base, float sd) {
-    T.push_back({n, shape, [n, shape, base, sd, seed](std::vector<float>* v) {
-                   Rng r(hash_name(n, seed));
+  auto vecf = [&](const std::string& n, std::vector<int64_t> shape, float base, float sd,
+                  bool big = false) {
+    T.push_back({n, shape,
+                 [n, shape, base, sd, seed](std::vector<float>* v) {
                    int64_t cnt = 1;
                    for (auto d : shape) cnt *= d;
-                   v->resize(static_cast<size_t>(cnt));
-                   for (auto& x : *v) x = base + sd * r.normal();
-                 }});
+                   fill_normals(v, cnt, hash_name(n, seed),
+                                [base, sd](float z) { return base + sd * z; });
+                 },
+                 false, big});
   };
 
   // Full attention from `a` (…self_attn.); the family's MLP or MoE from `m` (…mlp.). Shared by
@@ -788,7 +951,7 @@ static int make_model(const Args& parsed) {
     }
   };
 
-  vecf(P + "embed_tokens.weight", {S.V, S.H}, 0.0f, 1.0f);
+  vecf(P + "embed_tokens.weight", {S.V, S.H}, 0.0f, 1.0f, true);
   const int64_t KD = S.Hk * S.dk, VD = S.Hv * S.dv, CD = 2 * KD + VD;
   nlohmann::json layer_types = nlohmann::json::array();
   for (int64_t il = 0; il < S.L; ++il) {
@@ -838,10 +1001,6 @@ static int make_model(const Args& parsed) {
     full_attention("mtp.layers.0.self_attn.");
     mlp("mtp.layers.0.mlp.");
   }
-
-  Status st = write_streamed_safetensors(out + "/model.safetensors", std::move(T),
-                                         dtype == "f32" ? DType::F32 : DType::BF16);
-  if (!st.ok()) return fail(st.error_message());
 
   const int32_t eos = tok->token_id("<|im_end|>"), eot = tok->token_id("<|endoftext|>");
   nlohmann::json text = {{"vocab_size", S.V},
@@ -900,11 +1059,6 @@ static int make_model(const Args& parsed) {
            {"text_config", text},
            {"tie_word_embeddings", S.tied}};
   }
-  auto write = [&](const std::string& name, const std::string& body) {
-    std::ofstream f(out + "/" + name, std::ios::binary);
-    f << body;
-    return static_cast<bool>(f);
-  };
   nlohmann::json tcfg = {{"tokenizer_class", "Qwen2Tokenizer"},
                          {"bos_token", nullptr},
                          {"eos_token", "<|im_end|>"},
@@ -913,12 +1067,74 @@ static int make_model(const Args& parsed) {
                          {"chat_template", rewind_chatml_template()},
                          {"add_prefix_space", false}};
   nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
-  if (!write("config.json", cfg.dump(2) + "\n") || !write("tokenizer.json", tok_json) ||
-      !write("tokenizer_config.json", tcfg.dump(2) + "\n") ||
-      !write("generation_config.json", gcfg.dump(2) + "\n"))
-    return fail("cannot write files in " + out);
-  std::printf("wrote %s (%s, %s, seed %llu)\n", out.c_str(), args->str("--preset", "tiny").c_str(),
-              dtype.c_str(), static_cast<unsigned long long>(seed));
+  m->tensors = std::move(T);
+  m->dtype = dtype == "f32" ? DType::F32 : DType::BF16;
+  m->config = cfg.dump(2) + "\n";
+  m->tokenizer = tok_json;
+  m->tokenizer_config = tcfg.dump(2) + "\n";
+  m->generation_config = gcfg.dump(2) + "\n";
+  m->label = args->str("--preset", "tiny") + ", " + dtype + ", seed " + std::to_string(seed);
+  return 0;
+}
+
+}  // namespace
+
+// The command on parsed options; --format gguf with --from runs it again with --out changed.
+static int make_model(const Args& parsed) {
+  const Args* args = &parsed;
+  const std::string format = args->str("--format", "hf");
+  if (format != "hf" && format != "gguf") return fail("--format must be hf or gguf");
+  const std::string out = args->str("--out");
+  if (format == "gguf" && args->has("--from")) {
+    // The noisy copy goes to a scratch directory next to the output, then through `convert`.
+    if (out.empty()) return fail("--out FILE.gguf is required");
+    const std::string tmp = out + ".hf.tmp";
+    Args hf = parsed;
+    hf.set("--format", "hf");
+    hf.set("--out", tmp);
+    if (int rc = make_model(hf)) return rc;
+    Status st = convert_hf_to_gguf(tmp, out, args->str("--type", "f32"),
+                                   "rewind " + args->str("--preset", "tiny"));
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);
+    if (!st.ok()) return fail(st.error_message());
+    std::printf("wrote %s (gguf, %s)\n", out.c_str(), args->str("--type", "f32").c_str());
+    return 0;
+  }
+  if (args->has("--from")) {
+    if (args->has("--preset") || args->has("--mtp") || args->has("--layers") ||
+        args->has("--layer-types") || args->has("--linear-heads") || args->has("--dtype"))
+      return fail("--from copies a model: only --noise, --seed and --out apply");
+    auto sigma = args->num("--noise", 0.0);
+    if (!sigma.ok()) return fail(sigma.error_message());
+    if (!args->has("--noise") || !(sigma.value() >= 0))
+      return fail("--from needs --noise SIGMA >= 0");
+    auto sd = args->int_("--seed", 0);
+    if (!sd.ok()) return fail(sd.error_message());
+    if (out.empty()) return fail("--out DIR is required");
+    return noise_copy(args->str("--from"), out, sigma.value(), static_cast<uint64_t>(sd.value()));
+  }
+  if (args->has("--noise")) return fail("--noise needs --from DIR");
+  ModelFiles m;
+  const std::string preset_name = args->str("--preset", "tiny");
+  const auto m2 = mamba2_preset(preset_name);
+  if (int rc = m2 ? make_mamba2_model(*args, *m2, preset_name, &m) : qwen_model(*args, &m))
+    return rc;
+  if (format == "gguf") {
+    // Straight to GGUF: each weight is made, quantised and written in turn (MemoryCheckpoint).
+    if (out.empty()) return fail("--out FILE.gguf is required");
+    const std::string type = args->str("--type", "f32");
+    const double t0 = now_seconds();
+    Status st = write_gguf_direct(&m, out, type, "rewind " + preset_name);
+    if (!st.ok()) return fail(st.error_message());
+    std::printf("wrote %s (gguf, %s; %s; %.1f s)\n", out.c_str(), type.c_str(), m.label.c_str(),
+                now_seconds() - t0);
+    return 0;
+  }
+  if (out.empty()) return fail("--out DIR is required");
+  Status st = write_hf_files(&m, out);
+  if (!st.ok()) return fail(st.error_message());
+  std::printf("wrote %s (%s)\n", out.c_str(), m.label.c_str());
   return 0;
 }
 

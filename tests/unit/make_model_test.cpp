@@ -156,5 +156,51 @@ TEST(MakeModel, NoiseCopyPerturbsEveryFloatWeightButALog) {
   EXPECT_NE(e.find("--noise"), std::string::npos) << e;
 }
 
+// `make-model --format gguf` makes each weight in memory and writes it straight into the GGUF
+// file; the file is byte for byte what `convert` writes from the same preset's HF checkpoint
+// (the HF directory is named so that convert's general.name is make-model's), for every
+// family, plain and mixture types, F32 and BF16 sources.
+TEST(MakeModel, GgufDirectEqualsConvertOfTheHfCheckpoint) {
+  struct Case {
+    std::string preset, type, dtype;
+  };
+  const std::vector<Case> cases = {{"granite-h-tiny", "q4_k_m", "bf16"},
+                                   {"granite-h-dense-tiny", "q8_0", "f32"},
+                                   {"nemotron-h-tiny", "q5_k_m", "f32"},
+                                   {"nemotron-h-moe-tiny", "q4_k", "bf16"},
+                                   {"tiny", "f32", "f32"},
+                                   {"qwen3.5-moe-tiny", "q8_0", "bf16"},
+                                   {"qwen3-next-tiny", "bf16", "f32"}};
+  const std::string root = test::made_scratch_dir("mm_gguf_direct");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.preset + " " + c.type);
+    const std::string hf = root + "/rewind " + c.preset;
+    const std::string a = root + "/" + c.preset + "-convert.gguf";
+    const std::string b = root + "/" + c.preset + "-direct.gguf";
+    const std::string opts = "--preset " + c.preset + " --dtype " + c.dtype + " --seed 3";
+    int rc = 0;
+    std::string out = test::run_command(
+        std::string(REWIND_BINARY) + " make-model " + opts + " --out '" + hf + "' 2>&1", &rc);
+    ASSERT_EQ(rc, 0) << out;
+    out = test::run_command(std::string(REWIND_BINARY) + " convert --in '" + hf + "' -o " + a +
+                                " --type " + c.type + " 2>&1",
+                            &rc);
+    ASSERT_EQ(rc, 0) << out;
+    out = test::run_command(std::string(REWIND_BINARY) + " make-model " + opts +
+                                " --format gguf --type " + c.type + " --out " + b + " 2>&1",
+                            &rc);
+    ASSERT_EQ(rc, 0) << out;
+    const std::string fa = file_bytes(a), fb = file_bytes(b);
+    EXPECT_GT(fa.size(), 100000u);
+    EXPECT_TRUE(fa == fb) << a << " and " << b << " differ (" << fa.size() << " and " << fb.size()
+                          << " bytes)";
+  }
+  int rc = 0;
+  const std::string e = test::run_command(
+      std::string(REWIND_BINARY) + " make-model --preset granite-h-tiny --format gguf 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(e.find("--out FILE.gguf is required"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace rw

@@ -631,6 +631,83 @@ TEST(Ops, ConvSpecialValuesBitwise) {
   }
 }
 
+// dot_fixed's 16-lane tree: 16 -> 8 -> 4 -> 2 -> 1.
+float tree16(const float* a) {
+  float t8[8], t4[4];
+  for (int i = 0; i < 8; ++i) t8[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; ++i) t4[i] = t8[i] + t8[i + 4];
+  return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+}
+
+// The scalar loop of mamba2_steps's contract, written out here: for each token, each row p and
+// each n in order, the update's fma and the read-out's fma into lane n % 16, the 16 lanes summed
+// by the fixed tree, then + D * x.
+void mamba2_naive(float* S, const float* x, int64_t ldx, const float* B, const float* C,
+                  int64_t ldbc, const float* dt, const float* dA, float D, float* y, int64_t ldy,
+                  int64_t T, int64_t P, int64_t N) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t p = 0; p < P; ++p) {
+      float* s = S + p * N;
+      const float xs = x[t * ldx + p] * dt[t];
+      float acc[16] = {};
+      for (int64_t n = 0; n < N; ++n) {
+        s[n] = std::fma(s[n], dA[t], B[t * ldbc + n] * xs);
+        acc[n % 16] = std::fma(s[n], C[t * ldbc + n], acc[n % 16]);
+      }
+      y[t * ldy + p] = tree16(acc) + D * x[t * ldx + p];
+    }
+}
+
+// The same bits, or both NaN (a NaN's payload and sign follow operand order, which compilers
+// may swap in commutative operations).
+bool same_bits_or_nan(float a, float b) {
+  return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b));
+}
+
+// Every path of mamba2_steps (the AVX-512 and AVX2 two-token steps included) against the naive
+// loop above, bit for bit, with special values in the state and the inputs (NaN, infinities,
+// subnormals, -0, huge values), even and odd token counts, row counts with and without a tail of
+// under eight.
+TEST(Ops, Mamba2StepsBitsEqualNaiveLoopWithSpecialValues) {
+  std::mt19937_64 r(43);
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
+  const float special[] = {nan, inf, -inf, 1e30f, -1e30f, 1e-40f, -0.0f, 3e38f, -1e-38f};
+  for (auto [P, N] : std::vector<std::pair<int64_t, int64_t>>{
+           {8, 16}, {11, 32}, {32, 128}, {64, 128}, {2, 48}, {9, 40}})
+    for (int64_t T : {1, 2, 4, 5, 9}) {
+      const int64_t ldx = P + 1, ldbc = 2 * N + 3, ldy = P + 5;
+      auto S0 = randv(r, P * N, 0.5f);
+      auto x = randv(r, T * ldx), bc = randv(r, T * ldbc, 0.5f);
+      for (size_t i = 3; i < S0.size(); i += 37) S0[i] = special[(i / 37) % 9];
+      for (size_t i = 5; i < bc.size(); i += 53) bc[i] = special[(i / 53) % 9];
+      x[static_cast<size_t>(ldx) - 2] = 1e-40f;
+      std::vector<float> dt(static_cast<size_t>(T)), dA(dt.size());
+      for (int64_t t = 0; t < T; ++t) {
+        dt[t] = softplus(0.4f * static_cast<float>(t % 5) - 1.0f);
+        dA[t] = exp_fixed(dt[t] * -0.6f);
+      }
+      const float D = 1.1f;
+      const float* B = bc.data();
+      const float* C = bc.data() + N;
+      std::vector<float> Sw(S0), yw(static_cast<size_t>(T * ldy), -1.0f);
+      mamba2_naive(Sw.data(), x.data(), ldx, B, C, ldbc, dt.data(), dA.data(), D, yw.data(), ldy, T,
+                   P, N);
+      for (const char* isa : {"auto", "avx2", "scalar"}) {
+        IsaCap cap;
+        if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+        std::vector<float> S(S0), y(yw.size(), -1.0f);
+        mamba2_steps(S.data(), x.data(), ldx, B, C, ldbc, dt.data(), dA.data(), D, y.data(), ldy, T,
+                     P, N, cap);
+        for (auto [got, want] : {std::pair{&S, &Sw}, std::pair{&y, &yw}})
+          for (size_t i = 0; i < want->size(); ++i)
+            ASSERT_TRUE(same_bits_or_nan((*got)[i], (*want)[i]))
+                << isa << " P" << P << " N" << N << " T" << T << " i " << i << ": "
+                << (*got)[i] << " want " << (*want)[i];
+      }
+    }
+}
+
 // Mamba2's recurrence against the double reference, on every SIMD path, and its order contract:
 // T tokens in one call equal any cut into calls and every path, bit for bit (S and y).
 TEST(Ops, Mamba2StepsMatchReferenceAndAreCutInvariant) {

@@ -333,15 +333,7 @@ Result<TensorSet> TensorSet::open_dir(const std::string& dir) {
     }
     set.files_.push_back(std::move(f).value());
   }
-  // Index after all files are in place (TensorView addresses are stable from here on: they
-  // live in each file's own vector, which moves never reallocate).
-  for (const auto& f : set.files_) {
-    for (const auto& t : f.tensors()) {
-      const auto [it, inserted] = set.index_.emplace(t.name, &t);
-      if (!inserted)
-        return make_error(f.path() + ": tensor " + quote(t.name) + ": also in " + it->second->file);
-    }
-  }
+  REWIND_TRY_STATUS(set.build_index());
   if (has_index) {
     for (const auto& [name, shard] : weight_map) {
       const TensorView* t = set.find(name);
@@ -352,6 +344,26 @@ Result<TensorSet> TensorSet::open_dir(const std::string& dir) {
     }
   }
   return set;
+}
+
+Result<TensorSet> TensorSet::from_files(std::vector<SafetensorsFile> files) {
+  TensorSet set;
+  set.files_ = std::move(files);
+  REWIND_TRY_STATUS(set.build_index());
+  return set;
+}
+
+Status TensorSet::build_index() {
+  // Index after all files are in place (TensorView addresses are stable from here on: they
+  // live in each file's own vector, which moves never reallocate).
+  for (const auto& f : files_) {
+    for (const auto& t : f.tensors()) {
+      const auto [it, inserted] = index_.emplace(t.name, &t);
+      if (!inserted)
+        return make_error(f.path() + ": tensor " + quote(t.name) + ": also in " + it->second->file);
+    }
+  }
+  return Ok{};
 }
 
 const TensorView* TensorSet::find(const std::string& name) const {

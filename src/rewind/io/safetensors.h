@@ -78,6 +78,9 @@ class SafetensorsFile {
 class TensorSet {
  public:
   static Result<TensorSet> open_dir(const std::string& dir);
+  // A set over files already opened or parsed (e.g. SafetensorsFile::parse of a checkpoint made
+  // in memory); the same duplicate-name check as open_dir.
+  static Result<TensorSet> from_files(std::vector<SafetensorsFile> files);
   TensorSet() = default;
   TensorSet(TensorSet&&) noexcept = default;
   TensorSet& operator=(TensorSet&&) noexcept = default;
@@ -90,6 +93,7 @@ class TensorSet {
   const std::vector<SafetensorsFile>& files() const { return files_; }
 
  private:
+  Status build_index();
   std::vector<SafetensorsFile> files_;
   std::map<std::string, const TensorView*> index_;
 };

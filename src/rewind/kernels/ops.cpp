@@ -1181,36 +1181,89 @@ __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const floa
   if (t < T) mamba2_tokens_avx512<1, false>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, t, P, N);
 }
 
-// R rows in AVX2 (N a multiple of 16), interleaved as in mamba2_rows_avx512: lanes 0-7 and 8-15
-// of row r's partial sums in lo[r] and hi[r].
-template <int R>
-__attribute__((target("avx2,fma"))) inline void mamba2_rows_avx2(float* s, int64_t N, const float* b,
-                                                                const float* c, __m256 a,
-                                                                const float* xdt, __m256* lo,
-                                                                __m256* hi) {
-  __m256 xd[R];
-  for (int r = 0; r < R; ++r) {
-    lo[r] = hi[r] = _mm256_setzero_ps();
-    xd[r] = _mm256_set1_ps(xdt[r]);
-  }
+// R rows in AVX2 for K consecutive tokens (K = 1 or 2; N a multiple of 16), interleaved as in
+// mamba2_rows_avx512: with K = 2 each 16-lane chunk of the state is loaded and stored once for
+// both tokens (token k's update and read, then token k + 1's, in registers). xdt[k * 8 + r] is
+// row r's x * dt of token k; lanes 0-7 and 8-15 of its sums go to lo[k * 8 + r], hi[k * 8 + r].
+// With PF the next rows are prefetched (a token at a time; a state in cache is slower with it).
+template <int R, int K, bool PF>
+__attribute__((target("avx2,fma"))) inline void mamba2_rows_avx2(float* s, int64_t N,
+                                                                 const float* b, const float* c,
+                                                                 int64_t ldbc, const __m256* a,
+                                                                 const float* xdt, __m256* lo,
+                                                                 __m256* hi) {
+  __m256 l[K][R], h[K][R];
+  for (int k = 0; k < K; ++k)
+    for (int r = 0; r < R; ++r) l[k][r] = h[k][r] = _mm256_setzero_ps();
   for (int64_t n = 0; n < N; n += kLanes) {
-    const __m256 b0 = _mm256_loadu_ps(b + n), b1 = _mm256_loadu_ps(b + n + 8);
     for (int r = 0; r < R; ++r) {
       float* sr = s + r * N + n;
-      _mm_prefetch(reinterpret_cast<const char*>(sr + R * N), _MM_HINT_T0);
-      const __m256 s0 = _mm256_fmadd_ps(_mm256_loadu_ps(sr), a, _mm256_mul_ps(b0, xd[r]));
-      const __m256 s1 = _mm256_fmadd_ps(_mm256_loadu_ps(sr + 8), a, _mm256_mul_ps(b1, xd[r]));
+      if constexpr (PF) _mm_prefetch(reinterpret_cast<const char*>(sr + R * N), _MM_HINT_T0);
+      __m256 s0 = _mm256_loadu_ps(sr), s1 = _mm256_loadu_ps(sr + 8);
+      for (int k = 0; k < K; ++k) {
+        const float* bk = b + k * ldbc + n;
+        const float* ck = c + k * ldbc + n;
+        const __m256 xd = _mm256_set1_ps(xdt[k * 8 + r]);
+        s0 = _mm256_fmadd_ps(s0, a[k], _mm256_mul_ps(_mm256_loadu_ps(bk), xd));
+        s1 = _mm256_fmadd_ps(s1, a[k], _mm256_mul_ps(_mm256_loadu_ps(bk + 8), xd));
+        l[k][r] = _mm256_fmadd_ps(s0, _mm256_loadu_ps(ck), l[k][r]);
+        h[k][r] = _mm256_fmadd_ps(s1, _mm256_loadu_ps(ck + 8), h[k][r]);
+      }
       _mm256_storeu_ps(sr, s0);
       _mm256_storeu_ps(sr + 8, s1);
-      lo[r] = _mm256_fmadd_ps(s0, _mm256_loadu_ps(c + n), lo[r]);
-      hi[r] = _mm256_fmadd_ps(s1, _mm256_loadu_ps(c + n + 8), hi[r]);
     }
+  }
+  for (int k = 0; k < K; ++k)
+    for (int r = 0; r < R; ++r) {
+      lo[k * 8 + r] = l[k][r];
+      hi[k * 8 + r] = h[k][r];
+    }
+}
+
+// K tokens from t of mamba2_steps in AVX2 (N a multiple of 16): rows in groups of eight (passes
+// of kAvx2Rows rows), whose sums are reduced together, y = sum + D * x as in the scalar loop;
+// the rows left one at a time. One row per pass: with two tokens, 2 or 4 interleaved rows were
+// slower (16 ymm registers; recurrence_bench --mamba2 --isa avx2, docs/PERFORMANCE.md).
+constexpr int kAvx2Rows = 1;
+template <int K, bool PF>
+__attribute__((target("avx2,fma"))) inline void mamba2_tokens_avx2(
+    float* S, const float* x, int64_t ldx, const float* B, const float* C, int64_t ldbc,
+    const float* dt, const float* dA, float D, float* y, int64_t ldy, int64_t t, int64_t P,
+    int64_t N) {
+  const __m256 dv = _mm256_set1_ps(D);
+  __m256 a[K];
+  for (int k = 0; k < K; ++k) a[k] = _mm256_set1_ps(dA[t + k]);
+  const float* b = B + t * ldbc;
+  const float* c = C + t * ldbc;
+  float xdt[K * 8];
+  __m256 lo[K * 8], hi[K * 8];
+  int64_t p = 0;
+  for (; p + 8 <= P; p += 8) {
+    for (int k = 0; k < K; ++k)
+      for (int r = 0; r < 8; ++r) xdt[k * 8 + r] = x[(t + k) * ldx + p + r] * dt[t + k];
+    for (int j = 0; j < 8; j += kAvx2Rows)
+      mamba2_rows_avx2<kAvx2Rows, K, PF>(S + (p + j) * N, N, b, c, ldbc, a, xdt + j, lo + j,
+                                         hi + j);
+    for (int k = 0; k < K; ++k) {
+      __m256 h[8];
+      for (int r = 0; r < 8; ++r) h[r] = _mm256_add_ps(lo[k * 8 + r], hi[k * 8 + r]);
+      const __m256 xv = _mm256_loadu_ps(x + (t + k) * ldx + p);
+      _mm256_storeu_ps(y + (t + k) * ldy + p,
+                       _mm256_add_ps(reduce_lanes8_x8(h), _mm256_mul_ps(dv, xv)));
+    }
+  }
+  for (; p < P; ++p) {
+    for (int k = 0; k < K; ++k) xdt[k * 8] = x[(t + k) * ldx + p] * dt[t + k];
+    mamba2_rows_avx2<1, K, false>(S + p * N, N, b, c, ldbc, a, xdt, lo, hi);
+    for (int k = 0; k < K; ++k)
+      y[(t + k) * ldy + p] =
+          reduce_lanes8(_mm256_add_ps(lo[k * 8], hi[k * 8])) + D * x[(t + k) * ldx + p];
   }
 }
 
-// The same in AVX2: for N a multiple of 16 and T > 1, rows in groups of eight (two passes of four
-// rows) as above; otherwise each row alone, its tail of under 16 in scalar code on the stored
-// lanes.
+// The same in AVX2: for N a multiple of 16 and T > 1, tokens two at a time (the last one of an
+// odd count alone) through mamba2_tokens_avx2; otherwise each row alone, token by token, its
+// tail of under 16 in scalar code on the stored lanes.
 __attribute__((target("avx2,fma"))) void mamba2_steps_avx2(float* S, const float* x, int64_t ldx,
                                                            const float* B, const float* C,
                                                            int64_t ldbc, const float* dt,
@@ -1218,30 +1271,22 @@ __attribute__((target("avx2,fma"))) void mamba2_steps_avx2(float* S, const float
                                                            int64_t ldy, int64_t T, int64_t P,
                                                            int64_t N) {
   const int64_t N16 = N / kLanes * kLanes;
-  const __m256 dv = _mm256_set1_ps(D);
+  if (N16 == N && T > 1) {
+    int64_t t = 0;
+    for (; t + 2 <= T; t += 2)
+      mamba2_tokens_avx2<2, false>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, t, P, N);
+    if (t < T) mamba2_tokens_avx2<1, true>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, t, P, N);
+    return;
+  }
+  // One token (a decode step streaming the state from memory) runs row after row: interleaved
+  // rows are slower there with AVX2's prefetch.
   for (int64_t t = 0; t < T; ++t) {
     const __m256 a = _mm256_set1_ps(dA[t]);
     const float* b = B + t * ldbc;
     const float* c = C + t * ldbc;
     const float* xt = x + t * ldx;
     float* yt = y + t * ldy;
-    float xdt[8];
-    __m256 lo[8], hi[8];
-    int64_t p = 0;
-    // One token (a decode step streaming the state from memory) runs row after row: interleaved
-    // rows are slower there with AVX2's prefetch.
-    if (N16 == N && T > 1) {
-      for (; p + 8 <= P; p += 8) {
-        for (int r = 0; r < 8; ++r) xdt[r] = xt[p + r] * dt[t];
-        mamba2_rows_avx2<4>(S + p * N, N, b, c, a, xdt, lo, hi);
-        mamba2_rows_avx2<4>(S + (p + 4) * N, N, b, c, a, xdt + 4, lo + 4, hi + 4);
-        __m256 h[8];
-        for (int r = 0; r < 8; ++r) h[r] = _mm256_add_ps(lo[r], hi[r]);
-        const __m256 xv = _mm256_loadu_ps(xt + p);
-        _mm256_storeu_ps(yt + p, _mm256_add_ps(reduce_lanes8_x8(h), _mm256_mul_ps(dv, xv)));
-      }
-    }
-    for (; p < P; ++p) {
+    for (int64_t p = 0; p < P; ++p) {
       float* s = S + p * N;
       const float xv = xt[p];
       const float xs = xv * dt[t];

@@ -122,6 +122,7 @@ struct Out {
   int64_t rows = 0, cols = 0;
   bool matrix = true;  // false: always F32
   std::function<void(int64_t, float*)> row;
+  std::vector<const WeightSource*> src;  // the canonical weights `row` reads
 };
 
 // A 3-D experts tensor from E per-expert matrices `<cp>e<i>.<part>`: file row i is row
@@ -136,6 +137,7 @@ Out stacked_experts(const WeightSet& ws, const std::string& gname, const std::st
   o.cols = cols;
   o.ne = {cols, n, E};
   o.row = [src, n, r0](int64_t i, float* out) { src[i / n]->row_f32(r0 + i % n, out); };
+  o.src = std::move(src);
   return o;
 }
 
@@ -211,10 +213,12 @@ void write_mamba2_keys(const ModelConfig& c, std::vector<std::pair<std::string, 
 
 }  // namespace
 
-Status write_gguf_model(const std::string& path, const ModelConfig& c, const WeightSet& ws,
-                        const GgufVocab& vocab, DType matrix_type, const std::string& name,
-                        const std::function<DType(const std::string&)>& type_for, int64_t file_type,
-                        const std::function<void(size_t, size_t)>& progress) {
+Status write_gguf_model(
+    const std::string& path, const ModelConfig& c, const WeightSet& ws, const GgufVocab& vocab,
+    DType matrix_type, const std::string& name,
+    const std::function<DType(const std::string&)>& type_for, int64_t file_type,
+    const std::function<void(size_t, size_t)>& progress,
+    const std::function<void(const std::vector<const WeightSource*>&)>& prepare) {
   const bool mamba2 = c.family == Family::GraniteHybrid || c.family == Family::NemotronH;
   if (c.family == Family::GraniteHybrid && c.ssm_norm_groups != c.ssm_n_group)
     return make_error(path + ": this Granite-4.0-H model normalises its Mamba2 output over " +
@@ -244,6 +248,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
     o.cols = cols;
     o.ne = ne.empty() ? std::vector<int64_t>{cols, rows} : ne;
     o.row = [s, src](int64_t i, float* out) { s->row_f32(src(i), out); };
+    o.src = {s};
     outs.push_back(std::move(o));
   };
   auto vec = [&](const std::string& gname, const std::string& w, int64_t n,
@@ -260,6 +265,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
       for (int64_t i = 0; i < s->rows(); ++i) s->row_f32(i, all.data() + i * s->cols);
       for (int64_t i = 0; i < n; ++i) out[i] = all[src(i)];
     };
+    o.src = {s};
     outs.push_back(std::move(o));
   };
   auto id = [](int64_t i) { return i; };
@@ -308,6 +314,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
               ch < 2 * KD ? ch : 2 * KD + vh.head_at((ch - 2 * KD) / dv) * dv + (ch - 2 * KD) % dv,
               out);
         };
+        o.src = {s};
         outs.push_back(std::move(o));
       }
       vec(p + "ssm_a", cp + "A", Hv, [vh](int64_t t) { return vh.head_at(t); });
@@ -326,6 +333,7 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
           s->row_f32(i, tmp.data());
           for (int64_t j = 0; j < VD; ++j) out[j] = tmp[vh.head_at(j / dv) * dv + j % dv];
         };
+        o.src = {s};
         outs.push_back(std::move(o));
       }
     } else {
@@ -549,9 +557,11 @@ Status write_gguf_model(const std::string& path, const ModelConfig& c, const Wei
     w.type = ggml_from_dtype(t);
     w.ne = o.ne;
     const Out* op = &o;
-    w.fill = [op, t, &pool, &progress, &done, total](std::byte* dst, size_t nbytes) -> Status {
+    w.fill = [op, t, &pool, &progress, &prepare, &done, total](std::byte* dst,
+                                                               size_t nbytes) -> Status {
       const size_t rb = dtype_row_bytes(t, op->cols);
       REWIND_CHECK(rb * static_cast<size_t>(op->rows) == nbytes);
+      if (prepare) prepare(op->src);
       pool.parallel_guided(op->rows, 1, 8, [&](int, int64_t r0, int64_t r1) {
         std::vector<float> row(static_cast<size_t>(op->cols));
         for (int64_t i = r0; i < r1; ++i) {

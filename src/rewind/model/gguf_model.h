@@ -68,12 +68,14 @@ int64_t gguf_mtp_blocks(const ModelConfig& cfg, const WeightSet& ws);
 // `type_for` (optional) picks a matrix's type by tensor name instead (the fallback still
 // applies); `file_type` overrides general.file_type (llama.cpp's LLAMA_FTYPE number).
 // `progress` (optional) gets (values written, values in all) before the first tensor and after
-// each one.
-Status write_gguf_model(const std::string& path, const ModelConfig& cfg, const WeightSet& ws,
-                        const GgufVocab& vocab, DType matrix_type, const std::string& name,
-                        const std::function<DType(const std::string&)>& type_for = nullptr,
-                        int64_t file_type = -1,
-                        const std::function<void(size_t, size_t)>& progress = nullptr);
+// each one. `prepare` (optional) is called before each tensor's values are read, with the
+// canonical weights it reads (make-model generates weights there, one tensor at a time).
+Status write_gguf_model(
+    const std::string& path, const ModelConfig& cfg, const WeightSet& ws, const GgufVocab& vocab,
+    DType matrix_type, const std::string& name,
+    const std::function<DType(const std::string&)>& type_for = nullptr, int64_t file_type = -1,
+    const std::function<void(size_t, size_t)>& progress = nullptr,
+    const std::function<void(const std::vector<const WeightSource*>&)>& prepare = nullptr);
 
 // The GGUF tensor type of a rewind dtype (F32 for the types GGUF files do not hold).
 GgmlType ggml_from_dtype(DType t);
