@@ -152,7 +152,13 @@ std::vector<CommandSpec> build_specs() {
       {"serve", "The OpenAI-compatible HTTP server (chat, completions, streaming, metrics).",
        "[options]",
        join(
-           {model_opt(),
+           {{"--model",
+             "-m",
+             "[NAME=]DIR|FILE.gguf",
+             "the model (default: the built-in model models/kjv-target); repeat to serve "
+             "several, each NAME=PATH (NAME a comma list), a request's \"model\" picks one",
+             {},
+             true},
             {"--alias",
              "-a",
              "NAME",
@@ -207,6 +213,10 @@ std::vector<CommandSpec> build_specs() {
        "/health. A request may pick its own drafter: \"speculative\": \"off\"|\"ngram\"|\"draft\"|"
        "\"mtp\"\n"
        "or {\"method\": ..., \"k\": K}. Without --alias any \"model\" is accepted.\n"
+       "Several models: --model a=DIR1 --model b=DIR2; each has its own engine and prefix cache\n"
+       "(--cache-ram, --grammar-cache-ram and --cache-disk split evenly), a request's \"model\"\n"
+       "picks one (none: the first; an unknown name: 404), and GET /v1/cache, /v1/cache/tree and\n"
+       "/props take ?model=NAME.\n"
        "Access log fields (docs/ARCHITECTURE.md, \"Access log\"): time, request id, client,\n"
        "method and path, status, prompt / cached / re-run / completion tokens, time to first\n"
        "token, total time, finish reason.\n"

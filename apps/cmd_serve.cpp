@@ -1,5 +1,7 @@
 // `rewind serve`: the OpenAI-compatible HTTP server (src/rewind/server/http_server.h) over one
-// model and one BatchEngine.
+// model and one BatchEngine, or several (`--model NAME=PATH` repeated): each model gets its own
+// thread pool, engine and prefix cache; --cache-ram, --grammar-cache-ram and --cache-disk are
+// split evenly between them, the other options apply to each (docs/ARCHITECTURE.md, "Memory").
 //
 // Shutdown (graceful drain): SIGINT or SIGTERM stops accepting connections at once and closes
 // idle ones; requests already running (streams and whole replies) get --shutdown-grace seconds
@@ -66,15 +68,65 @@ std::string basename_of(std::string dir) {
   return s == std::string::npos ? dir : dir.substr(s + 1);
 }
 
+// A served model's names (a comma list): non-empty, without spaces. Appends to *names.
+Status add_names(const std::string& list, const std::string& what,
+                 std::vector<std::string>* names) {
+  size_t i = 0;
+  while (i <= list.size()) {
+    const size_t e = std::min(list.find(',', i), list.size());
+    const std::string name = list.substr(i, e - i);
+    if (name.empty() || name.find_first_of(" \t\r\n") != std::string::npos)
+      return make_error(what + " '" + list + "': a model name must be non-empty, without spaces");
+    if (std::find(names->begin(), names->end(), name) == names->end()) names->push_back(name);
+    i = e + 1;
+  }
+  return Ok{};
+}
+
+// One --model value: "NAME=PATH" (NAME a comma list of names, without '/') or a path or store
+// name as --model takes it.
+struct ModelArg {
+  std::vector<std::string> names;
+  std::string given;
+};
+Result<ModelArg> parse_model_arg(const std::string& v) {
+  ModelArg a;
+  const size_t eq = v.find('=');
+  if (eq == std::string::npos || v.substr(0, eq).find('/') != std::string::npos) {
+    a.given = v;
+    return a;
+  }
+  a.given = v.substr(eq + 1);
+  if (a.given.empty()) return make_error("--model '" + v + "': NAME=PATH needs a path");
+  REWIND_TRY_STATUS(add_names(v.substr(0, eq), "--model", &a.names));
+  return a;
+}
+
+// Everything one served model owns; its address stays fixed (the engine points into it).
+struct LoadedModel {
+  std::string dir, id;
+  std::vector<std::string> aliases;
+  std::optional<Tokenizer> tok;
+  std::optional<ChatTemplate> tmpl;
+  bool template_from_model = false;
+  std::unique_ptr<ThreadPool> pool;
+  std::optional<SpecSetup> spec;
+  std::unique_ptr<Model> model;
+  double load_s = 0;
+  EngineOptions eo;
+  std::shared_ptr<DiskTier> disk;
+  std::shared_ptr<RedisTier> redis;
+  uint64_t disk_queue = 0, redis_queue = 0;
+  std::unique_ptr<BatchEngine> engine;
+  GenerationDefaults defaults;
+};
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
   auto args = parse_args("serve", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("serve");
-  auto model_arg = model_or_builtin(args->str("--model"));
-  if (!model_arg.ok()) return fail(model_arg.error_message());
-  const std::string dir = model_arg.value();
   auto port = args->int_("--port", 8080);
   auto parallel = args->int_("--parallel", 4);
   auto ctx = args->int_("--ctx-size", 32768);
@@ -135,15 +187,39 @@ int cmd_serve(int argc, char** argv) {
   const std::string host = args->str("--host", "127.0.0.1");
   // --alias NAME, repeatable, each also a comma list: the names a request's "model" may give.
   std::vector<std::string> aliases;
-  for (const std::string& v : args->all("--alias")) {
-    size_t i = 0;
-    while (i <= v.size()) {
-      const size_t e = std::min(v.find(',', i), v.size());
-      const std::string name = v.substr(i, e - i);
-      if (name.empty() || name.find_first_of(" \t\r\n") != std::string::npos)
-        return fail("--alias '" + v + "': a model name must be non-empty, without spaces");
-      if (std::find(aliases.begin(), aliases.end(), name) == aliases.end()) aliases.push_back(name);
-      i = e + 1;
+  for (const std::string& v : args->all("--alias"))
+    if (Status st = add_names(v, "--alias", &aliases); !st.ok()) return fail(st.error_message());
+  // --model [NAME=]PATH, repeatable: the models served, the first the default.
+  std::vector<ModelArg> model_args;
+  for (const std::string& v : args->all("--model")) {
+    auto a = parse_model_arg(v);
+    if (!a.ok()) return fail(a.error_message());
+    model_args.push_back(std::move(a).value());
+  }
+  if (model_args.empty()) model_args.push_back({});
+  const size_t n_models = model_args.size();
+  if (!aliases.empty() && (n_models > 1 || !model_args[0].names.empty()))
+    return fail(
+        "--alias names the one model; with NAME=PATH or several --model, name each "
+        "model as --model NAME=PATH (NAME may be a comma list)");
+  if (n_models == 1 && model_args[0].names.empty()) model_args[0].names = aliases;
+  std::vector<std::unique_ptr<LoadedModel>> loaded;
+  {
+    std::vector<std::string> seen;
+    for (const ModelArg& a : model_args) {
+      auto dir = model_or_builtin(a.given);
+      if (!dir.ok()) return fail(dir.error_message());
+      auto L = std::make_unique<LoadedModel>();
+      L->dir = dir.value();
+      L->aliases = a.names;
+      L->id = a.names.empty() ? basename_of(L->dir) : a.names[0];
+      for (const std::string& n :
+           L->aliases.empty() ? std::vector<std::string>{L->id} : L->aliases) {
+        if (std::find(seen.begin(), seen.end(), n) != seen.end())
+          return fail("two models are named '" + n + "'; name them with --model NAME=PATH");
+        seen.push_back(n);
+      }
+      loaded.push_back(std::move(L));
     }
   }
   AccessLogFormat log_format = AccessLogFormat::Text;
@@ -166,132 +242,151 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&sigs, SIGUSR1);  // wakes the signal thread at a normal exit
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-  auto tok = load_tokenizer(dir);
-  if (!tok.ok()) return fail(tok.error_message());
-  bool template_from_model = false;
-  auto tmpl = load_chat_template(dir, tok.value(), &template_from_model);
-  if (!tmpl.ok()) return fail(tmpl.error_message());
-
-  ThreadPool pool(static_cast<int>(th.value()));
-  double load_s = 0;
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
   auto kv = kv_types_from(*args);
   if (!kv.ok()) return fail(kv.error_message());
-  auto spec = spec_from_args(args.value(), args->str("--weights", "auto"), kernels.value(), &pool);
-  if (!spec.ok()) return fail(spec.error_message());
-  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, &load_s,
-                          spec->wants_mtp(), kv.value());
-  if (!model.ok()) return fail(model.error_message());
-  Model& m = *model.value();
-  if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)
-    std::fprintf(
-        stderr,
-        "rewind: warning: --ctx-size %lld exceeds the model's max_position_embeddings %lld\n",
-        static_cast<long long>(ctx.value()),
-        static_cast<long long>(m.config().max_position_embeddings));
-
-  EngineOptions eo;
-  eo.max_running = static_cast<int32_t>(parallel.value());
-  eo.step_tokens = chunk.value();
-  eo.max_queued = static_cast<int32_t>(max_queue.value());
-  eo.ctx_size = ctx.value();
-  eo.cache_enabled = !args->has("--no-cache");
-  eo.cache.budget_bytes = static_cast<size_t>(cache_ram.value()) << 20;
-  eo.cache.policy.interval = ck_int.value();
-  eo.cache.policy.size_by_state = !args->has("--checkpoint-interval");  // explicit: kept as given
-  eo.cache.policy.max_per_branch = ck_max.value();
-  eo.sample_vocab =
-      static_cast<int32_t>(std::min<int64_t>(tok->vocab_size(), m.config().vocab_size));
-  if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());
-  eo.spec = spec->cfg;
-  // The tiers under the prefix cache (docs/ARCHITECTURE.md, "Disk tier" and "Shared tier"):
-  // both are bound to the model's fingerprint and the KV element types.
-  const KvTypes kvt = m.state_shape().kv_types;
-  const uint8_t kv_code =
-      static_cast<uint8_t>((static_cast<unsigned>(kvt.k) << 4) | static_cast<unsigned>(kvt.v));
-  const std::string kv_name = std::string(kv_type_name(kvt.k)) + "/" + kv_type_name(kvt.v);
-  std::shared_ptr<DiskTier> disk;
-  std::optional<Hash128> fingerprint;
-  if (args->has("--cache-dir")) {
-    if (!eo.cache_enabled) return fail("--cache-dir needs the prefix cache (drop --no-cache)");
-    auto gib = args->num("--cache-disk", 16);
-    if (!gib.ok()) return fail(gib.error_message());
-    if (!(gib.value() > 0)) return fail("--cache-disk must be > 0 (GiB)");
-    DiskTier::Options d;
-    d.dir = args->str("--cache-dir");
-    if (d.dir.empty()) return fail("--cache-dir needs a directory");
-    d.budget_bytes = static_cast<uint64_t>(gib.value() * 1073741824.0);
-    d.fsync = args->has("--cache-fsync");
-    // Queued objects are shared with the RAM tree while it holds them; the queue can keep alive
-    // at most this much that RAM has dropped (a term of the memory bound).
-    d.queue_bytes = std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes);
-    std::error_code ec;
-    std::filesystem::create_directories(d.dir, ec);
-    if (ec) return fail("--cache-dir " + d.dir + ": " + ec.message());
-    const double t0 = now_seconds();
-    // The KV element types are part of what a page's bytes mean: another choice is a foreign
-    // file (headers: K's type code in the high nibble, V's in the low one; f32/f32 is 0).
-    d.kv_dtype = kv_code;
-    auto fp = model_fingerprint(dir, m, d.dir + "/model-digests", kv_name);
-    if (!fp.ok()) return fail(fp.error_message());
-    d.fingerprint = fp.value();
-    fingerprint = fp.value();
-    d.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-    // Fault injection for the tests (tests/integration/disk_tier_test.cpp).
-    if (const char* e = std::getenv("REWIND_TEST_CACHE_FAIL_AFTER_BYTES"))
-      d.fail_after_bytes = std::atoll(e);
-    if (const char* e = std::getenv("REWIND_TEST_CACHE_WRITE_PAUSE_MS"))
-      d.write_pause_ms = std::atoi(e);
-    auto t = DiskTier::open(d);
-    if (!t.ok()) return fail(t.error_message());
-    disk = std::move(t).value();
-    const TierStats ts = disk->stats();
-    std::fprintf(stderr,
-                 "rewind serve: cache dir %s: %lld objects, %.1f MiB of %.1f GiB (model %s, "
-                 "indexed in %.2f s)\n",
-                 d.dir.c_str(), static_cast<long long>(ts.objects), ts.bytes / 1048576.0,
-                 gib.value(), fp.value().hex().substr(0, 12).c_str(), now_seconds() - t0);
-    eo.cache.tier = disk;
-  } else if (args->has("--cache-disk") || args->has("--cache-fsync")) {
+  if (!args->has("--cache-dir") && (args->has("--cache-disk") || args->has("--cache-fsync")))
     return fail("--cache-disk and --cache-fsync need --cache-dir");
-  }
-  std::shared_ptr<RedisTier> redis;
-  const uint64_t redis_queue = std::min<uint64_t>(uint64_t{256} << 20, eo.cache.budget_bytes);
-  if (args->has("--cache-redis")) {
-    if (!eo.cache_enabled) return fail("--cache-redis needs the prefix cache (drop --no-cache)");
-    auto eps = parse_redis_url(args->str("--cache-redis"));
-    if (!eps.ok()) return fail("--cache-redis: " + eps.error_message());
-    auto to = args->int_("--cache-redis-timeout", 250);
-    if (!to.ok()) return fail(to.error_message());
-    if (to.value() < 1 || to.value() > 60000) return fail("--cache-redis-timeout: 1 to 60000 ms");
-    auto ttl = args->int_("--cache-redis-ttl", 0);
-    if (!ttl.ok()) return fail(ttl.error_message());
-    if (ttl.value() < 0) return fail("--cache-redis-ttl must be >= 0");
-    if (!fingerprint) {
-      // Without --cache-dir the weight files' digests are computed at each start.
-      auto fp = model_fingerprint(dir, m, "", kv_name);
-      if (!fp.ok()) return fail(fp.error_message());
-      fingerprint = fp.value();
-    }
-    RedisTier::Options r;
-    r.endpoints = std::move(eps).value();
-    r.fingerprint = *fingerprint;
-    r.kv_dtype = kv_code;
-    r.timeout_ms = static_cast<int>(to.value());
-    r.ttl_s = ttl.value();
-    r.queue_bytes = redis_queue;
-    r.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
-    redis = RedisTier::open(r);
-    if (disk)
-      eo.cache.tier =
-          std::make_shared<TierStack>(std::vector<std::shared_ptr<CacheTier>>{disk, redis});
-    else
-      eo.cache.tier = redis;
-  } else if (args->has("--cache-redis-timeout") || args->has("--cache-redis-ttl")) {
+  if (!args->has("--cache-redis") &&
+      (args->has("--cache-redis-timeout") || args->has("--cache-redis-ttl")))
     return fail("--cache-redis-timeout and --cache-redis-ttl need --cache-redis");
-  }
-  BatchEngine engine(m, &pool, eo);
+  // Several models share the cache budgets evenly.
+  const uint64_t cache_budget = (static_cast<uint64_t>(cache_ram.value()) << 20) / n_models;
+  // Loads one model and builds its engine (with its tiers).
+  auto load = [&](LoadedModel& L) -> Status {
+    const std::string& dir = L.dir;
+    REWIND_TRY(Tokenizer tok, load_tokenizer(dir));
+    L.tok = std::move(tok);
+    REWIND_TRY(ChatTemplate tmpl, load_chat_template(dir, *L.tok, &L.template_from_model));
+    L.tmpl = std::move(tmpl);
+    L.pool = std::make_unique<ThreadPool>(static_cast<int>(th.value()));
+    REWIND_TRY(SpecSetup spec, spec_from_args(args.value(), args->str("--weights", "auto"),
+                                              kernels.value(), L.pool.get()));
+    L.spec = std::move(spec);
+    REWIND_TRY(L.model, load_model(dir, args->str("--weights", "auto"), kernels.value(),
+                                   L.pool.get(), &L.load_s, L.spec->wants_mtp(), kv.value()));
+    Model& m = *L.model;
+    if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)
+      std::fprintf(stderr,
+                   "rewind: warning: --ctx-size %lld exceeds %s's max_position_embeddings %lld\n",
+                   static_cast<long long>(ctx.value()), L.id.c_str(),
+                   static_cast<long long>(m.config().max_position_embeddings));
+    EngineOptions& eo = L.eo;
+    eo.max_running = static_cast<int32_t>(parallel.value());
+    eo.step_tokens = chunk.value();
+    eo.max_queued = static_cast<int32_t>(max_queue.value());
+    eo.ctx_size = ctx.value();
+    eo.cache_enabled = !args->has("--no-cache");
+    eo.cache.budget_bytes = static_cast<size_t>(cache_budget);
+    eo.cache.policy.interval = ck_int.value();
+    eo.cache.policy.size_by_state = !args->has("--checkpoint-interval");  // explicit: as given
+    eo.cache.policy.max_per_branch = ck_max.value();
+    eo.sample_vocab =
+        static_cast<int32_t>(std::min<int64_t>(L.tok->vocab_size(), m.config().vocab_size));
+    REWIND_TRY_STATUS(spec_check(m, L.spec->cfg));
+    eo.spec = L.spec->cfg;
+    // The tiers under the prefix cache (docs/ARCHITECTURE.md, "Disk tier" and "Shared tier"):
+    // both are bound to the model's fingerprint and the KV element types.
+    const KvTypes kvt = m.state_shape().kv_types;
+    const uint8_t kv_code =
+        static_cast<uint8_t>((static_cast<unsigned>(kvt.k) << 4) | static_cast<unsigned>(kvt.v));
+    const std::string kv_name = std::string(kv_type_name(kvt.k)) + "/" + kv_type_name(kvt.v);
+    std::optional<Hash128> fingerprint;
+    if (args->has("--cache-dir")) {
+      if (!eo.cache_enabled)
+        return make_error("--cache-dir needs the prefix cache (drop --no-cache)");
+      auto gib = args->num("--cache-disk", 16);
+      if (!gib.ok()) return gib.error();
+      if (!(gib.value() > 0)) return make_error("--cache-disk must be > 0 (GiB)");
+      DiskTier::Options d;
+      d.dir = args->str("--cache-dir");
+      if (d.dir.empty()) return make_error("--cache-dir needs a directory");
+      // Several models: a folder and an even share of the budget each.
+      if (n_models > 1) d.dir += "/" + L.id;
+      d.budget_bytes = static_cast<uint64_t>(gib.value() * 1073741824.0 / n_models);
+      d.fsync = args->has("--cache-fsync");
+      // Queued objects are shared with the RAM tree while it holds them; the queue can keep
+      // alive at most this much that RAM has dropped (a term of the memory bound).
+      d.queue_bytes = std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes);
+      L.disk_queue = d.queue_bytes;
+      std::error_code ec;
+      std::filesystem::create_directories(d.dir, ec);
+      if (ec) return make_error("--cache-dir " + d.dir + ": " + ec.message());
+      const double t0 = now_seconds();
+      // The KV element types are part of what a page's bytes mean: another choice is a foreign
+      // file (headers: K's type code in the high nibble, V's in the low one; f32/f32 is 0).
+      d.kv_dtype = kv_code;
+      REWIND_TRY(Hash128 fp, model_fingerprint(dir, m, d.dir + "/model-digests", kv_name));
+      d.fingerprint = fp;
+      fingerprint = fp;
+      d.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+      // Fault injection for the tests (tests/integration/disk_tier_test.cpp).
+      if (const char* e = std::getenv("REWIND_TEST_CACHE_FAIL_AFTER_BYTES"))
+        d.fail_after_bytes = std::atoll(e);
+      if (const char* e = std::getenv("REWIND_TEST_CACHE_WRITE_PAUSE_MS"))
+        d.write_pause_ms = std::atoi(e);
+      REWIND_TRY(L.disk, DiskTier::open(d));
+      const TierStats ts = L.disk->stats();
+      std::fprintf(stderr,
+                   "rewind serve: cache dir %s: %lld objects, %.1f MiB of %.1f GiB (model %s, "
+                   "indexed in %.2f s)\n",
+                   d.dir.c_str(), static_cast<long long>(ts.objects), ts.bytes / 1048576.0,
+                   d.budget_bytes / 1073741824.0, fp.hex().substr(0, 12).c_str(),
+                   now_seconds() - t0);
+      eo.cache.tier = L.disk;
+    }
+    if (args->has("--cache-redis")) {
+      if (!eo.cache_enabled)
+        return make_error("--cache-redis needs the prefix cache (drop --no-cache)");
+      auto eps = parse_redis_url(args->str("--cache-redis"));
+      if (!eps.ok()) return make_error("--cache-redis: " + eps.error_message());
+      REWIND_TRY(int64_t to, args->int_("--cache-redis-timeout", 250));
+      if (to < 1 || to > 60000) return make_error("--cache-redis-timeout: 1 to 60000 ms");
+      REWIND_TRY(int64_t ttl, args->int_("--cache-redis-ttl", 0));
+      if (ttl < 0) return make_error("--cache-redis-ttl must be >= 0");
+      if (!fingerprint) {
+        // Without --cache-dir the weight files' digests are computed at each start.
+        REWIND_TRY(Hash128 fp, model_fingerprint(dir, m, "", kv_name));
+        fingerprint = fp;
+      }
+      L.redis_queue = std::min<uint64_t>(uint64_t{256} << 20, eo.cache.budget_bytes);
+      RedisTier::Options r;
+      r.endpoints = std::move(eps).value();
+      r.fingerprint = *fingerprint;
+      r.kv_dtype = kv_code;
+      r.timeout_ms = static_cast<int>(to);
+      r.ttl_s = ttl;
+      r.queue_bytes = L.redis_queue;
+      r.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+      L.redis = RedisTier::open(r);
+      if (L.disk)
+        eo.cache.tier =
+            std::make_shared<TierStack>(std::vector<std::shared_ptr<CacheTier>>{L.disk, L.redis});
+      else
+        eo.cache.tier = L.redis;
+    }
+    L.engine = std::make_unique<BatchEngine>(m, L.pool.get(), eo);
+    L.defaults = load_generation_defaults(dir, m.config().eos_token_ids, *L.tok);
+    for (const auto& w : L.defaults.warnings)
+      std::fprintf(stderr, "rewind: warning: %s: %s\n", L.id.c_str(), w.c_str());
+    if (L.defaults.stop_ids.empty())
+      std::fprintf(stderr,
+                   "rewind: warning: %s: no end-of-sequence token found; replies end at "
+                   "max_tokens\n",
+                   L.id.c_str());
+    return Ok{};
+  };
+  // Stops the engines built so far (their threads must end before the process returns).
+  auto shutdown_all = [&] {
+    for (auto& L : loaded)
+      if (L->engine) L->engine->shutdown(/*drain=*/false);
+  };
+  for (auto& L : loaded)
+    if (Status st = load(*L); !st.ok()) {
+      shutdown_all();
+      return fail(n_models > 1 ? L->id + ": " + st.error_message() : st.error_message());
+    }
 
   ServerOptions so;
   so.host = host;
@@ -299,11 +394,6 @@ int cmd_serve(int argc, char** argv) {
   so.api_key = args->str("--api-key");
   so.max_body = static_cast<size_t>(max_body.value());
   so.max_buffered = static_cast<size_t>(buffered_cap);
-  so.grammar_cache_bytes = static_cast<size_t>(grammar_ram.value()) << 20;
-  so.model_id = aliases.empty() ? basename_of(dir) : aliases[0];
-  so.aliases = aliases;
-  so.model_path = dir;
-  so.chat_template_source = template_from_model ? "model" : "rewind-chatml";
   {
     const std::string v = version_text();
     so.build_info = v.substr(0, v.find('\n'));
@@ -315,55 +405,96 @@ int cmd_serve(int argc, char** argv) {
   so.idle_timeout_s = idle_to.value();
   so.max_connections = static_cast<int>(max_conns.value());
   so.max_connections_per_client = static_cast<int>(max_conns_client.value());
-  GenerationDefaults defaults =
-      load_generation_defaults(dir, m.config().eos_token_ids, tok.value());
-  for (const auto& w : defaults.warnings) std::fprintf(stderr, "rewind: warning: %s\n", w.c_str());
-  if (defaults.stop_ids.empty())
-    std::fprintf(stderr,
-                 "rewind: warning: no end-of-sequence token found; replies end at max_tokens\n");
+  const size_t grammar_bytes = (static_cast<size_t>(grammar_ram.value()) << 20) / n_models;
+  std::vector<ServedModel> served;
   {
-    // The memory bound (docs/ARCHITECTURE.md, "Memory"): the engine's terms; the HTTP layer's
-    // enforced cap on bodies and answers, the header buffers of the open connections (at most
-    // max_header_bytes + 4 KiB each) and a body's parsed tree on each transport thread (at most
-    // kJsonTreeFactor x the body: openai_request.h); a fixed overhead.
-    MemoryReport bound = engine_memory_bound(m, eo, static_cast<int>(th.value()));
+    // The memory bound (docs/ARCHITECTURE.md, "Memory"): each engine's terms with its tiers'
+    // queues and its grammars; shared by all, the HTTP layer's enforced cap on bodies and
+    // answers, the header buffers of the open connections (at most max_header_bytes + 4 KiB
+    // each) and a body's parsed tree on each transport thread (at most kJsonTreeFactor x the
+    // body: openai_request.h), and a fixed overhead.
     const int64_t http_threads = so.http_threads > 0 ? so.http_threads : 2;
-    bound.add("http", buffered_cap +
-                          max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
-                          http_threads * kJsonTreeFactor * max_body.value());
-    if (redis) bound.add("redis_queue", static_cast<int64_t>(redis_queue));
-    if (disk)
-      bound.add("disk_queue",
-                static_cast<int64_t>(std::min<uint64_t>(uint64_t{1} << 30, eo.cache.budget_bytes)));
-    // Structured output: the vocabulary trie (built on the first grammar request) and the
-    // grammar cache's byte cap, which every compiled automaton shares (grammar/grammar_cache.h).
-    bound.add("grammar",
-              static_cast<int64_t>(VocabTrie::memory_bound(tok.value()) + so.grammar_cache_bytes));
-    bound.add("fixed", kFixedOverhead + (http_threads + th.value() + 2) * kPerThreadOverhead);
-    std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", bound.total() / 1048576.0);
-    for (size_t i = 0; i < bound.kinds.size(); ++i)
-      std::fprintf(stderr, "%s%s %.1f", i ? ", " : "", bound.kinds[i].first.c_str(),
-                   bound.kinds[i].second / 1048576.0);
+    so.shared_memory_bound.add(
+        "http", buffered_cap +
+                    max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
+                    http_threads * kJsonTreeFactor * max_body.value());
+    // Threads: the transport's, each model's pool and engine thread, the signal thread.
+    so.shared_memory_bound.add(
+        "fixed",
+        kFixedOverhead + (http_threads + static_cast<int64_t>(n_models) * (th.value() + 1) + 1) *
+                             kPerThreadOverhead);
+    int64_t total = so.shared_memory_bound.total();
+    std::vector<MemoryReport> bounds;
+    for (auto& L : loaded) {
+      MemoryReport bound = engine_memory_bound(*L->model, L->eo, static_cast<int>(th.value()));
+      if (L->redis) bound.add("redis_queue", static_cast<int64_t>(L->redis_queue));
+      if (L->disk) bound.add("disk_queue", static_cast<int64_t>(L->disk_queue));
+      // Structured output: the vocabulary trie (built on the first grammar request) and the
+      // grammar cache's byte cap, which every compiled automaton shares
+      // (grammar/grammar_cache.h).
+      bound.add("grammar", static_cast<int64_t>(VocabTrie::memory_bound(*L->tok) + grammar_bytes));
+      total += bound.total();
+      bounds.push_back(std::move(bound));
+    }
+    std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", total / 1048576.0);
+    for (size_t k = 0; k < loaded.size(); ++k) {
+      if (n_models > 1) std::fprintf(stderr, "%s%s: ", k ? "; " : "", loaded[k]->id.c_str());
+      for (size_t i = 0; i < bounds[k].kinds.size(); ++i)
+        std::fprintf(stderr, "%s%s %.1f", i ? ", " : "", bounds[k].kinds[i].first.c_str(),
+                     bounds[k].kinds[i].second / 1048576.0);
+    }
+    std::fprintf(stderr, "%s", n_models > 1 ? "; shared: " : ", ");
+    for (size_t i = 0; i < so.shared_memory_bound.kinds.size(); ++i)
+      std::fprintf(stderr, "%s%s %.1f", i ? ", " : "",
+                   so.shared_memory_bound.kinds[i].first.c_str(),
+                   so.shared_memory_bound.kinds[i].second / 1048576.0);
     std::fprintf(stderr, " MiB)\n");
-    const StateShape sh = m.state_shape();
-    std::fprintf(stderr, "rewind serve: KV cache K %s, V %s: %.1f KiB a token, %.1f KiB a page\n",
-                 kv_type_name(sh.kv_types.k), kv_type_name(sh.kv_types.v),
-                 sh.kv_bytes_per_token() / 1024.0, static_cast<double>(sh.page_bytes()) / 1024.0);
-    engine.set_memory_bound(std::move(bound));
+    for (size_t k = 0; k < loaded.size(); ++k) {
+      LoadedModel& L = *loaded[k];
+      const StateShape sh = L.model->state_shape();
+      std::fprintf(stderr,
+                   "rewind serve: %s%sKV cache K %s, V %s: %.1f KiB a token, %.1f KiB a page\n",
+                   n_models > 1 ? L.id.c_str() : "", n_models > 1 ? ": " : "",
+                   kv_type_name(sh.kv_types.k), kv_type_name(sh.kv_types.v),
+                   sh.kv_bytes_per_token() / 1024.0, static_cast<double>(sh.page_bytes()) / 1024.0);
+      L.engine->set_memory_bound(std::move(bounds[k]));
+      ServedModel sm;
+      sm.engine = L.engine.get();
+      sm.tok = &*L.tok;
+      sm.tmpl = &*L.tmpl;
+      sm.defaults = std::move(L.defaults);
+      sm.id = L.id;
+      sm.aliases = L.aliases;
+      sm.grammar_cache_bytes = grammar_bytes;
+      sm.model_path = L.dir;
+      sm.chat_template_source = L.template_from_model ? "model" : "rewind-chatml";
+      served.push_back(std::move(sm));
+    }
   }
-  HttpServer server(engine, tok.value(), tmpl.value(), std::move(defaults), so);
+  HttpServer server(std::move(served), so);
   auto bound = server.bind();
   if (!bound.ok()) {
-    engine.shutdown(false);
+    shutdown_all();
     return fail(bound.error_message());
   }
   const std::string url = "http://" + host + ":" + std::to_string(bound.value());
+  std::string names;
+  double load_s = 0;
+  for (const auto& L : loaded) {
+    names += (names.empty() ? "" : " ") + (L->aliases.empty() ? L->id : [&] {
+               std::string a;
+               for (const std::string& n : L->aliases) a += (a.empty() ? "" : ",") + n;
+               return a;
+             }());
+    load_s += L->load_s;
+  }
   std::printf(
-      "rewind serve: listening on %s (model %s, %s, loaded in %.2f s; parallel %lld, ctx %lld, "
-      "cache %s)\n",
-      url.c_str(), so.model_id.c_str(), m.isa(), load_s, static_cast<long long>(parallel.value()),
-      static_cast<long long>(ctx.value()),
-      eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off");
+      "rewind serve: listening on %s (model%s %s, %s, loaded in %.2f s; parallel %lld, ctx %lld, "
+      "cache %s%s)\n",
+      url.c_str(), n_models > 1 ? "s" : "", names.c_str(), loaded[0]->model->isa(), load_s,
+      static_cast<long long>(parallel.value()), static_cast<long long>(ctx.value()),
+      loaded[0]->eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off",
+      n_models > 1 ? " split evenly" : "");
   std::printf(
       "try: curl %s/v1/chat/completions -H 'Content-Type: application/json'%s "
       "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
@@ -390,7 +521,7 @@ int cmd_serve(int argc, char** argv) {
       if (again == SIGINT || again == SIGTERM) break;  // no more grace
     }
     // Cancels what is left: streams end with a final chunk and [DONE], whole requests get 503.
-    engine.shutdown(/*drain=*/false);
+    shutdown_all();
     // Their last bytes get a few seconds to leave; then every connection is closed.
     const auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (!exiting.load() && std::chrono::steady_clock::now() < hard) {
@@ -403,9 +534,11 @@ int cmd_serve(int argc, char** argv) {
   exiting.store(true);
   pthread_kill(sig_thread.native_handle(), SIGUSR1);
   sig_thread.join();
-  engine.shutdown(/*drain=*/false);
-  if (disk) disk->flush();  // the checkpoints still queued reach the disk
-  if (redis) redis->flush();  // and Redis, while it answers
+  shutdown_all();
+  for (auto& L : loaded) {
+    if (L->disk) L->disk->flush();    // the checkpoints still queued reach the disk
+    if (L->redis) L->redis->flush();  // and Redis, while it answers
+  }
   std::fprintf(stderr, "rewind serve: stopped\n");
   return 0;
 }

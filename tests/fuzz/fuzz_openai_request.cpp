@@ -65,6 +65,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (comp.error_message().empty()) {
     std::abort();
   }
+  // The model name read ahead of the full parse: what the full parse reads when it accepts.
+  const std::string peeked = rw::peek_model_name(body);
+  if (chat.ok() && chat->model != peeked) std::abort();
+  (void)rw::split_model_query(body);
   auto tk = rw::parse_tokenize_request(body, lim);
   if (!tk.ok() && tk.error_message().empty()) std::abort();
   auto dt = rw::parse_detokenize_request(body, lim);

@@ -60,13 +60,17 @@ using test::tmp_path;
 // A `rewind serve` child process.
 class Server {
  public:
-  // model: a checkpoint directory; empty = the tiny random model.
+  static constexpr const char* kModelsInArgs = "(the models are in the arguments)";
+  // model: a checkpoint directory; empty = the tiny random model; kModelsInArgs: none added.
   static std::unique_ptr<Server> start(std::vector<std::string> extra, std::string model = "") {
     auto s = std::unique_ptr<Server>(new Server());
     s->log_ = tmp_path("server.log");
     if (model.empty()) model = model_dir();
-    std::vector<std::string> args = {REWIND_BINARY, "serve", "--model",   model,
-                                     "--port",      "0",     "--threads", "1"};
+    std::vector<std::string> args = {REWIND_BINARY, "serve", "--port", "0", "--threads", "1"};
+    if (model != kModelsInArgs) {
+      args.push_back("--model");
+      args.push_back(model);
+    }
     for (auto& e : extra) args.push_back(e);
     const pid_t pid = test::spawn_logged(args, s->log_);
     s->pid_ = pid;
@@ -2492,7 +2496,7 @@ TEST(ServerAccessLog, TextLinePerRequest) {
   EXPECT_EQ(t[2].id, first_chunk["id"]);
   EXPECT_EQ(t[2].path, "/v1/completions");
   EXPECT_EQ(t[2].stream, "1");
-  EXPECT_EQ(t[2].model, "-");
+  EXPECT_EQ(t[2].model, "tiny");  // the model that answered (the request named none)
   EXPECT_EQ(t[2].completion, "4");
   EXPECT_EQ(t[2].finish, "length");
   const std::vector<std::tuple<std::string, std::string, int>> plain = {
@@ -2692,6 +2696,238 @@ TEST(ServerCache, FollowUpTurnResumesAtThePreviousReply) {
   EXPECT_EQ(last["diverged_at"].get<int>(), prompt1);
   EXPECT_EQ(last["resumed_at"].get<int>(), prompt1 - 1);
   EXPECT_EQ(last["lost_to_spacing"].get<int>(), 1);
+}
+
+// ---- several models --------------------------------------------------------------------------
+
+// A second tiny model unlike the first: attention only, its own weights (the same tokenizer).
+const std::string& dense_model_dir() {
+  static const std::string d = [] {
+    const std::string dir = tmp_dir() + "/tiny-dense";
+    int rc = 0;
+    const std::string out = test::run_command(
+        std::string(REWIND_BINARY) + " make-model --preset tiny-dense --out " + dir + " 2>&1", &rc);
+    if (rc != 0) {
+      std::fprintf(stderr, "make-model failed: %s\n", out.c_str());
+      std::abort();
+    }
+    return dir;
+  }();
+  return d;
+}
+
+// What a greedy answer says, bit for bit: the text and every token's logprob.
+std::string greedy_signature(const Http& h, bool chat) {
+  const json j = h.j();
+  if (!j.contains("choices")) return "error: " + h.body;
+  const json& c = j["choices"][0];
+  return (chat ? c["message"]["content"].dump() : c["text"].dump()) + " " + c["logprobs"].dump();
+}
+
+// The number after `key` on the /metrics page (-1 when absent).
+double metric_after(const std::string& page, const std::string& key) {
+  const size_t at = page.find(key + " ");
+  return at == std::string::npos ? -1 : std::atof(page.c_str() + at + key.size() + 1);
+}
+
+// Two models behind one server: each request is answered by the model it names, exactly as a
+// server of that model alone answers it (greedy text and logprobs); no name goes to the first;
+// an unknown name is 404; /v1/models, /v1/cache, /props, /tokenize, /metrics and the access log
+// say which model.
+TEST(SeveralModels, EachRequestIsAnsweredByTheModelItNames) {
+  const std::string log = tmp_path("models.log");
+  auto srv = Server::start({"--model", "a=" + model_dir(), "--model", "b,bee=" + dense_model_dir(),
+                            "--api-key", kKey, "--log-file", log},
+                           Server::kModelsInArgs);
+  ASSERT_NE(srv, nullptr);
+  auto solo_a = Server::start({"--api-key", kKey});
+  auto solo_b = Server::start({"--api-key", kKey}, dense_model_dir());
+  ASSERT_NE(solo_a, nullptr);
+  ASSERT_NE(solo_b, nullptr);
+
+  const Http models = curl(*srv, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  std::vector<std::string> ids;
+  const json listed = models.j();
+  for (const json& m : listed["data"]) {
+    ids.push_back(m["id"]);
+    EXPECT_EQ(m["max_model_len"], 32768);
+  }
+  EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "bee"}));
+
+  const json chat = chat_body("Which model are you?", 8, {{"logprobs", true}, {"top_logprobs", 2}});
+  const json comp = completion_body("In the beginning", 8, {{"logprobs", 2}});
+  std::map<std::string, std::string> sig;  // the two-model server's answers by the name asked
+  for (const std::string name : {"a", "b", "bee", ""}) {
+    for (bool is_chat : {true, false}) {
+      json body = is_chat ? chat : comp;
+      if (name.empty()) {
+        body.erase("model");
+      } else {
+        body["model"] = name;
+      }
+      const Http h = post(*srv, is_chat ? "/v1/chat/completions" : "/v1/completions", body);
+      ASSERT_EQ(h.status, 200) << name << ": " << h.body;
+      EXPECT_EQ(h.j()["model"], name.empty() ? "a" : name);
+      sig[name + (is_chat ? "/chat" : "/comp")] = greedy_signature(h, is_chat);
+    }
+  }
+  for (bool is_chat : {true, false}) {
+    const std::string k = is_chat ? "/chat" : "/comp";
+    const char* path = is_chat ? "/v1/chat/completions" : "/v1/completions";
+    const json body = is_chat ? chat : comp;
+    const std::string alone_a = greedy_signature(post(*solo_a, path, body), is_chat);
+    const std::string alone_b = greedy_signature(post(*solo_b, path, body), is_chat);
+    EXPECT_NE(alone_a, alone_b) << "the two models must answer differently for this test";
+    EXPECT_EQ(sig["a" + k], alone_a);
+    EXPECT_EQ(sig["" + k], alone_a);
+    EXPECT_EQ(sig["b" + k], alone_b);
+    EXPECT_EQ(sig["bee" + k], alone_b);
+  }
+  // Streamed from model b: the same text as b alone.
+  {
+    json body = chat_body("Which model are you?", 8, {{"model", "bee"}, {"stream", true}});
+    const Http h = post(*srv, "/v1/chat/completions", body);
+    ASSERT_EQ(h.status, 200);
+    std::string text;
+    for (const std::string& d : sse_data(h.body)) {
+      if (d == "[DONE]") continue;
+      const json c = json::parse(d);
+      EXPECT_EQ(c["model"], "bee");
+      if (!c["choices"].empty() && c["choices"][0]["delta"].contains("content"))
+        text += c["choices"][0]["delta"]["content"].get<std::string>();
+    }
+    body.erase("stream");
+    const Http alone = post(*solo_b, "/v1/chat/completions", body);
+    EXPECT_EQ(text, alone.j()["choices"][0]["message"]["content"]);
+  }
+
+  // An unknown name: 404 in OpenAI's shape, whole, streamed and on /tokenize.
+  for (bool stream : {false, true}) {
+    const Http e = post(*srv, "/v1/chat/completions",
+                        chat_body("x", 2, {{"model", "gpt-4"}, {"stream", stream}}));
+    EXPECT_EQ(e.status, 404) << e.body;
+    EXPECT_EQ(e.j()["error"]["code"], "model_not_found");
+    const std::string msg = e.j()["error"]["message"];
+    EXPECT_NE(msg.find("'a', 'b', 'bee'"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(post(*srv, "/tokenize", {{"model", "gpt-4"}, {"content", "x"}}).status, 404);
+
+  // /tokenize per model (the same tokenizer here: the same ids as b alone); "model" is a
+  // field of /tokenize, not an ignored one.
+  const Http tk = post(*srv, "/tokenize", {{"model", "b"}, {"content", "In the beginning"}});
+  ASSERT_EQ(tk.status, 200) << tk.body;
+  EXPECT_EQ(tk.j(), post(*solo_b, "/tokenize", {{"content", "In the beginning"}}).j());
+  const std::string head = tmp_path("h.txt");
+  EXPECT_EQ(curl(*srv, "POST", "/tokenize", json({{"model", "b"}, {"content", "x"}}).dump(), kKey,
+                 "-D " + head)
+                .status,
+            200);
+  EXPECT_EQ(read_file(head).find("X-Rewind-Ignored-Fields"), std::string::npos) << read_file(head);
+
+  // /props and /v1/cache of each model (?model=NAME; none: the first).
+  const Http props_b = curl(*srv, "GET", "/props?model=bee");
+  ASSERT_EQ(props_b.status, 200) << props_b.body;
+  EXPECT_EQ(props_b.j()["model_alias"], "b");
+  EXPECT_EQ(props_b.j()["model_path"], dense_model_dir());
+  EXPECT_EQ(curl(*srv, "GET", "/props").j()["model_path"], model_dir());
+  EXPECT_EQ(curl(*srv, "GET", "/props?model=nope").status, 404);
+  EXPECT_EQ(curl(*srv, "GET", "/props?model=a&model=b").status, 400);
+  const json cache_a = curl(*srv, "GET", "/v1/cache").j();
+  const json cache_b = curl(*srv, "GET", "/v1/cache?model=b").j();
+  EXPECT_EQ(cache_a["model"], "a");
+  EXPECT_EQ(cache_b["model"], "b");
+  // Model a ran 2 chat and 2 completion requests, b 3 and 2 (its stream included): each
+  // engine saw its own.
+  EXPECT_EQ(cache_a["recent"].size(), 4u) << cache_a.dump();
+  EXPECT_EQ(cache_b["recent"].size(), 5u) << cache_b.dump();
+  const Http tree = curl(*srv, "GET", "/v1/cache/tree?max_nodes=5&model=b");
+  ASSERT_EQ(tree.status, 200) << tree.body;
+  EXPECT_EQ(tree.j()["model"], "b");
+  EXPECT_EQ(curl(*srv, "GET", "/v1/cache/tree?model=b&max_nodes=0").status, 400);
+
+  // /metrics: each model's figures under its label; the memory bound's shared terms without.
+  const std::string page = curl(*srv, "GET", "/metrics").body;
+  for (const auto& [name, n] : {std::pair{"a", 4}, std::pair{"b", 5}}) {
+    const std::string l = std::string("{model=\"") + name + "\",outcome=";
+    EXPECT_EQ(metric_after(page, "rewind_engine_requests_total" + l + "\"finished\"}"), n) << page;
+    // How the server's requests ended for their clients: stop or length (max_tokens).
+    EXPECT_EQ(metric_after(page, "rewind_requests_total" + l + "\"stop\"}") +
+                  metric_after(page, "rewind_requests_total" + l + "\"length\"}"),
+              n)
+        << page;
+  }
+  EXPECT_GT(metric_after(page, "rewind_memory_bound_term_bytes{model=\"b\",term=\"weights\"}"), 0);
+  EXPECT_GT(metric_after(page, "rewind_memory_bound_term_bytes{term=\"http\"}"), 0);
+
+  // The access log names the model that answered, or the name refused.
+  auto count = [&](const std::string& needle, size_t n) {
+    return log_lines(log, n,
+                     [&](const std::string& l) { return l.find(needle) != std::string::npos; })
+        .size();
+  };
+  EXPECT_EQ(count("\"POST /v1/chat/completions\" 200 model=bee ", 2), 2u) << read_file(log);
+  EXPECT_EQ(count("\"POST /v1/completions\" 200 model=a ", 2), 2u) << read_file(log);
+  EXPECT_EQ(count("\" 404 model=gpt-4 ", 3), 3u) << read_file(log);
+  EXPECT_EQ(count("\"GET /props\" 200 model=b ", 1), 1u) << read_file(log);
+}
+
+// Names are checked at start: two models of one name, --alias beside NAME=PATH, an empty name
+// or path.
+TEST(SeveralModels, BadModelOptionsFail) {
+  const std::string serve = std::string(REWIND_BINARY) + " serve --port 0 ";
+  int rc = 0;
+  std::string out = test::run_command(
+      serve + "--model " + model_dir() + " --model " + model_dir() + " 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("two models are named 'tiny'"), std::string::npos) << out;
+  out = test::run_command(
+      serve + "--model x=" + model_dir() + " --model y,x=" + dense_model_dir() + " 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("two models are named 'x'"), std::string::npos) << out;
+  out = test::run_command(serve + "--model x=" + model_dir() + " --alias y 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("--alias names the one model"), std::string::npos) << out;
+  out = test::run_command(serve + "--model x= 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("NAME=PATH needs a path"), std::string::npos) << out;
+  out = test::run_command(serve + "--model ',x='" + model_dir() + " 2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("a model name must be non-empty"), std::string::npos) << out;
+}
+
+// The official npm client against two models: the listed ids, each model's greedy reply (whole
+// equal to streamed, and equal to the model's own server's), NotFoundError for another name.
+TEST(SeveralModels, OpenAiNodeClient) {
+  REQUIRE_NODE_CLIENT();
+  auto srv = Server::start(
+      {"--model", "a=" + model_dir(), "--model", "b=" + dense_model_dir(), "--api-key", kKey},
+      Server::kModelsInArgs);
+  ASSERT_NE(srv, nullptr);
+  int rc = 0;
+  const std::string out = test::run_command(
+      "cd " + node_client_dir() + " && OPENAI_BASE_URL=" + srv->url() +
+          "/v1 OPENAI_API_KEY=" + kKey + " REWIND_MODELS=a,b node models_test.mjs 2>&1",
+      &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("ok: all 4 checks"), std::string::npos) << out;
+  const size_t at = out.find("replies: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const json replies = json::parse(out.substr(at + 9, out.find('\n', at) - at - 9));
+  const json ask = {
+      {"messages", json::array({{{"role", "system"}, {"content", "You are terse."}},
+                                {{"role", "user"}, {"content", "Which model are you?"}}})},
+      {"max_tokens", 10},
+      {"temperature", 0}};
+  auto solo_a = Server::start({"--api-key", kKey});
+  auto solo_b = Server::start({"--api-key", kKey}, dense_model_dir());
+  ASSERT_NE(solo_a, nullptr);
+  ASSERT_NE(solo_b, nullptr);
+  const json a = post(*solo_a, "/v1/chat/completions", ask).j();
+  const json b = post(*solo_b, "/v1/chat/completions", ask).j();
+  EXPECT_EQ(replies["a"], a["choices"][0]["message"]["content"]) << out;
+  EXPECT_EQ(replies["b"], b["choices"][0]["message"]["content"]) << out;
+  EXPECT_NE(replies["a"], replies["b"]);
 }
 
 }  // namespace

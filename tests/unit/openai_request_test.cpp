@@ -1,7 +1,7 @@
 // The OpenAI schema of the server (src/rewind/server): the request parsers on every malformed
 // case (each must be an Error naming the field, never a crash or a silent default) and on the
-// accepted forms; and the pure response helpers they pair with: tool-call splitting, usage/error/logprobs JSON, and the /metrics and
-// /v1/cache renderings.
+// accepted forms; and the pure response helpers they pair with: tool-call splitting,
+// usage/error/logprobs JSON, and the /metrics and /v1/cache renderings.
 #include "rewind/server/openai_request.h"
 
 #include <gtest/gtest.h>
@@ -291,7 +291,8 @@ TEST(ChatRequest, MalformedBodies) {
 // of token ids (completions) with five-digit ids.
 TEST(ChatRequest, SizeGuardAcceptsOrdinaryLargeBodies) {
   json msgs = json::array();
-  for (int i = 0; i < 5000; ++i) msgs.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "ok"}});
+  for (int i = 0; i < 5000; ++i)
+    msgs.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "ok"}});
   const std::string body = json{{"messages", msgs}}.dump();
   Limits lim;
   lim.ctx_size = 1 << 20;
@@ -473,8 +474,9 @@ TEST(ChatRequest, ToolsMalformed) {
   expect_chat_error(chat_with(R"("tool_choice":{"type":"function","function":{"name":"f"}})"),
                     "names function 'f', which is not among 'tools'");
   const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}}],)";
-  expect_chat_error(chat_with(tools + R"("tool_choice":{"type":"function","function":{"name":"g"}})"),
-                    "names function 'g', which is not among 'tools'");
+  expect_chat_error(
+      chat_with(tools + R"("tool_choice":{"type":"function","function":{"name":"g"}})"),
+      "names function 'g', which is not among 'tools'");
   expect_chat_error(chat_with(tools + R"("tool_choice":{"type":"fn","function":{"name":"f"}})"),
                     "'tool_choice.type' must be \"function\"");
   expect_chat_error(chat_with(tools + R"("tool_choice":{"type":"function"})"),
@@ -518,8 +520,9 @@ TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","schema":{},"extra":1}})"),
                     "unknown field 'response_format.json_schema.extra'");
-  expect_chat_error(chat_with(R"("response_format":{"type":"json_object"},"grammar":"root ::= \"a\"")"),
-                    "'grammar' and a 'response_format' other than text cannot be combined");
+  expect_chat_error(
+      chat_with(R"("response_format":{"type":"json_object"},"grammar":"root ::= \"a\"")"),
+      "'grammar' and a 'response_format' other than text cannot be combined");
   expect_chat_error(chat_with(R"("grammar":1)"), "'grammar' must be a string");
   auto text = parse_chat_request(chat_with(R"("response_format":{"type":"text"})"), limits());
   ASSERT_TRUE(text.ok()) << text.error_message();
@@ -529,8 +532,9 @@ TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
   EXPECT_NE(obj->grammar.find("root ::= object"), std::string::npos);
   EXPECT_EQ(obj->grammar_from, "response_format");
   auto sch = parse_chat_request(
-      chat_with(R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,)"
-                R"("schema":{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}}})"),
+      chat_with(
+          R"("response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,)"
+          R"("schema":{"type":"object","properties":{"b":{"type":"boolean"}},"required":["b"]}}})"),
       limits());
   ASSERT_TRUE(sch.ok()) << sch.error_message();
   EXPECT_NE(sch->grammar.find("\"\\\"b\\\"\""), std::string::npos) << sch->grammar;
@@ -587,8 +591,8 @@ TEST(CompletionRequest, PromptForms) {
 }
 
 TEST(CompletionRequest, GrammarAndResponseFormat) {
-  auto g = parse_completion_request(R"({"prompt":"x","grammar":"root ::= \"yes\" | \"no\""})",
-                                    limits());
+  auto g =
+      parse_completion_request(R"({"prompt":"x","grammar":"root ::= \"yes\" | \"no\""})", limits());
   ASSERT_TRUE(g.ok()) << g.error_message();
   EXPECT_EQ(g->grammar, "root ::= \"yes\" | \"no\"");
   auto rf = parse_completion_request(
@@ -871,6 +875,69 @@ TEST(Metrics, PrometheusHasEveryCacheFieldAndHistograms) {
     EXPECT_NE(page.find(line), std::string::npos) << "missing: " << line << "\n" << page;
 }
 
+// Several models: each family's HELP and TYPE once, every engine figure labelled by its model,
+// pages and snapshots (process-wide) once without a label, the bound the sum of every term.
+TEST(Metrics, SeveralModelsAreLabelledOneFamilyEach) {
+  ServerMetrics sm;
+  sm.count_outcome("stop", "a");
+  sm.count_outcome("length", "b");
+  sm.count_outcome("length", "b");
+  sm.observe_request(12.0, 340.0, "b");
+  sm.track_memory(
+      "grammar", [] { return int64_t{7}; }, "b");
+  sm.track_memory("http_buffers", [] { return int64_t{9}; });
+  EngineMetrics a, b;
+  a.requests_finished = 1;
+  b.requests_finished = 2;
+  a.cache.lookups = 3;
+  b.cache.lookups = 4;
+  for (EngineMetrics* e : {&a, &b}) {
+    e->memory.add("weights", e == &a ? 100 : 200);
+    e->memory.add("kv_pages", 55);
+  }
+  a.memory_bound.add("weights", 1000);
+  b.memory_bound.add("weights", 2000);
+  MemoryReport shared;
+  shared.add("http", 300);
+  const std::string page = sm.prometheus({{"a", a}, {"b", b}}, shared);
+  for (const char* line :
+       {"rewind_requests_total{model=\"a\",outcome=\"stop\"} 1",
+        "rewind_requests_total{model=\"b\",outcome=\"length\"} 2",
+        "rewind_requests_total{model=\"a\",outcome=\"length\"} 0",
+        "rewind_engine_requests_total{model=\"a\",outcome=\"finished\"} 1",
+        "rewind_engine_requests_total{model=\"b\",outcome=\"finished\"} 2",
+        "rewind_cache_lookups_total{model=\"a\"} 3", "rewind_cache_lookups_total{model=\"b\"} 4",
+        "rewind_memory_bytes{model=\"a\",kind=\"weights\"} 100",
+        "rewind_memory_bytes{model=\"b\",kind=\"weights\"} 200",
+        "rewind_memory_bytes{model=\"b\",kind=\"grammar\"} 7",
+        "rewind_memory_bytes{kind=\"kv_pages\"} 55", "rewind_memory_bytes{kind=\"http_buffers\"} 9",
+        "rewind_memory_bound_bytes 3300",
+        "rewind_memory_bound_term_bytes{model=\"a\",term=\"weights\"} 1000",
+        "rewind_memory_bound_term_bytes{term=\"http\"} 300",
+        "rewind_request_duration_seconds_count{model=\"b\"} 1",
+        "rewind_request_duration_seconds_count{model=\"a\"} 0",
+        "rewind_time_to_first_token_seconds_bucket{model=\"b\",le=\"0.025\"} 1"})
+    EXPECT_NE(page.find(std::string(line) + "\n"), std::string::npos) << "missing: " << line << "\n"
+                                                                      << page;
+  EXPECT_EQ(page.find("model=\"a\",kind=\"kv_pages\""), std::string::npos);
+  // Each family once, its samples together (the text format's rule).
+  for (const char* fam : {"rewind_cache_lookups_total", "rewind_memory_bytes",
+                          "rewind_request_duration_seconds", "rewind_requests_total"}) {
+    const std::string type = std::string("# TYPE ") + fam + " ";
+    const size_t at = page.find(type);
+    ASSERT_NE(at, std::string::npos) << fam;
+    EXPECT_EQ(page.find(type, at + 1), std::string::npos) << fam << " declared twice";
+    const size_t next = page.find("# HELP", at);
+    const std::string block = page.substr(at, next - at);
+    EXPECT_NE(block.find("model=\"a\""), std::string::npos) << block;
+    EXPECT_NE(block.find("model=\"b\""), std::string::npos) << block;
+  }
+  // One unnamed model: no labels (the page as before several models).
+  const std::string one = sm.prometheus(a);
+  EXPECT_EQ(one.find("model="), std::string::npos);
+  EXPECT_NE(one.find("rewind_memory_bytes{kind=\"kv_pages\"} 55\n"), std::string::npos);
+}
+
 TEST(Metrics, CacheJson) {
   EngineMetrics em;
   em.cache.budget_bytes = 100;
@@ -900,6 +967,74 @@ TEST(ReasoningSplitter, ChatCompletionCarriesReasoningOnlyWhenPresent) {
   EXPECT_EQ(with["choices"][0]["message"]["content"], "answer");
   auto without = chat_completion_json("id", 1, "m", "answer", {}, "stop", nullptr, u);
   EXPECT_FALSE(without["choices"][0]["message"].contains("reasoning_content"));
+}
+
+// ---- routing to a served model ----------------------------------------------------------------
+
+TEST(ModelName, PeekReadsTheTopLevelModelOnly) {
+  EXPECT_EQ(peek_model_name(R"({"model": "a", "messages": []})"), "a");
+  EXPECT_EQ(peek_model_name(R"({"messages": [{"model": "x"}], "model": "b"})"), "b");
+  EXPECT_EQ(peek_model_name(R"({"messages": [{"model": "x"}]})"), "");
+  EXPECT_EQ(peek_model_name(R"({"meta": {"model": "x"}, "n": 1})"), "");
+  EXPECT_EQ(peek_model_name(R"({"model": "a", "model": "b"})"), "b");  // the last, as parsed
+  EXPECT_EQ(peek_model_name(R"({"model": "a\u00e9\"q"})"), "a\xc3\xa9\"q");
+  // Not a string, not an object, not JSON: none (the full parse reports it).
+  EXPECT_EQ(peek_model_name(R"({"model": 5})"), "");
+  EXPECT_EQ(peek_model_name(R"({"model": "a", "model": null})"), "");
+  EXPECT_EQ(peek_model_name(R"({"model": ["a"]})"), "");
+  EXPECT_EQ(peek_model_name(R"({"model": {"name": "a"}})"), "");
+  EXPECT_EQ(peek_model_name(R"(["model", "a"])"), "");
+  EXPECT_EQ(peek_model_name(R"("model")"), "");
+  for (const char* bad : {"", "{", R"({"model": "a")", R"({"model": "a",})", R"({"model" "a"})",
+                          R"({"model": "a"} x)", R"({"model": "\ud800"})", "\xff", "[[[[[["})
+    EXPECT_EQ(peek_model_name(bad), "") << bad;
+}
+
+TEST(ModelName, TokenizeAndDetokenizeTakeAModel) {
+  Limits lim;
+  lim.vocab_size = 100;
+  auto t = parse_tokenize_request(R"({"model": "b", "content": "x"})", lim);
+  ASSERT_TRUE(t.ok()) << t.error_message();
+  EXPECT_EQ(t->model, "b");
+  EXPECT_TRUE(t->ignored_fields.empty());
+  auto d = parse_detokenize_request(R"({"model": "b", "tokens": [1]})", lim);
+  ASSERT_TRUE(d.ok()) << d.error_message();
+  EXPECT_EQ(d->model, "b");
+  EXPECT_TRUE(d->ignored_fields.empty());
+  EXPECT_EQ(parse_tokenize_request(R"({"model": 1, "content": "x"})", lim).error_message(),
+            "'model' must be a string (got integer)");
+  EXPECT_FALSE(parse_detokenize_request(R"({"model": [], "tokens": []})", lim).ok());
+}
+
+TEST(ModelName, QueryParameter) {
+  auto q = split_model_query("");
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(q->model.has_value());
+  EXPECT_EQ(q->rest, "");
+  q = split_model_query("max_nodes=5&model=tiny-b&x=1");
+  ASSERT_TRUE(q.ok()) << q.error_message();
+  EXPECT_EQ(q->model.value_or(""), "tiny-b");
+  EXPECT_EQ(q->rest, "max_nodes=5&x=1");
+  q = split_model_query("model=a%2Fb+c%41");
+  ASSERT_TRUE(q.ok()) << q.error_message();
+  EXPECT_EQ(q->model.value_or(""), "a/b cA");
+  q = split_model_query("&&max_nodes=5&");
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(q->model.has_value());
+  EXPECT_EQ(q->rest, "max_nodes=5");
+  q = split_model_query("models=a");  // another parameter: left to the route
+  ASSERT_TRUE(q.ok());
+  EXPECT_FALSE(q->model.has_value());
+  EXPECT_EQ(q->rest, "models=a");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"model=a&model=b", "query parameter 'model' is repeated"},
+      {"model=", "query parameter 'model' is empty"},
+      {"model", "query parameter 'model' is empty"},
+      {"model=%", "query parameter 'model': a bad percent escape"},
+      {"model=%4", "query parameter 'model': a bad percent escape"},
+      {"model=%zz", "query parameter 'model': a bad percent escape"},
+      {"model=" + std::string(257, 'a'), "query parameter 'model' is over 256 bytes"}};
+  for (const auto& [query, msg] : bad) EXPECT_EQ(split_model_query(query).error_message(), msg);
 }
 
 }  // namespace

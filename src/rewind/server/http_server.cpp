@@ -165,12 +165,15 @@ HttpReply asset_reply(const WebAsset& a, const HttpRequest& req) {
   return r;
 }
 
+struct Served;
+
 // Everything about one accepted generation request, fixed before it is submitted.
 struct Plan {
+  const Served* model = nullptr;  // the model that answers
   bool chat = true;
   std::string id;
   std::string model_asked;  // the request's "model" ("" when none)
-  std::string model_id;     // the "model" of the answer
+  std::string model_id;     // the "model" of the answer ("" until routed)
   int64_t created = 0;
   Request sub;
   std::vector<std::string> stop;
@@ -301,22 +304,37 @@ class Generation {
   double ttft_ms_ = 0, total_ms_ = 0;
 };
 
-}  // namespace
-
-struct HttpServer::Impl {
-  using Clock = std::chrono::steady_clock;
+// One served model: its engine, tokenizer, template and defaults, the request limits they set,
+// its compiled grammars and the ids its clients saw.
+struct Served {
+  Served(ServedModel s, std::string label_)
+      : engine(*s.engine),
+        tok(*s.tok),
+        tmpl(*s.tmpl),
+        defaults(std::move(s.defaults)),
+        id(std::move(s.id)),
+        aliases(std::move(s.aliases)),
+        grammar_cache_bytes(s.grammar_cache_bytes),
+        model_path(std::move(s.model_path)),
+        chat_template_source(std::move(s.chat_template_source)),
+        label(std::move(label_)) {
+    limits.ctx_size = engine.options().ctx_size;
+    limits.vocab_size = engine.model().config().vocab_size;
+    tool_format = probe_tool_format();
+  }
   BatchEngine& engine;
   const Tokenizer& tok;
   const ChatTemplate& tmpl;
   GenerationDefaults defaults;
-  ServerOptions opt;
+  std::string id;
+  std::vector<std::string> aliases;
+  size_t grammar_cache_bytes;
+  std::string model_path, chat_template_source;
+  std::string label;  // its metrics label ("" with one model)
   Limits limits;
-  ServerMetrics metrics;
-  std::atomic<int> in_flight{0};
-  std::unique_ptr<HttpTransport> transport;
   // Engine request id -> the id its client saw, for /v1/cache (the engine keeps 32 recent rows).
-  std::mutex ids_mu;
-  std::deque<std::pair<uint64_t, std::string>> client_ids;
+  mutable std::mutex ids_mu;
+  mutable std::deque<std::pair<uint64_t, std::string>> client_ids;
   static constexpr size_t kClientIdsMax = 256;
   static constexpr size_t kGrammarCacheEntries = 8;  // compiled grammars kept (LRU)
   // Constrained decoding: the vocabulary trie and the compiled grammars (built on the first
@@ -326,71 +344,9 @@ struct HttpServer::Impl {
   mutable std::atomic<const GrammarCache*> grammars_ready{nullptr};  // for /metrics
   std::optional<ToolCallFormat> tool_format;
 
-  // One generation request from submit to its final event; its events run on the
-  // connection's strand, one at a time.
-  struct Job {
-    std::shared_ptr<Plan> plan;
-    std::shared_ptr<HttpExchange> ex;
-    HttpHeaders cors;
-    uint64_t id = 0;  // choice i's engine id is id + i
-    // One per choice (Plan::n), addressed by TokenEvent::choice.
-    struct Choice {
-      std::unique_ptr<Generation> gen;
-      ToolCallSplitter tools;
-      ReasoningSplitter reasoning;
-      int64_t text_offset = 0;
-      std::string text;               // whole replies: the text so far
-      std::vector<TokenLogprob> lps;  // whole replies: the logprobs so far
-      std::string finish;             // the finish_reason the client was given
-    };
-    std::vector<Choice> choices;
-    int32_t n_done = 0;  // choices whose final event arrived
-    bool ended = false;  // the answer is complete (every choice done, or one failed a stream)
-    // For the access log:
-    std::string peer, method, path;
-    Clock::time_point t0, t_submit;  // the request complete; its submission to the engine
-    int status = 200;                // a whole reply's status
-    bool client_gone = false;
-  };
-
-  Impl(BatchEngine& e, const Tokenizer& t, const ChatTemplate& c, GenerationDefaults d,
-       ServerOptions o)
-      : engine(e), tok(t), tmpl(c), defaults(std::move(d)), opt(std::move(o)) {
-    limits.ctx_size = engine.options().ctx_size;
-    limits.vocab_size = engine.model().config().vocab_size;
-    TransportOptions to;
-    to.host = opt.host;
-    to.port = opt.port;
-    to.io_threads = opt.http_threads > 0 ? opt.http_threads : 2;
-    to.header_timeout_s = opt.header_timeout_s;
-    to.body_timeout_s = opt.body_timeout_s;
-    to.idle_timeout_s = opt.idle_timeout_s;
-    to.max_header_bytes = opt.max_header_bytes;
-    to.max_target_bytes = opt.max_target_bytes;
-    to.max_body = opt.max_body;
-    to.max_buffered = std::max(opt.max_buffered, opt.max_body);
-    to.max_connections = opt.max_connections;
-    to.max_connections_per_client = opt.max_connections_per_client;
-    transport = std::make_unique<HttpTransport>(
-        to, [this](HttpRequest r, std::shared_ptr<HttpExchange> ex) { handle(std::move(r), ex); },
-        [this](const HttpRequest& r) { return precheck(r); },
-        [](int status, const std::string& message, const std::string& code) {
-          return error_reply({status, message, error_type(status), code});
-        },
-        [this](const HttpTransport::Answer& a) {
-          metrics.count_response(find_route(a.path) ? a.path : "other", a.status);
-          // The handler's answers are logged where they end (with their tokens); these are the
-          // header checks' and the transport's own.
-          if (!a.from_handler) log_plain(random_id("req-"), a.peer, a.method, a.path, a.status);
-        });
-    // Bytes the transport holds or has reserved (bodies, read buffers, queued answers): in
-    // /metrics, under the cap max_buffered.
-    metrics.track_memory("http_buffers", [this] { return transport->buffered_bytes(); });
-    metrics.track_memory("grammar", [this] {
-      const GrammarCache* g = grammars_ready.load();
-      return g ? static_cast<int64_t>(g->memory_bytes() + g->vocab().memory_bytes()) : 0;
-    });
-    tool_format = probe_tool_format();
+  // The names a request may give for this model.
+  std::vector<std::string> names() const {
+    return aliases.empty() ? std::vector<std::string>{id} : aliases;
   }
 
   // The tool-call syntax of the chat template, from a rendered call (none: forced tool calls
@@ -431,7 +387,7 @@ struct HttpServer::Impl {
       if (tool_format) tags = {tool_call_opening(*tool_format), tool_call_closing(*tool_format)};
       grammars = std::make_unique<GrammarCache>(
           std::make_shared<const VocabTrie>(VocabTrie::from_tokenizer(tok, std::move(eos), tags)),
-          kGrammarCacheEntries, lim, opt.grammar_cache_bytes);
+          kGrammarCacheEntries, lim, grammar_cache_bytes);
       grammars_ready.store(grammars.get());
     });
     if (grammars->vocab().eos_ids().empty())
@@ -460,6 +416,319 @@ struct HttpServer::Impl {
     if (engine.options().cache_enabled && m.cache.budget_bytes == 0)
       m.cache.budget_bytes = engine.options().cache.budget_bytes;
     return m;
+  }
+
+  // ---- llama.cpp's /tokenize, /detokenize and /props ----
+
+  // {"tokens": [ids]} or, with_pieces, {"tokens": [{"id", "piece"}]}: a piece is the token's
+  // text when its bytes are valid UTF-8, else the list of its bytes (as llama.cpp).
+  Result<json> tokenize(const std::string& body, std::vector<std::string>* ignored) const {
+    REWIND_TRY(TokenizeRequest t, parse_tokenize_request(body, limits));
+    *ignored = t.ignored_fields;
+    const std::vector<int32_t> ids = tok.encode(t.content, t.parse_special);
+    if (static_cast<int64_t>(ids.size()) > limits.ctx_size)
+      return make_error("'content' encodes to " + std::to_string(ids.size()) + " tokens; at most " +
+                        std::to_string(limits.ctx_size) + " (the context size) are allowed");
+    json toks = json::array();
+    for (int32_t id : ids) {
+      if (!t.with_pieces) {
+        toks.push_back(id);
+        continue;
+      }
+      const std::string piece = tok.token_bytes(id);
+      bool valid = true;
+      for (size_t i = 0; i < piece.size() && valid;) {
+        const text::Utf8Step st = text::utf8_step(piece, i);
+        valid = st.kind == text::Utf8Step::kValid;
+        i += static_cast<size_t>(st.len);
+      }
+      json p = json::array();
+      if (valid) {
+        p = piece;
+      } else {
+        for (unsigned char b : piece) p.push_back(static_cast<int>(b));
+      }
+      toks.push_back({{"id", id}, {"piece", std::move(p)}});
+    }
+    return json{{"tokens", std::move(toks)}};
+  }
+
+  // {"content": text}; bytes that do not form UTF-8 (a character cut between tokens) become
+  // U+FFFD.
+  Result<json> detokenize(const std::string& body, std::vector<std::string>* ignored) const {
+    REWIND_TRY(DetokenizeRequest d, parse_detokenize_request(body, limits));
+    *ignored = d.ignored_fields;
+    return json{{"content", tok.decode(d.tokens)}};
+  }
+
+  // The server's settings in llama.cpp's /props shape where a field applies (n_ctx,
+  // total_slots, model_path, default_generation_settings, build_info, chat template), plus
+  // rewind's cache and speculation settings.
+  json props_json(const std::string& build_info) const {
+    const EngineOptions& eo = engine.options();
+    const SamplingParams& d = defaults.sampling;
+    const SpecConfig& sc = eo.spec;
+    json stops = json::array();
+    for (int32_t t : defaults.stop_ids) stops.push_back(t);
+    json params = {{"temperature", d.temperature},
+                   {"top_k", d.top_k},
+                   {"top_p", d.top_p},
+                   {"min_p", d.min_p},
+                   {"repeat_penalty", d.repetition_penalty},
+                   {"repeat_last_n", d.repeat_last_n},
+                   {"presence_penalty", d.presence_penalty},
+                   {"frequency_penalty", d.frequency_penalty},
+                   {"n_predict", -1},
+                   {"stop_token_ids", std::move(stops)},
+                   {"speculative", spec_kind_name(sc.kind)},
+                   {"speculative.n_max", sc.k}};
+    return {
+        {"model_alias", names()[0]},
+        {"model_path", model_path},
+        {"n_ctx", eo.ctx_size},
+        {"total_slots", eo.max_running},
+        {"max_choices", std::min(Request::kMaxChoices, eo.max_running)},
+        {"vocab_size", engine.model().config().vocab_size},
+        {"default_generation_settings", {{"n_ctx", eo.ctx_size}, {"params", std::move(params)}}},
+        {"chat_template_source", chat_template_source},
+        {"cache",
+         {{"enabled", eo.cache_enabled},
+          {"budget_bytes", eo.cache_enabled ? eo.cache.budget_bytes : 0},
+          {"checkpoint_interval", eo.cache.policy.interval},
+          {"checkpoint_interval_why", eo.cache.policy.grid_note},
+          {"checkpoint_max_per_branch", eo.cache.policy.max_per_branch}}},
+        {"speculative",
+         {{"kind", spec_kind_name(sc.kind)},
+          {"k", sc.k},
+          {"adaptive", sc.adaptive},
+          {"ngram_min", sc.ngram_min},
+          {"ngram_max", sc.ngram_max},
+          {"draft_model", sc.draft != nullptr},
+          {"mtp", engine.model().mtp_loaded()}}},
+        {"build_info", build_info},
+    };
+  }
+
+  // ---- requests ----
+
+  SamplingParams sampling_of(const SamplingOverrides& o) const {
+    SamplingParams s = defaults.sampling;
+    if (o.temperature) s.temperature = static_cast<float>(*o.temperature);
+    if (o.top_p) s.top_p = static_cast<float>(*o.top_p);
+    if (o.top_k) s.top_k = *o.top_k;
+    if (o.min_p) s.min_p = static_cast<float>(*o.min_p);
+    if (o.presence_penalty) s.presence_penalty = static_cast<float>(*o.presence_penalty);
+    if (o.frequency_penalty) s.frequency_penalty = static_cast<float>(*o.frequency_penalty);
+    if (o.repetition_penalty) s.repetition_penalty = static_cast<float>(*o.repetition_penalty);
+    if (o.repeat_last_n) s.repeat_last_n = *o.repeat_last_n;
+    if (!o.logit_bias.empty()) s.logit_bias = o.logit_bias;
+    if (o.seed) {
+      s.seed = *o.seed;
+    } else {
+      static std::mutex mu;
+      static std::mt19937_64 rng(std::random_device{}());
+      std::lock_guard<std::mutex> lock(mu);
+      s.seed = rng();
+    }
+    return s;
+  }
+
+  // Fills what both endpoints share and checks the prompt against the context size.
+  std::optional<HttpError> finish_plan(const CommonRequest& c, Plan* p) const {
+    const int64_t n = static_cast<int64_t>(p->sub.prompt.size());
+    const int64_t ctx = engine.options().ctx_size;
+    if (n == 0) return bad_request("the prompt encodes to no tokens");
+    if (n >= ctx)
+      return bad_request("the prompt has " + std::to_string(n) + " tokens; the context size is " +
+                             std::to_string(ctx) + " (at least one token must be left to generate)",
+                         "context_length_exceeded");
+    if (c.max_tokens && n + *c.max_tokens > ctx)
+      return bad_request("prompt (" + std::to_string(n) + " tokens) + max_tokens (" +
+                             std::to_string(*c.max_tokens) + ") exceed the context size " +
+                             std::to_string(ctx),
+                         "context_length_exceeded");
+    p->sub.max_tokens = c.max_tokens ? *c.max_tokens : static_cast<int32_t>(ctx - n);
+    p->sub.sampling = sampling_of(c.sampling);
+    if (!c.ignore_eos) p->sub.stop_ids = defaults.stop_ids;
+    p->sub.logprobs = c.logprobs;
+    p->sub.top_logprobs = c.top_logprobs;
+    if (!c.speculative.empty()) {
+      p->sub.spec_kind = c.speculative == "off"     ? SpecKind::Off
+                         : c.speculative == "ngram" ? SpecKind::Ngram
+                         : c.speculative == "draft" ? SpecKind::Draft
+                                                    : SpecKind::Mtp;
+    }
+    p->sub.spec_k = c.speculative_k;
+    p->sub.n = c.n;
+    p->n = c.n;
+    p->ignored_fields = c.ignored_fields;
+    if (auto sc = resolve_spec(engine.model(), engine.options().spec, p->sub); !sc.ok())
+      return bad_request(sc.error_message());
+    p->stop = c.stop;
+    p->stream = c.stream;
+    p->include_usage = c.include_usage;
+    p->logprobs = c.logprobs;
+    p->top_logprobs = c.top_logprobs;
+    p->created = static_cast<int64_t>(std::time(nullptr));
+    return std::nullopt;
+  }
+
+  std::optional<HttpError> plan_chat(const std::string& body, Plan* p) const {
+    auto r = parse_chat_request(body, limits);
+    if (!r.ok()) return bad_request(r.error_message());
+    const ParsedChatRequest& c = r.value();
+    if (p->model_asked.empty()) p->model_asked = c.model;
+    ChatRenderOptions ro;
+    ro.add_generation_prompt = true;
+    ro.enable_thinking = c.enable_thinking;
+    if (c.parse_tools) ro.tools_ordered = c.tools;
+    auto rendered = tmpl.render(c.messages, ro);
+    if (!rendered.ok()) return bad_request("chat template: " + rendered.error_message());
+    p->chat = true;
+    p->id = random_id("chatcmpl-");
+    p->sub.prompt = tokenize_chat(tok, rendered.value(), &p->sub.boundaries, &p->sub.anchor);
+    p->parse_tools = c.parse_tools;
+    if (c.parse_tools) p->tools = json::parse(c.tools.dump());
+    p->think_open = prompt_opens_think(rendered->text);
+    if (auto e = finish_plan(c, p)) return e;
+    if (c.tool_required) {
+      if (!tool_format)
+        return bad_request(
+            "'tool_choice': this model's chat template has no tool-call syntax "
+            "rewind can constrain (use \"auto\")");
+      ToolGrammarOptions to;
+      to.format = *tool_format;
+      to.only = c.tool_choice_name;
+      to.parallel = c.parallel_tool_calls && c.tool_choice_name.empty();
+      auto g = tool_call_gbnf(c.tools, to);
+      if (!g.ok()) return bad_request(g.error_message());
+      return attach_grammar(g.value(), "tool_choice", p);
+    }
+    if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
+    if (c.parse_tools && tool_format && has_strict_tool(c.tools)) {
+      // tool_choice "auto" with strict tools: free text until the template's tool-call tag,
+      // then calls whose strict functions' arguments follow their schemas.
+      ToolGrammarOptions to;
+      to.format = *tool_format;
+      to.parallel = c.parallel_tool_calls;
+      to.lazy = true;
+      auto g = tool_call_gbnf(c.tools, to);
+      if (!g.ok()) return bad_request(g.error_message());
+      return attach_grammar(g.value(), "tools", p);
+    }
+    return std::nullopt;
+  }
+
+  std::optional<HttpError> plan_completion(const std::string& body, Plan* p) const {
+    auto r = parse_completion_request(body, limits);
+    if (!r.ok()) return bad_request(r.error_message());
+    const ParsedCompletionRequest& c = r.value();
+    if (p->model_asked.empty()) p->model_asked = c.model;
+    p->chat = false;
+    p->id = random_id("cmpl-");
+    p->sub.prompt = c.has_token_prompt ? c.prompt_tokens : tok.encode(c.prompt_text, true);
+    if (auto e = finish_plan(c, p)) return e;
+    if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
+    return std::nullopt;
+  }
+
+  void remember_client_id(uint64_t engine_id, const std::string& id) const {
+    std::lock_guard<std::mutex> lock(ids_mu);
+    client_ids.emplace_back(engine_id, id);
+    if (client_ids.size() > kClientIdsMax) client_ids.pop_front();
+  }
+  std::map<uint64_t, std::string> client_id_map() const {
+    std::lock_guard<std::mutex> lock(ids_mu);
+    return {client_ids.begin(), client_ids.end()};
+  }
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  using Clock = std::chrono::steady_clock;
+  ServerOptions opt;
+  std::vector<std::unique_ptr<Served>> models;  // the first is the default
+  // Requests must name a served model (several models, or names given): unknown names get 404.
+  bool strict = false;
+  ServerMetrics metrics;
+  std::atomic<int> in_flight{0};
+  std::unique_ptr<HttpTransport> transport;
+
+  // One generation request from submit to its final event; its events run on the
+  // connection's strand, one at a time.
+  struct Job {
+    std::shared_ptr<Plan> plan;
+    std::shared_ptr<HttpExchange> ex;
+    HttpHeaders cors;
+    uint64_t id = 0;  // choice i's engine id is id + i
+    // One per choice (Plan::n), addressed by TokenEvent::choice.
+    struct Choice {
+      std::unique_ptr<Generation> gen;
+      ToolCallSplitter tools;
+      ReasoningSplitter reasoning;
+      int64_t text_offset = 0;
+      std::string text;               // whole replies: the text so far
+      std::vector<TokenLogprob> lps;  // whole replies: the logprobs so far
+      std::string finish;             // the finish_reason the client was given
+    };
+    std::vector<Choice> choices;
+    int32_t n_done = 0;  // choices whose final event arrived
+    bool ended = false;  // the answer is complete (every choice done, or one failed a stream)
+    // For the access log:
+    std::string peer, method, path;
+    Clock::time_point t0, t_submit;  // the request complete; its submission to the engine
+    int status = 200;                // a whole reply's status
+    bool client_gone = false;
+  };
+
+  Impl(std::vector<ServedModel> served, ServerOptions o) : opt(std::move(o)) {
+    REWIND_CHECK(!served.empty());
+    strict = served.size() > 1 || !served[0].aliases.empty();
+    for (ServedModel& s : served) {
+      REWIND_CHECK(s.engine && s.tok && s.tmpl);
+      std::string label = served.size() > 1 ? s.id : "";
+      models.push_back(std::make_unique<Served>(std::move(s), std::move(label)));
+    }
+    std::set<std::string> seen;
+    for (const auto& m : models)
+      for (const std::string& n : m->names()) REWIND_CHECK(seen.insert(n).second);
+    TransportOptions to;
+    to.host = opt.host;
+    to.port = opt.port;
+    to.io_threads = opt.http_threads > 0 ? opt.http_threads : 2;
+    to.header_timeout_s = opt.header_timeout_s;
+    to.body_timeout_s = opt.body_timeout_s;
+    to.idle_timeout_s = opt.idle_timeout_s;
+    to.max_header_bytes = opt.max_header_bytes;
+    to.max_target_bytes = opt.max_target_bytes;
+    to.max_body = opt.max_body;
+    to.max_buffered = std::max(opt.max_buffered, opt.max_body);
+    to.max_connections = opt.max_connections;
+    to.max_connections_per_client = opt.max_connections_per_client;
+    transport = std::make_unique<HttpTransport>(
+        to, [this](HttpRequest r, std::shared_ptr<HttpExchange> ex) { handle(std::move(r), ex); },
+        [this](const HttpRequest& r) { return precheck(r); },
+        [](int status, const std::string& message, const std::string& code) {
+          return error_reply({status, message, error_type(status), code});
+        },
+        [this](const HttpTransport::Answer& a) {
+          metrics.count_response(find_route(a.path) ? a.path : "other", a.status);
+          // The handler's answers are logged where they end (with their tokens); these are the
+          // header checks' and the transport's own.
+          if (!a.from_handler) log_plain(random_id("req-"), a.peer, a.method, a.path, a.status);
+        });
+    // Bytes the transport holds or has reserved (bodies, read buffers, queued answers): in
+    // /metrics, under the cap max_buffered.
+    metrics.track_memory("http_buffers", [this] { return transport->buffered_bytes(); });
+    for (const auto& m : models)
+      metrics.track_memory(
+          "grammar",
+          [s = m.get()] {
+            const GrammarCache* g = s->grammars_ready.load();
+            return g ? static_cast<int64_t>(g->memory_bytes() + g->vocab().memory_bytes()) : 0;
+          },
+          m->label);
   }
 
   // ---- checks on the header alone ----
@@ -549,9 +818,11 @@ struct HttpServer::Impl {
   void handle(HttpRequest req, const std::shared_ptr<HttpExchange>& ex) {
     const Clock::time_point t0 = Clock::now();
     const HttpHeaders cors = cors_headers(req);
+    std::string log_model;  // the model a per-model route answered for
     auto send = [&](HttpReply r) {
       for (const auto& h : cors) r.headers.push_back(h);
-      log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0));
+      log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0),
+                log_model);
       ex->reply(std::move(r));
     };
     auto json_reply = [&](std::string body) {
@@ -560,35 +831,74 @@ struct HttpServer::Impl {
       r.body = std::move(body);
       send(std::move(r));
     };
+    // The model a GET route's `?model=NAME` names (the first model without one); null after
+    // answering an error.
+    auto query_model = [&](std::string* rest) -> const Served* {
+      const size_t q = req.target.find('?');
+      auto mq = split_model_query(
+          q == std::string::npos ? std::string_view{} : std::string_view(req.target).substr(q + 1));
+      if (!mq.ok()) {
+        send(error_reply(bad_request(mq.error_message())));
+        return nullptr;
+      }
+      if (rest) *rest = mq->rest;
+      HttpError err;
+      const Served* m = find_model(mq->model.value_or(""), &err);
+      log_model = m ? m->names()[0] : mq->model.value_or("");
+      if (!m) send(error_reply(err));
+      return m;
+    };
     try {
       if (req.path == "/health") return json_reply("{\"status\":\"ok\"}\n");
       if (req.path == "/metrics") {
         HttpReply r;
         r.content_type = "text/plain; version=0.0.4";
-        r.body = metrics.prometheus(engine_metrics());
+        std::vector<ModelMetrics> mm;
+        for (const auto& m : models) mm.push_back({m->label, m->engine_metrics()});
+        r.body = metrics.prometheus(mm, opt.shared_memory_bound);
         return send(std::move(r));
       }
       if (req.path == "/v1/models") {
         json data = json::array();
         const int64_t created = static_cast<int64_t>(std::time(nullptr));
-        for (const std::string& id :
-             opt.aliases.empty() ? std::vector<std::string>{opt.model_id} : opt.aliases)
-          data.push_back({{"id", id},
-                          {"object", "model"},
-                          {"created", created},
-                          {"owned_by", "rewind"},
-                          {"max_model_len", engine.options().ctx_size}});
+        for (const auto& m : models)
+          for (const std::string& id : m->names())
+            data.push_back({{"id", id},
+                            {"object", "model"},
+                            {"created", created},
+                            {"owned_by", "rewind"},
+                            {"max_model_len", m->engine.options().ctx_size}});
         return json_reply(dump_json({{"object", "list"}, {"data", std::move(data)}}) + "\n");
       }
-      if (req.path == "/v1/cache")
-        return json_reply(
-            dump_json(cache_json(engine_metrics(), engine.options(), client_id_map())) + "\n");
-      if (req.path == "/v1/cache/tree") return cache_tree(req, t0, ex, cors);
-      if (req.path == "/props") return json_reply(dump_json(props_json()) + "\n");
+      if (req.path == "/v1/cache") {
+        const Served* m = query_model(nullptr);
+        if (!m) return;
+        json j = cache_json(m->engine_metrics(), m->engine.options(), m->client_id_map());
+        j["model"] = m->names()[0];
+        return json_reply(dump_json(j) + "\n");
+      }
+      if (req.path == "/v1/cache/tree") {
+        std::string rest;
+        const Served* m = query_model(&rest);
+        if (!m) return;
+        return cache_tree(*m, rest, req, t0, ex, cors);
+      }
+      if (req.path == "/props") {
+        const Served* m = query_model(nullptr);
+        if (!m) return;
+        return json_reply(dump_json(m->props_json(opt.build_info)) + "\n");
+      }
       if (req.path == "/tokenize" || req.path == "/detokenize") {
+        HttpError err;
+        const Served* m = find_model(strict ? peek_model_name(req.body) : "", &err);
+        if (!m) {
+          log_model = peek_model_name(req.body);
+          return send(error_reply(err));
+        }
+        log_model = m->names()[0];
         std::vector<std::string> ignored;
-        auto body =
-            req.path == "/tokenize" ? tokenize(req.body, &ignored) : detokenize(req.body, &ignored);
+        auto body = req.path == "/tokenize" ? m->tokenize(req.body, &ignored)
+                                            : m->detokenize(req.body, &ignored);
         if (!body.ok()) return send(error_reply(bad_request(body.error_message())));
         HttpReply r;
         r.content_type = kJson;
@@ -608,242 +918,30 @@ struct HttpServer::Impl {
   }
 
   // The tree is read on the engine thread between steps; its answer is built and written on the
-  // connection's strand, so no transport thread waits for the engine.
-  void cache_tree(const HttpRequest& req, Clock::time_point t0,
-                  const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
-    const size_t q = req.target.find('?');
-    auto max_nodes = parse_cache_tree_query(
-        q == std::string::npos ? std::string_view{} : std::string_view(req.target).substr(q + 1));
-    auto finish = [this, ex, cors, t0, peer = req.peer, method = req.method,
-                   path = req.path](HttpReply r) {
+  // connection's strand, so no transport thread waits for the engine. `query`: the query string
+  // without its `model` parameter.
+  void cache_tree(const Served& m, const std::string& query, const HttpRequest& req,
+                  Clock::time_point t0, const std::shared_ptr<HttpExchange>& ex,
+                  const HttpHeaders& cors) {
+    auto max_nodes = parse_cache_tree_query(query);
+    auto finish = [this, ex, cors, t0, peer = req.peer, method = req.method, path = req.path,
+                   name = m.names()[0]](HttpReply r) {
       for (const auto& h : cors) r.headers.push_back(h);
-      log_plain(random_id("req-"), peer, method, path, r.status, ms_since(t0));
+      log_plain(random_id("req-"), peer, method, path, r.status, ms_since(t0), name);
       ex->reply(std::move(r));
     };
     if (!max_nodes.ok()) return finish(error_reply(bad_request(max_nodes.error_message())));
-    engine.cache_tree(max_nodes.value(), [this, ex, finish](CacheTreeReport rep) {
-      ex->post([this, finish, rep = std::move(rep)] {
+    m.engine.cache_tree(max_nodes.value(), [ex, finish, mp = &m](CacheTreeReport rep) {
+      ex->post([finish, mp, rep = std::move(rep)] {
         HttpReply r;
         r.content_type = kJson;
         r.headers = {{"Cache-Control", "no-store"}};
-        r.body = dump_json(cache_tree_json(rep, engine.options(), client_id_map())) + "\n";
+        json j = cache_tree_json(rep, mp->engine.options(), mp->client_id_map());
+        j["model"] = mp->names()[0];
+        r.body = dump_json(j) + "\n";
         finish(std::move(r));
       });
     });
-  }
-
-  // ---- llama.cpp's /tokenize, /detokenize and /props ----
-
-  // {"tokens": [ids]} or, with_pieces, {"tokens": [{"id", "piece"}]}: a piece is the token's
-  // text when its bytes are valid UTF-8, else the list of its bytes (as llama.cpp).
-  Result<json> tokenize(const std::string& body, std::vector<std::string>* ignored) const {
-    REWIND_TRY(TokenizeRequest t, parse_tokenize_request(body, limits));
-    *ignored = t.ignored_fields;
-    const std::vector<int32_t> ids = tok.encode(t.content, t.parse_special);
-    if (static_cast<int64_t>(ids.size()) > limits.ctx_size)
-      return make_error("'content' encodes to " + std::to_string(ids.size()) + " tokens; at most " +
-                        std::to_string(limits.ctx_size) + " (the context size) are allowed");
-    json toks = json::array();
-    for (int32_t id : ids) {
-      if (!t.with_pieces) {
-        toks.push_back(id);
-        continue;
-      }
-      const std::string piece = tok.token_bytes(id);
-      bool valid = true;
-      for (size_t i = 0; i < piece.size() && valid;) {
-        const text::Utf8Step st = text::utf8_step(piece, i);
-        valid = st.kind == text::Utf8Step::kValid;
-        i += static_cast<size_t>(st.len);
-      }
-      json p = json::array();
-      if (valid) {
-        p = piece;
-      } else {
-        for (unsigned char b : piece) p.push_back(static_cast<int>(b));
-      }
-      toks.push_back({{"id", id}, {"piece", std::move(p)}});
-    }
-    return json{{"tokens", std::move(toks)}};
-  }
-
-  // {"content": text}; bytes that do not form UTF-8 (a character cut between tokens) become
-  // U+FFFD.
-  Result<json> detokenize(const std::string& body, std::vector<std::string>* ignored) const {
-    REWIND_TRY(DetokenizeRequest d, parse_detokenize_request(body, limits));
-    *ignored = d.ignored_fields;
-    return json{{"content", tok.decode(d.tokens)}};
-  }
-
-  // The server's settings in llama.cpp's /props shape where a field applies (n_ctx,
-  // total_slots, model_path, default_generation_settings, build_info, chat template), plus
-  // rewind's cache and speculation settings.
-  json props_json() const {
-    const EngineOptions& eo = engine.options();
-    const SamplingParams& d = defaults.sampling;
-    const SpecConfig& sc = eo.spec;
-    json stops = json::array();
-    for (int32_t t : defaults.stop_ids) stops.push_back(t);
-    json params = {{"temperature", d.temperature},
-                   {"top_k", d.top_k},
-                   {"top_p", d.top_p},
-                   {"min_p", d.min_p},
-                   {"repeat_penalty", d.repetition_penalty},
-                   {"repeat_last_n", d.repeat_last_n},
-                   {"presence_penalty", d.presence_penalty},
-                   {"frequency_penalty", d.frequency_penalty},
-                   {"n_predict", -1},
-                   {"stop_token_ids", std::move(stops)},
-                   {"speculative", spec_kind_name(sc.kind)},
-                   {"speculative.n_max", sc.k}};
-    return {
-        {"model_alias", opt.model_id},
-        {"model_path", opt.model_path},
-        {"n_ctx", eo.ctx_size},
-        {"total_slots", eo.max_running},
-        {"max_choices", std::min(Request::kMaxChoices, eo.max_running)},
-        {"vocab_size", engine.model().config().vocab_size},
-        {"default_generation_settings", {{"n_ctx", eo.ctx_size}, {"params", std::move(params)}}},
-        {"chat_template_source", opt.chat_template_source},
-        {"cache",
-         {{"enabled", eo.cache_enabled},
-          {"budget_bytes", eo.cache_enabled ? eo.cache.budget_bytes : 0},
-          {"checkpoint_interval", eo.cache.policy.interval},
-          {"checkpoint_interval_why", eo.cache.policy.grid_note},
-          {"checkpoint_max_per_branch", eo.cache.policy.max_per_branch}}},
-        {"speculative",
-         {{"kind", spec_kind_name(sc.kind)},
-          {"k", sc.k},
-          {"adaptive", sc.adaptive},
-          {"ngram_min", sc.ngram_min},
-          {"ngram_max", sc.ngram_max},
-          {"draft_model", sc.draft != nullptr},
-          {"mtp", engine.model().mtp_loaded()}}},
-        {"build_info", opt.build_info},
-    };
-  }
-
-  // ---- requests ----
-
-  SamplingParams sampling_of(const SamplingOverrides& o) const {
-    SamplingParams s = defaults.sampling;
-    if (o.temperature) s.temperature = static_cast<float>(*o.temperature);
-    if (o.top_p) s.top_p = static_cast<float>(*o.top_p);
-    if (o.top_k) s.top_k = *o.top_k;
-    if (o.min_p) s.min_p = static_cast<float>(*o.min_p);
-    if (o.presence_penalty) s.presence_penalty = static_cast<float>(*o.presence_penalty);
-    if (o.frequency_penalty) s.frequency_penalty = static_cast<float>(*o.frequency_penalty);
-    if (o.repetition_penalty) s.repetition_penalty = static_cast<float>(*o.repetition_penalty);
-    if (o.repeat_last_n) s.repeat_last_n = *o.repeat_last_n;
-    if (!o.logit_bias.empty()) s.logit_bias = o.logit_bias;
-    if (o.seed) {
-      s.seed = *o.seed;
-    } else {
-      static std::mutex mu;
-      static std::mt19937_64 rng(std::random_device{}());
-      std::lock_guard<std::mutex> lock(mu);
-      s.seed = rng();
-    }
-    return s;
-  }
-
-  // Fills what both endpoints share and checks the prompt against the context size.
-  std::optional<HttpError> finish_plan(const CommonRequest& c, Plan* p) const {
-    const int64_t n = static_cast<int64_t>(p->sub.prompt.size());
-    const int64_t ctx = engine.options().ctx_size;
-    if (n == 0) return bad_request("the prompt encodes to no tokens");
-    if (n >= ctx)
-      return bad_request("the prompt has " + std::to_string(n) + " tokens; the context size is " +
-                             std::to_string(ctx) + " (at least one token must be left to generate)",
-                         "context_length_exceeded");
-    if (c.max_tokens && n + *c.max_tokens > ctx)
-      return bad_request("prompt (" + std::to_string(n) + " tokens) + max_tokens (" +
-                             std::to_string(*c.max_tokens) + ") exceed the context size " +
-                             std::to_string(ctx),
-                         "context_length_exceeded");
-    p->sub.max_tokens = c.max_tokens ? *c.max_tokens : static_cast<int32_t>(ctx - n);
-    p->sub.sampling = sampling_of(c.sampling);
-    if (!c.ignore_eos) p->sub.stop_ids = defaults.stop_ids;
-    p->sub.logprobs = c.logprobs;
-    p->sub.top_logprobs = c.top_logprobs;
-    if (!c.speculative.empty()) {
-      p->sub.spec_kind = c.speculative == "off"     ? SpecKind::Off
-                         : c.speculative == "ngram" ? SpecKind::Ngram
-                         : c.speculative == "draft" ? SpecKind::Draft
-                                                    : SpecKind::Mtp;
-    }
-    p->sub.spec_k = c.speculative_k;
-    p->sub.n = c.n;
-    p->n = c.n;
-    p->ignored_fields = c.ignored_fields;
-    if (auto sc = resolve_spec(engine.model(), engine.options().spec, p->sub); !sc.ok())
-      return bad_request(sc.error_message());
-    p->stop = c.stop;
-    p->stream = c.stream;
-    p->include_usage = c.include_usage;
-    p->logprobs = c.logprobs;
-    p->top_logprobs = c.top_logprobs;
-    p->created = static_cast<int64_t>(std::time(nullptr));
-    return std::nullopt;
-  }
-
-  std::optional<HttpError> plan_chat(const std::string& body, Plan* p) const {
-    auto r = parse_chat_request(body, limits);
-    if (!r.ok()) return bad_request(r.error_message());
-    const ParsedChatRequest& c = r.value();
-    if (auto e = resolve_model(c.model, p)) return e;
-    ChatRenderOptions ro;
-    ro.add_generation_prompt = true;
-    ro.enable_thinking = c.enable_thinking;
-    if (c.parse_tools) ro.tools_ordered = c.tools;
-    auto rendered = tmpl.render(c.messages, ro);
-    if (!rendered.ok()) return bad_request("chat template: " + rendered.error_message());
-    p->chat = true;
-    p->id = random_id("chatcmpl-");
-    p->sub.prompt = tokenize_chat(tok, rendered.value(), &p->sub.boundaries, &p->sub.anchor);
-    p->parse_tools = c.parse_tools;
-    if (c.parse_tools) p->tools = json::parse(c.tools.dump());
-    p->think_open = prompt_opens_think(rendered->text);
-    if (auto e = finish_plan(c, p)) return e;
-    if (c.tool_required) {
-      if (!tool_format)
-        return bad_request(
-            "'tool_choice': this model's chat template has no tool-call syntax "
-            "rewind can constrain (use \"auto\")");
-      ToolGrammarOptions to;
-      to.format = *tool_format;
-      to.only = c.tool_choice_name;
-      to.parallel = c.parallel_tool_calls && c.tool_choice_name.empty();
-      auto g = tool_call_gbnf(c.tools, to);
-      if (!g.ok()) return bad_request(g.error_message());
-      return attach_grammar(g.value(), "tool_choice", p);
-    }
-    if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
-    if (c.parse_tools && tool_format && has_strict_tool(c.tools)) {
-      // tool_choice "auto" with strict tools: free text until the template's tool-call tag,
-      // then calls whose strict functions' arguments follow their schemas.
-      ToolGrammarOptions to;
-      to.format = *tool_format;
-      to.parallel = c.parallel_tool_calls;
-      to.lazy = true;
-      auto g = tool_call_gbnf(c.tools, to);
-      if (!g.ok()) return bad_request(g.error_message());
-      return attach_grammar(g.value(), "tools", p);
-    }
-    return std::nullopt;
-  }
-
-  std::optional<HttpError> plan_completion(const std::string& body, Plan* p) const {
-    auto r = parse_completion_request(body, limits);
-    if (!r.ok()) return bad_request(r.error_message());
-    const ParsedCompletionRequest& c = r.value();
-    if (auto e = resolve_model(c.model, p)) return e;
-    p->chat = false;
-    p->id = random_id("cmpl-");
-    p->sub.prompt = c.has_token_prompt ? c.prompt_tokens : tok.encode(c.prompt_text, true);
-    if (auto e = finish_plan(c, p)) return e;
-    if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
-    return std::nullopt;
   }
 
   // ---- generation ----
@@ -855,10 +953,14 @@ struct HttpServer::Impl {
       HttpReply r = error_reply(e);
       for (const auto& h : cors) r.headers.push_back(h);
       log_plain(plan->id.empty() ? random_id("req-") : plan->id, req.peer, req.method, req.path,
-                r.status, ms_since(t0), plan->model_asked);
+                r.status, ms_since(t0),
+                plan->model_id.empty() ? plan->model_asked : plan->model_id);
       ex->reply(std::move(r));
     };
-    if (auto e = chat ? plan_chat(req.body, plan.get()) : plan_completion(req.body, plan.get()))
+    // Several models: the body's "model" picks one before the full parse (its limits apply).
+    if (auto e = route(strict ? peek_model_name(req.body) : "", plan.get())) return send(*e);
+    const Served& m = *plan->model;
+    if (auto e = chat ? m.plan_chat(req.body, plan.get()) : m.plan_completion(req.body, plan.get()))
       return send(*e);
     auto job = std::make_shared<Job>();
     job->plan = plan;
@@ -871,7 +973,7 @@ struct HttpServer::Impl {
     job->t_submit = Clock::now();
     job->choices.resize(static_cast<size_t>(plan->n));
     for (Job::Choice& c : job->choices) {
-      c.gen = std::make_unique<Generation>(tok, plan->sub.stop_ids, *plan);
+      c.gen = std::make_unique<Generation>(m.tok, plan->sub.stop_ids, *plan);
       c.tools = ToolCallSplitter(plan->tools);
       c.reasoning = ReasoningSplitter(plan->think_open);
     }
@@ -879,12 +981,12 @@ struct HttpServer::Impl {
     ++in_flight;
     // The engine thread only hands each event to the connection's strand. This runs on that
     // strand, so every event runs after the rest of this function (the stream's head first).
-    auto id = engine.submit(std::move(sub), [this, job](const TokenEvent& ev) {
+    auto id = m.engine.submit(std::move(sub), [this, job](const TokenEvent& ev) {
       job->ex->post([this, job, ev] { on_event(*job, ev); });
     });
     if (!id.ok()) {
       --in_flight;
-      metrics.count_outcome("rejected");
+      metrics.count_outcome("rejected", m.label);
       const std::string& m = id.error_message();
       if (m == "queue full")
         return send({429, "the server is busy: the request queue is full; retry later",
@@ -894,7 +996,7 @@ struct HttpServer::Impl {
       return send(bad_request(m));
     }
     job->id = id.value();
-    remember_client_id(job->id, plan->id);
+    m.remember_client_id(job->id, plan->id);
     if (plan->stream) {
       HttpReply head;
       head.content_type = "text/event-stream";
@@ -914,9 +1016,9 @@ struct HttpServer::Impl {
     }
     // The client went away: free its sequences at the engine's next step. (A weak reference: the
     // exchange must not keep the job alive, the job holds the exchange.)
-    ex->on_gone([this, id = job->id, n = plan->n, weak = std::weak_ptr<Job>(job)] {
+    ex->on_gone([engine = &m.engine, id = job->id, n = plan->n, weak = std::weak_ptr<Job>(job)] {
       if (auto j = weak.lock()) j->client_gone = true;
-      for (int32_t c = 0; c < n; ++c) engine.cancel(id + static_cast<uint64_t>(c));
+      for (int32_t c = 0; c < n; ++c) engine->cancel(id + static_cast<uint64_t>(c));
     });
   }
 
@@ -926,6 +1028,7 @@ struct HttpServer::Impl {
     if (c.gen->done()) return;
     bool cancel = false;
     Generation::Piece p = c.gen->on_event(ev, &cancel);
+    BatchEngine& engine = j.plan->model->engine;
     if (cancel) engine.cancel(j.id + static_cast<uint64_t>(ev.choice));
     if (c.gen->done()) ++j.n_done;
     const bool all = j.n_done == static_cast<int32_t>(j.choices.size());
@@ -960,10 +1063,10 @@ struct HttpServer::Impl {
     if (!j.ended) return;
     --in_flight;
     const std::string outcome = outcome_of(j);
-    metrics.count_outcome(outcome);
+    metrics.count_outcome(outcome, j.plan->model->label);
     const Generation& g = *j.choices[0].gen;
     if (outcome != "failed" && outcome != "cancelled")
-      metrics.observe_request(g.ttft_ms(), g.total_ms());
+      metrics.observe_request(g.ttft_ms(), g.total_ms(), j.plan->model->label);
     log_generation(j, outcome);
   }
 
@@ -1026,7 +1129,7 @@ struct HttpServer::Impl {
     r.path = j.path;
     // 499 (as nginx logs it): the client closed the connection before its answer was complete.
     r.status = j.client_gone ? 499 : j.plan->stream ? 200 : j.status;
-    r.model = j.plan->model_asked;
+    r.model = j.plan->model_id;
     r.stream = j.plan->stream;
     r.prompt_tokens = u.prompt_tokens;
     r.cached_tokens = u.cached_tokens;
@@ -1040,33 +1143,30 @@ struct HttpServer::Impl {
     opt.access_log->write(r);
   }
 
-  void remember_client_id(uint64_t engine_id, const std::string& id) {
-    std::lock_guard<std::mutex> lock(ids_mu);
-    client_ids.emplace_back(engine_id, id);
-    if (client_ids.size() > kClientIdsMax) client_ids.pop_front();
-  }
-  std::map<uint64_t, std::string> client_id_map() {
-    std::lock_guard<std::mutex> lock(ids_mu);
-    return {client_ids.begin(), client_ids.end()};
+  // The model a request names ("": none), or 404 model_not_found (OpenAI's shape).
+  const Served* find_model(const std::string& asked, HttpError* err) const {
+    if (!strict || asked.empty()) return models[0].get();
+    for (const auto& m : models)
+      for (const std::string& n : m->names())
+        if (n == asked) return m.get();
+    std::string served;
+    for (const auto& m : models)
+      for (const std::string& n : m->names()) served += (served.empty() ? "'" : ", '") + n + "'";
+    const std::string shown = asked.size() > 100 ? asked.substr(0, 100) + "..." : asked;
+    *err = HttpError{404, "The model '" + shown + "' does not exist; this server serves " + served,
+                     "invalid_request_error", "model_not_found"};
+    return nullptr;
   }
 
-  // The answer's model name; an error when aliases are set and `asked` names none of them.
-  std::optional<HttpError> resolve_model(const std::string& asked, Plan* p) const {
+  // Routes a generation request: its model, and the name its answer carries (the name asked
+  // for when names are set, else the model's id).
+  std::optional<HttpError> route(const std::string& asked, Plan* p) const {
     p->model_asked = asked;
-    if (opt.aliases.empty()) {
-      p->model_id = opt.model_id;
-      return std::nullopt;
-    }
-    if (asked.empty() ||
-        std::find(opt.aliases.begin(), opt.aliases.end(), asked) != opt.aliases.end()) {
-      p->model_id = asked.empty() ? opt.aliases[0] : asked;
-      return std::nullopt;
-    }
-    std::string served;
-    for (const std::string& a : opt.aliases) served += (served.empty() ? "'" : ", '") + a + "'";
-    const std::string shown = asked.size() > 100 ? asked.substr(0, 100) + "..." : asked;
-    return HttpError{404, "The model '" + shown + "' does not exist; this server serves " + served,
-                     "invalid_request_error", "model_not_found"};
+    HttpError err;
+    p->model = find_model(asked, &err);
+    if (!p->model) return err;
+    p->model_id = !strict ? p->model->id : asked.empty() ? p->model->names()[0] : asked;
+    return std::nullopt;
   }
 
   static double queue_ms(const Job& j) {
@@ -1075,6 +1175,7 @@ struct HttpServer::Impl {
 
   void whole(Job& j) {
     const Plan& plan = *j.plan;
+    const Tokenizer& tok = plan.model->tok;
     HttpReply r;
     std::optional<HttpError> err;
     for (const Job::Choice& c : j.choices)
@@ -1115,6 +1216,7 @@ struct HttpServer::Impl {
 
   std::string chunk_for(Job& st, Job::Choice& c, int32_t index, Generation::Piece& p) {
     const Plan& plan = *st.plan;
+    const Tokenizer& tok = plan.model->tok;
     if (plan.chat) {
       const ReasoningSplitter::Out r = c.reasoning.push(p.text);
       return chat_delta(st, index, r.reasoning,
@@ -1137,7 +1239,7 @@ struct HttpServer::Impl {
     json delta = json::object();
     if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (!content.empty() || reasoning.empty()) delta["content"] = content;
-    json lp = lps.empty() ? json(nullptr) : chat_logprobs_json(tok, lps);
+    json lp = lps.empty() ? json(nullptr) : chat_logprobs_json(st.plan->model->tok, lps);
     return sse_event(chat_chunk_json(st.plan->id, st.plan->created, st.plan->model_id, delta,
                                      nullptr, lp, index));
   }
@@ -1189,9 +1291,8 @@ struct HttpServer::Impl {
   }
 };
 
-HttpServer::HttpServer(BatchEngine& engine, const Tokenizer& tok, const ChatTemplate& tmpl,
-                       GenerationDefaults defaults, ServerOptions opt)
-    : impl_(std::make_unique<Impl>(engine, tok, tmpl, std::move(defaults), std::move(opt))) {}
+HttpServer::HttpServer(std::vector<ServedModel> models, ServerOptions opt)
+    : impl_(std::make_unique<Impl>(std::move(models), std::move(opt))) {}
 
 HttpServer::~HttpServer() = default;
 

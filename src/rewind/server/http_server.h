@@ -1,5 +1,9 @@
-// The OpenAI-compatible HTTP server (docs/DESIGN.md section 6) in front of one BatchEngine, on
-// the HTTP/1.1 transport of http_transport.h (Boost.Beast's parser on Boost.Asio).
+// The OpenAI-compatible HTTP server (docs/DESIGN.md section 6) in front of one BatchEngine per
+// served model (ServedModel: a request's "model" picks one), on the HTTP/1.1 transport of
+// http_transport.h (Boost.Beast's parser on Boost.Asio). GET /v1/cache, /v1/cache/tree and
+// /props answer for the model of `?model=NAME` (the first without one), /tokenize and
+// /detokenize for their body's "model"; /metrics labels each model's figures model="ID" when
+// several are served.
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (stream false: one JSON; stream true:
 // server-sent events `data: {...}\n\n` ending with `data: [DONE]`; with n > 1 every choice's
@@ -27,7 +31,8 @@
 //       (/v1/* and /metrics; the scheme is case-insensitive, the key compared in constant time;
 //       checked from the header, before the body is used);
 //   404 not_found_error: unknown route; 404 invalid_request_error model_not_found: a "model"
-//       that is none of the aliases, when aliases are set (OpenAI's shape);
+//       that no served model has among its names, when names are set or several models are
+//       served (OpenAI's shape);
 //   405 invalid_request_error: a route with a method it does not answer (with Allow);
 //   408 invalid_request_error: the header or body did not arrive within its deadline;
 //   413 / 414 / 431 invalid_request_error: body over max_body (from Content-Length before
@@ -86,6 +91,7 @@
 #include <string>
 #include <vector>
 
+#include "rewind/base/memory.h"
 #include "rewind/base/result.h"
 #include "rewind/server/generation_defaults.h"
 
@@ -98,16 +104,11 @@ class Tokenizer;
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                  // 0: an ephemeral port (bind() returns it)
-  std::string api_key;              // empty: no authentication
-  size_t max_body = 8u << 20;       // bytes of a request body (413)
-  size_t max_buffered = 64u << 20;  // bodies + read buffers + answers held (503 beyond)
-  std::string model_id = "rewind";  // /v1/models id and the "model" of every response
-  // Names a request's "model" may give (--alias). Empty: any name is accepted and model_id is
-  // shown. Set: /v1/models lists them, an answer echoes the name asked for (the first when none
-  // was), and any other name gets 404 model_not_found.
-  std::vector<std::string> aliases;
-  AccessLog* access_log = nullptr;  // one line per request (access_log.h); null: none
+  int port = 8080;                        // 0: an ephemeral port (bind() returns it)
+  std::string api_key;                    // empty: no authentication
+  size_t max_body = 8u << 20;             // bytes of a request body (413)
+  size_t max_buffered = 64u << 20;        // bodies + read buffers + answers held (503 beyond)
+  AccessLog* access_log = nullptr;        // one line per request (access_log.h); null: none
   int http_threads = 0;                   // transport (io) threads; 0: 2
   std::vector<std::string> cors_origins;  // origins allowed by CORS ("*": any); empty: CORS off
   double header_timeout_s = 10;           // the whole request header (408)
@@ -117,20 +118,39 @@ struct ServerOptions {
   size_t max_target_bytes = 8192;         // request-target (414)
   int max_connections = 512;              // open connections in total (503 beyond)
   int max_connections_per_client = 64;    // open connections from one address (503 beyond)
+  // The build, reported by GET /props ("rewind VERSION (commit C)").
+  std::string build_info;
+  // The memory bound's terms the models share (http, fixed: docs/ARCHITECTURE.md, "Memory");
+  // each engine's own terms come from BatchEngine::set_memory_bound. /metrics sums both.
+  MemoryReport shared_memory_bound;
+};
+
+// One model the server serves: its engine, tokenizer (the model's), chat template, sampling
+// defaults and names. The pointers must outlive the server.
+struct ServedModel {
+  BatchEngine* engine = nullptr;
+  const Tokenizer* tok = nullptr;
+  const ChatTemplate* tmpl = nullptr;
+  GenerationDefaults defaults;
+  std::string id = "rewind";  // /v1/models id and the "model" of answers when none was asked
+  // Names a request's "model" may give (--alias, or NAME=PATH). Routing: with one model and no
+  // names, any "model" is accepted and `id` is shown; otherwise a request goes to the model
+  // that has its name among its names (`id` when it has none), to the first model when it
+  // names none, and any other name gets 404 model_not_found. An answer echoes the name asked
+  // for (the first name when none was).
+  std::vector<std::string> aliases;
   // Byte cap of the compiled grammars and their cached masks (grammar/grammar_cache.h).
   size_t grammar_cache_bytes = size_t{256} << 20;
-  // Reported by GET /props: the model's path, where the chat template came from ("model", or
-  // "rewind-chatml" when the model has none) and the build ("rewind VERSION (commit C)").
+  // Reported by GET /props: the model's path and where the chat template came from ("model",
+  // or "rewind-chatml" when the model has none).
   std::string model_path;
   std::string chat_template_source;
-  std::string build_info;
 };
 
 class HttpServer {
  public:
-  // `engine`, `tok` and `tmpl` must outlive the server. `tok` must be the model's tokenizer.
-  HttpServer(BatchEngine& engine, const Tokenizer& tok, const ChatTemplate& tmpl,
-             GenerationDefaults defaults, ServerOptions opt);
+  // At least one model; the first is the default. Names must not repeat across models.
+  HttpServer(std::vector<ServedModel> models, ServerOptions opt);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

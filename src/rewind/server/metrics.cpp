@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 
 namespace rw {
@@ -19,15 +20,29 @@ std::string num(double v) {
   return buf;
 }
 
+// The page's families in the order first declared; a family declared again (once per model)
+// collects more samples under its one HELP and TYPE, as the text format requires.
 class Page {
  public:
   void family(const std::string& name, const char* type, const std::string& help) {
-    os_ << "# HELP " << name << ' ' << help << '\n' << "# TYPE " << name << ' ' << type << '\n';
+    const auto it = index_.find(name);
+    if (it != index_.end()) {
+      cur_ = it->second;
+      return;
+    }
+    index_.emplace(name, fams_.size());
+    cur_ = fams_.size();
+    fams_.push_back("# HELP " + name + ' ' + help + '\n' + "# TYPE " + name + ' ' + type + '\n');
   }
+  // Labels put first on every later sample (a model's), "" for none.
+  void set_label(std::string l) { label_ = std::move(l); }
   void sample(const std::string& name, const std::string& labels, double v) {
-    os_ << name;
-    if (!labels.empty()) os_ << '{' << labels << '}';
-    os_ << ' ' << num(v) << '\n';
+    std::string all = label_;
+    if (!labels.empty()) all += (all.empty() ? "" : ",") + labels;
+    std::string& f = fams_[cur_];
+    f += name;
+    if (!all.empty()) f += '{' + all + '}';
+    f += ' ' + num(v) + '\n';
   }
   void one(const std::string& name, const char* type, const std::string& help, double v) {
     family(name, type, help);
@@ -45,10 +60,17 @@ class Page {
     sample(name + "_sum", "", h.sum);
     sample(name + "_count", "", static_cast<double>(h.count));
   }
-  std::string str() const { return os_.str(); }
+  std::string str() const {
+    std::string out;
+    for (const std::string& f : fams_) out += f;
+    return out;
+  }
 
  private:
-  std::ostringstream os_;
+  std::vector<std::string> fams_;
+  std::map<std::string, size_t> index_;
+  size_t cur_ = 0;
+  std::string label_;
 };
 
 std::string escape_label(const std::string& s) {
@@ -76,41 +98,55 @@ void Histogram::observe(double v) {
   ++count;
 }
 
-ServerMetrics::ServerMetrics() : ttft_(kLatencyBounds), request_(kLatencyBounds) {}
+ServerMetrics::ServerMetrics() = default;
 
 void ServerMetrics::count_response(const std::string& endpoint, int status) {
   std::lock_guard<std::mutex> lock(mu_);
   ++responses_[{endpoint, status}];
 }
 
-void ServerMetrics::track_memory(std::string kind, std::function<int64_t()> bytes) {
+void ServerMetrics::track_memory(std::string kind, std::function<int64_t()> bytes,
+                                 std::string model) {
   std::lock_guard<std::mutex> lock(mu_);
-  memory_sources_.emplace_back(std::move(kind), std::move(bytes));
+  memory_sources_.push_back({std::move(kind), std::move(model), std::move(bytes)});
 }
 
-void ServerMetrics::observe_request(double ttft_ms, double total_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (ttft_ms > 0) ttft_.observe(ttft_ms / 1000.0);
-  request_.observe(total_ms / 1000.0);
+ServerMetrics::Latency& ServerMetrics::latency(const std::string& model) {
+  auto it = latency_.find(model);
+  if (it == latency_.end())
+    it = latency_.emplace(model, Latency{Histogram(kLatencyBounds), Histogram(kLatencyBounds)})
+             .first;
+  return it->second;
 }
 
-void ServerMetrics::count_outcome(const std::string& outcome) {
+void ServerMetrics::observe_request(double ttft_ms, double total_ms, const std::string& model) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++outcomes_[outcome];
+  Latency& l = latency(model);
+  if (ttft_ms > 0) l.ttft.observe(ttft_ms / 1000.0);
+  l.request.observe(total_ms / 1000.0);
+}
+
+void ServerMetrics::count_outcome(const std::string& outcome, const std::string& model) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++outcomes_[{model, outcome}];
 }
 
 std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
-  Page p;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    p.family("rewind_requests_total", "counter",
-             "Generation requests by how they ended for the client.");
-    for (const char* o : {"stop", "length", "tool_calls", "cancelled", "failed", "rejected"}) {
-      const auto it = outcomes_.find(o);
-      p.sample("rewind_requests_total", std::string("outcome=\"") + o + "\"",
-               it == outcomes_.end() ? 0.0 : static_cast<double>(it->second));
-    }
-  }
+  return prometheus(std::vector<ModelMetrics>{{"", em}});
+}
+
+namespace {
+// Memory kinds the engine reports process-wide (pages and snapshots count themselves): with
+// several models they are shown once, without a model label.
+bool process_wide_kind(const std::string& kind) {
+  return kind == "kv_pages" || kind == "snapshots";
+}
+std::string model_label(const std::string& name) {
+  return name.empty() ? "" : "model=\"" + escape_label(name) + "\"";
+}
+
+// The families one engine's figures fill.
+void engine_part(Page& p, const EngineMetrics& em) {
   p.family("rewind_engine_requests_total", "counter", "Engine requests by outcome.");
   p.sample("rewind_engine_requests_total", "outcome=\"finished\"",
            static_cast<double>(em.requests_finished));
@@ -134,13 +170,15 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
   p.one("rewind_requests_running", "gauge", "Sequences prefilling or decoding now.", em.running);
   p.one("rewind_requests_queued", "gauge", "Requests waiting for a free sequence slot.", em.queued);
   const SpecStats& sp = em.spec;
-  p.one("rewind_spec_rounds_total", "counter", "Speculative rounds with at least one draft (finished requests).",
+  p.one("rewind_spec_rounds_total", "counter",
+        "Speculative rounds with at least one draft (finished requests).",
         static_cast<double>(sp.rounds));
   p.one("rewind_spec_drafted_tokens_total", "counter", "Draft tokens proposed.",
         static_cast<double>(sp.drafted));
   p.one("rewind_spec_accepted_tokens_total", "counter", "Draft tokens accepted by the target.",
         static_cast<double>(sp.accepted));
-  p.one("rewind_spec_acceptance_rate", "gauge", "Accepted / drafted tokens so far (0 before any draft).",
+  p.one("rewind_spec_acceptance_rate", "gauge",
+        "Accepted / drafted tokens so far (0 before any draft).",
         sp.drafted ? static_cast<double>(sp.accepted) / static_cast<double>(sp.drafted) : 0.0);
   p.one("rewind_spec_replayed_tokens_total", "counter",
         "Tokens whose recurrence was replayed after a partly accepted round.",
@@ -265,25 +303,87 @@ std::string ServerMetrics::prometheus(const EngineMetrics& em) const {
     gauge("redis_queued", "Objects waiting for the shared tier's publisher.",
           static_cast<double>(r.queued));
   }
+}
+}  // namespace
+
+std::string ServerMetrics::prometheus(const std::vector<ModelMetrics>& models,
+                                      const MemoryReport& shared_bound) const {
+  Page p;
+  const bool several = models.size() > 1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    p.family("rewind_requests_total", "counter",
+             "Generation requests by how they ended for the client.");
+    for (const ModelMetrics& m : models) {
+      p.set_label(model_label(m.name));
+      for (const char* o : {"stop", "length", "tool_calls", "cancelled", "failed", "rejected"}) {
+        const auto it = outcomes_.find({m.name, o});
+        p.sample("rewind_requests_total", std::string("outcome=\"") + o + "\"",
+                 it == outcomes_.end() ? 0.0 : static_cast<double>(it->second));
+      }
+    }
+  }
+  for (const ModelMetrics& m : models) {
+    p.set_label(model_label(m.name));
+    engine_part(p, m.em);
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
-  MemoryReport mem = em.memory;
-  for (const auto& [kind, bytes] : memory_sources_) mem.add(kind, bytes());
   p.family("rewind_memory_bytes", "gauge", "Bytes allocated now, by kind.");
-  for (const auto& [kind, bytes] : mem.kinds)
-    p.sample("rewind_memory_bytes", "kind=\"" + escape_label(kind) + "\"",
-             static_cast<double>(bytes));
+  for (const ModelMetrics& m : models) {
+    p.set_label(model_label(m.name));
+    MemoryReport mem;
+    for (const auto& [kind, bytes] : m.em.memory.kinds)
+      if (!several || !process_wide_kind(kind)) mem.add(kind, bytes);
+    for (const MemorySource& s : memory_sources_)
+      if (s.model == m.name) mem.add(s.kind, s.bytes());
+    for (const auto& [kind, bytes] : mem.kinds)
+      p.sample("rewind_memory_bytes", "kind=\"" + escape_label(kind) + "\"",
+               static_cast<double>(bytes));
+  }
+  p.set_label("");
+  {
+    MemoryReport mem;
+    if (several)
+      for (const auto& [kind, bytes] : models[0].em.memory.kinds)
+        if (process_wide_kind(kind)) mem.add(kind, bytes);
+    for (const MemorySource& s : memory_sources_) {
+      bool of_model = false;
+      for (const ModelMetrics& m : models) of_model = of_model || s.model == m.name;
+      if (!of_model) mem.add(s.kind, s.bytes());
+    }
+    for (const auto& [kind, bytes] : mem.kinds)
+      p.sample("rewind_memory_bytes", "kind=\"" + escape_label(kind) + "\"",
+               static_cast<double>(bytes));
+  }
   p.one("rewind_process_resident_bytes", "gauge", "Resident set of the process.",
         static_cast<double>(process_resident_bytes()));
+  int64_t bound = shared_bound.total();
+  for (const ModelMetrics& m : models) bound += m.em.memory_bound.total();
   p.one("rewind_memory_bound_bytes", "gauge",
         "The memory bound the options allow (sum of rewind_memory_bound_term_bytes; 0: unset).",
-        static_cast<double>(em.memory_bound.total()));
+        static_cast<double>(bound));
   p.family("rewind_memory_bound_term_bytes", "gauge", "The memory bound's terms.");
-  for (const auto& [term, bytes] : em.memory_bound.kinds)
+  for (const ModelMetrics& m : models) {
+    p.set_label(model_label(m.name));
+    for (const auto& [term, bytes] : m.em.memory_bound.kinds)
+      p.sample("rewind_memory_bound_term_bytes", "term=\"" + escape_label(term) + "\"",
+               static_cast<double>(bytes));
+  }
+  p.set_label("");
+  for (const auto& [term, bytes] : shared_bound.kinds)
     p.sample("rewind_memory_bound_term_bytes", "term=\"" + escape_label(term) + "\"",
              static_cast<double>(bytes));
-  p.histogram("rewind_time_to_first_token_seconds", "Submit to first generated token.", ttft_);
-  p.histogram("rewind_request_duration_seconds", "Submit to last event of a request.", request_);
+  const Histogram empty(kLatencyBounds);
+  for (const ModelMetrics& m : models) {
+    p.set_label(model_label(m.name));
+    const auto it = latency_.find(m.name);
+    p.histogram("rewind_time_to_first_token_seconds", "Submit to first generated token.",
+                it == latency_.end() ? empty : it->second.ttft);
+    p.histogram("rewind_request_duration_seconds", "Submit to last event of a request.",
+                it == latency_.end() ? empty : it->second.request);
+  }
+  p.set_label("");
   p.family("rewind_http_responses_total", "counter", "HTTP responses by endpoint and status.");
   for (const auto& [k, v] : responses_)
     p.sample(

@@ -15,7 +15,8 @@
 //   _total), rewind_memory_bytes{kind} (EngineMetrics::memory plus track_memory's kinds),
 //   rewind_process_resident_bytes (/proc/self/statm), rewind_memory_bound_bytes and
 //   rewind_memory_bound_term_bytes{term} (EngineMetrics::memory_bound; docs/ARCHITECTURE.md,
-//   "Memory").
+//   "Memory"). With several models every figure of one model carries model="NAME" (pages
+//   and snapshots are counted process-wide and carry none).
 // /v1/cache: budget, bytes by kind, counts, hit counters and the engine's recent requests
 //   (id as the client saw it, diverged_at / resumed_at / rerun_tokens / lost_to_spacing), and
 //   a note on why a chat follow-up resumes where the previous reply began.
@@ -47,29 +48,48 @@ struct Histogram {
   int64_t count = 0;
 };
 
+// One served model's engine figures for the /metrics page; `name` labels its samples
+// (model="name"), "" for none (one model: the page as without models).
+struct ModelMetrics {
+  std::string name;
+  EngineMetrics em;
+};
+
 class ServerMetrics {
  public:
   ServerMetrics();
   // One HTTP answer (endpoint: the route, e.g. "/v1/chat/completions"; "other" for 404s).
   void count_response(const std::string& endpoint, int status);
-  // A request that produced tokens: its time to first token and total time, from the engine.
-  void observe_request(double ttft_ms, double total_ms);
+  // A request that produced tokens: its time to first token and total time, from the engine;
+  // `model`: the served model's label ("" for none).
+  void observe_request(double ttft_ms, double total_ms, const std::string& model = "");
   // A generation request's end: "stop", "length", "tool_calls", "cancelled", "failed" or
   // "rejected".
-  void count_outcome(const std::string& outcome);
-  // The whole /metrics page.
-  std::string prometheus(const EngineMetrics& em) const;
+  void count_outcome(const std::string& outcome, const std::string& model = "");
+  // The whole /metrics page: every model's engine figures (labelled by name when named), the
+  // memory bound as the sum of the engines' terms and `shared_bound`'s.
+  std::string prometheus(const std::vector<ModelMetrics>& models,
+                         const MemoryReport& shared_bound = {}) const;
+  std::string prometheus(const EngineMetrics& em) const;  // one unnamed model
   // A component's own memory (e.g. the HTTP layer's buffers): `bytes` is called for each
-  // /metrics page and shown as rewind_memory_bytes{kind=`kind`} next to the engine's kinds.
-  // It must be thread-safe and quick.
-  void track_memory(std::string kind, std::function<int64_t()> bytes);
+  // /metrics page and shown as rewind_memory_bytes{kind=`kind`} next to the engine's kinds
+  // (with model=`model` when it names a model of the page). It must be thread-safe and quick.
+  void track_memory(std::string kind, std::function<int64_t()> bytes, std::string model = "");
 
  private:
-  std::vector<std::pair<std::string, std::function<int64_t()>>> memory_sources_;  // guarded by mu_
+  struct MemorySource {
+    std::string kind, model;
+    std::function<int64_t()> bytes;
+  };
+  struct Latency {
+    Histogram ttft, request;
+  };
+  Latency& latency(const std::string& model);  // mu_ held
+  std::vector<MemorySource> memory_sources_;   // guarded by mu_
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, int64_t> responses_;
-  std::map<std::string, int64_t> outcomes_;
-  Histogram ttft_, request_;
+  std::map<std::pair<std::string, std::string>, int64_t> outcomes_;  // (model, outcome)
+  std::map<std::string, Latency> latency_;                           // by model
 };
 
 // GET /v1/cache body. `client_ids`: engine request id -> the id its client saw (chatcmpl-...);

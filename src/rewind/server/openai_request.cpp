@@ -1,5 +1,6 @@
 #include "rewind/server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -642,6 +643,9 @@ Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
 Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const Limits& limits) {
   REWIND_TRY(json j, parse_object(body, limits));
   TokenizeRequest out;
+  if (const json* v = field(j, "model")) {
+    REWIND_TRY(out.model, get_str(*v, "model"));
+  }
   const json* c = field(j, "content");
   if (!c) return make_error("'content' is required");
   REWIND_TRY(out.content, get_str(*c, "content"));
@@ -655,13 +659,16 @@ Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const Limi
     REWIND_TRY(out.with_pieces, get_bool(*v, "with_pieces"));
   }
   out.ignored_fields =
-      unknown_fields(j, {"content", "add_special", "parse_special", "with_pieces"});
+      unknown_fields(j, {"model", "content", "add_special", "parse_special", "with_pieces"});
   return out;
 }
 
 Result<DetokenizeRequest> parse_detokenize_request(std::string_view body, const Limits& limits) {
   REWIND_TRY(json j, parse_object(body, limits));
   DetokenizeRequest out;
+  if (const json* v = field(j, "model")) {
+    REWIND_TRY(out.model, get_str(*v, "model"));
+  }
   const json* t = field(j, "tokens");
   if (!t) return make_error("'tokens' is required");
   if (!t->is_array()) return type_error("tokens", "an array of token ids", *t);
@@ -675,7 +682,104 @@ Result<DetokenizeRequest> parse_detokenize_request(std::string_view body, const 
     REWIND_TRY(int64_t id, get_int((*t)[i], "tokens[" + std::to_string(i) + "]", 0, hi));
     out.tokens.push_back(static_cast<int32_t>(id));
   }
-  out.ignored_fields = unknown_fields(j, {"tokens"});
+  out.ignored_fields = unknown_fields(j, {"model", "tokens"});
+  return out;
+}
+
+namespace {
+// SAX events of a JSON text: keeps the last top-level "model" string, builds no tree.
+class ModelPeek : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::string model;
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t& s) override {
+    if (depth_ == 1 && at_model_) model = s;
+    return value();
+  }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override { return open(); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    at_model_ = depth_ == 1 && k == "model";
+    if (at_model_) model.clear();  // a later non-string "model" replaces an earlier string
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool value() {
+    if (depth_ == 1) at_model_ = false;
+    return true;
+  }
+  bool open() {
+    ++depth_;
+    if (depth_ == 2) at_model_ = false;  // a container value of "model" is not a name
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return true;
+  }
+  int depth_ = 0;
+  bool at_model_ = false;
+};
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+}  // namespace
+
+std::string peek_model_name(std::string_view body) {
+  ModelPeek peek;
+  const bool ok = nlohmann::json::sax_parse(body, &peek);
+  return ok ? peek.model : std::string();
+}
+
+Result<ModelQuery> split_model_query(std::string_view query) {
+  ModelQuery out;
+  size_t i = 0;
+  while (i < query.size()) {
+    const size_t amp = std::min(query.find('&', i), query.size());
+    const std::string_view param = query.substr(i, amp - i);
+    i = amp + 1;
+    const size_t eq = param.find('=');
+    if (param.substr(0, eq) != "model") {
+      if (param.empty()) continue;
+      if (!out.rest.empty()) out.rest += '&';
+      out.rest.append(param);
+      continue;
+    }
+    if (out.model) return make_error("query parameter 'model' is repeated");
+    const std::string_view raw = eq == std::string_view::npos ? "" : param.substr(eq + 1);
+    std::string name;
+    for (size_t k = 0; k < raw.size(); ++k) {
+      if (raw[k] == '+') {
+        name += ' ';
+      } else if (raw[k] != '%') {
+        name += raw[k];
+      } else {
+        const int hi = k + 2 < raw.size() ? hex_digit(raw[k + 1]) : -1;
+        const int lo = hi >= 0 ? hex_digit(raw[k + 2]) : -1;
+        if (lo < 0) return make_error("query parameter 'model': a bad percent escape");
+        name += static_cast<char>(hi * 16 + lo);
+        k += 2;
+      }
+    }
+    if (name.empty()) return make_error("query parameter 'model' is empty");
+    if (name.size() > 256) return make_error("query parameter 'model' is over 256 bytes");
+    out.model = std::move(name);
+  }
   return out;
 }
 

@@ -73,7 +73,7 @@ struct SamplingOverrides {
 
 // Fields the two endpoints share.
 struct CommonRequest {
-  std::string model;  // checked by the server against --alias when aliases are set
+  std::string model;  // routes to a served model; checked when names are set (http_server.h)
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage (stream only)
   std::optional<int32_t> max_tokens;  // max_tokens or max_completion_tokens; >= 1
@@ -124,6 +124,7 @@ struct ParsedCompletionRequest : CommonRequest {
 // rewind's tokenizers never add BOS/EOS (prompts get special tokens from the chat template),
 // so the ids are what /v1/completions runs for the same text.
 struct TokenizeRequest {
+  std::string model;  // which served model's tokenizer ("" : the first); as a chat request's
   std::string content;
   bool add_special = false;
   bool parse_special = true;  // recognise special tokens written in the text
@@ -135,6 +136,7 @@ struct TokenizeRequest {
 // them. (The server refuses a /tokenize text of more than ctx_size tokens the same way: the
 // answers stay bounded like a prompt's.)
 struct DetokenizeRequest {
+  std::string model;  // as TokenizeRequest::model
   std::vector<int32_t> tokens;
   std::vector<std::string> ignored_fields;
 };
@@ -147,5 +149,20 @@ Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
                                                          const Limits& limits);
 Result<TokenizeRequest> parse_tokenize_request(std::string_view body, const Limits& limits);
 Result<DetokenizeRequest> parse_detokenize_request(std::string_view body, const Limits& limits);
+
+// The top-level "model" string of a JSON body, read without building the tree, so the server
+// can pick the model (and its Limits) before the full parse: "" when the body has none, when it
+// is not a string, or when the body is not JSON (the full parse then reports it). The last of
+// repeated "model" keys counts, as in the full parse.
+std::string peek_model_name(std::string_view body);
+
+// A GET route's query string (after '?', may be empty) split into its `model` parameter
+// (percent-decoded; "+" is a space) and the other parameters, unchanged and in their order.
+// Errors: `model` repeated or empty, a bad percent escape, a name over 256 bytes.
+struct ModelQuery {
+  std::optional<std::string> model;
+  std::string rest;
+};
+Result<ModelQuery> split_model_query(std::string_view query);
 
 }  // namespace rw
