@@ -754,9 +754,6 @@ REWIND_VNNI void int8_tall_tile(DType t, const QuantizedActs& xa, int64_t r0,
     case DType::Q4_K:
       return int8_tile_avx512_t<R, 1, DType::Q4_K, false>(xa, r0, panels, panel_stride, y, ldy,
                                                           ncols, y_step, pf, n_tiles);
-    case DType::Q8_0:
-      return int8_tile_avx512_t<R, 1, DType::Q8_0, false>(xa, r0, panels, panel_stride, y, ldy,
-                                                          ncols, y_step, pf, n_tiles);
     default:
       break;
   }
@@ -764,8 +761,8 @@ REWIND_VNNI void int8_tall_tile(DType t, const QuantizedActs& xa, int64_t r0,
 }
 }  // namespace
 
-const Int8TileFn kInt8TallTiles[kInt8BatchRows - 4] = {int8_tall_tile<5>, int8_tall_tile<6>, int8_tall_tile<7>,
-                                      int8_tall_tile<8>};
+const Int8TileFn kInt8TallTiles[kInt8BatchRows - 4] = {int8_tall_tile<5>, int8_tall_tile<6>,
+                                                       int8_tall_tile<7>, int8_tall_tile<8>};
 
 WidenFn widen_fn_avx512(DType t) {
   switch (t) {

@@ -193,7 +193,7 @@ constexpr int64_t kPrefetchBytes = 4096;       // AVX2 tiles: per panel stream, 
 constexpr int64_t kPrefetchBytesL2 = 768;      // VNNI tiles
 constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K: none)
 constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two panel streams)
-constexpr int64_t kPrefetchBytesTall = 2048;    // VNNI tiles of 5-8 rows (batched decode)
+constexpr int64_t kPrefetchBytesTall = 2048;   // VNNI tiles of 5-8 rows (batched decode)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
 // loads, covering every 64-byte line of a panel's blocks (headers and high bits too). asm, as
@@ -327,11 +327,12 @@ extern const DecodeTileFn kDecodeTiles[kQuantDecodeRows][kQuantDecodePanels];
 // int8-dot tiles: [rows - 1][panels - 1] (null where a path has no such tile).
 extern const Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP];      // AVX-512 VNNI
 extern const Int8TileFn kInt8TilesAvx2[kInt8MaxR][kInt8MaxP];  // AVX2
-// VNNI tiles of 5-8 rows x 1 panel (batched decode of Q8_0, Q4_K, Q6_K), [rows - 5].
+// VNNI tiles of 5-8 rows x 1 panel (batched decode of Q4_K, Q6_K), [rows - 5].
 extern const Int8TileFn kInt8TallTiles[kInt8BatchRows - 4];
-// Whether kInt8TallTiles serve type t.
+// Whether kInt8TallTiles serve type t: the types whose codes take several operations to build.
+// (Q8_0's are one xor; its 4-row tiles over 4 panels share each activation broadcast.)
 constexpr bool has_tall_tile(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+  return t == DType::Q4_K || t == DType::Q6_K;
 }
 
 // Prefill expansions of nb panel blocks at src into dst (layouts at their definitions).
