@@ -362,6 +362,8 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
                          : t == DType::Q4_1 || t == DType::Q5_1 ? kMinBytesBlock
                                               : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
+  // Tall decode tiles (5-8 rows, no prefill stream) prefetch ahead as the 1-2 row ones do.
+  const bool tall = R >= 5 && pf == nullptr;
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -383,7 +385,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       for (int g = 0; g < 8; ++g) {
         __m512i w[P];
         for (int p = 0; p < P; ++p) {
-          prefetch_spread<R, kPb, 8, kAhead>(blk[p], g);
+          prefetch_spread<R, kPb, 8, kAhead>(blk[p], g, tall);
           w[p] = _mm512_xor_si512(load_group(blk[p] + kQ8QOff + 64 * g), flip);
         }
         for (int r = 0; r < R; ++r) {
@@ -427,7 +429,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         for (int g = 0; g < 4; ++g) {
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            prefetch_spread<R, kPb, 4, kAhead>(blk[p], g);
+            prefetch_spread<R, kPb, 4, kAhead>(blk[p], g, tall);
             nibble_codes<q5>(blk[p], g, lo[p], hi[p]);
             if constexpr (nl) {
               lo[p] = _mm512_shuffle_epi8(table, lo[p]);
@@ -482,7 +484,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           const int g = 4 * sb + c;
           __m512i lo[P], hi[P];
           for (int p = 0; p < P; ++p) {
-            if constexpr (t != DType::Q5_K) prefetch_spread<R, kPb, 32, kAhead>(blk[p], g);
+            if constexpr (t != DType::Q5_K) prefetch_spread<R, kPb, 32, kAhead>(blk[p], g, tall);
             if constexpr (Bytes) {
               lo[p] = load_group(blk[p] + q_off + 128 * g);
               hi[p] = load_group(blk[p] + q_off + 128 * g + 64);
@@ -557,7 +559,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
             const int g = 4 * sb + i;
             __m512i w[P];
             for (int p = 0; p < P; ++p) {
-              prefetch_spread<R, kPb, 64, kAhead>(blk[p], g);
+              prefetch_spread<R, kPb, 64, kAhead>(blk[p], g, tall);
               w[p] = q2_k_codes(codes[p], i);
             }
             for (int r = 0; r < R; ++r) {
@@ -639,7 +641,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           const int g = 4 * sb + i;
           __m512i w[P];
           for (int p = 0; p < P; ++p) {
-            prefetch_spread<R, kPb, 64, kAhead>(blk[p], g);
+            prefetch_spread<R, kPb, 64, kAhead>(blk[p], g, tall);
             w[p] = q3      ? q3_k_codes(q3lo[p], q3hi[p], i)
                    : Bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g)
                            : q6_k_codes(blk[p], g);
@@ -736,6 +738,31 @@ const Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP] = {REWIND_INT8_ROW(1),  REWIND
                                                      REWIND_INT8_ROW2(5), REWIND_INT8_ROW2(6)};
 #undef REWIND_INT8_ROW2
 #undef REWIND_INT8_ROW
+
+namespace {
+// Batched decode of 5-8 rows (has_tall_tile's types) in one tile of one panel: each code group
+// is built once for all the rows. With one panel the accumulators of 8 rows fit the registers.
+template <int R>
+REWIND_VNNI void int8_tall_tile(DType t, const QuantizedActs& xa, int64_t r0,
+                                const std::byte* panels, int64_t panel_stride, float* y,
+                                int64_t ldy, int ncols, int64_t y_step, bool, PrefetchStream* pf,
+                                int64_t n_tiles) {
+  switch (t) {
+    case DType::Q6_K:
+      return int8_tile_avx512_t<R, 1, DType::Q6_K, false>(xa, r0, panels, panel_stride, y, ldy,
+                                                          ncols, y_step, pf, n_tiles);
+    case DType::Q4_K:
+      return int8_tile_avx512_t<R, 1, DType::Q4_K, false>(xa, r0, panels, panel_stride, y, ldy,
+                                                          ncols, y_step, pf, n_tiles);
+    default:
+      break;
+  }
+  REWIND_CHECK_MSG(false, "int8 tile: no tall VNNI tile for this type");
+}
+}  // namespace
+
+const Int8TileFn kInt8TallTiles[kInt8BatchRows - 4] = {int8_tall_tile<5>, int8_tall_tile<6>,
+                                                       int8_tall_tile<7>, int8_tall_tile<8>};
 
 WidenFn widen_fn_avx512(DType t) {
   switch (t) {

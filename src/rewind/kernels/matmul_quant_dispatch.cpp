@@ -337,9 +337,19 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
     // stream already loaded, and only the first panel of each run starts cold.
-    // A few rows (batched decode): row tiles of up to 4 rows, all on the packed panels (no
-    // expansion to amortise), one after the other on the same panels while they are in L1, so
-    // each weight comes from memory once for all the rows.
+    // A few rows (batched decode), all on the packed panels (no expansion to amortise), each
+    // weight from memory once for all the rows. 5-8 rows of Q4_K or Q6_K (VNNI): one tile of
+    // all the rows per panel, panels in order (one linear stream, prefetched ahead), so each
+    // code group is built once; two tiles of up to 4 rows built them twice (Q6_K's codes take
+    // several operations per group).
+    if (!avx2 && rows > 4 && has_tall_tile(t)) {
+      for (int p = 0; p < np; ++p)
+        kInt8TallTiles[rows - 5](t, xa, r0, panels + p * panel_stride, panel_stride, y + 16 * p,
+                                 ldy, ncols - 16 * p, 16, false, nullptr, 1);
+      return;
+    }
+    // The others: row tiles of up to 4 rows one after the other on a panel group while it is
+    // in L1.
     const int q = (np + max_p - 1) / max_p;
     const int n_tiles = static_cast<int>((rows + 3) / 4);
     for (int i = 0; i < q; ++i) {

@@ -193,6 +193,7 @@ constexpr int64_t kPrefetchBytes = 4096;       // AVX2 tiles: per panel stream, 
 constexpr int64_t kPrefetchBytesL2 = 768;      // VNNI tiles
 constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K: none)
 constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two panel streams)
+constexpr int64_t kPrefetchBytesTall = 2048;   // VNNI tiles of 5-8 rows (batched decode)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
 // loads, covering every 64-byte line of a panel's blocks (headers and high bits too). asm, as
@@ -223,14 +224,22 @@ __attribute__((always_inline)) inline void prefetch_part(const std::byte* blk, i
 // offset g * Pb / G, and half way to the next group's where groups are over a line apart, so
 // every line gets at least one. Constant offsets: prefetch_part's integer work per group cost
 // the VNNI tiles most of their speed from cache.
+// Tall tiles (5-8 rows of batched decode, `tall`: no prefill stream) prefetch too, further
+// ahead (kPrefetchBytesTall): at 8 rows' pace of work a nearer distance left the reads waiting.
 template <int R, int64_t Pb, int G, int64_t Ahead = kPrefetchBytesL2>
-__attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk, int g) {
+__attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk, int g,
+                                                           bool tall = false) {
+  constexpr int64_t kStep = (Pb + G - 1) / G;  // the most bytes between two groups' offsets
+  static_assert(kStep <= 128, "at most two prefetches a group");
+  const auto a = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(g * Pb / G);
   if constexpr (R <= 2) {
-    constexpr int64_t kStep = (Pb + G - 1) / G;  // the most bytes between two groups' offsets
-    static_assert(kStep <= 128, "at most two prefetches a group");
-    const auto a = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(g * Pb / G);
     prefetch_line<true, Ahead>(a);
     if constexpr (kStep > 64) prefetch_line<true, Ahead>(a + kStep / 2);
+  } else if constexpr (R >= 5) {
+    if (tall) {
+      prefetch_line<true, kPrefetchBytesTall>(a);
+      if constexpr (kStep > 64) prefetch_line<true, kPrefetchBytesTall>(a + kStep / 2);
+    }
   }
 }
 
@@ -318,6 +327,13 @@ extern const DecodeTileFn kDecodeTiles[kQuantDecodeRows][kQuantDecodePanels];
 // int8-dot tiles: [rows - 1][panels - 1] (null where a path has no such tile).
 extern const Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP];      // AVX-512 VNNI
 extern const Int8TileFn kInt8TilesAvx2[kInt8MaxR][kInt8MaxP];  // AVX2
+// VNNI tiles of 5-8 rows x 1 panel (batched decode of Q4_K, Q6_K), [rows - 5].
+extern const Int8TileFn kInt8TallTiles[kInt8BatchRows - 4];
+// Whether kInt8TallTiles serve type t: the types whose codes take several operations to build.
+// (Q8_0's are one xor; its 4-row tiles over 4 panels share each activation broadcast.)
+constexpr bool has_tall_tile(DType t) {
+  return t == DType::Q4_K || t == DType::Q6_K;
+}
 
 // Prefill expansions of nb panel blocks at src into dst (layouts at their definitions).
 REWIND_AVX512 void expand_q6_k(const std::byte* src, int64_t nb, std::byte* dst);
