@@ -206,7 +206,9 @@ int cmd_serve(int argc, char** argv) {
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());
   eo.spec = spec->cfg;
   // The tiers under the prefix cache (docs/ARCHITECTURE.md, "Disk tier" and "Shared tier"):
-  // both are bound to the model's fingerprint and the KV element types.
+  // both are bound to the model's fingerprint and the KV element types, which are part of what
+  // a page's bytes mean: another choice is foreign (headers: K's type code in the high nibble,
+  // V's in the low one; f32/f32 is 0).
   const KvTypes kvt = m.state_shape().kv_types;
   const uint8_t kv_code =
       static_cast<uint8_t>((static_cast<unsigned>(kvt.k) << 4) | static_cast<unsigned>(kvt.v));
@@ -230,8 +232,6 @@ int cmd_serve(int argc, char** argv) {
     std::filesystem::create_directories(d.dir, ec);
     if (ec) return fail("--cache-dir " + d.dir + ": " + ec.message());
     const double t0 = now_seconds();
-    // The KV element types are part of what a page's bytes mean: another choice is a foreign
-    // file (headers: K's type code in the high nibble, V's in the low one; f32/f32 is 0).
     d.kv_dtype = kv_code;
     auto fp = model_fingerprint(dir, m, d.dir + "/model-digests", kv_name);
     if (!fp.ok()) return fail(fp.error_message());
