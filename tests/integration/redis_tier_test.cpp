@@ -36,13 +36,7 @@
 namespace rw {
 namespace {
 
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-namespace fs = std::filesystem;
-
-using test::model_dir;
-using test::tmp_dir;
-using test::tmp_path;
+using namespace test::tier;
 
 // ---- redis-server processes ----
 
@@ -187,8 +181,6 @@ struct RedisCluster {
 };
 
 // ---- rewind serve ----
-
-using namespace test::tier;
 
 // Replica A serves the original chat and publishes it.
 void publish_original(const std::string& url) {
