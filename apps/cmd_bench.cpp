@@ -41,23 +41,21 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
   std::vector<Set> sets;
   std::vector<float> logits;
   uint64_t s = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ull + 1;
+  auto random_token = [&] {  // xorshift64
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    return static_cast<int32_t>(s % static_cast<uint64_t>(V));
+  };
   std::vector<int64_t> set_rows = sizes;
   if (mixed > 0) set_rows.push_back(*std::max_element(sizes.begin(), sizes.end()));
   // The long prompt of the mixed set and its prefilling state.
   std::vector<int32_t> long_prompt(static_cast<size_t>(std::max<int64_t>(mixed, 0)));
-  for (auto& t : long_prompt) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    t = static_cast<int32_t>(s % static_cast<uint64_t>(V));
-  }
+  for (auto& t : long_prompt) t = random_token();
   SequenceState pre = m.new_state();
   for (int64_t rows : set_rows) {
     Set set{rows, {}, {}, {}, {}};
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<int32_t> prompt(static_cast<size_t>(p));
-      for (auto& t : prompt) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        t = static_cast<int32_t>(s % static_cast<uint64_t>(V));
-      }
+      for (auto& t : prompt) t = random_token();
       set.st.push_back(m.new_state());
       SeqInput in{&set.st.back(), prompt, {static_cast<int32_t>(p - 1)}};
       Status st = m.forward(std::span<SeqInput>(&in, 1), &logits, pool);
@@ -67,15 +65,18 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     sets.push_back(std::move(set));
   }
   std::vector<SeqInput> in;
+  auto decode_rows = [&](Set& set) {  // `in` = one decode row per sequence of the set
+    in.clear();
+    for (int64_t r = 0; r < set.rows; ++r)
+      in.push_back(SeqInput{&set.st[static_cast<size_t>(r)],
+                            std::span<const int32_t>(&set.next[static_cast<size_t>(r)], 1),
+                            {0}});
+  };
   int64_t chunks = 0, prompts_done = 0;
   for (int64_t i = 0; i < n; ++i)
     for (size_t k = 0; k < sets.size(); ++k) {
       Set& set = sets[k];
-      in.clear();
-      for (int64_t r = 0; r < set.rows; ++r)
-        in.push_back(SeqInput{&set.st[static_cast<size_t>(r)],
-                              std::span<const int32_t>(&set.next[static_cast<size_t>(r)], 1),
-                              {0}});
+      decode_rows(set);
       if (mixed > 0 && k + 1 == sets.size() && step_tokens > set.rows) {
         if (pre.n_pos() >= mixed) {  // the prompt is done: the next one
           pre = m.new_state();
@@ -109,12 +110,7 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
   // The largest batch beside the whole long prompt in one step (no budget), timed once.
   double whole_s = 0;
   if (mixed > 0) {
-    Set& set = sets.back();
-    in.clear();
-    for (int64_t r = 0; r < set.rows; ++r)
-      in.push_back(SeqInput{&set.st[static_cast<size_t>(r)],
-                            std::span<const int32_t>(&set.next[static_cast<size_t>(r)], 1),
-                            {0}});
+    decode_rows(sets.back());
     pre = m.new_state();
     in.push_back(SeqInput{&pre, long_prompt, {static_cast<int32_t>(mixed - 1)}});
     const double a = now_seconds();

@@ -287,7 +287,9 @@ int cmd_serve(int argc, char** argv) {
     REWIND_TRY_STATUS(spec_check(m, L.spec->cfg));
     eo.spec = L.spec->cfg;
     // The tiers under the prefix cache (docs/ARCHITECTURE.md, "Disk tier" and "Shared tier"):
-    // both are bound to the model's fingerprint and the KV element types.
+    // both are bound to the model's fingerprint and the KV element types, which are part of
+    // what a page's bytes mean: another choice is foreign (headers: K's type code in the high
+    // nibble, V's in the low one; f32/f32 is 0).
     const KvTypes kvt = m.state_shape().kv_types;
     const uint8_t kv_code =
         static_cast<uint8_t>((static_cast<unsigned>(kvt.k) << 4) | static_cast<unsigned>(kvt.v));
@@ -314,8 +316,6 @@ int cmd_serve(int argc, char** argv) {
       std::filesystem::create_directories(d.dir, ec);
       if (ec) return make_error("--cache-dir " + d.dir + ": " + ec.message());
       const double t0 = now_seconds();
-      // The KV element types are part of what a page's bytes mean: another choice is a foreign
-      // file (headers: K's type code in the high nibble, V's in the low one; f32/f32 is 0).
       d.kv_dtype = kv_code;
       REWIND_TRY(Hash128 fp, model_fingerprint(dir, m, d.dir + "/model-digests", kv_name));
       d.fingerprint = fp;

@@ -23,72 +23,16 @@ usage: bench/cache_vs_llama.py --rewind build/release/rewind --model FILE.gguf
                                [--chat-tokens 8192] [--max-tokens 4] [--far-back] [--json]
 Without --llama-server only rewind runs (and the table says "llama-server not given").
 Exits non-zero if a server fails to start or a request fails. Standard library only (python3)."""
-import argparse, http.client, json, os, random, re, socket, subprocess, sys, threading, time
+import argparse, http.client, json, os, random, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_process import ServerProcess, free_port  # noqa: E402
 
 TIMEOUT_S = 900  # per request
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def drain(p):
-    threading.Thread(target=lambda: [None for _ in p.stdout], daemon=True).start()
-
-
-def wait_health(p, port, deadline):
-    while time.time() < deadline:
-        if p.poll() is not None:
-            return False
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            r = c.getresponse()
-            r.read()
-            c.close()
-            if r.status == 200:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.5)
-    return False
-
-
-class Server:
-    """One server process; `kind` is "rewind" or "llama"."""
-
-    def __init__(self, kind, cmd, port):
-        self.kind, self.cmd, self.port = kind, cmd, port
-        self.proc = None
-
-    def start(self, startup_s):
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                     errors="replace")
-        deadline = time.time() + startup_s
-        if self.kind == "rewind":  # --port 0: the server prints the port it bound
-            while time.time() < deadline:
-                line = self.proc.stdout.readline()
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-                if m:
-                    self.port = int(m.group(1))
-                    break
-                if not line and self.proc.poll() is not None:
-                    break
-        drain(self.proc)
-        if not self.port or not wait_health(self.proc, self.port, deadline):
-            self.stop()
-            raise RuntimeError(f"{self.kind} server did not start: {' '.join(self.cmd)}")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+class Server(ServerProcess):
+    """A ServerProcess asked for streamed completions of token-id prompts."""
 
     def request(self, ids, max_tokens):
         """Returns dict(prompt, rerun, ttft_ms, total_ms)."""

@@ -20,31 +20,17 @@ usage: bench/disk_tier_bench.py --rewind build/release/rewind [--model DIR] [--t
                                 [--reps 3] [--threads 2] [--json]
 Without --model, `rewind make-model --preset qwen3.5-mini` is made in a temporary directory.
 Standard library only (python3)."""
-import argparse, http.client, json, os, random, re, shutil, statistics, subprocess, sys, tempfile
-import threading, time
+import json, os, random, shutil, statistics, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tier_server import Server  # noqa: E402
+from tier_server import Server, model_and_vocab, parse_args, queue_drained  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rewind", required=True)
-    ap.add_argument("--model", default="")
-    ap.add_argument("--tokens", type=int, default=10000)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
+    a = parse_args(__doc__, 10000)
     work = tempfile.mkdtemp(prefix="rewind_disk_bench_")
     try:
-        model = a.model
-        if not model:
-            model = os.path.join(work, "model")
-            subprocess.run([a.rewind, "make-model", "--preset", "qwen3.5-mini", "--out", model],
-                           check=True, stdout=subprocess.DEVNULL)
-        meta = json.load(open(os.path.join(model, "config.json")))
-        vocab = meta.get("vocab_size") or meta.get("text_config", {}).get("vocab_size")
+        model, vocab = model_and_vocab(a.rewind, a.model, work)
         ctx = a.tokens + 64
         cache_dir = os.path.join(work, "cache")
         rng = random.Random(7)
@@ -64,11 +50,7 @@ def main():
                 assert usage["prompt_tokens_details"]["cached_tokens"] == 0, "not a cold prefill"
                 out.append(total)
         # Let the writer finish before counting bytes.
-        for _ in range(6000):
-            st = disk.get("/v1/cache")["disk"]
-            if st["queued"] == 0:
-                break
-            time.sleep(0.05)
+        st = queue_drained(disk, "disk")
         written = st["bytes_written"] / len(prompts)
         writer_s = st["write_ms_avg"] * st["writes"] / 1e3 / len(prompts)
         disk.stop()

@@ -15,40 +15,19 @@ usage: bench/redis_tier_bench.py --rewind build/release/rewind [--model DIR] [--
                                  [--reps 3] [--threads 2] [--json]
 Without --model, `rewind make-model --preset qwen3.5-mini` is made in a temporary directory.
 Needs redis-server. Standard library only (python3)."""
-import argparse, http.client, json, os, random, re, shutil, socket, statistics, subprocess, sys
-import tempfile, threading, time
+import json, os, random, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tier_server import Server  # noqa: E402
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+from server_process import free_port  # noqa: E402
+from tier_server import Server, model_and_vocab, parse_args, queue_drained  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rewind", required=True)
-    ap.add_argument("--model", default="")
-    ap.add_argument("--tokens", type=int, default=4000)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args()
+    a = parse_args(__doc__, 4000)
     work = tempfile.mkdtemp(prefix="rewind_redis_bench_")
     redis = None
     try:
-        model = a.model
-        if not model:
-            model = os.path.join(work, "model")
-            subprocess.run([a.rewind, "make-model", "--preset", "qwen3.5-mini", "--out", model],
-                           check=True, stdout=subprocess.DEVNULL)
-        meta = json.load(open(os.path.join(model, "config.json")))
-        vocab = meta.get("vocab_size") or meta.get("text_config", {}).get("vocab_size")
+        model, vocab = model_and_vocab(a.rewind, a.model, work)
         ctx = a.tokens + 64
         port = free_port()
         redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
@@ -71,11 +50,7 @@ def main():
             A = Server(a.rewind, model, a.threads, ctx, shared)
             A.start()
             A.complete(prompt)
-            for _ in range(6000):
-                st = A.get("/v1/cache")["redis"]
-                if st["queued"] == 0:
-                    break
-                time.sleep(0.05)
+            st = queue_drained(A, "redis")
             written.append(st["bytes_written"])
             A.stop()
             B = Server(a.rewind, model, a.threads, ctx, shared)

@@ -1,6 +1,7 @@
 """A `rewind serve` child for the cache-tier benchmarks (disk_tier_bench.py, redis_tier_bench.py):
-start on a free port, GET JSON, and one streamed completion timed to its first token."""
-import http.client, json, re, subprocess, threading, time
+start on a free port, GET JSON, and one streamed completion timed to its first token; and what
+the benchmarks share around it (their options, the model, waiting for a tier's writer)."""
+import argparse, http.client, json, os, re, subprocess, threading, time
 
 TIMEOUT_S = 1800
 
@@ -61,3 +62,36 @@ class Server:
         t1 = time.time()
         c.close()
         return t1 - t0, (first or t1) - t0, usage
+
+
+def parse_args(doc, tokens):
+    """The options every tier benchmark takes; --tokens defaults to `tokens`."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--rewind", required=True)
+    ap.add_argument("--model", default="")
+    ap.add_argument("--tokens", type=int, default=tokens)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    return ap.parse_args()
+
+
+def model_and_vocab(rewind, model, work):
+    """`model`, or the qwen3.5-mini preset made in `work` when it is empty, and its vocabulary
+    size."""
+    if not model:
+        model = os.path.join(work, "model")
+        subprocess.run([rewind, "make-model", "--preset", "qwen3.5-mini", "--out", model],
+                       check=True, stdout=subprocess.DEVNULL)
+    meta = json.load(open(os.path.join(model, "config.json")))
+    return model, meta.get("vocab_size") or meta.get("text_config", {}).get("vocab_size")
+
+
+def queue_drained(server, tier):
+    """Waits (up to 300 s) until the tier ("disk", "redis") has nothing queued; its figures."""
+    for _ in range(6000):
+        st = server.get("/v1/cache")[tier]
+        if st["queued"] == 0:
+            break
+        time.sleep(0.05)
+    return st

@@ -65,7 +65,7 @@ TEST_P(DiskTierExact, RandomPromptTreesWithRestartsMatchColdRuns) {
       const CacheStats st = cached->cache()->stats();
       tier_hits += st.tier_hits;
       tier_tokens += st.tier_tokens;
-      damaged += st.tier.corrupt;
+      damaged += tier_named(st.tiers, "disk").corrupt;
       cached.reset();
       if (i % 24 == 0) {
         int k = 0;
@@ -129,7 +129,7 @@ TEST_P(DiskTierExact, RandomPromptTreesWithRestartsMatchColdRuns) {
   const CacheStats st = cached->cache()->stats();
   tier_hits += st.tier_hits;
   tier_tokens += st.tier_tokens;
-  damaged += st.tier.corrupt;
+  damaged += tier_named(st.tiers, "disk").corrupt;
   EXPECT_GT(tier_hits, n_requests / 6) << "resume points should come back from disk often";
   EXPECT_GT(tier_tokens, 0);
   EXPECT_GT(damaged, 0) << "some damaged file should have been met";

@@ -143,6 +143,60 @@ TEST_P(SpecBatch, EarlyCloseThenTheCacheServesTheSamePrompt) {
   EXPECT_GT(col.final_ev[*id2].report.resumed_at, 0);
 }
 
+// A prompt waiting beside a row whose drafts take the whole step budget (8 drafts + 1 against
+// step_tokens 8): it still gets its minimum share (engine/step_plan.h) in every step, so its
+// prefill advances once per step of the drafting row, and both outputs equal their plain runs.
+TEST_P(SpecBatch, DraftingRowsNeverStarveAWaitingPrefill) {
+  Model& m = test::param_model(GetParam());
+  const int64_t V = m.config().vocab_size;
+  std::mt19937_64 rng(53);
+  const std::vector<int32_t> p1 = test::random_tokens(rng, 4, V);
+  const std::vector<int32_t> p2 = test::random_tokens(rng, 30, V);
+  const std::vector<int32_t> want1 = alone(m, p1, 40), want2 = alone(m, p2, 2);
+  ASSERT_EQ(want1.size(), 40u);
+  EngineOptions opt;
+  opt.max_running = 2;
+  opt.step_tokens = 8;
+  opt.cache_enabled = false;
+  opt.spec.kind = SpecKind::Custom;
+  opt.spec.k = 8;
+  opt.spec.adaptive = false;
+  // Always 8 drafts, the first one wrong: each round emits one token, so a step of the drafting
+  // row is one token event.
+  opt.spec.custom = [&](std::span<const int32_t> ctx, int32_t k) {
+    const size_t j = ctx.size() - p1.size();
+    const int32_t next = j < want1.size() ? want1[j] : 0;
+    return std::vector<int32_t>(static_cast<size_t>(k), static_cast<int32_t>((next + 1) % V));
+  };
+  BatchEngine eng(m, nullptr, opt, EngineThread::Caller);
+  Collector col;
+  // The drafting request's token count at each of the waiting prompt's prefill chunks.
+  std::vector<size_t> at_chunk;
+  Request r1;
+  r1.prompt = p1;
+  r1.max_tokens = 40;
+  auto s1 = eng.submit(r1, col.cb());
+  ASSERT_TRUE(s1.ok());
+  const uint64_t id1 = *s1;
+  Request r2;
+  r2.prompt = p2;
+  r2.max_tokens = 2;
+  r2.spec_kind = SpecKind::Off;
+  r2.on_prefill = [&](int64_t, int64_t) { at_chunk.push_back(col.tokens[id1].size()); };
+  auto s2 = eng.submit(r2, col.cb());
+  ASSERT_TRUE(s2.ok());
+  eng.run_until_idle();
+  ASSERT_EQ(col.final_ev.size(), 2u);
+  EXPECT_EQ(col.tokens[id1], want1);
+  EXPECT_EQ(col.tokens[*s2], want2);
+  EXPECT_GE(col.final_ev[id1].report.spec.drafted, 8 * 30);  // 8 a round until the last few
+  // One chunk per step while the other row drafts: its token count grows by one per chunk.
+  ASSERT_GE(at_chunk.size(), 3u);
+  for (size_t i = 1; i < at_chunk.size(); ++i)
+    EXPECT_LE(at_chunk[i] - at_chunk[i - 1], 1u)
+        << "chunk " << i << " waited for " << at_chunk[i] - at_chunk[i - 1] << " steps";
+}
+
 TEST(SpecBatchMtp, MtpRowsAndPlainRowsShareStepsAndEqualAlone) {
   for (const char* preset : {"tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"}) {
     const std::string dir = test::scratch_dir(std::string("specbatch_mtp_") + preset);

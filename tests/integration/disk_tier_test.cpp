@@ -30,14 +30,6 @@
 namespace rw {
 namespace {
 
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-namespace fs = std::filesystem;
-
-using test::model_dir;
-using test::tmp_dir;
-using test::tmp_path;
-
 using namespace test::tier;
 
 // Serves the original chat on a fresh directory and waits for its files.

@@ -6,11 +6,8 @@
 // included). Faults: a flipped byte in every Redis value, values written by another model, Redis
 // paused (timeouts), killed and restarted under a running server; and a three-node Redis Cluster.
 // Without redis-server and redis-cli the tests skip, or fail where the CI variable is set.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "loopback.h"
+#include "require.h"
 #include "rewind/cache/redis_client.h"
 #include "rewind/cache/resp.h"
 #include "rewind/cache/tier_format.h"
@@ -37,13 +36,7 @@
 namespace rw {
 namespace {
 
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-namespace fs = std::filesystem;
-
-using test::model_dir;
-using test::tmp_dir;
-using test::tmp_path;
+using namespace test::tier;
 
 // ---- redis-server processes ----
 
@@ -64,47 +57,18 @@ std::string which(const std::string& name) {
   return "";
 }
 
-bool in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci && *ci && std::string(ci) != "false" && std::string(ci) != "0";
-}
-
 // Ends the test when redis-server or redis-cli is missing: a failure in CI, a skip elsewhere.
-#define REQUIRE_REDIS()                                                            \
-  do {                                                                             \
-    if (which("redis-server").empty() || which("redis-cli").empty()) {             \
-      const char* why =                                                            \
-          "redis-server or redis-cli is not installed (scripts/setup.sh installs " \
-          "redis-server and redis-tools)";                                         \
-      if (in_ci()) FAIL() << why << " (CI is set: this test must run, not skip)";  \
-      GTEST_SKIP() << why;                                                         \
-    }                                                                              \
-  } while (0)
-
-bool port_free(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  close(fd);
-  return ok;
-}
+#define REQUIRE_REDIS()                                                                \
+  REWIND_REQUIRE(which("redis-server").empty() || which("redis-cli").empty()           \
+                     ? "redis-server or redis-cli is not installed (scripts/setup.sh " \
+                       "installs redis-server and redis-tools)"                        \
+                     : "")
 
 // A free port (the kernel's choice) whose cluster bus port (+10000) is free too.
 int free_port() {
   for (int i = 0; i < 100; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    socklen_t len = sizeof a;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    close(fd);
-    const int p = ntohs(a.sin_port);
-    if (p < 55000 && port_free(p + 10000)) return p;
+    const int p = test::unused_port();
+    if (p > 0 && p < 55000 && test::unused_port(p + 10000) == p + 10000) return p;
   }
   return 0;
 }
@@ -218,8 +182,6 @@ struct RedisCluster {
 
 // ---- rewind serve ----
 
-using namespace test::tier;
-
 // Replica A serves the original chat and publishes it.
 void publish_original(const std::string& url) {
   auto a = Server::start({"--cache-redis", url});
@@ -283,9 +245,12 @@ TEST(SharedCache, WithADiskTierBelowRam) {
   auto b = Server::start({"--cache-redis", redis->url(), "--cache-dir", dir});
   ASSERT_NE(b, nullptr);
   expect_edited_answer(*b, "redis");
-  const json disk = curl(*b, "GET", "/v1/cache").j()["disk"];
-  for (int i = 0; i < 200 && disk["writes"].get<int>() == 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_GT(curl(*b, "GET", "/v1/cache").j()["disk"]["writes"].get<int>(), 0);
+  int disk_writes = 0;
+  for (int i = 0; i < 200 && disk_writes == 0; ++i) {
+    disk_writes = curl(*b, "GET", "/v1/cache").j()["disk"]["writes"].get<int>();
+    if (disk_writes == 0) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_GT(disk_writes, 0);
 }
 
 TEST(SharedCache, FlippedBytesInRedisValuesAreRecomputed) {
@@ -450,11 +415,15 @@ TEST(SharedCache, BadAddressesFailAtStart) {
     EXPECT_NE(rc, 0) << bad;
     EXPECT_NE(out.find("--cache-redis"), std::string::npos) << out;
   }
-  test::run_command(bin + " serve --model " + model_dir() + " --cache-redis-ttl 5 2>&1", &rc);
+  std::string out = test::run_command(
+      bin + " serve --model " + model_dir() + " --port 0 --cache-redis-ttl 5 2>&1", &rc);
   EXPECT_NE(rc, 0);
-  test::run_command(
-      bin + " serve --model " + model_dir() + " --cache-redis redis://h:1 --no-cache 2>&1", &rc);
+  EXPECT_NE(out.find("need --cache-redis"), std::string::npos) << out;
+  out = test::run_command(
+      bin + " serve --model " + model_dir() + " --port 0 --cache-redis redis://h:1 --no-cache 2>&1",
+      &rc);
   EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("drop --no-cache"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include <tuple>
 
 #include "json_schema_util.h"
+#include "require.h"
 #include "scratch.h"
 #include "test_util.h"
 
@@ -230,21 +231,8 @@ std::string node_client_missing() {
   return "";
 }
 
-// True in CI (the CI environment variable set, other than "false" or "0"): there the npm client
-// tests must run, and what they need missing is a failure, not a skip.
-bool in_ci() {
-  const char* ci = std::getenv("CI");
-  return ci && *ci && std::string(ci) != "false" && std::string(ci) != "0";
-}
-
 // Ends the test when the npm client cannot run: a failure in CI, a skip elsewhere.
-#define REQUIRE_NODE_CLIENT()                                                     \
-  do {                                                                            \
-    if (const std::string why = node_client_missing(); !why.empty()) {            \
-      if (in_ci()) FAIL() << why << " (CI is set: this test must run, not skip)"; \
-      GTEST_SKIP() << why;                                                        \
-    }                                                                             \
-  } while (0)
+#define REQUIRE_NODE_CLIENT() REWIND_REQUIRE(node_client_missing())
 
 // A raw HTTP client on a socket: sends a request and reads as much as it is told, so a test
 // can stop reading or hang up mid-stream.
@@ -1386,7 +1374,12 @@ TEST_F(ServerTest, ForcedToolCallsFollowTheParameterSchemas) {
 // schema's refused keyword is a 400 under "auto" too (the grammar is built), one of a tool
 // that is not strict is not; greedy text is the same with speculation; sampled replies end
 // and their calls, when the model opens any, validate.
-TEST_F(ServerTest, StrictToolsUnderAutoAreConstrainedFromTheOpeningTag) {
+// Strict tools under tool_choice "auto": their schemas are checked (an unsupported keyword is a
+// 400), and the lazy grammar gives the same reply with speculation. The test model's sampled
+// replies seldom open a call, so a call is checked against its schema only when one comes; the
+// grammar itself (free text up to the opening tag, the calls after it) is tested in
+// tests/unit/tool_grammar_test.cpp.
+TEST_F(ServerTest, StrictToolsUnderAutoAreCheckedAndExactUnderSpeculation) {
   json weather = json::parse(R"({"type": "function", "function": {"name": "get_weather",
       "strict": true, "parameters": {"type": "object", "properties": {
         "city": {"type": "string", "maxLength": 12},
@@ -1728,7 +1721,8 @@ TEST_F(ServerTest, OpenAiNodeClient) {
 TEST_F(ServerTest, StructuredOutputNodeClient) {
   REQUIRE_NODE_CLIENT();
   if (!std::filesystem::exists(node_client_dir() + "/node_modules/zod/package.json")) {
-    if (in_ci()) FAIL() << "the zod npm package is not installed (CI is set: this test must run)";
+    if (test::in_ci())
+      FAIL() << "the zod npm package is not installed (CI is set: this test must run)";
     GTEST_SKIP() << "the zod npm package is not installed in tests/integration/openai_client "
                     "(run: cd tests/integration/openai_client && npm ci)";
   }

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,8 +24,13 @@
 
 namespace rw::test::tier {
 
+// What the tier tests use besides this header (`using namespace test::tier` brings them in).
 using json = nlohmann::json;
 using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+using test::model_dir;
+using test::tmp_dir;
+using test::tmp_path;
 
 inline constexpr int kInterval = 16;
 

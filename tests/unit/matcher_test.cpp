@@ -529,6 +529,8 @@ TEST(GrammarCache, ByteCapEvictsIdleAutomataLeastRecentFirst) {
   const int64_t misses = cache.misses();
   ASSERT_TRUE(cache.get("root ::= \"a\" [0-9]* \"z\"\n").ok());  // held, still cached
   EXPECT_EQ(cache.misses(), misses);
+  ASSERT_TRUE(cache.get("root ::= \"h\" [0-9]* \"z\"\n").ok());  // the newest: still cached
+  EXPECT_EQ(cache.misses(), misses);
   ASSERT_TRUE(cache.get("root ::= \"b\" [0-9]* \"z\"\n").ok());  // evicted: compiled again
   EXPECT_EQ(cache.misses(), misses + 1);
 }

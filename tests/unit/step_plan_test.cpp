@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace rw {
@@ -43,13 +44,41 @@ TEST(StepPlan, DecodeRowsFirstThenPrefillWithTheRestOfTheBudget) {
 TEST(StepPlan, DecodeRowsAreNeverStarvedByTheBudget) {
   std::vector<PlanSeq> seqs = {decoding(5), decoding(5), prefilling(0, 8)};
   const StepPlan p = plan_step(seqs, 4, 0);
-  ASSERT_EQ(p.rows.size(), 2u);  // both decode rows, no prefill
-  EXPECT_EQ(p.tokens, 10);
-  EXPECT_EQ(p.prefill_tokens, 0);
-  for (const auto& r : p.rows) {
-    EXPECT_TRUE(r.decode);
-    EXPECT_TRUE(r.logits);
+  ASSERT_EQ(p.rows.size(), 3u);  // both decode rows whole, past the budget
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(p.rows[i].decode);
+    EXPECT_TRUE(p.rows[i].logits);
   }
+  EXPECT_EQ(p.prefill_tokens, 1);  // and the prefill's minimum share
+  EXPECT_EQ(p.tokens, 11);
+}
+
+// Decode rows with drafts that fill the budget (and more) still leave a waiting prefill its
+// minimum share, step after step: its prompt ends in a bounded number of steps.
+TEST(StepPlan, DraftingRowsNeverStarveAWaitingPrefill) {
+  EXPECT_EQ(min_prefill_tokens(1), 1);
+  EXPECT_EQ(min_prefill_tokens(7), 1);
+  EXPECT_EQ(min_prefill_tokens(512), 128);
+  const std::vector<int64_t> cuts = {64};
+  std::vector<PlanSeq> seqs = {decoding(17), decoding(17), prefilling(0, 100, &cuts)};
+  int64_t steps = 0;
+  for (size_t first = 0; seqs[2].pos < seqs[2].prompt_tokens; ++first, ++steps) {
+    ASSERT_LT(steps, 100) << "the prefill does not progress";
+    const StepPlan p = plan_step(seqs, 32, first);
+    ASSERT_EQ(p.rows.size(), 3u);
+    const PlannedRow& r = p.rows[2];
+    EXPECT_FALSE(r.decode);
+    EXPECT_EQ(r.begin, seqs[2].pos);
+    EXPECT_EQ(r.end, std::min<int64_t>(r.begin + 8, 100));  // a quarter of 32, every step
+    EXPECT_EQ(r.checkpoint, r.end == 64);
+    EXPECT_EQ(p.tokens, 34 + p.prefill_tokens);
+    seqs[2].pos = r.end;
+  }
+  EXPECT_EQ(steps, 13);  // 8 chunks to the checkpoint at 64, then 36 tokens in 5
+  // Decode rows that leave more than the minimum: the prefill takes all that is left.
+  seqs[2].pos = 0;
+  const StepPlan q = plan_step(seqs, 64, 0);
+  EXPECT_EQ(q.prefill_tokens, 30);
 }
 
 TEST(StepPlan, PrefillEndsAtTheFirstCheckpointAfterItsPosition) {

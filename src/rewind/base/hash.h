@@ -18,6 +18,13 @@ struct Hash128 {
   std::string hex() const;
   // Parses exactly 32 hex digits (either case); false otherwise.
   static bool from_hex(std::string_view s, Hash128* out);
+  // The 16 bytes lo then hi, each little-endian (as the cache's key chain hashes them).
+  void to_bytes(uint8_t out[16]) const {
+    for (int i = 0; i < 8; ++i) {
+      out[i] = static_cast<uint8_t>(lo >> (8 * i));
+      out[8 + i] = static_cast<uint8_t>(hi >> (8 * i));
+    }
+  }
 };
 
 struct Hash128Hasher {

@@ -25,13 +25,27 @@ ContentKey chain_root(std::span<const uint8_t> fingerprint) {
 
 ContentKey chain_next(const ContentKey& k, int32_t token) {
   uint8_t b[20];
-  for (int i = 0; i < 8; ++i) {
-    b[i] = static_cast<uint8_t>(k.lo >> (8 * i));
-    b[8 + i] = static_cast<uint8_t>(k.hi >> (8 * i));
-  }
+  k.to_bytes(b);
   const uint32_t t = static_cast<uint32_t>(token);
   for (int i = 0; i < 4; ++i) b[16 + i] = static_cast<uint8_t>(t >> (8 * i));
   return xxh3_128(b, sizeof b);
+}
+
+bool copy_payload(const TierPut& obj, const TierLayout& layout, std::span<std::byte> out) {
+  if (!(obj.layout == layout)) return false;
+  REWIND_CHECK(out.size() == layout.total());
+  size_t off = 0;
+  for (const auto& p : obj.parts) {
+    std::memcpy(out.data() + off, p.data(), p.size());
+    off += p.size();
+  }
+  return true;
+}
+
+TierStats tier_named(const std::vector<TierStats>& tiers, std::string_view name) {
+  for (const TierStats& t : tiers)
+    if (t.name == name) return t;
+  return TierStats{};
 }
 
 TierStack::TierStack(std::vector<std::shared_ptr<CacheTier>> tiers) : tiers_(std::move(tiers)) {

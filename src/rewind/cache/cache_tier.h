@@ -23,6 +23,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rewind/base/hash.h"
@@ -62,6 +63,22 @@ struct TierPut {
   ContentKey page_start;
 };
 
+// An object's identity in a tier (the key of the tiers' own indexes).
+struct TierId {
+  ContentKey key;
+  TierKind kind = TierKind::Page;
+  bool operator==(const TierId&) const = default;
+};
+struct TierIdHash {
+  size_t operator()(const TierId& i) const {
+    return Hash128Hasher()(i.key) ^ static_cast<size_t>(i.kind);
+  }
+};
+
+// Copies the payload of `obj` (its parts, in order) into `out` when its layout is `layout`;
+// false, copying nothing, otherwise. For a get() of an object still queued.
+bool copy_payload(const TierPut& obj, const TierLayout& layout, std::span<std::byte> out);
+
 struct TierStats {
   bool enabled = false;
   std::string name;  // "disk", "redis"
@@ -95,6 +112,10 @@ struct TierStats {
   int64_t probes = 0;        // probe() round trips
   double probe_seconds = 0;  // time in probe()
 };
+
+// The figures of the tier named `name` ("disk", "redis") among `tiers`; enabled false when
+// there is none.
+TierStats tier_named(const std::vector<TierStats>& tiers, std::string_view name);
 
 class CacheTier {
  public:

@@ -75,10 +75,7 @@ struct DiskTier::Job {
 };
 
 DiskTier::DiskTier(const Options& opt) : opt_(opt) {
-  for (int i = 0; i < 8; ++i) {
-    fp_bytes_[i] = static_cast<uint8_t>(opt.fingerprint.lo >> (8 * i));
-    fp_bytes_[8 + i] = static_cast<uint8_t>(opt.fingerprint.hi >> (8 * i));
-  }
+  opt.fingerprint.to_bytes(fp_bytes_);
   st_.enabled = true;
   st_.name = "disk";
   st_.budget_bytes = opt.budget_bytes;
@@ -288,17 +285,7 @@ void DiskTier::evict(const ContentKey& key, TierKind kind) {
 bool DiskTier::write_file(const Job& job, std::string* err) {
   const std::string path = path_of(job.id.key, job.id.kind);
   const std::string tmp = path + ".tmp";
-  Hasher h;
-  for (const auto& p : job.obj.parts) h.update(p.data(), p.size());
-  TierFileHeader hd;
-  hd.kind = job.id.kind;
-  hd.kv_dtype = opt_.kv_dtype;
-  hd.fingerprint = opt_.fingerprint;
-  hd.key = job.id.key;
-  hd.pos = job.obj.pos;
-  hd.layout = job.obj.layout;
-  hd.payload_hash = h.digest64();
-  const auto header = encode_tier_header(hd);
+  const auto header = tier_header_of(job.obj, opt_.fingerprint, opt_.kv_dtype);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     *err = std::string("create ") + tmp + ": " + std::strerror(errno);
@@ -452,12 +439,7 @@ bool DiskTier::get(const ContentKey& key, TierKind kind, const TierLayout& layou
       // Still queued: the bytes are in memory.
       std::shared_ptr<Job> job = it->second.job;
       lock.unlock();
-      if (!(job->obj.layout == layout)) return false;
-      size_t off = 0;
-      for (const auto& p : job->obj.parts) {
-        std::memcpy(out.data() + off, p.data(), p.size());
-        off += p.size();
-      }
+      if (!copy_payload(job->obj, layout, out)) return false;
       account(true, 0);
       return true;
     }
@@ -479,12 +461,7 @@ bool DiskTier::get(const ContentKey& key, TierKind kind, const TierLayout& layou
     const ssize_t r = ::pread(fd, hdr, sizeof hdr, 0);
     got = r > 0 ? static_cast<size_t>(r) : 0;
   }
-  TierExpect want;
-  want.fingerprint = opt_.fingerprint;
-  want.kv_dtype = opt_.kv_dtype;
-  want.key = &key;
-  want.kind = kind;
-  want.layout = &layout;
+  const TierExpect want = expect_object(opt_.fingerprint, opt_.kv_dtype, key, kind, layout);
   TierParse p = parse_tier_header(std::span<const std::byte>(hdr, got),
                                   static_cast<uint64_t>(sb.st_size), want);
   if (p.ok() && !pread_all(fd, out.data(), out.size(), static_cast<off_t>(kTierHeaderBytes))) {

@@ -73,16 +73,8 @@ class DiskTier final : public CacheTier {
 
  private:
   struct Job;
-  struct Id {
-    ContentKey key;
-    TierKind kind;
-    bool operator==(const Id&) const = default;
-  };
-  struct IdHash {
-    size_t operator()(const Id& i) const {
-      return Hash128Hasher()(i.key) ^ static_cast<size_t>(i.kind);
-    }
-  };
+  using Id = TierId;
+  using IdHash = TierIdHash;
   struct Entry {
     uint64_t bytes = 0;  // file size
     uint64_t tick = 0;

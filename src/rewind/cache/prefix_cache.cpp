@@ -1005,11 +1005,7 @@ CacheStats PrefixCache::stats() const {
   CacheStats s = core_->st;
   s.budget_bytes = core_->opt.budget_bytes;
   s.over_budget = core_->bytes() > core_->opt.budget_bytes;
-  if (core_->opt.tier) {
-    s.tiers = core_->opt.tier->all_stats();
-    for (const TierStats& t : s.tiers)
-      if (t.name == "disk") s.tier = t;
-  }
+  if (core_->opt.tier) s.tiers = core_->opt.tier->all_stats();
   return s;
 }
 

@@ -88,8 +88,7 @@ struct CacheStats {
   int64_t tier_misses = 0;
   int64_t tier_tokens = 0;
   double tier_load_ms = 0;
-  TierStats tier;  // the disk tier's own figures (enabled false without one)
-  std::vector<TierStats> tiers;  // every tier's own figures, top first (disk, redis)
+  std::vector<TierStats> tiers;  // every tier's own figures, top first (disk, redis; tier_named)
   // Gauges (now).
   size_t bytes_pages = 0;
   size_t bytes_snapshots = 0;

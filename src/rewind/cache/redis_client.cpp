@@ -82,6 +82,12 @@ Result<redisContext*> RedisClient::node(const RedisEndpoint& e) {
   return c;
 }
 
+int16_t RedisClient::master_index(const RedisEndpoint& e) {
+  auto at = std::find(masters_.begin(), masters_.end(), e);
+  if (at == masters_.end()) at = masters_.insert(masters_.end(), e);
+  return static_cast<int16_t>(at - masters_.begin());
+}
+
 Status RedisClient::refresh_slots(redisContext* c, const RedisEndpoint& self) {
   append(c, {"CLUSTER", "SLOTS"});
   auto r = read_reply(c, self);
@@ -97,9 +103,7 @@ Status RedisClient::refresh_slots(redisContext* c, const RedisEndpoint& self) {
   masters_.clear();
   slot_owner_.assign(kClusterSlots, -1);
   for (const SlotRange& s : ranges.value()) {
-    auto at = std::find(masters_.begin(), masters_.end(), s.master);
-    if (at == masters_.end()) at = masters_.insert(masters_.end(), s.master);
-    const auto idx = static_cast<int16_t>(at - masters_.begin());
+    const int16_t idx = master_index(s.master);
     for (int k = s.lo; k <= s.hi; ++k) slot_owner_[static_cast<size_t>(k)] = idx;
   }
   slots_stale_ = false;
@@ -184,10 +188,8 @@ Result<std::vector<RespValue>> RedisClient::run(const std::vector<Command>& cmds
       const bool ask = rd->kind == RedisRedirect::Kind::Ask;
       if (!ask) {
         slots_stale_ = true;
-        auto at = std::find(masters_.begin(), masters_.end(), rd->to);
-        if (at == masters_.end()) at = masters_.insert(masters_.end(), rd->to);
-        if (!slot_owner_.empty())
-          slot_owner_[static_cast<size_t>(rd->slot)] = static_cast<int16_t>(at - masters_.begin());
+        const int16_t idx = master_index(rd->to);
+        if (!slot_owner_.empty()) slot_owner_[static_cast<size_t>(rd->slot)] = idx;
       }
       auto r = one(rd->to, cmds[i], ask);
       if (!r.ok()) return fail(r.error());
@@ -195,7 +197,7 @@ Result<std::vector<RespValue>> RedisClient::run(const std::vector<Command>& cmds
     }
   }
   if (slots_stale_) {
-    // Learn the new map now; a failure here only leaves the patched map in place.
+    // Learn the new map now; a failure fails the call like any connection error.
     if (Status st = connect(); !st.ok()) return fail(st.error());
   }
   return out;

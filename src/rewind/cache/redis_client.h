@@ -36,7 +36,6 @@ class RedisClient {
   Result<std::vector<RespValue>> run(const std::vector<Command>& cmds);
   // Drops every connection (the next run() connects again).
   void disconnect();
-  bool connected() const { return !nodes_.empty(); }
   bool cluster() const { return cluster_; }
   int64_t redirects() const { return redirects_; }
 
@@ -45,6 +44,7 @@ class RedisClient {
   Status connect();
   Result<redisContext*> node(const RedisEndpoint& e);
   Status refresh_slots(redisContext* c, const RedisEndpoint& self);
+  int16_t master_index(const RedisEndpoint& e);  // its index in masters_, added if new
   Result<RespValue> one(const RedisEndpoint& e, const Command& cmd, bool asking);
 
   std::vector<RedisEndpoint> seeds_;

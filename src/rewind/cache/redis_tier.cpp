@@ -34,10 +34,7 @@ RedisTier::RedisTier(const Options& opt)
     : opt_(opt),
       reader_(opt.endpoints, opt.timeout_ms),
       writer_client_(opt.endpoints, opt.timeout_ms) {
-  for (int i = 0; i < 8; ++i) {
-    fp_bytes_[i] = static_cast<uint8_t>(opt.fingerprint.lo >> (8 * i));
-    fp_bytes_[8 + i] = static_cast<uint8_t>(opt.fingerprint.hi >> (8 * i));
-  }
+  opt.fingerprint.to_bytes(fp_bytes_);
   st_.enabled = true;
   st_.name = "redis";
 }
@@ -195,17 +192,7 @@ void RedisTier::send_batch(std::vector<std::shared_ptr<Job>>& batch) {
       continue;
     }
     const TierPut& o = batch[i]->obj;
-    TierFileHeader h;
-    h.kind = o.kind;
-    h.kv_dtype = opt_.kv_dtype;
-    h.fingerprint = opt_.fingerprint;
-    h.key = o.key;
-    h.pos = o.pos;
-    h.layout = o.layout;
-    Hasher ph;
-    for (const auto& part : o.parts) ph.update(part.data(), part.size());
-    h.payload_hash = ph.digest64();
-    const auto hd = encode_tier_header(h);
+    const auto hd = tier_header_of(o, opt_.fingerprint, opt_.kv_dtype);
     std::string value(reinterpret_cast<const char*>(hd.data()), hd.size());
     for (const auto& part : o.parts)
       value.append(reinterpret_cast<const char*>(part.data()), part.size());
@@ -228,7 +215,6 @@ void RedisTier::send_batch(std::vector<std::shared_ptr<Job>>& batch) {
     if (opt_.ttl_s > 0)
       cmds.push_back({"EXPIRE", index_key(o.page_start), std::to_string(opt_.ttl_s)});
   }
-  auto count_redirects = [&] { redirects_ += writer_client_.redirects() - r0; };
   uint64_t bytes = 0;
   int64_t writes = 0, errors = 0;
   std::string err;
@@ -257,7 +243,7 @@ void RedisTier::send_batch(std::vector<std::shared_ptr<Job>>& batch) {
       remember_locked(batch[i]->id);
     }
   }
-  count_redirects();
+  redirects_ += writer_client_.redirects() - r0;
   std::lock_guard<std::mutex> lock(mu_);
   st_.existing += existing;
   st_.writes += writes;
@@ -345,12 +331,7 @@ bool RedisTier::get(const ContentKey& key, TierKind kind, const TierLayout& layo
       // Still queued: the bytes are in memory.
       std::shared_ptr<Job> job = it->second;
       lock.unlock();
-      if (!(job->obj.layout == layout)) return false;
-      size_t off = 0;
-      for (const auto& p : job->obj.parts) {
-        std::memcpy(out.data() + off, p.data(), p.size());
-        off += p.size();
-      }
+      if (!copy_payload(job->obj, layout, out)) return false;
       lock.lock();
       ++st_.reads;
       return true;
@@ -377,12 +358,7 @@ bool RedisTier::get(const ContentKey& key, TierKind kind, const TierLayout& layo
   call_ok();
   const RespValue& r = rs.value()[0];
   if (r.type != RespValue::Type::String) return miss();  // absent (evicted), or an error reply
-  TierExpect want;
-  want.fingerprint = opt_.fingerprint;
-  want.kv_dtype = opt_.kv_dtype;
-  want.key = &key;
-  want.kind = kind;
-  want.layout = &layout;
+  const TierExpect want = expect_object(opt_.fingerprint, opt_.kv_dtype, key, kind, layout);
   const TierParse p =
       parse_tier_file(std::as_bytes(std::span<const char>(r.str.data(), r.str.size())), want);
   if (!p.ok()) {
@@ -393,12 +369,11 @@ bool RedisTier::get(const ContentKey& key, TierKind kind, const TierLayout& layo
       std::lock_guard<std::mutex> lk(read_mu_);
       (void)reader_.run({{"DEL", rkey}});
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    ++(foreign ? st_.foreign : st_.corrupt);
-    known_.erase(id);
-    ++st_.get_misses;
-    st_.read_seconds += now_s() - t0;
-    return false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++(foreign ? st_.foreign : st_.corrupt);
+    }
+    return miss();
   }
   std::memcpy(out.data(), r.str.data() + kTierHeaderBytes, out.size());
   std::lock_guard<std::mutex> lock(mu_);

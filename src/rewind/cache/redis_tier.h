@@ -80,16 +80,8 @@ class RedisTier final : public CacheTier {
 
  private:
   struct Job;
-  struct Id {
-    ContentKey key;
-    TierKind kind;
-    bool operator==(const Id&) const = default;
-  };
-  struct IdHash {
-    size_t operator()(const Id& i) const {
-      return Hash128Hasher()(i.key) ^ static_cast<size_t>(i.kind);
-    }
-  };
+  using Id = TierId;
+  using IdHash = TierIdHash;
 
   explicit RedisTier(const Options& opt);
   void writer();

@@ -86,6 +86,33 @@ std::array<std::byte, kTierHeaderBytes> encode_tier_header(const TierFileHeader&
   return b;
 }
 
+TierExpect expect_object(const Hash128& fingerprint, uint8_t kv_dtype, const ContentKey& key,
+                         TierKind kind, const TierLayout& layout) {
+  TierExpect want;
+  want.fingerprint = fingerprint;
+  want.kv_dtype = kv_dtype;
+  want.key = &key;
+  want.kind = kind;
+  want.layout = &layout;
+  return want;
+}
+
+std::array<std::byte, kTierHeaderBytes> tier_header_of(const TierPut& obj,
+                                                       const Hash128& fingerprint,
+                                                       uint8_t kv_dtype) {
+  TierFileHeader h;
+  h.kind = obj.kind;
+  h.kv_dtype = kv_dtype;
+  h.fingerprint = fingerprint;
+  h.key = obj.key;
+  h.pos = obj.pos;
+  h.layout = obj.layout;
+  Hasher ph;
+  for (const auto& part : obj.parts) ph.update(part.data(), part.size());
+  h.payload_hash = ph.digest64();
+  return encode_tier_header(h);
+}
+
 TierParse parse_tier_header(std::span<const std::byte> bytes, uint64_t file_size,
                             const TierExpect& want) {
   TierParse r;

@@ -73,6 +73,11 @@ struct TierExpect {
   const TierLayout* layout = nullptr;
 };
 
+// What a tier bound to `fingerprint` and `kv_dtype` expects of the object it reads (`key` and
+// `layout` are referenced, not copied).
+TierExpect expect_object(const Hash128& fingerprint, uint8_t kv_dtype, const ContentKey& key,
+                         TierKind kind, const TierLayout& layout);
+
 struct TierParse {
   TierFileError error = TierFileError::None;
   std::string message;  // one line; empty when ok
@@ -81,6 +86,11 @@ struct TierParse {
 };
 
 std::array<std::byte, kTierHeaderBytes> encode_tier_header(const TierFileHeader& h);
+// The header that stores `obj` in a tier bound to `fingerprint` and `kv_dtype` (its payload
+// hashed here).
+std::array<std::byte, kTierHeaderBytes> tier_header_of(const TierPut& obj,
+                                                       const Hash128& fingerprint,
+                                                       uint8_t kv_dtype);
 
 // Checks a header (the first kTierHeaderBytes of `bytes`, or Truncated) against `want`, and that
 // `file_size` is exactly the header plus the payload it announces. Does not read the payload.

@@ -266,12 +266,7 @@ EngineMetrics BatchEngine::metrics() const {
     if (kind == "snapshots") bytes = Snapshot::live_bytes();
   }
   // The tier's writer works between steps too (thread-safe).
-  if (opt_.cache_enabled && opt_.cache.tier) {
-    m.cache.tiers = opt_.cache.tier->all_stats();
-    m.cache.tier = TierStats{};
-    for (const TierStats& t : m.cache.tiers)
-      if (t.name == "disk") m.cache.tier = t;
-  }
+  if (opt_.cache_enabled && opt_.cache.tier) m.cache.tiers = opt_.cache.tier->all_stats();
   return m;
 }
 

@@ -4,9 +4,12 @@
 
 namespace rw {
 
+int64_t min_prefill_tokens(int64_t step_tokens) {
+  return std::max<int64_t>(1, step_tokens / 4);
+}
+
 StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t first) {
   StepPlan plan;
-  int64_t budget = step_tokens;
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].decoding) continue;
     PlannedRow r;
@@ -15,8 +18,8 @@ StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t fi
     r.logits = true;
     plan.rows.push_back(r);
     plan.tokens += seqs[i].decode_tokens;
-    budget -= seqs[i].decode_tokens;
   }
+  int64_t budget = std::max(step_tokens - plan.tokens, min_prefill_tokens(step_tokens));
   const size_t n = seqs.size();
   for (size_t k = 0; k < n && budget > 0; ++k) {
     const size_t i = (first + k) % n;

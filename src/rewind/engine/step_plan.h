@@ -35,11 +35,16 @@ struct StepPlan {
   int64_t prefill_tokens = 0;
 };
 
+// The prefill tokens a step runs at least while a prompt waits, however many tokens its decode
+// rows take: a quarter of `step_tokens` (at least 1). So speculative drafts cannot starve a
+// prefill, and a step never holds more than step_tokens of prefill.
+int64_t min_prefill_tokens(int64_t step_tokens);
+
 // Every decoding sequence gets its decode row (they are never starved, even past the budget);
-// what is left of `step_tokens` goes to prefill chunks, visiting the prefilling sequences
-// round-robin from index `first % seqs.size()` (the caller rotates it each step, so long
-// prefills progress fairly). A chunk runs from pos up to the budget, the prompt's end or the
-// first checkpoint after pos, whichever comes first.
+// prefill chunks get what is left of `step_tokens`, but at least min_prefill_tokens(), visiting
+// the prefilling sequences round-robin from index `first % seqs.size()` (the caller rotates it
+// each step, so long prefills progress fairly). A chunk runs from pos up to the budget, the
+// prompt's end or the first checkpoint after pos, whichever comes first.
 StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t first);
 
 }  // namespace rw

@@ -190,8 +190,8 @@ void engine_part(Page& p, const EngineMetrics& em) {
         static_cast<double>(em.spec_failed_rounds));
 
   const CacheStats& c = em.cache;
-  auto counter = [&](const char* field, const char* help, int64_t v) {
-    p.one(std::string("rewind_cache_") + field + "_total", "counter", help, static_cast<double>(v));
+  auto counter = [&](const std::string& field, const std::string& help, int64_t v) {
+    p.one("rewind_cache_" + field + "_total", "counter", help, static_cast<double>(v));
   };
   auto gauge = [&](const char* field, const char* help, double v) {
     p.one(std::string("rewind_cache_") + field, "gauge", help, v);
@@ -225,9 +225,20 @@ void engine_part(Page& p, const EngineMetrics& em) {
         static_cast<double>(c.active_leases));
   gauge("over_budget", "1 when the cache is over its budget (everything left is pinned).",
         c.over_budget ? 1.0 : 0.0);
-  if (c.tier.enabled) {
-    // The disk tier (--cache-dir): the same names with disk_.
-    const TierStats& d = c.tier;
+  // What the disk and the shared tier count alike, `where` naming the tier in the help texts.
+  auto tier_io = [&](const std::string& tier, const TierStats& t, const std::string& where) {
+    counter(tier + "_read_bytes", "Bytes read from " + where + ".",
+            static_cast<int64_t>(t.bytes_read));
+    p.one("rewind_cache_" + tier + "_read_seconds_total", "counter", "Time spent reading objects.",
+          t.read_seconds);
+    counter(tier + "_writes", "Objects written to " + where + ".", t.writes);
+    counter(tier + "_written_bytes", "Bytes written to " + where + ".",
+            static_cast<int64_t>(t.bytes_written));
+    p.one("rewind_cache_" + tier + "_write_seconds_total", "counter",
+          "Writer thread time spent writing objects.", t.write_seconds);
+  };
+  if (const TierStats d = tier_named(c.tiers, "disk"); d.enabled) {
+    // The disk tier (--cache-dir).
     counter("disk_hits", "Lookups resumed deeper thanks to the disk tier.", c.tier_hits);
     counter("disk_misses", "Lookups where the disk tier had nothing deeper than RAM.",
             c.tier_misses);
@@ -236,15 +247,7 @@ void engine_part(Page& p, const EngineMetrics& em) {
     p.one("rewind_cache_disk_load_seconds_total", "counter",
           "Time lookups spent finding and reading the disk tier's objects.", c.tier_load_ms / 1e3);
     counter("disk_reads", "Objects read from the disk tier.", d.reads);
-    counter("disk_read_bytes", "Bytes read from the disk tier.",
-            static_cast<int64_t>(d.bytes_read));
-    p.one("rewind_cache_disk_read_seconds_total", "counter", "Time spent reading objects.",
-          d.read_seconds);
-    counter("disk_writes", "Objects written to the disk tier.", d.writes);
-    counter("disk_written_bytes", "Bytes written to the disk tier.",
-            static_cast<int64_t>(d.bytes_written));
-    p.one("rewind_cache_disk_write_seconds_total", "counter",
-          "Writer thread time spent writing objects.", d.write_seconds);
+    tier_io("disk", d, "the disk tier");
     counter("disk_write_errors", "Writes that failed (no space, I/O error); the object dropped.",
             d.write_errors);
     counter("disk_dropped", "Objects not queued: the write queue was full or the object too large.",
@@ -270,24 +273,15 @@ void engine_part(Page& p, const EngineMetrics& em) {
     p.one("rewind_cache_tier_load_seconds_total", "counter",
           "Time lookups spent asking the tiers and reading their objects.", c.tier_load_ms / 1e3);
   }
-  for (const TierStats& r : c.tiers) {
-    if (r.name != "redis") continue;
+  if (const TierStats r = tier_named(c.tiers, "redis"); r.enabled) {
     // The shared tier (--cache-redis): hits and misses are objects asked of it.
     counter("redis_hits", "Objects read from the shared (Redis) tier.", r.reads);
     counter("redis_misses", "Objects asked of the shared tier that it did not have.", r.get_misses);
-    counter("redis_read_bytes", "Bytes read from the shared tier.",
-            static_cast<int64_t>(r.bytes_read));
-    p.one("rewind_cache_redis_read_seconds_total", "counter", "Time spent reading objects.",
-          r.read_seconds);
+    tier_io("redis", r, "the shared tier");
     counter("redis_probes", "Round trips asking which pages and checkpoints lie along a prompt.",
             r.probes);
     p.one("rewind_cache_redis_probe_seconds_total", "counter", "Time spent in those round trips.",
           r.probe_seconds);
-    counter("redis_writes", "Objects published to the shared tier.", r.writes);
-    counter("redis_written_bytes", "Bytes published to the shared tier.",
-            static_cast<int64_t>(r.bytes_written));
-    p.one("rewind_cache_redis_write_seconds_total", "counter",
-          "Publisher thread time spent sending objects.", r.write_seconds);
     counter("redis_existing", "Objects not sent: another replica had published them.", r.existing);
     counter("redis_errors", "Connection errors, timeouts and protocol errors.", r.errors);
     counter("redis_write_errors", "Writes refused by Redis (out of memory); the object dropped.",
@@ -401,11 +395,14 @@ const char* const kFollowUpNote =
     "runs again)";
 
 namespace {
+// Milliseconds per event from seconds in all (0 before any).
+double avg_ms(double seconds, int64_t n) {
+  return n > 0 ? seconds * 1e3 / static_cast<double>(n) : 0.0;
+}
 // The disk tier's figures for /v1/cache ({"enabled": false} without --cache-dir).
 nlohmann::json disk_json(const CacheStats& c) {
-  const TierStats& d = c.tier;
+  const TierStats d = tier_named(c.tiers, "disk");
   if (!d.enabled) return {{"enabled", false}};
-  auto avg_ms = [](double s, int64_t n) { return n > 0 ? s * 1e3 / static_cast<double>(n) : 0.0; };
   return {{"enabled", true},
           {"objects", d.objects},
           {"bytes", d.bytes},
@@ -433,36 +430,31 @@ nlohmann::json disk_json(const CacheStats& c) {
 }
 // The shared tier's figures for /v1/cache ({"enabled": false} without --cache-redis).
 nlohmann::json redis_json(const CacheStats& c) {
-  for (const TierStats& r : c.tiers) {
-    if (r.name != "redis") continue;
-    auto avg_ms = [](double s, int64_t n) {
-      return n > 0 ? s * 1e3 / static_cast<double>(n) : 0.0;
-    };
-    return {{"enabled", true},
-            {"down", r.down},
-            {"known_objects", r.objects},
-            {"queued", r.queued},
-            {"queued_bytes", r.queued_bytes},
-            {"hits", r.reads},
-            {"misses", r.get_misses},
-            {"bytes_read", r.bytes_read},
-            {"read_ms_avg", avg_ms(r.read_seconds, r.reads + r.get_misses)},
-            {"probes", r.probes},
-            {"probe_ms_avg", avg_ms(r.probe_seconds, r.probes)},
-            {"writes", r.writes},
-            {"bytes_written", r.bytes_written},
-            {"write_ms_avg", avg_ms(r.write_seconds, r.writes)},
-            {"existing", r.existing},
-            {"reconnects", r.reconnects},
-            {"redirects", r.redirects},
-            {"errors",
-             {{"connection", r.errors},
-              {"write", r.write_errors},
-              {"dropped", r.dropped},
-              {"corrupt", r.corrupt},
-              {"foreign", r.foreign}}}};
-  }
-  return {{"enabled", false}};
+  const TierStats r = tier_named(c.tiers, "redis");
+  if (!r.enabled) return {{"enabled", false}};
+  return {{"enabled", true},
+          {"down", r.down},
+          {"known_objects", r.objects},
+          {"queued", r.queued},
+          {"queued_bytes", r.queued_bytes},
+          {"hits", r.reads},
+          {"misses", r.get_misses},
+          {"bytes_read", r.bytes_read},
+          {"read_ms_avg", avg_ms(r.read_seconds, r.reads + r.get_misses)},
+          {"probes", r.probes},
+          {"probe_ms_avg", avg_ms(r.probe_seconds, r.probes)},
+          {"writes", r.writes},
+          {"bytes_written", r.bytes_written},
+          {"write_ms_avg", avg_ms(r.write_seconds, r.writes)},
+          {"existing", r.existing},
+          {"reconnects", r.reconnects},
+          {"redirects", r.redirects},
+          {"errors",
+           {{"connection", r.errors},
+            {"write", r.write_errors},
+            {"dropped", r.dropped},
+            {"corrupt", r.corrupt},
+            {"foreign", r.foreign}}}};
 }
 }  // namespace
 
