@@ -7,23 +7,12 @@
 // OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 and OPENAI_API_KEY set; prints "ok: all N checks".
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { check, finish, makeClient } from './harness.mjs';
 
+const client = makeClient();
 const baseURL = process.env.OPENAI_BASE_URL;
 const apiKey = process.env.OPENAI_API_KEY;
-assert.ok(baseURL, 'OPENAI_BASE_URL is not set');
-const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60_000 });
 
-let checks = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    checks++;
-    console.log(`pass: ${name}`);
-  } catch (e) {
-    console.error(`FAIL: ${name}: ${e && e.stack ? e.stack : e}`);
-    process.exitCode = 1;
-  }
-}
 
 const models = await client.models.list();
 const model = models.data[0].id;
@@ -214,8 +203,4 @@ await check('401 is an AuthenticationError', async () => {
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
 });
 
-if (process.exitCode) {
-  console.error(`failed (${checks} checks passed)`);
-} else {
-  console.log(`ok: all ${checks} checks`);
-}
+finish();

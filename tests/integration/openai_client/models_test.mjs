@@ -7,26 +7,11 @@
 // servers, then "ok: all N checks".
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { check, finish, makeClient } from './harness.mjs';
 
-const client = new OpenAI({
-  baseURL: process.env.OPENAI_BASE_URL,
-  apiKey: process.env.OPENAI_API_KEY,
-  maxRetries: 0,
-  timeout: 60_000,
-});
+const client = makeClient();
 const expected = (process.env.REWIND_MODELS || '').split(',');
 
-let checks = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    checks++;
-    console.log(`pass: ${name}`);
-  } catch (e) {
-    console.error(`FAIL: ${name}: ${e && e.stack ? e.stack : e}`);
-    process.exitCode = 1;
-  }
-}
 
 const messages = [
   { role: 'system', content: 'You are terse.' },
@@ -68,4 +53,4 @@ await check('an unknown model is NotFoundError', async () => {
 });
 
 console.log(`replies: ${JSON.stringify(replies)}`);
-if (!process.exitCode) console.log(`ok: all ${checks} checks`);
+finish();

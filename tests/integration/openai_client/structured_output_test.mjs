@@ -7,27 +7,12 @@
 // OPENAI_API_KEY set; prints "ok: all N checks".
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { check, finish, makeClient } from './harness.mjs';
 import { zodFunction, zodResponseFormat } from 'openai/helpers/zod';
 import { z } from 'zod';
 
-const client = new OpenAI({
-  baseURL: process.env.OPENAI_BASE_URL,
-  apiKey: process.env.OPENAI_API_KEY,
-  maxRetries: 0,
-  timeout: 60_000,
-});
+const client = makeClient();
 
-let checks = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    checks++;
-    console.log(`pass: ${name}`);
-  } catch (e) {
-    console.error(`FAIL: ${name}: ${e && e.stack ? e.stack : e}`);
-    process.exitCode = 1;
-  }
-}
 
 const model = (await client.models.list()).data[0].id;
 const messages = [
@@ -102,8 +87,4 @@ await check('an unsupported schema keyword is a BadRequestError naming it', asyn
   );
 });
 
-if (process.exitCode) {
-  console.error(`failed: ${checks} checks passed`);
-} else {
-  console.log(`ok: all ${checks} checks`);
-}
+finish();

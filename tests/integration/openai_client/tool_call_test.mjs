@@ -6,25 +6,10 @@
 // prints "ok: all N checks".
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { check, finish, makeClient } from './harness.mjs';
 
-const client = new OpenAI({
-  baseURL: process.env.OPENAI_BASE_URL,
-  apiKey: process.env.OPENAI_API_KEY,
-  maxRetries: 0,
-  timeout: 60_000,
-});
+const client = makeClient();
 
-let checks = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    checks++;
-    console.log(`pass: ${name}`);
-  } catch (e) {
-    console.error(`FAIL: ${name}: ${e && e.stack ? e.stack : e}`);
-    process.exitCode = 1;
-  }
-}
 
 const model = (await client.models.list()).data[0].id;
 const lookup = {
@@ -112,5 +97,4 @@ await check('tool result in the history', async () => {
   assert.ok(r.usage.prompt_tokens > 0);
 });
 
-if (process.exitCode) process.exit(process.exitCode);
-console.log(`ok: all ${checks} checks`);
+finish();
