@@ -249,6 +249,19 @@ struct ModelFiles {
   std::string label;  // "PRESET, DTYPE, seed N"
 };
 
+// Fills `m` with a made checkpoint's tensors and JSON files ("PRESET, DTYPE, seed N" label).
+void fill_model_files(ModelFiles* m, std::vector<LazyTensor> tensors, const std::string& dtype,
+                      const nlohmann::json& cfg, std::string tokenizer, const nlohmann::json& tcfg,
+                      const nlohmann::json& gcfg, const std::string& preset, uint64_t seed) {
+  m->tensors = std::move(tensors);
+  m->dtype = dtype == "f32" ? DType::F32 : DType::BF16;
+  m->config = cfg.dump(2) + "\n";
+  m->tokenizer = std::move(tokenizer);
+  m->tokenizer_config = tcfg.dump(2) + "\n";
+  m->generation_config = gcfg.dump(2) + "\n";
+  m->label = preset + ", " + dtype + ", seed " + std::to_string(seed);
+}
+
 Status write_hf_files(ModelFiles* m, const std::string& out) {
   ::mkdir(out.c_str(), 0755);
   REWIND_TRY_STATUS(
@@ -819,13 +832,7 @@ int make_mamba2_model(const Args& args, const M2Shape& S, const std::string& pre
                          {"pad_token", "<|endoftext|>"},
                          {"chat_template", rewind_chatml_template()}};
   nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
-  m->tensors = std::move(T);
-  m->dtype = dtype == "f32" ? DType::F32 : DType::BF16;
-  m->config = cfg.dump(2) + "\n";
-  m->tokenizer = tok_json;
-  m->tokenizer_config = tcfg.dump(2) + "\n";
-  m->generation_config = gcfg.dump(2) + "\n";
-  m->label = preset + ", " + dtype + ", seed " + std::to_string(seed);
+  fill_model_files(m, std::move(T), dtype, cfg, tok_json, tcfg, gcfg, preset, seed);
   return 0;
 }
 
@@ -1067,13 +1074,8 @@ int qwen_model(const Args& parsed, ModelFiles* m) {
                          {"chat_template", rewind_chatml_template()},
                          {"add_prefix_space", false}};
   nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
-  m->tensors = std::move(T);
-  m->dtype = dtype == "f32" ? DType::F32 : DType::BF16;
-  m->config = cfg.dump(2) + "\n";
-  m->tokenizer = tok_json;
-  m->tokenizer_config = tcfg.dump(2) + "\n";
-  m->generation_config = gcfg.dump(2) + "\n";
-  m->label = args->str("--preset", "tiny") + ", " + dtype + ", seed " + std::to_string(seed);
+  fill_model_files(m, std::move(T), dtype, cfg, tok_json, tcfg, gcfg,
+                   args->str("--preset", "tiny"), seed);
   return 0;
 }
 
