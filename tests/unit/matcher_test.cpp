@@ -317,10 +317,10 @@ TEST(GrammarMatcher, MaskCacheStaysWithinItsBudget) {
   }
 }
 
-// Masks computed by a pool's threads (whole-trie walks shared, unknown transitions left to
-// the caller) equal the ones one thread computes, split states included, on a vocabulary big
-// enough to be cut into many chunks.
-TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
+// The nested schema of the threaded-mask tests and test_vocab() plus 6000 random JSON-ish
+// words (a vocabulary big enough to be cut into many chunks).
+void nested_schema_and_big_vocab(std::mt19937& rng, std::shared_ptr<Grammar>* grammar,
+                                 std::shared_ptr<VocabTrie>* vocab) {
   auto text = json_schema_text_to_gbnf(R"({"type":"object","properties":{
       "ab":{"type":"string"},"the":{"type":"array","items":{"type":"string"}},
       "x":{"type":"object","properties":{"ab":{"type":"string"},"n":{"type":"integer"}},
@@ -328,9 +328,8 @@ TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
   ASSERT_TRUE(text.ok()) << text.error_message();
   auto g = parse_gbnf(*text);
   ASSERT_TRUE(g.ok());
-  auto grammar = std::make_shared<Grammar>(std::move(g).value());
+  *grammar = std::make_shared<Grammar>(std::move(g).value());
   std::vector<std::string> v = test_vocab();
-  std::mt19937 rng(31);
   const std::string pieces[] = {"\"", ",", ":", "{",  "}", "[", "]",        " ", "\n", "a",
                                 "b",  "1", "0", "\\", "e", "x", "\xC3\xA9", "-", "n",  "t"};
   for (int i = 0; i < 6000; ++i) {
@@ -340,7 +339,17 @@ TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
     v.push_back(s);
   }
   const int32_t eos = static_cast<int32_t>(v.size());
-  auto vocab = std::make_shared<VocabTrie>(v, std::vector<int32_t>{eos});
+  *vocab = std::make_shared<VocabTrie>(v, std::vector<int32_t>{eos});
+}
+
+// Masks computed by a pool's threads (whole-trie walks shared, unknown transitions left to
+// the caller) equal the ones one thread computes, split states included, on a vocabulary big
+// enough to be cut into many chunks.
+TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
+  std::mt19937 rng(31);
+  std::shared_ptr<Grammar> grammar;
+  std::shared_ptr<VocabTrie> vocab;
+  ASSERT_NO_FATAL_FAILURE(nested_schema_and_big_vocab(rng, &grammar, &vocab));
   auto one = std::make_shared<GrammarAutomaton>(grammar, vocab);
   auto shared = std::make_shared<GrammarAutomaton>(grammar, vocab);
   ThreadPool pool(3, 0);  // every job shared, however small
@@ -372,26 +381,10 @@ TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
 // eight sequences in lockstep, split states included; then the rows find them cached. With a
 // mask cache too small for a step's masks, the rows still get the same bits.
 TEST(GrammarMatcher, PrefetchedMasksOfARowBatchEqualOneThreads) {
-  auto text = json_schema_text_to_gbnf(R"({"type":"object","properties":{
-      "ab":{"type":"string"},"the":{"type":"array","items":{"type":"string"}},
-      "x":{"type":"object","properties":{"ab":{"type":"string"},"n":{"type":"integer"}},
-      "required":["ab","n"]}},"required":["ab","the","x"]})");
-  ASSERT_TRUE(text.ok()) << text.error_message();
-  auto g = parse_gbnf(*text);
-  ASSERT_TRUE(g.ok());
-  auto grammar = std::make_shared<Grammar>(std::move(g).value());
-  std::vector<std::string> v = test_vocab();
   std::mt19937 rng(57);
-  const std::string pieces[] = {"\"", ",", ":", "{",  "}", "[", "]",        " ", "\n", "a",
-                                "b",  "1", "0", "\\", "e", "x", "\xC3\xA9", "-", "n",  "t"};
-  for (int i = 0; i < 6000; ++i) {
-    std::string s;
-    const int len = 1 + static_cast<int>(rng() % 7);
-    for (int k = 0; k < len; ++k) s += pieces[rng() % 20];
-    v.push_back(s);
-  }
-  const int32_t eos = static_cast<int32_t>(v.size());
-  auto vocab = std::make_shared<VocabTrie>(v, std::vector<int32_t>{eos});
+  std::shared_ptr<Grammar> grammar;
+  std::shared_ptr<VocabTrie> vocab;
+  ASSERT_NO_FATAL_FAILURE(nested_schema_and_big_vocab(rng, &grammar, &vocab));
   ThreadPool pool(3, 0);  // every job shared, however small
   for (const size_t cache_bytes : {size_t{256} << 20, size_t{3} * vocab->n_words() * 8}) {
     AutomatonLimits lim;
