@@ -1074,8 +1074,8 @@ int qwen_model(const Args& parsed, ModelFiles* m) {
                          {"chat_template", rewind_chatml_template()},
                          {"add_prefix_space", false}};
   nlohmann::json gcfg = {{"eos_token_id", {eos, eot}}, {"do_sample", false}};
-  fill_model_files(m, std::move(T), dtype, cfg, tok_json, tcfg, gcfg,
-                   args->str("--preset", "tiny"), seed);
+  fill_model_files(m, std::move(T), dtype, cfg, tok_json, tcfg, gcfg, args->str("--preset", "tiny"),
+                   seed);
   return 0;
 }
 
