@@ -317,6 +317,23 @@ TEST(GrammarMatcher, MaskCacheStaysWithinItsBudget) {
   }
 }
 
+// The token ids a mask allows.
+std::vector<int32_t> allowed_ids(const TokenMask& mask, const VocabTrie& vocab) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < vocab.n_vocab(); ++id)
+    if (mask_test(mask.data(), id)) ids.push_back(id);
+  return ids;
+}
+
+// A random allowed id, turned into a closing quote now and then to get through an object.
+int32_t pick_towards_quotes(const std::vector<int32_t>& ids, const VocabTrie& vocab,
+                            std::mt19937& rng) {
+  int32_t id = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+  for (int32_t c : ids)
+    if (vocab.bytes(c) == "\"" && rng() % 3 == 0) id = c;
+  return id;
+}
+
 // The nested schema of the threaded-mask tests and test_vocab() plus 6000 random JSON-ish
 // words (a vocabulary big enough to be cut into many chunks).
 void nested_schema_and_big_vocab(std::mt19937& rng, std::shared_ptr<Grammar>* grammar,
@@ -361,13 +378,9 @@ TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
       ASSERT_TRUE(m1.allowed(a.data()).ok());
       ASSERT_TRUE(m2.allowed(b.data(), &pool).ok());
       ASSERT_EQ(a, b) << "walk " << w << " step " << s;
-      std::vector<int32_t> ids;
-      for (int32_t id = 0; id < vocab->n_vocab(); ++id)
-        if (mask_test(a.data(), id)) ids.push_back(id);
+      const std::vector<int32_t> ids = allowed_ids(a, *vocab);
       ASSERT_FALSE(ids.empty());
-      int32_t id = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
-      for (int32_t c : ids)  // closing quotes now and then, to get through the object
-        if (vocab->bytes(c) == "\"" && rng() % 3 == 0) id = c;
+      const int32_t id = pick_towards_quotes(ids, *vocab, rng);
       ASSERT_TRUE(m1.accept(id).ok());
       ASSERT_TRUE(m2.accept(id).ok());
     }
@@ -411,13 +424,9 @@ TEST(GrammarMatcher, PrefetchedMasksOfARowBatchEqualOneThreads) {
         ASSERT_TRUE(m2[s].allowed(b.data()).ok());
         ASSERT_EQ(a, b) << "sequence " << s << " step " << step;
         ++rows;
-        std::vector<int32_t> ids;
-        for (int32_t id = 0; id < vocab->n_vocab(); ++id)
-          if (mask_test(a.data(), id)) ids.push_back(id);
+        const std::vector<int32_t> ids = allowed_ids(a, *vocab);
         ASSERT_FALSE(ids.empty());
-        int32_t id = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
-        for (int32_t c : ids)  // closing quotes now and then, to get through the object
-          if (vocab->bytes(c) == "\"" && rng() % 3 == 0) id = c;
+        const int32_t id = pick_towards_quotes(ids, *vocab, rng);
         ASSERT_TRUE(m1[s].accept(id).ok());
         ASSERT_TRUE(m2[s].accept(id).ok());
       }
