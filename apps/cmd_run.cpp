@@ -144,26 +144,33 @@ int cmd_run(int argc, char** argv) {
     std::printf(
         "],\"prompt_tokens\":%lld,\"generated_tokens\":%zu,\"stop\":\"%s\",\"load_s\":%.3f,"
         "\"prefill_ms\":%.3f,\"prefill_tok_s\":%.2f,\"decode_tokens\":%lld,\"decode_ms\":%.3f,"
-        "\"decode_tok_s\":%.2f,\"threads\":%lld,\"isa\":\"%s\","
+        "\"decode_tok_s\":%.2f,\"threads\":%lld,\"steps_alone\":%lld,\"isa\":\"%s\","
         "\"spec\":\"%s\",\"spec_rounds\":%lld,\"spec_drafted\":%lld,\"spec_accepted\":%lld,"
         "\"spec_replayed\":%lld,\"acceptance\":%.4f}\n",
         static_cast<long long>(n), out.size(), eos ? "eos" : "length", load_s, prefill_ms,
         prefill_tps, static_cast<long long>(n_dec), decode_ms, decode_tps,
-        static_cast<long long>(th.value()), m.isa(), spec_kind_name(spec->cfg.kind),
-        static_cast<long long>(ss.rounds), static_cast<long long>(ss.drafted),
-        static_cast<long long>(ss.accepted), static_cast<long long>(ss.replayed), acc);
+        static_cast<long long>(th.value()), static_cast<long long>(pool.steps_alone()), m.isa(),
+        spec_kind_name(spec->cfg.kind), static_cast<long long>(ss.rounds),
+        static_cast<long long>(ss.drafted), static_cast<long long>(ss.accepted),
+        static_cast<long long>(ss.replayed), acc);
   } else {
+    // Steps the pool ran on this thread alone: too small to share, or measured faster alone
+    // (another process on a core; base/thread_pool.h).
+    const std::string alone_note =
+        th.value() > 1 && pool.steps_alone() > 0
+            ? " (" + std::to_string(pool.steps_alone()) + " steps on one: small or faster so)"
+            : "";
     std::fputs(tail.c_str(), stdout);
     std::printf("\n");
     if (quiet) return 0;
     std::fprintf(stderr,
                  "\n[%lld prompt tokens, %zu generated (%s)] load %.2f s; prefill %.2f ms to the "
                  "first token (%.1f tok/s%s); decode %lld tokens after the first in %.2f ms "
-                 "(%.1f tok/s); %lld threads, %s\n",
+                 "(%.1f tok/s); %lld threads%s, %s\n",
                  static_cast<long long>(n), out.size(), eos ? "eos" : "length", load_s, prefill_ms,
                  prefill_tps, n < kFewPromptTokens ? ", mostly fixed costs for so few tokens" : "",
                  static_cast<long long>(n_dec), decode_ms, decode_tps,
-                 static_cast<long long>(th.value()), m.isa());
+                 static_cast<long long>(th.value()), alone_note.c_str(), m.isa());
     if (spec->cfg.kind != SpecKind::Off)
       std::fprintf(stderr,
                    "[speculative %s, k %d: %lld rounds, %lld drafted, %lld accepted (%.1f%%), "

@@ -89,7 +89,9 @@ def main():
                             res.setdefault((model, label, load, t), []).append(j)
                             print(f"round {r + 1} {model} {label} {load} {t}t: decode "
                                   f"{j['decode_tok_s']:.1f} tok/s, prefill {j['prefill_tok_s']:.1f} tok/s "
-                                  f"({prefill_ms(j):.2f} ms for {j['prompt_tokens']} tokens)", flush=True)
+                                  f"({prefill_ms(j):.2f} ms for {j['prompt_tokens']} tokens)"
+                                  + (f", {j['steps_alone']} steps alone" if t > 1 and "steps_alone" in j else ""),
+                                  flush=True)
             finally:
                 if ctx:
                     ctx.__exit__()
@@ -98,7 +100,7 @@ def main():
     print(f"\nmedians over {a.rounds} rounds; busy = a busy loop pinned to CPU {a.cpu}; "
           f"decode counts the tokens after the first; prefill time is TTFT (it includes the first token)")
     hdr = f"{'model':<12} {'binary':<8} {'load':<5} {'decode 1t':>10} {'decode 2t':>10} {'2t/1t':>6} " \
-          f"{'prefill 1t':>11} {'prefill 2t':>11} {'2t/1t':>6} {'ms 1t':>7} {'ms 2t':>7}"
+          f"{'prefill 1t':>11} {'prefill 2t':>11} {'2t/1t':>6} {'ms 1t':>7} {'ms 2t':>7} {'alone 2t':>8}"
     print(hdr)
     for model in models:
         for label, _ in bins:
@@ -106,8 +108,12 @@ def main():
                 d = {t: med([j["decode_tok_s"] for j in res[(model, label, load, t)]]) for t in (1, 2)}
                 p = {t: med([j["prefill_tok_s"] for j in res[(model, label, load, t)]]) for t in (1, 2)}
                 ms = {t: med([prefill_ms(j) for j in res[(model, label, load, t)]]) for t in (1, 2)}
+                # Steps the 2-thread run took on one thread (too small, or measured faster so).
+                alone = [j["steps_alone"] for j in res[(model, label, load, 2)] if "steps_alone" in j]
+                alone_s = f"{med(alone):.0f}" if alone else "-"
                 print(f"{os.path.basename(model.rstrip('/')):<12} {label:<8} {load:<5} {d[1]:>10.1f} {d[2]:>10.1f} "
-                      f"{d[2] / d[1]:>6.2f} {p[1]:>11.1f} {p[2]:>11.1f} {p[2] / p[1]:>6.2f} {ms[1]:>7.2f} {ms[2]:>7.2f}")
+                      f"{d[2] / d[1]:>6.2f} {p[1]:>11.1f} {p[2]:>11.1f} {p[2] / p[1]:>6.2f} {ms[1]:>7.2f} {ms[2]:>7.2f} "
+                      f"{alone_s:>8}")
 
 
 if __name__ == "__main__":

@@ -404,5 +404,88 @@ TEST(ThreadPool, BackToBackJobsWithStallsCoverEachItemOnce) {
   }
 }
 
+// StepChooser, fed simulated step times: ns per unit of work for a shared and an alone step,
+// and the caller's waiting fraction in shared steps. Returns the steps that ran alone.
+struct SimHost {
+  double shared = 1.0, alone = 1.8, wait = 0.05;
+};
+int64_t run_steps(StepChooser& ch, const SimHost& h, int steps, int64_t work = 1 << 24) {
+  int64_t alone_steps = 0;
+  for (int i = 0; i < steps; ++i) {
+    const bool a = ch.alone(work);
+    alone_steps += a;
+    const double ns = (a ? h.alone : h.shared) * static_cast<double>(work);
+    ch.record(work, a, static_cast<int64_t>(ns), a ? 0 : static_cast<int64_t>(h.wait * ns));
+  }
+  return alone_steps;
+}
+
+TEST(StepChooser, IdleHostKeepsSharingWithoutTrials) {
+  StepChooser ch;
+  EXPECT_EQ(run_steps(ch, {1.0, 1.8, 0.05}, 3000), 0);
+  EXPECT_EQ(ch.switches(), 0);
+}
+
+TEST(StepChooser, CoreTakenByAnotherProcessRunsAloneAndRetriesSharingRarely) {
+  StepChooser ch;
+  const SimHost busy{1.3, 1.0, 0.4};
+  EXPECT_EQ(run_steps(ch, busy, StepChooser::kPeriodMin), 0);  // shared until judged
+  const int64_t alone = run_steps(ch, busy, 3000);
+  EXPECT_EQ(ch.switches(), 1);
+  // Sharing is re-tried kTrial steps at a time, ever more rarely.
+  EXPECT_GT(alone, 3000 - 20 * StepChooser::kTrial);
+  EXPECT_LT(alone, 3000);
+}
+
+TEST(StepChooser, SharesAgainWhenTheOtherProcessStops) {
+  StepChooser ch;
+  run_steps(ch, {1.3, 1.0, 0.4}, 3000);
+  ASSERT_TRUE(ch.alone(1 << 24) || ch.switches() == 1);
+  run_steps(ch, {1.0, 1.8, 0.05}, StepChooser::kPeriodMax + StepChooser::kTrial);
+  EXPECT_EQ(ch.switches(), 2);
+  EXPECT_EQ(run_steps(ch, {1.0, 1.8, 0.05}, 2000), 0);
+}
+
+TEST(StepChooser, AloneTrialThatLosesIsRetriedEverMoreRarely) {
+  StepChooser ch;
+  // Long waits, yet sharing is still faster (uneven shares on an idle host).
+  const int64_t alone = run_steps(ch, {1.0, 1.5, 0.3}, 3000);
+  EXPECT_EQ(ch.switches(), 0);
+  EXPECT_GT(alone, 0);
+  EXPECT_LE(alone, 10 * StepChooser::kTrial);  // periods 16, 32, .., 512, then every 512
+}
+
+TEST(StepChooser, StepsOfDifferentSizesAreJudgedApart) {
+  StepChooser ch;
+  const int64_t decode = 1 << 22, prefill = int64_t{1} << 32;
+  for (int i = 0; i < 2000; ++i) {  // small steps lose to a busy core, large ones do not
+    const bool a = ch.alone(decode);
+    const double ns = (a ? 1.0 : 1.4) * decode;
+    ch.record(decode, a, static_cast<int64_t>(ns), a ? 0 : static_cast<int64_t>(0.5 * ns));
+    const bool b = ch.alone(prefill);
+    const double ps = (b ? 1.9 : 1.0) * static_cast<double>(prefill);
+    ch.record(prefill, b, static_cast<int64_t>(ps), b ? 0 : static_cast<int64_t>(0.02 * ps));
+  }
+  EXPECT_TRUE(ch.alone(decode) || ch.switches() == 1);
+  EXPECT_EQ(ch.switches(), 1);
+  EXPECT_FALSE(ch.alone(prefill));
+}
+
+TEST(ThreadPool, StepsAboveTheThresholdAreTimedForTheChooser) {
+  ThreadPool pool(2);
+  ThreadPool tests_pool(2, 0);
+  const int64_t big = ThreadPool::kStepWorkFactor * ThreadPool::kMinParallelWork;
+  for (int i = 0; i < 50; ++i) {
+    const ThreadPool::StepScope step(&pool, big);
+    pool.parallel_for(
+        64, 1, [](int, int64_t, int64_t) {}, big);
+    const ThreadPool::StepScope tests_step(&tests_pool, big);
+  }
+  // Nothing to wait for in these steps: sharing kept, never tried alone.
+  EXPECT_EQ(pool.steps_alone(), 0);
+  EXPECT_EQ(pool.chooser().switches(), 0);
+  EXPECT_EQ(tests_pool.steps_alone(), 0);
+}
+
 }  // namespace
 }  // namespace rw

@@ -113,17 +113,81 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-ThreadPool::StepScope::StepScope(ThreadPool* pool, int64_t work) {
-  if (!pool || pool->n_threads_ == 1 || pool->step_alone_ ||
-      work >= kStepWorkFactor * pool->min_parallel_work_)
+int StepChooser::group_of(int64_t work) {
+  return work <= 1 ? 0 : 63 - __builtin_clzll(static_cast<uint64_t>(work));
+}
+
+bool StepChooser::alone(int64_t work) {
+  const Group& g = groups_[group_of(work)];
+  return g.trial > 0 ? !g.alone : g.alone;
+}
+
+void StepChooser::record(int64_t work, bool alone, int64_t ns, int64_t wait_ns) {
+  Group& g = groups_[group_of(work)];
+  const double w = static_cast<double>(std::max<int64_t>(work, 1));
+  const double t = static_cast<double>(std::max<int64_t>(ns, 1));
+  if (alone) ++chosen_alone_;
+  if (g.trial > 0 && alone != g.alone) {  // a step of the other mode's trial
+    g.trial_ns += t;
+    g.trial_work += w;
+    if (--g.trial > 0) return;
+    const double tried = g.trial_ns / g.trial_work;
+    if (tried < g.kept * (1 - kMargin)) {  // the other mode is faster: keep it
+      g.alone = !g.alone;
+      g.kept = tried;
+      g.wait = 0;
+      g.period = kPeriodMin;
+      ++switches_;
+    } else {
+      g.period = std::min(2 * g.period, kPeriodMax);
+    }
+    g.since = 0;
+    g.trial_ns = g.trial_work = 0;
     return;
+  }
+  const bool first = g.kept == 0;
+  g.kept = first ? t / w : g.kept + (t / w - g.kept) / 8;
+  if (!alone) {
+    const double frac = static_cast<double>(wait_ns) / t;
+    g.wait = first ? frac : g.wait + (frac - g.wait) / 8;
+  }
+  // Try the other mode: sharing again after a period alone; running alone after a period of
+  // shared steps whose caller waited long for workers (a core taken by another process).
+  if (++g.since >= (g.alone ? g.period : std::max(kTrial, g.period)) &&
+      (g.alone || g.wait > kWaitTrigger))
+    g.trial = kTrial;
+}
+
+ThreadPool::StepScope::StepScope(ThreadPool* pool, int64_t work) {
+  if (!pool || pool->n_threads_ == 1 || pool->in_step_) return;
   pool_ = pool;
-  pool->step_alone_ = true;
-  ++pool->steps_alone_;
+  pool->in_step_ = true;
+  work_ = work;
+  if (work < kStepWorkFactor * pool->min_parallel_work_) {
+    alone_ = true;
+  } else if (pool->back_off_ && pool->min_parallel_work_ > 0) {  // not tests' pools
+    timed_ = true;
+    alone_ = pool->chooser_.alone(work);
+  }
+  if (alone_) {
+    pool->step_alone_ = true;
+    ++pool->steps_alone_;
+  }
+  if (timed_) {
+    pool->step_wait_ns_ = 0;
+    t0_ = Clock::now();
+  }
 }
 
 ThreadPool::StepScope::~StepScope() {
-  if (pool_) pool_->step_alone_ = false;
+  if (!pool_) return;
+  if (timed_) {
+    const int64_t ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0_).count();
+    pool_->chooser_.record(work_, alone_, ns, pool_->step_wait_ns_);
+  }
+  pool_->step_alone_ = false;
+  pool_->in_step_ = false;
 }
 
 void ThreadPool::parallel_for(int64_t n_items, int64_t grain, const Fn& fn, int64_t work) {
@@ -195,10 +259,19 @@ void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split sp
     fn(0, 0, n_items);
     return;
   }
-  if (step_alone_ || (work >= 0 && work < min_parallel_work_) ||
-      (solo_ns_ > 0 && Clock::now() < solo_until_)) {
+  if (step_alone_ || (work >= 0 && work < min_parallel_work_)) {
     run_alone(n_items, grain, split, fn);
     return;
+  }
+  if (solo_ns_ > 0) {
+    const Clock::time_point now = Clock::now();
+    if (now < solo_until_) {  // backing off: counts as waiting, for the step chooser
+      run_alone(n_items, grain, split, fn);
+      if (in_step_)
+        step_wait_ns_ +=
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - now).count();
+      return;
+    }
   }
   REWIND_CHECK_MSG(n_items < (int64_t{1} << 31), "thread pool: too many items for one job");
   const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
@@ -232,6 +305,7 @@ void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split sp
   const Clock::time_point t2 = Clock::now();
   const int64_t own = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   const int64_t wait = std::chrono::duration_cast<std::chrono::nanoseconds>(t2 - t1).count();
+  step_wait_ns_ += wait;
   if (back_off_ && wait > kLongWaitNs && wait > own) {
     // As long as the wait, at least; twice the last back-off when it ended recently.
     const bool again = solo_ns_ > 0 && t2 - solo_until_ < std::chrono::nanoseconds(4 * solo_ns_);

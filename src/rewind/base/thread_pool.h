@@ -25,6 +25,50 @@
 
 namespace rw {
 
+// Picks, step by step, whether a forward pass is shared among the pool's threads or run by
+// the caller alone, whichever its measured times say is faster. On a machine shared with other
+// processes two threads can be slower than one: a worker that shares a core with the caller
+// only takes turns with it, and one descheduled mid-job holds the step. Steps are grouped by
+// work (powers of two); within a group, time per unit of work is compared between the modes.
+// Sharing is the default; running alone is tried when the caller spends over kWaitTrigger of
+// shared steps waiting for workers or backing off from them (ThreadPool::run), and then kept
+// while it stays faster, sharing being re-tried after kPeriodMin, doubling up to kPeriodMax,
+// steps. Pure logic, no clock: the
+// pool feeds it times (tests feed their own).
+class StepChooser {
+ public:
+  static constexpr int kTrial = 4;       // steps a tried mode runs before it is judged
+  static constexpr int kPeriodMin = 16;  // steps before the other mode is tried again
+  static constexpr int kPeriodMax = 512;
+  static constexpr double kWaitTrigger = 0.2;
+  static constexpr double kMargin = 0.05;  // a switch needs this much gain
+
+  // Whether the next step of `work` runs alone.
+  bool alone(int64_t work);
+  // The step just run (alone as returned by alone()) took ns, of which the caller waited
+  // wait_ns for workers' parts (shared steps).
+  void record(int64_t work, bool alone, int64_t ns, int64_t wait_ns);
+  // Steps that ran alone by choice, and the switches made, for reports and tests.
+  int64_t chosen_alone() const { return chosen_alone_; }
+  int64_t switches() const { return switches_; }
+
+ private:
+  struct Group {
+    bool alone = false;   // the mode kept
+    int trial = 0;        // > 0: steps left of a trial of the other mode
+    double trial_ns = 0;  // the trial's time and work so far
+    double trial_work = 0;
+    double kept = 0;  // the kept mode's ns per unit of work (moving average), 0 unknown
+    double wait = 0;  // shared steps' moving-average waiting fraction
+    int since = 0;    // steps in the kept mode since the last trial
+    int period = kPeriodMin;
+  };
+  static int group_of(int64_t work);
+  Group groups_[64];
+  int64_t chosen_alone_ = 0;
+  int64_t switches_ = 0;
+};
+
 class ThreadPool {
  public:
   using Fn = std::function<void(int, int64_t, int64_t)>;
@@ -53,6 +97,7 @@ class ThreadPool {
   // for, job by job: while a StepScope made with such a work hint is alive, every job runs on
   // the caller alone. Larger steps gain from two threads even on small models (1.6-1.8x on an
   // idle host at 4-16M; docs/PERFORMANCE.md). Results are unchanged whichever thread runs.
+  // Larger steps are shared or run alone as StepChooser (below) finds faster, step by step.
   static constexpr int64_t kStepWorkFactor = 8;
   class StepScope {
    public:
@@ -62,10 +107,16 @@ class ThreadPool {
     StepScope& operator=(const StepScope&) = delete;
 
    private:
-    ThreadPool* pool_ = nullptr;  // set only when this scope made the pool run alone
+    ThreadPool* pool_ = nullptr;  // set when this scope is the pool's outermost step
+    bool alone_ = false;          // this scope made the pool run alone
+    bool timed_ = false;          // this step's time goes to the chooser
+    int64_t work_ = 0;
+    std::chrono::steady_clock::time_point t0_{};
   };
-  // Steps run alone since the pool was made (StepScope), for reports.
+  // Steps run alone since the pool was made (StepScope: below the threshold, or chosen), for
+  // reports.
   int64_t steps_alone() const { return steps_alone_; }
+  const StepChooser& chooser() const { return chooser_; }
 
   // Calls fn(index, begin, end) once for each non-empty share of a static, contiguous split of
   // [0, n_items) into n_threads shares (granularity `grain`: every boundary but the last is a
@@ -125,8 +176,11 @@ class ThreadPool {
   // alone until solo_until_, for solo_ns_ (doubling on each long wait).
   bool back_off_ = true;
   int64_t solo_ns_ = 0;
-  bool step_alone_ = false;  // a StepScope below the step threshold is alive
+  bool step_alone_ = false;  // a StepScope that runs its step alone is alive
+  bool in_step_ = false;     // a StepScope is alive
   int64_t steps_alone_ = 0;
+  int64_t step_wait_ns_ = 0;  // the caller's waits for workers' parts in the current step
+  StepChooser chooser_;
   std::chrono::steady_clock::time_point solo_until_{};
 };
 
