@@ -251,6 +251,11 @@ TEST(SharedCache, WithADiskTierBelowRam) {
     if (disk_writes == 0) std::this_thread::sleep_for(10ms);
   }
   EXPECT_GT(disk_writes, 0);
+  // The resume came from Redis: counted over the tiers and as Redis reads, not as a disk hit.
+  const std::string m = curl(*b, "GET", "/metrics").body;
+  EXPECT_NE(m.find("rewind_cache_tier_resumes_total 1"), std::string::npos) << m;
+  EXPECT_EQ(m.find("rewind_cache_disk_hits_total"), std::string::npos) << m;
+  EXPECT_NE(m.find("rewind_cache_disk_reads_total 0"), std::string::npos) << m;
 }
 
 TEST(SharedCache, FlippedBytesInRedisValuesAreRecomputed) {

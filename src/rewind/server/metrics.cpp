@@ -238,14 +238,18 @@ void engine_part(Page& p, const EngineMetrics& em) {
           "Writer thread time spent writing objects.", t.write_seconds);
   };
   if (const TierStats d = tier_named(c.tiers, "disk"); d.enabled) {
-    // The disk tier (--cache-dir).
-    counter("disk_hits", "Lookups resumed deeper thanks to the disk tier.", c.tier_hits);
-    counter("disk_misses", "Lookups where the disk tier had nothing deeper than RAM.",
-            c.tier_misses);
-    counter("disk_tokens", "Prompt tokens resumed from the disk tier beyond RAM's resume point.",
-            c.tier_tokens);
-    p.one("rewind_cache_disk_load_seconds_total", "counter",
-          "Time lookups spent finding and reading the disk tier's objects.", c.tier_load_ms / 1e3);
+    // The disk tier (--cache-dir). Its lookup figures only when it is the one tier: with
+    // Redis under it a resume may read from both, and the tier_* counters below cover them.
+    if (c.tiers.size() == 1) {
+      counter("disk_hits", "Lookups resumed deeper thanks to the disk tier.", c.tier_hits);
+      counter("disk_misses", "Lookups where the disk tier had nothing deeper than RAM.",
+              c.tier_misses);
+      counter("disk_tokens", "Prompt tokens resumed from the disk tier beyond RAM's resume point.",
+              c.tier_tokens);
+      p.one("rewind_cache_disk_load_seconds_total", "counter",
+            "Time lookups spent finding and reading the disk tier's objects.",
+            c.tier_load_ms / 1e3);
+    }
     counter("disk_reads", "Objects read from the disk tier.", d.reads);
     tier_io("disk", d, "the disk tier");
     counter("disk_write_errors", "Writes that failed (no space, I/O error); the object dropped.",
