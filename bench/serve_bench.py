@@ -12,10 +12,13 @@ one after the other. Every prompt is new (a
 request number first, then seeded random words), so no server reuses a cached prefix beyond the
 chat template's first tokens; both servers get the same prompts.
 
-Per cell: aggregate tok/s (completion tokens of all requests / the cell's wall time), time to
-first token (request sent -> first streamed token) and inter-token latency (gaps between
-successive streamed token chunks) p50 / p90 / p99 over all requests of the cell, pooled over the
---rounds. With --rounds > 1 tok/s is the median of the rounds.
+Per cell: aggregate tok/s (completion tokens of all requests / the cell's wall time), the
+aggregate decode tok/s (C clients / the mean gap between streamed tokens: the tokens after each
+request's first over the time they took, times C; beside it, its ratio to the 1-client cell of
+the same server and prompts when that cell ran), time to first token (request sent -> first
+streamed token) and inter-token latency (gaps between successive streamed token chunks) p50 / p90
+/ p99 over all requests of the cell, pooled over the --rounds. With --rounds > 1 tok/s and
+decode tok/s are the medians of the rounds.
 
 Every reply is checked: HTTP 200, an event stream of "data: " JSON chunks (object
 chat.completion.chunk or text_completion, one id, choices with index 0 and a delta or a text), at
@@ -221,6 +224,14 @@ def self_test():
         except StreamError as e:
             if why not in str(e):
                 failures.append(f"{name}: refused for another reason: {e}")
+    # The decode rate: 2 clients x (2 + 3 gaps) / (2 + 1.5 s); a one-token reply adds nothing;
+    # no gaps at all gives no rate.
+    rate = decode_rate([{"token_times": [0, 1, 2]}, {"token_times": [5, 5.5, 6, 6.5]},
+                        {"token_times": [9]}], 2)
+    if rate is None or abs(rate - 2 * 5 / 3.5) > 1e-12:
+        failures.append(f"decode_rate {rate}, expected {2 * 5 / 3.5}")
+    if decode_rate([{"token_times": [1]}], 1) is not None:
+        failures.append("decode_rate of one-token replies is not None")
     for f in failures:
         print("self-test FAILED:", f)
     print(f"self-test: two well-formed streams and {len(cases)} malformed ones, "
@@ -315,10 +326,21 @@ def run_cell(server, prompts, clients, max_tokens, timeout_s, chat):
     return {"wall_s": wall, "results": results}
 
 
-def summarise(cells):
+def decode_rate(results, clients):
+    """Aggregate decode tok/s of a cell: clients / the mean inter-token gap, i.e. clients x the
+    streamed tokens after each request's first over the time from its first token to its last
+    (None without two tokens). The rate C streams decode at while all C are decoding, which
+    tok/s (wall time, prefills and the clients' turnarounds included) understates."""
+    gaps = sum(len(r["token_times"]) - 1 for r in results)
+    span = sum(r["token_times"][-1] - r["token_times"][0] for r in results)
+    return clients * gaps / span if gaps > 0 and span > 0 else None
+
+
+def summarise(cells, clients):
     """One row from the rounds of one (server, prompt, clients) cell."""
     res = [r for c in cells for r in c["results"]]
     toks = [sum(r["completion_tokens"] for r in c["results"]) / c["wall_s"] for c in cells]
+    dec = [x for x in (decode_rate(c["results"], clients) for c in cells) if x is not None]
     itl = [b - a for r in res for a, b in zip(r["token_times"], r["token_times"][1:])]
     ttft = [r["ttft_s"] for r in res]
     ms = lambda v: None if v is None else round(1000 * v, 2)
@@ -328,6 +350,8 @@ def summarise(cells):
         "completion_tokens": sum(r["completion_tokens"] for r in res),
         "tok_s": round(median(toks), 2),
         "tok_s_rounds": [round(x, 2) for x in toks],
+        "decode_tok_s": round(median(dec), 2) if dec else None,
+        "decode_tok_s_rounds": [round(x, 2) for x in dec],
         "ttft_ms": {f"p{p}": ms(pct(ttft, p)) for p in (50, 90, 99)},
         "itl_ms": {f"p{p}": ms(pct(itl, p)) for p in (50, 90, 99)},
     }
@@ -367,7 +391,8 @@ def markdown(doc):
         out.append(f"{s['kind']}: `{s['cmd']}`")
     out.append("")
     llama = any(s["kind"] == "llama" for s in doc["servers"])
-    hdr = ("| prompt | clients | server | tok/s | TTFT p50 / p90 / p99 ms | ITL p50 / p90 / p99 ms |" +
+    hdr = ("| prompt | clients | server | tok/s | decode tok/s | decode x 1 client | "
+           "TTFT p50 / p90 / p99 ms | ITL p50 / p90 / p99 ms |" +
            (" tok/s rewind / llama |" if llama else ""))
     out.append(hdr)
     out.append("|" + "---|" * (hdr.count("|") - 1))
@@ -381,8 +406,13 @@ def markdown(doc):
             else:
                 ratio = " |"
         t, i = row["ttft_ms"], row["itl_ms"]
+        one = next((r for r in doc["rows"] if r["server"] == row["server"] and
+                    r["prompt"] == row["prompt"] and r["clients"] == 1), None)
+        dx = (f"{row['decode_tok_s'] / one['decode_tok_s']:.2f}x"
+              if one and one.get("decode_tok_s") and row.get("decode_tok_s") else "-")
         out.append(f"| {row['prompt']} ({fmt(row['prompt_tokens'], 0)} tok) | {row['clients']} | "
-                   f"{row['server']} | {fmt(row['tok_s'])} | {fmt(t['p50'])} / {fmt(t['p90'])} / "
+                   f"{row['server']} | {fmt(row['tok_s'])} | {fmt(row.get('decode_tok_s'))} | {dx} | "
+                   f"{fmt(t['p50'])} / {fmt(t['p90'])} / "
                    f"{fmt(t['p99'])} | {fmt(i['p50'], 2)} / {fmt(i['p90'], 2)} / {fmt(i['p99'], 2)} |"
                    f"{ratio}")
     return "\n".join(out)
@@ -480,7 +510,7 @@ def main():
         for c in clients:
             for s in servers:
                 rows.append(dict(prompt=kind, clients=c, server=s.kind,
-                                 **summarise(cells[(kind, c, s.kind)])))
+                                 **summarise(cells[(kind, c, s.kind)], c)))
     doc = {
         "meta": {"commit": commit, "cpu": cpu_name(), "threads": args.threads,
                  "endpoint": "/v1/chat/completions" if chat else "/v1/completions",

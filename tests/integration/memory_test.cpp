@@ -12,6 +12,7 @@
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/batch_engine.h"
 #include "rewind/server/metrics.h"
+#include "rewind/state/buffer_pool.h"
 #include "rewind/state/sequence_state.h"
 #include "test_util.h"
 
@@ -122,13 +123,23 @@ TEST(MemoryAccounting, EngineReportsWhatIsAliveAndStaysUnderItsBound) {
     EXPECT_EQ(bound.get("cache"), static_cast<int64_t>(opt.cache.budget_bytes));
     EXPECT_LE(em.memory.get("kv_pages") + em.memory.get("snapshots") - pages0 - snaps0,
               bound.get("cache") + bound.get("slots"));
+    // Six requests, three at a time under a small cache: freed states, snapshots and pages were
+    // reused, and what is kept for reuse stays within the same terms.
+    EXPECT_GT(StateBufferPool::reused_count(), 0);
+    EXPECT_EQ(StateBufferPool::capacity(), bound.get("cache") + bound.get("slots"));
+    EXPECT_LE(em.memory.get("kv_pages") + em.memory.get("snapshots") + em.memory.get("state_pool") -
+                  pages0 - snaps0,
+              bound.get("cache") + bound.get("slots"));
     EXPECT_TRUE(em.memory_bound.kinds.empty());
     eng.set_memory_bound(bound);
     EXPECT_EQ(eng.metrics().memory_bound.total(), bound.total());
   }
-  // The engine and its cache are gone: so are their pages and snapshots.
+  // The engine and its cache are gone: so are their pages and snapshots, and the buffers kept
+  // for reuse (no engine left to grant them).
   EXPECT_EQ(KvPage::live_bytes(), pages0);
   EXPECT_EQ(Snapshot::live_bytes(), snaps0);
+  EXPECT_EQ(StateBufferPool::capacity(), 0);
+  EXPECT_EQ(StateBufferPool::pooled_bytes(), 0);
 }
 
 TEST(MemoryAccounting, ScratchBoundCoversTheLargestStep) {

@@ -824,7 +824,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
       PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
       const int64_t panel_stride = k / dtype_block_elems(t) * detail::quant_panel_block_bytes(t);
       // 1-8: decode and batched decode (row tiles of up to 4 rows on the packed panels: 3, 4,
-      // 2 + 3, 3 + 3, 3 + 4, 4 + 4; on VNNI, Q4_K and Q6_K take one tile of 5-8 rows per
+      // 2 + 3, 3 + 3, 3 + 4, 4 + 4; on VNNI, Q8_0, Q4_K and Q6_K take one tile of 5-8 rows per
       // panel); 9 and more: the prefill's row blocks.
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 50}) {
         auto x = randn(static_cast<size_t>(m * k), 990 + static_cast<uint32_t>(m), 2.0f);
@@ -984,7 +984,8 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
     }
     PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
     const int64_t panel_stride = k / dtype_block_elems(t) * detail::quant_panel_block_bytes(t);
-    for (int64_t m : {1, 2, 5, 8, 16}) {
+    // 5-8: every height of the tall batched-decode tiles (Q8_0, Q4_K, Q6_K on VNNI).
+    for (int64_t m : {1, 2, 5, 6, 7, 8, 16}) {
       std::vector<float> x(static_cast<size_t>(m * k));
       for (int64_t r = 0; r < m; ++r)
         for (int64_t i = 0; i < k; ++i) x[r * k + i] = r % 2 ? -1.0f : 1.0f;

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "rewind/state/buffer_pool.h"
 #include "rewind/tensor/quant.h"
 
 namespace rw {
@@ -216,6 +217,71 @@ TEST(SequenceStateDeath, ResumeWithPagesOfAnotherType) {
   append_rows(a, 3);
   SequenceState b(typed_shape({DType::BF16, DType::F16}, 32, 1));
   EXPECT_DEATH(b.resume(a.pages(), nullptr, 3), "");
+}
+
+// Freed states, snapshots and pages are reused through StateBufferPool within its capacity: a
+// reused state and page read as zeros, a snapshot holds its state's bytes whatever its buffer
+// held before, nothing is kept without capacity or past it, and clear() keeps nothing.
+TEST(StateBufferPool, ReusesWithinCapacity) {
+  StateBufferPool::clear();
+  const StateShape sh = shape(1);
+  const int64_t rec = sh.rec_floats() * 4, page = sh.page_bytes();
+  auto dirty = [&](SequenceState& st) {
+    append(st, 6, 7.0f);  // 2 pages
+    for (int64_t i = 0; i < sh.rec_floats(); ++i) st.conv(0)[i] = 3.0f + static_cast<float>(i);
+  };
+  // No capacity (no engine): nothing is kept.
+  ASSERT_EQ(StateBufferPool::capacity(), 0);
+  {
+    SequenceState st(sh);
+    dirty(st);
+  }
+  EXPECT_EQ(StateBufferPool::pooled_bytes(), 0);
+
+  StateBufferPool::add_capacity(1 << 20);
+  const int64_t reused0 = StateBufferPool::reused_count();
+  {
+    SequenceState st(sh);
+    dirty(st);
+    auto snap = st.take_snapshot();
+  }
+  // The state's and the snapshot's buffers and both pages.
+  EXPECT_EQ(StateBufferPool::pooled_bytes(), 2 * rec + 2 * page);
+  {
+    SequenceState st(sh);  // a dirty buffer, handed out as zeros
+    for (int64_t i = 0; i < sh.rec_floats(); ++i) ASSERT_EQ(st.conv(0)[i], 0.0f) << i;
+    st.prepare_append(1);  // a dirty page, handed out as zeros
+    const KvPage& pg = st.page(0);
+    for (size_t i = 0; i < pg.bytes(); ++i) ASSERT_EQ(pg.raw()[i], std::byte{0}) << i;
+    for (int64_t i = 0; i < sh.rec_floats(); ++i) st.conv(0)[i] = -1.0f - static_cast<float>(i);
+    auto snap = st.take_snapshot();  // the other dirty buffer, overwritten
+    ASSERT_EQ(std::memcmp(snap->rec.data(), st.conv(0), static_cast<size_t>(rec)), 0);
+    EXPECT_EQ(StateBufferPool::reused_count() - reused0, 3);
+    EXPECT_EQ(StateBufferPool::pooled_bytes(), page);
+  }
+  // Capacity rec: while one state is live another one's freed buffer is not kept (live + it
+  // would pass the capacity); once none is live, it is.
+  StateBufferPool::clear();
+  StateBufferPool::add_capacity(rec - (1 << 20));
+  {
+    SequenceState a(sh);
+    { SequenceState b(sh); }
+    EXPECT_EQ(StateBufferPool::pooled_bytes(), 0);
+    EXPECT_EQ(SequenceState::live_bytes(), rec);
+    SequenceState c = std::move(a);  // a move hands nothing back
+    EXPECT_EQ(StateBufferPool::pooled_bytes(), 0);
+    EXPECT_EQ(SequenceState::live_bytes(), rec);
+  }
+  EXPECT_EQ(SequenceState::live_bytes(), 0);
+  EXPECT_EQ(StateBufferPool::pooled_bytes(), rec);
+  StateBufferPool::clear();
+  EXPECT_EQ(StateBufferPool::pooled_bytes(), 0);
+  // A smaller capacity trims what is pooled.
+  { SequenceState st(sh); }
+  EXPECT_EQ(StateBufferPool::pooled_bytes(), rec);
+  StateBufferPool::add_capacity(-rec);
+  EXPECT_EQ(StateBufferPool::pooled_bytes(), 0);
+  EXPECT_EQ(StateBufferPool::capacity(), 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "rewind/engine/constrained.h"
 #include "rewind/engine/step_plan.h"
 #include "rewind/sample/logit_adjust.h"
+#include "rewind/state/buffer_pool.h"
 
 namespace rw {
 
@@ -21,6 +22,7 @@ double now_ms() {
 constexpr size_t kRecentMax = 32;
 constexpr int64_t kAdjusterEntryBytes = 64;  // one count of LogitAdjuster's maps, with overhead
 constexpr size_t kLatencySamples = 4096;
+constexpr int kPoolIdleMs = 1000;  // idle this long, the engine frees the pooled state buffers
 }  // namespace
 
 std::vector<int64_t> cap_cuts(std::vector<int64_t> cuts, int64_t anchor, int64_t max_per_branch) {
@@ -170,6 +172,13 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
   }
   if (opt_.cache_enabled) cache_ = std::make_unique<PrefixCache>(opt_.cache);
   {
+    // Freed states, snapshots and pages are kept for the next request within what the memory
+    // bound already grants them (StateBufferPool), not unmapped and faulted in afresh.
+    const MemoryReport b = engine_memory_bound(model_, opt_, pool_ ? pool_->n_threads() : 1);
+    pool_capacity_ = b.get("cache") + b.get("slots");
+    StateBufferPool::add_capacity(pool_capacity_);
+  }
+  {
     std::lock_guard<std::mutex> lock(mu_);
     update_memory();
   }
@@ -179,6 +188,7 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
 
 BatchEngine::~BatchEngine() {
   shutdown(false);
+  StateBufferPool::add_capacity(-pool_capacity_);  // before the cache's snapshots are freed
 }
 
 Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
@@ -264,6 +274,7 @@ EngineMetrics BatchEngine::metrics() const {
   for (auto& [kind, bytes] : m.memory.kinds) {
     if (kind == "kv_pages") bytes = KvPage::live_bytes();
     if (kind == "snapshots") bytes = Snapshot::live_bytes();
+    if (kind == "state_pool") bytes = StateBufferPool::pooled_bytes();
   }
   // The tier's writer works between steps too (thread-safe).
   if (opt_.cache_enabled && opt_.cache.tier) m.cache.tiers = opt_.cache.tier->all_stats();
@@ -290,9 +301,19 @@ void BatchEngine::loop() {
     maybe_release_memory();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
+      const auto work = [&] {
         return stopping_ || !queue_.empty() || !running_.empty() || !tree_asks_.empty();
-      });
+      };
+      // Idle with freed state buffers kept for reuse: they wait a while for the next request
+      // (a client's next one comes within milliseconds), then go back to the system.
+      if (!work() && StateBufferPool::pooled_bytes() > 0 &&
+          !cv_.wait_for(lock, std::chrono::milliseconds(kPoolIdleMs), work)) {
+        lock.unlock();
+        StateBufferPool::clear();
+        release_free_memory();
+        lock.lock();
+      }
+      cv_.wait(lock, work);
       if (!tree_asks_.empty()) {
         lock.unlock();
         answer_tree_asks();
@@ -359,7 +380,8 @@ void BatchEngine::maybe_release_memory() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!queue_.empty()) return;
   }
-  // Idle: hand what the finished requests freed back to the system, once per busy period.
+  // Idle: hand what the finished requests freed back to the system, once per busy period
+  // (the state buffers kept for reuse a little later, loop()).
   release_free_memory();
   trimmed_ = true;
 }
@@ -668,6 +690,7 @@ void BatchEngine::step() {
   }
 
   prefetch_masks(plan);
+  greedy_argmax(plan);
 
   // Apply: snapshots, sampling, events.
   std::vector<int32_t> idx;  // top_logprobs scratch, reused across the step's rows
@@ -724,7 +747,11 @@ void BatchEngine::step() {
   // The token of a plain (not speculative) row of q, its logits adjusted; under a grammar the
   // row is masked (in place, when needed) and the matcher advanced. -1 ends q with an error.
   const auto pick = [&](Seq& q, float* row_lg) -> int32_t {
-    if (!q.grammar) return q.sampler->sample(row_lg, opt_.sample_vocab);
+    if (!q.grammar) {
+      // A greedy row's argmax (the sampler's own answer), when greedy_argmax took it.
+      const int32_t hint = q.sampler->greedy() ? argmax_hint(row_lg) : -1;
+      return hint >= 0 ? hint : q.sampler->sample(row_lg, opt_.sample_vocab);
+    }
     Status gs = Ok{};
     int32_t tok = -1;
     if (lazy_sampling(q)) {
@@ -966,12 +993,41 @@ void BatchEngine::prefetch_masks(const StepPlan& plan) {
     if (states.size() >= 2) (void)a->prefetch(states, pool_);  // errors recur on the row
 }
 
+void BatchEngine::greedy_argmax(const StepPlan& plan) {
+  if (!pool_ || pool_->n_threads() < 2) return;
+  const int64_t V = model_.config().vocab_size;
+  std::vector<size_t> rows;  // logits rows of plain greedy sequences
+  size_t row = 0;
+  for (const PlannedRow& r : plan.rows) {
+    const Seq& s = *running_[r.seq];
+    if (r.decode && s.spec && s.spec->round_open()) {
+      row += static_cast<size_t>(s.spec->drafted() + 1);
+      continue;
+    }
+    if (!r.logits) continue;
+    const size_t at = row++;
+    if (!s.grammar && !s.forks_pending() && s.sampler->greedy() && !s.adjust->active())
+      rows.push_back(at);
+  }
+  if (rows.size() < 2) return;
+  if (argmax_hint_.size() < row) argmax_hint_.assign(row, -1);
+  const int32_t nv = opt_.sample_vocab;
+  pool_->parallel_for(
+      static_cast<int64_t>(rows.size()), 1,
+      [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          argmax_hint_[rows[i]] = argmax(logits_.data() + static_cast<int64_t>(rows[i]) * V, nv);
+      },
+      static_cast<int64_t>(rows.size()) * nv);
+}
+
 void BatchEngine::update_memory() {
   MemoryReport m;
   m.add("weights", static_cast<int64_t>(model_.packed_bytes()));
   m.add("weights_mapped", static_cast<int64_t>(model_.mapped_bytes()));
   m.add("kv_pages", KvPage::live_bytes());
   m.add("snapshots", Snapshot::live_bytes());
+  m.add("state_pool", StateBufferPool::pooled_bytes());
   m.add("activations", static_cast<int64_t>(model_.scratch_bytes()));
   m.add("logits", static_cast<int64_t>(logits_.capacity() * sizeof(float)));
   metrics_.memory = std::move(m);

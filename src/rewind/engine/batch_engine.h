@@ -56,7 +56,8 @@ struct EngineMetrics {
   std::deque<RecentRequest> recent;  // newest last, at most 32
   // Bytes by kind now (docs/ARCHITECTURE.md, "Memory"): weights (packed), weights_mapped (the
   // checkpoint's mapping), kv_pages and snapshots (every one alive, in the cache or in running
-  // sequences), activations (the forward's reusable buffers), logits (the step's logit rows).
+  // sequences), state_pool (freed ones kept for reuse, StateBufferPool), activations (the
+  // forward's reusable buffers), logits (the step's logit rows).
   MemoryReport memory;
   // The terms of the memory bound: engine_memory_bound() plus what the owner added
   // (set_memory_bound); empty until set.
@@ -142,6 +143,10 @@ class BatchEngine {
   // yet, computed together on the pool (GrammarAutomaton::prefetch), and argmax_hint_ for the
   // greedy rows checked here. Only a cache fill: the rows are constrained as without it.
   void prefetch_masks(const StepPlan& plan);
+  // Before a step's rows are sampled: the argmax of every plain greedy row (no grammar, no
+  // logit adjustment, no speculation), the rows shared out on the pool into argmax_hint_; the
+  // engine thread would otherwise scan them one after another while the other threads idle.
+  void greedy_argmax(const StepPlan& plan);
   // The argmax of logits row `row` when prefetch_masks took it (the row unchanged since), else
   // -1; by a pointer into logits_.
   int32_t argmax_hint(const float* row) const;
@@ -176,6 +181,7 @@ class BatchEngine {
   std::vector<float> logits_;                  // engine thread only: the step's logit rows
   std::vector<int32_t> argmax_hint_;  // engine thread only: per logits row, -1 when not known
   bool trimmed_ = true;  // engine thread only: free memory handed back since the last step
+  int64_t pool_capacity_ = 0;  // what this engine added to StateBufferPool's capacity
   std::thread thread_;
 };
 

@@ -5,13 +5,16 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "rewind/base/check.h"
+#include "rewind/state/buffer_pool.h"
 
 namespace rw {
 
 namespace {
 LiveBytes g_snapshot_bytes;
+LiveBytes g_state_bytes;  // SequenceState recurrent buffers
 }  // namespace
 
 LiveBytes& KvPage::live() {
@@ -94,7 +97,7 @@ KvPage::KvPage(const StateShape& s)
       k_part_(s.kv_part_bytes(s.kv_types.k)),
       v_codes_(s.kv_codes_bytes(s.kv_types.v)),
       layer_bytes_(s.page_layer_bytes()),
-      data_(static_cast<size_t>(s.page_bytes())) {
+      data_(StateBufferPool::take_bytes(static_cast<size_t>(s.page_bytes()), true)) {
   REWIND_CHECK_MSG(kv_type_supported(s.kv_types.k) && kv_type_supported(s.kv_types.v),
                    "KV cache type must be f32, bf16, f16 or q8_0");
   REWIND_CHECK(head_dim_ == 0 || s.kv_dim % head_dim_ == 0);
@@ -117,6 +120,7 @@ KvPage::KvPage(const KvPage& o, AlignedBuffer<std::byte> data)
 
 KvPage::~KvPage() {
   live().sub(static_cast<int64_t>(bytes()));
+  StateBufferPool::give(std::move(data_));
 }
 
 Snapshot::Snapshot(int64_t p, AlignedBuffer<float> r) : pos(p), rec(std::move(r)) {
@@ -125,6 +129,8 @@ Snapshot::Snapshot(int64_t p, AlignedBuffer<float> r) : pos(p), rec(std::move(r)
 
 Snapshot::~Snapshot() {
   g_snapshot_bytes.sub(static_cast<int64_t>(bytes()));
+  // const no longer applies to an object under destruction ([class.dtor]).
+  StateBufferPool::give(std::move(const_cast<AlignedBuffer<float>&>(rec)));
 }
 
 int64_t Snapshot::live_bytes() {
@@ -132,7 +138,9 @@ int64_t Snapshot::live_bytes() {
 }
 
 std::unique_ptr<KvPage> KvPage::clone() const {
-  return std::unique_ptr<KvPage>(new KvPage(*this, data_.clone()));
+  AlignedBuffer<std::byte> copy = StateBufferPool::take_bytes(data_.size(), false);
+  if (data_.size()) std::memcpy(copy.data(), data_.data(), data_.size());
+  return std::unique_ptr<KvPage>(new KvPage(*this, std::move(copy)));
 }
 
 const uint16_t* KvPage::k_scales(int64_t layer) const {
@@ -250,9 +258,31 @@ void KvPage::read_v(int64_t layer, int64_t slot, float* out) const {
 }
 
 SequenceState::SequenceState(const StateShape& shape)
-    : shape_(shape), rec_(static_cast<size_t>(shape.rec_floats())) {
+    : shape_(shape),
+      rec_(StateBufferPool::take_floats(static_cast<size_t>(shape.rec_floats()), true)) {
   REWIND_CHECK(shape.page_tokens > 0);
   REWIND_CHECK(shape.lagged_attn_layers >= 0 && shape.lagged_attn_layers <= shape.n_attn_layers);
+  g_state_bytes.add(static_cast<int64_t>(recurrent_bytes()));
+}
+
+SequenceState::~SequenceState() {
+  g_state_bytes.sub(static_cast<int64_t>(recurrent_bytes()));  // 0 once moved from
+  StateBufferPool::give(std::move(rec_));
+}
+
+SequenceState& SequenceState::operator=(SequenceState&& o) noexcept {
+  if (this == &o) return *this;
+  g_state_bytes.sub(static_cast<int64_t>(recurrent_bytes()));
+  StateBufferPool::give(std::move(rec_));
+  shape_ = o.shape_;
+  n_pos_ = std::exchange(o.n_pos_, 0);
+  pages_ = std::move(o.pages_);
+  rec_ = std::move(o.rec_);  // its count moves with it
+  return *this;
+}
+
+int64_t SequenceState::live_bytes() {
+  return g_state_bytes.get();
 }
 
 SequenceState SequenceState::clone() const {
@@ -276,12 +306,15 @@ void SequenceState::restore_from(const SequenceState& other) {
 }
 
 std::shared_ptr<const Snapshot> SequenceState::take_snapshot() const {
-  return std::make_shared<Snapshot>(n_pos_, rec_.clone());
+  AlignedBuffer<float> copy = StateBufferPool::take_floats(rec_.size(), false);
+  if (rec_.size()) std::memcpy(copy.data(), rec_.data(), rec_.size() * sizeof(float));
+  return std::make_shared<Snapshot>(n_pos_, std::move(copy));
 }
 
 void SequenceState::resume(std::vector<PagePtr> pages, const Snapshot* snap, int64_t p) {
   REWIND_CHECK(p >= 0);
-  const int64_t need = shape_.n_attn_layers == 0 ? 0 : (p + shape_.page_tokens - 1) / shape_.page_tokens;
+  const int64_t need =
+      shape_.n_attn_layers == 0 ? 0 : (p + shape_.page_tokens - 1) / shape_.page_tokens;
   REWIND_CHECK_MSG(static_cast<int64_t>(pages.size()) == need,
                    "resume at " + std::to_string(p) + " needs " + std::to_string(need) + " pages");
   if (rec_.size() > 0) {
@@ -309,8 +342,8 @@ bool SequenceState::can_trim_to(int64_t n) const {
 }
 
 void SequenceState::trim_to(int64_t n) {
-  REWIND_CHECK_MSG(can_trim_to(n), "trim_to(" + std::to_string(n) + ") at n_pos " +
-                                       std::to_string(n_pos_));
+  REWIND_CHECK_MSG(can_trim_to(n),
+                   "trim_to(" + std::to_string(n) + ") at n_pos " + std::to_string(n_pos_));
   n_pos_ = n;
   const int64_t keep = (n + shape_.page_tokens - 1) / shape_.page_tokens;
   if (keep < n_pages()) pages_.resize(static_cast<size_t>(keep));
@@ -330,7 +363,8 @@ void SequenceState::rewind_kv_to(int64_t n) {
   REWIND_CHECK_MSG(n >= 0 && n <= n_pos_,
                    "rewind_kv_to(" + std::to_string(n) + ") at n_pos " + std::to_string(n_pos_));
   n_pos_ = n;
-  const int64_t keep = shape_.n_attn_layers == 0 ? 0 : (n + shape_.page_tokens - 1) / shape_.page_tokens;
+  const int64_t keep =
+      shape_.n_attn_layers == 0 ? 0 : (n + shape_.page_tokens - 1) / shape_.page_tokens;
   if (keep < n_pages()) pages_.resize(static_cast<size_t>(keep));
 }
 
@@ -349,7 +383,9 @@ void SequenceState::prepare_write(int64_t from, int64_t to) {
   }
 }
 
-void SequenceState::commit_append(int64_t n_new) { n_pos_ += n_new; }
+void SequenceState::commit_append(int64_t n_new) {
+  n_pos_ += n_new;
+}
 
 void SequenceState::write_kv(int64_t layer, int64_t pos, const float* k, const float* v) {
   pages_[pos / shape_.page_tokens]->write(layer, pos % shape_.page_tokens, k, v);

@@ -79,7 +79,8 @@ struct StateShape {
   }
 };
 
-// One page: K and V of page_tokens positions for every attention layer, in the shape's types.
+// One page: K and V of page_tokens positions for every attention layer, in the shape's types
+// (zero-filled when made; its buffer from StateBufferPool and back to it).
 // Layout per layer: K dim-major [kv_dim][page_tokens] (so attention scores 16 keys per vector),
 // then V row-major [page_tokens][kv_dim], each as codes of its type; for Q8_0 the codes are
 // followed by f16 scales: K's [n_kv_heads * q_blocks_per_head][page_tokens] (the scale of dim
@@ -124,7 +125,8 @@ class KvPage {
 
 // An immutable copy of every recurrent layer's state (conv windows + fp32 SSM) of one sequence
 // after `pos` tokens: a checkpoint. Costs recurrent bytes only; the attention part of a
-// checkpoint is the KV pages below `pos`, shared, never copied.
+// checkpoint is the KV pages below `pos`, shared, never copied. Its buffer goes to
+// StateBufferPool when it is destroyed.
 struct Snapshot {
   Snapshot(int64_t p, AlignedBuffer<float> r);  // takes the buffer; counted while alive
   ~Snapshot();
@@ -141,9 +143,11 @@ using PagePtr = std::shared_ptr<KvPage>;
 
 class SequenceState {
  public:
+  // The recurrent buffer comes from StateBufferPool (zero-filled) and goes back to it.
   explicit SequenceState(const StateShape& shape);
+  ~SequenceState();
   SequenceState(SequenceState&&) noexcept = default;
-  SequenceState& operator=(SequenceState&&) noexcept = default;
+  SequenceState& operator=(SequenceState&& o) noexcept;
   SequenceState(const SequenceState&) = delete;
   SequenceState& operator=(const SequenceState&) = delete;
 
@@ -214,6 +218,8 @@ class SequenceState {
   }
 
   size_t recurrent_bytes() const { return rec_.size() * sizeof(float); }
+  // Recurrent bytes of every sequence state alive now, process-wide.
+  static int64_t live_bytes();
   size_t kv_bytes_used() const;  // bytes of pages referenced (shared pages counted in full)
   // True when both states hold bit-identical contents at the same position (recurrent state
   // with the MTP carry, and every defined KV row widened to fp32: below n_pos, below n_pos - 1
