@@ -72,6 +72,7 @@ class Args {
   Result<std::vector<int64_t>> int_list(const std::string& name) const;  // "1,2,3"
   // Replaces an option's value (a command that re-runs itself with changed options).
   void set(const std::string& name, const std::string& value) { values_[name] = {value}; }
+  void set_flag(const std::string& name) { flags_[name] = true; }
 
  private:
   std::map<std::string, std::vector<std::string>> values_;

@@ -159,6 +159,12 @@ std::vector<CommandSpec> build_specs() {
              "several, each NAME=PATH (NAME a comma list), a request's \"model\" picks one",
              {},
              true},
+            {"--model-opt",
+             "",
+             "NAME:OPT=V",
+             "one model's own value of a per-model option (see below); repeatable",
+             {},
+             true},
             {"--alias",
              "-a",
              "NAME",
@@ -216,7 +222,13 @@ std::vector<CommandSpec> build_specs() {
        "Several models: --model a=DIR1 --model b=DIR2; each has its own engine and prefix cache\n"
        "(--cache-ram, --grammar-cache-ram and --cache-disk split evenly), a request's \"model\"\n"
        "picks one (none: the first; an unknown name: 404), and GET /v1/cache, /v1/cache/tree and\n"
-       "/props take ?model=NAME.\n"
+       "/props take ?model=NAME. The models share --threads threads (their parallel jobs take\n"
+       "turns). Every option applies to every model, except that --model-opt NAME:OPT=V (or\n"
+       "NAME:OPT for a flag) sets one for model NAME: ctx-size, parallel, chunk, max-queue,\n"
+       "checkpoint-interval, checkpoint-max, no-cache, spec, draft-k, spec-fixed-k, weights,\n"
+       "cache-type-k, cache-type-v (e.g. --model-opt b:ctx-size=4096 --model-opt a:spec=ngram).\n"
+       "A --spec draft:DIR is loaded once and shared by the models that use it; each must have\n"
+       "the draft's vocabulary (else give the others their own --spec with --model-opt).\n"
        "Access log fields (docs/ARCHITECTURE.md, \"Access log\"): time, request id, client,\n"
        "method and path, status, prompt / cached / re-run / completion tokens, time to first\n"
        "token, total time, finish reason.\n"

@@ -1,7 +1,10 @@
 // `rewind serve`: the OpenAI-compatible HTTP server (src/rewind/server/http_server.h) over one
 // model and one BatchEngine, or several (`--model NAME=PATH` repeated): each model gets its own
-// thread pool, engine and prefix cache; --cache-ram, --grammar-cache-ram and --cache-disk are
-// split evenly between them, the other options apply to each (docs/ARCHITECTURE.md, "Memory").
+// engine and prefix cache and a lane of one thread pool of --threads threads (their shared jobs
+// take turns); --cache-ram, --grammar-cache-ram and --cache-disk are split evenly between them;
+// a --spec draft:DIR is loaded once and shared; the options of kPerModelOptions apply to every
+// model unless `--model-opt NAME:OPTION=VALUE` sets one for a model, the others apply to all
+// (docs/ARCHITECTURE.md, "Server", "Several models"; "Memory").
 //
 // Shutdown (graceful drain): SIGINT or SIGTERM stops accepting connections at once and closes
 // idle ones; requests already running (streams and whole replies) get --shutdown-grace seconds
@@ -18,7 +21,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -102,10 +107,82 @@ Result<ModelArg> parse_model_arg(const std::string& v) {
   return a;
 }
 
+// The options a served model may set for itself (--model-opt NAME:OPTION=VALUE); every other
+// option is the server's, or the same for every model.
+const char* const kPerModelOptions[] = {
+    "--ctx-size",       "--parallel",     "--chunk",       "--max-queue", "--checkpoint-interval",
+    "--checkpoint-max", "--no-cache",     "--spec",        "--draft-k",   "--spec-fixed-k",
+    "--weights",        "--cache-type-k", "--cache-type-v"};
+
+// The engine's sizes from one model's options, checked.
+struct ModelSettings {
+  int64_t parallel = 0, ctx = 0, chunk = 0, max_queue = 0, ck_int = 0, ck_max = 0;
+};
+Result<ModelSettings> model_settings(const Args& a) {
+  ModelSettings s;
+  REWIND_TRY(s.parallel, a.int_("--parallel", 4));
+  REWIND_TRY(s.ctx, a.int_("--ctx-size", 32768));
+  REWIND_TRY(s.chunk, a.int_("--chunk", 512));
+  REWIND_TRY(s.max_queue, a.int_("--max-queue", 64));
+  REWIND_TRY(s.ck_int, a.int_("--checkpoint-interval", 512));
+  REWIND_TRY(s.ck_max, a.int_("--checkpoint-max", 32));
+  if (s.parallel < 1 || s.parallel > 4096) return make_error("--parallel must be in [1, 4096]");
+  // A step's decode rows come first; the prefill gets what they leave.
+  if (s.chunk <= s.parallel)
+    return make_error(
+        "--chunk must exceed --parallel (a step's decode rows take their share first)");
+  if (s.ctx < 2) return make_error("--ctx-size must be >= 2");
+  if (s.ctx > (int64_t{1} << 31) - 1) return make_error("--ctx-size must be < 2^31");
+  if (s.ck_int < 0) return make_error("--checkpoint-interval must be >= 0");
+  if (s.ck_max < 0 || s.ck_max == 1)
+    return make_error("--checkpoint-max must be 0 (no limit) or >= 2");
+  if (s.max_queue < 0 || s.max_queue > 65536)
+    return make_error("--max-queue must be in [0, 65536]");
+  return s;
+}
+
+// One --model-opt value: "NAME:OPTION=VALUE", or "NAME:OPTION" for a flag (a name holds no '=',
+// so the last ':' before the first '=' ends it). Sets the option in *a, the model's copy of the
+// options, when OPTION is one of kPerModelOptions.
+Status apply_model_opt(const std::string& v, const std::string& opt, const std::string& value,
+                       bool has_value, Args* a) {
+  const CommandSpec* spec = command_spec("serve");
+  const OptSpec* o = spec ? find_option(*spec, "--" + opt) : nullptr;
+  bool allowed = false;
+  for (const char* n : kPerModelOptions) allowed = allowed || (o && o->name == n);
+  if (!allowed) {
+    std::string list;
+    for (const char* n : kPerModelOptions) list += std::string(list.empty() ? "" : ", ") + (n + 2);
+    return make_error("--model-opt '" + v + "': a model may set only " + list);
+  }
+  if (o->value.empty() && has_value)
+    return make_error("--model-opt '" + v + "': " + o->name + " takes no value");
+  if (!o->value.empty() && (!has_value || value.empty()))
+    return make_error("--model-opt '" + v + "': " + o->name + " needs a value (NAME:" + opt + "=" +
+                      o->value + ")");
+  if (o->value.empty()) {
+    a->set_flag(o->name);
+  } else {
+    a->set(o->name, value);
+  }
+  return Ok{};
+}
+
+// A --spec draft:DIR model with several models served: loaded once per (path, weight store, KV
+// types) and shared by the models that name it, its forwards serialised by a lock
+// (SpecConfig::draft_lock).
+struct SharedDraft {
+  std::unique_ptr<Model> model;
+  std::shared_ptr<std::mutex> lock = std::make_shared<std::mutex>();
+  std::vector<std::string> users;  // the models' ids
+};
+
 // Everything one served model owns; its address stays fixed (the engine points into it).
 struct LoadedModel {
   std::string dir, id;
   std::vector<std::string> aliases;
+  std::optional<Args> args;  // the server's options with this model's --model-opt values
+  ModelSettings settings;
   std::optional<Tokenizer> tok;
   std::optional<ChatTemplate> tmpl;
   bool template_from_model = false;
@@ -128,21 +205,15 @@ int cmd_serve(int argc, char** argv) {
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("serve");
   auto port = args->int_("--port", 8080);
-  auto parallel = args->int_("--parallel", 4);
-  auto ctx = args->int_("--ctx-size", 32768);
   auto cache_ram = args->int_("--cache-ram", 4096);
-  auto ck_int = args->int_("--checkpoint-interval", 512);
-  auto ck_max = args->int_("--checkpoint-max", 32);
   auto th = args->int_("--threads", default_threads());
-  auto max_queue = args->int_("--max-queue", 64);
   auto max_body = args->int_("--max-body", 8 << 20);
   auto max_buffered = args->int_("--max-buffered", 0);
   auto max_conns = args->int_("--max-connections", 512);
   auto max_conns_client = args->int_("--max-connections-per-client", 64);
-  auto chunk = args->int_("--chunk", 512);
   auto grammar_ram = args->int_("--grammar-cache-ram", 256);
-  for (auto* r : {&port, &parallel, &ctx, &cache_ram, &ck_int, &ck_max, &th, &max_queue, &max_body,
-                  &max_buffered, &max_conns, &max_conns_client, &chunk, &grammar_ram})
+  for (auto* r : {&port, &cache_ram, &th, &max_body, &max_buffered, &max_conns, &max_conns_client,
+                  &grammar_ram})
     if (!r->ok()) return fail(r->error_message());
   auto grace = args->num("--shutdown-grace", 5);
   auto header_to = args->num("--header-timeout", 10);
@@ -161,23 +232,11 @@ int cmd_serve(int argc, char** argv) {
   if (max_conns_client.value() < 1 || max_conns_client.value() > max_conns.value())
     return fail("--max-connections-per-client must be in [1, --max-connections]");
   if (port.value() < 0 || port.value() > 65535) return fail("--port must be in [0, 65535]");
-  if (parallel.value() < 1 || parallel.value() > 4096)
-    return fail("--parallel must be in [1, 4096]");
-  // A step's decode rows come first; the prefill gets what they leave.
-  if (chunk.value() <= parallel.value())
-    return fail("--chunk must exceed --parallel (a step's decode rows take their share first)");
-  if (ctx.value() < 2) return fail("--ctx-size must be >= 2");
-  if (ctx.value() > (int64_t{1} << 31) - 1) return fail("--ctx-size must be < 2^31");
   if (cache_ram.value() < 1)
     return fail("--cache-ram must be >= 1 (MiB); use --no-cache to turn it off");
   if (grammar_ram.value() < 1 || grammar_ram.value() > (int64_t{1} << 20))
     return fail("--grammar-cache-ram must be in [1, 1048576] (MiB)");
-  if (ck_int.value() < 0) return fail("--checkpoint-interval must be >= 0");
-  if (ck_max.value() < 0 || ck_max.value() == 1)
-    return fail("--checkpoint-max must be 0 (no limit) or >= 2");
   if (th.value() < 1) return fail("--threads must be >= 1");
-  if (max_queue.value() < 0 || max_queue.value() > 65536)
-    return fail("--max-queue must be in [0, 65536]");
   if (max_body.value() < 1) return fail("--max-body must be >= 1");
   if (args->has("--max-buffered") && max_buffered.value() < max_body.value())
     return fail("--max-buffered must be >= --max-body");
@@ -203,6 +262,7 @@ int cmd_serve(int argc, char** argv) {
         "--alias names the one model; with NAME=PATH or several --model, name each "
         "model as --model NAME=PATH (NAME may be a comma list)");
   if (n_models == 1 && model_args[0].names.empty()) model_args[0].names = aliases;
+  std::map<std::string, SharedDraft> drafts;  // outlives the engines that use them
   std::vector<std::unique_ptr<LoadedModel>> loaded;
   {
     std::vector<std::string> seen;
@@ -219,8 +279,35 @@ int cmd_serve(int argc, char** argv) {
           return fail("two models are named '" + n + "'; name them with --model NAME=PATH");
         seen.push_back(n);
       }
+      L->args = args.value();
       loaded.push_back(std::move(L));
     }
+  }
+  // --model-opt NAME:OPTION=VALUE: one model's own value of a per-model option.
+  for (const std::string& v : args->all("--model-opt")) {
+    const size_t eq = v.find('=');
+    const size_t colon = v.substr(0, eq).rfind(':');
+    if (colon == std::string::npos || colon == 0)
+      return fail("--model-opt '" + v +
+                  "': expected NAME:OPTION=VALUE (or NAME:OPTION for a flag)");
+    const std::string name = v.substr(0, colon);
+    LoadedModel* target = nullptr;
+    for (auto& L : loaded)
+      if (L->id == name ||
+          std::find(L->aliases.begin(), L->aliases.end(), name) != L->aliases.end())
+        target = L.get();
+    if (!target) return fail("--model-opt '" + v + "': no model is named '" + name + "'");
+    const std::string opt = v.substr(colon + 1, eq == std::string::npos ? eq : eq - colon - 1);
+    const std::string value = eq == std::string::npos ? "" : v.substr(eq + 1);
+    if (Status st = apply_model_opt(v, opt, value, eq != std::string::npos, &*target->args);
+        !st.ok())
+      return fail(st.error_message());
+  }
+  for (auto& L : loaded) {
+    auto st = model_settings(*L->args);
+    if (!st.ok())
+      return fail(n_models > 1 ? L->id + ": " + st.error_message() : st.error_message());
+    L->settings = st.value();
   }
   AccessLogFormat log_format = AccessLogFormat::Text;
   if (!parse_access_log_format(args->str("--log-format", "text"), &log_format))
@@ -244,8 +331,6 @@ int cmd_serve(int argc, char** argv) {
 
   auto kernels = kernel_options_from(*args);
   if (!kernels.ok()) return fail(kernels.error_message());
-  auto kv = kv_types_from(*args);
-  if (!kv.ok()) return fail(kv.error_message());
   if (!args->has("--cache-dir") && (args->has("--cache-disk") || args->has("--cache-fsync")))
     return fail("--cache-disk and --cache-fsync need --cache-dir");
   if (!args->has("--cache-redis") &&
@@ -253,38 +338,65 @@ int cmd_serve(int argc, char** argv) {
     return fail("--cache-redis-timeout and --cache-redis-ttl need --cache-redis");
   // Several models share the cache budgets evenly.
   const uint64_t cache_budget = (static_cast<uint64_t>(cache_ram.value()) << 20) / n_models;
+  // One set of --threads threads for every model: each engine calls through its own lane, and
+  // shared jobs of different engines take turns, so two busy models never oversubscribe the
+  // cores while one busy model still gets them all (base/thread_pool.h, lane()).
+  const ThreadPool workers(static_cast<int>(th.value()));
   // Loads one model and builds its engine (with its tiers).
   auto load = [&](LoadedModel& L) -> Status {
     const std::string& dir = L.dir;
+    const Args& a = *L.args;
+    const ModelSettings& ms = L.settings;
     REWIND_TRY(Tokenizer tok, load_tokenizer(dir));
     L.tok = std::move(tok);
     REWIND_TRY(ChatTemplate tmpl, load_chat_template(dir, *L.tok, &L.template_from_model));
     L.tmpl = std::move(tmpl);
-    L.pool = std::make_unique<ThreadPool>(static_cast<int>(th.value()));
-    REWIND_TRY(SpecSetup spec, spec_from_args(args.value(), args->str("--weights", "auto"),
-                                              kernels.value(), L.pool.get()));
+    L.pool = workers.lane();
+    REWIND_TRY(const KvTypes kv, kv_types_from(a));
+    const std::string store = a.str("--weights", "auto");
+    auto share_draft = [&](const std::string& ddir, KvTypes dkv, SpecConfig* cfg) -> Status {
+      const std::string key =
+          ddir + "\n" + store + "\n" + kv_type_name(dkv.k) + "/" + kv_type_name(dkv.v);
+      SharedDraft& d = drafts[key];
+      if (!d.model) {
+        double secs = 0;
+        REWIND_TRY(d.model,
+                   load_model(ddir, store, kernels.value(), L.pool.get(), &secs, false, dkv));
+      }
+      d.users.push_back(L.id);
+      cfg->draft = d.model.get();
+      cfg->draft_lock = d.lock;
+      return Ok{};
+    };
+    REWIND_TRY(SpecSetup spec,
+               spec_from_args(a, store, kernels.value(), L.pool.get(),
+                              n_models > 1 ? SharedDraftLoader(share_draft) : SharedDraftLoader()));
     L.spec = std::move(spec);
-    REWIND_TRY(L.model, load_model(dir, args->str("--weights", "auto"), kernels.value(),
-                                   L.pool.get(), &L.load_s, L.spec->wants_mtp(), kv.value()));
+    REWIND_TRY(L.model, load_model(dir, store, kernels.value(), L.pool.get(), &L.load_s,
+                                   L.spec->wants_mtp(), kv));
     Model& m = *L.model;
-    if (m.config().max_position_embeddings > 0 && ctx.value() > m.config().max_position_embeddings)
+    if (m.config().max_position_embeddings > 0 && ms.ctx > m.config().max_position_embeddings)
       std::fprintf(stderr,
                    "rewind: warning: --ctx-size %lld exceeds %s's max_position_embeddings %lld\n",
-                   static_cast<long long>(ctx.value()), L.id.c_str(),
+                   static_cast<long long>(ms.ctx), L.id.c_str(),
                    static_cast<long long>(m.config().max_position_embeddings));
     EngineOptions& eo = L.eo;
-    eo.max_running = static_cast<int32_t>(parallel.value());
-    eo.step_tokens = chunk.value();
-    eo.max_queued = static_cast<int32_t>(max_queue.value());
-    eo.ctx_size = ctx.value();
-    eo.cache_enabled = !args->has("--no-cache");
+    eo.max_running = static_cast<int32_t>(ms.parallel);
+    eo.step_tokens = ms.chunk;
+    eo.max_queued = static_cast<int32_t>(ms.max_queue);
+    eo.ctx_size = ms.ctx;
+    eo.cache_enabled = !a.has("--no-cache");
     eo.cache.budget_bytes = static_cast<size_t>(cache_budget);
-    eo.cache.policy.interval = ck_int.value();
-    eo.cache.policy.size_by_state = !args->has("--checkpoint-interval");  // explicit: as given
-    eo.cache.policy.max_per_branch = ck_max.value();
+    eo.cache.policy.interval = ms.ck_int;
+    eo.cache.policy.size_by_state = !a.has("--checkpoint-interval");  // explicit: as given
+    eo.cache.policy.max_per_branch = ms.ck_max;
     eo.sample_vocab =
         static_cast<int32_t>(std::min<int64_t>(L.tok->vocab_size(), m.config().vocab_size));
-    REWIND_TRY_STATUS(spec_check(m, L.spec->cfg));
+    if (Status st = spec_check(m, L.spec->cfg); !st.ok())
+      return make_error(st.error_message() + (L.spec->cfg.draft_lock
+                                                  ? " (set --spec for each model with --model-opt "
+                                                    "NAME:spec=...)"
+                                                  : ""));
     eo.spec = L.spec->cfg;
     // The tiers under the prefix cache (docs/ARCHITECTURE.md, "Disk tier" and "Shared tier"):
     // both are bound to the model's fingerprint and the KV element types, which are part of
@@ -387,6 +499,12 @@ int cmd_serve(int argc, char** argv) {
       shutdown_all();
       return fail(n_models > 1 ? L->id + ": " + st.error_message() : st.error_message());
     }
+  for (const auto& [key, d] : drafts) {
+    std::string users;
+    for (const std::string& u : d.users) users += (users.empty() ? "" : ", ") + u;
+    std::fprintf(stderr, "rewind serve: draft model %s loaded once, shared by %s\n",
+                 key.substr(0, key.find('\n')).c_str(), users.c_str());
+  }
 
   ServerOptions so;
   so.host = host;
@@ -418,11 +536,11 @@ int cmd_serve(int argc, char** argv) {
         "http", buffered_cap +
                     max_conns.value() * static_cast<int64_t>(so.max_header_bytes + 4096) +
                     http_threads * kJsonTreeFactor * max_body.value());
-    // Threads: the transport's, each model's pool and engine thread, the signal thread.
-    so.shared_memory_bound.add(
-        "fixed",
-        kFixedOverhead + (http_threads + static_cast<int64_t>(n_models) * (th.value() + 1) + 1) *
-                             kPerThreadOverhead);
+    // Threads: the transport's, the pool's workers, each model's engine thread (its pool's
+    // caller), the signal thread.
+    so.shared_memory_bound.add("fixed", kFixedOverhead + (http_threads + (th.value() - 1) +
+                                                          static_cast<int64_t>(n_models) + 1) *
+                                                             kPerThreadOverhead);
     int64_t total = so.shared_memory_bound.total();
     std::vector<MemoryReport> bounds;
     for (auto& L : loaded) {
@@ -492,7 +610,8 @@ int cmd_serve(int argc, char** argv) {
       "rewind serve: listening on %s (model%s %s, %s, loaded in %.2f s; parallel %lld, ctx %lld, "
       "cache %s%s)\n",
       url.c_str(), n_models > 1 ? "s" : "", names.c_str(), loaded[0]->model->isa(), load_s,
-      static_cast<long long>(parallel.value()), static_cast<long long>(ctx.value()),
+      static_cast<long long>(loaded[0]->settings.parallel),
+      static_cast<long long>(loaded[0]->settings.ctx),
       loaded[0]->eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off",
       n_models > 1 ? " split evenly" : "");
   std::printf(

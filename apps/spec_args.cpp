@@ -5,7 +5,8 @@
 namespace rw::app {
 
 Result<SpecSetup> spec_from_args(const Args& a, const std::string& store,
-                                 const KernelOptions& kernels, ThreadPool* pool) {
+                                 const KernelOptions& kernels, ThreadPool* pool,
+                                 const SharedDraftLoader& shared) {
   SpecSetup s;
   const std::string m = a.str("--spec", "off");
   REWIND_TRY(int64_t k, a.int_("--draft-k", 4));
@@ -23,8 +24,12 @@ Result<SpecSetup> spec_from_args(const Args& a, const std::string& store,
     s.cfg.kind = SpecKind::Draft;
     double secs = 0;
     REWIND_TRY(const KvTypes kv, kv_types_from(a));  // the draft's KV as the target's
-    REWIND_TRY(s.draft, load_model(m.substr(6), store, kernels, pool, &secs, false, kv));
-    s.cfg.draft = s.draft.get();
+    if (shared) {
+      REWIND_TRY_STATUS(shared(m.substr(6), kv, &s.cfg));
+    } else {
+      REWIND_TRY(s.draft, load_model(m.substr(6), store, kernels, pool, &secs, false, kv));
+      s.cfg.draft = s.draft.get();
+    }
   } else {
     return make_error("--spec must be off, ngram, draft:DIR or mtp (got '" + m + "')");
   }

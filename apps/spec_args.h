@@ -5,6 +5,7 @@
 //   --spec-fixed-k                   keep k fixed (default: adaptive, shrinks after rejections)
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -14,15 +15,21 @@
 namespace rw::app {
 
 struct SpecSetup {
-  SpecConfig cfg;                // cfg.draft points into `draft` when kind is Draft
-  std::unique_ptr<Model> draft;  // owned draft model
+  SpecConfig cfg;                // cfg.draft points into `draft` (or a shared draft) for Draft
+  std::unique_ptr<Model> draft;  // the draft model when it is this setup's own
   bool wants_mtp() const { return cfg.kind == SpecKind::Mtp; }
 };
 
-// Parses the options and loads the draft model (same weight store and kernel options as the
-// target).
+// A draft model loaded once for several targets (`rewind serve` with several models): given
+// the draft's path and KV types, sets cfg->draft and cfg->draft_lock.
+using SharedDraftLoader =
+    std::function<Status(const std::string& dir, KvTypes kv, SpecConfig* cfg)>;
+
+// Parses the options and loads the draft model (same weight store, kernel options and KV types
+// as the target), or has `shared` load or find it when given.
 // Does not check against the target: call spec_check once it is loaded.
 Result<SpecSetup> spec_from_args(const Args& a, const std::string& store,
-                                 const KernelOptions& kernels, ThreadPool* pool);
+                                 const KernelOptions& kernels, ThreadPool* pool,
+                                 const SharedDraftLoader& shared = {});
 
 }  // namespace rw::app

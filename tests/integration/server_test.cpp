@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -2746,6 +2747,7 @@ TEST(SeveralModels, EachRequestIsAnsweredByTheModelItNames) {
   for (const json& m : listed["data"]) {
     ids.push_back(m["id"]);
     EXPECT_EQ(m["max_model_len"], 32768);
+    EXPECT_EQ(m["root"], m["id"] == "bee" ? "b" : m["id"]) << m;  // the model a name is of
   }
   EXPECT_EQ(ids, (std::vector<std::string>{"a", "b", "bee"}));
 
@@ -2922,6 +2924,132 @@ TEST(SeveralModels, OpenAiNodeClient) {
   EXPECT_EQ(replies["a"], a["choices"][0]["message"]["content"]) << out;
   EXPECT_EQ(replies["b"], b["choices"][0]["message"]["content"]) << out;
   EXPECT_NE(replies["a"], replies["b"]);
+}
+
+// Two models busy at once share the --threads threads (their shared jobs take turns) and one
+// draft model, loaded once: every reply, greedy with speculation on, equals the reply of a
+// server of that model alone (text and logprobs, bit for bit). The prompts are long enough
+// that the prefill's jobs go to the shared threads.
+TEST(SeveralModels, BusyModelsShareThreadsAndADraftAndAnswerAsAlone) {
+  const std::string spec = "draft:" + dense_model_dir();
+  auto srv = Server::start({"--model", "a=" + model_dir(), "--model", "b=" + dense_model_dir(),
+                            "--threads", "2", "--spec", spec, "--api-key", kKey},
+                           Server::kModelsInArgs);
+  ASSERT_NE(srv, nullptr);
+  EXPECT_NE(srv->log().find("draft model " + dense_model_dir() + " loaded once, shared by a, b"),
+            std::string::npos)
+      << srv->log();
+  auto solo_a = Server::start({"--threads", "2", "--spec", spec, "--api-key", kKey});
+  auto solo_b =
+      Server::start({"--threads", "2", "--spec", spec, "--api-key", kKey}, dense_model_dir());
+  ASSERT_NE(solo_a, nullptr);
+  ASSERT_NE(solo_b, nullptr);
+  std::vector<json> asks;
+  for (int i = 0; i < 3; ++i) {
+    std::string text;
+    for (int r = 0; r < 40; ++r) text += "line " + std::to_string(r * (i + 3)) + " of the book; ";
+    asks.push_back(chat_body(text, 16, {{"logprobs", true}, {"top_logprobs", 2}}));
+  }
+  std::map<std::string, std::string> alone;  // "model/i" -> signature
+  for (size_t i = 0; i < asks.size(); ++i) {
+    json body = asks[i];
+    body.erase("model");
+    alone["a/" + std::to_string(i)] =
+        greedy_signature(post(*solo_a, "/v1/chat/completions", body), true);
+    alone["b/" + std::to_string(i)] =
+        greedy_signature(post(*solo_b, "/v1/chat/completions", body), true);
+  }
+  EXPECT_NE(alone["a/0"], alone["b/0"]);
+  for (int round = 0; round < 2; ++round) {  // the second round resumes from the caches
+    std::map<std::string, std::string> got;
+    std::mutex mu;
+    std::vector<std::thread> ts;
+    for (const std::string m : {"a", "b"})
+      for (size_t i = 0; i < asks.size(); ++i)
+        ts.emplace_back([&, m, i] {
+          json body = asks[i];
+          body["model"] = m;
+          const std::string sig = greedy_signature(post(*srv, "/v1/chat/completions", body), true);
+          const std::lock_guard<std::mutex> lock(mu);
+          got[m + "/" + std::to_string(i)] = sig;
+        });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(got, alone) << "round " << round;
+  }
+  // The draft ran for both models.
+  const std::string page = curl(*srv, "GET", "/metrics").body;
+  for (const char* m : {"a", "b"})
+    EXPECT_GT(
+        metric_after(page, std::string("rewind_spec_drafted_tokens_total{model=\"") + m + "\"}"), 0)
+        << page;
+}
+
+// --model-opt NAME:OPTION=VALUE sets a per-model option for one model; the rest keep the
+// server's. Malformed or refused values stop the start with a message that names the problem.
+TEST(SeveralModels, PerModelOptions) {
+  auto srv = Server::start({"--model", "a=" + model_dir(), "--model", "b,bee=" + dense_model_dir(),
+                            "--model-opt", "bee:ctx-size=4096", "--model-opt", "a:parallel=2",
+                            "--model-opt", "b:no-cache", "--api-key", kKey},
+                           Server::kModelsInArgs);
+  ASSERT_NE(srv, nullptr);
+  std::map<std::string, int64_t> len;
+  const json listed = curl(*srv, "GET", "/v1/models").j();
+  for (const json& m : listed["data"]) len[m["id"]] = m["max_model_len"];
+  EXPECT_EQ(len, (std::map<std::string, int64_t>{{"a", 32768}, {"b", 4096}, {"bee", 4096}}));
+  const json pa = curl(*srv, "GET", "/props?model=a").j();
+  const json pb = curl(*srv, "GET", "/props?model=b").j();
+  EXPECT_EQ(pa["total_slots"], 2);
+  EXPECT_EQ(pb["total_slots"], 4);
+  EXPECT_EQ(pb["n_ctx"], 4096);
+  EXPECT_EQ(pa["cache"]["enabled"], true);
+  EXPECT_EQ(pb["cache"]["enabled"], false);
+  // b's own limit: a prompt + max_tokens over 4096 is refused for b, not for a.
+  EXPECT_EQ(post(*srv, "/v1/completions", completion_body("x", 5000, {{"model", "b"}})).status,
+            400);
+  EXPECT_EQ(post(*srv, "/v1/completions", completion_body("x", 2, {{"model", "a"}})).status, 200);
+
+  const std::string serve = std::string(REWIND_BINARY) +
+                            " serve --port 0 --model a=" + model_dir() +
+                            " --model b=" + dense_model_dir() + " ";
+  for (const auto& [opt, want] : std::vector<std::pair<std::string, std::string>>{
+           {"b", "expected NAME:OPTION=VALUE"},
+           {":ctx-size=5", "expected NAME:OPTION=VALUE"},
+           {"c:ctx-size=5", "no model is named 'c'"},
+           {"b:port=1", "a model may set only ctx-size, parallel"},
+           {"b:threads=1", "a model may set only"},
+           {"b:nope=1", "a model may set only"},
+           {"b:no-cache=1", "--no-cache takes no value"},
+           {"b:ctx-size", "--ctx-size needs a value"},
+           {"b:ctx-size=", "--ctx-size needs a value"},
+           {"b:ctx-size=abc", "b: "},
+           {"b:ctx-size=1", "b: --ctx-size must be >= 2"},
+           {"b:chunk=4", "b: --chunk must exceed --parallel"},
+           {"b:spec=bogus", "b: --spec must be"},
+       }) {
+    int rc = 0;
+    const std::string out = test::run_command(serve + "--model-opt '" + opt + "' 2>&1", &rc);
+    EXPECT_EQ(rc, 1) << opt << ": " << out;
+    EXPECT_NE(out.find(want), std::string::npos) << opt << ": " << out;
+  }
+  // A shared draft must fit every model that uses it: a model of another vocabulary is named,
+  // with the way out; given its own --spec it starts.
+  const std::string kjv = std::string(REWIND_TEST_DATA) + "/../../models/kjv-target";
+  const std::string mixed = std::string(REWIND_BINARY) +
+                            " serve --port 0 --model a=" + model_dir() + " --model k=" + kjv +
+                            " --spec draft:" + dense_model_dir() + " ";
+  int rc = 0;
+  std::string out = test::run_command(mixed + "2>&1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("k: speculative: the draft model's vocabulary"), std::string::npos) << out;
+  EXPECT_NE(out.find("--model-opt NAME:spec="), std::string::npos) << out;
+  auto ok = Server::start(
+      {"--model", "a=" + model_dir(), "--model", "k=" + kjv, "--spec", "draft:" + dense_model_dir(),
+       "--model-opt", "k:spec=ngram", "--api-key", kKey},
+      Server::kModelsInArgs);
+  ASSERT_NE(ok, nullptr);
+  EXPECT_NE(ok->log().find("shared by a\n"), std::string::npos) << ok->log();
+  EXPECT_EQ(curl(*ok, "GET", "/props?model=k").j()["speculative"]["kind"], "ngram");
+  EXPECT_EQ(curl(*ok, "GET", "/props?model=a").j()["speculative"]["kind"], "draft");
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // item exactly once, with the promised boundaries, over many back-to-back jobs (the spin and
 // sleep hand-offs between generations) and for every thread count; shares of late workers are
 // run by whoever is free, a share's index is never in use twice at once, small jobs run on the
-// caller, and a caller held up by a stalled worker runs the next jobs alone.
+// caller, and a caller held up by a stalled worker runs the next jobs alone. Lanes (several
+// callers on one pool's threads) take turns and give every caller its own exact results.
 #include "rewind/base/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -485,6 +486,79 @@ TEST(ThreadPool, StepsAboveTheThresholdAreTimedForTheChooser) {
   EXPECT_EQ(pool.steps_alone(), 0);
   EXPECT_EQ(pool.chooser().switches(), 0);
   EXPECT_EQ(tests_pool.steps_alone(), 0);
+}
+
+TEST(ThreadPool, LanesTakeTurnsOnTheSameThreadsAndGiveEachCallerItsResults) {
+  // Three callers at once on one pool's threads (three lanes, as the engines of three served
+  // models): every job covers its items once with the values one thread gives, and no more
+  // than n_threads threads ever run job parts at once. The pool is destroyed while its lanes
+  // still work: they keep the threads.
+  for (int nt : {2, 3}) {
+    auto pool = std::make_unique<ThreadPool>(nt, 0, /*back_off=*/false);
+    std::unique_ptr<ThreadPool> lane0 = pool->lane(), lane1 = pool->lane(), lane2 = pool->lane();
+    EXPECT_EQ(lane1->n_threads(), nt);
+    std::atomic<int> running{0}, most{0}, wrong{0}, jobs{0};
+    auto caller = [&](ThreadPool* p, unsigned seed) {
+      std::mt19937 rng(seed);
+      for (int rep = 0; rep < 300; ++rep) {
+        const int64_t n = 8 + static_cast<int64_t>(rng() % 250);  // above every min_chunk here
+        const int64_t base = static_cast<int64_t>(seed) * 100000 + rep;
+        std::vector<float> out(static_cast<size_t>(n), NAN);
+        auto fill = [&](int, int64_t b, int64_t e) {
+          const int now = running.fetch_add(1) + 1;
+          for (int m = most.load(); now > m && !most.compare_exchange_weak(m, now);) {
+          }
+          for (int64_t i = b; i < e; ++i) {
+            if (!std::isnan(out[static_cast<size_t>(i)])) wrong.fetch_add(1);
+            out[static_cast<size_t>(i)] = item_value(i + base);
+          }
+          running.fetch_sub(1);
+        };
+        if (rep % 2)
+          p->parallel_guided(n, 1, 1 + rep % 4, fill);
+        else
+          p->parallel_for(n, 1 + rep % 3, fill);
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = item_value(i + base);
+          if (std::memcmp(&out[static_cast<size_t>(i)], &want, sizeof want) != 0)
+            wrong.fetch_add(1);
+        }
+        jobs.fetch_add(1);
+        if (seed == 3 && rep == 150) pool.reset();  // mid-run
+      }
+    };
+    std::thread t1(caller, lane1.get(), 1u), t2(caller, lane2.get(), 2u);
+    caller(lane0.get(), 3u);
+    t1.join();
+    t2.join();
+    EXPECT_EQ(pool, nullptr);
+    EXPECT_EQ(jobs.load(), 900);
+    EXPECT_EQ(wrong.load(), 0) << nt;
+    EXPECT_LE(most.load(), nt) << "more threads in jobs at once than the pool has";
+    EXPECT_GE(most.load(), 1);
+  }
+}
+
+TEST(ThreadPool, LanesHaveTheirOwnStepScope) {
+  ThreadPool pool(2, ThreadPool::kMinParallelWork, /*back_off=*/false);
+  std::unique_ptr<ThreadPool> lane = pool.lane();
+  {
+    const ThreadPool::StepScope small(lane.get(), 1);  // a tiny step: that lane runs alone
+    EXPECT_EQ(lane->steps_alone(), 1);
+    EXPECT_EQ(pool.steps_alone(), 0);
+    std::atomic<int> workers_ran{0};
+    // The other caller still shares its jobs: a part a worker runs has thread_index > 0.
+    for (int rep = 0; rep < 200 && workers_ran.load() == 0; ++rep)
+      pool.parallel_guided(
+          64, 1, 1,
+          [&](int t, int64_t, int64_t) {
+            if (t > 0) workers_ran.fetch_add(1);
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+          },
+          /*work=*/int64_t{1} << 30);
+    EXPECT_GT(workers_ran.load(), 0);
+  }
+  EXPECT_EQ(pool.steps_alone(), 0);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // request diverged and resumed can be seen at a glance.
 import { h, s, clear, fmtBytes } from './dom.js';
 import { getJson, AuthError } from './api.js';
+import { withModel, onModelChange } from './models.js';
 
 // Checkpoint kinds, most telling first (a snapshot is drawn as its first kind here).
 const KINDS = [
@@ -66,6 +67,18 @@ export function mountCacheView(root, { onAuth }) {
     h('div', { class: 'cache-body' }, svgBox, details),
     recent);
   sizeSel.addEventListener('change', () => refresh(true));
+  // Another model: another cache, drawn from scratch (an answer for the old one is dropped).
+  onModelChange(() => {
+    data = null;
+    cache = null;
+    selected = null;
+    lastVersion = null;
+    ++asked;
+    clear(svgBox);
+    clear(summary);
+    clear(recent);
+    if (!root.hidden) refresh(true);
+  });
   live.addEventListener('change', () => schedule());
 
   function legendMark(k) {
@@ -79,8 +92,8 @@ export function mountCacheView(root, { onAuth }) {
     const mine = ++asked;
     try {
       const [tree, c] = await Promise.all([
-        getJson('/v1/cache/tree?max_nodes=' + sizeSel.value),
-        getJson('/v1/cache'),
+        getJson(withModel('/v1/cache/tree?max_nodes=' + sizeSel.value)),
+        getJson(withModel('/v1/cache')),
       ]);
       if (mine !== asked) return;
       cache = c;

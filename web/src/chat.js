@@ -3,6 +3,7 @@
 import { h, clear } from './dom.js';
 import { streamChat, AuthError } from './api.js';
 import { renderMarkdown } from './markdown.js';
+import { currentModel, servedModels } from './models.js';
 import { loadConversations, saveConversations, newConversation, loadSettings, samplingOf } from './store.js';
 
 export function mountChat(root, { onAuth, onReplyDone }) {
@@ -117,7 +118,8 @@ export function mountChat(root, { onAuth, onReplyDone }) {
     const r = st.rewind || {};
     const tps = st.completion_tokens > 1 && r.decode_ms > 0 ? ((st.completion_tokens - 1) * 1000) / r.decode_ms : null;
     const item = (label, value, key, title) => h('span', { class: 'stat', title, dataset: { key } }, label + ' ', h('b', null, String(value)));
-    return h('div', { class: 'stats', dataset: { id: st.id || '', prompt: st.prompt_tokens, cached: r.cached_tokens ?? '', rerun: r.rerun_tokens ?? '', diverged: r.diverged_at ?? '', resumed: r.resumed_at ?? '' } },
+    return h('div', { class: 'stats', dataset: { id: st.id || '', model: st.model || '', prompt: st.prompt_tokens, cached: r.cached_tokens ?? '', rerun: r.rerun_tokens ?? '', diverged: r.diverged_at ?? '', resumed: r.resumed_at ?? '' } },
+      st.model && servedModels().length > 1 && item('model', st.model, 'model', 'the model that answered'),
       item('prompt', st.prompt_tokens, 'prompt', 'prompt tokens'),
       r.hit !== undefined && [
         item('cached', r.cached_tokens, 'cached', 'prompt tokens resumed from the prefix cache'),
@@ -239,10 +241,12 @@ export function mountChat(root, { onAuth, onReplyDone }) {
         messagesEl.scrollTop = messagesEl.scrollHeight;
       });
     };
-    const stats = { id: null, prompt_tokens: 0, completion_tokens: 0, finish: null };
+    const stats = { id: null, model: null, prompt_tokens: 0, completion_tokens: 0, finish: null };
+    const model = currentModel();  // none: the server's only (or first) model
     try {
-      for await (const ev of streamChat({ messages: msgs, ...samplingOf(settings) }, controller.signal)) {
+      for await (const ev of streamChat({ ...(model ? { model } : {}), messages: msgs, ...samplingOf(settings) }, controller.signal)) {
         if (ev.id) stats.id = ev.id;
+        if (ev.model) stats.model = ev.model;
         const ch = ev.choices && ev.choices[0];
         if (ch) {
           const d = ch.delta || {};

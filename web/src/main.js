@@ -1,14 +1,16 @@
-// The page's shell: header with the model, the Chat and Cache tabs, settings, and the API key
-// prompt (shown when the server answers 401).
+// The page's shell: header with the model (a picker when the server serves several), the Chat
+// and Cache tabs, settings, and the API key prompt (shown when the server answers 401).
 import './style.css';
 import { h, clear } from './dom.js';
 import { getJson, apiKey, setApiKey, AuthError } from './api.js';
 import { loadSettings, saveSettings } from './store.js';
 import { mountChat } from './chat.js';
 import { mountCacheView } from './cacheview.js';
+import { groupModels, setModels, currentModel, chooseModel, onModelChange } from './models.js';
 
 const app = document.getElementById('app');
 const modelName = h('span', { class: 'model', id: 'model-name' }, '');
+const modelPicker = h('select', { class: 'model-picker', id: 'model-select', title: 'The model this page talks to', 'aria-label': 'Model', hidden: true, onchange: () => chooseModel(modelPicker.value) });
 const chatTab = h('a', { href: '#/chat', class: 'tab', id: 'tab-chat' }, 'Chat');
 const cacheTab = h('a', { href: '#/cache', class: 'tab', id: 'tab-cache' }, 'Cache');
 const settingsBtn = h('button', { class: 'icon-text', id: 'settings-button', onclick: () => toggleSettings() }, 'Settings');
@@ -18,7 +20,7 @@ const settingsPanel = h('aside', { class: 'settings', id: 'settings', hidden: tr
 const keyDialog = h('div', { class: 'modal-back', id: 'key-dialog', hidden: true });
 
 app.append(
-  h('header', { class: 'top' }, h('span', { class: 'brand' }, 'rewind'), modelName, h('nav', { class: 'tabs' }, chatTab, cacheTab), h('span', { class: 'spacer' }), settingsBtn),
+  h('header', { class: 'top' }, h('span', { class: 'brand' }, 'rewind'), modelName, modelPicker, h('nav', { class: 'tabs' }, chatTab, cacheTab), h('span', { class: 'spacer' }), settingsBtn),
   h('div', { class: 'views' }, chatRoot, cacheRoot, settingsPanel),
   keyDialog);
 
@@ -47,14 +49,27 @@ function askKey() {
 
 async function loadModel() {
   try {
-    const m = await getJson('/v1/models');
-    modelName.textContent = m.data && m.data[0] ? m.data[0].id : '';
-    document.title = 'rewind \u00b7 ' + modelName.textContent;
+    const list = groupModels((await getJson('/v1/models')).data);
+    setModels(list);
+    const several = list.length > 1;
+    if (several) {
+      clear(modelPicker).append(...list.map((m) => h('option', { value: m.id }, m.names.join(', '))));
+      modelPicker.value = currentModel();
+    }
+    modelPicker.hidden = !several;
+    modelName.hidden = several;
+    modelName.textContent = list[0] ? list[0].names.join(', ') : '';
+    showTitle();
   } catch (e) {
     if (e instanceof AuthError) askKey();
     else modelName.textContent = String(e.message || e);
   }
 }
+
+function showTitle() {
+  document.title = 'rewind \u00b7 ' + (currentModel() || modelName.textContent);
+}
+onModelChange(showTitle);
 
 const cache = mountCacheView(cacheRoot, { onAuth: askKey });
 mountChat(chatRoot, { onAuth: askKey, onReplyDone: () => { if (!cacheRoot.hidden) cache.refresh(); } });

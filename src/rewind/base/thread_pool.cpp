@@ -39,6 +39,9 @@ constexpr int64_t kYieldNs = 200'000;
 constexpr int64_t kLongWaitNs = 200'000;
 constexpr int64_t kSoloMinNs = 1'000'000;
 constexpr int64_t kSoloMaxNs = 64'000'000;
+// A lane waiting for its turn pauses this long, then sleeps: it must not spin on a core the
+// running job's threads need.
+constexpr int64_t kTurnSpinNs = 2'000;
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -100,17 +103,81 @@ constexpr uint64_t kClosed = kLowMask;
 
 }  // namespace
 
+// The threads and the job slot. A job's fields are written by the caller that holds the turn;
+// a late worker may read them while the next job's caller writes, hence the atomics: it uses
+// what it read only once its claim on the job succeeded (the claim's acquire orders them after
+// the caller's writes, and a job cannot end while a claim on it is possible). The caller closes
+// the cursor under the new generation before it writes a job's fields, so a claim made with
+// fields read from a newer job fails.
+struct ThreadPool::Core {
+  explicit Core(int n) : n_threads(n) {
+    for (int i = 1; i < n; ++i) workers.emplace_back([this, i] { worker(i); });
+  }
+  ~Core() {
+    stop.store(true);
+    generation.fetch_add(1);
+    futex_wake_all(&generation);
+    for (auto& t : workers) t.join();
+  }
+  void worker(int index);
+  // Claims and runs parts of job `gen` until none is left (or a newer job replaced it).
+  void help(uint32_t gen, int index);
+  // The turn: one shared job at a time across the pool and its lanes, first come first served.
+  void lock();
+  void unlock();
+
+  const int n_threads;
+  std::vector<std::thread> workers;
+  std::atomic<const Fn*> job_fn{nullptr};
+  std::atomic<int64_t> job_items{0};
+  std::atomic<int64_t> job_grain{1};  // the split's granularity
+  std::atomic<int64_t> job_min{1};    // guided: the smallest chunk
+  std::atomic<Split> job_split{Split::kStatic};
+  // generation << 32 | the next share (static) or the next item (guided): one word, so a claim
+  // is one compare-exchange that fails once the job it read has been replaced.
+  std::atomic<uint64_t> cursor{0};
+  std::atomic<uint32_t> generation{0};  // the current job's number; sleeping workers wait on it
+  std::atomic<uint32_t> done{0};        // items of the current job finished; the caller waits on it
+  std::atomic<int> sleepers{0};         // workers asleep (or about to be) on generation
+  std::atomic<int> caller_asleep{0};    // the caller asleep (or about to be) on done
+  std::atomic<bool> stop{false};
+  // A ticket lock: a caller takes a ticket and runs its job when `serving` reaches it.
+  std::atomic<uint32_t> next_ticket{0};
+  std::atomic<uint32_t> serving{0};
+  std::atomic<int> turn_waiters{0};  // callers asleep (or about to be) on serving
+};
+
 ThreadPool::ThreadPool(int n_threads, int64_t min_parallel_work, bool back_off)
-    : n_threads_(n_threads), min_parallel_work_(min_parallel_work), back_off_(back_off) {
-  REWIND_CHECK(n_threads >= 1 && min_parallel_work >= 0);
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker(i); });
+    : ThreadPool(std::make_shared<Core>(n_threads), min_parallel_work, back_off) {
+  REWIND_CHECK(n_threads >= 1);
 }
 
-ThreadPool::~ThreadPool() {
-  stop_.store(true);
-  generation_.fetch_add(1);
-  futex_wake_all(&generation_);
-  for (auto& t : workers_) t.join();
+ThreadPool::ThreadPool(std::shared_ptr<Core> core, int64_t min_parallel_work, bool back_off)
+    : core_(std::move(core)),
+      n_threads_(core_->n_threads),
+      min_parallel_work_(min_parallel_work),
+      back_off_(back_off) {
+  REWIND_CHECK(n_threads_ >= 1 && min_parallel_work >= 0);
+}
+
+ThreadPool::~ThreadPool() = default;
+
+std::unique_ptr<ThreadPool> ThreadPool::lane() const {
+  return std::unique_ptr<ThreadPool>(new ThreadPool(core_, min_parallel_work_, back_off_));
+}
+
+void ThreadPool::Core::lock() {
+  const uint32_t ticket = next_ticket.fetch_add(1);
+  auto mine = [&] { return serving.load(std::memory_order_acquire) == ticket; };
+  if (spin_until(mine, kTurnSpinNs, 0)) return;
+  turn_waiters.fetch_add(1);
+  for (uint32_t s; (s = serving.load()) != ticket;) futex_wait(&serving, s);
+  turn_waiters.fetch_sub(1);
+}
+
+void ThreadPool::Core::unlock() {
+  serving.fetch_add(1);
+  if (turn_waiters.load() > 0) futex_wake_all(&serving);
 }
 
 int StepChooser::group_of(int64_t work) {
@@ -213,42 +280,42 @@ void ThreadPool::run_alone(int64_t n_items, int64_t grain, Split split, const Fn
   }
 }
 
-void ThreadPool::help(uint32_t gen, int index) {
+void ThreadPool::Core::help(uint32_t gen, int index) {
   for (;;) {
-    uint64_t w = cursor_.load(std::memory_order_acquire);
+    uint64_t w = cursor.load(std::memory_order_acquire);
     if ((w >> kGenShift) != gen) return;  // a newer job replaced it
     const int64_t c = static_cast<int64_t>(w & kLowMask);
-    const int64_t n = job_items_.load(std::memory_order_relaxed);
-    const int64_t grain = job_grain_.load(std::memory_order_relaxed);
-    const bool guided = job_split_.load(std::memory_order_relaxed) == Split::kGuided;
+    const int64_t n = job_items.load(std::memory_order_relaxed);
+    const int64_t grain = job_grain.load(std::memory_order_relaxed);
+    const bool guided = job_split.load(std::memory_order_relaxed) == Split::kGuided;
     int64_t next;
     if (!guided) {
-      if (c >= n_threads_) return;
+      if (c >= n_threads) return;
       next = c + 1;
     } else {
       if (c >= n) return;
       // The chunk at the cursor, sized from what is left there.
-      const int64_t share = (n - c) / (2 * n_threads_);
+      const int64_t share = (n - c) / (2 * n_threads);
       const int64_t len =
-          std::max(job_min_.load(std::memory_order_relaxed), (share + grain - 1) / grain * grain);
+          std::max(job_min.load(std::memory_order_relaxed), (share + grain - 1) / grain * grain);
       next = std::min(n, c + len);
     }
     // Pairs with run()'s fence: fields read from a newer job make this claim fail.
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (!cursor_.compare_exchange_weak(w, (w & ~kLowMask) | static_cast<uint64_t>(next),
-                                       std::memory_order_acq_rel, std::memory_order_relaxed))
+    if (!cursor.compare_exchange_weak(w, (w & ~kLowMask) | static_cast<uint64_t>(next),
+                                      std::memory_order_acq_rel, std::memory_order_relaxed))
       continue;
     // Claimed: the job cannot end before this part is counted done, so what was read is its.
     int64_t b = c, e = next;
     int idx = index;
     if (!guided) {
-      split_range(n, grain, n_threads_, static_cast<int>(c), &b, &e);
+      split_range(n, grain, n_threads, static_cast<int>(c), &b, &e);
       idx = static_cast<int>(c);
     }
     if (b >= e) continue;
-    (*job_fn_.load(std::memory_order_relaxed))(idx, b, e);
-    const uint32_t d = done_.fetch_add(static_cast<uint32_t>(e - b)) + static_cast<uint32_t>(e - b);
-    if (d == static_cast<uint32_t>(n) && caller_asleep_.load() != 0) futex_wake_all(&done_);
+    (*job_fn.load(std::memory_order_relaxed))(idx, b, e);
+    const uint32_t d = done.fetch_add(static_cast<uint32_t>(e - b)) + static_cast<uint32_t>(e - b);
+    if (d == static_cast<uint32_t>(n) && caller_asleep.load() != 0) futex_wake_all(&done);
   }
 }
 
@@ -274,31 +341,37 @@ void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split sp
     }
   }
   REWIND_CHECK_MSG(n_items < (int64_t{1} << 31), "thread pool: too many items for one job");
-  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
+  Core& c = *core_;
+  c.lock();
+  struct Turn {
+    Core* c;
+    ~Turn() { c->unlock(); }  // also when fn throws on this thread
+  } turn{&c};
+  const uint32_t gen = c.generation.load(std::memory_order_relaxed) + 1;
   // Close the cursor under the new generation before the job's fields change: a late thread
   // that read the old job's exhausted cursor and then this job's fields (a guided job's items
   // after a static job's shares) would otherwise claim a part under the old generation.
-  cursor_.store(static_cast<uint64_t>(gen) << kGenShift | kClosed, std::memory_order_relaxed);
+  c.cursor.store(static_cast<uint64_t>(gen) << kGenShift | kClosed, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  job_fn_.store(&fn, std::memory_order_relaxed);
-  job_items_.store(n_items, std::memory_order_relaxed);
-  job_grain_.store(grain, std::memory_order_relaxed);
-  job_min_.store(min_chunk, std::memory_order_relaxed);
-  job_split_.store(split, std::memory_order_relaxed);
-  done_.store(0, std::memory_order_relaxed);
-  cursor_.store(static_cast<uint64_t>(gen) << kGenShift, std::memory_order_release);
-  generation_.store(gen);
-  if (sleepers_.load() > 0) futex_wake_all(&generation_);
+  c.job_fn.store(&fn, std::memory_order_relaxed);
+  c.job_items.store(n_items, std::memory_order_relaxed);
+  c.job_grain.store(grain, std::memory_order_relaxed);
+  c.job_min.store(min_chunk, std::memory_order_relaxed);
+  c.job_split.store(split, std::memory_order_relaxed);
+  c.done.store(0, std::memory_order_relaxed);
+  c.cursor.store(static_cast<uint64_t>(gen) << kGenShift, std::memory_order_release);
+  c.generation.store(gen);
+  if (c.sleepers.load() > 0) futex_wake_all(&c.generation);
   const Clock::time_point t0 = Clock::now();
-  help(gen, 0);
+  c.help(gen, 0);
   const uint32_t n = static_cast<uint32_t>(n_items);
-  auto finished = [&] { return done_.load(std::memory_order_acquire) == n; };
+  auto finished = [&] { return c.done.load(std::memory_order_acquire) == n; };
   if (finished()) return;
   const Clock::time_point t1 = Clock::now();  // the caller's parts are done
   if (!spin_until(finished, kSpinNs, 0)) {
-    caller_asleep_.store(1);
-    for (uint32_t d; (d = done_.load()) != n;) futex_wait(&done_, d);
-    caller_asleep_.store(0, std::memory_order_relaxed);
+    c.caller_asleep.store(1);
+    for (uint32_t d; (d = c.done.load()) != n;) futex_wait(&c.done, d);
+    c.caller_asleep.store(0, std::memory_order_relaxed);
   }
   // A wait far longer than the caller's own parts: a worker was descheduled in the middle of
   // its part (another process took its core). Run alone for a while, longer each time.
@@ -315,17 +388,17 @@ void ThreadPool::run(int64_t n_items, int64_t grain, int64_t min_chunk, Split sp
   }
 }
 
-void ThreadPool::worker(int index) {
+void ThreadPool::Core::worker(int index) {
   uint32_t seen = 0;
   for (;;) {
-    auto fresh = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    auto fresh = [&] { return generation.load(std::memory_order_acquire) != seen; };
     if (!spin_until(fresh, kSpinNs, kYieldNs)) {
-      sleepers_.fetch_add(1);
-      while (generation_.load() == seen) futex_wait(&generation_, seen);
-      sleepers_.fetch_sub(1);
+      sleepers.fetch_add(1);
+      while (generation.load() == seen) futex_wait(&generation, seen);
+      sleepers.fetch_sub(1);
     }
-    seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load()) return;
+    seen = generation.load(std::memory_order_acquire);
+    if (stop.load()) return;
     help(seen, index);
   }
 }

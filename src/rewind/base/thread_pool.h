@@ -2,8 +2,9 @@
 // reductions (docs/ARCHITECTURE.md, "bit-exact"): every item's result is computed by one call
 // of fn whichever thread makes it, so results never depend on the thread count.
 //
-// Thread-safety: one caller at a time (the engine thread). A call blocks until its items are
-// done.
+// Thread-safety: one caller at a time per ThreadPool object (the engine thread). A call blocks
+// until its items are done. Several callers (the engines of several served models) share one
+// set of threads through lanes (lane()): their jobs take turns, each on every thread.
 // Work is claimed, never assigned: the caller publishes a job and takes parts of it itself, and
 // each worker takes parts when it gets to run. A worker that is late (asleep, or descheduled on
 // a machine shared with other processes) leaves its parts to the caller, which never waits for
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -86,6 +88,17 @@ class ThreadPool {
 
   int n_threads() const { return n_threads_; }
 
+  // Another caller's handle on this pool's threads, for a second engine thread: the engines of
+  // several served models each take a lane of one pool, so that together they never run more
+  // than n_threads threads on shared jobs, while one busy engine alone still gets them all.
+  // Shared jobs of different lanes run one at a time, in the order they were asked for (a FIFO
+  // lock; a waiting caller sleeps), each on every thread; a job a lane runs on its caller alone
+  // (small work, StepScope, back-off) takes no turn. Back-off and StepScope are per lane. The
+  // pool and its lanes may each be used from its own thread at once, and destroyed in any
+  // order (the threads end with the last of them). Results never depend on it: each item is
+  // still one call of fn.
+  std::unique_ptr<ThreadPool> lane() const;
+
   // The default least work hint (operations: multiply-adds, or element operations of
   // comparable cost) for which a job is shared: about 10 us of work. Below it, what sharing
   // saves (a few us) is worth less than what a worker descheduled in its share costs on a
@@ -142,36 +155,17 @@ class ThreadPool {
 
  private:
   enum class Split : int { kStatic, kGuided };
+  struct Core;  // the threads, the job slot and the turn lock, shared by a pool and its lanes
+  ThreadPool(std::shared_ptr<Core> core, int64_t min_parallel_work, bool back_off);
   void run(int64_t n_items, int64_t grain, int64_t min_chunk, Split split, int64_t work,
            const Fn& fn);
   // The job on the calling thread: parallel_for's shares in order, parallel_guided's items in
   // one range.
   void run_alone(int64_t n_items, int64_t grain, Split split, const Fn& fn) const;
-  void worker(int index);
-  // Claims and runs parts of job `gen` until none is left (or a newer job replaced it).
-  void help(uint32_t gen, int index);
 
+  std::shared_ptr<Core> core_;
   int n_threads_;
   int64_t min_parallel_work_;
-  std::vector<std::thread> workers_;
-  // The job. A late worker may read these while the caller writes the next job's, hence the
-  // atomics; it uses what it read only once its claim on the job succeeded (the claim's
-  // acquire orders them after the caller's writes, and a job cannot end while a claim on it is
-  // possible). The caller closes the cursor under the new generation before it writes a job's
-  // fields, so a claim made with fields read from a newer job fails.
-  std::atomic<const Fn*> job_fn_{nullptr};
-  std::atomic<int64_t> job_items_{0};
-  std::atomic<int64_t> job_grain_{1};  // the split's granularity
-  std::atomic<int64_t> job_min_{1};    // guided: the smallest chunk
-  std::atomic<Split> job_split_{Split::kStatic};
-  // generation << 32 | the next share (static) or the next item (guided): one word, so a claim
-  // is one compare-exchange that fails once the job it read has been replaced.
-  std::atomic<uint64_t> cursor_{0};
-  std::atomic<uint32_t> generation_{0};  // the current job's number; sleeping workers wait on it
-  std::atomic<uint32_t> done_{0};      // items of the current job finished; the caller waits on it
-  std::atomic<int> sleepers_{0};       // workers asleep (or about to be) on generation_
-  std::atomic<int> caller_asleep_{0};  // the caller asleep (or about to be) on done_
-  std::atomic<bool> stop_{false};
   // The caller's back-off: after a long wait for a descheduled worker, jobs run on the caller
   // alone until solo_until_, for solo_ns_ (doubling on each long wait).
   bool back_off_ = true;

@@ -158,6 +158,8 @@ Status SpecSequence::draft_ngram(const std::vector<int32_t>& history, int32_t la
 Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t last, int32_t k,
                                  const Sampler& sampler, ThreadPool* pool) {
   Model& D = *cfg_.draft;
+  std::unique_lock<std::mutex> shared;  // the draft's buffers, when other engines run it too
+  if (cfg_.draft_lock) shared = std::unique_lock<std::mutex>(*cfg_.draft_lock);
   if (!dstate_) {
     dstate_.emplace(D.new_state());
     d_consumed_ = 0;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <span>
@@ -50,6 +51,9 @@ struct SpecConfig {
   int32_t ngram_min = 1;  // n-gram lookup: longest suffix tried first, down to ngram_min
   int32_t ngram_max = 4;
   Model* draft = nullptr;  // SpecKind::Draft: the draft model (same vocabulary; one user at a time)
+  // Set when engines on different threads share the draft model (`rewind serve` with several
+  // models): held while a sequence runs it, since its forward reuses the model's buffers.
+  std::shared_ptr<std::mutex> draft_lock;
   // SpecKind::Custom: given the consumed tokens plus `last`, returns up to k drafts.
   std::function<std::vector<int32_t>(std::span<const int32_t> context, int32_t k)> custom;
   // Test hook: called with "draft" and "verify" during a round; may throw to test that a

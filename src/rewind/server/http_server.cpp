@@ -867,6 +867,7 @@ struct HttpServer::Impl {
                             {"object", "model"},
                             {"created", created},
                             {"owned_by", "rewind"},
+                            {"root", m->names()[0]},  // the served model this name is of
                             {"max_model_len", m->engine.options().ctx_size}});
         return json_reply(dump_json({{"object", "list"}, {"data", std::move(data)}}) + "\n");
       }

@@ -10,7 +10,8 @@
 // chunks carry its index, each choice ends with its own finish_reason chunk, and usage, which
 // sums the choices' completion tokens, comes once at the end), POST /tokenize and
 // POST /detokenize (llama.cpp's shapes: openai_request.h), GET /props (the server's settings,
-// llama.cpp's shape where a field applies), GET /v1/models,
+// llama.cpp's shape where a field applies), GET /v1/models (every name; `root`: the id of the
+// model it names),
 // GET /v1/cache (prefix-cache figures and the recent requests' resume points; the budget is
 // known from start-up), GET /v1/cache/tree?max_nodes=N (the prefix tree, bounded: cache_view.h),
 // GET /metrics (Prometheus text), GET /health ({"status":"ok"}, never behind the API key), and

@@ -5,12 +5,16 @@
 // view and finds the branch with its checkpoints and markers; stops a reply; runs a reply full
 // of markup (<script>, event-handler attributes, javascript: links) and user text of the same
 // kind through the page and checks nothing ran; checks that another origin cannot call the
-// API. Screenshots go to --out (build/<preset>/web_ui, kept as CI artifacts).
+// API. Then, against a server of two models (the built-in kjv-target and kjv-draft), picks a
+// model in the header and checks that the replies and the cache view come from the one picked,
+// and that the choice survives a reload. Screenshots go to --out (build/<preset>/web_ui, kept
+// as CI artifacts).
 // Usage: node web_ui_test.mjs --binary PATH/rewind --out DIR [--chromium PATH]
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import assert from 'node:assert/strict';
 import puppeteer from 'puppeteer-core';
 
@@ -22,6 +26,7 @@ const binary = arg('--binary');
 const outDir = arg('--out', join(tmpdir(), 'rewind-web-ui'));
 const chromium = arg('--chromium', process.env.CHROMIUM || '/usr/bin/chromium');
 const KEY = 'web-ui-test-key';
+const MODELS = join(dirname(fileURLToPath(import.meta.url)), '../../../models');
 mkdirSync(outDir, { recursive: true });
 
 let passed = 0;
@@ -58,8 +63,12 @@ function startServer(extra = []) {
   });
 }
 
-async function api(url, path) {
-  const r = await fetch(url + path, { headers: { Authorization: 'Bearer ' + KEY } });
+async function api(url, path, body) {
+  const r = await fetch(url + path, body === undefined ? { headers: { Authorization: 'Bearer ' + KEY } } : {
+    method: 'POST',
+    headers: { Authorization: 'Bearer ' + KEY, 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
   assert.equal(r.status, 200, path);
   return r.json();
 }
@@ -356,6 +365,91 @@ try {
     assert.equal(drawn.count, t.total_nodes + ' nodes');
     await page.screenshot({ path: join(outDir, 'cache-many.png') });
     await page.click('#tab-chat');
+  });
+
+  await check('two models: the picker sends the chosen model; the cache view shows its cache', async () => {
+    const two = await startServer(['--model', 'target=' + join(MODELS, 'kjv-target'), '--model', 'draft,small=' + join(MODELS, 'kjv-draft')]);
+    // The other port is another origin: its own localStorage, so the key is asked again.
+    const p2 = await browser.newPage();
+    await p2.setViewport({ width: 1280, height: 820 });
+    p2.on('pageerror', (e) => pageErrors.push(String(e)));
+    try {
+      await p2.goto(two.url + '/', { waitUntil: 'load' });
+      await p2.waitForSelector('#key-input', { visible: true });
+      await p2.type('#key-input', KEY);
+      await p2.click('#key-save');
+      await p2.waitForSelector('#model-select', { visible: true });
+      const options = await p2.$$eval('#model-select option', (o) => o.map((x) => [x.value, x.textContent]));
+      assert.deepEqual(options, [['target', 'target'], ['draft', 'draft, small']]);
+      assert.equal(await p2.$eval('#model-select', (e) => e.value), 'target');
+      assert.equal(await p2.$eval('#model-name', (e) => e.hidden), true);
+      await p2.evaluate(() => localStorage.setItem('rewind.settings', JSON.stringify({ temperature: '0', max_tokens: '10' })));
+      const ask = 'And God said, Let there be light';
+      // What each model answers alone to the page's request (greedy, the same fields).
+      const direct = {};
+      for (const m of ['target', 'draft']) {
+        const j = await api(two.url, '/v1/chat/completions', { model: m, messages: [{ role: 'user', content: ask }], temperature: 0, max_tokens: 10 });
+        direct[m] = j.choices[0].message.content;
+      }
+      assert.notEqual(direct.target, direct.draft, 'the two models must answer differently for this test');
+      const sendOn = async (text) => {
+        await p2.click('#composer-input');
+        await p2.keyboard.type(text);
+        await p2.click('#send');
+        await p2.waitForFunction(() => document.body.classList.contains('generating') || document.querySelectorAll('article.msg.assistant .stats[data-id]').length > 0, { timeout: 30000 });
+        await p2.waitForFunction(() => !document.body.classList.contains('generating') && !document.querySelector('#send').hidden, { timeout: 60000 });
+        return p2.evaluate(() => {
+          const all = document.querySelectorAll('article.msg.assistant');
+          const m = all[all.length - 1];
+          // The reply as the page keeps it (the text before markdown rendering).
+          const conv = JSON.parse(localStorage.getItem('rewind.conversations')).find((c) => c.id === localStorage.getItem('rewind.current'));
+          return { text: conv.messages[conv.messages.length - 1].content, stats: { ...m.querySelector('.stats').dataset }, statsText: m.querySelector('.stats').textContent };
+        });
+      };
+      const ids = {};
+      for (const m of ['draft', 'target']) {
+        await p2.select('#model-select', m);
+        assert.equal(await p2.evaluate(() => localStorage.getItem('rewind.model')), m);
+        await p2.click('#new-chat');
+        const a = await sendOn(ask);
+        assert.equal(a.stats.model, m, 'the answer names the chosen model');
+        assert.match(a.statsText, new RegExp('model ' + m));
+        assert.equal(a.text, direct[m], m + ': the reply is the chosen model\'s');
+        // The request is in the chosen model's cache, not in the other's.
+        const other = m === 'draft' ? 'target' : 'draft';
+        assert.ok((await api(two.url, '/v1/cache?model=' + m)).recent.some((r) => r.id === a.stats.id), m + "'s /v1/cache");
+        assert.ok(!(await api(two.url, '/v1/cache?model=' + other)).recent.some((r) => r.id === a.stats.id), other + "'s /v1/cache");
+        ids[m] = a.stats.id;
+      }
+      // The choice survives a reload (the last one picked: target); then back to draft.
+      await p2.reload({ waitUntil: 'load' });
+      await p2.waitForSelector('#model-select', { visible: true });
+      await p2.waitForFunction(() => document.querySelector('#model-select').value === 'target');
+      await p2.select('#model-select', 'draft');
+      await p2.reload({ waitUntil: 'load' });
+      await p2.waitForSelector('#model-select', { visible: true });
+      await p2.waitForFunction(() => document.querySelector('#model-select').value === 'draft');
+      // The cache view draws the chosen model's tree and recent requests; switching redraws.
+      await p2.click('#tab-cache');
+      for (const m of ['draft', 'target']) {
+        await p2.select('#model-select', m);
+        await p2.waitForFunction((id) => document.querySelector('.card.last code') && document.querySelector('.card.last code').textContent === id, { timeout: 20000 }, ids[m]);
+        const t = await api(two.url, '/v1/cache/tree?model=' + m);
+        assert.equal(t.model, m);
+        const drawn = await p2.evaluate(() => ({
+          count: document.querySelector('#node-count').textContent,
+          recent: [...document.querySelectorAll('#recent tr[data-id]')].map((r) => r.dataset.id),
+        }));
+        assert.equal(drawn.count, t.total_nodes + ' nodes');
+        const rows = (await api(two.url, '/v1/cache?model=' + m)).recent.map((r) => r.id).reverse();
+        assert.deepEqual(drawn.recent, rows, m + ': its own recent requests');
+        assert.ok(drawn.recent.includes(ids[m]) && !drawn.recent.includes(ids[m === 'draft' ? 'target' : 'draft']));
+      }
+      await p2.screenshot({ path: join(outDir, 'two-models.png') });
+    } finally {
+      await p2.close();
+      two.proc.kill('SIGTERM');
+    }
   });
 
   await check('no errors on the page', async () => {
