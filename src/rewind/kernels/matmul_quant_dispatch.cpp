@@ -252,7 +252,13 @@ struct PrefillExpansion {
   DType tile;
   bool bytes = false;
 };
-PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
+// Rows below which the VNNI tiles take Q4_K's packed nibbles (split in registers, as in decode)
+// rather than expanding each panel group's codes to bytes once per row block: a routed expert's
+// few tens of rows do not repay the expansion (AVX-512 VNNI, one thread, K 1536 and 512: 4-8%
+// faster at 24-192 rows, level at 256, 2-8% slower at 512; docs/PERFORMANCE.md).
+constexpr int64_t kQ4KExpandRows = 256;
+
+PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx, int64_t rows) {
   switch (t) {
     // Q6_K: the 6-bit codes as bytes, read by every row tile (taller row blocks spread the cost).
     case DType::Q6_K:
@@ -271,11 +277,12 @@ PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx) {
       if (avx2) break;
       return {expand_nibble_bytes<DType::Q5_0, 16>, quant_panel_block_bytes(DType::Q8_0),
               DType::Q8_0, false};
-    // On the VNNI tiles: Q4_K / Q5_K's codes as bytes (not on AMX, whose tiles expand their own),
+    // On the VNNI tiles: Q4_K / Q5_K's codes as bytes (not on AMX, whose tiles expand their own;
+    // Q4_K from kQ4KExpandRows rows),
     // IQ4_XS's as their u8 operands value + 128, Q2_K's as q * sc.
     case DType::Q4_K:
     case DType::Q5_K:
-      if (avx2 || amx) break;
+      if (avx2 || amx || (t == DType::Q4_K && rows < kQ4KExpandRows)) break;
       return {t == DType::Q5_K ? expand_q5_k_bytes : expand_q4_k_bytes, kKBytesBlock, t, true};
     case DType::IQ4_XS:
       if (avx2) break;
@@ -379,7 +386,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const int kVnniP = amx ? 2 : kP;  // panels per VNNI / AVX2 tile
   const int kR = avx2 ? 4 : quant_traits(t).vnni_prefill_rows;
   const bool amx_q4 = amx && t != DType::Q8_0;
-  const PrefillExpansion ex = prefill_expansion(t, avx2, amx);
+  const PrefillExpansion ex = prefill_expansion(t, avx2, amx, r1 - r0);
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
   // for the 16-row AMX tiles), so that no row block ends in a short tile. Q4_K / Q5_K on AMX
   // expand each panel group's codes once per row block, so their row blocks are as tall as keeps

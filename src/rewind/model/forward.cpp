@@ -159,7 +159,9 @@ struct Model::Impl {
 
   // Scratch, reused across calls ([rows, width] f32).
   AlignedBuffer<float> x, xn, big, big2, out, tmp;
-  AlignedBuffer<float> gu, moe_in, moe_out, slots, router, shared_gate;
+  // gu: a dense FFN's gate|up rows; MoE: egu the experts' gate|up rows, eo their outputs
+  // (each expert's rows in its own stretch), router logits, shared-expert gate logits.
+  AlignedBuffer<float> gu, egu, eo, router, shared_gate;
   AlignedBuffer<float> fh, mx, mcat, mh;  // final hidden, MTP rows, MTP fc input, MTP chain
 
   // One sequence's rows of a layer call: rows [off, off + n) of the batch at positions
@@ -481,8 +483,8 @@ size_t Model::scratch_bytes() const {
   const Impl& I = *impl_;
   size_t b = 0;
   for (const AlignedBuffer<float>* a :
-       {&I.x, &I.xn, &I.big, &I.big2, &I.out, &I.tmp, &I.gu, &I.moe_in, &I.moe_out, &I.slots,
-        &I.router, &I.shared_gate, &I.fh, &I.mx, &I.mcat, &I.mh})
+       {&I.x, &I.xn, &I.big, &I.big2, &I.out, &I.tmp, &I.gu, &I.egu, &I.eo, &I.router,
+        &I.shared_gate, &I.fh, &I.mx, &I.mcat, &I.mh})
     b += a->size() * sizeof(float);
   return b;
 }
@@ -502,11 +504,11 @@ size_t Model::scratch_bytes_bound(int64_t rows, int64_t keys, int threads) const
   const int64_t F =
       std::max({c.intermediate_size, c.moe_intermediate_size, c.shared_expert_intermediate_size});
   const int64_t k = std::max<int64_t>(c.n_expert_used, 1);
-  // x, xn, out, fh, mx, mh: H each; mcat 2H; gu 2F; MoE: router E, shared gate 1, slots k*H,
-  // moe_in and moe_out H each (an expert's rows are at most every row times top-k).
+  // x, xn, out, fh, mx, mh: H each; mcat 2H; gu 2F; MoE: router E, shared gate 1, the
+  // experts' outputs k*H and gate|up rows 2k*F (top-k slots per row).
   int64_t per_row = 6 * H + 2 * H + big + big2 + tmp + 2 * F;
-  if (c.n_expert > 0) per_row += c.n_expert + 1 + k * H + 2 * k * H + 2 * k * F;
-  const size_t buffers = 16;  // each rounded up to 64 bytes
+  if (c.n_expert > 0) per_row += c.n_expert + 1 + k * H + 2 * k * F;
+  const size_t buffers = 15;  // each rounded up to 64 bytes
   size_t b = static_cast<size_t>(rows * per_row) * sizeof(float) + buffers * 64;
   // Attention: a job's score rows (16 tokens x the query heads of one K/V head) over its keys.
   const int64_t grp = c.n_head_kv > 0 ? c.n_head / c.n_head_kv : 0;
@@ -1030,15 +1032,22 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
     if (mixed) add_out(b, e);
     rmsnorm(x + b * H, H, L.post_norm.data(), y, ldy, e - b, H, eps, isa);
   };
-  // in: the input rows, or (in == nullptr) residual_norm makes them inside gate|up's matmul.
-  auto swiglu_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
-    const int64_t F = w.down.k();
-    I.gu.reserve_at_least(static_cast<size_t>(m * 2 * F));
-    float* gu = I.gu.data();
+  // The FFN's input rows: in (row stride H), else made by rows (a routed expert's gather),
+  // else (both null) residual_norm makes them inside gate|up's matmul. gu: the [m, gate|up
+  // width] scratch; p: the pool the matmuls split their columns on (null: this thread alone).
+  auto first_matmul = [&](const ExpertW& w, const float* in, const RowFill* rows, int64_t m,
+                          float* gu, int64_t ldgu, ThreadPool* p) {
     if (in)
-      matmul(in, m, H, w.gate_up, gu, 2 * F, pool);
+      matmul(in, m, H, w.gate_up, gu, ldgu, p);
+    else if (rows)
+      matmul_fill(*rows, m, w.gate_up, gu, ldgu, p);
     else
-      matmul_fill(residual_norm, m, w.gate_up, gu, 2 * F, pool, xn, H);
+      matmul_fill(residual_norm, m, w.gate_up, gu, ldgu, p, xn, H);
+  };
+  auto swiglu_ffn = [&](const ExpertW& w, const float* in, const RowFill* rows, int64_t m, float* y,
+                        float* gu, ThreadPool* p) {
+    const int64_t F = w.down.k();
+    first_matmul(w, in, rows, m, gu, 2 * F, p);
     // The activations are made inside the down projection; without the int8 dot they go over
     // the gate half of each row, whose lines the pass has just read (a separate buffer would
     // write-allocate every line).
@@ -1047,18 +1056,14 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
           for (int64_t i = b; i < e; ++i)
             swiglu(gu + i * 2 * F, gu + i * 2 * F + F, h + (i - b) * ldh, F, isa);
         },
-        m, w.down, y, H, pool, gu, 2 * F);
+        m, w.down, y, H, p, gu, 2 * F);
   };
   // down(relu(up(x))^2) (squared-ReLU MLP or expert; w.gate_up holds the up rows); the
-  // activations are made inside the down projection, over the up rows. in: as for swiglu_ffn.
-  auto relu2_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
+  // activations are made inside the down projection, over the up rows. Inputs as above.
+  auto relu2_ffn = [&](const ExpertW& w, const float* in, const RowFill* rows, int64_t m, float* y,
+                       float* u, ThreadPool* p) {
     const int64_t F = w.down.k();
-    I.gu.reserve_at_least(static_cast<size_t>(m * F));
-    float* u = I.gu.data();
-    if (in)
-      matmul(in, m, H, w.gate_up, u, F, pool);
-    else
-      matmul_fill(residual_norm, m, w.gate_up, u, F, pool, xn, H);
+    first_matmul(w, in, rows, m, u, F, p);
     matmul_fill(
         [&](int64_t b, int64_t e, float* h, int64_t ldh) {
           for (int64_t i = b; i < e; ++i)
@@ -1067,18 +1072,24 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
               h[(i - b) * ldh + j] = v * v;
             }
         },
-        m, w.down, y, H, pool, u, F);
+        m, w.down, y, H, p, u, F);
   };
-  auto expert_ffn = [&](const ExpertW& w, const float* in, int64_t m, float* y) {
+  auto expert_ffn = [&](const ExpertW& w, const float* in, const RowFill* rows, int64_t m, float* y,
+                        float* gu, ThreadPool* p) {
     if (c.moe_relu2)
-      relu2_ffn(w, in, m, y);
+      relu2_ffn(w, in, rows, m, y, gu, p);
     else
-      swiglu_ffn(w, in, m, y);
+      swiglu_ffn(w, in, rows, m, y, gu, p);
+  };
+  // The dense FFN's and the shared expert's gate|up rows.
+  auto dense_gu = [&](int64_t m) {
+    I.gu.reserve_at_least(static_cast<size_t>(m * L.dense.gate_up.n()));
+    return I.gu.data();
   };
   if (L.ffn == FfnKind::SwiGLU) {
-    swiglu_ffn(L.dense, nullptr, T, out);
+    swiglu_ffn(L.dense, nullptr, nullptr, T, out, dense_gu(T), pool);
   } else if (L.ffn == FfnKind::ReluSq) {
-    relu2_ffn(L.dense, nullptr, T, out);
+    relu2_ffn(L.dense, nullptr, nullptr, T, out, dense_gu(T), pool);
   } else {
     par(T, 6 * H, [&](int64_t b, int64_t e) { residual_norm(b, e, xn + b * H, H); });
     const int64_t E = c.n_expert, k = c.n_expert_used;
@@ -1117,37 +1128,78 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
         }
       }
     });
-    // Slots (row * k + rank) routed to each expert, in slot order.
-    std::vector<std::vector<int64_t>> routed(static_cast<size_t>(E));
-    for (int64_t i = 0; i < T * k; ++i) routed[sel[i]].push_back(i);
-    // Expert outputs per (row, slot).
-    I.slots.reserve_at_least(static_cast<size_t>(T * k * H));
-    float* slots = I.slots.data();
-    for (int64_t e = 0; e < E; ++e) {
-      const std::vector<int64_t>& rows = routed[e];
-      if (rows.empty()) continue;
-      const int64_t m = static_cast<int64_t>(rows.size());
-      I.moe_in.reserve_at_least(static_cast<size_t>(m * H));
-      I.moe_out.reserve_at_least(static_cast<size_t>(m * H));
-      float* ein = I.moe_in.data();
-      float* eout = I.moe_out.data();
-      for (int64_t i = 0; i < m; ++i)
-        std::memcpy(ein + i * H, xn + (rows[i] / k) * H, static_cast<size_t>(H) * sizeof(float));
-      expert_ffn(L.experts[e], ein, m, eout);
-      for (int64_t i = 0; i < m; ++i)
-        std::memcpy(slots + rows[i] * H, eout + i * H, static_cast<size_t>(H) * sizeof(float));
+    // The slots (row * k + rank) in expert order: expert e's at [first[e], first[e + 1]), in
+    // slot order; at[slot] is the slot's place in that order.
+    const int64_t NS = T * k;
+    std::vector<int64_t> first(static_cast<size_t>(E + 1), 0), order(static_cast<size_t>(NS)),
+        at(static_cast<size_t>(NS));
+    for (int64_t i = 0; i < NS; ++i) ++first[sel[i] + 1];
+    for (int64_t e = 0; e < E; ++e) first[e + 1] += first[e];
+    {
+      std::vector<int64_t> next(first.begin(), first.end() - 1);
+      for (int64_t i = 0; i < NS; ++i) {
+        const int64_t q = next[sel[i]]++;
+        order[q] = i;
+        at[i] = q;
+      }
     }
-    expert_ffn(L.dense, xn, T, out);  // shared expert
+    // Expert outputs and gate|up rows, each expert's rows in its own stretch (in expert order),
+    // so that experts can run at once.
+    const int64_t GU = L.experts[0].gate_up.n();
+    I.eo.reserve_at_least(static_cast<size_t>(NS * H));
+    I.egu.reserve_at_least(static_cast<size_t>(NS * GU));
+    float* eo = I.eo.data();
+    float* egu = I.egu.data();
+    // Expert e on its rows, copied from xn by its first matmul's row fill (in L1, just before
+    // they are quantised with the int8 dot) rather than gathered into a matrix first.
+    auto run_expert = [&](int64_t e, ThreadPool* p) {
+      const int64_t b = first[e], m = first[e + 1] - b;
+      if (m == 0) return;
+      const RowFill rows = [&, b](int64_t r0, int64_t r1, float* y, int64_t ldy) {
+        for (int64_t r = r0; r < r1; ++r)
+          std::memcpy(y + (r - r0) * ldy, xn + (order[b + r] / k) * H,
+                      static_cast<size_t>(H) * sizeof(float));
+      };
+      expert_ffn(L.experts[e], nullptr, &rows, m, eo + b * H, egu + b * GU, p);
+    };
+    if (pool && pool->n_threads() > 1 && T > kGuidedTokens) {
+      // Prefill: whole experts to whichever thread is free, each on one thread, the largest
+      // first (tens of rows each: split by columns, every expert's matmuls would be a handful
+      // of small jobs with the threads waiting on each other between them). The bits are
+      // those of any split (the matmul contract).
+      std::vector<int32_t> busy;
+      for (int64_t e = 0; e < E; ++e)
+        if (first[e + 1] > first[e]) busy.push_back(static_cast<int32_t>(e));
+      std::stable_sort(busy.begin(), busy.end(), [&](int32_t a, int32_t b) {
+        return first[a + 1] - first[a] > first[b + 1] - first[b];
+      });
+      const int64_t macs = GU * H + H * L.experts[0].down.k();
+      pool->parallel_guided(
+          static_cast<int64_t>(busy.size()), 1, 1,
+          [&](int, int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) run_expert(busy[i], nullptr);
+          },
+          NS * macs);
+    } else {
+      for (int64_t e = 0; e < E; ++e) run_expert(e, pool);
+    }
+    expert_ffn(L.dense, xn, nullptr, T, out, dense_gu(T), pool);  // shared expert
+    // out = sum over ranks j of w_j * expert_j + g * shared, per element from 0 in rank order;
+    // rank by rank over the row (a loop over contiguous values, which the compiler vectorises).
     par(T, 2 * k * H, [&](int64_t tb, int64_t te) {
+      thread_local std::vector<float> acc;
+      acc.resize(static_cast<size_t>(H));
       for (int64_t t = tb; t < te; ++t) {
         float* o = out + t * H;
         // Granite adds the shared MLP as it is (a gate of exactly 1).
         const float g = c.shared_expert_gate ? sigmoid(sg[t]) : 1.0f;
-        for (int64_t i = 0; i < H; ++i) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < k; ++j) acc = acc + wsel[t * k + j] * slots[(t * k + j) * H + i];
-          o[i] = acc + g * o[i];
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t j = 0; j < k; ++j) {
+          const float w = wsel[t * k + j];
+          const float* src = eo + at[t * k + j] * H;
+          for (int64_t i = 0; i < H; ++i) acc[i] = acc[i] + w * src[i];
         }
+        for (int64_t i = 0; i < H; ++i) o[i] = acc[i] + g * o[i];
       }
     });
   }
