@@ -263,7 +263,9 @@ int main(int argc, char** argv) {
     lim.n_threads = n_threads;
     lim.isa = "given";
   } else {
-    lim = rw::measure_machine_limits(&pool, 1.5);
+    // The int8 peak of the path the int8 dot takes (AVX2's under --isa avx2, VNNI or not).
+    lim = rw::measure_machine_limits(&pool, 1.5,
+                                     std::string(rw::matmul_int8_isa(kopt.isa)) == "avx512vnni");
   }
   std::printf(
       "machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s), int8 dot "

@@ -237,16 +237,25 @@ TEST(BenchCli, JsonEchoesTheRunAndCountsTheModelsBytes) {
 }
 
 // --prefill-runs and --isa are echoed: N timed prefills; --isa avx512 keeps AMX tiles off (and
-// the run reports the ISA it ran).
+// the run reports the ISA it ran); the int8 peak is that of the path the int8 dot takes, so
+// --isa avx2 on a VNNI machine is judged against the AVX2 peak.
 TEST(BenchCli, PrefillRunsAndIsaAreEchoed) {
   const json j = run_bench("--prefill-runs 2");
   ASSERT_TRUE(j.is_object());
   EXPECT_EQ(j["prefill_runs"].get<int64_t>(), 2);
+  EXPECT_EQ(j["int8_peak_isa"].get<std::string>(), std::string(matmul_int8_isa()));
   if (matmul_int8_simd() && std::string(matmul_int8_isa()) == "avx512vnni") {
     const json a = run_bench("--isa avx512");
     ASSERT_TRUE(a.is_object());
     EXPECT_FALSE(a["amx"].get<bool>());
     EXPECT_EQ(a["isa"].get<std::string>(), "avx512");
+    EXPECT_EQ(a["int8_peak_isa"].get<std::string>(), "avx512vnni");
+  }
+  if (matmul_int8_simd()) {
+    const json a = run_bench("--isa avx2 --prefill-runs 1");
+    ASSERT_TRUE(a.is_object());
+    EXPECT_EQ(a["int8_peak_isa"].get<std::string>(), "avx2");
+    EXPECT_GT(a["int8_peak_gop_s"].get<double>(), 0.0);
   }
   const json s = run_bench("--isa scalar --prefill-runs 1");
   ASSERT_TRUE(s.is_object());

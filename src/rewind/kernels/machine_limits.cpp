@@ -383,9 +383,10 @@ double measure_fma_peak_gflop_s(ThreadPool* pool, double seconds_budget, std::st
   return measure_loop_peak(pool, seconds_budget, fn, 2.0 * lanes * kChains);
 }
 
-double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget, std::string* isa) {
+double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget, std::string* isa,
+                                   bool vnni) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
+  if (vnni && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) {
     if (isa) *isa = "avx512vnni";
     return measure_loop_peak(pool, seconds_budget, &dpbusd_loop_avx512, 2.0 * 64 * kChains);
   }
@@ -402,7 +403,7 @@ double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget) {
   return measure_loop_peak(pool, seconds_budget, &tdpbssd_loop, 4.0 * 2 * 16 * 16 * 64);
 }
 
-MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
+MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget, bool vnni) {
   MachineLimits lim;
   lim.n_threads = pool ? pool->n_threads() : 1;
   // Buffer: max(1 GiB, 2 x L3), but at most a quarter of physical memory.
@@ -417,7 +418,8 @@ MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget) {
   lim.read_bandwidth_gb_s =
       measure_read_bandwidth_gb_s(pool, bytes, seconds_budget * 0.6, &lim.bandwidth_variant);
   lim.fma_peak_gflop_s = measure_fma_peak_gflop_s(pool, seconds_budget * 0.25, &lim.isa);
-  lim.int8_peak_gop_s = measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.1, &lim.int8_isa);
+  lim.int8_peak_gop_s =
+      measure_int8_dot_peak_gop_s(pool, seconds_budget * 0.1, &lim.int8_isa, vnni);
   lim.amx_int8_peak_gop_s = measure_amx_int8_peak_gop_s(pool, seconds_budget * 0.05);
   return lim;
 }

@@ -34,12 +34,15 @@ struct MachineLimits {
 // seconds_budget of wall time (a little more on a slow machine: at least two passes of each
 // measurement run) and a temporary buffer of max(1 GiB, 2 x L3) bytes (less if the machine has
 // little memory). Not thread-safe with other work on the pool; run it on an idle machine.
-MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget = 1.0);
+// vnni false: the int8 peak of the AVX2 instructions even where VNNI exists (a run whose int8
+// dot is held to the AVX2 path, `--isa avx2`, is judged against the peak of that path).
+MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget = 1.0,
+                                     bool vnni = true);
 
-// int8 dot-product peak alone: vpdpbusd chains with AVX-512 VNNI, else vpmaddubsw + vpmaddwd +
-// vpaddd chains with AVX2 (0 with neither); *isa (if given) gets which.
+// int8 dot-product peak alone: vpdpbusd chains with AVX-512 VNNI (unless vnni is false), else
+// vpmaddubsw + vpmaddwd + vpaddd chains with AVX2 (0 with neither); *isa (if given) gets which.
 double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget,
-                                   std::string* isa = nullptr);
+                                   std::string* isa = nullptr, bool vnni = true);
 
 // AMX-INT8 peak alone (tdpbssd on full tiles; 0 where AMX-INT8 is missing or not granted).
 double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget);
