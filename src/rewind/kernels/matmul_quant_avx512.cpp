@@ -754,9 +754,6 @@ REWIND_VNNI void int8_tall_tile(DType t, const QuantizedActs& xa, int64_t r0,
     case DType::Q4_K:
       return int8_tile_avx512_t<R, 1, DType::Q4_K, false>(xa, r0, panels, panel_stride, y, ldy,
                                                           ncols, y_step, pf, n_tiles);
-    case DType::Q8_0:
-      return int8_tile_avx512_t<R, 1, DType::Q8_0, false>(xa, r0, panels, panel_stride, y, ldy,
-                                                          ncols, y_step, pf, n_tiles);
     default:
       break;
   }

@@ -345,11 +345,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
     // stream already loaded, and only the first panel of each run starts cold.
     // A few rows (batched decode), all on the packed panels (no expansion to amortise), each
-    // weight from memory once for all the rows. 5-8 rows of Q8_0, Q4_K or Q6_K (VNNI): one
-    // tile of all the rows per panel, panels in order (one linear stream, prefetched ahead), so
-    // each code group is built once and memory never waits for a second tile running from
-    // cache; two tiles of up to 4 rows built the codes twice (Q6_K's take several operations
-    // per group).
+    // weight from memory once for all the rows. 5-8 rows of Q4_K or Q6_K (VNNI): one tile of
+    // all the rows per panel, panels in order (one linear stream, prefetched ahead), so each
+    // code group is built once; two tiles of up to 4 rows built them twice (Q6_K's codes take
+    // several operations per group).
     if (!avx2 && rows > 4 && has_tall_tile(t)) {
       for (int p = 0; p < np; ++p)
         kInt8TallTiles[rows - 5](t, xa, r0, panels + p * panel_stride, panel_stride, y + 16 * p,

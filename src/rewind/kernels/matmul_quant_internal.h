@@ -327,13 +327,12 @@ extern const DecodeTileFn kDecodeTiles[kQuantDecodeRows][kQuantDecodePanels];
 // int8-dot tiles: [rows - 1][panels - 1] (null where a path has no such tile).
 extern const Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP];      // AVX-512 VNNI
 extern const Int8TileFn kInt8TilesAvx2[kInt8MaxR][kInt8MaxP];  // AVX2
-// VNNI tiles of 5-8 rows x 1 panel (batched decode of Q8_0, Q4_K, Q6_K), [rows - 5].
+// VNNI tiles of 5-8 rows x 1 panel (batched decode of Q4_K, Q6_K), [rows - 5].
 extern const Int8TileFn kInt8TallTiles[kInt8BatchRows - 4];
-// Whether kInt8TallTiles serve type t: the types whose codes take several operations to build
-// (Q4_K, Q6_K), and Q8_0, whose two 4-row tiles left memory idle while the second ran from
-// cache (docs/PERFORMANCE.md, "Batched decode").
+// Whether kInt8TallTiles serve type t: the types whose codes take several operations to build.
+// (Q8_0's are one xor; its 4-row tiles over 4 panels share each activation broadcast.)
 constexpr bool has_tall_tile(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_K || t == DType::Q6_K;
+  return t == DType::Q4_K || t == DType::Q6_K;
 }
 
 // Prefill expansions of nb panel blocks at src into dst (layouts at their definitions).
