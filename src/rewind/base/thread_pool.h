@@ -35,8 +35,7 @@ namespace rw {
 // Sharing is the default; running alone is tried when the caller spends over kWaitTrigger of
 // shared steps waiting for workers or backing off from them (ThreadPool::run), and then kept
 // while it stays faster, sharing being re-tried after kPeriodMin, doubling up to kPeriodMax,
-// steps. Pure logic, no clock: the
-// pool feeds it times (tests feed their own).
+// steps. Pure logic, no clock: the pool feeds it times (tests feed their own).
 class StepChooser {
  public:
   static constexpr int kTrial = 4;       // steps a tried mode runs before it is judged
@@ -110,7 +109,7 @@ class ThreadPool {
   // for, job by job: while a StepScope made with such a work hint is alive, every job runs on
   // the caller alone. Larger steps gain from two threads even on small models (1.6-1.8x on an
   // idle host at 4-16M; docs/PERFORMANCE.md). Results are unchanged whichever thread runs.
-  // Larger steps are shared or run alone as StepChooser (below) finds faster, step by step.
+  // Larger steps are shared or run alone as StepChooser (above) finds faster, step by step.
   static constexpr int64_t kStepWorkFactor = 8;
   class StepScope {
    public:
