@@ -15,6 +15,7 @@ TEST_PKGS=(
   clang-format clang libclang-rt-14-dev
   curl nodejs chromium
   redis-server redis-tools haproxy
+  ccache
 )
 
 mode=full
