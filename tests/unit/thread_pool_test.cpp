@@ -441,7 +441,7 @@ TEST(StepChooser, CoreTakenByAnotherProcessRunsAloneAndRetriesSharingRarely) {
 TEST(StepChooser, SharesAgainWhenTheOtherProcessStops) {
   StepChooser ch;
   run_steps(ch, {1.3, 1.0, 0.4}, 3000);
-  ASSERT_TRUE(ch.alone(1 << 24) || ch.switches() == 1);
+  ASSERT_EQ(ch.switches(), 1);  // running alone
   run_steps(ch, {1.0, 1.8, 0.05}, StepChooser::kPeriodMax + StepChooser::kTrial);
   EXPECT_EQ(ch.switches(), 2);
   EXPECT_EQ(run_steps(ch, {1.0, 1.8, 0.05}, 2000), 0);
@@ -459,15 +459,17 @@ TEST(StepChooser, AloneTrialThatLosesIsRetriedEverMoreRarely) {
 TEST(StepChooser, StepsOfDifferentSizesAreJudgedApart) {
   StepChooser ch;
   const int64_t decode = 1 << 22, prefill = int64_t{1} << 32;
+  int decode_alone = 0;
   for (int i = 0; i < 2000; ++i) {  // small steps lose to a busy core, large ones do not
     const bool a = ch.alone(decode);
+    decode_alone += a;
     const double ns = (a ? 1.0 : 1.4) * decode;
     ch.record(decode, a, static_cast<int64_t>(ns), a ? 0 : static_cast<int64_t>(0.5 * ns));
     const bool b = ch.alone(prefill);
     const double ps = (b ? 1.9 : 1.0) * static_cast<double>(prefill);
     ch.record(prefill, b, static_cast<int64_t>(ps), b ? 0 : static_cast<int64_t>(0.02 * ps));
   }
-  EXPECT_TRUE(ch.alone(decode) || ch.switches() == 1);
+  EXPECT_GT(decode_alone, 2000 - 20 * StepChooser::kTrial);
   EXPECT_EQ(ch.switches(), 1);
   EXPECT_FALSE(ch.alone(prefill));
 }
