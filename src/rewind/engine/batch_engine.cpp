@@ -933,6 +933,27 @@ int32_t BatchEngine::argmax_hint(const float* row) const {
              : -1;
 }
 
+namespace {
+// Walks a step's logits rows in order: a decode row in an open speculative round owns
+// drafted() + 1 rows (on_spec(seq, first row)), any other row with logits one (on_plain(seq,
+// row)). Returns the number of rows.
+template <class Running, class OnSpec, class OnPlain>
+size_t walk_logits_rows(const StepPlan& plan, const Running& running, OnSpec on_spec,
+                        OnPlain on_plain) {
+  size_t row = 0;
+  for (const PlannedRow& r : plan.rows) {
+    const auto& s = *running[r.seq];
+    if (r.decode && s.spec && s.spec->round_open()) {
+      on_spec(s, row);
+      row += static_cast<size_t>(s.spec->drafted() + 1);
+    } else if (r.logits) {
+      on_plain(s, row++);
+    }
+  }
+  return row;
+}
+}  // namespace
+
 void BatchEngine::prefetch_masks(const StepPlan& plan) {
   argmax_hint_.clear();
   if (!pool_ || pool_->n_threads() < 2) return;
@@ -947,12 +968,8 @@ void BatchEngine::prefetch_masks(const StepPlan& plan) {
   // A row in `state`: masked first, or (a greedy row with no adjustment to come) masked only
   // when its argmax is refused, which is checked here (the hint spares the row a second pass).
   // A temperature-only row draws first and an adjusted greedy row is not known yet: left out.
-  size_t n_rows = 0;
-  for (const PlannedRow& r : plan.rows) {
-    const Seq& s = *running_[r.seq];
-    n_rows += r.decode && s.spec && s.spec->round_open() ? s.spec->drafted() + 1 : r.logits;
-  }
-  argmax_hint_.assign(n_rows, -1);
+  auto none = [](const auto&, size_t) {};
+  argmax_hint_.assign(walk_logits_rows(plan, running_, none, none), -1);
   auto consider = [&](const Seq& s, int32_t state, size_t row, bool plain) {
     GrammarAutomaton& a = s.grammar->automaton();
     if (!lazy_grammar(s)) {
@@ -965,30 +982,24 @@ void BatchEngine::prefetch_masks(const StepPlan& plan) {
     auto next = a.step_token(state, top);
     if (next.ok() && next.value() == GrammarAutomaton::kDead) add(a, state);
   };
-  size_t row = 0;
-  for (const PlannedRow& r : plan.rows) {
-    const Seq& s = *running_[r.seq];
-    if (r.decode && s.spec && s.spec->round_open()) {
-      const size_t first = row;
-      row += static_cast<size_t>(s.spec->drafted() + 1);
-      if (!s.grammar) continue;
-      // The states after each draft the grammar accepts (constrain_spec_rows).
-      int32_t st = s.grammar->state();
-      const std::span<const int32_t> d = s.spec->drafts();
-      for (size_t i = 0; i <= d.size() && st != GrammarAutomaton::kEnded; ++i) {
-        consider(s, st, first + i, false);
-        if (i == d.size()) break;
-        auto next = s.grammar->automaton().step_token(st, d[i]);
-        if (!next.ok() || next.value() == GrammarAutomaton::kDead) break;
-        st = next.value();
-      }
-      continue;
-    }
-    if (!r.logits) continue;
-    const size_t at = row++;
-    if (!s.grammar || s.forks_pending()) continue;
-    consider(s, s.grammar->state(), at, true);
-  }
+  walk_logits_rows(
+      plan, running_,
+      [&](const Seq& s, size_t first) {
+        if (!s.grammar) return;
+        // The states after each draft the grammar accepts (constrain_spec_rows).
+        int32_t st = s.grammar->state();
+        const std::span<const int32_t> d = s.spec->drafts();
+        for (size_t i = 0; i <= d.size() && st != GrammarAutomaton::kEnded; ++i) {
+          consider(s, st, first + i, false);
+          if (i == d.size()) break;
+          auto next = s.grammar->automaton().step_token(st, d[i]);
+          if (!next.ok() || next.value() == GrammarAutomaton::kDead) break;
+          st = next.value();
+        }
+      },
+      [&](const Seq& s, size_t at) {
+        if (s.grammar && !s.forks_pending()) consider(s, s.grammar->state(), at, true);
+      });
   for (auto& [a, states] : need)
     if (states.size() >= 2) (void)a->prefetch(states, pool_);  // errors recur on the row
 }
@@ -997,20 +1008,14 @@ void BatchEngine::greedy_argmax(const StepPlan& plan) {
   if (!pool_ || pool_->n_threads() < 2) return;
   const int64_t V = model_.config().vocab_size;
   std::vector<size_t> rows;  // logits rows of plain greedy sequences
-  size_t row = 0;
-  for (const PlannedRow& r : plan.rows) {
-    const Seq& s = *running_[r.seq];
-    if (r.decode && s.spec && s.spec->round_open()) {
-      row += static_cast<size_t>(s.spec->drafted() + 1);
-      continue;
-    }
-    if (!r.logits) continue;
-    const size_t at = row++;
-    if (!s.grammar && !s.forks_pending() && s.sampler->greedy() && !s.adjust->active())
-      rows.push_back(at);
-  }
+  const size_t n_rows = walk_logits_rows(
+      plan, running_, [](const Seq&, size_t) {},
+      [&](const Seq& s, size_t at) {
+        if (!s.grammar && !s.forks_pending() && s.sampler->greedy() && !s.adjust->active())
+          rows.push_back(at);
+      });
   if (rows.size() < 2) return;
-  if (argmax_hint_.size() < row) argmax_hint_.assign(row, -1);
+  if (argmax_hint_.size() < n_rows) argmax_hint_.assign(n_rows, -1);
   const int32_t nv = opt_.sample_vocab;
   pool_->parallel_for(
       static_cast<int64_t>(rows.size()), 1,
