@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "gguf_edit.h"
 #include "rewind/io/gguf.h"
 #include "rewind/tokenizer/gguf_vocab.h"
 #include "test_util.h"
@@ -67,68 +68,21 @@ std::string made_mtp(const std::string& preset, std::string* hf_out = nullptr,
   return path;
 }
 
-using Kv = std::vector<std::pair<std::string, GgufValue>>;
-struct T {
-  std::string name;
-  GgmlType type;
-  std::vector<int64_t> ne;
-  std::vector<std::byte> data;
-};
+using Kv = test::GgufKv;
+using T = test::GgufEditTensor;
+using test::expect_load_error;
 
 // Copies a valid file with edits to its metadata and tensors; returns the new path.
 std::string rewrite(const std::string& src, const std::string& tag,
                     const std::function<void(Kv&)>& kv_edit,
                     const std::function<void(std::vector<T>&)>& t_edit = nullptr) {
-  auto g = GgufFile::open(src);
-  EXPECT_TRUE(g.ok()) << g.error_message();
-  Kv kv;
-  kv.emplace_back("general.architecture", *g->get("general.architecture"));
-  for (auto& [k, v] : g->metadata())
-    if (k != "general.architecture") kv.emplace_back(k, v);
-  std::vector<T> ts;
-  for (auto& t : g->tensors())
-    ts.push_back({t.name, t.type, t.ne, std::vector<std::byte>(t.data, t.data + t.nbytes)});
-  if (kv_edit) kv_edit(kv);
-  if (t_edit) t_edit(ts);
-  std::vector<GgufTensorToWrite> tw;
-  for (auto& t : ts) {
-    GgufTensorToWrite w;
-    w.name = t.name;
-    w.type = t.type;
-    w.ne = t.ne;
-    const T* tp = &t;
-    w.fill = [tp](std::byte* out, size_t n) -> Status {
-      std::memset(out, 0, n);
-      std::memcpy(out, tp->data.data(), std::min(n, tp->data.size()));
-      return Ok{};
-    };
-    tw.push_back(std::move(w));
-  }
-  const std::string path = work_dir() + "/edit_" + tag + ".gguf";
-  Status st = write_gguf(path, kv, tw);
-  EXPECT_TRUE(st.ok()) << st.error_message();
-  return path;
+  return test::rewrite_gguf(src, work_dir() + "/edit_" + tag + ".gguf", kv_edit, t_edit);
 }
-
 void set(Kv& kv, const std::string& k, GgufValue v) {
-  for (auto& [key, val] : kv)
-    if (key == k) {
-      val = std::move(v);
-      return;
-    }
-  kv.emplace_back(k, std::move(v));
+  test::kv_set(kv, k, std::move(v));
 }
 void drop(Kv& kv, const std::string& k) {
-  std::erase_if(kv, [&](const auto& e) { return e.first == k; });
-}
-
-void expect_load_error(const std::string& path, const std::string& what) {
-  auto m = Model::load(path, LoadOptions{});
-  ASSERT_FALSE(m.ok()) << "expected: " << what;
-  const std::string msg = m.error_message();
-  EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
-  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  EXPECT_NE(msg.find(what), std::string::npos) << msg;
+  test::kv_drop(kv, k);
 }
 
 TEST(GgufModel, ConfigMatchesHf) {
