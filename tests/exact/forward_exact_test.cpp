@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "model_run.h"
 #include "rewind/base/thread_pool.h"
 #include "test_util.h"
 
 namespace rw {
 namespace {
+
+using test::same_bytes;
 
 struct Case {
   std::string variant;
@@ -46,10 +49,6 @@ class ForwardExact : public ::testing::TestWithParam<Case> {
     return all;
   }
 };
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 TEST_P(ForwardExact, ChunkingTokenByTokenAndThreads) {
   std::mt19937_64 rng(1234);

@@ -12,12 +12,16 @@
 #include <filesystem>
 #include <map>
 
+#include "model_run.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/matmul.h"
 #include "test_util.h"
 
 namespace rw {
 namespace {
+
+using test::chunked_logits;
+using test::same_bytes;
 
 // A scratch directory for this process, removed at exit.
 std::string work_dir() {
@@ -50,25 +54,6 @@ std::string gguf_model(const std::string& preset, const std::string& dtype,
   return path;
 }
 
-// All-position logits of `tokens` fed in chunks of `chunk` tokens.
-std::vector<float> logits(Model& m, const std::vector<int32_t>& tokens, int64_t chunk,
-                          ThreadPool* pool) {
-  SequenceState st = m.new_state();
-  std::vector<float> all, part;
-  for (size_t b = 0; b < tokens.size(); b += static_cast<size_t>(chunk)) {
-    const size_t n = std::min(tokens.size() - b, static_cast<size_t>(chunk));
-    SeqInput in{&st, std::span<const int32_t>(tokens.data() + b, n), {}};
-    for (size_t i = 0; i < n; ++i) in.logit_rows.push_back(static_cast<int32_t>(i));
-    EXPECT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &part, pool).ok());
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  return all;
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 struct Case {
   std::string preset, dtype;
 };
@@ -90,10 +75,11 @@ TEST_P(GgufExact, SameLogitsAsHfCheckpoint) {
   for (int trial = 0; trial < 3; ++trial) {
     const auto tokens =
         test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 90), hf.config().vocab_size);
-    const auto want = logits(hf, tokens, static_cast<int64_t>(tokens.size()), nullptr);
-    EXPECT_TRUE(same_bytes(logits(gg, tokens, static_cast<int64_t>(tokens.size()), nullptr), want))
+    const auto want = chunked_logits(hf, tokens, static_cast<int64_t>(tokens.size()), nullptr);
+    EXPECT_TRUE(
+        same_bytes(chunked_logits(gg, tokens, static_cast<int64_t>(tokens.size()), nullptr), want))
         << trial;
-    EXPECT_TRUE(same_bytes(logits(gg, tokens, 1, &pool), want)) << trial;
+    EXPECT_TRUE(same_bytes(chunked_logits(gg, tokens, 1, &pool), want)) << trial;
   }
 }
 
@@ -247,9 +233,9 @@ TEST_P(GgufQuantExact, BatchAndThreadInvariant) {
     for (int trial = 0; trial < 2; ++trial) {
       const auto tokens =
           test::random_tokens(rng, 2 + static_cast<int64_t>(rng() % 60), m.config().vocab_size);
-      const auto whole = logits(m, tokens, static_cast<int64_t>(tokens.size()), nullptr);
-      EXPECT_TRUE(same_bytes(logits(m, tokens, 1, nullptr), whole)) << quant_dot_name(dot);
-      EXPECT_TRUE(same_bytes(logits(m, tokens, 7, &pool), whole)) << quant_dot_name(dot);
+      const auto whole = chunked_logits(m, tokens, static_cast<int64_t>(tokens.size()), nullptr);
+      EXPECT_TRUE(same_bytes(chunked_logits(m, tokens, 1, nullptr), whole)) << quant_dot_name(dot);
+      EXPECT_TRUE(same_bytes(chunked_logits(m, tokens, 7, &pool), whole)) << quant_dot_name(dot);
     }
   }
   m.set_kernel_options(KernelOptions{});  // the cached model goes back to its defaults
@@ -271,17 +257,17 @@ TEST(GgufKernelOptions, TwoModelsWithDifferentDotsRunSideBySide) {
   ThreadPool pool(2, 0);  // every job shared, however small
   std::mt19937_64 rng(9);
   const auto tokens = test::random_tokens(rng, 40, ma.value()->config().vocab_size);
-  const auto a1 = logits(*ma.value(), tokens, 40, nullptr);
-  const auto b1 = logits(*mb.value(), tokens, 40, nullptr);
+  const auto a1 = chunked_logits(*ma.value(), tokens, 40, nullptr);
+  const auto b1 = chunked_logits(*mb.value(), tokens, 40, nullptr);
   EXPECT_FALSE(same_bytes(a1, b1));
   for (int round = 0; round < 2; ++round) {
-    EXPECT_TRUE(same_bytes(logits(*mb.value(), tokens, 7, &pool), b1)) << round;
-    EXPECT_TRUE(same_bytes(logits(*ma.value(), tokens, 5, &pool), a1)) << round;
+    EXPECT_TRUE(same_bytes(chunked_logits(*mb.value(), tokens, 7, &pool), b1)) << round;
+    EXPECT_TRUE(same_bytes(chunked_logits(*ma.value(), tokens, 5, &pool), a1)) << round;
   }
   // Switching a loaded model's options (what the benchmarks do between forwards) gives the
   // other model's bits.
   ma.value()->set_kernel_options(ob.kernels);
-  EXPECT_TRUE(same_bytes(logits(*ma.value(), tokens, 40, nullptr), b1));
+  EXPECT_TRUE(same_bytes(chunked_logits(*ma.value(), tokens, 40, nullptr), b1));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufQuantExact,

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <set>
 
+#include "model_run.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/io/gguf.h"
 #include "rewind/io/safetensors.h"
@@ -19,6 +20,9 @@
 
 namespace rw {
 namespace {
+
+using test::chunked_logits;
+using test::same_bytes;
 
 std::string work_dir() {
   static const std::string d = test::made_scratch_dir("gguf_mamba2_exact");
@@ -66,24 +70,6 @@ std::string preset_gguf(const std::string& preset, const std::string& dtype,
   return path;
 }
 
-std::vector<float> logits(Model& m, const std::vector<int32_t>& tokens, int64_t chunk,
-                          ThreadPool* pool) {
-  SequenceState st = m.new_state();
-  std::vector<float> all, part;
-  for (size_t b = 0; b < tokens.size(); b += static_cast<size_t>(chunk)) {
-    const size_t n = std::min(tokens.size() - b, static_cast<size_t>(chunk));
-    SeqInput in{&st, std::span<const int32_t>(tokens.data() + b, n), {}};
-    for (size_t i = 0; i < n; ++i) in.logit_rows.push_back(static_cast<int32_t>(i));
-    EXPECT_TRUE(m.forward(std::span<SeqInput>(&in, 1), &part, pool).ok());
-    all.insert(all.end(), part.begin(), part.end());
-  }
-  return all;
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 void expect_same_logits(const std::string& hf_path, const std::string& gguf_path, bool f32) {
   Model& hf = test::cached_model(hf_path);
   Model& gg = test::cached_model(gguf_path);
@@ -97,10 +83,11 @@ void expect_same_logits(const std::string& hf_path, const std::string& gguf_path
   for (int trial = 0; trial < 3; ++trial) {
     const auto tokens =
         test::random_tokens(rng, 1 + static_cast<int64_t>(rng() % 70), hf.config().vocab_size);
-    const auto want = logits(hf, tokens, static_cast<int64_t>(tokens.size()), nullptr);
-    EXPECT_TRUE(same_bytes(logits(gg, tokens, static_cast<int64_t>(tokens.size()), nullptr), want))
+    const auto want = chunked_logits(hf, tokens, static_cast<int64_t>(tokens.size()), nullptr);
+    EXPECT_TRUE(
+        same_bytes(chunked_logits(gg, tokens, static_cast<int64_t>(tokens.size()), nullptr), want))
         << trial;
-    EXPECT_TRUE(same_bytes(logits(gg, tokens, 1, &pool), want)) << trial;
+    EXPECT_TRUE(same_bytes(chunked_logits(gg, tokens, 1, &pool), want)) << trial;
   }
 }
 
@@ -235,7 +222,7 @@ TEST(GgufMamba2Exact, QuantisedFilesStayClose) {
     Model& ref = test::cached_model(preset_gguf(preset, "f32", "f32"));
     std::mt19937_64 rng(7);
     const auto tokens = test::random_tokens(rng, 48, ref.config().vocab_size);
-    const auto want = logits(ref, tokens, 48, nullptr);
+    const auto want = chunked_logits(ref, tokens, 48, nullptr);
     // Bounds: relative RMS distance and argmax agreement. The random Nemotron-H blocks (squared
     // ReLU, untied head with a narrow logit spread) amplify weight error about four times more
     // than Granite's, whose logits the scaled input embedding dominates; its Q4_K_M / Q8_0 ratio
@@ -268,7 +255,7 @@ TEST(GgufMamba2Exact, QuantisedFilesStayClose) {
       const GgmlType ssm_out = g->find("blk.0.ssm_out.weight")->type;
       EXPECT_EQ(ssm_out, std::string(type) == "q8_0" ? GgmlType::Q8_0 : GgmlType::Q4_K);
       Model& m = test::cached_model(path);
-      const auto got = logits(m, tokens, 48, nullptr);
+      const auto got = chunked_logits(m, tokens, 48, nullptr);
       ASSERT_EQ(got.size(), want.size());
       for (float x : got) ASSERT_TRUE(std::isfinite(x));
       const Closeness c = closeness(want, got, ref.config().vocab_size);
@@ -277,7 +264,7 @@ TEST(GgufMamba2Exact, QuantisedFilesStayClose) {
       EXPECT_GE(c.argmax_agree, b.agree);
       // Batch invariance holds for quantised files too: token by token gives the same bytes.
       ThreadPool pool(2, 0);  // every job shared, however small
-      EXPECT_TRUE(same_bytes(logits(m, tokens, 1, &pool), got));
+      EXPECT_TRUE(same_bytes(chunked_logits(m, tokens, 1, &pool), got));
     }
   }
 }
@@ -291,7 +278,7 @@ TEST(GgufMamba2Exact, PresetLogitsAreNotDegenerate) {
     const int64_t V = m.config().vocab_size;
     std::mt19937_64 rng(3);
     const auto tokens = test::random_tokens(rng, 32, V);
-    const auto l = logits(m, tokens, 32, nullptr);
+    const auto l = chunked_logits(m, tokens, 32, nullptr);
     std::set<int64_t> argmaxes;
     for (int64_t p = 0; p < 32; ++p) {
       double mean = 0, var = 0;
