@@ -1199,6 +1199,40 @@ __attribute__((target("avx512f"))) void weighted_values_rows_avx512(const LoadV&
     }
   }
 }
+// Pass 2 of attention_core for one row on AVX-512, in two passes over s instead of five: the
+// scaled scores and their 16 lane maxima (the maximum is the same value in any order; only
+// the sign of a zero maximum can differ, which never changes s - max nor its exp), then
+// exp_fixed of s - max with sum_fixed_inline's 16 lanes in order and its tree, then p = e * inv.
+// Every element takes the scalar loops' operations, so the same bits.
+__attribute__((target("avx512f"))) void softmax_row_avx512(float* s, int64_t n, float scale) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes_left(n - j);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vs);
+    _mm512_mask_storeu_ps(s + j, m, x);
+    mx = _mm512_mask_max_ps(mx, m, x, mx);  // x > mx ? x : mx, as max_lanes_inline
+  }
+  float lane[16];
+  _mm512_storeu_ps(lane, mx);
+  float mxs = -INFINITY;
+  for (int l = 0; l < 16; ++l) mxs = lane[l] > mxs ? lane[l] : mxs;
+  const __m512 vm = _mm512_set1_ps(mxs);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes_left(n - j);
+    const __m512 e = exp_fixed_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), vm));
+    _mm512_mask_storeu_ps(s + j, m, e);
+    acc = _mm512_mask_add_ps(acc, m, acc, e);
+  }
+  _mm512_storeu_ps(lane, acc);
+  const __m512 inv = _mm512_set1_ps(1.0f / reduce_lanes(lane));
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes_left(n - j);
+    _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), inv));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 #endif
@@ -1815,6 +1849,12 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
   for (int64_t r = 0; r < m; ++r) {
     float* s = scratch + r * n_max;
     const int64_t n = n_keys[r];
+#ifdef REWIND_ATTN_AVX512
+    if (avx512) {
+      softmax_row_avx512(s, n, scale);
+      continue;
+    }
+#endif
     for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
     const float mx = max_lanes_inline(s, n);
     for (int64_t j = 0; j < n; ++j) s[j] = exp_fixed_inline(s[j] - mx);
