@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "rewind/kernels/matmul.h"
@@ -557,6 +558,56 @@ TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
   }
 }
 
+// Every SIMD path gives the scalar path's bits for the same rows, over F32 and typed K/V:
+// decode's groups of 4 rows (whole 64-key K passes and 64-dim V passes), groups of 8, rows left
+// over, key counts that are not a multiple of 16, and large scores (the exp clamp at -87).
+TEST(Ops, AttentionRowsBitsEqualAcrossIsas) {
+  std::mt19937_64 r(41);
+  IsaCap scalar;
+  ASSERT_TRUE(parse_isa_cap("scalar", &scalar));
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::Q8_0})
+    for (int64_t d : {64, 256, 96})
+      for (auto [first, m, sd] : std::vector<std::tuple<int64_t, int64_t, float>>{
+               {300, 4, 1.0f}, {77, 9, 1.0f}, {129, 4, 8.0f}, {40, 13, 0.5f}}) {
+        const int64_t block = 64, n_max = first + m - 1, nb = (n_max + block - 1) / block;
+        TypedHead h = typed_head(r, t == DType::F32 ? DType::F16 : t, d, block, nb,
+                                 /*any_bits=*/false);
+        std::vector<const float*> kf, vf;
+        for (int64_t b = 0; b < nb; ++b) {
+          kf.push_back(h.kf[b].data());
+          vf.push_back(h.vf[b].data());
+        }
+        auto q = randv(r, m * d, sd);
+        std::vector<const float*> qp;
+        std::vector<int64_t> n_keys;
+        for (int64_t i = 0; i < m; ++i) {
+          qp.push_back(q.data() + i * d);
+          n_keys.push_back(first + i);
+        }
+        auto run = [&](IsaCap cap) {
+          std::vector<float> out(static_cast<size_t>(m * d)),
+              scratch(static_cast<size_t>(m * n_max));
+          std::vector<float*> op;
+          for (int64_t i = 0; i < m; ++i) op.push_back(out.data() + i * d);
+          if (t == DType::F32)
+            attention_rows(qp.data(), m, n_keys.data(), kf.data(), vf.data(), block, d, d, 0.13f,
+                           op.data(), scratch.data(), cap);
+          else
+            attention_rows(qp.data(), m, n_keys.data(), h.K, h.V, block, d, 0.13f, op.data(),
+                           scratch.data(), cap);
+          return out;
+        };
+        const std::vector<float> want = run(scalar);
+        for (const char* isa : {"avx512", "avx2"}) {
+          IsaCap cap;
+          if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+          const std::vector<float> got = run(cap);
+          ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+              << isa << " " << dtype_name(t) << " d " << d << " first " << first << " m " << m;
+        }
+      }
+}
+
 }  // namespace
 }  // namespace rw
 
@@ -702,8 +753,8 @@ TEST(Ops, Mamba2StepsBitsEqualNaiveLoopWithSpecialValues) {
         for (auto [got, want] : {std::pair{&S, &Sw}, std::pair{&y, &yw}})
           for (size_t i = 0; i < want->size(); ++i)
             ASSERT_TRUE(same_bits_or_nan((*got)[i], (*want)[i]))
-                << isa << " P" << P << " N" << N << " T" << T << " i " << i << ": "
-                << (*got)[i] << " want " << (*want)[i];
+                << isa << " P" << P << " N" << N << " T" << T << " i " << i << ": " << (*got)[i]
+                << " want " << (*want)[i];
       }
     }
 }

@@ -107,13 +107,13 @@ __attribute__((target("avx2"))) inline __m256 reduce_lanes8_x8(const __m256* h) 
     t4[i] = _mm256_add_ps(_mm256_permute2f128_ps(h[2 * i], h[2 * i + 1], 0x20),
                           _mm256_permute2f128_ps(h[2 * i], h[2 * i + 1], 0x31));
   // t2 of rows (0, 2 | 1, 3) and (4, 6 | 5, 7): [t2a, t2b] pairs per 128-bit half.
-  const __m256 t2a = _mm256_add_ps(_mm256_shuffle_ps(t4[0], t4[1], 0x44),
-                                   _mm256_shuffle_ps(t4[0], t4[1], 0xEE));
-  const __m256 t2b = _mm256_add_ps(_mm256_shuffle_ps(t4[2], t4[3], 0x44),
-                                   _mm256_shuffle_ps(t4[2], t4[3], 0xEE));
+  const __m256 t2a =
+      _mm256_add_ps(_mm256_shuffle_ps(t4[0], t4[1], 0x44), _mm256_shuffle_ps(t4[0], t4[1], 0xEE));
+  const __m256 t2b =
+      _mm256_add_ps(_mm256_shuffle_ps(t4[2], t4[3], 0x44), _mm256_shuffle_ps(t4[2], t4[3], 0xEE));
   // Rows 0, 2, 4, 6 | 1, 3, 5, 7, then in order.
-  const __m256 sum = _mm256_add_ps(_mm256_shuffle_ps(t2a, t2b, 0x88),
-                                   _mm256_shuffle_ps(t2a, t2b, 0xDD));
+  const __m256 sum =
+      _mm256_add_ps(_mm256_shuffle_ps(t2a, t2b, 0x88), _mm256_shuffle_ps(t2a, t2b, 0xDD));
   return _mm256_permutevar8x32_ps(sum, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
@@ -923,73 +923,203 @@ inline __attribute__((always_inline)) void weighted_values_rows(const float* vb,
 // rows and V row segments instead of halves, which the hardware prefetchers follow better when
 // K and V come from memory.
 //
-// Each kernel reads K or V through a loader (below): 16 values widened to fp32 from the stored
-// KV type (KvBlocks) as they are loaded. Every widening is exact, so a typed block gives the
-// F32 kernel's bits on the widened values.
+// Each kernel reads K or V through a loader (below): NV vectors of 16 values widened to fp32
+// from the stored KV type (KvBlocks) as they are loaded. Every widening is exact, so a typed
+// block gives the F32 kernel's bits on the widened values. A loader with kEvenOdd widens 32
+// values a pair of vectors at a time as their even and odd elements (v[2p] elements 32p + 2l,
+// v[2p + 1] elements 32p + 2l + 1, l < 16): BF16 words then take one instruction per vector
+// (the low half of each 32-bit lane shifted up, the high half masked). Which lane an element
+// takes changes no operation on it; the kernels put the lanes back in order when they store.
 // GCC 12's headers pass an uninitialised operand to the unmasked conversions (dead, as above).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define REWIND_AVX512_INLINE __attribute__((target("avx512f"), always_inline)) inline
-// K block (dim i, keys j..j+15) and V block (key j, dims i..i+15) in each stored type.
+// 32 BF16 words at p as fp32: the even elements to e, the odd ones to o.
+REWIND_AVX512_INLINE void bf16_even_odd(const uint16_t* p, __m512& e, __m512& o) {
+  const __m512i w = _mm512_loadu_si512(p);
+  e = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  o = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+// Even / odd element vectors of 32 values back in order (lo: elements 0-15, hi: 16-31), and
+// the reverse.
+REWIND_AVX512_INLINE void interleave32(__m512& lo, __m512& hi) {
+  const __m512i il = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i ih =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512 e = lo, o = hi;
+  lo = _mm512_permutex2var_ps(e, il, o);
+  hi = _mm512_permutex2var_ps(e, ih, o);
+}
+REWIND_AVX512_INLINE void deinterleave32(__m512& lo, __m512& hi) {
+  const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  const __m512 a = lo, b = hi;
+  lo = _mm512_permutex2var_ps(a, ie, b);
+  hi = _mm512_permutex2var_ps(a, io, b);
+}
+
+// The cache lines of n bytes from a into L2.
+REWIND_AVX512_INLINE void prefetch_l2(const void* a, int64_t n) {
+  for (int64_t b = 0; b < n; b += 64) _mm_prefetch(static_cast<const char*>(a) + b, _MM_HINT_T1);
+}
+
+// K blocks: part<NV>(i0, j0) reads dims [i0, i0 + 32) (i0 a multiple of 32) of keys
+// [j0, j0 + 16 NV); its load(i, kv) gives dim i of those keys. With the next block's data pn
+// (the same head; null for none), prefetch<NV>(i, j0) fetches the same keys and dim of that
+// block into L2, so a pass over one block brings in the next.
 struct KLoadF32 {
+  static constexpr bool kEvenOdd = false;
   const float* p;
   int64_t block;
-  REWIND_AVX512_INLINE __m512 operator()(int64_t i, int64_t j) const {
-    return _mm512_loadu_ps(p + i * block + j);
+  const float* pn;
+  template <int NV>
+  REWIND_AVX512_INLINE void prefetch(int64_t i, int64_t j0) const {
+    if (pn) prefetch_l2(pn + i * block + j0, 64 * NV);
+  }
+  KLoadF32 without_next() const { return {p, block, nullptr}; }
+  template <int NV>
+  struct Part {
+    const float* p;
+    int64_t block;
+    REWIND_AVX512_INLINE void load(int64_t i, __m512* kv) const {
+      for (int c = 0; c < NV; ++c) kv[c] = _mm512_loadu_ps(p + i * block + 16 * c);
+    }
+  };
+  template <int NV>
+  REWIND_AVX512_INLINE Part<NV> part(int64_t, int64_t j0) const {
+    return {p + j0, block};
   }
 };
 template <bool kBf16>
 struct KLoadHalf {
+  static constexpr bool kEvenOdd = kBf16;
   const uint16_t* p;
   int64_t block;
-  REWIND_AVX512_INLINE __m512 operator()(int64_t i, int64_t j) const {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * block + j));
-    if constexpr (kBf16)
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    else
-      return _mm512_cvtph_ps(h);
+  const uint16_t* pn;
+  template <int NV>
+  REWIND_AVX512_INLINE void prefetch(int64_t i, int64_t j0) const {
+    if (pn) prefetch_l2(pn + i * block + j0, 32 * NV);
+  }
+  KLoadHalf without_next() const { return {p, block, nullptr}; }
+  template <int NV>
+  struct Part {
+    const uint16_t* p;
+    int64_t block;
+    REWIND_AVX512_INLINE void load(int64_t i, __m512* kv) const {
+      if constexpr (kBf16) {
+        for (int c = 0; c < NV; c += 2) bf16_even_odd(p + i * block + 16 * c, kv[c], kv[c + 1]);
+      } else {
+        for (int c = 0; c < NV; ++c)
+          kv[c] = _mm512_cvtph_ps(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * block + 16 * c)));
+      }
+    }
+  };
+  template <int NV>
+  REWIND_AVX512_INLINE Part<NV> part(int64_t, int64_t j0) const {
+    return {p + j0, block};
   }
 };
-struct KLoadQ8 {  // the scale of (i, j) at sc[(i / 32) * block + j]
+struct KLoadQ8 {  // the scale of (i, j) at sc[(i / 32) * block + j]: one per key in a part
+  static constexpr bool kEvenOdd = false;
   const int8_t* p;
   const uint16_t* sc;
   int64_t block;
-  REWIND_AVX512_INLINE __m512 operator()(int64_t i, int64_t j) const {
-    const __m512 c = _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * block + j))));
-    return _mm512_mul_ps(c, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                reinterpret_cast<const __m256i*>(sc + (i / 32) * block + j))));
+  const int8_t* pn;
+  const uint16_t* scn;
+  template <int NV>
+  REWIND_AVX512_INLINE void prefetch(int64_t i, int64_t j0) const {
+    if (!pn) return;
+    prefetch_l2(pn + i * block + j0, 16 * NV);
+    if (i % 32 == 0) prefetch_l2(scn + (i / 32) * block + j0, 32 * NV);
+  }
+  KLoadQ8 without_next() const { return {p, sc, block, nullptr, nullptr}; }
+  template <int NV>
+  struct Part {
+    const int8_t* p;
+    int64_t block;
+    __m512 s[NV];
+    REWIND_AVX512_INLINE void load(int64_t i, __m512* kv) const {
+      for (int c = 0; c < NV; ++c)
+        kv[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                  reinterpret_cast<const __m128i*>(p + i * block + 16 * c)))),
+                              s[c]);
+    }
+  };
+  template <int NV>
+  REWIND_AVX512_INLINE Part<NV> part(int64_t i0, int64_t j0) const {
+    Part<NV> t{p + j0, block, {}};
+    for (int c = 0; c < NV; ++c)
+      t.s[c] = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(sc + (i0 / 32) * block + j0 + 16 * c)));
+    return t;
   }
 };
+// V blocks: load<NV>(j, i, vv) gives dims [i, i + 16 NV) of key j (i a multiple of 32);
+// prefetch<NV>(j, i) fetches those of the next block pn (as for K).
 struct VLoadF32 {
+  static constexpr bool kEvenOdd = false;
   const float* p;
   int64_t ld;
-  REWIND_AVX512_INLINE __m512 operator()(int64_t j, int64_t i) const {
-    return _mm512_loadu_ps(p + j * ld + i);
+  const float* pn;
+  template <int NV>
+  REWIND_AVX512_INLINE void prefetch(int64_t j, int64_t i) const {
+    if (pn) prefetch_l2(pn + j * ld + i, 64 * NV);
+  }
+  VLoadF32 without_next() const { return {p, ld, nullptr}; }
+  template <int NV>
+  REWIND_AVX512_INLINE void load(int64_t j, int64_t i, __m512* vv) const {
+    for (int c = 0; c < NV; ++c) vv[c] = _mm512_loadu_ps(p + j * ld + i + 16 * c);
   }
 };
 template <bool kBf16>
 struct VLoadHalf {
+  static constexpr bool kEvenOdd = kBf16;
   const uint16_t* p;
   int64_t ld;
-  REWIND_AVX512_INLINE __m512 operator()(int64_t j, int64_t i) const {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j * ld + i));
-    if constexpr (kBf16)
-      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    else
-      return _mm512_cvtph_ps(h);
+  const uint16_t* pn;
+  template <int NV>
+  REWIND_AVX512_INLINE void prefetch(int64_t j, int64_t i) const {
+    if (pn) prefetch_l2(pn + j * ld + i, 32 * NV);
+  }
+  VLoadHalf without_next() const { return {p, ld, nullptr}; }
+  template <int NV>
+  REWIND_AVX512_INLINE void load(int64_t j, int64_t i, __m512* vv) const {
+    if constexpr (kBf16) {
+      for (int c = 0; c < NV; c += 2) bf16_even_odd(p + j * ld + i + 16 * c, vv[c], vv[c + 1]);
+    } else {
+      for (int c = 0; c < NV; ++c)
+        vv[c] = _mm512_cvtph_ps(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + j * ld + i + 16 * c)));
+    }
   }
 };
-struct VLoadQ8 {  // i a multiple of 16, so 16 dims share the scale at sc[j * sld + i / 32]
+struct VLoadQ8 {  // 32 dims from a multiple of 32 share the scale at sc[j * sld + i / 32]
+  static constexpr bool kEvenOdd = false;
   const int8_t* p;
   const uint16_t* sc;
   int64_t ld, sld;
-  REWIND_AVX512_INLINE __m512 operator()(int64_t j, int64_t i) const {
-    const __m512 c = _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * ld + i))));
-    const __m256i s = _mm256_set1_epi16(static_cast<short>(sc[j * sld + i / 32]));
-    return _mm512_mul_ps(c, _mm512_cvtph_ps(s));
+  const int8_t* pn;
+  const uint16_t* scn;
+  template <int NV>
+  REWIND_AVX512_INLINE void prefetch(int64_t j, int64_t i) const {
+    if (!pn) return;
+    prefetch_l2(pn + j * ld + i, 16 * NV);
+    if (i == 0) prefetch_l2(scn + j * sld, 2);
+  }
+  VLoadQ8 without_next() const { return {p, sc, ld, sld, nullptr, nullptr}; }
+  template <int NV>
+  REWIND_AVX512_INLINE void load(int64_t j, int64_t i, __m512* vv) const {
+    for (int c = 0; c < NV; c += 2) {
+      const __m512 s =
+          _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(sc[j * sld + (i + 16 * c) / 32])));
+      for (int h = 0; h < 2; ++h)
+        vv[c + h] = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + j * ld + i + 16 * (c + h))))),
+            s);
+    }
   }
 };
 
@@ -997,6 +1127,7 @@ template <int R, int NV, class LoadK>
 __attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q, const LoadK& kl,
                                                            const int64_t* nb, int64_t d,
                                                            float* const* s) {
+  static_assert(NV % 2 == 0, "loaders give whole pairs of vectors");
   constexpr int kW = 16 * NV;  // keys per pass
   int64_t n_max = 0;
   for (int r = 0; r < R; ++r) n_max = std::max(n_max, nb[r]);
@@ -1004,15 +1135,22 @@ __attribute__((target("avx512f"))) void scores_rows_avx512(const float* const* q
     __m512 acc[R][NV];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < d; ++i) {
-      __m512 kv[NV];
-      for (int c = 0; c < NV; ++c) kv[c] = kl(i, j0 + 16 * c);
-      for (int r = 0; r < R; ++r) {
-        const __m512 qi = _mm512_set1_ps(q[r][i]);
-        for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(qi, kv[c], acc[r][c]);
+    for (int64_t i0 = 0; i0 < d; i0 += 32) {
+      const auto part = kl.template part<NV>(i0, j0);
+      const int64_t i1 = std::min<int64_t>(d, i0 + 32);
+      for (int64_t i = i0; i < i1; ++i) {
+        kl.template prefetch<NV>(i, j0);
+        __m512 kv[NV];
+        part.load(i, kv);
+        for (int r = 0; r < R; ++r) {
+          const __m512 qi = _mm512_set1_ps(q[r][i]);
+          for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(qi, kv[c], acc[r][c]);
+        }
       }
     }
     for (int r = 0; r < R; ++r) {
+      if constexpr (LoadK::kEvenOdd)
+        for (int c = 0; c < NV; c += 2) interleave32(acc[r][c], acc[r][c + 1]);
       const int64_t m = std::min<int64_t>(kW, nb[r] - j0);
       for (int c = 0; c < NV; ++c) {
         const int64_t mc = std::clamp<int64_t>(m - 16 * c, 0, 16);
@@ -1028,16 +1166,21 @@ __attribute__((target("avx512f"))) void weighted_values_rows_avx512(const LoadV&
                                                                     const int64_t* nb,
                                                                     const float* const* p,
                                                                     float* const* o, int64_t d) {
+  static_assert(NV % 2 == 0, "loaders give whole pairs of vectors");
   constexpr int kW = 16 * NV;  // dims per pass
   int64_t n_min = nb[0];
   for (int r = 0; r < R; ++r) n_min = std::min(n_min, nb[r]);
   for (int64_t d0 = 0; d0 < d; d0 += kW) {
     __m512 acc[R][NV];
-    for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r) {
       for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_loadu_ps(o[r] + d0 + 16 * c);
+      if constexpr (LoadV::kEvenOdd)
+        for (int c = 0; c < NV; c += 2) deinterleave32(acc[r][c], acc[r][c + 1]);
+    }
     for (int64_t j = 0; j < n_min; ++j) {
+      vl.template prefetch<NV>(j, d0);
       __m512 vv[NV];
-      for (int c = 0; c < NV; ++c) vv[c] = vl(j, d0 + 16 * c);
+      vl.template load<NV>(j, d0, vv);
       for (int r = 0; r < R; ++r) {
         const __m512 pj = _mm512_set1_ps(p[r][j]);
         for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
@@ -1045,13 +1188,51 @@ __attribute__((target("avx512f"))) void weighted_values_rows_avx512(const LoadV&
     }
     for (int r = 0; r < R; ++r) {
       for (int64_t j = n_min; j < nb[r]; ++j) {
+        __m512 vv[NV];
+        vl.template load<NV>(j, d0, vv);
         const __m512 pj = _mm512_set1_ps(p[r][j]);
-        for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vl(j, d0 + 16 * c), acc[r][c]);
+        for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_fmadd_ps(pj, vv[c], acc[r][c]);
       }
+      if constexpr (LoadV::kEvenOdd)
+        for (int c = 0; c < NV; c += 2) interleave32(acc[r][c], acc[r][c + 1]);
       for (int c = 0; c < NV; ++c) _mm512_storeu_ps(o[r] + d0 + 16 * c, acc[r][c]);
     }
   }
 }
+// Pass 2 of attention_core for one row on AVX-512, in two passes over s instead of five: the
+// scaled scores and their 16 lane maxima (the maximum is the same value in any order; only
+// the sign of a zero maximum can differ, which never changes s - max nor its exp), then
+// exp_fixed of s - max with sum_fixed_inline's 16 lanes in order and its tree, then p = e * inv.
+// Every element takes the scalar loops' operations, so the same bits.
+__attribute__((target("avx512f"))) void softmax_row_avx512(float* s, int64_t n, float scale) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes_left(n - j);
+    const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vs);
+    _mm512_mask_storeu_ps(s + j, m, x);
+    mx = _mm512_mask_max_ps(mx, m, x, mx);  // x > mx ? x : mx, as max_lanes_inline
+  }
+  float lane[16];
+  _mm512_storeu_ps(lane, mx);
+  float mxs = -INFINITY;
+  for (int l = 0; l < 16; ++l) mxs = lane[l] > mxs ? lane[l] : mxs;
+  const __m512 vm = _mm512_set1_ps(mxs);
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes_left(n - j);
+    const __m512 e = exp_fixed_avx512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + j), vm));
+    _mm512_mask_storeu_ps(s + j, m, e);
+    acc = _mm512_mask_add_ps(acc, m, acc, e);
+  }
+  _mm512_storeu_ps(lane, acc);
+  const __m512 inv = _mm512_set1_ps(1.0f / reduce_lanes(lane));
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 m = lanes_left(n - j);
+    _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), inv));
+  }
+}
+
 #pragma GCC diagnostic pop
 
 #endif
@@ -1098,7 +1279,8 @@ __attribute__((target("avx512f"))) inline void mamba2_rows_avx512(float* s, int6
     }
     for (int r = 0; r < R; ++r) {
       float* sr = s + r * N + n;
-      if constexpr (PF && R > 1) _mm_prefetch(reinterpret_cast<const char*>(sr + R * N), _MM_HINT_T0);
+      if constexpr (PF && R > 1)
+        _mm_prefetch(reinterpret_cast<const char*>(sr + R * N), _MM_HINT_T0);
       __m512 sv = _mm512_loadu_ps(sr);
       for (int k = 0; k < K; ++k) {
         sv = _mm512_fmadd_ps(sv, a[k], _mm512_mul_ps(bv[k], _mm512_set1_ps(xdt[k * 8 + r])));
@@ -1126,9 +1308,9 @@ __attribute__((target("avx512f"))) inline void mamba2_rows_avx512(float* s, int6
   }
   for (int k = 0; k < K; ++k)
     for (int r = 0; r < R; ++r)
-      h[k * 8 + r] = _mm256_add_ps(
-          _mm512_castps512_ps256(acc[k][r]),
-          _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc[k][r], acc[k][r], 0xEE)));
+      h[k * 8 + r] =
+          _mm256_add_ps(_mm512_castps512_ps256(acc[k][r]),
+                        _mm512_castps512_ps256(_mm512_shuffle_f32x4(acc[k][r], acc[k][r], 0xEE)));
 }
 
 // K tokens from t of mamba2_steps in AVX-512 (mamba2_rows_avx512): rows in groups of eight,
@@ -1618,23 +1800,36 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
 #ifdef REWIND_ATTN_AVX512
     // Groups of rows: the AVX-512 kernels read a typed block as they go.
     if (avx512 && block % 32 == 0) {
+      // The first group prefetches the next block.
       auto rows = [&](const auto& kl) {
+        bool first = true;
         in_groups(r, b0, [&](RowGroup& rg, auto R) {
+          const auto use = first ? kl : kl.without_next();
+          first = false;
           if (R() == 4 && block % 64 == 0)
-            scores_rows_avx512<4, 4>(rg.q, kl, rg.nb, d, rg.s);
+            scores_rows_avx512<4, 4>(rg.q, use, rg.nb, d, rg.s);
           else
-            scores_rows_avx512<R(), 2>(rg.q, kl, rg.nb, d, rg.s);
+            scores_rows_avx512<R(), 2>(rg.q, use, rg.nb, d, rg.s);
         });
       };
       const DType t = kt ? kt->type : DType::F32;
+      const bool more = b0 + block < n_max;
+      const int64_t bn = more ? bi + 1 : bi;
+      auto kd = [&](int64_t b) { return k_blocks ? k_blocks[b] : kt->data[b]; };
+      auto next = [&](const void* x) { return more ? x : nullptr; };
       if (t == DType::F32)
-        rows(KLoadF32{kb ? kb : static_cast<const float*>(kt->data[bi]), block});
+        rows(KLoadF32{static_cast<const float*>(kd(bi)), block,
+                      static_cast<const float*>(next(kd(bn)))});
       else if (t == DType::BF16)
-        rows(KLoadHalf<true>{static_cast<const uint16_t*>(kt->data[bi]), block});
+        rows(KLoadHalf<true>{static_cast<const uint16_t*>(kt->data[bi]), block,
+                             static_cast<const uint16_t*>(next(kt->data[bn]))});
       else if (t == DType::F16)
-        rows(KLoadHalf<false>{static_cast<const uint16_t*>(kt->data[bi]), block});
+        rows(KLoadHalf<false>{static_cast<const uint16_t*>(kt->data[bi]), block,
+                              static_cast<const uint16_t*>(next(kt->data[bn]))});
       else
-        rows(KLoadQ8{static_cast<const int8_t*>(kt->data[bi]), kt->scales[bi], block});
+        rows(KLoadQ8{static_cast<const int8_t*>(kt->data[bi]), kt->scales[bi], block,
+                     static_cast<const int8_t*>(next(kt->data[bn])),
+                     static_cast<const uint16_t*>(next(kt->scales[bn]))});
     }
 #endif
     if (kt && r < m) {  // rows left for the portable kernel: whole 64-key chunks widened
@@ -1654,6 +1849,12 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
   for (int64_t r = 0; r < m; ++r) {
     float* s = scratch + r * n_max;
     const int64_t n = n_keys[r];
+#ifdef REWIND_ATTN_AVX512
+    if (avx512) {
+      softmax_row_avx512(s, n, scale);
+      continue;
+    }
+#endif
     for (int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
     const float mx = max_lanes_inline(s, n);
     for (int64_t j = 0; j < n; ++j) s[j] = exp_fixed_inline(s[j] - mx);
@@ -1672,23 +1873,35 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
     RowGroup g;
 #ifdef REWIND_ATTN_AVX512
     if (avx512 && d % 32 == 0) {
-      auto rows = [&](const auto& vl) {
+      auto rows = [&](const auto& vl) {  // the first group prefetches the next block
+        bool first = true;
         in_groups(r, b0, [&](RowGroup& rg, auto R) {
+          const auto use = first ? vl : vl.without_next();
+          first = false;
           if (R() == 4 && d % 64 == 0)
-            weighted_values_rows_avx512<4, 4>(vl, rg.nb, rg.s, rg.o, d);
+            weighted_values_rows_avx512<4, 4>(use, rg.nb, rg.s, rg.o, d);
           else
-            weighted_values_rows_avx512<R(), 2>(vl, rg.nb, rg.s, rg.o, d);
+            weighted_values_rows_avx512<R(), 2>(use, rg.nb, rg.s, rg.o, d);
         });
       };
       const DType t = vt ? vt->type : DType::F32;
+      const bool more = b0 + block < n_max;
+      const int64_t bn = more ? bi + 1 : bi;
+      auto vd = [&](int64_t b) { return v_blocks ? v_blocks[b] : vt->data[b]; };
+      auto next = [&](const void* x) { return more ? x : nullptr; };
       if (t == DType::F32)
-        rows(VLoadF32{vb ? vb : static_cast<const float*>(vt->data[bi]), vb ? ld : vt->ld});
+        rows(VLoadF32{static_cast<const float*>(vd(bi)), v_blocks ? ld : vt->ld,
+                      static_cast<const float*>(next(vd(bn)))});
       else if (t == DType::BF16)
-        rows(VLoadHalf<true>{static_cast<const uint16_t*>(vt->data[bi]), vt->ld});
+        rows(VLoadHalf<true>{static_cast<const uint16_t*>(vt->data[bi]), vt->ld,
+                             static_cast<const uint16_t*>(next(vt->data[bn]))});
       else if (t == DType::F16)
-        rows(VLoadHalf<false>{static_cast<const uint16_t*>(vt->data[bi]), vt->ld});
+        rows(VLoadHalf<false>{static_cast<const uint16_t*>(vt->data[bi]), vt->ld,
+                              static_cast<const uint16_t*>(next(vt->data[bn]))});
       else
-        rows(VLoadQ8{static_cast<const int8_t*>(vt->data[bi]), vt->scales[bi], vt->ld, vt->sld});
+        rows(VLoadQ8{static_cast<const int8_t*>(vt->data[bi]), vt->scales[bi], vt->ld, vt->sld,
+                     static_cast<const int8_t*>(next(vt->data[bn])),
+                     static_cast<const uint16_t*>(next(vt->scales[bn]))});
     }
 #endif
     if (vt && r < m) {  // rows left for the portable kernel: the block's keys widened
