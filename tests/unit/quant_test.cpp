@@ -887,12 +887,12 @@ TEST(QuantInt8, EqualsScalarFormula) {
 }
 
 // The prefill over several row blocks, on every int8 path this host has: AMX sizes Q4_K / Q5_K /
-// Q6_K row blocks by K (2048 values: 256 rows) and takes 128 for Q8_0, the VNNI tiles 512 rows for
-// the expanded Q4_K / Q5_K / Q6_K codes and 128 for Q8_0 (each call runs a block's 4-row tiles of a
-// panel run, then the short one); 530 rows end in a partial block whose last 2 rows take a short
-// tile. Q4_K over 500 columns: each thread runs two panel groups per row block. Every output has
-// the scalar formula's bits (a row block's activations packed at the wrong offset, or a row tile
-// written one tile off, fails it).
+// Q6_K row blocks by K (2048 values: 256 rows, Q6_K 512) and takes 128 for Q8_0, the VNNI tiles 512
+// rows for the expanded Q4_K / Q5_K / Q6_K codes and 128 for Q8_0 (each call runs a block's 4-row
+// tiles of a panel run, then the short one); 530 rows end in a partial block whose last 2 rows take
+// a short tile. Q4_K over 500 columns: each thread runs two panel groups per row block. Every
+// output has the scalar formula's bits (a row block's activations packed at the wrong offset, or a
+// row tile written one tile off, fails it).
 TEST(QuantInt8, RowBlocksEqualScalarFormula) {
   KernelOptions ko;
   ko.quant_dot = QuantDot::Int8;
