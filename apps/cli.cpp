@@ -254,7 +254,7 @@ std::vector<CommandSpec> build_specs() {
         json_opt("print one JSON object")},
        "--prefill-runs: the headline is their median; the first prefill, which grows the buffers\n"
        "to the prompt's size, is reported apart.\n"
-       "--isa amx: AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K and Q5_K prefill.\n"
+       "--isa amx: AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K, Q5_K and Q6_K prefill.\n"
        "--decode-split: how the threads split a decode step's matmuls (auto: a static share per\n"
        "thread for matrices of up to 8 MiB a thread, guided chunks for larger ones); two, as A,B,\n"
        "take turns step by step (A on even steps), and a line compares them: each one's median\n"

@@ -18,10 +18,10 @@
 #include <random>
 #include <vector>
 
+#include "kernel_isa.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/matmul.h"
 #include "rewind/kernels/matmul_quant.h"
-#include "kernel_isa.h"
 
 namespace rw {
 namespace {
@@ -886,19 +886,19 @@ TEST(QuantInt8, EqualsScalarFormula) {
   }
 }
 
-// The prefill over several row blocks, on every int8 path this host has: AMX sizes Q4_K / Q5_K
-// row blocks by K (2048 values: 256 rows) and takes 128 for Q8_0, the VNNI tiles 512 rows for
-// the expanded Q4_K / Q5_K codes and 128 for Q8_0 (each call runs a block's 4-row tiles of a
-// panel run, then the short one); 530 rows end in a partial block whose last 2 rows take a short
-// tile. Q4_K over 500 columns: each thread runs two panel groups per row block. Every output has
-// the scalar formula's bits (a row block's activations packed at the wrong offset, or a row tile
-// written one tile off, fails it).
+// The prefill over several row blocks, on every int8 path this host has: AMX sizes Q4_K / Q5_K /
+// Q6_K row blocks by K (2048 values: 256 rows, Q6_K 512) and takes 128 for Q8_0, the VNNI tiles 512
+// rows for the expanded Q4_K / Q5_K / Q6_K codes and 128 for Q8_0 (each call runs a block's 4-row
+// tiles of a panel run, then the short one); 530 rows end in a partial block whose last 2 rows take
+// a short tile. Q4_K over 500 columns: each thread runs two panel groups per row block. Every
+// output has the scalar formula's bits (a row block's activations packed at the wrong offset, or a
+// row tile written one tile off, fails it).
 TEST(QuantInt8, RowBlocksEqualScalarFormula) {
   KernelOptions ko;
   ko.quant_dot = QuantDot::Int8;
   ThreadPool pool(2, 0);  // every job shared, however small
-  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::IQ4_XS, DType::Q2_K, DType::Q3_K,
-                  DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::IQ4_XS, DType::Q2_K,
+                  DType::Q3_K, DType::Q4_1, DType::Q5_1, DType::Q5_0}) {
     const int64_t n = t == DType::Q4_K ? 500 : 37, k = 2048, m = 530;
     auto w = randn(static_cast<size_t>(n * k), 31);
     auto q = quantize(w, t, n, k);
@@ -1005,6 +1005,54 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
       }
       ko.isa = IsaCap::Amx;
     }
+  }
+}
+
+// Q6_K's every sub-block scale (-128..127: each row holds all 256 once) against codes at both
+// ends (q = -32 or 31, a block each) and random ones: the AMX tiles carry each scale as three
+// digits in [-3, 4] in their operands, and every path gives the scalar formula's bits.
+TEST(QuantInt8, Q6KEveryScaleEqualsScalarFormula) {
+  KernelOptions ko;
+  ko.quant_dot = QuantDot::Int8;
+  ThreadPool pool(2, 0);  // every job shared, however small
+  const DType t = DType::Q6_K;
+  const int64_t n = 40, k = 4096;
+  auto q = random_blocks(t, n, k, 77);
+  std::mt19937 rng(78);
+  const int64_t nblk = n * k / kQK_K;
+  for (int64_t i = 0; i < nblk; ++i) {
+    auto* b = reinterpret_cast<BlockQ6_K*>(q.data()) + i;
+    for (int s = 0; s < 16; ++s) b->scales[s] = static_cast<int8_t>((i % 16) * 16 + s - 128);
+    if (i % 3 != 2) {  // codes 0 (q = -32) or 63 (q = 31)
+      std::memset(b->ql, i % 3 ? 0xFF : 0x00, kQK_K / 2);
+      std::memset(b->qh, i % 3 ? 0xFF : 0x00, kQK_K / 4);
+    }
+    b->d = static_cast<uint16_t>(0x3800 | (rng() & 0x3FF));  // f16 in [0.5, 1)
+  }
+  PackedMatrix pq = PackedMatrix::pack(q.data(), t, n, k, t, &pool);
+  const int64_t panel_stride = k / kQK_K * detail::quant_panel_block_bytes(t);
+  for (int64_t m : {16, 37}) {
+    auto x = randn(static_cast<size_t>(m * k), 79 + static_cast<uint32_t>(m), 2.0f);
+    for (int64_t i = 0; i < k; ++i) x[i] = i % 2 ? -1.0f : 1.0f;  // row 0: codes +-127
+    detail::QuantizedActs xa;
+    detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
+    std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size());
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t c = 0; c < n; ++c)
+        ref[r * n + c] = detail::int8_dot_reference(
+            t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
+            static_cast<int>(c % 16));
+    for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
+      if (!test::isa_options(isa, &ko)) continue;
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::fill(y.begin(), y.end(), -1.0f);
+        matmul(x.data(), m, k, pq, y.data(), n, p, ko);
+        for (int64_t i = 0; i < m * n; ++i)
+          ASSERT_EQ(std::memcmp(&y[i], &ref[i], 4), 0)
+              << isa << " m=" << m << " row " << i / n << " col " << i % n;
+      }
+    }
+    ko.isa = IsaCap::Amx;
   }
 }
 

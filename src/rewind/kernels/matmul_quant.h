@@ -139,8 +139,8 @@ void quantize_acts_fill(DType t, const RowFill& fill, int64_t m, int64_t k, Quan
 // scalar reference runs; all give the same bits).
 bool int8_dot_simd_available(IsaCap cap);
 const char* int8_dot_isa(IsaCap cap);  // "avx512vnni", "avx2" or "scalar"
-// AMX-INT8 usable here (CPU and kernel permission); Q8_0, Q4_K and Q5_K prefill tiles of 16 rows
-// then use it when the cap is Amx.
+// AMX-INT8 usable here (CPU and kernel permission); Q8_0, Q4_K, Q5_K and Q6_K prefill tiles of 16
+// rows then use it when the cap is Amx.
 bool amx_int8_available();
 bool amx_int8_enabled(IsaCap cap);  // amx_int8_available() and cap == Amx
 

@@ -1,5 +1,6 @@
-// The AMX-INT8 kernels of the quantised matmul's int8 dot: Q8_0, Q4_K and Q5_K prefill tiles of
-// 16 rows (the same bits as the VNNI tiles). Compiled under target attributes, chosen at run time.
+// The AMX-INT8 kernels of the quantised matmul's int8 dot: Q8_0, Q4_K, Q5_K and Q6_K prefill tiles
+// of 16 rows (the same bits as the VNNI tiles). Compiled under target attributes, chosen at run
+// time.
 #include "rewind/kernels/isa_cap.h"
 #include "rewind/kernels/matmul_quant_avx512.h"
 
@@ -158,7 +159,6 @@ REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, bool q5, 
   const int64_t pb = quant_panel_block_bytes(q5 ? DType::Q5_K : DType::Q4_K);
   for (int64_t b = 0; b < nb; ++b) expand_k_block_codes(src + b * pb, q5, dst + b * kKBytesCodes);
 }
-
 
 // A K-quant block's header for the AMX combines: d, -dmin and the mins widened to 16 bits.
 // (-dmin) * dx is -(dmin * dx) exactly (rounding is symmetric in the sign), so the VNNI kernel's
@@ -330,6 +330,124 @@ REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const 
             _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[1] + 16 * r), 3),
                              _mm512_load_si512(sums[0] + 16 * r));
         acc[r] = k_block_fmas(h, xa, r0 + r, b, s1, acc[r]);
+      }
+    }
+#undef REWIND_AMX_BLOCK
+    for (int r = 0; r < 16; ++r)
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r]);
+  }
+}
+
+// ---- AMX (prefill, Q6_K, scales in the tiles) ----------------------------------------------
+// A Q6_K sub-block scale sc (signed 8 bits) is 64 d2 + 8 d1 + d0 with every digit in [-3, 4]
+// (a complete residue system mod 8; three digits reach [-219, 292]), and a code q (-32..31)
+// times a digit lies in [-128, 124]: an int8. So the B operands carry the scales as three
+// parts q * d0, q * d1, q * d2, and a block's 256 values run as 4 TDPBSSDs of 64 values per
+// part into three int32 sums S0, S1, S2 whose 64 S2 + 8 S1 + S0 is the VNNI kernel's
+// s = sum_s sc[s] * sum q * x exactly (the same integer, hence the same bits; |S_i| < 2^23, so
+// nothing overflows), with 3 tile stores and one combine per block.
+
+// The parts of nb Q6_K panel blocks: block b, chunk j (values 64j..64j+63), part i at
+// dst + 12288 b + 3072 j + 1024 i (16 rows of 64 B, the tile's B layout).
+REWIND_AVX512 void expand_q6_k_parts(const std::byte* src, int64_t nb, int8_t* dst) {
+  const int64_t pb = quant_panel_block_bytes(DType::Q6_K);
+  const __m512i three = _mm512_set1_epi32(3), seven = _mm512_set1_epi32(7);
+  const __m512i c32 = _mm512_set1_epi8(32),
+                hi_bytes = _mm512_set1_epi16(static_cast<short>(0xFF00));
+  constexpr __mmask64 kOdd = 0xAAAAAAAAAAAAAAAAull;
+  for (int64_t b = 0; b < nb; ++b) {
+    const std::byte* blk = src + b * pb;
+    for (int sb = 0; sb < 16; ++sb) {
+      const __m512i sc = _mm512_cvtepi8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6KScOff + 16 * sb)));
+      // Digits in [-3, 4]: d = ((v + 3) & 7) - 3, then v = (v - d) / 8 (exact).
+      __m512i d[3], v = sc;
+      for (int i = 0; i < 3; ++i) {
+        d[i] = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(v, three), seven), three);
+        v = _mm512_srai_epi32(_mm512_sub_epi32(v, d[i]), 3);
+        // The digit in both 16-bit halves of its lane, for vpmullw.
+        d[i] = _mm512_or_si512(_mm512_and_si512(d[i], _mm512_set1_epi32(0xFFFF)),
+                               _mm512_slli_epi32(d[i], 16));
+      }
+      for (int i = 0; i < 4; ++i) {
+        const int g = 4 * sb + i;
+        // q * d per byte: the low byte of a 16-bit product is the even byte's product mod 256,
+        // and with the even byte cleared the high byte is the odd one's; each fits an int8.
+        const __m512i q = _mm512_sub_epi8(q6_k_codes(blk, g), c32);
+        const __m512i qo = _mm512_and_si512(q, hi_bytes);
+        int8_t* o = dst + b * 12288 + (g / 16) * 3072 + (g % 16) * 64;
+        for (int part = 0; part < 3; ++part)
+          _mm512_storeu_si512(o + 1024 * part,
+                              _mm512_mask_blend_epi8(kOdd, _mm512_mullo_epi16(q, d[part]),
+                                                     _mm512_mullo_epi16(qo, d[part])));
+      }
+    }
+  }
+}
+
+// y[r, c] for the 16 rows from r0 and c < ncols against np Q6_K panels (d from panels, the
+// parts from parts + p * parts_stride as expand_q6_k_parts lays them out); a: the rows' codes
+// as amx_pack_acts<64> lays them out. Tiles (amx_configure_k64): 0-2 the sums of even blocks,
+// 3-5 of odd ones, 6 activations, 7 the parts. Block b's 12 products start at step b, its sums
+// are stored at step b + 1 before block b + 1's products and combined beside them.
+REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const int8_t* a,
+                                   const std::byte* panels, int64_t panel_stride,
+                                   const int8_t* parts, int64_t parts_stride, int np, float* y,
+                                   int64_t ldy, int ncols, PrefetchStream& pf) {
+  const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(DType::Q6_K);
+  const float* dx = xa.d.data() + r0 * nb;
+  alignas(64) int32_t sums[3][16 * 16];
+  for (int p = 0; p < np; ++p) {
+    const std::byte* pan = panels + p * panel_stride;
+    const int8_t* sp = parts + p * parts_stride;
+    __m512 acc[16];
+    for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+#define REWIND_AMX_BLOCK(C0, C1, C2, b)             \
+  do {                                              \
+    _tile_zero(C0);                                 \
+    _tile_zero(C1);                                 \
+    _tile_zero(C2);                                 \
+    for (int j = 0; j < 4; ++j) {                   \
+      const int8_t* bj = sp + (b)*12288 + j * 3072; \
+      _tile_loadd(6, a + ((b)*4 + j) * 1024, 64);   \
+      _tile_loadd(7, bj, 64);                       \
+      _tile_dpbssd(C0, 6, 7);                       \
+      _tile_loadd(7, bj + 1024, 64);                \
+      _tile_dpbssd(C1, 6, 7);                       \
+      _tile_loadd(7, bj + 2048, 64);                \
+      _tile_dpbssd(C2, 6, 7);                       \
+    }                                               \
+  } while (0)
+    REWIND_AMX_BLOCK(0, 1, 2, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b % 2 == 0) {
+        _tile_stored(0, sums[0], 64);
+        _tile_stored(1, sums[1], 64);
+        _tile_stored(2, sums[2], 64);
+        if (b + 1 < nb) REWIND_AMX_BLOCK(3, 4, 5, b + 1);
+      } else {
+        _tile_stored(3, sums[0], 64);
+        _tile_stored(4, sums[1], 64);
+        _tile_stored(5, sums[2], 64);
+        if (b + 1 < nb) REWIND_AMX_BLOCK(0, 1, 2, b + 1);
+      }
+      pf.step();
+      // Block b: s = 64 S2 + 8 S1 + S0, then the VNNI kernel's fma(dw * dx, float(s), acc).
+      const __m512 dw = load_f16x16(pan + b * pb);
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        const __m512i s21 =
+            _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(sums[2] + 16 * r), 3),
+                             _mm512_load_si512(sums[1] + 16 * r));
+        const __m512i s =
+            _mm512_add_epi32(_mm512_slli_epi32(s21, 3), _mm512_load_si512(sums[0] + 16 * r));
+        acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[r * nb + b])),
+                                 _mm512_cvtepi32_ps(s), acc[r]);
+        // Block b + 2's parts (the next panel's first past the end) into L1, 768 B a row: the
+        // tile loads of the parts otherwise wait on L2 (5-7% faster, matmul_bench --isa amx).
+        const int8_t* nx = sp + (b + 2) * 12288 + r * 768;
+        for (int l = 0; l < 12; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(nx + 64 * l), _MM_HINT_T0);
       }
     }
 #undef REWIND_AMX_BLOCK

@@ -109,8 +109,8 @@ bool quant_decode_tiles_available(DType t, IsaCap cap) {
 }
 
 void quant_decode_tiles(DType t, const float* x, int64_t ldx, int rows, const std::byte* panels,
-                        int64_t panel_stride, int64_t nb, int np, float* y, int64_t ldy,
-                        int ncols, IsaCap cap) {
+                        int64_t panel_stride, int64_t nb, int np, float* y, int64_t ldy, int ncols,
+                        IsaCap cap) {
   REWIND_CHECK(rows >= 1 && rows <= kQuantDecodeRows && quant_decode_tiles_available(t, cap));
   for (int p0 = 0; p0 < np; p0 += kQuantDecodePanels) {
     const int npg = std::min(kQuantDecodePanels, np - p0);
@@ -221,7 +221,8 @@ const char* int8_dot_isa(IsaCap cap) {
   }
 }
 namespace {
-// The AMX tiles serve the prefill of the types with them (Q8_0, Q4_K, Q5_K), on 16 rows or more.
+// The AMX tiles serve the prefill of the types with them (Q8_0, Q4_K, Q5_K, Q6_K), on 16 rows or
+// more.
 bool uses_amx(DType t, int64_t rows, IsaCap cap) {
   return int8_path(cap) == Int8Path::Vnni && quant_has_kernel(t, kQkAmxPrefill) &&
          amx_int8_enabled(cap) && rows >= 16;
@@ -260,8 +261,10 @@ constexpr int64_t kQ4KExpandRows = 256;
 
 PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx, int64_t rows) {
   switch (t) {
-    // Q6_K: the 6-bit codes as bytes, read by every row tile (taller row blocks spread the cost).
+    // Q6_K: the 6-bit codes as bytes, read by every row tile (taller row blocks spread the cost;
+    // not on AMX, whose tiles expand their own).
     case DType::Q6_K:
+      if (amx) break;
       return {avx2 ? expand_q6_k_avx2 : expand_q6_k, kQ6KBytesBlock, DType::Q6_K, true};
     // Q3_K on AVX2: its Q6_K transcoding's bytes; on the VNNI tiles q * sc + 124 per value
     // (expand_q3_k_scaled: no multiply per sub-block).
@@ -377,21 +380,24 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // Q8_0 affords 4 rows x 3 panels in the 32 vector registers (fewer activation broadcasts per
   // vpdpbusd than 6 x 2); Q4_0 keeps 6 x 2 (its nibble splits grow with the panels).
   // AVX2 (16 registers): 4-row tiles of one panel. AMX: groups of many panels (below).
-  // Q8_0, Q4_K and Q5_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the same
-  // bits); Q4_K's nibbles, times its sub-block scales' two parts, and Q5_K's 5-bit codes are
-  // expanded to bytes once per panel group and row block, like Q6_K's codes.
+  // Q8_0, Q4_K, Q5_K and Q6_K on AMX: 16-row tiles (the rows left over take the VNNI tiles: the
+  // same bits); Q4_K's nibbles times its sub-block scales' two parts, Q6_K's codes times its
+  // scales' three digits, and Q5_K's 5-bit codes are expanded to bytes once per panel group and
+  // row block.
   const bool amx = uses_amx(t, r1 - r0, opt.isa);
   const int kP = int8_prefill_group_panels(t, panel_stride, r1 - r0, opt.isa);
   const int kVnniP = amx ? 2 : kP;  // panels per VNNI / AVX2 tile
   const int kR = avx2 ? 4 : quant_traits(t).vnni_prefill_rows;
-  const bool amx_q4 = amx && t != DType::Q8_0;
+  const bool amx_q4 = amx && t != DType::Q8_0;  // the AMX tiles on codes expanded per group
   const PrefillExpansion ex = prefill_expansion(t, avx2, amx, r1 - r0);
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
-  // for the 16-row AMX tiles), so that no row block ends in a short tile. Q4_K / Q5_K on AMX
+  // for the 16-row AMX tiles), so that no row block ends in a short tile. Q4_K / Q5_K / Q6_K on AMX
   // expand each panel group's codes once per row block, so their row blocks are as tall as keeps
   // the block's packed activations within 512 KiB of L2 (128 to 512 rows), spreading the
-  // expansion's cost.
-  const int64_t kMc = amx_q4 ? std::clamp<int64_t>(512 * 1024 / xa.k / 16 * 16, 128, 512)
+  // expansion's cost. Q6_K's parts cost more to make (three per code), so its blocks keep up to
+  // 2 MiB of activations (512 rows up to K 4096: 7% faster at K 3584, matmul_bench --isa amx).
+  const int64_t kMc_bytes = (t == DType::Q6_K ? 2048 : 512) * 1024;
+  const int64_t kMc = amx_q4 ? std::clamp<int64_t>(kMc_bytes / xa.k / 16 * 16, 128, 512)
                       : amx  ? 128
                              : (ex.fn ? 512 : 128) / kR * kR;
   const int64_t nb = xa.k / xa.block;
@@ -399,9 +405,12 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   thread_local AlignedBuffer<std::byte> expanded;
   if (ex.fn) expanded.reserve_at_least(static_cast<size_t>(kP * nb * ex.block_bytes));
   thread_local AlignedBuffer<int8_t> amx_a, q4;
-  // Q4_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64); Q5_K's codes (up to
-  // 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
-  const bool amx_k64 = amx && t == DType::Q4_K;
+  // Q4_K and Q6_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64, _q6_k); Q5_K's
+  // codes (up to 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
+  const bool amx_q6 = amx && t == DType::Q6_K;
+  const bool amx_k64 = amx && (t == DType::Q4_K || amx_q6);
+  // Bytes of the AMX tiles' expanded codes per block.
+  const int64_t amx_block_bytes = amx_q6 ? 12288 : amx_k64 ? 8192 : 4096;
   if (amx) {
     amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
     if (amx_k64)
@@ -409,7 +418,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
     else
       amx_configure_k32();
   }
-  if (amx_q4) q4.reserve_at_least(static_cast<size_t>(kP * nb * (amx_k64 ? 8192 : 4096)));
+  if (amx_q4) q4.reserve_at_least(static_cast<size_t>(kP * nb * amx_block_bytes));
   for (int64_t rb = r0; rb < r1; rb += kMc) {
     const int64_t re = std::min(r1, rb + kMc);
     if (amx)
@@ -433,7 +442,9 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
       const int64_t next_bytes = p0 + kP < np || re < r1 ? std::min(kP, np - pn) * panel_stride : 0;
       int64_t r = rb;
       if (amx && re - r >= 16) {
-        if (amx_k64)  // the group's panels are contiguous: its blocks in one run
+        if (amx_q6)  // the group's panels are contiguous: its blocks in one run
+          expand_q6_k_parts(panels + p0 * panel_stride, npg * nb, q4.data());
+        else if (amx_k64)
           expand_q4_k_scaled(panels + p0 * panel_stride, npg * nb, q4.data());
         else if (amx_q4)
           for (int p = 0; p < npg; ++p)
@@ -444,7 +455,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         for (; r + 16 <= re; r += 16) {
           const int8_t* ar = amx_a.data() + (r - rb) * xa.k;
           float* yr = y + (r - r0) * ldy + 16 * p0;
-          if (amx_k64)
+          if (amx_q6)
+            int8_tile_amx_q6_k(xa, r, ar, src, stride, q4.data(), nb * 12288, npg, yr, ldy,
+                               ncols - 16 * p0, pf);
+          else if (amx_k64)
             int8_tile_amx_q4_k64(xa, r, ar, src, stride, q4.data(), nb * 8192, npg, yr, ldy,
                                  ncols - 16 * p0, pf);
           else if (amx_q4)

@@ -289,7 +289,6 @@ struct ActRows {
   }
 };
 
-
 // Panel p of a tile reads panels + p * panel_stride and writes y + p * y_step (floats); ncols
 // counts the output columns from the tile's first one (the last panel may be partial).
 // bytes: Q6_K panels expanded by expand_q6_k, Q4_K / Q5_K panels by expand_k_bytes, IQ4_XS by
@@ -366,5 +365,10 @@ REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const 
                                      const std::byte* panels, int64_t panel_stride,
                                      const int8_t* scaled, int64_t scaled_stride, int np, float* y,
                                      int64_t ldy, int ncols, PrefetchStream& pf);
+REWIND_AVX512 void expand_q6_k_parts(const std::byte* src, int64_t nb, int8_t* dst);
+REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const int8_t* a,
+                                   const std::byte* panels, int64_t panel_stride,
+                                   const int8_t* parts, int64_t parts_stride, int np, float* y,
+                                   int64_t ldy, int ncols, PrefetchStream& pf);
 
 }  // namespace rw::detail

@@ -79,7 +79,7 @@ inline constexpr QuantTraits kQuantTraits[] = {
     {DType::Q4_K, "Q4_K", "q4_k", 256, 144, 12, 14, 32 + 32 + 128 + 128 + 128 * 16, DType::Q4_K,
      256, kQkEvery | kQkAmxPrefill, 2, 4, 2},
     {DType::Q6_K, "Q6_K", "q6_k", 256, 210, 14, 18, 32 + 256 + 128 * 16 + 64 * 16, DType::Q6_K, 256,
-     kQkEvery, 2, 4, 2},
+     kQkEvery | kQkAmxPrefill, 2, 4, 2},
     {DType::Q5_K, "Q5_K", "q5_k", 256, 176, 13, 16, 32 + 32 + 128 + 128 + 128 * 16 + 32 * 16,
      DType::Q5_K, 256, kQkEvery | kQkAmxPrefill, 2, 4, 2},
     // Q4_0's own VNNI prefill tile is 6 x 2 (its nibble splits grow with the panels).
