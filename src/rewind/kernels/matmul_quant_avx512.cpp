@@ -351,9 +351,10 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // Q5_K and Q6_K are packed in the order this tile reads them (q6k_lo_group, k_lo_group), so
   // their reads are linear. Q5_K streams best with no software prefetch: the hardware
   // prefetchers follow its linear reads.
-  constexpr int64_t kAhead = t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
-                             : t == DType::Q4_K                   ? kPrefetchBytesL2Near
-                                                                  : kPrefetchBytesL2;
+  constexpr int64_t kAhead = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K
+                                 ? kPrefetchBytesL2Far
+                             : t == DType::Q6_K ? kPrefetchBytesL2Q6K
+                                                : kPrefetchBytesL2;
   constexpr int64_t pb = !Bytes                                 ? kPb
                          : t == DType::Q6_K                     ? kQ6KBytesBlock
                          : t == DType::IQ4_XS                   ? kIQ4XSBytesBlock
