@@ -1,12 +1,13 @@
 // The AVX-512 kernels of the quantised matmul: the exact widen to f32 and the f32 dot's decode
 // tiles (AVX-512F/BW/VL), the int8 dot's tiles (AVX-512 VNNI), their prefill expansions and the
 // activation quantiser. Compiled under target attributes and chosen at run time.
+#include "rewind/kernels/matmul_quant_avx512.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "rewind/base/check.h"
-#include "rewind/kernels/matmul_quant_avx512.h"
 
 namespace rw::detail {
 
@@ -298,13 +299,13 @@ REWIND_AVX512 void decode_tile_avx512(DType t, const float* x, int64_t ldx, cons
       _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r][p]);
 }
 
-
 }  // namespace
 
-const DecodeTileFn kDecodeTiles[kQuantDecodeRows][kQuantDecodePanels] = {{decode_tile_avx512<1, 1>, decode_tile_avx512<1, 2>,
-                                              decode_tile_avx512<1, 3>, decode_tile_avx512<1, 4>},
-                                             {decode_tile_avx512<2, 1>, decode_tile_avx512<2, 2>,
-                                              decode_tile_avx512<2, 3>, decode_tile_avx512<2, 4>}};
+const DecodeTileFn kDecodeTiles[kQuantDecodeRows][kQuantDecodePanels] = {
+    {decode_tile_avx512<1, 1>, decode_tile_avx512<1, 2>, decode_tile_avx512<1, 3>,
+     decode_tile_avx512<1, 4>},
+    {decode_tile_avx512<2, 1>, decode_tile_avx512<2, 2>, decode_tile_avx512<2, 3>,
+     decode_tile_avx512<2, 4>}};
 
 namespace {
 
@@ -330,8 +331,7 @@ REWIND_AVX512 __attribute__((always_inline)) inline __m512i zero_idiom() {
 // acc + x per 32-bit lane in acc's register (asm, as dpbusd_tied): with the intrinsic GCC 12
 // put each Q4_K / Q5_K block sum's update in another register and copied it back. (The Q6_K
 // tile keeps the intrinsic: the tied add made it slower.)
-REWIND_AVX512 __attribute__((always_inline)) inline __m512i add_epi32_tied(__m512i acc,
-                                                                          __m512i x) {
+REWIND_AVX512 __attribute__((always_inline)) inline __m512i add_epi32_tied(__m512i acc, __m512i x) {
   asm("vpaddd %[x], %[acc], %[acc]" : [acc] "+v"(acc) : [x] "v"(x));
   return acc;
 }
@@ -351,16 +351,17 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
   // Q5_K and Q6_K are packed in the order this tile reads them (q6k_lo_group, k_lo_group), so
   // their reads are linear. Q5_K streams best with no software prefetch: the hardware
   // prefetchers follow its linear reads.
-  constexpr int64_t kAhead = t == DType::Q2_K || t == DType::Q3_K ? kPrefetchBytesL2Far
-                             : t == DType::Q4_K                   ? kPrefetchBytesL2Near
-                                                                  : kPrefetchBytesL2;
-  constexpr int64_t pb = !Bytes               ? kPb
-                         : t == DType::Q6_K   ? kQ6KBytesBlock
-                         : t == DType::IQ4_XS ? kIQ4XSBytesBlock
-                         : t == DType::Q2_K   ? kQ2KBytesBlock
-                         : t == DType::Q3_K   ? kQ3KScaledBlock
+  constexpr int64_t kAhead = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K
+                                 ? kPrefetchBytesL2Far
+                             : t == DType::Q6_K ? kPrefetchBytesL2Q6K
+                                                : kPrefetchBytesL2;
+  constexpr int64_t pb = !Bytes                                 ? kPb
+                         : t == DType::Q6_K                     ? kQ6KBytesBlock
+                         : t == DType::IQ4_XS                   ? kIQ4XSBytesBlock
+                         : t == DType::Q2_K                     ? kQ2KBytesBlock
+                         : t == DType::Q3_K                     ? kQ3KScaledBlock
                          : t == DType::Q4_1 || t == DType::Q5_1 ? kMinBytesBlock
-                                              : kKBytesBlock;
+                                                                : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
   // Tall decode tiles (5-8 rows, no prefill stream) prefetch ahead as the 1-2 row ones do.
   const bool tall = R >= 5 && pf == nullptr;
@@ -409,8 +410,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         if constexpr (q41) {
           for (int p = 0; p < P; ++p) s[r][p] = zero_idiom();
         } else {
-          const __m512i c =
-              _mm512_set1_epi32((nl ? -128 : q5 ? -16 : -8) * int32_t{xr.s32[r][b]});
+          const __m512i c = _mm512_set1_epi32((nl ? -128 : q5 ? -16 : -8) * int32_t{xr.s32[r][b]});
           for (int p = 0; p < P; ++p) s[r][p] = c;
         }
       }
@@ -466,51 +466,110 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
       const __m512i table = iq4_u8_table();
       for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
-      // Both halves of a group as byte codes (4 or 5 bits) into one sum per sub-block: with 4
-      // rows x 2 panels the f32, block and sub-block accumulators take 24 of the 32 registers
-      // (a second sub-block sum for the high nibbles spilled).
-      for (int sb = 0; sb < 8; ++sb) {
-        __m512i is[R][P];
-        for (int r = 0; r < R; ++r) {
-          if constexpr (xs) {
-            const __m512i c = _mm512_set1_epi32(-128 * int32_t{xr.s32[r][b * 8 + sb]});
-            for (int p = 0; p < P; ++p) is[r][p] = c;
-          } else {
-            for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
-          }
-        }
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {  // unrolled: c a constant in each copy (kquant_codes' shifts)
-          const int g = 4 * sb + c;
-          __m512i lo[P], hi[P];
-          for (int p = 0; p < P; ++p) {
-            if constexpr (t != DType::Q5_K) prefetch_spread<R, kPb, 32, kAhead>(blk[p], g, tall);
-            if constexpr (Bytes) {
-              lo[p] = load_group(blk[p] + q_off + 128 * g);
-              hi[p] = load_group(blk[p] + q_off + 128 * g + 64);
-            } else if constexpr (xs) {
-              const __m512i v = load_group(blk[p] + q_off + 64 * g);
-              lo[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
-              hi[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-            } else {
-              kquant_codes<t == DType::Q5_K>(blk[p], sb, c, lo[p], hi[p]);
-            }
-          }
-          for (int r = 0; r < R; ++r) {
-            const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
-            const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
-            for (int p = 0; p < P; ++p) {
-              is[r][p] = dpbusd_tied(is[r][p], lo[p], a0);
-              is[r][p] = dpbusd_tied(is[r][p], hi[p], a1);
-            }
-          }
-        }
-        for (int p = 0; p < P; ++p) {
-          const __m128i sc8 =
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + sc_off + 16 * sb));
-          const __m512i sc = xs ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8);
+      // Q4_K decode (packed codes, up to 4 row-panel pairs): no shift per group. The low
+      // nibbles (v & 0x0F) and the high ones in place (v & 0xF0, 16 times the code) go into two
+      // sums per sub-block, lo and hi16, each over 16 values, so |lo| and |hi16 / 16| are at
+      // most 15 * 127 * 16 = 30480: both fit int16, and one vpdpwssd against the scale in both
+      // halves adds sc * (lo + hi) as the pair (lo, hi16 >> 4) (hi16 << 12 puts hi16 / 16 in
+      // the high half, exactly). The same integer s1 as the one-sum path below.
+      constexpr bool split = t == DType::Q4_K && !Bytes && R * P <= 4;
+      if constexpr (split) {
+        const __m512i m_lo = _mm512_set1_epi8(0x0F),
+                      m_hi = _mm512_set1_epi8(static_cast<char>(0xF0));
+        // vpshufb control: lane j's scale byte (its 128-bit lane's bytes 4L..4L+3 of the 16) in
+        // both 16-bit halves of its 32-bit lane, zero-extended.
+        const __m512i sc_ctl =
+            _mm512_set_epi8(-1, 15, -1, 15, -1, 14, -1, 14, -1, 13, -1, 13, -1, 12, -1, 12,  //
+                            -1, 11, -1, 11, -1, 10, -1, 10, -1, 9, -1, 9, -1, 8, -1, 8,      //
+                            -1, 7, -1, 7, -1, 6, -1, 6, -1, 5, -1, 5, -1, 4, -1, 4,          //
+                            -1, 3, -1, 3, -1, 2, -1, 2, -1, 1, -1, 1, -1, 0, -1, 0);
+        for (int sb = 0; sb < 8; ++sb) {
+          __m512i il[R][P], ih[R][P];
           for (int r = 0; r < R; ++r)
-            s[r][p] = add_epi32_tied(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+            for (int p = 0; p < P; ++p) {
+              il[r][p] = zero_idiom();
+              ih[r][p] = zero_idiom();
+            }
+#pragma GCC unroll 4
+          for (int c = 0; c < 4; ++c) {
+            const int g = 4 * sb + c;
+            __m512i lo[P], hi[P];
+            for (int p = 0; p < P; ++p) {
+              prefetch_spread<R, kPb, 32, kAhead>(blk[p], g, tall);
+              const __m512i v = load_group(blk[p] + kQ4KQOff + 64 * g);
+              lo[p] = _mm512_and_si512(v, m_lo);
+              hi[p] = _mm512_and_si512(v, m_hi);
+            }
+            for (int r = 0; r < R; ++r) {
+              const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
+              const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
+              for (int p = 0; p < P; ++p) {
+                il[r][p] = dpbusd_tied(il[r][p], lo[p], a0);
+                ih[r][p] = dpbusd_tied(ih[r][p], hi[p], a1);
+              }
+            }
+          }
+          for (int p = 0; p < P; ++p) {
+            // The 16 scale bytes in each 128-bit lane, then lane j's in both halves of lane j.
+            const __m512i sc = _mm512_shuffle_epi8(
+                _mm512_broadcast_i32x4(_mm_loadu_si128(
+                    reinterpret_cast<const __m128i*>(blk[p] + kQ4KScOff + 16 * sb))),
+                sc_ctl);
+            for (int r = 0; r < R; ++r) {
+              const __m512i pair = _mm512_mask_blend_epi16(
+                  static_cast<__mmask32>(0xAAAAAAAAu), il[r][p], _mm512_slli_epi32(ih[r][p], 12));
+              s[r][p] = _mm512_dpwssd_epi32(s[r][p], pair, sc);
+            }
+          }
+        }
+      } else {
+        // Both halves of a group as byte codes (4 or 5 bits) into one sum per sub-block: with 4
+        // rows x 2 panels the f32, block and sub-block accumulators take 24 of the 32 registers
+        // (a second sub-block sum for the high nibbles spilled).
+        for (int sb = 0; sb < 8; ++sb) {
+          __m512i is[R][P];
+          for (int r = 0; r < R; ++r) {
+            if constexpr (xs) {
+              const __m512i c = _mm512_set1_epi32(-128 * int32_t{xr.s32[r][b * 8 + sb]});
+              for (int p = 0; p < P; ++p) is[r][p] = c;
+            } else {
+              for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
+            }
+          }
+#pragma GCC unroll 4
+          for (int c = 0; c < 4;
+               ++c) {  // unrolled: c a constant in each copy (kquant_codes' shifts)
+            const int g = 4 * sb + c;
+            __m512i lo[P], hi[P];
+            for (int p = 0; p < P; ++p) {
+              if constexpr (t != DType::Q5_K) prefetch_spread<R, kPb, 32, kAhead>(blk[p], g, tall);
+              if constexpr (Bytes) {
+                lo[p] = load_group(blk[p] + q_off + 128 * g);
+                hi[p] = load_group(blk[p] + q_off + 128 * g + 64);
+              } else if constexpr (xs) {
+                const __m512i v = load_group(blk[p] + q_off + 64 * g);
+                lo[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+                hi[p] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+              } else {
+                kquant_codes<t == DType::Q5_K>(blk[p], sb, c, lo[p], hi[p]);
+              }
+            }
+            for (int r = 0; r < R; ++r) {
+              const __m512i a0 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g));
+              const __m512i a1 = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 8 * g + 4));
+              for (int p = 0; p < P; ++p) {
+                is[r][p] = dpbusd_tied(is[r][p], lo[p], a0);
+                is[r][p] = dpbusd_tied(is[r][p], hi[p], a1);
+              }
+            }
+          }
+          for (int p = 0; p < P; ++p) {
+            const __m128i sc8 =
+                _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + sc_off + 16 * sb));
+            const __m512i sc = xs ? _mm512_cvtepi8_epi32(sc8) : _mm512_cvtepu8_epi32(sc8);
+            for (int r = 0; r < R; ++r)
+              s[r][p] = add_epi32_tied(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+          }
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
@@ -589,10 +648,9 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ2KScOff + 32 * tp));
           const __m128i b1 =
               _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ2KScOff + 32 * tp + 16));
-          mv[p] = _mm512_srli_epi16(
-              _mm512_cvtepu8_epi16(
-                  _mm256_set_m128i(_mm_unpackhi_epi8(b0, b1), _mm_unpacklo_epi8(b0, b1))),
-              4);
+          mv[p] = _mm512_srli_epi16(_mm512_cvtepu8_epi16(_mm256_set_m128i(
+                                        _mm_unpackhi_epi8(b0, b1), _mm_unpacklo_epi8(b0, b1))),
+                                    4);
         }
         for (int r = 0; r < R; ++r) {
           const __m512i a = _mm512_set1_epi32(i16_pair(xr.s16[r] + b * 16 + 2 * tp));
@@ -794,7 +852,6 @@ WidenFn widen_fn_avx512(DType t) {
       return nullptr;
   }
 }
-
 
 // nb Q6_K panel blocks at src expanded to kQ6KBytesBlock each at dst (d and sc copied, the codes
 // one byte each).

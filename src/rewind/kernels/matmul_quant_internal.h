@@ -191,14 +191,15 @@ __attribute__((always_inline)) inline __mmask16 lane_mask(int valid) {
 
 constexpr int64_t kPrefetchBytes = 4096;       // AVX2 tiles: per panel stream, ahead of the loads
 constexpr int64_t kPrefetchBytesL2 = 768;      // VNNI tiles
-constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K VNNI tiles (Q5_K: none)
-constexpr int64_t kPrefetchBytesL2Near = 384;  // Q4_K VNNI decode tiles (two panel streams)
+constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K / Q4_K VNNI tiles (Q5_K: none)
+constexpr int64_t kPrefetchBytesL2Q6K = 3072;  // Q6_K VNNI tiles
 constexpr int64_t kPrefetchBytesTall = 2048;   // VNNI tiles of 5-8 rows (batched decode)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
 // loads, covering every 64-byte line of a panel's blocks (headers and high bits too). asm, as
 // GCC drops _mm_prefetch from code it vectorises. The VNNI tiles prefetch into L2 (prefetcht1)
-// kPrefetchBytesL2 ahead, nearer for Q4_K's two panel streams and farther for the compute-bound
+// kPrefetchBytesL2 ahead, farther for the two panel streams of Q4_K and Q6_K (a single core
+// reading at its share of the bandwidth needs some 4-6 KiB in flight) and for the compute-bound
 // Q2_K / Q3_K tiles; the AVX2 tiles prefetcht0 further ahead.
 template <bool L2, int64_t Ahead = L2 ? kPrefetchBytesL2 : kPrefetchBytes>
 __attribute__((always_inline)) inline void prefetch_line(uintptr_t a) {
