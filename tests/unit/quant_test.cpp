@@ -378,6 +378,18 @@ TEST(Quant, Q2_KKnownAnswer) {
   }
 }
 
+// The scalar formula's m x n outputs of activations xa against pq (panel_stride bytes a panel).
+std::vector<float> int8_reference(DType t, const detail::QuantizedActs& xa, const PackedMatrix& pq,
+                                  int64_t m, int64_t n, int64_t panel_stride) {
+  std::vector<float> ref(static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c)
+      ref[r * n + c] = detail::int8_dot_reference(
+          t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
+          static_cast<int>(c % 16));
+  return ref;
+}
+
 // Random bytes are valid blocks (any code, any scale); d a random finite f16 of either sign,
 // subnormals included.
 std::vector<std::byte> random_blocks(DType t, int64_t rows, int64_t k, uint32_t seed) {
@@ -836,12 +848,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
         }
         detail::QuantizedActs xa;
         detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
-        std::vector<float> ref(static_cast<size_t>(m * n));
-        for (int64_t r = 0; r < m; ++r)
-          for (int64_t c = 0; c < n; ++c)
-            ref[r * n + c] = detail::int8_dot_reference(
-                t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
-                static_cast<int>(c % 16));
+        const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
         std::vector<float> y(ref.size()), y1(static_cast<size_t>(n));
         for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
           if (!test::isa_options(isa, &ko)) continue;
@@ -907,12 +914,7 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
     auto x = randn(static_cast<size_t>(m * k), 32, 2.0f);
     detail::QuantizedActs xa;
     detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
-    std::vector<float> ref(static_cast<size_t>(m * n));
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < n; ++c)
-        ref[r * n + c] = detail::int8_dot_reference(
-            t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
-            static_cast<int>(c % 16));
+    const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
     for (const char* isa : {"amx", "avx512", "avx2"}) {
       if (!test::isa_options(isa, &ko)) continue;
       std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
@@ -991,12 +993,8 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
         for (int64_t i = 0; i < k; ++i) x[r * k + i] = r % 2 ? -1.0f : 1.0f;
       detail::QuantizedActs xa;
       detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
-      std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size());
-      for (int64_t r = 0; r < m; ++r)
-        for (int64_t c = 0; c < n; ++c)
-          ref[r * n + c] = detail::int8_dot_reference(
-              t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
-              static_cast<int>(c % 16));
+      const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
+      std::vector<float> y(ref.size());
       for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
         if (!test::isa_options(isa, &ko)) continue;
         matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
@@ -1036,12 +1034,8 @@ TEST(QuantInt8, Q6KEveryScaleEqualsScalarFormula) {
     for (int64_t i = 0; i < k; ++i) x[i] = i % 2 ? -1.0f : 1.0f;  // row 0: codes +-127
     detail::QuantizedActs xa;
     detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
-    std::vector<float> ref(static_cast<size_t>(m * n)), y(ref.size());
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t c = 0; c < n; ++c)
-        ref[r * n + c] = detail::int8_dot_reference(
-            t, xa, r, static_cast<const std::byte*>(pq.raw()) + (c / 16) * panel_stride,
-            static_cast<int>(c % 16));
+    const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
+    std::vector<float> y(ref.size());
     for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
       if (!test::isa_options(isa, &ko)) continue;
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {

@@ -258,7 +258,7 @@ REWIND_AVX512 void expand_q4_k_scaled(const std::byte* src, int64_t nb, int8_t* 
       const __m512i hi = _mm512_srli_epi32(m32, 3);
       const __m512i mlo = _mm512_or_si512(lo, _mm512_slli_epi32(lo, 16));
       const __m512i mhi = _mm512_or_si512(hi, _mm512_slli_epi32(hi, 16));
-      int8_t* o = dst + b * 8192 + (sb / 2) * 2048 + (sb % 2) * 512;
+      int8_t* o = dst + b * kAmxQ4KScaledBlock + (sb / 2) * 2048 + (sb % 2) * 512;
       for (int row = 0; row < 8; ++row) {
         const __m512i c = _mm512_load_si512(codes + 512 * sb + 64 * row);
         _mm512_storeu_si512(o + 64 * row, _mm512_mullo_epi16(c, mlo));
@@ -297,18 +297,18 @@ REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const 
     const int8_t* sp = scaled + p * scaled_stride;
     __m512 acc[16];
     for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-#define REWIND_AMX_BLOCK(CL, CH, b)                \
-  do {                                             \
-    _tile_zero(CL);                                \
-    _tile_zero(CH);                                \
-    for (int j = 0; j < 4; ++j) {                  \
-      const int8_t* bj = sp + (b)*8192 + j * 2048; \
-      _tile_loadd(4, a + ((b)*4 + j) * 1024, 64);  \
-      _tile_loadd(6, bj, 64);                      \
-      _tile_dpbssd(CL, 4, 6);                      \
-      _tile_loadd(7, bj + 1024, 64);               \
-      _tile_dpbssd(CH, 4, 7);                      \
-    }                                              \
+#define REWIND_AMX_BLOCK(CL, CH, b)                              \
+  do {                                                           \
+    _tile_zero(CL);                                              \
+    _tile_zero(CH);                                              \
+    for (int j = 0; j < 4; ++j) {                                \
+      const int8_t* bj = sp + (b)*kAmxQ4KScaledBlock + j * 2048; \
+      _tile_loadd(4, a + ((b)*4 + j) * 1024, 64);                \
+      _tile_loadd(6, bj, 64);                                    \
+      _tile_dpbssd(CL, 4, 6);                                    \
+      _tile_loadd(7, bj + 1024, 64);                             \
+      _tile_dpbssd(CH, 4, 7);                                    \
+    }                                                            \
   } while (0)
     REWIND_AMX_BLOCK(0, 1, 0);
     for (int64_t b = 0; b < nb; ++b) {
@@ -375,7 +375,7 @@ REWIND_AVX512 void expand_q6_k_parts(const std::byte* src, int64_t nb, int8_t* d
         // and with the even byte cleared the high byte is the odd one's; each fits an int8.
         const __m512i q = _mm512_sub_epi8(q6_k_codes(blk, g), c32);
         const __m512i qo = _mm512_and_si512(q, hi_bytes);
-        int8_t* o = dst + b * 12288 + (g / 16) * 3072 + (g % 16) * 64;
+        int8_t* o = dst + b * kAmxQ6KPartsBlock + (g / 16) * 3072 + (g % 16) * 64;
         for (int part = 0; part < 3; ++part)
           _mm512_storeu_si512(o + 1024 * part,
                               _mm512_mask_blend_epi8(kOdd, _mm512_mullo_epi16(q, d[part]),
@@ -402,21 +402,21 @@ REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const in
     const int8_t* sp = parts + p * parts_stride;
     __m512 acc[16];
     for (int r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-#define REWIND_AMX_BLOCK(C0, C1, C2, b)             \
-  do {                                              \
-    _tile_zero(C0);                                 \
-    _tile_zero(C1);                                 \
-    _tile_zero(C2);                                 \
-    for (int j = 0; j < 4; ++j) {                   \
-      const int8_t* bj = sp + (b)*12288 + j * 3072; \
-      _tile_loadd(6, a + ((b)*4 + j) * 1024, 64);   \
-      _tile_loadd(7, bj, 64);                       \
-      _tile_dpbssd(C0, 6, 7);                       \
-      _tile_loadd(7, bj + 1024, 64);                \
-      _tile_dpbssd(C1, 6, 7);                       \
-      _tile_loadd(7, bj + 2048, 64);                \
-      _tile_dpbssd(C2, 6, 7);                       \
-    }                                               \
+#define REWIND_AMX_BLOCK(C0, C1, C2, b)                         \
+  do {                                                          \
+    _tile_zero(C0);                                             \
+    _tile_zero(C1);                                             \
+    _tile_zero(C2);                                             \
+    for (int j = 0; j < 4; ++j) {                               \
+      const int8_t* bj = sp + (b)*kAmxQ6KPartsBlock + j * 3072; \
+      _tile_loadd(6, a + ((b)*4 + j) * 1024, 64);               \
+      _tile_loadd(7, bj, 64);                                   \
+      _tile_dpbssd(C0, 6, 7);                                   \
+      _tile_loadd(7, bj + 1024, 64);                            \
+      _tile_dpbssd(C1, 6, 7);                                   \
+      _tile_loadd(7, bj + 2048, 64);                            \
+      _tile_dpbssd(C2, 6, 7);                                   \
+    }                                                           \
   } while (0)
     REWIND_AMX_BLOCK(0, 1, 2, 0);
     for (int64_t b = 0; b < nb; ++b) {
@@ -444,8 +444,8 @@ REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const in
         acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx[r * nb + b])),
                                  _mm512_cvtepi32_ps(s), acc[r]);
         // Block b + 2's parts (the next panel's first past the end) into L1, 768 B a row: the
-        // tile loads of the parts otherwise wait on L2 (5-7% faster, matmul_bench --isa amx).
-        const int8_t* nx = sp + (b + 2) * 12288 + r * 768;
+        // tile loads of the parts otherwise wait on L2.
+        const int8_t* nx = sp + (b + 2) * kAmxQ6KPartsBlock + r * 768;
         for (int l = 0; l < 12; ++l)
           _mm_prefetch(reinterpret_cast<const char*>(nx + 64 * l), _MM_HINT_T0);
       }

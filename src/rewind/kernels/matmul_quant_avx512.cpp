@@ -536,9 +536,9 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
               for (int p = 0; p < P; ++p) is[r][p] = zero_idiom();
             }
           }
+          // Unrolled: c a constant in each copy (kquant_codes' shifts).
 #pragma GCC unroll 4
-          for (int c = 0; c < 4;
-               ++c) {  // unrolled: c a constant in each copy (kquant_codes' shifts)
+          for (int c = 0; c < 4; ++c) {
             const int g = 4 * sb + c;
             __m512i lo[P], hi[P];
             for (int p = 0; p < P; ++p) {

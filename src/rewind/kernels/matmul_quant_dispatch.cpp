@@ -395,7 +395,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // expand each panel group's codes once per row block, so their row blocks are as tall as keeps
   // the block's packed activations within 512 KiB of L2 (128 to 512 rows), spreading the
   // expansion's cost. Q6_K's parts cost more to make (three per code), so its blocks keep up to
-  // 2 MiB of activations (512 rows up to K 4096: 7% faster at K 3584, matmul_bench --isa amx).
+  // 2 MiB of activations (512 rows up to K 4096).
   const int64_t kMc_bytes = (t == DType::Q6_K ? 2048 : 512) * 1024;
   const int64_t kMc = amx_q4 ? std::clamp<int64_t>(kMc_bytes / xa.k / 16 * 16, 128, 512)
                       : amx  ? 128
@@ -410,7 +410,9 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   const bool amx_q6 = amx && t == DType::Q6_K;
   const bool amx_k64 = amx && (t == DType::Q4_K || amx_q6);
   // Bytes of the AMX tiles' expanded codes per block.
-  const int64_t amx_block_bytes = amx_q6 ? 12288 : amx_k64 ? 8192 : 4096;
+  const int64_t amx_block_bytes = amx_q6    ? kAmxQ6KPartsBlock
+                                  : amx_k64 ? kAmxQ4KScaledBlock
+                                            : kKBytesCodes;
   if (amx) {
     amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
     if (amx_k64)
@@ -449,21 +451,21 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         else if (amx_q4)
           for (int p = 0; p < npg; ++p)
             expand_q4_k_codes(panels + (p0 + p) * panel_stride, nb, t == DType::Q5_K,
-                              q4.data() + p * nb * 4096);
+                              q4.data() + p * nb * kKBytesCodes);
         const int64_t steps = (re - r) / 16 * npg * (xa.k / 32);
         PrefetchStream pf(next_group, next_bytes, steps);
         for (; r + 16 <= re; r += 16) {
           const int8_t* ar = amx_a.data() + (r - rb) * xa.k;
           float* yr = y + (r - r0) * ldy + 16 * p0;
           if (amx_q6)
-            int8_tile_amx_q6_k(xa, r, ar, src, stride, q4.data(), nb * 12288, npg, yr, ldy,
-                               ncols - 16 * p0, pf);
+            int8_tile_amx_q6_k(xa, r, ar, src, stride, q4.data(), nb * amx_block_bytes, npg, yr,
+                               ldy, ncols - 16 * p0, pf);
           else if (amx_k64)
-            int8_tile_amx_q4_k64(xa, r, ar, src, stride, q4.data(), nb * 8192, npg, yr, ldy,
-                                 ncols - 16 * p0, pf);
+            int8_tile_amx_q4_k64(xa, r, ar, src, stride, q4.data(), nb * amx_block_bytes, npg, yr,
+                                 ldy, ncols - 16 * p0, pf);
           else if (amx_q4)
-            int8_tile_amx_q4_k(t, xa, r, ar, src, stride, q4.data(), nb * 4096, npg, yr, ldy,
-                               ncols - 16 * p0, pf);
+            int8_tile_amx_q4_k(t, xa, r, ar, src, stride, q4.data(), nb * amx_block_bytes, npg, yr,
+                               ldy, ncols - 16 * p0, pf);
           else
             int8_tile_amx_q8_0(xa, r, ar, src, stride, npg, yr, ldy, ncols - 16 * p0, pf);
         }

@@ -78,6 +78,11 @@ constexpr int64_t kQ6KBytesBlock = 288 + 4096;
 // expand_q4_k_codes lays them out (group g: values 8g..8g+3 at 128 g, 8g+4..8g+7 at 128 g + 64).
 // The packed codes (and Q5_K's high bits) stay out: the tiles read the expanded ones.
 constexpr int64_t kKBytesCodes = 4096;
+// Bytes a 256-value K-quant block takes as the AMX tiles' B operands: Q4_K's codes times its
+// scales' two parts (expand_q4_k_scaled), Q6_K's times its scales' three digits
+// (expand_q6_k_parts); each 64-value chunk holds one 16 x 64 B operand per part.
+constexpr int64_t kAmxQ4KScaledBlock = 2 * kKBytesCodes;
+constexpr int64_t kAmxQ6KPartsBlock = 3 * kKBytesCodes;
 constexpr int64_t kKBytesBlock = kQ4KQOff + kKBytesCodes;
 // Q6_K code (u8, q + 32) of value k, lane j: low 4 bits in the Q4_K nibble layout, high 2 bits
 // in 16 groups of 16 values: byte t of lane j of group h holds, in bits 2c..2c+1, the high bits
