@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_clock.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/machine_limits.h"
 #include "rewind/kernels/ops.h"
@@ -35,18 +36,8 @@
 namespace {
 
 using namespace rw;
-using Clock = std::chrono::steady_clock;
 
-bool g_cpu_time = false;
-
-double now_s() {
-  if (g_cpu_time) {
-    timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  }
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
+using bench::now_s;
 
 std::string arg(int argc, char** argv, const std::string& name, const std::string& def) {
   for (int i = 1; i + 1 < argc; ++i)
@@ -119,7 +110,7 @@ int main(int argc, char** argv) {
   const int64_t nkv = std::atoll(arg(argc, argv, "--kv-heads", "2").c_str());
   const int64_t D = std::atoll(arg(argc, argv, "--head-dim", "256").c_str());
   for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--cpu-time") g_cpu_time = true;
+    if (std::string(argv[i]) == "--cpu-time") bench::bench_cpu_time = true;
   IsaCap isa = IsaCap::Amx;
   if (!parse_isa_cap(arg(argc, argv, "--isa", "auto"), &isa) || !isa_cap_supported(isa)) {
     std::fprintf(stderr, "kv_attention_bench: --isa not available here\n");
@@ -145,7 +136,7 @@ int main(int argc, char** argv) {
       "isa %s; bandwidth %.1f GB/s (probe %.0f MiB next to each step)%s\n",
       static_cast<long long>(layers), static_cast<long long>(nh), static_cast<long long>(nkv),
       static_cast<long long>(D), pool.n_threads(), isa_cap_name(isa), lim.read_bandwidth_gb_s,
-      static_cast<double>(probe.bytes()) / (1 << 20), g_cpu_time ? "; CPU time" : "");
+      static_cast<double>(probe.bytes()) / (1 << 20), bench::bench_cpu_time ? "; CPU time" : "");
   std::printf("%7s %-5s %9s %10s %9s %9s %8s %10s\n", "context", "type", "KV MB", "ms/step",
               "tok/s", "GB/s", "of bound", "vs f32");
   std::mt19937_64 rng(1);

@@ -46,14 +46,13 @@
 #include <utility>
 #include <vector>
 
+#include "bench_clock.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/kernels/machine_limits.h"
 #include "rewind/kernels/matmul.h"
 #include "rewind/tensor/quant.h"
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Shape {
   const char* name;
@@ -66,16 +65,7 @@ const Shape kShapes[] = {
     {"o_proj", 2048, 1024},  {"lm_head", 1024, 248320},
 };
 
-bool g_cpu_time = false;
-
-double now_s() {
-  if (g_cpu_time) {
-    timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-  }
-  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
-}
+using rw::bench::now_s;
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> v;
@@ -145,8 +135,8 @@ int main(int argc, char** argv) {
   double seconds = 0.5;  // per measurement
   double given_bw = 0, given_peak = 0;
   bool limits_only = false, cold_all = false;
-  rw::KernelOptions kopt;              // --isa, --quant-dot
-  std::vector<int64_t> decode_panels;  // --decode-panels: counts to compare (empty: off)
+  rw::KernelOptions kopt;                      // --isa, --quant-dot
+  std::vector<int64_t> decode_panels;          // --decode-panels: counts to compare (empty: off)
   std::vector<rw::DecodeSplit> decode_splits;  // --decode-split: splits to compare (empty: off)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -178,7 +168,7 @@ int main(int argc, char** argv) {
     } else if (a == "--cold") {
       cold_all = true;
     } else if (a == "--cpu-time") {
-      g_cpu_time = true;
+      rw::bench::bench_cpu_time = true;
     } else if (a == "--decode-panels") {
       decode_panels = parse_list(next());
       for (int64_t p : decode_panels)
@@ -352,7 +342,9 @@ int main(int argc, char** argv) {
           compare_settings(
               "decode panels", labels,
               [&](size_t i) {
-                apply([&](rw::KernelOptions& o) { o.decode_panels = static_cast<int>(decode_panels[i]); });
+                apply([&](rw::KernelOptions& o) {
+                  o.decode_panels = static_cast<int>(decode_panels[i]);
+                });
               },
               seconds, cold_pass, static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt,
               m);
@@ -367,7 +359,8 @@ int main(int argc, char** argv) {
               [&](size_t i) {
                 apply([&](rw::KernelOptions& o) { o.decode_split = decode_splits[i]; });
               },
-              seconds, cold_pass, static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt, m);
+              seconds, cold_pass, static_cast<double>(bytes * want), lim.read_bandwidth_gb_s, s, dt,
+              m);
           apply([](rw::KernelOptions&) {});
           continue;
         }
