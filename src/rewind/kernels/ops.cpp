@@ -1347,6 +1347,137 @@ __attribute__((target("avx512f"))) inline void mamba2_tokens_avx512(
   }
 }
 
+// Prefill form of mamba2_steps in AVX-512 with the state's rows in the lanes: a block of R = 16 NB
+// rows is transposed into a scratch laid out column by column (column n of the block is one vector
+// per 16 rows), so that the 16 read-out lanes of a row (n % 16 = j) become 16 vectors whose fixed
+// tree is vector adds, with no shuffles; x * dt and y = sum + D * x are whole vectors over the
+// rows. Lane class j runs first over its columns n = j, j + 16, ... (the scratch stores them in
+// that order, one contiguous stream), its sums kept, so only the current class's accumulators live
+// in registers. Per element the same operations in the same order as the scalar loop (token k's
+// update and read, then token k + 1's), so the same bits.
+template <int NB, int K>
+__attribute__((target("avx512f"))) inline void mamba2_lanes_avx512(
+    float* st, int64_t M, int64_t N, const float* x, int64_t ldx, const float* B, const float* C,
+    int64_t ldbc, const float* dt, const float* dA, float D, float* y, int64_t ldy, int64_t t,
+    int64_t rows) {
+  constexpr int R = 16 * NB;
+  __m512 a[K], xdt[K][NB], sum[K][NB];
+  __mmask16 mk[NB];
+  for (int q = 0; q < NB; ++q) mk[q] = lanes_left(rows - 16 * q);
+  for (int k = 0; k < K; ++k) {
+    a[k] = _mm512_set1_ps(dA[t + k]);
+    const __m512 d = _mm512_set1_ps(dt[t + k]);
+    for (int q = 0; q < NB; ++q)
+      xdt[k][q] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[q], x + (t + k) * ldx + 16 * q), d);
+  }
+  const float* b = B + t * ldbc;
+  const float* c = C + t * ldbc;
+  // lane[j][k][q]: the read-out sums of lane class j.
+  __m512 lane[kLanes][K][NB];
+  for (int j = 0; j < kLanes; ++j) {
+    __m512 acc[K][NB];
+    for (int k = 0; k < K; ++k)
+      for (int q = 0; q < NB; ++q) acc[k][q] = _mm512_setzero_ps();
+    float* sj = st + j * M * R;
+    for (int64_t n = j; n < N; n += kLanes, sj += R) {
+      __m512 bv[K], cv[K];
+      for (int k = 0; k < K; ++k) {
+        bv[k] = _mm512_set1_ps(b[k * ldbc + n]);
+        cv[k] = _mm512_set1_ps(c[k * ldbc + n]);
+      }
+      for (int q = 0; q < NB; ++q) {
+        __m512 sv = _mm512_load_ps(sj + 16 * q);
+        for (int k = 0; k < K; ++k) {
+          sv = _mm512_fmadd_ps(sv, a[k], _mm512_mul_ps(bv[k], xdt[k][q]));
+          acc[k][q] = _mm512_fmadd_ps(sv, cv[k], acc[k][q]);
+        }
+        _mm512_store_ps(sj + 16 * q, sv);
+      }
+    }
+    for (int k = 0; k < K; ++k)
+      for (int q = 0; q < NB; ++q) lane[j][k][q] = acc[k][q];
+  }
+  // reduce_lanes's tree over the classes, then + D * x.
+  const __m512 dv = _mm512_set1_ps(D);
+  for (int k = 0; k < K; ++k)
+    for (int q = 0; q < NB; ++q) {
+      __m512 t8[8], t4[4];
+      for (int i = 0; i < 8; ++i) t8[i] = _mm512_add_ps(lane[i][k][q], lane[i + 8][k][q]);
+      for (int i = 0; i < 4; ++i) t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
+      sum[k][q] = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+      const __m512 xv = _mm512_maskz_loadu_ps(mk[q], x + (t + k) * ldx + 16 * q);
+      _mm512_mask_storeu_ps(y + (t + k) * ldy + 16 * q, mk[q],
+                            _mm512_add_ps(sum[k][q], _mm512_mul_ps(dv, xv)));
+    }
+}
+
+// 16 x 16 transpose in registers: v[i] lane e becomes v[e] lane i (unpacks, then 128-bit lane
+// shuffles).
+__attribute__((target("avx512f"))) inline void transpose16_avx512(__m512* v) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // u[4g + i] lane L: element 4L + i of rows 4g .. 4g + 3
+    u[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+    u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+    u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+    u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xDD);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xDD);
+    v[i] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+    v[8 + i] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+    v[4 + i] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    v[12 + i] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+  }
+}
+
+// All T tokens of rows [p0, p0 + rows) (rows <= 16 NB) through mamba2_lanes_avx512: the rows
+// transposed into the scratch st (M * 16 columns of 16 NB floats, 64-byte aligned; rows past
+// `rows` zero) and back.
+template <int NB>
+__attribute__((target("avx512f"))) void mamba2_block_lanes_avx512(
+    float* S, float* st, const float* x, int64_t ldx, const float* B, const float* C, int64_t ldbc,
+    const float* dt, const float* dA, float D, float* y, int64_t ldy, int64_t T, int64_t N,
+    int64_t p0, int64_t rows) {
+  constexpr int R = 16 * NB;
+  const int64_t M = (N + kLanes - 1) / kLanes;
+  __m512 v[kLanes];
+  for (int64_t m = 0; m < M; ++m) {
+    const __mmask16 mn = lanes_left(N - m * kLanes);
+    for (int q = 0; q < NB; ++q) {
+      for (int r = 0; r < kLanes; ++r)
+        v[r] = 16 * q + r < rows ? _mm512_maskz_loadu_ps(mn, S + (p0 + 16 * q + r) * N + m * kLanes)
+                                 : _mm512_setzero_ps();
+      transpose16_avx512(v);
+      for (int j = 0; j < kLanes; ++j) _mm512_store_ps(st + (j * M + m) * R + 16 * q, v[j]);
+    }
+  }
+  int64_t t = 0;
+  for (; t + 2 <= T; t += 2)
+    mamba2_lanes_avx512<NB, 2>(st, M, N, x + p0, ldx, B, C, ldbc, dt, dA, D, y + p0, ldy, t, rows);
+  if (t < T)
+    mamba2_lanes_avx512<NB, 1>(st, M, N, x + p0, ldx, B, C, ldbc, dt, dA, D, y + p0, ldy, t, rows);
+  for (int64_t m = 0; m < M; ++m) {
+    const __mmask16 mn = lanes_left(N - m * kLanes);
+    for (int q = 0; q < NB; ++q) {
+      for (int j = 0; j < kLanes; ++j) v[j] = _mm512_load_ps(st + (j * M + m) * R + 16 * q);
+      transpose16_avx512(v);
+      for (int r = 0; r < kLanes && 16 * q + r < rows; ++r)
+        _mm512_mask_storeu_ps(S + (p0 + 16 * q + r) * N + m * kLanes, mn, v[r]);
+    }
+  }
+}
+
+// Token counts from which mamba2_steps_avx512 takes the rows-in-lanes form (its copies of the
+// state in and out cost about as much as a few tokens).
+constexpr int64_t kMamba2LanesMinTokens = 16;
+
 // mamba2_steps in AVX-512: tokens two at a time (the state chunk loaded and stored once for
 // both), the last one of an odd count alone. A single token (a decode step) prefetches the state.
 __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const float* x, int64_t ldx,
@@ -1357,6 +1488,20 @@ __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const floa
                                                             int64_t N) {
   if (T == 1)
     return mamba2_tokens_avx512<1, true>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, 0, P, N);
+  if (T >= kMamba2LanesMinTokens) {
+    const int64_t M = (N + kLanes - 1) / kLanes;
+    thread_local std::vector<float> store;
+    store.resize(static_cast<size_t>(M * kLanes * 32 + kLanes));
+    float* st =
+        store.data() + (kLanes - reinterpret_cast<uintptr_t>(store.data()) % 64 / 4) % kLanes;
+    int64_t p = 0;
+    for (; p + 16 < P; p += 32)
+      mamba2_block_lanes_avx512<2>(S, st, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, N, p,
+                                   std::min<int64_t>(32, P - p));
+    if (p < P)
+      mamba2_block_lanes_avx512<1>(S, st, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, N, p, P - p);
+    return;
+  }
   int64_t t = 0;
   for (; t + 2 <= T; t += 2)
     mamba2_tokens_avx512<2, false>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, t, P, N);
