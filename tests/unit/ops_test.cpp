@@ -652,6 +652,38 @@ TEST(Ops, ExpFixedAccurateAndSameInVectorLoops) {
   }
 }
 
+// exp_scaled on every path is exp_fixed(x * a) element by element, bit for bit (NaN payloads
+// included), on the range above, special values and every length up to 40 (the SIMD tails).
+TEST(Ops, ExpScaledBitsEqualScalarExpFixed) {
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xs;
+  for (float x = -90.0f; x <= 90.0f; x += 0.01237f) xs.push_back(x);
+  for (float v : {nan, -nan, inf, -inf, 0.0f, -0.0f, 1e-40f, -1e-40f, 1e30f, -1e30f, 20.0f})
+    xs.push_back(v);
+  for (const char* isa : {"auto", "avx2", "scalar"}) {
+    IsaCap cap;
+    if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+    for (float a : {-0.6f, 1.0f, -7.25f, 0.0f}) {
+      for (size_t n = 1; n <= 40; ++n) {
+        std::vector<float> x(xs.end() - static_cast<std::ptrdiff_t>(n), xs.end()), y(n);
+        exp_scaled(x.data(), a, y.data(), static_cast<int64_t>(n), cap);
+        for (size_t i = 0; i < n; ++i) {
+          const float want = exp_fixed(x[i] * a);
+          ASSERT_EQ(0, std::memcmp(&y[i], &want, sizeof(float)))
+              << isa << " n " << n << " x " << x[i] << " a " << a;
+        }
+      }
+      std::vector<float> y(xs);  // in place
+      exp_scaled(y.data(), a, y.data(), static_cast<int64_t>(y.size()), cap);
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const float want = exp_fixed(xs[i] * a);
+        ASSERT_EQ(0, std::memcmp(&y[i], &want, sizeof(float))) << isa << " x " << xs[i];
+      }
+    }
+  }
+}
+
 // conv_silu with special inputs (NaN, infinities, huge values): each output is the documented
 // chain and silu bit for bit, on every channel count's tail.
 TEST(Ops, ConvSpecialValuesBitwise) {

@@ -342,6 +342,17 @@ __attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* ro
   }
 }
 
+// exp_scaled in AVX-512: exp_fixed_avx512(x * a), the scalar loop's operations (same bits).
+__attribute__((target("avx512f"))) void exp_scaled_avx512(const float* x, float a, float* y,
+                                                          int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 m = lanes_left(n - i);
+    _mm512_mask_storeu_ps(y + i, m,
+                          exp_fixed_avx512(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), av)));
+  }
+}
+
 // swiglu in AVX-512: silu_avx512(g) * u, the scalar loop's operations (same bits); y may be g
 // or u.
 __attribute__((target("avx512f"))) void swiglu_avx512(const float* g, const float* u, float* y,
@@ -390,6 +401,14 @@ void swiglu(const float* g, const float* u, float* y, int64_t n, IsaCap isa) {
   if (simd_level(isa) == 2) return swiglu_avx512(g, u, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = (g[i] / (1.0f + exp_fixed_inline(-g[i]))) * u[i];
+}
+
+REWIND_CLONES
+void exp_scaled(const float* x, float a, float* y, int64_t n, IsaCap isa) {
+#ifdef REWIND_SILU_AVX512
+  if (simd_level(isa) == 2) return exp_scaled_avx512(x, a, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = exp_fixed_inline(x[i] * a);
 }
 
 REWIND_CLONES

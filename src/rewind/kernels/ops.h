@@ -53,6 +53,8 @@ float exp_fixed(float x);
 float silu(float x);
 float sigmoid(float x);
 float softplus(float x);
+// y[i] = exp_fixed(x[i] * a) for i < n (Mamba2's decay dA = exp(dt * A)); y may alias x.
+void exp_scaled(const float* x, float a, float* y, int64_t n, IsaCap isa = IsaCap::Amx);
 // a[i] *= sigmoid(gate[i]) for i < n (the attention output gate).
 void sigmoid_gate(float* a, const float* gate, int64_t n);
 // y[i] = silu(g[i]) * u[i] for i < n; y may alias g or u.
