@@ -18,6 +18,10 @@ namespace rw {
 
 namespace {
 constexpr int kLanes = 16;
+// Row stride of the AVX-512 Gated DeltaNet strip's buffer: 64 state columns, then the row's k,
+// q and next k of the token (broadcast from there: one line per row, never 4K-aliased by the
+// strip's recent stores).
+constexpr int kGdnRowStride = 80;
 
 inline float reduce_lanes(const float* acc) {
   // Fixed tree: 16 -> 8 -> 4 -> 2 -> 1.
@@ -628,40 +632,35 @@ inline __attribute__((always_inline)) void gdn_strip(float* __restrict S, float*
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// vpermps's lane indices 0..15 as 16 vectors, loaded rather than built: GCC builds a constant
-// index with a move and a vpbroadcastd, which runs on the shuffle port the vpermps need.
-struct LaneIndexTable {
-  alignas(64) int32_t v[kLanes][kLanes];
-  constexpr LaneIndexTable() : v{} {
-    for (int i = 0; i < kLanes; ++i)
-      for (int j = 0; j < kLanes; ++j) v[i][j] = i;
-  }
-};
-constexpr LaneIndexTable kLaneIndex{};
-
-// gdn_strip<64, false> in AVX-512 (buf 64-byte aligned): the same operations per element in the
-// same order, so the same bits. Token t's q[i], k[i] and token t+1's k[i] come from registers
-// (16 values of each loaded per 16 rows, one lane picked by vpermps) instead of a broadcast load
-// per row: those loads sat a few hundred bytes from the strip's stores, moving 4 bytes a row
-// where the stores move 256, so every 16 rows one matched a store in flight in its low 12 address
-// bits and waited for it (4K aliasing).
+// gdn_strip<64, false> in AVX-512 (buf 64-byte aligned, rows kGdnRowStride floats apart): the
+// same operations per element in the same order, so the same bits. Token t's q[i], k[i] and token
+// t+1's k[i] are broadcast from row i's own padding, where the pass over row i leaves the next
+// token's (three scalar copies, two of which GCC pairs with one insert). A load there never matches
+// one of the strip's recent stores in its low 12 address bits (a broadcast straight from q and k,
+// 4 bytes a row against the stores' 320, did every 16 rows and waited for it: 4K aliasing), and
+// it takes no shuffle-port cycle from the fmas, as three lane picks (vpermps) per row did.
+// recurrence_bench: 5-7% faster than the lane picks; three unpaired copies were slower (stores).
 __attribute__((target("avx512f"))) void gdn_strip64_avx512(
     float* __restrict S, float* __restrict buf, const float* q, const float* k, int64_t ldqk,
     const float* v, int64_t ldv, const float* alpha, const float* beta, float* o, int64_t ldo,
     int64_t T, int64_t dk, int64_t dv, int64_t j0) {
-  constexpr int W = 64, NV = W / kLanes;
-  for (int64_t i = 0; i < dk; ++i)
+  constexpr int W = 64, NV = W / kLanes, RS = kGdnRowStride;
+  for (int64_t i = 0; i < dk; ++i) {
     for (int j = 0; j < NV; ++j)
-      _mm512_store_ps(buf + i * W + kLanes * j, _mm512_loadu_ps(S + i * dv + j0 + kLanes * j));
+      _mm512_store_ps(buf + i * RS + kLanes * j, _mm512_loadu_ps(S + i * dv + j0 + kLanes * j));
+    buf[i * RS + W] = k[i];
+    buf[i * RS + W + 1] = q[i];
+    buf[i * RS + W + 2] = T > 1 ? k[ldqk + i] : 0.0f;
+  }
   __m512 mem[NV];
   for (int j = 0; j < NV; ++j) mem[j] = _mm512_setzero_ps();
   {  // token 0's decay and read
     const __m512 a = _mm512_set1_ps(alpha[0]);
     for (int64_t i = 0; i < dk; ++i) {
-      const __m512 ki = _mm512_set1_ps(k[i]);
+      const __m512 ki = _mm512_set1_ps(buf[i * RS + W]);
       for (int j = 0; j < NV; ++j) {
-        const __m512 s = _mm512_mul_ps(_mm512_load_ps(buf + i * W + kLanes * j), a);
-        _mm512_store_ps(buf + i * W + kLanes * j, s);
+        const __m512 s = _mm512_mul_ps(_mm512_load_ps(buf + i * RS + kLanes * j), a);
+        _mm512_store_ps(buf + i * RS + kLanes * j, s);
         mem[j] = _mm512_fmadd_ps(s, ki, mem[j]);
       }
     }
@@ -675,45 +674,33 @@ __attribute__((target("avx512f"))) void gdn_strip64_avx512(
       acc[j] = _mm512_setzero_ps();
       nxt[j] = _mm512_setzero_ps();
     }
-    const float* kt = k + t * ldqk;
-    const float* qt = q + t * ldqk;
     // Row i of token t: s = fma(k[i], u, S); acc = fma(s, q[i], acc); and unless t is the last,
-    // token t+1's decay sd = s * alpha and read nxt = fma(sd, k'[i], nxt).
-    auto row = [&](float* r, __m512 ki, __m512 qi, __m512 kni, __m512 an, auto more)
-        __attribute__((target("avx512f"), always_inline)) {
-      for (int j = 0; j < NV; ++j) {
-        const __m512 s = _mm512_fmadd_ps(ki, mem[j], _mm512_load_ps(r + kLanes * j));
-        acc[j] = _mm512_fmadd_ps(s, qi, acc[j]);
-        if constexpr (more) {
-          const __m512 sd = _mm512_mul_ps(s, an);
-          _mm512_store_ps(r + kLanes * j, sd);
-          nxt[j] = _mm512_fmadd_ps(sd, kni, nxt[j]);
-        } else {
-          _mm512_store_ps(r + kLanes * j, s);
-        }
-      }
-    };
-    // The table's address hidden from GCC, which would otherwise fold the loads back into
-    // constants.
-    const int32_t* lane_index = &kLaneIndex.v[0][0];
-    __asm__("" : "+r"(lane_index));
+    // token t+1's decay sd = s * alpha and read nxt = fma(sd, k'[i], nxt); then the row's k, q
+    // and k' of the next token into its padding.
     auto rows = [&](auto more) __attribute__((target("avx512f"), always_inline)) {
-      const float* kn = more ? kt + ldqk : kt;
       const __m512 an = _mm512_set1_ps(more ? alpha[t + 1] : 1.0f);
-      int64_t i0 = 0;
-      for (; i0 + kLanes <= dk; i0 += kLanes) {
-        const __m512 K = _mm512_loadu_ps(kt + i0), Q = _mm512_loadu_ps(qt + i0),
-                     KN = _mm512_loadu_ps(kn + i0);
-#pragma GCC unroll 16
-        for (int ii = 0; ii < kLanes; ++ii) {
-          const __m512i idx = _mm512_load_si512(lane_index + kLanes * ii);
-          row(buf + (i0 + ii) * W, _mm512_permutexvar_ps(idx, K), _mm512_permutexvar_ps(idx, Q),
-              _mm512_permutexvar_ps(idx, KN), an, more);
+      const int64_t t1 = more ? t + 1 : t, t2 = more && t + 2 < T ? t + 2 : t1;
+      const float *k1 = k + t1 * ldqk, *q1 = q + t1 * ldqk, *k2 = k + t2 * ldqk;
+      for (int64_t i = 0; i < dk; ++i) {
+        float* r = buf + i * RS;
+        const __m512 ki = _mm512_set1_ps(r[W]), qi = _mm512_set1_ps(r[W + 1]);
+        for (int j = 0; j < NV; ++j) {
+          const __m512 s = _mm512_fmadd_ps(ki, mem[j], _mm512_load_ps(r + kLanes * j));
+          acc[j] = _mm512_fmadd_ps(s, qi, acc[j]);
+          if constexpr (more) {
+            const __m512 sd = _mm512_mul_ps(s, an);
+            _mm512_store_ps(r + kLanes * j, sd);
+            nxt[j] = _mm512_fmadd_ps(sd, _mm512_set1_ps(r[W + 2]), nxt[j]);
+          } else {
+            _mm512_store_ps(r + kLanes * j, s);
+          }
+        }
+        if constexpr (more) {
+          r[W] = k1[i];
+          r[W + 1] = q1[i];
+          r[W + 2] = k2[i];
         }
       }
-      for (int64_t i = i0; i < dk; ++i)
-        row(buf + i * W, _mm512_set1_ps(kt[i]), _mm512_set1_ps(qt[i]), _mm512_set1_ps(kn[i]), an,
-            more);
     };
     if (t + 1 < T)
       rows(std::true_type{});
@@ -727,7 +714,7 @@ __attribute__((target("avx512f"))) void gdn_strip64_avx512(
   }
   for (int64_t i = 0; i < dk; ++i)
     for (int j = 0; j < NV; ++j)
-      _mm512_storeu_ps(S + i * dv + j0 + kLanes * j, _mm512_load_ps(buf + i * W + kLanes * j));
+      _mm512_storeu_ps(S + i * dv + j0 + kLanes * j, _mm512_load_ps(buf + i * RS + kLanes * j));
 }
 
 // gdn_step on columns [j0, j0 + 16 NV) of S, its read and output accumulators in registers. The
@@ -819,7 +806,7 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
   const int64_t P = 2 * dk + dv;
   // Per-thread scratch, kept between calls (one call per head, layer and chunk).
   thread_local std::vector<float> buf_store, pk;
-  buf_store.resize(static_cast<size_t>(dk * kW + kLanes));
+  buf_store.resize(static_cast<size_t>(dk * kGdnRowStride + kLanes));
   // 64-byte aligned: the strip's rows are whole lines (a row split over two lines costs both).
   float* buf =
       buf_store.data() + (kLanes - reinterpret_cast<uintptr_t>(buf_store.data()) % 64 / 4) % kLanes;
