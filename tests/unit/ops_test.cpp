@@ -652,6 +652,38 @@ TEST(Ops, ExpFixedAccurateAndSameInVectorLoops) {
   }
 }
 
+// exp_scaled on every path is exp_fixed(x * a) element by element, bit for bit (NaN payloads
+// included), on the range above, special values and every length up to 40 (the SIMD tails).
+TEST(Ops, ExpScaledBitsEqualScalarExpFixed) {
+  const float inf = std::numeric_limits<float>::infinity(),
+              nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xs;
+  for (float x = -90.0f; x <= 90.0f; x += 0.01237f) xs.push_back(x);
+  for (float v : {nan, -nan, inf, -inf, 0.0f, -0.0f, 1e-40f, -1e-40f, 1e30f, -1e30f, 20.0f})
+    xs.push_back(v);
+  for (const char* isa : {"auto", "avx2", "scalar"}) {
+    IsaCap cap;
+    if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
+    for (float a : {-0.6f, 1.0f, -7.25f, 0.0f}) {
+      for (size_t n = 1; n <= 40; ++n) {
+        std::vector<float> x(xs.end() - static_cast<std::ptrdiff_t>(n), xs.end()), y(n);
+        exp_scaled(x.data(), a, y.data(), static_cast<int64_t>(n), cap);
+        for (size_t i = 0; i < n; ++i) {
+          const float want = exp_fixed(x[i] * a);
+          ASSERT_EQ(0, std::memcmp(&y[i], &want, sizeof(float)))
+              << isa << " n " << n << " x " << x[i] << " a " << a;
+        }
+      }
+      std::vector<float> y(xs);  // in place
+      exp_scaled(y.data(), a, y.data(), static_cast<int64_t>(y.size()), cap);
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const float want = exp_fixed(xs[i] * a);
+        ASSERT_EQ(0, std::memcmp(&y[i], &want, sizeof(float))) << isa << " x " << xs[i];
+      }
+    }
+  }
+}
+
 // conv_silu with special inputs (NaN, infinities, huge values): each output is the documented
 // chain and silu bit for bit, on every channel count's tail.
 TEST(Ops, ConvSpecialValuesBitwise) {
@@ -715,18 +747,19 @@ bool same_bits_or_nan(float a, float b) {
   return std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b));
 }
 
-// Every path of mamba2_steps (the AVX-512 and AVX2 two-token steps included) against the naive
-// loop above, bit for bit, with special values in the state and the inputs (NaN, infinities,
-// subnormals, -0, huge values), even and odd token counts, row counts with and without a tail of
-// under eight.
+// Every path of mamba2_steps (the AVX-512 and AVX2 two-token steps, and from 16 tokens the
+// AVX-512 form with the rows in the lanes, included) against the naive loop above, bit for bit,
+// with special values in the state and the inputs (NaN, infinities, subnormals, -0, huge values),
+// even and odd token counts, row counts with and without a tail of under eight or sixteen, whole
+// and partial blocks of 32 rows, and state sizes with and without a tail of under sixteen.
 TEST(Ops, Mamba2StepsBitsEqualNaiveLoopWithSpecialValues) {
   std::mt19937_64 r(43);
   const float inf = std::numeric_limits<float>::infinity(),
               nan = std::numeric_limits<float>::quiet_NaN();
   const float special[] = {nan, inf, -inf, 1e30f, -1e30f, 1e-40f, -0.0f, 3e38f, -1e-38f};
   for (auto [P, N] : std::vector<std::pair<int64_t, int64_t>>{
-           {8, 16}, {11, 32}, {32, 128}, {64, 128}, {2, 48}, {9, 40}})
-    for (int64_t T : {1, 2, 4, 5, 9}) {
+           {8, 16}, {11, 32}, {32, 128}, {64, 128}, {2, 48}, {9, 40}, {20, 24}, {48, 128}, {37, 8}})
+    for (int64_t T : {1, 2, 4, 5, 9, 16, 33}) {
       const int64_t ldx = P + 1, ldbc = 2 * N + 3, ldy = P + 5;
       auto S0 = randv(r, P * N, 0.5f);
       auto x = randv(r, T * ldx), bc = randv(r, T * ldbc, 0.5f);

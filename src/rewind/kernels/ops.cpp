@@ -18,6 +18,10 @@ namespace rw {
 
 namespace {
 constexpr int kLanes = 16;
+// Row stride of the AVX-512 Gated DeltaNet strip's buffer: 64 state columns, then the row's k,
+// q and next k of the token (broadcast from there: one line per row, never 4K-aliased by the
+// strip's recent stores).
+constexpr int kGdnRowStride = 80;
 
 inline float reduce_lanes(const float* acc) {
   // Fixed tree: 16 -> 8 -> 4 -> 2 -> 1.
@@ -342,6 +346,17 @@ __attribute__((target("avx512f"))) void conv4_silu_avx512(const float* const* ro
   }
 }
 
+// exp_scaled in AVX-512: exp_fixed_avx512(x * a), the scalar loop's operations (same bits).
+__attribute__((target("avx512f"))) void exp_scaled_avx512(const float* x, float a, float* y,
+                                                          int64_t n) {
+  const __m512 av = _mm512_set1_ps(a);
+  for (int64_t i = 0; i < n; i += kLanes) {
+    const __mmask16 m = lanes_left(n - i);
+    _mm512_mask_storeu_ps(y + i, m,
+                          exp_fixed_avx512(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), av)));
+  }
+}
+
 // swiglu in AVX-512: silu_avx512(g) * u, the scalar loop's operations (same bits); y may be g
 // or u.
 __attribute__((target("avx512f"))) void swiglu_avx512(const float* g, const float* u, float* y,
@@ -390,6 +405,14 @@ void swiglu(const float* g, const float* u, float* y, int64_t n, IsaCap isa) {
   if (simd_level(isa) == 2) return swiglu_avx512(g, u, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = (g[i] / (1.0f + exp_fixed_inline(-g[i]))) * u[i];
+}
+
+REWIND_CLONES
+void exp_scaled(const float* x, float a, float* y, int64_t n, IsaCap isa) {
+#ifdef REWIND_SILU_AVX512
+  if (simd_level(isa) == 2) return exp_scaled_avx512(x, a, y, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = exp_fixed_inline(x[i] * a);
 }
 
 REWIND_CLONES
@@ -609,40 +632,35 @@ inline __attribute__((always_inline)) void gdn_strip(float* __restrict S, float*
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-// vpermps's lane indices 0..15 as 16 vectors, loaded rather than built: GCC builds a constant
-// index with a move and a vpbroadcastd, which runs on the shuffle port the vpermps need.
-struct LaneIndexTable {
-  alignas(64) int32_t v[kLanes][kLanes];
-  constexpr LaneIndexTable() : v{} {
-    for (int i = 0; i < kLanes; ++i)
-      for (int j = 0; j < kLanes; ++j) v[i][j] = i;
-  }
-};
-constexpr LaneIndexTable kLaneIndex{};
-
-// gdn_strip<64, false> in AVX-512 (buf 64-byte aligned): the same operations per element in the
-// same order, so the same bits. Token t's q[i], k[i] and token t+1's k[i] come from registers
-// (16 values of each loaded per 16 rows, one lane picked by vpermps) instead of a broadcast load
-// per row: those loads sat a few hundred bytes from the strip's stores, moving 4 bytes a row
-// where the stores move 256, so every 16 rows one matched a store in flight in its low 12 address
-// bits and waited for it (4K aliasing).
+// gdn_strip<64, false> in AVX-512 (buf 64-byte aligned, rows kGdnRowStride floats apart): the
+// same operations per element in the same order, so the same bits. Token t's q[i], k[i] and token
+// t+1's k[i] are broadcast from row i's own padding, where the pass over row i leaves the next
+// token's (three scalar copies, two of which GCC pairs with one insert). A load there never matches
+// one of the strip's recent stores in its low 12 address bits (a broadcast straight from q and k,
+// 4 bytes a row against the stores' 320, did every 16 rows and waited for it: 4K aliasing), and
+// it takes no shuffle-port cycle from the fmas, as three lane picks (vpermps) per row did.
+// recurrence_bench: 5-7% faster than the lane picks; three unpaired copies were slower (stores).
 __attribute__((target("avx512f"))) void gdn_strip64_avx512(
     float* __restrict S, float* __restrict buf, const float* q, const float* k, int64_t ldqk,
     const float* v, int64_t ldv, const float* alpha, const float* beta, float* o, int64_t ldo,
     int64_t T, int64_t dk, int64_t dv, int64_t j0) {
-  constexpr int W = 64, NV = W / kLanes;
-  for (int64_t i = 0; i < dk; ++i)
+  constexpr int W = 64, NV = W / kLanes, RS = kGdnRowStride;
+  for (int64_t i = 0; i < dk; ++i) {
     for (int j = 0; j < NV; ++j)
-      _mm512_store_ps(buf + i * W + kLanes * j, _mm512_loadu_ps(S + i * dv + j0 + kLanes * j));
+      _mm512_store_ps(buf + i * RS + kLanes * j, _mm512_loadu_ps(S + i * dv + j0 + kLanes * j));
+    buf[i * RS + W] = k[i];
+    buf[i * RS + W + 1] = q[i];
+    buf[i * RS + W + 2] = T > 1 ? k[ldqk + i] : 0.0f;
+  }
   __m512 mem[NV];
   for (int j = 0; j < NV; ++j) mem[j] = _mm512_setzero_ps();
   {  // token 0's decay and read
     const __m512 a = _mm512_set1_ps(alpha[0]);
     for (int64_t i = 0; i < dk; ++i) {
-      const __m512 ki = _mm512_set1_ps(k[i]);
+      const __m512 ki = _mm512_set1_ps(buf[i * RS + W]);
       for (int j = 0; j < NV; ++j) {
-        const __m512 s = _mm512_mul_ps(_mm512_load_ps(buf + i * W + kLanes * j), a);
-        _mm512_store_ps(buf + i * W + kLanes * j, s);
+        const __m512 s = _mm512_mul_ps(_mm512_load_ps(buf + i * RS + kLanes * j), a);
+        _mm512_store_ps(buf + i * RS + kLanes * j, s);
         mem[j] = _mm512_fmadd_ps(s, ki, mem[j]);
       }
     }
@@ -656,45 +674,33 @@ __attribute__((target("avx512f"))) void gdn_strip64_avx512(
       acc[j] = _mm512_setzero_ps();
       nxt[j] = _mm512_setzero_ps();
     }
-    const float* kt = k + t * ldqk;
-    const float* qt = q + t * ldqk;
     // Row i of token t: s = fma(k[i], u, S); acc = fma(s, q[i], acc); and unless t is the last,
-    // token t+1's decay sd = s * alpha and read nxt = fma(sd, k'[i], nxt).
-    auto row = [&](float* r, __m512 ki, __m512 qi, __m512 kni, __m512 an, auto more)
-        __attribute__((target("avx512f"), always_inline)) {
-      for (int j = 0; j < NV; ++j) {
-        const __m512 s = _mm512_fmadd_ps(ki, mem[j], _mm512_load_ps(r + kLanes * j));
-        acc[j] = _mm512_fmadd_ps(s, qi, acc[j]);
-        if constexpr (more) {
-          const __m512 sd = _mm512_mul_ps(s, an);
-          _mm512_store_ps(r + kLanes * j, sd);
-          nxt[j] = _mm512_fmadd_ps(sd, kni, nxt[j]);
-        } else {
-          _mm512_store_ps(r + kLanes * j, s);
-        }
-      }
-    };
-    // The table's address hidden from GCC, which would otherwise fold the loads back into
-    // constants.
-    const int32_t* lane_index = &kLaneIndex.v[0][0];
-    __asm__("" : "+r"(lane_index));
+    // token t+1's decay sd = s * alpha and read nxt = fma(sd, k'[i], nxt); then the row's k, q
+    // and k' of the next token into its padding.
     auto rows = [&](auto more) __attribute__((target("avx512f"), always_inline)) {
-      const float* kn = more ? kt + ldqk : kt;
       const __m512 an = _mm512_set1_ps(more ? alpha[t + 1] : 1.0f);
-      int64_t i0 = 0;
-      for (; i0 + kLanes <= dk; i0 += kLanes) {
-        const __m512 K = _mm512_loadu_ps(kt + i0), Q = _mm512_loadu_ps(qt + i0),
-                     KN = _mm512_loadu_ps(kn + i0);
-#pragma GCC unroll 16
-        for (int ii = 0; ii < kLanes; ++ii) {
-          const __m512i idx = _mm512_load_si512(lane_index + kLanes * ii);
-          row(buf + (i0 + ii) * W, _mm512_permutexvar_ps(idx, K), _mm512_permutexvar_ps(idx, Q),
-              _mm512_permutexvar_ps(idx, KN), an, more);
+      const int64_t t1 = more ? t + 1 : t, t2 = more && t + 2 < T ? t + 2 : t1;
+      const float *k1 = k + t1 * ldqk, *q1 = q + t1 * ldqk, *k2 = k + t2 * ldqk;
+      for (int64_t i = 0; i < dk; ++i) {
+        float* r = buf + i * RS;
+        const __m512 ki = _mm512_set1_ps(r[W]), qi = _mm512_set1_ps(r[W + 1]);
+        for (int j = 0; j < NV; ++j) {
+          const __m512 s = _mm512_fmadd_ps(ki, mem[j], _mm512_load_ps(r + kLanes * j));
+          acc[j] = _mm512_fmadd_ps(s, qi, acc[j]);
+          if constexpr (more) {
+            const __m512 sd = _mm512_mul_ps(s, an);
+            _mm512_store_ps(r + kLanes * j, sd);
+            nxt[j] = _mm512_fmadd_ps(sd, _mm512_set1_ps(r[W + 2]), nxt[j]);
+          } else {
+            _mm512_store_ps(r + kLanes * j, s);
+          }
+        }
+        if constexpr (more) {
+          r[W] = k1[i];
+          r[W + 1] = q1[i];
+          r[W + 2] = k2[i];
         }
       }
-      for (int64_t i = i0; i < dk; ++i)
-        row(buf + i * W, _mm512_set1_ps(kt[i]), _mm512_set1_ps(qt[i]), _mm512_set1_ps(kn[i]), an,
-            more);
     };
     if (t + 1 < T)
       rows(std::true_type{});
@@ -708,7 +714,7 @@ __attribute__((target("avx512f"))) void gdn_strip64_avx512(
   }
   for (int64_t i = 0; i < dk; ++i)
     for (int j = 0; j < NV; ++j)
-      _mm512_storeu_ps(S + i * dv + j0 + kLanes * j, _mm512_load_ps(buf + i * W + kLanes * j));
+      _mm512_storeu_ps(S + i * dv + j0 + kLanes * j, _mm512_load_ps(buf + i * RS + kLanes * j));
 }
 
 // gdn_step on columns [j0, j0 + 16 NV) of S, its read and output accumulators in registers. The
@@ -800,7 +806,7 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
   const int64_t P = 2 * dk + dv;
   // Per-thread scratch, kept between calls (one call per head, layer and chunk).
   thread_local std::vector<float> buf_store, pk;
-  buf_store.resize(static_cast<size_t>(dk * kW + kLanes));
+  buf_store.resize(static_cast<size_t>(dk * kGdnRowStride + kLanes));
   // 64-byte aligned: the strip's rows are whole lines (a row split over two lines costs both).
   float* buf =
       buf_store.data() + (kLanes - reinterpret_cast<uintptr_t>(buf_store.data()) % 64 / 4) % kLanes;
@@ -1347,6 +1353,137 @@ __attribute__((target("avx512f"))) inline void mamba2_tokens_avx512(
   }
 }
 
+// Prefill form of mamba2_steps in AVX-512 with the state's rows in the lanes: a block of R = 16 NB
+// rows is transposed into a scratch laid out column by column (column n of the block is one vector
+// per 16 rows), so that the 16 read-out lanes of a row (n % 16 = j) become 16 vectors whose fixed
+// tree is vector adds, with no shuffles; x * dt and y = sum + D * x are whole vectors over the
+// rows. Lane class j runs first over its columns n = j, j + 16, ... (the scratch stores them in
+// that order, one contiguous stream), its sums kept, so only the current class's accumulators live
+// in registers. Per element the same operations in the same order as the scalar loop (token k's
+// update and read, then token k + 1's), so the same bits.
+template <int NB, int K>
+__attribute__((target("avx512f"))) inline void mamba2_lanes_avx512(
+    float* st, int64_t M, int64_t N, const float* x, int64_t ldx, const float* B, const float* C,
+    int64_t ldbc, const float* dt, const float* dA, float D, float* y, int64_t ldy, int64_t t,
+    int64_t rows) {
+  constexpr int R = 16 * NB;
+  __m512 a[K], xdt[K][NB], sum[K][NB];
+  __mmask16 mk[NB];
+  for (int q = 0; q < NB; ++q) mk[q] = lanes_left(rows - 16 * q);
+  for (int k = 0; k < K; ++k) {
+    a[k] = _mm512_set1_ps(dA[t + k]);
+    const __m512 d = _mm512_set1_ps(dt[t + k]);
+    for (int q = 0; q < NB; ++q)
+      xdt[k][q] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[q], x + (t + k) * ldx + 16 * q), d);
+  }
+  const float* b = B + t * ldbc;
+  const float* c = C + t * ldbc;
+  // lane[j][k][q]: the read-out sums of lane class j.
+  __m512 lane[kLanes][K][NB];
+  for (int j = 0; j < kLanes; ++j) {
+    __m512 acc[K][NB];
+    for (int k = 0; k < K; ++k)
+      for (int q = 0; q < NB; ++q) acc[k][q] = _mm512_setzero_ps();
+    float* sj = st + j * M * R;
+    for (int64_t n = j; n < N; n += kLanes, sj += R) {
+      __m512 bv[K], cv[K];
+      for (int k = 0; k < K; ++k) {
+        bv[k] = _mm512_set1_ps(b[k * ldbc + n]);
+        cv[k] = _mm512_set1_ps(c[k * ldbc + n]);
+      }
+      for (int q = 0; q < NB; ++q) {
+        __m512 sv = _mm512_load_ps(sj + 16 * q);
+        for (int k = 0; k < K; ++k) {
+          sv = _mm512_fmadd_ps(sv, a[k], _mm512_mul_ps(bv[k], xdt[k][q]));
+          acc[k][q] = _mm512_fmadd_ps(sv, cv[k], acc[k][q]);
+        }
+        _mm512_store_ps(sj + 16 * q, sv);
+      }
+    }
+    for (int k = 0; k < K; ++k)
+      for (int q = 0; q < NB; ++q) lane[j][k][q] = acc[k][q];
+  }
+  // reduce_lanes's tree over the classes, then + D * x.
+  const __m512 dv = _mm512_set1_ps(D);
+  for (int k = 0; k < K; ++k)
+    for (int q = 0; q < NB; ++q) {
+      __m512 t8[8], t4[4];
+      for (int i = 0; i < 8; ++i) t8[i] = _mm512_add_ps(lane[i][k][q], lane[i + 8][k][q]);
+      for (int i = 0; i < 4; ++i) t4[i] = _mm512_add_ps(t8[i], t8[i + 4]);
+      sum[k][q] = _mm512_add_ps(_mm512_add_ps(t4[0], t4[2]), _mm512_add_ps(t4[1], t4[3]));
+      const __m512 xv = _mm512_maskz_loadu_ps(mk[q], x + (t + k) * ldx + 16 * q);
+      _mm512_mask_storeu_ps(y + (t + k) * ldy + 16 * q, mk[q],
+                            _mm512_add_ps(sum[k][q], _mm512_mul_ps(dv, xv)));
+    }
+}
+
+// 16 x 16 transpose in registers: v[i] lane e becomes v[e] lane i (unpacks, then 128-bit lane
+// shuffles).
+__attribute__((target("avx512f"))) inline void transpose16_avx512(__m512* v) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {  // u[4g + i] lane L: element 4L + i of rows 4g .. 4g + 3
+    u[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+    u[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+    u[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+    u[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0x88);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[i], u[4 + i], 0xDD);
+    const __m512 w0 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0x88);
+    const __m512 w1 = _mm512_shuffle_f32x4(u[8 + i], u[12 + i], 0xDD);
+    v[i] = _mm512_shuffle_f32x4(v0, w0, 0x88);
+    v[8 + i] = _mm512_shuffle_f32x4(v0, w0, 0xDD);
+    v[4 + i] = _mm512_shuffle_f32x4(v1, w1, 0x88);
+    v[12 + i] = _mm512_shuffle_f32x4(v1, w1, 0xDD);
+  }
+}
+
+// All T tokens of rows [p0, p0 + rows) (rows <= 16 NB) through mamba2_lanes_avx512: the rows
+// transposed into the scratch st (M * 16 columns of 16 NB floats, 64-byte aligned; rows past
+// `rows` zero) and back.
+template <int NB>
+__attribute__((target("avx512f"))) void mamba2_block_lanes_avx512(
+    float* S, float* st, const float* x, int64_t ldx, const float* B, const float* C, int64_t ldbc,
+    const float* dt, const float* dA, float D, float* y, int64_t ldy, int64_t T, int64_t N,
+    int64_t p0, int64_t rows) {
+  constexpr int R = 16 * NB;
+  const int64_t M = (N + kLanes - 1) / kLanes;
+  __m512 v[kLanes];
+  for (int64_t m = 0; m < M; ++m) {
+    const __mmask16 mn = lanes_left(N - m * kLanes);
+    for (int q = 0; q < NB; ++q) {
+      for (int r = 0; r < kLanes; ++r)
+        v[r] = 16 * q + r < rows ? _mm512_maskz_loadu_ps(mn, S + (p0 + 16 * q + r) * N + m * kLanes)
+                                 : _mm512_setzero_ps();
+      transpose16_avx512(v);
+      for (int j = 0; j < kLanes; ++j) _mm512_store_ps(st + (j * M + m) * R + 16 * q, v[j]);
+    }
+  }
+  int64_t t = 0;
+  for (; t + 2 <= T; t += 2)
+    mamba2_lanes_avx512<NB, 2>(st, M, N, x + p0, ldx, B, C, ldbc, dt, dA, D, y + p0, ldy, t, rows);
+  if (t < T)
+    mamba2_lanes_avx512<NB, 1>(st, M, N, x + p0, ldx, B, C, ldbc, dt, dA, D, y + p0, ldy, t, rows);
+  for (int64_t m = 0; m < M; ++m) {
+    const __mmask16 mn = lanes_left(N - m * kLanes);
+    for (int q = 0; q < NB; ++q) {
+      for (int j = 0; j < kLanes; ++j) v[j] = _mm512_load_ps(st + (j * M + m) * R + 16 * q);
+      transpose16_avx512(v);
+      for (int r = 0; r < kLanes && 16 * q + r < rows; ++r)
+        _mm512_mask_storeu_ps(S + (p0 + 16 * q + r) * N + m * kLanes, mn, v[r]);
+    }
+  }
+}
+
+// Token counts from which mamba2_steps_avx512 takes the rows-in-lanes form (its copies of the
+// state in and out cost about as much as a few tokens).
+constexpr int64_t kMamba2LanesMinTokens = 16;
+
 // mamba2_steps in AVX-512: tokens two at a time (the state chunk loaded and stored once for
 // both), the last one of an odd count alone. A single token (a decode step) prefetches the state.
 __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const float* x, int64_t ldx,
@@ -1357,6 +1494,20 @@ __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const floa
                                                             int64_t N) {
   if (T == 1)
     return mamba2_tokens_avx512<1, true>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, 0, P, N);
+  if (T >= kMamba2LanesMinTokens) {
+    const int64_t M = (N + kLanes - 1) / kLanes;
+    thread_local std::vector<float> store;
+    store.resize(static_cast<size_t>(M * kLanes * 32 + kLanes));
+    float* st =
+        store.data() + (kLanes - reinterpret_cast<uintptr_t>(store.data()) % 64 / 4) % kLanes;
+    int64_t p = 0;
+    for (; p + 16 < P; p += 32)
+      mamba2_block_lanes_avx512<2>(S, st, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, N, p,
+                                   std::min<int64_t>(32, P - p));
+    if (p < P)
+      mamba2_block_lanes_avx512<1>(S, st, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, N, p, P - p);
+    return;
+  }
   int64_t t = 0;
   for (; t + 2 <= T; t += 2)
     mamba2_tokens_avx512<2, false>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, t, P, N);

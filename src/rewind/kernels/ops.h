@@ -53,6 +53,8 @@ float exp_fixed(float x);
 float silu(float x);
 float sigmoid(float x);
 float softplus(float x);
+// y[i] = exp_fixed(x[i] * a) for i < n (Mamba2's decay dA = exp(dt * A)); y may alias x.
+void exp_scaled(const float* x, float a, float* y, int64_t n, IsaCap isa = IsaCap::Amx);
 // a[i] *= sigmoid(gate[i]) for i < n (the attention output gate).
 void sigmoid_gate(float* a, const float* gate, int64_t n);
 // y[i] = silu(g[i]) * u[i] for i < n; y may alias g or u.
@@ -94,8 +96,9 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
 // softplus), dA = exp(dt * A): [T]; y: row t at y + t*ldy. Rows of S never mix and every element
 // sees the same operations in the same order whatever T (tokens outer, rows inner: the head's
 // state stays in L1 while B and C of a token are read once; the AVX-512 and AVX2 paths update
-// each chunk of the state for two tokens per load and store), so any cut of a sequence into
-// calls gives the same bits, and so does every SIMD path.
+// each chunk of the state for two tokens per load and store, and from 16 tokens on the AVX-512
+// path works on a transposed copy of 32 rows at a time, rows in the lanes), so any cut of a
+// sequence into calls gives the same bits, and so does every SIMD path.
 void mamba2_steps(float* S, const float* x, int64_t ldx, const float* B, const float* C,
                   int64_t ldbc, const float* dt, const float* dA, float D, float* y, int64_t ldy,
                   int64_t T, int64_t P, int64_t N, IsaCap isa = IsaCap::Amx);

@@ -962,14 +962,14 @@ void Model::Impl::mamba2(const ModelConfig& c, const LayerW& L, const std::vecto
       dd.resize(static_cast<size_t>(2 * n));
       float* dt = dd.data();
       float* dA = dt + n;
-      for (int64_t t = t0; t < t0 + n; ++t) {
+      for (int64_t t = t0; t < t0 + n; ++t)
         dt[t - t0] = softplus(proj[t * NP + DI + CD + h] + L.m2.dt_bias[h]);
-        dA[t - t0] = exp_fixed(dt[t - t0] * L.m2.A[h]);
-        if (segs[s].cap) {
+      exp_scaled(dt, L.m2.A[h], dA, n, isa);  // dA = exp_fixed(dt * A), vectorised
+      if (segs[s].cap)
+        for (int64_t t = t0; t < t0 + n; ++t) {
           cap_row(s, t)[2 * CD + h] = dt[t - t0];
           cap_row(s, t)[2 * CD + Hs + h] = dA[t - t0];
         }
-      }
       const float* row = conv + t0 * CD;
       mamba2_steps(st.ssm(L.rec_index) + h * P * N, row + h * P, CD, row + DI + g * N,
                    row + DI + GN + g * N, CD, dt, dA, L.m2.D[h], y + t0 * DI + h * P, DI, n, P, N,
