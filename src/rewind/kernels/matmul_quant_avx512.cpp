@@ -678,7 +678,64 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         }
       }
       combine<R, P>(acc, dw, xr, b, s);
-    } else {  // Q6_K: u8 operand q + 32; -32 * sum16(qx) corrects the offset per sub-block.
+    } else if constexpr (t == DType::Q6_K && !Bytes) {
+      // Q6_K decode: the u8 operand q + 32 of each 4-value group built from the sub-block's
+      // two nibble groups (v0, v1) and its high-bit group h by one select each (bits 0-3 from
+      // the nibbles, 4-7 from the high bits): h & 0x33 holds groups 0 and 2's high bits at
+      // bits 0-1 and 4-5, h & 0xCC groups 1 and 3's at bits 2-3 and 6-7, so each shifted into
+      // bits 4-5 leaves zeros in bits 6-7 (a 32-bit shift moves only masked-out bits across
+      // bytes). Each sub-block sum starts at -32 * sum16(qx) and is scaled by vpmulld.
+      const __m512i m33 = _mm512_set1_epi8(0x33), mcc = _mm512_set1_epi8(static_cast<char>(0xCC)),
+                    m0f = _mm512_set1_epi8(0x0F);
+      constexpr int kSel = 0xE4;  // vpternlogd: C ? A : B
+      // -32 * sum16(qx) of the block's 16 sub-blocks per row, broadcast from memory below.
+      alignas(64) int32_t off[R][16];
+      for (int r = 0; r < R; ++r)
+        _mm512_store_si512(
+            reinterpret_cast<void*>(off[r]),
+            _mm512_sub_epi32(
+                _mm512_setzero_si512(),
+                _mm512_slli_epi32(
+                    _mm512_loadu_si512(reinterpret_cast<const void*>(xr.s16[r] + b * 16)), 5)));
+      for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) s[r][p] = _mm512_setzero_si512();
+      for (int sb = 0; sb < 16; ++sb) {
+        __m512i is[R][P];
+        for (int r = 0; r < R; ++r)
+          for (int p = 0; p < P; ++p) is[r][p] = _mm512_set1_epi32(off[r][sb]);
+        __m512i w[4][P];
+        for (int p = 0; p < P; ++p) {
+          const std::byte* q = blk[p] + kQ6KLoOff + 192 * sb;
+          if constexpr (R <= 2) {  // every line of the stream, kAhead ahead (210 bytes a sub-block)
+            const auto a = reinterpret_cast<uintptr_t>(blk[p]) + static_cast<uintptr_t>(210 * sb);
+            for (int i = 0; i < 4; ++i) prefetch_line<true, kAhead>(a + 64 * i);
+          } else if (tall) {
+            const auto a = reinterpret_cast<uintptr_t>(blk[p]) + static_cast<uintptr_t>(210 * sb);
+            for (int i = 0; i < 4; ++i) prefetch_line<true, kPrefetchBytesTall>(a + 64 * i);
+          }
+          const __m512i v0 = load_group(q), v1 = load_group(q + 64), h = load_group(q + 128);
+          const __m512i ha = _mm512_and_si512(h, m33), hb = _mm512_and_si512(h, mcc);
+          w[0][p] = _mm512_ternarylogic_epi32(v0, _mm512_slli_epi32(ha, 4), m0f, kSel);
+          w[1][p] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(v0, 4), _mm512_slli_epi32(hb, 2),
+                                              m0f, kSel);
+          w[2][p] = _mm512_ternarylogic_epi32(v1, ha, m0f, kSel);
+          w[3][p] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(v1, 4), _mm512_srli_epi32(hb, 2),
+                                              m0f, kSel);
+        }
+        for (int i = 0; i < 4; ++i)
+          for (int r = 0; r < R; ++r) {
+            const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 16 * sb + 4 * i));
+            for (int p = 0; p < P; ++p) is[r][p] = _mm512_dpbusd_epi32(is[r][p], w[i][p], a);
+          }
+        for (int p = 0; p < P; ++p) {
+          const __m512i sc = _mm512_cvtepi8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ6KScOff + 16 * sb)));
+          for (int r = 0; r < R; ++r)
+            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+        }
+      }
+      combine<R, P>(acc, dw, xr, b, s);
+    } else {  // Q6_K prefill: expanded u8 codes q + 32, -32 * sum16(qx) per sub-block.
       // Q3_K (packed, decode): the u8 operand c = q + 4 (0..7) built in registers, -4 * sum16.
       constexpr bool q3 = t == DType::Q3_K;
       for (int r = 0; r < R; ++r)
@@ -700,9 +757,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
           __m512i w[P];
           for (int p = 0; p < P; ++p) {
             prefetch_spread<R, kPb, 64, kAhead>(blk[p], g, tall);
-            w[p] = q3      ? q3_k_codes(q3lo[p], q3hi[p], i)
-                   : Bytes ? load_group(blk[p] + kQ6KLoOff + 64 * g)
-                           : q6_k_codes(blk[p], g);
+            w[p] = q3 ? q3_k_codes(q3lo[p], q3hi[p], i) : load_group(blk[p] + kQ6KLoOff + 64 * g);
           }
           for (int r = 0; r < R; ++r) {
             const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 4 * g));

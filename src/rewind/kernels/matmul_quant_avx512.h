@@ -102,7 +102,7 @@ REWIND_AVX512 inline void q4_k_group(const std::byte* blk, int g, __m512 d1, __m
 // The u8 codes (q + 32) of values 4g..4g+3 of every lane, in the 4-byte operand layout: the low
 // nibble, and bits 2c..2c+1 (c = g % 4) of the high-bit byte moved to bits 4..5 by one shift
 // (bit_to_4) (none for c = 2) and merged in with one ternary-logic op, lo | (h & 0x30). In the
-// decode loops g % 4 is a constant (the loops over a sub-block's 4 groups are unrolled).
+// expansion loops g % 4 is a constant (the loops over a sub-block's 4 groups are unrolled).
 REWIND_AVX512 inline __m512i q6_k_codes(const std::byte* blk, int g) {
   const __m512i l = load_group(blk + q6k_lo_group(g >> 1));
   const __m512i lo =
