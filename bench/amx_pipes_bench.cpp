@@ -10,11 +10,9 @@
 // conversions, multiplies and fmas.
 //
 // Usage: amx_pipes_bench [--seconds S]   (S per variant, default 0.3)
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
+
+#include "bench_clock.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 #include <immintrin.h>
@@ -24,8 +22,6 @@
 #include <cstdint>
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 enum class Op { None, ZmmFma, ZmmCvt, ZmmAdd, ZmmPaddd, YmmFma };
 
@@ -104,17 +100,7 @@ __attribute__((target("amx-tile"), noinline)) void release_tiles() {
 // The best ns per iteration over repeated runs for `seconds`.
 template <Op op, bool tile>
 double ns_per_iter(double seconds) {
-  constexpr long kIters = 200000;
-  double best = 1e30;
-  const auto start = Clock::now();
-  int runs = 0;
-  while (runs < 5 || std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
-    const auto t0 = Clock::now();
-    run<op, tile>(kIters);
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-    ++runs;
-  }
-  return best / kIters * 1e9;
+  return rw::bench::best_ns_per_unit(seconds, 200000, [](long n) { run<op, tile>(n); });
 }
 
 }  // namespace
@@ -122,19 +108,7 @@ double ns_per_iter(double seconds) {
 
 int main(int argc, char** argv) {
   double seconds = 0.3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) {
-      seconds = std::atof(argv[++i]);
-      if (!(seconds > 0.0)) {
-        std::fprintf(stderr, "amx_pipes_bench: --seconds must be a positive number\n");
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "usage: amx_pipes_bench [--seconds S]\n");
-      return 2;
-    }
-  }
+  if (!rw::bench::parse_seconds_only("amx_pipes_bench", argc, argv, seconds)) return 2;
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("amx-int8") ||

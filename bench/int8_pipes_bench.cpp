@@ -12,11 +12,9 @@
 // vpdpwssd each cost about one vpdpbusd (docs/QUANT.md, "AVX-512 VNNI tiles").
 //
 // Usage: int8_pipes_bench [--seconds S]   (S per variant, default 0.3)
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
+
+#include "bench_clock.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -27,8 +25,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 enum class Mix { None, CvtAdd, CvtFma, MulCvtFma, MulMulCvtAdd, Xor, Mulld, Dpwssd };
 
@@ -86,21 +82,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) float run(long 
   return sum;
 }
 
-// The best ns per block over repeated runs of `blocks` blocks for `seconds`.
+// The best ns per block over repeated runs for `seconds`.
 template <Mix mix>
 double ns_per_block(double seconds) {
-  constexpr long kBlocks = 200000;
-  double best = 1e30;
-  const auto start = Clock::now();
-  int runs = 0;
-  while (runs < 5 || std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
-    const auto t0 = Clock::now();
-    volatile float sink = run<mix>(kBlocks);
+  return rw::bench::best_ns_per_unit(seconds, 200000, [](long n) {
+    volatile float sink = run<mix>(n);
     (void)sink;
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-    ++runs;
-  }
-  return best / kBlocks * 1e9;
+  });
 }
 
 }  // namespace
@@ -108,19 +96,7 @@ double ns_per_block(double seconds) {
 
 int main(int argc, char** argv) {
   double seconds = 0.3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) {
-      seconds = std::atof(argv[++i]);
-      if (!(seconds > 0.0)) {
-        std::fprintf(stderr, "int8_pipes_bench: --seconds must be a positive number\n");
-        return 2;
-      }
-    } else {
-      std::fprintf(stderr, "usage: int8_pipes_bench [--seconds S]\n");
-      return 2;
-    }
-  }
+  if (!rw::bench::parse_seconds_only("int8_pipes_bench", argc, argv, seconds)) return 2;
 #if defined(__x86_64__) && defined(__GNUC__)
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512bw")) {
     std::fprintf(stderr, "int8_pipes_bench: this CPU has no AVX-512 VNNI\n");
