@@ -122,12 +122,12 @@ float* wide_scratch(size_t n_floats) {
   return buf.data();
 }
 
-// Decode (m <= mr_small) on BF16 storage, panels [p0, p1): the panels are cut into np_small
-// contiguous runs and tile i reads panel i of every run over the whole K, so each of its panel
-// streams walks its own run start to end: the stream prefetch runs on into the stream's next
-// panel (the next tile's) instead of into a panel another stream has loaded, and only the first
-// panel of each run starts cold. The tile's columns are not adjacent in y, so it writes them to
-// a small buffer that is copied out.
+// Decode (m <= mr_small) on BF16 storage, panels [p0, p1): the panels are cut into four (at
+// most np_small) contiguous runs and tile i reads panel i of every run over the whole K, so each
+// of its panel streams walks its own run start to end: the stream prefetch runs on into the
+// stream's next panel (the next tile's) instead of into a panel another stream has loaded, and
+// only the first panel of each run starts cold. Four streams kept the memory busier than six.
+// The tile's columns are not adjacent in y, so it writes them to a small buffer copied out.
 void run_panels_bf16_decode(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
                             const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
   constexpr int kMaxRows = 8;
@@ -138,11 +138,12 @@ void run_panels_bf16_decode(const MatmulIsa& isa, const float* x, int64_t m, int
   const int64_t count = p1 - p0;
   // Panels per run, odd: runs a power of two of panels apart would put every stream's reads in
   // the same DRAM banks.
-  const int64_t q = cdiv(count, isa.np_small) | 1;
+  const int streams = std::min(isa.np_small, 4);
+  const int64_t q = cdiv(count, streams) | 1;
   alignas(64) float buf[kMaxRows * kMaxNp * kMatmulNR];
   for (int64_t i = 0; i < q; ++i) {
     int npg = 0;
-    while (npg < isa.np_small && i + npg * q < count) ++npg;
+    while (npg < streams && i + npg * q < count) ++npg;
     const int64_t ldb = npg * kMatmulNR;
     isa.tile_bf16(x, ldx, wb + (p0 + i) * w_stride, q * w_stride, k, static_cast<int>(m), npg, buf,
                   ldb, npg * kMatmulNR, false, nullptr, 0, true);
