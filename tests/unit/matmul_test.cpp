@@ -232,7 +232,10 @@ TEST(MatmulExact, EqualsSequentialFmaLoop) {
     for (DType store : {DType::F32, DType::BF16})
       for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 17, 1}, {1, 100, 257},
                              {3, 33, 17}, {8, 48, 128}, {9, 100, 129}, {17, 5, 300},
-                             {40, 70, 301}, {64, 300, 64}}) {
+                             {40, 70, 301}, {64, 300, 64},
+                             // Decode over many panels (several panels per stream run, a short
+                             // last run, a partial last panel) and past the 4096 K slice.
+                             {1, 16 * 37 + 5, 96}, {2, 16 * 64, 33}, {1, 40, 4100}}) {
         const Source s = make_source(DType::F32, n, k, 99);
         const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
         const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 5);

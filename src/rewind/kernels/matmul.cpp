@@ -122,6 +122,40 @@ float* wide_scratch(size_t n_floats) {
   return buf.data();
 }
 
+// Decode (m <= mr_small) on BF16 storage, panels [p0, p1): the panels are cut into four (at
+// most np_small) contiguous runs and tile i reads panel i of every run over the whole K, so each
+// of its panel streams walks its own run start to end: the stream prefetch runs on into the
+// stream's next panel (the next tile's) instead of into a panel another stream has loaded, and
+// only the first panel of each run starts cold. Four streams kept the memory busier than six.
+// The tile's columns are not adjacent in y, so it writes them to a small buffer copied out.
+void run_panels_bf16_decode(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx,
+                            const PackedMatrix& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+  constexpr int kMaxRows = 8;
+  REWIND_CHECK(m <= kMaxRows && isa.np_small <= kMaxNp);
+  const int64_t n = w.n(), k = w.k();
+  const int64_t w_stride = cdiv(k, 2) * 2 * kMatmulNR;  // uint16 elements
+  const uint16_t* wb = static_cast<const uint16_t*>(w.raw());
+  const int64_t count = p1 - p0;
+  // Panels per run, odd: runs a power of two of panels apart would put every stream's reads in
+  // the same DRAM banks.
+  const int streams = std::min(isa.np_small, 4);
+  const int64_t q = cdiv(count, streams) | 1;
+  alignas(64) float buf[kMaxRows * kMaxNp * kMatmulNR];
+  for (int64_t i = 0; i < q; ++i) {
+    int npg = 0;
+    while (npg < streams && i + npg * q < count) ++npg;
+    const int64_t ldb = npg * kMatmulNR;
+    isa.tile_bf16(x, ldx, wb + (p0 + i) * w_stride, q * w_stride, k, static_cast<int>(m), npg, buf,
+                  ldb, npg * kMatmulNR, false, nullptr, 0, true);
+    for (int j = 0; j < npg; ++j) {
+      const int64_t p = p0 + i + j * q;
+      const int64_t cols = std::min<int64_t>(kMatmulNR, n - p * kMatmulNR);
+      for (int64_t r = 0; r < m; ++r)
+        std::copy_n(buf + r * ldb + j * kMatmulNR, cols, y + r * ldy + p * kMatmulNR);
+    }
+  }
+}
+
 // Panels [p0, p1) of y for all m rows (one thread's share).
 //
 // Loop nest: row blocks of mc rows > K slices (only when K > kKcMax) > groups of np panels >
@@ -150,6 +184,10 @@ void run_panels(const MatmulIsa& isa, const float* x, int64_t m, int64_t ldx, co
   const bool reused = cdiv(std::min(m, mc), mr) >= kMinRowTilesToReuse;
   const bool widen = bf16 && reused;
   const bool stream = !reused;
+  if (bf16 && m <= isa.mr_small) {
+    run_panels_bf16_decode(isa, x, m, ldx, w, y, ldy, p0, p1);
+    return;
+  }
   float* wide = widen ? wide_scratch(static_cast<size_t>(np * kc * kMatmulNR)) : nullptr;
 
   for (int64_t r_blk = 0; r_blk < m; r_blk += mc) {
