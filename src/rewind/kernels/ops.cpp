@@ -635,11 +635,8 @@ inline __attribute__((always_inline)) void gdn_strip(float* __restrict S, float*
 // gdn_strip<64, false> in AVX-512 (buf 64-byte aligned, rows kGdnRowStride floats apart): the
 // same operations per element in the same order, so the same bits. Token t's q[i], k[i] and token
 // t+1's k[i] are broadcast from row i's own padding, where the pass over row i leaves the next
-// token's (three scalar copies, two of which GCC pairs with one insert). A load there never matches
-// one of the strip's recent stores in its low 12 address bits (a broadcast straight from q and k,
-// 4 bytes a row against the stores' 320, did every 16 rows and waited for it: 4K aliasing), and
-// it takes no shuffle-port cycle from the fmas, as three lane picks (vpermps) per row did.
-// recurrence_bench: 5-7% faster than the lane picks; three unpaired copies were slower (stores).
+// token's: such a load never 4K-aliases the strip's recent stores (a broadcast straight from q
+// and k would, every 16 rows) and takes no shuffle-port cycle from the fmas.
 __attribute__((target("avx512f"))) void gdn_strip64_avx512(
     float* __restrict S, float* __restrict buf, const float* q, const float* k, int64_t ldqk,
     const float* v, int64_t ldv, const float* alpha, const float* beta, float* o, int64_t ldo,
