@@ -802,11 +802,11 @@ void gdn_steps(float* S, const float* q, const float* k, int64_t ldqk, const flo
   const bool packed = ldqk == dk && ldv == dv;
   const int64_t P = 2 * dk + dv;
   // Per-thread scratch, kept between calls (one call per head, layer and chunk).
-  thread_local std::vector<float> buf_store, pk;
-  buf_store.resize(static_cast<size_t>(dk * kGdnRowStride + kLanes));
+  thread_local std::vector<float> pk;
   // 64-byte aligned: the strip's rows are whole lines (a row split over two lines costs both).
-  float* buf =
-      buf_store.data() + (kLanes - reinterpret_cast<uintptr_t>(buf_store.data()) % 64 / 4) % kLanes;
+  thread_local AlignedBuffer<float> buf_store;
+  buf_store.reserve_at_least(static_cast<size_t>(dk * kGdnRowStride));
+  float* buf = buf_store.data();
   if (!packed) pk.resize(static_cast<size_t>(std::min(T, kTB) * P));
 #ifdef REWIND_GDN_AVX512
   const bool avx512 = simd_level(isa) == 2;
@@ -1493,10 +1493,9 @@ __attribute__((target("avx512f"))) void mamba2_steps_avx512(float* S, const floa
     return mamba2_tokens_avx512<1, true>(S, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, 0, P, N);
   if (T >= kMamba2LanesMinTokens) {
     const int64_t M = (N + kLanes - 1) / kLanes;
-    thread_local std::vector<float> store;
-    store.resize(static_cast<size_t>(M * kLanes * 32 + kLanes));
-    float* st =
-        store.data() + (kLanes - reinterpret_cast<uintptr_t>(store.data()) % 64 / 4) % kLanes;
+    thread_local AlignedBuffer<float> store;
+    store.reserve_at_least(static_cast<size_t>(M * kLanes * 32));
+    float* st = store.data();
     int64_t p = 0;
     for (; p + 16 < P; p += 32)
       mamba2_block_lanes_avx512<2>(S, st, x, ldx, B, C, ldbc, dt, dA, D, y, ldy, T, N, p,
