@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "gguf_edit.h"
+#include "model_run.h"
 #include "rewind/io/gguf.h"
 #include "rewind/io/safetensors.h"
 #include "rewind/model/gguf_model.h"
@@ -432,8 +433,10 @@ TEST(GgufMamba2, TensorErrors) {
          "tensor 'blk.0.ssm_a': shape [8] (ne reversed), expected [8, 1]");
   expect(gr, "d1d", reshape("blk.0.ssm_d", {8}),
          "tensor 'blk.0.ssm_d': shape [8] (ne reversed), expected [8, 1]");
-  expect(gr, "norm1d", reshape("blk.0.ssm_norm.weight", {128}),
-         "tensor 'blk.0.ssm_norm.weight': shape [128] (ne reversed), expected [1, 128]");
+  expect(gr, "norm2g", reshape("blk.0.ssm_norm.weight", {64, 2}),
+         "tensor 'blk.0.ssm_norm.weight': shape [2, 64] (ne reversed), expected [1, 128]");
+  expect(gr, "norm3d", reshape("blk.0.ssm_norm.weight", {128, 1, 2}),
+         "tensor 'blk.0.ssm_norm.weight': shape [2, 1, 128] (ne reversed), expected [1, 128]");
   expect(nm, "normg", reshape("blk.0.ssm_norm.weight", {2, 96}),
          "tensor 'blk.0.ssm_norm.weight': shape [96, 2] (ne reversed), expected [2, 96]");
   expect(gr, "conv", reshape("blk.0.ssm_conv1d.weight", {176, 4}),
@@ -461,6 +464,32 @@ TEST(GgufMamba2, TensorErrors) {
           if (t.name == "blk.0.ssm_out.weight") t.type = GgmlType::Q8_1;
       },
       "tensor 'blk.0.ssm_out.weight': type Q8_1 is not supported for weights");
+}
+
+// ggml pads ne with 1s to four dims, and llama.cpp's writer drops the trailing ones: in the files
+// llama-quantize writes for Granite (one SSM group), each ssm_norm is 1-D [d_inner]. They load
+// and give the same logits as the 2-D [d_inner, 1] layout.
+TEST(GgufMamba2, TrailingUnitDimsAreOptional) {
+  const std::string src = fixture_gguf("granitemoehybrid");
+  const std::string path = rewrite(src, "norm1d", nullptr, [](std::vector<T>& ts) {
+    int n = 0;
+    for (auto& t : ts)
+      if (t.name.find("ssm_norm.weight") != std::string::npos) {
+        ASSERT_EQ(t.ne.size(), 2u);
+        ASSERT_EQ(t.ne[1], 1);
+        t.ne.pop_back();
+        ++n;
+      }
+    EXPECT_GT(n, 0);
+  });
+  auto a = Model::load(src, LoadOptions{});
+  ASSERT_TRUE(a.ok()) << a.error_message();
+  auto b = Model::load(path, LoadOptions{});
+  ASSERT_TRUE(b.ok()) << b.error_message();
+  const std::vector<int32_t> tokens = {1, 17, 42, 99, 7, 200, 3, 64};
+  const auto want = test::chunked_logits(**a, tokens, 8, nullptr);
+  ASSERT_FALSE(want.empty());
+  EXPECT_TRUE(test::same_bytes(test::chunked_logits(**b, tokens, 8, nullptr), want));
 }
 
 // Without a conv bias anywhere, the Mamba2 conv adds zeros: the file still loads.

@@ -83,10 +83,19 @@ class GgufResolver {
                         " is not supported for weights (" + types + ")");
     }
     std::vector<int64_t> got(t->ne.rbegin(), t->ne.rend());
-    if (got != shape)
+    if (!same_ggml_shape(t->ne, shape))
       return make_error(f_.path() + ": tensor '" + name + "': shape " + shape_str(got) +
                         " (ne reversed), expected " + shape_str(shape));
     return r;
+  }
+
+  // ggml's rule: ne is padded with 1s to four dims, so a writer may drop trailing 1s from ne
+  // (llama.cpp writes ggml_n_dims of them: a [d_inner, 1] norm becomes [d_inner]).
+  static bool same_ggml_shape(const std::vector<int64_t>& ne, const std::vector<int64_t>& shape) {
+    std::vector<int64_t> a = ne, b(shape.rbegin(), shape.rend());
+    while (a.size() > 1 && a.back() == 1) a.pop_back();
+    while (b.size() > 1 && b.back() == 1) b.pop_back();
+    return a == b;
   }
 
   static RowBlock rows_of(const GgufFound& v, int64_t r0, int64_t n, int64_t cols) {
