@@ -1,11 +1,12 @@
 // rewind against llama.cpp on the same GGUF files, from fixtures that a llama.cpp build wrote
 // (tests/data/llama-cpp, regenerate.sh; README.md there says which build and how):
-// - F32 files that `rewind make-model --format gguf` writes, of all three families (more value
-//   than key heads: the tiled V-head order): llama.cpp loaded them, tokenized one prompt and
-//   computed the last position's logits. rewind must give the same token ids from the file's
+// - F32 files that `rewind make-model --format gguf` writes, of all five families (for the
+//   Qwen3.5 ones more value than key heads: the tiled V-head order): llama.cpp loaded them,
+//   tokenized each prompt and computed the last position's logits. rewind must give the same token ids from the file's
 //   tokenizer metadata and the same logits within fp32 summation-order noise.
 // - Files that llama-quantize made from such a file (Q8_0, Q4_K_M, Q5_K_M: Q8_0, Q4_K, Q5_K and
-//   Q6_K tensors): the same, so rewind's dequantisation and its activation quantisation (Q8_0
+//   Q6_K tensors; a dense Granite's Q4_K_M, whose one-group ssm_norm llama.cpp writes 1-D): the
+//   same, so rewind's dequantisation and its activation quantisation (Q8_0
 //   blocks with fp16 scales, Q8_K-style 256-value blocks for the K-quants) are llama.cpp's.
 // - The tensor types llama-quantize chose for Q4_K_M and Q5_K_M on the qwen3.5-0.8b shape and on
 //   an 8-block model with an MTP block: `rewind convert --type q4_k_m|q5_k_m` must choose the
@@ -121,7 +122,9 @@ class LlamaCppLogits : public ::testing::TestWithParam<std::string> {};
 // ties, and a last-bit difference upstream (llama.cpp's kernels sum in another order; so does
 // each of its ISAs) flips a code now and then, which moves this tiny random model's logits by up
 // to ~3e-2 on one prompt (measured: 1 to 2 prompts of 8). An error in the arithmetic itself
-// moves every prompt: an fp16 Q8_0 scale kept in f32 put all 8 past kTol.
+// moves every prompt: an fp16 Q8_0 scale kept in f32 put all 8 past kTol. Both tolerances are
+// for logits of magnitude ~3 and scale with a prompt's largest |logit| above that (Granite's
+// logits reach ~45: the same relative noise and flips are larger in absolute terms there).
 TEST_P(LlamaCppLogits, SameTokensAndLogits) {
   const nlohmann::json fx = read_json(kDir + "/" + GetParam() + ".json");
   const std::string model = model_of(GetParam(), fx);
@@ -133,17 +136,20 @@ TEST_P(LlamaCppLogits, SameTokensAndLogits) {
                 GetParam().c_str(), n, a.max_diff, a.max_abs, a.kl);
     EXPECT_GT(a.max_abs, 0.5);  // a real distribution, not zeros
     EXPECT_TRUE(a.same_top1) << n;
-    EXPECT_LE(a.max_diff, quantised ? kTolFlip : kTol) << n;
-    tight += a.max_diff <= kTol;
+    const double scale = std::max(1.0, a.max_abs / 3);
+    EXPECT_LE(a.max_diff, (quantised ? kTolFlip : kTol) * scale) << n;
+    tight += a.max_diff <= kTol * scale;
     ++n;
   }
   EXPECT_GE(n, 8);
-  EXPECT_GE(4 * tight, 3 * n) << tight << " of " << n << " prompts within " << kTol;
+  EXPECT_GE(4 * tight, 3 * n) << tight << " of " << n << " prompts within " << kTol
+                               << " (scaled)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaCppLogits,
                          ::testing::Values("tiny-F32", "moe-F32", "next-F32", "t2l-F32", "t2l-Q8_0",
-                                           "t2l-Q4_K_M", "t2l-Q5_K_M"),
+                                           "t2l-Q4_K_M", "t2l-Q5_K_M", "granite-F32",
+                                           "gdense-F32", "nemotron-F32", "gdense-Q4_K_M"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -33,6 +33,9 @@ declare -A args=(
   [moe]="--preset qwen3.5-moe-tiny --seed 3 --linear-heads 2,4,16,16"
   [next]="--preset qwen3-next-tiny --seed 3 --linear-heads 2,4,16,16"
   [t2l]="--preset qwen3.5-tiny-256 --seed 3 --linear-heads 2,4,64,64 --layers 2 --layer-types linear,full"
+  [granite]="--preset granite-h-tiny --seed 3"
+  [nemotron]="--preset nemotron-h-tiny --seed 3"
+  [gdense]="--preset granite-h-dense-tiny --seed 3"
 )
 for i in "${!prompts[@]}"; do prompts[$i]="$(printf '%b.' "${prompts[$i]}")"; prompts[$i]="${prompts[$i]%.}"; done
 logits() {  # model.gguf case source (make-model arguments, or the file's name here)
@@ -58,7 +61,7 @@ types() {  # quantize.log out.types
   sed -nE 's/^\[ *[0-9]+\/ *[0-9]+\] +([a-z0-9_.]+) +- \[ *([0-9]+),.*type = +([a-zA-Z0-9_]+), (converting to ([a-zA-Z0-9_]+)|size).*/\1 \2 \3 \5/p' "$1" |
     awk '{print $1, $2, ($4 == "" ? $3 : $4)}' > "$2"
 }
-for c in tiny moe next t2l; do
+for c in tiny moe next t2l granite nemotron gdense; do
   # shellcheck disable=SC2086
   "$rw" make-model ${args[$c]} --format gguf --type f32 --out "$tmp/$c-F32.gguf" > /dev/null
   logits "$tmp/$c-F32.gguf" "$c-F32" "make-model ${args[$c]}"
@@ -67,6 +70,9 @@ for q in Q8_0 Q4_K_M Q5_K_M; do
   "$bin/llama-quantize" "$tmp/t2l-F32.gguf" "$here/t2l-$q.gguf" $q 2 > "$tmp/q.log" 2>&1
   logits "$here/t2l-$q.gguf" "t2l-$q" "t2l-$q.gguf"
 done
+# A Granite file as llama-quantize writes it (its one-group ssm_norm 1-D, K-quants at hidden 256).
+"$bin/llama-quantize" "$tmp/gdense-F32.gguf" "$here/gdense-Q4_K_M.gguf" Q4_K_M 2 > "$tmp/q.log" 2>&1
+logits "$here/gdense-Q4_K_M.gguf" "gdense-Q4_K_M" "gdense-Q4_K_M.gguf"
 # Mixture types on the qwen3.5-0.8b shape (24 blocks, tied embeddings) and on a 8-block model
 # with an MTP block.
 "$rw" make-model --preset qwen3.5-0.8b --seed 1 --format gguf --type f32 --out "$tmp/08.gguf" > /dev/null
