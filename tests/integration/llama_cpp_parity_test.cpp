@@ -2,8 +2,8 @@
 // (tests/data/llama-cpp, regenerate.sh; README.md there says which build and how):
 // - F32 files that `rewind make-model --format gguf` writes, of all five families (for the
 //   Qwen3.5 ones more value than key heads: the tiled V-head order): llama.cpp loaded them,
-//   tokenized each prompt and computed the last position's logits. rewind must give the same token ids from the file's
-//   tokenizer metadata and the same logits within fp32 summation-order noise.
+//   tokenized each prompt and computed the last position's logits. rewind must give the same token
+//   ids from the file's tokenizer metadata and the same logits within fp32 summation-order noise.
 // - Files that llama-quantize made from such a file (Q8_0, Q4_K_M, Q5_K_M: Q8_0, Q4_K, Q5_K and
 //   Q6_K tensors; a dense Granite's Q4_K_M, whose one-group ssm_norm llama.cpp writes 1-D): the
 //   same, so rewind's dequantisation and its activation quantisation (Q8_0
@@ -142,14 +142,13 @@ TEST_P(LlamaCppLogits, SameTokensAndLogits) {
     ++n;
   }
   EXPECT_GE(n, 8);
-  EXPECT_GE(4 * tight, 3 * n) << tight << " of " << n << " prompts within " << kTol
-                               << " (scaled)";
+  EXPECT_GE(4 * tight, 3 * n) << tight << " of " << n << " prompts within " << kTol << " (scaled)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LlamaCppLogits,
                          ::testing::Values("tiny-F32", "moe-F32", "next-F32", "t2l-F32", "t2l-Q8_0",
-                                           "t2l-Q4_K_M", "t2l-Q5_K_M", "granite-F32",
-                                           "gdense-F32", "nemotron-F32", "gdense-Q4_K_M"),
+                                           "t2l-Q4_K_M", "t2l-Q5_K_M", "granite-F32", "gdense-F32",
+                                           "nemotron-F32", "gdense-Q4_K_M"),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

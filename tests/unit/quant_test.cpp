@@ -481,6 +481,29 @@ TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
 
 // Relative RMS error of quantise -> dequantise on Gaussian rows: within what each format's bits
 // allow (and far below what a layout mistake would give, which is O(1)).
+// The panel packing moves bytes only: for every type, any block bytes (random here, valid or
+// not) and any number of rows, the packed panel is the per-value reference's, byte for byte.
+TEST(QuantPack, PanelEqualsReference) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (const QuantTraits& q : kQuantTraits) {
+    const int64_t k = 2 * std::max<int64_t>(q.block_elems, 256);
+    const size_t row_bytes = dtype_row_bytes(q.type, k);
+    const int64_t pb = detail::quant_panel_block_bytes(q.type);
+    for (int n_rows : {1, 5, 16}) {
+      std::vector<std::byte> src(row_bytes * 16);
+      for (auto& b : src) b = static_cast<std::byte>(byte(rng));
+      const std::byte* rows[16];
+      for (int j = 0; j < 16; ++j) rows[j] = src.data() + j * row_bytes;
+      const size_t n = static_cast<size_t>(k / q.block_elems * pb);
+      std::vector<std::byte> got(n, std::byte{0xAB}), want(n, std::byte{0xCD});
+      detail::pack_quant_panel(q.type, rows, n_rows, k, got.data());
+      detail::pack_quant_panel_ref(q.type, rows, n_rows, k, want.data());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n), 0) << q.name << " rows " << n_rows;
+    }
+  }
+}
+
 TEST(Quant, RoundTripError) {
   const int64_t rows = 8, k = 1024;
   const auto x = randn(static_cast<size_t>(rows * k), 1);

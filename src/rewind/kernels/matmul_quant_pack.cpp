@@ -17,10 +17,113 @@ void pack_k_header(const Block& x, int j, uint8_t* o) {
     o[kQ4KMinOff + q4k_min_byte(s, j)] = m;
   }
 }
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+inline void store_u32(uint8_t* p, uint32_t v) {
+  std::memcpy(p, &v, 4);
+}
+
+// Nibble group g of lane j from the codes u[0..256) of that lane's block: byte t holds code
+// 8g + t in its low nibble and 8g + 4 + t in its high one (q4k_byte, q4k_shift).
+inline uint32_t nibble_group(const uint8_t* u, int g) {
+  return (load_u32(u + 8 * g) & 0x0F0F0F0Fu) | ((load_u32(u + 8 * g + 4) & 0x0F0F0F0Fu) << 4);
+}
+
+// The codes of one ggml block as bytes, value e at u[e]: Q4_K's (0..15), Q5_K's (0..31), or
+// Q6_K's plus 32 (0..63).
+void q4_k_codes(const BlockQ4_K& x, uint8_t* u) {
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      u[64 * c + l] = x.qs[32 * c + l] & 0xF;
+      u[64 * c + 32 + l] = x.qs[32 * c + l] >> 4;
+    }
+}
+void q5_k_codes(const BlockQ5_K& x, uint8_t* u) {
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      u[64 * c + l] =
+          static_cast<uint8_t>((x.qs[32 * c + l] & 0xF) | (((x.qh[l] >> (2 * c)) & 1) << 4));
+      u[64 * c + 32 + l] =
+          static_cast<uint8_t>((x.qs[32 * c + l] >> 4) | (((x.qh[l] >> (2 * c + 1)) & 1) << 4));
+    }
+}
+void q6_k_codes(const BlockQ6_K& x, uint8_t* u) {
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* ql = x.ql + 64 * h;
+    const uint8_t* qh = x.qh + 32 * h;
+    uint8_t* o = u + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      o[l] = static_cast<uint8_t>((ql[l] & 0xF) | ((qh[l] & 3) << 4));
+      o[32 + l] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+      o[64 + l] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+      o[96 + l] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+    }
+  }
+}
+
+// pack_quant_panel_ref's layout for Q4_K, Q5_K and Q6_K, four code bytes at a time from each
+// lane's block decoded into bytes (the reference places one code at a time).
+void pack_k_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst) {
+  const int64_t nb = k / kQK_K, pb = quant_panel_block_bytes(t);
+  std::memset(dst, 0, static_cast<size_t>(nb * pb));
+  alignas(64) uint8_t u[kQK_K];
+  for (int64_t b = 0; b < nb; ++b) {
+    auto* o = reinterpret_cast<uint8_t*>(dst + b * pb);
+    for (int j = 0; j < n_rows; ++j) {
+      if (t == DType::Q6_K) {
+        BlockQ6_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ6_K), sizeof x);
+        std::memcpy(o + 2 * j, &x.d, 2);
+        for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
+        q6_k_codes(x, u);
+        for (int g = 0; g < 32; ++g) store_u32(o + q6k_lo_group(g) + 4 * j, nibble_group(u, g));
+        // High-bit group s: bits 2c..2c+1 of byte t hold bits 4-5 of code 16s + 4c + t.
+        for (int s = 0; s < 16; ++s) {
+          uint32_t h = 0;
+          for (int c = 0; c < 4; ++c)
+            h |= ((load_u32(u + 16 * s + 4 * c) >> 4) & 0x03030303u) << (2 * c);
+          store_u32(o + q6k_hi_group(s) + 4 * j, h);
+        }
+      } else if (t == DType::Q4_K) {
+        BlockQ4_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ4_K), sizeof x);
+        pack_k_header(x, j, o);
+        q4_k_codes(x, u);
+        for (int g = 0; g < 32; ++g)
+          store_u32(o + k_lo_group(false, g) + 4 * j, nibble_group(u, g));
+      } else {
+        BlockQ5_K x;
+        std::memcpy(&x, rows[j] + b * sizeof(BlockQ5_K), sizeof x);
+        pack_k_header(x, j, o);
+        q5_k_codes(x, u);
+        for (int g = 0; g < 32; ++g) store_u32(o + k_lo_group(true, g) + 4 * j, nibble_group(u, g));
+        // High-bit group h: bit 2c + e of byte t holds bit 4 of code 8(4h + c) + 4e + t.
+        for (int h = 0; h < 8; ++h) {
+          uint32_t w = 0;
+          for (int c = 0; c < 4; ++c)
+            for (int e = 0; e < 2; ++e)
+              w |= ((load_u32(u + 8 * (4 * h + c) + 4 * e) >> 4) & 0x01010101u) << (2 * c + e);
+          store_u32(o + q5k_hi_group(h) + 4 * j, w);
+        }
+      }
+    }
+  }
+}
 }  // namespace
 
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
                       std::byte* dst) {
+  if (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K)
+    pack_k_panel(t, rows, n_rows, k, dst);
+  else
+    pack_quant_panel_ref(t, rows, n_rows, k, dst);
+}
+
+void pack_quant_panel_ref(DType t, const std::byte* const* rows, int n_rows, int64_t k,
+                          std::byte* dst) {
   const int64_t bk = dtype_block_elems(t), nb = k / bk;
   const int64_t pb = quant_panel_block_bytes(t);
   REWIND_CHECK(pb > 0 && k % bk == 0);
@@ -49,7 +152,7 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         for (int e = 0; e < 32; ++e)
           o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>(nibble32(x.qs, e) << q4k_shift(e));
       } else if (t == DType::Q5_1 || t == DType::Q5_0) {  // Q4_0's layout, the fifth bits, m
-        BlockQ5_1 x;  // Q5_0: the same bytes without m
+        BlockQ5_1 x;                                      // Q5_0: the same bytes without m
         if (t == DType::Q5_0) {
           BlockQ5_0 x0;
           std::memcpy(&x0, rows[j] + b * sizeof(BlockQ5_0), sizeof x0);
@@ -64,7 +167,8 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         for (int e = 0; e < 32; ++e) {
           const int code = q5_1_code(x, e);
           o[kQ8QOff + q4k_byte(e, j)] |= static_cast<uint8_t>((code & 0xF) << q4k_shift(e));
-          o[kQ51HOff + q5k_hbit_byte(e, j)] |= static_cast<uint8_t>((code >> 4) << q5k_hbit_shift(e));
+          o[kQ51HOff + q5k_hbit_byte(e, j)] |=
+              static_cast<uint8_t>((code >> 4) << q5k_hbit_shift(e));
         }
       } else if (t == DType::Q5_K) {
         BlockQ5_K x;
@@ -97,13 +201,15 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
         std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
         for (int s = 0; s < 16; ++s) o[kQ2KScOff + s * kNR + j] = x.scales[s];
         for (int e = 0; e < kQK_K; ++e)
-          o[kQ2KQOff + q6k_hi_byte(e, j)] |= static_cast<uint8_t>(q2k_value(x, e) << q6k_hi_shift(e));
+          o[kQ2KQOff + q6k_hi_byte(e, j)] |=
+              static_cast<uint8_t>(q2k_value(x, e) << q6k_hi_shift(e));
       } else if (t == DType::IQ4_XS) {
         BlockIQ4_XS x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockIQ4_XS), sizeof x);
         std::memcpy(o + 2 * j, &x.d, 2);
         for (int s = 0; s < 8; ++s)
-          o[kIQ4XSScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(iq4xs_scale(x, s)));
+          o[kIQ4XSScOff + s * kNR + j] =
+              static_cast<uint8_t>(static_cast<int8_t>(iq4xs_scale(x, s)));
         for (int e = 0; e < kQK_K; ++e)
           o[kIQ4XSQOff + q4k_byte(e, j)] |=
               static_cast<uint8_t>(nibble32(x.qs + 16 * (e / 32), e % 32) << q4k_shift(e));
