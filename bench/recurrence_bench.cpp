@@ -143,7 +143,9 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: recurrence_bench [--mamba2] [--dk 128] [--dv 128] [--tokens 512] [--seconds S] [--isa I]\n");
+      std::fprintf(stderr,
+                   "usage: recurrence_bench [--mamba2] [--dk 128] [--dv 128] [--tokens 512] "
+                   "[--seconds S] [--isa I]\n");
       return 2;
     }
   }

@@ -61,8 +61,8 @@ int main(int argc, char** argv) {
     for (int r = 0; r < 20; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
       sink ^= sampler.sample(logits.data(), n);
-      best = std::min(
-          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
     std::printf("%-40s %9.1f us   (token xor %d)\n", st.name, best * 1e6, sink);
   }

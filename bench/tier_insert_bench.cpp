@@ -21,8 +21,7 @@
 using namespace rw;
 
 static double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 int main(int argc, char** argv) {
@@ -46,7 +45,8 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(5);
   auto tokens = [&] {
     std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(m.config().vocab_size));
+    for (auto& x : t)
+      x = static_cast<int32_t>(rng() % static_cast<uint64_t>(m.config().vocab_size));
     return t;
   };
   EngineOptions eo;
@@ -103,10 +103,11 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   const double p = med(plain), w = med(tiered);
-  std::printf("%lld tokens: cold prefill %.2f s; insert without tier %.2f ms, with tier %.2f ms "
-              "(engine thread, median of %d); write-behind adds %.3f%% to the prefill; the writer "
-              "thread then took %.0f ms\n",
-              static_cast<long long>(n), prefill, p * 1e3, w * 1e3, reps,
-              (w - p) / prefill * 100.0, med(writer) * 1e3);
+  std::printf(
+      "%lld tokens: cold prefill %.2f s; insert without tier %.2f ms, with tier %.2f ms "
+      "(engine thread, median of %d); write-behind adds %.3f%% to the prefill; the writer "
+      "thread then took %.0f ms\n",
+      static_cast<long long>(n), prefill, p * 1e3, w * 1e3, reps, (w - p) / prefill * 100.0,
+      med(writer) * 1e3);
   return 0;
 }

@@ -304,11 +304,10 @@ class SchemaGen {
   std::mt19937 rng_;
 };
 
-
 // A random walk through the matcher: random allowed tokens for a while, then the token that
 // brings the grammar closest to its end, then end-of-sequence. Returns the text.
 inline std::string random_walk(const std::shared_ptr<GrammarAutomaton>& a, int32_t eos,
-                        std::mt19937& rng) {
+                               std::mt19937& rng) {
   const VocabTrie& v = a->vocab();
   GrammarMatcher m(a);
   TokenMask mask(static_cast<size_t>(v.n_words()));

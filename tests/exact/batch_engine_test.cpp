@@ -72,7 +72,9 @@ TEST_P(BatchEngineTest, ConcurrentGreedyEqualsAlone) {
       std::lock_guard<std::mutex> lock(col.mu);
       EXPECT_EQ(col.tokens[ids[i]], want[i]) << "request " << i << " round " << round;
       EXPECT_EQ(col.final_ev[ids[i]].finish, FinishReason::Length);
-      if (round == 1) { EXPECT_GT(col.final_ev[ids[i]].report.resumed_at, 0) << i; }
+      if (round == 1) {
+        EXPECT_GT(col.final_ev[ids[i]].report.resumed_at, 0) << i;
+      }
     }
   }
   auto met = eng.metrics();
@@ -98,7 +100,9 @@ TEST_P(BatchEngineTest, PrefillProgressReportsEachChunk) {
   ASSERT_FALSE(seen.empty());
   for (size_t i = 0; i < seen.size(); ++i) {
     EXPECT_EQ(seen[i].second, 70);
-    if (i) { EXPECT_GT(seen[i].first, seen[i - 1].first); }
+    if (i) {
+      EXPECT_GT(seen[i].first, seen[i - 1].first);
+    }
     EXPECT_LE(seen[i].first - (i ? seen[i - 1].first : 0), 16);
   }
   EXPECT_EQ(seen.back().first, 70);
@@ -177,7 +181,11 @@ TEST_P(BatchEngineTest, StopFlagCancelsGenerate) {
   std::atomic<bool> stop{false};
   size_t seen = 0;
   auto cut = eng.generate(
-      r, [&](int32_t) { if (++seen == 3) stop.store(true); }, &stop);
+      r,
+      [&](int32_t) {
+        if (++seen == 3) stop.store(true);
+      },
+      &stop);
   ASSERT_TRUE(cut.ok()) << cut.error_message();
   EXPECT_EQ(cut->finish, FinishReason::Cancelled);
   ASSERT_EQ(cut->tokens.size(), 3u);

@@ -94,7 +94,9 @@ TEST_P(SpecBatch, MixedRowsWithTheirOwnKAndAcceptanceEqualAlone) {
     EXPECT_EQ(col.tokens[ids[i]], reqs[i].want) << "request " << i;
     EXPECT_NE(col.final_ev[ids[i]].finish, FinishReason::Error) << col.final_ev[ids[i]].error;
     drafted += col.final_ev[ids[i]].report.spec.drafted;
-    if (i % 4 == 3) { EXPECT_EQ(col.final_ev[ids[i]].report.spec.drafted, 0); }
+    if (i % 4 == 3) {
+      EXPECT_EQ(col.final_ev[ids[i]].report.spec.drafted, 0);
+    }
   }
   const EngineMetrics em = eng.metrics();
   EXPECT_EQ(em.spec.drafted, drafted);

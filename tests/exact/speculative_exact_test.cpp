@@ -13,9 +13,9 @@
 #include <random>
 #include <stdexcept>
 
+#include "engine_run.h"
 #include "rewind/base/thread_pool.h"
 #include "rewind/engine/engine.h"
-#include "engine_run.h"
 #include "test_util.h"
 
 namespace rw {

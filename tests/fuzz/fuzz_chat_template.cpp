@@ -23,8 +23,9 @@ const rw::Tokenizer& fixed_tokenizer() {
   static const rw::Tokenizer tok = [] {
     rw::BpeTrainOptions opt;
     opt.n_merges = 300;
-    opt.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>",
-                          "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"};
+    opt.special_tokens = {"<|endoftext|>", "<|im_start|>",    "<|im_end|>",
+                          "<think>",       "</think>",        "<tool_call>",
+                          "</tool_call>",  "<tool_response>", "</tool_response>"};
     auto t = rw::Tokenizer::from_json(
         rw::train_bpe_tokenizer_json(rw::builtin_training_text(), opt), "fuzz-trained");
     if (!t.ok()) std::abort();
@@ -51,8 +52,9 @@ const std::vector<rw::ChatMessage>& conversation() {
     t1.tool_call_id = "call_0";
     rw::ChatMessage last = msg("assistant", "Sunny.");
     last.reasoning_content = "easy";
-    return std::vector<rw::ChatMessage>{msg("system", "Be brief."), msg("user", "Weather?"), a,
-                                        t1, msg("tool", "warm"), last, msg("user", "Thanks")};
+    return std::vector<rw::ChatMessage>{
+        msg("system", "Be brief."), msg("user", "Weather?"), a, t1, msg("tool", "warm"), last,
+        msg("user", "Thanks")};
   }();
   return m;
 }

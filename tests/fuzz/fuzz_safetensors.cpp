@@ -18,7 +18,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     unsigned sum = 0;
     for (const auto& t : r->tensors()) {
       for (size_t i = 0; i < t.nbytes; ++i) sum += static_cast<unsigned>(t.data[i]);
-      if (t.numel() * static_cast<int64_t>(rw::dtype_size(t.dtype)) != static_cast<int64_t>(t.nbytes)) __builtin_trap();
+      if (t.numel() * static_cast<int64_t>(rw::dtype_size(t.dtype)) !=
+          static_cast<int64_t>(t.nbytes))
+        __builtin_trap();
       if (r->find(t.name) != &t) __builtin_trap();
     }
     volatile unsigned sink = sum;

@@ -27,9 +27,13 @@ json fixture_json(const std::string& variant) {
   return json::parse(ss.str());
 }
 
-Result<ModelConfig> parse(const json& j) { return parse_model_config(j.dump(), "config.json"); }
+Result<ModelConfig> parse(const json& j) {
+  return parse_model_config(j.dump(), "config.json");
+}
 
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+bool contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
 
 // Asserts that `j` fails to parse with a message that starts with the file and contains `what`.
 void expect_error(const json& j, const std::string& what) {
@@ -41,7 +45,8 @@ void expect_error(const json& j, const std::string& what) {
   EXPECT_FALSE(contains(msg, "\n")) << msg;
 }
 
-const std::vector<LayerKind> kTinyKinds = {LayerKind::GatedDeltaNet, LayerKind::GatedDeltaNet, LayerKind::GatedDeltaNet, LayerKind::Attention};
+const std::vector<LayerKind> kTinyKinds = {LayerKind::GatedDeltaNet, LayerKind::GatedDeltaNet,
+                                           LayerKind::GatedDeltaNet, LayerKind::Attention};
 
 // Geometry shared by all three fixtures (tiny_text_config() of the reference tool).
 void expect_tiny_geometry(const ModelConfig& c) {
@@ -165,7 +170,8 @@ TEST(Config, Qwen35_0_8B_Shape) {
   EXPECT_EQ(c.n_layer, 24);
   ASSERT_EQ(c.layer_kinds.size(), 24u);
   for (int il = 0; il < 24; ++il)
-    EXPECT_EQ(c.layer_kinds[il], il % 4 == 3 ? LayerKind::Attention : LayerKind::GatedDeltaNet) << il;
+    EXPECT_EQ(c.layer_kinds[il], il % 4 == 3 ? LayerKind::Attention : LayerKind::GatedDeltaNet)
+        << il;
   EXPECT_EQ(c.n_attention_layers(), 6);
   EXPECT_EQ(c.n_recurrent_layers(), 18);
   EXPECT_EQ(c.n_head, 8);
@@ -248,8 +254,9 @@ TEST(Config, LayerTypesFromInterval) {
   j["full_attention_interval"] = 2;
   auto r = parse(j);
   ASSERT_TRUE(r.ok()) << r.error_message();
-  const std::vector<LayerKind> want = {LayerKind::GatedDeltaNet, LayerKind::Attention, LayerKind::GatedDeltaNet,
-                                       LayerKind::Attention,   LayerKind::GatedDeltaNet, LayerKind::Attention};
+  const std::vector<LayerKind> want = {LayerKind::GatedDeltaNet, LayerKind::Attention,
+                                       LayerKind::GatedDeltaNet, LayerKind::Attention,
+                                       LayerKind::GatedDeltaNet, LayerKind::Attention};
   EXPECT_EQ(r->layer_kinds, want);
   j.erase("full_attention_interval");  // default 4
   r = parse(j);
@@ -293,9 +300,10 @@ TEST(ConfigErrors, UnknownModelType) {
   j["model_type"] = "llama";
   auto r = parse(j);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error_message(),
-            "config.json: unknown model_type 'llama' (supported: qwen3_5, qwen3_5_moe, qwen3_5_text, "
-            "qwen3_5_moe_text, qwen3_next, granitemoehybrid, nemotron_h)");
+  EXPECT_EQ(
+      r.error_message(),
+      "config.json: unknown model_type 'llama' (supported: qwen3_5, qwen3_5_moe, qwen3_5_text, "
+      "qwen3_5_moe_text, qwen3_next, granitemoehybrid, nemotron_h)");
   j.erase("model_type");
   expect_error(j, "missing field 'model_type'");
   j["model_type"] = 3;
@@ -320,7 +328,8 @@ TEST(ConfigErrors, MissingField) {
   expect_error(j, "'text_config.intermediate_size' is missing or 0, but layer 0 has a dense MLP");
   j = fixture_json("qwen3_5");
   j["text_config"]["rope_parameters"].erase("rope_theta");
-  expect_error(j, "missing field 'text_config.rope_parameters.rope_theta' (or 'text_config.rope_theta')");
+  expect_error(
+      j, "missing field 'text_config.rope_parameters.rope_theta' (or 'text_config.rope_theta')");
   j = fixture_json("qwen3_5");
   j.erase("text_config");
   expect_error(j, "model_type 'qwen3_5' needs a 'text_config' object");
@@ -379,11 +388,14 @@ TEST(ConfigErrors, OutOfRange) {
 TEST(ConfigErrors, BadLayerTypes) {
   json j = fixture_json("qwen3_5");
   j["text_config"]["layer_types"].erase(0);
-  expect_error(j, "field 'text_config.layer_types' has 3 entries but 'text_config.num_hidden_layers' is 4");
+  expect_error(
+      j, "field 'text_config.layer_types' has 3 entries but 'text_config.num_hidden_layers' is 4");
   j = fixture_json("qwen3_5");
   j["text_config"]["layer_types"][1] = "sliding_attention";
-  expect_error(j, "field 'text_config.layer_types[1]' is \"sliding_attention\" (expected \"linear_attention\" or "
-                  "\"full_attention\")");
+  expect_error(j,
+               "field 'text_config.layer_types[1]' is \"sliding_attention\" (expected "
+               "\"linear_attention\" or "
+               "\"full_attention\")");
   j = fixture_json("qwen3_next");
   j["layer_types"][0] = 1;
   expect_error(j, "field 'layer_types[0]' is 1");
@@ -399,8 +411,9 @@ TEST(ConfigErrors, BadLayerTypes) {
 TEST(ConfigErrors, InconsistentSizes) {
   json j = fixture_json("qwen3_5");
   j["text_config"]["linear_num_value_heads"] = 3;
-  expect_error(j, "field 'text_config.linear_num_value_heads' = 3 is not a multiple of "
-                  "'text_config.linear_num_key_heads' = 2");
+  expect_error(j,
+               "field 'text_config.linear_num_value_heads' = 3 is not a multiple of "
+               "'text_config.linear_num_key_heads' = 2");
   j = fixture_json("qwen3_next");
   j["num_key_value_heads"] = 3;
   expect_error(j, "field 'num_attention_heads' = 4 is not a multiple of 'num_key_value_heads' = 3");
@@ -417,8 +430,10 @@ TEST(ConfigErrors, InconsistentSizes) {
   expect_error(j, "rope_theta = -1.000000 must be a positive number");
   j = fixture_json("qwen3_5_moe");
   j["text_config"]["model_type"] = "qwen3_5_text";
-  expect_error(j, "field 'text_config.model_type' is 'qwen3_5_text' but model_type 'qwen3_5_moe' needs "
-                  "'qwen3_5_moe_text'");
+  expect_error(
+      j,
+      "field 'text_config.model_type' is 'qwen3_5_text' but model_type 'qwen3_5_moe' needs "
+      "'qwen3_5_moe_text'");
 }
 
 TEST(ConfigErrors, UnsupportedFeatures) {
@@ -434,7 +449,8 @@ TEST(ConfigErrors, UnsupportedFeatures) {
 }
 
 TEST(ConfigErrors, InvalidJson) {
-  auto r = parse_model_config("{\"model_type\": \"qwen3_next\",\n  \"hidden_size\": }", "cfg/config.json");
+  auto r = parse_model_config("{\"model_type\": \"qwen3_next\",\n  \"hidden_size\": }",
+                              "cfg/config.json");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error_message().rfind("cfg/config.json: invalid JSON: parse error at line 2", 0), 0u)
       << r.error_message();
@@ -450,7 +466,8 @@ TEST(ConfigErrors, InvalidJson) {
 TEST(ConfigErrors, MissingFile) {
   auto r = load_model_config("/nonexistent/dir/config.json");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error_message(), "/nonexistent/dir/config.json: cannot open: No such file or directory");
+  EXPECT_EQ(r.error_message(),
+            "/nonexistent/dir/config.json: cannot open: No such file or directory");
 }
 
 }  // namespace

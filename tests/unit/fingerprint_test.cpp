@@ -1,6 +1,8 @@
 // Model fingerprints (model/fingerprint.h) and the file digests behind them (io/file_digest.h):
 // stable for one model, different for another model or other weight bytes, and a digest read
 // from its side file only while the file's size and modification time are unchanged.
+#include "rewind/model/fingerprint.h"
+
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +11,6 @@
 #include <fstream>
 
 #include "rewind/io/file_digest.h"
-#include "rewind/model/fingerprint.h"
 #include "test_util.h"
 
 namespace rw {

@@ -12,17 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "json_schema_util.h"
 #include "rewind/grammar/grammar_ref.h"
 #include "rewind/grammar/matcher.h"
-#include "json_schema_util.h"
 
 namespace rw {
 namespace {
 
 using ojson = nlohmann::ordered_json;
+using schema_test::random_walk;
 using schema_test::SchemaGen;
 using schema_test::validate;
-using schema_test::random_walk;
 
 Grammar compile(const std::string& schema_text) {
   auto text = json_schema_text_to_gbnf(schema_text);

@@ -72,7 +72,8 @@ TEST(MakeModel, LayerTypesAndLayers) {
       must_make("--preset qwen3-next-tiny --layer-types linear,full,full", "types"));
   ASSERT_EQ(m.config().n_layer, 3);
   EXPECT_EQ(m.config().layer_kinds,
-            (std::vector<LayerKind>{LayerKind::GatedDeltaNet, LayerKind::Attention, LayerKind::Attention}));
+            (std::vector<LayerKind>{LayerKind::GatedDeltaNet, LayerKind::Attention,
+                                    LayerKind::Attention}));
   Model& m6 = test::cached_model(must_make("--preset tiny --layers 6", "layers6"));
   ASSERT_EQ(m6.config().n_layer, 6);
   EXPECT_EQ(m6.config().n_attention_layers(), 1);  // layer 3 (every 4th)

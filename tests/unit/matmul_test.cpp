@@ -33,7 +33,9 @@ struct Source {
   DType type;
   std::vector<float> f32;
   std::vector<uint16_t> u16;
-  const void* data() const { return type == DType::F32 ? static_cast<const void*>(f32.data()) : u16.data(); }
+  const void* data() const {
+    return type == DType::F32 ? static_cast<const void*>(f32.data()) : u16.data();
+  }
 };
 
 Source make_source(DType type, int64_t n, int64_t k, uint32_t seed) {
@@ -52,17 +54,23 @@ Source make_source(DType type, int64_t n, int64_t k, uint32_t seed) {
 float expected_packed(const Source& s, size_t i, DType store) {
   float v = 0;
   switch (s.type) {
-    case DType::F32: v = s.f32[i]; break;
-    case DType::BF16: return bf16_to_f32(s.u16[i]);  // BF16 -> F32 or BF16: exact
-    case DType::F16: v = f16_to_f32(s.u16[i]); break;
-    default: break;
+    case DType::F32:
+      v = s.f32[i];
+      break;
+    case DType::BF16:
+      return bf16_to_f32(s.u16[i]);  // BF16 -> F32 or BF16: exact
+    case DType::F16:
+      v = f16_to_f32(s.u16[i]);
+      break;
+    default:
+      break;
   }
   return store == DType::BF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
 }
 
 // The contract, spelled out: one fp32 accumulator from +0.0f, std::fma over k in order.
-void matmul_sequential_fma(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w,
-                           float* y, int64_t ldy) {
+void matmul_sequential_fma(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,
+                           int64_t ldy) {
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t r = 0; r < w.n(); ++r) {
       float acc = 0.0f;
@@ -72,7 +80,9 @@ void matmul_sequential_fma(const float* x, int64_t m, int64_t ldx, const PackedM
   }
 }
 
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * 4) == 0; }
+bool same_bits(const float* a, const float* b, size_t n) {
+  return std::memcmp(a, b, n * 4) == 0;
+}
 
 // ---- packing ---------------------------------------------------------------------------------
 
@@ -86,7 +96,8 @@ TEST(MatmulPack, AtReturnsSourceValues) {
         ASSERT_EQ(pm.k(), k);
         ASSERT_EQ(pm.store(), store);
         const int64_t panels = (n + 15) / 16;
-        const size_t expect_bytes = store == DType::F32 ? panels * k * 16 * 4 : panels * ((k + 1) / 2) * 32 * 2;
+        const size_t expect_bytes =
+            store == DType::F32 ? panels * k * 16 * 4 : panels * ((k + 1) / 2) * 32 * 2;
         EXPECT_EQ(pm.bytes(), expect_bytes);
         for (int64_t r = 0; r < n; ++r)
           for (int64_t c = 0; c < k; ++c) {
@@ -123,8 +134,9 @@ TEST(MatmulPack, F32ToBf16RoundsLikeF32ToBf16) {
 }
 
 TEST(MatmulPack, BF16SourceKeepsBitsWhenStoredAsBF16) {
-  std::vector<uint16_t> raw = {0x7fc1, 0xffff, 0x0001, 0x8000, 0x3f80, 0x7f80, 0x0000, 0x1234,
-                               0xabcd, 0x4000, 0xc000, 0x0080, 0x807f, 0x7f7f, 0x3c00, 0x5555, 0x1111};
+  std::vector<uint16_t> raw = {0x7fc1, 0xffff, 0x0001, 0x8000, 0x3f80, 0x7f80,
+                               0x0000, 0x1234, 0xabcd, 0x4000, 0xc000, 0x0080,
+                               0x807f, 0x7f7f, 0x3c00, 0x5555, 0x1111};
   const int64_t n = static_cast<int64_t>(raw.size());
   const PackedMatrix pm = PackedMatrix::pack(raw.data(), DType::BF16, n, 1, DType::BF16);
   for (int64_t i = 0; i < n; ++i) {
@@ -160,7 +172,8 @@ void expect_close_to_naive(const std::vector<float>& x, int64_t m, int64_t ldx,
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t r = 0; r < n; ++r) {
       double mag = 0;
-      for (int64_t c = 0; c < k; ++c) mag += std::fabs(static_cast<double>(x[i * ldx + c])) * wt[r * k + c];
+      for (int64_t c = 0; c < k; ++c)
+        mag += std::fabs(static_cast<double>(x[i * ldx + c])) * wt[r * k + c];
       const double tol = (static_cast<double>(k) + 2) * eps * mag + 1e-30;
       const double err = std::fabs(static_cast<double>(y[i * ldy + r]) - ref[i * ldy + r]);
       ASSERT_LE(err, tol) << what << " at (" << i << "," << r << ")";
@@ -176,9 +189,11 @@ void check_against_naive(DType src, DType store, int64_t m, int64_t n, int64_t k
                            " ldy=" + std::to_string(ldy);
   const Source s = make_source(src, n, k, static_cast<uint32_t>(m * 131 + n * 7 + k));
   const PackedMatrix w = PackedMatrix::pack(s.data(), src, n, k, store);
-  const std::vector<float> x = random_floats(static_cast<size_t>(m * ldx), static_cast<uint32_t>(k + 5));
+  const std::vector<float> x =
+      random_floats(static_cast<size_t>(m * ldx), static_cast<uint32_t>(k + 5));
   const float sentinel = -12345.0f;
-  std::vector<float> y(static_cast<size_t>(m * ldy), sentinel), ref(static_cast<size_t>(m * ldy), sentinel);
+  std::vector<float> y(static_cast<size_t>(m * ldy), sentinel),
+      ref(static_cast<size_t>(m * ldy), sentinel);
   matmul(x.data(), m, ldx, w, y.data(), ldy, pool);
   matmul_naive(x.data(), m, ldx, w, ref.data(), ldy);
   expect_close_to_naive(x, m, ldx, w, y, ldy, ref, what);
@@ -209,8 +224,7 @@ TEST(MatmulNaive, OtherSourceTypes) {
     for (DType store : {DType::F32, DType::BF16})
       for (int64_t m : {1, 3, 9, 64})
         for (int64_t n : {5, 17, 100})
-          for (int64_t k : {3, 17, 100})
-            check_against_naive(src, store, m, n, k, k, n, &pool);
+          for (int64_t k : {3, 17, 100}) check_against_naive(src, store, m, n, k, k, n, &pool);
 }
 
 TEST(MatmulNaive, StridedRows) {
@@ -230,12 +244,19 @@ TEST(MatmulExact, EqualsSequentialFmaLoop) {
     KernelOptions ko;
     if (!test::isa_options(isa, &ko)) continue;
     for (DType store : {DType::F32, DType::BF16})
-      for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 17, 1}, {1, 100, 257},
-                             {3, 33, 17}, {8, 48, 128}, {9, 100, 129}, {17, 5, 300},
-                             {40, 70, 301}, {64, 300, 64},
+      for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 17, 1},
+                             {1, 100, 257},
+                             {3, 33, 17},
+                             {8, 48, 128},
+                             {9, 100, 129},
+                             {17, 5, 300},
+                             {40, 70, 301},
+                             {64, 300, 64},
                              // Decode over many panels (several panels per stream run, a short
                              // last run, a partial last panel) and past the 4096 K slice.
-                             {1, 16 * 37 + 5, 96}, {2, 16 * 64, 33}, {1, 40, 4100}}) {
+                             {1, 16 * 37 + 5, 96},
+                             {2, 16 * 64, 33},
+                             {1, 40, 4100}}) {
         const Source s = make_source(DType::F32, n, k, 99);
         const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
         const std::vector<float> x = random_floats(static_cast<size_t>(m * k), 5);
@@ -254,7 +275,7 @@ TEST(MatmulExact, SpecialValues) {
   std::vector<float> wv = random_floats(static_cast<size_t>(n * k), 8);
   std::vector<float> x = random_floats(static_cast<size_t>(m * k), 9);
   const float inf = std::numeric_limits<float>::infinity();
-  const float specials[] = {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
+  const float specials[] = {0.0f,   -0.0f,   inf,  -inf, std::numeric_limits<float>::quiet_NaN(),
                             1e-40f, -1e-40f, 3e38f};
   for (size_t i = 0; i < wv.size(); i += 3) wv[i] = specials[i % 8];
   for (size_t i = 0; i < x.size(); i += 5) x[i] = specials[(i / 5) % 8];
@@ -279,7 +300,8 @@ TEST(MatmulExact, IdenticalBitsAcrossIsas) {
   ThreadPool pool(2, 0);  // every job shared, however small
   int compared = 0;
   for (DType store : {DType::F32, DType::BF16})
-    for (auto [n, k] : {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {100, 129}, {300, 257}, {50, 1001}})
+    for (auto [n, k] :
+         {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {100, 129}, {300, 257}, {50, 1001}})
       for (int64_t m : {1, 2, 7, 9, 33, 100}) {
         const Source s = make_source(DType::F32, n, k, 21);
         const PackedMatrix w = PackedMatrix::pack(s.data(), DType::F32, n, k, store);
@@ -295,7 +317,8 @@ TEST(MatmulExact, IdenticalBitsAcrossIsas) {
           std::vector<float> y(static_cast<size_t>(m * n));
           matmul(x.data(), m, k, w, y.data(), n, &pool, ko);
           EXPECT_TRUE(same_bits(y.data(), ref.data(), y.size()))
-              << isa << " vs scalar, " << dtype_name(store) << " M=" << m << " N=" << n << " K=" << k;
+              << isa << " vs scalar, " << dtype_name(store) << " M=" << m << " N=" << n
+              << " K=" << k;
         }
       }
   if (compared == 0) GTEST_SKIP() << "this machine has no SIMD path to compare with scalar";
@@ -316,7 +339,9 @@ TEST(MatmulExact, IsaCapReportsPath) {
   EXPECT_EQ(cap, IsaCap::Amx);
   const std::string chosen = matmul_isa(IsaCap::Amx);
   EXPECT_TRUE(chosen == "avx512" || chosen == "avx2" || chosen == "scalar") << chosen;
-  if (isa_cap_supported(IsaCap::Avx2)) { EXPECT_STREQ(matmul_isa(IsaCap::Avx2), "avx2"); }
+  if (isa_cap_supported(IsaCap::Avx2)) {
+    EXPECT_STREQ(matmul_isa(IsaCap::Avx2), "avx2");
+  }
   // A matrix carries its options; a default matrix runs everything the CPU has.
   PackedMatrix w;
   EXPECT_EQ(w.kernel_options().isa, IsaCap::Amx);

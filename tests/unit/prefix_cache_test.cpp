@@ -366,8 +366,12 @@ TEST(PrefixCache, CommonPrefixReusesTreeNodesAndPages) {
 
 // ---- Budget, eviction, pins ----------------------------------------------------------------
 
-size_t page_bytes(const Sim& sim) { return KvPage(sim.shape).bytes(); }
-size_t snap_bytes(const Sim& sim) { return SequenceState(sim.shape).recurrent_bytes(); }
+size_t page_bytes(const Sim& sim) {
+  return KvPage(sim.shape).bytes();
+}
+size_t snap_bytes(const Sim& sim) {
+  return SequenceState(sim.shape).recurrent_bytes();
+}
 
 TEST(PrefixCache, EvictsLeastRecentlyUsedLeaf) {
   Sim sim(false);
@@ -392,7 +396,7 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedLeaf) {
 TEST(PrefixCache, EvictingALeafFreesOnlyPagesNoOtherNodeHolds) {
   Sim sim(false);
   PrefixCache cache(opts(false));
-  insert_cold(sim, cache, kA, {});                             // pages 0, 1, 2
+  insert_cold(sim, cache, kA, {});                            // pages 0, 1, 2
   insert_cold(sim, cache, Tokens{1, 2, 3, 4, 5, 6, 70}, {});  // shares page 0, own copy of 1
   EXPECT_EQ(cache.stats().n_pages, 3 + 1);
   // Budget for 3 pages: one leaf must go. kA's leaf [6, 10) is older; its page 1 is still
@@ -424,7 +428,7 @@ TEST(PrefixCache, SnapshotEvictedAloneBeforeItsNode) {
   EXPECT_EQ(s.evictions_nodes, 0);
   EXPECT_EQ(s.n_snapshots, 1);
   EXPECT_EQ(s.bytes_snapshots, snap_bytes(sim));
-  EXPECT_EQ(cache.lookup(a).resume_pos, 7);                    // the used one stayed
+  EXPECT_EQ(cache.lookup(a).resume_pos, 7);                         // the used one stayed
   EXPECT_EQ(cache.lookup(Tokens{1, 2, 3, 4, 5, 9}).resume_pos, 0);  // 4 went
   // Then the snapshot at 7 (used before the last lookup touched the node), then the node,
   // dead without snapshots.
@@ -454,7 +458,7 @@ TEST(PrefixCache, HybridLeafWithoutSnapshotIsEvictedFirst) {
   const Tokens a{1, 1, 1, 1, 1, 1, 1, 1};
   const Tokens b{2, 2, 2, 2, 2, 2, 2, 2};
   insert_cold(sim, cache, a, {4});
-  insert_cold(sim, cache, b, {});   // can never be resumed from: no snapshot on its path
+  insert_cold(sim, cache, b, {});            // can never be resumed from: no snapshot on its path
   EXPECT_EQ(cache.lookup(b).resume_pos, 0);  // used more recently than a, still dead
   cache.set_budget_bytes(cache.bytes() - 1);
   cache.check_invariants();
@@ -575,11 +579,11 @@ TEST(PrefixCache, CountsHitsByKind) {
   Sim sim(true);
   PrefixCache cache(opts(true));
   insert_cold(sim, cache, kA, {4, 9, 10});
-  cache.lookup(kA);                                    // exact: p 9
-  cache.lookup(concat(kA, {11, 12}));                  // extension: p 10
-  cache.lookup(Tokens{1, 2, 3, 4, 5, 6, 0});           // checkpoint: L 6, p 4
-  cache.lookup(Tokens{7, 7});                          // miss
-  cache.lookup(Tokens{1, 2, 3, 0});                    // miss: L 3, no snapshot below
+  cache.lookup(kA);                           // exact: p 9
+  cache.lookup(concat(kA, {11, 12}));         // extension: p 10
+  cache.lookup(Tokens{1, 2, 3, 4, 5, 6, 0});  // checkpoint: L 6, p 4
+  cache.lookup(Tokens{7, 7});                 // miss
+  cache.lookup(Tokens{1, 2, 3, 0});           // miss: L 3, no snapshot below
   const auto s = cache.stats();
   EXPECT_EQ(s.lookups, 5);
   EXPECT_EQ(s.hits_exact, 1);
@@ -685,7 +689,9 @@ void run_property(const PropertyConfig& cfg) {
     // A prompt: fresh, an edit, a repeat, a prefix or an extension of a history.
     Tokens prompt;
     const int64_t kind = hist.empty() ? 0 : uni(0, 9);
-    const Tokens* h = hist.empty() ? nullptr : &hist[static_cast<size_t>(uni(0, static_cast<int64_t>(hist.size()) - 1))].t;
+    const Tokens* h =
+        hist.empty() ? nullptr
+                     : &hist[static_cast<size_t>(uni(0, static_cast<int64_t>(hist.size()) - 1))].t;
     if (kind <= 1) {
       prompt = rand_tokens(uni(1, 40));
     } else if (kind <= 4) {
@@ -766,7 +772,8 @@ void run_property(const PropertyConfig& cfg) {
       ASSERT_NO_FATAL_FAILURE(sim.expect_exact(again, hd.prompt));
     }
     if (r.lease.active() && uni(0, 3) == 0) held.push_back({prompt, std::move(r)});
-    if (!held.empty() && uni(0, 2) == 0) held.erase(held.begin() + uni(0, static_cast<int64_t>(held.size()) - 1));
+    if (!held.empty() && uni(0, 2) == 0)
+      held.erase(held.begin() + uni(0, static_cast<int64_t>(held.size()) - 1));
     cache.check_invariants();
   }
   held.clear();

@@ -185,8 +185,7 @@ TEST(RedisClient, HugeArrayFromAServerIsAnErrorNotAnAllocation) {
     RedisClient c({{"127.0.0.1", ls.port}}, 2000);
     auto r = c.run({{"GET", "k"}});
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.error_message().find("700710207 elements"), std::string::npos)
-        << r.error_message();
+    EXPECT_NE(r.error_message().find("700710207 elements"), std::string::npos) << r.error_message();
   }
   server.join();
   close(lfd);

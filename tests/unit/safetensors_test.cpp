@@ -61,8 +61,10 @@ std::string image(const std::string& header, size_t data_size) {
 }
 
 // Parses an image from an exactly-sized heap copy (so ASan sees any over-read).
-Result<SafetensorsFile> parse_image(const std::string& bytes, const std::string& where = "model.safetensors") {
-  static std::vector<std::unique_ptr<std::byte[]>> keep;  // parse() needs the bytes to outlive the result
+Result<SafetensorsFile> parse_image(const std::string& bytes,
+                                    const std::string& where = "model.safetensors") {
+  static std::vector<std::unique_ptr<std::byte[]>>
+      keep;  // parse() needs the bytes to outlive the result
   auto buf = std::make_unique<std::byte[]>(bytes.size() + 1);
   std::memcpy(buf.get(), bytes.data(), bytes.size());
   const std::byte* p = bytes.empty() ? nullptr : buf.get();
@@ -85,27 +87,28 @@ void expect_parse_error(const std::string& header, size_t data_size, const std::
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
 }
 
-bool contains(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+bool contains(const std::string& s, const std::string& sub) {
+  return s.find(sub) != std::string::npos;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Round trips
 
 struct Sample {
   std::vector<float> f32{1.5f, -2.0f, 3.25f, 0.0f, -0.0f, 1e-30f};
-  std::vector<uint16_t> bf16{f32_to_bf16(1.0f), f32_to_bf16(-3.5f), f32_to_bf16(100.0f), f32_to_bf16(0.1f)};
-  std::vector<uint16_t> f16{f32_to_f16(1.0f), f32_to_f16(-0.5f), f32_to_f16(65504.0f), f32_to_f16(2e-7f)};
+  std::vector<uint16_t> bf16{f32_to_bf16(1.0f), f32_to_bf16(-3.5f), f32_to_bf16(100.0f),
+                             f32_to_bf16(0.1f)};
+  std::vector<uint16_t> f16{f32_to_f16(1.0f), f32_to_f16(-0.5f), f32_to_f16(65504.0f),
+                            f32_to_f16(2e-7f)};
   std::vector<int64_t> i64{-1, 0, int64_t{1} << 40};
   float scalar = 42.0f;
   std::vector<uint8_t> u8{1, 2, 3};
 
   std::vector<TensorToWrite> tensors() const {
     return {
-        {"a.f32", DType::F32, {2, 3}, f32.data()},
-        {"b.bf16", DType::BF16, {4}, bf16.data()},
-        {"c.f16", DType::F16, {2, 2}, f16.data()},
-        {"d.i64", DType::I64, {3}, i64.data()},
-        {"e.scalar", DType::F32, {}, &scalar},
-        {"f.empty", DType::F32, {0, 5}, nullptr},
+        {"a.f32", DType::F32, {2, 3}, f32.data()}, {"b.bf16", DType::BF16, {4}, bf16.data()},
+        {"c.f16", DType::F16, {2, 2}, f16.data()}, {"d.i64", DType::I64, {3}, i64.data()},
+        {"e.scalar", DType::F32, {}, &scalar},     {"f.empty", DType::F32, {0, 5}, nullptr},
         {"g.u8", DType::U8, {3}, u8.data()},
     };
   }
@@ -137,7 +140,8 @@ TEST(Safetensors, RoundTripAllKinds) {
   const std::string bytes = read_bytes(path);
   ASSERT_GE(bytes.size(), 8u);
   uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   EXPECT_EQ((8 + n) % 8, 0u);
   EXPECT_EQ(bytes[8], '{');
 
@@ -213,13 +217,15 @@ TEST(TensorSet, ShardedWithIndex) {
   const std::string dir = fresh_dir();
   Sample s;
   const auto all = s.tensors();
-  const std::vector<TensorToWrite> shard1(all.begin(), all.begin() + 3), shard2(all.begin() + 3, all.end());
+  const std::vector<TensorToWrite> shard1(all.begin(), all.begin() + 3),
+      shard2(all.begin() + 3, all.end());
   ASSERT_TRUE(write_safetensors(dir + "/model-00001-of-00002.safetensors", shard1).ok());
   ASSERT_TRUE(write_safetensors(dir + "/model-00002-of-00002.safetensors", shard2).ok());
   std::string index = R"({"metadata": {"total_size": 1}, "weight_map": {)";
   for (size_t i = 0; i < all.size(); ++i) {
     if (i) index += ",";
-    index += "\"" + all[i].name + "\": \"model-0000" + (i < 3 ? "1" : "2") + "-of-00002.safetensors\"";
+    index +=
+        "\"" + all[i].name + "\": \"model-0000" + (i < 3 ? "1" : "2") + "-of-00002.safetensors\"";
   }
   index += "}}";
   write_bytes(dir + "/model.safetensors.index.json", index);
@@ -307,7 +313,8 @@ TEST(TensorSet, DuplicateAcrossIndexedShards) {
               R"({"weight_map": {"a.f32": "s1.safetensors", "b.bf16": "s2.safetensors"}})");
   auto set = TensorSet::open_dir(dir);
   ASSERT_FALSE(set.ok());
-  EXPECT_TRUE(contains(set.error_message(), "s2.safetensors: tensor 'a.f32': also in")) << set.error_message();
+  EXPECT_TRUE(contains(set.error_message(), "s2.safetensors: tensor 'a.f32': also in"))
+      << set.error_message();
 }
 
 TEST(TensorSet, IndexNamesMissingShard) {
@@ -365,7 +372,8 @@ TEST(TensorSet, BadIndex) {
     write_bytes(index, text);
     auto set = TensorSet::open_dir(dir);
     ASSERT_FALSE(set.ok()) << text;
-    EXPECT_TRUE(contains(set.error_message(), "model.safetensors.index.json: ")) << set.error_message();
+    EXPECT_TRUE(contains(set.error_message(), "model.safetensors.index.json: "))
+        << set.error_message();
     EXPECT_TRUE(contains(set.error_message(), what)) << set.error_message();
   }
 }
@@ -385,7 +393,8 @@ TEST(TensorSet, BadShardNamesFile) {
   write_bytes(dir + "/model.safetensors", "abc");
   auto set = TensorSet::open_dir(dir);
   ASSERT_FALSE(set.ok());
-  EXPECT_TRUE(contains(set.error_message(), "model.safetensors: file is 3 bytes")) << set.error_message();
+  EXPECT_TRUE(contains(set.error_message(), "model.safetensors: file is 3 bytes"))
+      << set.error_message();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -395,7 +404,8 @@ TEST(SafetensorsMalformed, TooShort) {
   for (size_t n : {0, 1, 7}) {
     auto r = parse_image(std::string(n, '\0'), "short.safetensors");
     ASSERT_FALSE(r.ok());
-    EXPECT_TRUE(contains(r.error_message(), "short.safetensors: file is " + std::to_string(n) + " bytes"))
+    EXPECT_TRUE(
+        contains(r.error_message(), "short.safetensors: file is " + std::to_string(n) + " bytes"))
         << r.error_message();
   }
   // Also through open(), with a real zero-length file.
@@ -403,7 +413,8 @@ TEST(SafetensorsMalformed, TooShort) {
   write_bytes(dir + "/zero.safetensors", "");
   auto r = SafetensorsFile::open(dir + "/zero.safetensors");
   ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(contains(r.error_message(), "zero.safetensors: file is 0 bytes")) << r.error_message();
+  EXPECT_TRUE(contains(r.error_message(), "zero.safetensors: file is 0 bytes"))
+      << r.error_message();
 }
 
 TEST(SafetensorsMalformed, HeaderLongerThanFile) {
@@ -411,7 +422,8 @@ TEST(SafetensorsMalformed, HeaderLongerThanFile) {
   img[0] = 100;  // claims 100 header bytes, has 2
   auto r = parse_image(img, "long.safetensors");
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error_message(), "long.safetensors: header length 100 exceeds the file (2 bytes after the length)");
+  EXPECT_EQ(r.error_message(),
+            "long.safetensors: header length 100 exceeds the file (2 bytes after the length)");
 }
 
 TEST(SafetensorsMalformed, HeaderOverLimit) {
@@ -424,10 +436,12 @@ TEST(SafetensorsMalformed, HeaderOverLimit) {
 }
 
 TEST(SafetensorsMalformed, DataSectionShorterThanOffsets) {
-  auto r = parse_image(image(R"({"x.weight":{"dtype":"F32","shape":[24],"data_offsets":[0,96]}})", 64));
+  auto r =
+      parse_image(image(R"({"x.weight":{"dtype":"F32","shape":[24],"data_offsets":[0,96]}})", 64));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error_message(),
-            "model.safetensors: tensor 'x.weight': data_offsets [0, 96] out of range (data section is 64 bytes)");
+            "model.safetensors: tensor 'x.weight': data_offsets [0, 96] out of range (data section "
+            "is 64 bytes)");
 }
 
 TEST(SafetensorsMalformed, BadHeaderJson) {
@@ -455,8 +469,10 @@ TEST(SafetensorsMalformed, MissingFields) {
 }
 
 TEST(SafetensorsMalformed, WrongFieldTypes) {
-  expect_parse_error(R"({"x":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})", 4, "x", "'dtype' is not a string");
-  expect_parse_error(R"({"x":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})", 4, "x", "'shape' is not an array");
+  expect_parse_error(R"({"x":{"dtype":7,"shape":[1],"data_offsets":[0,4]}})", 4, "x",
+                     "'dtype' is not a string");
+  expect_parse_error(R"({"x":{"dtype":"F32","shape":1,"data_offsets":[0,4]}})", 4, "x",
+                     "'shape' is not an array");
   expect_parse_error(R"({"x":{"dtype":"F32","shape":[1.0],"data_offsets":[0,4]}})", 4, "x",
                      "shape[0] is not an integer");
   expect_parse_error(R"({"x":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}})", 4, "x",
@@ -478,23 +494,25 @@ TEST(SafetensorsMalformed, NegativeShape) {
 
 TEST(SafetensorsMalformed, ShapeOverflow) {
   // Each dim fits in int64 but the product does not (and numel() must never overflow).
-  expect_parse_error(R"({"x":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,4]}})", 4,
-                     "x", "shape is too large");
-  expect_parse_error(R"({"x":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,4]}})", 4, "x",
-                     "shape[0] is too large");
-  expect_parse_error(R"({"x":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,4]}})", 4, "x",
-                     "shape[0] is too large");
+  expect_parse_error(
+      R"({"x":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,4]}})", 4, "x",
+      "shape is too large");
+  expect_parse_error(R"({"x":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,4]}})",
+                     4, "x", "shape[0] is too large");
+  expect_parse_error(R"({"x":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,4]}})",
+                     4, "x", "shape[0] is too large");
   // A zero dim makes an empty tensor, but the other dims still must not overflow numel().
-  expect_parse_error(R"({"x":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}})", 0,
-                     "x", "shape is too large");
+  expect_parse_error(
+      R"({"x":{"dtype":"F32","shape":[1099511627776,1099511627776,0],"data_offsets":[0,0]}})", 0,
+      "x", "shape is too large");
 }
 
 TEST(SafetensorsMalformed, OffsetsOutOfRange) {
   expect_parse_error(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 4, "x",
                      "data_offsets [4, 8] out of range (data section is 4 bytes)");
   expect_parse_error(
-      R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551615]}})", 4, "x",
-      "out of range");
+      R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551615]}})",
+      4, "x", "out of range");
 }
 
 TEST(SafetensorsMalformed, OffsetsBeginAfterEnd) {
@@ -505,14 +523,17 @@ TEST(SafetensorsMalformed, OffsetsBeginAfterEnd) {
 TEST(SafetensorsMalformed, SizeMismatchWithShape) {
   expect_parse_error(R"({"x":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 16, "x",
                      "data_offsets [0, 12] hold 12 bytes but shape [2, 2] of F32 needs 16");
-  expect_parse_error(R"({"x":{"dtype":"BF16","shape":[],"data_offsets":[0,4]}})", 4, "x", "needs 2");
-  expect_parse_error(R"({"x":{"dtype":"F32","shape":[0],"data_offsets":[0,4]}})", 4, "x", "needs 0");
+  expect_parse_error(R"({"x":{"dtype":"BF16","shape":[],"data_offsets":[0,4]}})", 4, "x",
+                     "needs 2");
+  expect_parse_error(R"({"x":{"dtype":"F32","shape":[0],"data_offsets":[0,4]}})", 4, "x",
+                     "needs 0");
 }
 
 TEST(SafetensorsMalformed, UnknownDtype) {
   expect_parse_error(R"({"x":{"dtype":"F8_E4M3","shape":[1],"data_offsets":[0,1]}})", 1, "x",
                      "dtype 'F8_E4M3' not supported");
-  expect_parse_error(R"({"x":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", 4, "x", "not supported");
+  expect_parse_error(R"({"x":{"dtype":"f32","shape":[1],"data_offsets":[0,4]}})", 4, "x",
+                     "not supported");
 }
 
 TEST(SafetensorsMalformed, DuplicateTensorInHeader) {
@@ -523,12 +544,14 @@ TEST(SafetensorsMalformed, DuplicateTensorInHeader) {
 
 TEST(SafetensorsMalformed, BadMetadata) {
   expect_parse_error(R"({"__metadata__":[1]})", 0, "", "__metadata__ is not a JSON object");
-  expect_parse_error(R"({"__metadata__":{"format":1}})", 0, "", "__metadata__: value of 'format' is not a string");
+  expect_parse_error(R"({"__metadata__":{"format":1}})", 0, "",
+                     "__metadata__: value of 'format' is not a string");
 }
 
 TEST(SafetensorsMalformed, MessagesStayOnOneLine) {
   // A tensor name with a newline (legal JSON) is escaped in the message.
-  expect_parse_error(R"({"a\nb":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", 8, "a\\x0ab", "needs 4");
+  expect_parse_error(R"({"a\nb":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", 8, "a\\x0ab",
+                     "needs 4");
 }
 
 TEST(SafetensorsMalformed, TruncatedAtEveryLength) {
@@ -551,7 +574,8 @@ TEST(SafetensorsMalformed, OpenErrorsNamePath) {
   const std::string dir = fresh_dir();
   auto r = SafetensorsFile::open(dir + "/absent.safetensors");
   ASSERT_FALSE(r.ok());
-  EXPECT_TRUE(contains(r.error_message(), "absent.safetensors: cannot open: No such file or directory"))
+  EXPECT_TRUE(
+      contains(r.error_message(), "absent.safetensors: cannot open: No such file or directory"))
       << r.error_message();
   r = SafetensorsFile::open(dir);
   ASSERT_FALSE(r.ok());
@@ -580,7 +604,8 @@ TEST(SafetensorsWriter, RejectsBadInput) {
 
   auto st = write_safetensors(dir + "/no/such/dir/w.safetensors", {{"a", DType::F32, {4}, x}});
   ASSERT_FALSE(st.ok());
-  EXPECT_TRUE(contains(st.error_message(), "w.safetensors.tmp: cannot create: No such file")) << st.error_message();
+  EXPECT_TRUE(contains(st.error_message(), "w.safetensors.tmp: cannot create: No such file"))
+      << st.error_message();
 }
 
 TEST(MappedFile, ZeroLengthAndContents) {

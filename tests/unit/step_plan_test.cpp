@@ -35,7 +35,7 @@ TEST(StepPlan, DecodeRowsFirstThenPrefillWithTheRestOfTheBudget) {
   EXPECT_FALSE(p.rows[2].decode);
   EXPECT_EQ(p.rows[2].seq, 0u);
   EXPECT_EQ(p.rows[2].begin, 0);
-  EXPECT_EQ(p.rows[2].end, 6);  // 10 - 1 - 3
+  EXPECT_EQ(p.rows[2].end, 6);     // 10 - 1 - 3
   EXPECT_FALSE(p.rows[2].logits);  // the prompt is not finished
   EXPECT_EQ(p.tokens, 10);
   EXPECT_EQ(p.prefill_tokens, 6);

@@ -94,11 +94,21 @@ class AlignedBuffer {
     if (size_) std::memcpy(static_cast<void*>(b.data_), data_, size_ * sizeof(T));
     return b;
   }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return size_; }
-  T& operator[](size_t i) { return data_[i]; }
-  const T& operator[](size_t i) const { return data_[i]; }
+  T* data() {
+    return data_;
+  }
+  const T* data() const {
+    return data_;
+  }
+  size_t size() const {
+    return size_;
+  }
+  T& operator[](size_t i) {
+    return data_[i];
+  }
+  const T& operator[](size_t i) const {
+    return data_[i];
+  }
 
  private:
   void release() {

@@ -18,8 +18,8 @@ struct Error {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
-  Result(Error error) : v_(std::move(error)) {}    // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -54,7 +54,9 @@ class [[nodiscard]] Result {
 struct Ok {};
 using Status = Result<Ok>;
 
-inline Error make_error(std::string message) { return Error{std::move(message)}; }
+inline Error make_error(std::string message) {
+  return Error{std::move(message)};
+}
 
 }  // namespace rw
 
@@ -66,8 +68,8 @@ inline Error make_error(std::string message) { return Error{std::move(message)};
   if (!tmp.ok()) return tmp.error();     \
   decl = std::move(tmp).value()
 #define REWIND_TRY(decl, expr) REWIND_TRY_IMPL(REWIND_CONCAT(rewind_try_, __LINE__), decl, expr)
-#define REWIND_TRY_STATUS(expr)                                  \
-  do {                                                           \
-    auto rewind_status_ = (expr);                                \
-    if (!rewind_status_.ok()) return rewind_status_.error();     \
+#define REWIND_TRY_STATUS(expr)                              \
+  do {                                                       \
+    auto rewind_status_ = (expr);                            \
+    if (!rewind_status_.ok()) return rewind_status_.error(); \
   } while (0)

@@ -47,11 +47,11 @@ namespace rw {
 // turn start). The cache keeps them with each snapshot for /v1/cache/tree; they change nothing
 // about lookup, eviction or thinning.
 enum CheckpointKind : uint8_t {
-  kCheckpointGrid = 1,        // a multiple of the grid interval
-  kCheckpointBoundary = 2,    // a message start the chat template reported
-  kCheckpointAnchor = 4,      // the end of the system prompt (never thinned)
-  kCheckpointPromptEnd = 8,   // n-1 of a prompt
-  kCheckpointReplyEnd = 16,   // the end of a generated reply
+  kCheckpointGrid = 1,       // a multiple of the grid interval
+  kCheckpointBoundary = 2,   // a message start the chat template reported
+  kCheckpointAnchor = 4,     // the end of the system prompt (never thinned)
+  kCheckpointPromptEnd = 8,  // n-1 of a prompt
+  kCheckpointReplyEnd = 16,  // the end of a generated reply
 };
 
 struct CheckpointPolicy {

@@ -17,10 +17,14 @@ namespace rw {
 
 const char* hit_kind_name(HitKind k) {
   switch (k) {
-    case HitKind::Miss: return "miss";
-    case HitKind::Exact: return "exact";
-    case HitKind::Extension: return "extension";
-    case HitKind::Checkpoint: return "checkpoint";
+    case HitKind::Miss:
+      return "miss";
+    case HitKind::Exact:
+      return "exact";
+    case HitKind::Extension:
+      return "extension";
+    case HitKind::Checkpoint:
+      return "checkpoint";
   }
   return "?";
 }
@@ -58,8 +62,8 @@ struct CacheNode {
   // Tokens: position q holds (*toks)[q - toks_base]; split halves share the buffer.
   std::shared_ptr<const std::vector<int32_t>> toks;
   int64_t toks_base = 0;
-  std::deque<PagePtr> pages;                      // page indices start/PT .. ceil(end/PT)-1
-  std::deque<std::unique_ptr<CacheSnap>> snaps;   // ascending pos, start < pos <= end
+  std::deque<PagePtr> pages;                     // page indices start/PT .. ceil(end/PT)-1
+  std::deque<std::unique_ptr<CacheSnap>> snaps;  // ascending pos, start < pos <= end
   std::unordered_map<int32_t, std::unique_ptr<CacheNode>> children;  // keyed by first token
   uint64_t id = 0;
   uint64_t tick = 0;
@@ -87,8 +91,8 @@ struct CacheCore {
   uint64_t tick = 0;
   uint64_t next_id = 1;
   uint64_t epoch = 0;
-  uint64_t version = 0;  // bumped by every change a dump would show
-  ContentKey tier_root;  // the chain hash's start (Options::tier's fingerprint)
+  uint64_t version = 0;               // bumped by every change a dump would show
+  ContentKey tier_root;               // the chain hash's start (Options::tier's fingerprint)
   std::vector<ContentKey> tier_keys;  // scratch: the keys of a history's prefixes
 
   explicit CacheCore(const PrefixCache::Options& o) : opt(o), pt(o.page_tokens) {
@@ -400,10 +404,18 @@ struct CacheCore {
     else
       r.kind = HitKind::Checkpoint;
     switch (r.kind) {
-      case HitKind::Miss: ++st.misses; break;
-      case HitKind::Exact: ++st.hits_exact; break;
-      case HitKind::Extension: ++st.hits_extension; break;
-      case HitKind::Checkpoint: ++st.hits_checkpoint; break;
+      case HitKind::Miss:
+        ++st.misses;
+        break;
+      case HitKind::Exact:
+        ++st.hits_exact;
+        break;
+      case HitKind::Extension:
+        ++st.hits_extension;
+        break;
+      case HitKind::Checkpoint:
+        ++st.hits_checkpoint;
+        break;
     }
     st.tokens_reused += p;
     st.tokens_rerun += n - p;
@@ -431,9 +443,9 @@ struct CacheCore {
     REWIND_CHECK_MSG(opt.has_recurrent || snaps.empty(), "snapshots for a pure-attention cache");
     for (size_t i = 0; i < snaps.size(); ++i) {
       REWIND_CHECK(snaps[i] != nullptr);
-      REWIND_CHECK_MSG(snaps[i]->pos >= 0 && snaps[i]->pos <= n,
-                       "snapshot at " + std::to_string(snaps[i]->pos) + " for " +
-                           std::to_string(n) + " tokens");
+      REWIND_CHECK_MSG(
+          snaps[i]->pos >= 0 && snaps[i]->pos <= n,
+          "snapshot at " + std::to_string(snaps[i]->pos) + " for " + std::to_string(n) + " tokens");
       REWIND_CHECK(i == 0 || snaps[i - 1]->pos <= snaps[i]->pos);
     }
     ++tick;
@@ -569,8 +581,7 @@ struct CacheCore {
       if (o.kind == TierKind::Page) {
         const PagePtr& pg = pages[o.index];
         put.layout = page_layout();
-        put.parts.push_back(
-            std::span<const std::byte>(pg->raw(), pg->bytes()));
+        put.parts.push_back(std::span<const std::byte>(pg->raw(), pg->bytes()));
         put.owner = pg;
       } else {
         const std::shared_ptr<const Snapshot>& sn = snaps[o.index];
@@ -583,8 +594,7 @@ struct CacheCore {
         PagePtr pg;
         if (put.layout.kv_bytes > 0) {
           pg = pages[static_cast<size_t>(o.pos / pt)];
-          put.parts.push_back(
-              std::span<const std::byte>(pg->raw(), pg->bytes()));
+          put.parts.push_back(std::span<const std::byte>(pg->raw(), pg->bytes()));
         }
         put.owner = std::make_shared<std::pair<std::shared_ptr<const Snapshot>, PagePtr>>(sn, pg);
       }
@@ -839,8 +849,8 @@ struct CacheCore {
           if (page_refs.at(p.get()) > 1) ++e.shared_pages;
         e.kv_bytes = kv_bytes(c);
         for (const auto& s : c->snaps)
-          e.snaps.push_back({s->pos(), s->kinds, s->snap->bytes(), s->pins, tick - s->tick,
-                             rank_of(s.get())});
+          e.snaps.push_back(
+              {s->pos(), s->kinds, s->snap->bytes(), s->pins, tick - s->tick, rank_of(s.get())});
         e.pins = c->pins;
         e.pinned = in.pins > 0;
         e.age = tick - c->tick;
@@ -905,7 +915,8 @@ struct CacheCore {
       auto it = par->children.find(c->tok(c->start));
       REWIND_CHECK(it != par->children.end() && it->second.get() == c);
       if (opt.has_attention) {
-        REWIND_CHECK(static_cast<int64_t>(c->pages.size()) == (c->end + pt - 1) / pt - c->start / pt);
+        REWIND_CHECK(static_cast<int64_t>(c->pages.size()) ==
+                     (c->end + pt - 1) / pt - c->start / pt);
       } else {
         REWIND_CHECK(c->pages.empty());
       }
@@ -985,7 +996,9 @@ PrefixCache::~PrefixCache() = default;
 PrefixCache::PrefixCache(PrefixCache&&) noexcept = default;
 PrefixCache& PrefixCache::operator=(PrefixCache&&) noexcept = default;
 
-const PrefixCache::Options& PrefixCache::options() const { return core_->opt; }
+const PrefixCache::Options& PrefixCache::options() const {
+  return core_->opt;
+}
 
 LookupResult PrefixCache::lookup(std::span<const int32_t> tokens) {
   return core_->lookup(tokens, core_);
@@ -1009,7 +1022,9 @@ CacheStats PrefixCache::stats() const {
   return s;
 }
 
-size_t PrefixCache::bytes() const { return core_->bytes(); }
+size_t PrefixCache::bytes() const {
+  return core_->bytes();
+}
 
 void PrefixCache::set_budget_bytes(size_t budget) {
   ++core_->version;
@@ -1017,10 +1032,16 @@ void PrefixCache::set_budget_bytes(size_t budget) {
   core_->evict_to_budget();
 }
 
-void PrefixCache::clear() { core_->clear(); }
+void PrefixCache::clear() {
+  core_->clear();
+}
 
-size_t PrefixCache::bytes_by_walk() const { return core_->bytes_by_walk(); }
+size_t PrefixCache::bytes_by_walk() const {
+  return core_->bytes_by_walk();
+}
 
-void PrefixCache::check_invariants() const { core_->check_invariants(); }
+void PrefixCache::check_invariants() const {
+  core_->check_invariants();
+}
 
 }  // namespace rw

@@ -74,14 +74,15 @@ struct CacheStats {
   int64_t hits_extension = 0;
   int64_t hits_checkpoint = 0;
   int64_t misses = 0;
-  int64_t tokens_reused = 0;    // sum of p
-  int64_t tokens_rerun = 0;     // sum of n - p
-  int64_t lost_to_spacing = 0;  // sum of min(L, n-1) - p: tokens matched but re-run for want of a snapshot
+  int64_t tokens_reused = 0;  // sum of p
+  int64_t tokens_rerun = 0;   // sum of n - p
+  int64_t lost_to_spacing =
+      0;  // sum of min(L, n-1) - p: tokens matched but re-run for want of a snapshot
   int64_t evictions_nodes = 0;
   int64_t evictions_snapshots = 0;  // snapshots evicted alone or with their leaf (budget)
   int64_t thinned_snapshots = 0;    // snapshots dropped by thinning (max_per_branch)
   int64_t inserts = 0;
-  int64_t over_budget_events = 0;   // inserts/releases that ended over budget (all pinned)
+  int64_t over_budget_events = 0;  // inserts/releases that ended over budget (all pinned)
   // The tier under RAM (Options::tier): lookups it served with a deeper resume point than RAM
   // had, lookups it could not improve, the tokens it added to resume points, time spent loading.
   int64_t tier_hits = 0;
@@ -93,9 +94,9 @@ struct CacheStats {
   size_t bytes_pages = 0;
   size_t bytes_snapshots = 0;
   size_t budget_bytes = 0;
-  int64_t n_pages = 0;      // distinct page objects referenced by the tree
+  int64_t n_pages = 0;  // distinct page objects referenced by the tree
   int64_t n_snapshots = 0;
-  int64_t n_nodes = 0;      // excluding the root
+  int64_t n_nodes = 0;  // excluding the root
   int64_t active_leases = 0;
   bool over_budget = false;  // bytes() > budget_bytes
 };
@@ -105,10 +106,10 @@ struct CacheStats {
 // parent's children folded into one aggregate entry.
 struct CacheTreeSnapshot {
   int64_t pos = 0;
-  uint8_t kinds = 0;    // CheckpointKind bits (0: inserted without kinds)
+  uint8_t kinds = 0;  // CheckpointKind bits (0: inserted without kinds)
   size_t bytes = 0;
-  int pins = 0;         // running requests resumed from it
-  uint64_t age = 0;     // cache operations (lookups and inserts) since it was last used
+  int pins = 0;            // running requests resumed from it
+  uint64_t age = 0;        // cache operations (lookups and inserts) since it was last used
   int64_t evict_rank = 0;  // 1: the next thing eviction takes; 0: pinned, never evicted now
 };
 
@@ -120,11 +121,11 @@ struct CacheTreeNode {
   int64_t shared_pages = 0;    // of those, pages another node references too (split boundaries)
   size_t kv_bytes = 0;         // bytes of the node's pages (a shared page counts in each node)
   std::vector<CacheTreeSnapshot> snaps;  // ascending positions
-  int pins = 0;                // leases whose resume point lies on this node
-  bool pinned = false;         // a lease lies here or below: the node cannot be evicted now
-  uint64_t age = 0;            // as CacheTreeSnapshot::age
-  int64_t evict_rank = 0;      // as CacheTreeSnapshot::evict_rank (only leaves can be evicted)
-  bool terminal = false;       // an inserted history ends at `end`
+  int pins = 0;                          // leases whose resume point lies on this node
+  bool pinned = false;     // a lease lies here or below: the node cannot be evicted now
+  uint64_t age = 0;        // as CacheTreeSnapshot::age
+  int64_t evict_rank = 0;  // as CacheTreeSnapshot::evict_rank (only leaves can be evicted)
+  bool terminal = false;   // an inserted history ends at `end`
   // The subtree rooted here: nodes, tokens (sum of edge lengths), snapshots, bytes (pages by
   // reference, as kv_bytes, plus snapshots). For an aggregate: the folded subtrees together.
   int64_t sub_nodes = 0, sub_tokens = 0, sub_snapshots = 0;
@@ -138,7 +139,7 @@ struct CacheTree {
   std::vector<CacheTreeNode> nodes;  // pre-order (a parent before its children; older first)
   int64_t total_nodes = 0;           // in the tree, root excluded
   int64_t listed_nodes = 0;          // of them, listed one by one
-  uint64_t version = 0;  // changes whenever the tree or its LRU standing does
+  uint64_t version = 0;              // changes whenever the tree or its LRU standing does
   // Bytes of every snapshot in the tree by its main kind: index i for the highest set bit
   // (1 << i) of its CheckpointKind bits (reply end over prompt end over anchor over boundary
   // over grid), index 5 for none.
@@ -173,9 +174,9 @@ class CacheLease {
  private:
   friend struct detail::CacheCore;
   std::weak_ptr<detail::CacheCore> core_;
-  uint64_t epoch_ = 0;                  // a lease from before clear() releases nothing
-  detail::CacheNode* node_ = nullptr;   // the node holding position p (pins its whole path)
-  detail::CacheSnap* snap_ = nullptr;   // the snapshot at p, or null
+  uint64_t epoch_ = 0;                 // a lease from before clear() releases nothing
+  detail::CacheNode* node_ = nullptr;  // the node holding position p (pins its whole path)
+  detail::CacheSnap* snap_ = nullptr;  // the snapshot at p, or null
 };
 
 struct LookupResult {

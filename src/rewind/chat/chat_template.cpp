@@ -14,11 +14,12 @@
 // is 0 (no system part). Templates that never loop over `messages` render normally with
 // message_starts empty and system_end npos; so do (defensively) passes whose offsets are not
 // monotonic.
+#include "rewind/chat/chat_template.h"
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
-#include "rewind/chat/chat_template.h"
 #include "rewind/chat/jinja.h"
 #include "rewind/tokenizer/tokenizer.h"
 
@@ -111,8 +112,10 @@ void find_message_starts(const std::vector<ChatMessage>& msgs,
   if (msgs[0].role == "system" && (start[0] == npos || end[0] == start[0])) start[0] = 0;
   size_t next = pass->end;
   for (size_t i = n; i-- > 0;) {
-    if (start[i] == npos) start[i] = next;
-    else next = start[i];
+    if (start[i] == npos)
+      start[i] = next;
+    else
+      next = start[i];
   }
   for (size_t i = 0; i < n; ++i)
     if (start[i] > out->text.size() || (i > 0 && start[i] < start[i - 1])) return;
@@ -149,8 +152,7 @@ Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {
   std::string text;
   if (read_file(cfg_path, &text)) {
     cfg = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (cfg.is_discarded() || !cfg.is_object())
-      return make_error(cfg_path + ": not a JSON object");
+    if (cfg.is_discarded() || !cfg.is_object()) return make_error(cfg_path + ": not a JSON object");
   }
   std::string source, where;
   const std::string jinja_path = dir + "/chat_template.jinja";
@@ -223,8 +225,8 @@ std::vector<int32_t> tokenize_chat(const Tokenizer& tok, const RenderedChat& cha
   std::vector<size_t> cuts;
   for (size_t s : chat.message_starts)
     if (s > 0 && s < text.size()) cuts.push_back(s);
-  const bool has_anchor = chat.system_end != std::string::npos && chat.system_end > 0 &&
-                          chat.system_end <= text.size();
+  const bool has_anchor =
+      chat.system_end != std::string::npos && chat.system_end > 0 && chat.system_end <= text.size();
   if (has_anchor) cuts.push_back(chat.system_end);
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());

@@ -13,12 +13,11 @@
 #include <cstdint>
 #include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rewind/base/result.h"
 #include "rewind/chat/jinja.h"
@@ -44,8 +43,8 @@ struct ChatMessage {
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
-  int enable_thinking = -1;          // -1: not passed to the template (its default), 0/1: false/true
-  nlohmann::json tools = nullptr;    // array of OpenAI tool objects, or null
+  int enable_thinking = -1;        // -1: not passed to the template (its default), 0/1: false/true
+  nlohmann::json tools = nullptr;  // array of OpenAI tool objects, or null
   // The same, keeping the client's key order (Hugging Face renders tools with their keys in
   // the order they were sent, and nlohmann::json sorts them). Used instead of `tools` when set.
   nlohmann::ordered_json tools_ordered = nullptr;

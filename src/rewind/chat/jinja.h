@@ -37,12 +37,11 @@
 #include <cstdint>
 #include <ctime>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rewind/base/result.h"
 
@@ -73,7 +72,7 @@ struct LoopPass {
 
 struct RenderOptions {
   Limits limits;
-  std::string tracked;                 // variable name whose list elements are traced; "" = none
+  std::string tracked;  // variable name whose list elements are traced; "" = none
   std::vector<LoopPass>* trace = nullptr;  // receives the passes when non-null
   // strftime_now's clock: this local time when set, else the system's (tests pin it so that
   // renderings compare with jinja2's under a fixed clock).

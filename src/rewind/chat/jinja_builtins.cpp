@@ -15,6 +15,8 @@
 //   mutated (as in HF's ImmutableSandboxedEnvironment); namespaces can, through `set ns.x`.
 // Case mapping uses utf8proc's simple per-code-point mappings (Python's full mappings differ
 // for a few characters such as U+00DF).
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -22,8 +24,6 @@
 #include <cstring>
 #include <ctime>
 #include <limits>
-
-#include <utf8proc.h>
 
 #include "rewind/chat/jinja_internal.h"
 
@@ -80,10 +80,14 @@ size_t cp_len(std::string_view s, size_t i) {
   const unsigned char c = static_cast<unsigned char>(s[i]);
   size_t n;
   if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c >= 0xE0 && c <= 0xEF) n = 3;
-  else if (c >= 0xF0 && c <= 0xF4) n = 4;
-  else return 1;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4;
+  else
+    return 1;
   if (i + n > s.size()) return 1;
   for (size_t k = 1; k < n; ++k)
     if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
@@ -113,15 +117,14 @@ void append_cp(std::string& out, int32_t cp) {
 
 bool is_py_space(int32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 bool is_cased(int32_t c) {
   if (c < 0) return false;
   const auto cat = utf8proc_category(c);
-  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL ||
-         cat == UTF8PROC_CATEGORY_LT;
+  return cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LL || cat == UTF8PROC_CATEGORY_LT;
 }
 bool is_alpha(int32_t c) {
   if (c < 0) return false;
@@ -142,8 +145,10 @@ std::string map_cps(std::string_view s, F f) {
   for (size_t i = 0; i < s.size();) {
     size_t n;
     const int32_t cp = decode_cp(s, i, &n);
-    if (cp < 0) out.append(s.substr(i, n));
-    else append_cp(out, f(cp, i));
+    if (cp < 0)
+      out.append(s.substr(i, n));
+    else
+      append_cp(out, f(cp, i));
     i += n;
   }
   return out;
@@ -174,9 +179,8 @@ std::string py_title(std::string_view s) {
   return out;
 }
 std::string capitalize(std::string_view s) {
-  return map_cps(s, [](int32_t c, size_t i) {
-    return i == 0 ? utf8proc_totitle(c) : utf8proc_tolower(c);
-  });
+  return map_cps(
+      s, [](int32_t c, size_t i) { return i == 0 ? utf8proc_totitle(c) : utf8proc_tolower(c); });
 }
 // jinja2's title filter: the first character of every chunk after [-\s({\[<]+ is upper-cased,
 // the rest lower-cased.
@@ -288,14 +292,22 @@ struct DepthCheck {
 
 double as_double(const Value& v) {
   switch (v.t) {
-    case Value::T::kBool: return v.b ? 1 : 0;
-    case Value::T::kInt: return static_cast<double>(v.i);
-    case Value::T::kFloat: return v.f;
-    default: return 0;
+    case Value::T::kBool:
+      return v.b ? 1 : 0;
+    case Value::T::kInt:
+      return static_cast<double>(v.i);
+    case Value::T::kFloat:
+      return v.f;
+    default:
+      return 0;
   }
 }
-bool int_like(const Value& v) { return v.t == Value::T::kInt || v.t == Value::T::kBool; }
-int64_t as_int(const Value& v) { return v.t == Value::T::kBool ? (v.b ? 1 : 0) : v.i; }
+bool int_like(const Value& v) {
+  return v.t == Value::T::kInt || v.t == Value::T::kBool;
+}
+int64_t as_int(const Value& v) {
+  return v.t == Value::T::kBool ? (v.b ? 1 : 0) : v.i;
+}
 
 bool equal_at(Renderer& r, const Value& a, const Value& b, int depth) {
   DepthCheck dc(r, depth);
@@ -306,7 +318,9 @@ bool equal_at(Renderer& r, const Value& a, const Value& b, int depth) {
   }
   if (a.t != b.t) return false;
   switch (a.t) {
-    case T::kUndefined: case T::kNone: return true;
+    case T::kUndefined:
+    case T::kNone:
+      return true;
     case T::kStr:
       r.step_bytes(std::min(a.s->size(), b.s->size()));
       return *a.s == *b.s;
@@ -327,9 +341,12 @@ bool equal_at(Renderer& r, const Value& a, const Value& b, int depth) {
       }
       return true;
     }
-    case T::kMacro: return a.m == b.m;
-    case T::kFunc: return a.fn == b.fn;
-    default: return false;
+    case T::kMacro:
+      return a.m == b.m;
+    case T::kFunc:
+      return a.fn == b.fn;
+    default:
+      return false;
   }
 }
 
@@ -352,8 +369,7 @@ int compare_at(Renderer& r, const Value& a, const Value& b, int depth) {
       if (!equal_at(r, x[i], y[i], depth + 1)) return compare_at(r, x[i], y[i], depth + 1);
     return x.size() < y.size() ? -1 : x.size() > y.size();
   }
-  fail("'<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) +
-       "'");
+  fail("'<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
 // Appends with the per-string length limit.
@@ -401,15 +417,18 @@ void repr_str(Builder& b, std::string_view s) {
       out += ' ';
     } else {
       const auto cat = utf8proc_category(cp);
-      const bool printable =
-          !(cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
-            cat == UTF8PROC_CATEGORY_CS || cat == UTF8PROC_CATEGORY_CO ||
-            cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_ZL ||
-            cat == UTF8PROC_CATEGORY_ZP || cat == UTF8PROC_CATEGORY_ZS);
-      if (printable) out.append(s.substr(i, n));
-      else if (cp < 0x100) esc('x', static_cast<uint32_t>(cp), 2);
-      else if (cp < 0x10000) esc('u', static_cast<uint32_t>(cp), 4);
-      else esc('U', static_cast<uint32_t>(cp), 8);
+      const bool printable = !(cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF ||
+                               cat == UTF8PROC_CATEGORY_CS || cat == UTF8PROC_CATEGORY_CO ||
+                               cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_ZL ||
+                               cat == UTF8PROC_CATEGORY_ZP || cat == UTF8PROC_CATEGORY_ZS);
+      if (printable)
+        out.append(s.substr(i, n));
+      else if (cp < 0x100)
+        esc('x', static_cast<uint32_t>(cp), 2);
+      else if (cp < 0x10000)
+        esc('u', static_cast<uint32_t>(cp), 4);
+      else
+        esc('U', static_cast<uint32_t>(cp), 8);
     }
     i += n;
   }
@@ -458,18 +477,37 @@ void write_str(Builder& b, const Value& v, bool as_repr, int depth) {
   DepthCheck dc(b.r, depth);
   using T = Value::T;
   switch (v.t) {
-    case T::kUndefined: if (as_repr) b.add("Undefined"); return;
-    case T::kNone: b.add("None"); return;
-    case T::kBool: b.add(v.b ? "True" : "False"); return;
-    case T::kInt: b.add(std::to_string(v.i)); return;
-    case T::kFloat: b.add(float_repr(v.f)); return;
-    case T::kStr:
-      if (as_repr) repr_str(b, *v.s);
-      else b.add(*v.s);
+    case T::kUndefined:
+      if (as_repr) b.add("Undefined");
       return;
-    case T::kList: case T::kDict: write_container(b, v, depth); return;
-    case T::kMacro: b.add("<Macro '" + v.m->text + "'>"); return;
-    case T::kFunc: b.add("<built-in function>"); return;
+    case T::kNone:
+      b.add("None");
+      return;
+    case T::kBool:
+      b.add(v.b ? "True" : "False");
+      return;
+    case T::kInt:
+      b.add(std::to_string(v.i));
+      return;
+    case T::kFloat:
+      b.add(float_repr(v.f));
+      return;
+    case T::kStr:
+      if (as_repr)
+        repr_str(b, *v.s);
+      else
+        b.add(*v.s);
+      return;
+    case T::kList:
+    case T::kDict:
+      write_container(b, v, depth);
+      return;
+    case T::kMacro:
+      b.add("<Macro '" + v.m->text + "'>");
+      return;
+    case T::kFunc:
+      b.add("<built-in function>");
+      return;
   }
 }
 
@@ -486,13 +524,27 @@ void json_str(Builder& b, std::string_view s, bool ensure_ascii) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
         default:  // json.dumps escapes controls, and DEL too when ensure_ascii
           if (c < 0x20 || (c == 0x7F && ensure_ascii)) {
             u4(c);
@@ -531,15 +583,26 @@ void write_json(Builder& b, const Value& v, const JsonStyle& st, int depth) {
     for (int i = 0; i < level; ++i) b.add(st.indent);
   };
   switch (v.t) {
-    case T::kNone: b.add("null"); return;
-    case T::kBool: b.add(v.b ? "true" : "false"); return;
-    case T::kInt: b.add(std::to_string(v.i)); return;
-    case T::kFloat:
-      if (std::isnan(v.f)) b.add("NaN");
-      else if (std::isinf(v.f)) b.add(v.f > 0 ? "Infinity" : "-Infinity");
-      else b.add(float_repr(v.f));
+    case T::kNone:
+      b.add("null");
       return;
-    case T::kStr: json_str(b, *v.s, st.ensure_ascii); return;
+    case T::kBool:
+      b.add(v.b ? "true" : "false");
+      return;
+    case T::kInt:
+      b.add(std::to_string(v.i));
+      return;
+    case T::kFloat:
+      if (std::isnan(v.f))
+        b.add("NaN");
+      else if (std::isinf(v.f))
+        b.add(v.f > 0 ? "Infinity" : "-Infinity");
+      else
+        b.add(float_repr(v.f));
+      return;
+    case T::kStr:
+      json_str(b, *v.s, st.ensure_ascii);
+      return;
     case T::kList: {
       if (v.l->items.empty()) return b.add("[]");
       b.add('[');
@@ -587,33 +650,51 @@ void write_json(Builder& b, const Value& v, const JsonStyle& st, int depth) {
 bool truthy(const Value& v) {
   using T = Value::T;
   switch (v.t) {
-    case T::kUndefined: case T::kNone: return false;
-    case T::kBool: return v.b;
-    case T::kInt: return v.i != 0;
-    case T::kFloat: return v.f != 0;
-    case T::kStr: return !v.s->empty();
-    case T::kList: return !v.l->items.empty();
-    case T::kDict: return v.d->kind != Dict::Kind::kPlain || !v.d->items.empty();
-    default: return true;
+    case T::kUndefined:
+    case T::kNone:
+      return false;
+    case T::kBool:
+      return v.b;
+    case T::kInt:
+      return v.i != 0;
+    case T::kFloat:
+      return v.f != 0;
+    case T::kStr:
+      return !v.s->empty();
+    case T::kList:
+      return !v.l->items.empty();
+    case T::kDict:
+      return v.d->kind != Dict::Kind::kPlain || !v.d->items.empty();
+    default:
+      return true;
   }
 }
 
 std::string type_name(const Value& v) {
   using T = Value::T;
   switch (v.t) {
-    case T::kUndefined: return "Undefined";
-    case T::kNone: return "NoneType";
-    case T::kBool: return "bool";
-    case T::kInt: return "int";
-    case T::kFloat: return "float";
-    case T::kStr: return "str";
-    case T::kList: return "list";
+    case T::kUndefined:
+      return "Undefined";
+    case T::kNone:
+      return "NoneType";
+    case T::kBool:
+      return "bool";
+    case T::kInt:
+      return "int";
+    case T::kFloat:
+      return "float";
+    case T::kStr:
+      return "str";
+    case T::kList:
+      return "list";
     case T::kDict:
       return v.d->kind == Dict::Kind::kNamespace ? "Namespace"
              : v.d->kind == Dict::Kind::kLoop    ? "LoopContext"
                                                  : "dict";
-    case T::kMacro: return "Macro";
-    case T::kFunc: return "builtin_function_or_method";
+    case T::kMacro:
+      return "Macro";
+    case T::kFunc:
+      return "builtin_function_or_method";
   }
   return "?";
 }
@@ -631,8 +712,12 @@ std::string repr(Renderer& r, const Value& v) {
   return std::move(b.s);
 }
 
-bool equal(Renderer& r, const Value& a, const Value& b) { return equal_at(r, a, b, 0); }
-int compare(Renderer& r, const Value& a, const Value& b) { return compare_at(r, a, b, 0); }
+bool equal(Renderer& r, const Value& a, const Value& b) {
+  return equal_at(r, a, b, 0);
+}
+int compare(Renderer& r, const Value& a, const Value& b) {
+  return compare_at(r, a, b, 0);
+}
 
 std::string to_json(Renderer& r, const Value& v, const JsonStyle& style) {
   Builder b{r, {}};
@@ -680,8 +765,10 @@ std::string float_repr(double d) {
 std::vector<Value> iterate(Renderer& r, const Value& v) {
   using T = Value::T;
   switch (v.t) {
-    case T::kUndefined: return {};
-    case T::kList: return v.l->items;
+    case T::kUndefined:
+      return {};
+    case T::kList:
+      return v.l->items;
     case T::kDict: {
       if (v.d->kind != Dict::Kind::kPlain) break;
       std::vector<Value> out;
@@ -698,7 +785,8 @@ std::vector<Value> iterate(Renderer& r, const Value& v) {
         out.push_back(r.make_str(v.s->substr(off[k], off[k + 1] - off[k])));
       return out;
     }
-    default: break;
+    default:
+      break;
   }
   fail("'" + type_name(v) + "' object is not iterable");
 }
@@ -768,7 +856,8 @@ class Args {
     for (const auto& [k, x] : kw) {
       size_t i = 0;
       while (i < names_.size() && k != names_[i]) ++i;
-      if (i == names_.size()) fail(std::string(fn) + "() got an unexpected keyword argument '" + k + "'");
+      if (i == names_.size())
+        fail(std::string(fn) + "() got an unexpected keyword argument '" + k + "'");
       v_[i] = x;
     }
   }
@@ -926,8 +1015,10 @@ std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
   while (i < s.size()) {
     const char c = s[i];
     size_t brk = 0;
-    if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n') brk = 2;
-    else if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= '\x1c' && c <= '\x1e')) brk = 1;
+    if (c == '\r' && i + 1 < s.size() && s[i + 1] == '\n')
+      brk = 2;
+    else if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= '\x1c' && c <= '\x1e'))
+      brk = 1;
     if (!brk) {
       ++i;
       continue;
@@ -985,12 +1076,23 @@ std::string html_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -1016,29 +1118,100 @@ double py_round(double x, int64_t ndigits) {
 // ---- filters -------------------------------------------------------------------------------
 
 enum class F : uint8_t {
-  kAbs, kAttr, kCapitalize, kCount, kD, kDefault, kDictsort, kE, kEscape, kFirst, kFloat,
-  kIndent, kInt, kItems, kJoin, kLast, kLength, kList, kLower, kMap, kMax, kMin, kReject,
-  kRejectattr, kReplace, kReverse, kRound, kSafe, kSelect, kSelectattr, kSort, kString, kSum,
-  kTitle, kTojson, kTrim, kUnique, kUpper, kWordcount,
+  kAbs,
+  kAttr,
+  kCapitalize,
+  kCount,
+  kD,
+  kDefault,
+  kDictsort,
+  kE,
+  kEscape,
+  kFirst,
+  kFloat,
+  kIndent,
+  kInt,
+  kItems,
+  kJoin,
+  kLast,
+  kLength,
+  kList,
+  kLower,
+  kMap,
+  kMax,
+  kMin,
+  kReject,
+  kRejectattr,
+  kReplace,
+  kReverse,
+  kRound,
+  kSafe,
+  kSelect,
+  kSelectattr,
+  kSort,
+  kString,
+  kSum,
+  kTitle,
+  kTojson,
+  kTrim,
+  kUnique,
+  kUpper,
+  kWordcount,
 };
 constexpr const char* kFilterNames[] = {
-    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first",
-    "float", "indent", "int", "items", "join", "last", "length", "list", "lower", "map", "max",
-    "min", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr",
-    "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper", "wordcount",
+    "abs",     "attr",    "capitalize", "count",  "d",      "default",    "dictsort",  "e",
+    "escape",  "first",   "float",      "indent", "int",    "items",      "join",      "last",
+    "length",  "list",    "lower",      "map",    "max",    "min",        "reject",    "rejectattr",
+    "replace", "reverse", "round",      "safe",   "select", "selectattr", "sort",      "string",
+    "sum",     "title",   "tojson",     "trim",   "unique", "upper",      "wordcount",
 };
 
 enum class Ts : uint8_t {
-  kBoolean, kCallable, kDefined, kDivisibleby, kEq, kEqualto, kEscaped, kEven, kFalse, kFloat,
-  kGe, kGt, kGreaterthan, kIn, kInteger, kIterable, kLe, kLessthan, kLower, kLt, kMapping, kNe,
-  kNone, kNumber, kOdd, kSameas, kSequence, kString, kTrue, kUndefined, kUpper, kOpEq, kOpNe,
-  kOpLt, kOpLe, kOpGt, kOpGe,
+  kBoolean,
+  kCallable,
+  kDefined,
+  kDivisibleby,
+  kEq,
+  kEqualto,
+  kEscaped,
+  kEven,
+  kFalse,
+  kFloat,
+  kGe,
+  kGt,
+  kGreaterthan,
+  kIn,
+  kInteger,
+  kIterable,
+  kLe,
+  kLessthan,
+  kLower,
+  kLt,
+  kMapping,
+  kNe,
+  kNone,
+  kNumber,
+  kOdd,
+  kSameas,
+  kSequence,
+  kString,
+  kTrue,
+  kUndefined,
+  kUpper,
+  kOpEq,
+  kOpNe,
+  kOpLt,
+  kOpLe,
+  kOpGt,
+  kOpGe,
 };
 constexpr const char* kTestNames[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false",
-    "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le", "lessthan", "lower",
-    "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "true",
-    "undefined", "upper", "==", "!=", "<", "<=", ">", ">=",
+    "boolean", "callable",  "defined", "divisibleby", "eq",     "equalto",     "escaped",
+    "even",    "false",     "float",   "ge",          "gt",     "greaterthan", "in",
+    "integer", "iterable",  "le",      "lessthan",    "lower",  "lt",          "mapping",
+    "ne",      "none",      "number",  "odd",         "sameas", "sequence",    "string",
+    "true",    "undefined", "upper",   "==",          "!=",     "<",           "<=",
+    ">",       ">=",
 };
 
 std::vector<Value> sorted_values(Renderer& r, std::vector<Value> items, bool reverse,
@@ -1117,21 +1290,27 @@ Value apply_filter(Renderer& r, int id, const Value& v, const std::vector<Value>
       Args a(name, {}, pos, kw);
       return r.make_str(capitalize(need_str(r, v, &tmp)));
     }
-    case F::kCount: case F::kLength: {
+    case F::kCount:
+    case F::kLength: {
       Args a(name, {}, pos, kw);
       switch (v.t) {
-        case T::kUndefined: return Value::integer(0);
-        case T::kStr: return Value::integer(static_cast<int64_t>(utf8_length(*v.s)));
-        case T::kList: return Value::integer(static_cast<int64_t>(v.l->items.size()));
+        case T::kUndefined:
+          return Value::integer(0);
+        case T::kStr:
+          return Value::integer(static_cast<int64_t>(utf8_length(*v.s)));
+        case T::kList:
+          return Value::integer(static_cast<int64_t>(v.l->items.size()));
         case T::kDict:
           if (v.d->kind == Dict::Kind::kPlain)
             return Value::integer(static_cast<int64_t>(v.d->items.size()));
           break;
-        default: break;
+        default:
+          break;
       }
       fail("object of type '" + type_name(v) + "' has no len()");
     }
-    case F::kD: case F::kDefault: {
+    case F::kD:
+    case F::kDefault: {
       Args a(name, {"default_value", "boolean"}, pos, kw);
       const bool use = v.is_undefined() || (a.flag(1) && !truthy(v));
       if (!use) return v;
@@ -1148,7 +1327,8 @@ Value apply_filter(Renderer& r, int id, const Value& v, const std::vector<Value>
       return Value::list(
           r.heap().list(sorted_values(r, pairs, a.flag(2), a.flag(0), by_value ? &k1 : &k0)));
     }
-    case F::kE: case F::kEscape: {
+    case F::kE:
+    case F::kEscape: {
       Args a(name, {}, pos, kw);
       return r.make_str(html_escape(need_str(r, v, &tmp)));
     }
@@ -1177,7 +1357,11 @@ Value apply_filter(Renderer& r, int id, const Value& v, const std::vector<Value>
     case F::kIndent: {
       Args a(name, {"width", "first", "blank"}, pos, kw);
       std::string ind = "    ";
-      if (a.has(0)) ind = a[0].is_str() ? *a[0].s : std::string(static_cast<size_t>(std::clamp<int64_t>(a.integer(0, 4), 0, 1 << 20)), ' ');
+      if (a.has(0))
+        ind = a[0].is_str()
+                  ? *a[0].s
+                  : std::string(
+                        static_cast<size_t>(std::clamp<int64_t>(a.integer(0, 4), 0, 1 << 20)), ' ');
       const std::string s = need_str(r, v, &tmp) + "\n";
       const std::vector<std::string> lines = py_splitlines(s, false);
       Builder b{r, {}};
@@ -1268,9 +1452,12 @@ Value apply_filter(Renderer& r, int id, const Value& v, const std::vector<Value>
       const Value* attribute = nullptr;
       const Value* def = nullptr;
       for (const auto& [k, x] : kw) {
-        if (k == "attribute") attribute = &x;
-        else if (k == "default") def = &x;
-        else if (pos.empty()) fail("map() got an unexpected keyword argument '" + k + "'");
+        if (k == "attribute")
+          attribute = &x;
+        else if (k == "default")
+          def = &x;
+        else if (pos.empty())
+          fail("map() got an unexpected keyword argument '" + k + "'");
       }
       if (attribute) {
         const std::string path = to_str(r, *attribute);
@@ -1294,7 +1481,8 @@ Value apply_filter(Renderer& r, int id, const Value& v, const std::vector<Value>
       }
       return Value::list(r.heap().list(std::move(out)));
     }
-    case F::kMax: case F::kMin: {
+    case F::kMax:
+    case F::kMin: {
       Args a(name, {"case_sensitive", "attribute"}, pos, kw);
       const std::vector<Value> items = iterate(r, v);
       if (items.empty()) return Value::undefined();
@@ -1314,10 +1502,12 @@ Value apply_filter(Renderer& r, int id, const Value& v, const std::vector<Value>
       }
       return best;
     }
-    case F::kReject: case F::kSelect:
+    case F::kReject:
+    case F::kSelect:
       if (!kw.empty()) fail(std::string(name) + "() takes no keyword arguments");
       return select_items(r, v, nullptr, pos, f == F::kSelect);
-    case F::kRejectattr: case F::kSelectattr: {
+    case F::kRejectattr:
+    case F::kSelectattr: {
       if (!kw.empty()) fail(std::string(name) + "() takes no keyword arguments");
       if (pos.empty()) fail(std::string(name) + "() needs an attribute name");
       const std::string attr = to_str(r, pos[0]);
@@ -1376,7 +1566,8 @@ Value apply_filter(Renderer& r, int id, const Value& v, const std::vector<Value>
       for (const Value& x : iterate(r, v)) {
         const Value y = a.has(0) ? attr_path(r, x, attr) : x;
         if (!acc.is_number() || !y.is_number())
-          fail("unsupported operand type(s) for +: '" + type_name(acc) + "' and '" + type_name(y) + "'");
+          fail("unsupported operand type(s) for +: '" + type_name(acc) + "' and '" + type_name(y) +
+               "'");
         if (int_like(acc) && int_like(y)) {
           int64_t s;
           if (__builtin_add_overflow(as_int(acc), as_int(y), &s)) fail("integer overflow");
@@ -1396,8 +1587,11 @@ Value apply_filter(Renderer& r, int id, const Value& v, const std::vector<Value>
       if (a.has(1) && a[1].t != T::kNone) {
         st.has_indent = true;
         st.item_sep = ",";
-        if (a[1].is_str()) st.indent = *a[1].s;
-        else st.indent.assign(static_cast<size_t>(std::clamp<int64_t>(a.integer(1, 0), 0, 1 << 10)), ' ');
+        if (a[1].is_str())
+          st.indent = *a[1].s;
+        else
+          st.indent.assign(static_cast<size_t>(std::clamp<int64_t>(a.integer(1, 0), 0, 1 << 10)),
+                           ' ');
       }
       if (a.has(2) && a[2].t != T::kNone) {
         if (a[2].t != T::kList || a[2].l->items.size() != 2 || !a[2].l->items[0].is_str() ||
@@ -1458,10 +1652,14 @@ bool apply_test(Renderer& r, int id, const Value& v, const std::vector<Value>& a
     return args[i];
   };
   switch (t) {
-    case Ts::kBoolean: return v.t == T::kBool;
-    case Ts::kCallable: return v.t == T::kMacro || v.t == T::kFunc || v.is_undefined();
-    case Ts::kDefined: return !v.is_undefined();
-    case Ts::kUndefined: return v.is_undefined();
+    case Ts::kBoolean:
+      return v.t == T::kBool;
+    case Ts::kCallable:
+      return v.t == T::kMacro || v.t == T::kFunc || v.is_undefined();
+    case Ts::kDefined:
+      return !v.is_undefined();
+    case Ts::kUndefined:
+      return v.is_undefined();
     case Ts::kDivisibleby: {
       const Value& d = arg(0);
       if (!int_like(v) || !int_like(d)) fail("divisibleby needs integers");
@@ -1469,27 +1667,53 @@ bool apply_test(Renderer& r, int id, const Value& v, const std::vector<Value>& a
       if (as_int(d) == -1) return true;
       return as_int(v) % as_int(d) == 0;
     }
-    case Ts::kEq: case Ts::kEqualto: case Ts::kOpEq: return equal(r, v, arg(0));
-    case Ts::kNe: case Ts::kOpNe: return !equal(r, v, arg(0));
-    case Ts::kLt: case Ts::kLessthan: case Ts::kOpLt: return compare(r, v, arg(0)) < 0;
-    case Ts::kLe: case Ts::kOpLe: return compare(r, v, arg(0)) <= 0;
-    case Ts::kGt: case Ts::kGreaterthan: case Ts::kOpGt: return compare(r, v, arg(0)) > 0;
-    case Ts::kGe: case Ts::kOpGe: return compare(r, v, arg(0)) >= 0;
-    case Ts::kEscaped: return false;
-    case Ts::kEven: case Ts::kOdd: {
+    case Ts::kEq:
+    case Ts::kEqualto:
+    case Ts::kOpEq:
+      return equal(r, v, arg(0));
+    case Ts::kNe:
+    case Ts::kOpNe:
+      return !equal(r, v, arg(0));
+    case Ts::kLt:
+    case Ts::kLessthan:
+    case Ts::kOpLt:
+      return compare(r, v, arg(0)) < 0;
+    case Ts::kLe:
+    case Ts::kOpLe:
+      return compare(r, v, arg(0)) <= 0;
+    case Ts::kGt:
+    case Ts::kGreaterthan:
+    case Ts::kOpGt:
+      return compare(r, v, arg(0)) > 0;
+    case Ts::kGe:
+    case Ts::kOpGe:
+      return compare(r, v, arg(0)) >= 0;
+    case Ts::kEscaped:
+      return false;
+    case Ts::kEven:
+    case Ts::kOdd: {
       if (!v.is_number()) fail("even/odd needs a number");
       const double m = int_like(v) ? static_cast<double>(as_int(v) % 2) : std::fmod(v.f, 2.0);
       return t == Ts::kEven ? m == 0 : (m == 1 || m == -1);
     }
-    case Ts::kFalse: return v.t == T::kBool && !v.b;
-    case Ts::kTrue: return v.t == T::kBool && v.b;
-    case Ts::kFloat: return v.t == T::kFloat;
-    case Ts::kInteger: return v.t == T::kInt;
-    case Ts::kNumber: return v.is_number();
-    case Ts::kNone: return v.t == T::kNone;
-    case Ts::kString: return v.is_str();
-    case Ts::kMapping: return v.t == T::kDict && v.d->kind == Dict::Kind::kPlain;
-    case Ts::kIterable: case Ts::kSequence:
+    case Ts::kFalse:
+      return v.t == T::kBool && !v.b;
+    case Ts::kTrue:
+      return v.t == T::kBool && v.b;
+    case Ts::kFloat:
+      return v.t == T::kFloat;
+    case Ts::kInteger:
+      return v.t == T::kInt;
+    case Ts::kNumber:
+      return v.is_number();
+    case Ts::kNone:
+      return v.t == T::kNone;
+    case Ts::kString:
+      return v.is_str();
+    case Ts::kMapping:
+      return v.t == T::kDict && v.d->kind == Dict::Kind::kPlain;
+    case Ts::kIterable:
+    case Ts::kSequence:
       return v.is_undefined() || v.is_str() || v.t == T::kList ||
              (v.t == T::kDict && v.d->kind == Dict::Kind::kPlain);
     case Ts::kIn: {
@@ -1508,19 +1732,30 @@ bool apply_test(Renderer& r, int id, const Value& v, const std::vector<Value>& a
       const Value& o = arg(0);
       if (v.t != o.t) return false;
       switch (v.t) {
-        case T::kUndefined: case T::kNone: return true;
-        case T::kBool: return v.b == o.b;
-        case T::kInt: return v.i == o.i;
-        case T::kFloat: return false;
-        case T::kStr: return v.s == o.s;
-        case T::kList: return v.l == o.l;
-        case T::kDict: return v.d == o.d;
-        case T::kMacro: return v.m == o.m;
-        case T::kFunc: return v.fn == o.fn;
+        case T::kUndefined:
+        case T::kNone:
+          return true;
+        case T::kBool:
+          return v.b == o.b;
+        case T::kInt:
+          return v.i == o.i;
+        case T::kFloat:
+          return false;
+        case T::kStr:
+          return v.s == o.s;
+        case T::kList:
+          return v.l == o.l;
+        case T::kDict:
+          return v.d == o.d;
+        case T::kMacro:
+          return v.m == o.m;
+        case T::kFunc:
+          return v.fn == o.fn;
       }
       return false;
     }
-    case Ts::kLower: case Ts::kUpper: {  // str(v).islower() / isupper()
+    case Ts::kLower:
+    case Ts::kUpper: {  // str(v).islower() / isupper()
       const std::string s = to_str(r, v);
       bool any_cased = false;
       for (size_t i = 0; i < s.size();) {
@@ -1553,9 +1788,12 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name,
       Args a(n, {"prefix", "start", "end"}, pos, kw);
       if (a.has(1) || a.has(2)) fail(name + ": start/end arguments are not supported");
       std::vector<Value> cands;
-      if (a[0].is_str()) cands.push_back(a[0]);
-      else if (a[0].t == T::kList) cands = a[0].l->items;
-      else fail(name + " first arg must be str or a tuple of str");
+      if (a[0].is_str())
+        cands.push_back(a[0]);
+      else if (a[0].t == T::kList)
+        cands = a[0].l->items;
+      else
+        fail(name + " first arg must be str or a tuple of str");
       for (const Value& c : cands) {
         if (!c.is_str()) fail(name + " first arg must be str or a tuple of str");
         const std::string& p = *c.s;
@@ -1643,10 +1881,14 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name,
         size_t len;
         const int32_t cp = decode_cp(s, i, &len);
         bool ok;
-        if (name == "isdigit") ok = cp >= 0 && utf8proc_category(cp) == UTF8PROC_CATEGORY_ND;
-        else if (name == "isalpha") ok = is_alpha(cp);
-        else if (name == "isalnum") ok = is_alpha(cp) || is_num(cp);
-        else ok = cp >= 0 && is_py_space(cp);
+        if (name == "isdigit")
+          ok = cp >= 0 && utf8proc_category(cp) == UTF8PROC_CATEGORY_ND;
+        else if (name == "isalpha")
+          ok = is_alpha(cp);
+        else if (name == "isalnum")
+          ok = is_alpha(cp) || is_num(cp);
+        else
+          ok = cp >= 0 && is_py_space(cp);
         if (!ok) return Value::boolean(false);
         i += len;
       }
@@ -1659,9 +1901,12 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name,
       std::vector<Value> out;
       out.reserve(d.items.size());
       for (const auto& [k, x] : d.items) {
-        if (name == "keys") out.push_back(Value::str(k));
-        else if (name == "values") out.push_back(x);
-        else out.push_back(Value::list(r.heap().list({Value::str(k), x}, true)));
+        if (name == "keys")
+          out.push_back(Value::str(k));
+        else if (name == "values")
+          out.push_back(x);
+        else
+          out.push_back(Value::list(r.heap().list({Value::str(k), x}, true)));
       }
       return Value::list(r.heap().list(std::move(out)));
     }
@@ -1699,12 +1944,18 @@ Value call_method(Renderer& r, const Value& obj, const std::string& name,
 }
 
 bool find_builtin(std::string_view name, Builtin* out) {
-  if (name == "range") *out = Builtin::kRange;
-  else if (name == "namespace") *out = Builtin::kNamespace;
-  else if (name == "raise_exception") *out = Builtin::kRaiseException;
-  else if (name == "strftime_now") *out = Builtin::kStrftimeNow;
-  else if (name == "dict") *out = Builtin::kDict;
-  else return false;
+  if (name == "range")
+    *out = Builtin::kRange;
+  else if (name == "namespace")
+    *out = Builtin::kNamespace;
+  else if (name == "raise_exception")
+    *out = Builtin::kRaiseException;
+  else if (name == "strftime_now")
+    *out = Builtin::kStrftimeNow;
+  else if (name == "dict")
+    *out = Builtin::kDict;
+  else
+    return false;
   return true;
 }
 
@@ -1723,12 +1974,13 @@ Value call_builtin(Renderer& r, Builtin fn, const std::vector<Value>& pos, const
         if (pos.size() == 3) step = as_int(pos[2]);
       }
       if (step == 0) fail("range() arg 3 must not be zero");
-      const __int128 span = step > 0 ? static_cast<__int128>(stop) - start
-                                     : static_cast<__int128>(start) - stop;
+      const __int128 span =
+          step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
       const __int128 as = step > 0 ? step : -static_cast<__int128>(step);
       const __int128 count = span <= 0 ? 0 : (span + as - 1) / as;
       if (count > r.heap().limits().max_loop_iterations)
-        fail("range() of " + std::to_string(static_cast<int64_t>(std::min<__int128>(count, INT64_MAX))) +
+        fail("range() of " +
+             std::to_string(static_cast<int64_t>(std::min<__int128>(count, INT64_MAX))) +
              " items exceeds the loop limit");
       std::vector<Value> items;
       items.reserve(static_cast<size_t>(count));
@@ -1737,9 +1989,10 @@ Value call_builtin(Renderer& r, Builtin fn, const std::vector<Value>& pos, const
       r.step(static_cast<int64_t>(count));
       return Value::list(r.heap().list(std::move(items)));
     }
-    case Builtin::kNamespace: case Builtin::kDict: {
-      Dict* d = r.heap().dict(fn == Builtin::kNamespace ? Dict::Kind::kNamespace
-                                                        : Dict::Kind::kPlain);
+    case Builtin::kNamespace:
+    case Builtin::kDict: {
+      Dict* d =
+          r.heap().dict(fn == Builtin::kNamespace ? Dict::Kind::kNamespace : Dict::Kind::kPlain);
       for (const Value& p : pos) {
         if (p.t != Value::T::kDict || p.d->kind != Dict::Kind::kPlain)
           fail("namespace()/dict() positional arguments must be mappings");

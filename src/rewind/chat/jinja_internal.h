@@ -31,7 +31,18 @@ struct Node;
 enum class Builtin : uint8_t { kRange, kNamespace, kRaiseException, kStrftimeNow, kDict };
 
 struct Value {
-  enum class T : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kStr, kList, kDict, kMacro, kFunc };
+  enum class T : uint8_t {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kStr,
+    kList,
+    kDict,
+    kMacro,
+    kFunc
+  };
   T t = T::kUndefined;
   union {
     bool b;
@@ -148,8 +159,25 @@ struct Dict {
 // ---- syntax tree -------------------------------------------------------------------------
 
 enum class ExprKind : uint8_t {
-  kLiteral, kName, kList, kTuple, kDict, kAttr, kItem, kSlice, kCall, kFilter, kTest,
-  kNeg, kPos, kNot, kBinary, kCompare, kAnd, kOr, kCond,
+  kLiteral,
+  kName,
+  kList,
+  kTuple,
+  kDict,
+  kAttr,
+  kItem,
+  kSlice,
+  kCall,
+  kFilter,
+  kTest,
+  kNeg,
+  kPos,
+  kNot,
+  kBinary,
+  kCompare,
+  kAnd,
+  kOr,
+  kCond,
 };
 
 enum class BinOp : uint8_t { kAdd, kSub, kMul, kDiv, kFloorDiv, kMod, kPow, kConcat };
@@ -176,7 +204,17 @@ struct Expr {
 };
 
 enum class NodeKind : uint8_t {
-  kText, kOutput, kIf, kFor, kSet, kSetAttr, kSetBlock, kMacro, kBreak, kContinue, kGeneration,
+  kText,
+  kOutput,
+  kIf,
+  kFor,
+  kSet,
+  kSetAttr,
+  kSetBlock,
+  kMacro,
+  kBreak,
+  kContinue,
+  kGeneration,
 };
 
 using NodeList = std::vector<std::unique_ptr<Node>>;
@@ -184,12 +222,12 @@ using NodeList = std::vector<std::unique_ptr<Node>>;
 struct Node {
   NodeKind kind = NodeKind::kText;
   int line = 0, col = 0;
-  std::string text;  // kText: data; kMacro: name; kSetAttr: attribute
-  ExprP expr;        // kOutput / kSet / kSetAttr: value; kFor: iterable
-  ExprP filter;      // kFor: `if` condition (may be null)
-  std::vector<ExprP> conds;     // kIf: one per branch (else has none)
-  std::vector<NodeList> bodies;  // kIf: branches (+ else); kFor: [body, else]; kMacro,
-                                 // kSetBlock, kGeneration: [body]
+  std::string text;                  // kText: data; kMacro: name; kSetAttr: attribute
+  ExprP expr;                        // kOutput / kSet / kSetAttr: value; kFor: iterable
+  ExprP filter;                      // kFor: `if` condition (may be null)
+  std::vector<ExprP> conds;          // kIf: one per branch (else has none)
+  std::vector<NodeList> bodies;      // kIf: branches (+ else); kFor: [body, else]; kMacro,
+                                     // kSetBlock, kGeneration: [body]
   std::vector<std::string> targets;  // kFor / kSet / kSetBlock names; kSetAttr: [namespace]
   std::vector<std::pair<std::string, ExprP>> params;  // kMacro: name and default (may be null)
 };

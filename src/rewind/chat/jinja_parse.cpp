@@ -22,7 +22,17 @@ constexpr int kMaxNesting = 100;  // recursion of blocks, parentheses and unary 
 constexpr int kMaxHeight = 150;   // height of one expression tree
 
 enum class Tok : uint8_t {
-  kData, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEof,
+  kData,
+  kVarBegin,
+  kVarEnd,
+  kBlockBegin,
+  kBlockEnd,
+  kName,
+  kString,
+  kInt,
+  kFloat,
+  kOp,
+  kEof,
 };
 
 struct Token {
@@ -40,11 +50,15 @@ bool is_space(char c) {
 bool is_inline_space(char c) {
   return c == ' ' || c == '\t' || c == '\v' || c == '\f' || (c >= '\x1c' && c <= '\x1f');
 }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
-bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
+bool is_name_char(char c) {
+  return is_name_start(c) || is_digit(c);
+}
 
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) cp = 0xFFFD;
@@ -71,7 +85,10 @@ class LineIndex {
     size_t lo = 0, hi = starts_.size();
     while (hi - lo > 1) {
       const size_t mid = (lo + hi) / 2;
-      if (starts_[mid] <= off) lo = mid; else hi = mid;
+      if (starts_[mid] <= off)
+        lo = mid;
+      else
+        hi = mid;
     }
     int c = 1;
     for (size_t i = starts_[lo]; i < off; ++i)
@@ -241,7 +258,8 @@ class Lexer {
     const size_t n = s_.size();
     for (;;) {
       q = skip_space(q);
-      if (q >= n) fail_at(open, is_var ? "unclosed '{{' (expected '}}')" : "unclosed '{%' (expected '%}')");
+      if (q >= n)
+        fail_at(open, is_var ? "unclosed '{{' (expected '}}')" : "unclosed '{%' (expected '%}')");
       if (closers.empty()) {
         if (is_var) {
           if (at(q, "-}}")) {
@@ -353,11 +371,12 @@ class Lexer {
     if (is_float) {
       t.t = Tok::kFloat;
       auto r = std::from_chars(text.data(), text.data() + text.size(), t.f);
-      if (r.ec == std::errc::result_out_of_range) t.f = text.find("e-") != std::string::npos ||
-                                                         text.find("E-") != std::string::npos
-                                                     ? 0.0
-                                                     : HUGE_VAL;
-      else if (r.ec != std::errc()) fail_at(st, "invalid number literal");
+      if (r.ec == std::errc::result_out_of_range)
+        t.f = text.find("e-") != std::string::npos || text.find("E-") != std::string::npos
+                  ? 0.0
+                  : HUGE_VAL;
+      else if (r.ec != std::errc())
+        fail_at(st, "invalid number literal");
     } else {
       t.t = Tok::kInt;
       auto r = std::from_chars(text.data(), text.data() + text.size(), t.i);
@@ -383,18 +402,41 @@ class Lexer {
       const char e = s_[j + 1];
       j += 2;
       switch (e) {
-        case '\n': break;
-        case '\\': out += '\\'; break;
-        case '\'': out += '\''; break;
-        case '"': out += '"'; break;
-        case 'a': out += '\a'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'v': out += '\v'; break;
-        case 'x': case 'u': case 'U': {
+        case '\n':
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '\'':
+          out += '\'';
+          break;
+        case '"':
+          out += '"';
+          break;
+        case 'a':
+          out += '\a';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'v':
+          out += '\v';
+          break;
+        case 'x':
+        case 'u':
+        case 'U': {
           const int len = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           uint32_t cp = 0;
           int k = 0;
@@ -483,16 +525,27 @@ class Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.t) {
-      case Tok::kData: return "text";
-      case Tok::kVarBegin: return "'{{'";
-      case Tok::kVarEnd: return "'}}'";
-      case Tok::kBlockBegin: return "'{%'";
-      case Tok::kBlockEnd: return "'%}'";
-      case Tok::kName: return "'" + t.text + "'";
-      case Tok::kString: return "a string";
-      case Tok::kInt: case Tok::kFloat: return "a number";
-      case Tok::kOp: return "'" + t.text + "'";
-      case Tok::kEof: return "the end of the template";
+      case Tok::kData:
+        return "text";
+      case Tok::kVarBegin:
+        return "'{{'";
+      case Tok::kVarEnd:
+        return "'}}'";
+      case Tok::kBlockBegin:
+        return "'{%'";
+      case Tok::kBlockEnd:
+        return "'%}'";
+      case Tok::kName:
+        return "'" + t.text + "'";
+      case Tok::kString:
+        return "a string";
+      case Tok::kInt:
+      case Tok::kFloat:
+        return "a number";
+      case Tok::kOp:
+        return "'" + t.text + "'";
+      case Tok::kEof:
+        return "the end of the template";
     }
     return "?";
   }
@@ -578,8 +631,10 @@ class Parser {
         case Tok::kEof: {
           if (stops.size() == 0) return out;
           std::string expect;
-          for (const char* s : stops) expect += std::string(expect.empty() ? "" : " or ") + "'{% " + s + " %}'";
-          fail(opener, std::string("unclosed '{% ") + opener_name + " %}' (expected " + expect + ")");
+          for (const char* s : stops)
+            expect += std::string(expect.empty() ? "" : " or ") + "'{% " + s + " %}'";
+          fail(opener,
+               std::string("unclosed '{% ") + opener_name + " %}' (expected " + expect + ")");
         }
         default:
           fail(t, "unexpected " + describe(t));
@@ -613,9 +668,9 @@ class Parser {
     }
     if (k.rfind("end", 0) == 0 || k == "elif" || k == "else")
       fail(kw, "unexpected '{% " + k + " %}' (no matching block is open)");
-    static const char* const kUnsupported[] = {"extends", "include", "import", "from", "block",
-                                               "call", "filter", "with", "autoescape", "do",
-                                               "trans"};
+    static const char* const kUnsupported[] = {"extends",    "include", "import", "from",
+                                               "block",      "call",    "filter", "with",
+                                               "autoescape", "do",      "trans"};
     for (const char* u : kUnsupported)
       if (k == u) fail(kw, "unsupported tag '" + k + "'");
     fail(kw, "unknown tag '" + k + "'");
@@ -817,15 +872,24 @@ class Parser {
     ExprP c;
     for (;;) {
       CmpOp op;
-      if (is_op("==")) op = CmpOp::kEq;
-      else if (is_op("!=")) op = CmpOp::kNe;
-      else if (is_op("<")) op = CmpOp::kLt;
-      else if (is_op("<=")) op = CmpOp::kLe;
-      else if (is_op(">")) op = CmpOp::kGt;
-      else if (is_op(">=")) op = CmpOp::kGe;
-      else if (is_name("in")) op = CmpOp::kIn;
-      else if (is_name("not") && is_name("in", 1)) op = CmpOp::kNotIn;
-      else break;
+      if (is_op("=="))
+        op = CmpOp::kEq;
+      else if (is_op("!="))
+        op = CmpOp::kNe;
+      else if (is_op("<"))
+        op = CmpOp::kLt;
+      else if (is_op("<="))
+        op = CmpOp::kLe;
+      else if (is_op(">"))
+        op = CmpOp::kGt;
+      else if (is_op(">="))
+        op = CmpOp::kGe;
+      else if (is_name("in"))
+        op = CmpOp::kIn;
+      else if (is_name("not") && is_name("in", 1))
+        op = CmpOp::kNotIn;
+      else
+        break;
       if (op == CmpOp::kNotIn) next();
       next();
       if (!c) {
@@ -868,11 +932,16 @@ class Parser {
     ExprP e = parse_pow();
     for (;;) {
       BinOp op;
-      if (is_op("*")) op = BinOp::kMul;
-      else if (is_op("/")) op = BinOp::kDiv;
-      else if (is_op("//")) op = BinOp::kFloorDiv;
-      else if (is_op("%")) op = BinOp::kMod;
-      else break;
+      if (is_op("*"))
+        op = BinOp::kMul;
+      else if (is_op("/"))
+        op = BinOp::kDiv;
+      else if (is_op("//"))
+        op = BinOp::kFloorDiv;
+      else if (is_op("%"))
+        op = BinOp::kMod;
+      else
+        break;
       const Token& t = next();
       e = binary(std::move(e), op, t, parse_pow());
     }
@@ -929,8 +998,12 @@ class Parser {
         e->lit = Value::str(&e->text);
         return seal(std::move(e), t);
       }
-      case Tok::kInt: next(); return literal(t, Value::integer(t.i));
-      case Tok::kFloat: next(); return literal(t, Value::real(t.f));
+      case Tok::kInt:
+        next();
+        return literal(t, Value::integer(t.i));
+      case Tok::kFloat:
+        next();
+        return literal(t, Value::real(t.f));
       case Tok::kOp:
         if (t.text == "(") {
           next();
@@ -1126,10 +1199,9 @@ class Parser {
           parse_args(*x);
         } else if ((a.t == Tok::kName || a.t == Tok::kString || a.t == Tok::kInt ||
                     a.t == Tok::kFloat || is_op("[") || is_op("{")) &&
-                   !(a.t == Tok::kName && (a.text == "else" || a.text == "or" ||
-                                           a.text == "and" || a.text == "if" ||
-                                           a.text == "in" || a.text == "is" ||
-                                           a.text == "not"))) {
+                   !(a.t == Tok::kName &&
+                     (a.text == "else" || a.text == "or" || a.text == "and" || a.text == "if" ||
+                      a.text == "in" || a.text == "is" || a.text == "not"))) {
           x->args.push_back(parse_postfix(parse_primary()));
         }
         e = seal(std::move(x), nt);

@@ -40,8 +40,12 @@ const std::string kLoop = "loop", kIndex = "index", kIndex0 = "index0", kRevinde
                   kPrevitem = "previtem", kNextitem = "nextitem", kDepth = "depth",
                   kDepth0 = "depth0";
 
-bool int_like(const Value& v) { return v.t == Value::T::kInt || v.t == Value::T::kBool; }
-int64_t as_int(const Value& v) { return v.t == Value::T::kBool ? (v.b ? 1 : 0) : v.i; }
+bool int_like(const Value& v) {
+  return v.t == Value::T::kInt || v.t == Value::T::kBool;
+}
+int64_t as_int(const Value& v) {
+  return v.t == Value::T::kBool ? (v.b ? 1 : 0) : v.i;
+}
 double as_double(const Value& v) {
   return v.t == Value::T::kFloat ? v.f : static_cast<double>(as_int(v));
 }
@@ -76,11 +80,14 @@ class Render final : public Renderer {
   Value call_value(const Value& callee, const std::vector<Value>& args,
                    const KwArgs& kwargs) override {
     switch (callee.t) {
-      case Value::T::kMacro: return call_macro(*callee.m, args, kwargs);
-      case Value::T::kFunc: return call_builtin(*this, callee.fn, args, kwargs);
+      case Value::T::kMacro:
+        return call_macro(*callee.m, args, kwargs);
+      case Value::T::kFunc:
+        return call_builtin(*this, callee.fn, args, kwargs);
       case Value::T::kUndefined:
         fail(callee.s ? "'" + *callee.s + "' is undefined" : std::string("value is undefined"));
-      default: fail("'" + type_name(callee) + "' object is not callable");
+      default:
+        fail("'" + type_name(callee) + "' object is not callable");
     }
   }
 
@@ -109,8 +116,7 @@ class Render final : public Renderer {
       Value x = from_json(v, 0);
       if (!opt_.tracked.empty() && k == opt_.tracked && x.t == Value::T::kList) {
         for (size_t i = 0; i < x.l->items.size(); ++i)
-          if (x.l->items[i].t == Value::T::kDict)
-            x.l->items[i].d->track = static_cast<int32_t>(i);
+          if (x.l->items[i].t == Value::T::kDict) x.l->items[i].d->track = static_cast<int32_t>(i);
       }
       frames_[0].set(name, x);
     }
@@ -122,16 +128,20 @@ class Render final : public Renderer {
     step();
     using J = typename Json::value_t;
     switch (j.type()) {
-      case J::boolean: return Value::boolean(j.template get<bool>());
-      case J::number_integer: return Value::integer(j.template get<int64_t>());
+      case J::boolean:
+        return Value::boolean(j.template get<bool>());
+      case J::number_integer:
+        return Value::integer(j.template get<int64_t>());
       case J::number_unsigned: {
         const uint64_t u = j.template get<uint64_t>();
         if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
           return Value::integer(static_cast<int64_t>(u));
         return Value::real(static_cast<double>(u));
       }
-      case J::number_float: return Value::real(j.template get<double>());
-      case J::string: return make_str(j.template get<std::string>());
+      case J::number_float:
+        return Value::real(j.template get<double>());
+      case J::string:
+        return make_str(j.template get<std::string>());
       case J::array: {
         std::vector<Value> items;
         items.reserve(j.size());
@@ -140,11 +150,13 @@ class Render final : public Renderer {
       }
       case J::object: {
         Dict* d = heap_.dict();
-        for (const auto& [k, x] : j.items()) d->items.emplace_back(heap_.str(k), from_json(x, depth + 1));
+        for (const auto& [k, x] : j.items())
+          d->items.emplace_back(heap_.str(k), from_json(x, depth + 1));
         heap_.charge(d->items.size() * sizeof(d->items[0]));
         return Value::dict(d);
       }
-      default: return Value::none();
+      default:
+        return Value::none();
     }
   }
 
@@ -197,8 +209,7 @@ class Render final : public Renderer {
       return;
     }
     if (v.t != Value::T::kList || v.l->items.size() != targets.size())
-      fail("cannot unpack " + type_name(v) + " into " + std::to_string(targets.size()) +
-           " names");
+      fail("cannot unpack " + type_name(v) + " into " + std::to_string(targets.size()) + " names");
     for (size_t i = 0; i < targets.size(); ++i) f.set(&targets[i], v.l->items[i]);
   }
 
@@ -217,8 +228,10 @@ class Render final : public Renderer {
         return Flow::kNormal;
       case NodeKind::kOutput: {
         const Value v = eval(*n.expr);
-        if (v.is_str()) emit(*v.s);
-        else emit(to_str(*this, v));
+        if (v.is_str())
+          emit(*v.s);
+        else
+          emit(to_str(*this, v));
         return Flow::kNormal;
       }
       case NodeKind::kIf:
@@ -226,7 +239,8 @@ class Render final : public Renderer {
           if (truthy(eval(*n.conds[i]))) return exec_body(n.bodies[i]);
         if (n.bodies.size() > n.conds.size()) return exec_body(n.bodies.back());
         return Flow::kNormal;
-      case NodeKind::kFor: return exec_for(n);
+      case NodeKind::kFor:
+        return exec_for(n);
       case NodeKind::kSet:
         assign(n.targets, eval(*n.expr));
         return Flow::kNormal;
@@ -244,9 +258,12 @@ class Render final : public Renderer {
       case NodeKind::kMacro:
         frames_.back().set(&n.text, Value::macro(&n));
         return Flow::kNormal;
-      case NodeKind::kBreak: return Flow::kBreak;
-      case NodeKind::kContinue: return Flow::kContinue;
-      case NodeKind::kGeneration: return exec_body(n.bodies[0]);
+      case NodeKind::kBreak:
+        return Flow::kBreak;
+      case NodeKind::kContinue:
+        return Flow::kContinue;
+      case NodeKind::kGeneration:
+        return exec_body(n.bodies[0]);
     }
     return Flow::kNormal;
   }
@@ -319,8 +336,8 @@ class Render final : public Renderer {
   Value call_macro(const Node& m, const std::vector<Value>& args, const KwArgs& kwargs) {
     Depth d(this);
     if (args.size() > m.params.size())
-      fail("macro '" + m.text + "' takes " + std::to_string(m.params.size()) +
-           " arguments, got " + std::to_string(args.size()));
+      fail("macro '" + m.text + "' takes " + std::to_string(m.params.size()) + " arguments, got " +
+           std::to_string(args.size()));
     Frame f;
     std::vector<bool> given(m.params.size(), false);
     for (size_t i = 0; i < args.size(); ++i) {
@@ -339,8 +356,8 @@ class Render final : public Renderer {
     floor_ = frames_.size() - 1;
     for (size_t i = 0; i < m.params.size(); ++i) {
       if (given[i]) continue;
-      const Value v = m.params[i].second ? eval(*m.params[i].second)
-                                         : Value::undefined(&m.params[i].first);
+      const Value v =
+          m.params[i].second ? eval(*m.params[i].second) : Value::undefined(&m.params[i].first);
       frames_.back().set(&m.params[i].first, v);
     }
     std::string s = capture(m.bodies[0]);
@@ -373,9 +390,12 @@ class Render final : public Renderer {
 
   Value eval_inner(const Expr& e) {
     switch (e.kind) {
-      case ExprKind::kLiteral: return e.lit;
-      case ExprKind::kName: return lookup(e.text);
-      case ExprKind::kList: case ExprKind::kTuple: {
+      case ExprKind::kLiteral:
+        return e.lit;
+      case ExprKind::kName:
+        return lookup(e.text);
+      case ExprKind::kList:
+      case ExprKind::kTuple: {
         std::vector<Value> items;
         items.reserve(e.args.size());
         for (const auto& a : e.args) items.push_back(eval(*a));
@@ -391,13 +411,16 @@ class Render final : public Renderer {
         heap_.charge(d->items.size() * sizeof(d->items[0]));
         return Value::dict(d);
       }
-      case ExprKind::kAttr: return get_attr(*this, eval(*e.args[0]), e.text);
+      case ExprKind::kAttr:
+        return get_attr(*this, eval(*e.args[0]), e.text);
       case ExprKind::kItem: {
         const Value obj = eval(*e.args[0]);
         return get_item(*this, obj, eval(*e.args[1]));
       }
-      case ExprKind::kSlice: return eval_slice(e);
-      case ExprKind::kCall: return eval_call(e);
+      case ExprKind::kSlice:
+        return eval_slice(e);
+      case ExprKind::kCall:
+        return eval_call(e);
       case ExprKind::kFilter: {
         const Value v = eval(*e.args[0]);
         std::vector<Value> args;
@@ -413,16 +436,20 @@ class Render final : public Renderer {
         if (!kwargs.empty()) fail("tests take no keyword arguments");
         return Value::boolean(apply_test(*this, e.builtin, v, args) != e.negated);
       }
-      case ExprKind::kNeg: case ExprKind::kPos: {
+      case ExprKind::kNeg:
+      case ExprKind::kPos: {
         const Value v = eval(*e.args[0]);
         if (v.is_undefined()) fail_undefined(v);
-        if (!v.is_number()) fail("bad operand type for unary " + std::string(e.kind == ExprKind::kNeg ? "-" : "+") + ": '" + type_name(v) + "'");
+        if (!v.is_number())
+          fail("bad operand type for unary " + std::string(e.kind == ExprKind::kNeg ? "-" : "+") +
+               ": '" + type_name(v) + "'");
         if (e.kind == ExprKind::kPos) return v.t == Value::T::kBool ? Value::integer(v.b) : v;
         if (v.t == Value::T::kFloat) return Value::real(-v.f);
         if (as_int(v) == std::numeric_limits<int64_t>::min()) fail("integer overflow");
         return Value::integer(-as_int(v));
       }
-      case ExprKind::kNot: return Value::boolean(!truthy(eval(*e.args[0])));
+      case ExprKind::kNot:
+        return Value::boolean(!truthy(eval(*e.args[0])));
       case ExprKind::kBinary: {
         const Value a = eval(*e.args[0]);
         const Value b = eval(*e.args[1]);
@@ -538,16 +565,24 @@ class Render final : public Renderer {
 
   bool compare_op(CmpOp op, const Value& a, const Value& b) {
     switch (op) {
-      case CmpOp::kEq: return equal(*this, a, b);
-      case CmpOp::kNe: return !equal(*this, a, b);
-      case CmpOp::kLt: return compare(*this, a, b) < 0;
-      case CmpOp::kLe: return compare(*this, a, b) <= 0;
-      case CmpOp::kGt: return compare(*this, a, b) > 0;
-      case CmpOp::kGe: return compare(*this, a, b) >= 0;
-      case CmpOp::kIn: case CmpOp::kNotIn: {
+      case CmpOp::kEq:
+        return equal(*this, a, b);
+      case CmpOp::kNe:
+        return !equal(*this, a, b);
+      case CmpOp::kLt:
+        return compare(*this, a, b) < 0;
+      case CmpOp::kLe:
+        return compare(*this, a, b) <= 0;
+      case CmpOp::kGt:
+        return compare(*this, a, b) > 0;
+      case CmpOp::kGe:
+        return compare(*this, a, b) >= 0;
+      case CmpOp::kIn:
+      case CmpOp::kNotIn: {
         bool found = false;
         if (b.is_str()) {
-          if (!a.is_str()) fail("'in <string>' requires string as left operand, not " + type_name(a));
+          if (!a.is_str())
+            fail("'in <string>' requires string as left operand, not " + type_name(a));
           step_bytes(b.s->size());
           found = b.s->find(*a.s) != std::string::npos;
         } else if (b.t == Value::T::kDict) {
@@ -570,14 +605,15 @@ class Render final : public Renderer {
   }
 
   [[noreturn]] static void fail_operands(const char* op, const Value& a, const Value& b) {
-    fail(std::string("unsupported operand type(s) for ") + op + ": '" + type_name(a) +
-         "' and '" + type_name(b) + "'");
+    fail(std::string("unsupported operand type(s) for ") + op + ": '" + type_name(a) + "' and '" +
+         type_name(b) + "'");
   }
 
   Value repeat(const Value& seq, int64_t times) {
     if (times < 0) times = 0;
     if (seq.is_str()) {
-      if (times > 0 && seq.s->size() > 0 && static_cast<uint64_t>(times) > lim_.max_output_bytes / seq.s->size())
+      if (times > 0 && seq.s->size() > 0 &&
+          static_cast<uint64_t>(times) > lim_.max_output_bytes / seq.s->size())
         heap_.check_len(lim_.max_output_bytes + 1);
       std::string out;
       out.reserve(seq.s->size() * static_cast<size_t>(times));
@@ -585,11 +621,13 @@ class Render final : public Renderer {
       return make_str(std::move(out));
     }
     const size_t n = seq.l->items.size();
-    if (times > 0 && n > 0 && static_cast<uint64_t>(times) > lim_.max_total_bytes / (n * sizeof(Value)))
+    if (times > 0 && n > 0 &&
+        static_cast<uint64_t>(times) > lim_.max_total_bytes / (n * sizeof(Value)))
       heap_.charge(lim_.max_total_bytes + 1);
     std::vector<Value> items;
     items.reserve(n * static_cast<size_t>(times));
-    for (int64_t i = 0; i < times; ++i) items.insert(items.end(), seq.l->items.begin(), seq.l->items.end());
+    for (int64_t i = 0; i < times; ++i)
+      items.insert(items.end(), seq.l->items.begin(), seq.l->items.end());
     return Value::list(heap_.list(std::move(items), seq.l->tuple));
   }
 
@@ -638,7 +676,8 @@ class Render final : public Renderer {
         case BinOp::kMul:
           if (__builtin_mul_overflow(x, y, &r)) fail("integer overflow");
           return Value::integer(r);
-        case BinOp::kFloorDiv: case BinOp::kMod: {
+        case BinOp::kFloorDiv:
+        case BinOp::kMod: {
           if (y == 0) fail("integer division or modulo by zero");
           if (x == std::numeric_limits<int64_t>::min() && y == -1) fail("integer overflow");
           int64_t q = x / y, m = x % y;
@@ -659,14 +698,18 @@ class Render final : public Renderer {
           }
           return Value::integer(acc);
         }
-        default: break;
+        default:
+          break;
       }
     }
     const double x = as_double(a), y = as_double(b);
     switch (op) {
-      case BinOp::kAdd: return Value::real(x + y);
-      case BinOp::kSub: return Value::real(x - y);
-      case BinOp::kMul: return Value::real(x * y);
+      case BinOp::kAdd:
+        return Value::real(x + y);
+      case BinOp::kSub:
+        return Value::real(x - y);
+      case BinOp::kMul:
+        return Value::real(x * y);
       case BinOp::kDiv:
         if (y == 0) fail("division by zero");
         return Value::real(x / y);
@@ -679,8 +722,10 @@ class Render final : public Renderer {
         if (m != 0 && ((m < 0) != (y < 0))) m += y;
         return Value::real(m);
       }
-      case BinOp::kPow: return Value::real(std::pow(x, y));
-      default: break;
+      case BinOp::kPow:
+        return Value::real(std::pow(x, y));
+      default:
+        break;
     }
     fail_operands(sym, a, b);
   }
@@ -704,8 +749,8 @@ Result<std::string> Template::render(const nlohmann::ordered_json& vars,
   return render(vars, kNone, opt);
 }
 
-Result<std::string> Template::render(const nlohmann::ordered_json& vars,
-                                     const nlohmann::json& more, const RenderOptions& opt) const {
+Result<std::string> Template::render(const nlohmann::ordered_json& vars, const nlohmann::json& more,
+                                     const RenderOptions& opt) const {
   if (!impl_) return make_error("render of an empty template");
   try {
     Render r(opt);

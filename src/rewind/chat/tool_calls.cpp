@@ -24,7 +24,9 @@ using ojson = nlohmann::ordered_json;
 constexpr std::string_view kFunction = "<function=", kFunctionEnd = "</function>";
 constexpr std::string_view kParam = "<parameter=", kParamEnd = "</parameter>";
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+bool is_ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 std::string_view trim(std::string_view s) {
   size_t a = 0, b = s.size();

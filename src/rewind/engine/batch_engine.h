@@ -44,7 +44,7 @@ struct EngineMetrics {
   int64_t prompt_tokens = 0, generated_tokens = 0, prefill_tokens_run = 0;
   int64_t steps = 0;
   int32_t running = 0, queued = 0;
-  SpecStats spec;              // speculative rounds of finished requests
+  SpecStats spec;  // speculative rounds of finished requests
   int64_t spec_failed_rounds = 0;
   CacheStats cache;
   std::vector<double> ttft_ms, request_ms;  // recent values (bounded), for histograms
@@ -74,7 +74,7 @@ struct CacheTreeReport {
   uint64_t last_id = 0;  // the last published request's engine id; 0: none yet
   int64_t last_prompt_tokens = 0, last_diverged_at = 0, last_resumed_at = 0;
   int64_t last_history_tokens = 0;  // prompt + reply tokens it published
-  CacheStats stats;  // the cache's figures at the same moment
+  CacheStats stats;                 // the cache's figures at the same moment
 };
 
 class BatchEngine {
@@ -89,7 +89,8 @@ class BatchEngine {
   // anything changes; an invalid request changes nothing. Errors: "queue full", "prompt too
   // long: ...", ...
   Result<uint64_t> submit(Request req, EventCallback cb);
-  // Thread-safe; idempotent; unknown ids are ignored. The request ends with FinishReason::Cancelled.
+  // Thread-safe; idempotent; unknown ids are ignored. The request ends with
+  // FinishReason::Cancelled.
   void cancel(uint64_t id);
   // Thread-safe copy of the counters.
   EngineMetrics metrics() const;
@@ -150,7 +151,7 @@ class BatchEngine {
   // The argmax of logits row `row` when prefetch_masks took it (the row unchanged since), else
   // -1; by a pointer into logits_.
   int32_t argmax_hint(const float* row) const;
-  void update_memory();  // engine thread, mu_ held: metrics_.memory
+  void update_memory();         // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
   CacheTreeReport tree_report(int64_t max_nodes) const;  // the thread that runs the steps
   void answer_tree_asks();  // engine thread: the cache_tree() requests waiting
@@ -163,24 +164,24 @@ class BatchEngine {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Seq>> queue_;   // guarded by mu_
-  std::set<uint64_t> cancelled_;             // guarded by mu_
-  bool stopping_ = false, drain_ = false;    // guarded by mu_
-  bool own_thread_ = false;                  // EngineThread::Own (fixed at construction)
-  bool loop_done_ = false;                   // guarded by mu_: the engine thread has stopped
+  std::deque<std::unique_ptr<Seq>> queue_;  // guarded by mu_
+  std::set<uint64_t> cancelled_;            // guarded by mu_
+  bool stopping_ = false, drain_ = false;   // guarded by mu_
+  bool own_thread_ = false;                 // EngineThread::Own (fixed at construction)
+  bool loop_done_ = false;                  // guarded by mu_: the engine thread has stopped
   // cache_tree() requests waiting for the engine thread; guarded by mu_.
   std::vector<std::pair<int64_t, std::function<void(CacheTreeReport)>>> tree_asks_;
   // The last published request (engine thread only): its history and report, for cache_tree.
   std::vector<int32_t> last_history_;
   RequestReport last_report_;
   uint64_t last_id_ = 0;
-  uint64_t next_id_ = 1;                     // guarded by mu_
-  EngineMetrics metrics_;                    // guarded by mu_
+  uint64_t next_id_ = 1;                       // guarded by mu_
+  EngineMetrics metrics_;                      // guarded by mu_
   std::vector<std::unique_ptr<Seq>> running_;  // engine thread only
   size_t rr_ = 0;                              // engine thread only: prefill round-robin
   std::vector<float> logits_;                  // engine thread only: the step's logit rows
   std::vector<int32_t> argmax_hint_;  // engine thread only: per logits row, -1 when not known
-  bool trimmed_ = true;  // engine thread only: free memory handed back since the last step
+  bool trimmed_ = true;        // engine thread only: free memory handed back since the last step
   int64_t pool_capacity_ = 0;  // what this engine added to StateBufferPool's capacity
   std::thread thread_;
 };

@@ -15,7 +15,8 @@ EngineOptions one_at_a_time(EngineOptions opt) {
 Engine::Engine(Model& model, ThreadPool* pool, const EngineOptions& opt)
     : core_(model, pool, one_at_a_time(opt), EngineThread::Caller) {}
 
-Result<Generation> Engine::generate(const Request& req, const std::function<void(int32_t)>& on_token,
+Result<Generation> Engine::generate(const Request& req,
+                                    const std::function<void(int32_t)>& on_token,
                                     const std::atomic<bool>* stop) {
   Request r = req;
   r.keep_state = true;

@@ -22,7 +22,7 @@ class ThreadPool;
 
 // What one generate() call produced.
 struct Generation {
-  std::vector<int32_t> tokens;      // generated tokens (the stop token included if hit)
+  std::vector<int32_t> tokens;  // generated tokens (the stop token included if hit)
   FinishReason finish = FinishReason::None;
   RequestReport report;
   std::vector<float> first_logits;  // logits the first token was sampled from (if asked)
@@ -39,8 +39,7 @@ class Engine {
   // ends with FinishReason::Cancelled and the tokens generated so far, and what it computed is
   // published to the prefix cache as for any cancelled request. A signal handler may set it
   // (one lock-free atomic store); generate() never clears it.
-  Result<Generation> generate(const Request& req,
-                              const std::function<void(int32_t)>& on_token = {},
+  Result<Generation> generate(const Request& req, const std::function<void(int32_t)>& on_token = {},
                               const std::atomic<bool>* stop = nullptr);
   // The state of the last generate() call's sequence (after its last consumed token; after a
   // failed speculative round, its last committed state), for tests that compare states bit for

@@ -21,12 +21,12 @@ struct PlanSeq {
 };
 
 struct PlannedRow {
-  size_t seq = 0;               // index into the planned sequences
+  size_t seq = 0;  // index into the planned sequences
   bool decode = false;
-  int64_t begin = 0, end = 0;   // prefill: prompt positions [begin, end)
-  bool logits = false;          // the row's last token gives logits (every decode row; a
-                                // prefill chunk that ends the prompt)
-  bool checkpoint = false;      // prefill: `end` is a checkpoint position (snapshot after it)
+  int64_t begin = 0, end = 0;  // prefill: prompt positions [begin, end)
+  bool logits = false;         // the row's last token gives logits (every decode row; a
+                               // prefill chunk that ends the prompt)
+  bool checkpoint = false;     // prefill: `end` is a checkpoint position (snapshot after it)
 };
 
 struct StepPlan {

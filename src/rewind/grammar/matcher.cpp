@@ -429,7 +429,7 @@ Status GrammarAutomaton::walk_many(std::vector<WalkTask> tasks, const std::vecto
   struct Pending {
     int32_t job, node, from;  // node's byte from state `from`: a transition not known yet
   };
-  struct Part {  // one thread's output
+  struct Part {                    // one thread's output
     std::vector<TokenMask> words;  // per job, allocated when first written
     std::vector<Pending> pending;
     std::vector<std::pair<int32_t, int32_t>> roots;  // (job, node)

@@ -119,7 +119,7 @@ struct AutomatonStats {
   int64_t states = 0, stacks = 0, transitions = 0;
   int64_t mask_hits = 0, mask_misses = 0;
   int64_t split_hits = 0, split_misses = 0;  // context-free parts of masks
-  int64_t uncached = 0;  // masks computed but not kept (the shared budget was full)
+  int64_t uncached = 0;    // masks computed but not kept (the shared budget was full)
   int64_t prefetched = 0;  // masks computed by prefetch (among mask_misses)
   size_t mask_bytes = 0, split_bytes = 0;
   size_t memory_bytes = 0;  // all of it (memory_bytes())

@@ -33,7 +33,8 @@ class MappedFile {
   const std::string& path() const { return path_; }
   // The bytes as text (e.g. a JSON file); no copy.
   std::string_view text() const {
-    return size_ == 0 ? std::string_view() : std::string_view(reinterpret_cast<const char*>(data_), size_);
+    return size_ == 0 ? std::string_view()
+                      : std::string_view(reinterpret_cast<const char*>(data_), size_);
   }
 
  private:

@@ -107,7 +107,8 @@ Result<TensorView> parse_entry(const std::string& name, const json& v, uint64_t 
   auto fail = [&](const std::string& what) -> Error {
     return make_error(where + ": tensor " + quote(name) + ": " + what);
   };
-  if (!v.is_object()) return fail(std::string("entry is not a JSON object (got ") + v.type_name() + ")");
+  if (!v.is_object())
+    return fail(std::string("entry is not a JSON object (got ") + v.type_name() + ")");
 
   TensorView t;
   t.name = name;
@@ -115,24 +116,28 @@ Result<TensorView> parse_entry(const std::string& name, const json& v, uint64_t 
 
   const auto dt = v.find("dtype");
   if (dt == v.end()) return fail("missing 'dtype'");
-  if (!dt->is_string()) return fail(std::string("'dtype' is not a string (got ") + dt->type_name() + ")");
+  if (!dt->is_string())
+    return fail(std::string("'dtype' is not a string (got ") + dt->type_name() + ")");
   if (!dtype_from_name(dt->get_ref<const std::string&>(), &t.dtype))
     return fail("dtype " + quote(dt->get_ref<const std::string&>()) +
                 " not supported (supported: F32, BF16, F16, F64, I32, I64, U8, I8, BOOL)");
 
   const auto sh = v.find("shape");
   if (sh == v.end()) return fail("missing 'shape'");
-  if (!sh->is_array()) return fail(std::string("'shape' is not an array (got ") + sh->type_name() + ")");
+  if (!sh->is_array())
+    return fail(std::string("'shape' is not an array (got ") + sh->type_name() + ")");
   // Product of the non-zero dims, bounded so that numel() * dtype_size never overflows int64
   // (TensorView::numel() multiplies left to right; every partial product is <= this bound).
-  const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dtype_size(t.dtype);
+  const uint64_t limit =
+      static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dtype_size(t.dtype);
   uint64_t nonzero_product = 1;
   bool has_zero = false;
   t.shape.reserve(sh->size());
   for (size_t i = 0; i < sh->size(); ++i) {
     uint64_t d = 0;
     std::string why;
-    if (!get_uint((*sh)[i], limit, &d, &why)) return fail("shape[" + std::to_string(i) + "] " + why);
+    if (!get_uint((*sh)[i], limit, &d, &why))
+      return fail("shape[" + std::to_string(i) + "] " + why);
     if (d == 0) {
       has_zero = true;
     } else {
@@ -156,13 +161,15 @@ Result<TensorView> parse_entry(const std::string& name, const json& v, uint64_t 
     if (!get_uint((*off)[1], std::numeric_limits<uint64_t>::max(), &end, &why))
       return fail("data_offsets end " + why);
   }
-  const std::string offs = "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  const std::string offs =
+      "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "]";
   if (begin > end) return fail(offs + ": begin > end");
   if (end > data_size)
     return fail(offs + " out of range (data section is " + std::to_string(data_size) + " bytes)");
   if (end - begin != nbytes)
-    return fail(offs + " hold " + std::to_string(end - begin) + " bytes but shape " + shape_str(t.shape) +
-                " of " + std::string(dtype_name(t.dtype)) + " needs " + std::to_string(nbytes));
+    return fail(offs + " hold " + std::to_string(end - begin) + " bytes but shape " +
+                shape_str(t.shape) + " of " + std::string(dtype_name(t.dtype)) + " needs " +
+                std::to_string(nbytes));
 
   t.data = base + begin;
   t.nbytes = static_cast<size_t>(nbytes);
@@ -182,7 +189,8 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   return f;
 }
 
-Result<SafetensorsFile> SafetensorsFile::parse(const std::byte* data, size_t size, const std::string& where) {
+Result<SafetensorsFile> SafetensorsFile::parse(const std::byte* data, size_t size,
+                                               const std::string& where) {
   if (size < 8)
     return make_error(where + ": file is " + std::to_string(size) +
                       " bytes, too short for the 8-byte header length");
@@ -218,7 +226,8 @@ Result<SafetensorsFile> SafetensorsFile::parse(const std::byte* data, size_t siz
   }
   if (!header.is_object())
     return make_error(where + ": header is not a JSON object (got " + header.type_name() + ")");
-  if (has_duplicate) return make_error(where + ": tensor " + quote(duplicate) + ": listed twice in the header");
+  if (has_duplicate)
+    return make_error(where + ": tensor " + quote(duplicate) + ": listed twice in the header");
 
   SafetensorsFile f;
   f.path_ = where;
@@ -228,11 +237,12 @@ Result<SafetensorsFile> SafetensorsFile::parse(const std::byte* data, size_t siz
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       if (!v.is_object())
-        return make_error(where + ": __metadata__ is not a JSON object (got " + v.type_name() + ")");
+        return make_error(where + ": __metadata__ is not a JSON object (got " + v.type_name() +
+                          ")");
       for (const auto& [k, mv] : v.items()) {
         if (!mv.is_string())
-          return make_error(where + ": __metadata__: value of " + quote(k) + " is not a string (got " +
-                            mv.type_name() + ")");
+          return make_error(where + ": __metadata__: value of " + quote(k) +
+                            " is not a string (got " + mv.type_name() + ")");
         f.metadata_[k] = mv.get<std::string>();
       }
       continue;
@@ -267,11 +277,13 @@ Result<std::map<std::string, std::string>> read_index(const std::string& path) {
   } catch (const json::exception& e) {
     return make_error(path + ": not valid JSON: " + json_what(e));
   }
-  if (!j.is_object()) return make_error(path + ": not a JSON object (got " + std::string(j.type_name()) + ")");
+  if (!j.is_object())
+    return make_error(path + ": not a JSON object (got " + std::string(j.type_name()) + ")");
   const auto wm = j.find("weight_map");
   if (wm == j.end()) return make_error(path + ": missing 'weight_map'");
   if (!wm->is_object())
-    return make_error(path + ": 'weight_map' is not a JSON object (got " + std::string(wm->type_name()) + ")");
+    return make_error(path + ": 'weight_map' is not a JSON object (got " +
+                      std::string(wm->type_name()) + ")");
   std::map<std::string, std::string> out;
   for (const auto& [name, shard] : wm->items()) {
     if (!shard.is_string())
@@ -320,7 +332,8 @@ Result<TensorSet> TensorSet::open_dir(const std::string& dir) {
     if (ec) return make_error(dir + ": cannot list: " + ec.message());
     std::sort(paths.begin(), paths.end());
     if (paths.empty())
-      return make_error(dir + ": no model.safetensors.index.json, model.safetensors or *.safetensors files");
+      return make_error(
+          dir + ": no model.safetensors.index.json, model.safetensors or *.safetensors files");
   }
 
   TensorSet set;
@@ -328,7 +341,9 @@ Result<TensorSet> TensorSet::open_dir(const std::string& dir) {
   for (const auto& p : paths) {
     auto f = SafetensorsFile::open(p);
     if (!f.ok()) {
-      if (has_index) return make_error(index_path.string() + ": shard listed in weight_map: " + f.error_message());
+      if (has_index)
+        return make_error(index_path.string() +
+                          ": shard listed in weight_map: " + f.error_message());
       return f.error();
     }
     set.files_.push_back(std::move(f).value());
@@ -339,8 +354,9 @@ Result<TensorSet> TensorSet::open_dir(const std::string& dir) {
       const TensorView* t = set.find(name);
       const std::string shard_path = (d / shard).string();
       if (t == nullptr || t->file != shard_path)
-        return make_error(index_path.string() + ": tensor " + quote(name) + ": listed in shard " + quote(shard) +
-                          " but " + (t == nullptr ? std::string("no shard holds it") : "it is in " + t->file));
+        return make_error(
+            index_path.string() + ": tensor " + quote(name) + ": listed in shard " + quote(shard) +
+            " but " + (t == nullptr ? std::string("no shard holds it") : "it is in " + t->file));
     }
   }
   return set;
@@ -407,23 +423,28 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
       if (t.name == "__metadata__") return fail("tensor name '__metadata__' is reserved");
       if (!seen.insert(t.name).second) return fail("tensor " + quote(t.name) + ": written twice");
       if (dtype_size(t.dtype) == 0) return fail("tensor " + quote(t.name) + ": invalid dtype");
-      const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dtype_size(t.dtype);
+      const uint64_t limit =
+          static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dtype_size(t.dtype);
       uint64_t nonzero = 1;
       bool has_zero = false;
       json shape = json::array();
       for (const int64_t dim : t.shape) {
-        if (dim < 0) return fail("tensor " + quote(t.name) + ": negative dim in shape " + shape_str(t.shape));
+        if (dim < 0)
+          return fail("tensor " + quote(t.name) + ": negative dim in shape " + shape_str(t.shape));
         if (dim == 0) {
           has_zero = true;
         } else {
-          if (nonzero > limit / static_cast<uint64_t>(dim)) return fail("tensor " + quote(t.name) + ": shape too large");
+          if (nonzero > limit / static_cast<uint64_t>(dim))
+            return fail("tensor " + quote(t.name) + ": shape too large");
           nonzero *= static_cast<uint64_t>(dim);
         }
         shape.push_back(dim);
       }
       const uint64_t nbytes = (has_zero ? 0 : nonzero) * dtype_size(t.dtype);
-      if (nbytes > 0 && t.data == nullptr) return fail("tensor " + quote(t.name) + ": data is null");
-      if (offset > std::numeric_limits<uint64_t>::max() - nbytes) return fail("total size overflows");
+      if (nbytes > 0 && t.data == nullptr)
+        return fail("tensor " + quote(t.name) + ": data is null");
+      if (offset > std::numeric_limits<uint64_t>::max() - nbytes)
+        return fail("total size overflows");
       json entry = {{"dtype", std::string(dtype_name(t.dtype))},
                     {"shape", shape},
                     {"data_offsets", json::array({offset, offset + nbytes})}};
@@ -442,8 +463,10 @@ Status write_safetensors(const std::string& path, const std::vector<TensorToWrit
   std::FILE* fp = std::fopen(tmp.c_str(), "wb");
   if (fp == nullptr) return make_error(tmp + ": cannot create: " + std::strerror(errno));
   unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  bool ok = std::fwrite(len, 1, 8, fp) == 8 && std::fwrite(header.data(), 1, header.size(), fp) == header.size();
+  for (int i = 0; i < 8; ++i)
+    len[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  bool ok = std::fwrite(len, 1, 8, fp) == 8 &&
+            std::fwrite(header.data(), 1, header.size(), fp) == header.size();
   for (size_t i = 0; ok && i < tensors.size(); ++i)
     ok = sizes[i] == 0 || std::fwrite(tensors[i].data, 1, sizes[i], fp) == sizes[i];
   int err = ok ? 0 : errno;

@@ -34,7 +34,7 @@ struct TensorView {
   std::vector<int64_t> shape;
   const std::byte* data = nullptr;  // valid while the owning file/set lives
   size_t nbytes = 0;
-  std::string file;                 // file it came from, for error messages
+  std::string file;  // file it came from, for error messages
   // Product of the dims (1 for a scalar, shape []). The reader guarantees it cannot overflow.
   int64_t numel() const {
     int64_t n = 1;
@@ -50,13 +50,14 @@ class SafetensorsFile {
   static Result<SafetensorsFile> open(const std::string& path);
   // Parse from memory (used by the fuzz target; `data` must outlive the object). `where` names
   // the source in errors and in TensorView::file. Cost: one JSON parse of the header.
-  static Result<SafetensorsFile> parse(const std::byte* data, size_t size, const std::string& where);
+  static Result<SafetensorsFile> parse(const std::byte* data, size_t size,
+                                       const std::string& where);
 
   // In data-section order (by begin offset, then name), not header order.
   const std::vector<TensorView>& tensors() const { return tensors_; }
   const TensorView* find(const std::string& name) const;  // nullptr if absent
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  const std::string& path() const { return path_; }        // `where` for parse()
+  const std::string& path() const { return path_; }  // `where` for parse()
 
  private:
   std::string path_;
@@ -106,7 +107,7 @@ struct TensorToWrite {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
-  const void* data;   // numel * dtype_size bytes
+  const void* data;  // numel * dtype_size bytes
 };
 Status write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                          const std::map<std::string, std::string>& metadata = {});

@@ -307,7 +307,7 @@ const char* quant_dot_name(QuantDot mode) {
 
 namespace {
 constexpr const char* kIsaCapNames[] = {"scalar", "avx2", "avx512", "amx"};  // IsaCap's order
-constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};  // DecodeSplit's order
+constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};    // DecodeSplit's order
 
 // The enum value whose name in `names` (the enum's order) is `name`; false for any other name.
 template <class E, size_t N>
@@ -335,10 +335,14 @@ const char* isa_cap_name(IsaCap cap) {
 
 bool isa_cap_supported(IsaCap cap) {
   switch (cap) {
-    case IsaCap::Scalar: return true;
-    case IsaCap::Avx2: return cpu_has_avx2();
-    case IsaCap::Avx512: return cpu_has_avx512();
-    case IsaCap::Amx: return true;  // everything the CPU has
+    case IsaCap::Scalar:
+      return true;
+    case IsaCap::Avx2:
+      return cpu_has_avx2();
+    case IsaCap::Avx512:
+      return cpu_has_avx512();
+    case IsaCap::Amx:
+      return true;  // everything the CPU has
   }
   return false;
 }

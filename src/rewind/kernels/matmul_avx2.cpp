@@ -17,9 +17,9 @@ namespace {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
-constexpr int kMR = 6;        // 6 rows x 1 panel = 12 ymm accumulators (16 ymm registers)
+constexpr int kMR = 6;  // 6 rows x 1 panel = 12 ymm accumulators (16 ymm registers)
 constexpr int kNP = 1;
-constexpr int kMRSmall = 1;   // decode: 1 row x 3 panels = 6 accumulators
+constexpr int kMRSmall = 1;  // decode: 1 row x 3 panels = 6 accumulators
 constexpr int kNPSmall = 3;
 constexpr int kStreamPrefetchK = 64;  // stream prefetch distance in k steps (matmul_avx512.cpp)
 
@@ -29,8 +29,12 @@ inline __m256i half_mask(int valid) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), iota);
 }
 
-inline __attribute__((always_inline)) void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline __attribute__((always_inline)) void prefetch_l2(const char* p) {
+  _mm_prefetch(p, _MM_HINT_T1);
+}
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
 // Prefetch (into L1) `bytes` past p. The address is formed as an integer: it may lie past the
 // panel or the buffer (prefetches never fault), and no out-of-bounds pointer is ever formed.
 // always_inline matters: GCC 12 finds a prefetch-only function "const" and deletes calls to it
@@ -40,7 +44,8 @@ inline __attribute__((always_inline)) void prefetch_ahead(const void* p, int64_t
 }
 
 template <int R, int P>
-inline __attribute__((always_inline)) void fma_step(__m256 (&acc)[R][2 * P], const __m256 (&b)[2 * P],
+inline __attribute__((always_inline)) void fma_step(__m256 (&acc)[R][2 * P],
+                                                    const __m256 (&b)[2 * P],
                                                     const float* const (&xr)[R], int64_t k) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -216,7 +221,8 @@ void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* 
         const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + k * 16 + h * 16));
         _mm256_store_ps(op + k * 16 + 8 * h, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
         if (k + 1 < kc)
-          _mm256_store_ps(op + (k + 1) * 16 + 8 * h, _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask)));
+          _mm256_store_ps(op + (k + 1) * 16 + 8 * h,
+                          _mm256_castsi256_ps(_mm256_and_si256(v, hi_mask)));
       }
     }
   }
@@ -235,6 +241,8 @@ constexpr MatmulIsa kIsa =
 
 }  // namespace
 
-const MatmulIsa* matmul_isa_avx2() { return &kIsa; }
+const MatmulIsa* matmul_isa_avx2() {
+  return &kIsa;
+}
 
 }  // namespace rw::detail

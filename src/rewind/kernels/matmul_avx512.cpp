@@ -18,9 +18,9 @@ namespace {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl")
 
-constexpr int kMR = 8;        // large tiles: 8 rows x 3 panels = 24 accumulators
+constexpr int kMR = 8;  // large tiles: 8 rows x 3 panels = 24 accumulators
 constexpr int kNP = 3;
-constexpr int kMRSmall = 2;   // decode tiles: up to 2 rows x 6 panels
+constexpr int kMRSmall = 2;  // decode tiles: up to 2 rows x 6 panels
 constexpr int kNPSmall = 6;
 // Stream prefetch distance, in k steps (32 k = 2 KiB ahead in an F32 panel, 1 KiB in a BF16
 // one), for the tile calls the driver marks as memory-bound (few rows share each weight): the
@@ -42,14 +42,14 @@ inline __mmask16 col_mask(int valid) {
 }
 
 template <int R, int P>
-inline void load_acc(__m512 (&acc)[R][P], const __mmask16 (&mask)[P], const float* y,
-                     int64_t ldy, bool accumulate) {
+inline void load_acc(__m512 (&acc)[R][P], const __mmask16 (&mask)[P], const float* y, int64_t ldy,
+                     bool accumulate) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p)
-      acc[r][p] = accumulate ? _mm512_maskz_loadu_ps(mask[p], y + r * ldy + 16 * p)
-                             : _mm512_setzero_ps();
+      acc[r][p] =
+          accumulate ? _mm512_maskz_loadu_ps(mask[p], y + r * ldy + 16 * p) : _mm512_setzero_ps();
   }
 }
 
@@ -74,8 +74,12 @@ inline __attribute__((always_inline)) void fma_step(__m512 (&acc)[R][P], const _
   }
 }
 
-inline __attribute__((always_inline)) void prefetch_l2(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline __attribute__((always_inline)) void prefetch_l2(const char* p) {
+  _mm_prefetch(p, _MM_HINT_T1);
+}
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
 // Prefetch (into L2) `bytes` past p. The address is formed as an integer: it may lie past the
 // panel or the buffer (prefetches never fault), and no out-of-bounds pointer is ever formed.
 // always_inline matters: GCC 12 finds a prefetch-only function "const" and deletes calls to it
@@ -155,8 +159,7 @@ void tile_bf16_body(const float* x, int64_t ldx, const uint16_t* w, int64_t w_st
   if (k < kc) {  // odd tail: the high halves are padding and are not used
     __m512 lo[P];
 #pragma GCC unroll 8
-    for (int p = 0; p < P; ++p)
-      lo[p] = low_half_f32(_mm512_load_si512(w + p * w_stride + k * 16));
+    for (int p = 0; p < P; ++p) lo[p] = low_half_f32(_mm512_load_si512(w + p * w_stride + k * 16));
     fma_step<R, P>(acc, lo, xr, k);
   }
   store_acc<R, P>(acc, mask, y, ldy);
@@ -193,7 +196,8 @@ void widen_bf16(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* 
     for (int64_t k = 0; k < kc; k += 2) {
       const __m512i v = _mm512_load_si512(wp + k * 16);
       _mm512_store_ps(op + k * 16, low_half_f32(v));
-      if (k + 1 < kc) _mm512_store_ps(op + (k + 1) * 16, _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)));
+      if (k + 1 < kc)
+        _mm512_store_ps(op + (k + 1) * 16, _mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)));
     }
   }
 }
@@ -211,6 +215,8 @@ constexpr MatmulIsa kIsa =
 
 }  // namespace
 
-const MatmulIsa* matmul_isa_avx512() { return &kIsa; }
+const MatmulIsa* matmul_isa_avx512() {
+  return &kIsa;
+}
 
 }  // namespace rw::detail

@@ -23,9 +23,9 @@ constexpr int kMatmulNR = 16;  // output columns per panel
 
 struct MatmulIsa {
   const char* name;
-  int mr;         // most rows one tile call may take
-  int np;         // most panels one tile call may take
-  int mr_small;   // for tiles of at most mr_small rows (decode), np_small panels fit too
+  int mr;        // most rows one tile call may take
+  int np;        // most panels one tile call may take
+  int mr_small;  // for tiles of at most mr_small rows (decode), np_small panels fit too
   int np_small;
 
   // y[r, c] for r < rows, c < ncols (ncols <= 16 * np): one K block [k0, k0 + kc) of the
@@ -43,9 +43,9 @@ struct MatmulIsa {
                    const char* pf, int64_t pf_lines, bool stream);
   // Same on BF16 storage: w points at pair-row k0/2 of panel 0 (k0 even); w_stride in uint16
   // elements. kc may be odd only for the block that ends at k.
-  void (*tile_bf16)(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride,
-                    int64_t kc, int rows, int np, float* y, int64_t ldy, int ncols,
-                    bool accumulate, const char* pf, int64_t pf_lines, bool stream);
+  void (*tile_bf16)(const float* x, int64_t ldx, const uint16_t* w, int64_t w_stride, int64_t kc,
+                    int rows, int np, float* y, int64_t ldy, int ncols, bool accumulate,
+                    const char* pf, int64_t pf_lines, bool stream);
   // Widens the BF16 K block [k0, k0 + kc) of np panels (w as for tile_bf16) to the F32 layout
   // [np][kc][16] in out (exact). Lets a tile sequence over many rows reuse the widened block.
   void (*widen_bf16)(const uint16_t* w, int64_t w_stride, int64_t kc, int np, float* out);

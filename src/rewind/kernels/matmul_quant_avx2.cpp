@@ -25,7 +25,6 @@ namespace {
 // All of it is exact integer arithmetic, so the sums equal the reference's. A panel's 16 lanes
 // are two 8-lane halves.
 
-
 // Half h (8 lanes) of the 64-byte group at off in the blocks of a tile's panels.
 REWIND_AVX2 inline __m256i half_group(const std::byte* const* blk, int h, int off) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[h / 2] + off + 32 * (h % 2)));
@@ -418,8 +417,8 @@ REWIND_AVX2 __attribute__((always_inline)) inline void int8_tile_avx2_iq4_xs(
       }
       REWIND_UNROLL
       for (int h = 0; h < H; ++h) {
-        const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(
-            blk[h / 2] + kIQ4XSScOff + 16 * sb + 8 * (h % 2))));
+        const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+            reinterpret_cast<const __m128i*>(blk[h / 2] + kIQ4XSScOff + 16 * sb + 8 * (h % 2))));
         REWIND_UNROLL
         for (int r = 0; r < R; ++r) {
           auto* o = reinterpret_cast<__m256i*>(sm[r][h]);
@@ -854,7 +853,6 @@ REWIND_AVX2 void quantize_block_avx2(const float* x, int n, int8_t* q, float* d)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm256_permutevar8x32_epi32(p, order));
   }
 }
-
 
 #pragma GCC diagnostic pop
 

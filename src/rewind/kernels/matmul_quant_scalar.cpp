@@ -55,7 +55,8 @@ void widen_min_scalar(const std::byte* blk, float* out, int64_t ld) {
   const auto* o = reinterpret_cast<const uint8_t*>(blk);
   for (int j = 0; j < kNR; ++j) {
     const float d = f16_to_f32(d16[j]), m = f16_to_f32(m16[j]);
-    for (int k = 0; k < 32; ++k) out[k * ld + j] = static_cast<float>(min_code(Q5, o, k, j)) * d + m;
+    for (int k = 0; k < 32; ++k)
+      out[k * ld + j] = static_cast<float>(min_code(Q5, o, k, j)) * d + m;
   }
 }
 

@@ -43,7 +43,6 @@ const Architecture& architecture_of(Family f);
 std::string supported_hf_model_types();
 std::string supported_gguf_archs();
 
-
 // The entries (defined in their family files).
 extern const Architecture kQwen35Arch;
 extern const Architecture kGraniteArch;

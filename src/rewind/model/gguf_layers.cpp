@@ -93,8 +93,8 @@ Status hybrid_basics_from_gguf(const GgufKeys& k, ModelConfig* c, bool eps_fallb
   REWIND_TRY(c->n_layer, k.req("block_count", 1, kMaxLayers));
   REWIND_TRY(c->n_head, k.req("attention.head_count", 1, kMaxDim));
   const bool rms_key = g.get(k.key("attention.layer_norm_rms_epsilon")) != nullptr;
-  const bool use_fallback = eps_fallback && !rms_key &&
-                            g.get(k.key("attention.layer_norm_epsilon")) != nullptr;
+  const bool use_fallback =
+      eps_fallback && !rms_key && g.get(k.key("attention.layer_norm_epsilon")) != nullptr;
   REWIND_TRY(c->rms_norm_eps,
              g.get_float(k.key(use_fallback ? "attention.layer_norm_epsilon"
                                             : "attention.layer_norm_rms_epsilon")));

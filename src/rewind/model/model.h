@@ -155,7 +155,7 @@ class Model {
   // the attention's temporary score rows of `threads` workers over up to `keys` positions.
   size_t scratch_bytes_bound(int64_t rows, int64_t keys, int threads) const;
   size_t quantised_bytes() const;  // the part of packed_bytes() in quantised stores
-  const char* isa() const;  // the f32 / bf16 matmul path under kernel_options().isa
+  const char* isa() const;         // the f32 / bf16 matmul path under kernel_options().isa
   const KernelOptions& kernel_options() const;
   // Applies `opt` to every packed matrix and op call from the next forward on (benchmarks that
   // compare settings in one process; not while a forward runs). Only quant_dot changes results.

@@ -187,7 +187,10 @@ namespace {
 // {"id", "object", "created", "model", "choices": [choice]} (+ "usage" when given).
 json envelope(const std::string& id, const char* object, int64_t created, const std::string& model,
               json choices, const UsageCounts* usage) {
-  json j = {{"id", id}, {"object", object}, {"created", created}, {"model", model},
+  json j = {{"id", id},
+            {"object", object},
+            {"created", created},
+            {"model", model},
             {"choices", std::move(choices)}};
   if (usage) j["usage"] = usage_json(*usage);
   return j;

@@ -1,7 +1,8 @@
 // The response side of the OpenAI schema: JSON bodies of chat and text completions (whole and
 // streamed chunks), usage, logprobs, errors; the split of generated text into content and tool
-// calls (stop sequences and reasoning blocks: chat/text_stream.h). Pure functions and small value types,
-// no HTTP and no engine, so every rule is unit-testable (tests/unit/openai_request_test.cpp).
+// calls (stop sequences and reasoning blocks: chat/text_stream.h). Pure functions and small value
+// types, no HTTP and no engine, so every rule is unit-testable
+// (tests/unit/openai_request_test.cpp).
 //
 // JSON text is always produced with dump_json, which replaces invalid UTF-8 (a token's raw
 // bytes can be a partial character) with U+FFFD instead of throwing.
@@ -75,9 +76,9 @@ nlohmann::json completion_logprobs_json(const Tokenizer& tok, const std::vector<
                                         bool with_top, int64_t offset0);
 
 // Streams assistant text while tool calls may appear: text before the first tool-call marker
-// (tool_call_markers(): "<tool_call>", "<TOOLCALL>") is content (a partial marker is held back); from the marker on, everything is buffered and
-// parsed at the end with parse_tool_calls. If that finds no call, the buffered text is content
-// after all, so no generated text is ever lost.
+// (tool_call_markers(): "<tool_call>", "<TOOLCALL>") is content (a partial marker is held back);
+// from the marker on, everything is buffered and parsed at the end with parse_tool_calls. If that
+// finds no call, the buffered text is content after all, so no generated text is ever lost.
 class ToolCallSplitter {
  public:
   // `tools`: the request's tools (types the parsed arguments; see parse_tool_calls), or null.
