@@ -17,6 +17,12 @@ void pack_k_header(const Block& x, int j, uint8_t* o) {
     o[kQ4KMinOff + q4k_min_byte(s, j)] = m;
   }
 }
+// Lane j's d and sub-block scales of a Q6_K block.
+void pack_q6_k_header(const BlockQ6_K& x, int j, uint8_t* o) {
+  std::memcpy(o + 2 * j, &x.d, 2);
+  for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
+}
+
 inline uint32_t load_u32(const uint8_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -76,8 +82,7 @@ void pack_k_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, 
       if (t == DType::Q6_K) {
         BlockQ6_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ6_K), sizeof x);
-        std::memcpy(o + 2 * j, &x.d, 2);
-        for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
+        pack_q6_k_header(x, j, o);
         q6_k_codes(x, u);
         for (int g = 0; g < 32; ++g) store_u32(o + q6k_lo_group(g) + 4 * j, nibble_group(u, g));
         // High-bit group s: bits 2c..2c+1 of byte t hold bits 4-5 of code 16s + 4c + t.
@@ -227,8 +232,7 @@ void pack_quant_panel_ref(DType t, const std::byte* const* rows, int n_rows, int
       } else {
         BlockQ6_K x;
         std::memcpy(&x, rows[j] + b * sizeof(BlockQ6_K), sizeof x);
-        std::memcpy(o + 2 * j, &x.d, 2);
-        for (int s = 0; s < 16; ++s) o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(x.scales[s]);
+        pack_q6_k_header(x, j, o);
         for (int e = 0; e < kQK_K; ++e) {
           const int code = q6k_value(x, e) + 32;  // 0..63
           o[q6k_lo_group(e >> 3) + lane_byte(e, j)] |=
