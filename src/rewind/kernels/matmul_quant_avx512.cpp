@@ -363,8 +363,9 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
                          : t == DType::Q4_1 || t == DType::Q5_1 ? kMinBytesBlock
                                                                 : kKBytesBlock;
   const int64_t nb = xa.k / xa.block;
-  // Tall decode tiles (5-8 rows, no prefill stream) prefetch ahead as the 1-2 row ones do.
-  const bool tall = R >= 5 && pf == nullptr;
+  // Decode tiles of 3-8 rows (batched decode: no prefill stream) prefetch ahead as the 1-2 row
+  // ones do; the prefill tiles read their panels from the cache.
+  const bool tall = R >= 3 && pf == nullptr;
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -711,7 +712,8 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
             for (int i = 0; i < 4; ++i) prefetch_line<true, kAhead>(a + 64 * i);
           } else if (tall) {
             const auto a = reinterpret_cast<uintptr_t>(blk[p]) + static_cast<uintptr_t>(210 * sb);
-            for (int i = 0; i < 4; ++i) prefetch_line<true, kPrefetchBytesTall>(a + 64 * i);
+            for (int i = 0; i < 4; ++i)
+              prefetch_line<true, R <= 4 ? kAhead : kPrefetchBytesTall>(a + 64 * i);
           }
           const __m512i v0 = load_group(q), v1 = load_group(q + 64), h = load_group(q + 128);
           const __m512i ha = _mm512_and_si512(h, m33), hb = _mm512_and_si512(h, mcc);

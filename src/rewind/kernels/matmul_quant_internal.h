@@ -230,7 +230,7 @@ __attribute__((always_inline)) inline void prefetch_part(const std::byte* blk, i
 // offset g * Pb / G, and half way to the next group's where groups are over a line apart, so
 // every line gets at least one. Constant offsets: prefetch_part's integer work per group cost
 // the VNNI tiles most of their speed from cache.
-// Tall tiles (5-8 rows of batched decode, `tall`: no prefill stream) prefetch too, further
+// The 3-8-row tiles of batched decode (`tall`: no prefill stream) prefetch too, 5-8 rows further
 // ahead (kPrefetchBytesTall): at 8 rows' pace of work a nearer distance left the reads waiting.
 template <int R, int64_t Pb, int G, int64_t Ahead = kPrefetchBytesL2>
 __attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk, int g,
@@ -241,11 +241,10 @@ __attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk,
   if constexpr (R <= 2) {
     prefetch_line<true, Ahead>(a);
     if constexpr (kStep > 64) prefetch_line<true, Ahead>(a + kStep / 2);
-  } else if constexpr (R >= 5) {
-    if (tall) {
-      prefetch_line<true, kPrefetchBytesTall>(a);
-      if constexpr (kStep > 64) prefetch_line<true, kPrefetchBytesTall>(a + kStep / 2);
-    }
+  } else if (tall) {
+    constexpr int64_t kTallAhead = R <= 4 ? Ahead : kPrefetchBytesTall;
+    prefetch_line<true, kTallAhead>(a);
+    if constexpr (kStep > 64) prefetch_line<true, kTallAhead>(a + kStep / 2);
   }
 }
 
