@@ -198,7 +198,7 @@ constexpr int64_t kPrefetchBytes = 4096;       // AVX2 tiles: per panel stream, 
 constexpr int64_t kPrefetchBytesL2 = 768;      // VNNI tiles
 constexpr int64_t kPrefetchBytesL2Far = 2048;  // Q2_K / Q3_K / Q4_K VNNI tiles (Q5_K: none)
 constexpr int64_t kPrefetchBytesL2Q6K = 3072;  // Q6_K VNNI tiles
-constexpr int64_t kPrefetchBytesTall = 2048;   // VNNI tiles of 5-8 rows (batched decode)
+constexpr int64_t kPrefetchBytesTall = 4096;   // VNNI tiles of 5-8 rows (batched decode)
 
 // Prefetch for the int8 decode tiles (R <= 2: the weights stream from memory), ahead of the
 // loads, covering every 64-byte line of a panel's blocks (headers and high bits too). asm, as
