@@ -176,6 +176,13 @@ std::vector<CommandSpec> build_specs() {
             {"--api-key", "", "KEY", "require 'Authorization: Bearer KEY' on /v1/* and /metrics"},
             {"--parallel", "-np", "N", "sequences decoding at once (default 4)", {}, false},
             {"--chunk", "", "N", "a step's tokens: decode rows, then prefill (512)", {}, false},
+            {"--mixed-chunk",
+             "",
+             "N",
+             "a step's tokens while sequences decode (default and at most --chunk): smaller, "
+             "a shorter wait for them",
+             {},
+             false},
             {"--ctx-size", "-c", "N", "prompt + max_tokens limit per request (default 32768)"},
             {"--cache-ram", "", "MiB", "prefix cache budget: KV pages + checkpoints (4096)"},
             {"--grammar-cache-ram", "", "MiB",
@@ -224,9 +231,10 @@ std::vector<CommandSpec> build_specs() {
        "picks one (none: the first; an unknown name: 404), and GET /v1/cache, /v1/cache/tree and\n"
        "/props take ?model=NAME. The models share --threads threads (their parallel jobs take\n"
        "turns). Every option applies to every model, except that --model-opt NAME:OPT=V (or\n"
-       "NAME:OPT for a flag) sets one for model NAME: ctx-size, parallel, chunk, max-queue,\n"
-       "checkpoint-interval, checkpoint-max, no-cache, spec, draft-k, spec-fixed-k, weights,\n"
-       "cache-type-k, cache-type-v (e.g. --model-opt b:ctx-size=4096 --model-opt a:spec=ngram).\n"
+       "NAME:OPT for a flag) sets one for model NAME: ctx-size, parallel, chunk, mixed-chunk,\n"
+       "max-queue, checkpoint-interval, checkpoint-max, no-cache, spec, draft-k, spec-fixed-k,\n"
+       "weights, cache-type-k, cache-type-v (e.g. --model-opt b:ctx-size=4096\n"
+       "--model-opt a:spec=ngram).\n"
        "A --spec draft:DIR is loaded once and shared by the models that use it; each must have\n"
        "the draft's vocabulary (else give the others their own --spec with --model-opt).\n"
        "Access log fields (docs/ARCHITECTURE.md, \"Access log\"): time, request id, client,\n"

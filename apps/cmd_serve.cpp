@@ -110,19 +110,22 @@ Result<ModelArg> parse_model_arg(const std::string& v) {
 // The options a served model may set for itself (--model-opt NAME:OPTION=VALUE); every other
 // option is the server's, or the same for every model.
 const char* const kPerModelOptions[] = {
-    "--ctx-size",       "--parallel",     "--chunk",       "--max-queue", "--checkpoint-interval",
-    "--checkpoint-max", "--no-cache",     "--spec",        "--draft-k",   "--spec-fixed-k",
-    "--weights",        "--cache-type-k", "--cache-type-v"};
+    "--ctx-size",       "--parallel",     "--chunk",
+    "--mixed-chunk",    "--max-queue",    "--checkpoint-interval",
+    "--checkpoint-max", "--no-cache",     "--spec",
+    "--draft-k",        "--spec-fixed-k", "--weights",
+    "--cache-type-k",   "--cache-type-v"};
 
 // The engine's sizes from one model's options, checked.
 struct ModelSettings {
-  int64_t parallel = 0, ctx = 0, chunk = 0, max_queue = 0, ck_int = 0, ck_max = 0;
+  int64_t parallel = 0, ctx = 0, chunk = 0, mixed_chunk = 0, max_queue = 0, ck_int = 0, ck_max = 0;
 };
 Result<ModelSettings> model_settings(const Args& a) {
   ModelSettings s;
   REWIND_TRY(s.parallel, a.int_("--parallel", 4));
   REWIND_TRY(s.ctx, a.int_("--ctx-size", 32768));
   REWIND_TRY(s.chunk, a.int_("--chunk", 512));
+  REWIND_TRY(s.mixed_chunk, a.int_("--mixed-chunk", s.chunk));
   REWIND_TRY(s.max_queue, a.int_("--max-queue", 64));
   REWIND_TRY(s.ck_int, a.int_("--checkpoint-interval", 512));
   REWIND_TRY(s.ck_max, a.int_("--checkpoint-max", 32));
@@ -131,6 +134,7 @@ Result<ModelSettings> model_settings(const Args& a) {
   if (s.chunk <= s.parallel)
     return make_error(
         "--chunk must exceed --parallel (a step's decode rows take their share first)");
+  if (s.mixed_chunk < 1) return make_error("--mixed-chunk must be >= 1");
   if (s.ctx < 2) return make_error("--ctx-size must be >= 2");
   if (s.ctx > (int64_t{1} << 31) - 1) return make_error("--ctx-size must be < 2^31");
   if (s.ck_int < 0) return make_error("--checkpoint-interval must be >= 0");
@@ -383,6 +387,7 @@ int cmd_serve(int argc, char** argv) {
     EngineOptions& eo = L.eo;
     eo.max_running = static_cast<int32_t>(ms.parallel);
     eo.step_tokens = ms.chunk;
+    eo.mixed_step_tokens = std::min(ms.mixed_chunk, ms.chunk);
     eo.max_queued = static_cast<int32_t>(ms.max_queue);
     eo.ctx_size = ms.ctx;
     eo.cache_enabled = !a.has("--no-cache");

@@ -24,9 +24,26 @@ PlanSeq prefilling(int64_t pos, int64_t n, const std::vector<int64_t>* cuts = nu
   return s;
 }
 
+// A step that decodes takes the smaller mixed budget: the decoding rows wait on a shorter
+// prefill chunk. With nothing decoding, a prefill gets the whole step budget.
+TEST(StepPlan, MixedStepsTakeTheMixedBudget) {
+  std::vector<PlanSeq> seqs = {prefilling(0, 1000), decoding(), decoding()};
+  const StepPlan p = plan_step(seqs, 512, 0, 128);
+  ASSERT_EQ(p.rows.size(), 3u);
+  EXPECT_EQ(p.tokens, 128);
+  EXPECT_EQ(p.prefill_tokens, 126);
+  std::vector<PlanSeq> alone = {prefilling(0, 1000)};
+  EXPECT_EQ(plan_step(alone, 512, 0, 128).prefill_tokens, 512);
+  // The mixed budget never exceeds the step budget, and a prefill still gets a quarter of it
+  // however many tokens the decode rows take.
+  EXPECT_EQ(plan_step(seqs, 64, 0, 128).tokens, 64);
+  std::vector<PlanSeq> drafts = {prefilling(0, 1000), decoding(100), decoding(100)};
+  EXPECT_EQ(plan_step(drafts, 512, 0, 128).prefill_tokens, 32);
+}
+
 TEST(StepPlan, DecodeRowsFirstThenPrefillWithTheRestOfTheBudget) {
   std::vector<PlanSeq> seqs = {prefilling(0, 100), decoding(), decoding(3)};
-  const StepPlan p = plan_step(seqs, 10, 0);
+  const StepPlan p = plan_step(seqs, 10, 0, 10);
   ASSERT_EQ(p.rows.size(), 3u);
   EXPECT_TRUE(p.rows[0].decode);
   EXPECT_EQ(p.rows[0].seq, 1u);
@@ -43,7 +60,7 @@ TEST(StepPlan, DecodeRowsFirstThenPrefillWithTheRestOfTheBudget) {
 
 TEST(StepPlan, DecodeRowsAreNeverStarvedByTheBudget) {
   std::vector<PlanSeq> seqs = {decoding(5), decoding(5), prefilling(0, 8)};
-  const StepPlan p = plan_step(seqs, 4, 0);
+  const StepPlan p = plan_step(seqs, 4, 0, 4);
   ASSERT_EQ(p.rows.size(), 3u);  // both decode rows whole, past the budget
   for (size_t i = 0; i < 2; ++i) {
     EXPECT_TRUE(p.rows[i].decode);
@@ -64,7 +81,7 @@ TEST(StepPlan, DraftingRowsNeverStarveAWaitingPrefill) {
   int64_t steps = 0;
   for (size_t first = 0; seqs[2].pos < seqs[2].prompt_tokens; ++first, ++steps) {
     ASSERT_LT(steps, 100) << "the prefill does not progress";
-    const StepPlan p = plan_step(seqs, 32, first);
+    const StepPlan p = plan_step(seqs, 32, first, 32);
     ASSERT_EQ(p.rows.size(), 3u);
     const PlannedRow& r = p.rows[2];
     EXPECT_FALSE(r.decode);
@@ -77,14 +94,14 @@ TEST(StepPlan, DraftingRowsNeverStarveAWaitingPrefill) {
   EXPECT_EQ(steps, 13);  // 8 chunks to the checkpoint at 64, then 36 tokens in 5
   // Decode rows that leave more than the minimum: the prefill takes all that is left.
   seqs[2].pos = 0;
-  const StepPlan q = plan_step(seqs, 64, 0);
+  const StepPlan q = plan_step(seqs, 64, 0, 64);
   EXPECT_EQ(q.prefill_tokens, 30);
 }
 
 TEST(StepPlan, PrefillEndsAtTheFirstCheckpointAfterItsPosition) {
   const std::vector<int64_t> cuts = {5, 20, 40};
   std::vector<PlanSeq> seqs = {prefilling(20, 50, &cuts)};
-  const StepPlan p = plan_step(seqs, 512, 0);
+  const StepPlan p = plan_step(seqs, 512, 0, 512);
   ASSERT_EQ(p.rows.size(), 1u);
   EXPECT_EQ(p.rows[0].begin, 20);
   EXPECT_EQ(p.rows[0].end, 40);  // 20 is behind: the next cut is 40
@@ -95,11 +112,11 @@ TEST(StepPlan, PrefillEndsAtTheFirstCheckpointAfterItsPosition) {
 TEST(StepPlan, ACheckpointAtTheBudgetsEndIsStillTaken) {
   const std::vector<int64_t> cuts = {16};
   std::vector<PlanSeq> seqs = {prefilling(0, 50, &cuts)};
-  const StepPlan p = plan_step(seqs, 16, 0);
+  const StepPlan p = plan_step(seqs, 16, 0, 16);
   ASSERT_EQ(p.rows.size(), 1u);
   EXPECT_EQ(p.rows[0].end, 16);
   EXPECT_TRUE(p.rows[0].checkpoint);
-  const StepPlan q = plan_step(seqs, 15, 0);
+  const StepPlan q = plan_step(seqs, 15, 0, 15);
   EXPECT_EQ(q.rows[0].end, 15);
   EXPECT_FALSE(q.rows[0].checkpoint);
 }
@@ -107,7 +124,7 @@ TEST(StepPlan, ACheckpointAtTheBudgetsEndIsStillTaken) {
 TEST(StepPlan, TheLastChunkOfAPromptGivesLogits) {
   const std::vector<int64_t> cuts = {49};
   std::vector<PlanSeq> seqs = {prefilling(49, 50, &cuts)};
-  const StepPlan p = plan_step(seqs, 512, 0);
+  const StepPlan p = plan_step(seqs, 512, 0, 512);
   ASSERT_EQ(p.rows.size(), 1u);
   EXPECT_EQ(p.rows[0].begin, 49);
   EXPECT_EQ(p.rows[0].end, 50);
@@ -118,14 +135,14 @@ TEST(StepPlan, TheLastChunkOfAPromptGivesLogits) {
 TEST(StepPlan, PrefillsRotateFromTheGivenSequence) {
   std::vector<PlanSeq> seqs = {prefilling(0, 100), prefilling(0, 100), prefilling(0, 100)};
   for (size_t first = 0; first < 6; ++first) {
-    const StepPlan p = plan_step(seqs, 30, first);
+    const StepPlan p = plan_step(seqs, 30, first, 30);
     ASSERT_EQ(p.rows.size(), 1u) << first;  // the whole budget goes to the first one visited
     EXPECT_EQ(p.rows[0].seq, first % 3);
     EXPECT_EQ(p.rows[0].end, 30);
   }
   // A short prompt leaves budget to the next sequence in turn.
   seqs[1] = prefilling(90, 100);
-  const StepPlan p = plan_step(seqs, 30, 1);
+  const StepPlan p = plan_step(seqs, 30, 1, 30);
   ASSERT_EQ(p.rows.size(), 2u);
   EXPECT_EQ(p.rows[0].seq, 1u);
   EXPECT_EQ(p.rows[0].end, 100);
@@ -136,9 +153,9 @@ TEST(StepPlan, PrefillsRotateFromTheGivenSequence) {
 }
 
 TEST(StepPlan, NothingToRun) {
-  EXPECT_TRUE(plan_step({}, 512, 3).rows.empty());
+  EXPECT_TRUE(plan_step({}, 512, 3, 512).rows.empty());
   std::vector<PlanSeq> seqs = {prefilling(10, 10)};  // nothing left to prefill
-  EXPECT_TRUE(plan_step(seqs, 512, 0).rows.empty());
+  EXPECT_TRUE(plan_step(seqs, 512, 0, 512).rows.empty());
 }
 
 }  // namespace

@@ -146,7 +146,8 @@ Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_def
 BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& opt,
                          EngineThread threading)
     : model_(model), pool_(pool), opt_(opt) {
-  REWIND_CHECK(opt_.max_running >= 1 && opt_.step_tokens >= 1 && opt_.max_queued >= 0);
+  REWIND_CHECK(opt_.max_running >= 1 && opt_.step_tokens >= 1 && opt_.mixed_step_tokens >= 0 &&
+               opt_.max_queued >= 0);
   REWIND_CHECK_MSG(spec_check(model, opt_.spec).ok(),
                    "BatchEngine: speculative options not checked");
   if (opt_.sample_vocab <= 0 || opt_.sample_vocab > model.config().vocab_size)
@@ -651,7 +652,9 @@ void BatchEngine::step() {
     view[i].prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
     view[i].cuts = s.cuts;
   }
-  const StepPlan plan = plan_step(view, opt_.step_tokens, ++rr_);
+  const StepPlan plan =
+      plan_step(view, opt_.step_tokens, ++rr_,
+                opt_.mixed_step_tokens > 0 ? opt_.mixed_step_tokens : opt_.step_tokens);
   std::vector<SeqInput> batch;
   batch.reserve(plan.rows.size());
   for (const PlannedRow& r : plan.rows) {

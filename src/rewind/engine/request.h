@@ -24,7 +24,10 @@ struct EngineOptions {
   int32_t max_queued = 64;    // waiting requests beyond that are refused (queue full)
   int64_t ctx_size = 32768;   // prompt + max_tokens must fit
   int64_t step_tokens = 512;  // token budget of one forward step (prefill chunk size)
-  int32_t sample_vocab = 0;   // ids >= this are never sampled (tokenizer size); 0: all
+  // The budget of a step that also decodes (at most step_tokens; 0: step_tokens): a smaller
+  // prefill chunk beside decoding sequences shortens their wait (--mixed-chunk).
+  int64_t mixed_step_tokens = 0;
+  int32_t sample_vocab = 0;  // ids >= this are never sampled (tokenizer size); 0: all
   bool cache_enabled = true;
   PrefixCache::Options cache;  // budget, checkpoint policy
   // Speculative decoding: what requests get unless they say otherwise (kind Off: plain). Its

@@ -8,7 +8,8 @@ int64_t min_prefill_tokens(int64_t step_tokens) {
   return std::max<int64_t>(1, step_tokens / 4);
 }
 
-StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t first) {
+StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t first,
+                   int64_t mixed_tokens) {
   StepPlan plan;
   for (size_t i = 0; i < seqs.size(); ++i) {
     if (!seqs[i].decoding) continue;
@@ -19,6 +20,7 @@ StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t fi
     plan.rows.push_back(r);
     plan.tokens += seqs[i].decode_tokens;
   }
+  if (!plan.rows.empty()) step_tokens = std::max<int64_t>(1, std::min(step_tokens, mixed_tokens));
   int64_t budget = std::max(step_tokens - plan.tokens, min_prefill_tokens(step_tokens));
   const size_t n = seqs.size();
   for (size_t k = 0; k < n && budget > 0; ++k) {

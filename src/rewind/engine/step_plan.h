@@ -41,10 +41,12 @@ struct StepPlan {
 int64_t min_prefill_tokens(int64_t step_tokens);
 
 // Every decoding sequence gets its decode row (they are never starved, even past the budget);
-// prefill chunks get what is left of `step_tokens`, but at least min_prefill_tokens(), visiting
-// the prefilling sequences round-robin from index `first % seqs.size()` (the caller rotates it
-// each step, so long prefills progress fairly). A chunk runs from pos up to the budget, the
-// prompt's end or the first checkpoint after pos, whichever comes first.
-StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t first);
+// prefill chunks get what is left of the budget, but at least min_prefill_tokens() of it,
+// visiting the prefilling sequences round-robin from index `first % seqs.size()` (the caller
+// rotates it each step, so long prefills progress fairly). The budget is `step_tokens`, or
+// min(step_tokens, mixed_tokens) when a sequence decodes this step. A chunk runs from pos up to
+// the budget, the prompt's end or the first checkpoint after pos, whichever comes first.
+StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t first,
+                   int64_t mixed_tokens);
 
 }  // namespace rw
