@@ -117,12 +117,30 @@ void pack_k_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, 
     }
   }
 }
+// pack_quant_panel_ref's Q8_0 layout, one lane at a time: its blocks' d and 4-byte code groups
+// straight from the row (no per-block copy or type test).
+void pack_q8_0_panel(const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst) {
+  const int64_t nb = k / kQK8_0, pb = quant_panel_block_bytes(DType::Q8_0);
+  std::memset(dst, 0, static_cast<size_t>(nb * pb));
+  for (int j = 0; j < n_rows; ++j) {
+    const auto* src = reinterpret_cast<const uint8_t*>(rows[j]);
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* x = src + b * sizeof(BlockQ8_0);
+      auto* o = reinterpret_cast<uint8_t*>(dst + b * pb);
+      std::memcpy(o + 2 * j, x, 2);
+      for (int g = 0; g < 8; ++g)
+        store_u32(o + kQ8QOff + group_byte(4 * g, j), load_u32(x + 2 + 4 * g));
+    }
+  }
+}
 }  // namespace
 
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
                       std::byte* dst) {
   if (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K)
     pack_k_panel(t, rows, n_rows, k, dst);
+  else if (t == DType::Q8_0)
+    pack_q8_0_panel(rows, n_rows, k, dst);
   else
     pack_quant_panel_ref(t, rows, n_rows, k, dst);
 }
