@@ -387,7 +387,7 @@ int cmd_serve(int argc, char** argv) {
     EngineOptions& eo = L.eo;
     eo.max_running = static_cast<int32_t>(ms.parallel);
     eo.step_tokens = ms.chunk;
-    eo.mixed_step_tokens = std::min(ms.mixed_chunk, ms.chunk);
+    eo.mixed_step_tokens = ms.mixed_chunk;  // plan_step caps it at step_tokens
     eo.max_queued = static_cast<int32_t>(ms.max_queue);
     eo.ctx_size = ms.ctx;
     eo.cache_enabled = !a.has("--no-cache");

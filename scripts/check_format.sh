@@ -6,12 +6,10 @@ set -uo pipefail
 cd "${1:-$(dirname "$0")/..}"
 command -v clang-format >/dev/null 2>&1 || { echo "check_format: no clang-format" >&2; exit 77; }
 files=$(git ls-files '*.cpp' '*.h' 2>/dev/null) || { echo "check_format: not a git checkout" >&2; exit 77; }
-bad=()
-for f in $files; do
-  clang-format --dry-run -Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-done
-if [ ${#bad[@]} -gt 0 ]; then
-  printf 'not clang-formatted: %s\n' "${bad[@]}"
+# One run over every file; its diagnostics start with the file's name.
+bad=$(echo "$files" | xargs clang-format --dry-run 2>&1 | grep -oE '^[^:]+:[0-9]+:[0-9]+: (warning|error)' | cut -d: -f1 | sort -u)
+if [ -n "$bad" ]; then
+  echo "$bad" | sed 's/^/not clang-formatted: /'
   exit 1
 fi
 echo "check_format: $(echo "$files" | wc -l) files formatted"

@@ -20,8 +20,10 @@ StepPlan plan_step(std::span<const PlanSeq> seqs, int64_t step_tokens, size_t fi
     plan.rows.push_back(r);
     plan.tokens += seqs[i].decode_tokens;
   }
-  if (!plan.rows.empty()) step_tokens = std::max<int64_t>(1, std::min(step_tokens, mixed_tokens));
-  int64_t budget = std::max(step_tokens - plan.tokens, min_prefill_tokens(step_tokens));
+  // plan.rows holds the decode rows so far: a step that decodes takes the mixed budget.
+  const int64_t total =
+      plan.rows.empty() ? step_tokens : std::max<int64_t>(1, std::min(step_tokens, mixed_tokens));
+  int64_t budget = std::max(total - plan.tokens, min_prefill_tokens(total));
   const size_t n = seqs.size();
   for (size_t k = 0; k < n && budget > 0; ++k) {
     const size_t i = (first + k) % n;

@@ -336,6 +336,19 @@ REWIND_AVX512 __attribute__((always_inline)) inline __m512i add_epi32_tied(__m51
   return acc;
 }
 
+// s[r][p] += is[r][p] * the signed scale of sub-block sb of panel p (Q6_K and Q3_K: one byte per
+// sub-block and lane at kQ6KScOff).
+template <int R, int P>
+REWIND_VNNI __attribute__((always_inline)) inline void add_scaled_sub_block(
+    __m512i (&s)[R][P], const __m512i (&is)[R][P], const std::byte* const (&blk)[P], int sb) {
+  for (int p = 0; p < P; ++p) {
+    const __m512i sc = _mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ6KScOff + 16 * sb)));
+    for (int r = 0; r < R; ++r)
+      s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
+  }
+}
+
 // One instantiation per type: the branches of the other types (and the constants they keep in
 // registers) stay out of it, as GCC otherwise hoists every type's constants out of the block
 // loop. Bytes (prefill on expanded codes) is a template parameter too: as a run-time flag it
@@ -707,10 +720,8 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
         __m512i w[4][P];
         for (int p = 0; p < P; ++p) {
           const std::byte* q = blk[p] + kQ6KLoOff + 192 * sb;
-          if constexpr (R <= 2) {  // every line of the stream, kAhead ahead (210 bytes a sub-block)
-            const auto a = reinterpret_cast<uintptr_t>(blk[p]) + static_cast<uintptr_t>(210 * sb);
-            for (int i = 0; i < 4; ++i) prefetch_line<true, kAhead>(a + 64 * i);
-          } else if (tall) {
+          if (R <= 2 || tall) {  // every line of the stream (210 bytes a sub-block), as
+            // prefetch_spread's distances
             const auto a = reinterpret_cast<uintptr_t>(blk[p]) + static_cast<uintptr_t>(210 * sb);
             for (int i = 0; i < 4; ++i)
               prefetch_line<true, R <= 4 ? kAhead : kPrefetchBytesTall>(a + 64 * i);
@@ -729,12 +740,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
             const __m512i a = _mm512_set1_epi32(load_i32(xr.q[r] + b * 256 + 16 * sb + 4 * i));
             for (int p = 0; p < P; ++p) is[r][p] = _mm512_dpbusd_epi32(is[r][p], w[i][p], a);
           }
-        for (int p = 0; p < P; ++p) {
-          const __m512i sc = _mm512_cvtepi8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ6KScOff + 16 * sb)));
-          for (int r = 0; r < R; ++r)
-            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
-        }
+        add_scaled_sub_block<R, P>(s, is, blk, sb);
       }
       combine<R, P>(acc, dw, xr, b, s);
     } else {  // Q6_K prefill: expanded u8 codes q + 32, -32 * sum16(qx) per sub-block.
@@ -766,12 +772,7 @@ REWIND_VNNI __attribute__((always_inline)) inline void int8_tile_avx512_one(
             for (int p = 0; p < P; ++p) is[r][p] = _mm512_dpbusd_epi32(is[r][p], w[p], a);
           }
         }
-        for (int p = 0; p < P; ++p) {
-          const __m512i sc = _mm512_cvtepi8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[p] + kQ6KScOff + 16 * sb)));
-          for (int r = 0; r < R; ++r)
-            s[r][p] = _mm512_add_epi32(s[r][p], _mm512_mullo_epi32(is[r][p], sc));
-        }
+        add_scaled_sub_block<R, P>(s, is, blk, sb);
       }
       combine<R, P>(acc, dw, xr, b, s);
     }

@@ -238,13 +238,10 @@ __attribute__((always_inline)) inline void prefetch_spread(const std::byte* blk,
   constexpr int64_t kStep = (Pb + G - 1) / G;  // the most bytes between two groups' offsets
   static_assert(kStep <= 128, "at most two prefetches a group");
   const auto a = reinterpret_cast<uintptr_t>(blk) + static_cast<uintptr_t>(g * Pb / G);
-  if constexpr (R <= 2) {
-    prefetch_line<true, Ahead>(a);
-    if constexpr (kStep > 64) prefetch_line<true, Ahead>(a + kStep / 2);
-  } else if (tall) {
-    constexpr int64_t kTallAhead = R <= 4 ? Ahead : kPrefetchBytesTall;
-    prefetch_line<true, kTallAhead>(a);
-    if constexpr (kStep > 64) prefetch_line<true, kTallAhead>(a + kStep / 2);
+  if (R <= 2 || tall) {
+    constexpr int64_t kAhead = R <= 4 ? Ahead : kPrefetchBytesTall;
+    prefetch_line<true, kAhead>(a);
+    if constexpr (kStep > 64) prefetch_line<true, kAhead>(a + kStep / 2);
   }
 }
 

@@ -24,9 +24,7 @@ void pack_q6_k_header(const BlockQ6_K& x, int j, uint8_t* o) {
 }
 
 inline uint32_t load_u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
+  return static_cast<uint32_t>(load_i32(p));
 }
 inline void store_u32(uint8_t* p, uint32_t v) {
   std::memcpy(p, &v, 4);
