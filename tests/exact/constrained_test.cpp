@@ -729,6 +729,46 @@ TEST(Constrained, LazySampledRowsFollowTheMaskedDistribution) {
   EXPECT_LT(chi2, df + 5 * std::sqrt(2.0 * df)) << "df " << df;
 }
 
+// Asking for log-probabilities only reports: a sampled reply under a grammar is the same
+// token for token with and without them (the lazy draw is kept; the row is masked after it),
+// for seeds whose draws the grammar refuses as well as accepts, and every reported
+// log-probability is of the masked row (the chosen token's finite, the alternatives allowed).
+TEST(Constrained, LogprobsDoNotChangeASampledReply) {
+  EngineOptions opt;
+  opt.cache_enabled = false;
+  BatchEngine eng(*fix().target, nullptr, opt, EngineThread::Caller);
+  auto g = fix().grammars->get("root ::= [ A-Z] [a-z ]{20}\n");
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    std::vector<int32_t> got[2];
+    for (int with = 0; with < 2; ++with) {
+      Request r;
+      r.prompt = chat_prompt("Name a city.");
+      r.max_tokens = 24;
+      r.grammar = g.value();
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = seed;
+      r.logprobs = with == 1;
+      r.top_logprobs = with == 1 ? 4 : 0;
+      ASSERT_TRUE(eng.submit(r,
+                             [&, with](const TokenEvent& ev) {
+                               if (ev.token < 0) return;
+                               got[with].push_back(ev.token);
+                               if (with == 0) return;
+                               EXPECT_TRUE(std::isfinite(ev.logprob)) << ev.token;
+                               EXPECT_LE(ev.logprob, 0.0f);
+                               EXPECT_FALSE(ev.top.empty());
+                               for (const auto& [t, lp] : ev.top)
+                                 EXPECT_TRUE(std::isfinite(lp)) << t;
+                             })
+                      .ok());
+      eng.run_until_idle();
+    }
+    ASSERT_FALSE(got[0].empty());
+    EXPECT_EQ(got[1], got[0]) << "seed " << seed;
+  }
+}
+
 TEST(Constrained, SubmitRefusesAGrammarOverALargerVocabulary) {
   EngineOptions opt;
   opt.cache_enabled = false;

@@ -767,6 +767,9 @@ void BatchEngine::step() {
         gs = next.error();
       else if (next.value() == GrammarAutomaton::kDead)
         tok = -1;
+      else if (reports_logprobs(q))  // the token stands; its log-probabilities are the mask's
+        gs = constrain_logits(q.grammar->automaton(), q.grammar->state(), row_lg, opt_.sample_vocab,
+                              false, nullptr, pool_, -1);
     }
     if (gs.ok() && tok < 0) {
       gs = constrain_logits(q.grammar->automaton(), q.grammar->state(), row_lg, opt_.sample_vocab,
@@ -897,16 +900,20 @@ bool BatchEngine::lazy_grammar(const Seq& s) const {
   // A greedy row whose log-probabilities are not reported needs the mask only when its argmax
   // is refused (constrain_logits); the same rule on every path keeps spec and plain decoding
   // token for token equal.
-  return s.sampler->greedy() && !s.req.logprobs && s.req.top_logprobs <= 0 &&
-         !s.req.keep_first_logits;
+  return s.sampler->greedy() && !reports_logprobs(s) && !s.req.keep_first_logits;
+}
+
+bool BatchEngine::reports_logprobs(const Seq& s) const {
+  return s.req.logprobs || s.req.top_logprobs > 0;
 }
 
 bool BatchEngine::lazy_sampling(const Seq& s) const {
   // Plain rows sampled with temperature alone (no top-k / top-p / min-p, whose cut would differ
-  // between the whole and the masked row), log-probabilities not reported.
+  // between the whole and the masked row). Reported log-probabilities do not change the draw:
+  // the row is masked for them after it (the same token with and without them).
   const SamplingParams& p = s.sampler->params();
   return !s.sampler->greedy() && p.top_k <= 0 && p.top_p >= 1.0f && p.min_p <= 0.0f &&
-         !s.req.logprobs && s.req.top_logprobs <= 0 && !s.req.keep_first_logits;
+         !s.req.keep_first_logits;
 }
 
 Status BatchEngine::constrain_spec_rows(Seq& s, float* lg, size_t* advanced) {
@@ -976,7 +983,7 @@ void BatchEngine::prefetch_masks(const StepPlan& plan) {
   auto consider = [&](const Seq& s, int32_t state, size_t row, bool plain) {
     GrammarAutomaton& a = s.grammar->automaton();
     if (!lazy_grammar(s)) {
-      if (!plain || !lazy_sampling(s)) add(a, state);
+      if (!plain || !lazy_sampling(s) || reports_logprobs(s)) add(a, state);
       return;
     }
     if (s.adjust->active()) return;

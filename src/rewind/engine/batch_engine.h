@@ -139,6 +139,8 @@ class BatchEngine {
   // Whether a plain (not speculative) sampled row of `s` is drawn whole first and masked only
   // when the draw is refused (the same distribution as masking first).
   bool lazy_sampling(const Seq& s) const;
+  // Whether the request reports log-probabilities (logprobs or top_logprobs).
+  bool reports_logprobs(const Seq& s) const;
   Status constrain_spec_rows(Seq& s, float* lg, size_t* advanced);
   // Before a step's rows are sampled: the grammar masks they will need that are not cached
   // yet, computed together on the pool (GrammarAutomaton::prefetch), and argmax_hint_ for the
