@@ -664,6 +664,18 @@ TEST(ToolCalls, SplitWholeReply) {
   EXPECT_EQ(c3, "plain text");
 }
 
+// A reply cut by max_tokens after a whole call (a second one half written) finishes with
+// "length", not "tool_calls": the client must know the reply was cut.
+TEST(ToolCalls, FinishReasonOfACutReplyStaysLength) {
+  auto [content, calls] =
+      split_tool_calls(std::string(kXmlCall) + "\n<tool_call>\n<function=get_wea", true);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(chat_finish_reason("length", !calls.empty()), "length");
+  EXPECT_EQ(chat_finish_reason("stop", !calls.empty()), "tool_calls");
+  EXPECT_EQ(chat_finish_reason("stop", false), "stop");
+  EXPECT_EQ(chat_finish_reason("length", false), "length");
+}
+
 TEST(ToolCalls, TypedByTheRequestsTools) {
   const std::string text =
       "<tool_call>\n<function=set>\n<parameter=code>\n42\n</parameter>\n</function>\n</tool_call>";

@@ -240,9 +240,10 @@ class Generation {
       return p;
     }
     ++completion_tokens_;
-    if (plan_.logprobs) p.lps.push_back({ev.token, ev.logprob, ev.top});
     std::string piece;
     const bool eos = ev.finish == FinishReason::Stop && stop_ids_.count(ev.token);
+    // The end-of-turn token is no text, so it has no log-probability entry either (OpenAI's).
+    if (plan_.logprobs && !eos) p.lps.push_back({ev.token, ev.logprob, ev.top});
     if (!eos) piece = dec_.push(ev.token);
     if (done_) piece += dec_.flush();
     p.text = stop_.push(piece);
@@ -1193,7 +1194,7 @@ struct HttpServer::Impl {
           ReasoningSplitter::Out a = rs.push(c.text), b = rs.finish();
           auto [content, calls] =
               split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
-          if (!calls.empty()) c.finish = "tool_calls";
+          c.finish = chat_finish_reason(c.finish, !calls.empty());
           bodies.push_back(
               chat_completion_json(plan.id, plan.created, plan.model_id, content, calls, c.finish,
                                    plan.logprobs ? chat_logprobs_json(tok, c.lps) : json(nullptr),
@@ -1263,7 +1264,7 @@ struct HttpServer::Impl {
           out += sse_event(chat_chunk_json(plan.id, plan.created, plan.model_id,
                                            {{"tool_calls", tool_calls_json(calls, true)}}, nullptr,
                                            nullptr, index));
-          finish = "tool_calls";
+          finish = chat_finish_reason(finish, true);
         }
       }
       c.finish = finish;

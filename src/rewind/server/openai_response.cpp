@@ -168,6 +168,10 @@ std::pair<std::string, std::vector<ToolCall>> split_tool_calls(const std::string
   return {content, std::move(calls)};
 }
 
+std::string chat_finish_reason(const std::string& engine_finish, bool has_calls) {
+  return has_calls && engine_finish != "length" ? "tool_calls" : engine_finish;
+}
+
 json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index) {
   json a = json::array();
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -97,6 +97,10 @@ class ToolCallSplitter {
 std::pair<std::string, std::vector<ToolCall>> split_tool_calls(
     const std::string& text, bool parse_tools, const nlohmann::json& tools = nullptr);
 
+// A chat choice's finish_reason: "tool_calls" when the reply holds calls, unless max_tokens cut
+// it ("length" stays: the reply may end in a call that was never finished).
+std::string chat_finish_reason(const std::string& engine_finish, bool has_calls);
+
 // message.tool_calls / delta.tool_calls entries:
 // {"id","type":"function","function":{name,arguments}} (deltas also carry "index").
 nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index);
