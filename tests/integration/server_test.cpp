@@ -1447,6 +1447,24 @@ TEST_F(ServerTest, StrictToolsUnderAutoAreCheckedAndExactUnderSpeculation) {
   }
 }
 
+// One model by id (client.models.retrieve), percent-decoded; an unknown one is a 404.
+TEST_F(ServerTest, ModelById) {
+  const json j = curl(s(), "GET", "/v1/models").j();
+  // One model by id (client.models.retrieve), percent-decoded; an unknown one is a 404.
+  for (const char* path : {"/v1/models/tiny", "/v1/models/ti%6Ey"}) {
+    const Http one = curl(s(), "GET", path);
+    ASSERT_EQ(one.status, 200) << path << one.body;
+    json a = one.j(), b = j["data"][0];
+    a.erase("created");
+    b.erase("created");
+    EXPECT_EQ(a, b) << path;
+  }
+  expect_error(curl(s(), "GET", "/v1/models/nope"), 404, "The model 'nope' does not exist");
+  expect_error(curl(s(), "GET", "/v1/models/%zz"), 400, "bad percent escape");
+  expect_error(curl(s(), "GET", "/v1/models/tiny", "", ""), 401);
+  expect_error(curl(s(), "POST", "/v1/models/tiny", "{}"), 405);
+}
+
 TEST_F(ServerTest, NotFound) {
   expect_error(curl(s(), "GET", "/nope"), 404, "/nope");
   expect_error(curl(s(), "POST", "/v1/nope", "{}"), 404);

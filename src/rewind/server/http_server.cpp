@@ -117,10 +117,14 @@ constexpr Route kRoutes[] = {
 // The web page's files (web_assets.h): public, like the page of any local server; the API
 // calls the page makes carry the key.
 constexpr Route kAssetRoute = {"(web page)", "GET", false, false};
+// GET /v1/models/{id}: one model (the id percent-decoded; it may hold '/').
+constexpr std::string_view kModelPrefix = "/v1/models/";
+constexpr Route kModelRoute = {"/v1/models/{id}", "GET", true, false};
 
 const Route* find_route(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;
+  if (path.size() > kModelPrefix.size() && path.starts_with(kModelPrefix)) return &kModelRoute;
   if (find_web_asset(path)) return &kAssetRoute;
   return nullptr;
 }
@@ -714,7 +718,9 @@ struct HttpServer::Impl {
           return error_reply({status, message, error_type(status), code});
         },
         [this](const HttpTransport::Answer& a) {
-          metrics.count_response(find_route(a.path) ? a.path : "other", a.status);
+          // By route, so that the label takes a bounded set of values.
+          const Route* r = find_route(a.path);
+          metrics.count_response(r == &kModelRoute ? r->path : r ? a.path : "other", a.status);
           // The handler's answers are logged where they end (with their tokens); these are the
           // header checks' and the transport's own.
           if (!a.from_handler) log_plain(random_id("req-"), a.peer, a.method, a.path, a.status);
@@ -819,6 +825,7 @@ struct HttpServer::Impl {
   void handle(HttpRequest req, const std::shared_ptr<HttpExchange>& ex) {
     const Clock::time_point t0 = Clock::now();
     const HttpHeaders cors = cors_headers(req);
+    const Route* route = find_route(req.path);
     std::string log_model;  // the model a per-model route answered for
     auto send = [&](HttpReply r) {
       for (const auto& h : cors) r.headers.push_back(h);
@@ -859,17 +866,29 @@ struct HttpServer::Impl {
         r.body = metrics.prometheus(mm, opt.shared_memory_bound);
         return send(std::move(r));
       }
-      if (req.path == "/v1/models") {
-        json data = json::array();
+      if (req.path == "/v1/models" || route == &kModelRoute) {
         const int64_t created = static_cast<int64_t>(std::time(nullptr));
+        auto entry = [&](const Served& m, const std::string& id) {
+          return json{{"id", id},
+                      {"object", "model"},
+                      {"created", created},
+                      {"owned_by", "rewind"},
+                      {"root", m.names()[0]},  // the served model this name is of
+                      {"max_model_len", m.engine.options().ctx_size}};
+        };
+        if (route == &kModelRoute) {
+          auto id = percent_decode(std::string_view(req.path).substr(kModelPrefix.size()), false);
+          if (!id.ok()) return send(error_reply(bad_request("model id: " + id.error_message())));
+          for (const auto& m : models)
+            for (const std::string& n : m->names())
+              if (n == id.value()) return json_reply(dump_json(entry(*m, n)) + "\n");
+          const std::string shown = id->size() > 100 ? id->substr(0, 100) + "..." : id.value();
+          return send(error_reply({404, "The model '" + shown + "' does not exist",
+                                   "invalid_request_error", "model_not_found"}));
+        }
+        json data = json::array();
         for (const auto& m : models)
-          for (const std::string& id : m->names())
-            data.push_back({{"id", id},
-                            {"object", "model"},
-                            {"created", created},
-                            {"owned_by", "rewind"},
-                            {"root", m->names()[0]},  // the served model this name is of
-                            {"max_model_len", m->engine.options().ctx_size}});
+          for (const std::string& id : m->names()) data.push_back(entry(*m, id));
         return json_reply(dump_json({{"object", "list"}, {"data", std::move(data)}}) + "\n");
       }
       if (req.path == "/v1/cache") {

@@ -746,6 +746,24 @@ std::string peek_model_name(std::string_view body) {
   return ok ? peek.model : std::string();
 }
 
+Result<std::string> percent_decode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  for (size_t k = 0; k < s.size(); ++k) {
+    if (s[k] == '+' && plus_is_space) {
+      out += ' ';
+    } else if (s[k] != '%') {
+      out += s[k];
+    } else {
+      const int hi = k + 2 < s.size() ? hex_digit(s[k + 1]) : -1;
+      const int lo = hi >= 0 ? hex_digit(s[k + 2]) : -1;
+      if (lo < 0) return make_error("a bad percent escape");
+      out += static_cast<char>(hi * 16 + lo);
+      k += 2;
+    }
+  }
+  return out;
+}
+
 Result<ModelQuery> split_model_query(std::string_view query) {
   ModelQuery out;
   size_t i = 0;
@@ -762,20 +780,9 @@ Result<ModelQuery> split_model_query(std::string_view query) {
     }
     if (out.model) return make_error("query parameter 'model' is repeated");
     const std::string_view raw = eq == std::string_view::npos ? "" : param.substr(eq + 1);
-    std::string name;
-    for (size_t k = 0; k < raw.size(); ++k) {
-      if (raw[k] == '+') {
-        name += ' ';
-      } else if (raw[k] != '%') {
-        name += raw[k];
-      } else {
-        const int hi = k + 2 < raw.size() ? hex_digit(raw[k + 1]) : -1;
-        const int lo = hi >= 0 ? hex_digit(raw[k + 2]) : -1;
-        if (lo < 0) return make_error("query parameter 'model': a bad percent escape");
-        name += static_cast<char>(hi * 16 + lo);
-        k += 2;
-      }
-    }
+    auto decoded = percent_decode(raw, true);
+    if (!decoded.ok()) return make_error("query parameter 'model': " + decoded.error_message());
+    std::string name = std::move(decoded).value();
     if (name.empty()) return make_error("query parameter 'model' is empty");
     if (name.size() > 256) return make_error("query parameter 'model' is over 256 bytes");
     out.model = std::move(name);

@@ -156,6 +156,10 @@ Result<DetokenizeRequest> parse_detokenize_request(std::string_view body, const 
 // repeated "model" keys counts, as in the full parse.
 std::string peek_model_name(std::string_view body);
 
+// RFC 3986 percent-decoding of one URL component; with plus_is_space (query strings) '+' is a
+// space. Errors: a '%' not followed by two hex digits.
+Result<std::string> percent_decode(std::string_view s, bool plus_is_space);
+
 // A GET route's query string (after '?', may be empty) split into its `model` parameter
 // (percent-decoded; "+" is a space) and the other parameters, unchanged and in their order.
 // Errors: `model` repeated or empty, a bad percent escape, a name over 256 bytes.

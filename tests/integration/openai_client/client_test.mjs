@@ -36,6 +36,14 @@ await check('models.list', async () => {
   assert.equal(models.data[0].object, 'model');
 });
 
+await check('models.retrieve', async () => {
+  const one = await client.models.retrieve(models.data[0].id);
+  assert.equal(one.id, models.data[0].id);
+  assert.equal(one.object, 'model');
+  await assert.rejects(client.models.retrieve('no-such-model'),
+                       (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+});
+
 let whole;
 await check('chat.completions.create', async () => {
   whole = await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 0 });
