@@ -523,7 +523,7 @@ class ChatSession {
     ro.enable_thinking = opt_.think;
     auto rendered = tmpl_.render(msgs, ro);
     if (!rendered.ok()) {
-      error("chat template: " + rendered.error_message());
+      error(rendered.error_message());  // "chat template: ..."
       return false;
     }
     Request req;

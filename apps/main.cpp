@@ -159,7 +159,7 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
   auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
               : gguf        ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
                             : ChatTemplate::load_dir(model_path);
-  if (!tmpl.ok()) return make_error("chat template: " + tmpl.error_message());
+  if (!tmpl.ok()) return make_error(tmpl.error_message());  // names the template
   if (!has_template)
     std::fprintf(stderr, "rewind: %s has no chat template; using rewind's ChatML template\n",
                  model_path.c_str());

@@ -1104,6 +1104,32 @@ TEST_F(ServerTest, PenaltiesAndLogitBias) {
   EXPECT_EQ(f.j()["choices"][0]["text"], want.j()["content"]) << f.body;
 }
 
+// /apply-template (llama.cpp's): the prompt a chat request runs, as text. Tokenized, it is as
+// many tokens as the chat's usage counts; with tools, the template shows them; a malformed
+// request is the chat endpoint's 400.
+TEST_F(ServerTest, ApplyTemplateShowsTheRenderedPrompt) {
+  const json messages = json::array({{{"role", "system"}, {"content", "Be brief."}},
+                                     {{"role", "user"}, {"content", "Hello there"}}});
+  const Http a = post(s(), "/apply-template", {{"messages", messages}});
+  ASSERT_EQ(a.status, 200) << a.body;
+  const std::string prompt = a.j()["prompt"];
+  EXPECT_NE(prompt.find("Be brief."), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("Hello there"), std::string::npos) << prompt;
+  const Http t = post(s(), "/tokenize", {{"content", prompt}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const Http c = post(s(), "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 1}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.j()["usage"]["prompt_tokens"], t.j()["tokens"].size());
+  const json tools = json::array(
+      {{{"type", "function"},
+        {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}}});
+  const Http w = post(s(), "/apply-template", {{"messages", messages}, {"tools", tools}});
+  ASSERT_EQ(w.status, 200) << w.body;
+  EXPECT_NE(w.j()["prompt"].get<std::string>().find("get_weather"), std::string::npos) << w.body;
+  expect_error(post(s(), "/apply-template", {{"prompt", "x"}}), 400, "messages");
+  expect_error(curl(s(), "GET", "/apply-template"), 405);
+}
+
 TEST_F(ServerTest, TokenizeAndDetokenize) {
   const Http t = post(s(), "/tokenize", {{"content", "Hello world"}});
   ASSERT_EQ(t.status, 200) << t.body;

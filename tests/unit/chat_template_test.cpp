@@ -769,6 +769,22 @@ TEST_F(LoadDir, Errors) {
       << bad.error_message();
 }
 
+// A template's own error (raise_exception) reads "chat template: ..." once: the server and the
+// chat command pass the message on as it is.
+TEST_F(LoadDir, RenderErrorsNameTheTemplateOnce) {
+  write("chat_template.jinja",
+        "{% if messages[0].role != 'system' %}{{ raise_exception('a system message first') }}"
+        "{% endif %}");
+  auto t = ChatTemplate::load_dir(dir_.string());
+  ASSERT_TRUE(t.ok()) << t.error_message();
+  auto r = t->render({msg("user", "a")}, {});
+  ASSERT_FALSE(r.ok());
+  const std::string& e = r.error_message();
+  EXPECT_EQ(e.rfind("chat template: ", 0), 0u) << e;
+  EXPECT_EQ(e.find("chat template", 1), std::string::npos) << e;
+  EXPECT_NE(e.find("a system message first"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace rw
 

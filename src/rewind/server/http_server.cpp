@@ -110,6 +110,7 @@ constexpr Route kRoutes[] = {
     {"/v1/completions", "POST", true, true},
     {"/tokenize", "POST", true, true},
     {"/detokenize", "POST", true, true},
+    {"/apply-template", "POST", true, true},
     {"/props", "GET", true, false},
 };
 // clang-format on
@@ -460,6 +461,23 @@ struct Served {
 
   // {"content": text}; bytes that do not form UTF-8 (a character cut between tokens) become
   // U+FFFD.
+  // A chat request's prompt as its generation would render it (the generation prompt added).
+  Result<RenderedChat> render_chat(const ParsedChatRequest& c) const {
+    ChatRenderOptions ro;
+    ro.add_generation_prompt = true;
+    ro.enable_thinking = c.enable_thinking;
+    if (c.parse_tools) ro.tools_ordered = c.tools;
+    return tmpl.render(c.messages, ro);
+  }
+
+  // POST /apply-template (llama.cpp's): a chat request's rendered prompt, {"prompt": text}.
+  Result<json> apply_template(const std::string& body, std::vector<std::string>* ignored) const {
+    REWIND_TRY(ParsedChatRequest c, parse_chat_request(body, limits));
+    *ignored = c.ignored_fields;
+    REWIND_TRY(RenderedChat r, render_chat(c));
+    return json{{"prompt", std::move(r.text)}};
+  }
+
   Result<json> detokenize(const std::string& body, std::vector<std::string>* ignored) const {
     REWIND_TRY(DetokenizeRequest d, parse_detokenize_request(body, limits));
     *ignored = d.ignored_fields;
@@ -583,12 +601,8 @@ struct Served {
     if (!r.ok()) return bad_request(r.error_message());
     const ParsedChatRequest& c = r.value();
     if (p->model_asked.empty()) p->model_asked = c.model;
-    ChatRenderOptions ro;
-    ro.add_generation_prompt = true;
-    ro.enable_thinking = c.enable_thinking;
-    if (c.parse_tools) ro.tools_ordered = c.tools;
-    auto rendered = tmpl.render(c.messages, ro);
-    if (!rendered.ok()) return bad_request("chat template: " + rendered.error_message());
+    auto rendered = render_chat(c);
+    if (!rendered.ok()) return bad_request(rendered.error_message());  // "chat template: ..."
     p->chat = true;
     p->id = random_id("chatcmpl-");
     p->sub.prompt = tokenize_chat(tok, rendered.value(), &p->sub.boundaries, &p->sub.anchor);
@@ -909,7 +923,7 @@ struct HttpServer::Impl {
         if (!m) return;
         return json_reply(dump_json(m->props_json(opt.build_info)) + "\n");
       }
-      if (req.path == "/tokenize" || req.path == "/detokenize") {
+      if (req.path == "/tokenize" || req.path == "/detokenize" || req.path == "/apply-template") {
         HttpError err;
         const Served* m = find_model(strict ? peek_model_name(req.body) : "", &err);
         if (!m) {
@@ -918,8 +932,9 @@ struct HttpServer::Impl {
         }
         log_model = m->names()[0];
         std::vector<std::string> ignored;
-        auto body = req.path == "/tokenize" ? m->tokenize(req.body, &ignored)
-                                            : m->detokenize(req.body, &ignored);
+        auto body = req.path == "/tokenize"     ? m->tokenize(req.body, &ignored)
+                    : req.path == "/detokenize" ? m->detokenize(req.body, &ignored)
+                                                : m->apply_template(req.body, &ignored);
         if (!body.ok()) return send(error_reply(bad_request(body.error_message())));
         HttpReply r;
         r.content_type = kJson;
