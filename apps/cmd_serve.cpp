@@ -559,7 +559,8 @@ int cmd_serve(int argc, char** argv) {
       total += bound.total();
       bounds.push_back(std::move(bound));
     }
-    std::fprintf(stderr, "rewind serve: memory bound %.1f MiB (", total / 1048576.0);
+    std::fprintf(stderr, "rewind serve: memory bound (the most these options allow) %.1f MiB (",
+                 total / 1048576.0);
     for (size_t k = 0; k < loaded.size(); ++k) {
       if (n_models > 1) std::fprintf(stderr, "%s%s: ", k ? "; " : "", loaded[k]->id.c_str());
       for (size_t i = 0; i < bounds[k].kinds.size(); ++i)

@@ -111,6 +111,18 @@ TEST(ReasoningSplitter, SplitsThinkBlocksWhateverThePieceSize) {
               std::make_pair(std::string("a"), std::string("b")))
         << step;
   }
+  // Whitespace is held back only as long as a <think> may follow it: past 16 characters the
+  // reply is content and streams (a piece of more whitespace comes out as it arrives).
+  EXPECT_EQ(split_reasoning(std::string(16, '\n') + "<think>a</think>b", 1, false),
+            std::make_pair(std::string("a"), std::string("b")));
+  EXPECT_EQ(split_reasoning(std::string(17, '\n') + "<think>a</think>b", 1, false),
+            std::make_pair(std::string(""), std::string(17, '\n') + "<think>a</think>b"));
+  {
+    ReasoningSplitter s(false);
+    std::string streamed;
+    for (int i = 0; i < 30; ++i) streamed += s.push("\n").content;
+    EXPECT_EQ(streamed, std::string(30, '\n'));
+  }
   EXPECT_EQ(split_reasoning("", 1, false), std::make_pair(std::string(""), std::string("")));
   EXPECT_EQ(split_reasoning("<th", 1, false), std::make_pair(std::string(""), std::string("<th")));
 }

@@ -63,6 +63,9 @@ std::string StopMatcher::flush() {
 
 namespace {
 constexpr std::string_view kThinkOpen = "<think>";
+// Whitespace a reply may open with before its <think>: past it the reply is content, so a reply
+// of spaces and newlines streams instead of waiting for its first other character.
+constexpr size_t kMaxSpaceBeforeThink = 16;
 }  // namespace
 
 ReasoningSplitter::ReasoningSplitter(bool prompt_opened_think)
@@ -87,7 +90,8 @@ ReasoningSplitter::Out ReasoningSplitter::push(std::string_view text) {
            (held_[i] == ' ' || held_[i] == '\n' || held_[i] == '\r' || held_[i] == '\t'))
       ++i;
     const std::string_view rest = std::string_view(held_).substr(i);
-    if (rest.size() < kThinkOpen.size() && kThinkOpen.substr(0, rest.size()) == rest)
+    if (rest.size() < kThinkOpen.size() && kThinkOpen.substr(0, rest.size()) == rest &&
+        i <= kMaxSpaceBeforeThink)
       return o;  // undecided
     if (rest.substr(0, kThinkOpen.size()) == kThinkOpen) {
       state_ = State::Reasoning;

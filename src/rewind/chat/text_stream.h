@@ -40,11 +40,11 @@ class StopMatcher {
 // streaming: message.reasoning_content / delta.reasoning_content as the reasoning parsers of
 // other OpenAI-compatible servers return it. The reply is reasoning when the prompt ended
 // inside an open <think> block (the template's generation prompt opened it) or when the reply
-// itself starts with <think> (after whitespace). The tags are dropped, and so are the
-// whitespace that opens the reasoning and the newlines that follow </think> (an empty block,
-// "<think>\n\n</think>\n\n", gives no reasoning at all). A partial tag is held back until it is
-// decided; an unterminated block is all reasoning. Text with no tag at its start is all content,
-// unchanged.
+// itself starts with <think> (after at most 16 characters of whitespace). The tags are dropped,
+// and so are the whitespace that opens the reasoning and the newlines that follow </think> (an
+// empty block, "<think>\n\n</think>\n\n", gives no reasoning at all). A partial tag is held
+// back until it is decided; an unterminated block is all reasoning. Text with no tag at its
+// start is all content, unchanged.
 class ReasoningSplitter {
  public:
   explicit ReasoningSplitter(bool prompt_opened_think = false);
