@@ -1130,6 +1130,31 @@ TEST_F(ServerTest, ApplyTemplateShowsTheRenderedPrompt) {
   expect_error(curl(s(), "GET", "/apply-template"), 405);
 }
 
+// A final assistant message is continued (llama.cpp's assistant prefill): the prompt stops
+// right after its text, and the reply is what a raw completion of that prompt gives.
+TEST_F(ServerTest, FinalAssistantMessageIsContinued) {
+  const json messages =
+      json::array({{{"role", "user"}, {"content", "Who was Moses?"}},
+                   {{"role", "assistant"}, {"content", "Moses was the man who"}}});
+  const Http a = post(s(), "/apply-template", {{"messages", messages}});
+  ASSERT_EQ(a.status, 200) << a.body;
+  const std::string prompt = a.j()["prompt"];
+  ASSERT_GE(prompt.size(), 21u);
+  EXPECT_EQ(prompt.substr(prompt.size() - 21), "Moses was the man who") << prompt;
+  const Http c = post(s(), "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 12}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  const Http raw = post(s(), "/v1/completions", completion_body(prompt, 12));
+  ASSERT_EQ(raw.status, 200) << raw.body;
+  EXPECT_EQ(c.j()["choices"][0]["message"]["content"], raw.j()["choices"][0]["text"]) << c.body;
+  EXPECT_EQ(c.j()["usage"]["prompt_tokens"], raw.j()["usage"]["prompt_tokens"]);
+  // An empty final assistant message is a turn to answer, as before.
+  json open = messages;
+  open[1]["content"] = "";
+  const Http e = post(s(), "/apply-template", {{"messages", open}});
+  ASSERT_EQ(e.status, 200) << e.body;
+  EXPECT_EQ(e.j()["prompt"].get<std::string>().find("Moses was the man who"), std::string::npos);
+}
+
 TEST_F(ServerTest, TokenizeAndDetokenize) {
   const Http t = post(s(), "/tokenize", {{"content", "Hello world"}});
   ASSERT_EQ(t.status, 200) << t.body;

@@ -108,6 +108,40 @@ TEST(ChatTemplate, GenerationPromptModes) {
   EXPECT_EQ(render_ok(chatml(), m, no_prompt).text, "<|im_start|>user\nHi<|im_end|>\n");
 }
 
+// continue_final_message: the reply is cut right after the final assistant message's text (no
+// end of turn, no new generation prompt; this template writes the last reply's empty think
+// block); a template that trims the text is cut after the trimmed text; what cannot be
+// continued is an error.
+TEST(ChatTemplate, ContinueFinalMessage) {
+  ChatRenderOptions go;
+  go.continue_final_message = true;
+  EXPECT_EQ(
+      render_ok(chatml(), {msg("user", "Hi"), msg("assistant", "Hello, I am")}, go).text,
+      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello, I am");
+  // The same words earlier in the chat: the last occurrence is the reply's.
+  EXPECT_EQ(render_ok(chatml(), {msg("user", "ab"), msg("assistant", "ab")}, go).text,
+            "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nab");
+  auto trims = ChatTemplate::from_string(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}"
+      "{% if add_generation_prompt %}<assistant>{% endif %}",
+      "", "");
+  ASSERT_TRUE(trims.ok()) << trims.error_message();
+  EXPECT_EQ(render_ok(*trims, {msg("user", "Hi"), msg("assistant", " Once upon \n")}, go).text,
+            "<user>Hi</user><assistant>Once upon");
+  for (const auto& m : {std::vector<ChatMessage>{msg("user", "Hi")},
+                        std::vector<ChatMessage>{msg("user", "Hi"), msg("assistant", "")}}) {
+    auto r = chatml().render(m, go);
+    EXPECT_FALSE(r.ok());
+  }
+  auto drops = ChatTemplate::from_string(
+      "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}", "",
+      "");
+  ASSERT_TRUE(drops.ok());
+  auto r = drops->render({msg("user", "Hi"), msg("assistant", "Hello")}, go);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error_message().find("cannot be continued"), std::string::npos) << r.error_message();
+}
+
 TEST(ChatTemplate, SystemAndTurnsWithBoundaries) {
   const std::vector<ChatMessage> m = {msg("system", "  Be brief.  "), msg("user", "Hi"),
                                       msg("assistant", "Hello!"), msg("user", "Bye")};

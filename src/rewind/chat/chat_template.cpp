@@ -188,6 +188,29 @@ Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {
   return t;
 }
 
+namespace {
+// ChatRenderOptions::continue_final_message's cut of a rendered text.
+Status cut_after_final(const std::vector<ChatMessage>& messages, std::string* text) {
+  if (messages.empty() || messages.back().role != "assistant")
+    return make_error("only a final assistant message can be continued");
+  std::string content = messages.back().content;
+  if (content.empty()) return make_error("the final assistant message to continue is empty");
+  size_t at = text->rfind(content);
+  if (at == std::string::npos) {
+    const size_t b = content.find_first_not_of(" \t\r\n");
+    const size_t e = content.find_last_not_of(" \t\r\n");
+    content = b == std::string::npos ? "" : content.substr(b, e - b + 1);
+    at = content.empty() ? std::string::npos : text->rfind(content);
+  }
+  if (at == std::string::npos)
+    return make_error(
+        "chat template: the final assistant message is not in the rendered prompt, so it cannot "
+        "be continued");
+  text->resize(at + content.size());
+  return Ok{};
+}
+}  // namespace
+
 Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                           const ChatRenderOptions& opt) const {
   ojson vars = ojson::object();
@@ -200,7 +223,7 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
   } else if (!opt.tools.is_null()) {
     more["tools"] = opt.tools;
   }
-  vars["add_generation_prompt"] = opt.add_generation_prompt;
+  vars["add_generation_prompt"] = opt.add_generation_prompt && !opt.continue_final_message;
   if (opt.enable_thinking >= 0) vars["enable_thinking"] = opt.enable_thinking != 0;
   vars["bos_token"] = impl_->bos;
   vars["eos_token"] = impl_->eos;
@@ -216,6 +239,7 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
   RenderedChat out;
   out.text = std::move(text).value();
   find_message_starts(messages, passes, &out);
+  if (opt.continue_final_message) REWIND_TRY_STATUS(cut_after_final(messages, &out.text));
   return out;
 }
 

@@ -53,6 +53,11 @@ struct ChatRenderOptions {
   jinja::Limits limits;
   // strftime_now's clock (jinja::RenderOptions::now): the system's unless set.
   std::optional<std::tm> now;
+  // The last message (an assistant's) is a reply to go on with, not a finished turn: rendered
+  // without the generation prompt and cut right after that message's content (its last
+  // occurrence; if the template trimmed it, the trimmed text's), as Hugging Face's
+  // continue_final_message. An error when the content is empty or not in the text.
+  bool continue_final_message = false;
 };
 
 struct RenderedChat {

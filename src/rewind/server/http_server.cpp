@@ -461,10 +461,15 @@ struct Served {
 
   // {"content": text}; bytes that do not form UTF-8 (a character cut between tokens) become
   // U+FFFD.
-  // A chat request's prompt as its generation would render it (the generation prompt added).
+  // A chat request's prompt as its generation would render it: the generation prompt added,
+  // or, when the last message is an assistant's with text (and no tool calls), that reply
+  // continued (llama.cpp's assistant prefill).
   Result<RenderedChat> render_chat(const ParsedChatRequest& c) const {
     ChatRenderOptions ro;
     ro.add_generation_prompt = true;
+    const ChatMessage* last = c.messages.empty() ? nullptr : &c.messages.back();
+    ro.continue_final_message =
+        last && last->role == "assistant" && !last->content.empty() && last->tool_calls.empty();
     ro.enable_thinking = c.enable_thinking;
     if (c.parse_tools) ro.tools_ordered = c.tools;
     return tmpl.render(c.messages, ro);
