@@ -1516,6 +1516,29 @@ TEST_F(ServerTest, ModelById) {
   expect_error(curl(s(), "POST", "/v1/models/tiny", "{}"), 405);
 }
 
+// DELETE /v1/cache empties the RAM tier: the next repeat of a conversation is a miss (cold, the
+// same reply), the answer counts what was dropped, and the cache fills again after it.
+TEST_F(ServerTest, DeleteCacheEmptiesIt) {
+  const json req = chat_body("A conversation about harbours, to be forgotten.", 4);
+  const Http a = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(a.status, 200) << a.body;
+  const Http d = curl(s(), "DELETE", "/v1/cache");
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_TRUE(d.j()["enabled"].get<bool>());
+  EXPECT_GT(d.j()["cleared"]["nodes"].get<int64_t>(), 0) << d.body;
+  EXPECT_GT(d.j()["cleared"]["bytes"].get<int64_t>(), 0) << d.body;
+  const Http after = curl(s(), "GET", "/v1/cache");
+  EXPECT_EQ(after.j()["counts"]["nodes"], 0) << after.body;
+  EXPECT_EQ(after.j()["bytes"]["total"], 0) << after.body;
+  const Http b = post(s(), "/v1/chat/completions", req);
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(b.j()["usage"]["prompt_tokens_details"]["cached_tokens"], 0) << b.body;
+  EXPECT_EQ(a.j()["choices"], b.j()["choices"]);
+  const Http again = curl(s(), "DELETE", "/v1/cache");
+  EXPECT_GT(again.j()["cleared"]["nodes"].get<int64_t>(), 0) << again.body;
+  expect_error(curl(s(), "DELETE", "/v1/cache", "", ""), 401);
+}
+
 TEST_F(ServerTest, NotFound) {
   expect_error(curl(s(), "GET", "/nope"), 404, "/nope");
   expect_error(curl(s(), "POST", "/v1/nope", "{}"), 404);
@@ -1540,7 +1563,7 @@ TEST_F(ServerTest, WrongMethodIs405WithAllow) {
       {"POST", "/health", "GET, HEAD, OPTIONS"},
       {"DELETE", "/v1/models", "GET, HEAD, OPTIONS"},
       {"POST", "/metrics", "GET, HEAD, OPTIONS"},
-      {"PATCH", "/v1/cache", "GET, HEAD, OPTIONS"},
+      {"PATCH", "/v1/cache", "GET, HEAD, DELETE, OPTIONS"},
   };
   for (const auto& [method, path, allow] : cases) {
     Conn c(s().port());

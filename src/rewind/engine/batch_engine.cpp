@@ -340,12 +340,12 @@ void BatchEngine::loop() {
 }
 
 void BatchEngine::answer_tree_asks() {
-  std::vector<std::pair<int64_t, std::function<void(CacheTreeReport)>>> asks;
+  std::vector<std::function<void()>> asks;
   {
     std::lock_guard<std::mutex> lock(mu_);
     asks.swap(tree_asks_);
   }
-  for (auto& [max_nodes, done] : asks) done(tree_report(max_nodes));
+  for (auto& ask : asks) ask();
 }
 
 CacheTreeReport BatchEngine::tree_report(int64_t max_nodes) const {
@@ -362,17 +362,34 @@ CacheTreeReport BatchEngine::tree_report(int64_t max_nodes) const {
   return r;
 }
 
-void BatchEngine::cache_tree(int64_t max_nodes, std::function<void(CacheTreeReport)> done) {
+void BatchEngine::on_engine_thread(std::function<void()> ask) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (own_thread_ && !loop_done_) {
-      tree_asks_.emplace_back(max_nodes, std::move(done));
+      tree_asks_.push_back(std::move(ask));
       cv_.notify_all();
       return;
     }
   }
-  // No engine thread runs steps now (Caller, or stopped): this thread may read the cache.
-  done(tree_report(max_nodes));
+  // No engine thread runs steps now (Caller, or stopped): this thread may use the cache.
+  ask();
+}
+
+void BatchEngine::cache_tree(int64_t max_nodes, std::function<void(CacheTreeReport)> done) {
+  on_engine_thread([this, max_nodes, done = std::move(done)] { done(tree_report(max_nodes)); });
+}
+
+void BatchEngine::clear_cache(std::function<void(CacheStats)> done) {
+  on_engine_thread([this, done = std::move(done)] {
+    if (!cache_) return done(CacheStats{});
+    CacheStats before = cache_->stats();
+    cache_->clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      metrics_.cache = cache_->stats();
+    }
+    done(std::move(before));
+  });
 }
 
 void BatchEngine::maybe_release_memory() {

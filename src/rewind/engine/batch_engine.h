@@ -102,6 +102,11 @@ class BatchEngine {
   // EngineThread::Caller on the calling thread before this returns. `done` must be quick and
   // must not call into the engine. Cost: O(cache size) on the engine thread.
   void cache_tree(int64_t max_nodes, std::function<void(CacheTreeReport)> done);
+  // Thread-safe: empties the prefix cache's RAM tier (PrefixCache::clear: what running requests
+  // leased stays valid; a disk or shared tier keeps its entries, and counters are kept). `done`
+  // runs once with the stats from just before, on the threads cache_tree's would; with the cache
+  // off, with empty stats.
+  void clear_cache(std::function<void(CacheStats)> done);
   // Stop accepting; `drain`: let in-flight requests finish, else cancel them. Blocks until the
   // engine thread has stopped. Idempotent.
   void shutdown(bool drain);
@@ -156,7 +161,9 @@ class BatchEngine {
   void update_memory();         // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
   CacheTreeReport tree_report(int64_t max_nodes) const;  // the thread that runs the steps
-  void answer_tree_asks();  // engine thread: the cache_tree() requests waiting
+  void answer_tree_asks();  // engine thread: the cache_tree() / clear_cache() requests waiting
+  // Runs `ask` on the engine thread at the next step boundary, or here when none runs steps.
+  void on_engine_thread(std::function<void()> ask);
 
   Model& model_;
   ThreadPool* pool_;
@@ -171,8 +178,8 @@ class BatchEngine {
   bool stopping_ = false, drain_ = false;   // guarded by mu_
   bool own_thread_ = false;                 // EngineThread::Own (fixed at construction)
   bool loop_done_ = false;                  // guarded by mu_: the engine thread has stopped
-  // cache_tree() requests waiting for the engine thread; guarded by mu_.
-  std::vector<std::pair<int64_t, std::function<void(CacheTreeReport)>>> tree_asks_;
+  // cache_tree() and clear_cache() requests waiting for the engine thread; guarded by mu_.
+  std::vector<std::function<void()>> tree_asks_;
   // The last published request (engine thread only): its history and report, for cache_tree.
   std::vector<int32_t> last_history_;
   RequestReport last_report_;

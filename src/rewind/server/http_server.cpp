@@ -89,12 +89,18 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 struct Route {
   const char* path;
-  const char* method;  // GET routes answer HEAD too
-  bool auth;           // behind the API key
-  bool json_body;      // a POST whose body must be JSON
+  const char* method;        // GET routes answer HEAD too
+  bool auth;                 // behind the API key
+  bool json_body;            // a POST whose body must be JSON
+  bool also_delete = false;  // a GET route that answers DELETE too
   // The methods the path answers (RFC 9110 10.2.1: the Allow header of 405 and OPTIONS).
   const char* allow() const {
-    return std::string_view(method) == "GET" ? "GET, HEAD, OPTIONS" : "POST, OPTIONS";
+    if (std::string_view(method) != "GET") return "POST, OPTIONS";
+    return also_delete ? "GET, HEAD, DELETE, OPTIONS" : "GET, HEAD, OPTIONS";
+  }
+  bool answers(const std::string& m) const {
+    return m == method || (m == "HEAD" && std::string_view(method) == "GET") ||
+           (m == "DELETE" && also_delete);
   }
 };
 
@@ -104,7 +110,7 @@ constexpr Route kRoutes[] = {
     {"/health", "GET", false, false},
     {"/metrics", "GET", true, false},
     {"/v1/models", "GET", true, false},
-    {"/v1/cache", "GET", true, false},
+    {"/v1/cache", "GET", true, false, true},
     {"/v1/cache/tree", "GET", true, false},
     {"/v1/chat/completions", "POST", true, true},
     {"/v1/completions", "POST", true, true},
@@ -816,8 +822,7 @@ struct HttpServer::Impl {
       }
       return r;
     }
-    const bool head_of_get = req.method == "HEAD" && std::string_view(route->method) == "GET";
-    if (req.method != route->method && !head_of_get) {
+    if (!route->answers(req.method)) {
       HttpReply r = error_reply(
           {405,
            req.method + " is not allowed on " + req.path + " (allowed: " + route->allow() + ")",
@@ -910,6 +915,11 @@ struct HttpServer::Impl {
           for (const std::string& id : m->names()) data.push_back(entry(*m, id));
         return json_reply(dump_json({{"object", "list"}, {"data", std::move(data)}}) + "\n");
       }
+      if (req.path == "/v1/cache" && req.method == "DELETE") {
+        const Served* m = query_model(nullptr);
+        if (!m) return;
+        return clear_cache(*m, req, t0, ex, cors);
+      }
       if (req.path == "/v1/cache") {
         const Served* m = query_model(nullptr);
         if (!m) return;
@@ -979,6 +989,39 @@ struct HttpServer::Impl {
         r.headers = {{"Cache-Control", "no-store"}};
         json j = cache_tree_json(rep, mp->engine.options(), mp->client_id_map());
         j["model"] = mp->names()[0];
+        r.body = dump_json(j) + "\n";
+        finish(std::move(r));
+      });
+    });
+  }
+
+  // DELETE /v1/cache: the model's RAM tier emptied on the engine thread between steps; the
+  // answer says what it held (nodes, snapshots, pages, bytes) and which tiers keep theirs.
+  void clear_cache(const Served& m, const HttpRequest& req, Clock::time_point t0,
+                   const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
+    auto finish = [this, ex, cors, t0, peer = req.peer, method = req.method, path = req.path,
+                   name = m.names()[0]](HttpReply r) {
+      for (const auto& h : cors) r.headers.push_back(h);
+      log_plain(random_id("req-"), peer, method, path, r.status, ms_since(t0), name);
+      ex->reply(std::move(r));
+    };
+    const bool enabled = m.engine.options().cache_enabled;
+    m.engine.clear_cache([ex, finish, enabled, name = m.names()[0]](CacheStats st) {
+      ex->post([finish, enabled, name, st = std::move(st)] {
+        json kept = json::array();
+        for (const TierStats& t : st.tiers)
+          if (t.enabled) kept.push_back(t.name);
+        json j = {{"model", name},
+                  {"enabled", enabled},
+                  {"cleared",
+                   {{"nodes", st.n_nodes},
+                    {"snapshots", st.n_snapshots},
+                    {"pages", st.n_pages},
+                    {"bytes", st.bytes_pages + st.bytes_snapshots}}},
+                  {"tiers_kept", std::move(kept)}};
+        HttpReply r;
+        r.content_type = kJson;
+        r.headers = {{"Cache-Control", "no-store"}};
         r.body = dump_json(j) + "\n";
         finish(std::move(r));
       });
