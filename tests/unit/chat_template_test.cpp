@@ -110,26 +110,30 @@ TEST(ChatTemplate, GenerationPromptModes) {
 
 // continue_final_message: the reply is cut right after the final assistant message's text (no
 // end of turn, no new generation prompt; this template writes the last reply's empty think
-// block); a template that trims the text is cut after the trimmed text; what cannot be
-// continued is an error.
+// block), wherever else the same text occurs; a template that trims the text keeps its
+// trailing spaces (the cut follows the text as sent); what cannot be continued is an error.
 TEST(ChatTemplate, ContinueFinalMessage) {
   ChatRenderOptions go;
   go.continue_final_message = true;
-  EXPECT_EQ(
-      render_ok(chatml(), {msg("user", "Hi"), msg("assistant", "Hello, I am")}, go).text,
-      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello, I am");
-  // The same words earlier in the chat: the last occurrence is the reply's.
+  const std::string head = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+  EXPECT_EQ(render_ok(chatml(), {msg("user", "Hi"), msg("assistant", "Hello, I am")}, go).text,
+            "<|im_start|>user\nHi<|im_end|>\n" + head + "Hello, I am");
+  // The same words earlier in the chat, or in the template's text after the reply ("<" of
+  // "<|im_end|>"), do not move the cut.
   EXPECT_EQ(render_ok(chatml(), {msg("user", "ab"), msg("assistant", "ab")}, go).text,
-            "<|im_start|>user\nab<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nab");
+            "<|im_start|>user\nab<|im_end|>\n" + head + "ab");
+  EXPECT_EQ(render_ok(chatml(), {msg("user", "Hi"), msg("assistant", "<")}, go).text,
+            "<|im_start|>user\nHi<|im_end|>\n" + head + "<");
   auto trims = ChatTemplate::from_string(
       "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endfor %}"
       "{% if add_generation_prompt %}<assistant>{% endif %}",
       "", "");
   ASSERT_TRUE(trims.ok()) << trims.error_message();
-  EXPECT_EQ(render_ok(*trims, {msg("user", "Hi"), msg("assistant", " Once upon \n")}, go).text,
-            "<user>Hi</user><assistant>Once upon");
+  EXPECT_EQ(render_ok(*trims, {msg("user", "Sure, ok"), msg("assistant", " Sure, \n")}, go).text,
+            "<user>Sure, ok</user><assistant>Sure, \n");
   for (const auto& m : {std::vector<ChatMessage>{msg("user", "Hi")},
-                        std::vector<ChatMessage>{msg("user", "Hi"), msg("assistant", "")}}) {
+                        std::vector<ChatMessage>{msg("user", "Hi"), msg("assistant", "")},
+                        std::vector<ChatMessage>{msg("user", "Hi"), msg("assistant", " \n")}}) {
     auto r = chatml().render(m, go);
     EXPECT_FALSE(r.ok());
   }

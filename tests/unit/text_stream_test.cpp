@@ -113,10 +113,14 @@ TEST(ReasoningSplitter, SplitsThinkBlocksWhateverThePieceSize) {
   }
   // Whitespace is held back only as long as a <think> may follow it: past 16 characters the
   // reply is content and streams (a piece of more whitespace comes out as it arrives).
-  EXPECT_EQ(split_reasoning(std::string(16, '\n') + "<think>a</think>b", 1, false),
-            std::make_pair(std::string("a"), std::string("b")));
-  EXPECT_EQ(split_reasoning(std::string(17, '\n') + "<think>a</think>b", 1, false),
-            std::make_pair(std::string(""), std::string(17, '\n') + "<think>a</think>b"));
+  for (size_t step : {1, 2, 3, 5, 7, 100}) {
+    EXPECT_EQ(split_reasoning(std::string(16, '\n') + "<think>a</think>b", step, false),
+              std::make_pair(std::string("a"), std::string("b")))
+        << step;
+    EXPECT_EQ(split_reasoning(std::string(17, '\n') + "<think>a</think>b", step, false),
+              std::make_pair(std::string(""), std::string(17, '\n') + "<think>a</think>b"))
+        << step;
+  }
   {
     ReasoningSplitter s(false);
     std::string streamed;

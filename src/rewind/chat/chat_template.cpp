@@ -189,25 +189,13 @@ Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {
 }
 
 namespace {
-// ChatRenderOptions::continue_final_message's cut of a rendered text.
-Status cut_after_final(const std::vector<ChatMessage>& messages, std::string* text) {
-  if (messages.empty() || messages.back().role != "assistant")
-    return make_error("only a final assistant message can be continued");
-  std::string content = messages.back().content;
-  if (content.empty()) return make_error("the final assistant message to continue is empty");
-  size_t at = text->rfind(content);
-  if (at == std::string::npos) {
-    const size_t b = content.find_first_not_of(" \t\r\n");
-    const size_t e = content.find_last_not_of(" \t\r\n");
-    content = b == std::string::npos ? "" : content.substr(b, e - b + 1);
-    at = content.empty() ? std::string::npos : text->rfind(content);
-  }
-  if (at == std::string::npos)
-    return make_error(
-        "chat template: the final assistant message is not in the rendered prompt, so it cannot "
-        "be continued");
-  text->resize(at + content.size());
-  return Ok{};
+// ChatRenderOptions::continue_final_message: the final message's text is rendered with this
+// marker after it, and the prompt is cut where the marker is (so the cut can land neither in an
+// earlier message holding the same words nor in the template's text after the reply).
+constexpr std::string_view kContinueMark = "[[rewind:continue:7c1e]]";
+
+bool blank(const std::string& s) {
+  return s.find_first_not_of(" \t\r\n") == std::string::npos;
 }
 }  // namespace
 
@@ -216,6 +204,15 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
   ojson vars = ojson::object();
   ojson msgs = ojson::array();
   for (const ChatMessage& m : messages) msgs.push_back(message_json(m));
+  if (opt.continue_final_message) {
+    if (messages.empty() || messages.back().role != "assistant")
+      return make_error("only a final assistant message can be continued");
+    if (blank(messages.back().content))
+      return make_error("the final assistant message to continue has no text");
+    ChatMessage last = messages.back();
+    last.content += kContinueMark;
+    msgs.back() = message_json(last);
+  }
   vars["messages"] = std::move(msgs);
   nlohmann::json more = nlohmann::json::object();
   if (!opt.tools_ordered.is_null()) {
@@ -239,7 +236,17 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
   RenderedChat out;
   out.text = std::move(text).value();
   find_message_starts(messages, passes, &out);
-  if (opt.continue_final_message) REWIND_TRY_STATUS(cut_after_final(messages, &out.text));
+  if (opt.continue_final_message) {
+    const size_t at = out.text.find(kContinueMark);
+    const size_t from = out.message_starts.empty() ? 0 : out.message_starts.back();
+    if (at == std::string::npos || at < from ||
+        out.text.find(kContinueMark, at + 1) != std::string::npos)
+      return make_error(
+          "chat template: it does not write the final assistant message's text once, as it is, "
+          "so the message cannot be continued");
+    out.text.resize(at);
+    if (out.system_end != std::string::npos && out.system_end > at) out.system_end = at;
+  }
   return out;
 }
 

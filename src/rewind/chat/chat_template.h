@@ -54,9 +54,10 @@ struct ChatRenderOptions {
   // strftime_now's clock (jinja::RenderOptions::now): the system's unless set.
   std::optional<std::tm> now;
   // The last message (an assistant's) is a reply to go on with, not a finished turn: rendered
-  // without the generation prompt and cut right after that message's content (its last
-  // occurrence; if the template trimmed it, the trimmed text's), as Hugging Face's
-  // continue_final_message. An error when the content is empty or not in the text.
+  // without the generation prompt and cut right after that message's text (found by a marker
+  // rendered after it; Hugging Face's continue_final_message). Errors: the last message is not
+  // an assistant's or has only whitespace, or the template does not write its text once as it
+  // is (the text kept whole up to its end, so trailing spaces stay).
   bool continue_final_message = false;
 };
 

@@ -93,7 +93,7 @@ ReasoningSplitter::Out ReasoningSplitter::push(std::string_view text) {
     if (rest.size() < kThinkOpen.size() && kThinkOpen.substr(0, rest.size()) == rest &&
         i <= kMaxSpaceBeforeThink)
       return o;  // undecided
-    if (rest.substr(0, kThinkOpen.size()) == kThinkOpen) {
+    if (rest.substr(0, kThinkOpen.size()) == kThinkOpen && i <= kMaxSpaceBeforeThink) {
       state_ = State::Reasoning;
       const std::string after(rest.substr(kThinkOpen.size()));
       held_.clear();

@@ -465,17 +465,15 @@ struct Served {
     return json{{"tokens", std::move(toks)}};
   }
 
-  // {"content": text}; bytes that do not form UTF-8 (a character cut between tokens) become
-  // U+FFFD.
   // A chat request's prompt as its generation would render it: the generation prompt added,
-  // or, when the last message is an assistant's with text (and no tool calls), that reply
-  // continued (llama.cpp's assistant prefill).
+  // or, when the last message is an assistant's with text other than whitespace (and no tool
+  // calls), that reply continued (llama.cpp's assistant prefill).
   Result<RenderedChat> render_chat(const ParsedChatRequest& c) const {
     ChatRenderOptions ro;
     ro.add_generation_prompt = true;
     const ChatMessage* last = c.messages.empty() ? nullptr : &c.messages.back();
-    ro.continue_final_message =
-        last && last->role == "assistant" && !last->content.empty() && last->tool_calls.empty();
+    ro.continue_final_message = last && last->role == "assistant" && last->tool_calls.empty() &&
+                                last->content.find_first_not_of(" \t\r\n") != std::string::npos;
     ro.enable_thinking = c.enable_thinking;
     if (c.parse_tools) ro.tools_ordered = c.tools;
     return tmpl.render(c.messages, ro);
@@ -489,6 +487,8 @@ struct Served {
     return json{{"prompt", std::move(r.text)}};
   }
 
+  // {"content": text}; bytes that do not form UTF-8 (a character cut between tokens) become
+  // U+FFFD.
   Result<json> detokenize(const std::string& body, std::vector<std::string>* ignored) const {
     REWIND_TRY(DetokenizeRequest d, parse_detokenize_request(body, limits));
     *ignored = d.ignored_fields;
@@ -903,12 +903,12 @@ struct HttpServer::Impl {
         if (route == &kModelRoute) {
           auto id = percent_decode(std::string_view(req.path).substr(kModelPrefix.size()), false);
           if (!id.ok()) return send(error_reply(bad_request("model id: " + id.error_message())));
-          for (const auto& m : models)
-            for (const std::string& n : m->names())
-              if (n == id.value()) return json_reply(dump_json(entry(*m, n)) + "\n");
-          const std::string shown = id->size() > 100 ? id->substr(0, 100) + "..." : id.value();
-          return send(error_reply({404, "The model '" + shown + "' does not exist",
-                                   "invalid_request_error", "model_not_found"}));
+          // As a request's `model`: without names set any id is the one model (named by its
+          // id, as its answers are), else a listed name or 404.
+          HttpError err;
+          const Served* m = find_model(id.value(), &err);
+          if (!m) return send(error_reply(err));
+          return json_reply(dump_json(entry(*m, strict ? id.value() : m->names()[0])) + "\n");
         }
         json data = json::array();
         for (const auto& m : models)

@@ -25,6 +25,12 @@ await check('models.list', async () => {
   assert.deepEqual(ids, expected);
 });
 
+await check('models.retrieve', async () => {
+  for (const id of ids) assert.equal((await client.models.retrieve(id)).id, id);
+  await assert.rejects(client.models.retrieve('no-such-model'),
+                       (e) => e instanceof OpenAI.NotFoundError && e.status === 404);
+});
+
 const replies = {};
 for (const model of ids) {
   await check(`chat with ${model}, whole and streamed`, async () => {
