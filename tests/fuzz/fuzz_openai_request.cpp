@@ -69,6 +69,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string peeked = rw::peek_model_name(body);
   if (chat.ok() && chat->model != peeked) std::abort();
   (void)rw::split_model_query(body);
+  // Percent-decoding never grows a text, and a text without '%' (or '+', as a path) is itself.
+  for (bool plus : {false, true}) {
+    auto dec = rw::percent_decode(body, plus);
+    if (dec.ok() && dec->size() > body.size()) std::abort();
+    if (!dec.ok() && dec.error_message().empty()) std::abort();
+    if (body.find('%') == std::string::npos && !plus && (!dec.ok() || *dec != body)) std::abort();
+  }
   auto tk = rw::parse_tokenize_request(body, lim);
   if (!tk.ok() && tk.error_message().empty()) std::abort();
   auto dt = rw::parse_detokenize_request(body, lim);

@@ -1049,5 +1049,15 @@ TEST(ModelName, QueryParameter) {
   for (const auto& [query, msg] : bad) EXPECT_EQ(split_model_query(query).error_message(), msg);
 }
 
+// A path segment's decoding (GET /v1/models/{id}): '+' stays itself, %2F is '/'.
+TEST(ModelName, PercentDecodeOfAPath) {
+  EXPECT_EQ(percent_decode("ibm-granite%2Fgranite-4.0-h+tiny", false).value(),
+            "ibm-granite/granite-4.0-h+tiny");
+  EXPECT_EQ(percent_decode("a+b%20c", true).value(), "a b c");
+  EXPECT_EQ(percent_decode("", false).value(), "");
+  for (const char* bad : {"%", "a%4", "%g0", "%%"})
+    EXPECT_EQ(percent_decode(bad, false).error_message(), "a bad percent escape") << bad;
+}
+
 }  // namespace
 }  // namespace rw
