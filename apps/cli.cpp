@@ -162,7 +162,7 @@ std::vector<CommandSpec> build_specs() {
             {"--model-opt",
              "",
              "NAME:OPT=V",
-             "one model's own value of a per-model option (see below); repeatable",
+             "one model's own value of a per-model option (see below)",
              {},
              true},
             {"--alias",
@@ -339,9 +339,12 @@ std::vector<CommandSpec> build_specs() {
        std::string("TYPE: ") + kTypes +
            ".\n"
            "A row length that is not a multiple of the type's block falls back to q8_0 or f32;\n"
-           "norms, conv, ssm_a and dt bias stay f32. q4_k_m, q5_k_m: llama-quantize's mixtures\n"
-           "(q6_k for output and, in some layers, attn_v and ffn_down). q4_0, q4_1, q5_0, q5_1,\n"
-           "iq4_nl, q3_k, iq4_xs, q2_k: for files made elsewhere; written here to test loading.\n"
+           "norms, conv, ssm_a, dt bias and MoE routers stay f32. q4_k_m, q5_k_m: "
+           "llama-quantize's\n"
+           "mixtures (q6_k for output and, in some layers, attn_v and ffn_down). q4_0, q4_1, "
+           "q5_0,\n"
+           "q5_1, iq4_nl, q3_k, iq4_xs, q2_k: for files made elsewhere; written here to test\n"
+           "loading.\n"
            "The MTP head is written as blk.N.nextn.* (not for qwen3next)."});
   c.push_back(
       {"make-model",

@@ -128,6 +128,10 @@ int cmd_convert(int argc, char** argv) {
   if (args->has("--quiet")) ProgressLine::silence();
   const std::string in = args->str("--in"), out = args->str("--out");
   if (in.empty() || out.empty()) return fail("--in HF_DIR and -o/--out FILE.gguf are required");
+  if (std::filesystem::is_regular_file(in))
+    return fail("--in " + in +
+                " is a file: convert reads a Hugging Face directory (config.json and "
+                "*.safetensors); it does not requantise a GGUF file (llama-quantize does)");
   if (const std::string to = args->str("--to", "gguf"); to != "gguf")
     return fail("--to must be gguf: convert writes a Hugging Face checkpoint as GGUF (got '" + to +
                 "')");

@@ -96,6 +96,11 @@ int list_models() {
 
 Result<std::string> model_path_or_stored(const std::string& given) {
   std::error_code ec;
+  if (std::filesystem::is_directory(given, ec) &&
+      !std::filesystem::exists(std::filesystem::path(given) / "config.json", ec))
+    return make_error("'" + given +
+                      "' is a directory without config.json, so not a Hugging Face model (a "
+                      "model is such a directory, a .gguf file or a pulled name)");
   if (std::filesystem::exists(given, ec)) return given;
   REWIND_TRY(std::string root, hub::default_store_root());
   return hub::find_stored(root, given);

@@ -1086,6 +1086,10 @@ static int make_model(const Args& parsed) {
   const Args* args = &parsed;
   const std::string format = args->str("--format", "hf");
   if (format != "hf" && format != "gguf") return fail("--format must be hf or gguf");
+  if (format == "hf" && args->has("--type"))
+    return fail(
+        "--type sets a GGUF file's weight type: add --format gguf (an HF model's "
+        "weights take --dtype f32 or bf16)");
   const std::string out = args->str("--out");
   if (format == "gguf" && args->has("--from")) {
     // The noisy copy goes to a scratch directory next to the output, then through `convert`.

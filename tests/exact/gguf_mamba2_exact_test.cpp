@@ -312,6 +312,25 @@ TEST(GgufMamba2Exact, NemotronMoeConvertedLayout) {
   EXPECT_EQ(g->get_int("nemotron_h_moe.expert_group_used_count").value(), 2);
 }
 
+// Every MoE router stays F32 in a quantised file, as llama-quantize leaves ffn_gate_inp (its
+// experts and shared MLP are quantised): Granite's softmax router and Qwen3.5-MoE's.
+TEST(GgufMamba2Exact, MoeRoutersStayF32) {
+  for (const char* preset : {"granite-h-tiny", "qwen3.5-moe-tiny"}) {
+    auto g = GgufFile::open(preset_gguf(preset, "f32", "q8_0"));
+    ASSERT_TRUE(g.ok()) << g.error_message();
+    int routers = 0;
+    for (const auto& t : g->tensors()) {
+      if (t.name.find("ffn_gate_inp.weight") != std::string::npos) {
+        EXPECT_EQ(t.type, GgmlType::F32) << preset << " " << t.name;
+        ++routers;
+      }
+      if (t.name.find("ffn_gate_exps.weight") != std::string::npos)
+        EXPECT_EQ(t.type, GgmlType::Q8_0) << preset << " " << t.name;
+    }
+    EXPECT_GT(routers, 0) << preset;
+  }
+}
+
 // make-model writes a quantised GGUF directly (the path the real shapes take).
 TEST(GgufMamba2Exact, MakeModelWritesGgufDirectly) {
   const std::string path = work_dir() + "/direct_nemotron.gguf";

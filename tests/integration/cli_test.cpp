@@ -179,5 +179,28 @@ TEST(Cli, ConvertDefaultsToQ8_0AndSaysSo) {
   EXPECT_TRUE(contains(out, "--type must be")) << out;
 }
 
+// What a user coming from llama.cpp mistypes gets a message that says what to do instead: a
+// GGUF given to convert (no requantising), --type on an HF make-model, a directory that is no
+// model, a draft that does not exist (named as the draft).
+TEST(Cli, MistakesSayWhatToDo) {
+  const std::string dir = test::made_scratch_dir("cli_mistakes");
+  int rc = -1;
+  std::string out = rewind("make-model --preset tiny --type q8_0 --out " + dir + "/hf", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "--type sets a GGUF file's weight type: add --format gguf")) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/hf"));
+  out = rewind("make-model --preset tiny --format gguf --type q8_0 --out " + dir + "/m.gguf", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = rewind("convert --in " + dir + "/m.gguf -o " + dir + "/m2.gguf --type q4_k_m", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "is a file: convert reads a Hugging Face directory")) << out;
+  out = rewind("run -m " + dir + " -p x -n 1 -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "is a directory without config.json")) << out;
+  out = rewind("run -p x -n 1 -t 1 --spec draft:" + dir + "/nosuch", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "--spec draft:" + dir + "/nosuch: ")) << out;
+}
+
 }  // namespace
 }  // namespace rw

@@ -54,6 +54,8 @@ TEST(WeightSource, MissingTensor) {
   EXPECT_NE(e.find("missing tensor 'model.language_model.layers.1.linear_attn.in_proj_z.weight'"),
             std::string::npos)
       << e;
+  // The message names the checkpoint's directory, as a mis-shaped tensor's names its file.
+  EXPECT_NE(e.find("checkpoint " + std::filesystem::path(dir).string()), std::string::npos) << e;
 }
 
 TEST(WeightSource, MisShapedTensor) {

@@ -249,7 +249,7 @@ Status map_hf(const TensorSet& tensors, const ModelConfig& c, WeightSet* out) {
   } else if (tensors.find("model.embed_tokens.weight")) {
     P = "model.";
   } else {
-    return make_error(std::string("checkpoint: missing tensor '") +
+    return make_error(HfResolver::where(tensors) + ": missing tensor '" +
                       (c.multimodal_prefix ? "model.language_model." : "model.") +
                       "embed_tokens.weight'");
   }

@@ -354,6 +354,7 @@ Status write_gguf_model(
       const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
                     Is = c.shared_expert_intermediate_size;
       mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
+      outs.back().matrix = false;  // F32 in every file, as llama-quantize leaves routers
       // 3-D experts: file row i = expert i / n, row i % n of that expert.
       auto experts = [&](const std::string& gname, const std::string& part, int64_t n, int64_t cols,
                          int64_t r0) {
@@ -432,6 +433,7 @@ Status write_gguf_model(
       if (moe) {
         const int64_t E = c.n_expert, Im = c.moe_intermediate_size;
         mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
+        outs.back().matrix = false;  // F32, as llama-quantize leaves routers
         outs.push_back(stacked_experts(ws, p + "ffn_gate_exps.weight", cp, "gate_up", E, Im, H, 0));
         outs.push_back(stacked_experts(ws, p + "ffn_up_exps.weight", cp, "gate_up", E, Im, H, Im));
         outs.push_back(stacked_experts(ws, p + "ffn_down_exps.weight", cp, "down", E, H, Im, 0));

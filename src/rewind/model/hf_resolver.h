@@ -3,6 +3,7 @@
 // the families' mappers (model/arch_*.cpp). Internal to the model layer.
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,10 +21,18 @@ class HfResolver {
  public:
   explicit HfResolver(const TensorSet& t) : t_(t) {}
 
+  // Where the checkpoint is, for messages: its files' directory ("checkpoint" for one made in
+  // memory).
+  static std::string where(const TensorSet& t) {
+    if (t.files().empty() || t.files()[0].path().empty()) return "checkpoint";
+    const std::string dir = std::filesystem::path(t.files()[0].path()).parent_path().string();
+    return "checkpoint " + (dir.empty() ? std::string(".") : dir);
+  }
+
   Result<const TensorView*> need(const std::string& name, std::vector<int64_t> shape) const {
     const TensorView* v = t_.find(name);
     if (!v)
-      return make_error("checkpoint: missing tensor '" + name + "' (expected shape " +
+      return make_error(where(t_) + ": missing tensor '" + name + "' (expected shape " +
                         shape_str(shape) + ")");
     if (v->dtype != DType::F32 && v->dtype != DType::BF16 && v->dtype != DType::F16)
       return make_error(v->file + ": tensor '" + name + "': dtype " +
