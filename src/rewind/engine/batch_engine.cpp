@@ -303,7 +303,7 @@ void BatchEngine::loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       const auto work = [&] {
-        return stopping_ || !queue_.empty() || !running_.empty() || !tree_asks_.empty();
+        return stopping_ || !queue_.empty() || !running_.empty() || !engine_asks_.empty();
       };
       // Idle with freed state buffers kept for reuse: they wait a while for the next request
       // (a client's next one comes within milliseconds), then go back to the system.
@@ -315,9 +315,9 @@ void BatchEngine::loop() {
         lock.lock();
       }
       cv_.wait(lock, work);
-      if (!tree_asks_.empty()) {
+      if (!engine_asks_.empty()) {
         lock.unlock();
-        answer_tree_asks();
+        answer_engine_asks();
         lock.lock();
         if (!stopping_ && queue_.empty() && running_.empty()) continue;
       }
@@ -336,14 +336,14 @@ void BatchEngine::loop() {
     std::lock_guard<std::mutex> lock(mu_);
     loop_done_ = true;
   }
-  answer_tree_asks();
+  answer_engine_asks();
 }
 
-void BatchEngine::answer_tree_asks() {
+void BatchEngine::answer_engine_asks() {
   std::vector<std::function<void()>> asks;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    asks.swap(tree_asks_);
+    asks.swap(engine_asks_);
   }
   for (auto& ask : asks) ask();
 }
@@ -366,7 +366,7 @@ void BatchEngine::on_engine_thread(std::function<void()> ask) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (own_thread_ && !loop_done_) {
-      tree_asks_.push_back(std::move(ask));
+      engine_asks_.push_back(std::move(ask));
       cv_.notify_all();
       return;
     }

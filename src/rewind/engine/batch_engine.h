@@ -161,7 +161,7 @@ class BatchEngine {
   void update_memory();         // engine thread, mu_ held: metrics_.memory
   void maybe_release_memory();  // engine thread: release_free_memory() once when idle
   CacheTreeReport tree_report(int64_t max_nodes) const;  // the thread that runs the steps
-  void answer_tree_asks();  // engine thread: the cache_tree() / clear_cache() requests waiting
+  void answer_engine_asks();  // engine thread: the cache_tree() / clear_cache() requests waiting
   // Runs `ask` on the engine thread at the next step boundary, or here when none runs steps.
   void on_engine_thread(std::function<void()> ask);
 
@@ -179,7 +179,7 @@ class BatchEngine {
   bool own_thread_ = false;                 // EngineThread::Own (fixed at construction)
   bool loop_done_ = false;                  // guarded by mu_: the engine thread has stopped
   // cache_tree() and clear_cache() requests waiting for the engine thread; guarded by mu_.
-  std::vector<std::function<void()>> tree_asks_;
+  std::vector<std::function<void()>> engine_asks_;
   // The last published request (engine thread only): its history and report, for cache_tree.
   std::vector<int32_t> last_history_;
   RequestReport last_report_;
