@@ -15,6 +15,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "rewind/hub/hub.h"
 #include "rewind/kernels/machine_limits.h"
 #include "rewind/kernels/matmul.h"
 #include "rewind/sample/sampler.h"
@@ -234,9 +235,9 @@ int cmd_bench(int argc, char** argv) {
     for (int64_t b : sizes.value())
       if (b < 1 || b > 256) return fail("--batch: each size must be 1 to 256");
     if (!args->has("--json"))
-      std::printf("model %s: %.2f GB packed weights, %lld threads, %s\n", dir.c_str(),
-                  static_cast<double>(m.packed_bytes()) / 1e9, static_cast<long long>(th.value()),
-                  m.isa());
+      std::printf("model %s: %s of packed weights, %lld thread%s, %s\n", dir.c_str(),
+                  hub::format_bytes(static_cast<uint64_t>(m.packed_bytes())).c_str(),
+                  static_cast<long long>(th.value()), th.value() == 1 ? "" : "s", m.isa());
     auto mixed = args->int_("--mixed-prefill", 0);
     auto budget = args->int_("--step-tokens", 512);
     if (!mixed.ok()) return fail(mixed.error_message());
@@ -447,9 +448,9 @@ int cmd_bench(int argc, char** argv) {
           quant, sizeof quant, "%.0f%% quantised, %s dot",
           100.0 * static_cast<double>(m.quantised_bytes()) / static_cast<double>(m.packed_bytes()),
           quant_dot_name(m.kernel_options().quant_dot));
-    std::printf("model %s: %.2f GB packed weights (%s), %lld threads, %s\n", dir.c_str(),
-                static_cast<double>(m.packed_bytes()) / 1e9, quant,
-                static_cast<long long>(th.value()), m.isa());
+    std::printf("model %s: %s of packed weights (%s), %lld thread%s, %s\n", dir.c_str(),
+                hub::format_bytes(static_cast<uint64_t>(m.packed_bytes())).c_str(), quant,
+                static_cast<long long>(th.value()), th.value() == 1 ? "" : "s", m.isa());
     char amx_peak[64] = "";
     if (lim.amx_int8_peak_gop_s > 0)
       std::snprintf(amx_peak, sizeof amx_peak, ", AMX int8 peak %.1f GOP/s",
