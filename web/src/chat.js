@@ -13,7 +13,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
 
   const list = h('nav', { class: 'conv-list', 'aria-label': 'Conversations' });
   const messagesEl = h('div', { class: 'messages', id: 'messages', 'aria-live': 'polite' });
-  const input = h('textarea', { id: 'composer-input', rows: 3, placeholder: 'Message (Enter sends, Shift+Enter for a new line)' });
+  const input = h('textarea', { id: 'composer-input', rows: 3, 'aria-label': 'Message', placeholder: 'Message (Enter sends, Shift+Enter for a new line)' });
   const sendBtn = h('button', { id: 'send', class: 'primary', type: 'submit' }, 'Send');
   const stopBtn = h('button', { id: 'stop', class: 'danger', type: 'button', hidden: true, onclick: () => stop() }, 'Stop');
   const composer = h('form', { class: 'composer', onsubmit: (e) => { e.preventDefault(); send(); } }, input, h('div', { class: 'composer-buttons' }, sendBtn, stopBtn));
@@ -25,7 +25,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
   });
 
   const side = h('aside', { class: 'sidebar' },
-    h('button', { id: 'new-chat', class: 'primary wide', onclick: () => { const c = newConversation(); convs.unshift(c); select(c.id); persist(); } }, '+ New chat'),
+    h('button', { id: 'new-chat', class: 'primary wide', onclick: () => { const c = newConversation(); convs.unshift(c); select(c.id); persist(); input.focus(); } }, '+ New chat'),
     list);
   root.append(side, h('section', { class: 'chat-main' }, messagesEl, composer));
 
@@ -47,7 +47,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
     clear(list);
     for (const c of convs) {
       list.append(h('div', { class: 'conv' + (c.id === currentId ? ' active' : ''), dataset: { id: c.id } },
-        h('button', { class: 'conv-title', title: c.title, onclick: () => select(c.id) }, c.title || 'Chat'),
+        h('button', { class: 'conv-title', title: c.title, 'aria-current': c.id === currentId ? 'true' : null, onclick: () => select(c.id) }, c.title || 'Chat'),
         h('button', { class: 'icon', title: 'Delete this conversation', 'aria-label': 'Delete conversation', onclick: () => remove(c.id) }, '\u00d7')));
     }
   }
@@ -94,6 +94,8 @@ export function mountChat(root, { onAuth, onReplyDone }) {
       const md = h('div', { class: 'md' });
       md.innerHTML = renderMarkdown(m.content || '');  // sanitised (markdown.js)
       body.append(md);
+      if (m.content && !m.content.trim())
+        body.append(h('div', { class: 'note' }, '(whitespace only: ' + m.content.length + ' characters)'));
       for (const tc of m.tool_calls || []) {
         const fn = tc.function || {};
         let args = fn.arguments || '';
@@ -120,7 +122,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
     const item = (label, value, key, title) => h('span', { class: 'stat', title, dataset: { key } }, label + ' ', h('b', null, String(value)));
     return h('div', { class: 'stats', dataset: { id: st.id || '', model: st.model || '', prompt: st.prompt_tokens, cached: r.cached_tokens ?? '', rerun: r.rerun_tokens ?? '', diverged: r.diverged_at ?? '', resumed: r.resumed_at ?? '' } },
       st.model && servedModels().length > 1 && item('model', st.model, 'model', 'the model that answered'),
-      item('prompt', st.prompt_tokens, 'prompt', 'prompt tokens'),
+      st.prompt_tokens !== null && st.prompt_tokens !== undefined && item('prompt', st.prompt_tokens, 'prompt', 'prompt tokens'),
       r.hit !== undefined && [
         item('cached', r.cached_tokens, 'cached', 'prompt tokens resumed from the prefix cache'),
         item('re-run', r.rerun_tokens, 'rerun', 'prompt tokens computed for this reply'),
@@ -130,7 +132,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
         item('TTFT', r.ttft_ms.toFixed(1) + ' ms', 'ttft', 'request received to first token'),
       ],
       tps !== null && item('decode', tps.toFixed(1) + ' tok/s', 'tps', 'tokens per second after the first'),
-      item('tokens', st.completion_tokens, 'completion', 'generated tokens'),
+      st.completion_tokens !== null && st.completion_tokens !== undefined && item('tokens', st.completion_tokens, 'completion', 'generated tokens'),
       st.finish && h('span', { class: 'finish' }, st.finish));
   }
 
@@ -159,6 +161,10 @@ export function mountChat(root, { onAuth, onReplyDone }) {
     clear(v.body).append(ta, h('div', { class: 'edit-buttons' }, save, cancel));
     ta.focus();
     cancel.onclick = () => fillBody(v.body, m);
+    ta.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') cancel.onclick();
+      else if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) save.onclick();
+    });
     save.onclick = () => {
       if (m.role === 'user') {
         c.messages = c.messages.slice(0, i);
@@ -221,6 +227,9 @@ export function mountChat(root, { onAuth, onReplyDone }) {
     const msgs = [];
     if (settings.system.trim()) msgs.push({ role: 'system', content: settings.system });
     for (const m of c.messages) {
+      // A reply with no text and no tool calls (it failed, or was stopped, before any came) is
+      // no turn of the conversation: sent, it would be an empty assistant message.
+      if (m.role === 'assistant' && !m.content && !(m.tool_calls && m.tool_calls.length)) continue;
       const o = { role: m.role, content: m.content || '' };
       if (m.tool_calls && m.tool_calls.length) o.tool_calls = m.tool_calls;
       msgs.push(o);
@@ -231,6 +240,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
     const v = views[views.length - 1];
     const controller = new AbortController();
     setRunning({ controller, convId: c.id });
+    v.el.classList.add('pending');  // a mark after the text until the reply ends
     let pending = false;
     const redraw = () => {
       if (pending) return;
@@ -241,7 +251,8 @@ export function mountChat(root, { onAuth, onReplyDone }) {
         messagesEl.scrollTop = messagesEl.scrollHeight;
       });
     };
-    const stats = { id: null, model: null, prompt_tokens: 0, completion_tokens: 0, finish: null };
+    // Token counts come with the usage chunk at the end; a stopped reply has none.
+    const stats = { id: null, model: null, prompt_tokens: null, completion_tokens: null, finish: null };
     const model = currentModel();  // none: the server's only (or first) model
     try {
       for await (const ev of streamChat({ ...(model ? { model } : {}), messages: msgs, ...samplingOf(settings) }, controller.signal)) {
@@ -275,6 +286,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
       if (!m.reasoning) delete m.reasoning;
       setRunning(null);
       touch(c);
+      v.el.classList.remove('pending');
       if (currentId === c.id) {
         fillBody(v.body, m);
         const fresh = statsView(m);

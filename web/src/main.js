@@ -13,7 +13,7 @@ const modelName = h('span', { class: 'model', id: 'model-name' }, '');
 const modelPicker = h('select', { class: 'model-picker', id: 'model-select', title: 'The model this page talks to', 'aria-label': 'Model', hidden: true, onchange: () => chooseModel(modelPicker.value) });
 const chatTab = h('a', { href: '#/chat', class: 'tab', id: 'tab-chat' }, 'Chat');
 const cacheTab = h('a', { href: '#/cache', class: 'tab', id: 'tab-cache' }, 'Cache');
-const settingsBtn = h('button', { class: 'icon-text', id: 'settings-button', onclick: () => toggleSettings() }, 'Settings');
+const settingsBtn = h('button', { class: 'icon-text', id: 'settings-button', 'aria-controls': 'settings', 'aria-expanded': 'false', onclick: () => toggleSettings() }, 'Settings');
 const chatRoot = h('main', { class: 'view chat-view', id: 'chat-view' });
 const cacheRoot = h('main', { class: 'view cache-view', id: 'cache-view', hidden: true });
 const settingsPanel = h('aside', { class: 'settings', id: 'settings', hidden: true });
@@ -28,19 +28,30 @@ let authPending = false;
 function askKey() {
   if (authPending) return;
   authPending = true;
-  const input = h('input', { type: 'password', id: 'key-input', placeholder: 'API key', autocomplete: 'off' });
-  const form = h('form', { class: 'modal' },
-    h('h3', null, 'API key'),
+  const input = h('input', { type: 'password', id: 'key-input', placeholder: 'API key', autocomplete: 'off', 'aria-label': 'API key' });
+  const close = () => {
+    keyDialog.hidden = true;
+    authPending = false;
+  };
+  // A key in store that got this 401 was refused: say so, rather than asking as if for the first time.
+  const refused = apiKey() !== '';
+  const form = h('form', { class: 'modal', role: 'dialog', 'aria-modal': 'true', 'aria-labelledby': 'key-title' },
+    h('h3', { id: 'key-title' }, 'API key'),
+    refused ? h('p', { class: 'error', id: 'key-refused' }, 'The server refused the key this browser had.') : null,
     h('p', null, 'This server was started with --api-key. Enter the key; it is kept in this browser only.'),
     input,
-    h('div', { class: 'edit-buttons' }, h('button', { class: 'primary', type: 'submit', id: 'key-save' }, 'Save')));
+    h('div', { class: 'edit-buttons' },
+      h('button', { type: 'button', id: 'key-cancel', onclick: close }, 'Cancel'),
+      h('button', { class: 'primary', type: 'submit', id: 'key-save' }, 'Save')));
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     setApiKey(input.value.trim());
-    keyDialog.hidden = true;
-    authPending = false;
+    close();
     loadModel();
     if (!cacheRoot.hidden) cache.show();
+  });
+  form.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape') close();
   });
   clear(keyDialog).append(form);
   keyDialog.hidden = false;
@@ -72,7 +83,7 @@ function showTitle() {
 onModelChange(showTitle);
 
 const cache = mountCacheView(cacheRoot, { onAuth: askKey });
-mountChat(chatRoot, { onAuth: askKey, onReplyDone: () => { if (!cacheRoot.hidden) cache.refresh(); } });
+const chat = mountChat(chatRoot, { onAuth: askKey, onReplyDone: () => { if (!cacheRoot.hidden) cache.refresh(); } });
 
 function route() {
   const onCache = location.hash === '#/cache';
@@ -97,8 +108,10 @@ function field(settings, key, label, attrs) {
 }
 
 function toggleSettings() {
+  settingsBtn.setAttribute('aria-expanded', settingsPanel.hidden ? 'true' : 'false');
   if (!settingsPanel.hidden) {
     settingsPanel.hidden = true;
+    settingsBtn.focus();
     return;
   }
   const st = loadSettings();
@@ -119,5 +132,11 @@ function toggleSettings() {
   settingsPanel.hidden = false;
 }
 
+// Escape closes the settings panel.
+document.addEventListener('keydown', (e) => {
+  if (e.key === 'Escape' && !settingsPanel.hidden && keyDialog.hidden) toggleSettings();
+});
+
 route();
 loadModel();
+if (!chatRoot.hidden) chat.focus();

@@ -91,7 +91,8 @@ const lastAssistant = () => page.evaluate(() => {
   const m = all[all.length - 1];
   if (!m) return null;
   const st = m.querySelector('.stats');
-  return { text: m.querySelector('.md') ? m.querySelector('.md').textContent : '', stats: st ? { ...st.dataset } : {}, statsText: st ? st.textContent : '' };
+  const err = m.querySelector('.error');
+  return { text: m.querySelector('.md') ? m.querySelector('.md').textContent : '', stats: st ? { ...st.dataset } : {}, statsText: st ? st.textContent : '', error: err ? err.textContent : null };
 });
 async function send(text) {
   await page.click('#composer-input');
@@ -315,6 +316,46 @@ try {
     await page.setRequestInterception(false);
     const a = await lastAssistant();
     assert.match(a.statsText, /stopped/);
+    // No usage arrived, so no token counts are shown (not "prompt 0 · tokens 0").
+    assert.doesNotMatch(a.statsText, /prompt 0|tokens 0/);
+  });
+
+  await check('a reply that failed or was stopped before any text is not sent back', async () => {
+    await page.setRequestInterception(true);
+    const fail = (r) => (r.url().endsWith('/v1/chat/completions') ? r.abort() : r.continue());
+    page.on('request', fail);
+    await send('this one fails');
+    page.off('request', fail);
+    await page.setRequestInterception(false);
+    const failed = await lastAssistant();
+    assert.ok(failed.error, 'the failed reply shows its error');
+    const bodies = [];
+    const seen = (r) => {
+      if (r.url().endsWith('/v1/chat/completions')) bodies.push(JSON.parse(r.postData()));
+    };
+    page.on('request', seen);
+    await send('and this one goes');
+    page.off('request', seen);
+    assert.equal(bodies.length, 1);
+    const msgs = bodies[0].messages;
+    assert.ok(!msgs.some((m) => m.role === 'assistant' && m.content === ''), JSON.stringify(msgs));
+    assert.equal(msgs[msgs.length - 1].content, 'and this one goes');
+  });
+
+  await check('a narrow screen keeps the conversations and fits its width; Escape closes settings', async () => {
+    await page.setViewport({ width: 390, height: 800 });
+    await page.waitForSelector('#new-chat', { visible: true });
+    assert.ok(await page.$eval('.conv', (e) => e.offsetHeight > 0), 'conversation list shown');
+    const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(over <= 0, 'the page is ' + over + ' px wider than the screen');
+    await page.click('#settings-button');
+    await page.waitForSelector('#setting-seed', { visible: true });
+    const seed = await page.$eval('#setting-seed', (e) => e.getBoundingClientRect().right);
+    assert.ok(seed <= 390, 'settings field past the screen: ' + seed);
+    await page.screenshot({ path: join(outDir, 'narrow.png') });
+    await page.keyboard.press('Escape');
+    await page.waitForSelector('#settings', { hidden: true });
+    await page.setViewport({ width: 1280, height: 900 });
   });
 
   await check('conversations are kept in the browser across a reload', async () => {
