@@ -137,7 +137,7 @@ export function mountCacheView(root, { onAuth }) {
         bar,
         h('div', { class: 'muted' }, h('span', { class: 'dot pages' }), ' KV pages ' + fmtBytes(t.bytes.pages) + '  ', h('span', { class: 'dot snaps' }), ' snapshots ' + fmtBytes(t.bytes.snapshots))),
       h('div', { class: 'card' }, h('div', { class: 'label' }, 'Tree'),
-        h('div', { class: 'value', id: 'node-count' }, t.total_nodes + ' nodes'),
+        h('div', { class: 'value', id: 'node-count' }, t.total_nodes + (t.total_nodes === 1 ? ' node' : ' nodes')),
         h('div', { class: 'muted' }, t.listed_nodes < t.total_nodes ? t.listed_nodes + ' drawn, the rest folded' : 'all drawn'),
         h('div', { class: 'muted' }, t.active_leases + ' pinned by running requests')),
       h('div', { class: 'card' }, h('div', { class: 'label' }, 'Snapshot bytes by kind'),

@@ -53,6 +53,8 @@ export function mountChat(root, { onAuth, onReplyDone }) {
   }
 
   function remove(id) {
+    const c = convs.find((x) => x.id === id);
+    if (c && c.messages.length && !window.confirm('Delete the conversation "' + (c.title || 'Chat') + '"? It cannot be undone.')) return;
     if (running && running.convId === id) stop();
     convs = convs.filter((c) => c.id !== id);
     if (currentId === id) currentId = convs[0] && convs[0].id;
@@ -127,7 +129,8 @@ export function mountChat(root, { onAuth, onReplyDone }) {
         item('cached', r.cached_tokens, 'cached', 'prompt tokens resumed from the prefix cache'),
         item('re-run', r.rerun_tokens, 'rerun', 'prompt tokens computed for this reply'),
         item('diverged at', r.diverged_at, 'diverged', 'the prompt left the cached tokens here'),
-        item('resumed at', r.resumed_at, 'resumed', 'the checkpoint it resumed from (' + r.hit + ')'),
+        r.hit !== 'miss' && item('resumed at', r.resumed_at, 'resumed', 'the checkpoint it resumed from (' + r.hit + ')'),
+        r.lost_to_spacing > 0 && item('no checkpoint for', r.lost_to_spacing, 'lost', 'tokens that matched the cache but were re-run: no checkpoint lay closer to where the prompt diverged'),
         h('span', { class: 'hit hit-' + r.hit }, r.hit),
         item('TTFT', r.ttft_ms.toFixed(1) + ' ms', 'ttft', 'request received to first token'),
       ],
@@ -144,7 +147,14 @@ export function mountChat(root, { onAuth, onReplyDone }) {
     actions.append(h('button', { class: 'link', title: 'Edit this message', onclick: () => { if (!busy()) startEdit(c, i, v); } }, 'Edit'));
     if (m.role === 'assistant')
       actions.append(h('button', { class: 'link', title: 'Generate this reply again', onclick: () => { if (!busy()) regenerate(c, i); } }, 'Regenerate'));
-    actions.append(h('button', { class: 'link', title: 'Copy the text', onclick: () => navigator.clipboard && navigator.clipboard.writeText(m.content || '') }, 'Copy'));
+    const copy = h('button', { class: 'link', title: 'Copy the text', onclick: () => {
+      if (!navigator.clipboard) return;
+      navigator.clipboard.writeText(m.content || '').then(() => {
+        copy.textContent = 'Copied';
+        setTimeout(() => { copy.textContent = 'Copy'; }, 1500);
+      }, () => { copy.textContent = 'Copy failed'; });
+    } }, 'Copy');
+    actions.append(copy);
     const stats = m.role === 'assistant' ? statsView(m) : null;
     const el = h('article', { class: 'msg ' + m.role, dataset: { index: i, role: m.role } },
       h('div', { class: 'who' }, m.role === 'user' ? 'You' : 'Assistant'), body, stats, actions);
@@ -279,7 +289,8 @@ export function mountChat(root, { onAuth, onReplyDone }) {
         stats.finish = 'stopped';
         m.stats = stats;
       } else {
-        m.error = String(e.message || e);
+        // fetch's own words for an unreachable server ("Failed to fetch") say little.
+        m.error = e instanceof TypeError ? 'Could not reach the server (' + e.message + ')' : String(e.message || e);
         if (e instanceof AuthError) onAuth();
       }
     } finally {

@@ -99,12 +99,22 @@ window.addEventListener('hashchange', route);
 function field(settings, key, label, attrs) {
   const input = h(attrs && attrs.rows ? 'textarea' : 'input', { id: 'setting-' + key, ...attrs });
   input.value = settings[key] ?? '';
+  const problem = h('span', { class: 'error', id: 'setting-' + key + '-error', hidden: true });
+  // Numeric fields take a number or nothing (the server's default); anything else is refused
+  // here, not dropped silently when a request is made.
+  const numeric = attrs && (attrs.inputmode === 'decimal' || attrs.inputmode === 'numeric');
   input.addEventListener('change', () => {
+    const v = input.value.trim();
+    const bad = numeric && v !== '' && !(attrs.inputmode === 'numeric' ? /^-?\d+$/ : /^-?(\d+\.?\d*|\.\d+)(e-?\d+)?$/i).test(v);
+    problem.hidden = !bad;
+    problem.textContent = bad ? 'not a number; not saved' : '';
+    input.setAttribute('aria-invalid', bad ? 'true' : 'false');
+    if (bad) return;
     const s = loadSettings();
     s[key] = input.value;
     saveSettings(s);
   });
-  return h('label', { class: 'field' }, h('span', null, label), input);
+  return h('label', { class: 'field' }, h('span', null, label), input, problem);
 }
 
 function toggleSettings() {

@@ -143,6 +143,11 @@ try {
     await setField('#setting-system', 'You answer in the words of the King James Bible.');
     await setField('#setting-temperature', '0');
     await setField('#setting-max_tokens', '12');
+    // Not a number: refused where it is typed, the saved value kept.
+    await setField('#setting-temperature', 'abc');
+    assert.ok(await page.$eval('#setting-temperature-error', (e) => !e.hidden), 'no error shown');
+    await setField('#setting-temperature', '0');
+    assert.ok(await page.$eval('#setting-temperature-error', (e) => e.hidden), 'error left shown');
     await page.click('#settings-button');
     const s = await page.evaluate(() => JSON.parse(localStorage.getItem('rewind.settings')));
     assert.equal(s.temperature, '0');
@@ -481,7 +486,7 @@ try {
           count: document.querySelector('#node-count').textContent,
           recent: [...document.querySelectorAll('#recent tr[data-id]')].map((r) => r.dataset.id),
         }));
-        assert.equal(drawn.count, t.total_nodes + ' nodes');
+        assert.equal(drawn.count, t.total_nodes + (t.total_nodes === 1 ? ' node' : ' nodes'));
         const rows = (await api(two.url, '/v1/cache?model=' + m)).recent.map((r) => r.id).reverse();
         assert.deepEqual(drawn.recent, rows, m + ': its own recent requests');
         assert.ok(drawn.recent.includes(ids[m]) && !drawn.recent.includes(ids[m === 'draft' ? 'target' : 'draft']));
