@@ -136,7 +136,9 @@ export function mountChat(root, { onAuth, onReplyDone }) {
       ],
       tps !== null && item('decode', tps.toFixed(1) + ' tok/s', 'tps', 'tokens per second after the first'),
       st.completion_tokens !== null && st.completion_tokens !== undefined && item('tokens', st.completion_tokens, 'completion', 'generated tokens'),
-      st.finish && h('span', { class: 'finish' }, st.finish));
+      st.finish && h('span', { class: 'finish' }, st.finish),
+      // The request id, as the Cache view's "Recent requests" lists it (its end, to match by eye).
+      st.id && h('span', { class: 'stat req-id', title: st.id }, 'id ', h('code', null, '\u2026' + st.id.slice(-6))));
   }
 
   function messageView(c, m, i) {
