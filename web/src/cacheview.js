@@ -31,6 +31,20 @@ function mark(shape, x, y, cls) {
   }
 }
 
+// A tree node the keyboard reaches too: Tab focuses it, Enter or Space shows its details.
+function focusable(g, label, show) {
+  g.setAttribute('tabindex', '0');
+  g.setAttribute('role', 'button');
+  g.setAttribute('aria-label', label);
+  g.addEventListener('click', show);
+  g.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' || e.key === ' ') {
+      e.preventDefault();
+      show();
+    }
+  });
+}
+
 export function mountCacheView(root, { onAuth }) {
   let timer = null;
   let lastVersion = null;
@@ -218,7 +232,7 @@ export function mountCacheView(root, { onAuth }) {
           s('rect', { x: x0, y: yy - 6, width: w, height: 12, rx: 3, class: 'agg-bar' }),
           s('text', { x: x0 + w + 4, y: yy + 4, class: 'bar-label' }, `+${n.subtree.nodes} nodes \u00b7 ${n.subtree.tokens} tok`),
           s('title', null, `${n.subtree.nodes} smaller branches folded together: ${n.subtree.tokens} tokens, ${n.subtree.snapshots} snapshots, ${fmtBytes(n.subtree.bytes)}`));
-        g.addEventListener('click', () => showDetails(n));
+        focusable(g, `${n.subtree.nodes} folded branches, ${n.subtree.tokens} tokens`, () => showDetails(n));
         bars.append(g);
         return;
       }
@@ -244,7 +258,7 @@ export function mountCacheView(root, { onAuth }) {
           s('title', null, `checkpoint at ${sn.pos}: ${sn.kinds.map((q) => q.replace('_', ' ')).join(', ') || 'unlabelled'}\n${fmtBytes(sn.bytes)}, last used ${sn.age} operations ago` + (sn.pins ? `\npinned by ${sn.pins} request(s)` : '') + (sn.evict_rank ? `\neviction order: ${sn.evict_rank}` : '')));
         g.append(mg);
       }
-      g.addEventListener('click', () => showDetails(n));
+      focusable(g, `node ${n.id}, positions ${n.start} to ${n.end}, ${n.snapshots.length} checkpoints`, () => showDetails(n));
       bars.append(g);
     });
     // The last request's divergence and resume points, on its path.

@@ -12,7 +12,9 @@ export function mountChat(root, { onAuth, onReplyDone }) {
   let running = null;  // { controller, convId }
 
   const list = h('nav', { class: 'conv-list', 'aria-label': 'Conversations' });
-  const messagesEl = h('div', { class: 'messages', id: 'messages', 'aria-live': 'polite' });
+  const messagesEl = h('div', { class: 'messages', id: 'messages' });
+  // What a screen reader announces: a reply's end (the list itself is redrawn as text streams).
+  const status = h('div', { class: 'sr-only', id: 'chat-status', role: 'status', 'aria-live': 'polite' });
   const input = h('textarea', { id: 'composer-input', rows: 3, 'aria-label': 'Message', placeholder: 'Message (Enter sends, Shift+Enter for a new line)' });
   const sendBtn = h('button', { id: 'send', class: 'primary', type: 'submit' }, 'Send');
   const stopBtn = h('button', { id: 'stop', class: 'danger', type: 'button', hidden: true, onclick: () => stop() }, 'Stop');
@@ -27,7 +29,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
   const side = h('aside', { class: 'sidebar' },
     h('button', { id: 'new-chat', class: 'primary wide', onclick: () => { const c = newConversation(); convs.unshift(c); select(c.id); persist(); input.focus(); } }, '+ New chat'),
     list);
-  root.append(side, h('section', { class: 'chat-main' }, messagesEl, composer));
+  root.append(side, h('section', { class: 'chat-main' }, messagesEl, status, composer));
 
   function current() {
     return convs.find((c) => c.id === currentId);
@@ -300,6 +302,9 @@ export function mountChat(root, { onAuth, onReplyDone }) {
       setRunning(null);
       touch(c);
       v.el.classList.remove('pending');
+      status.textContent = m.error ? 'Reply failed: ' + m.error
+        : stats.finish === 'stopped' ? 'Reply stopped'
+        : 'Reply finished' + (stats.finish ? ' (' + stats.finish + ')' : '');
       if (currentId === c.id) {
         fillBody(v.body, m);
         const fresh = statsView(m);

@@ -163,6 +163,7 @@ try {
     assert.equal(a.stats.cached, a.stats.resumed);
     assert.equal(Number(a.stats.cached) + Number(a.stats.rerun), Number(a.stats.prompt));
     assert.match(a.statsText, /TTFT [\d.]+ ms/);
+    assert.match(await page.$eval('#chat-status', (e) => e.textContent), /^Reply finished/);
     await expectMatchesCache(a.stats);
     await send('And the earth was without form');
     await expectMatchesCache((await lastAssistant()).stats);
@@ -235,6 +236,12 @@ try {
     await page.waitForFunction(() => /Node \d+/.test(document.querySelector('#node-details h3').textContent));
     const recent = await page.$$eval('#recent tr[data-id]', (rows) => rows.map((r) => r.dataset.id));
     assert.ok(recent.includes(edited.id));
+    // The keyboard reaches a node too: focus, Enter, its details.
+    const other = await page.$eval('#cache-tree g.node:not(.on-path):not(.aggregate)', (g) => g.dataset.id);
+    await page.$eval(`#cache-tree g.node[data-id="${other}"]`, (g) => g.focus());
+    assert.equal(await page.evaluate(() => document.activeElement.dataset.id), other);
+    await page.keyboard.press('Enter');
+    await page.waitForFunction((id) => document.querySelector('#node-details h3').textContent === 'Node ' + id, {}, other);
     await page.screenshot({ path: join(outDir, 'cache.png'), fullPage: true });
     await page.click('#tab-chat');
   });
