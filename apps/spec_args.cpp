@@ -25,15 +25,15 @@ Result<SpecSetup> spec_from_args(const Args& a, const std::string& store,
     double secs = 0;
     REWIND_TRY(const KvTypes kv, kv_types_from(a));  // the draft's KV as the target's
     // As for --model: a directory, a file or a pulled name; errors say it is the draft.
-    const std::string given = m.substr(6);
-    auto path = model_path_or_stored(given);
-    if (!path.ok()) return make_error("--spec draft:" + given + ": " + path.error_message());
+    auto draft_error = [&](const std::string& e) { return make_error("--spec " + m + ": " + e); };
+    auto path = model_path_or_stored(m.substr(6));
+    if (!path.ok()) return draft_error(path.error_message());
     if (shared) {
       Status st = shared(path.value(), kv, &s.cfg);
-      if (!st.ok()) return make_error("--spec draft:" + given + ": " + st.error_message());
+      if (!st.ok()) return draft_error(st.error_message());
     } else {
       auto d = load_model(path.value(), store, kernels, pool, &secs, false, kv);
-      if (!d.ok()) return make_error("--spec draft:" + given + ": " + d.error_message());
+      if (!d.ok()) return draft_error(d.error_message());
       s.draft = std::move(d).value();
       s.cfg.draft = s.draft.get();
     }

@@ -126,7 +126,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
     const item = (label, value, key, title) => h('span', { class: 'stat', title, dataset: { key } }, label + ' ', h('b', null, String(value)));
     return h('div', { class: 'stats', dataset: { id: st.id || '', model: st.model || '', prompt: st.prompt_tokens, cached: r.cached_tokens ?? '', rerun: r.rerun_tokens ?? '', diverged: r.diverged_at ?? '', resumed: r.resumed_at ?? '' } },
       st.model && servedModels().length > 1 && item('model', st.model, 'model', 'the model that answered'),
-      st.prompt_tokens !== null && st.prompt_tokens !== undefined && item('prompt', st.prompt_tokens, 'prompt', 'prompt tokens'),
+      st.prompt_tokens != null && item('prompt', st.prompt_tokens, 'prompt', 'prompt tokens'),
       r.hit !== undefined && [
         item('cached', r.cached_tokens, 'cached', 'prompt tokens resumed from the prefix cache'),
         item('re-run', r.rerun_tokens, 'rerun', 'prompt tokens computed for this reply'),
@@ -137,7 +137,7 @@ export function mountChat(root, { onAuth, onReplyDone }) {
         item('TTFT', r.ttft_ms.toFixed(1) + ' ms', 'ttft', 'request received to first token'),
       ],
       tps !== null && item('decode', tps.toFixed(1) + ' tok/s', 'tps', 'tokens per second after the first'),
-      st.completion_tokens !== null && st.completion_tokens !== undefined && item('tokens', st.completion_tokens, 'completion', 'generated tokens'),
+      st.completion_tokens != null && item('tokens', st.completion_tokens, 'completion', 'generated tokens'),
       st.finish && h('span', { class: 'finish' }, st.finish),
       // The request id, as the Cache view's "Recent requests" lists it (its end, to match by eye).
       st.id && h('span', { class: 'stat req-id', title: st.id }, 'id ', h('code', null, '\u2026' + st.id.slice(-6))));

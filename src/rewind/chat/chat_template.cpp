@@ -193,11 +193,14 @@ namespace {
 // marker after it, and the prompt is cut where the marker is (so the cut can land neither in an
 // earlier message holding the same words nor in the template's text after the reply).
 constexpr std::string_view kContinueMark = "[[rewind:continue:7c1e]]";
-
-bool blank(const std::string& s) {
-  return s.find_first_not_of(" \t\r\n") == std::string::npos;
-}
 }  // namespace
+
+bool final_message_continuable(const std::vector<ChatMessage>& messages) {
+  if (messages.empty()) return false;
+  const ChatMessage& m = messages.back();
+  return m.role == "assistant" && m.tool_calls.empty() &&
+         m.content.find_first_not_of(" \t\r\n") != std::string::npos;
+}
 
 Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                           const ChatRenderOptions& opt) const {
@@ -205,10 +208,9 @@ Result<RenderedChat> ChatTemplate::render(const std::vector<ChatMessage>& messag
   ojson msgs = ojson::array();
   for (const ChatMessage& m : messages) msgs.push_back(message_json(m));
   if (opt.continue_final_message) {
-    if (messages.empty() || messages.back().role != "assistant")
-      return make_error("only a final assistant message can be continued");
-    if (blank(messages.back().content))
-      return make_error("the final assistant message to continue has no text");
+    if (!final_message_continuable(messages))
+      return make_error(
+          "only a final assistant message with text and no tool calls can be continued");
     ChatMessage last = messages.back();
     last.content += kContinueMark;
     msgs.back() = message_json(last);

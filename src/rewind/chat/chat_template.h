@@ -56,10 +56,14 @@ struct ChatRenderOptions {
   // The last message (an assistant's) is a reply to go on with, not a finished turn: rendered
   // without the generation prompt and cut right after that message's text (found by a marker
   // rendered after it; Hugging Face's continue_final_message). Errors: the last message is not
-  // an assistant's or has only whitespace, or the template does not write its text once as it
-  // is (the text kept whole up to its end, so trailing spaces stay).
+  // final_message_continuable, or the template does not write its text once as it is (the text
+  // kept whole up to its end, so trailing spaces stay).
   bool continue_final_message = false;
 };
+
+// Whether the last message can be continued (ChatRenderOptions::continue_final_message): an
+// assistant's, with text other than whitespace and no tool calls.
+bool final_message_continuable(const std::vector<ChatMessage>& messages);
 
 struct RenderedChat {
   std::string text;

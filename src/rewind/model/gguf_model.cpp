@@ -269,6 +269,12 @@ Status write_gguf_model(
     outs.push_back(std::move(o));
   };
   auto id = [](int64_t i) { return i; };
+  // A MoE router [E, H] of layer prefix p / cp: F32 in every file, as llama-quantize leaves
+  // ffn_gate_inp (quantising it moves experts across the top-k on small score changes).
+  auto router = [&](const std::string& p, const std::string& cp, int64_t E, int64_t H) {
+    mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
+    outs.back().matrix = false;
+  };
   auto plus = [](int64_t base) { return [base](int64_t i) { return base + i; }; };
 
   mat("token_embd.weight", "embed", V, H, id);
@@ -353,8 +359,7 @@ Status write_gguf_model(
     } else {
       const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
                     Is = c.shared_expert_intermediate_size;
-      mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
-      outs.back().matrix = false;  // F32 in every file, as llama-quantize leaves routers
+      router(p, cp, E, H);
       // 3-D experts: file row i = expert i / n, row i % n of that expert.
       auto experts = [&](const std::string& gname, const std::string& part, int64_t n, int64_t cols,
                          int64_t r0) {
@@ -409,10 +414,7 @@ Status write_gguf_model(
     } else if (ffn == FfnKind::Moe && c.moe_relu2) {  // Nemotron-H MoE (nemotron_h_moe)
       const int64_t E = c.n_expert, Im = c.moe_intermediate_size,
                     Is = c.shared_expert_intermediate_size;
-      // The router stays F32 in every file, as llama-quantize leaves ffn_gate_inp: a sigmoid
-      // router with a selection bias flips experts on small score changes.
-      mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
-      outs.back().matrix = false;
+      router(p, cp, E, H);
       vec(p + "exp_probs_b.bias", cp + "router_bias", E, id);
       auto experts = [&](const std::string& gname, const std::string& part, int64_t n,
                          int64_t cols) {
@@ -432,8 +434,7 @@ Status write_gguf_model(
       mat(p + "ffn_down" + sfx + ".weight", src + "down", H, F, id);
       if (moe) {
         const int64_t E = c.n_expert, Im = c.moe_intermediate_size;
-        mat(p + "ffn_gate_inp.weight", cp + "router", E, H, id);
-        outs.back().matrix = false;  // F32, as llama-quantize leaves routers
+        router(p, cp, E, H);
         outs.push_back(stacked_experts(ws, p + "ffn_gate_exps.weight", cp, "gate_up", E, Im, H, 0));
         outs.push_back(stacked_experts(ws, p + "ffn_up_exps.weight", cp, "gate_up", E, Im, H, Im));
         outs.push_back(stacked_experts(ws, p + "ffn_down_exps.weight", cp, "down", E, H, Im, 0));

@@ -466,14 +466,12 @@ struct Served {
   }
 
   // A chat request's prompt as its generation would render it: the generation prompt added,
-  // or, when the last message is an assistant's with text other than whitespace (and no tool
-  // calls), that reply continued (llama.cpp's assistant prefill).
+  // or, when the last message is final_message_continuable, that reply continued (llama.cpp's
+  // assistant prefill).
   Result<RenderedChat> render_chat(const ParsedChatRequest& c) const {
     ChatRenderOptions ro;
     ro.add_generation_prompt = true;
-    const ChatMessage* last = c.messages.empty() ? nullptr : &c.messages.back();
-    ro.continue_final_message = last && last->role == "assistant" && last->tool_calls.empty() &&
-                                last->content.find_first_not_of(" \t\r\n") != std::string::npos;
+    ro.continue_final_message = final_message_continuable(c.messages);
     ro.enable_thinking = c.enable_thinking;
     if (c.parse_tools) ro.tools_ordered = c.tools;
     return tmpl.render(c.messages, ro);
@@ -968,6 +966,18 @@ struct HttpServer::Impl {
     }
   }
 
+  // The sender of an answer made later, on the connection's strand (after the engine thread
+  // has done its part): the CORS headers, the access log line, the reply.
+  auto later_reply(const Served& m, const HttpRequest& req, Clock::time_point t0,
+                   const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
+    return [this, ex, cors, t0, peer = req.peer, method = req.method, path = req.path,
+            name = m.names()[0]](HttpReply r) {
+      for (const auto& h : cors) r.headers.push_back(h);
+      log_plain(random_id("req-"), peer, method, path, r.status, ms_since(t0), name);
+      ex->reply(std::move(r));
+    };
+  }
+
   // The tree is read on the engine thread between steps; its answer is built and written on the
   // connection's strand, so no transport thread waits for the engine. `query`: the query string
   // without its `model` parameter.
@@ -975,12 +985,7 @@ struct HttpServer::Impl {
                   Clock::time_point t0, const std::shared_ptr<HttpExchange>& ex,
                   const HttpHeaders& cors) {
     auto max_nodes = parse_cache_tree_query(query);
-    auto finish = [this, ex, cors, t0, peer = req.peer, method = req.method, path = req.path,
-                   name = m.names()[0]](HttpReply r) {
-      for (const auto& h : cors) r.headers.push_back(h);
-      log_plain(random_id("req-"), peer, method, path, r.status, ms_since(t0), name);
-      ex->reply(std::move(r));
-    };
+    auto finish = later_reply(m, req, t0, ex, cors);
     if (!max_nodes.ok()) return finish(error_reply(bad_request(max_nodes.error_message())));
     m.engine.cache_tree(max_nodes.value(), [ex, finish, mp = &m](CacheTreeReport rep) {
       ex->post([finish, mp, rep = std::move(rep)] {
@@ -999,12 +1004,7 @@ struct HttpServer::Impl {
   // answer says what it held (nodes, snapshots, pages, bytes) and which tiers keep theirs.
   void clear_cache(const Served& m, const HttpRequest& req, Clock::time_point t0,
                    const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
-    auto finish = [this, ex, cors, t0, peer = req.peer, method = req.method, path = req.path,
-                   name = m.names()[0]](HttpReply r) {
-      for (const auto& h : cors) r.headers.push_back(h);
-      log_plain(random_id("req-"), peer, method, path, r.status, ms_since(t0), name);
-      ex->reply(std::move(r));
-    };
+    auto finish = later_reply(m, req, t0, ex, cors);
     const bool enabled = m.engine.options().cache_enabled;
     m.engine.clear_cache([ex, finish, enabled, name = m.names()[0]](CacheStats st) {
       ex->post([finish, enabled, name, st = std::move(st)] {
