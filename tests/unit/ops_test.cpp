@@ -450,8 +450,8 @@ TEST(Ops, AttentionOverTypedKvBitsEqualF32OnWidenedValues) {
     for (DType t : {DType::BF16, DType::F16, DType::Q8_0})
       for (int64_t d : {32, 40, 64, 128})
         for (int64_t block : {64, 4})
-          for (auto [first, m] :
-               std::vector<std::pair<int64_t, int64_t>>{{1, 5}, {61, 9}, {130, 4}}) {
+          for (auto [first, m] : std::vector<std::pair<int64_t, int64_t>>{
+                   {1, 5}, {61, 9}, {130, 4}, {70, 3}, {3, 2}}) {
             const int64_t n_max = first + m - 1, nb = (n_max + block - 1) / block;
             TypedHead h = typed_head(r, t, d, block, nb, /*any_bits=*/false);
             std::vector<const float*> kf, vf;
@@ -559,16 +559,22 @@ TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
 }
 
 // Every SIMD path gives the scalar path's bits for the same rows, over F32 and typed K/V:
-// decode's groups of 4 rows (whole 64-key K passes and 64-dim V passes), groups of 8, rows left
-// over, key counts that are not a multiple of 16, and large scores (the exp clamp at -87).
+// decode's groups of 4 rows (whole 64-key K passes and 64-dim V passes), groups of 8, the 1-3
+// rows left over (3 and 5 query heads a K/V head, one head), key counts that are not a multiple of
+// 16, and large scores (the exp clamp at -87).
 TEST(Ops, AttentionRowsBitsEqualAcrossIsas) {
   std::mt19937_64 r(41);
   IsaCap scalar;
   ASSERT_TRUE(parse_isa_cap("scalar", &scalar));
   for (DType t : {DType::F32, DType::BF16, DType::F16, DType::Q8_0})
     for (int64_t d : {64, 256, 96})
-      for (auto [first, m, sd] : std::vector<std::tuple<int64_t, int64_t, float>>{
-               {300, 4, 1.0f}, {77, 9, 1.0f}, {129, 4, 8.0f}, {40, 13, 0.5f}}) {
+      for (auto [first, m, sd] : std::vector<std::tuple<int64_t, int64_t, float>>{{300, 4, 1.0f},
+                                                                                  {77, 9, 1.0f},
+                                                                                  {129, 4, 8.0f},
+                                                                                  {40, 13, 0.5f},
+                                                                                  {150, 3, 1.0f},
+                                                                                  {66, 6, 1.0f},
+                                                                                  {200, 1, 2.0f}}) {
         const int64_t block = 64, n_max = first + m - 1, nb = (n_max + block - 1) / block;
         TypedHead h = typed_head(r, t == DType::F32 ? DType::F16 : t, d, block, nb,
                                  /*any_bits=*/false);

@@ -1924,16 +1924,37 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
   };
 #ifdef REWIND_ATTN_AVX512
   const bool avx512 = simd_level(isa) == 2;
-  // Rows from r in groups of 8, then of 4: run(g, R) per group, R a std::integral_constant.
+  // Rows from r in groups of 8 while more than 8 are left, then the rest as one group of 1-8:
+  // run(g, R) per group, R a std::integral_constant. (A K/V head's 3 or 5 query heads, as on
+  // Granite-4.0-H and Nemotron-Nano-9B-v2, share each load too, rather than a group of 4 and
+  // single rows that read the block again.)
   auto in_groups = [&](int64_t& r, int64_t b0, auto&& run) {
     RowGroup g;
-    for (; r + 8 <= m; r += 8) {
+    for (; m - r > 8; r += 8) {
       group(g, r, 8, b0, 0);
       run(g, std::integral_constant<int, 8>{});
     }
-    for (; r + 4 <= m; r += 4) {
-      group(g, r, 4, b0, 0);
-      run(g, std::integral_constant<int, 4>{});
+    const int left = static_cast<int>(m - r);
+    if (left == 0) return;
+    group(g, r, left, b0, 0);
+    r = m;
+    switch (left) {
+      case 1:
+        return run(g, std::integral_constant<int, 1>{});
+      case 2:
+        return run(g, std::integral_constant<int, 2>{});
+      case 3:
+        return run(g, std::integral_constant<int, 3>{});
+      case 4:
+        return run(g, std::integral_constant<int, 4>{});
+      case 5:
+        return run(g, std::integral_constant<int, 5>{});
+      case 6:
+        return run(g, std::integral_constant<int, 6>{});
+      case 7:
+        return run(g, std::integral_constant<int, 7>{});
+      default:
+        return run(g, std::integral_constant<int, 8>{});
     }
   };
 #endif
@@ -1953,8 +1974,8 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
         in_groups(r, b0, [&](RowGroup& rg, auto R) {
           const auto use = first ? kl : kl.without_next();
           first = false;
-          if (R() == 4 && block % 64 == 0)
-            scores_rows_avx512<4, 4>(rg.q, use, rg.nb, d, rg.s);
+          if (R() <= 4 && block % 64 == 0)  // 64 keys a pass: 4 x R independent sums
+            scores_rows_avx512<R(), 4>(rg.q, use, rg.nb, d, rg.s);
           else
             scores_rows_avx512<R(), 2>(rg.q, use, rg.nb, d, rg.s);
         });
@@ -2025,8 +2046,8 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
         in_groups(r, b0, [&](RowGroup& rg, auto R) {
           const auto use = first ? vl : vl.without_next();
           first = false;
-          if (R() == 4 && d % 64 == 0)
-            weighted_values_rows_avx512<4, 4>(use, rg.nb, rg.s, rg.o, d);
+          if (R() <= 4 && d % 64 == 0)
+            weighted_values_rows_avx512<R(), 4>(use, rg.nb, rg.s, rg.o, d);
           else
             weighted_values_rows_avx512<R(), 2>(use, rg.nb, rg.s, rg.o, d);
         });
