@@ -1974,7 +1974,7 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
         in_groups(r, b0, [&](RowGroup& rg, auto R) {
           const auto use = first ? kl : kl.without_next();
           first = false;
-          if (R() <= 4 && block % 64 == 0)  // 64 keys a pass: 4 x R independent sums
+          if (R() <= 6 && block % 64 == 0)  // 64 keys a pass: 4 x R sums in registers
             scores_rows_avx512<R(), 4>(rg.q, use, rg.nb, d, rg.s);
           else
             scores_rows_avx512<R(), 2>(rg.q, use, rg.nb, d, rg.s);
@@ -2046,7 +2046,7 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
         in_groups(r, b0, [&](RowGroup& rg, auto R) {
           const auto use = first ? vl : vl.without_next();
           first = false;
-          if (R() <= 4 && d % 64 == 0)
+          if (R() <= 6 && d % 64 == 0)  // 64 dims a pass
             weighted_values_rows_avx512<R(), 4>(use, rg.nb, rg.s, rg.o, d);
           else
             weighted_values_rows_avx512<R(), 2>(use, rg.nb, rg.s, rg.o, d);
