@@ -1162,14 +1162,16 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
       };
       expert_ffn(L.experts[e], nullptr, &rows, m, eo + b * H, egu + b * GU, p);
     };
-    if (pool && pool->n_threads() > 1 && T > kGuidedTokens) {
-      // Prefill: whole experts to whichever thread is free, each on one thread, the largest
-      // first (tens of rows each: split by columns, every expert's matmuls would be a handful
-      // of small jobs with the threads waiting on each other between them). The bits are
-      // those of any split (the matmul contract).
-      std::vector<int32_t> busy;
-      for (int64_t e = 0; e < E; ++e)
-        if (first[e + 1] > first[e]) busy.push_back(static_cast<int32_t>(e));
+    std::vector<int32_t> busy;
+    for (int64_t e = 0; e < E; ++e)
+      if (first[e + 1] > first[e]) busy.push_back(static_cast<int32_t>(e));
+    const int64_t threads = pool ? pool->n_threads() : 1;
+    if (threads > 1 && (T > kGuidedTokens || static_cast<int64_t>(busy.size()) >= 2 * threads)) {
+      // Whole experts to whichever thread is free, each on one thread, the largest first, when
+      // there are enough of them: split by columns, every expert's matmuls would be a few small
+      // jobs with the threads waiting on each other between them (in prefill tens of rows
+      // each; in decode a few hundred kB of weights a thread, each job restarting its panel
+      // streams). The bits are those of any split (the matmul contract).
       std::stable_sort(busy.begin(), busy.end(), [&](int32_t a, int32_t b) {
         return first[a + 1] - first[a] > first[b + 1] - first[b];
       });
