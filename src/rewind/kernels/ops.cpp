@@ -921,10 +921,10 @@ inline __attribute__((always_inline)) void weighted_values_rows(const float* vb,
 // AVX-512 forms of the two row-group loops (the compiler's vectorisation of the templates above
 // spills at these sizes): the same fma per element in the same order, so the same bits. R rows x
 // 16 NV keys (scores) or dims (values) per pass: NV loads feed R NV fmas, which keeps the K and V
-// blocks' L2 traffic below the fma rate. Groups of 8 rows take NV = 2; groups of 4 (decode's
-// grouped-query heads) NV = 4 where the block and d allow: a pass then reads whole 256-byte K
-// rows and V row segments instead of halves, which the hardware prefetchers follow better when
-// K and V come from memory.
+// blocks' L2 traffic below the fma rate. Groups of 7-8 rows take NV = 2; groups of up to 6
+// (decode's grouped-query heads) NV = 4 where the block and d allow: a pass then reads whole
+// 256-byte K rows and V row segments instead of halves, which the hardware prefetchers follow
+// better when K and V come from memory.
 //
 // Each kernel reads K or V through a loader (below): NV vectors of 16 values widened to fp32
 // from the stored KV type (KvBlocks) as they are loaded. Every widening is exact, so a typed
@@ -1234,6 +1234,224 @@ __attribute__((target("avx512f"))) void softmax_row_avx512(float* s, int64_t n, 
     const __mmask16 m = lanes_left(n - j);
     _mm512_mask_storeu_ps(s + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), inv));
   }
+}
+
+// ---- The same row kernels in AVX2 (with FMA and F16C) ----
+// 8 lanes a vector and 16 registers: R rows x 8 NV keys (scores) or dims (values) a pass, NV 4
+// for up to 2 rows, 2 for 3-4, 1 for 5-8 (R NV sums, NV loads and a broadcast fit). Loaders
+// widen as they load (BF16 zero-extended and shifted, F16 vcvtph2ps, Q8_0 a code times its f16
+// scale), prefetch the next block into L2 as the AVX-512 ones do, and give the same values in
+// order; each element sees the same fma in the same order, so the bits are the portable
+// kernels'.
+#define REWIND_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+REWIND_AVX2_INLINE void prefetch_l2_avx2(const void* a, int64_t n) {
+  for (int64_t b = 0; b < n; b += 64) _mm_prefetch(static_cast<const char*>(a) + b, _MM_HINT_T1);
+}
+REWIND_AVX2_INLINE __m256 widen8_u16(const uint16_t* p, bool bf) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return bf ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+            : _mm256_cvtph_ps(h);
+}
+REWIND_AVX2_INLINE __m256 widen8_q8(const int8_t* p, __m256 scale) {
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))),
+                       scale);
+}
+// K: part<NV>(i0, j0) for dims [i0, i0 + 32) of keys [j0, j0 + 8 NV); its load(i, kv) gives
+// dim i of those keys.
+template <class T, int kKind>  // kKind: 0 F32, 1 BF16, 2 F16
+struct K2Plain {
+  const T* p;
+  int64_t block;
+  const T* pn;
+  template <int NV>
+  REWIND_AVX2_INLINE void prefetch(int64_t i, int64_t j0) const {
+    if (pn) prefetch_l2_avx2(pn + i * block + j0, static_cast<int64_t>(sizeof(T)) * 8 * NV);
+  }
+  K2Plain without_next() const { return {p, block, nullptr}; }
+  template <int NV>
+  struct Part {
+    const T* p;
+    int64_t block;
+    REWIND_AVX2_INLINE void load(int64_t i, __m256* kv) const {
+      for (int c = 0; c < NV; ++c) {
+        const T* a = p + i * block + 8 * c;
+        if constexpr (kKind == 0)
+          kv[c] = _mm256_loadu_ps(reinterpret_cast<const float*>(a));
+        else
+          kv[c] = widen8_u16(reinterpret_cast<const uint16_t*>(a), kKind == 1);
+      }
+    }
+  };
+  template <int NV>
+  REWIND_AVX2_INLINE Part<NV> part(int64_t, int64_t j0) const {
+    return {p + j0, block};
+  }
+};
+struct K2Q8 {  // the scale of (i, j) at sc[(i / 32) * block + j]
+  const int8_t* p;
+  const uint16_t* sc;
+  int64_t block;
+  const int8_t* pn;
+  const uint16_t* scn;
+  template <int NV>
+  REWIND_AVX2_INLINE void prefetch(int64_t i, int64_t j0) const {
+    if (!pn) return;
+    prefetch_l2_avx2(pn + i * block + j0, 8 * NV);
+    if (i % 32 == 0) prefetch_l2_avx2(scn + (i / 32) * block + j0, 16 * NV);
+  }
+  K2Q8 without_next() const { return {p, sc, block, nullptr, nullptr}; }
+  template <int NV>
+  struct Part {
+    const int8_t* p;
+    int64_t block;
+    __m256 s[NV];
+    REWIND_AVX2_INLINE void load(int64_t i, __m256* kv) const {
+      for (int c = 0; c < NV; ++c) kv[c] = widen8_q8(p + i * block + 8 * c, s[c]);
+    }
+  };
+  template <int NV>
+  REWIND_AVX2_INLINE Part<NV> part(int64_t i0, int64_t j0) const {
+    Part<NV> t{p + j0, block, {}};
+    for (int c = 0; c < NV; ++c)
+      t.s[c] = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + (i0 / 32) * block + j0 + 8 * c)));
+    return t;
+  }
+};
+// V: load<NV>(j, i, vv) gives dims [i, i + 8 NV) of key j.
+template <class T, int kKind>
+struct V2Plain {
+  const T* p;
+  int64_t ld;
+  const T* pn;
+  template <int NV>
+  REWIND_AVX2_INLINE void prefetch(int64_t j, int64_t i) const {
+    if (pn) prefetch_l2_avx2(pn + j * ld + i, static_cast<int64_t>(sizeof(T)) * 8 * NV);
+  }
+  V2Plain without_next() const { return {p, ld, nullptr}; }
+  template <int NV>
+  REWIND_AVX2_INLINE void load(int64_t j, int64_t i, __m256* vv) const {
+    for (int c = 0; c < NV; ++c) {
+      const T* a = p + j * ld + i + 8 * c;
+      if constexpr (kKind == 0)
+        vv[c] = _mm256_loadu_ps(reinterpret_cast<const float*>(a));
+      else
+        vv[c] = widen8_u16(reinterpret_cast<const uint16_t*>(a), kKind == 1);
+    }
+  }
+};
+struct V2Q8 {  // 32 dims from a multiple of 32 share the scale at sc[j * sld + i / 32]
+  const int8_t* p;
+  const uint16_t* sc;
+  int64_t ld, sld;
+  const int8_t* pn;
+  const uint16_t* scn;
+  template <int NV>
+  REWIND_AVX2_INLINE void prefetch(int64_t j, int64_t i) const {
+    if (!pn) return;
+    prefetch_l2_avx2(pn + j * ld + i, 8 * NV);
+    if (i == 0) prefetch_l2_avx2(scn + j * sld, 2);
+  }
+  V2Q8 without_next() const { return {p, sc, ld, sld, nullptr, nullptr}; }
+  template <int NV>
+  REWIND_AVX2_INLINE void load(int64_t j, int64_t i, __m256* vv) const {
+    for (int c = 0; c < NV; ++c) {
+      const __m256 s =
+          _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(sc[j * sld + (i + 8 * c) / 32])));
+      vv[c] = widen8_q8(p + j * ld + i + 8 * c, s);
+    }
+  }
+};
+
+// The first m (0..8) lanes of v to out.
+REWIND_AVX2_INLINE void store_lanes_avx2(float* out, __m256 v, int64_t m) {
+  if (m >= 8) {
+    _mm256_storeu_ps(out, v);
+  } else if (m > 0) {
+    alignas(32) float t[8];
+    _mm256_store_ps(t, v);
+    std::memcpy(out, t, static_cast<size_t>(m) * sizeof(float));
+  }
+}
+
+template <int R, int NV, class LoadK>
+__attribute__((target("avx2,fma,f16c"))) void scores_rows_avx2(const float* const* q,
+                                                               const LoadK& kl, const int64_t* nb,
+                                                               int64_t d, float* const* s) {
+  constexpr int kW = 8 * NV;  // keys per pass
+  int64_t n_max = 0;
+  for (int r = 0; r < R; ++r) n_max = std::max(n_max, nb[r]);
+  for (int64_t j0 = 0; j0 < n_max; j0 += kW) {
+    __m256 acc[R][NV];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < NV; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t i0 = 0; i0 < d; i0 += 32) {
+      const auto part = kl.template part<NV>(i0, j0);
+      const int64_t i1 = std::min<int64_t>(d, i0 + 32);
+      for (int64_t i = i0; i < i1; ++i) {
+        kl.template prefetch<NV>(i, j0);
+        __m256 kv[NV];
+        part.load(i, kv);
+        for (int r = 0; r < R; ++r) {
+          const __m256 qi = _mm256_set1_ps(q[r][i]);
+          for (int c = 0; c < NV; ++c) acc[r][c] = _mm256_fmadd_ps(qi, kv[c], acc[r][c]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const int64_t m = std::min<int64_t>(kW, nb[r] - j0);
+      for (int c = 0; c < NV; ++c)
+        store_lanes_avx2(s[r] + j0 + 8 * c, acc[r][c], std::clamp<int64_t>(m - 8 * c, 0, 8));
+    }
+  }
+}
+
+// The keys go in runs of kSub (16), each run through every pass over the dims before the next,
+// so that its V rows stay in L1 (a 64-key block of F32 V rows of 256 dims is 64 KiB); the sums
+// go back to o between runs, exactly, and each output's fmas keep key order.
+template <int R, int NV, class LoadV>
+__attribute__((target("avx2,fma,f16c"))) void weighted_values_rows_avx2(
+    const LoadV& vl, const int64_t* nb, const float* const* p, float* const* o, int64_t d) {
+  constexpr int kW = 8 * NV;  // dims per pass
+  constexpr int64_t kSub = 16;
+  int64_t n_min = nb[0], n_max = 0;
+  for (int r = 0; r < R; ++r) {
+    n_min = std::min(n_min, nb[r]);
+    n_max = std::max(n_max, nb[r]);
+  }
+  for (int64_t j0 = 0; j0 < n_max; j0 += kSub) {
+    const int64_t j1 = std::min(n_max, j0 + kSub), jc = std::min(j1, n_min);
+    for (int64_t d0 = 0; d0 < d; d0 += kW) {
+      __m256 acc[R][NV];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < NV; ++c) acc[r][c] = _mm256_loadu_ps(o[r] + d0 + 8 * c);
+      for (int64_t j = j0; j < jc; ++j) {  // keys every row has
+        vl.template prefetch<NV>(j, d0);
+        __m256 vv[NV];
+        vl.template load<NV>(j, d0, vv);
+        for (int r = 0; r < R; ++r) {
+          const __m256 pj = _mm256_set1_ps(p[r][j]);
+          for (int c = 0; c < NV; ++c) acc[r][c] = _mm256_fmadd_ps(pj, vv[c], acc[r][c]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        for (int64_t j = std::max(j0, n_min); j < std::min(j1, nb[r]); ++j) {
+          __m256 vv[NV];
+          vl.template load<NV>(j, d0, vv);
+          const __m256 pj = _mm256_set1_ps(p[r][j]);
+          for (int c = 0; c < NV; ++c) acc[r][c] = _mm256_fmadd_ps(pj, vv[c], acc[r][c]);
+        }
+        for (int c = 0; c < NV; ++c) _mm256_storeu_ps(o[r] + d0 + 8 * c, acc[r][c]);
+      }
+    }
+  }
+}
+
+// Vectors a pass for R rows on AVX2, given what the block (scores) or d (values) divides by.
+template <int R>
+constexpr int avx2_row_vectors() {
+  return R <= 2 ? 4 : R <= 4 ? 2 : 1;
 }
 
 #pragma GCC diagnostic pop
@@ -1924,6 +2142,7 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
   };
 #ifdef REWIND_ATTN_AVX512
   const bool avx512 = simd_level(isa) == 2;
+  const bool avx2 = widen_level(isa) == 1;  // AVX2 with F16C (and FMA)
   // Rows from r in groups of 8 while more than 8 are left, then the rest as one group of 1-8:
   // run(g, R) per group, R a std::integral_constant. (A K/V head's 3 or 5 query heads, as on
   // Granite-4.0-H and Nemotron-Nano-9B-v2, share each load too, rather than a group of 4 and
@@ -1998,6 +2217,36 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
         rows(KLoadQ8{static_cast<const int8_t*>(kt->data[bi]), kt->scales[bi], block,
                      static_cast<const int8_t*>(next(kt->data[bn])),
                      static_cast<const uint16_t*>(next(kt->scales[bn]))});
+    } else if (avx2 && block % 32 == 0) {
+      auto rows = [&](const auto& kl) {
+        bool first = true;
+        in_groups(r, b0, [&](RowGroup& rg, auto R) {
+          const auto use = first ? kl : kl.without_next();
+          first = false;
+          scores_rows_avx2<R(), avx2_row_vectors<R()>()>(rg.q, use, rg.nb, d, rg.s);
+        });
+      };
+      const DType t = kt ? kt->type : DType::F32;
+      const bool more = b0 + block < n_max;
+      const int64_t bn = more ? bi + 1 : bi;
+      auto kd = [&](int64_t b) { return k_blocks ? k_blocks[b] : kt->data[b]; };
+      auto next = [&](const void* x) { return more ? x : nullptr; };
+      using U = uint16_t;
+      if (t == DType::F32)
+        rows(K2Plain<float, 0>{static_cast<const float*>(kd(bi)), block,
+                               static_cast<const float*>(next(kd(bn)))});
+      else if (t == DType::BF16 || t == DType::F16) {
+        const U* k0 = static_cast<const U*>(kt->data[bi]);
+        const U* k1 = static_cast<const U*>(next(kt->data[bn]));
+        if (t == DType::BF16)
+          rows(K2Plain<U, 1>{k0, block, k1});
+        else
+          rows(K2Plain<U, 2>{k0, block, k1});
+      } else {
+        rows(K2Q8{static_cast<const int8_t*>(kt->data[bi]), kt->scales[bi], block,
+                  static_cast<const int8_t*>(next(kt->data[bn])),
+                  static_cast<const uint16_t*>(next(kt->scales[bn]))});
+      }
     }
 #endif
     if (kt && r < m) {  // rows left for the portable kernel: whole 64-key chunks widened
@@ -2070,6 +2319,36 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
         rows(VLoadQ8{static_cast<const int8_t*>(vt->data[bi]), vt->scales[bi], vt->ld, vt->sld,
                      static_cast<const int8_t*>(next(vt->data[bn])),
                      static_cast<const uint16_t*>(next(vt->scales[bn]))});
+    } else if (avx2 && d % 32 == 0) {
+      auto rows = [&](const auto& vl) {
+        bool first = true;
+        in_groups(r, b0, [&](RowGroup& rg, auto R) {
+          const auto use = first ? vl : vl.without_next();
+          first = false;
+          weighted_values_rows_avx2<R(), avx2_row_vectors<R()>()>(use, rg.nb, rg.s, rg.o, d);
+        });
+      };
+      const DType t = vt ? vt->type : DType::F32;
+      const bool more = b0 + block < n_max;
+      const int64_t bn = more ? bi + 1 : bi;
+      auto vd = [&](int64_t b) { return v_blocks ? v_blocks[b] : vt->data[b]; };
+      auto next = [&](const void* x) { return more ? x : nullptr; };
+      using U = uint16_t;
+      if (t == DType::F32)
+        rows(V2Plain<float, 0>{static_cast<const float*>(vd(bi)), v_blocks ? ld : vt->ld,
+                               static_cast<const float*>(next(vd(bn)))});
+      else if (t == DType::BF16 || t == DType::F16) {
+        const U* v0 = static_cast<const U*>(vt->data[bi]);
+        const U* v1 = static_cast<const U*>(next(vt->data[bn]));
+        if (t == DType::BF16)
+          rows(V2Plain<U, 1>{v0, vt->ld, v1});
+        else
+          rows(V2Plain<U, 2>{v0, vt->ld, v1});
+      } else {
+        rows(V2Q8{static_cast<const int8_t*>(vt->data[bi]), vt->scales[bi], vt->ld, vt->sld,
+                  static_cast<const int8_t*>(next(vt->data[bn])),
+                  static_cast<const uint16_t*>(next(vt->scales[bn]))});
+      }
     }
 #endif
     if (vt && r < m) {  // rows left for the portable kernel: the block's keys widened

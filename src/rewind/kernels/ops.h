@@ -160,11 +160,11 @@ void kv_widen_k(const KvBlocks& k, int64_t b, int64_t block, int64_t n, int64_t 
 void kv_widen_v(const KvBlocks& v, int64_t b, int64_t n, int64_t d, float* out,
                 IsaCap isa = IsaCap::Amx);
 
-// attention_rows over stored K/V: the AVX-512 row-group kernels widen K and V as they load them
-// (block and d multiples of 32); otherwise, and on the AVX2 and scalar paths, each block is
-// widened first (kv_widen_k / kv_widen_v into per-thread buffers of d x block floats) and the
-// F32 kernel runs on it. Either way each row is bit-identical to attention_head on the widened
-// values, on every SIMD path. F32 blocks are read in place.
+// attention_rows over stored K/V: the AVX-512 and AVX2 (with F16C) row-group kernels widen K and
+// V as they load them (block and d multiples of 32); otherwise, and on the scalar path, each
+// block is widened first (kv_widen_k / kv_widen_v into per-thread buffers of d x block floats)
+// and the F32 kernel runs on it. Either way each row is bit-identical to attention_head on the
+// widened values, on every SIMD path. F32 blocks are read in place.
 void attention_rows(const float* const* q, int64_t m, const int64_t* n_keys, const KvBlocks& k,
                     const KvBlocks& v, int64_t block, int64_t d, float scale, float* const* out,
                     float* scratch, IsaCap isa = IsaCap::Amx);
