@@ -160,8 +160,8 @@ void kv_widen_k(const KvBlocks& k, int64_t b, int64_t block, int64_t n, int64_t 
 void kv_widen_v(const KvBlocks& v, int64_t b, int64_t n, int64_t d, float* out,
                 IsaCap isa = IsaCap::Amx);
 
-// attention_rows over stored K/V: the AVX-512 and AVX2 (with F16C) row-group kernels widen K and
-// V as they load them (block and d multiples of 32); otherwise, and on the scalar path, each
+// attention_rows over stored K/V: the AVX-512 row-group kernels, and AVX2's (with F16C) for up
+// to 8 rows, widen K and V as they load them (block and d multiples of 32); otherwise each
 // block is widened first (kv_widen_k / kv_widen_v into per-thread buffers of d x block floats)
 // and the F32 kernel runs on it. Either way each row is bit-identical to attention_head on the
 // widened values, on every SIMD path. F32 blocks are read in place.
