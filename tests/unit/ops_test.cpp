@@ -449,7 +449,7 @@ TEST(Ops, AttentionOverTypedKvBitsEqualF32OnWidenedValues) {
     if (!parse_isa_cap(isa, &cap) || !isa_cap_supported(cap)) continue;
     for (DType t : {DType::BF16, DType::F16, DType::Q8_0})
       for (int64_t d : {32, 40, 64, 128})
-        for (int64_t block : {64, 4})
+        for (int64_t block : {64, 32, 4})
           for (auto [first, m] : std::vector<std::pair<int64_t, int64_t>>{
                    {1, 5}, {61, 9}, {130, 4}, {70, 3}, {3, 2}}) {
             const int64_t n_max = first + m - 1, nb = (n_max + block - 1) / block;
@@ -493,11 +493,12 @@ TEST(Ops, AttentionOverTypedKvBitsEqualF32OnWidenedValues) {
   }
 }
 
-// attention_rows shares K/V loads between rows (groups of 8 and 4 on AVX-512, of 4 in the
-// portable code, when the block and d allow); each row's output must still be attention_head's
-// bits for that row alone: rows that start before, inside and after a block boundary, tiles not
-// a multiple of the groups, d with and without the grouped paths, keys ending mid-block; on every
-// SIMD path this machine has; in both forms (rows a stride apart, rows at their own addresses).
+// attention_rows shares K/V loads between rows (on AVX-512 groups of 8 and then one of the 1-8
+// left, on AVX2 the same for up to 8 rows, in the portable code groups of 4, when the block and
+// d allow); each row's output must still be attention_head's bits for that row alone: rows that
+// start before, inside and after a block boundary, tiles not a multiple of the groups, d with and
+// without the grouped paths, keys ending mid-block; on every SIMD path this machine has; in both
+// forms (rows a stride apart, rows at their own addresses).
 TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
   std::mt19937_64 r(17);
   for (const char* isa : {"avx512", "avx2", "scalar"}) {
@@ -559,9 +560,10 @@ TEST(Ops, AttentionRowsBitsEqualOneRowAtATime) {
 }
 
 // Every SIMD path gives the scalar path's bits for the same rows, over F32 and typed K/V:
-// decode's groups of 4 rows (whole 64-key K passes and 64-dim V passes), groups of 8, the 1-3
-// rows left over (3 and 5 query heads a K/V head, one head), key counts that are not a multiple of
-// 16, and large scores (the exp clamp at -87).
+// decode's groups of 1-8 rows (1-6 in whole 64-key K passes and 64-dim V passes; 3 and 5 query
+// heads a K/V head, one head; on AVX2 groups of 5-8 as 4 and the rest), groups of 8 and then
+// the rows left over, key counts that are not a multiple of 16, and large scores (the exp clamp
+// at -87).
 TEST(Ops, AttentionRowsBitsEqualAcrossIsas) {
   std::mt19937_64 r(41);
   IsaCap scalar;
@@ -574,7 +576,10 @@ TEST(Ops, AttentionRowsBitsEqualAcrossIsas) {
                                                                                   {40, 13, 0.5f},
                                                                                   {150, 3, 1.0f},
                                                                                   {66, 6, 1.0f},
-                                                                                  {200, 1, 2.0f}}) {
+                                                                                  {200, 1, 2.0f},
+                                                                                  {150, 7, 1.0f},
+                                                                                  {150, 8, 1.0f},
+                                                                                  {64, 2, 1.0f}}) {
         const int64_t block = 64, n_max = first + m - 1, nb = (n_max + block - 1) / block;
         TypedHead h = typed_head(r, t == DType::F32 ? DType::F16 : t, d, block, nb,
                                  /*any_bits=*/false);

@@ -1238,8 +1238,9 @@ __attribute__((target("avx512f"))) void softmax_row_avx512(float* s, int64_t n, 
 
 // ---- The same row kernels in AVX2 (with FMA and F16C) ----
 // 8 lanes a vector and 16 registers: R rows x 8 NV keys (scores) or dims (values) a pass, NV 4
-// for up to 2 rows, 2 for 3-4 (R NV sums, NV loads and a broadcast fit); larger groups run as
-// groups of 4 and the rest. Loaders
+// for up to 2 rows, 2 for 3-4 (R NV sums, NV loads and a broadcast fit, but for Q8_0's NV
+// scales, one of which the compiler reads from memory); larger groups run as groups of 4 and
+// the rest. Loaders
 // widen as they load (BF16 zero-extended and shifted, F16 vcvtph2ps, Q8_0 a code times its f16
 // scale), prefetch the next block into L2 as the AVX-512 ones do, and give the same values in
 // order; each element sees the same fma in the same order, so the bits are the portable
