@@ -1450,6 +1450,28 @@ __attribute__((target("avx2,fma,f16c"))) void weighted_values_rows_avx2(
   }
 }
 
+// The loaders of each vector width, by stored type (attention_core picks one per block).
+struct Avx512Loaders {
+  using KF32 = KLoadF32;
+  using KBF16 = KLoadHalf<true>;
+  using KF16 = KLoadHalf<false>;
+  using KQ8 = KLoadQ8;
+  using VF32 = VLoadF32;
+  using VBF16 = VLoadHalf<true>;
+  using VF16 = VLoadHalf<false>;
+  using VQ8 = VLoadQ8;
+};
+struct Avx2Loaders {
+  using KF32 = K2Plain<float, 0>;
+  using KBF16 = K2Plain<uint16_t, 1>;
+  using KF16 = K2Plain<uint16_t, 2>;
+  using KQ8 = K2Q8;
+  using VF32 = V2Plain<float, 0>;
+  using VBF16 = V2Plain<uint16_t, 1>;
+  using VF16 = V2Plain<uint16_t, 2>;
+  using VQ8 = V2Q8;
+};
+
 // Vectors a pass for R (1-4) rows on AVX2.
 template <int R>
 constexpr int avx2_row_vectors() {
@@ -2206,6 +2228,62 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
         return run(g, std::integral_constant<int, 8>{});
     }
   };
+  // kernel(g, R, loader) over the rows from r in groups, the first group's loader prefetching
+  // the next block.
+  auto groups_with = [&](int64_t& r, int64_t b0, const auto& loader, auto&& kernel) {
+    bool first = true;
+    in_groups(r, b0, [&](RowGroup& rg, auto R) {
+      kernel(rg, R, first ? loader : loader.without_next());
+      first = false;
+    });
+  };
+  // rows(loader) with block bi's K (V) loader of family Fam{} (Avx512Loaders, Avx2Loaders),
+  // given the next block, if any, to prefetch.
+  auto with_k = [&](auto fam, int64_t bi, auto&& rows) {
+    using Fam = decltype(fam);
+    using U = uint16_t;
+    const DType t = kt ? kt->type : DType::F32;
+    const int64_t bn = (bi + 1) * block < n_max ? bi + 1 : -1;
+    auto at = [&](int64_t b) -> const void* {
+      return b < 0 ? nullptr : k_blocks ? k_blocks[b] : kt->data[b];
+    };
+    if (t == DType::F32) {
+      rows(typename Fam::KF32{static_cast<const float*>(at(bi)), block,
+                              static_cast<const float*>(at(bn))});
+    } else if (t == DType::BF16) {
+      rows(
+          typename Fam::KBF16{static_cast<const U*>(at(bi)), block, static_cast<const U*>(at(bn))});
+    } else if (t == DType::F16) {
+      rows(typename Fam::KF16{static_cast<const U*>(at(bi)), block, static_cast<const U*>(at(bn))});
+    } else {
+      rows(typename Fam::KQ8{static_cast<const int8_t*>(at(bi)), kt->scales[bi], block,
+                             static_cast<const int8_t*>(at(bn)),
+                             bn < 0 ? nullptr : kt->scales[bn]});
+    }
+  };
+  auto with_v = [&](auto fam, int64_t bi, auto&& rows) {
+    using Fam = decltype(fam);
+    using U = uint16_t;
+    const DType t = vt ? vt->type : DType::F32;
+    const int64_t bn = (bi + 1) * block < n_max ? bi + 1 : -1;
+    auto at = [&](int64_t b) -> const void* {
+      return b < 0 ? nullptr : v_blocks ? v_blocks[b] : vt->data[b];
+    };
+    if (t == DType::F32) {
+      rows(typename Fam::VF32{static_cast<const float*>(at(bi)), v_blocks ? ld : vt->ld,
+                              static_cast<const float*>(at(bn))});
+    } else if (t == DType::BF16) {
+      rows(typename Fam::VBF16{static_cast<const U*>(at(bi)), vt->ld,
+                               static_cast<const U*>(at(bn))});
+    } else if (t == DType::F16) {
+      rows(
+          typename Fam::VF16{static_cast<const U*>(at(bi)), vt->ld, static_cast<const U*>(at(bn))});
+    } else {
+      rows(typename Fam::VQ8{static_cast<const int8_t*>(at(bi)), vt->scales[bi], vt->ld, vt->sld,
+                             static_cast<const int8_t*>(at(bn)),
+                             bn < 0 ? nullptr : vt->scales[bn]});
+    }
+  };
 #endif
   // Pass 1, block-major so that a K block is reused by every row: scores.
   for (int64_t b0 = 0; b0 < n_max; b0 += block) {
@@ -2215,68 +2293,22 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
     while (r < m && n_keys[r] <= b0) ++r;  // rows whose keys end before this block
     RowGroup g;
 #ifdef REWIND_ATTN_AVX512
-    // Groups of rows: the AVX-512 kernels read a typed block as they go.
+    // Groups of rows: the row kernels read a typed block as they go.
     if (avx512 && block % 32 == 0) {
-      // The first group prefetches the next block.
-      auto rows = [&](const auto& kl) {
-        bool first = true;
-        in_groups(r, b0, [&](RowGroup& rg, auto R) {
-          const auto use = first ? kl : kl.without_next();
-          first = false;
+      with_k(Avx512Loaders{}, bi, [&](const auto& kl) {
+        groups_with(r, b0, kl, [&](RowGroup& rg, auto R, const auto& use) {
           if (R() <= 6 && block % 64 == 0)  // 64 keys a pass: 4 x R sums in registers
             scores_rows_avx512<R(), 4>(rg.q, use, rg.nb, d, rg.s);
           else
             scores_rows_avx512<R(), 2>(rg.q, use, rg.nb, d, rg.s);
         });
-      };
-      const DType t = kt ? kt->type : DType::F32;
-      const bool more = b0 + block < n_max;
-      const int64_t bn = more ? bi + 1 : bi;
-      auto kd = [&](int64_t b) { return k_blocks ? k_blocks[b] : kt->data[b]; };
-      auto next = [&](const void* x) { return more ? x : nullptr; };
-      if (t == DType::F32)
-        rows(KLoadF32{static_cast<const float*>(kd(bi)), block,
-                      static_cast<const float*>(next(kd(bn)))});
-      else if (t == DType::BF16)
-        rows(KLoadHalf<true>{static_cast<const uint16_t*>(kt->data[bi]), block,
-                             static_cast<const uint16_t*>(next(kt->data[bn]))});
-      else if (t == DType::F16)
-        rows(KLoadHalf<false>{static_cast<const uint16_t*>(kt->data[bi]), block,
-                              static_cast<const uint16_t*>(next(kt->data[bn]))});
-      else
-        rows(KLoadQ8{static_cast<const int8_t*>(kt->data[bi]), kt->scales[bi], block,
-                     static_cast<const int8_t*>(next(kt->data[bn])),
-                     static_cast<const uint16_t*>(next(kt->scales[bn]))});
+      });
     } else if (avx2 && m <= 8 && block % 32 == 0) {  // decode's rows (see avx2 above)
-      auto rows = [&](const auto& kl) {
-        bool first = true;
-        in_groups(r, b0, [&](RowGroup& rg, auto R) {
-          const auto use = first ? kl : kl.without_next();
-          first = false;
+      with_k(Avx2Loaders{}, bi, [&](const auto& kl) {
+        groups_with(r, b0, kl, [&](RowGroup& rg, auto R, const auto& use) {
           scores_group_avx2<R()>(rg.q, use, rg.nb, d, rg.s);
         });
-      };
-      const DType t = kt ? kt->type : DType::F32;
-      const bool more = b0 + block < n_max;
-      const int64_t bn = more ? bi + 1 : bi;
-      auto kd = [&](int64_t b) { return k_blocks ? k_blocks[b] : kt->data[b]; };
-      auto next = [&](const void* x) { return more ? x : nullptr; };
-      using U = uint16_t;
-      if (t == DType::F32) {
-        rows(K2Plain<float, 0>{static_cast<const float*>(kd(bi)), block,
-                               static_cast<const float*>(next(kd(bn)))});
-      } else if (t == DType::BF16 || t == DType::F16) {
-        const U* k0 = static_cast<const U*>(kt->data[bi]);
-        const U* k1 = static_cast<const U*>(next(kt->data[bn]));
-        if (t == DType::BF16)
-          rows(K2Plain<U, 1>{k0, block, k1});
-        else
-          rows(K2Plain<U, 2>{k0, block, k1});
-      } else {
-        rows(K2Q8{static_cast<const int8_t*>(kt->data[bi]), kt->scales[bi], block,
-                  static_cast<const int8_t*>(next(kt->data[bn])),
-                  static_cast<const uint16_t*>(next(kt->scales[bn]))});
-      }
+      });
     }
 #endif
     if (kt && r < m) {  // rows left for the portable kernel: whole 64-key chunks widened
@@ -2320,65 +2352,20 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
     RowGroup g;
 #ifdef REWIND_ATTN_AVX512
     if (avx512 && d % 32 == 0) {
-      auto rows = [&](const auto& vl) {  // the first group prefetches the next block
-        bool first = true;
-        in_groups(r, b0, [&](RowGroup& rg, auto R) {
-          const auto use = first ? vl : vl.without_next();
-          first = false;
+      with_v(Avx512Loaders{}, bi, [&](const auto& vl) {
+        groups_with(r, b0, vl, [&](RowGroup& rg, auto R, const auto& use) {
           if (R() <= 6 && d % 64 == 0)  // 64 dims a pass
             weighted_values_rows_avx512<R(), 4>(use, rg.nb, rg.s, rg.o, d);
           else
             weighted_values_rows_avx512<R(), 2>(use, rg.nb, rg.s, rg.o, d);
         });
-      };
-      const DType t = vt ? vt->type : DType::F32;
-      const bool more = b0 + block < n_max;
-      const int64_t bn = more ? bi + 1 : bi;
-      auto vd = [&](int64_t b) { return v_blocks ? v_blocks[b] : vt->data[b]; };
-      auto next = [&](const void* x) { return more ? x : nullptr; };
-      if (t == DType::F32)
-        rows(VLoadF32{static_cast<const float*>(vd(bi)), v_blocks ? ld : vt->ld,
-                      static_cast<const float*>(next(vd(bn)))});
-      else if (t == DType::BF16)
-        rows(VLoadHalf<true>{static_cast<const uint16_t*>(vt->data[bi]), vt->ld,
-                             static_cast<const uint16_t*>(next(vt->data[bn]))});
-      else if (t == DType::F16)
-        rows(VLoadHalf<false>{static_cast<const uint16_t*>(vt->data[bi]), vt->ld,
-                              static_cast<const uint16_t*>(next(vt->data[bn]))});
-      else
-        rows(VLoadQ8{static_cast<const int8_t*>(vt->data[bi]), vt->scales[bi], vt->ld, vt->sld,
-                     static_cast<const int8_t*>(next(vt->data[bn])),
-                     static_cast<const uint16_t*>(next(vt->scales[bn]))});
+      });
     } else if (avx2 && m <= 8 && d % 32 == 0) {
-      auto rows = [&](const auto& vl) {
-        bool first = true;
-        in_groups(r, b0, [&](RowGroup& rg, auto R) {
-          const auto use = first ? vl : vl.without_next();
-          first = false;
+      with_v(Avx2Loaders{}, bi, [&](const auto& vl) {
+        groups_with(r, b0, vl, [&](RowGroup& rg, auto R, const auto& use) {
           values_group_avx2<R()>(use, rg.nb, rg.s, rg.o, d);
         });
-      };
-      const DType t = vt ? vt->type : DType::F32;
-      const bool more = b0 + block < n_max;
-      const int64_t bn = more ? bi + 1 : bi;
-      auto vd = [&](int64_t b) { return v_blocks ? v_blocks[b] : vt->data[b]; };
-      auto next = [&](const void* x) { return more ? x : nullptr; };
-      using U = uint16_t;
-      if (t == DType::F32) {
-        rows(V2Plain<float, 0>{static_cast<const float*>(vd(bi)), v_blocks ? ld : vt->ld,
-                               static_cast<const float*>(next(vd(bn)))});
-      } else if (t == DType::BF16 || t == DType::F16) {
-        const U* v0 = static_cast<const U*>(vt->data[bi]);
-        const U* v1 = static_cast<const U*>(next(vt->data[bn]));
-        if (t == DType::BF16)
-          rows(V2Plain<U, 1>{v0, vt->ld, v1});
-        else
-          rows(V2Plain<U, 2>{v0, vt->ld, v1});
-      } else {
-        rows(V2Q8{static_cast<const int8_t*>(vt->data[bi]), vt->scales[bi], vt->ld, vt->sld,
-                  static_cast<const int8_t*>(next(vt->data[bn])),
-                  static_cast<const uint16_t*>(next(vt->scales[bn]))});
-      }
+      });
     }
 #endif
     if (vt && r < m) {  // rows left for the portable kernel: the block's keys widened

@@ -1183,7 +1183,7 @@ void Model::Impl::layer(const ModelConfig& c, const LayerW& L, const std::vector
           },
           NS * macs);
     } else {
-      for (int64_t e = 0; e < E; ++e) run_expert(e, pool);
+      for (int32_t e : busy) run_expert(e, pool);
     }
     expert_ffn(L.dense, xn, nullptr, T, out, dense_gu(T), pool);  // shared expert
     // out = sum over ranks j of w_j * expert_j + g * shared, per element from 0 in rank order;
