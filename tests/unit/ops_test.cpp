@@ -568,18 +568,13 @@ TEST(Ops, AttentionRowsBitsEqualAcrossIsas) {
   std::mt19937_64 r(41);
   IsaCap scalar;
   ASSERT_TRUE(parse_isa_cap("scalar", &scalar));
+  // (first key count, rows, query scale)
+  const std::vector<std::tuple<int64_t, int64_t, float>> cases = {
+      {300, 4, 1.0f}, {77, 9, 1.0f},  {129, 4, 8.0f}, {40, 13, 0.5f}, {150, 3, 1.0f},
+      {66, 6, 1.0f},  {200, 1, 2.0f}, {150, 7, 1.0f}, {150, 8, 1.0f}, {64, 2, 1.0f}};
   for (DType t : {DType::F32, DType::BF16, DType::F16, DType::Q8_0})
     for (int64_t d : {64, 256, 96})
-      for (auto [first, m, sd] : std::vector<std::tuple<int64_t, int64_t, float>>{{300, 4, 1.0f},
-                                                                                  {77, 9, 1.0f},
-                                                                                  {129, 4, 8.0f},
-                                                                                  {40, 13, 0.5f},
-                                                                                  {150, 3, 1.0f},
-                                                                                  {66, 6, 1.0f},
-                                                                                  {200, 1, 2.0f},
-                                                                                  {150, 7, 1.0f},
-                                                                                  {150, 8, 1.0f},
-                                                                                  {64, 2, 1.0f}}) {
+      for (auto [first, m, sd] : cases) {
         const int64_t block = 64, n_max = first + m - 1, nb = (n_max + block - 1) / block;
         TypedHead h = typed_head(r, t == DType::F32 ? DType::F16 : t, d, block, nb,
                                  /*any_bits=*/false);
