@@ -183,6 +183,14 @@ std::vector<CommandSpec> build_specs() {
              "a shorter wait for them",
              {},
              false},
+            {"--itl-target",
+             "",
+             "T",
+             "the time a step that decodes beside a prefill aims at, its prefill chunk sized "
+             "from measured step times: Nx (times a step of the decode rows alone), N (ms) or "
+             "off (6x)",
+             {},
+             false},
             {"--ctx-size", "-c", "N", "prompt + max_tokens limit per request (default 32768)"},
             {"--cache-ram", "", "MiB", "prefix cache budget: KV pages + checkpoints (4096)"},
             {"--grammar-cache-ram", "", "MiB",
@@ -232,9 +240,9 @@ std::vector<CommandSpec> build_specs() {
        "/props take ?model=NAME. The models share --threads threads (their parallel jobs take\n"
        "turns). Every option applies to every model, except that --model-opt NAME:OPT=V (or\n"
        "NAME:OPT for a flag) sets one for model NAME: ctx-size, parallel, chunk, mixed-chunk,\n"
-       "max-queue, checkpoint-interval, checkpoint-max, no-cache, spec, draft-k, spec-fixed-k,\n"
-       "weights, cache-type-k, cache-type-v (e.g. --model-opt b:ctx-size=4096\n"
-       "--model-opt a:spec=ngram).\n"
+       "itl-target, max-queue, checkpoint-interval, checkpoint-max, no-cache, spec, draft-k,\n"
+       "spec-fixed-k, weights, cache-type-k, cache-type-v (e.g. --model-opt\n"
+       "b:ctx-size=4096 --model-opt a:spec=ngram).\n"
        "A --spec draft:DIR is loaded once and shared by the models that use it; each must have\n"
        "the draft's vocabulary (else give the others their own --spec with --model-opt).\n"
        "Access log fields (docs/ARCHITECTURE.md, \"Access log\"): time, request id, client,\n"
@@ -259,6 +267,12 @@ std::vector<CommandSpec> build_specs() {
         {"--batch", "", "N,...", "decode N sequences per step, sizes side by side", {}, false},
         {"--mixed-prefill", "", "L", "with --batch: also beside L-token prefills", {}, false},
         {"--step-tokens", "", "B", "with --mixed-prefill: a step's token budget (512)", {}, false},
+        {"--itl-target",
+         "",
+         "T",
+         "with --mixed-prefill: one more set, sized as serve's",
+         {},
+         false},
         json_opt("print one JSON object")},
        "--prefill-runs: the headline is their median; the first prefill, which grows the buffers\n"
        "to the prompt's size, is reported apart.\n"
@@ -274,7 +288,10 @@ std::vector<CommandSpec> build_specs() {
        "--mixed-prefill: one more set of the largest N decodes while another sequence prefills\n"
        "L-token prompts one after another in chunks of what the N rows leave of --step-tokens\n"
        "(the engine's plan): its steps' p50 / p99 time is the decode rows' inter-token latency\n"
-       "under that load; a step with the whole prompt in one piece is timed for comparison."});
+       "under that load; a step with the whole prompt in one piece is timed for comparison.\n"
+       "--itl-target: one more mixed set whose chunks are sized from measured step times to\n"
+       "aim at the target (Nx or N ms, as `rewind serve --itl-target`), the sets' steps taking\n"
+       "turns; each reports its prompt's progress (prompt tok/s) beside its latency."});
   c.push_back(
       {"cache-bench",
        "Scripted multi-request workloads with the prefix cache on and off, side by side.",

@@ -15,6 +15,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "rewind/engine/step_budget.h"
 #include "rewind/hub/hub.h"
 #include "rewind/kernels/machine_limits.h"
 #include "rewind/kernels/matmul.h"
@@ -29,9 +30,11 @@ namespace {
 // greedy) in turn, so the sizes are measured side by side under the same machine load. Each
 // step's forward and its argmax over the rows are timed apart.
 // mixed > 0: one more set of the largest size whose every step also carries a chunk of a
-// mixed-token prompt (what its rows leave of step_tokens), prompts one after another.
+// mixed-token prompt (what its rows leave of step_tokens), prompts one after another; with a
+// target, another such set whose chunks StepBudget sizes (engine/step_budget.h) from its own
+// steps and the plain set's of the same size.
 int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, int64_t p, int64_t n,
-                int64_t seed, int64_t mixed, int64_t step_tokens, bool json) {
+                int64_t seed, int64_t mixed, int64_t step_tokens, StepTarget target, bool json) {
   const int64_t V = m.config().vocab_size;
   struct Set {
     int64_t rows;
@@ -39,7 +42,16 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     std::vector<int32_t> next;
     std::vector<double> fwd_s, step_s;
   };
+  // A mixed set's prefilling sequence and its account.
+  struct Mixed {
+    size_t set = 0;
+    SequenceState pre;
+    std::optional<StepBudget> budget;  // none: the fixed chunk
+    int64_t chunks = 0, prompts_done = 0, prefill_tokens = 0;
+    std::vector<double> chunk_tokens;
+  };
   std::vector<Set> sets;
+  std::vector<Mixed> mixes;
   std::vector<float> logits;
   uint64_t s = static_cast<uint64_t>(seed) * 0x9e3779b97f4a7c15ull + 1;
   auto random_token = [&] {  // xorshift64
@@ -47,11 +59,19 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     return static_cast<int32_t>(s % static_cast<uint64_t>(V));
   };
   std::vector<int64_t> set_rows = sizes;
-  if (mixed > 0) set_rows.push_back(*std::max_element(sizes.begin(), sizes.end()));
-  // The long prompt of the mixed set and its prefilling state.
+  const int64_t mixed_rows = *std::max_element(sizes.begin(), sizes.end());
+  size_t plain_index = 0;  // the plain set of the mixed sets' size
+  for (size_t k = 0; k < sizes.size(); ++k)
+    if (sizes[k] == mixed_rows) plain_index = k;
+  if (mixed > 0)
+    for (int k = 0; k < (target.on() ? 2 : 1); ++k) {
+      mixes.push_back(Mixed{set_rows.size(), m.new_state(), std::nullopt, 0, 0, 0, {}});
+      if (k == 1) mixes.back().budget.emplace(target);
+      set_rows.push_back(mixed_rows);
+    }
+  // The long prompt of the mixed sets.
   std::vector<int32_t> long_prompt(static_cast<size_t>(std::max<int64_t>(mixed, 0)));
   for (auto& t : long_prompt) t = random_token();
-  SequenceState pre = m.new_state();
   for (int64_t rows : set_rows) {
     Set set{rows, {}, {}, {}, {}};
     for (int64_t r = 0; r < rows; ++r) {
@@ -73,23 +93,32 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
                             std::span<const int32_t>(&set.next[static_cast<size_t>(r)], 1),
                             {0}});
   };
-  int64_t chunks = 0, prompts_done = 0;
   for (int64_t i = 0; i < n; ++i)
     for (size_t k = 0; k < sets.size(); ++k) {
       Set& set = sets[k];
       decode_rows(set);
-      if (mixed > 0 && k + 1 == sets.size() && step_tokens > set.rows) {
-        if (pre.n_pos() >= mixed) {  // the prompt is done: the next one
-          pre = m.new_state();
-          ++prompts_done;
+      Mixed* mix = nullptr;
+      for (Mixed& x : mixes)
+        if (x.set == k) mix = &x;
+      int64_t chunk = 0;
+      if (mix && step_tokens > set.rows) {
+        if (mix->pre.n_pos() >= mixed) {  // the prompt is done: the next one
+          mix->pre = m.new_state();
+          ++mix->prompts_done;
         }
-        const int64_t b = pre.n_pos(), e = std::min(mixed, b + step_tokens - set.rows);
+        int64_t room = step_tokens - set.rows;
+        if (mix->budget)
+          if (const auto b = mix->budget->prefill_tokens(set.rows)) room = std::min(room, *b);
+        const int64_t b = mix->pre.n_pos(), e = std::min(mixed, b + room);
         std::vector<int32_t> rows;
         if (e == mixed) rows.push_back(static_cast<int32_t>(e - b - 1));
         in.push_back(SeqInput{
-            &pre, std::span<const int32_t>(long_prompt.data() + b, static_cast<size_t>(e - b)),
+            &mix->pre, std::span<const int32_t>(long_prompt.data() + b, static_cast<size_t>(e - b)),
             rows});
-        ++chunks;
+        chunk = e - b;
+        ++mix->chunks;
+        mix->prefill_tokens += chunk;
+        mix->chunk_tokens.push_back(static_cast<double>(chunk));
       }
       const double a = now_seconds();
       Status st = m.forward(in, &logits, pool);
@@ -99,6 +128,9 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
         set.next[static_cast<size_t>(r)] = argmax(logits.data() + r * V, static_cast<int32_t>(V));
       set.step_s.push_back(now_seconds() - a);
       set.fwd_s.push_back(b - a);
+      for (Mixed& x : mixes)  // the adaptive set learns from its own steps and the plain ones
+        if (x.budget && (k == x.set || (k == plain_index && !mix)))
+          x.budget->observe(set.rows, chunk, 1e3 * set.step_s.back());
     }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -111,8 +143,8 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
   // The largest batch beside the whole long prompt in one step (no budget), timed once.
   double whole_s = 0;
   if (mixed > 0) {
-    decode_rows(sets.back());
-    pre = m.new_state();
+    decode_rows(sets[mixes[0].set]);
+    SequenceState pre = m.new_state();
     in.push_back(SeqInput{&pre, long_prompt, {static_cast<int32_t>(mixed - 1)}});
     const double a = now_seconds();
     Status st = m.forward(in, &logits, pool);
@@ -142,31 +174,39 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
   if (json)
     std::printf("],\"prompt_tokens\":%lld,\"decode_tokens\":%lld", static_cast<long long>(p),
                 static_cast<long long>(n));
-  if (mixed > 0) {
-    size_t plain_index = 0;  // the plain set of the same size
-    for (size_t k = 0; k < n_plain; ++k)
-      if (sets[k].rows == sets.back().rows) plain_index = k;
-    const Set& alone = sets[plain_index];
-    const Set& mix = sets.back();
+  const Set& alone = sets[plain_index];
+  for (size_t j = 0; j < mixes.size(); ++j) {
+    const Mixed& mix = mixes[j];
+    const Set& set = sets[mix.set];
+    double total_s = 0;
+    for (double t : set.step_s) total_s += t;
+    // The prompt's progress: its tokens over the time of the steps that ran them.
+    const double prefill_tps = static_cast<double>(mix.prefill_tokens) / total_s;
+    const std::string how =
+        mix.budget ? "--itl-target " + step_target_string(mix.budget->target()) : "fixed";
     if (json)
       std::printf(
-          ",\"mixed\":{\"rows\":%lld,\"prefill_tokens\":%lld,\"step_tokens\":%lld,"
-          "\"chunks\":%lld,\"prompts_done\":%lld,\"itl_p50_ms\":%.3f,"
-          "\"itl_p99_ms\":%.3f,\"alone_p50_ms\":%.3f,\"alone_p99_ms\":%.3f,"
-          "\"whole_prompt_step_ms\":%.3f}",
-          static_cast<long long>(mix.rows), static_cast<long long>(mixed),
-          static_cast<long long>(step_tokens), static_cast<long long>(chunks),
-          static_cast<long long>(prompts_done), 1e3 * median(mix.step_s), 1e3 * p99(mix.step_s),
-          1e3 * median(alone.step_s), 1e3 * p99(alone.step_s), 1e3 * whole_s);
+          ",\"%s\":{\"rows\":%lld,\"prefill_tokens\":%lld,\"step_tokens\":%lld,"
+          "\"target\":\"%s\",\"chunks\":%lld,\"chunk_p50\":%.0f,\"prompts_done\":%lld,"
+          "\"prefill_tok_s\":%.3f,\"itl_p50_ms\":%.3f,\"itl_p99_ms\":%.3f,"
+          "\"alone_p50_ms\":%.3f,\"alone_p99_ms\":%.3f,\"whole_prompt_step_ms\":%.3f}",
+          j == 0 ? "mixed" : "mixed_target", static_cast<long long>(set.rows),
+          static_cast<long long>(mixed), static_cast<long long>(step_tokens),
+          mix.budget ? step_target_string(mix.budget->target()).c_str() : "off",
+          static_cast<long long>(mix.chunks), median(mix.chunk_tokens),
+          static_cast<long long>(mix.prompts_done), prefill_tps, 1e3 * median(set.step_s),
+          1e3 * p99(set.step_s), 1e3 * median(alone.step_s), 1e3 * p99(alone.step_s),
+          1e3 * whole_s);
     else
       std::printf(
-          "mixed: %lld decode rows beside a %lld-token prefill in chunks of %lld (budget %lld, "
-          "%lld chunks, %lld prompts done): inter-token latency p50 %.3f ms, p99 %.3f ms "
-          "(decoding alone p50 %.3f, p99 %.3f); the whole prompt in one step: %.3f ms\n",
-          static_cast<long long>(mix.rows), static_cast<long long>(mixed),
-          static_cast<long long>(step_tokens - mix.rows), static_cast<long long>(step_tokens),
-          static_cast<long long>(chunks), static_cast<long long>(prompts_done),
-          1e3 * median(mix.step_s), 1e3 * p99(mix.step_s), 1e3 * median(alone.step_s),
+          "mixed, %s: %lld decode rows beside a %lld-token prefill in chunks of median %.0f "
+          "(budget %lld, %lld chunks, %lld prompts done, %.1f prompt tok/s): inter-token "
+          "latency p50 %.3f ms, p99 %.3f ms (decoding alone p50 %.3f, p99 %.3f); the whole "
+          "prompt in one step: %.3f ms\n",
+          how.c_str(), static_cast<long long>(set.rows), static_cast<long long>(mixed),
+          median(mix.chunk_tokens), static_cast<long long>(step_tokens),
+          static_cast<long long>(mix.chunks), static_cast<long long>(mix.prompts_done), prefill_tps,
+          1e3 * median(set.step_s), 1e3 * p99(set.step_s), 1e3 * median(alone.step_s),
           1e3 * p99(alone.step_s), 1e3 * whole_s);
   }
   if (json) std::printf("}\n");
@@ -245,8 +285,11 @@ int cmd_bench(int argc, char** argv) {
     const int64_t max_rows = *std::max_element(sizes->begin(), sizes->end());
     if (mixed.value() < 0 || budget.value() <= max_rows)
       return fail("--mixed-prefill must be >= 0 and --step-tokens more than the largest batch");
+    auto target = parse_step_target(args->str("--itl-target", "off"));
+    if (!target.ok()) return fail("--itl-target: " + target.error_message());
+    if (target->on() && mixed.value() == 0) return fail("--itl-target needs --mixed-prefill");
     return bench_batch(m, &pool, sizes.value(), p.value(), n.value(), seed.value(), mixed.value(),
-                       budget.value(), args->has("--json"));
+                       budget.value(), target.value(), args->has("--json"));
   }
 
   std::fprintf(stderr, "measuring machine limits...\n");

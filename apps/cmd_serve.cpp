@@ -109,16 +109,29 @@ Result<ModelArg> parse_model_arg(const std::string& v) {
 
 // The options a served model may set for itself (--model-opt NAME:OPTION=VALUE); every other
 // option is the server's, or the same for every model.
-const char* const kPerModelOptions[] = {
-    "--ctx-size",       "--parallel",     "--chunk",
-    "--mixed-chunk",    "--max-queue",    "--checkpoint-interval",
-    "--checkpoint-max", "--no-cache",     "--spec",
-    "--draft-k",        "--spec-fixed-k", "--weights",
-    "--cache-type-k",   "--cache-type-v"};
+const char* const kPerModelOptions[] = {"--ctx-size",
+                                        "--parallel",
+                                        "--chunk",
+                                        "--mixed-chunk",
+                                        "--itl-target",
+                                        "--max-queue",
+                                        "--checkpoint-interval",
+                                        "--checkpoint-max",
+                                        "--no-cache",
+                                        "--spec",
+                                        "--draft-k",
+                                        "--spec-fixed-k",
+                                        "--weights",
+                                        "--cache-type-k",
+                                        "--cache-type-v"};
+
+// A step that decodes beside a prefill aims at 6 times a step of its decode rows alone.
+constexpr const char* kDefaultItlTarget = "6x";
 
 // The engine's sizes from one model's options, checked.
 struct ModelSettings {
   int64_t parallel = 0, ctx = 0, chunk = 0, mixed_chunk = 0, max_queue = 0, ck_int = 0, ck_max = 0;
+  StepTarget itl_target;
 };
 Result<ModelSettings> model_settings(const Args& a) {
   ModelSettings s;
@@ -135,6 +148,9 @@ Result<ModelSettings> model_settings(const Args& a) {
     return make_error(
         "--chunk must exceed --parallel (a step's decode rows take their share first)");
   if (s.mixed_chunk < 1) return make_error("--mixed-chunk must be >= 1");
+  auto target = parse_step_target(a.str("--itl-target", kDefaultItlTarget));
+  if (!target.ok()) return make_error("--itl-target: " + target.error_message());
+  s.itl_target = target.value();
   if (s.ctx < 2) return make_error("--ctx-size must be >= 2");
   if (s.ctx > (int64_t{1} << 31) - 1) return make_error("--ctx-size must be < 2^31");
   if (s.ck_int < 0) return make_error("--checkpoint-interval must be >= 0");
@@ -388,6 +404,7 @@ int cmd_serve(int argc, char** argv) {
     eo.max_running = static_cast<int32_t>(ms.parallel);
     eo.step_tokens = ms.chunk;
     eo.mixed_step_tokens = ms.mixed_chunk;  // plan_step caps it at step_tokens
+    eo.step_target = ms.itl_target;
     eo.max_queued = static_cast<int32_t>(ms.max_queue);
     eo.ctx_size = ms.ctx;
     eo.cache_enabled = !a.has("--no-cache");

@@ -4,7 +4,8 @@ llama.cpp server binary is given, against llama-server on the same GGUF file (lo
 bounded in time).
 
 Starts each server itself (rewind on --port 0, llama-server on a free port), both up for the whole
-run, and stops them at the end. For each prompt kind (short, long) and each client count it runs
+run, and stops them at the end; --rewind-b / --rewind-b-arg add a second rewind server (another
+binary, or the same one with other options) run the same way. For each prompt kind (short, long) and each client count it runs
 one cell per server, the servers alternately (so a change in the machine's load falls on both):
 C clients start together, each sends --requests POST /v1/chat/completions (--endpoint
 completions: /v1/completions) with "stream": true, greedy, "ignore_eos": true and "max_tokens" M,
@@ -31,7 +32,8 @@ usage: bench/serve_bench.py [--rewind build/release/rewind] [--model FILE.gguf]
                             [--short-words 16] [--long-words 384] [--max-tokens 64]
                             [--requests 2] [--rounds 1] [--threads 2] [--ctx-size 2048]
                             [--endpoint chat|completions] [--rewind-arg=ARG ...]
-                            [--llama-arg=ARG ...] [--json]
+                            [--llama-arg=ARG ...] [--rewind-b BINARY] [--rewind-b-arg=ARG ...]
+                            [--json]
        bench/serve_bench.py --self-test      (the stream checker against malformed streams)
 Without --model rewind serves its built-in model (and --llama-server is refused). Prints a
 Markdown table (--json: one JSON object instead). Standard library only (python3).
@@ -437,6 +439,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rewind-arg", action="append", default=[], help="extra `rewind serve` argument")
     ap.add_argument("--llama-arg", action="append", default=[], help="extra llama-server argument")
+    ap.add_argument("--rewind-b", help="a second rewind binary, served beside the first "
+                    "(server rewind-b; the cells alternate as with llama-server)")
+    ap.add_argument("--rewind-b-arg", action="append", default=[],
+                    help="extra argument of the second rewind server (alone: the same binary "
+                    "with other options, e.g. --rewind-b-arg=--itl-target=off)")
     ap.add_argument("--startup-s", type=float, default=300)
     ap.add_argument("--timeout-s", type=float, default=900, help="per request")
     ap.add_argument("--endpoint", choices=("chat", "completions"), default="chat",
@@ -458,8 +465,9 @@ def main():
         ap.error("word counts, --max-tokens, --requests, --rounds and --threads must be >= 1")
     if args.llama_server and not args.model:
         ap.error("--llama-server needs --model (a GGUF file both servers load)")
-    if not os.access(args.rewind, os.X_OK):
-        ap.error(f"--rewind {args.rewind}: not an executable")
+    for flag, path in (("--rewind", args.rewind), ("--rewind-b", args.rewind_b)):
+        if path is not None and not os.access(path, os.X_OK):
+            ap.error(f"{flag} {path}: not an executable")
     slots = max(clients)
     chat = args.endpoint == "chat"
 
@@ -468,6 +476,9 @@ def main():
     if args.model:
         rcmd += ["--model", args.model]
     servers = [Server("rewind", rcmd + args.rewind_arg, 0)]
+    if args.rewind_b or args.rewind_b_arg:
+        bcmd = [args.rewind_b or args.rewind] + rcmd[1:] + args.rewind_arg + args.rewind_b_arg
+        servers.append(Server("rewind-b", bcmd, 0))
     if args.llama_server:
         port = free_port()
         # llama-server splits -c among its -np slots: the same context per sequence as rewind.

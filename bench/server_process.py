@@ -11,8 +11,8 @@ def free_port():
 
 
 class ServerProcess:
-    """One server process; `kind` is "rewind" or "llama". Its output is kept (the last lines are
-    shown when it fails)."""
+    """One server process; `kind` is "llama", or "rewind" or a name that starts with it. Its
+    output is kept (the last lines are shown when it fails)."""
 
     def __init__(self, kind, cmd, port):
         self.kind, self.cmd, self.port = kind, cmd, port
@@ -22,7 +22,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, errors="replace")
         deadline = time.time() + startup_s
-        if self.kind == "rewind":  # --port 0: the server prints the port it bound
+        if self.kind.startswith("rewind"):  # --port 0: the server prints the port it bound
             self.port = None
             while time.time() < deadline:
                 line = self.proc.stdout.readline()

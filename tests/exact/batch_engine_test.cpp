@@ -118,6 +118,71 @@ TEST_P(BatchEngineTest, PrefillProgressReportsEachChunk) {
   EXPECT_EQ(seen.back().first, 90);
 }
 
+// With an inter-token target, a prompt that arrives while others decode runs in chunks sized
+// from the measured step times (engine/step_budget.h), far below the fixed budget for a target
+// of barely more than a decode step; its reply and theirs are still the tokens of each alone.
+TEST_P(BatchEngineTest, AnItlTargetShortensMixedChunksAndKeepsTheTokens) {
+  Model& m = test::param_model(GetParam());
+  const int64_t V = m.config().vocab_size;
+  std::mt19937_64 rng(9);
+  Request shortr;
+  shortr.max_tokens = 120;
+  Request longr;
+  longr.prompt = test::random_tokens(rng, 400, V);
+  longr.max_tokens = 3;
+  EngineOptions off;
+  off.cache_enabled = false;
+  Engine alone(m, nullptr, off);
+  std::vector<Request> shorts;
+  std::vector<std::vector<int32_t>> want;
+  for (int i = 0; i < 2; ++i) {
+    shorts.push_back(shortr);
+    shorts.back().prompt = test::random_tokens(rng, 12, V);
+    want.push_back(alone.generate(shorts.back())->tokens);
+  }
+  const auto want_long = alone.generate(longr)->tokens;
+
+  EngineOptions opt;
+  opt.step_tokens = 256;
+  opt.step_target = parse_step_target("1.01x").value();
+  BatchEngine eng(m, nullptr, opt);
+  Collector col;
+  std::vector<uint64_t> ids;
+  for (const Request& r : shorts) ids.push_back(eng.submit(r, col.cb()).value());
+  for (int i = 0; i < 20000; ++i) {  // both decode before the long prompt arrives
+    {
+      std::lock_guard<std::mutex> lock(col.mu);
+      if (!col.tokens[ids[0]].empty() && !col.tokens[ids[1]].empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  std::vector<int64_t> chunks, decoded_at;
+  int64_t last = 0;
+  longr.on_prefill = [&](int64_t done, int64_t) {  // the engine thread, between steps
+    chunks.push_back(done - last);
+    last = done;
+    std::lock_guard<std::mutex> lock(col.mu);
+    decoded_at.push_back(static_cast<int64_t>(col.tokens[ids[0]].size()));
+  };
+  const uint64_t long_id = eng.submit(longr, col.cb()).value();
+  col.wait(3);
+  std::lock_guard<std::mutex> lock(col.mu);
+  EXPECT_EQ(col.tokens[ids[0]], want[0]);
+  EXPECT_EQ(col.tokens[ids[1]], want[1]);
+  EXPECT_EQ(col.tokens[long_id], want_long);
+  ASSERT_FALSE(chunks.empty());
+  int64_t beside = 0;
+  for (size_t i = 0; i < chunks.size(); ++i)
+    if (decoded_at[i] < shortr.max_tokens) {  // a step in which the short ones decoded
+      EXPECT_LE(chunks[i], 128) << "chunk " << i;
+      ++beside;
+    }
+  EXPECT_GT(beside, 1);
+  const EngineMetrics met = eng.metrics();
+  EXPECT_GE(met.mixed_prefill_budget, StepBudget::kFloorTokens);
+  EXPECT_GT(met.step_fit.prefill_ms_per_token, 0);
+}
+
 TEST_P(BatchEngineTest, CancelFreesAndOthersContinue) {
   Model& m = test::param_model(GetParam());
   std::mt19937_64 rng(5);

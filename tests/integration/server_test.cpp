@@ -722,7 +722,8 @@ TEST_F(ServerTest, MetricsPage) {
         "rewind_engine_requests_total{outcome=\"finished\"}", "rewind_cache_lookups_total",
         "rewind_cache_bytes_pages", "rewind_cache_budget_bytes",
         "rewind_time_to_first_token_seconds_bucket", "rewind_request_duration_seconds_count",
-        "rewind_requests_running", "rewind_requests_queued", "rewind_generated_tokens_total"})
+        "rewind_requests_running", "rewind_requests_queued", "rewind_generated_tokens_total",
+        "rewind_step_fit_ms{term=\"prefill_token\"}", "rewind_step_mixed_prefill_budget_tokens"})
     EXPECT_NE(h.body.find(needle), std::string::npos) << needle;
   EXPECT_GE(metric(s(), "rewind_engine_requests_total{outcome=\"finished\"}"), 1);
   EXPECT_GE(metric(s(), "rewind_requests_total{outcome=\"length\"}") +
@@ -1437,8 +1438,12 @@ TEST_F(ServerTest, ForcedToolCallsFollowTheParameterSchemas) {
         // Parallel calls may run into max_tokens: then the reply says it was cut ("length" only
         // at the limit; below it the calls ended the reply).
         const int64_t used = h.j()["usage"]["completion_tokens"];
-        if (finish == "length") EXPECT_EQ(used, 150) << h.body;
-        if (used < 150) EXPECT_EQ(finish, "tool_calls") << h.body;
+        if (finish == "length") {
+          EXPECT_EQ(used, 150) << h.body;
+        }
+        if (used < 150) {
+          EXPECT_EQ(finish, "tool_calls") << h.body;
+        }
       }
       ASSERT_TRUE(finish == "tool_calls" || finish == "length") << h.body;
       ASSERT_FALSE(calls.empty()) << h.body;
@@ -3159,6 +3164,8 @@ TEST(SeveralModels, PerModelOptions) {
            {"b:ctx-size=1", "b: --ctx-size must be >= 2"},
            {"b:chunk=4", "b: --chunk must exceed --parallel"},
            {"b:spec=bogus", "b: --spec must be"},
+           {"b:itl-target=1x", "b: --itl-target: a step target is off"},
+           {"b:itl-target=fast", "b: --itl-target: a step target is off"},
        }) {
     int rc = 0;
     const std::string out = test::run_command(serve + "--model-opt '" + opt + "' 2>&1", &rc);

@@ -145,7 +145,7 @@ Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_def
 
 BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& opt,
                          EngineThread threading)
-    : model_(model), pool_(pool), opt_(opt) {
+    : model_(model), pool_(pool), opt_(opt), step_budget_(opt.step_target) {
   REWIND_CHECK(opt_.max_running >= 1 && opt_.step_tokens >= 1 && opt_.mixed_step_tokens >= 0 &&
                opt_.max_queued >= 0);
   REWIND_CHECK_MSG(spec_check(model, opt_.spec).ok(),
@@ -669,9 +669,23 @@ void BatchEngine::step() {
     view[i].prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
     view[i].cuts = s.cuts;
   }
-  const StepPlan plan =
-      plan_step(view, opt_.step_tokens, ++rr_,
-                opt_.mixed_step_tokens > 0 ? opt_.mixed_step_tokens : opt_.step_tokens);
+  const double step_start = now_ms();
+  int64_t mixed_tokens = opt_.mixed_step_tokens > 0 ? opt_.mixed_step_tokens : opt_.step_tokens;
+  int64_t mixed_prefill = 0;  // the adaptive budget this step took (0: none)
+  {
+    int64_t decode_tokens = 0;
+    bool prefilling = false;
+    for (const PlanSeq& v : view) {
+      if (v.decoding) decode_tokens += v.decode_tokens;
+      prefilling |= !v.decoding && v.pos < v.prompt_tokens;
+    }
+    if (decode_tokens > 0 && prefilling)
+      if (const auto p = step_budget_.prefill_tokens(decode_tokens)) {
+        mixed_prefill = *p;
+        mixed_tokens = std::min(mixed_tokens, decode_tokens + *p);
+      }
+  }
+  const StepPlan plan = plan_step(view, opt_.step_tokens, ++rr_, mixed_tokens);
   std::vector<SeqInput> batch;
   batch.reserve(plan.rows.size());
   for (const PlannedRow& r : plan.rows) {
@@ -905,9 +919,14 @@ void BatchEngine::step() {
   for (auto& f : forked) running_.push_back(std::move(f));
   finish_marked();
 
+  step_budget_.observe(plan.tokens - plan.prefill_tokens, plan.prefill_tokens,
+                       now_ms() - step_start);
+
   std::lock_guard<std::mutex> lock(mu_);
   ++metrics_.steps;
   metrics_.prefill_tokens_run += plan.prefill_tokens;
+  if (const auto f = step_budget_.fit()) metrics_.step_fit = *f;
+  if (mixed_prefill > 0) metrics_.mixed_prefill_budget = mixed_prefill;
   metrics_.running = static_cast<int32_t>(running_.size());
   if (cache_) metrics_.cache = cache_->stats();
   update_memory();

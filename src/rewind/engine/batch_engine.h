@@ -43,6 +43,10 @@ struct EngineMetrics {
           requests_rejected = 0, requests_failed = 0;
   int64_t prompt_tokens = 0, generated_tokens = 0, prefill_tokens_run = 0;
   int64_t steps = 0;
+  // The step-time line of StepBudget (all 0 before it has one) and the prefill tokens it last
+  // gave a step that decoded beside a prefill (0: none yet, or no target).
+  StepBudget::Fit step_fit;
+  int64_t mixed_prefill_budget = 0;
   int32_t running = 0, queued = 0;
   SpecStats spec;  // speculative rounds of finished requests
   int64_t spec_failed_rounds = 0;
@@ -188,6 +192,7 @@ class BatchEngine {
   EngineMetrics metrics_;                      // guarded by mu_
   std::vector<std::unique_ptr<Seq>> running_;  // engine thread only
   size_t rr_ = 0;                              // engine thread only: prefill round-robin
+  StepBudget step_budget_;                     // engine thread only: mixed steps' prefill
   std::vector<float> logits_;                  // engine thread only: the step's logit rows
   std::vector<int32_t> argmax_hint_;  // engine thread only: per logits row, -1 when not known
   bool trimmed_ = true;        // engine thread only: free memory handed back since the last step

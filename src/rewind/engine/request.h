@@ -12,6 +12,7 @@
 
 #include "rewind/cache/prefix_cache.h"
 #include "rewind/engine/speculative.h"
+#include "rewind/engine/step_budget.h"
 #include "rewind/sample/sampler.h"
 #include "rewind/state/sequence_state.h"
 
@@ -27,6 +28,10 @@ struct EngineOptions {
   // The budget of a step that also decodes (at most step_tokens; 0: step_tokens): a smaller
   // prefill chunk beside decoding sequences shortens their wait (--mixed-chunk).
   int64_t mixed_step_tokens = 0;
+  // Off by default: a step that decodes beside a prefill sizes its prefill chunk from the
+  // measured step times to aim at this target (engine/step_budget.h; --itl-target), within
+  // the token budgets above.
+  StepTarget step_target;
   int32_t sample_vocab = 0;  // ids >= this are never sampled (tokenizer size); 0: all
   bool cache_enabled = true;
   PrefixCache::Options cache;  // budget, checkpoint policy

@@ -167,6 +167,15 @@ void engine_part(Page& p, const EngineMetrics& em) {
         static_cast<double>(em.prefill_tokens_run));
   p.one("rewind_engine_steps_total", "counter", "Forward steps of the engine.",
         static_cast<double>(em.steps));
+  p.family("rewind_step_fit_ms", "gauge",
+           "The step-time line --itl-target sizes mixed steps by: ms fixed, per decode token, "
+           "per prefill token (0 before it has one).");
+  p.sample("rewind_step_fit_ms", "term=\"fixed\"", em.step_fit.fixed_ms);
+  p.sample("rewind_step_fit_ms", "term=\"decode_token\"", em.step_fit.decode_ms_per_token);
+  p.sample("rewind_step_fit_ms", "term=\"prefill_token\"", em.step_fit.prefill_ms_per_token);
+  p.one("rewind_step_mixed_prefill_budget_tokens", "gauge",
+        "Prefill tokens --itl-target last gave a step that decoded beside a prefill (0: none).",
+        static_cast<double>(em.mixed_prefill_budget));
   p.one("rewind_requests_running", "gauge", "Sequences prefilling or decoding now.", em.running);
   p.one("rewind_requests_queued", "gauge", "Requests waiting for a free sequence slot.", em.queued);
   const SpecStats& sp = em.spec;
