@@ -111,6 +111,18 @@ TEST(StepBudget, FollowsAChangedMachine) {
   EXPECT_EQ(after, 48);   // (150 - 28) / 2.5
 }
 
+// A long stretch of decoding pushes every prefill step out of the window: the last line that
+// had one stays, rather than the floor.
+TEST(StepBudget, KeepsTheLastLineThroughDecodeOnlyStretches) {
+  const Line t{8, 2.5, 1.25};
+  StepBudget b(target("4x"));
+  feed(b, t, 40);
+  for (size_t i = 0; i < 2 * StepBudget::kWindow; ++i) b.observe(8, 0, t(8, 0));
+  ASSERT_TRUE(b.fit().has_value());
+  EXPECT_NEAR(b.fit()->prefill_ms_per_token, 1.25, 0.025);
+  EXPECT_NEAR(*b.prefill_tokens(8), 67, 2);
+}
+
 // No budget without a target; the floor without enough steps or without any step that
 // prefilled; bad observations ignored.
 TEST(StepBudget, NoBudgetWithoutATargetTheFloorWithoutAFit) {

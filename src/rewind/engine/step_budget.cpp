@@ -51,9 +51,10 @@ void StepBudget::observe(int64_t decode_tokens, int64_t prefill_tokens, double m
   obs_[next_] = {static_cast<double>(decode_tokens), static_cast<double>(prefill_tokens), ms};
   next_ = (next_ + 1) % kWindow;
   if (count_ < kWindow) ++count_;
+  if (auto f = refit()) fit_ = f;
 }
 
-std::optional<StepBudget::Fit> StepBudget::fit() const {
+std::optional<StepBudget::Fit> StepBudget::refit() const {
   if (count_ < kMinSteps) return std::nullopt;
   // Weighted normal equations over x = (1, d, p), the newest step weighing 1 and each older one
   // 0.96 of the next; a small ridge on the fixed and per-decode terms only.
@@ -98,7 +99,7 @@ std::optional<StepBudget::Fit> StepBudget::fit() const {
 
 std::optional<int64_t> StepBudget::prefill_tokens(int64_t decode_tokens) const {
   if (!target_.on()) return std::nullopt;
-  const auto f = fit();
+  const auto& f = fit_;
   if (!f) return kFloorTokens;
   const double decode = std::max(0.0, f->decode_ms(decode_tokens));
   const double target = target_.ms > 0 ? target_.ms : target_.factor * decode;

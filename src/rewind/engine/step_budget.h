@@ -49,10 +49,12 @@ class StepBudget {
       return fixed_ms + decode_ms_per_token * static_cast<double>(d);
     }
   };
-  // The line through the remembered steps; nullopt until kMinSteps steps, at least one with
-  // prefill tokens, have been seen. Underdetermined directions (every step with the same decode
-  // tokens, say) are pulled towards zero fixed and per-decode cost, never the prefill cost.
-  std::optional<Fit> fit() const;
+  // The line through the remembered steps, refitted by each observe(): nullopt until kMinSteps
+  // steps, at least one with prefill tokens, have been seen; while the remembered steps hold
+  // no prefill (a long stretch of decoding), the last line that had one. Underdetermined
+  // directions (every step with the same decode tokens, say) are pulled towards zero fixed and
+  // per-decode cost, never the prefill cost.
+  const std::optional<Fit>& fit() const { return fit_; }
 
   // Prefill tokens for a step whose decode rows take `decode_tokens`: where the fitted line
   // meets the target, at least kFloorTokens; kFloorTokens without a fit yet (the first mixed
@@ -63,9 +65,11 @@ class StepBudget {
   struct Obs {
     double d = 0, p = 0, ms = 0;
   };
+  std::optional<Fit> refit() const;  // the line through the remembered steps, if any
   StepTarget target_;
   std::array<Obs, kWindow> obs_{};
   size_t count_ = 0, next_ = 0;
+  std::optional<Fit> fit_;
 };
 
 }  // namespace rw
