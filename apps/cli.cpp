@@ -188,7 +188,7 @@ std::vector<CommandSpec> build_specs() {
              "T",
              "the time a step that decodes beside a prefill aims at, its prefill chunk sized "
              "from measured step times: Nx (times a step of the decode rows alone), N (ms) or "
-             "off (6x)",
+             "off (default 6x)",
              {},
              false},
             {"--ctx-size", "-c", "N", "prompt + max_tokens limit per request (default 32768)"},
@@ -270,7 +270,7 @@ std::vector<CommandSpec> build_specs() {
         {"--itl-target",
          "",
          "T",
-         "with --mixed-prefill: one more set, sized as serve's",
+         "with --mixed-prefill: one more set, chunks from this step target",
          {},
          false},
         json_opt("print one JSON object")},

@@ -631,10 +631,11 @@ int cmd_serve(int argc, char** argv) {
   }
   std::printf(
       "rewind serve: listening on %s (model%s %s, %s, loaded in %.2f s; parallel %lld, ctx %lld, "
-      "cache %s%s)\n",
+      "itl target %s, cache %s%s)\n",
       url.c_str(), n_models > 1 ? "s" : "", names.c_str(), loaded[0]->model->isa(), load_s,
       static_cast<long long>(loaded[0]->settings.parallel),
       static_cast<long long>(loaded[0]->settings.ctx),
+      step_target_string(loaded[0]->settings.itl_target).c_str(),
       loaded[0]->eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off",
       n_models > 1 ? " split evenly" : "");
   std::printf(

@@ -126,7 +126,7 @@ TEST_P(BatchEngineTest, AnItlTargetShortensMixedChunksAndKeepsTheTokens) {
   const int64_t V = m.config().vocab_size;
   std::mt19937_64 rng(9);
   Request shortr;
-  shortr.max_tokens = 120;
+  shortr.max_tokens = 400;  // decoding well past the long prompt's prefill
   Request longr;
   longr.prompt = test::random_tokens(rng, 400, V);
   longr.max_tokens = 3;
@@ -171,13 +171,14 @@ TEST_P(BatchEngineTest, AnItlTargetShortensMixedChunksAndKeepsTheTokens) {
   EXPECT_EQ(col.tokens[ids[1]], want[1]);
   EXPECT_EQ(col.tokens[long_id], want_long);
   ASSERT_FALSE(chunks.empty());
-  int64_t beside = 0;
+  // The chunks of steps in which the short ones decoded: the fixed budget would give 254 each;
+  // a step the host delayed may let one run longer, so the median is what must stay small.
+  std::vector<int64_t> beside;
   for (size_t i = 0; i < chunks.size(); ++i)
-    if (decoded_at[i] < shortr.max_tokens) {  // a step in which the short ones decoded
-      EXPECT_LE(chunks[i], 128) << "chunk " << i;
-      ++beside;
-    }
-  EXPECT_GT(beside, 1);
+    if (decoded_at[i] < shortr.max_tokens) beside.push_back(chunks[i]);
+  ASSERT_GE(beside.size(), 3u);
+  std::nth_element(beside.begin(), beside.begin() + beside.size() / 2, beside.end());
+  EXPECT_LE(beside[beside.size() / 2], 64);
   const EngineMetrics met = eng.metrics();
   EXPECT_GE(met.mixed_prefill_budget, StepBudget::kFloorTokens);
   EXPECT_GT(met.step_fit.prefill_ms_per_token, 0);

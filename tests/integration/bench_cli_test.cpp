@@ -316,6 +316,24 @@ TEST(BenchCli, BatchSizesSideBySide) {
        {"itl_p50_ms", "itl_p99_ms", "alone_p50_ms", "alone_p99_ms", "whole_prompt_step_ms"})
     EXPECT_GT(m[k].get<double>(), 0.0) << k;
   EXPECT_GE(m["itl_p99_ms"].get<double>(), m["itl_p50_ms"].get<double>());
+  EXPECT_FALSE(j.contains("mixed_target"));
+}
+
+// --itl-target adds a mixed set whose chunks the step target sizes, with its own figures; no
+// chunk is larger than the fixed one.
+TEST(BenchCli, BatchMixedWithAStepTarget) {
+  const json j =
+      run_bench("-p 4 -n 6 --batch 1,3 --mixed-prefill 40 --step-tokens 16 --itl-target 2x");
+  const json& m = j["mixed_target"];
+  ASSERT_TRUE(m.is_object()) << j.dump();
+  EXPECT_EQ(m["target"].get<std::string>(), "2x");
+  EXPECT_EQ(j["mixed"]["target"].get<std::string>(), "off");
+  EXPECT_EQ(m["rows"].get<int64_t>(), 3);
+  EXPECT_EQ(m["chunks"].get<int64_t>(), 6);
+  EXPECT_GE(m["chunk_p50"].get<double>(), 1.0);
+  EXPECT_LE(m["chunk_p50"].get<double>(), 13.0);  // at most what 3 rows leave of 16
+  for (const char* k : {"itl_p50_ms", "itl_p99_ms", "prefill_tok_s"})
+    EXPECT_GT(m[k].get<double>(), 0.0) << k;
 }
 
 // Bad options: refused before any measurement, with exit status 1 and a message naming the
@@ -336,6 +354,8 @@ TEST(BenchCli, BadOptionsAreRefused) {
       {"--batch 1,x", "--batch"},
       {"--batch 1,8 --mixed-prefill -1", "--mixed-prefill must be >= 0"},
       {"--batch 8 --mixed-prefill 64 --step-tokens 8", "more than the largest batch"},
+      {"--batch 1 --itl-target 4x", "--itl-target needs --mixed-prefill"},
+      {"--batch 1 --mixed-prefill 8 --itl-target 1x", "--itl-target: a step target is off"},
   };
   for (const Case& c : cases) {
     int rc = 0;

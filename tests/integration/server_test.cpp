@@ -1757,6 +1757,31 @@ TEST_F(ServerTest, DisconnectDuringWholeReplyCancels) {
   EXPECT_EQ(post(s(), "/v1/completions", completion_body("still here", 2)).status, 200);
 }
 
+// `serve` hands its step target to the engine: by default (6x) a prompt that arrives while
+// another request decodes gets its chunk from the target; with --itl-target off it does not.
+TEST(ServerLimits, ItlTargetReachesTheEngine) {
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += "word ";
+  for (const bool off : {false, true}) {
+    std::vector<std::string> args = {"--api-key", kKey, "--parallel", "2"};
+    if (off) args.insert(args.end(), {"--itl-target", "off"});
+    auto srv = Server::start(args);
+    ASSERT_NE(srv, nullptr);
+    RawClient a(srv->port(), "/v1/completions",
+                completion_body("long", 30000, {{"ignore_eos", true}, {"stream", true}}).dump());
+    ASSERT_TRUE(a.ok());
+    a.read_until("\"text\"");  // decoding
+    EXPECT_EQ(post(*srv, "/v1/completions", completion_body(words, 2)).status, 200);
+    const double budget = metric(*srv, "rewind_step_mixed_prefill_budget_tokens");
+    if (off) {
+      EXPECT_EQ(budget, 0);
+    } else {
+      EXPECT_GE(budget, 16);
+    }
+    a.close();
+  }
+}
+
 TEST(ServerLimits, QueueFullIs429) {
   auto srv = Server::start({"--api-key", kKey, "--parallel", "1", "--max-queue", "0"});
   ASSERT_NE(srv, nullptr);

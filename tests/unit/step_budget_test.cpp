@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -41,8 +42,12 @@ TEST(StepTarget, Parses) {
   EXPECT_EQ(parse_step_target("2.5x")->factor, 2.5);
   EXPECT_EQ(parse_step_target("150")->ms, 150);
   EXPECT_EQ(parse_step_target("150ms")->ms, 150);
+  EXPECT_EQ(parse_step_target("12.5")->ms, 12.5);
+  for (const char* off : {"0", "0ms", "0.0", "00"})
+    EXPECT_FALSE(parse_step_target(off)->on()) << off;
   for (const char* bad :
-       {"", "x", "1x", "0.5x", "-3", "abc", "4xx", "ms", "12 ms", "nan", "inf", "-2x", "3y"})
+       {"",   "x",    "1x", "0.5x", "-3",  "abc", "4xx", "ms",   "12 ms", "nan", "inf", "-2x",
+        "3y", "0x10", " 5", "5 ",   "1e3", "5.",  ".5",  "1..2", "1.2.3", "+4",  "4X"})
     EXPECT_FALSE(parse_step_target(bad).ok()) << bad;
   for (const char* t : {"off", "4x", "2.5x", "150ms"}) EXPECT_EQ(step_target_string(target(t)), t);
 }
@@ -123,6 +128,61 @@ TEST(StepBudget, KeepsTheLastLineThroughDecodeOnlyStretches) {
   EXPECT_NEAR(*b.prefill_tokens(8), 67, 2);
 }
 
+// Closed loop: each step takes the budget's chunk beside the same decode rows, so every step
+// of a long prefill has one d and nearly one p. The line must not drift (the fixed cost leaking
+// into the per-prefill cost would shrink the chunk, and in factor mode the target with it).
+TEST(StepBudget, ClosedLoopWithConstantRowsHoldsTheTarget) {
+  const Line t{10, 0.5, 0.5};
+  StepBudget b(target("6x"));
+  for (int i = 0; i < 8; ++i) b.observe(0, 512, t(0, 512));  // the prompt before, alone
+  for (int i = 0; i < 8; ++i) b.observe(8, 0, t(8, 0));      // decoding alone
+  const double exact = (6 * t(8, 0) - t(8, 0)) / t.pre;      // 140
+  for (int i = 0; i < 300; ++i) {
+    const int64_t p = *b.prefill_tokens(8);
+    if (i >= 20) {
+      EXPECT_NEAR(static_cast<double>(p), exact, exact * 0.05) << "step " << i;
+    }
+    b.observe(8, p, t(8, p));
+  }
+}
+
+// A step that ran long (a descheduled thread) must not hand the next steps a huge chunk, on a
+// model whose steps take a fraction of a millisecond, for a tight or the default target.
+TEST(StepBudget, AStepThatRanLongDoesNotBendTheLine) {
+  for (const char* tg : {"1.01x", "6x"}) {
+    for (double outlier : {3.4, 14.7, 100.0}) {
+      const Line t{0.1, 0.02, 0.002};
+      StepBudget b(target(tg));
+      for (int i = 0; i < 8; ++i) b.observe(0, 64, t(0, 64));
+      for (int i = 0; i < 8; ++i) b.observe(2, 0, t(2, 0));
+      const double factor = parse_step_target(tg)->factor;
+      const double normal = std::max<double>((factor - 1) * t(2, 0) / t.pre,  // 350 / 0.7
+                                             StepBudget::kFloorTokens);
+      b.observe(2, 0, outlier);
+      for (int i = 0; i < 2 * static_cast<int>(StepBudget::kWindow); ++i) {
+        const int64_t p = *b.prefill_tokens(2);
+        EXPECT_LE(static_cast<double>(p), 1.5 * normal + 1) << tg << " " << outlier << " " << i;
+        b.observe(2, i % 3 ? p : 0, t(2, i % 3 ? p : 0));
+      }
+    }
+  }
+}
+
+// Timings whose plain fit has a negative per-decode cost (more rows, a faster step: noise on a
+// shared host) keep the costs non-negative, so a factor target never collapses to 0.
+TEST(StepBudget, CostsAreNeverNegative) {
+  StepBudget b(target("4x"));
+  for (int i = 0; i < 32; ++i) {
+    const int64_t d = 1 + i % 6, p = (i % 4) * 40;
+    b.observe(d, p, 2.0 - 0.1 * static_cast<double>(d) + 0.01 * static_cast<double>(p));
+  }
+  ASSERT_TRUE(b.fit().has_value());
+  EXPECT_GE(b.fit()->fixed_ms, 0);
+  EXPECT_GE(b.fit()->decode_ms_per_token, 0);
+  EXPECT_GT(b.fit()->decode_ms(6), 0);
+  EXPECT_GT(*b.prefill_tokens(6), StepBudget::kFloorTokens);
+}
+
 // No budget without a target; the floor without enough steps or without any step that
 // prefilled; bad observations ignored.
 TEST(StepBudget, NoBudgetWithoutATargetTheFloorWithoutAFit) {
@@ -144,6 +204,8 @@ TEST(StepBudget, NoBudgetWithoutATargetTheFloorWithoutAFit) {
     bad.observe(4, 64, NAN);
     bad.observe(4, 64, -1);
     bad.observe(0, 0, 5);
+    bad.observe(-5, 10, 5);
+    bad.observe(4, -64, 5);
   }
   EXPECT_FALSE(bad.fit().has_value());
 }

@@ -599,6 +599,9 @@ void BatchEngine::open_spec_rounds() {
 }
 
 void BatchEngine::step() {
+  // The step's wall time for StepBudget: admission, drafting, the forward and what follows,
+  // everything the decode rows wait for between two tokens.
+  const double step_start = now_ms();
   const int64_t V = model_.config().vocab_size;
   std::set<uint64_t> cancelled;
   std::vector<std::unique_ptr<Seq>> admitted;
@@ -669,7 +672,6 @@ void BatchEngine::step() {
     view[i].prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
     view[i].cuts = s.cuts;
   }
-  const double step_start = now_ms();
   int64_t mixed_tokens = opt_.mixed_step_tokens > 0 ? opt_.mixed_step_tokens : opt_.step_tokens;
   int64_t mixed_prefill = 0;  // the adaptive budget this step took (0: none)
   {

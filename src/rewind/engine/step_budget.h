@@ -2,9 +2,10 @@
 // inter-token latency stays near a target. The step times measured so far fit a line
 //   step ms = fixed + per_decode_token * d + per_prefill_token * p
 // (least squares over the recent steps, older ones weighing less, so the fit follows the
-// context's growth and the machine's load); the budget is the p at which the line meets the
-// target. A pure class fed by the caller's clock: tests/unit/step_budget_test.cpp drives it
-// with synthetic timings.
+// context's growth and the machine's load; steps far off the line weigh less, so one that ran
+// long does not bend it; the fixed and per-decode costs are never negative); the budget is the
+// p at which the line meets the target. A pure class fed by the caller's clock:
+// tests/unit/step_budget_test.cpp drives it with synthetic timings.
 #pragma once
 
 #include <array>
@@ -27,7 +28,8 @@ struct StepTarget {
   bool on() const { return ms > 0 || factor > 0; }
 };
 
-// "off", "N" (milliseconds) or "Nx" (times a decode-only step); N > 0, factor > 1.
+// "off" (or 0 ms), "N" / "Nms" (milliseconds) or "Nx" (times a decode-only step, more than
+// 1); N is digits with an optional fraction.
 Result<StepTarget> parse_step_target(const std::string& text);
 std::string step_target_string(const StepTarget& t);  // the form parse_step_target reads
 
@@ -36,6 +38,7 @@ class StepBudget {
   static constexpr int64_t kFloorTokens = 16;  // a prompt beside decode rows always progresses
   static constexpr size_t kWindow = 64;        // steps the fit remembers
   static constexpr size_t kMinSteps = 4;       // fewer: no fit
+  static constexpr double kSlowFactor = 3;     // a step this many times the line's time: left out
 
   explicit StepBudget(StepTarget target = {}) : target_(target) {}
 
@@ -51,9 +54,9 @@ class StepBudget {
   };
   // The line through the remembered steps, refitted by each observe(): nullopt until kMinSteps
   // steps, at least one with prefill tokens, have been seen; while the remembered steps hold
-  // no prefill (a long stretch of decoding), the last line that had one. Underdetermined
-  // directions (every step with the same decode tokens, say) are pulled towards zero fixed and
-  // per-decode cost, never the prefill cost.
+  // no prefill (a long stretch of decoding) or give no positive prefill cost, the last line.
+  // Directions the steps leave undetermined (every step with the same decode tokens, or the
+  // same chunk) keep the last line's fixed and per-decode costs (a small ridge towards them).
   const std::optional<Fit>& fit() const { return fit_; }
 
   // Prefill tokens for a step whose decode rows take `decode_tokens`: where the fitted line
@@ -64,6 +67,7 @@ class StepBudget {
  private:
   struct Obs {
     double d = 0, p = 0, ms = 0;
+    bool slow = false;  // kSlowFactor times the line's time when it came
   };
   std::optional<Fit> refit() const;  // the line through the remembered steps, if any
   StepTarget target_;
