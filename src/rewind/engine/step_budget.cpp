@@ -115,9 +115,8 @@ std::optional<std::array<double, 3>> solve(const double (*x)[3], const double* m
 std::optional<StepBudget::Fit> StepBudget::refit() const {
   if (count_ < kMinSteps) return std::nullopt;
   // The remembered steps, newest first, the newest weighing 1 and each older one 0.96 of the
-  // next.
-  // Steps marked slow when they came are left out, unless a quarter of them are: then the
-  // machine itself has slowed down and the line must follow.
+  // next. Steps marked slow when they came are left out, unless a quarter of them are: then
+  // the machine itself has slowed down and the line must follow.
   size_t n_slow = 0;
   for (size_t k = 0; k < count_; ++k) n_slow += obs_[k].slow;
   const bool drop_slow = 4 * n_slow < count_;
@@ -149,13 +148,14 @@ std::optional<StepBudget::Fit> StepBudget::refit() const {
       if (!again) break;
     }
     if (pass == 2) break;
-    double r[kWindow];
-    for (size_t k = 0; k < count_; ++k)
+    double r[kWindow], kept[kWindow];
+    size_t n_kept = 0;
+    for (size_t k = 0; k < count_; ++k) {
       r[k] = std::fabs(ms[k] - ((*beta)[0] + (*beta)[1] * x[k][1] + (*beta)[2] * x[k][2]));
-    double sorted[kWindow];
-    std::copy(r, r + count_, sorted);
-    std::nth_element(sorted, sorted + count_ / 2, sorted + count_);
-    const double scale = std::max(1.4826 * sorted[count_ / 2], 1e-3 * mean_ms + 1e-9);
+      if (decay[k] > 0) kept[n_kept++] = r[k];
+    }
+    std::nth_element(kept, kept + n_kept / 2, kept + n_kept);  // n_kept > 0: a prefill step
+    const double scale = std::max(1.4826 * kept[n_kept / 2], 1e-3 * mean_ms + 1e-9);
     for (size_t k = 0; k < count_; ++k)
       wt[k] = decay[k] * std::min(1.0, 2.5 * scale / std::max(r[k], 1e-300));
   }
