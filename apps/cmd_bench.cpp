@@ -11,6 +11,8 @@
 // the bandwidth measured before and after the run.
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
+#include <optional>
 #include <vector>
 
 #include "args.h"
@@ -47,8 +49,8 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     size_t set = 0;
     SequenceState pre;
     std::optional<StepBudget> budget;  // none: the fixed chunk
-    int64_t chunks = 0, prompts_done = 0, prefill_tokens = 0;
-    std::vector<double> chunk_tokens;
+    int64_t prompts_done = 0;
+    std::vector<double> chunk_tokens;  // one per step of the set
   };
   std::vector<Set> sets;
   std::vector<Mixed> mixes;
@@ -65,7 +67,7 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     if (sizes[k] == mixed_rows) plain_index = k;
   if (mixed > 0)
     for (int k = 0; k < (target.on() ? 2 : 1); ++k) {
-      mixes.push_back(Mixed{set_rows.size(), m.new_state(), std::nullopt, 0, 0, 0, {}});
+      mixes.push_back(Mixed{set_rows.size(), m.new_state(), std::nullopt, 0, {}});
       if (k == 1) mixes.back().budget.emplace(target);
       set_rows.push_back(mixed_rows);
     }
@@ -116,8 +118,6 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
             &mix->pre, std::span<const int32_t>(long_prompt.data() + b, static_cast<size_t>(e - b)),
             rows});
         chunk = e - b;
-        ++mix->chunks;
-        mix->prefill_tokens += chunk;
         mix->chunk_tokens.push_back(static_cast<double>(chunk));
       }
       const double a = now_seconds();
@@ -181,7 +181,9 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     double total_s = 0;
     for (double t : set.step_s) total_s += t;
     // The prompt's progress: its tokens over the time of the steps that ran them.
-    const double prefill_tps = static_cast<double>(mix.prefill_tokens) / total_s;
+    const double prefill_tps =
+        std::accumulate(mix.chunk_tokens.begin(), mix.chunk_tokens.end(), 0.0) / total_s;
+    const auto chunks = static_cast<long long>(mix.chunk_tokens.size());
     const std::string how =
         mix.budget ? "--itl-target " + step_target_string(mix.budget->target()) : "fixed";
     if (json)
@@ -192,11 +194,10 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
           "\"alone_p50_ms\":%.3f,\"alone_p99_ms\":%.3f,\"whole_prompt_step_ms\":%.3f}",
           j == 0 ? "mixed" : "mixed_target", static_cast<long long>(set.rows),
           static_cast<long long>(mixed), static_cast<long long>(step_tokens),
-          mix.budget ? step_target_string(mix.budget->target()).c_str() : "off",
-          static_cast<long long>(mix.chunks), median(mix.chunk_tokens),
-          static_cast<long long>(mix.prompts_done), prefill_tps, 1e3 * median(set.step_s),
-          1e3 * p99(set.step_s), 1e3 * median(alone.step_s), 1e3 * p99(alone.step_s),
-          1e3 * whole_s);
+          mix.budget ? step_target_string(mix.budget->target()).c_str() : "off", chunks,
+          median(mix.chunk_tokens), static_cast<long long>(mix.prompts_done), prefill_tps,
+          1e3 * median(set.step_s), 1e3 * p99(set.step_s), 1e3 * median(alone.step_s),
+          1e3 * p99(alone.step_s), 1e3 * whole_s);
     else
       std::printf(
           "mixed, %s: %lld decode rows beside a %lld-token prefill in chunks of median %.0f "
@@ -204,10 +205,10 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
           "latency p50 %.3f ms, p99 %.3f ms (decoding alone p50 %.3f, p99 %.3f); the whole "
           "prompt in one step: %.3f ms\n",
           how.c_str(), static_cast<long long>(set.rows), static_cast<long long>(mixed),
-          median(mix.chunk_tokens), static_cast<long long>(step_tokens),
-          static_cast<long long>(mix.chunks), static_cast<long long>(mix.prompts_done), prefill_tps,
-          1e3 * median(set.step_s), 1e3 * p99(set.step_s), 1e3 * median(alone.step_s),
-          1e3 * p99(alone.step_s), 1e3 * whole_s);
+          median(mix.chunk_tokens), static_cast<long long>(step_tokens), chunks,
+          static_cast<long long>(mix.prompts_done), prefill_tps, 1e3 * median(set.step_s),
+          1e3 * p99(set.step_s), 1e3 * median(alone.step_s), 1e3 * p99(alone.step_s),
+          1e3 * whole_s);
   }
   if (json) std::printf("}\n");
   return 0;
