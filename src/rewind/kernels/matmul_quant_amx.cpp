@@ -41,22 +41,13 @@ REWIND_AMX void amx_configure_k32() {
   amx_load_config(c, kAmxConfigK32);
 }
 
-// The activation codes of rows [r0, r0 + 16) re-laid per Chunk values (chunk c: 16 rows x
-// Chunk bytes at a + 16 Chunk c), so that a tile load reads whole lines instead of rows a row
-// apart. Chunk 32: a Q8_0 block or a Q5_K sub-block; 64: a Q4_K sub-block pair.
-template <int Chunk>
-void amx_pack_acts(const QuantizedActs& xa, int64_t r0, int8_t* a) {
-  const int64_t nc = xa.k / Chunk;
-  for (int r = 0; r < 16; ++r) {
-    const int8_t* src = xa.q.data() + (r0 + r) * xa.k;
-    for (int64_t c = 0; c < nc; ++c)
-      std::memcpy(a + c * 16 * Chunk + r * Chunk, src + c * Chunk, Chunk);
-  }
-}
+// The activation tiles are loaded from the quantised rows where they lie (row stride K): a
+// 32- or 64-value chunk of 16 rows is 16 lines, or halves of lines, as a packed copy's would be,
+// and a copy per thread of the row block's codes cost 2-4% of a prefill.
 
 // The tile pipeline of the AMX kernels over n 32-value chunks of 16 rows: chunk u's activation
-// codes at a + 512 u (16 x 32 B), its weight codes at wt(u) (8 x 64 B); combine(u, s, q)
-// takes rows 4q..4q+3 of chunk u's exact sums s [16 rows][16 lanes] i32, for u = 0..n-1 in
+// codes at a + 32 u (16 rows of 32 B, K apart), its weight codes at wt(u) (8 x 64 B); combine(u, s,
+// q) takes rows 4q..4q+3 of chunk u's exact sums s [16 rows][16 lanes] i32, for u = 0..n-1 in
 // order. At step u the tile unit stores chunk u's sums (started two steps earlier) and starts
 // chunk u + 2 while the vector units combine chunk u - 1, whose sums were stored a step earlier.
 // Tiles 0, 2, 4 (sums, activations, weights) serve even chunks, 1, 3, 5 odd ones; the tile unit
@@ -65,12 +56,13 @@ void amx_pack_acts(const QuantizedActs& xa, int64_t r0, int8_t* a) {
 // overlap: loads after a tile store in program order wait for it.
 template <class WeightsAt, class Combine>
 REWIND_AMX __attribute__((always_inline)) inline void amx_chunks(int64_t n, const int8_t* a,
-                                                                 WeightsAt wt, Combine& combine,
+                                                                 int64_t lda, WeightsAt wt,
+                                                                 Combine& combine,
                                                                  PrefetchStream& pf) {
   alignas(64) int32_t sums[2][16 * 16];
 #define REWIND_AMX_START(C, A, B, u) \
   do {                               \
-    _tile_loadd(A, a + (u)*512, 32); \
+    _tile_loadd(A, a + (u)*32, lda); \
     _tile_loadd(B, wt(u), 64);       \
     _tile_zero(C);                   \
     _tile_dpbssd(C, A, B);           \
@@ -85,7 +77,7 @@ REWIND_AMX __attribute__((always_inline)) inline void amx_chunks(int64_t n, cons
   do {                                                             \
     if (c) combine(u - 1, prev, std::integral_constant<int, 0>{}); \
     _tile_stored(C, sums[C], 64);                                  \
-    if (next) _tile_loadd(A, a + (u + 2) * 512, 32);               \
+    if (next) _tile_loadd(A, a + (u + 2) * 32, lda);               \
     if (c) combine(u - 1, prev, std::integral_constant<int, 1>{}); \
     if (next) _tile_loadd(B, wt(u + 2), 64);                       \
     if (c) combine(u - 1, prev, std::integral_constant<int, 2>{}); \
@@ -110,10 +102,10 @@ REWIND_AMX __attribute__((always_inline)) inline void amx_chunks(int64_t n, cons
 }
 
 // y[r, c] for the 16 rows from r0 and c < ncols (ncols <= 16 * np) against np Q8_0 panels, all
-// of K; a: those rows' codes as amx_pack_acts<32> lays them out.
-REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const int8_t* a,
-                                   const std::byte* panels, int64_t panel_stride, int np, float* y,
-                                   int64_t ldy, int ncols, PrefetchStream& pf) {
+// of K.
+REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                   int64_t panel_stride, int np, float* y, int64_t ldy, int ncols,
+                                   PrefetchStream& pf) {
   const int64_t nb = xa.k / 32, pb = quant_panel_block_bytes(DType::Q8_0);
   const float* dx = xa.d.data() + r0 * nb;
   for (int p = 0; p < np; ++p) {
@@ -143,7 +135,8 @@ REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const in
                                    _mm512_cvtepi32_ps(_mm512_load_si512(s + 16 * r)), acc[r]);
     };
     amx_chunks(
-        nb, a, [pan, pb](int64_t u) { return pan + u * pb + kQ8QOff; }, quarter, pf);
+        nb, xa.q.data() + r0 * xa.k, xa.k, [pan, pb](int64_t u) { return pan + u * pb + kQ8QOff; },
+        quarter, pf);
     for (int r = 0; r < 16; ++r)
       _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r]);
   }
@@ -193,9 +186,9 @@ REWIND_AMX __attribute__((always_inline)) inline __m512 k_block_fmas(const KBloc
 }
 
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q5_K panels of type t (headers read
-// from panels, codes from codes + p * codes_stride as expand_q4_k_codes lays them out); a: the
-// rows' codes as amx_pack_acts<32> lays them out. (Q4_K takes the scaled tiles below.)
-REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0, const int8_t* a,
+// from panels, codes from codes + p * codes_stride as expand_q4_k_codes lays them out). (Q4_K
+// takes the scaled tiles below.)
+REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0,
                                    const std::byte* panels, int64_t panel_stride,
                                    const int8_t* codes, int64_t codes_stride, int np, float* y,
                                    int64_t ldy, int ncols, PrefetchStream& pf) {
@@ -225,7 +218,8 @@ REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0,
     };
     const int8_t* cp = codes + p * codes_stride;
     amx_chunks(
-        nb * 8, a, [cp](int64_t u) { return cp + u * 512; }, quarter, pf);
+        nb * 8, xa.q.data() + r0 * xa.k, xa.k, [cp](int64_t u) { return cp + u * 512; }, quarter,
+        pf);
     for (int r = 0; r < 16; ++r)
       _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p),
                             _mm512_load_ps(acc[r]));
@@ -282,15 +276,16 @@ REWIND_AMX void amx_configure_k64() {
 }
 
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers from panels,
-// scaled codes from scaled + p * scaled_stride as expand_q4_k_scaled lays them out); a: the
-// rows' codes as amx_pack_acts<64> lays them out. Block b's 8 products start at step b, its
+// scaled codes from scaled + p * scaled_stride as expand_q4_k_scaled lays them out). Block b's 8
+// products start at step b, its
 // sums are stored at step b + 1 (before block b + 1's products, which the tile unit would
 // otherwise finish first) and combined right after, beside block b + 1's products.
-REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const int8_t* a,
-                                     const std::byte* panels, int64_t panel_stride,
-                                     const int8_t* scaled, int64_t scaled_stride, int np, float* y,
-                                     int64_t ldy, int ncols, PrefetchStream& pf) {
+REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                     int64_t panel_stride, const int8_t* scaled,
+                                     int64_t scaled_stride, int np, float* y, int64_t ldy,
+                                     int ncols, PrefetchStream& pf) {
   const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(DType::Q4_K);
+  const int8_t* a = xa.q.data() + r0 * xa.k;  // the rows' codes, row stride K
   alignas(64) int32_t sums[2][16 * 16];
   for (int p = 0; p < np; ++p) {
     const std::byte* pan = panels + p * panel_stride;
@@ -303,7 +298,7 @@ REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const 
     _tile_zero(CH);                                              \
     for (int j = 0; j < 4; ++j) {                                \
       const int8_t* bj = sp + (b)*kAmxQ4KScaledBlock + j * 2048; \
-      _tile_loadd(4, a + ((b)*4 + j) * 1024, 64);                \
+      _tile_loadd(4, a + ((b)*4 + j) * 64, xa.k);                \
       _tile_loadd(6, bj, 64);                                    \
       _tile_dpbssd(CL, 4, 6);                                    \
       _tile_loadd(7, bj + 1024, 64);                             \
@@ -386,16 +381,16 @@ REWIND_AVX512 void expand_q6_k_parts(const std::byte* src, int64_t nb, int8_t* d
 }
 
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q6_K panels (d from panels, the
-// parts from parts + p * parts_stride as expand_q6_k_parts lays them out); a: the rows' codes
-// as amx_pack_acts<64> lays them out. Tiles (amx_configure_k64): 0-2 the sums of even blocks,
-// 3-5 of odd ones, 6 activations, 7 the parts. Block b's 12 products start at step b, its sums
-// are stored at step b + 1 before block b + 1's products and combined beside them.
-REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const int8_t* a,
-                                   const std::byte* panels, int64_t panel_stride,
-                                   const int8_t* parts, int64_t parts_stride, int np, float* y,
-                                   int64_t ldy, int ncols, PrefetchStream& pf) {
+// parts from parts + p * parts_stride as expand_q6_k_parts lays them out). Tiles
+// (amx_configure_k64): 0-2 the sums of even blocks, 3-5 of odd ones, 6 activations, 7 the parts.
+// Block b's 12 products start at step b, its sums are stored at step b + 1 before block b + 1's
+// products and combined beside them.
+REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                   int64_t panel_stride, const int8_t* parts, int64_t parts_stride,
+                                   int np, float* y, int64_t ldy, int ncols, PrefetchStream& pf) {
   const int64_t nb = xa.k / 256, pb = quant_panel_block_bytes(DType::Q6_K);
   const float* dx = xa.d.data() + r0 * nb;
+  const int8_t* a = xa.q.data() + r0 * xa.k;  // the rows' codes, row stride K
   alignas(64) int32_t sums[3][16 * 16];
   for (int p = 0; p < np; ++p) {
     const std::byte* pan = panels + p * panel_stride;
@@ -409,7 +404,7 @@ REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const in
     _tile_zero(C2);                                             \
     for (int j = 0; j < 4; ++j) {                               \
       const int8_t* bj = sp + (b)*kAmxQ6KPartsBlock + j * 3072; \
-      _tile_loadd(6, a + ((b)*4 + j) * 1024, 64);               \
+      _tile_loadd(6, a + ((b)*4 + j) * 64, xa.k);               \
       _tile_loadd(7, bj, 64);                                   \
       _tile_dpbssd(C0, 6, 7);                                   \
       _tile_loadd(7, bj + 1024, 64);                            \
@@ -455,9 +450,6 @@ REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const in
       _mm512_mask_storeu_ps(y + r * ldy + 16 * p, lane_mask(ncols - 16 * p), acc[r]);
   }
 }
-
-template void amx_pack_acts<32>(const QuantizedActs&, int64_t, int8_t*);
-template void amx_pack_acts<64>(const QuantizedActs&, int64_t, int8_t*);
 
 #pragma GCC diagnostic pop
 

@@ -393,7 +393,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
   // for the 16-row AMX tiles), so that no row block ends in a short tile. Q4_K / Q5_K / Q6_K on AMX
   // expand each panel group's codes once per row block, so their row blocks are as tall as keeps
-  // the block's packed activations within 512 KiB of L2 (128 to 512 rows), spreading the
+  // the block's activation codes within 512 KiB of L2 (128 to 512 rows), spreading the
   // expansion's cost. Q6_K's parts cost more to make (three per code), so its blocks keep up to
   // 2 MiB of activations (512 rows up to K 4096).
   const int64_t kMc_bytes = (t == DType::Q6_K ? 2048 : 512) * 1024;
@@ -404,7 +404,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // The panel group's blocks as ex.fn lays them out.
   thread_local AlignedBuffer<std::byte> expanded;
   if (ex.fn) expanded.reserve_at_least(static_cast<size_t>(kP * nb * ex.block_bytes));
-  thread_local AlignedBuffer<int8_t> amx_a, q4;
+  thread_local AlignedBuffer<int8_t> q4;
   // Q4_K and Q6_K on AMX: the sub-block scales in the tiles (int8_tile_amx_q4_k64, _q6_k); Q5_K's
   // codes (up to 31) times a scale part would pass int8, so it keeps the per-sub-block tiles.
   const bool amx_q6 = amx && t == DType::Q6_K;
@@ -414,7 +414,6 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
                                   : amx_k64 ? kAmxQ4KScaledBlock
                                             : kKBytesCodes;
   if (amx) {
-    amx_a.reserve_at_least(static_cast<size_t>(kMc * xa.k));
     if (amx_k64)
       amx_configure_k64();
     else
@@ -423,9 +422,6 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   if (amx_q4) q4.reserve_at_least(static_cast<size_t>(kP * nb * amx_block_bytes));
   for (int64_t rb = r0; rb < r1; rb += kMc) {
     const int64_t re = std::min(r1, rb + kMc);
-    if (amx)
-      for (int64_t r = rb; r + 16 <= re; r += 16)
-        (amx_k64 ? amx_pack_acts<64> : amx_pack_acts<32>)(xa, r, amx_a.data() + (r - rb) * xa.k);
     for (int p0 = 0; p0 < np; p0 += kP) {
       const int npg = std::min(kP, np - p0);
       const std::byte* src = panels + p0 * panel_stride;
@@ -455,19 +451,18 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
         const int64_t steps = (re - r) / 16 * npg * (xa.k / 32);
         PrefetchStream pf(next_group, next_bytes, steps);
         for (; r + 16 <= re; r += 16) {
-          const int8_t* ar = amx_a.data() + (r - rb) * xa.k;
           float* yr = y + (r - r0) * ldy + 16 * p0;
           if (amx_q6)
-            int8_tile_amx_q6_k(xa, r, ar, src, stride, q4.data(), nb * amx_block_bytes, npg, yr,
-                               ldy, ncols - 16 * p0, pf);
+            int8_tile_amx_q6_k(xa, r, src, stride, q4.data(), nb * amx_block_bytes, npg, yr, ldy,
+                               ncols - 16 * p0, pf);
           else if (amx_k64)
-            int8_tile_amx_q4_k64(xa, r, ar, src, stride, q4.data(), nb * amx_block_bytes, npg, yr,
-                                 ldy, ncols - 16 * p0, pf);
+            int8_tile_amx_q4_k64(xa, r, src, stride, q4.data(), nb * amx_block_bytes, npg, yr, ldy,
+                                 ncols - 16 * p0, pf);
           else if (amx_q4)
-            int8_tile_amx_q4_k(t, xa, r, ar, src, stride, q4.data(), nb * amx_block_bytes, npg, yr,
-                               ldy, ncols - 16 * p0, pf);
+            int8_tile_amx_q4_k(t, xa, r, src, stride, q4.data(), nb * amx_block_bytes, npg, yr, ldy,
+                               ncols - 16 * p0, pf);
           else
-            int8_tile_amx_q8_0(xa, r, ar, src, stride, npg, yr, ldy, ncols - 16 * p0, pf);
+            int8_tile_amx_q8_0(xa, r, src, stride, npg, yr, ldy, ncols - 16 * p0, pf);
         }
       }
       // The AVX2 tiles step the prefetches a burst before each tile; the VNNI tiles once per

@@ -352,25 +352,22 @@ REWIND_AVX2 void expand_q3_k_avx2(const std::byte* src, int64_t nb, std::byte* d
 // AMX (matmul_quant_amx.cpp).
 REWIND_AMX void amx_configure_k32();
 REWIND_AMX void amx_configure_k64();
-template <int Chunk>
-void amx_pack_acts(const QuantizedActs& xa, int64_t r0, int8_t* a);
-REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const int8_t* a,
-                                   const std::byte* panels, int64_t panel_stride, int np, float* y,
-                                   int64_t ldy, int ncols, PrefetchStream& pf);
+REWIND_AMX void int8_tile_amx_q8_0(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                   int64_t panel_stride, int np, float* y, int64_t ldy, int ncols,
+                                   PrefetchStream& pf);
 REWIND_AVX512 void expand_q4_k_codes(const std::byte* src, int64_t nb, bool q5, int8_t* dst);
-REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0, const int8_t* a,
+REWIND_AMX void int8_tile_amx_q4_k(DType t, const QuantizedActs& xa, int64_t r0,
                                    const std::byte* panels, int64_t panel_stride,
                                    const int8_t* codes, int64_t codes_stride, int np, float* y,
                                    int64_t ldy, int ncols, PrefetchStream& pf);
 REWIND_AVX512 void expand_q4_k_scaled(const std::byte* src, int64_t nb, int8_t* dst);
-REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const int8_t* a,
-                                     const std::byte* panels, int64_t panel_stride,
-                                     const int8_t* scaled, int64_t scaled_stride, int np, float* y,
-                                     int64_t ldy, int ncols, PrefetchStream& pf);
+REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                     int64_t panel_stride, const int8_t* scaled,
+                                     int64_t scaled_stride, int np, float* y, int64_t ldy,
+                                     int ncols, PrefetchStream& pf);
 REWIND_AVX512 void expand_q6_k_parts(const std::byte* src, int64_t nb, int8_t* dst);
-REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const int8_t* a,
-                                   const std::byte* panels, int64_t panel_stride,
-                                   const int8_t* parts, int64_t parts_stride, int np, float* y,
-                                   int64_t ldy, int ncols, PrefetchStream& pf);
+REWIND_AMX void int8_tile_amx_q6_k(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
+                                   int64_t panel_stride, const int8_t* parts, int64_t parts_stride,
+                                   int np, float* y, int64_t ldy, int ncols, PrefetchStream& pf);
 
 }  // namespace rw::detail
