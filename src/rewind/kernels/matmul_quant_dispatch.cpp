@@ -393,10 +393,9 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
   // A multiple of the tile height (126 and 510 for 6-row tiles, 128 and 512 for 4-row ones, 128
   // for the 16-row AMX tiles), so that no row block ends in a short tile. Q4_K / Q5_K / Q6_K on AMX
   // expand each panel group's codes once per row block, so their row blocks are as tall as keeps
-  // the block's activation codes within 512 KiB of L2 (128 to 512 rows), spreading the
-  // expansion's cost. Q6_K's parts cost more to make (three per code), so its blocks keep up to
-  // 2 MiB of activations (512 rows up to K 4096).
-  const int64_t kMc_bytes = (t == DType::Q6_K ? 2048 : 512) * 1024;
+  // the block's activation codes within 2 MiB (512 rows up to K 4096, 128 to 512), spreading the
+  // expansion's cost: a 512-token chunk's rows in one block below K 4096.
+  constexpr int64_t kMc_bytes = 2048 * 1024;
   const int64_t kMc = amx_q4 ? std::clamp<int64_t>(kMc_bytes / xa.k / 16 * 16, 128, 512)
                       : amx  ? 128
                              : (ex.fn ? 512 : 128) / kR * kR;
