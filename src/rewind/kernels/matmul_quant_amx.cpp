@@ -277,9 +277,9 @@ REWIND_AMX void amx_configure_k64() {
 
 // y[r, c] for the 16 rows from r0 and c < ncols against np Q4_K panels (headers from panels,
 // scaled codes from scaled + p * scaled_stride as expand_q4_k_scaled lays them out). Block b's 8
-// products start at step b, its
-// sums are stored at step b + 1 (before block b + 1's products, which the tile unit would
-// otherwise finish first) and combined right after, beside block b + 1's products.
+// products start at step b, its sums are stored at step b + 1 (before block b + 1's products,
+// which the tile unit would otherwise finish first) and combined right after, beside block
+// b + 1's products.
 REWIND_AMX void int8_tile_amx_q4_k64(const QuantizedActs& xa, int64_t r0, const std::byte* panels,
                                      int64_t panel_stride, const int8_t* scaled,
                                      int64_t scaled_stride, int np, float* y, int64_t ldy,
