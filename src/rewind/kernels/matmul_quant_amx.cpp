@@ -42,8 +42,8 @@ REWIND_AMX void amx_configure_k32() {
 }
 
 // The activation tiles are loaded from the quantised rows where they lie (row stride K): a
-// 32- or 64-value chunk of 16 rows is 16 lines, or halves of lines, as a packed copy's would be,
-// and a copy per thread of the row block's codes cost 2-4% of a prefill.
+// 32- or 64-value chunk of 16 rows is 16 lines, or halves of lines, as in a packed copy, so
+// no thread copies the row block.
 
 // The tile pipeline of the AMX kernels over n 32-value chunks of 16 rows: chunk u's activation
 // codes at a + 32 u (16 rows of 32 B, K apart), its weight codes at wt(u) (8 x 64 B); combine(u, s,
