@@ -178,11 +178,10 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
   for (size_t j = 0; j < mixes.size(); ++j) {
     const Mixed& mix = mixes[j];
     const Set& set = sets[mix.set];
-    double total_s = 0;
-    for (double t : set.step_s) total_s += t;
     // The prompt's progress: its tokens over the time of the steps that ran them.
     const double prefill_tps =
-        std::accumulate(mix.chunk_tokens.begin(), mix.chunk_tokens.end(), 0.0) / total_s;
+        std::accumulate(mix.chunk_tokens.begin(), mix.chunk_tokens.end(), 0.0) /
+        std::accumulate(set.step_s.begin(), set.step_s.end(), 0.0);
     const auto chunks = static_cast<long long>(mix.chunk_tokens.size());
     const std::string how =
         mix.budget ? "--itl-target " + step_target_string(mix.budget->target()) : "fixed";

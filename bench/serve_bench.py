@@ -5,8 +5,9 @@ bounded in time).
 
 Starts each server itself (rewind on --port 0, llama-server on a free port), both up for the
 whole run, and stops them at the end; --rewind-b / --rewind-b-arg add a second rewind server
-(another binary, or the same one with other options) run the same way. For each prompt kind (short, long) and each client count it runs
-one cell per server, the servers alternately (so a change in the machine's load falls on both):
+(another binary, or the same one with other options) run the same way. For each prompt kind
+(short, long) and each client count it runs one cell per server, the servers alternately (so a
+change in the machine's load falls on both):
 C clients start together, each sends --requests POST /v1/chat/completions (--endpoint
 completions: /v1/completions) with "stream": true, greedy, "ignore_eos": true and "max_tokens" M,
 one after the other. Every prompt is new (a

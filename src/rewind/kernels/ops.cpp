@@ -2237,52 +2237,53 @@ void attention_core(const float* const* q, int64_t m, const int64_t* n_keys,
       first = false;
     });
   };
-  // rows(loader) with block bi's K (V) loader of family Fam{} (Avx512Loaders, Avx2Loaders),
-  // given the next block, if any, to prefetch.
+  // Block bi of a typed cache tb (else of the plain f32 blocks) and the next block, if any, to
+  // prefetch (null past the last), with their Q8_0 scales.
+  struct BlockPair {
+    DType t;
+    const void *cur, *next;
+    const uint16_t *sc, *sc_next;
+  };
+  auto block_pair = [&](const KvBlocks* tb, const float* const* plain, int64_t bi) {
+    const int64_t bn = (bi + 1) * block < n_max ? bi + 1 : -1;
+    auto at = [&](int64_t b) -> const void* {
+      return b < 0 ? nullptr : plain ? plain[b] : tb->data[b];
+    };
+    const bool q8 = tb && tb->type == DType::Q8_0;
+    return BlockPair{tb ? tb->type : DType::F32, at(bi), at(bn), q8 ? tb->scales[bi] : nullptr,
+                     q8 && bn >= 0 ? tb->scales[bn] : nullptr};
+  };
+  // rows(loader) with block bi's K (V) loader of family Fam{} (Avx512Loaders, Avx2Loaders).
   auto with_k = [&](auto fam, int64_t bi, auto&& rows) {
     using Fam = decltype(fam);
     using U = uint16_t;
-    const DType t = kt ? kt->type : DType::F32;
-    const int64_t bn = (bi + 1) * block < n_max ? bi + 1 : -1;
-    auto at = [&](int64_t b) -> const void* {
-      return b < 0 ? nullptr : k_blocks ? k_blocks[b] : kt->data[b];
-    };
-    if (t == DType::F32) {
-      rows(typename Fam::KF32{static_cast<const float*>(at(bi)), block,
-                              static_cast<const float*>(at(bn))});
-    } else if (t == DType::BF16) {
-      rows(
-          typename Fam::KBF16{static_cast<const U*>(at(bi)), block, static_cast<const U*>(at(bn))});
-    } else if (t == DType::F16) {
-      rows(typename Fam::KF16{static_cast<const U*>(at(bi)), block, static_cast<const U*>(at(bn))});
-    } else {
-      rows(typename Fam::KQ8{static_cast<const int8_t*>(at(bi)), kt->scales[bi], block,
-                             static_cast<const int8_t*>(at(bn)),
-                             bn < 0 ? nullptr : kt->scales[bn]});
-    }
+    const BlockPair p = block_pair(kt, k_blocks, bi);
+    if (p.t == DType::F32)
+      rows(typename Fam::KF32{static_cast<const float*>(p.cur), block,
+                              static_cast<const float*>(p.next)});
+    else if (p.t == DType::BF16)
+      rows(typename Fam::KBF16{static_cast<const U*>(p.cur), block, static_cast<const U*>(p.next)});
+    else if (p.t == DType::F16)
+      rows(typename Fam::KF16{static_cast<const U*>(p.cur), block, static_cast<const U*>(p.next)});
+    else
+      rows(typename Fam::KQ8{static_cast<const int8_t*>(p.cur), p.sc, block,
+                             static_cast<const int8_t*>(p.next), p.sc_next});
   };
   auto with_v = [&](auto fam, int64_t bi, auto&& rows) {
     using Fam = decltype(fam);
     using U = uint16_t;
-    const DType t = vt ? vt->type : DType::F32;
-    const int64_t bn = (bi + 1) * block < n_max ? bi + 1 : -1;
-    auto at = [&](int64_t b) -> const void* {
-      return b < 0 ? nullptr : v_blocks ? v_blocks[b] : vt->data[b];
-    };
-    if (t == DType::F32) {
-      rows(typename Fam::VF32{static_cast<const float*>(at(bi)), v_blocks ? ld : vt->ld,
-                              static_cast<const float*>(at(bn))});
-    } else if (t == DType::BF16) {
-      rows(typename Fam::VBF16{static_cast<const U*>(at(bi)), vt->ld,
-                               static_cast<const U*>(at(bn))});
-    } else if (t == DType::F16) {
+    const BlockPair p = block_pair(vt, v_blocks, bi);
+    if (p.t == DType::F32)
+      rows(typename Fam::VF32{static_cast<const float*>(p.cur), v_blocks ? ld : vt->ld,
+                              static_cast<const float*>(p.next)});
+    else if (p.t == DType::BF16)
       rows(
-          typename Fam::VF16{static_cast<const U*>(at(bi)), vt->ld, static_cast<const U*>(at(bn))});
-    } else {
-      rows(typename Fam::VQ8{static_cast<const int8_t*>(at(bi)), vt->scales[bi], vt->ld, vt->sld,
-                             static_cast<const int8_t*>(at(bn)),
-                             bn < 0 ? nullptr : vt->scales[bn]});
-    }
+          typename Fam::VBF16{static_cast<const U*>(p.cur), vt->ld, static_cast<const U*>(p.next)});
+    else if (p.t == DType::F16)
+      rows(typename Fam::VF16{static_cast<const U*>(p.cur), vt->ld, static_cast<const U*>(p.next)});
+    else
+      rows(typename Fam::VQ8{static_cast<const int8_t*>(p.cur), p.sc, vt->ld, vt->sld,
+                             static_cast<const int8_t*>(p.next), p.sc_next});
   };
 #endif
   // Pass 1, block-major so that a K block is reused by every row: scores.
