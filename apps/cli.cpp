@@ -261,7 +261,8 @@ std::vector<CommandSpec> build_specs() {
         {"--prefill-runs", "", "N", "timed prefills after a first one (default 3)", {}, false},
         weights_opt(),
         quant_dot_opt(),
-        {"--isa", "", "auto|amx|avx512|avx2|scalar", "widest SIMD path the kernels may take"},
+        {"--isa", "", "auto|amx|avx512|avxvnni|avx2|scalar",
+         "widest SIMD path the kernels may take"},
         {"--seed", "", "S", "seed of the random prompt (default 1)", {}, false},
         {"--decode-split", "", "SPLIT", "auto|guided|static, or A,B to compare two step by step"},
         {"--batch", "", "N,...", "decode N sequences per step, sizes side by side", {}, false},
@@ -276,7 +277,8 @@ std::vector<CommandSpec> build_specs() {
         json_opt("print one JSON object")},
        "--prefill-runs: the headline is their median; the first prefill, which grows the buffers\n"
        "to the prompt's size, is reported apart.\n"
-       "--isa amx: AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K, Q5_K and Q6_K prefill.\n"
+       "--isa amx: AVX-512 with AMX-INT8 tiles for Q8_0, Q4_K, Q5_K and Q6_K prefill; avxvnni:\n"
+       "AVX2 with AVX-VNNI's int8 dot products.\n"
        "--decode-split: how the threads split a decode step's matmuls (auto: a static share per\n"
        "thread for matrices of up to 8 MiB a thread, guided chunks for larger ones); two, as A,B,\n"
        "take turns step by step (A on even steps), and a line compares them: each one's median\n"
@@ -479,7 +481,7 @@ std::string version_text() {
   std::string out =
       std::string("rewind ") + REWIND_VERSION + " (commit " + REWIND_GIT_COMMIT + ")\n";
 #if defined(__x86_64__)
-  out += "kernels built in: amx-int8, avx512 (vnni), avx2, scalar\n";
+  out += "kernels built in: amx-int8, avx512 (vnni), avx2 (avx-vnni), scalar\n";
 #else
   out += "kernels built in: scalar\n";
 #endif

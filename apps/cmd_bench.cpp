@@ -262,7 +262,7 @@ int cmd_bench(int argc, char** argv) {
   if (!parse_isa_cap(isa, &ko.isa) || !isa_cap_supported(ko.isa) ||
       (isa == "amx" && !matmul_amx_enabled(IsaCap::Amx)))
     return fail("--isa " + isa + ": not available on this machine (or not one of auto, amx, " +
-                "avx512, avx2, scalar)");
+                "avx512, avxvnni, avx2, scalar)");
   auto model =
       load_model(dir, args->str("--weights", "auto"), ko, &pool, &load_s, false, kv.value());
   if (!model.ok()) return fail(model.error_message());
@@ -294,8 +294,7 @@ int cmd_bench(int argc, char** argv) {
 
   std::fprintf(stderr, "measuring machine limits...\n");
   // The int8 peak of the path the int8 dot takes: with `--isa avx2` on a VNNI machine, AVX2's.
-  const bool vnni_peak = std::string(matmul_int8_isa(ko.isa)) == "avx512vnni";
-  MachineLimits lim = measure_machine_limits(&pool, 1.0, vnni_peak);
+  MachineLimits lim = measure_machine_limits(&pool, 1.0, ko.isa);
 
   // Seeded random prompt.
   std::vector<int32_t> prompt(static_cast<size_t>(p.value()));
@@ -321,8 +320,8 @@ int cmd_bench(int argc, char** argv) {
     std::string isa;
     lim.fma_peak_gflop_s =
         std::max(lim.fma_peak_gflop_s, measure_fma_peak_gflop_s(&pool, fma_s, &isa));
-    lim.int8_peak_gop_s = std::max(lim.int8_peak_gop_s,
-                                   measure_int8_dot_peak_gop_s(&pool, int8_s, nullptr, vnni_peak));
+    lim.int8_peak_gop_s =
+        std::max(lim.int8_peak_gop_s, measure_int8_dot_peak_gop_s(&pool, int8_s, nullptr, ko.isa));
     lim.amx_int8_peak_gop_s =
         std::max(lim.amx_int8_peak_gop_s, measure_amx_int8_peak_gop_s(&pool, amx_s));
   };

@@ -15,7 +15,7 @@
 //                                                       that fits L2: the kernel from cache)
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
-//                     [--isa amx|avx512|avx2|scalar]  (force a SIMD path)
+//                     [--isa amx|avx512|avxvnni|avx2|scalar]  (force a SIMD path)
 //                     [--quant-dot int8|f32]  (how quantised weights are multiplied)
 //                     [--cold]  (cold copies for every M, not only M <= 16)
 //                     [--cpu-time]  (time by process CPU time, not wall time: with --threads 1,
@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype "
           "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1,q5_0] "
           "[--shape NAME|KxN] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
-          "                    [--cold] [--isa amx|avx512|avx2|scalar] [--quant-dot int8|f32]\n"
+          "                    [--cold] [--isa amx|avx512|avxvnni|avx2|scalar] [--quant-dot "
+          "int8|f32]\n"
           "                    [--decode-panels 4,2] [--decode-split guided,auto]\n");
       return a == "--help" ? 0 : 2;
     }
@@ -254,8 +255,7 @@ int main(int argc, char** argv) {
     lim.isa = "given";
   } else {
     // The int8 peak of the path the int8 dot takes (AVX2's under --isa avx2, VNNI or not).
-    lim = rw::measure_machine_limits(&pool, 1.5,
-                                     std::string(rw::matmul_int8_isa(kopt.isa)) == "avx512vnni");
+    lim = rw::measure_machine_limits(&pool, 1.5, kopt.isa);
   }
   std::printf(
       "machine: %d threads, read bandwidth %.1f GB/s, fp32 FMA peak %.1f GFLOP/s (%s), int8 dot "

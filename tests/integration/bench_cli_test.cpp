@@ -257,6 +257,13 @@ TEST(BenchCli, PrefillRunsAndIsaAreEchoed) {
     EXPECT_EQ(a["int8_peak_isa"].get<std::string>(), "avx2");
     EXPECT_GT(a["int8_peak_gop_s"].get<double>(), 0.0);
   }
+  if (isa_cap_supported(IsaCap::AvxVnni)) {  // judged against vpdpbusd on ymm
+    const json a = run_bench("--isa avxvnni --prefill-runs 1");
+    ASSERT_TRUE(a.is_object());
+    EXPECT_EQ(a["isa"].get<std::string>(), "avx2");
+    EXPECT_EQ(a["int8_peak_isa"].get<std::string>(), "avxvnni");
+    EXPECT_GT(a["int8_peak_gop_s"].get<double>(), 0.0);
+  }
   const json s = run_bench("--isa scalar --prefill-runs 1");
   ASSERT_TRUE(s.is_object());
   EXPECT_EQ(s["isa"].get<std::string>(), "scalar");
@@ -344,7 +351,7 @@ TEST(BenchCli, BadOptionsAreRefused) {
   };
   const std::vector<Case> cases = {
       {"--isa neon", "--isa neon: not available"},
-      {"--isa neon", "amx, avx512, avx2, scalar"},
+      {"--isa neon", "amx, avx512, avxvnni, avx2, scalar"},
       {"--prefill-runs 0", "--prefill-runs must be >= 1"},
       {"--decode-split sideways", "--decode-split sideways:"},
       {"--decode-split auto,", "--decode-split auto,:"},

@@ -331,7 +331,7 @@ TEST(MatmulExact, IsaCapReportsPath) {
   IsaCap cap = IsaCap::Avx2;
   EXPECT_FALSE(parse_isa_cap("no-such-isa", &cap));
   EXPECT_EQ(cap, IsaCap::Avx2);
-  for (IsaCap c : {IsaCap::Scalar, IsaCap::Avx2, IsaCap::Avx512, IsaCap::Amx}) {
+  for (IsaCap c : {IsaCap::Scalar, IsaCap::Avx2, IsaCap::AvxVnni, IsaCap::Avx512, IsaCap::Amx}) {
     ASSERT_TRUE(parse_isa_cap(isa_cap_name(c), &cap));
     EXPECT_EQ(cap, c);
   }
@@ -341,6 +341,13 @@ TEST(MatmulExact, IsaCapReportsPath) {
   EXPECT_TRUE(chosen == "avx512" || chosen == "avx2" || chosen == "scalar") << chosen;
   if (isa_cap_supported(IsaCap::Avx2)) {
     EXPECT_STREQ(matmul_isa(IsaCap::Avx2), "avx2");
+    EXPECT_STREQ(matmul_int8_isa(IsaCap::Avx2), "avx2");
+  }
+  // AVX-VNNI changes only the int8 dot: the f32 / bf16 matmuls and the ops take AVX2's path.
+  if (isa_cap_supported(IsaCap::AvxVnni)) {
+    EXPECT_STREQ(matmul_isa(IsaCap::AvxVnni), "avx2");
+    EXPECT_STREQ(matmul_int8_isa(IsaCap::AvxVnni), "avxvnni");
+    EXPECT_FALSE(matmul_amx_enabled(IsaCap::AvxVnni));
   }
   // A matrix carries its options; a default matrix runs everything the CPU has.
   PackedMatrix w;

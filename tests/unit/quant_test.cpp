@@ -464,7 +464,7 @@ TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
         std::vector<float> ya(static_cast<size_t>(m * n)), yb(ya.size());
         ko.isa = IsaCap::Amx;
         matmul(x.data(), m, k, pb, yb.data(), n, nullptr, ko);
-        for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
+        for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
           if (!test::isa_options(isa, &ko)) continue;
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(ya.begin(), ya.end(), -1.0f);
@@ -569,7 +569,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
         std::vector<float> yf(static_cast<size_t>(m * n)), yq(yf.size()),
             y1(static_cast<size_t>(n));
         matmul(x.data(), m, k, pf, yf.data(), n, nullptr, ko);
-        for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
+        for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
           if (!test::isa_options(isa, &ko)) continue;
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(yq.begin(), yq.end(), -1.0f);
@@ -709,7 +709,7 @@ TEST(QuantMatmul, FillEqualsMatmulOnTheSameRows) {
     }
     for (QuantDot dot : {QuantDot::Int8, QuantDot::F32}) {
       ko.quant_dot = dot;
-      for (const char* isa : {"avx512", "avx2", "scalar"}) {
+      for (const char* isa : {"avx512", "avxvnni", "avx2", "scalar"}) {
         if (!test::isa_options(isa, &ko)) continue;
         pw.set_kernel_options(ko);  // matmul_fill runs on the matrix's own options
         for (int64_t m : {1, 3, 17, 130}) {
@@ -757,7 +757,7 @@ TEST(QuantInt8, QuantizeActs) {
   // Row 1: all zero. Row 2: one NaN in the second block.
   for (int64_t i = 0; i < k; ++i) x[2 * k + i] = 1.0f;
   x[2 * k + 40] = std::numeric_limits<float>::quiet_NaN();
-  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+  for (const char* isa : {"avx512", "avxvnni", "avx2", "scalar"}) {
     if (!test::isa_options(isa, &ko)) continue;
     detail::QuantizedActs a;
     detail::quantize_acts(DType::Q8_0, x.data(), 3, k, k, &a, nullptr, ko.isa);
@@ -781,7 +781,7 @@ TEST(QuantInt8, QuantizeActs) {
   }
   // A scale past fp16's range stays f32 (llama.cpp's would be inf); Q4_K's 256-value blocks
   // keep f32 scales, as llama.cpp's block_q8_K does.
-  for (const char* isa : {"avx512", "avx2", "scalar"}) {
+  for (const char* isa : {"avx512", "avxvnni", "avx2", "scalar"}) {
     if (!test::isa_options(isa, &ko)) continue;
     std::vector<float> big(256, 1.0f);
     big[3] = 1e7f;
@@ -813,7 +813,7 @@ TEST(QuantInt8, QuantizeActs) {
     detail::quantize_acts(t, r.data(), kRows, kRow, kRow, &b, nullptr, ko.isa);
     EXPECT_EQ(b.q[4 * kRow + 1], -126);  // -125.5 rounds to even
     EXPECT_EQ(b.q[4 * kRow + 2], -124);  // -124.5 rounds to even
-    for (const char* isa : {"avx512", "avx2"}) {
+    for (const char* isa : {"avx512", "avxvnni", "avx2"}) {
       if (!test::isa_options(isa, &ko)) continue;
       detail::QuantizedActs a;
       detail::quantize_acts(t, r.data(), kRows, kRow, kRow, &a, nullptr, ko.isa);
@@ -873,9 +873,10 @@ TEST(QuantInt8, EqualsScalarFormula) {
         detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
         const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
         std::vector<float> y(ref.size()), y1(static_cast<size_t>(n));
-        for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
+        for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
           if (!test::isa_options(isa, &ko)) continue;
-          if (std::string(isa) == "avx2" || std::string(isa) == "scalar") {
+          if (std::string(isa) == "avxvnni" || std::string(isa) == "avx2" ||
+              std::string(isa) == "scalar") {
             EXPECT_EQ(std::string(matmul_int8_isa(ko.isa)), isa);
           }
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
@@ -938,7 +939,7 @@ TEST(QuantInt8, RowBlocksEqualScalarFormula) {
     detail::QuantizedActs xa;
     detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
     const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
-    for (const char* isa : {"amx", "avx512", "avx2"}) {
+    for (const char* isa : {"amx", "avx512", "avxvnni", "avx2"}) {
       if (!test::isa_options(isa, &ko)) continue;
       std::vector<float> y(static_cast<size_t>(m * n), -1.0f);
       matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
@@ -1018,7 +1019,7 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
       detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
       const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
       std::vector<float> y(ref.size());
-      for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
+      for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
         if (!test::isa_options(isa, &ko)) continue;
         matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
         ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
@@ -1059,7 +1060,7 @@ TEST(QuantInt8, Q6KEveryScaleEqualsScalarFormula) {
     detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
     const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
     std::vector<float> y(ref.size());
-    for (const char* isa : {"amx", "avx512", "avx2", "scalar"}) {
+    for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
       if (!test::isa_options(isa, &ko)) continue;
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::fill(y.begin(), y.end(), -1.0f);

@@ -12,15 +12,17 @@ namespace rw {
 //  Int8: activations quantised per block, integer dot products (matmul_quant.h's formula).
 enum class QuantDot { F32, Int8 };
 const char* quant_dot_name(QuantDot mode);  // "f32", "int8"
-// Int8 where the CPU has SIMD int8 kernels (AVX-512 VNNI or AVX2), else F32 (the scalar int8
-// path gives the same bits, much slower).
+// Int8 where the CPU has SIMD int8 kernels (AVX-512 VNNI, AVX-VNNI or AVX2), else F32 (the scalar
+// int8 path gives the same bits, much slower).
 QuantDot default_quant_dot();
 
 // The widest SIMD path the kernels may take. Every path gives the same bits, so this only
 // matters to tests that compare paths and to benchmarks of a narrower machine; each kernel still
-// takes only what the CPU has. Amx: everything the CPU has (the default).
-enum class IsaCap { Scalar = 0, Avx2 = 1, Avx512 = 2, Amx = 3 };
-// "scalar", "avx2", "avx512", "amx" ("auto" parses as Amx); false for any other name.
+// takes only what the CPU has. AvxVnni: AVX2 with AVX-VNNI's int8 dot products (Intel cores
+// without AVX-512 since Alder Lake); everything else as Avx2. Amx: everything the CPU has (the
+// default).
+enum class IsaCap { Scalar = 0, Avx2 = 1, AvxVnni = 2, Avx512 = 3, Amx = 4 };
+// "scalar", "avx2", "avxvnni", "avx512", "amx" ("auto" parses as Amx); false for any other name.
 bool parse_isa_cap(const std::string& name, IsaCap* cap);
 const char* isa_cap_name(IsaCap cap);
 // True when this CPU has the path the cap names (tests skip caps the machine lacks).

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "rewind/kernels/kernel_options.h"
+
 namespace rw {
 
 class ThreadPool;
@@ -18,8 +20,8 @@ class ThreadPool;
 struct MachineLimits {
   double read_bandwidth_gb_s = 0;     // 1e9 bytes/s, all threads streaming a buffer >> L3
   double fma_peak_gflop_s = 0;        // 1e9 flop/s, 2 flops per fp32 FMA lane, all threads
-  double int8_peak_gop_s = 0;         // 1e9 op/s, 2 ops per int8 multiply-add of the widest exact
-                                      // int8 dot product: AVX-512 VNNI (vpdpbusd), else AVX2
+  double int8_peak_gop_s = 0;         // 1e9 op/s, 2 ops per int8 multiply-add of the int8 dot's
+                                      // instructions: vpdpbusd (AVX-512 VNNI, AVX-VNNI), else AVX2
                                       // (vpmaddubsw + vpmaddwd + vpaddd), all threads; 0 without
   double amx_int8_peak_gop_s = 0;     // the same for AMX tiles (tdpbssd); 0 without AMX-INT8
   size_t bandwidth_buffer_bytes = 0;  // the buffer the bandwidth was measured over
@@ -27,22 +29,24 @@ struct MachineLimits {
   int bandwidth_variant = -1;         // the stream variant of the best bandwidth pass
   int n_threads = 1;
   std::string isa;                // widest SIMD used for the peak: "avx512", "avx2", "scalar"
-  std::string int8_isa = "none";  // the int8 peak's instructions: "avx512vnni", "avx2" or "none"
+  std::string int8_isa = "none";  // the int8 peak's instructions: "avx512vnni", "avxvnni", "avx2"
+                                  // or "none"
 };
 
 // Measures both limits with every thread of `pool` (null: one thread). Cost: about
 // seconds_budget of wall time (a little more on a slow machine: at least two passes of each
 // measurement run) and a temporary buffer of max(1 GiB, 2 x L3) bytes (less if the machine has
 // little memory). Not thread-safe with other work on the pool; run it on an idle machine.
-// vnni false: the int8 peak of the AVX2 instructions even where VNNI exists (a run whose int8
-// dot is held to the AVX2 path, `--isa avx2`, is judged against the peak of that path).
+// The int8 peak is that of the instructions the int8 dot takes under `cap` (a run held to
+// `--isa avx2` on a VNNI machine is judged against the AVX2 peak).
 MachineLimits measure_machine_limits(ThreadPool* pool, double seconds_budget = 1.0,
-                                     bool vnni = true);
+                                     IsaCap cap = IsaCap::Amx);
 
-// int8 dot-product peak alone: vpdpbusd chains with AVX-512 VNNI (unless vnni is false), else
-// vpmaddubsw + vpmaddwd + vpaddd chains with AVX2 (0 with neither); *isa (if given) gets which.
+// int8 dot-product peak alone, of the int8 dot's path under `cap`: vpdpbusd chains on zmm
+// (AVX-512 VNNI) or ymm (AVX-VNNI), else vpmaddubsw + vpmaddwd + vpaddd chains (AVX2; 0 without
+// AVX2); *isa (if given) gets which.
 double measure_int8_dot_peak_gop_s(ThreadPool* pool, double seconds_budget,
-                                   std::string* isa = nullptr, bool vnni = true);
+                                   std::string* isa = nullptr, IsaCap cap = IsaCap::Amx);
 
 // AMX-INT8 peak alone (tdpbssd on full tiles; 0 where AMX-INT8 is missing or not granted).
 double measure_amx_int8_peak_gop_s(ThreadPool* pool, double seconds_budget);

@@ -306,8 +306,9 @@ const char* quant_dot_name(QuantDot mode) {
 }
 
 namespace {
-constexpr const char* kIsaCapNames[] = {"scalar", "avx2", "avx512", "amx"};  // IsaCap's order
-constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};    // DecodeSplit's order
+constexpr const char* kIsaCapNames[] = {"scalar", "avx2", "avxvnni", "avx512",
+                                        "amx"};                            // IsaCap's order
+constexpr const char* kDecodeSplitNames[] = {"auto", "guided", "static"};  // DecodeSplit's order
 
 // The enum value whose name in `names` (the enum's order) is `name`; false for any other name.
 template <class E, size_t N>
@@ -339,6 +340,8 @@ bool isa_cap_supported(IsaCap cap) {
       return true;
     case IsaCap::Avx2:
       return cpu_has_avx2();
+    case IsaCap::AvxVnni:
+      return cpu_has_avx2() && (__builtin_cpu_init(), __builtin_cpu_supports("avxvnni"));
     case IsaCap::Avx512:
       return cpu_has_avx512();
     case IsaCap::Amx:

@@ -114,13 +114,13 @@ void matmul_fill(const RowFill& fill, int64_t m, const PackedMatrix& w, float* y
 void matmul_naive(const float* x, int64_t m, int64_t ldx, const PackedMatrix& w, float* y,
                   int64_t ldy);
 
-// True when the int8 dot has SIMD kernels here (AVX-512 VNNI or AVX2); else it runs the scalar
-// reference (same bits, much slower), which is why the default is then F32.
+// True when the int8 dot has SIMD kernels here (AVX-512 VNNI, AVX-VNNI or AVX2); else the scalar
+// reference runs (same bits, much slower), which is why the default is then F32.
 bool matmul_int8_simd();
 // The paths the matmuls take under `cap` on this CPU: the f32 / bf16 one ("avx512", "avx2",
-// "scalar"), the int8 dot's ("avx512vnni", "avx2", "scalar"), and whether AMX-INT8 tiles run the
-// int8 dot's Q8_0, Q4_K, Q5_K and Q6_K prefill tiles (16 rows and more; the CPU has AMX-INT8,
-// the kernel granted it, and the cap allows it).
+// "scalar"), the int8 dot's ("avx512vnni", "avxvnni", "avx2", "scalar"), and whether AMX-INT8 tiles
+// run the int8 dot's Q8_0, Q4_K, Q5_K and Q6_K prefill tiles (16 rows and more; the CPU has
+// AMX-INT8, the kernel granted it, and the cap allows it).
 const char* matmul_isa(IsaCap cap = IsaCap::Amx);
 const char* matmul_int8_isa(IsaCap cap = IsaCap::Amx);
 bool matmul_amx_enabled(IsaCap cap = IsaCap::Amx);

@@ -142,7 +142,7 @@ void quantize_acts_fill(DType t, const RowFill& fill, int64_t m, int64_t k, Quan
 // True when the int8 dot has SIMD kernels under `cap` here: AVX-512 VNNI, else AVX2 (else the
 // scalar reference runs; all give the same bits).
 bool int8_dot_simd_available(IsaCap cap);
-const char* int8_dot_isa(IsaCap cap);  // "avx512vnni", "avx2" or "scalar"
+const char* int8_dot_isa(IsaCap cap);  // "avx512vnni", "avxvnni", "avx2" or "scalar"
 // AMX-INT8 usable here (CPU and kernel permission); Q8_0, Q4_K, Q5_K and Q6_K prefill tiles of 16
 // rows then use it when the cap is Amx.
 bool amx_int8_available();

@@ -1,4 +1,4 @@
-// The quantised matmul's dispatch: which path (AMX, AVX-512 VNNI, AVX2, scalar) runs each
+// The quantised matmul's dispatch: which path (AMX, AVX-512 VNNI, AVX-VNNI, AVX2, scalar) runs each
 // kernel on this CPU, the activation quantisation, and the decode / prefill drivers of the int8
 // dot. The kernels are in matmul_quant_{scalar,avx2,avx512,amx}.cpp, packing in
 // matmul_quant_pack.cpp.
@@ -41,6 +41,15 @@ bool use_avx2() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+}
+
+// AVX-VNNI (VEX-encoded vpdpbusd on ymm) beside AVX2.
+bool use_avxvnni() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return use_avx2() && __builtin_cpu_supports("avxvnni");
   }();
   return yes;
 }
@@ -96,9 +105,11 @@ bool amx_int8_enabled(IsaCap cap) {
 }
 
 namespace {
-enum class Int8Path { Vnni, Avx2, Scalar };
+// AvxVnni runs the AVX2 path's tile shapes, expansions and quantiser with its own dot products.
+enum class Int8Path { Vnni, AvxVnni, Avx2, Scalar };
 Int8Path int8_path(IsaCap cap) {
   if (use_vnni() && cap >= IsaCap::Avx512) return Int8Path::Vnni;
+  if (use_avxvnni() && cap >= IsaCap::AvxVnni) return Int8Path::AvxVnni;
   if (avx2_allowed(cap)) return Int8Path::Avx2;
   return Int8Path::Scalar;
 }
@@ -214,6 +225,8 @@ const char* int8_dot_isa(IsaCap cap) {
   switch (int8_path(cap)) {
     case Int8Path::Vnni:
       return "avx512vnni";
+    case Int8Path::AvxVnni:
+      return "avxvnni";
     case Int8Path::Avx2:
       return "avx2";
     default:
@@ -308,7 +321,7 @@ PrefillExpansion prefill_expansion(DType t, bool avx2, bool amx, int64_t rows) {
 }  // namespace
 
 int int8_prefill_group_panels(DType t, int64_t panel_stride, int64_t rows, IsaCap cap) {
-  if (int8_path(cap) != Int8Path::Vnni) return 1;  // AVX2: 4-row tiles of one panel
+  if (int8_path(cap) != Int8Path::Vnni) return 1;  // AVX2, AVX-VNNI: 4-row tiles of one panel
   // AMX: groups of up to 256 KiB of panels (2 to 16 panels): a row tile's activation codes stay
   // in L1 while it runs through the group's panels from L2. The rows left over take the VNNI
   // tiles on panel pairs.
@@ -335,8 +348,10 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
             int8_dot_reference(t, xa, r, panels + (c / kNR) * panel_stride, c % kNR);
     return;
   }
-  const bool avx2 = path == Int8Path::Avx2;
-  const auto& tiles = avx2 ? kInt8TilesAvx2 : kInt8Tiles;
+  const bool avx2 = path == Int8Path::Avx2 || path == Int8Path::AvxVnni;  // 256-bit tiles
+  const auto& tiles = path == Int8Path::AvxVnni ? kInt8TilesAvxVnni
+                      : avx2                    ? kInt8TilesAvx2
+                                                : kInt8Tiles;
   const int64_t rows = r1 - r0;
   if (rows <= kInt8BatchRows) {
     // The type's own count, or the forced one (at most the path's own most).

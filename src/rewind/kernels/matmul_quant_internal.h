@@ -326,8 +326,9 @@ using DecodeTileFn = void (*)(DType, const float*, int64_t, const std::byte*, in
 extern const DecodeTileFn kDecodeTiles[kQuantDecodeRows][kQuantDecodePanels];
 
 // int8-dot tiles: [rows - 1][panels - 1] (null where a path has no such tile).
-extern const Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP];      // AVX-512 VNNI
-extern const Int8TileFn kInt8TilesAvx2[kInt8MaxR][kInt8MaxP];  // AVX2
+extern const Int8TileFn kInt8Tiles[kInt8MaxR][kInt8MaxP];         // AVX-512 VNNI
+extern const Int8TileFn kInt8TilesAvx2[kInt8MaxR][kInt8MaxP];     // AVX2
+extern const Int8TileFn kInt8TilesAvxVnni[kInt8MaxR][kInt8MaxP];  // AVX-VNNI (AVX2's shapes)
 // VNNI tiles of 5-8 rows x 1 panel (batched decode of Q4_K, Q6_K), [rows - 5].
 extern const Int8TileFn kInt8TallTiles[kInt8BatchRows - 4];
 // Whether kInt8TallTiles serve type t: the types whose codes take several operations to build.

@@ -180,7 +180,8 @@ int simd_level(IsaCap cap) {
   static const int cpu = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f"))         ? 2
                          : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
                                                                                            : 0;
-  return std::min(cpu, std::min(static_cast<int>(cap), 2));
+  const int allowed = cap >= IsaCap::Avx512 ? 2 : cap >= IsaCap::Avx2 ? 1 : 0;
+  return std::min(cpu, allowed);
 }
 #pragma GCC diagnostic pop
 #endif
