@@ -765,12 +765,51 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline __m256i q3_k_codes_avx2(
 // expand_q3_k_avx2, or a packed Q3_K block (its Q6_K transcoding's codes built in registers).
 enum Q6Src { kQ6Packed = 0, kQ6Bytes = 1, kQ3Packed = 2 };
 
+#if REWIND_AVX2_VNNI
+// One group of byte codes (two halves' 32 bytes at w) for 4 rows x 16 lanes on AVX-VNNI: t[r][h]
+// += the 4-product sums against row r's 4 activation codes at x + r * k. In asm, as
+// q8_0_group_4x2, so that the 8 sums stay in registers.
+// clang-format off
+#define REWIND_BYTES_ROW(X, T0, T1)                    \
+  "vpbroadcastd " X ", %[a]\n\t"                       \
+  "%{vex%} vpdpbusd %[a], %[w0], %[" T0 "]\n\t"        \
+  "%{vex%} vpdpbusd %[a], %[w1], %[" T1 "]\n\t"
+// clang-format on
+REWIND_AVX2_TILE __attribute__((always_inline)) inline void bytes_group_4x2(const std::byte* w,
+                                                                            const int8_t* x,
+                                                                            int64_t k,
+                                                                            __m256i (&t)[4][2]) {
+  __m256i w0, w1, a;
+  __asm__(
+      "vmovdqu %[m0], %[w0]\n\t"
+      // clang-format off
+      "vmovdqu %[m1], %[w1]\n\t"
+      REWIND_BYTES_ROW("(%[x0])", "t00", "t01") REWIND_BYTES_ROW("(%[x0],%[k])", "t10", "t11")
+      REWIND_BYTES_ROW("(%[x2])", "t20", "t21") REWIND_BYTES_ROW("(%[x2],%[k])", "t30", "t31")
+      // clang-format on
+      : [t00] "+x"(t[0][0]), [t01] "+x"(t[0][1]), [t10] "+x"(t[1][0]), [t11] "+x"(t[1][1]),
+        [t20] "+x"(t[2][0]), [t21] "+x"(t[2][1]), [t30] "+x"(t[3][0]), [t31] "+x"(t[3][1]),
+        [w0] "=&x"(w0), [w1] "=&x"(w1), [a] "=&x"(a)
+      : [m0] "m"(*reinterpret_cast<const __m256i*>(w)),
+        [m1] "m"(*reinterpret_cast<const __m256i*>(w + 32)), [x0] "r"(x), [x2] "r"(x + 2 * k),
+        [k] "r"(k)
+      : "memory");
+}
+#undef REWIND_BYTES_ROW
+#endif
+
 // t16[r][h] += the products of group g = 4 sb + I of block b (int16 pair sums).
 template <int I, int R, int H, int Src>
 REWIND_AVX2_TILE __attribute__((always_inline)) inline void q6_k_group_avx2(
     const std::byte* const* blk, int64_t pb, const ActRows<R>& xr, int64_t b, int sb,
     __m256i (&t16)[R][H]) {
   const int g = 4 * sb + I;
+#if REWIND_AVX2_VNNI
+  if constexpr (Src == kQ6Bytes && R == 4 && H == 2) {
+    bytes_group_4x2(blk[0] + kQ6KLoOff + 64 * g, xr.q[0] + b * 256 + 4 * g, xr.q[1] - xr.q[0], t16);
+    return;
+  }
+#endif
   __m256i w[H];
   REWIND_UNROLL
   for (int h = 0; h < H; ++h) {
