@@ -650,6 +650,43 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void q4_k_group_4x2(const
         [k] "r"(k), [m4] "x"(m4)
       : "memory");
 }
+
+// The same for a Q5_K code group g = 4 s + I: the fifth bits (group I's two bits of each byte at
+// hb, the two halves' 32 bytes) go to bit 4 of the low and high nibbles' codes first. All 16
+// registers are taken.
+template <int I>
+REWIND_AVX2_TILE __attribute__((always_inline)) inline void q5_k_group_4x2(
+    const std::byte* c, const std::byte* hb, const int8_t* x, int64_t k, __m256i m4, __m256i b4,
+    __m256i (&t)[4][2]) {
+  __m256i lo0, lo1, hi0, hi1, a, u;
+  // clang-format off
+#define REWIND_Q5K_CODES(OFF, LO, HI)               \
+  "vmovdqu " OFF "(%[c]), %[" HI "]\n\t"            \
+  "vpand %[" HI "], %[m4], %[" LO "]\n\t"           \
+  "vpsrlw $4, %[" HI "], %[" HI "]\n\t"             \
+  "vpand %[" HI "], %[m4], %[" HI "]\n\t"           \
+  "vmovdqu " OFF "(%[hb]), %[a]\n\t"                \
+  "vpsrld %[sh], %[a], %[a]\n\t"                    \
+  "vpslld $4, %[a], %[u]\n\t"                       \
+  "vpand %[u], %[b4], %[u]\n\t"                     \
+  "vpor %[u], %[" LO "], %[" LO "]\n\t"             \
+  "vpslld $3, %[a], %[u]\n\t"                       \
+  "vpand %[u], %[b4], %[u]\n\t"                     \
+  "vpor %[u], %[" HI "], %[" HI "]\n\t"
+  __asm__(
+      REWIND_Q5K_CODES("", "lo0", "hi0") REWIND_Q5K_CODES("32", "lo1", "hi1")
+      REWIND_Q4K_ROW("(%[x0])", "t00", "t01") REWIND_Q4K_ROW("(%[x0],%[k])", "t10", "t11")
+      REWIND_Q4K_ROW("(%[x2])", "t20", "t21") REWIND_Q4K_ROW("(%[x2],%[k])", "t30", "t31")
+      : [t00] "+x"(t[0][0]), [t01] "+x"(t[0][1]), [t10] "+x"(t[1][0]), [t11] "+x"(t[1][1]),
+        [t20] "+x"(t[2][0]), [t21] "+x"(t[2][1]), [t30] "+x"(t[3][0]), [t31] "+x"(t[3][1]),
+        [lo0] "=&x"(lo0), [lo1] "=&x"(lo1), [hi0] "=&x"(hi0), [hi1] "=&x"(hi1), [a] "=&x"(a),
+        [u] "=&x"(u)
+      : [c] "r"(c), [hb] "r"(hb), [x0] "r"(x), [x2] "r"(x + 2 * k), [k] "r"(k), [m4] "x"(m4),
+        [b4] "x"(b4), [sh] "i"(2 * I)
+      : "memory");
+#undef REWIND_Q5K_CODES
+  // clang-format on
+}
 #undef REWIND_Q4K_ROW
 #endif
 
@@ -677,6 +714,27 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void int8_tile_avx2_k(
 #pragma GCC unroll 1
         for (int g = g0; g < g0 + kSpan; ++g) {
 #if REWIND_AVX2_VNNI
+          if constexpr (Q5 && R == 4 && P == 1) {  // kSpan 4: g = g0 + I
+            prefetch_part<R>(blk[0], pb, g, 32);
+            const std::byte* c = blk[0] + k_lo_group(true, g);
+            const std::byte* hb = blk[0] + q5k_hi_group(sb);
+            const int8_t* x = xr.q[0] + b * 256 + 8 * g;
+            const __m256i b4 = _mm256_set1_epi8(0x10);
+            switch (g - g0) {
+              case 0:
+                q5_k_group_4x2<0>(c, hb, x, xa.k, m4, b4, t16);
+                break;
+              case 1:
+                q5_k_group_4x2<1>(c, hb, x, xa.k, m4, b4, t16);
+                break;
+              case 2:
+                q5_k_group_4x2<2>(c, hb, x, xa.k, m4, b4, t16);
+                break;
+              default:
+                q5_k_group_4x2<3>(c, hb, x, xa.k, m4, b4, t16);
+            }
+            continue;
+          }
           if constexpr (!Q5 && R == 4 && P == 1) {
             prefetch_part<R>(blk[0], pb, g, 32);
             q4_k_group_4x2(blk[0] + k_lo_group(false, g), xr.q[0] + b * 256 + 8 * g, xa.k, m4, t16);
