@@ -1,6 +1,6 @@
-// The quantised matmul's dispatch: which path (AMX, AVX-512 VNNI, AVX-VNNI, AVX2, scalar) runs each
-// kernel on this CPU, the activation quantisation, and the decode / prefill drivers of the int8
-// dot. The kernels are in matmul_quant_{scalar,avx2,avx512,amx}.cpp, packing in
+// The quantised matmul's dispatch: which path (AMX, AVX-512 VNNI, AVX-VNNI, AVX2, scalar) runs
+// each kernel on this CPU, the activation quantisation, and the decode / prefill drivers of the
+// int8 dot. The kernels are in matmul_quant_{scalar,avx2,avxvnni,avx512,amx}.cpp, packing in
 // matmul_quant_pack.cpp.
 #include <cpuid.h>
 #include <sys/syscall.h>
