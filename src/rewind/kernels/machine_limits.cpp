@@ -185,11 +185,30 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dpbusd_loop_avx512(
   return static_cast<float>(total);
 }
 
-// The int32 lanes of n chains' accumulators summed, so that the loops' work is used (the chains
-// wrap around; only the work matters).
-__attribute__((target("avx2"))) float sum_lanes_avx2(const __m256i* c, int n) {
+// The same on ymm with AVX-VNNI (VEX-encoded): 32 multiply-adds (64 ops) per instruction. The
+// loop is in asm, so that no chain is stored per iteration: 12 chains (latency 5 x 2 ports on
+// Golden Cove, with margin) and the two operands (asm takes at most 30 operands).
+constexpr int kDpbusdYmmChains = 12;  // the asm below names each of them
+__attribute__((target("avx2,avxvnni"))) float dpbusd_loop_avxvnni(int64_t iters) {
+  __m256i c[kDpbusdYmmChains];
+  for (int i = 0; i < kDpbusdYmmChains; ++i) c[i] = _mm256_set1_epi32(i);
+  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-5);
+  if (iters > 0) {
+#define REWIND_DP(I) "%{vex%} vpdpbusd %[b], %[a], %[c" #I "]\n\t"
+    __asm__ volatile("1:\n\t" REWIND_DP(0) REWIND_DP(1) REWIND_DP(2) REWIND_DP(3) REWIND_DP(4)
+                         REWIND_DP(5) REWIND_DP(6) REWIND_DP(7) REWIND_DP(8) REWIND_DP(9)
+                             REWIND_DP(10) REWIND_DP(11) "dec %[n]\n\t"
+                                                         "jnz 1b\n\t"
+                     : [c0] "+x"(c[0]), [c1] "+x"(c[1]), [c2] "+x"(c[2]), [c3] "+x"(c[3]),
+                       [c4] "+x"(c[4]), [c5] "+x"(c[5]), [c6] "+x"(c[6]), [c7] "+x"(c[7]),
+                       [c8] "+x"(c[8]), [c9] "+x"(c[9]), [c10] "+x"(c[10]), [c11] "+x"(c[11]),
+                       [n] "+r"(iters)
+                     : [a] "x"(a), [b] "x"(b)
+                     : "cc");
+#undef REWIND_DP
+  }
   __m256i sum = c[0];
-  for (int i = 1; i < n; ++i) sum = _mm256_add_epi32(sum, c[i]);
+  for (int i = 1; i < kDpbusdYmmChains; ++i) sum = _mm256_add_epi32(sum, c[i]);
   alignas(32) int32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
   int64_t total = 0;
@@ -197,44 +216,23 @@ __attribute__((target("avx2"))) float sum_lanes_avx2(const __m256i* c, int n) {
   return static_cast<float>(total);
 }
 
-// The same on ymm with AVX-VNNI (VEX-encoded): 32 multiply-adds (64 ops) per instruction. Written
-// in asm so that GCC's register allocation cannot put a chain on the stack: 14 chains (latency 5
-// x 2 ports on Golden Cove, with margin) and the two operands fill the 16 registers.
-constexpr int kDpbusdYmmChains = 14;  // the asm below names each of them
-__attribute__((target("avx2,avxvnni"))) float dpbusd_loop_avxvnni(int64_t iters) {
-  __m256i c[kDpbusdYmmChains];
-  for (int i = 0; i < kDpbusdYmmChains; ++i) c[i] = _mm256_set1_epi32(i);
-  const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-5);
-  for (int64_t it = 0; it < iters; ++it) {
-#define REWIND_DP(I) "%{vex%} vpdpbusd %[b], %[a], %[c" #I "]\n\t"
-    __asm__ volatile(
-        REWIND_DP(0) REWIND_DP(1) REWIND_DP(2) REWIND_DP(3) REWIND_DP(4) REWIND_DP(5) REWIND_DP(6)
-            REWIND_DP(7) REWIND_DP(8) REWIND_DP(9) REWIND_DP(10) REWIND_DP(11) REWIND_DP(12)
-                REWIND_DP(13)
-        : [c0] "+x"(c[0]), [c1] "+x"(c[1]), [c2] "+x"(c[2]), [c3] "+x"(c[3]), [c4] "+x"(c[4]),
-          [c5] "+x"(c[5]), [c6] "+x"(c[6]), [c7] "+x"(c[7]), [c8] "+x"(c[8]), [c9] "+x"(c[9]),
-          [c10] "+x"(c[10]), [c11] "+x"(c[11]), [c12] "+x"(c[12]), [c13] "+x"(c[13])
-        : [a] "x"(a), [b] "x"(b));
-#undef REWIND_DP
-  }
-  return sum_lanes_avx2(c, kDpbusdYmmChains);
-}
-
 // Without VNNI (AVX2): the exact int8 dot product is vpmaddubsw (u8 x s8 products summed in
 // pairs to int16) then vpmaddwd by ones (pairs of pairs to int32) and vpaddd into the
 // accumulator, the sequence the AVX2 kernels use: 32 multiply-adds (64 ops) per 256-bit step.
 // Each chain's u8 operand is its own accumulator, so no product is loop-invariant and the
-// chains stay independent of each other. Written in asm: with intrinsics GCC 12 keeps copies of
-// some accumulators on the stack (a store per step, which a peak must not include). 10 chains (a
-// step is 7 cycles of latency) with 4 temporaries and the two constants fill the 16 registers.
+// chains stay independent of each other. Written in asm, the loop too: otherwise GCC 12 stores
+// the accumulators on the stack every iteration (a store per step, which a peak must not
+// include). 10 chains (a step is 7 cycles of latency) with 4 temporaries and the two constants
+// fill the 16 registers.
 constexpr int kMaddubsChains = 10;  // the asm below names each of them
 __attribute__((target("avx2"))) float maddubs_loop_avx2(int64_t iters) {
   __m256i c[kMaddubsChains];
   for (int i = 0; i < kMaddubsChains; ++i) c[i] = _mm256_set1_epi32(i);
   const __m256i b = _mm256_set1_epi8(-5), ones = _mm256_set1_epi16(1);
   __m256i t0, t1, t2, t3;
-  for (int64_t it = 0; it < iters; ++it) {
+  if (iters > 0) {
     __asm__ volatile(
+        "1:\n\t"
         "vpmaddubsw %[b], %[c0], %[t0]\n\t"
         "vpmaddwd %[o], %[t0], %[t0]\n\t"
         "vpaddd %[t0], %[c0], %[c0]\n\t"
@@ -265,12 +263,21 @@ __attribute__((target("avx2"))) float maddubs_loop_avx2(int64_t iters) {
         "vpmaddubsw %[b], %[c9], %[t1]\n\t"
         "vpmaddwd %[o], %[t1], %[t1]\n\t"
         "vpaddd %[t1], %[c9], %[c9]\n\t"
+        "dec %[n]\n\t"
+        "jnz 1b\n\t"
         : [c0] "+x"(c[0]), [c1] "+x"(c[1]), [c2] "+x"(c[2]), [c3] "+x"(c[3]), [c4] "+x"(c[4]),
           [c5] "+x"(c[5]), [c6] "+x"(c[6]), [c7] "+x"(c[7]), [c8] "+x"(c[8]), [c9] "+x"(c[9]),
-          [t0] "=&x"(t0), [t1] "=&x"(t1), [t2] "=&x"(t2), [t3] "=&x"(t3)
-        : [b] "x"(b), [o] "x"(ones));
+          [t0] "=&x"(t0), [t1] "=&x"(t1), [t2] "=&x"(t2), [t3] "=&x"(t3), [n] "+r"(iters)
+        : [b] "x"(b), [o] "x"(ones)
+        : "cc");
   }
-  return sum_lanes_avx2(c, kMaddubsChains);
+  __m256i sum = c[0];
+  for (int i = 1; i < kMaddubsChains; ++i) sum = _mm256_add_epi32(sum, c[i]);
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+  int64_t total = 0;
+  for (int32_t v : lanes) total += v;
+  return static_cast<float>(total);
 }
 
 // ---- AMX int8 peak ---------------------------------------------------------------------------

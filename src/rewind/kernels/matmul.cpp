@@ -341,7 +341,7 @@ bool isa_cap_supported(IsaCap cap) {
     case IsaCap::Avx2:
       return cpu_has_avx2();
     case IsaCap::AvxVnni:
-      return cpu_has_avx2() && (__builtin_cpu_init(), __builtin_cpu_supports("avxvnni"));
+      return detail::avxvnni_available();
     case IsaCap::Avx512:
       return cpu_has_avx512();
     case IsaCap::Amx:

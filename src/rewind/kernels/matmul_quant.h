@@ -146,6 +146,8 @@ const char* int8_dot_isa(IsaCap cap);  // "avx512vnni", "avxvnni", "avx2" or "sc
 // AMX-INT8 usable here (CPU and kernel permission); Q8_0, Q4_K, Q5_K and Q6_K prefill tiles of 16
 // rows then use it when the cap is Amx.
 bool amx_int8_available();
+// AVX2 (with FMA and F16C) and AVX-VNNI: the AVX-VNNI int8 tiles can run here.
+bool avxvnni_available();
 bool amx_int8_enabled(IsaCap cap);  // amx_int8_available() and cap == Amx
 
 // Panels per panel group of int8_dot_panels over `rows` rows (rows > 2): each group's panels

@@ -620,7 +620,7 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void int8_tile_avx2_q2_k(
   "vpbroadcastd " X ", %[a]\n\t"                       \
   "%{vex%} vpdpbusd %[a], %[lo0], %[" T0 "]\n\t"       \
   "%{vex%} vpdpbusd %[a], %[lo1], %[" T1 "]\n\t"       \
-  "vpbroadcastd 4+" X ", %[a]\n\t"                     \
+  "vpbroadcastd 4" X ", %[a]\n\t"                     \
   "%{vex%} vpdpbusd %[a], %[hi0], %[" T0 "]\n\t"       \
   "%{vex%} vpdpbusd %[a], %[hi1], %[" T1 "]\n\t"
 // clang-format on

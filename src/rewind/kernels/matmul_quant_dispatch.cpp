@@ -45,15 +45,6 @@ bool use_avx2() {
   return yes;
 }
 
-// AVX-VNNI (VEX-encoded vpdpbusd on ymm) beside AVX2.
-bool use_avxvnni() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return use_avx2() && __builtin_cpu_supports("avxvnni");
-  }();
-  return yes;
-}
-
 // AVX-512 present and allowed by the cap.
 bool avx512_allowed(IsaCap cap) {
   return use_avx512() && cap >= IsaCap::Avx512;
@@ -83,6 +74,17 @@ static_assert(
 
 thread_local int t_amx_config = 0;
 
+// AVX-VNNI (VEX-encoded vpdpbusd on ymm) beside AVX2: CPUID leaf 7 subleaf 1, EAX bit 4 (read
+// directly: not every compiler's __builtin_cpu_supports knows "avxvnni"). use_avx2 has already
+// checked that the OS saves the ymm state.
+bool avxvnni_available() {
+  static const bool yes = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return use_avx2() && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && ((eax >> 4) & 1u);
+  }();
+  return yes;
+}
+
 bool amx_int8_available() {
   static const bool yes = [] {
 #if defined(__linux__) && defined(__x86_64__)
@@ -109,7 +111,7 @@ namespace {
 enum class Int8Path { Vnni, AvxVnni, Avx2, Scalar };
 Int8Path int8_path(IsaCap cap) {
   if (use_vnni() && cap >= IsaCap::Avx512) return Int8Path::Vnni;
-  if (use_avxvnni() && cap >= IsaCap::AvxVnni) return Int8Path::AvxVnni;
+  if (avxvnni_available() && cap >= IsaCap::AvxVnni) return Int8Path::AvxVnni;
   if (avx2_allowed(cap)) return Int8Path::Avx2;
   return Int8Path::Scalar;
 }
