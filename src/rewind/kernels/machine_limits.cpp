@@ -185,6 +185,18 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) float dpbusd_loop_avx512(
   return static_cast<float>(total);
 }
 
+// The int32 lanes of n chains' accumulators summed after a peak loop, so that its work is used
+// (the chains wrap around; only the work matters).
+__attribute__((target("avx2"))) float sum_lanes_avx2(const __m256i* c, int n) {
+  __m256i sum = c[0];
+  for (int i = 1; i < n; ++i) sum = _mm256_add_epi32(sum, c[i]);
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+  int64_t total = 0;
+  for (int32_t v : lanes) total += v;
+  return static_cast<float>(total);
+}
+
 // The same on ymm with AVX-VNNI (VEX-encoded): 32 multiply-adds (64 ops) per instruction. The
 // loop is in asm, so that no chain is stored per iteration: 12 chains (latency 5 x 2 ports on
 // Golden Cove, with margin) and the two operands (asm takes at most 30 operands).
@@ -207,13 +219,7 @@ __attribute__((target("avx2,avxvnni"))) float dpbusd_loop_avxvnni(int64_t iters)
                      : "cc");
 #undef REWIND_DP
   }
-  __m256i sum = c[0];
-  for (int i = 1; i < kDpbusdYmmChains; ++i) sum = _mm256_add_epi32(sum, c[i]);
-  alignas(32) int32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
-  int64_t total = 0;
-  for (int32_t v : lanes) total += v;
-  return static_cast<float>(total);
+  return sum_lanes_avx2(c, kDpbusdYmmChains);
 }
 
 // Without VNNI (AVX2): the exact int8 dot product is vpmaddubsw (u8 x s8 products summed in
@@ -271,13 +277,7 @@ __attribute__((target("avx2"))) float maddubs_loop_avx2(int64_t iters) {
         : [b] "x"(b), [o] "x"(ones)
         : "cc");
   }
-  __m256i sum = c[0];
-  for (int i = 1; i < kMaddubsChains; ++i) sum = _mm256_add_epi32(sum, c[i]);
-  alignas(32) int32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
-  int64_t total = 0;
-  for (int32_t v : lanes) total += v;
-  return static_cast<float>(total);
+  return sum_lanes_avx2(c, kMaddubsChains);
 }
 
 // ---- AMX int8 peak ---------------------------------------------------------------------------
