@@ -464,7 +464,7 @@ TEST(QuantMatmul, FormatsEqualTheirTranscoding) {
         std::vector<float> ya(static_cast<size_t>(m * n)), yb(ya.size());
         ko.isa = IsaCap::Amx;
         matmul(x.data(), m, k, pb, yb.data(), n, nullptr, ko);
-        for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
+        for (const char* isa : kIsas) {
           if (!test::isa_options(isa, &ko)) continue;
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(ya.begin(), ya.end(), -1.0f);
@@ -569,7 +569,7 @@ TEST(QuantMatmul, EqualsF32OfDequantised) {
         std::vector<float> yf(static_cast<size_t>(m * n)), yq(yf.size()),
             y1(static_cast<size_t>(n));
         matmul(x.data(), m, k, pf, yf.data(), n, nullptr, ko);
-        for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
+        for (const char* isa : kIsas) {
           if (!test::isa_options(isa, &ko)) continue;
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::fill(yq.begin(), yq.end(), -1.0f);
@@ -873,7 +873,7 @@ TEST(QuantInt8, EqualsScalarFormula) {
         detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
         const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
         std::vector<float> y(ref.size()), y1(static_cast<size_t>(n));
-        for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
+        for (const char* isa : kIsas) {
           if (!test::isa_options(isa, &ko)) continue;
           if (std::string(isa) == "avxvnni" || std::string(isa) == "avx2" ||
               std::string(isa) == "scalar") {
@@ -1019,7 +1019,7 @@ TEST(QuantInt8, ExtremeCodesStayExact) {
       detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
       const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
       std::vector<float> y(ref.size());
-      for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
+      for (const char* isa : kIsas) {
         if (!test::isa_options(isa, &ko)) continue;
         matmul(x.data(), m, k, pq, y.data(), n, &pool, ko);
         ASSERT_EQ(std::memcmp(y.data(), ref.data(), y.size() * 4), 0)
@@ -1060,7 +1060,7 @@ TEST(QuantInt8, Q6KEveryScaleEqualsScalarFormula) {
     detail::quantize_acts(t, x.data(), m, k, k, &xa, nullptr, ko.isa);
     const std::vector<float> ref = int8_reference(t, xa, pq, m, n, panel_stride);
     std::vector<float> y(ref.size());
-    for (const char* isa : {"amx", "avx512", "avxvnni", "avx2", "scalar"}) {
+    for (const char* isa : kIsas) {
       if (!test::isa_options(isa, &ko)) continue;
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::fill(y.begin(), y.end(), -1.0f);

@@ -41,10 +41,6 @@ REWIND_AMX void amx_configure_k32() {
   amx_load_config(c, kAmxConfigK32);
 }
 
-// The activation tiles are loaded from the quantised rows where they lie (row stride K): a
-// 32- or 64-value chunk of 16 rows is 16 lines, or halves of lines, as in a packed copy, so
-// no thread copies the row block.
-
 // The tile pipeline of the AMX kernels over n 32-value chunks of 16 rows: chunk u's activation
 // codes at a + 32 u (16 rows of 32 B, K apart), its weight codes at wt(u) (8 x 64 B); combine(u, s,
 // q) takes rows 4q..4q+3 of chunk u's exact sums s [16 rows][16 lanes] i32, for u = 0..n-1 in

@@ -87,6 +87,15 @@ REWIND_AVX2_TILE inline __m256i scale_lanes(const std::byte* p) {
 // Full unrolling of the loops over a tile's rows and halves, so that their vectors stay in
 // registers (GCC stops unrolling them on its own once the loop bodies grow).
 #define REWIND_UNROLL _Pragma("GCC unroll 8")
+// The asm groups' 8 sums of a 4-row x 2-half tile, named s00..s31 (row, half) in their text.
+#define REWIND_SUMS_4X2(S)                                                            \
+  [s00] "+x"(S[0][0]), [s01] "+x"(S[0][1]), [s10] "+x"(S[1][0]), [s11] "+x"(S[1][1]), \
+      [s20] "+x"(S[2][0]), [s21] "+x"(S[2][1]), [s30] "+x"(S[3][0]), [s31] "+x"(S[3][1])
+// ROW's text for the 4 rows of a pointer-addressed asm group: row r's activation codes at
+// x0 + r k for r < 2, x2 + (r - 2) k after (x2 = x0 + 2 k).
+#define REWIND_4_ROWS(ROW)     \
+  ROW("(%[x0])", "s00", "s01") \
+  ROW("(%[x0],%[k])", "s10", "s11") ROW("(%[x2])", "s20", "s21") ROW("(%[x2],%[k])", "s30", "s31")
 
 // blk[p] = block `off` bytes into panel p of a tile (panel p at panels + p * panel_stride).
 template <int P>
@@ -195,9 +204,8 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void q8_0_group_4x2(
       REWIND_Q8_ROW("x0", "s00", "s01") REWIND_Q8_ROW("x1", "s10", "s11")
       REWIND_Q8_ROW("x2", "s20", "s21") REWIND_Q8_ROW("x3", "s30", "s31")
       // clang-format on
-      : [s00] "+x"(s[0][0]), [s01] "+x"(s[0][1]), [s10] "+x"(s[1][0]), [s11] "+x"(s[1][1]),
-        [s20] "+x"(s[2][0]), [s21] "+x"(s[2][1]), [s30] "+x"(s[3][0]), [s31] "+x"(s[3][1]),
-        [ws0] "+x"(ws[0]), [ws1] "+x"(ws[1]), [w0] "=&x"(w0), [w1] "=&x"(w1), [a] "=&x"(a)
+      : REWIND_SUMS_4X2(s), [ws0] "+x"(ws[0]), [ws1] "+x"(ws[1]), [w0] "=&x"(w0), [w1] "=&x"(w1),
+        [a] "=&x"(a)
       : [wm0] "m"(*reinterpret_cast<const __m256i*>(w)),
         [wm1] "m"(*reinterpret_cast<const __m256i*>(w + 32)),
         [x0] "m"(*reinterpret_cast<const int32_t*>(x[0])),
@@ -216,10 +224,8 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void q8_0_group_4x2(
       REWIND_Q8_ROW("x0", "s00", "s01") REWIND_Q8_ROW("x1", "s10", "s11")
       REWIND_Q8_ROW("x2", "s20", "s21") REWIND_Q8_ROW("x3", "s30", "s31")
       // clang-format on
-      : [s00] "+x"(s[0][0]), [s01] "+x"(s[0][1]), [s10] "+x"(s[1][0]), [s11] "+x"(s[1][1]),
-        [s20] "+x"(s[2][0]), [s21] "+x"(s[2][1]), [s30] "+x"(s[3][0]), [s31] "+x"(s[3][1]),
-        [w0] "=&x"(w0), [w1] "=&x"(w1), [aw0] "=&x"(aw0), [aw1] "=&x"(aw1), [a] "=&x"(a),
-        [t0] "=&x"(t0), [t1] "=&x"(t1)
+      : REWIND_SUMS_4X2(s), [w0] "=&x"(w0), [w1] "=&x"(w1), [aw0] "=&x"(aw0), [aw1] "=&x"(aw1),
+        [a] "=&x"(a), [t0] "=&x"(t0), [t1] "=&x"(t1)
       : [wm0] "m"(*reinterpret_cast<const __m256i*>(w)),
         [wm1] "m"(*reinterpret_cast<const __m256i*>(w + 32)),
         [x0] "m"(*reinterpret_cast<const int32_t*>(x[0])),
@@ -269,10 +275,11 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void int8_tile_avx2_q8_0(
         REWIND_UNROLL
         for (int r = 0; r < R; ++r) {
           const __m256i a = bcast4(xr.q[r] + b * 32 + 4 * g);
+          const __m256i au = _mm256_xor_si256(a, c);  // AVX-VNNI: x + 128 as u8
           REWIND_UNROLL
           for (int h = 0; h < H; ++h) {
             if constexpr (kAvxVnni)
-              s[r][h] = dot4_acc(s[r][h], _mm256_xor_si256(a, c), w[h], c);
+              s[r][h] = dot4_acc(s[r][h], au, w[h], c);
             else
               s[r][h] = dot4_acc(s[r][h], aw[h], _mm256_sign_epi8(a, w[h]), c);
           }
@@ -639,12 +646,10 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void q4_k_group_4x2(const
       "vpand %[hi0], %[m4], %[hi0]\n\t"
       // clang-format off
       "vpand %[hi1], %[m4], %[hi1]\n\t"
-      REWIND_Q4K_ROW("(%[x0])", "t00", "t01") REWIND_Q4K_ROW("(%[x0],%[k])", "t10", "t11")
-      REWIND_Q4K_ROW("(%[x2])", "t20", "t21") REWIND_Q4K_ROW("(%[x2],%[k])", "t30", "t31")
+      REWIND_4_ROWS(REWIND_Q4K_ROW)
       // clang-format on
-      : [t00] "+x"(t[0][0]), [t01] "+x"(t[0][1]), [t10] "+x"(t[1][0]), [t11] "+x"(t[1][1]),
-        [t20] "+x"(t[2][0]), [t21] "+x"(t[2][1]), [t30] "+x"(t[3][0]), [t31] "+x"(t[3][1]),
-        [lo0] "=&x"(lo0), [lo1] "=&x"(lo1), [hi0] "=&x"(hi0), [hi1] "=&x"(hi1), [a] "=&x"(a)
+      : REWIND_SUMS_4X2(t), [lo0] "=&x"(lo0), [lo1] "=&x"(lo1), [hi0] "=&x"(hi0), [hi1] "=&x"(hi1),
+        [a] "=&x"(a)
       : [c0] "m"(*reinterpret_cast<const __m256i*>(c)),
         [c1] "m"(*reinterpret_cast<const __m256i*>(c + 32)), [x0] "r"(x), [x2] "r"(x + 2 * k),
         [k] "r"(k), [m4] "x"(m4)
@@ -675,10 +680,8 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void q5_k_group_4x2(
   "vpor %[u], %[" HI "], %[" HI "]\n\t"
   __asm__(
       REWIND_Q5K_CODES("", "lo0", "hi0") REWIND_Q5K_CODES("32", "lo1", "hi1")
-      REWIND_Q4K_ROW("(%[x0])", "t00", "t01") REWIND_Q4K_ROW("(%[x0],%[k])", "t10", "t11")
-      REWIND_Q4K_ROW("(%[x2])", "t20", "t21") REWIND_Q4K_ROW("(%[x2],%[k])", "t30", "t31")
-      : [t00] "+x"(t[0][0]), [t01] "+x"(t[0][1]), [t10] "+x"(t[1][0]), [t11] "+x"(t[1][1]),
-        [t20] "+x"(t[2][0]), [t21] "+x"(t[2][1]), [t30] "+x"(t[3][0]), [t31] "+x"(t[3][1]),
+      REWIND_4_ROWS(REWIND_Q4K_ROW)
+      : REWIND_SUMS_4X2(t),
         [lo0] "=&x"(lo0), [lo1] "=&x"(lo1), [hi0] "=&x"(hi0), [hi1] "=&x"(hi1), [a] "=&x"(a),
         [u] "=&x"(u)
       : [c] "r"(c), [hb] "r"(hb), [x0] "r"(x), [x2] "r"(x + 2 * k), [k] "r"(k), [m4] "x"(m4),
@@ -842,12 +845,9 @@ REWIND_AVX2_TILE __attribute__((always_inline)) inline void bytes_group_4x2(cons
       "vmovdqu %[m0], %[w0]\n\t"
       // clang-format off
       "vmovdqu %[m1], %[w1]\n\t"
-      REWIND_BYTES_ROW("(%[x0])", "t00", "t01") REWIND_BYTES_ROW("(%[x0],%[k])", "t10", "t11")
-      REWIND_BYTES_ROW("(%[x2])", "t20", "t21") REWIND_BYTES_ROW("(%[x2],%[k])", "t30", "t31")
+      REWIND_4_ROWS(REWIND_BYTES_ROW)
       // clang-format on
-      : [t00] "+x"(t[0][0]), [t01] "+x"(t[0][1]), [t10] "+x"(t[1][0]), [t11] "+x"(t[1][1]),
-        [t20] "+x"(t[2][0]), [t21] "+x"(t[2][1]), [t30] "+x"(t[3][0]), [t31] "+x"(t[3][1]),
-        [w0] "=&x"(w0), [w1] "=&x"(w1), [a] "=&x"(a)
+      : REWIND_SUMS_4X2(t), [w0] "=&x"(w0), [w1] "=&x"(w1), [a] "=&x"(a)
       : [m0] "m"(*reinterpret_cast<const __m256i*>(w)),
         [m1] "m"(*reinterpret_cast<const __m256i*>(w + 32)), [x0] "r"(x), [x2] "r"(x + 2 * k),
         [k] "r"(k)
@@ -992,6 +992,9 @@ REWIND_AVX2_TILE void int8_tile_avx2(DType t, const QuantizedActs& xa, int64_t r
   }
 #undef REWIND_AVX2_TILES
 }
+
+#undef REWIND_4_ROWS
+#undef REWIND_SUMS_4X2
 
 }  // namespace
 
