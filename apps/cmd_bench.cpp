@@ -219,7 +219,7 @@ int cmd_bench(int argc, char** argv) {
   auto args = parse_args("bench", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("bench");
-  auto model_arg = model_or_builtin(args->str("--model"));
+  auto model_arg = model_or_builtin(args->str("--model"), args->has("--quiet"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
   auto p = args->int_("--n-prompt", 512);

@@ -30,6 +30,7 @@
 #include <cwchar>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -299,6 +300,22 @@ struct ChatOptions {
   bool quiet = false;
 };
 
+// A conversation saved by /save (or written by hand): the file's errors name the file.
+Result<SavedConversation> read_conversation(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return make_error("cannot read " + path + ": " + std::strerror(errno));
+  std::string text;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return make_error("cannot read " + path);
+  auto c = parse_conversation(text);
+  if (!c.ok()) return make_error(path + ": " + c.error_message());
+  return c;
+}
+
 class ChatSession {
  public:
   ChatSession(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, ChatOptions opt,
@@ -393,18 +410,14 @@ class ChatSession {
   // message without a reply is answered now. The first turn after it re-runs the whole prompt
   // unless the cache holds it.
   void load(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) return error("cannot read " + path + ": " + std::strerror(errno));
-    std::string text;
-    char buf[65536];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-    std::fclose(f);
-    auto c = parse_conversation(text);
-    if (!c.ok()) return error(path + ": " + c.error_message());
-    system_ = c->system;
+    auto c = read_conversation(path);
+    if (!c.ok()) return error(c.error_message());
+    restore(c.value(), path);
+  }
+  void restore(const SavedConversation& c, const std::string& path) {
+    system_ = c.system;
     turns_.clear();
-    for (const SavedTurn& t : c->turns)
+    for (const SavedTurn& t : c.turns)
       turns_.push_back({t.user, t.reply, t.reasoning, t.replied, false});
     note("(loaded " + std::to_string(turns_.size()) + " turn" + (turns_.size() == 1 ? "" : "s") +
          " from " + path + "; /history lists them)");
@@ -604,7 +617,7 @@ int cmd_chat(int argc, char** argv) {
   auto args = parse_args("chat", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("chat");
-  auto model_arg = model_or_builtin(args->str("--model"));
+  auto model_arg = model_or_builtin(args->str("--model"), args->has("--quiet"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
   auto ctx = args->int_("--ctx-size", 4096);
@@ -635,6 +648,14 @@ int cmd_chat(int argc, char** argv) {
     const std::string v = args->str("--think");
     if (v != "on" && v != "off") return fail("--think must be on or off (got '" + v + "')");
     think = v == "on" ? 1 : 0;
+  }
+
+  // --load's file is read before the model: a bad one ends the program at once.
+  std::optional<SavedConversation> loaded;
+  if (args->has("--load")) {
+    auto c = read_conversation(args->str("--load"));
+    if (!c.ok()) return fail(c.error_message());
+    loaded = std::move(c).value();
   }
 
   auto tok = load_tokenizer(dir);
@@ -714,7 +735,7 @@ int cmd_chat(int argc, char** argv) {
                  dir.c_str(), m.isa(), load_s, static_cast<long long>(ctx.value()),
                  eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off");
   ChatSession chat(engine, tok.value(), tmpl.value(), std::move(co), args->str("--system"));
-  if (args->has("--load")) chat.load(args->str("--load"));
+  if (loaded) chat.restore(*loaded, args->str("--load"));
   set_sigint_blocked(true);
   install_sigint_handler();
 

@@ -137,7 +137,18 @@ int cmd_convert(int argc, char** argv) {
                 "')");
   // Without --type: q8_0 (8.5 bits a weight, about half of bf16, close to its quality); said on
   // stderr so that nobody takes the file for a full-precision one.
-  const std::string type = args->str("--type", kDefaultConvertType);
+  // Lower case, so that llama.cpp's spelling (--outtype Q4_K_M) names the same type.
+  std::string type = args->str("--type", kDefaultConvertType);
+  for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  // The output must not be a directory, nor one of the checkpoint's own files (a rename would
+  // replace them after the whole conversion).
+  std::error_code ec;
+  if (std::filesystem::is_directory(out, ec))
+    return fail("-o/--out " + out + " is a directory: name the .gguf file to write");
+  for (const auto& e : std::filesystem::directory_iterator(in, ec))
+    if (std::error_code eq; std::filesystem::equivalent(e.path(), out, eq))
+      return fail("-o/--out " + out + " is one of the checkpoint's files in " + in +
+                  ": write the GGUF file elsewhere");
   if (!args->has("--type"))
     std::fprintf(stderr,
                  "rewind convert: no --type given; writing %s (--type f32 or bf16 keeps full "
@@ -146,7 +157,6 @@ int cmd_convert(int argc, char** argv) {
   const double t0 = now_seconds();
   Status st = convert_hf_to_gguf(in, out, type);
   if (!st.ok()) return fail(st.error_message());
-  std::error_code ec;
   const auto size = std::filesystem::file_size(out, ec);
   std::printf("wrote %s (%s, %.1f MB, %.1f s)\n", out.c_str(), type.c_str(),
               ec ? 0.0 : static_cast<double>(size) / 1e6, now_seconds() - t0);

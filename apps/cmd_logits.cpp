@@ -15,7 +15,10 @@ int cmd_logits(int argc, char** argv) {
   auto args = parse_args("logits", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("logits");
-  if (args->str("--model").empty()) return fail("--model DIR|FILE.gguf is required");
+  if (args->str("--model").empty()) return fail("--model DIR|FILE.gguf|NAME is required");
+  auto model_arg = model_path_or_stored(args->str("--model"));  // a pulled name too
+  if (!model_arg.ok()) return fail(model_arg.error_message());
+  const std::string dir = model_arg.value();
   const bool from_text = args->has("--prompt");
   if (from_text == args->has("--tokens")) return fail("give one of --tokens and --prompt");
   auto toks = args->int_list("--tokens");
@@ -31,14 +34,14 @@ int cmd_logits(int argc, char** argv) {
   if (!kernels.ok()) return fail(kernels.error_message());
   auto kv = kv_types_from(*args);
   if (!kv.ok()) return fail(kv.error_message());
-  auto model = load_model(args->str("--model"), args->str("--weights", "auto"), kernels.value(),
-                          &pool, nullptr, false, kv.value());
+  auto model = load_model(dir, args->str("--weights", "auto"), kernels.value(), &pool, nullptr,
+                          false, kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
 
   std::vector<int64_t> ids = toks.value();
   if (from_text) {
-    auto tok = load_tokenizer(args->str("--model"));
+    auto tok = load_tokenizer(dir);
     if (!tok.ok()) return fail(tok.error_message());
     for (int32_t t : tok->encode(args->str("--prompt"))) ids.push_back(t);
     if (ids.empty()) return fail("the prompt encodes to no tokens");

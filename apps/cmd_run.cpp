@@ -31,10 +31,10 @@ int cmd_run(int argc, char** argv) {
   auto args = parse_args("run", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("run");
-  auto model_arg = model_or_builtin(args->str("--model"));
+  if (!args->has("--prompt")) return fail("-p/--prompt TEXT is required (rewind run --help)");
+  auto model_arg = model_or_builtin(args->str("--model"), args->has("--quiet"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
-  if (!args->has("--prompt")) return fail("-p/--prompt TEXT is required (rewind run --help)");
   auto n_gen = args->int_("--n-predict", 32);
   auto temp = args->num("--temperature", 0.0);
   auto top_k = args->int_("--top-k", 0);

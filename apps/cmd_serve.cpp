@@ -629,13 +629,17 @@ int cmd_serve(int argc, char** argv) {
              }());
     load_s += L->load_s;
   }
+  // Each model's own sizes (--model-opt may set them apart), named when there are several.
+  std::string sizes;
+  for (const auto& L : loaded)
+    sizes += (sizes.empty() ? "" : "; ") + (n_models > 1 ? L->id + ": " : std::string()) +
+             "parallel " + std::to_string(L->settings.parallel) + ", ctx " +
+             std::to_string(L->settings.ctx) + ", itl target " +
+             step_target_string(L->settings.itl_target);
   std::printf(
-      "rewind serve: listening on %s (model%s %s, %s, loaded in %.2f s; parallel %lld, ctx %lld, "
-      "itl target %s, cache %s%s)\n",
+      "rewind serve: listening on %s (model%s %s, %s, loaded in %.2f s; %s, cache %s%s)\n",
       url.c_str(), n_models > 1 ? "s" : "", names.c_str(), loaded[0]->model->isa(), load_s,
-      static_cast<long long>(loaded[0]->settings.parallel),
-      static_cast<long long>(loaded[0]->settings.ctx),
-      step_target_string(loaded[0]->settings.itl_target).c_str(),
+      sizes.c_str(),
       loaded[0]->eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off",
       n_models > 1 ? " split evenly" : "");
   std::printf(

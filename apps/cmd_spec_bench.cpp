@@ -61,7 +61,7 @@ int cmd_spec_bench(int argc, char** argv) {
   auto args = parse_args("spec-bench", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("spec-bench");
-  auto model_arg = model_or_builtin(args->str("--model"));
+  auto model_arg = model_or_builtin(args->str("--model"), args->has("--quiet"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
   auto n_gen = args->int_("--n-predict", 64);

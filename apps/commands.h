@@ -51,8 +51,8 @@ inline constexpr const char* kBuiltinModel = "models/kjv-target";
 Result<std::string> builtin_model_dir();
 
 // `given` (a --model value) if not empty; else the built-in model, with a line on stderr that
-// says so.
-Result<std::string> model_or_builtin(const std::string& given);
+// says so unless `quiet` (-q).
+Result<std::string> model_or_builtin(const std::string& given, bool quiet = false);
 
 // `given` when it is an existing path; else the pulled model of that name in the store
 // (`rewind pull`: "org/name", a unique "name", with ":QUANT" for one of several GGUF files).

@@ -109,11 +109,12 @@ Result<std::string> builtin_model_dir() {
                     "; pass --model DIR|FILE.gguf");
 }
 
-Result<std::string> model_or_builtin(const std::string& given) {
+Result<std::string> model_or_builtin(const std::string& given, bool quiet) {
   if (!given.empty()) return model_path_or_stored(given);
   REWIND_TRY(std::string dir, builtin_model_dir());
-  std::fprintf(stderr, "rewind: no --model given; using the built-in model %s (%s)\n",
-               kBuiltinModel, dir.c_str());
+  if (!quiet)
+    std::fprintf(stderr, "rewind: no --model given; using the built-in model %s (%s)\n",
+                 kBuiltinModel, dir.c_str());
   return dir;
 }
 

@@ -281,7 +281,7 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   EngineOptions opt;
   opt.ctx_size = 100;
   opt.max_running = 1;
-  opt.max_queued = 0;
+  opt.max_queued = 1;
   BatchEngine eng(m, nullptr, opt);
   Request r;
   r.prompt = std::vector<int32_t>(90, 1);
@@ -297,7 +297,7 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   EXPECT_EQ(eng.metrics().requests_rejected, 3);
   EXPECT_EQ(eng.metrics().requests_submitted, 0);
   EXPECT_EQ(eng.metrics().cache.lookups, 0);
-  // Queue full: one running plus max_queued (0) waiting. The running request's first token
+  // Queue full: one running plus max_queued (1) waiting. The running request's first token
   // callback holds the engine thread until the burst is done, so none of the burst can start
   // or finish in between (without the hold, a fast request could finish mid-burst and let a
   // third one in): exactly one more is accepted, the rest are refused and change nothing.

@@ -222,6 +222,13 @@ TEST(ChatPipe, SaveAndLoad) {
   EXPECT_TRUE(contains(err, "error: cannot read " + dir + "/none.json")) << err;
   EXPECT_TRUE(contains(err, "error: cannot write " + dir + "/no/such/dir.json")) << err;
   EXPECT_TRUE(contains(out, "[1] user: Keep me")) << out;
+  // --load's errors end the program before anything is chatted.
+  for (const std::string f : {"bad.json", "none.json"}) {
+    out = chat_pipe("-n 2 -q -t 2 --load " + dir + "/" + f, "Not read\n", &err, &rc);
+    EXPECT_NE(rc, 0) << f;
+    EXPECT_TRUE(contains(err, dir + "/" + f)) << err;
+    EXPECT_EQ(out, "") << out;
+  }
 }
 
 // A child under a pseudo-terminal, its output collected as it comes.

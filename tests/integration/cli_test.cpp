@@ -177,6 +177,23 @@ TEST(Cli, ConvertDefaultsToQ8_0AndSaysSo) {
   out = rewind("convert --in " + dir + "/hf -o " + dir + "/bad.gguf --type q9", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(contains(out, "--type must be")) << out;
+  // llama.cpp's upper-case spelling names the same type.
+  out = rewind("convert --in " + dir + "/hf -o " + dir + "/upper.gguf --outtype Q8_0", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(test::read_file(dir + "/upper.gguf") == test::read_file(dir + "/default.gguf"));
+  // An output that is a directory, or one of the checkpoint's files, is refused before any
+  // work, and nothing is left behind or replaced.
+  const std::string shard = dir + "/hf/model.safetensors";
+  const std::string before = test::read_file(shard);
+  ASSERT_FALSE(before.empty());
+  out = rewind("convert --in " + dir + "/hf -o " + shard, &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "is one of the checkpoint's files")) << out;
+  EXPECT_TRUE(test::read_file(shard) == before);
+  out = rewind("convert --in " + dir + "/hf -o " + dir, &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "is a directory")) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir + ".tmp"));
 }
 
 // What a user coming from llama.cpp mistypes gets a message that says what to do instead: a

@@ -1783,7 +1783,8 @@ TEST(ServerLimits, ItlTargetReachesTheEngine) {
 }
 
 TEST(ServerLimits, QueueFullIs429) {
-  auto srv = Server::start({"--api-key", kKey, "--parallel", "1", "--max-queue", "0"});
+  // One running and --max-queue (1) waiting: the third is refused.
+  auto srv = Server::start({"--api-key", kKey, "--parallel", "1", "--max-queue", "1"});
   ASSERT_NE(srv, nullptr);
   const std::string longreq =
       completion_body("long", 30000, {{"ignore_eos", true}, {"stream", true}}).dump();
@@ -1807,6 +1808,9 @@ TEST(ServerLimits, QueueFullIs429) {
     EXPECT_NE(d.got().find("Retry-After: "), std::string::npos) << d.got();
     EXPECT_EQ(body_of(d.got())["error"]["type"], "rate_limit_error") << d.got();
   }
+  // A body refused while it is checked counts as rejected too.
+  EXPECT_EQ(post(*srv, "/v1/completions", completion_body("bad", -5)).status, 400);
+  EXPECT_EQ(metric(*srv, "rewind_requests_total{outcome=\"rejected\"}"), 3);
   a.close();
   b.close();
   EXPECT_TRUE(wait_for([&] {
@@ -3160,6 +3164,10 @@ TEST(SeveralModels, PerModelOptions) {
   const json listed = curl(*srv, "GET", "/v1/models").j();
   for (const json& m : listed["data"]) len[m["id"]] = m["max_model_len"];
   EXPECT_EQ(len, (std::map<std::string, int64_t>{{"a", 32768}, {"b", 4096}, {"bee", 4096}}));
+  // The banner gives each model's own sizes.
+  const std::string log = srv->log();
+  EXPECT_NE(log.find("a: parallel 2, ctx 32768, itl target "), std::string::npos) << log;
+  EXPECT_NE(log.find("; b: parallel 4, ctx 4096, itl target "), std::string::npos) << log;
   const json pa = curl(*srv, "GET", "/props?model=a").j();
   const json pb = curl(*srv, "GET", "/props?model=b").j();
   EXPECT_EQ(pa["total_slots"], 2);

@@ -381,7 +381,8 @@ TEST(ChatRequest, FieldTypesAndRanges) {
   expect_chat_error(chat_with(R"("stream":true,"stream_options":{"include_usage":1})"),
                     "include_usage");
   expect_chat_error(chat_with(R"("max_tokens":"5")"), "'max_tokens' must be an integer");
-  expect_chat_error(chat_with(R"("max_tokens":5.5)"), "'max_tokens' must be an integer");
+  expect_chat_error(chat_with(R"("max_tokens":5.5)"),
+                    "'max_tokens' must be an integer (got number 5.5)");
   expect_chat_error(chat_with(R"("max_tokens":0)"), "'max_tokens' must be in [1, 4096]");
   expect_chat_error(chat_with(R"("max_tokens":-3)"), "'max_tokens' must be in");
   expect_chat_error(chat_with(R"("max_tokens":4097)"), "'max_tokens' must be in");
@@ -652,8 +653,16 @@ TEST(ToolCalls, SplitWholeReply) {
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].name, "get_weather");
   EXPECT_EQ(json::parse(calls[0].arguments_json), json({{"city", "Paris"}}));
-  EXPECT_FALSE(calls[0].id.empty());
   EXPECT_EQ(content, "Let me check.");
+  // Random ids ("call_" and 24 hex digits), not the parser's positional ones: two replies'
+  // calls never share an id.
+  auto [c1, again] = split_tool_calls(kXmlCall, true);
+  ASSERT_EQ(again.size(), 1u);
+  for (const ToolCall* c : {&calls[0], &again[0]}) {
+    EXPECT_EQ(c->id.size(), 5u + 24u) << c->id;
+    EXPECT_EQ(c->id.rfind("call_", 0), 0u) << c->id;
+  }
+  EXPECT_NE(calls[0].id, again[0].id);
 
   auto [c2, none] = split_tool_calls(std::string("Let me check.\n") + kXmlCall, false);
   EXPECT_TRUE(none.empty());
@@ -1014,7 +1023,7 @@ TEST(ModelName, TokenizeAndDetokenizeTakeAModel) {
   EXPECT_EQ(d->model, "b");
   EXPECT_TRUE(d->ignored_fields.empty());
   EXPECT_EQ(parse_tokenize_request(R"({"model": 1, "content": "x"})", lim).error_message(),
-            "'model' must be a string (got integer)");
+            "'model' must be a string (got integer 1)");
   EXPECT_FALSE(parse_detokenize_request(R"({"model": [], "tokens": []})", lim).ok());
 }
 

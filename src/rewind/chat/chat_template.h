@@ -119,7 +119,7 @@ std::vector<int32_t> tokenize_chat(const Tokenizer& tok, const RenderedChat& cha
 // (Qwen3.5 XML, also Nemotron-3), <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
 // (Qwen3 and Granite-4.0 JSON) and <TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>
 // (Nemotron-Nano-v2 JSON list). Returns the text with the tool-call blocks removed (trimmed) in
-// *content; calls get ids call_0, call_1, ... in order.
+// *content; calls get ids call_0, call_1, ... in order (the server replaces them with random ids).
 std::vector<ToolCall> parse_tool_calls(const std::string& text, std::string* content);
 // The same, typed by the request's OpenAI tools array: an XML parameter whose schema type is
 // "string" keeps its text as a JSON string even when it would parse as JSON (e.g. "42").

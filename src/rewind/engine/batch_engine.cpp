@@ -245,7 +245,13 @@ Result<uint64_t> BatchEngine::submit(Request req, EventCallback cb) {
       ++metrics_.requests_rejected;
       return make_error("server is shutting down");
     }
-    if (static_cast<int32_t>(queue_.size()) >= opt_.max_queued + opt_.max_running) {
+    // Waiting: the queued requests that the free slots cannot take at the next step (admission
+    // goes in order of arrival); this one is refused when it would wait beyond max_queued.
+    int32_t free = opt_.max_running - slots_used_;
+    size_t fit = 0;
+    while (fit < queue_.size() && queue_[fit]->req.n <= free) free -= queue_[fit++]->req.n;
+    const auto waiting = static_cast<int32_t>(queue_.size() - fit);
+    if ((waiting > 0 || s->req.n > free) && waiting >= opt_.max_queued) {
       ++metrics_.requests_rejected;
       return make_error("queue full");
     }
@@ -634,6 +640,7 @@ void BatchEngine::step() {
       admitted.push_back(std::move(queue_.front()));
       queue_.pop_front();
     }
+    slots_used_ = used;
     metrics_.queued = static_cast<int32_t>(queue_.size());
   }
   for (auto& [cb, ev] : queue_cancels)
@@ -656,6 +663,7 @@ void BatchEngine::step() {
   if (running_.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     metrics_.running = 0;
+    slots_used_ = 0;
     if (cache_) metrics_.cache = cache_->stats();
     update_memory();
     return;
@@ -930,6 +938,8 @@ void BatchEngine::step() {
   if (const auto f = step_budget_.fit()) metrics_.step_fit = *f;
   if (mixed_prefill > 0) metrics_.mixed_prefill_budget = mixed_prefill;
   metrics_.running = static_cast<int32_t>(running_.size());
+  slots_used_ = 0;
+  for (const auto& sp : running_) slots_used_ += sp->slots();
   if (cache_) metrics_.cache = cache_->stats();
   update_memory();
 }

@@ -178,10 +178,11 @@ class BatchEngine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Seq>> queue_;  // guarded by mu_
-  std::set<uint64_t> cancelled_;            // guarded by mu_
-  bool stopping_ = false, drain_ = false;   // guarded by mu_
-  bool own_thread_ = false;                 // EngineThread::Own (fixed at construction)
-  bool loop_done_ = false;                  // guarded by mu_: the engine thread has stopped
+  int32_t slots_used_ = 0;  // guarded by mu_: the running sequences' slots as of the last step
+  std::set<uint64_t> cancelled_;           // guarded by mu_
+  bool stopping_ = false, drain_ = false;  // guarded by mu_
+  bool own_thread_ = false;                // EngineThread::Own (fixed at construction)
+  bool loop_done_ = false;                 // guarded by mu_: the engine thread has stopped
   // cache_tree() and clear_cache() requests waiting for the engine thread; guarded by mu_.
   std::vector<std::function<void()>> engine_asks_;
   // The last published request (engine thread only): its history and report, for cache_tree.

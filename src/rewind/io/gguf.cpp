@@ -694,8 +694,11 @@ Status write_gguf(const std::string& path, const std::vector<std::pair<std::stri
     std::remove(tmp.c_str());
     return st;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return make_error(path + ": rename failed: " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    return make_error(path + ": rename failed: " + std::strerror(e));
+  }
   return Ok{};
 }
 

@@ -1044,8 +1044,11 @@ struct HttpServer::Impl {
     // Several models: the body's "model" picks one before the full parse (its limits apply).
     if (auto e = route(strict ? peek_model_name(req.body) : "", plan.get())) return send(*e);
     const Served& m = *plan->model;
-    if (auto e = chat ? m.plan_chat(req.body, plan.get()) : m.plan_completion(req.body, plan.get()))
+    if (auto e =
+            chat ? m.plan_chat(req.body, plan.get()) : m.plan_completion(req.body, plan.get())) {
+      metrics.count_outcome("rejected", m.label);  // refused before the engine saw it
       return send(*e);
+    }
     auto job = std::make_shared<Job>();
     job->plan = plan;
     job->ex = ex;

@@ -26,8 +26,11 @@ std::string type_name(const json& v) {
   return "value";
 }
 
+// A number or boolean is shown with its value: "must be an integer (got number 3.0)".
 Error type_error(const std::string& field, const char* want, const json& got) {
-  return make_error("'" + field + "' must be " + want + " (got " + type_name(got) + ")");
+  const bool scalar = got.is_number() || got.is_boolean();
+  return make_error("'" + field + "' must be " + want + " (got " + type_name(got) +
+                    (scalar ? " " + got.dump() : "") + ")");
 }
 
 // Nesting depth of JSON text and its count of values and of containers, counting outside

@@ -126,9 +126,10 @@ const std::vector<std::string>& markers() {
   return m;
 }
 
+// The parser numbers calls by position (call_0, call_1, ...); a reply's ids must differ from
+// every other reply's, since clients key tool results on them across a conversation.
 void fill_ids(std::vector<ToolCall>& calls) {
-  for (auto& c : calls)
-    if (c.id.empty()) c.id = random_id("call_");
+  for (auto& c : calls) c.id = random_id("call_");
 }
 }  // namespace
 
