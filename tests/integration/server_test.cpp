@@ -2195,6 +2195,29 @@ TEST(HttpHostile, SlowHeadersHitTheDeadlineWhileHealthAnswers) {
   EXPECT_EQ(curl(*srv, "GET", "/health", "", "").status, 200);
 }
 
+// An HTTP/1.0 client gets a stream without chunked framing: the connection's close ends it
+// (a proxy such as nginx speaks HTTP/1.0 to its upstream by default).
+TEST_F(ServerTest, StreamToHttp10IsNotChunked) {
+  const std::string body =
+      completion_body("In the", 3, {{"stream", true}, {"ignore_eos", true}}).dump();
+  Conn c(s().port());
+  ASSERT_TRUE(c.ok());
+  c.send("POST /v1/completions HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+         std::string(kKey) + "\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body);
+  ASSERT_TRUE(c.read_to_eof(30s));
+  const std::string& got = c.got();
+  EXPECT_EQ(got.rfind("HTTP/1.0 200", 0), 0u) << got;
+  EXPECT_EQ(got.find("Transfer-Encoding"), std::string::npos) << got;
+  const size_t at = got.find("\r\n\r\n");
+  ASSERT_NE(at, std::string::npos) << got;
+  const std::string events = got.substr(at + 4);
+  EXPECT_EQ(events.rfind("data: {", 0), 0u) << events;  // no chunk-size line first
+  EXPECT_EQ(events.find("\r\n"), std::string::npos) << events;
+  EXPECT_GE(events.size(), 14u);
+  EXPECT_EQ(events.substr(events.size() - 14), "data: [DONE]\n\n") << events;
+}
+
 TEST_F(ServerTest, SmugglingShapesAre400AtOnce) {
   const std::string body = "{}";
   const std::vector<std::pair<std::string, std::string>> cases = {

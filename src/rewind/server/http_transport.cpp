@@ -204,7 +204,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void ex_chunk(uint64_t ex, std::string data) {
     if (ex != ex_id_ || phase_ != Phase::Busy || !streaming_ || data.empty() || head_only_) return;
-    enqueue(chunk(data));
+    enqueue(chunked_ ? chunk(data) : std::move(data));  // HTTP/1.0: the close ends the body
   }
   void ex_end(uint64_t ex) {
     if (ex != ex_id_ || phase_ != Phase::Busy || !streaming_) return;
