@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -135,10 +136,26 @@ TEST(BuiltinModel, ServeWithoutModelServesIt) {
   if (const size_t at = text.find(marker); at != std::string::npos)
     port = std::atoi(text.c_str() + at + marker.size());
   std::string models;
+  std::vector<json> replies;  // a chat reply without, then with stop strings
   if (port > 0) {
     int rc = 0;
-    models = test::run_command(
-        "curl -sS http://127.0.0.1:" + std::to_string(port) + "/v1/models 2>&1", &rc);
+    const std::string url = "http://127.0.0.1:" + std::to_string(port);
+    models = test::run_command("curl -sS " + url + "/v1/models 2>&1", &rc);
+    for (const json& stop : {json(nullptr), json({"think", "\n", "<"})}) {
+      const std::string body = scratch("chat.json");
+      std::ofstream(body) << json({{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                                   {"max_tokens", 12},
+                                   {"temperature", 0},
+                                   {"logprobs", true},
+                                   {"stop", stop}})
+                                 .dump();
+      replies.push_back(json::parse(
+          test::run_command("curl -sS " + url +
+                                "/v1/chat/completions -H 'Content-Type: application/json' -d @" +
+                                body + " 2>&1",
+                            &rc),
+          nullptr, false));
+    }
   }
   if (!exited) {
     kill(pid, SIGTERM);
@@ -151,6 +168,20 @@ TEST(BuiltinModel, ServeWithoutModelServesIt) {
   const json j = json::parse(models, nullptr, false);
   ASSERT_TRUE(j.is_object() && j.contains("data")) << models;
   EXPECT_EQ(j["data"][0]["id"].get<std::string>(), "kjv-target") << models;
+  // The model opens its reply with an empty reasoning block: stop strings apply to the content
+  // only (the tags' "think", "<" and the newlines after them stop nothing), and the logprobs
+  // are the content's tokens.
+  ASSERT_EQ(replies.size(), 2u);
+  for (const json& r : replies) {
+    ASSERT_TRUE(r.is_object() && r.contains("choices")) << r.dump();
+    const json& c = r["choices"][0];
+    const std::string content = c["message"]["content"].get<std::string>();
+    EXPECT_FALSE(content.empty()) << r.dump();
+    std::string joined;
+    for (const json& t : c["logprobs"]["content"]) joined += t["token"].get<std::string>();
+    EXPECT_EQ(joined, content) << r.dump();
+  }
+  EXPECT_EQ(replies[0]["choices"][0]["message"], replies[1]["choices"][0]["message"]);
 }
 
 }  // namespace

@@ -393,7 +393,12 @@ TEST(ChatRequest, FieldTypesAndRanges) {
   expect_chat_error(chat_with(R"("temperature":"hot")"), "'temperature' must be a number");
   expect_chat_error(chat_with(R"("temperature":-0.1)"), "'temperature' must be in");
   expect_chat_error(chat_with(R"("temperature":2.5)"), "'temperature' must be in");
-  expect_chat_error(chat_with(R"("top_p":0)"), "'top_p' must be in (0");
+  expect_chat_error(chat_with(R"("top_p":-0.1)"), "'top_p' must be in [0");
+  {  // 0, as OpenAI takes it: the most likely token only (the sampler keeps at least one)
+    auto r = parse_chat_request(chat_with(R"("top_p":0)"), limits());
+    ASSERT_TRUE(r.ok()) << r.error_message();
+    EXPECT_EQ(r->sampling.top_p, 0.0);
+  }
   expect_chat_error(chat_with(R"("top_p":1.01)"), "'top_p' must be in");
   expect_chat_error(chat_with(R"("top_k":-2)"), "'top_k' must be in");
   expect_chat_error(chat_with(R"("top_k":1.5)"), "'top_k' must be an integer");
@@ -838,6 +843,18 @@ TEST(ResponseJson, Logprobs) {
   EXPECT_EQ(t["top_logprobs"][1].size(), 2u);
   EXPECT_EQ(t["text_offset"][1], static_cast<int64_t>(tok.token_bytes(ids[0]).size()));
   EXPECT_TRUE(completion_logprobs_json(tok, lps, false, 0)["top_logprobs"].is_null());
+  // Offsets count characters, not bytes: "Grüße, 世界" is 9 of them (15 bytes), however its
+  // tokens cut it.
+  const auto u = tok.encode("Grüße, 世界");
+  std::vector<TokenLogprob> ul;
+  for (const int32_t id : u) ul.push_back({id, -1.0f, {}});
+  const json o = completion_logprobs_json(tok, ul, false, 3);
+  int64_t at = 3;
+  for (size_t i = 0; i < u.size(); ++i) {
+    EXPECT_EQ(o["text_offset"][i], at) << i;
+    at += utf8_chars(tok.token_bytes(u[i]));
+  }
+  EXPECT_EQ(at, 3 + 9);
 }
 
 // ---- metrics ----------------------------------------------------------------------------------

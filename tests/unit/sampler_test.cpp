@@ -219,7 +219,7 @@ TEST(Sampler, TopKAndTopPKeepTheBruteForceSets) {
           for (int32_t i = 0; i < n; ++i)
             ASSERT_EQ(p[i] > 0.0f, want[i] != 0) << "n=" << n << " k=" << k << " id=" << i;
         }
-        for (float top_p : {0.3f, 0.9f, 0.99f}) {
+        for (float top_p : {0.0f, 0.3f, 0.9f, 0.99f}) {
           Sampler sp(params(t, 0, top_p));
           const auto p = sp.probabilities(v.data(), n);
           std::vector<float> valid;  // the softmax over valid tokens, in rank order
@@ -235,6 +235,7 @@ TEST(Sampler, TopKAndTopPKeepTheBruteForceSets) {
           for (size_t j = kept; j < rank.size(); ++j) ASSERT_EQ(p[rank[j]], 0.0f) << j;
           EXPECT_NEAR(static_cast<double>(kept), static_cast<double>(keep), 1.0)
               << "n=" << n << " top_p=" << top_p;
+          if (top_p == 0.0f) EXPECT_EQ(kept, 1u) << "n=" << n;  // the top token only
         }
       }
     }

@@ -213,15 +213,18 @@ void add_ignored_header(HttpHeaders* h, const std::vector<std::string>& fields) 
   h->push_back({"X-Rewind-Ignored-Fields", v});
 }
 
-// Turns token events into text: UTF-8 streaming, stop sequences, finish reasons, logprobs.
+// Turns token events into text: UTF-8 streaming, a chat reply's reasoning split from its
+// content, stop sequences (on the content only), finish reasons, logprobs (of the content's
+// tokens only: a chat reply's reasoning and tags have none, as with OpenAI's reasoning models).
 class Generation {
  public:
   Generation(const Tokenizer& tok, const std::set<int32_t>& stop_ids, const Plan& plan)
-      : stop_ids_(stop_ids), plan_(plan), dec_(tok), stop_(plan.stop) {}
+      : stop_ids_(stop_ids), plan_(plan), dec_(tok), stop_(plan.stop), split_(plan.think_open) {}
 
   struct Piece {
-    std::string text;               // text that became final with this event
-    std::vector<TokenLogprob> lps;  // the event's token, when logprobs were asked for
+    std::string text;               // content that became final with this event
+    std::string reasoning;          // chat: reasoning that became final with this event
+    std::vector<TokenLogprob> lps;  // the content's tokens, when logprobs were asked for
   };
 
   // Consumes one event. Sets *cancel when a stop sequence just matched and the engine request
@@ -247,17 +250,21 @@ class Generation {
       total_ms_ = ev.report.total_ms;
     }
     if (stop_.stopped() || ev.token < 0) {
-      if (done_ && !stop_.stopped()) p.text = stop_.push(dec_.flush()) + stop_.flush();
+      if (done_ && !stop_.stopped()) {
+        add(dec_.flush(), nullptr, &p);
+        p.text += stop_.flush();
+      }
       return p;
     }
     ++completion_tokens_;
     std::string piece;
     const bool eos = ev.finish == FinishReason::Stop && stop_ids_.count(ev.token);
     // The end-of-turn token is no text, so it has no log-probability entry either (OpenAI's).
-    if (plan_.logprobs && !eos) p.lps.push_back({ev.token, ev.logprob, ev.top});
+    std::optional<TokenLogprob> lp;
+    if (plan_.logprobs && !eos) lp = TokenLogprob{ev.token, ev.logprob, ev.top};
     if (!eos) piece = dec_.push(ev.token);
     if (done_) piece += dec_.flush();
-    p.text = stop_.push(piece);
+    add(piece, lp ? &*lp : nullptr, &p);
     if (stop_.stopped()) {
       stopped_by_string_ = true;
       *cancel = !done_;
@@ -304,10 +311,45 @@ class Generation {
   double total_ms() const { return total_ms_; }
 
  private:
+  // Decoded text (and its token's logprob, or null) into p: a chat reply's through the
+  // reasoning split first; the content through the stop matcher. A token's logprob goes with
+  // the content when the token's text is content; while the reply's start is undecided it
+  // waits (held_lps_) for the split's decision. At the end, what the split held back.
+  void add(const std::string& text, const TokenLogprob* lp, Piece* p) {
+    if (!plan_.chat) {
+      if (lp) p->lps.push_back(*lp);
+      p->text = stop_.push(text);
+      return;
+    }
+    const bool was_undecided = split_.undecided(), was_content = split_.in_content();
+    ReasoningSplitter::Out o = split_.push(text);
+    if (done_) {
+      ReasoningSplitter::Out f = split_.finish();
+      o.reasoning += f.reasoning;
+      o.content += f.content;
+    }
+    if (lp) {
+      if (was_content || !o.content.empty()) {
+        p->lps.push_back(*lp);
+      } else if (was_undecided && split_.undecided()) {
+        held_lps_.push_back(*lp);
+      }
+    }
+    if (!held_lps_.empty() && (done_ || !split_.undecided())) {  // decided: content or not
+      if (!o.content.empty() || split_.in_content())
+        p->lps.insert(p->lps.begin(), held_lps_.begin(), held_lps_.end());
+      held_lps_.clear();
+    }
+    p->reasoning += o.reasoning;
+    p->text = stop_.push(o.content);
+  }
+
   const std::set<int32_t>& stop_ids_;
   const Plan& plan_;
   StreamDecoder dec_;
   StopMatcher stop_;
+  ReasoningSplitter split_;
+  std::vector<TokenLogprob> held_lps_;
   bool done_ = false, stopped_by_string_ = false;
   FinishReason engine_finish_ = FinishReason::None;
   std::string error_;
@@ -694,7 +736,7 @@ struct HttpServer::Impl {
     struct Choice {
       std::unique_ptr<Generation> gen;
       ToolCallSplitter tools;
-      ReasoningSplitter reasoning;
+      std::string reasoning;  // chat, not streamed: the reply's reasoning
       int64_t text_offset = 0;
       std::string text;               // whole replies: the text so far
       std::vector<TokenLogprob> lps;  // whole replies: the logprobs so far
@@ -1062,7 +1104,6 @@ struct HttpServer::Impl {
     for (Job::Choice& c : job->choices) {
       c.gen = std::make_unique<Generation>(m.tok, plan->sub.stop_ids, *plan);
       c.tools = ToolCallSplitter(plan->tools);
-      c.reasoning = ReasoningSplitter(plan->think_open);
     }
     Request sub = plan->sub;
     ++in_flight;
@@ -1141,6 +1182,7 @@ struct HttpServer::Impl {
       if (j.ended) j.ex->end_stream();
     } else {
       c.text += p.text;
+      c.reasoning += p.reasoning;
       for (auto& lp : p.lps) c.lps.push_back(std::move(lp));
       if (all) {
         whole(j);
@@ -1275,15 +1317,11 @@ struct HttpServer::Impl {
       for (Job::Choice& c : j.choices) {
         c.finish = c.gen->finish_reason();
         if (plan.chat) {
-          ReasoningSplitter rs(plan.think_open);
-          ReasoningSplitter::Out a = rs.push(c.text), b = rs.finish();
-          auto [content, calls] =
-              split_tool_calls(a.content + b.content, plan.parse_tools, plan.tools);
+          auto [content, calls] = split_tool_calls(c.text, plan.parse_tools, plan.tools);
           c.finish = chat_finish_reason(c.finish, !calls.empty());
-          bodies.push_back(
-              chat_completion_json(plan.id, plan.created, plan.model_id, content, calls, c.finish,
-                                   plan.logprobs ? chat_logprobs_json(tok, c.lps) : json(nullptr),
-                                   usage, a.reasoning + b.reasoning));
+          bodies.push_back(chat_completion_json(
+              plan.id, plan.created, plan.model_id, content, calls, c.finish,
+              plan.logprobs ? chat_logprobs_json(tok, c.lps) : json(nullptr), usage, c.reasoning));
         } else {
           bodies.push_back(completion_json(
               plan.id, plan.created, plan.model_id, c.text, c.finish,
@@ -1304,17 +1342,14 @@ struct HttpServer::Impl {
   std::string chunk_for(Job& st, Job::Choice& c, int32_t index, Generation::Piece& p) {
     const Plan& plan = *st.plan;
     const Tokenizer& tok = plan.model->tok;
-    if (plan.chat) {
-      const ReasoningSplitter::Out r = c.reasoning.push(p.text);
-      return chat_delta(st, index, r.reasoning,
-                        plan.parse_tools ? c.tools.push(r.content) : r.content, p.lps);
-    }
+    if (plan.chat)
+      return chat_delta(st, index, p.reasoning, plan.parse_tools ? c.tools.push(p.text) : p.text,
+                        p.lps);
     if (p.text.empty() && p.lps.empty()) return {};
     json lp = p.lps.empty()
                   ? json(nullptr)
                   : completion_logprobs_json(tok, p.lps, plan.top_logprobs > 0, c.text_offset);
-    for (const auto& l : p.lps)
-      c.text_offset += static_cast<int64_t>(tok.token_bytes(l.token).size());
+    for (const auto& l : p.lps) c.text_offset += utf8_chars(tok.token_bytes(l.token));
     return sse_event(
         completion_chunk_json(plan.id, plan.created, plan.model_id, p.text, nullptr, lp, index));
   }
@@ -1337,9 +1372,6 @@ struct HttpServer::Impl {
     std::string out;
     if (plan.chat) {
       std::string finish = c.gen->finish_reason();
-      const ReasoningSplitter::Out r = c.reasoning.finish();
-      out += chat_delta(st, index, r.reasoning,
-                        plan.parse_tools ? c.tools.push(r.content) : r.content, {});
       if (plan.parse_tools) {
         auto [content, calls] = c.tools.finish();
         if (!content.empty())

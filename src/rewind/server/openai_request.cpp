@@ -28,9 +28,9 @@ std::string type_name(const json& v) {
 
 // A number or boolean is shown with its value: "must be an integer (got number 3.0)".
 Error type_error(const std::string& field, const char* want, const json& got) {
-  const bool scalar = got.is_number() || got.is_boolean();
-  return make_error("'" + field + "' must be " + want + " (got " + type_name(got) +
-                    (scalar ? " " + got.dump() : "") + ")");
+  std::string m = "'" + field + "' must be " + want + " (got " + type_name(got);
+  if (got.is_number() || got.is_boolean()) m.append(" ").append(got.dump());
+  return make_error(m + ")");
 }
 
 // Nesting depth of JSON text and its count of values and of containers, counting outside
@@ -212,7 +212,7 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
     REWIND_TRY(s.temperature, get_num(*v, "temperature", 0.0, 2.0));
   }
   if (const json* v = field(j, "top_p")) {
-    REWIND_TRY(s.top_p, get_num(*v, "top_p", 0.0, 1.0, /*lo_open=*/true));
+    REWIND_TRY(s.top_p, get_num(*v, "top_p", 0.0, 1.0));  // 0: the most likely token only
   }
   if (const json* v = field(j, "min_p")) {
     REWIND_TRY(s.min_p, get_num(*v, "min_p", 0.0, 1.0));

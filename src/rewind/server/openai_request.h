@@ -56,7 +56,7 @@ inline constexpr int64_t kJsonTreeFactor = 12;
 // (generation_config.json) in the server.
 struct SamplingOverrides {
   std::optional<double> temperature;  // [0, 2]
-  std::optional<double> top_p;        // (0, 1]
+  std::optional<double> top_p;        // [0, 1]
   std::optional<int32_t> top_k;       // >= 0 (0: off); -1 is accepted as "off" (vLLM)
   std::optional<double> min_p;        // [0, 1]
   std::optional<uint64_t> seed;       // any integer (negative values wrap to uint64)

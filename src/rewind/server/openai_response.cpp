@@ -92,6 +92,12 @@ json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& l
   return {{"content", std::move(content)}};
 }
 
+int64_t utf8_chars(std::string_view bytes) {
+  int64_t n = 0;
+  for (const char c : bytes) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
 json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
                               bool with_top, int64_t offset0) {
   json tokens = json::array(), token_lps = json::array(), tops = json::array(),
@@ -102,7 +108,7 @@ json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogpr
     tokens.push_back(s);
     token_lps.push_back(lp.logprob);
     offsets.push_back(off);
-    off += static_cast<int64_t>(s.size());
+    off += utf8_chars(s);
     if (with_top) {
       // Keyed by token text (dump_json replaces invalid UTF-8 in keys as in values). Two
       // alternatives whose bytes are equal cannot occur: token bytes are unique per id.
