@@ -230,9 +230,10 @@ std::vector<CommandSpec> build_specs() {
             {"--log-file", "", "PATH", "append the access log to PATH (default: stderr)"},
             {"--quiet", "-q", "", "no access log", {}, false}},
            spec_opts()),
-       "Routes: POST /v1/chat/completions, /v1/completions; GET /v1/models, /v1/cache, /metrics,\n"
-       "/health. A request may pick its own drafter: \"speculative\": \"off\"|\"ngram\"|\"draft\"|"
-       "\"mtp\"\n"
+       "Routes: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize,\n"
+       "/apply-template; GET /v1/models, /v1/models/{id}, /v1/cache, /v1/cache/tree, /props,\n"
+       "/metrics, /health and the web page at /; DELETE /v1/cache.\n"
+       "A request may pick its own drafter: \"speculative\": \"off\"|\"ngram\"|\"draft\"|\"mtp\"\n"
        "or {\"method\": ..., \"k\": K}. Without --alias any \"model\" is accepted.\n"
        "Several models: --model a=DIR1 --model b=DIR2; each has its own engine and prefix cache\n"
        "(--cache-ram, --grammar-cache-ram and --cache-disk split evenly), a request's \"model\"\n"
@@ -327,7 +328,7 @@ std::vector<CommandSpec> build_specs() {
         weights_opt(),
         quant_dot_opt(),
         {"--spec-fixed-k", "", "", "keep k fixed (default: shrink after rejections)", {}, false},
-        json_opt("print JSON lines instead of the table")},
+        json_opt("print one JSON object on one line instead of the table")},
        "Greedy decoding of one prompt, plain and with each drafter, side by side."});
   c.push_back({"logits",
                "Print the logits of a token list (or a prompt) as exact JSON.",

@@ -239,7 +239,7 @@ int cmd_spec_bench(int argc, char** argv) {
            {"acceptance", r.st.drafted ? double(r.st.accepted) / double(r.st.drafted) : 0.0},
            {"replayed", r.st.replayed},
            {"identical", r.identical}});
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", j.dump().c_str());  // one line
   } else {
     std::printf("model %s, %zu prompt tokens (%s), %lld generated greedy, k %lld%s, %lld threads\n",
                 dir.c_str(), np, args->has("--prompt") ? "--prompt" : workload.c_str(),

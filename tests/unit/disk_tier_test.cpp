@@ -157,6 +157,55 @@ TEST(DiskTier, FullDiskDropsObjectsAndKeepsWorking) {
   fs::remove_all(dir);
 }
 
+// A file that cannot be created (the directory removed under the server) is a write error
+// like a full disk's: counted, and one log line for the run.
+TEST(DiskTier, UncreatableFilesAreCountedAndLogged) {
+  const std::string dir = scratch("gone");
+  std::vector<std::string> log;
+  auto t = DiskTier::open(opts(dir, &log));
+  ASSERT_TRUE(t.ok());
+  fs::remove_all(dir);
+  for (uint64_t i = 1; i <= 3; ++i) (*t)->put(put_of(make(i, 100)));
+  (*t)->flush();
+  EXPECT_EQ((*t)->stats().write_errors, 3);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("create "), std::string::npos) << log[0];
+}
+
+// A file that exists but cannot be opened (here a symbolic link to itself, which even root
+// cannot open) is skipped, counted, logged and removed: at the start and when read.
+TEST(DiskTier, UnopenableFilesAreSkippedAndRemoved) {
+  const std::string dir = scratch("unopenable");
+  const Obj a = make(1, 100), b = make(2, 100);
+  std::string pa, pb;
+  {
+    auto t = DiskTier::open(opts(dir));
+    ASSERT_TRUE(t.ok());
+    for (const Obj* x : {&a, &b}) (*t)->put(put_of(*x));
+    (*t)->flush();
+    pa = (*t)->path_of(a.key, TierKind::Page);
+    pb = (*t)->path_of(b.key, TierKind::Page);
+  }
+  fs::remove(pa);
+  fs::create_symlink(fs::path(pa).filename(), pa);
+  std::vector<std::string> log;
+  auto t = DiskTier::open(opts(dir, &log));
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->stats().restored, 1);
+  EXPECT_EQ((*t)->stats().corrupt, 1);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("cannot open"), std::string::npos) << log[0];
+  EXPECT_FALSE(fs::is_symlink(pa));
+  // b goes the same way once indexed.
+  fs::remove(pb);
+  fs::create_symlink(fs::path(pb).filename(), pb);
+  EXPECT_FALSE(read_back(**t, b));
+  EXPECT_EQ((*t)->stats().corrupt, 2);
+  EXPECT_EQ(log.size(), 2u);
+  EXPECT_FALSE(fs::is_symlink(pb));
+  fs::remove_all(dir);
+}
+
 TEST(DiskTier, DamagedAndForeignFilesAreSkipped) {
   const std::string dir = scratch("damaged");
   const Obj a = make(1, 1000), b = make(2, 1000), c = make(3, 1000), d = make(4, 1000);

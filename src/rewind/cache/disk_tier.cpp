@@ -139,7 +139,12 @@ Status DiskTier::scan() {
     Id id;
     if (!parse_name(name, &id.key, &id.kind)) continue;  // not ours (lock, other files)
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
+    if (fd < 0) {  // unreadable (permissions): skipped and removed like a damaged file
+      tell("rewind: cache: skipped " + path + ": cannot open: " + std::strerror(errno));
+      ++st_.corrupt;
+      ::unlink(path.c_str());
+      continue;
+    }
     struct stat sb {};
     std::byte hdr[kTierHeaderBytes];
     size_t got = 0;
@@ -288,7 +293,8 @@ bool DiskTier::write_file(const Job& job, std::string* err) {
   const auto header = tier_header_of(job.obj, opt_.fingerprint, opt_.kv_dtype);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    *err = std::string("create ") + tmp + ": " + std::strerror(errno);
+    last_errno_ = errno;
+    *err = std::string("create ") + tmp + ": " + std::strerror(last_errno_);
     return false;
   }
   // Writes a chunk; the injected fault acts as a full disk once the limit is passed.
@@ -446,6 +452,11 @@ bool DiskTier::get(const ContentKey& key, TierKind kind, const TierLayout& layou
   }
   const std::string path = path_of(key, kind);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno != ENOENT) {  // there but unreadable (permissions): a bad file
+    bad_file(id, path, std::string("cannot open: ") + std::strerror(errno), false);
+    account(false, 0);
+    return false;
+  }
   if (fd < 0) {
     // Gone (removed by hand): forget it quietly.
     std::lock_guard<std::mutex> lock(mu_);
