@@ -4,7 +4,8 @@
 // left-recursive or endless). Any error must be a Result with a message, never a crash. A
 // grammar that parses is walked through the matcher with choices taken from the input: every
 // reachable state must allow some token (no dead ends), the walk's text must be a viable prefix
-// by the Earley reference, and a finished JSON Schema output must parse as JSON.
+// by the Earley reference, and a finished JSON Schema output must parse as JSON. The schema's
+// relaxed form (relax_json_schema) must be a fixed point of relaxing.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -41,6 +42,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data) + 1, size - 1);
   rw::Result<rw::Grammar> g = rw::make_error("unset");
   if (schema) {
+    // relax_json_schema (schemas not marked strict) is idempotent: what it leaves compiles as
+    // far as the subset goes, so a second pass changes nothing.
+    const auto parsed = nlohmann::ordered_json::parse(input, nullptr, false);
+    if (!parsed.is_discarded()) {
+      std::vector<std::string> notes, again;
+      const auto relaxed = rw::relax_json_schema(parsed, &notes);
+      if (rw::relax_json_schema(relaxed, &again) != relaxed || !again.empty()) std::abort();
+      (void)rw::json_schema_to_gbnf(relaxed);  // a Result either way, never a crash
+    }
     auto text = rw::json_schema_text_to_gbnf(input);
     if (!text.ok()) {
       if (text.error_message().empty()) std::abort();

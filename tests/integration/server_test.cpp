@@ -1365,9 +1365,11 @@ TEST_F(ServerTest, CompletionsGrammarAndResponseFormat) {
 
 TEST_F(ServerTest, StructuredOutputErrorsAre400) {
   const double submitted0 = metric(s(), "rewind_requests_submitted_total");
-  const json bad_schema = {
-      {"type", "json_schema"},
-      {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
+  const json bad_schema = {{"type", "json_schema"},
+                           {"json_schema",
+                            {{"name", "x"},
+                             {"strict", true},
+                             {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
   expect_error(
       post(s(), "/v1/chat/completions", chat_body("x", 5, {{"response_format", bad_schema}})), 400,
       "unsupported keyword 'pattern'");
@@ -1395,10 +1397,56 @@ TEST_F(ServerTest, StructuredOutputErrorsAre400) {
       400, "not among 'tools'");
   tools[0]["function"]["parameters"] = {
       {"type", "object"}, {"properties", {{"n", {{"type", "number"}, {"multipleOf", 2}}}}}};
+  tools[0]["function"]["strict"] = true;
   expect_error(post(s(), "/v1/chat/completions",
                     chat_body("x", 5, {{"tools", tools}, {"tool_choice", "required"}})),
                400, "unsupported keyword 'multipleOf'");
   EXPECT_EQ(metric(s(), "rewind_requests_submitted_total"), submitted0);
+}
+
+// A schema or tool not marked strict (OpenAI's default) is relaxed where the subset lacks a
+// keyword: the request runs, the answer's X-Rewind-Schema-Relaxed header names each change,
+// and what the subset holds is still enforced.
+TEST_F(ServerTest, SchemasNotStrictAreRelaxedAndSaySo) {
+  auto relaxed = [](const HttpH& h) {
+    const std::string key = "x-rewind-schema-relaxed: ";
+    const size_t at = h.headers.find(key);
+    if (at == std::string::npos) return std::string("(none)");
+    return h.headers.substr(at + key.size(), h.headers.find('\r', at) - at - key.size());
+  };
+  const json format = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "x"},
+        {"schema",
+         {{"type", "object"},
+          {"properties", {{"code", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}},
+          {"required", {"code"}},
+          {"additionalProperties", false}}}}}};
+  HttpH h = post_h(s(), "/v1/chat/completions",
+                   chat_body("x", 40, {{"response_format", format}, {"ignore_eos", true}}));
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(relaxed(h), "response_format: 'pattern' at #/properties/code");
+  const json reply = json::parse(
+      json::parse(h.body)["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
+  if (!reply.is_discarded()) {  // cut by max_tokens, it may not be complete
+    EXPECT_TRUE(reply.contains("code")) << reply.dump();
+    EXPECT_EQ(reply.size(), 1u) << reply.dump();
+  }
+  json tools =
+      json::array({{{"type", "function"},
+                    {"function",
+                     {{"name", "f"},
+                      {"parameters",
+                       {{"type", "object"},
+                        {"properties", {{"n", {{"type", "number"}, {"multipleOf", 2}}}}}}}}}}});
+  h = post_h(s(), "/v1/chat/completions",
+             chat_body("x", 5, {{"tools", tools}, {"tool_choice", "required"}}));
+  ASSERT_EQ(h.status, 200) << h.body;
+  // (post_h gives the header lines in lower case)
+  EXPECT_EQ(relaxed(h), "tools[0].function.parameters: 'multipleof' at #/properties/n");
+  h = post_h(s(), "/v1/completions", completion_body("x", 2));
+  EXPECT_EQ(relaxed(h), "(none)");
 }
 
 TEST_F(ServerTest, ForcedToolCallsFollowTheParameterSchemas) {

@@ -311,8 +311,63 @@ TEST(JsonSchema, ResponseFormat) {
   for (const char* bad : {R"([])", R"({"type":"yaml"})", R"({"type":"json_schema"})",
                           R"({"type":"json_schema","json_schema":{"strict":1}})",
                           R"({"type":"json_schema","json_schema":{"schema":{},"extra":1}})",
-                          R"({"type":"json_schema","json_schema":{"schema":{"pattern":"a"}}})"})
+                          R"({"type":"json_schema","json_schema":{"schema":{"type":7}}})",
+                          R"({"type":"json_schema","json_schema":{"strict":true,)"
+                          R"("schema":{"pattern":"a"}}})"})
     EXPECT_FALSE(response_format_to_gbnf(ojson::parse(bad)).ok()) << bad;
+  // Not strict: what the subset lacks is relaxed, and each change is named.
+  std::vector<std::string> relaxed;
+  auto loose = response_format_to_gbnf(
+      ojson::parse(R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object",)"
+                   R"("properties":{"a":{"type":"string","pattern":"^a+$"}},"required":["a"]}}})"),
+      &relaxed);
+  ASSERT_TRUE(loose.ok() && loose->has_value()) << loose.error_message();
+  EXPECT_EQ(relaxed, std::vector<std::string>{"response_format: 'pattern' at #/properties/a"});
+  auto lg = parse_gbnf(**loose);
+  ASSERT_TRUE(lg.ok());
+  EXPECT_TRUE(accepts(*lg, R"({"a":"b"})"));
+  EXPECT_FALSE(accepts(*lg, R"({"b":"a"})"));  // the rest still holds
+}
+
+// relax_json_schema takes out exactly what the compiler refuses, and says where.
+TEST(JsonSchema, RelaxedSchemasCompileAndNameEachChange) {
+  const ojson schema = ojson::parse(R"({
+    "type": "object",
+    "properties": {
+      "mail": {"type": "string", "format": "email"},
+      "price": {"type": "number", "minimum": 0, "multipleOf": 0.01},
+      "tags": {"type": "object", "additionalProperties": {"type": "integer"}},
+      "kind": {"oneOf": [{"const": "a"}, {"$ref": "#/$defs/k", "description": "d", "title": "t"}]},
+      "day": {"type": "string", "format": "date", "maxLength": 10},
+      "n": {"enum": [1, 2], "minimum": 1}
+    },
+    "required": ["mail"],
+    "$defs": {"k": {"type": "string", "pattern": "x"}}
+  })");
+  EXPECT_FALSE(json_schema_to_gbnf(schema).ok());
+  std::vector<std::string> notes;
+  const ojson r = relax_json_schema(schema, &notes);
+  EXPECT_EQ(notes,
+            (std::vector<std::string>{
+                "'format' 'email' at #/properties/mail", "'multipleOf' at #/properties/price",
+                "'minimum' on a number at #/properties/price",
+                "'additionalProperties' (a schema) read as true at #/properties/tags",
+                "'oneOf' read as 'anyOf' at #/properties/kind",
+                "'format' with a length at #/properties/day",
+                "'minimum' beside 'enum' / 'const' at #/properties/n", "'pattern' at #/$defs/k"}));
+  EXPECT_EQ(r["properties"]["kind"]["anyOf"][1]["title"], "t");  // annotations stay
+  auto text = json_schema_to_gbnf(r);
+  ASSERT_TRUE(text.ok()) << text.error_message();
+  auto g = parse_gbnf(*text);
+  ASSERT_TRUE(g.ok()) << g.error_message();
+  EXPECT_TRUE(accepts(*g, R"({"mail":"m","kind":"a","n":2})"));
+  EXPECT_FALSE(accepts(*g, R"({"kind":"a"})"));  // mail is still required
+  EXPECT_FALSE(accepts(*g, R"({"mail":"m","n":3})"));
+  // A schema the compiler takes is left as it is.
+  const ojson fine = ojson::parse(R"({"type":"object","properties":{"a":{"type":"integer"}}})");
+  notes.clear();
+  EXPECT_EQ(relax_json_schema(fine, &notes), fine);
+  EXPECT_TRUE(notes.empty());
 }
 
 // ---- the property test ----

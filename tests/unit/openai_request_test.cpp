@@ -514,14 +514,16 @@ TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema"})"),
                     "'response_format.json_schema' must be an object");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
-                              R"({"name":"x","schema":{"type":"string","pattern":"a+"}}})"),
+                              R"({"name":"x","strict":true,"schema":{"type":"string",)"
+                              R"("pattern":"a+"}}})"),
                     "unsupported keyword 'pattern' at #");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","strict":true,"schema":{"type":"object",)"
                               R"("properties":{"n":{"type":"number","multipleOf":3}}}}})"),
                     "unsupported keyword 'multipleOf' at #/properties/n");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
-                              R"({"name":"x","schema":{"type":"number","minimum":3}}})"),
+                              R"({"name":"x","strict":true,"schema":{"type":"number",)"
+                              R"("minimum":3}}})"),
                     "'minimum' on a number at # is not supported");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","schema":{},"extra":1}})"),
@@ -608,9 +610,16 @@ TEST(CompletionRequest, GrammarAndResponseFormat) {
   ASSERT_TRUE(rf.ok()) << rf.error_message();
   EXPECT_NE(rf->grammar.find("integer"), std::string::npos);
   expect_completion_error(
+      R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"strict":true,)"
+      R"("schema":{"type":"object","patternProperties":{}}}}})",
+      "unsupported keyword 'patternProperties'");
+  auto loose = parse_completion_request(
       R"({"prompt":"x","response_format":{"type":"json_schema","json_schema":{"schema":)"
       R"({"type":"object","patternProperties":{}}}}})",
-      "unsupported keyword 'patternProperties'");
+      limits());
+  ASSERT_TRUE(loose.ok()) << loose.error_message();
+  EXPECT_EQ(loose->schema_relaxed,
+            std::vector<std::string>{"response_format: 'patternProperties' at #"});
   expect_completion_error(R"({"prompt":"x","grammar":["root"]})", "'grammar' must be a string");
 }
 

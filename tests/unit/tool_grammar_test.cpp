@@ -176,13 +176,24 @@ TEST(ToolGrammar, Refusals) {
   EXPECT_NE(unknown.error_message().find("no tool is named 'nope'"), std::string::npos);
   ojson bad = tools();
   bad[1]["function"]["parameters"]["properties"]["colour"]["pattern"] = "r.*";
+  // A strict tool's refused keyword is an error naming the tool; a tool not marked strict is
+  // relaxed (the keyword dropped), and the change is reported.
+  ojson strict = bad;
+  strict[1]["function"]["strict"] = true;
   for (ToolCallFormat f : {ToolCallFormat::JsonTag, ToolCallFormat::XmlTag}) {
-    auto e = tool_call_gbnf(bad, {f, "", true});
+    auto e = tool_call_gbnf(strict, {f, "", true});
     ASSERT_FALSE(e.ok());
     EXPECT_NE(e.error_message().find("tools[1].function.parameters"), std::string::npos)
         << e.error_message();
     EXPECT_NE(e.error_message().find("unsupported keyword 'pattern'"), std::string::npos)
         << e.error_message();
+    std::vector<std::string> relaxed;
+    ToolGrammarOptions o{f, "", true};
+    o.relaxed = &relaxed;
+    auto g = tool_call_gbnf(bad, o);
+    ASSERT_TRUE(g.ok()) << g.error_message();
+    EXPECT_EQ(relaxed, std::vector<std::string>{
+                           "tools[1].function.parameters: 'pattern' at #/properties/colour"});
   }
 }
 

@@ -559,6 +559,86 @@ Result<std::string> json_schema_rules(
   return out;
 }
 
+namespace {
+
+// relax_json_schema's walk: s is the schema at `path` (a JSON pointer).
+void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes, int depth) {
+  if (depth > kMaxSchemaDepth || !s.is_object()) return;  // the compiler refuses these itself
+  auto note = [&](const std::string& what) {
+    if (notes) notes->push_back(what + " at " + path);
+  };
+  auto drop = [&](const std::string& key, const std::string& why) {
+    if (!s.contains(key)) return;
+    note("'" + key + "'" + why);
+    s.erase(key);
+  };
+  if (s.contains("oneOf") && !s.contains("anyOf")) {
+    ojson alts = std::move(s["oneOf"]);
+    s.erase("oneOf");
+    s["anyOf"] = std::move(alts);
+    note("'oneOf' read as 'anyOf'");
+  }
+  std::vector<std::string> keys;
+  for (auto it = s.begin(); it != s.end(); ++it) keys.push_back(it.key());
+  for (const std::string& k : keys)
+    if (!kKeywords.count(k) && !kAnnotations.count(k)) drop(k, "");
+  keys.clear();
+  for (auto it = s.begin(); it != s.end(); ++it)
+    if (!kAnnotations.count(it.key()) && it.key() != "$defs" && it.key() != "definitions")
+      keys.push_back(it.key());
+  // What the compiler takes only alone: $ref, anyOf, enum / const (with a type).
+  for (const char* alone : {"$ref", "anyOf"})
+    if (s.contains(alone)) {
+      for (const std::string& k : keys)
+        if (k != alone) drop(k, std::string(" beside '") + alone + "'");
+      break;
+    }
+  if (s.contains("enum") || s.contains("const")) {
+    for (const std::string& k : keys)
+      if (k != "enum" && k != "const" && k != "type") drop(k, " beside 'enum' / 'const'");
+    if (s.contains("const")) drop("enum", " beside 'const'");
+  }
+  if (s.contains("format") && s["format"].is_string()) {
+    const std::string f = s["format"].get<std::string>();
+    if (!kFormats.count(f))
+      drop("format", " '" + f + "'");
+    else if (s.contains("minLength") || s.contains("maxLength"))
+      drop("format", " with a length");
+  }
+  if (s.contains("additionalProperties") && s["additionalProperties"].is_object() &&
+      !s["additionalProperties"].empty()) {
+    s["additionalProperties"] = true;
+    note("'additionalProperties' (a schema) read as true");
+  }
+  bool number = false;
+  if (s.contains("type")) {
+    const ojson& t = s["type"];
+    number = t == "number" || (t.is_array() && std::find(t.begin(), t.end(), "number") != t.end());
+  }
+  if (number)
+    for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+      drop(kw, " on a number");
+  // The subschemas.
+  for (const char* map : {"properties", "$defs", "definitions"})
+    if (s.contains(map) && s[map].is_object())
+      for (auto it = s[map].begin(); it != s[map].end(); ++it)
+        relax_at(it.value(), path + "/" + map + "/" + pointer_token(it.key()), notes, depth + 1);
+  if (s.contains("items")) relax_at(s["items"], path + "/items", notes, depth + 1);
+  if (s.contains("additionalProperties"))
+    relax_at(s["additionalProperties"], path + "/additionalProperties", notes, depth + 1);
+  if (s.contains("anyOf") && s["anyOf"].is_array())
+    for (size_t i = 0; i < s["anyOf"].size(); ++i)
+      relax_at(s["anyOf"][i], path + "/anyOf/" + std::to_string(i), notes, depth + 1);
+}
+
+}  // namespace
+
+ojson relax_json_schema(const ojson& schema, std::vector<std::string>* relaxed) {
+  ojson out = schema;
+  relax_at(out, "#", relaxed, 0);
+  return out;
+}
+
 Result<std::string> json_schema_text_to_gbnf(std::string_view schema_json) {
   ojson schema = ojson::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (schema.is_discarded()) return make_error("json_schema: the schema is not valid JSON");
@@ -576,7 +656,8 @@ Result<Grammar> compile_json_schema(const ojson& schema) {
   return g;
 }
 
-Result<std::optional<std::string>> response_format_to_gbnf(const ojson& format) {
+Result<std::optional<std::string>> response_format_to_gbnf(const ojson& format,
+                                                           std::vector<std::string>* relaxed) {
   using Out = std::optional<std::string>;
   if (!format.is_object()) return make_error("'response_format' must be an object");
   if (!format.contains("type") || !format["type"].is_string())
@@ -597,7 +678,15 @@ Result<std::optional<std::string>> response_format_to_gbnf(const ojson& format) 
   if (js.contains("strict") && !js["strict"].is_boolean())
     return make_error("'response_format.json_schema.strict' must be a boolean");
   if (!js.contains("schema")) return Out{"root ::= value\n" + std::string(kPrimitives)};
-  REWIND_TRY(std::string text, json_schema_to_gbnf(js["schema"]));
+  const bool strict = js.contains("strict") && js["strict"].get<bool>();
+  if (strict) {
+    REWIND_TRY(std::string text, json_schema_to_gbnf(js["schema"]));
+    return Out{std::move(text)};
+  }
+  std::vector<std::string> notes;
+  REWIND_TRY(std::string text, json_schema_to_gbnf(relax_json_schema(js["schema"], &notes)));
+  if (relaxed)
+    for (std::string& n : notes) relaxed->push_back("response_format: " + std::move(n));
   return Out{std::move(text)};
 }
 

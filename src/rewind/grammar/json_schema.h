@@ -11,7 +11,8 @@
 // integers in range). Annotations are ignored: title,
 // description, $schema, $id, $comment, default, examples, deprecated, readOnly, writeOnly.
 // Any other keyword is refused with an error naming it and where it is ("json_schema:
-// unsupported keyword 'pattern' at #/properties/code"), which the server returns as a 400.
+// unsupported keyword 'pattern' at #/properties/code"), which the server returns as a 400
+// for a strict schema; others are relaxed first (relax_json_schema, below).
 //
 // What the grammar generates (each a subset of what the schema accepts, so outputs validate):
 // * Whitespace: none before or after the top-level value; at most one whitespace run after
@@ -59,10 +60,23 @@ std::string json_object_gbnf();
 // Compiled to a Grammar (json_schema_to_gbnf, then parse_gbnf).
 Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
 
+// A schema a client did not mark strict (OpenAI holds those to no grammar), made compilable:
+// what the compiler refuses is taken out, so the grammar allows more than the schema there
+// (its output may not validate at those places) and nothing else changes. Dropped: unknown
+// keywords (pattern, multipleOf, oneOf's exclusivity, ...) and formats, keywords beside $ref,
+// anyOf, enum or const, a format with a length, bounds on numbers; a schema as
+// additionalProperties becomes true; oneOf is read as anyOf. Each change is appended to
+// *relaxed ("'pattern' at #/properties/code"). Malformed schemas stay malformed.
+nlohmann::ordered_json relax_json_schema(const nlohmann::ordered_json& schema,
+                                         std::vector<std::string>* relaxed);
+
 // OpenAI's response_format object: {"type": "text"} gives no grammar; {"type":
 // "json_object"} any JSON object; {"type": "json_schema", "json_schema": {"name": ...,
 // "schema": {...}, "strict": ..., "description": ...}} the schema's grammar (no schema: any
-// JSON value). Errors name the field.
-Result<std::optional<std::string>> response_format_to_gbnf(const nlohmann::ordered_json& format);
+// JSON value). A schema without "strict": true is relaxed first (relax_json_schema; the
+// changes go to *relaxed when given); a strict one is compiled as it is, and what the compiler
+// does not support is an error. Errors name the field.
+Result<std::optional<std::string>> response_format_to_gbnf(
+    const nlohmann::ordered_json& format, std::vector<std::string>* relaxed = nullptr);
 
 }  // namespace rw

@@ -139,6 +139,12 @@ Result<std::string> tool_call_gbnf(const ojson& tools, const ToolGrammarOptions&
       calls.push_back(id);
       continue;
     }
+    if (!is_strict(f)) {  // compiled as far as the subset goes (relax_json_schema)
+      std::vector<std::string> notes;
+      params = relax_json_schema(params, &notes);
+      if (opt.relaxed)
+        for (const std::string& n : notes) opt.relaxed->push_back(where + ": " + n);
+    }
     // Each tool's schema on its own first, so that a refusal names the tool.
     if (auto whole = json_schema_to_gbnf(params); !whole.ok())
       return make_error(where + ": " + whole.error_message());

@@ -1,7 +1,7 @@
 // Grammars for forced tool calls (tool_choice "required" or naming a function): the model's
 // tool-call syntax around each declared function, its arguments constrained by the function's
 // `parameters` schema (the JSON Schema subset of json_schema.h; a refused keyword is an error
-// naming it and the tool).
+// naming it and the tool when the function is marked strict, else relaxed away).
 //
 // Formats (chat/tool_calls.cpp parses all three back):
 //   JsonTag   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>   (Qwen3, Granite)
@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "rewind/base/result.h"
 
@@ -35,6 +36,10 @@ struct ToolGrammarOptions {
   std::string only;      // non-empty: only this function may be called
   bool parallel = true;  // one or more calls (else exactly one)
   bool lazy = false;     // free text first; the calls only from the opening tag on
+  // Where the schemas of tools not marked strict were relaxed to compile (relax_json_schema in
+  // json_schema.h), one line each ("tools[0].function.parameters: 'pattern' at #/..."); null:
+  // not collected.
+  std::vector<std::string>* relaxed = nullptr;
 };
 
 // The tag that opens the tool calls of `format` (the trigger of a lazy grammar), and the one

@@ -195,7 +195,23 @@ struct Plan {
   int32_t top_logprobs = 0;
   int32_t n = 1;                            // choices (engine ids id .. id + n - 1)
   std::vector<std::string> ignored_fields;  // X-Rewind-Ignored-Fields
+  std::vector<std::string> schema_relaxed;  // X-Rewind-Schema-Relaxed
 };
+
+// The X-Rewind-Schema-Relaxed header: where the schemas a client did not mark strict were
+// relaxed to compile (relax_json_schema), "; "-separated.
+void add_relaxed_header(HttpHeaders* h, const std::vector<std::string>& notes) {
+  if (notes.empty()) return;
+  std::string v;
+  for (const std::string& n : notes) {
+    std::string clean = n.substr(0, 200);
+    for (char& c : clean)  // visible ASCII and spaces only
+      if (c < 0x20 || c > 0x7e || c == ';') c = '?';
+    v += (v.empty() ? "" : "; ") + clean;
+    if (v.size() > 2000) break;
+  }
+  h->push_back({"X-Rewind-Schema-Relaxed", v});
+}
 
 // The X-Rewind-Ignored-Fields header naming a request's unknown top-level fields (none when
 // there are none): the one policy of every endpoint with a JSON body (openai_request.h).
@@ -636,6 +652,7 @@ struct Served {
     p->sub.n = c.n;
     p->n = c.n;
     p->ignored_fields = c.ignored_fields;
+    p->schema_relaxed = c.schema_relaxed;
     if (auto sc = resolve_spec(engine.model(), engine.options().spec, p->sub); !sc.ok())
       return bad_request(sc.error_message());
     p->stop = c.stop;
@@ -670,6 +687,7 @@ struct Served {
       to.format = *tool_format;
       to.only = c.tool_choice_name;
       to.parallel = c.parallel_tool_calls && c.tool_choice_name.empty();
+      to.relaxed = &p->schema_relaxed;
       auto g = tool_call_gbnf(c.tools, to);
       if (!g.ok()) return bad_request(g.error_message());
       return attach_grammar(g.value(), "tool_choice", p);
@@ -833,7 +851,7 @@ struct HttpServer::Impl {
     if (!origin || !cors_allowed(*origin)) return {};
     // A page may read the ignored-fields header (browsers hide other headers by default).
     return {{"Access-Control-Allow-Origin", *origin},
-            {"Access-Control-Expose-Headers", "X-Rewind-Ignored-Fields"},
+            {"Access-Control-Expose-Headers", "X-Rewind-Ignored-Fields, X-Rewind-Schema-Relaxed"},
             {"Vary", "Origin"}};
   }
 
@@ -1131,6 +1149,7 @@ struct HttpServer::Impl {
       head.headers = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
       for (const auto& h : cors) head.headers.push_back(h);
       add_ignored_header(&head.headers, plan->ignored_fields);
+      add_relaxed_header(&head.headers, plan->schema_relaxed);
       head.heartbeat = ": keep-alive\n\n";
       ex->start_stream(std::move(head));
       if (plan->chat) {
@@ -1333,6 +1352,7 @@ struct HttpServer::Impl {
       r.content_type = kJson;
       r.body = dump_json(merge_choices(std::move(bodies))) + "\n";
       add_ignored_header(&r.headers, plan.ignored_fields);
+      add_relaxed_header(&r.headers, plan.schema_relaxed);
     }
     j.status = r.status;
     for (const auto& h : j.cors) r.headers.push_back(h);

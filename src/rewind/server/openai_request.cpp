@@ -516,7 +516,7 @@ Status parse_structured(const json& j, CommonRequest* out) {
     const json* t = field(*rf, "type");
     if (!t) return make_error("'response_format.type' is required");
     REWIND_TRY(std::string ty, get_str(*t, "response_format.type"));
-    auto gbnf = response_format_to_gbnf(*rf);
+    auto gbnf = response_format_to_gbnf(*rf, &out->schema_relaxed);
     if (!gbnf.ok()) return make_error(gbnf.error_message());
     if (gbnf.value()) {
       out->grammar = std::move(*gbnf.value());

@@ -96,6 +96,8 @@ struct CommonRequest {
   // names the field it came from.
   std::string grammar;
   std::string grammar_from;
+  // Where a json_schema not marked strict was relaxed to compile (relax_json_schema).
+  std::vector<std::string> schema_relaxed;
 };
 
 struct ParsedChatRequest : CommonRequest {
