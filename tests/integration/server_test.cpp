@@ -1001,6 +1001,61 @@ HttpH post_h(const Server& s, const std::string& path, const json& body) {
 // n = 3 with sampling: three choices indexed 0..2 whose texts equal single requests with
 // seed + i, usage summing the completion tokens; the stream carries each choice's index, a
 // finish chunk per choice, one usage chunk and the same texts.
+// /v1/completions with several prompts: one answer, prompt k's choice c at index k * n + c,
+// each what the prompt gives alone (greedy), usage summing every prompt; streamed, the chunks
+// carry those indices. A prompt the limits refuse names its place, and nothing runs.
+TEST_F(ServerTest, CompletionBatchesOfPrompts) {
+  const std::vector<json> prompts = {"In the beginning", json::array({5, 6, 7}), "And God"};
+  std::vector<std::string> alone;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  for (const json& pr : prompts) {
+    const json r = post(s(), "/v1/completions", completion_body("", 4, {{"prompt", pr}})).j();
+    ASSERT_TRUE(r.contains("choices")) << r.dump();
+    alone.push_back(r["choices"][0]["text"]);
+    prompt_tokens += r["usage"]["prompt_tokens"].get<int64_t>();
+    completion_tokens += r["usage"]["completion_tokens"].get<int64_t>();
+  }
+  const json batch =
+      post(s(), "/v1/completions", completion_body("", 4, {{"prompt", prompts}, {"n", 2}})).j();
+  ASSERT_TRUE(batch.contains("choices")) << batch.dump();
+  ASSERT_EQ(batch["choices"].size(), 6u) << batch.dump();
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(batch["choices"][i]["index"], i);
+    EXPECT_EQ(batch["choices"][i]["text"], alone[i / 2]) << i;
+  }
+  EXPECT_EQ(batch["usage"]["prompt_tokens"], prompt_tokens);
+  EXPECT_EQ(batch["usage"]["completion_tokens"], 2 * completion_tokens);
+
+  const Http st = post(
+      s(), "/v1/completions",
+      completion_body(
+          "", 4,
+          {{"prompt", prompts}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}));
+  ASSERT_EQ(st.status, 200);
+  std::vector<std::string> text(3);
+  int finished = 0;
+  for (const std::string& d : sse_data(st.body)) {
+    if (d == "[DONE]") break;
+    const json c = json::parse(d);
+    if (c["choices"].empty()) {
+      EXPECT_EQ(c["usage"]["prompt_tokens"], prompt_tokens);
+      continue;
+    }
+    const size_t i = c["choices"][0]["index"];
+    ASSERT_LT(i, 3u) << d;
+    text[i] += c["choices"][0]["text"].get<std::string>();
+    finished += !c["choices"][0]["finish_reason"].is_null();
+  }
+  EXPECT_EQ(finished, 3);
+  EXPECT_EQ(text, alone);
+
+  const double submitted0 = metric(s(), "rewind_requests_submitted_total");
+  expect_error(post(s(), "/v1/completions",
+                    completion_body("", 4, {{"prompt", {"x", std::string(400000, 'a')}}})),
+               400, "prompt[1]: ");
+  EXPECT_EQ(metric(s(), "rewind_requests_submitted_total"), submitted0);
+}
+
 TEST_F(ServerTest, ChoicesWholeAndStreamed) {
   const json one = chat_body("Tell me about the sea", 10,
                              {{"temperature", 1.0}, {"seed", 77}, {"ignore_eos", true}});
@@ -1866,6 +1921,18 @@ TEST(ServerLimits, QueueFullIs429) {
            metric(*srv, "rewind_requests_queued") == 0;
   }));
   EXPECT_EQ(post(*srv, "/v1/completions", completion_body("after", 2)).status, 200);
+  // A batch of prompts is taken whole or not at all: the third of three finds the queue full
+  // (one slot, one waiting), so the answer is 429 and the two queued are cancelled.
+  const double cancelled0 = metric(*srv, "rewind_engine_requests_total{outcome=\"cancelled\"}");
+  expect_error(
+      post(*srv, "/v1/completions",
+           completion_body("", 30000, {{"prompt", {"a", "b", "c"}}, {"ignore_eos", true}})),
+      429, "queue");
+  EXPECT_TRUE(wait_for([&] {
+    return metric(*srv, "rewind_requests_running") == 0 &&
+           metric(*srv, "rewind_requests_queued") == 0 &&
+           metric(*srv, "rewind_engine_requests_total{outcome=\"cancelled\"}") == cancelled0 + 2;
+  }));
   EXPECT_EQ(srv->stop(), 0) << srv->log();
 }
 

@@ -570,22 +570,40 @@ TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
 TEST(CompletionRequest, PromptForms) {
   auto s = parse_completion_request(R"({"prompt":"hello","max_tokens":3})", limits());
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_FALSE(s->has_token_prompt);
-  EXPECT_EQ(s->prompt_text, "hello");
+  ASSERT_EQ(s->prompts.size(), 1u);
+  EXPECT_FALSE(s->prompts[0].tokens);
+  EXPECT_EQ(s->prompts[0].text, "hello");
   EXPECT_EQ(*s->max_tokens, 3);
 
   auto one = parse_completion_request(R"({"prompt":["hello"]})", limits());
   ASSERT_TRUE(one.ok()) << one.error_message();
-  EXPECT_EQ(one->prompt_text, "hello");
+  ASSERT_EQ(one->prompts.size(), 1u);
+  EXPECT_EQ(one->prompts[0].text, "hello");
 
   auto ids = parse_completion_request(R"({"prompt":[1,2,511]})", limits());
   ASSERT_TRUE(ids.ok()) << ids.error_message();
-  EXPECT_TRUE(ids->has_token_prompt);
-  EXPECT_EQ(ids->prompt_tokens, (std::vector<int32_t>{1, 2, 511}));
+  ASSERT_EQ(ids->prompts.size(), 1u);
+  EXPECT_TRUE(ids->prompts[0].tokens);
+  EXPECT_EQ(ids->prompts[0].ids, (std::vector<int32_t>{1, 2, 511}));
 
   auto nested = parse_completion_request(R"({"prompt":[[7,8]]})", limits());
   ASSERT_TRUE(nested.ok()) << nested.error_message();
-  EXPECT_EQ(nested->prompt_tokens, (std::vector<int32_t>{7, 8}));
+  ASSERT_EQ(nested->prompts.size(), 1u);
+  EXPECT_EQ(nested->prompts[0].ids, (std::vector<int32_t>{7, 8}));
+
+  // A batch: strings and token arrays mixed, in order.
+  auto batch = parse_completion_request(R"({"prompt":["a",[3,4],"b"]})", limits());
+  ASSERT_TRUE(batch.ok()) << batch.error_message();
+  ASSERT_EQ(batch->prompts.size(), 3u);
+  EXPECT_EQ(batch->prompts[0].text, "a");
+  EXPECT_EQ(batch->prompts[1].ids, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(batch->prompts[2].text, "b");
+  expect_completion_error(R"({"prompt":["a",""]})", "'prompt[1]' must not be empty");
+  expect_completion_error(R"({"prompt":["a",[]]})", "'prompt[1]' must not be empty");
+  expect_completion_error(R"({"prompt":["a",7]})", "'prompt[1]' must be a string or an array");
+  std::string many = R"({"prompt":[)";
+  for (int i = 0; i < 65; ++i) many += std::string(i ? "," : "") + "\"x\"";
+  expect_completion_error(many + "]}", "at most 64 in one request");
 
   auto lp =
       parse_completion_request(R"({"prompt":"x","logprobs":2,"echo":false,"suffix":""})", limits());
@@ -632,10 +650,8 @@ TEST(CompletionRequest, Malformed) {
   expect_completion_error(R"({"prompt":5})", "'prompt' must be a string or an array");
   expect_completion_error(R"({"prompt":{}})", "'prompt' must be a string or an array");
   expect_completion_error(R"({"prompt":""})", "'prompt' must not be empty");
-  expect_completion_error(R"({"prompt":[""]})", "'prompt' must not be empty");
+  expect_completion_error(R"({"prompt":[""]})", "'prompt[0]' must not be empty");
   expect_completion_error(R"({"prompt":[]})", "must not be an empty array");
-  expect_completion_error(R"({"prompt":["a","b"]})", "exactly one prompt");
-  expect_completion_error(R"({"prompt":[[1],[2]]})", "exactly one prompt");
   expect_completion_error(R"({"prompt":[[]]})", "'prompt[0]' must not be empty");
   expect_completion_error(R"({"prompt":[1,"a"]})", "'prompt[1]' must be an integer");
   expect_completion_error(R"({"prompt":[1.5]})", "'prompt[0]' must be a string, an integer");

@@ -11,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string_view>
+#include <tuple>
 
 #include "rewind/chat/chat_template.h"
 #include "rewind/engine/batch_engine.h"
@@ -193,7 +194,10 @@ struct Plan {
   json tools;  // the request's tools when parse_tools (types parsed tool-call arguments)
   bool logprobs = false;
   int32_t top_logprobs = 0;
-  int32_t n = 1;                            // choices (engine ids id .. id + n - 1)
+  int32_t n = 1;  // choices per prompt (prompt k's engine ids ids[k] .. ids[k] + n - 1)
+  // A completion batch's prompts after the first (sub's): their tokens and max_tokens.
+  std::vector<std::pair<std::vector<int32_t>, int32_t>> more;
+  int32_t prompts() const { return 1 + static_cast<int32_t>(more.size()); }
   std::vector<std::string> ignored_fields;  // X-Rewind-Ignored-Fields
   std::vector<std::string> schema_relaxed;  // X-Rewind-Schema-Relaxed
 };
@@ -714,8 +718,17 @@ struct Served {
     if (p->model_asked.empty()) p->model_asked = c.model;
     p->chat = false;
     p->id = random_id("cmpl-");
-    p->sub.prompt = c.has_token_prompt ? c.prompt_tokens : tok.encode(c.prompt_text, true);
-    if (auto e = finish_plan(c, p)) return e;
+    // Each prompt is checked as a request of its own; the last first, so that sub ends as the
+    // first prompt's.
+    for (size_t i = c.prompts.size(); i-- > 0;) {
+      const CompletionPrompt& cp = c.prompts[i];
+      p->sub.prompt = cp.tokens ? cp.ids : tok.encode(cp.text, true);
+      if (auto e = finish_plan(c, p)) {
+        if (c.prompts.size() > 1) e->message = "prompt[" + std::to_string(i) + "]: " + e->message;
+        return e;
+      }
+      if (i > 0) p->more.insert(p->more.begin(), {std::move(p->sub.prompt), p->sub.max_tokens});
+    }
     if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
     return std::nullopt;
   }
@@ -749,8 +762,9 @@ struct HttpServer::Impl {
     std::shared_ptr<Plan> plan;
     std::shared_ptr<HttpExchange> ex;
     HttpHeaders cors;
-    uint64_t id = 0;  // choice i's engine id is id + i
-    // One per choice (Plan::n), addressed by TokenEvent::choice.
+    // Prompt k's engine id (a completion batch has several prompts): its choice c is ids[k] + c.
+    std::vector<uint64_t> ids;
+    // One per choice: prompt k's choice c at k * Plan::n + c.
     struct Choice {
       std::unique_ptr<Generation> gen;
       ToolCallSplitter tools;
@@ -1118,31 +1132,39 @@ struct HttpServer::Impl {
     job->path = req.path;
     job->t0 = t0;
     job->t_submit = Clock::now();
-    job->choices.resize(static_cast<size_t>(plan->n));
+    const int32_t n = plan->n, n_prompts = plan->prompts();
+    job->choices.resize(static_cast<size_t>(n * n_prompts));
     for (Job::Choice& c : job->choices) {
       c.gen = std::make_unique<Generation>(m.tok, plan->sub.stop_ids, *plan);
       c.tools = ToolCallSplitter(plan->tools);
     }
-    Request sub = plan->sub;
     ++in_flight;
-    // The engine thread only hands each event to the connection's strand. This runs on that
-    // strand, so every event runs after the rest of this function (the stream's head first).
-    auto id = m.engine.submit(std::move(sub), [this, job](const TokenEvent& ev) {
-      job->ex->post([this, job, ev] { on_event(*job, ev); });
-    });
-    if (!id.ok()) {
-      --in_flight;
-      metrics.count_outcome("rejected", m.label);
-      const std::string& m = id.error_message();
-      if (m == "queue full")
-        return send({429, "the server is busy: the request queue is full; retry later",
-                     "rate_limit_error", "queue_full"});
-      if (m.find("shutting down") != std::string::npos)
-        return send({503, "the server is shutting down", "server_error", "shutting_down"});
-      return send(bad_request(m));
+    for (int32_t k = 0; k < n_prompts; ++k) {
+      Request sub = plan->sub;
+      if (k > 0) std::tie(sub.prompt, sub.max_tokens) = plan->more[static_cast<size_t>(k - 1)];
+      // The engine thread only hands each event to the connection's strand. This runs on that
+      // strand, so every event runs after the rest of this function (the stream's head first).
+      auto id = m.engine.submit(std::move(sub), [this, job, k](const TokenEvent& ev) {
+        job->ex->post([this, job, ev, k] { on_event(*job, ev, k); });
+      });
+      if (!id.ok()) {
+        // A batch is answered whole or not at all: the prompts already queued are cancelled.
+        job->ended = true;
+        for (const uint64_t e : job->ids)
+          for (int32_t c = 0; c < n; ++c) m.engine.cancel(e + static_cast<uint64_t>(c));
+        --in_flight;
+        metrics.count_outcome("rejected", m.label);
+        const std::string& msg = id.error_message();
+        if (msg == "queue full")
+          return send({429, "the server is busy: the request queue is full; retry later",
+                       "rate_limit_error", "queue_full"});
+        if (msg.find("shutting down") != std::string::npos)
+          return send({503, "the server is shutting down", "server_error", "shutting_down"});
+        return send(bad_request(msg));
+      }
+      job->ids.push_back(id.value());
+      m.remember_client_id(id.value(), plan->id);
     }
-    job->id = id.value();
-    m.remember_client_id(job->id, plan->id);
     if (plan->stream) {
       HttpReply head;
       head.content_type = "text/event-stream";
@@ -1163,24 +1185,33 @@ struct HttpServer::Impl {
     }
     // The client went away: free its sequences at the engine's next step. (A weak reference: the
     // exchange must not keep the job alive, the job holds the exchange.)
-    ex->on_gone([engine = &m.engine, id = job->id, n = plan->n, weak = std::weak_ptr<Job>(job)] {
+    ex->on_gone([engine = &m.engine, ids = job->ids, n, weak = std::weak_ptr<Job>(job)] {
       if (auto j = weak.lock()) j->client_gone = true;
-      for (int32_t c = 0; c < n; ++c) engine->cancel(id + static_cast<uint64_t>(c));
+      for (const uint64_t id : ids)
+        for (int32_t c = 0; c < n; ++c) engine->cancel(id + static_cast<uint64_t>(c));
     });
   }
 
-  void on_event(Job& j, const TokenEvent& ev) {
-    if (j.ended || ev.choice < 0 || ev.choice >= static_cast<int32_t>(j.choices.size())) return;
-    Job::Choice& c = j.choices[static_cast<size_t>(ev.choice)];
+  // The engine id of the choice at `slot` (prompt slot / n, choice slot % n).
+  static uint64_t engine_id(const Job& j, int32_t slot) {
+    const int32_t n = j.plan->n;
+    return j.ids[static_cast<size_t>(slot / n)] + static_cast<uint64_t>(slot % n);
+  }
+
+  // An event of prompt k's engine request.
+  void on_event(Job& j, const TokenEvent& ev, int32_t k) {
+    if (j.ended || ev.choice < 0 || ev.choice >= j.plan->n) return;
+    const int32_t slot = k * j.plan->n + ev.choice;
+    Job::Choice& c = j.choices[static_cast<size_t>(slot)];
     if (c.gen->done()) return;
     bool cancel = false;
     Generation::Piece p = c.gen->on_event(ev, &cancel);
     BatchEngine& engine = j.plan->model->engine;
-    if (cancel) engine.cancel(j.id + static_cast<uint64_t>(ev.choice));
+    if (cancel) engine.cancel(engine_id(j, slot));
     if (c.gen->done()) ++j.n_done;
     const bool all = j.n_done == static_cast<int32_t>(j.choices.size());
     if (j.plan->stream) {
-      std::string out = chunk_for(j, c, ev.choice, p);
+      std::string out = chunk_for(j, c, slot, p);
       if (c.gen->failed()) {
         // A failed choice ends the stream with the error; the others are cancelled.
         const HttpError e = *c.gen->failure();
@@ -1188,10 +1219,9 @@ struct HttpServer::Impl {
         out += kSseDone;
         j.ended = true;
         for (int32_t o = 0; o < static_cast<int32_t>(j.choices.size()); ++o)
-          if (!j.choices[static_cast<size_t>(o)].gen->done())
-            engine.cancel(j.id + static_cast<uint64_t>(o));
+          if (!j.choices[static_cast<size_t>(o)].gen->done()) engine.cancel(engine_id(j, o));
       } else if (c.gen->done()) {
-        out += finish_chunks(j, c, ev.choice);
+        out += finish_chunks(j, c, slot);
         if (all) {
           out += usage_chunk(j);
           j.ended = true;
@@ -1228,12 +1258,18 @@ struct HttpServer::Impl {
     return j.choices[0].finish;
   }
 
-  // The request's usage: choice 0's (the prompt and its cache figures), with the completion
-  // tokens of every choice.
+  // The request's usage: choice 0's (the prompt and its cache figures, usage.rewind), with the
+  // completion tokens of every choice and the prompt and cached tokens of every prompt.
   static UsageCounts usage_of(const Job& j) {
     UsageCounts u = j.choices[0].gen->usage(queue_ms(j));
     u.completion_tokens = 0;
     for (const Job::Choice& c : j.choices) u.completion_tokens += c.gen->usage().completion_tokens;
+    // A batch: every prompt's tokens (its first choice's report), as OpenAI counts them.
+    for (size_t k = 1; k < j.ids.size(); ++k) {
+      const UsageCounts o = j.choices[k * static_cast<size_t>(j.plan->n)].gen->usage();
+      u.prompt_tokens += o.prompt_tokens;
+      u.cached_tokens += o.cached_tokens;
+    }
     return u;
   }
 

@@ -595,42 +595,58 @@ Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
   REWIND_TRY_STATUS(parse_structured(j, &out));
   const json* p = field(j, "prompt");
   if (!p) return make_error("'prompt' is required");
-  auto tokens_of = [&](const json& arr, const std::string& where) -> Status {
+  auto tokens_of = [&](const json& arr, const std::string& where) -> Result<CompletionPrompt> {
     if (arr.empty()) return make_error("'" + where + "' must not be empty");
-    out.prompt_tokens.reserve(arr.size());
+    CompletionPrompt cp;
+    cp.tokens = true;
+    cp.ids.reserve(arr.size());
     for (size_t i = 0; i < arr.size(); ++i) {
       const int64_t hi =
           limits.vocab_size > 0 ? limits.vocab_size - 1 : std::numeric_limits<int32_t>::max();
       REWIND_TRY(int64_t id, get_int(arr[i], where + "[" + std::to_string(i) + "]", 0, hi));
-      out.prompt_tokens.push_back(static_cast<int32_t>(id));
+      cp.ids.push_back(static_cast<int32_t>(id));
     }
-    out.has_token_prompt = true;
-    return Ok{};
+    return cp;
+  };
+  auto text_of = [&](const json& t, const std::string& where) -> Result<CompletionPrompt> {
+    CompletionPrompt cp;
+    cp.text = t.get<std::string>();
+    if (cp.text.empty()) return make_error("'" + where + "' must not be empty");
+    return cp;
   };
   if (p->is_string()) {
-    out.prompt_text = p->get<std::string>();
+    REWIND_TRY(CompletionPrompt cp, text_of(*p, "prompt"));
+    out.prompts.push_back(std::move(cp));
   } else if (p->is_array()) {
     if (p->empty()) return make_error("'prompt' must not be an empty array");
     const json& first = (*p)[0];
-    if (first.is_string() || first.is_array()) {
-      if (p->size() != 1)
-        return make_error("'prompt' must hold exactly one prompt (got " +
-                          std::to_string(p->size()) + "; batches of prompts are not supported)");
-      if (first.is_string()) {
-        out.prompt_text = first.get<std::string>();
-      } else {
-        REWIND_TRY_STATUS(tokens_of(first, "prompt[0]"));
+    if (first.is_string() || first.is_array()) {  // a batch of prompts
+      if (p->size() > ParsedCompletionRequest::kMaxBatchPrompts)
+        return make_error("'prompt' holds " + std::to_string(p->size()) + " prompts; at most " +
+                          std::to_string(ParsedCompletionRequest::kMaxBatchPrompts) +
+                          " in one request");
+      for (size_t i = 0; i < p->size(); ++i) {
+        const json& e = (*p)[i];
+        const std::string where = "prompt[" + std::to_string(i) + "]";
+        if (e.is_string()) {
+          REWIND_TRY(CompletionPrompt cp, text_of(e, where));
+          out.prompts.push_back(std::move(cp));
+        } else if (e.is_array()) {
+          REWIND_TRY(CompletionPrompt cp, tokens_of(e, where));
+          out.prompts.push_back(std::move(cp));
+        } else {
+          return type_error(where, "a string or an array of integers", e);
+        }
       }
     } else if (first.is_number_integer()) {
-      REWIND_TRY_STATUS(tokens_of(*p, "prompt"));
+      REWIND_TRY(CompletionPrompt cp, tokens_of(*p, "prompt"));
+      out.prompts.push_back(std::move(cp));
     } else {
       return type_error("prompt[0]", "a string, an integer or an array of integers", first);
     }
   } else {
     return type_error("prompt", "a string or an array", *p);
   }
-  if (!out.has_token_prompt && out.prompt_text.empty())
-    return make_error("'prompt' must not be empty");
   if (const json* e = field(j, "echo")) {
     REWIND_TRY(bool b, get_bool(*e, "echo"));
     if (b) return make_error("'echo' is not supported");

@@ -113,12 +113,20 @@ struct ParsedChatRequest : CommonRequest {
   int enable_thinking = -1;  // chat_template_kwargs.enable_thinking: -1 absent, 0/1
 };
 
+// One prompt of a completion request: text (to be tokenized, special tokens recognised) or
+// token ids.
+struct CompletionPrompt {
+  bool tokens = false;
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
 struct ParsedCompletionRequest : CommonRequest {
-  // Exactly one of the two is used: text (to be tokenized, special tokens recognised) or token
-  // ids (prompt given as an array of integers, or a one-element array of such an array).
-  bool has_token_prompt = false;
-  std::string prompt_text;
-  std::vector<int32_t> prompt_tokens;
+  // "prompt": a string or an array of token ids (one prompt), or an array of strings and
+  // arrays of token ids (a batch: one answer, `n` choices per prompt, prompt i's choice c at
+  // index i * n + c, as OpenAI's). At most kMaxBatchPrompts.
+  static constexpr size_t kMaxBatchPrompts = 64;
+  std::vector<CompletionPrompt> prompts;
 };
 
 // POST /tokenize (llama.cpp's shape): {"content": text, "add_special": bool, "parse_special":
