@@ -55,12 +55,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto comp = rw::parse_completion_request(body, lim);
   if (comp.ok()) {
     check_common(comp.value(), lim);
-    if (comp->has_token_prompt) {
-      if (comp->prompt_tokens.empty()) std::abort();
-      for (int32_t t : comp->prompt_tokens)
-        if (t < 0 || t >= lim.vocab_size) std::abort();
-    } else if (comp->prompt_text.empty()) {
+    if (comp->prompts.empty() ||
+        comp->prompts.size() > rw::ParsedCompletionRequest::kMaxBatchPrompts)
       std::abort();
+    for (const rw::CompletionPrompt& p : comp->prompts) {
+      if (p.tokens) {
+        if (p.ids.empty()) std::abort();
+        for (int32_t t : p.ids)
+          if (t < 0 || t >= lim.vocab_size) std::abort();
+      } else if (p.text.empty()) {
+        std::abort();
+      }
     }
   } else if (comp.error_message().empty()) {
     std::abort();
