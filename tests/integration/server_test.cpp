@@ -1049,6 +1049,24 @@ TEST_F(ServerTest, CompletionBatchesOfPrompts) {
   EXPECT_EQ(finished, 3);
   EXPECT_EQ(text, alone);
 
+  // echo: each choice's text starts with its prompt, whole and streamed.
+  const json two = {"In the beginning", "And God"};
+  const json echoed =
+      post(s(), "/v1/completions", completion_body("", 4, {{"prompt", two}, {"echo", true}})).j();
+  ASSERT_EQ(echoed["choices"].size(), 2u) << echoed.dump();
+  EXPECT_EQ(echoed["choices"][0]["text"], "In the beginning" + alone[0]);
+  EXPECT_EQ(echoed["choices"][1]["text"], "And God" + alone[2]);
+  const Http es = post(s(), "/v1/completions",
+                       completion_body("", 4, {{"prompt", two}, {"echo", true}, {"stream", true}}));
+  std::vector<std::string> streamed(2);
+  for (const std::string& d : sse_data(es.body))
+    if (d != "[DONE]") {
+      const json c = json::parse(d);
+      streamed[c["choices"][0]["index"].get<size_t>()] += c["choices"][0]["text"];
+    }
+  EXPECT_EQ(streamed[0], "In the beginning" + alone[0]);
+  EXPECT_EQ(streamed[1], "And God" + alone[2]);
+
   const double submitted0 = metric(s(), "rewind_requests_submitted_total");
   expect_error(post(s(), "/v1/completions",
                     completion_body("", 4, {{"prompt", {"x", std::string(400000, 'a')}}})),

@@ -659,7 +659,8 @@ TEST(CompletionRequest, Malformed) {
   expect_completion_error(R"({"prompt":[1,512]})", "'prompt[1]' must be in [0, 511]");
   expect_completion_error(R"({"prompt":[-1]})", "'prompt[0]' must be in");
   expect_completion_error(R"({"prompt":[[1,99999999999]]})", "'prompt[0][1]'");
-  expect_completion_error(R"({"prompt":"x","echo":true})", "'echo' is not supported");
+  expect_completion_error(R"({"prompt":"x","echo":true,"logprobs":1})",
+                          "'echo' with 'logprobs' (the prompt's log-probabilities) is not");
   expect_completion_error(R"({"prompt":"x","echo":"no"})", "'echo' must be a boolean");
   expect_completion_error(R"({"prompt":"x","suffix":"tail"})", "'suffix' is not supported");
   expect_completion_error(R"({"prompt":"x","suffix":3})", "'suffix' must be a string");

@@ -198,6 +198,8 @@ struct Plan {
   // A completion batch's prompts after the first (sub's): their tokens and max_tokens.
   std::vector<std::pair<std::vector<int32_t>, int32_t>> more;
   int32_t prompts() const { return 1 + static_cast<int32_t>(more.size()); }
+  // Completions with echo: each prompt's text, which its choices' texts start with.
+  std::vector<std::string> echo;
   std::vector<std::string> ignored_fields;  // X-Rewind-Ignored-Fields
   std::vector<std::string> schema_relaxed;  // X-Rewind-Schema-Relaxed
 };
@@ -720,6 +722,9 @@ struct Served {
     p->id = random_id("cmpl-");
     // Each prompt is checked as a request of its own; the last first, so that sub ends as the
     // first prompt's.
+    if (c.echo)
+      for (const CompletionPrompt& cp : c.prompts)
+        p->echo.push_back(cp.tokens ? tok.decode(cp.ids) : cp.text);
     for (size_t i = c.prompts.size(); i-- > 0;) {
       const CompletionPrompt& cp = c.prompts[i];
       p->sub.prompt = cp.tokens ? cp.ids : tok.encode(cp.text, true);
@@ -1182,6 +1187,14 @@ struct HttpServer::Impl {
                                              nullptr, c));
         ex->send_chunk(std::move(roles));
       }
+      if (!plan->echo.empty()) {  // each choice's stream starts with its prompt
+        std::string echoed;
+        for (int32_t slot = 0; slot < n * n_prompts; ++slot)
+          echoed += sse_event(completion_chunk_json(plan->id, plan->created, plan->model_id,
+                                                    plan->echo[static_cast<size_t>(slot / n)],
+                                                    nullptr, nullptr, slot));
+        ex->send_chunk(std::move(echoed));
+      }
     }
     // The client went away: free its sequences at the engine's next step. (A weak reference: the
     // exchange must not keep the job alive, the job holds the exchange.)
@@ -1369,7 +1382,8 @@ struct HttpServer::Impl {
     } else {
       const UsageCounts usage = usage_of(j);
       std::vector<json> bodies;
-      for (Job::Choice& c : j.choices) {
+      for (size_t slot = 0; slot < j.choices.size(); ++slot) {
+        Job::Choice& c = j.choices[slot];
         c.finish = c.gen->finish_reason();
         if (plan.chat) {
           auto [content, calls] = split_tool_calls(c.text, plan.parse_tools, plan.tools);
@@ -1378,8 +1392,10 @@ struct HttpServer::Impl {
               plan.id, plan.created, plan.model_id, content, calls, c.finish,
               plan.logprobs ? chat_logprobs_json(tok, c.lps) : json(nullptr), usage, c.reasoning));
         } else {
+          const std::string echoed =
+              plan.echo.empty() ? "" : plan.echo[slot / static_cast<size_t>(plan.n)];
           bodies.push_back(completion_json(
-              plan.id, plan.created, plan.model_id, c.text, c.finish,
+              plan.id, plan.created, plan.model_id, echoed + c.text, c.finish,
               plan.logprobs ? completion_logprobs_json(tok, c.lps, plan.top_logprobs > 0, 0)
                             : json(nullptr),
               usage));

@@ -648,8 +648,11 @@ Result<ParsedCompletionRequest> parse_completion_request(std::string_view body,
     return type_error("prompt", "a string or an array", *p);
   }
   if (const json* e = field(j, "echo")) {
-    REWIND_TRY(bool b, get_bool(*e, "echo"));
-    if (b) return make_error("'echo' is not supported");
+    REWIND_TRY(out.echo, get_bool(*e, "echo"));
+    if (out.echo && out.logprobs)
+      return make_error(
+          "'echo' with 'logprobs' (the prompt's log-probabilities) is not supported; 'echo' "
+          "alone is");
   }
   if (const json* s = field(j, "suffix")) {
     REWIND_TRY(std::string sfx, get_str(*s, "suffix"));

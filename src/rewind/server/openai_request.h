@@ -127,6 +127,7 @@ struct ParsedCompletionRequest : CommonRequest {
   // index i * n + c, as OpenAI's). At most kMaxBatchPrompts.
   static constexpr size_t kMaxBatchPrompts = 64;
   std::vector<CompletionPrompt> prompts;
+  bool echo = false;  // each choice's text starts with its prompt (not with logprobs)
 };
 
 // POST /tokenize (llama.cpp's shape): {"content": text, "add_special": bool, "parse_special":
