@@ -430,6 +430,9 @@ TEST_F(ServerTest, Models) {
   ASSERT_EQ(j["data"].size(), 1u);
   EXPECT_EQ(j["data"][0]["id"], "tiny");
   EXPECT_EQ(j["data"][0]["object"], "model");
+  // "created" is when the server started: the same a second later.
+  std::this_thread::sleep_for(1100ms);
+  EXPECT_EQ(curl(s(), "GET", "/v1/models").j()["data"][0]["created"], j["data"][0]["created"]);
 }
 
 // ---- chat

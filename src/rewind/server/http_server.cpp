@@ -758,6 +758,8 @@ struct HttpServer::Impl {
   // Requests must name a served model (several models, or names given): unknown names get 404.
   bool strict = false;
   ServerMetrics metrics;
+  // /v1/models' "created": when the server started, the same in every answer.
+  const int64_t started = static_cast<int64_t>(std::time(nullptr));
   std::atomic<int> in_flight{0};
   std::unique_ptr<HttpTransport> transport;
 
@@ -968,7 +970,7 @@ struct HttpServer::Impl {
         return send(std::move(r));
       }
       if (req.path == "/v1/models" || route == &kModelRoute) {
-        const int64_t created = static_cast<int64_t>(std::time(nullptr));
+        const int64_t created = started;
         auto entry = [&](const Served& m, const std::string& id) {
           return json{{"id", id},
                       {"object", "model"},
