@@ -989,7 +989,14 @@ TEST_F(ServerTest, BadRequests) {
 
 // A POST through curl with the answer's header block (lower-cased names) beside the body.
 struct HttpH : Http {
-  std::string headers;
+  std::string headers;  // in lower case
+  // The value of the header `name` (lower case), "(none)" when absent.
+  std::string header(const std::string& name) const {
+    const std::string key = name + ": ";
+    const size_t at = headers.find(key);
+    if (at == std::string::npos) return "(none)";
+    return headers.substr(at + key.size(), headers.find('\r', at) - at - key.size());
+  }
 };
 HttpH post_h(const Server& s, const std::string& path, const json& body) {
   const std::string hdr = tmp_path("headers");
@@ -1319,12 +1326,7 @@ TEST_F(ServerTest, PropsDescribeTheServer) {
 // with a JSON body; known fields never appear there, and no header comes when nothing was
 // ignored.
 TEST_F(ServerTest, IgnoredFieldsHeader) {
-  auto ignored = [](const HttpH& h) {
-    const std::string key = "x-rewind-ignored-fields: ";
-    const size_t at = h.headers.find(key);
-    if (at == std::string::npos) return std::string("(none)");
-    return h.headers.substr(at + key.size(), h.headers.find('\r', at) - at - key.size());
-  };
+  auto ignored = [](const HttpH& h) { return h.header("x-rewind-ignored-fields"); };
   HttpH h = post_h(s(), "/v1/chat/completions",
                    chat_body("x", 2, {{"user", "u"}, {"store", true}, {"n", 1}}));
   EXPECT_EQ(h.status, 200) << h.body;
@@ -1484,12 +1486,7 @@ TEST_F(ServerTest, StructuredOutputErrorsAre400) {
 // keyword: the request runs, the answer's X-Rewind-Schema-Relaxed header names each change,
 // and what the subset holds is still enforced.
 TEST_F(ServerTest, SchemasNotStrictAreRelaxedAndSaySo) {
-  auto relaxed = [](const HttpH& h) {
-    const std::string key = "x-rewind-schema-relaxed: ";
-    const size_t at = h.headers.find(key);
-    if (at == std::string::npos) return std::string("(none)");
-    return h.headers.substr(at + key.size(), h.headers.find('\r', at) - at - key.size());
-  };
+  auto relaxed = [](const HttpH& h) { return h.header("x-rewind-schema-relaxed"); };
   const json format = {
       {"type", "json_schema"},
       {"json_schema",
