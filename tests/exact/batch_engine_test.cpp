@@ -333,6 +333,41 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
   EXPECT_EQ(eng.metrics().requests_finished, static_cast<int64_t>(accepted.size()));
 }
 
+// A request's slot is free before its final event reaches its client: a client that sends
+// its next request from that event (or right after it) is never refused for a full engine,
+// whether the request ended by itself or was cancelled (a stop string, a gone client).
+TEST_P(BatchEngineTest, AFinishedRequestsSlotIsFreeAtItsFinalEvent) {
+  Model& m = test::param_model(GetParam());
+  EngineOptions opt;
+  opt.ctx_size = 100;
+  opt.max_running = 1;
+  opt.max_queued = 0;
+  for (const bool cancel : {false, true}) {
+    BatchEngine eng(m, nullptr, opt);
+    Request r;
+    r.prompt = {1, 2, 3};
+    r.max_tokens = cancel ? 60 : 2;
+    std::promise<void> started, ended;
+    bool next_ok = false, seen = false;
+    auto follow = [&](const TokenEvent& ev) {
+      if (!std::exchange(seen, true)) started.set_value();
+      if (ev.finish == FinishReason::None) return;
+      Request next = r;
+      next.max_tokens = 1;
+      next_ok = eng.submit(next, nullptr).ok();  // from the final event itself
+      ended.set_value();
+    };
+    auto id = eng.submit(r, follow);
+    ASSERT_TRUE(id.ok()) << id.error_message();
+    started.get_future().wait();
+    if (cancel) eng.cancel(*id);  // ends Cancelled, as a stop string or a gone client does
+    ended.get_future().wait();
+    EXPECT_TRUE(next_ok) << (cancel ? "cancelled" : "finished");
+    eng.shutdown(true);
+    EXPECT_EQ(eng.metrics().requests_finished + eng.metrics().requests_cancelled, 2);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, BatchEngineTest,
                          ::testing::ValuesIn(test::with_kv_types(test::all_families())),
                          [](const auto& info) { return test::param_name(info.param); });

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,21 +142,43 @@ TEST(BuiltinModel, ServeWithoutModelServesIt) {
     int rc = 0;
     const std::string url = "http://127.0.0.1:" + std::to_string(port);
     models = test::run_command("curl -sS " + url + "/v1/models 2>&1", &rc);
-    for (const json& stop : {json(nullptr), json({"think", "\n", "<"})}) {
-      const std::string body = scratch("chat.json");
-      std::ofstream(body) << json({{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
-                                   {"max_tokens", 12},
-                                   {"temperature", 0},
-                                   {"logprobs", true},
-                                   {"stop", stop}})
-                                 .dump();
-      replies.push_back(json::parse(
-          test::run_command("curl -sS " + url +
-                                "/v1/chat/completions -H 'Content-Type: application/json' -d @" +
-                                body + " 2>&1",
-                            &rc),
-          nullptr, false));
-    }
+    for (const bool stream : {false, true})
+      for (const json& stop : {json(nullptr), json({"think", "\n", "<"})}) {
+        const std::string body = scratch("chat.json");
+        std::ofstream(body) << json({{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                                     {"max_tokens", 12},
+                                     {"temperature", 0},
+                                     {"logprobs", true},
+                                     {"stream", stream},
+                                     {"stop", stop}})
+                                   .dump();
+        const std::string out = test::run_command(
+            "curl -sSN " + url + "/v1/chat/completions -H 'Content-Type: application/json' -d @" +
+                body + " 2>&1",
+            &rc);
+        if (!stream) {
+          replies.push_back(json::parse(out, nullptr, false));
+          continue;
+        }
+        // A stream, gathered into the shape of a whole reply.
+        json whole = {
+            {"choices",
+             {{{"message", {{"content", ""}}}, {"logprobs", {{"content", json::array()}}}}}}};
+        json& c = whole["choices"][0];
+        std::istringstream lines(out);
+        for (std::string line; std::getline(lines, line);) {
+          if (line.rfind("data: {", 0) != 0) continue;
+          const json d = json::parse(line.substr(6));
+          const json& delta = d["choices"][0]["delta"];
+          if (delta.contains("content"))
+            c["message"]["content"] =
+                c["message"]["content"].get<std::string>() + delta["content"].get<std::string>();
+          const json& lp = d["choices"][0]["logprobs"];
+          if (lp.is_object())
+            for (const json& t : lp["content"]) c["logprobs"]["content"].push_back(t);
+        }
+        replies.push_back(whole);
+      }
   }
   if (!exited) {
     kill(pid, SIGTERM);
@@ -170,8 +193,8 @@ TEST(BuiltinModel, ServeWithoutModelServesIt) {
   EXPECT_EQ(j["data"][0]["id"].get<std::string>(), "kjv-target") << models;
   // The model opens its reply with an empty reasoning block: stop strings apply to the content
   // only (the tags' "think", "<" and the newlines after them stop nothing), and the logprobs
-  // are the content's tokens.
-  ASSERT_EQ(replies.size(), 2u);
+  // are the content's tokens, whole and streamed.
+  ASSERT_EQ(replies.size(), 4u);
   for (const json& r : replies) {
     ASSERT_TRUE(r.is_object() && r.contains("choices")) << r.dump();
     const json& c = r["choices"][0];
@@ -181,7 +204,10 @@ TEST(BuiltinModel, ServeWithoutModelServesIt) {
     for (const json& t : c["logprobs"]["content"]) joined += t["token"].get<std::string>();
     EXPECT_EQ(joined, content) << r.dump();
   }
-  EXPECT_EQ(replies[0]["choices"][0]["message"], replies[1]["choices"][0]["message"]);
+  for (size_t i = 1; i < 4; ++i)
+    EXPECT_EQ(replies[0]["choices"][0]["message"]["content"],
+              replies[i]["choices"][0]["message"]["content"])
+        << i;
 }
 
 }  // namespace

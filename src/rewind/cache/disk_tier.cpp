@@ -18,6 +18,12 @@
 namespace rw {
 
 namespace {
+
+// An object file that open() refuses for good (its permissions, a link loop, a directory)
+// rather than for a passing shortage (descriptors, memory, a signal) or because it is gone.
+bool unopenable(int e) {
+  return e == EACCES || e == EPERM || e == ELOOP || e == EISDIR || e == ENXIO || e == ENODEV;
+}
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -139,10 +145,15 @@ Status DiskTier::scan() {
     Id id;
     if (!parse_name(name, &id.key, &id.kind)) continue;  // not ours (lock, other files)
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {  // unreadable (permissions): skipped and removed like a damaged file
-      tell("rewind: cache: skipped " + path + ": cannot open: " + std::strerror(errno));
-      ++st_.corrupt;
-      ::unlink(path.c_str());
+    if (fd < 0) {
+      const int e = errno;
+      if (unopenable(e)) {  // skipped and removed like a damaged file
+        tell("rewind: cache: skipped " + path + ": cannot open: " + std::strerror(e));
+        ++st_.corrupt;
+        ::unlink(path.c_str());
+      } else {  // a passing shortage (descriptors, memory): left for the next start
+        tell("rewind: cache: skipped " + path + " for now: " + std::strerror(e));
+      }
       continue;
     }
     struct stat sb {};
@@ -452,16 +463,18 @@ bool DiskTier::get(const ContentKey& key, TierKind kind, const TierLayout& layou
   }
   const std::string path = path_of(key, kind);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno != ENOENT) {  // there but unreadable (permissions): a bad file
-    bad_file(id, path, std::string("cannot open: ") + std::strerror(errno), false);
-    account(false, 0);
-    return false;
-  }
   if (fd < 0) {
-    // Gone (removed by hand): forget it quietly.
+    const int e = errno;
+    if (unopenable(e)) {  // there but never readable: a bad file
+      bad_file(id, path, std::string("cannot open: ") + std::strerror(e), false);
+      account(false, 0);
+      return false;
+    }
+    // Gone (removed by hand): forget it quietly. A passing shortage (descriptors, memory):
+    // a miss this time, the file kept.
     std::lock_guard<std::mutex> lock(mu_);
     auto it = index_.find(id);
-    if (it != index_.end() && !it->second.job) erase_locked(id);
+    if (e == ENOENT && it != index_.end() && !it->second.job) erase_locked(id);
     st_.read_seconds += now_s() - t0;
     return false;
   }

@@ -53,10 +53,10 @@ class ReasoningSplitter {
   };
   Out push(std::string_view text);
   Out finish();  // end of generation: whatever was held back
-  // Where the next text goes: undecided (the reply's start is held back), or content (past
-  // </think> and the newlines after it, or a reply without reasoning); else reasoning or tags.
+  // Where the next text goes: undecided (the reply's start is held back), or reasoning
+  // (inside the block, its closing tag included).
   bool undecided() const { return state_ == State::Start; }
-  bool in_content() const { return state_ == State::Content && !strip_newlines_; }
+  bool in_reasoning() const { return state_ == State::Reasoning; }
 
  private:
   enum class State { Start, Reasoning, Content };

@@ -561,6 +561,10 @@ void BatchEngine::finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string
                                r.lost_to_spacing, hit_kind_name(r.hit)});
     if (metrics_.recent.size() > kRecentMax) metrics_.recent.pop_front();
   }
+  {  // its slots are free before its client hears of the end (and may send the next request)
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_used_ = std::max(0, slots_used_ - s.slots());
+  }
   if (s.cb) s.cb(ev);
   sp.reset();
 }

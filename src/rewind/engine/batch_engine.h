@@ -178,7 +178,9 @@ class BatchEngine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Seq>> queue_;  // guarded by mu_
-  int32_t slots_used_ = 0;  // guarded by mu_: the running sequences' slots as of the last step
+  // Guarded by mu_: the running sequences' slots, counted at admission and at each step's end,
+  // less those of sequences finished since (freed before their final event goes out).
+  int32_t slots_used_ = 0;
   std::set<uint64_t> cancelled_;           // guarded by mu_
   bool stopping_ = false, drain_ = false;  // guarded by mu_
   bool own_thread_ = false;                // EngineThread::Own (fixed at construction)

@@ -335,32 +335,29 @@ class Generation {
  private:
   // Decoded text (and its token's logprob, or null) into p: a chat reply's through the
   // reasoning split first; the content through the stop matcher. A token's logprob goes with
-  // the content when the token's text is content; while the reply's start is undecided it
-  // waits (held_lps_) for the split's decision. At the end, what the split held back.
+  // the content when the split gives content with it; it waits (held_lps_) while its text is
+  // undecided (the reply's start held back, or part of a character still being decoded), and
+  // goes with the reasoning, the tags and the newlines after </think> (no logprob). At the end,
+  // what the split held back.
   void add(const std::string& text, const TokenLogprob* lp, Piece* p) {
     if (!plan_.chat) {
       if (lp) p->lps.push_back(*lp);
       p->text = stop_.push(text);
       return;
     }
-    const bool was_undecided = split_.undecided(), was_content = split_.in_content();
     ReasoningSplitter::Out o = split_.push(text);
     if (done_) {
       ReasoningSplitter::Out f = split_.finish();
       o.reasoning += f.reasoning;
       o.content += f.content;
     }
-    if (lp) {
-      if (was_content || !o.content.empty()) {
-        p->lps.push_back(*lp);
-      } else if (was_undecided && split_.undecided()) {
-        held_lps_.push_back(*lp);
-      }
-    }
-    if (!held_lps_.empty() && (done_ || !split_.undecided())) {  // decided: content or not
-      if (!o.content.empty() || split_.in_content())
-        p->lps.insert(p->lps.begin(), held_lps_.begin(), held_lps_.end());
+    if (lp) held_lps_.push_back(*lp);
+    if (!o.content.empty()) {  // content: the held tokens' and this one's
+      p->lps.insert(p->lps.end(), held_lps_.begin(), held_lps_.end());
       held_lps_.clear();
+    } else if (done_ || !o.reasoning.empty() || split_.in_reasoning() ||
+               !(text.empty() || split_.undecided())) {
+      held_lps_.clear();  // reasoning, tags, the newlines after </think>, or nothing more
     }
     p->reasoning += o.reasoning;
     p->text = stop_.push(o.content);
