@@ -1939,18 +1939,24 @@ TEST(ServerLimits, QueueFullIs429) {
            metric(*srv, "rewind_requests_queued") == 0;
   }));
   EXPECT_EQ(post(*srv, "/v1/completions", completion_body("after", 2)).status, 200);
-  // A batch of prompts is taken whole or not at all: the third of three finds the queue full
-  // (one slot, one waiting), so the answer is 429 and the two queued are cancelled.
+  // A batch of prompts is taken whole or not at all. Beside a running request the second of
+  // two finds the queue full (one waiting): 429, and the first, already queued, is cancelled.
+  // More prompts than --parallel and --max-queue hold at all: 400.
+  RawClient held(srv->port(), "/v1/completions", longreq);
+  ASSERT_TRUE(held.ok());
+  held.read_until("\"text\"");
   const double cancelled0 = metric(*srv, "rewind_engine_requests_total{outcome=\"cancelled\"}");
   expect_error(
-      post(*srv, "/v1/completions",
-           completion_body("", 30000, {{"prompt", {"a", "b", "c"}}, {"ignore_eos", true}})),
-      429, "queue");
+      post(*srv, "/v1/completions", completion_body("", 4, {{"prompt", json({"a", "b"})}})), 429,
+      "queue");
   EXPECT_TRUE(wait_for([&] {
-    return metric(*srv, "rewind_requests_running") == 0 &&
-           metric(*srv, "rewind_requests_queued") == 0 &&
-           metric(*srv, "rewind_engine_requests_total{outcome=\"cancelled\"}") == cancelled0 + 2;
+    return metric(*srv, "rewind_requests_queued") == 0 &&
+           metric(*srv, "rewind_engine_requests_total{outcome=\"cancelled\"}") == cancelled0 + 1;
   }));
+  expect_error(
+      post(*srv, "/v1/completions", completion_body("", 4, {{"prompt", json({"a", "b", "c"})}})),
+      400, "does not fit: --parallel 1 and --max-queue 1 hold 2");
+  held.close();
   EXPECT_EQ(srv->stop(), 0) << srv->log();
 }
 

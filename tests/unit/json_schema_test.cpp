@@ -363,6 +363,30 @@ TEST(JsonSchema, RelaxedSchemasCompileAndNameEachChange) {
   EXPECT_TRUE(accepts(*g, R"({"mail":"m","kind":"a","n":2})"));
   EXPECT_FALSE(accepts(*g, R"({"kind":"a"})"));  // mail is still required
   EXPECT_FALSE(accepts(*g, R"({"mail":"m","n":3})"));
+  // Combinators beside the object's own keywords: the object wins (oneOf / allOf dropped, the
+  // required names its properties lack not required); allOf of one schema is that schema; a
+  // $ref into a oneOf read as anyOf follows it.
+  for (const char* text :
+       {R"({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},)"
+        R"("oneOf":[{"required":["a"]},{"required":["b"]}]})",
+        R"({"type":"object","allOf":[{"properties":{"a":{"type":"string"}}}],"required":["a"]})",
+        R"({"type":"object","properties":{"a":{"allOf":[{"$ref":"#/$defs/x"}],"title":"t"}},)"
+        R"("required":["a"],"$defs":{"x":{"type":"integer"}}})",
+        R"({"type":"object","properties":{"k":{"oneOf":[{"type":"integer"},{"type":"null"}]},)"
+        R"("j":{"$ref":"#/properties/k/oneOf/0"}},"required":["k","j","gone"]})"}) {
+    notes.clear();
+    const ojson relaxed = relax_json_schema(ojson::parse(text), &notes);
+    EXPECT_FALSE(notes.empty()) << text;
+    auto t = json_schema_to_gbnf(relaxed);
+    ASSERT_TRUE(t.ok()) << text << "\n" << t.error_message() << "\n" << relaxed.dump();
+    auto gg = parse_gbnf(*t);
+    ASSERT_TRUE(gg.ok()) << gg.error_message();
+  }
+  const ojson inlined = relax_json_schema(
+      ojson::parse(R"({"properties":{"a":{"allOf":[{"$ref":"#/$defs/x"}],"title":"t"}},)"
+                   R"("$defs":{"x":{"type":"integer"}}})"),
+      nullptr);
+  EXPECT_EQ(inlined["properties"]["a"], ojson::parse(R"({"title":"t","$ref":"#/$defs/x"})"));
   // A schema the compiler takes is left as it is.
   const ojson fine = ojson::parse(R"({"type":"object","properties":{"a":{"type":"integer"}}})");
   notes.clear();

@@ -561,8 +561,10 @@ Result<std::string> json_schema_rules(
 
 namespace {
 
-// relax_json_schema's walk: s is the schema at `path` (a JSON pointer).
-void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes, int depth) {
+// relax_json_schema's walk: s is the schema at `path` (a JSON pointer); `renamed` collects the
+// pointers of oneOf arrays read as anyOf, for the $refs into them.
+void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes,
+              std::vector<std::string>* renamed, int depth) {
   if (depth > kMaxSchemaDepth || !s.is_object()) return;  // the compiler refuses these itself
   auto note = [&](const std::string& what) {
     if (notes) notes->push_back(what + " at " + path);
@@ -572,29 +574,47 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
     note("'" + key + "'" + why);
     s.erase(key);
   };
+  // The constraint keywords of s (annotations and definitions aside).
+  auto constraints = [&] {
+    std::vector<std::string> keys;
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (!kAnnotations.count(it.key()) && it.key() != "$defs" && it.key() != "definitions")
+        keys.push_back(it.key());
+    return keys;
+  };
+  // allOf of one schema beside annotations only: that schema; any other allOf is dropped.
+  for (int guard = 0; s.contains("allOf") && guard <= kMaxSchemaDepth; ++guard) {
+    if (s["allOf"].is_array() && s["allOf"].size() == 1 && s["allOf"][0].is_object() &&
+        constraints().size() == 1 && guard < kMaxSchemaDepth) {
+      ojson only = std::move(s["allOf"][0]);
+      s.erase("allOf");
+      for (auto it = only.begin(); it != only.end(); ++it)
+        if (!s.contains(it.key())) s[it.key()] = it.value();
+      note("'allOf' of one schema read as that schema");
+    } else {
+      drop("allOf", "");
+    }
+  }
   if (s.contains("oneOf") && !s.contains("anyOf")) {
     ojson alts = std::move(s["oneOf"]);
     s.erase("oneOf");
     s["anyOf"] = std::move(alts);
     note("'oneOf' read as 'anyOf'");
+    if (renamed) renamed->push_back(path.substr(1) + "/oneOf");
   }
-  std::vector<std::string> keys;
-  for (auto it = s.begin(); it != s.end(); ++it) keys.push_back(it.key());
-  for (const std::string& k : keys)
-    if (!kKeywords.count(k) && !kAnnotations.count(k)) drop(k, "");
-  keys.clear();
-  for (auto it = s.begin(); it != s.end(); ++it)
-    if (!kAnnotations.count(it.key()) && it.key() != "$defs" && it.key() != "definitions")
-      keys.push_back(it.key());
-  // What the compiler takes only alone: $ref, anyOf, enum / const (with a type).
-  for (const char* alone : {"$ref", "anyOf"})
-    if (s.contains(alone)) {
-      for (const std::string& k : keys)
-        if (k != alone) drop(k, std::string(" beside '") + alone + "'");
-      break;
-    }
+  for (const std::string& k : constraints())
+    if (!kKeywords.count(k)) drop(k, "");
+  // What the compiler takes only alone: $ref (the schema it names wins), anyOf beside other
+  // keywords (the other keywords win: they describe the value itself), enum / const (with
+  // a type).
+  if (s.contains("$ref")) {
+    for (const std::string& k : constraints())
+      if (k != "$ref") drop(k, " beside '$ref'");
+  } else if (s.contains("anyOf") && constraints().size() > 1) {
+    drop("anyOf", " beside other keywords");
+  }
   if (s.contains("enum") || s.contains("const")) {
-    for (const std::string& k : keys)
+    for (const std::string& k : constraints())
       if (k != "enum" && k != "const" && k != "type") drop(k, " beside 'enum' / 'const'");
     if (s.contains("const")) drop("enum", " beside 'const'");
   }
@@ -610,6 +630,19 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
     s["additionalProperties"] = true;
     note("'additionalProperties' (a schema) read as true");
   }
+  // required names that properties lacks: not required (it cannot be generated).
+  if (s.contains("required") && s["required"].is_array()) {
+    const bool props = s.contains("properties") && s["properties"].is_object();
+    ojson kept = ojson::array();
+    for (const ojson& r : s["required"]) {
+      if (!r.is_string() || (props && s["properties"].contains(r.get<std::string>()))) {
+        kept.push_back(r);
+      } else {
+        note("'required' '" + r.get<std::string>() + "' not in 'properties' dropped");
+      }
+    }
+    s["required"] = std::move(kept);
+  }
   bool number = false;
   if (s.contains("type")) {
     const ojson& t = s["type"];
@@ -622,20 +655,43 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
   for (const char* map : {"properties", "$defs", "definitions"})
     if (s.contains(map) && s[map].is_object())
       for (auto it = s[map].begin(); it != s[map].end(); ++it)
-        relax_at(it.value(), path + "/" + map + "/" + pointer_token(it.key()), notes, depth + 1);
-  if (s.contains("items")) relax_at(s["items"], path + "/items", notes, depth + 1);
+        relax_at(it.value(), path + "/" + map + "/" + pointer_token(it.key()), notes, renamed,
+                 depth + 1);
+  if (s.contains("items")) relax_at(s["items"], path + "/items", notes, renamed, depth + 1);
   if (s.contains("additionalProperties"))
-    relax_at(s["additionalProperties"], path + "/additionalProperties", notes, depth + 1);
+    relax_at(s["additionalProperties"], path + "/additionalProperties", notes, renamed, depth + 1);
   if (s.contains("anyOf") && s["anyOf"].is_array())
     for (size_t i = 0; i < s["anyOf"].size(); ++i)
-      relax_at(s["anyOf"][i], path + "/anyOf/" + std::to_string(i), notes, depth + 1);
+      relax_at(s["anyOf"][i], path + "/anyOf/" + std::to_string(i), notes, renamed, depth + 1);
+}
+
+// Every "$ref" in v that points into a renamed oneOf array points into its anyOf.
+void rename_refs(ojson& v, const std::vector<std::string>& renamed, int depth) {
+  if (depth > 2 * kMaxSchemaDepth) return;
+  if (v.is_object()) {
+    if (v.contains("$ref") && v["$ref"].is_string()) {
+      std::string ref = v["$ref"].get<std::string>();
+      for (const std::string& from : renamed)  // "/a/oneOf": "#/a/oneOf" or "#/a/oneOf/..."
+        if (ref.compare(0, from.size() + 1, "#" + from) == 0 &&
+            (ref.size() == from.size() + 1 || ref[from.size() + 1] == '/')) {
+          ref.replace(from.size() + 1 - 5, 5, "anyOf");  // "#" + from ends in oneOf
+          v["$ref"] = ref;
+          break;
+        }
+    }
+    for (auto it = v.begin(); it != v.end(); ++it) rename_refs(it.value(), renamed, depth + 1);
+  } else if (v.is_array()) {
+    for (ojson& x : v) rename_refs(x, renamed, depth + 1);
+  }
 }
 
 }  // namespace
 
 ojson relax_json_schema(const ojson& schema, std::vector<std::string>* relaxed) {
   ojson out = schema;
-  relax_at(out, "#", relaxed, 0);
+  std::vector<std::string> renamed;
+  relax_at(out, "#", relaxed, &renamed, 0);
+  if (!renamed.empty()) rename_refs(out, renamed, 0);
   return out;
 }
 

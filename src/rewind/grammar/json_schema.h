@@ -63,10 +63,12 @@ Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
 // A schema a client did not mark strict (OpenAI holds those to no grammar), made compilable:
 // what the compiler refuses is taken out, so the grammar allows more than the schema there
 // (its output may not validate at those places) and nothing else changes. Dropped: unknown
-// keywords (pattern, multipleOf, oneOf's exclusivity, ...) and formats, keywords beside $ref,
-// anyOf, enum or const, a format with a length, bounds on numbers; a schema as
-// additionalProperties becomes true; oneOf is read as anyOf. Each change is appended to
-// *relaxed ("'pattern' at #/properties/code"). Malformed schemas stay malformed.
+// keywords (pattern, multipleOf, ...) and formats, keywords beside $ref or beside enum /
+// const, an anyOf beside other keywords (they win), an allOf of several schemas, a format
+// with a length, bounds on numbers, required names that properties lacks; an allOf of one
+// schema is that schema, a schema as additionalProperties becomes true, oneOf is read as
+// anyOf (its $refs follow). Each change is appended to *relaxed ("'pattern' at
+// #/properties/code"). Malformed schemas stay malformed.
 nlohmann::ordered_json relax_json_schema(const nlohmann::ordered_json& schema,
                                          std::vector<std::string>* relaxed);
 

@@ -731,6 +731,15 @@ struct Served {
       }
       if (i > 0) p->more.insert(p->more.begin(), {std::move(p->sub.prompt), p->sub.max_tokens});
     }
+    // A batch is queued whole: more prompts than the engine can hold at once never fit.
+    const EngineOptions& eo = engine.options();
+    const int64_t fits = eo.max_running / std::max(1, c.n) + eo.max_queued;
+    if (c.prompts.size() > 1 && static_cast<int64_t>(c.prompts.size()) > fits)
+      return bad_request("a batch of " + std::to_string(c.prompts.size()) + " prompts (" +
+                         std::to_string(c.n) + " choices each) does not fit: --parallel " +
+                         std::to_string(eo.max_running) + " and --max-queue " +
+                         std::to_string(eo.max_queued) + " hold " + std::to_string(fits) +
+                         " such requests at once");
     if (!c.grammar.empty()) return attach_grammar(c.grammar, c.grammar_from, p);
     return std::nullopt;
   }
