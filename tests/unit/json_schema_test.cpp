@@ -382,6 +382,21 @@ TEST(JsonSchema, RelaxedSchemasCompileAndNameEachChange) {
     auto gg = parse_gbnf(*t);
     ASSERT_TRUE(gg.ok()) << gg.error_message();
   }
+  // OpenAPI's components: the schemas named by $refs move to $defs.
+  notes.clear();
+  const ojson openapi = relax_json_schema(
+      ojson::parse(R"({"type":"object","properties":{"p":{"$ref":"#/components/schemas/Pet"}},)"
+                   R"("components":{"schemas":{"Pet":{"type":"object","properties":{"tag":)"
+                   R"({"$ref":"#/components/schemas/Tag"}}},"Tag":{"type":"string"}}}})"),
+      &notes);
+  EXPECT_EQ(notes, std::vector<std::string>{
+                       "'components' (the schemas $refs name in it moved to '$defs') at #"});
+  auto ot = json_schema_to_gbnf(openapi);
+  ASSERT_TRUE(ot.ok()) << ot.error_message() << "\n" << openapi.dump();
+  auto og = parse_gbnf(*ot);
+  ASSERT_TRUE(og.ok()) << og.error_message();
+  EXPECT_TRUE(accepts(*og, R"({"p":{"tag":"x"}})"));
+  EXPECT_FALSE(accepts(*og, R"({"p":{"tag":1}})"));
   const ojson inlined = relax_json_schema(
       ojson::parse(R"({"properties":{"a":{"allOf":[{"$ref":"#/$defs/x"}],"title":"t"}},)"
                    R"("$defs":{"x":{"type":"integer"}}})"),

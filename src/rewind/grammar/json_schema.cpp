@@ -685,11 +685,62 @@ void rename_refs(ojson& v, const std::vector<std::string>& renamed, int depth) {
   }
 }
 
+// Calls f on every "$ref" string of v.
+template <class F>
+void each_ref(ojson& v, const F& f, int depth) {
+  if (depth > 2 * kMaxSchemaDepth) return;
+  if (v.is_object()) {
+    if (v.contains("$ref") && v["$ref"].is_string()) f(v["$ref"]);
+    for (auto it = v.begin(); it != v.end(); ++it) each_ref(it.value(), f, depth + 1);
+  } else if (v.is_array()) {
+    for (ojson& x : v) each_ref(x, f, depth + 1);
+  }
+}
+
+// OpenAPI-style definitions outside $defs ("#/components/schemas/X"): each schema a $ref
+// names under a root keyword the compiler does not know moves to $defs, the $refs with it.
+void move_ref_targets(ojson& root, std::vector<std::string>* notes) {
+  if (!root.is_object() || (root.contains("$defs") && !root["$defs"].is_object())) return;
+  std::map<std::string, std::string> moved;  // old $ref -> new $ref
+  std::set<std::string> keys;                // the root keywords moved out of
+  std::vector<std::string> refs;             // gathered first: moving changes the tree
+  each_ref(
+      root, [&](ojson& ref) { refs.push_back(ref.get<std::string>()); }, 0);
+  for (const std::string& r : refs) {
+    if (r.rfind("#/", 0) != 0 || moved.count(r)) continue;
+    const std::string first = r.substr(2, r.find('/', 2) - 2);
+    if (first.empty() || kKeywords.count(first) || kAnnotations.count(first) ||
+        first == "definitions" || !root.contains(first))
+      continue;
+    try {
+      ojson target = root.at(ojson::json_pointer(r.substr(1)));
+      std::string name = r.substr(2);
+      std::replace(name.begin(), name.end(), '/', '.');
+      root["$defs"][name] = std::move(target);
+      moved[r] = "#/$defs/" + pointer_token(name);
+      keys.insert(first);
+    } catch (const std::exception&) {  // not a pointer into the document: left to the compiler
+    }
+  }
+  if (moved.empty()) return;
+  each_ref(
+      root,
+      [&](ojson& ref) {
+        if (auto it = moved.find(ref.get<std::string>()); it != moved.end()) ref = it->second;
+      },
+      0);
+  for (const std::string& k : keys) {
+    root.erase(k);
+    if (notes) notes->push_back("'" + k + "' (the schemas $refs name in it moved to '$defs') at #");
+  }
+}
+
 }  // namespace
 
 ojson relax_json_schema(const ojson& schema, std::vector<std::string>* relaxed) {
   ojson out = schema;
   std::vector<std::string> renamed;
+  move_ref_targets(out, relaxed);
   relax_at(out, "#", relaxed, &renamed, 0);
   if (!renamed.empty()) rename_refs(out, renamed, 0);
   return out;
