@@ -796,6 +796,17 @@ HttpTransport::HttpTransport(TransportOptions opt, Handler handler, Precheck pre
 HttpTransport::~HttpTransport() {
   stop();
   if (impl_->stopper.joinable()) impl_->stopper.join();
+  // Handlers queued after run() returned (stop's close_all, drain's) and sessions cut off by a
+  // stop hold the Impl inside its own io_context, a cycle that would outlive this object: run
+  // what is left, with every connection closed, until nothing holds it (bounded).
+  Impl& s = *impl_;
+  {
+    std::lock_guard<std::mutex> lock(s.run_mu);
+    if (s.running) return;  // run() is still going: the stopper let it be
+  }
+  s.ioc.restart();
+  asio::post(s.ioc, [im = impl_] { im->close_all(true); });
+  s.ioc.run_for(std::chrono::seconds(2));
 }
 
 Result<int> HttpTransport::bind() {
