@@ -276,13 +276,18 @@ TEST_P(BatchEngineTest, StopFlagCancelsGenerate) {
   EXPECT_GE(more->report.resumed_at, static_cast<int64_t>(r.prompt.size()));
 }
 
-TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
-  Model& m = test::param_model(GetParam());
+// One sequence at a time in a 100-token context, with max_queued requests waiting beyond it.
+EngineOptions one_slot(int32_t max_queued) {
   EngineOptions opt;
   opt.ctx_size = 100;
   opt.max_running = 1;
-  opt.max_queued = 1;
-  BatchEngine eng(m, nullptr, opt);
+  opt.max_queued = max_queued;
+  return opt;
+}
+
+TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
+  Model& m = test::param_model(GetParam());
+  BatchEngine eng(m, nullptr, one_slot(1));
   Request r;
   r.prompt = std::vector<int32_t>(90, 1);
   r.max_tokens = 20;
@@ -338,12 +343,8 @@ TEST_P(BatchEngineTest, LimitsRefuseWithoutChangingAnything) {
 // whether the request ended by itself or was cancelled (a stop string, a gone client).
 TEST_P(BatchEngineTest, AFinishedRequestsSlotIsFreeAtItsFinalEvent) {
   Model& m = test::param_model(GetParam());
-  EngineOptions opt;
-  opt.ctx_size = 100;
-  opt.max_running = 1;
-  opt.max_queued = 0;
   for (const bool cancel : {false, true}) {
-    BatchEngine eng(m, nullptr, opt);
+    BatchEngine eng(m, nullptr, one_slot(0));
     Request r;
     r.prompt = {1, 2, 3};
     r.max_tokens = cancel ? 60 : 2;

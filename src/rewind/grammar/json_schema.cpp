@@ -146,6 +146,15 @@ std::string pointer_token(const std::string& key) {
   return out;
 }
 
+// The schema's keywords other than annotations and definitions (for "X with Y" refusals).
+std::vector<std::string> constraint_keys(const ojson& s) {
+  std::vector<std::string> out;
+  for (auto it = s.begin(); it != s.end(); ++it)
+    if (!kAnnotations.count(it.key()) && it.key() != "$defs" && it.key() != "definitions")
+      out.push_back(it.key());
+  return out;
+}
+
 class SchemaCompiler {
  public:
   // Compiles `root` as the rule `root_name`; rule names are unique within `names` and the
@@ -197,15 +206,6 @@ class SchemaCompiler {
     return v.get<int64_t>();
   }
 
-  // The schema's keywords other than annotations and definitions, for "X with Y" refusals.
-  static std::vector<std::string> constraints(const ojson& s) {
-    std::vector<std::string> out;
-    for (auto it = s.begin(); it != s.end(); ++it)
-      if (!kAnnotations.count(it.key()) && it.key() != "$defs" && it.key() != "definitions")
-        out.push_back(it.key());
-    return out;
-  }
-
   Result<std::string> visit(const ojson& s, const std::string& path, const std::string& hint,
                             int depth);
   Result<std::string> ref_rule(const ojson& s, const std::string& path, int depth);
@@ -239,7 +239,7 @@ Result<std::string> SchemaCompiler::visit(const ojson& s, const std::string& pat
   for (const char* defs : {"$defs", "definitions"})
     if (s.contains(defs) && !s[defs].is_object())
       return error("'" + std::string(defs) + "' at " + path + " must be an object");
-  const std::vector<std::string> keys = constraints(s);
+  const std::vector<std::string> keys = constraint_keys(s);
 
   if (s.contains("$ref")) {
     for (const std::string& k : keys)
@@ -574,18 +574,10 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
     note("'" + key + "'" + why);
     s.erase(key);
   };
-  // The constraint keywords of s (annotations and definitions aside).
-  auto constraints = [&] {
-    std::vector<std::string> keys;
-    for (auto it = s.begin(); it != s.end(); ++it)
-      if (!kAnnotations.count(it.key()) && it.key() != "$defs" && it.key() != "definitions")
-        keys.push_back(it.key());
-    return keys;
-  };
   // allOf of one schema beside annotations only: that schema; any other allOf is dropped.
   for (int guard = 0; s.contains("allOf") && guard <= kMaxSchemaDepth; ++guard) {
     if (s["allOf"].is_array() && s["allOf"].size() == 1 && s["allOf"][0].is_object() &&
-        constraints().size() == 1 && guard < kMaxSchemaDepth) {
+        constraint_keys(s).size() == 1 && guard < kMaxSchemaDepth) {
       ojson only = std::move(s["allOf"][0]);
       s.erase("allOf");
       for (auto it = only.begin(); it != only.end(); ++it)
@@ -602,19 +594,19 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
     note("'oneOf' read as 'anyOf'");
     if (renamed) renamed->push_back(path.substr(1) + "/oneOf");
   }
-  for (const std::string& k : constraints())
+  for (const std::string& k : constraint_keys(s))
     if (!kKeywords.count(k)) drop(k, "");
   // What the compiler takes only alone: $ref (the schema it names wins), anyOf beside other
   // keywords (the other keywords win: they describe the value itself), enum / const (with
   // a type).
   if (s.contains("$ref")) {
-    for (const std::string& k : constraints())
+    for (const std::string& k : constraint_keys(s))
       if (k != "$ref") drop(k, " beside '$ref'");
-  } else if (s.contains("anyOf") && constraints().size() > 1) {
+  } else if (s.contains("anyOf") && constraint_keys(s).size() > 1) {
     drop("anyOf", " beside other keywords");
   }
   if (s.contains("enum") || s.contains("const")) {
-    for (const std::string& k : constraints())
+    for (const std::string& k : constraint_keys(s))
       if (k != "enum" && k != "const" && k != "type") drop(k, " beside 'enum' / 'const'");
     if (s.contains("const")) drop("enum", " beside 'const'");
   }
@@ -663,26 +655,6 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
   if (s.contains("anyOf") && s["anyOf"].is_array())
     for (size_t i = 0; i < s["anyOf"].size(); ++i)
       relax_at(s["anyOf"][i], path + "/anyOf/" + std::to_string(i), notes, renamed, depth + 1);
-}
-
-// Every "$ref" in v that points into a renamed oneOf array points into its anyOf.
-void rename_refs(ojson& v, const std::vector<std::string>& renamed, int depth) {
-  if (depth > 2 * kMaxSchemaDepth) return;
-  if (v.is_object()) {
-    if (v.contains("$ref") && v["$ref"].is_string()) {
-      std::string ref = v["$ref"].get<std::string>();
-      for (const std::string& from : renamed)  // "/a/oneOf": "#/a/oneOf" or "#/a/oneOf/..."
-        if (ref.compare(0, from.size() + 1, "#" + from) == 0 &&
-            (ref.size() == from.size() + 1 || ref[from.size() + 1] == '/')) {
-          ref.replace(from.size() + 1 - 5, 5, "anyOf");  // "#" + from ends in oneOf
-          v["$ref"] = ref;
-          break;
-        }
-    }
-    for (auto it = v.begin(); it != v.end(); ++it) rename_refs(it.value(), renamed, depth + 1);
-  } else if (v.is_array()) {
-    for (ojson& x : v) rename_refs(x, renamed, depth + 1);
-  }
 }
 
 // Calls f on every "$ref" string of v.
@@ -742,7 +714,19 @@ ojson relax_json_schema(const ojson& schema, std::vector<std::string>* relaxed) 
   std::vector<std::string> renamed;
   move_ref_targets(out, relaxed);
   relax_at(out, "#", relaxed, &renamed, 0);
-  if (!renamed.empty()) rename_refs(out, renamed, 0);
+  // Every $ref into a oneOf array read as anyOf follows it ("/a/oneOf": "#/a/oneOf[/...]").
+  each_ref(
+      out,
+      [&](ojson& ref) {
+        std::string r = ref.get<std::string>();
+        for (const std::string& from : renamed)
+          if (r.compare(0, from.size() + 1, "#" + from) == 0 &&
+              (r.size() == from.size() + 1 || r[from.size() + 1] == '/')) {
+            ref = r.replace(from.size() + 1 - 5, 5, "anyOf");  // "#" + from ends in oneOf
+            break;
+          }
+      },
+      0);
   return out;
 }
 

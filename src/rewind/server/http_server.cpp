@@ -204,35 +204,33 @@ struct Plan {
   std::vector<std::string> schema_relaxed;  // X-Rewind-Schema-Relaxed
 };
 
-// The X-Rewind-Schema-Relaxed header: where the schemas a client did not mark strict were
-// relaxed to compile (relax_json_schema), "; "-separated.
-void add_relaxed_header(HttpHeaders* h, const std::vector<std::string>& notes) {
-  if (notes.empty()) return;
+// A header listing `items` (none when there are none), each cut to `max_item` bytes and joined
+// by `sep`, about 2000 bytes at most. A header value holds visible ASCII (and spaces when
+// `spaces`): other bytes, and the separator's first character, become '?'.
+void add_list_header(HttpHeaders* h, const char* name, const std::vector<std::string>& items,
+                     const std::string& sep, size_t max_item, bool spaces) {
+  if (items.empty()) return;
   std::string v;
-  for (const std::string& n : notes) {
-    std::string clean = n.substr(0, 200);
-    for (char& c : clean)  // visible ASCII and spaces only
-      if (c < 0x20 || c > 0x7e || c == ';') c = '?';
-    v += (v.empty() ? "" : "; ") + clean;
+  for (const std::string& item : items) {
+    std::string clean = item.substr(0, max_item);
+    for (char& c : clean)
+      if (c < (spaces ? 0x20 : 0x21) || c > 0x7e || c == sep[0]) c = '?';
+    v += (v.empty() ? "" : sep) + clean;
     if (v.size() > 2000) break;
   }
-  h->push_back({"X-Rewind-Schema-Relaxed", v});
+  h->push_back({name, v});
 }
 
-// The X-Rewind-Ignored-Fields header naming a request's unknown top-level fields (none when
-// there are none): the one policy of every endpoint with a JSON body (openai_request.h).
+// X-Rewind-Schema-Relaxed: where the schemas a client did not mark strict were relaxed to
+// compile (relax_json_schema), "; "-separated.
+void add_relaxed_header(HttpHeaders* h, const std::vector<std::string>& notes) {
+  add_list_header(h, "X-Rewind-Schema-Relaxed", notes, "; ", 200, true);
+}
+
+// X-Rewind-Ignored-Fields naming a request's unknown top-level fields, comma-separated: the one
+// policy of every endpoint with a JSON body (openai_request.h).
 void add_ignored_header(HttpHeaders* h, const std::vector<std::string>& fields) {
-  if (fields.empty()) return;
-  std::string v;
-  for (const std::string& f : fields) {
-    // A header value holds visible ASCII only; other bytes of a field name become '?'.
-    std::string clean = f.substr(0, 100);
-    for (char& c : clean)
-      if (c < 0x21 || c > 0x7e || c == ',') c = '?';
-    v += (v.empty() ? "" : ",") + clean;
-    if (v.size() > 2000) break;
-  }
-  h->push_back({"X-Rewind-Ignored-Fields", v});
+  add_list_header(h, "X-Rewind-Ignored-Fields", fields, ",", 100, false);
 }
 
 // Turns token events into text: UTF-8 streaming, a chat reply's reasoning split from its
