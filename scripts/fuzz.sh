@@ -27,6 +27,8 @@ printf '1{"type":"object","properties":{"a":{"type":"array","items":{"enum":[1,"
   > "$seeds/grammar/schema.json"
 printf '1{"type":"object","properties":{"m":{"type":"string","format":"email","pattern":"@"},"k":{"oneOf":[{"const":1},{"$ref":"#/$defs/d","title":"t"}]},"t":{"type":"object","additionalProperties":{"type":"integer"}}},"$defs":{"d":{"type":"number","minimum":0,"multipleOf":2}}}' \
   > "$seeds/grammar/relaxed.json"
+printf '1{"type":"object","properties":{"p":{"type":"string","pattern":"^(?:[A-Z]{2,3}|x.+)-\\\\d{4}[^x]?$"},"q":{"pattern":"a(b|c)*\xc3\xa9+|^$"},"r":{"pattern":"(a)\\\\1"},"h":{"format":"ipv6"},"n":{"type":"number","exclusiveMinimum":0,"maximum":1}}}' \
+  > "$seeds/grammar/pattern.json"
 # Two targets at a time (CI has two cores); a target's log is printed when it fails.
 fuzz_one() {
   local name="$1" seeddir="$2"

@@ -4,8 +4,10 @@
 // grammar's matcher that ends it.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -54,6 +56,33 @@ inline bool valid_format(const std::string& f, const std::string& s) {
   if (f == "uuid") {
     static const std::regex re(
         R"(^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$)");
+    return std::regex_match(s, re);
+  }
+  if (f == "ipv6") {
+    unsigned char buf[16];
+    return inet_pton(AF_INET6, s.c_str(), buf) == 1;
+  }
+  if (f == "hostname") {  // RFC 1123: labels of 1-63, letters, digits, inner hyphens; 253 in all
+    static const std::regex label(R"(^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$)");
+    if (s.empty() || s.size() > 253) return false;
+    for (size_t b = 0;;) {
+      const size_t e = std::min(s.find('.', b), s.size());
+      if (!std::regex_match(s.substr(b, e - b), label)) return false;
+      if (e == s.size()) return true;
+      b = e + 1;
+    }
+  }
+  if (f == "email") {  // RFC 5321 Mailbox: a dot-atom local part of at most 64, a host name
+    static const std::regex local(
+        R"(^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*$)");
+    const size_t at = s.rfind('@');
+    return at != std::string::npos && at <= 64 && s.size() <= 254 &&
+           std::regex_match(s.substr(0, at), local) && valid_format("hostname", s.substr(at + 1));
+  }
+  if (f == "duration") {  // RFC 3339 Appendix A (ISO 8601 durations)
+    static const std::regex re(
+        R"(^P((\d+D|\d+M(\d+D)?|\d+Y(\d+M(\d+D)?)?)(T(\d+H(\d+M(\d+S)?)?|\d+M(\d+S)?|\d+S))?)"
+        R"(|T(\d+H(\d+M(\d+S)?)?|\d+M(\d+S)?|\d+S)|\d+W)$)");
     return std::regex_match(s, re);
   }
   if (f == "ipv4") {
@@ -249,15 +278,18 @@ class SchemaGen {
         return s;
       }
       case 2: {
-        const char* f[] = {"date", "time", "date-time", "uuid", "ipv4"};
-        return {{"type", "string"}, {"format", f[pick(5)]}};
+        const char* f[] = {"date", "time",     "date-time", "uuid",    "ipv4",
+                           "ipv6", "hostname", "email",     "duration"};
+        return {{"type", "string"}, {"format", f[pick(9)]}};
       }
       case 3: {
         if (pick(2)) return {{"type", pick(2) ? "number" : "integer"}};
-        ojson n = {{"type", "integer"}};  // bounds: inclusive, exclusive, one side or both
+        // Bounds: inclusive, exclusive, one side or both, wide or a step or two apart.
+        ojson n = {{"type", pick(3) ? "integer" : "number"}};
         const int lo = pick(2000) - 1000;
         if (pick(3)) n[pick(2) ? "minimum" : "exclusiveMinimum"] = lo;
-        if (pick(3)) n[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(50000);
+        if (pick(3))
+          n[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(pick(2) ? 2 : 50000);
         return n;
       }
       case 4:

@@ -1447,13 +1447,13 @@ TEST_F(ServerTest, StructuredOutputErrorsAre400) {
                            {"json_schema",
                             {{"name", "x"},
                              {"strict", true},
-                             {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
+                             {"schema", {{"type", "string"}, {"pattern", "^([a-z])\\1$"}}}}}};
   expect_error(
       post(s(), "/v1/chat/completions", chat_body("x", 5, {{"response_format", bad_schema}})), 400,
-      "unsupported keyword 'pattern'");
+      "backreferences are not supported at offset 8 in 'pattern' at #");
   expect_error(
       post(s(), "/v1/completions", completion_body("x", 5, {{"response_format", bad_schema}})), 400,
-      "unsupported keyword 'pattern'");
+      "backreferences are not supported");
   expect_error(
       post(s(), "/v1/completions", completion_body("x", 5, {{"grammar", "root ::= (\"a\""}})), 400,
       "'grammar': ");
@@ -1493,13 +1493,15 @@ TEST_F(ServerTest, SchemasNotStrictAreRelaxedAndSaySo) {
        {{"name", "x"},
         {"schema",
          {{"type", "object"},
-          {"properties", {{"code", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}},
+          {"properties", {{"code", {{"type", "string"}, {"pattern", "^([a-z])\\1$"}}}}},
           {"required", {"code"}},
           {"additionalProperties", false}}}}}};
   HttpH h = post_h(s(), "/v1/chat/completions",
                    chat_body("x", 40, {{"response_format", format}, {"ignore_eos", true}}));
   ASSERT_EQ(h.status, 200) << h.body;
-  EXPECT_EQ(relaxed(h), "response_format: 'pattern' at #/properties/code");
+  EXPECT_EQ(relaxed(h),
+            "response_format: 'pattern' (pattern: backreferences are not supported at offset 8) "
+            "at #/properties/code");
   const json reply = json::parse(
       json::parse(h.body)["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
   if (!reply.is_discarded()) {  // cut by max_tokens, it may not be complete
@@ -1520,6 +1522,41 @@ TEST_F(ServerTest, SchemasNotStrictAreRelaxedAndSaySo) {
   EXPECT_EQ(relaxed(h), "tools[0].function.parameters: 'multipleof' at #/properties/n");
   h = post_h(s(), "/v1/completions", completion_body("x", 2));
   EXPECT_EQ(relaxed(h), "(none)");
+}
+
+// A strict schema's pattern, format and number bounds hold in the reply.
+TEST_F(ServerTest, PatternsFormatsAndNumberBoundsConstrainReplies) {
+  const json format = {{"type", "json_schema"},
+                       {"json_schema",
+                        {{"name", "x"},
+                         {"strict", true},
+                         {"schema",
+                          {{"type", "object"},
+                           {"properties",
+                            {{"code", {{"type", "string"}, {"pattern", "^[A-Z]{3}-[0-9]{2}$"}}},
+                             {"host", {{"type", "string"}, {"format", "hostname"}}},
+                             {"p", {{"type", "number"}, {"minimum", 0}, {"maximum", 1}}}}},
+                           {"required", {"code", "host", "p"}},
+                           {"additionalProperties", false}}}}}};
+  for (uint64_t seed : {1, 2, 3}) {
+    const Http r = post(s(), "/v1/chat/completions",
+                        chat_body("x", 120,
+                                  {{"response_format", format},
+                                   {"temperature", 1.0},
+                                   {"seed", seed},
+                                   {"ignore_eos", true}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json reply =
+        json::parse(r.j()["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
+    if (reply.is_discarded()) continue;  // cut by max_tokens
+    EXPECT_TRUE(std::regex_match(reply["code"].get<std::string>(), std::regex("[A-Z]{3}-[0-9]{2}")))
+        << reply.dump();
+    EXPECT_TRUE(std::regex_match(reply["host"].get<std::string>(),
+                                 std::regex("[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?")))
+        << reply.dump();
+    EXPECT_GE(reply["p"].get<double>(), 0.0) << reply.dump();
+    EXPECT_LE(reply["p"].get<double>(), 1.0) << reply.dump();
+  }
 }
 
 TEST_F(ServerTest, ForcedToolCallsFollowTheParameterSchemas) {
@@ -2035,7 +2072,7 @@ TEST_F(ServerTest, StructuredOutputNodeClient) {
                             "/v1 OPENAI_API_KEY=" + kKey + " node structured_output_test.mjs 2>&1",
                         &rc);
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("ok: all 5 checks"), std::string::npos) << out;
+  EXPECT_NE(out.find("ok: all 6 checks"), std::string::npos) << out;
 }
 
 // Cache through the API: a conversation whose third user message is edited resumes from the

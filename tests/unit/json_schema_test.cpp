@@ -169,10 +169,218 @@ TEST(JsonSchema, Formats) {
   const Grammar u = compile(R"({"type":"string","format":"uuid"})");
   EXPECT_TRUE(accepts(u, R"("123e4567-e89b-12d3-a456-426614174000")"));
   EXPECT_FALSE(accepts(u, R"("123e4567e89b12d3a456426614174000")"));
+  const Grammar ip6 = compile(R"({"type":"string","format":"ipv6"})");
+  for (const char* ok : {R"("::")", R"("::1")", R"("2001:db8::8a2e:370:7334")", R"("fe80::")",
+                         R"("1:2:3:4:5:6:7:8")", R"("::ffff:192.168.0.1")", R"("1::2:3")"})
+    EXPECT_TRUE(accepts(ip6, ok)) << ok;
+  for (const char* bad : {R"("1:2:3:4:5:6:7")", R"("1::2::3")", R"("12345::")", R"(":1")",
+                          R"("1:2:3:4:5:6:7:8:9")", R"("::ffff:256.0.0.1")"})
+    EXPECT_FALSE(accepts(ip6, bad)) << bad;
+  const Grammar host = compile(R"({"type":"string","format":"hostname"})");
+  for (const char* ok : {R"("localhost")", R"("a-b.example.com")", R"("x1.y2.z3")"})
+    EXPECT_TRUE(accepts(host, ok)) << ok;
+  for (const char* bad : {R"("-a.com")", R"("a-.com")", R"("a..com")", R"("a_b.com")", R"("")"})
+    EXPECT_FALSE(accepts(host, bad)) << bad;
+  const Grammar mail = compile(R"({"type":"string","format":"email"})");
+  for (const char* ok : {R"("john.doe@example.com")", R"("a+tag@mail.example.org")"})
+    EXPECT_TRUE(accepts(mail, ok)) << ok;
+  for (const char* bad : {R"("john@")", R"("@example.com")", R"("a..b@example.com")",
+                          R"("a b@example.com")", R"("a@b@example.com")"})
+    EXPECT_FALSE(accepts(mail, bad)) << bad;
+  const Grammar dur = compile(R"({"type":"string","format":"duration"})");
+  for (const char* ok :
+       {R"("P3Y6M4DT12H30M5S")", R"("PT20M")", R"("P2W")", R"("P1D")", R"("PT1H30M")"})
+    EXPECT_TRUE(accepts(dur, ok)) << ok;
+  for (const char* bad :
+       {R"("P")", R"("PT")", R"("P1H")", R"("P1DT")", R"("P1W2D")", R"("P1Y2D3M")", R"("1D")"})
+    EXPECT_FALSE(accepts(dur, bad)) << bad;
   const Grammar ip = compile(R"({"type":"string","format":"ipv4"})");
   EXPECT_TRUE(accepts(ip, R"("192.168.0.255")"));
   EXPECT_FALSE(accepts(ip, R"("192.168.0.256")"));
   EXPECT_FALSE(accepts(ip, R"("01.1.1.1")"));
+}
+
+// A schema {"type":"string","pattern":P} for the pattern P (escaped into JSON here).
+std::string pattern_schema(const std::string& p) {
+  return ojson{{"type", "string"}, {"pattern", p}}.dump();
+}
+
+TEST(JsonSchema, PatternsMatchAnywhereUnlessAnchored) {
+  const Grammar code = compile(pattern_schema(R"(^[A-Z]{3}-\d{4}$)"));
+  EXPECT_TRUE(accepts(code, R"("ABC-1234")"));
+  for (const char* bad : {R"("ABC-123")", R"("abc-1234")", R"("xABC-1234")", R"("ABC-12345")"})
+    EXPECT_FALSE(accepts(code, bad)) << bad;
+  const Grammar inside = compile(pattern_schema("abc"));
+  EXPECT_TRUE(accepts(inside, R"("abc")"));
+  EXPECT_TRUE(accepts(inside, R"("x\nabc\"y")"));
+  EXPECT_FALSE(accepts(inside, R"("ab")"));
+  const Grammar ends = compile(pattern_schema("^a|b$"));
+  EXPECT_TRUE(accepts(ends, R"("a-")"));
+  EXPECT_TRUE(accepts(ends, R"("-b")"));
+  EXPECT_FALSE(accepts(ends, R"("-a-")"));
+  const Grammar empty = compile(pattern_schema("^$"));
+  EXPECT_TRUE(accepts(empty, R"("")"));
+  EXPECT_FALSE(accepts(empty, R"(" ")"));
+  const Grammar any = compile(pattern_schema(""));
+  EXPECT_TRUE(accepts(any, R"("anything \u00e9")"));
+}
+
+TEST(JsonSchema, PatternSyntax) {
+  struct Case {
+    const char* pattern;
+    std::vector<const char*> yes, no;  // JSON string texts
+  };
+  const Case cases[] = {
+      {R"(^(?:ab)+$)", {R"("ab")", R"("abab")"}, {R"("")", R"("aba")"}},
+      {R"(^(?<year>\d{4})-(0[1-9]|1[0-2])$)", {R"("2024-01")", R"("1999-12")"}, {R"("2024-13")"}},
+      {R"(^a{2,}b?c{0,2}$)", {R"("aa")", R"("aaabcc")"}, {R"("a")", R"("aaccc")"}},
+      {R"(^a+?b*?$)", {R"("a")", R"("aab")"}, {R"("b")"}},
+      {R"(^.$)", {R"("é")", "\"\xF0\x9F\x98\x80\"", R"("\"")", R"("\t")"}, {R"("\n")", R"("ab")"}},
+      {R"(^[^a]$)", {R"("b")", R"("\n")", R"("\\")"}, {R"("a")"}},
+      {R"(^["\\]+$)", {R"("\"\\")"}, {R"("a")"}},
+      {R"(^\u00e9\x41\u{1F600}\t$)",
+       {"\"\xC3\xA9"
+        "A\xF0\x9F\x98\x80\\t\""},
+       {R"("eA")"}},
+      {R"(^\uD83D\uDE00$)", {"\"\xF0\x9F\x98\x80\""}, {}},
+      {R"(^\s\S\w\W\d\D$)", {R"(" x_-5x")", "\"\xE3\x80\x80xa.0a\""}, {R"("xx_-5x")"}},
+      {R"(^[\d\-x]+$)", {R"("1-x")"}, {R"("y")"}},
+      {R"(^\x01\cA[\b]$)", {R"("\u0001\u0001\b")"}, {R"("\u0001\u0001")"}},
+      {R"(^\.\*\+\?\(\)\[\]\{\}\|\/\^\$$)", {R"(".*+?()[]{}|/^$")"}, {R"("a")"}},
+      {R"(^a{,2}}]$)", {R"("a{,2}}]")"}, {R"("aa")"}},
+      {R"(^(a|)$)", {R"("a")", R"("")"}, {R"("b")"}},
+  };
+  for (const Case& c : cases) {
+    const Grammar g = compile(pattern_schema(c.pattern));
+    for (const char* y : c.yes) EXPECT_TRUE(accepts(g, y)) << c.pattern << " " << y;
+    for (const char* n : c.no) EXPECT_FALSE(accepts(g, n)) << c.pattern << " " << n;
+  }
+}
+
+// Random walks through pattern grammars: each finished string matches its pattern by
+// std::regex (ECMAScript), an engine independent of the compiler. Negated classes and '.'
+// appear only under * or +, as std::regex counts bytes where the pattern counts code points.
+TEST(JsonSchema, PatternRandomWalksMatchByAnotherEngine) {
+  std::vector<std::string> vocab;
+  for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* p : {"\\\"", "\\\\", "\\t", "ab", "-12", "é", "red,", "\\u00e9"})
+    vocab.push_back(p);
+  const int32_t eos = static_cast<int32_t>(vocab.size());
+  auto trie = std::make_shared<VocabTrie>(vocab, std::vector<int32_t>{eos});
+  const char* patterns[] = {
+      R"(^[A-Z]{3}-\d{4}$)",
+      R"(^(?:[a-z0-9._%+-]+)@[a-z0-9-]+\.[a-z]{2,}$)",
+      R"(ab+c)",
+      R"(^\(\d{3}\) \d{3}-\d{4}$)",
+      R"(^(red|green|blue)(,(red|green|blue))*$)",
+      R"(^[^"\\]*"[^x]+\\$)",
+      R"(^.*\t.+$)",
+      R"(^\w+( \w+)?$)",
+      R"(x|^y|z$)",
+      R"(^$)",
+      R"(^a{2,4}?b{0,}c?$)",
+      R"(^[\x20-\x7e]{1,8}$)",
+      R"(^\S+\s\D+$)",
+  };
+  int walks = 0;
+  for (const char* p : patterns) {
+    const Grammar g = compile(pattern_schema(p));
+    auto a = std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(g), trie);
+    const std::regex re(p, std::regex::ECMAScript);
+    std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>{}(p)));
+    for (int walk = 0; walk < 20; ++walk) {
+      const std::string out = random_walk(a, eos, rng);
+      const nlohmann::json v = nlohmann::json::parse(out, nullptr, false);
+      ASSERT_TRUE(v.is_string()) << p << " gave " << out;
+      EXPECT_TRUE(std::regex_search(v.get<std::string>(), re)) << p << " gave " << out;
+      ++walks;
+    }
+  }
+  EXPECT_EQ(walks, 13 * 20);
+}
+
+TEST(JsonSchema, PatternsBeyondTheSubsetAreRefused) {
+  struct Case {
+    const char* pattern;
+    const char* want;
+  };
+  const Case cases[] = {
+      {R"((a)\1)", "backreferences are not supported at offset 3"},
+      {R"(\k<x>)", "backreferences (\\k) are not supported at offset 0"},
+      {R"(a(?=b))", "lookaround and other (?...) groups are not supported at offset 1"},
+      {R"(a(?<!b))", "lookaround"},
+      {R"(\bword)", "word boundaries (\\b) are not supported at offset 0"},
+      {R"(\p{L})", "Unicode property escapes are not supported"},
+      {R"(a^b)", "an anchor (^) that is not at an end"},
+      {R"((^a))", "an anchor (^)"},
+      {R"(a**)", "nothing to repeat at offset 2"},
+      {R"(*a)", "nothing to repeat at offset 0"},
+      {R"({2}a)", "nothing to repeat at offset 0"},
+      {R"(^*)", "a quantifier on an anchor at offset 1"},
+      {R"([z-a])", "a range out of order at offset 1"},
+      {R"([\d-z])", "a range with a class escape"},
+      {R"(a{3,2})", "a repetition {m,n} with n below m at offset 1"},
+      {R"(a{20000})", "a repetition count above 10000"},
+      {R"((ab)", "an unterminated group at offset 0"},
+      {R"(ab))", "unmatched ')' at offset 2"},
+      {R"([ab)", "an unterminated character class at offset 0"},
+      {R"([^\s\S])", "a character class that matches no character at offset 0"},
+      {R"(\q)", "an unknown escape \\q at offset 0"},
+      {R"(\x4)", "a truncated escape"},
+      {R"(\x4g)", "a malformed hexadecimal escape at offset 3"},
+      {R"(\u{110000})", "a code point escape past U+10FFFF"},
+      {R"(a\)", "a pattern that ends in a backslash at offset 1"},
+      {R"(\07)", "octal escapes and backreferences are not supported"},
+  };
+  for (const Case& c : cases) {
+    const std::string err = refusal(pattern_schema(c.pattern));
+    EXPECT_NE(err.find(c.want), std::string::npos) << c.pattern << "\ngot: " << err;
+    EXPECT_NE(err.find("in 'pattern' at #"), std::string::npos) << err;
+  }
+  std::string deep;
+  for (int k = 0; k < 70; ++k) deep += "(";
+  deep += "a";
+  for (int k = 0; k < 70; ++k) deep += ")";
+  EXPECT_NE(refusal(pattern_schema(deep)).find("groups nested deeper than 64"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type":"string","pattern":"a","maxLength":3})")
+                .find("'pattern' with 'maxLength' at #"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"pattern":3})").find("'pattern' at # must be a string"), std::string::npos);
+}
+
+TEST(JsonSchema, NumberBoundsAreExactWithoutExponents) {
+  struct Case {
+    const char* schema;
+    std::vector<const char*> yes, no;
+  };
+  const Case cases[] = {
+      {R"({"type":"number","minimum":0,"maximum":1})",
+       {"0", "1", "0.5", "0.0001", "0.999"},
+       {"-0.1", "1.5", "1.01", "2", "-0", "1e-2"}},
+      {R"({"type":"number","exclusiveMinimum":0})",
+       {"0.5", "1", "12.25", "0.01"},
+       {"0", "0.0", "0.000", "-1", "-0.5"}},
+      {R"({"type":"number","minimum":-2,"exclusiveMaximum":3})",
+       {"-2", "-1.5", "0", "2.999", "-0.5"},
+       {"-2.5", "-2.01", "3", "3.0", "-3"}},
+      {R"({"type":"number","maximum":0})", {"0", "-7.5", "-1"}, {"0.5", "-0", "1"}},
+      {R"({"type":"number","exclusiveMaximum":-1})", {"-1.5", "-20"}, {"-1", "-0.5", "0"}},
+      {R"({"type":"number","minimum":5,"maximum":5})", {"5"}, {"5.5", "4.5", "6"}},
+      {R"({"type":"number","minimum":1,"exclusiveMinimum":1,"maximum":2})",
+       {"1.5", "2"},
+       {"1", "1.0", "2.5"}},
+  };
+  for (const Case& c : cases) {
+    const Grammar g = compile(c.schema);
+    for (const char* y : c.yes) EXPECT_TRUE(accepts(g, y)) << c.schema << " " << y;
+    for (const char* n : c.no) EXPECT_FALSE(accepts(g, n)) << c.schema << " " << n;
+  }
+  EXPECT_NE(refusal(R"({"type":"number","minimum":0.5})")
+                .find("'minimum' on a number at # is not supported unless it is a whole number"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"type":"number","minimum":3,"exclusiveMaximum":3})")
+                .find("no number within the bounds at #"),
+            std::string::npos);
 }
 
 TEST(JsonSchema, DefsRefsAndRecursion) {
@@ -239,8 +447,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
     const char* want;
   };
   const Case cases[] = {
-      {R"({"type":"string","pattern":"^a+$"})", "unsupported keyword 'pattern' at #"},
-      {R"({"type":"number","minimum":1})", "'minimum' on a number at # is not supported"},
+      {R"({"type":"number","minimum":1.5})", "'minimum' on a number at # is not supported"},
       {R"({"type":"integer","minimum":5,"exclusiveMaximum":5})", "no integer within the bounds"},
       {R"({"type":"integer","maximum":"7"})", "'maximum' at # must be a number"},
       {R"({"properties":{"x":{"type":"number","multipleOf":2}}})",
@@ -251,7 +458,7 @@ TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
       {R"({"type":"array","prefixItems":[]})", "unsupported keyword 'prefixItems' at #"},
       {R"({"type":"array","items":{"type":"string","uniqueItems":true}})",
        "unsupported keyword 'uniqueItems' at #/items"},
-      {R"({"type":"string","format":"email"})", "unsupported format 'email' at #"},
+      {R"({"type":"string","format":"uri"})", "unsupported format 'uri' at #"},
       {R"({"type":"object","additionalProperties":{"type":"string"}})",
        "unsupported keyword 'additionalProperties' (a schema) at #"},
       {R"({"$ref":"http://example.com/s.json"})", "points outside the schema"},
@@ -313,16 +520,19 @@ TEST(JsonSchema, ResponseFormat) {
                           R"({"type":"json_schema","json_schema":{"schema":{},"extra":1}})",
                           R"({"type":"json_schema","json_schema":{"schema":{"type":7}}})",
                           R"({"type":"json_schema","json_schema":{"strict":true,)"
-                          R"("schema":{"pattern":"a"}}})"})
+                          R"("schema":{"pattern":"(a)\\1"}}})"})
     EXPECT_FALSE(response_format_to_gbnf(ojson::parse(bad)).ok()) << bad;
   // Not strict: what the subset lacks is relaxed, and each change is named.
   std::vector<std::string> relaxed;
   auto loose = response_format_to_gbnf(
-      ojson::parse(R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object",)"
-                   R"("properties":{"a":{"type":"string","pattern":"^a+$"}},"required":["a"]}}})"),
+      ojson::parse(
+          R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object",)"
+          R"("properties":{"a":{"type":"string","pattern":"^(a)\\1$"}},"required":["a"]}}})"),
       &relaxed);
   ASSERT_TRUE(loose.ok() && loose->has_value()) << loose.error_message();
-  EXPECT_EQ(relaxed, std::vector<std::string>{"response_format: 'pattern' at #/properties/a"});
+  EXPECT_EQ(relaxed, std::vector<std::string>{
+                         "response_format: 'pattern' (pattern: backreferences are not supported "
+                         "at offset 4) at #/properties/a"});
   auto lg = parse_gbnf(**loose);
   ASSERT_TRUE(lg.ok());
   EXPECT_TRUE(accepts(*lg, R"({"a":"b"})"));
@@ -334,27 +544,29 @@ TEST(JsonSchema, RelaxedSchemasCompileAndNameEachChange) {
   const ojson schema = ojson::parse(R"({
     "type": "object",
     "properties": {
-      "mail": {"type": "string", "format": "email"},
-      "price": {"type": "number", "minimum": 0, "multipleOf": 0.01},
+      "mail": {"type": "string", "format": "uri"},
+      "price": {"type": "number", "minimum": 0.5, "multipleOf": 0.01},
       "tags": {"type": "object", "additionalProperties": {"type": "integer"}},
       "kind": {"oneOf": [{"const": "a"}, {"$ref": "#/$defs/k", "description": "d", "title": "t"}]},
       "day": {"type": "string", "format": "date", "maxLength": 10},
       "n": {"enum": [1, 2], "minimum": 1}
     },
     "required": ["mail"],
-    "$defs": {"k": {"type": "string", "pattern": "x"}}
+    "$defs": {"k": {"type": "string", "pattern": "\\bx"}}
   })");
   EXPECT_FALSE(json_schema_to_gbnf(schema).ok());
   std::vector<std::string> notes;
   const ojson r = relax_json_schema(schema, &notes);
   EXPECT_EQ(notes,
             (std::vector<std::string>{
-                "'format' 'email' at #/properties/mail", "'multipleOf' at #/properties/price",
-                "'minimum' on a number at #/properties/price",
+                "'format' 'uri' at #/properties/mail", "'multipleOf' at #/properties/price",
+                "'minimum' on a number (not a whole number within 1e15) at #/properties/price",
                 "'additionalProperties' (a schema) read as true at #/properties/tags",
                 "'oneOf' read as 'anyOf' at #/properties/kind",
                 "'format' with a length at #/properties/day",
-                "'minimum' beside 'enum' / 'const' at #/properties/n", "'pattern' at #/$defs/k"}));
+                "'minimum' beside 'enum' / 'const' at #/properties/n",
+                "'pattern' (pattern: word boundaries (\\b) are not supported at offset 0) "
+                "at #/$defs/k"}));
   EXPECT_EQ(r["properties"]["kind"]["anyOf"][1]["title"], "t");  // annotations stay
   auto text = json_schema_to_gbnf(r);
   ASSERT_TRUE(text.ok()) << text.error_message();
@@ -459,6 +671,21 @@ TEST(JsonSchema, TestValidatorRejectsInvalidValues) {
        {R"({"d":"2023-02-29"})", R"({"n":[1]})", R"({"d":"2024-01-01","n":[1,2]})",
         R"({"d":"2024-01-01","n":[1.5]})", R"({"d":"2024-01-01","x":1})", "[]"})
     EXPECT_FALSE(validate(nlohmann::json::parse(bad), s, s, why)) << bad;
+  struct Case {
+    const char* format;
+    const char* good;
+    std::vector<std::string> bad;
+  };
+  const Case formats[] = {
+      {"ipv6", "2001:db8::1", {"2001:db8::1::", "g::1", "1:2:3:4:5:6:7"}},
+      {"hostname", "a.example.com", {"-a.com", "a..b", "a_b", std::string(64, 'a') + ".com"}},
+      {"email", "a.b@c.de", {"a..b@c.de", "ab@", "a b@c.de", "a@-c.de"}},
+      {"duration", "P1Y2M3DT4H5M6S", {"P", "PT", "P1H", "P1W2D", "P1D2Y"}},
+  };
+  for (const Case& c : formats) {
+    EXPECT_TRUE(schema_test::valid_format(c.format, c.good)) << c.format;
+    for (const std::string& b : c.bad) EXPECT_FALSE(schema_test::valid_format(c.format, b)) << b;
+  }
 }
 
 }  // namespace

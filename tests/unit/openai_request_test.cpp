@@ -515,15 +515,15 @@ TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
                     "'response_format.json_schema' must be an object");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","strict":true,"schema":{"type":"string",)"
-                              R"("pattern":"a+"}}})"),
-                    "unsupported keyword 'pattern' at #");
+                              R"("pattern":"(a)\\1"}}})"),
+                    "backreferences are not supported at offset 3 in 'pattern' at #");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","strict":true,"schema":{"type":"object",)"
                               R"("properties":{"n":{"type":"number","multipleOf":3}}}}})"),
                     "unsupported keyword 'multipleOf' at #/properties/n");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","strict":true,"schema":{"type":"number",)"
-                              R"("minimum":3}}})"),
+                              R"("minimum":3.5}}})"),
                     "'minimum' on a number at # is not supported");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","schema":{},"extra":1}})"),

@@ -8,6 +8,8 @@
 #include <set>
 #include <vector>
 
+#include "rewind/grammar/regex_gbnf.h"
+
 namespace rw {
 
 namespace {
@@ -44,7 +46,24 @@ fmt-date ::= "\"" fmt-full-date "\""
 fmt-time ::= "\"" fmt-full-time "\""
 fmt-date-time ::= "\"" fmt-full-date "T" fmt-full-time "\""
 fmt-uuid ::= "\"" hex{8} "-" hex{4} "-" hex{4} "-" hex{4} "-" hex{12} "\""
-fmt-ipv4 ::= "\"" fmt-octet "." fmt-octet "." fmt-octet "." fmt-octet "\""
+fmt-ipv4-addr ::= fmt-octet "." fmt-octet "." fmt-octet "." fmt-octet
+fmt-ipv4 ::= "\"" fmt-ipv4-addr "\""
+fmt-h16 ::= hex{1,4}
+fmt-ls32 ::= fmt-h16 ":" fmt-h16 | fmt-ipv4-addr
+fmt-ipv6 ::= "\"" ( ( fmt-h16 ":" ){6} fmt-ls32 | "::" ( fmt-h16 ":" ){5} fmt-ls32 | fmt-h16? "::" ( fmt-h16 ":" ){4} fmt-ls32 | ( ( fmt-h16 ":" )? fmt-h16 )? "::" ( fmt-h16 ":" ){3} fmt-ls32 | ( ( fmt-h16 ":" ){0,2} fmt-h16 )? "::" ( fmt-h16 ":" ){2} fmt-ls32 | ( ( fmt-h16 ":" ){0,3} fmt-h16 )? "::" fmt-h16 ":" fmt-ls32 | ( ( fmt-h16 ":" ){0,4} fmt-h16 )? "::" fmt-ls32 | ( ( fmt-h16 ":" ){0,5} fmt-h16 )? "::" fmt-h16 | ( ( fmt-h16 ":" ){0,6} fmt-h16 )? "::" ) "\""
+fmt-label ::= [a-zA-Z0-9] ( [a-zA-Z0-9-]{0,39} [a-zA-Z0-9] )?
+fmt-hostname ::= "\"" fmt-label ( "." fmt-label ){0,5} "\""
+fmt-atext ::= [a-zA-Z0-9!#$%&'*+/=?^_`{|}~-]
+fmt-email ::= "\"" fmt-atext{1,20} ( "." fmt-atext{1,20} ){0,2} "@" fmt-label ( "." fmt-label ){1,3} "\""
+fmt-dur-n ::= [0-9]{1,9}
+fmt-dur-second ::= fmt-dur-n "S"
+fmt-dur-minute ::= fmt-dur-n "M" fmt-dur-second?
+fmt-dur-hour ::= fmt-dur-n "H" fmt-dur-minute?
+fmt-dur-time ::= "T" ( fmt-dur-hour | fmt-dur-minute | fmt-dur-second )
+fmt-dur-day ::= fmt-dur-n "D"
+fmt-dur-month ::= fmt-dur-n "M" fmt-dur-day?
+fmt-dur-year ::= fmt-dur-n "Y" fmt-dur-month?
+fmt-duration ::= "\"P" ( ( fmt-dur-day | fmt-dur-month | fmt-dur-year ) fmt-dur-time? | fmt-dur-time | fmt-dur-n "W" ) "\""
 )";
 
 const std::set<std::string, std::less<>> kAnnotations = {
@@ -64,13 +83,15 @@ const std::set<std::string, std::less<>> kKeywords = {"type",
                                                       "$defs",
                                                       "definitions",
                                                       "format",
+                                                      "pattern",
                                                       "minLength",
                                                       "maxLength",
                                                       "minimum",
                                                       "maximum",
                                                       "exclusiveMinimum",
                                                       "exclusiveMaximum"};
-const std::set<std::string, std::less<>> kFormats = {"date", "time", "date-time", "uuid", "ipv4"};
+const std::set<std::string, std::less<>> kFormats = {
+    "date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"};
 
 constexpr int64_t kMaxInteger = 9999999999999999;  // 16 digits, as the `integer` rule
 
@@ -155,6 +176,21 @@ std::vector<std::string> constraint_keys(const ojson& s) {
   return out;
 }
 
+// The GBNF expression of a string schema's `pattern` (the text between the quotes); alone
+// among the string keywords: a pattern with a format or a length is refused.
+Result<std::string> pattern_expr(const ojson& s, const std::string& path) {
+  if (!s["pattern"].is_string())
+    return make_error("json_schema: 'pattern' at " + path + " must be a string");
+  for (const char* k : {"format", "minLength", "maxLength"})
+    if (s.contains(k))
+      return make_error("json_schema: 'pattern' with '" + std::string(k) + "' at " + path +
+                        " is not supported");
+  auto expr = regex_to_gbnf(s["pattern"].get<std::string>());
+  if (!expr.ok())
+    return make_error("json_schema: " + expr.error_message() + " in 'pattern' at " + path);
+  return expr;
+}
+
 class SchemaCompiler {
  public:
   // Compiles `root` as the rule `root_name`; rule names are unique within `names` and the
@@ -213,6 +249,7 @@ class SchemaCompiler {
                                 const std::string& hint, int depth);
   Result<std::string> object_rule(const ojson& s, const std::string& path, const std::string& hint,
                                   int depth);
+  Result<std::string> number_rule(const ojson& s, const std::string& path, const std::string& hint);
   Result<std::string> array_rule(const ojson& s, const std::string& path, const std::string& hint,
                                  int depth);
 
@@ -321,7 +358,8 @@ Result<std::string> SchemaCompiler::visit(const ojson& s, const std::string& pat
       types.push_back("object");
     if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
       types.push_back("array");
-    if (s.contains("format") || s.contains("minLength") || s.contains("maxLength"))
+    if (s.contains("format") || s.contains("pattern") || s.contains("minLength") ||
+        s.contains("maxLength"))
       types.push_back("string");
     if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
         s.contains("exclusiveMaximum"))
@@ -408,15 +446,13 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
     if (lo > hi) return error("no integer within the bounds at " + path);
     return add_rule(hint, integer_between(lo, hi));
   }
-  if (type == "number" && bounded)
-    return error("'" +
-                 std::string(s.contains("minimum")            ? "minimum"
-                             : s.contains("maximum")          ? "maximum"
-                             : s.contains("exclusiveMinimum") ? "exclusiveMinimum"
-                                                              : "exclusiveMaximum") +
-                 "' on a number at " + path + " is not supported (only on integers)");
+  if (type == "number" && bounded) return number_rule(s, path, hint);
   if (type == "number" || type == "integer" || type == "boolean" || type == "null") return type;
   // string
+  if (s.contains("pattern")) {
+    REWIND_TRY(const std::string expr, pattern_expr(s, path));
+    return add_rule(hint, "\"\\\"\" " + expr + " \"\\\"\"");
+  }
   if (s.contains("format")) {
     if (!s["format"].is_string()) return error("'format' at " + path + " must be a string");
     const std::string f = s["format"].get<std::string>();
@@ -438,6 +474,72 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
   const std::string reps =
       "{" + std::to_string(lo) + "," + (hi >= 0 ? std::to_string(hi) : std::string()) + "}";
   return add_rule(hint, "\"\\\"\" char" + reps + " \"\\\"\"");
+}
+
+// Numbers within whole-number bounds, without exponents: "-"? y with y's integer part i and
+// fraction f. Each side of zero is an interval of y with integer ends p <= q, either end open:
+// i strictly between them with any fraction; i = p with any fraction (p closed) or one that
+// is not all zeros (p open); i = q with no fraction (q closed).
+Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::string& path,
+                                                const std::string& hint) {
+  constexpr double kMaxBound = 1e15;
+  double lo = -kMaxBound - 1, hi = kMaxBound + 1;  // past these: unbounded on that side
+  bool lo_open = false, hi_open = false;
+  for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+    if (!s.contains(kw)) continue;
+    const std::string k = kw;
+    if (!s[kw].is_number()) return error("'" + k + "' at " + path + " must be a number");
+    const double v = s[kw].get<double>();
+    if (!std::isfinite(v) || std::floor(v) != v || std::fabs(v) > kMaxBound)
+      return error("'" + k + "' on a number at " + path +
+                   " is not supported unless it is a whole number within 1e15");
+    const bool open = k.rfind("exclusive", 0) == 0;
+    if (k == "minimum" || k == "exclusiveMinimum") {
+      if (v > lo || (v == lo && open)) {
+        lo = v;
+        lo_open = open;
+      }
+    } else if (v < hi || (v == hi && open)) {
+      hi = v;
+      hi_open = open;
+    }
+  }
+  const bool lo_inf = lo<-kMaxBound, hi_inf = hi> kMaxBound;
+  const std::string frac = "( \".\" [0-9]{1,16} )?", nonzero = "\".\" [0-9]{0,15} [1-9]";
+  // y in [p, q] (q_inf: no upper end), p and q whole and >= 0.
+  auto side = [&](int64_t p, bool p_open, int64_t q, bool q_open, bool q_inf) {
+    std::vector<std::string> alts;
+    if (q_inf || q > p) {
+      const std::string ip = std::to_string(p);
+      alts.push_back("\"" + ip + "\" " + (p_open ? nonzero : frac));
+      if (q_inf || p + 1 <= q - 1) {
+        const int64_t last = q_inf ? kMaxInteger : q - 1;
+        if (p + 1 <= last) alts.push_back("( " + integer_between(p + 1, last) + " ) " + frac);
+      }
+      if (!q_inf && !q_open) alts.push_back("\"" + std::to_string(q) + "\"");
+    } else if (q == p && !p_open && !q_open) {
+      alts.push_back("\"" + std::to_string(p) + "\"");
+    }
+    return alts;
+  };
+  std::vector<std::string> alts;
+  if (hi_inf || hi >= 0) {  // x >= 0
+    const bool from_zero = lo_inf || lo < 0;
+    for (std::string& a :
+         side(from_zero ? 0 : static_cast<int64_t>(lo), from_zero ? false : lo_open,
+              hi_inf ? 0 : static_cast<int64_t>(hi), hi_open, hi_inf))
+      alts.push_back(std::move(a));
+  }
+  if (lo_inf || lo < 0) {  // x = -y < 0: y > max(-hi, 0), y <= -lo
+    const int64_t p = hi_inf || hi > 0 ? 0 : static_cast<int64_t>(-hi);
+    for (std::string& a :
+         side(p, p == 0 || hi_open, lo_inf ? 0 : static_cast<int64_t>(-lo), lo_open, lo_inf))
+      alts.push_back("\"-\" " + a);
+  }
+  if (alts.empty()) return error("no number within the bounds at " + path);
+  std::string body;
+  for (size_t a = 0; a < alts.size(); ++a) body += (a ? " | " : "") + alts[a];
+  return add_rule(hint, body);
 }
 
 Result<std::string> SchemaCompiler::object_rule(const ojson& s, const std::string& path,
@@ -617,6 +719,15 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
     else if (s.contains("minLength") || s.contains("maxLength"))
       drop("format", " with a length");
   }
+  if (s.contains("pattern")) {
+    if (!s["pattern"].is_string()) {
+      drop("pattern", " (not a string)");
+    } else if (s.contains("format") || s.contains("minLength") || s.contains("maxLength")) {
+      drop("pattern", " beside 'format' or a length");
+    } else if (auto e = regex_to_gbnf(s["pattern"].get<std::string>()); !e.ok()) {
+      drop("pattern", " (" + e.error_message() + ")");
+    }
+  }
   if (s.contains("additionalProperties") && s["additionalProperties"].is_object() &&
       !s["additionalProperties"].empty()) {
     s["additionalProperties"] = true;
@@ -642,7 +753,10 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
   }
   if (number)
     for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-      drop(kw, " on a number");
+      if (s.contains(kw) &&
+          (!s[kw].is_number() || std::floor(s[kw].get<double>()) != s[kw].get<double>() ||
+           std::fabs(s[kw].get<double>()) > 1e15))
+        drop(kw, " on a number (not a whole number within 1e15)");
   // The subschemas.
   for (const char* map : {"properties", "$defs", "definitions"})
     if (s.contains(map) && s[map].is_object())

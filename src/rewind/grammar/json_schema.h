@@ -6,12 +6,14 @@
 // array); properties, required, additionalProperties (false, true or absent); items, minItems,
 // maxItems; enum, const; anyOf; $ref (a JSON pointer into the same document: #, #/$defs/x,
 // #/definitions/x, any #/... path; recursion allowed); $defs, definitions; minLength,
-// maxLength; format date, time, date-time, uuid, ipv4; minimum, maximum, exclusiveMinimum,
-// exclusiveMaximum on integers (on numbers they are refused; without a type they give
-// integers in range). Annotations are ignored: title,
+// maxLength; pattern (an ECMA-262 regular expression, grammar/regex_gbnf.h; not with a format
+// or a length); format date, time, date-time, duration, email, hostname, ipv4, ipv6, uuid
+// (OpenAI's list); minimum, maximum, exclusiveMinimum, exclusiveMaximum on integers, and on
+// numbers when they are whole numbers within 1e15 (others are refused; without a type they
+// give integers in range). Annotations are ignored: title,
 // description, $schema, $id, $comment, default, examples, deprecated, readOnly, writeOnly.
 // Any other keyword is refused with an error naming it and where it is ("json_schema:
-// unsupported keyword 'pattern' at #/properties/code"), which the server returns as a 400
+// unsupported keyword 'multipleOf' at #/properties/n"), which the server returns as a 400
 // for a strict schema; others are relaxed first (relax_json_schema, below).
 //
 // What the grammar generates (each a subset of what the schema accepts, so outputs validate):
@@ -24,12 +26,19 @@
 //   absent is allowed by the schema but not generated). Without `properties`: any object
 //   (an empty one when additionalProperties is false).
 // * Numbers: an integer part of at most 16 digits, at most 16 fraction digits, an exponent of
-//   at most 2 digits; integers at most 16 digits (so they stay exact in int64), within their
-//   bounds exactly (a digit-by-digit range, without leading zeros or "-0").
+//   at most 2 digits; within bounds, no exponent and the bounds exactly; integers at most 16 digits
+//   (so they stay exact in int64), within their bounds exactly (a digit-by-digit range, without
+//   leading zeros or "-0").
 // * Strings: any UTF-8 text with JSON escapes (\uXXXX only as a non-surrogate or a proper
 //   surrogate pair); minLength / maxLength count code points (at most 10000).
+// * Patterns: the strings the pattern matches, each character in one JSON spelling; an end
+//   without its anchor (^, $) allows any text there, as a pattern matches anywhere.
 // * Formats: date / time / date-time as RFC 3339 with upper-case T and Z, no leap second,
-//   February 29 only in leap years; uuid as 8-4-4-4-12 hex digits; ipv4 dotted decimal.
+//   February 29 only in leap years; uuid as 8-4-4-4-12 hex digits; ipv4 dotted decimal; ipv6
+//   in RFC 4291's forms (:: and a trailing IPv4 included); hostname as RFC 1123 labels (at most
+//   6 of at most 41 characters, so within 253); email as a dot-atom local part (at most 3 atoms
+//   of at most 20) @ a hostname of 2-4 labels; duration as RFC 3339's ISO 8601 durations
+//   (P1Y2M3DT4H5M6S, P2W; at most 9 digits a number).
 // * enum / const: each value written compactly as nlohmann::json dumps it.
 #pragma once
 
@@ -63,12 +72,13 @@ Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
 // A schema a client did not mark strict (OpenAI holds those to no grammar), made compilable:
 // what the compiler refuses is taken out, so the grammar allows more than the schema there
 // (its output may not validate at those places) and nothing else changes. Dropped: unknown
-// keywords (pattern, multipleOf, ...) and formats, keywords beside $ref or beside enum /
-// const, an anyOf beside other keywords (they win), an allOf of several schemas, a format
-// with a length, bounds on numbers, required names that properties lacks; an allOf of one
+// keywords (multipleOf, ...) and formats, keywords beside $ref or beside enum / const, an
+// anyOf beside other keywords (they win), an allOf of several schemas, a format with a
+// length, a pattern the subset lacks (a backreference, ...) or beside a format or a length,
+// bounds on numbers that are not whole, required names that properties lacks; an allOf of one
 // schema is that schema, a schema as additionalProperties becomes true, oneOf is read as
-// anyOf (its $refs follow). Each change is appended to *relaxed ("'pattern' at
-// #/properties/code"). Malformed schemas stay malformed.
+// anyOf (its $refs follow). Each change is appended to *relaxed ("'multipleOf' at
+// #/properties/n"). Malformed schemas stay malformed.
 nlohmann::ordered_json relax_json_schema(const nlohmann::ordered_json& schema,
                                          std::vector<std::string>* relaxed);
 
