@@ -172,6 +172,13 @@ inline bool validate(const nlohmann::json& v, const ojson& s, const ojson& root,
       return false;
     }
   }
+  if (v.is_number() && s.contains("multipleOf")) {
+    const double m = s["multipleOf"].get<double>(), q = v.get<double>() / m;
+    if (std::fabs(q - std::round(q)) > 1e-6 * std::max(1.0, std::fabs(q))) {
+      why = "not a multiple of " + s["multipleOf"].dump() + ": " + v.dump();
+      return false;
+    }
+  }
   if (v.is_object()) {
     if (s.contains("required"))
       for (const ojson& r : s["required"])
@@ -290,6 +297,17 @@ class SchemaGen {
         if (pick(3)) n[pick(2) ? "minimum" : "exclusiveMinimum"] = lo;
         if (pick(3))
           n[pick(2) ? "maximum" : "exclusiveMaximum"] = lo + 2 + pick(pick(2) ? 2 : 50000);
+        // multipleOf: 0.01 on numbers whatever the bounds; 3 where the digit rule or a list of
+        // at most 1000 multiples holds it (no bounds, or both a few apart).
+        const bool has_lo = n.contains("minimum") || n.contains("exclusiveMinimum");
+        const bool has_hi = n.contains("maximum") || n.contains("exclusiveMaximum");
+        const int span = has_hi ? n.value("maximum", n.value("exclusiveMaximum", 0)) - lo : 0;
+        if (pick(4) == 0) {
+          if (n["type"] == "number" && pick(2))
+            n["multipleOf"] = 0.01;
+          else if ((!has_lo && !has_hi) || (has_lo && has_hi && span >= 6 && span < 3000))
+            n["multipleOf"] = 3;
+        }
         return n;
       }
       case 4:

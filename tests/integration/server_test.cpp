@@ -1474,11 +1474,11 @@ TEST_F(ServerTest, StructuredOutputErrorsAre400) {
                       {"tool_choice", {{"type", "function"}, {"function", {{"name", "g"}}}}}})),
       400, "not among 'tools'");
   tools[0]["function"]["parameters"] = {
-      {"type", "object"}, {"properties", {{"n", {{"type", "number"}, {"multipleOf", 2}}}}}};
+      {"type", "object"}, {"properties", {{"n", {{"type", "number"}, {"multipleOf", 0.25}}}}}};
   tools[0]["function"]["strict"] = true;
   expect_error(post(s(), "/v1/chat/completions",
                     chat_body("x", 5, {{"tools", tools}, {"tool_choice", "required"}})),
-               400, "unsupported keyword 'multipleOf'");
+               400, "'multipleOf' 0.25 at #/properties/n is not supported");
   EXPECT_EQ(metric(s(), "rewind_requests_submitted_total"), submitted0);
 }
 
@@ -1514,12 +1514,12 @@ TEST_F(ServerTest, SchemasNotStrictAreRelaxedAndSaySo) {
                      {{"name", "f"},
                       {"parameters",
                        {{"type", "object"},
-                        {"properties", {{"n", {{"type", "number"}, {"multipleOf", 2}}}}}}}}}}});
+                        {"properties", {{"n", {{"type", "number"}, {"multipleOf", 0.25}}}}}}}}}}});
   h = post_h(s(), "/v1/chat/completions",
              chat_body("x", 5, {{"tools", tools}, {"tool_choice", "required"}}));
   ASSERT_EQ(h.status, 200) << h.body;
   // (post_h gives the header lines in lower case)
-  EXPECT_EQ(relaxed(h), "tools[0].function.parameters: 'multipleof' at #/properties/n");
+  EXPECT_EQ(relaxed(h), "tools[0].function.parameters: 'multipleof' 0.25 at #/properties/n");
   h = post_h(s(), "/v1/completions", completion_body("x", 2));
   EXPECT_EQ(relaxed(h), "(none)");
 }
@@ -1635,12 +1635,12 @@ TEST_F(ServerTest, StrictToolsUnderAutoAreCheckedAndExactUnderSpeculation) {
         "days": {"type": "integer", "minimum": 1, "maximum": 7}},
        "required": ["city", "days"], "additionalProperties": false}}})");
   json loose = json::parse(R"({"type": "function", "function": {"name": "note",
-      "parameters": {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 2}}}}})");
+      "parameters": {"type": "object", "properties": {"n": {"type": "number", "multipleOf": 0.25}}}}})");
   json bad = weather;
-  bad["function"]["parameters"]["properties"]["days"]["multipleOf"] = 2;
+  bad["function"]["parameters"]["properties"]["days"]["multipleOf"] = 0.5;
   expect_error(
       post(s(), "/v1/chat/completions", chat_body("x", 5, {{"tools", json::array({bad})}})), 400,
-      "unsupported keyword 'multipleOf'");
+      "'multipleOf' 0.5 at #/properties/days is not supported");
   const json tools = json::array({weather, loose});
   const json req = chat_body("What is the weather in Paris?", 60, {{"tools", tools}});
   const Http h = post(s(), "/v1/chat/completions", req);

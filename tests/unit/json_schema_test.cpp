@@ -383,6 +383,41 @@ TEST(JsonSchema, NumberBoundsAreExactWithoutExponents) {
             std::string::npos);
 }
 
+TEST(JsonSchema, MultipleOf) {
+  struct Case {
+    const char* schema;
+    std::vector<const char*> yes, no;
+  };
+  const Case cases[] = {
+      {R"({"type":"integer","multipleOf":3})",
+       {"0", "3", "-3", "12", "999999", "123456789012345678"},
+       {"1", "-4", "10", "-0", "03", "3.0"}},
+      {R"({"type":"integer","multipleOf":5,"minimum":1,"exclusiveMaximum":20})",
+       {"5", "10", "15"},
+       {"0", "20", "25", "7"}},
+      {R"({"type":"number","multipleOf":0.01})",
+       {"1.25", "0", "-3", "10.5"},
+       {"1.255", "1e2", "0.001"}},
+      {R"({"type":"number","multipleOf":0.01,"minimum":0,"maximum":1})",
+       {"0", "0.99", "1", "0.5"},
+       {"1.01", "0.123", "-0.01"}},
+      {R"({"type":"number","multipleOf":5,"minimum":0.5})",
+       {"5", "10", "100"},
+       {"0", "10.5", "12"}},
+      {R"({"type":"number","multipleOf":1})", {"7", "-2"}, {"7.5"}},
+      {R"({"multipleOf":4})", {"8", "-12"}, {"6", "\"8\""}},
+      {R"({"type":"integer","multipleOf":5,"minimum":0})", {"0", "5", "123455"}, {"-5", "7"}},
+      {R"({"type":"integer","multipleOf":5,"exclusiveMinimum":0})", {"5", "100"}, {"0", "-5"}},
+      {R"({"type":"integer","multipleOf":5,"minimum":3})", {"5", "100"}, {"0", "-5", "3"}},
+      {R"({"type":"integer","multipleOf":5,"maximum":0})", {"0", "-5", "-100"}, {"5", "-3"}},
+  };
+  for (const Case& c : cases) {
+    const Grammar g = compile(c.schema);
+    for (const char* y : c.yes) EXPECT_TRUE(accepts(g, y)) << c.schema << " " << y;
+    for (const char* n : c.no) EXPECT_FALSE(accepts(g, n)) << c.schema << " " << n;
+  }
+}
+
 TEST(JsonSchema, DefsRefsAndRecursion) {
   const Grammar g = compile(R"({"$defs":{"node":{"type":"object","properties":{
       "v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},
@@ -450,8 +485,15 @@ TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
       {R"({"type":"number","minimum":1.5})", "'minimum' on a number at # is not supported"},
       {R"({"type":"integer","minimum":5,"exclusiveMaximum":5})", "no integer within the bounds"},
       {R"({"type":"integer","maximum":"7"})", "'maximum' at # must be a number"},
-      {R"({"properties":{"x":{"type":"number","multipleOf":2}}})",
-       "unsupported keyword 'multipleOf' at #/properties/x"},
+      {R"({"properties":{"x":{"type":"number","multipleOf":0.25}}})",
+       "'multipleOf' 0.25 at #/properties/x is not supported"},
+      {R"({"type":"integer","multipleOf":0})", "'multipleOf' at # must be a number above 0"},
+      {R"({"type":"integer","multipleOf":1001})", "'multipleOf' 1001 at # is not supported"},
+      {R"({"type":"integer","multipleOf":0.01})", "'multipleOf' 0.01 at # is not supported"},
+      {R"({"type":"integer","multipleOf":7,"minimum":1,"maximum":6})",
+       "no multiple of 7 within the bounds at #"},
+      {R"({"type":"integer","multipleOf":2,"minimum":0,"maximum":5000})",
+       "'multipleOf' with bounds that hold more than 1000 multiples at #"},
       {R"({"oneOf":[{"type":"string"}]})", "unsupported keyword 'oneOf' at #"},
       {R"({"allOf":[{"type":"string"}]})", "unsupported keyword 'allOf' at #"},
       {R"({"not":{"type":"string"}})", "unsupported keyword 'not' at #"},
@@ -545,7 +587,7 @@ TEST(JsonSchema, RelaxedSchemasCompileAndNameEachChange) {
     "type": "object",
     "properties": {
       "mail": {"type": "string", "format": "uri"},
-      "price": {"type": "number", "minimum": 0.5, "multipleOf": 0.01},
+      "price": {"type": "number", "minimum": 0.5, "multipleOf": 0.03},
       "tags": {"type": "object", "additionalProperties": {"type": "integer"}},
       "kind": {"oneOf": [{"const": "a"}, {"$ref": "#/$defs/k", "description": "d", "title": "t"}]},
       "day": {"type": "string", "format": "date", "maxLength": 10},
@@ -559,7 +601,7 @@ TEST(JsonSchema, RelaxedSchemasCompileAndNameEachChange) {
   const ojson r = relax_json_schema(schema, &notes);
   EXPECT_EQ(notes,
             (std::vector<std::string>{
-                "'format' 'uri' at #/properties/mail", "'multipleOf' at #/properties/price",
+                "'format' 'uri' at #/properties/mail", "'multipleOf' 0.03 at #/properties/price",
                 "'minimum' on a number (not a whole number within 1e15) at #/properties/price",
                 "'additionalProperties' (a schema) read as true at #/properties/tags",
                 "'oneOf' read as 'anyOf' at #/properties/kind",
@@ -682,6 +724,12 @@ TEST(JsonSchema, TestValidatorRejectsInvalidValues) {
       {"email", "a.b@c.de", {"a..b@c.de", "ab@", "a b@c.de", "a@-c.de"}},
       {"duration", "P1Y2M3DT4H5M6S", {"P", "PT", "P1H", "P1W2D", "P1D2Y"}},
   };
+  const ojson m3 = ojson::parse(R"({"multipleOf":3})"),
+              m01 = ojson::parse(R"({"multipleOf":0.01})");
+  EXPECT_TRUE(validate(nlohmann::json(9), m3, m3, why));
+  EXPECT_FALSE(validate(nlohmann::json(7), m3, m3, why));
+  EXPECT_TRUE(validate(nlohmann::json::parse("0.07"), m01, m01, why));
+  EXPECT_FALSE(validate(nlohmann::json::parse("0.075"), m01, m01, why));
   for (const Case& c : formats) {
     EXPECT_TRUE(schema_test::valid_format(c.format, c.good)) << c.format;
     for (const std::string& b : c.bad) EXPECT_FALSE(schema_test::valid_format(c.format, b)) << b;

@@ -519,8 +519,8 @@ TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
                     "backreferences are not supported at offset 3 in 'pattern' at #");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","strict":true,"schema":{"type":"object",)"
-                              R"("properties":{"n":{"type":"number","multipleOf":3}}}}})"),
-                    "unsupported keyword 'multipleOf' at #/properties/n");
+                              R"("properties":{"n":{"type":"number","multipleOf":0.3}}}}})"),
+                    "'multipleOf' 0.3 at #/properties/n is not supported");
   expect_chat_error(chat_with(R"("response_format":{"type":"json_schema","json_schema":)"
                               R"({"name":"x","strict":true,"schema":{"type":"number",)"
                               R"("minimum":3.5}}})"),

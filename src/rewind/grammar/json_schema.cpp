@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -89,7 +91,8 @@ const std::set<std::string, std::less<>> kKeywords = {"type",
                                                       "minimum",
                                                       "maximum",
                                                       "exclusiveMinimum",
-                                                      "exclusiveMaximum"};
+                                                      "exclusiveMaximum",
+                                                      "multipleOf"};
 const std::set<std::string, std::less<>> kFormats = {
     "date", "time", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"};
 
@@ -191,6 +194,65 @@ Result<std::string> pattern_expr(const ojson& s, const std::string& path) {
   return expr;
 }
 
+// What a multipleOf holds to: multiples of a whole k (1 to kMaxMultiple; on numbers too, which
+// makes them integers), or, on numbers, at most `frac` fraction digits (multipleOf 10^-frac).
+struct MultipleOf {
+  int64_t k = 0;
+  int frac = -1;
+};
+constexpr int64_t kMaxMultiple = 1000;  // remainder states of the digit rule; multiples listed
+
+Result<MultipleOf> multiple_of(const ojson& s, bool number, const std::string& path) {
+  const ojson& m = s["multipleOf"];
+  if (!m.is_number() || !(m.get<double>() > 0))
+    return make_error("json_schema: 'multipleOf' at " + path + " must be a number above 0");
+  const double v = m.get<double>();
+  if (std::floor(v) == v && v <= static_cast<double>(kMaxMultiple))
+    return MultipleOf{static_cast<int64_t>(v), -1};
+  for (int n = 1; number && n <= 16; ++n)
+    if (std::strtod(("1e-" + std::to_string(n)).c_str(), nullptr) == v) return MultipleOf{0, n};
+  return make_error("json_schema: 'multipleOf' " + m.dump() + " at " + path +
+                    " is not supported (whole numbers up to " + std::to_string(kMaxMultiple) +
+                    "; 0.1, 0.01, ... on numbers)");
+}
+
+// The integers within a schema's bounds, clamped to what the integer rule spells (16 digits;
+// 1e16 is exact in a double, 10^16 - 1 is not); lo > hi when none.
+Result<std::pair<int64_t, int64_t>> integer_bounds(const ojson& s, const std::string& path) {
+  auto to_int = [](double v) -> int64_t {
+    return v <= -1e16 ? -kMaxInteger - 1 : v >= 1e16 ? kMaxInteger + 1 : static_cast<int64_t>(v);
+  };
+  int64_t lo = -kMaxInteger, hi = kMaxInteger;
+  for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+    if (!s.contains(kw)) continue;
+    const std::string k = kw;
+    if (!s[kw].is_number() || std::isnan(s[kw].get<double>()))
+      return make_error("json_schema: '" + k + "' at " + path + " must be a number");
+    const double v = s[kw].get<double>();
+    if (k == "minimum") lo = std::max(lo, to_int(std::ceil(v)));
+    if (k == "exclusiveMinimum") lo = std::max(lo, to_int(std::floor(v)) + 1);
+    if (k == "maximum") hi = std::min(hi, to_int(std::floor(v)));
+    if (k == "exclusiveMaximum") hi = std::min(hi, to_int(std::ceil(v)) - 1);
+  }
+  return std::pair{lo, hi};
+}
+
+// The multiples of k within [lo, hi] (lo <= hi), when there are at most kMaxMultiple of them.
+Result<std::vector<int64_t>> multiples_between(int64_t k, int64_t lo, int64_t hi,
+                                               const std::string& path) {
+  const int64_t first = lo >= 0 ? (lo + k - 1) / k * k : -(-lo / k * k);
+  const int64_t last = hi >= 0 ? hi / k * k : -((-hi + k - 1) / k * k);
+  if (first > last)
+    return make_error("json_schema: no multiple of " + std::to_string(k) +
+                      " within the bounds at " + path);
+  if ((last - first) / k >= kMaxMultiple)
+    return make_error("json_schema: 'multipleOf' with bounds that hold more than " +
+                      std::to_string(kMaxMultiple) + " multiples at " + path + " is not supported");
+  std::vector<int64_t> out;
+  for (int64_t x = first; x <= last; x += k) out.push_back(x);
+  return out;
+}
+
 class SchemaCompiler {
  public:
   // Compiles `root` as the rule `root_name`; rule names are unique within `names` and the
@@ -249,7 +311,10 @@ class SchemaCompiler {
                                 const std::string& hint, int depth);
   Result<std::string> object_rule(const ojson& s, const std::string& path, const std::string& hint,
                                   int depth);
-  Result<std::string> number_rule(const ojson& s, const std::string& path, const std::string& hint);
+  Result<std::string> number_rule(const ojson& s, const std::string& path, const std::string& hint,
+                                  int frac_digits);
+  std::string multiple_rule(int64_t k, const std::string& hint, bool negative, bool zero,
+                            bool positive);
   Result<std::string> array_rule(const ojson& s, const std::string& path, const std::string& hint,
                                  int depth);
 
@@ -362,7 +427,7 @@ Result<std::string> SchemaCompiler::visit(const ojson& s, const std::string& pat
         s.contains("maxLength"))
       types.push_back("string");
     if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
-        s.contains("exclusiveMaximum"))
+        s.contains("exclusiveMaximum") || s.contains("multipleOf"))
       types.push_back("integer");  // a subset of the numbers in range
     if (types.empty()) return std::string("value");
   }
@@ -424,29 +489,38 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
   if (type == "array") return array_rule(s, path, hint, depth);
   const bool bounded = s.contains("minimum") || s.contains("maximum") ||
                        s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
-  if (type == "integer" && bounded) {
-    // Inclusive integer bounds, clamped to what the integer rule spells (16 digits; 1e16 is
-    // exact in a double, 10^16 - 1 is not).
-    auto to_int = [](double v) -> int64_t {
-      return v <= -1e16 ? -kMaxInteger - 1 : v >= 1e16 ? kMaxInteger + 1 : static_cast<int64_t>(v);
-    };
-    int64_t lo = -kMaxInteger, hi = kMaxInteger;
-    for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
-      if (!s.contains(kw)) continue;
-      if (!s[kw].is_number())
-        return error("'" + std::string(kw) + "' at " + path + " must be a number");
-      const double v = s[kw].get<double>();
-      if (std::isnan(v)) return error("'" + std::string(kw) + "' at " + path + " must be a number");
-      const std::string k = kw;
-      if (k == "minimum") lo = std::max(lo, to_int(std::ceil(v)));
-      if (k == "exclusiveMinimum") lo = std::max(lo, to_int(std::floor(v)) + 1);
-      if (k == "maximum") hi = std::min(hi, to_int(std::floor(v)));
-      if (k == "exclusiveMaximum") hi = std::min(hi, to_int(std::ceil(v)) - 1);
-    }
-    if (lo > hi) return error("no integer within the bounds at " + path);
-    return add_rule(hint, integer_between(lo, hi));
+  std::optional<MultipleOf> mo;
+  if ((type == "integer" || type == "number") && s.contains("multipleOf")) {
+    REWIND_TRY(mo, multiple_of(s, type == "number", path));
   }
-  if (type == "number" && bounded) return number_rule(s, path, hint);
+  if ((type == "integer" || (mo && mo->k > 0)) && (bounded || (mo && mo->k > 1))) {
+    REWIND_TRY(const auto range, integer_bounds(s, path));
+    const auto [lo, hi] = range;
+    if (lo > hi) return error("no integer within the bounds at " + path);
+    if (!mo || mo->k == 1) return add_rule(hint, integer_between(lo, hi));
+    // One side bounded near zero (minimum 0, exclusiveMinimum 0, maximum 0, ...): the digit
+    // rule with one sign; otherwise the multiples listed.
+    const int64_t k = mo->k;
+    if (hi == kMaxInteger && lo >= 0 && lo <= k)
+      return multiple_rule(k, hint, false, lo == 0, true);
+    if (lo == -kMaxInteger && hi <= 0 && hi >= -k)
+      return multiple_rule(k, hint, true, hi == 0, false);
+    if (bounded) {
+      REWIND_TRY(const std::vector<int64_t> xs, multiples_between(mo->k, lo, hi, path));
+      std::string body;
+      for (size_t i = 0; i < xs.size(); ++i) {
+        if (i) body += " | ";
+        body += "\"" + std::to_string(xs[i]) + "\"";
+      }
+      return add_rule(hint, body);
+    }
+    return multiple_rule(k, hint, true, true, true);
+  }
+  if (type == "number" && mo && mo->k == 1) return std::string("integer");
+  if (type == "number" && bounded) return number_rule(s, path, hint, mo ? mo->frac : 16);
+  if (type == "number" && mo)
+    return add_rule(hint, "\"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1," +
+                              std::to_string(mo->frac) + "} )?");
   if (type == "number" || type == "integer" || type == "boolean" || type == "null") return type;
   // string
   if (s.contains("pattern")) {
@@ -480,8 +554,32 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
 // fraction f. Each side of zero is an interval of y with integer ends p <= q, either end open:
 // i strictly between them with any fraction; i = p with any fraction (p closed) or one that
 // is not all zeros (p open); i = q with no fraction (q closed).
+// The multiples of k (2 <= k <= kMaxMultiple) of the signs asked for, any number of digits: one
+// rule per remainder, the digits grouped by the remainder they lead to; never "-0".
+std::string SchemaCompiler::multiple_rule(int64_t k, const std::string& hint, bool negative,
+                                          bool zero, bool positive) {
+  std::vector<std::string> rem(static_cast<size_t>(k));
+  for (auto& r : rem) r = new_name(hint + "-mod");
+  auto moves = [&](int64_t r, int from) {  // "[digits] rule | ..." from remainder r
+    std::vector<std::string> to(static_cast<size_t>(k));
+    for (int d = from; d <= 9; ++d)
+      to[static_cast<size_t>((10 * r + d) % k)] += static_cast<char>('0' + d);
+    std::string out;
+    for (size_t t = 0; t < to.size(); ++t) {
+      if (to[t].empty()) continue;
+      if (!out.empty()) out += " | ";
+      out += "[" + to[t] + "] " + rem[t];
+    }
+    return out;
+  };
+  for (int64_t r = 0; r < k; ++r)
+    rules_.emplace_back(rem[static_cast<size_t>(r)], moves(r, 0) + (r == 0 ? " | \"\"" : ""));
+  const std::string sign = negative && positive ? "\"-\"? " : negative ? "\"-\" " : "";
+  return add_rule(hint, (zero ? "\"0\" | " : "") + sign + "( " + moves(0, 1) + " )");
+}
+
 Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::string& path,
-                                                const std::string& hint) {
+                                                const std::string& hint, int frac_digits) {
   constexpr double kMaxBound = 1e15;
   double lo = -kMaxBound - 1, hi = kMaxBound + 1;  // past these: unbounded on that side
   bool lo_open = false, hi_open = false;
@@ -505,7 +603,9 @@ Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::strin
     }
   }
   const bool lo_inf = lo<-kMaxBound, hi_inf = hi> kMaxBound;
-  const std::string frac = "( \".\" [0-9]{1,16} )?", nonzero = "\".\" [0-9]{0,15} [1-9]";
+  const std::string f = std::to_string(frac_digits), f1 = std::to_string(frac_digits - 1);
+  const std::string frac = "( \".\" [0-9]{1," + f + "} )?",
+                    nonzero = "\".\" [0-9]{0," + f1 + "} [1-9]";
   // y in [p, q] (q_inf: no upper end), p and q whole and >= 0.
   auto side = [&](int64_t p, bool p_open, int64_t q, bool q_open, bool q_inf) {
     std::vector<std::string> alts;
@@ -751,7 +851,33 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
     const ojson& t = s["type"];
     number = t == "number" || (t.is_array() && std::find(t.begin(), t.end(), "number") != t.end());
   }
-  if (number)
+  // multipleOf as each numeric type reads it (no type: integers), then bounds on numbers that
+  // are not whole unless a whole multipleOf makes the numbers integers.
+  bool whole_multiple = false;
+  if (s.contains("multipleOf")) {
+    const ojson t = s.contains("type") ? s["type"] : ojson("integer");
+    auto has = [&](const char* ty) {
+      return t == ty || (t.is_array() && std::find(t.begin(), t.end(), ty) != t.end());
+    };
+    const bool bounds = s.contains("minimum") || s.contains("maximum") ||
+                        s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
+    for (bool num : {false, true}) {
+      if (!s.contains("multipleOf") || !has(num ? "number" : "integer")) continue;
+      auto mo = multiple_of(s, num, path);
+      if (!mo.ok()) {
+        drop("multipleOf", " " + s["multipleOf"].dump());
+        continue;
+      }
+      whole_multiple = mo->k > 0;
+      if (mo->k > 1 && bounds) {
+        auto range = integer_bounds(s, path);
+        if (range.ok() && range->first <= range->second &&
+            !multiples_between(mo->k, range->first, range->second, path).ok())
+          drop("multipleOf", " with bounds that hold no multiple or too many");
+      }
+    }
+  }
+  if (number && !whole_multiple)
     for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
       if (s.contains(kw) &&
           (!s[kw].is_number() || std::floor(s[kw].get<double>()) != s[kw].get<double>() ||

@@ -10,10 +10,11 @@
 // or a length); format date, time, date-time, duration, email, hostname, ipv4, ipv6, uuid
 // (OpenAI's list); minimum, maximum, exclusiveMinimum, exclusiveMaximum on integers, and on
 // numbers when they are whole numbers within 1e15 (others are refused; without a type they
-// give integers in range). Annotations are ignored: title,
+// give integers in range); multipleOf a whole number up to 1000 (on numbers too: then
+// integers), or 0.1, 0.01, ... on numbers. Annotations are ignored: title,
 // description, $schema, $id, $comment, default, examples, deprecated, readOnly, writeOnly.
 // Any other keyword is refused with an error naming it and where it is ("json_schema:
-// unsupported keyword 'multipleOf' at #/properties/n"), which the server returns as a 400
+// unsupported keyword 'not' at #/properties/n"), which the server returns as a 400
 // for a strict schema; others are relaxed first (relax_json_schema, below).
 //
 // What the grammar generates (each a subset of what the schema accepts, so outputs validate):
@@ -28,7 +29,9 @@
 // * Numbers: an integer part of at most 16 digits, at most 16 fraction digits, an exponent of
 //   at most 2 digits; within bounds, no exponent and the bounds exactly; integers at most 16 digits
 //   (so they stay exact in int64), within their bounds exactly (a digit-by-digit range, without
-//   leading zeros or "-0").
+//   leading zeros or "-0"). multipleOf k: without bounds (or with one bound at most k from zero)
+//   any number of digits, by a rule per remainder; with bounds, the multiples listed (at most
+//   1000, else refused); multipleOf 10^-n: at most n fraction digits, no exponent.
 // * Strings: any UTF-8 text with JSON escapes (\uXXXX only as a non-surrogate or a proper
 //   surrogate pair); minLength / maxLength count code points (at most 10000).
 // * Patterns: the strings the pattern matches, each character in one JSON spelling; an end
@@ -72,12 +75,12 @@ Result<Grammar> compile_json_schema(const nlohmann::ordered_json& schema);
 // A schema a client did not mark strict (OpenAI holds those to no grammar), made compilable:
 // what the compiler refuses is taken out, so the grammar allows more than the schema there
 // (its output may not validate at those places) and nothing else changes. Dropped: unknown
-// keywords (multipleOf, ...) and formats, keywords beside $ref or beside enum / const, an
-// anyOf beside other keywords (they win), an allOf of several schemas, a format with a
-// length, a pattern the subset lacks (a backreference, ...) or beside a format or a length,
+// keywords (not, ...) and formats, a multipleOf the subset lacks, keywords beside $ref or beside
+// enum / const, an anyOf beside other keywords (they win), an allOf of several schemas, a format
+// with a length, a pattern the subset lacks (a backreference, ...) or beside a format or a length,
 // bounds on numbers that are not whole, required names that properties lacks; an allOf of one
 // schema is that schema, a schema as additionalProperties becomes true, oneOf is read as
-// anyOf (its $refs follow). Each change is appended to *relaxed ("'multipleOf' at
+// anyOf (its $refs follow). Each change is appended to *relaxed ("'multipleOf' 0.25 at
 // #/properties/n"). Malformed schemas stay malformed.
 nlohmann::ordered_json relax_json_schema(const nlohmann::ordered_json& schema,
                                          std::vector<std::string>* relaxed);
