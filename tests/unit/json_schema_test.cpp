@@ -494,6 +494,8 @@ TEST(JsonSchema, UnsupportedKeywordsAreRefusedByName) {
        "no multiple of 7 within the bounds at #"},
       {R"({"type":"integer","multipleOf":2,"minimum":0,"maximum":5000})",
        "'multipleOf' with bounds that hold more than 1000 multiples at #"},
+      {R"({"type":"integer","multipleOf":5,"minimum":0,"maximum":1e16})",
+       "'multipleOf' with bounds that hold more than 1000 multiples at #"},
       {R"({"oneOf":[{"type":"string"}]})", "unsupported keyword 'oneOf' at #"},
       {R"({"allOf":[{"type":"string"}]})", "unsupported keyword 'allOf' at #"},
       {R"({"not":{"type":"string"}})", "unsupported keyword 'not' at #"},

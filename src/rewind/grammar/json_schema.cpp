@@ -501,10 +501,10 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
     // One side bounded near zero (minimum 0, exclusiveMinimum 0, maximum 0, ...): the digit
     // rule with one sign; otherwise the multiples listed.
     const int64_t k = mo->k;
-    if (hi == kMaxInteger && lo >= 0 && lo <= k)
-      return multiple_rule(k, hint, false, lo == 0, true);
-    if (lo == -kMaxInteger && hi <= 0 && hi >= -k)
-      return multiple_rule(k, hint, true, hi == 0, false);
+    const bool no_lo = !s.contains("minimum") && !s.contains("exclusiveMinimum");
+    const bool no_hi = !s.contains("maximum") && !s.contains("exclusiveMaximum");
+    if (no_hi && lo >= 0 && lo <= k) return multiple_rule(k, hint, false, lo == 0, true);
+    if (no_lo && hi <= 0 && hi >= -k) return multiple_rule(k, hint, true, hi == 0, false);
     if (bounded) {
       REWIND_TRY(const std::vector<int64_t> xs, multiples_between(mo->k, lo, hi, path));
       std::string body;
@@ -602,7 +602,8 @@ Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::strin
       hi_open = open;
     }
   }
-  const bool lo_inf = lo<-kMaxBound, hi_inf = hi> kMaxBound;
+  const bool lo_inf = lo < -kMaxBound;
+  const bool hi_inf = hi > kMaxBound;
   const std::string f = std::to_string(frac_digits), f1 = std::to_string(frac_digits - 1);
   const std::string frac = "( \".\" [0-9]{1," + f + "} )?",
                     nonzero = "\".\" [0-9]{0," + f1 + "} [1-9]";
