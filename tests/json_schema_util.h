@@ -172,9 +172,11 @@ inline bool validate(const nlohmann::json& v, const ojson& s, const ojson& root,
       return false;
     }
   }
-  if (v.is_number() && s.contains("multipleOf")) {
+  if (v.is_number() && s.contains("multipleOf")) {  // exact for integers, else to 1e-6
     const double m = s["multipleOf"].get<double>(), q = v.get<double>() / m;
-    if (std::fabs(q - std::round(q)) > 1e-6 * std::max(1.0, std::fabs(q))) {
+    const bool whole = s["multipleOf"].is_number_integer() && v.is_number_integer();
+    if (whole ? v.get<int64_t>() % s["multipleOf"].get<int64_t>() != 0
+              : std::fabs(q - std::round(q)) > 1e-6 * std::max(1.0, std::fabs(q))) {
       why = "not a multiple of " + s["multipleOf"].dump() + ": " + v.dump();
       return false;
     }

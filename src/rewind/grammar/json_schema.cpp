@@ -200,7 +200,8 @@ struct MultipleOf {
   int64_t k = 0;
   int frac = -1;
 };
-constexpr int64_t kMaxMultiple = 1000;  // remainder states of the digit rule; multiples listed
+constexpr int64_t kMaxMultiple = 1000;  // multiples listed between bounds
+constexpr int64_t kMaxDigitRule = 100;  // remainders of the digit rule (16 digits each)
 
 Result<MultipleOf> multiple_of(const ojson& s, bool number, const std::string& path) {
   const ojson& m = s["multipleOf"];
@@ -503,8 +504,11 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
     const int64_t k = mo->k;
     const bool no_lo = !s.contains("minimum") && !s.contains("exclusiveMinimum");
     const bool no_hi = !s.contains("maximum") && !s.contains("exclusiveMaximum");
-    if (no_hi && lo >= 0 && lo <= k) return multiple_rule(k, hint, false, lo == 0, true);
-    if (no_lo && hi <= 0 && hi >= -k) return multiple_rule(k, hint, true, hi == 0, false);
+    const bool digit_rule = k <= kMaxDigitRule;
+    if (digit_rule && no_hi && lo >= 0 && lo <= k)
+      return multiple_rule(k, hint, false, lo == 0, true);
+    if (digit_rule && no_lo && hi <= 0 && hi >= -k)
+      return multiple_rule(k, hint, true, hi == 0, false);
     if (bounded) {
       REWIND_TRY(const std::vector<int64_t> xs, multiples_between(mo->k, lo, hi, path));
       std::string body;
@@ -514,6 +518,10 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
       }
       return add_rule(hint, body);
     }
+    if (!digit_rule)
+      return error("'multipleOf' " + std::to_string(k) + " at " + path + " above " +
+                   std::to_string(kMaxDigitRule) + " needs bounds that hold at most " +
+                   std::to_string(kMaxMultiple) + " multiples");
     return multiple_rule(k, hint, true, true, true);
   }
   if (type == "number" && mo && mo->k == 1) return std::string("integer");
@@ -554,28 +562,44 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
 // fraction f. Each side of zero is an interval of y with integer ends p <= q, either end open:
 // i strictly between them with any fraction; i = p with any fraction (p closed) or one that
 // is not all zeros (p open); i = q with no fraction (q closed).
-// The multiples of k (2 <= k <= kMaxMultiple) of the signs asked for, any number of digits: one
-// rule per remainder, the digits grouped by the remainder they lead to; never "-0".
+// The multiples of k (2 <= k <= kMaxDigitRule) of the signs asked for, of at most 16 digits as
+// the integer rule: one rule per remainder and digit count from which a multiple can still end,
+// the digits grouped by the rule they lead to; never "-0".
 std::string SchemaCompiler::multiple_rule(int64_t k, const std::string& hint, bool negative,
                                           bool zero, bool positive) {
-  std::vector<std::string> rem(static_cast<size_t>(k));
-  for (auto& r : rem) r = new_name(hint + "-mod");
-  auto moves = [&](int64_t r, int from) {  // "[digits] rule | ..." from remainder r
-    std::vector<std::string> to(static_cast<size_t>(k));
-    for (int d = from; d <= 9; ++d)
-      to[static_cast<size_t>((10 * r + d) % k)] += static_cast<char>('0' + d);
+  constexpr int kDigits = 16;
+  const auto n = static_cast<size_t>(k);
+  // alive[d][r]: after d digits with remainder r, a multiple can still end.
+  std::vector<std::vector<bool>> alive(kDigits + 1, std::vector<bool>(n));
+  std::vector<std::vector<std::string>> name(kDigits + 1, std::vector<std::string>(n));
+  for (int d = kDigits; d >= 1; --d)
+    for (size_t r = 0; r < n; ++r) {
+      bool a = r == 0;
+      for (int g = 0; g <= 9 && !a && d < kDigits; ++g) a = alive[d + 1][(10 * r + g) % n];
+      alive[d][r] = a;
+      if (a) name[d][r] = new_name(hint + "-mod");
+    }
+  auto moves = [&](size_t r, int d, int from) {  // "[digits] rule | ..." for digit d + 1
+    std::vector<std::string> to(n);
+    for (int g = from; g <= 9 && d < kDigits; ++g)
+      if (alive[d + 1][(10 * r + g) % n]) to[(10 * r + g) % n] += static_cast<char>('0' + g);
     std::string out;
-    for (size_t t = 0; t < to.size(); ++t) {
+    for (size_t t = 0; t < n; ++t) {
       if (to[t].empty()) continue;
       if (!out.empty()) out += " | ";
-      out += "[" + to[t] + "] " + rem[t];
+      out += "[" + to[t] + "] " + name[d + 1][t];
     }
     return out;
   };
-  for (int64_t r = 0; r < k; ++r)
-    rules_.emplace_back(rem[static_cast<size_t>(r)], moves(r, 0) + (r == 0 ? " | \"\"" : ""));
+  for (int d = 1; d <= kDigits; ++d)
+    for (size_t r = 0; r < n; ++r) {
+      if (!alive[d][r]) continue;
+      std::string body = moves(r, d, 0);
+      if (r == 0) body += body.empty() ? "\"\"" : " | \"\"";
+      rules_.emplace_back(name[d][r], body);
+    }
   const std::string sign = negative && positive ? "\"-\"? " : negative ? "\"-\" " : "";
-  return add_rule(hint, (zero ? "\"0\" | " : "") + sign + "( " + moves(0, 1) + " )");
+  return add_rule(hint, (zero ? "\"0\" | " : "") + sign + "( " + moves(0, 0, 1) + " )");
 }
 
 Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::string& path,
@@ -852,38 +876,35 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
     const ojson& t = s["type"];
     number = t == "number" || (t.is_array() && std::find(t.begin(), t.end(), "number") != t.end());
   }
-  // multipleOf as each numeric type reads it (no type: integers), then bounds on numbers that
-  // are not whole unless a whole multipleOf makes the numbers integers.
-  bool whole_multiple = false;
-  if (s.contains("multipleOf")) {
+  // multipleOf and bounds as the compiler reads them for each numeric type of the value (no
+  // type: integers): a multipleOf it refuses goes first, then bounds on numbers that are not
+  // whole.
+  if (s.contains("multipleOf") || number) {
     const ojson t = s.contains("type") ? s["type"] : ojson("integer");
     auto has = [&](const char* ty) {
       return t == ty || (t.is_array() && std::find(t.begin(), t.end(), ty) != t.end());
     };
-    const bool bounds = s.contains("minimum") || s.contains("maximum") ||
-                        s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum");
-    for (bool num : {false, true}) {
-      if (!s.contains("multipleOf") || !has(num ? "number" : "integer")) continue;
-      auto mo = multiple_of(s, num, path);
-      if (!mo.ok()) {
-        drop("multipleOf", " " + s["multipleOf"].dump());
-        continue;
+    auto compiles = [&](const char* ty) {  // the numeric keywords alone, as type ty
+      ojson alone = {{"type", ty}};
+      for (const char* kw :
+           {"multipleOf", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+        if (s.contains(kw)) alone[kw] = s[kw];
+      return json_schema_to_gbnf(alone).ok();
+    };
+    for (const char* ty : {"integer", "number"}) {
+      if (!has(ty) || compiles(ty)) continue;
+      if (s.contains("multipleOf")) {
+        const bool valid = multiple_of(s, std::string(ty) == "number", path).ok();
+        drop("multipleOf", valid ? " with these bounds" : " " + s["multipleOf"].dump());
       }
-      whole_multiple = mo->k > 0;
-      if (mo->k > 1 && bounds) {
-        auto range = integer_bounds(s, path);
-        if (range.ok() && range->first <= range->second &&
-            !multiples_between(mo->k, range->first, range->second, path).ok())
-          drop("multipleOf", " with bounds that hold no multiple or too many");
-      }
+      if (std::string(ty) == "number" && !compiles(ty))
+        for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
+          if (s.contains(kw) &&
+              (!s[kw].is_number() || std::floor(s[kw].get<double>()) != s[kw].get<double>() ||
+               std::fabs(s[kw].get<double>()) > 1e15))
+            drop(kw, " on a number (not a whole number within 1e15)");
     }
   }
-  if (number && !whole_multiple)
-    for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-      if (s.contains(kw) &&
-          (!s[kw].is_number() || std::floor(s[kw].get<double>()) != s[kw].get<double>() ||
-           std::fabs(s[kw].get<double>()) > 1e15))
-        drop(kw, " on a number (not a whole number within 1e15)");
   // The subschemas.
   for (const char* map : {"properties", "$defs", "definitions"})
     if (s.contains(map) && s[map].is_object())

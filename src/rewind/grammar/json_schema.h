@@ -30,8 +30,8 @@
 //   at most 2 digits; within bounds, no exponent and the bounds exactly; integers at most 16 digits
 //   (so they stay exact in int64), within their bounds exactly (a digit-by-digit range, without
 //   leading zeros or "-0"). multipleOf k: without bounds (or with one bound at most k from zero)
-//   any number of digits, by a rule per remainder; with bounds, the multiples listed (at most
-//   1000, else refused); multipleOf 10^-n: at most n fraction digits, no exponent.
+//   by a rule per remainder and digit count (k up to 100); with bounds, the multiples listed (at
+//   most 1000, else refused); multipleOf 10^-n: at most n fraction digits, no exponent.
 // * Strings: any UTF-8 text with JSON escapes (\uXXXX only as a non-surrogate or a proper
 //   surrogate pair); minLength / maxLength count code points (at most 10000).
 // * Patterns: the strings the pattern matches, each character in one JSON spelling; an end

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -505,17 +506,97 @@ class Writer {
         return "( " + out + " )";
       }
       case Node::kRepeat: {
-        REWIND_TRY(const std::string x, node(n.kids[0]));
-        const std::string g = "( " + x + " )";
-        if (n.min == 0 && n.max == -1) return g + "*";
-        if (n.min == 1 && n.max == -1) return g + "+";
-        if (n.min == 0 && n.max == 1) return g + "?";
-        if (n.max == -1) return g + "{" + std::to_string(n.min) + ",}";
-        if (n.min == n.max) return g + "{" + std::to_string(n.min) + "}";
-        return g + "{" + std::to_string(n.min) + "," + std::to_string(n.max) + "}";
+        // An item that can match nothing is repeated as its other strings from zero times (the
+        // same strings): GBNF refuses a repetition of an empty string as left recursion.
+        const Node& x = n.kids[0];
+        if (!nullable(x)) {
+          REWIND_TRY(const std::string e, node(x));
+          return repeat("( " + e + " )", n.min, n.max);
+        }
+        REWIND_TRY(const std::optional<std::string> e, nonempty(x));
+        if (!e || n.max == 0) return std::string("\"\"");
+        return repeat("( " + *e + " )", 0, n.max);
       }
     }
     return fail("an unknown node", n.offset);
+  }
+
+  static std::string repeat(const std::string& g, int32_t min, int32_t max) {
+    if (min == 0 && max == -1) return g + "*";
+    if (min == 1 && max == -1) return g + "+";
+    if (min == 0 && max == 1) return g + "?";
+    if (max == -1) return g + "{" + std::to_string(min) + ",}";
+    if (min == max) return g + "{" + std::to_string(min) + "}";
+    return g + "{" + std::to_string(min) + "," + std::to_string(max) + "}";
+  }
+
+  // Whether n matches the empty string (anchors included: they are refused when written).
+  static bool nullable(const Node& n) {
+    switch (n.kind) {
+      case Node::kSet:
+        return false;
+      case Node::kSeq:
+        return std::all_of(n.kids.begin(), n.kids.end(), [](const Node& k) { return nullable(k); });
+      case Node::kAlt:
+        return std::any_of(n.kids.begin(), n.kids.end(), [](const Node& k) { return nullable(k); });
+      case Node::kRepeat:
+        return n.min == 0 || nullable(n.kids[0]);
+      case Node::kStart:
+      case Node::kEnd:
+        return true;
+    }
+    return true;
+  }
+
+  // n's strings but the empty one (n nullable): none when the empty one is all there is.
+  Result<std::optional<std::string>> nonempty(const Node& n) {
+    using Out = std::optional<std::string>;
+    std::vector<std::string> alts;
+    switch (n.kind) {
+      case Node::kSet: {
+        REWIND_TRY(const std::string e, node(n));
+        return Out{e};
+      }
+      case Node::kStart:
+      case Node::kEnd: {
+        REWIND_TRY(const std::string e, node(n));  // the anchor's error
+        return Out{e};
+      }
+      case Node::kSeq:  // every item nullable: the first non-empty one, then the rest as is
+        for (size_t i = 0; i < n.kids.size(); ++i) {
+          REWIND_TRY(const Out head, nonempty(n.kids[i]));
+          if (!head) continue;
+          REWIND_TRY(const std::string rest, items(n, i + 1, n.kids.size()));
+          alts.push_back(rest.empty() ? *head : *head + " " + rest);
+        }
+        break;
+      case Node::kAlt:
+        for (const Node& k : n.kids) {
+          if (!nullable(k)) {
+            REWIND_TRY(const std::string e, node(k));
+            alts.push_back(e);
+            continue;
+          }
+          REWIND_TRY(const Out e, nonempty(k));
+          if (e) alts.push_back(*e);
+        }
+        break;
+      case Node::kRepeat: {
+        const Node& x = n.kids[0];
+        if (n.max == 0) return Out{};
+        if (!nullable(x)) {
+          REWIND_TRY(const std::string e, node(x));
+          return Out{repeat("( " + e + " )", 1, n.max)};
+        }
+        REWIND_TRY(const Out e, nonempty(x));
+        if (!e) return Out{};
+        return Out{repeat("( " + *e + " )", 1, n.max)};
+      }
+    }
+    if (alts.empty()) return Out{};
+    std::string out;
+    for (size_t a = 0; a < alts.size(); ++a) out += (a ? " | " : "") + alts[a];
+    return Out{"( " + out + " )"};
   }
 
   // A set of code points: a class of those written as themselves, and each one JSON escapes.

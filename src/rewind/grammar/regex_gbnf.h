@@ -7,7 +7,8 @@
 // Supported: literals; . (any code point but \n \r U+2028 U+2029); classes [...] and [^...]
 // with ranges; \d \D \w \W \s \S (ECMA-262's sets); escapes \t \n \r \v \f \0 \xHH \uHHHH
 // (surrogate pairs joined) \u{H...} \cX and escaped syntax characters; groups (...) (?:...)
-// (?<name>...); alternation; * + ? {m} {m,} {m,n} (and their lazy forms: the same strings).
+// (?<name>...); alternation; * + ? {m} {m,} {m,n} (and their lazy forms: the same strings; a
+// repeated item that can match nothing is repeated as its other strings, from zero times).
 // Refused with a message naming the offset: backreferences, lookaround, word boundaries,
 // Unicode property escapes, anchors elsewhere, counts past kGbnfMaxRepeat, nesting past 64,
 // a class that matches no character. Each character is written in one JSON spelling: the quote,
