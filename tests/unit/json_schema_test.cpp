@@ -332,6 +332,8 @@ TEST(JsonSchema, PatternsBeyondTheSubsetAreRefused) {
       {R"(a{3,2})", "a repetition {m,n} with n below m at offset 1"},
       {R"(a{20000})", "a repetition count above 10000"},
       {R"((ab)", "an unterminated group at offset 0"},
+      {R"((?<a)b>c))", "a malformed group name at offset 0"},
+      {R"((?<>a))", "a malformed group name at offset 0"},
       {R"(ab))", "unmatched ')' at offset 2"},
       {R"([ab)", "an unterminated character class at offset 0"},
       {R"([^\s\S])", "a character class that matches no character at offset 0"},

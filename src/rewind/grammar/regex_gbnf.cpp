@@ -310,6 +310,15 @@ class Parser {
                      p_[i_ + 1] != '!') {
             const size_t close = p_.find('>', i_);
             if (close == std::string_view::npos) return fail("an unterminated group name", at);
+            // An identifier (ASCII here): a letter, '_' or '$', then those and digits.
+            const std::string_view name = p_.substr(i_ + 1, close - i_ - 1);
+            auto start = [](char ch) {
+              return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch == '$';
+            };
+            if (name.empty() || !start(name[0]) ||
+                !std::all_of(name.begin(), name.end(),
+                             [&](char ch) { return start(ch) || (ch >= '0' && ch <= '9'); }))
+              return fail("a malformed group name", at);
             i_ = close + 1;
           } else {
             return fail("lookaround and other (?...) groups are not supported", at);
