@@ -703,6 +703,15 @@ std::string gbnf_literal(std::string_view text) {
   return out + "\"";
 }
 
+std::string gbnf_alternatives(const std::vector<std::string>& alts) {
+  std::string out;
+  for (size_t i = 0; i < alts.size(); ++i) {
+    if (i) out += " | ";
+    out += alts[i];
+  }
+  return out;
+}
+
 std::string Grammar::to_string() const {
   static const char* hex = "0123456789ABCDEF";
   auto set_text = [&](const ByteSet& bs) {

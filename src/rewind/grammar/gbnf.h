@@ -85,4 +85,7 @@ Result<Grammar> parse_gbnf(std::string_view text, std::string_view root = "root"
 // UTF-8 included, as they are).
 std::string gbnf_literal(std::string_view text);
 
+// GBNF alternatives joined: "a | b | c" (empty for none).
+std::string gbnf_alternatives(const std::vector<std::string>& alts);
+
 }  // namespace rw

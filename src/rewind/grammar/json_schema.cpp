@@ -131,8 +131,7 @@ std::string positive_between(int64_t a, int64_t b) {
     alts.push_back(digits_between(std::to_string(lo), std::to_string(hi)));
     lo = hi + 1;
   }
-  std::string out;
-  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+  const std::string out = gbnf_alternatives(alts);
   return alts.size() > 1 ? "( " + out + " )" : out;
 }
 
@@ -142,9 +141,7 @@ std::string integer_between(int64_t lo, int64_t hi) {
   if (lo < 0) alts.push_back("\"-\" " + positive_between(std::max<int64_t>(1, -hi), -lo));
   if (lo <= 0 && hi >= 0) alts.push_back("\"0\"");
   if (hi > 0) alts.push_back(positive_between(std::max<int64_t>(1, lo), hi));
-  std::string out;
-  for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
-  return out;
+  return gbnf_alternatives(alts);
 }
 
 // v as compact JSON text (what the grammar must spell); strings that are not UTF-8 are refused.
@@ -192,6 +189,14 @@ Result<std::string> pattern_expr(const ojson& s, const std::string& path) {
   if (!expr.ok())
     return make_error("json_schema: " + expr.error_message() + " in 'pattern' at " + path);
   return expr;
+}
+
+// Number bounds the compiler takes on numbers: whole numbers within kMaxNumberBound.
+constexpr double kMaxNumberBound = 1e15;
+bool whole_bound(const ojson& v) {
+  if (!v.is_number()) return false;
+  const double x = v.get<double>();
+  return std::isfinite(x) && std::floor(x) == x && std::fabs(x) <= kMaxNumberBound;
 }
 
 // What a multipleOf holds to: multiples of a whole k (1 to kMaxMultiple; on numbers too, which
@@ -510,13 +515,10 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
     if (digit_rule && no_lo && hi <= 0 && hi >= -k)
       return multiple_rule(k, hint, true, hi == 0, false);
     if (bounded) {
-      REWIND_TRY(const std::vector<int64_t> xs, multiples_between(mo->k, lo, hi, path));
-      std::string body;
-      for (size_t i = 0; i < xs.size(); ++i) {
-        if (i) body += " | ";
-        body += "\"" + std::to_string(xs[i]) + "\"";
-      }
-      return add_rule(hint, body);
+      REWIND_TRY(const std::vector<int64_t> xs, multiples_between(k, lo, hi, path));
+      std::vector<std::string> lits;
+      for (int64_t x : xs) lits.push_back("\"" + std::to_string(x) + "\"");
+      return add_rule(hint, gbnf_alternatives(lits));
     }
     if (!digit_rule)
       return error("'multipleOf' " + std::to_string(k) + " at " + path + " above " +
@@ -583,13 +585,10 @@ std::string SchemaCompiler::multiple_rule(int64_t k, const std::string& hint, bo
     std::vector<std::string> to(n);
     for (int g = from; g <= 9 && d < kDigits; ++g)
       if (alive[d + 1][(10 * r + g) % n]) to[(10 * r + g) % n] += static_cast<char>('0' + g);
-    std::string out;
-    for (size_t t = 0; t < n; ++t) {
-      if (to[t].empty()) continue;
-      if (!out.empty()) out += " | ";
-      out += "[" + to[t] + "] " + name[d + 1][t];
-    }
-    return out;
+    std::vector<std::string> alts;
+    for (size_t t = 0; t < n; ++t)
+      if (!to[t].empty()) alts.push_back("[" + to[t] + "] " + name[d + 1][t]);
+    return gbnf_alternatives(alts);
   };
   for (int d = 1; d <= kDigits; ++d)
     for (size_t r = 0; r < n; ++r) {
@@ -604,7 +603,7 @@ std::string SchemaCompiler::multiple_rule(int64_t k, const std::string& hint, bo
 
 Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::string& path,
                                                 const std::string& hint, int frac_digits) {
-  constexpr double kMaxBound = 1e15;
+  constexpr double kMaxBound = kMaxNumberBound;
   double lo = -kMaxBound - 1, hi = kMaxBound + 1;  // past these: unbounded on that side
   bool lo_open = false, hi_open = false;
   for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
@@ -612,7 +611,7 @@ Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::strin
     const std::string k = kw;
     if (!s[kw].is_number()) return error("'" + k + "' at " + path + " must be a number");
     const double v = s[kw].get<double>();
-    if (!std::isfinite(v) || std::floor(v) != v || std::fabs(v) > kMaxBound)
+    if (!whole_bound(s[kw]))
       return error("'" + k + "' on a number at " + path +
                    " is not supported unless it is a whole number within 1e15");
     const bool open = k.rfind("exclusive", 0) == 0;
@@ -637,10 +636,8 @@ Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::strin
     if (q_inf || q > p) {
       const std::string ip = std::to_string(p);
       alts.push_back("\"" + ip + "\" " + (p_open ? nonzero : frac));
-      if (q_inf || p + 1 <= q - 1) {
-        const int64_t last = q_inf ? kMaxInteger : q - 1;
-        if (p + 1 <= last) alts.push_back("( " + integer_between(p + 1, last) + " ) " + frac);
-      }
+      const int64_t last = q_inf ? kMaxInteger : q - 1;  // integer parts strictly inside
+      if (p + 1 <= last) alts.push_back("( " + integer_between(p + 1, last) + " ) " + frac);
       if (!q_inf && !q_open) alts.push_back("\"" + std::to_string(q) + "\"");
     } else if (q == p && !p_open && !q_open) {
       alts.push_back("\"" + std::to_string(p) + "\"");
@@ -662,9 +659,7 @@ Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::strin
       alts.push_back("\"-\" " + a);
   }
   if (alts.empty()) return error("no number within the bounds at " + path);
-  std::string body;
-  for (size_t a = 0; a < alts.size(); ++a) body += (a ? " | " : "") + alts[a];
-  return add_rule(hint, body);
+  return add_rule(hint, gbnf_alternatives(alts));
 }
 
 Result<std::string> SchemaCompiler::object_rule(const ojson& s, const std::string& path,
@@ -899,9 +894,7 @@ void relax_at(ojson& s, const std::string& path, std::vector<std::string>* notes
       }
       if (std::string(ty) == "number" && !compiles(ty))
         for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})
-          if (s.contains(kw) &&
-              (!s[kw].is_number() || std::floor(s[kw].get<double>()) != s[kw].get<double>() ||
-               std::fabs(s[kw].get<double>()) > 1e15))
+          if (s.contains(kw) && !whole_bound(s[kw]))
             drop(kw, " on a number (not a whole number within 1e15)");
     }
   }

@@ -59,6 +59,16 @@ const CpSet kSpace = {{0x09, 0x0D},     {0x20, 0x20},     {0xA0, 0xA0},     {0x1
 const CpSet kLineTerminators = {{0x0A, 0x0A}, {0x0D, 0x0D}, {0x2028, 0x2029}};
 const CpSet kSurrogates = {{0xD800, 0xDFFF}};
 
+bool single(const CpSet& s) {
+  return s.size() == 1 && s[0].first == s[0].second;
+}
+
+// Alternatives in a group when there are several.
+std::string group(const std::vector<std::string>& alts) {
+  const std::string out = gbnf_alternatives(alts);
+  return alts.size() > 1 ? "( " + out + " )" : out;
+}
+
 struct Node {
   enum Kind { kSet, kSeq, kAlt, kRepeat, kStart, kEnd } kind;
   CpSet set;                  // kSet
@@ -223,8 +233,7 @@ class Parser {
       if (more() && peek() == '-' && i_ + 1 < p_.size() && p_[i_ + 1] != ']') {
         ++i_;
         REWIND_TRY(const CpSet hi, class_atom());
-        if (lo.size() != 1 || lo[0].first != lo[0].second || hi.size() != 1 ||
-            hi[0].first != hi[0].second)
+        if (!single(lo) || !single(hi))
           return fail("a range with a class escape (\\d, \\w, \\s) as an end", item);
         if (lo[0].first > hi[0].first) return fail("a range out of order", item);
         set.emplace_back(lo[0].first, hi[0].first);
@@ -276,7 +285,7 @@ class Parser {
       return false;
     }
     ++i_;
-    if ((hi >= 0 && hi < lo)) return fail("a repetition {m,n} with n below m", save);
+    if (hi >= 0 && hi < lo) return fail("a repetition {m,n} with n below m", save);
     if (lo > kGbnfMaxRepeat || hi > kGbnfMaxRepeat)
       return fail("a repetition count above " + std::to_string(kGbnfMaxRepeat), save);
     return true;
@@ -443,9 +452,8 @@ void append_item(std::string& out, const std::string& x) {
 class Writer {
  public:
   Result<std::string> top(const Node& alt) {
-    std::string out;
-    for (size_t a = 0; a < alt.kids.size(); ++a) {
-      const Node& seq = alt.kids[a];
+    std::vector<std::string> alts;
+    for (const Node& seq : alt.kids) {
       size_t b = 0, e = seq.kids.size();
       const bool start = e > 0 && seq.kids[0].kind == Node::kStart;
       if (start) ++b;
@@ -455,11 +463,9 @@ class Writer {
       REWIND_TRY(const std::string mid, items(seq, b, e));
       if (!mid.empty()) append_item(body, mid);
       if (!end) append_item(body, "char*");
-      if (body.empty()) body = "\"\"";
-      if (a) out += " | ";
-      out += body;
+      alts.push_back(body.empty() ? "\"\"" : body);
     }
-    return alt.kids.size() > 1 ? "( " + out + " )" : out;
+    return group(alts);
   }
 
  private:
@@ -479,7 +485,7 @@ class Writer {
       const Node& n = seq.kids[k];
       if (n.kind == Node::kSet) {
         const CpSet s = minus(n.set, kSurrogates);
-        if (s.size() == 1 && s[0].first == s[0].second) {
+        if (single(s)) {
           lit += json_char(s[0].first);
           continue;
         }
@@ -506,25 +512,19 @@ class Writer {
         return s.empty() ? std::string("\"\"") : "( " + s + " )";
       }
       case Node::kAlt: {
-        if (n.kids.size() == 1) return node(n.kids[0]);
-        std::string out;
-        for (size_t a = 0; a < n.kids.size(); ++a) {
-          REWIND_TRY(const std::string x, node(n.kids[a]));
-          out += (a ? " | " : "") + x;
+        std::vector<std::string> alts;
+        for (const Node& k : n.kids) {
+          REWIND_TRY(const std::string x, node(k));
+          alts.push_back(x);
         }
-        return "( " + out + " )";
+        return group(alts);
       }
       case Node::kRepeat: {
         // An item that can match nothing is repeated as its other strings from zero times (the
         // same strings): GBNF refuses a repetition of an empty string as left recursion.
-        const Node& x = n.kids[0];
-        if (!nullable(x)) {
-          REWIND_TRY(const std::string e, node(x));
-          return repeat("( " + e + " )", n.min, n.max);
-        }
-        REWIND_TRY(const std::optional<std::string> e, nonempty(x));
+        REWIND_TRY(const std::optional<std::string> e, nonempty(n.kids[0]));
         if (!e || n.max == 0) return std::string("\"\"");
-        return repeat("( " + *e + " )", 0, n.max);
+        return repeat("( " + *e + " )", nullable(n.kids[0]) ? 0 : n.min, n.max);
       }
     }
     return fail("an unknown node", n.offset);
@@ -557,20 +557,19 @@ class Writer {
     return true;
   }
 
-  // n's strings but the empty one (n nullable): none when the empty one is all there is.
+  // n's strings but the empty one: none when the empty one is all there is.
   Result<std::optional<std::string>> nonempty(const Node& n) {
     using Out = std::optional<std::string>;
+    if (!nullable(n) || n.kind == Node::kStart || n.kind == Node::kEnd) {
+      REWIND_TRY(const std::string e, node(n));  // an anchor: its error
+      return Out{e};
+    }
     std::vector<std::string> alts;
     switch (n.kind) {
-      case Node::kSet: {
-        REWIND_TRY(const std::string e, node(n));
-        return Out{e};
-      }
+      case Node::kSet:
       case Node::kStart:
-      case Node::kEnd: {
-        REWIND_TRY(const std::string e, node(n));  // the anchor's error
-        return Out{e};
-      }
+      case Node::kEnd:
+        break;          // above
       case Node::kSeq:  // every item nullable: the first non-empty one, then the rest as is
         for (size_t i = 0; i < n.kids.size(); ++i) {
           REWIND_TRY(const Out head, nonempty(n.kids[i]));
@@ -581,31 +580,18 @@ class Writer {
         break;
       case Node::kAlt:
         for (const Node& k : n.kids) {
-          if (!nullable(k)) {
-            REWIND_TRY(const std::string e, node(k));
-            alts.push_back(e);
-            continue;
-          }
           REWIND_TRY(const Out e, nonempty(k));
           if (e) alts.push_back(*e);
         }
         break;
       case Node::kRepeat: {
-        const Node& x = n.kids[0];
-        if (n.max == 0) return Out{};
-        if (!nullable(x)) {
-          REWIND_TRY(const std::string e, node(x));
-          return Out{repeat("( " + e + " )", 1, n.max)};
-        }
-        REWIND_TRY(const Out e, nonempty(x));
-        if (!e) return Out{};
+        REWIND_TRY(const Out e, nonempty(n.kids[0]));
+        if (!e || n.max == 0) return Out{};
         return Out{repeat("( " + *e + " )", 1, n.max)};
       }
     }
     if (alts.empty()) return Out{};
-    std::string out;
-    for (size_t a = 0; a < alts.size(); ++a) out += (a ? " | " : "") + alts[a];
-    return Out{"( " + out + " )"};
+    return Out{"( " + gbnf_alternatives(alts) + " )"};
   }
 
   // A set of code points: a class of those written as themselves, and each one JSON escapes.
@@ -624,9 +610,7 @@ class Writer {
     }
     for (const auto& r : minus(s, plain))
       for (uint32_t cp = r.first; cp <= r.second; ++cp) alts.push_back(gbnf_literal(json_char(cp)));
-    std::string out;
-    for (size_t a = 0; a < alts.size(); ++a) out += (a ? " | " : "") + alts[a];
-    return alts.size() > 1 ? "( " + out + " )" : out;
+    return group(alts);
   }
 };
 

@@ -196,8 +196,7 @@ Result<std::string> tool_call_gbnf(const ojson& tools, const ToolGrammarOptions&
                 schemas.end());
   auto json_rules = json_schema_rules(schemas);
   if (!json_rules.ok()) return make_error("tool calls: " + json_rules.error_message());
-  std::string call = "tc-call ::= ";
-  for (size_t i = 0; i < calls.size(); ++i) call += (i ? " | " : "") + calls[i];
+  const std::string call = "tc-call ::= " + gbnf_alternatives(calls);
   std::string root;
   switch (opt.format) {
     case ToolCallFormat::JsonTag:
