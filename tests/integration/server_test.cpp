@@ -1538,6 +1538,7 @@ TEST_F(ServerTest, PatternsFormatsAndNumberBoundsConstrainReplies) {
                              {"p", {{"type", "number"}, {"minimum", 0}, {"maximum", 1}}}}},
                            {"required", {"code", "host", "p"}},
                            {"additionalProperties", false}}}}}};
+  int complete = 0;
   for (uint64_t seed : {1, 2, 3}) {
     const Http r = post(s(), "/v1/chat/completions",
                         chat_body("x", 120,
@@ -1549,6 +1550,7 @@ TEST_F(ServerTest, PatternsFormatsAndNumberBoundsConstrainReplies) {
     const json reply =
         json::parse(r.j()["choices"][0]["message"]["content"].get<std::string>(), nullptr, false);
     if (reply.is_discarded()) continue;  // cut by max_tokens
+    ++complete;
     EXPECT_TRUE(std::regex_match(reply["code"].get<std::string>(), std::regex("[A-Z]{3}-[0-9]{2}")))
         << reply.dump();
     EXPECT_TRUE(std::regex_match(reply["host"].get<std::string>(),
@@ -1557,6 +1559,7 @@ TEST_F(ServerTest, PatternsFormatsAndNumberBoundsConstrainReplies) {
     EXPECT_GE(reply["p"].get<double>(), 0.0) << reply.dump();
     EXPECT_LE(reply["p"].get<double>(), 1.0) << reply.dump();
   }
+  EXPECT_GT(complete, 0) << "every reply was cut by max_tokens";
 }
 
 TEST_F(ServerTest, ForcedToolCallsFollowTheParameterSchemas) {
