@@ -15,6 +15,12 @@
 //                                                       that fits L2: the kernel from cache)
 //                     [--limits GBS,GFLOPS]   (skip measuring the machine; use these limits)
 //                     [--limits-only]  (measure and print the machine limits, then exit)
+//                     [--step-limits 256,1024,...]  (then, for each size in KiB, the read
+//                                    bandwidth of the probe's buffer read in steps of about that
+//                                    size (48 KiB a thread at least), each split over the threads
+//                                    and joined, as a decode step's dependent matrices are,
+//                                    against whole-buffer passes alternating with them; prints
+//                                    medians, then exits)
 //                     [--isa amx|avx512|avxvnni|avx2|scalar]  (force a SIMD path)
 //                     [--quant-dot int8|f32]  (how quantised weights are multiplied)
 //                     [--cold]  (cold copies for every M, not only M <= 16)
@@ -135,6 +141,7 @@ int main(int argc, char** argv) {
   double seconds = 0.5;  // per measurement
   double given_bw = 0, given_peak = 0;
   bool limits_only = false, cold_all = false;
+  std::vector<int64_t> step_kib;
   rw::KernelOptions kopt;                      // --isa, --quant-dot
   std::vector<int64_t> decode_panels;          // --decode-panels: counts to compare (empty: off)
   std::vector<rw::DecodeSplit> decode_splits;  // --decode-split: splits to compare (empty: off)
@@ -165,6 +172,13 @@ int main(int argc, char** argv) {
       seconds = std::atof(next().c_str());
     } else if (a == "--limits-only") {
       limits_only = true;
+    } else if (a == "--step-limits") {
+      step_kib = parse_list(next());
+      for (int64_t k : step_kib)
+        if (k < 1) {
+          std::fprintf(stderr, "matmul_bench: --step-limits: sizes are KiB, at least 1\n");
+          return 2;
+        }
     } else if (a == "--cold") {
       cold_all = true;
     } else if (a == "--cpu-time") {
@@ -215,6 +229,7 @@ int main(int argc, char** argv) {
           "usage: matmul_bench [--threads N] [--m 1,512] [--dtype "
           "f32,bf16,q8_0,q4_k,q5_k,q6_k,q4_0,iq4_nl,q3_k,iq4_xs,q2_k,q4_1,q5_1,q5_0] "
           "[--shape NAME|KxN] [--seconds S] [--limits GBS,GFLOPS] [--limits-only] [--cpu-time]\n"
+          "                    [--step-limits 256,1024,...]\n"
           "                    [--cold] [--isa amx|avx512|avxvnni|avx2|scalar] [--quant-dot "
           "int8|f32]\n"
           "                    [--decode-panels 4,2] [--decode-split guided,auto]\n");
@@ -266,6 +281,39 @@ int main(int argc, char** argv) {
       lim.int8_peak_gop_s, lim.int8_isa.c_str(), rw::matmul_isa(kopt.isa),
       rw::quant_dot_name(kopt.quant_dot), rw::matmul_int8_isa(kopt.isa));
   if (limits_only) return 0;
+  if (!step_kib.empty()) {
+    // Whole-buffer and stepped passes alternate (A B B A ...): a drifting host hits both alike.
+    rw::BandwidthProbe probe(&pool, lim.probe_buffer_bytes);
+    const int v = std::max(lim.bandwidth_variant, 0);
+    constexpr int kRounds = 6;
+    std::printf("buffer %.0f MiB, stream variant %d, %d rounds\n",
+                static_cast<double>(probe.bytes()) / (1 << 20), v, kRounds);
+    std::printf("%10s %12s %12s %14s\n", "step KiB", "whole GB/s", "stepped GB/s", "stepped/whole");
+    auto median = [](std::vector<double> x) {
+      std::sort(x.begin(), x.end());
+      return x[x.size() / 2];
+    };
+    for (int64_t kib : step_kib) {
+      std::vector<double> whole, stepped, ratio;
+      size_t used = 0;
+      for (int r = 0; r < kRounds; ++r) {
+        double w, s;
+        if (r % 2 == 0) {
+          w = probe.pass(v);
+          s = probe.pass_stepped(static_cast<size_t>(kib) << 10, v, &used);
+        } else {
+          s = probe.pass_stepped(static_cast<size_t>(kib) << 10, v, &used);
+          w = probe.pass(v);
+        }
+        whole.push_back(w);
+        stepped.push_back(s);
+        ratio.push_back(s / w);
+      }
+      std::printf("%10zu %12.1f %12.1f %9.1f%%\n", used >> 10, median(whole), median(stepped),
+                  100 * median(ratio));
+    }
+    return 0;
+  }
 
   const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
   const size_t cold_bytes =

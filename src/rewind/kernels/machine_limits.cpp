@@ -382,6 +382,28 @@ double BandwidthProbe::pass(int variant) {
   return static_cast<double>(n_) * 4 / dt / 1e9;
 }
 
+double BandwidthProbe::pass_stepped(size_t step_bytes, int variant, size_t* used) {
+  REWIND_CHECK(variant >= 0 && variant < n_variants());
+  const StreamFn fn = variants_[variant];
+  // Parts a multiple of 12288 floats, as pass()'s chunks (every stream count divides them).
+  const size_t part =
+      std::min(chunk_, std::max<size_t>(step_bytes / 4 / n_threads_ / 12288, 1) * 12288);
+  const size_t step = part * n_threads_, n_steps = n_ / step;
+  if (used) *used = step * sizeof(float);
+  const auto t0 = Clock::now();
+  for (size_t s = 0; s < n_steps; ++s) {
+    const float* base = buf_ + s * step;
+    auto read = [&](int t, int64_t, int64_t) { sums_[t] += fn(base + part * t, part); };
+    if (pool_)
+      pool_->parallel_for(n_threads_, 1, read, /*work=*/int64_t{1} << 40);
+    else
+      read(0, 0, 1);
+  }
+  const double dt = seconds_since(t0);
+  g_sink = sums_[0];
+  return static_cast<double>(n_steps * step) * 4 / dt / 1e9;
+}
+
 double measure_read_bandwidth_gb_s(ThreadPool* pool, size_t bytes, double seconds_budget,
                                    int* best_variant) {
   const auto t_start = Clock::now();

@@ -70,6 +70,13 @@ class BandwidthProbe {
   BandwidthProbe(const BandwidthProbe&) = delete;
   BandwidthProbe& operator=(const BandwidthProbe&) = delete;
   double pass(int variant = -1);
+  // The same buffer read as a decode step reads its weights: in consecutive steps of step_bytes
+  // (one matrix each), every step split into equal contiguous parts over the pool's threads and
+  // ended by the pool's join (parallel_for), with stream variant `variant`. The bandwidth a
+  // sequence of dependent matrices of this size can reach here, against pass()'s single stream
+  // per thread. Parts are whole multiples of 48 KiB (at least one); *used (if given) gets the
+  // step's bytes after that rounding.
+  double pass_stepped(size_t step_bytes, int variant, size_t* used = nullptr);
   int n_variants() const { return static_cast<int>(variants_.size()); }
   size_t bytes() const { return n_ * sizeof(float); }
 
