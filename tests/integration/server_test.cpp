@@ -2433,6 +2433,42 @@ TEST_F(ServerTest, SmugglingShapesAre400AtOnce) {
   EXPECT_EQ(c.got().rfind("HTTP/1.1 400", 0), 0u) << c.got();
 }
 
+// A chunked body is accepted wherever its Transfer-Encoding field falls among the others (the
+// field's value was once read through a pointer into the header list as it grew).
+TEST_F(ServerTest, ChunkedBodyWhateverTheHeaderCount) {
+  const std::string body = completion_body("chunked", 1).dump();
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  for (int pad = 0; pad <= 9; ++pad) {
+    std::string extra;
+    for (int i = 0; i < pad; ++i) extra += "X-Pad-" + std::to_string(i) + ": v\r\n";
+    Conn c(s().port());
+    ASSERT_TRUE(c.ok());
+    c.send(post_head("/v1/completions",
+                     extra + "Transfer-Encoding: chunked\r\nConnection: close\r\n") +
+           size + "\r\n" + body + "\r\n0\r\n\r\n");
+    ASSERT_TRUE(c.read_to_eof(60s)) << pad;
+    EXPECT_EQ(c.got().rfind("HTTP/1.1 200", 0), 0u) << pad << " headers before it\n" << c.got();
+  }
+}
+
+// A body refused from its Content-Length (413 before it is read) is counted and logged under
+// the request's endpoint: its request line was read.
+TEST_F(ServerTest, BodyTooLargeCountsUnderItsEndpoint) {
+  auto count_413 = [&] {
+    return std::max(0.0, metric(s(),
+                                "rewind_http_responses_total{endpoint=\"/v1/completions\","
+                                "status=\"413\"}"));
+  };
+  const double before = count_413();
+  Conn c(s().port());
+  ASSERT_TRUE(c.ok());
+  c.send(post_head("/v1/completions", "Content-Length: 9000000\r\nConnection: close\r\n"));
+  ASSERT_TRUE(c.read_to_eof(20s));
+  EXPECT_EQ(c.got().rfind("HTTP/1.1 413", 0), 0u) << c.got();
+  EXPECT_EQ(count_413(), before + 1);
+}
+
 TEST_F(ServerTest, PipelinedRequestsAreAllAnswered) {
   Conn c(s().port());
   ASSERT_TRUE(c.ok());

@@ -280,7 +280,14 @@ class Session : public std::enable_shared_from_this<Session> {
                         std::to_string(t_->opt.max_header_bytes) + " bytes",
                     "request_header_fields_too_large");
       }
-      if (ec == http::error::body_limit) return too_large();
+      if (ec == http::error::body_limit) {  // a Content-Length past the limit: the head is read
+        if (!parser_->get().target().empty()) {  // the request line was read
+          method_ = std::string(parser_->get().method_string());
+          path_ = std::string(parser_->get().target());
+          path_ = path_.substr(0, path_.find('?'));
+        }
+        return too_large();
+      }
       if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
           ec == asio::error::eof ||
           &ec.category() != &http::make_error_code(http::error::end_of_stream).category() ||
@@ -300,11 +307,15 @@ class Session : public std::enable_shared_from_this<Session> {
     method_ = head.method;
     head_only_ = head.method == "HEAD";
     int hosts = 0;
-    const std::string* te = nullptr;
+    std::string te;  // the last Transfer-Encoding field (a copy: the vector grows below)
+    bool has_te = false;
     for (const auto& f : m) {
       head.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
       if (head.headers.back().first == "host") ++hosts;
-      if (head.headers.back().first == "transfer-encoding") te = &head.headers.back().second;
+      if (head.headers.back().first == "transfer-encoding") {
+        te = head.headers.back().second;
+        has_te = true;
+      }
     }
     keep_alive_ = m.keep_alive();
     if (version_ != 10 && version_ != 11)
@@ -314,11 +325,11 @@ class Session : public std::enable_shared_from_this<Session> {
                   "the request target is longer than " + std::to_string(t_->opt.max_target_bytes) +
                       " bytes",
                   "uri_too_long");
-    if (te) {
+    if (has_te) {
       if (version_ < 11)
         return fail(400, "Transfer-Encoding in an HTTP/1.0 request", "malformed_request");
       // The last coding must be chunked, else the body's length is unknown (RFC 9112 6.3).
-      std::string v = lower(*te);
+      std::string v = lower(te);
       const size_t comma = v.find_last_of(',');
       if (trim(comma == std::string::npos ? v : v.substr(comma + 1)) != "chunked" ||
           !parser_->chunked())
