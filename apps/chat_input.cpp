@@ -165,7 +165,8 @@ Result<ChatCommand> parse_chat_input(const std::string& input) {
 
 namespace {
 
-// A message's text: a string, or the concatenation of an array's {"type": "text"} parts.
+// A message's text: a string, or an array's {"type": "text"} parts joined by newlines (as the
+// server joins them).
 Result<std::string> message_text(const nlohmann::json& m, size_t pos) {
   const std::string where = "message " + std::to_string(pos);
   if (!m.contains("content") || m["content"].is_null()) return std::string();
@@ -179,6 +180,7 @@ Result<std::string> message_text(const nlohmann::json& m, size_t pos) {
       return make_error(where +
                         ": only text parts ({\"type\": \"text\", \"text\": ...}) "
                         "can be read");
+    if (!out.empty()) out += '\n';
     out += part["text"].get<std::string>();
   }
   return out;

@@ -176,7 +176,7 @@ TEST(Conversation, ReadsOpenAIShapes) {
   ASSERT_TRUE(c.ok()) << c.error_message();
   EXPECT_EQ(c->system, "sys");
   ASSERT_EQ(c->turns.size(), 1u);
-  EXPECT_EQ(c->turns[0].user, "ab");
+  EXPECT_EQ(c->turns[0].user, "a\nb");  // parts joined by newlines
   EXPECT_TRUE(c->turns[0].replied);
   EXPECT_EQ(c->turns[0].reply, "");
   auto empty = parse_conversation(R"({"messages": []})");

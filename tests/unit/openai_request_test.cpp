@@ -92,7 +92,7 @@ TEST(ChatRequest, AllFields) {
   EXPECT_TRUE(c.include_usage);
   ASSERT_EQ(c.messages.size(), 4u);
   EXPECT_EQ(c.messages[0].role, "system");
-  EXPECT_EQ(c.messages[1].content, "ab");
+  EXPECT_EQ(c.messages[1].content, "a\nb");  // parts joined by newlines
   EXPECT_EQ(c.messages[2].content, "");
   EXPECT_EQ(c.messages[2].reasoning_content, "think");
   ASSERT_EQ(c.messages[2].tool_calls.size(), 1u);
@@ -1112,4 +1112,13 @@ TEST(ModelName, PercentDecodeOfAPath) {
 }
 
 }  // namespace
+TEST(ChatRequest, TextPartsJoinByNewlines) {
+  auto r =
+      parse_chat_request(R"({"messages":[{"role":"user","content":[{"type":"text","text":""},"a",)"
+                         R"({"type":"text","text":""},{"type":"text","text":"b"}]}]})",
+                         limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(r.value().messages[0].content, "a\n\nb");  // none before the first text
+}
+
 }  // namespace rw

@@ -322,7 +322,9 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
   return Ok{};
 }
 
-// Message content: a string, or an array of parts of which only {"type":"text"} is served.
+// Message content: a string, or an array of parts of which only {"type":"text"} is served. Each
+// part's text follows a newline once the text so far is not empty, as llama.cpp's server joins
+// them (words of adjacent parts would otherwise run together).
 Result<std::string> parse_content(const json& v, const std::string& where) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array()) return type_error(where, "a string or an array of content parts", v);
@@ -330,6 +332,7 @@ Result<std::string> parse_content(const json& v, const std::string& where) {
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string pw = where + "[" + std::to_string(i) + "]";
     const json& part = v[i];
+    if (!text.empty()) text += '\n';
     if (part.is_string()) {  // lenient: a bare string part
       text += part.get<std::string>();
       continue;
