@@ -575,6 +575,47 @@ TEST_F(ServerTest, ChatLogprobsLeaveOutTheStopToken) {
   }
 }
 
+// A stop sequence's tokens have no logprob entries, nor do the tokens after it: the entries
+// are the tokens whose text starts within the returned text (a grammar fixes the reply).
+TEST_F(ServerTest, LogprobsEndWithTheTextBeforeAStopSequence) {
+  const std::string reply = "abc def ghi", stop = " def";
+  const json grammar = "root ::= \"" + reply + "\"";
+  auto tokens_of = [&](const json& req, bool chat, std::string* text) {
+    const Http h = post(s(), chat ? "/v1/chat/completions" : "/v1/completions", req);
+    EXPECT_EQ(h.status, 200) << h.body;
+    const json c = h.j()["choices"][0];
+    std::vector<std::string> toks;
+    if (chat) {
+      *text = c["message"]["content"];
+      for (const json& e : c["logprobs"]["content"]) toks.push_back(e["token"]);
+    } else {
+      *text = c["text"];
+      for (const json& t : c["logprobs"]["tokens"]) toks.push_back(t);
+      for (const json& o : c["logprobs"]["text_offset"]) EXPECT_LT(o.get<size_t>(), text->size());
+    }
+    return toks;
+  };
+  for (bool chat : {true, false}) {
+    json req = chat ? chat_body("Spell it", 20, {{"logprobs", true}})
+                    : completion_body("Spell it", 20, {{"logprobs", 1}});
+    req["grammar"] = grammar;
+    std::string full_text, text;
+    const std::vector<std::string> all = tokens_of(req, chat, &full_text);
+    ASSERT_EQ(full_text, reply);
+    req["stop"] = json::array({stop});
+    const std::vector<std::string> kept = tokens_of(req, chat, &text);
+    EXPECT_EQ(text, "abc");
+    std::vector<std::string> expected;
+    size_t at = 0;
+    for (const std::string& t : all) {
+      if (at >= text.size()) break;
+      expected.push_back(t);
+      at += t.size();
+    }
+    EXPECT_EQ(kept, expected) << (chat ? "chat" : "completions");
+  }
+}
+
 TEST_F(ServerTest, ChatToolsAreAccepted) {
   json req = chat_body("What is the weather in Paris?", 8);
   req["tools"] =

@@ -146,6 +146,18 @@ TEST(ChatTemplate, ContinueFinalMessage) {
   EXPECT_NE(r.error_message().find("cannot be continued"), std::string::npos) << r.error_message();
 }
 
+// Whether a reply's start is held back for a reasoning block (the server's split) follows
+// from the template's source.
+TEST(ChatTemplate, MentionsThink) {
+  auto plain = ChatTemplate::from_string("{{ messages[0].content }}", "", "");
+  ASSERT_TRUE(plain.ok()) << plain.error_message();
+  EXPECT_FALSE(plain->mentions_think());
+  auto reasoning = ChatTemplate::from_string(
+      "{{ '<think>\\n' if enable_thinking else '' }}{{ messages[0].content }}", "", "");
+  ASSERT_TRUE(reasoning.ok()) << reasoning.error_message();
+  EXPECT_TRUE(reasoning->mentions_think());
+}
+
 TEST(ChatTemplate, SystemAndTurnsWithBoundaries) {
   const std::vector<ChatMessage> m = {msg("system", "  Be brief.  "), msg("user", "Hi"),
                                       msg("assistant", "Hello!"), msg("user", "Bye")};

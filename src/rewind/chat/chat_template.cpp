@@ -30,6 +30,7 @@ using ojson = nlohmann::ordered_json;
 struct ChatTemplate::Impl {
   jinja::Template tmpl;
   std::string bos, eos;
+  bool mentions_think = false;
 };
 
 ChatTemplate::ChatTemplate() = default;
@@ -143,7 +144,12 @@ Result<ChatTemplate> ChatTemplate::from_string(const std::string& source,
   ct.impl_->tmpl = std::move(t).value();
   ct.impl_->bos = bos_token;
   ct.impl_->eos = eos_token;
+  ct.impl_->mentions_think = source.find("<think>") != std::string::npos;
   return ct;
+}
+
+bool ChatTemplate::mentions_think() const {
+  return impl_->mentions_think;
 }
 
 Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {

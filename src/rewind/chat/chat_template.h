@@ -97,6 +97,9 @@ class ChatTemplate {
   // takes ~2 ms with the Qwen3.5 template).
   Result<RenderedChat> render(const std::vector<ChatMessage>& messages,
                               const ChatRenderOptions& opt) const;
+  // Whether the template's source mentions <think>: a template that never does writes no
+  // reasoning block, so a reply's start need not be held back to look for one.
+  bool mentions_think() const;
 
  private:
   ChatTemplate();

@@ -191,6 +191,9 @@ struct Plan {
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, parse_tools = false;
   bool think_open = false;  // the rendered prompt ends inside an open <think> block
+  // A chat reply goes through the reasoning split: the prompt opened a block, or the template
+  // writes them.
+  bool split_reasoning = false;
   json tools;  // the request's tools when parse_tools (types parsed tool-call arguments)
   bool logprobs = false;
   int32_t top_logprobs = 0;
@@ -272,7 +275,7 @@ class Generation {
     if (stop_.stopped() || ev.token < 0) {
       if (done_ && !stop_.stopped()) {
         add(dec_.flush(), nullptr, &p);
-        p.text += stop_.flush();
+        release(stop_.flush(), &p);
       }
       return p;
     }
@@ -289,7 +292,7 @@ class Generation {
       stopped_by_string_ = true;
       *cancel = !done_;
     } else if (done_) {
-      p.text += stop_.flush();
+      release(stop_.flush(), &p);
     }
     return p;
   }
@@ -332,15 +335,15 @@ class Generation {
 
  private:
   // Decoded text (and its token's logprob, or null) into p: a chat reply's through the
-  // reasoning split first; the content through the stop matcher. A token's logprob goes with
-  // the content when the split gives content with it; it waits (held_lps_) while its text is
-  // undecided (the reply's start held back, or part of a character still being decoded), and
-  // goes with the reasoning, the tags and the newlines after </think> (no logprob). At the end,
-  // what the split held back.
+  // reasoning split first (when it has one); the content through the stop matcher. A token's
+  // logprob goes with the content when the split gives content with it; it waits (held_lps_)
+  // while its text is undecided (the reply's start held back, or part of a character still
+  // being decoded), and goes with the reasoning, the tags and the newlines after </think> (no
+  // logprob). At the end, what the split held back.
   void add(const std::string& text, const TokenLogprob* lp, Piece* p) {
-    if (!plan_.chat) {
-      if (lp) p->lps.push_back(*lp);
-      p->text = stop_.push(text);
+    if (!plan_.split_reasoning) {
+      if (lp) held_lps_.push_back(*lp);
+      feed(text, p);
       return;
     }
     ReasoningSplitter::Out o = split_.push(text);
@@ -350,15 +353,34 @@ class Generation {
       o.content += f.content;
     }
     if (lp) held_lps_.push_back(*lp);
-    if (!o.content.empty()) {  // content: the held tokens' and this one's
-      p->lps.insert(p->lps.end(), held_lps_.begin(), held_lps_.end());
-      held_lps_.clear();
-    } else if (done_ || !o.reasoning.empty() || split_.in_reasoning() ||
-               !(text.empty() || split_.undecided())) {
+    if (o.content.empty() && (done_ || !o.reasoning.empty() || split_.in_reasoning() ||
+                              !(text.empty() || split_.undecided())))
       held_lps_.clear();  // reasoning, tags, the newlines after </think>, or nothing more
-    }
     p->reasoning += o.reasoning;
-    p->text = stop_.push(o.content);
+    if (!o.content.empty()) feed(o.content, p);  // with the held tokens' logprobs
+  }
+  // Content into the stop matcher, with the held tokens' logprobs (held_lps_), which start at
+  // its current end. A logprob goes out once the matcher has released a byte past its token's
+  // start; those of tokens that start at or after a stop sequence's match are dropped, as the
+  // text they belong to is.
+  void feed(const std::string& content, Piece* p) {
+    if (content.empty() && held_lps_.empty()) return;
+    for (TokenLogprob& lp : held_lps_) pending_lps_.push_back({fed_, std::move(lp)});
+    held_lps_.clear();
+    fed_ += static_cast<int64_t>(content.size());
+    release(stop_.push(content), p);
+  }
+  // Text the stop matcher released (after a match: the text before it) into p, with the
+  // logprobs whose tokens start within what is released so far.
+  void release(const std::string& out, Piece* p) {
+    p->text += out;
+    released_ += static_cast<int64_t>(out.size());
+    const bool all = done_ && !stop_.stopped();  // the end: every token's text is out
+    while (!pending_lps_.empty() && (all || pending_lps_.front().first < released_)) {
+      p->lps.push_back(std::move(pending_lps_.front().second));
+      pending_lps_.pop_front();
+    }
+    if (stop_.stopped()) pending_lps_.clear();  // their text is the stop sequence or after it
   }
 
   const std::set<int32_t>& stop_ids_;
@@ -367,6 +389,10 @@ class Generation {
   StopMatcher stop_;
   ReasoningSplitter split_;
   std::vector<TokenLogprob> held_lps_;
+  // Content tokens' logprobs waiting on the stop matcher, each with the content byte its text
+  // starts at; fed_ / released_: the content bytes given to / released by the matcher.
+  std::deque<std::pair<int64_t, TokenLogprob>> pending_lps_;
+  int64_t fed_ = 0, released_ = 0;
   bool done_ = false, stopped_by_string_ = false;
   FinishReason engine_finish_ = FinishReason::None;
   std::string error_;
@@ -678,6 +704,7 @@ struct Served {
     p->parse_tools = c.parse_tools;
     if (c.parse_tools) p->tools = json::parse(c.tools.dump());
     p->think_open = prompt_opens_think(rendered->text);
+    p->split_reasoning = p->think_open || tmpl.mentions_think();
     if (auto e = finish_plan(c, p)) return e;
     if (c.tool_required) {
       if (!tool_format)
