@@ -35,7 +35,7 @@ constexpr CommandName kCommands[] = {
     {"/regen", ChatCommandKind::Regen, false, "regenerate the last reply"},
     {"/edit", ChatCommandKind::Edit, true,
      "N [TEXT]: replace user message N (see /history) and regenerate from there; later turns "
-     "are dropped. Without TEXT the next input is the new message"},
+     "are dropped. Without TEXT the next input is the new message (a command cancels)"},
     {"/undo", ChatCommandKind::Undo, false, "drop the last exchange (your message and the reply)"},
     {"/system", ChatCommandKind::System, true,
      "[TEXT]: set the system prompt (no TEXT: remove it); used from the next message on"},

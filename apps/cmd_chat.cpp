@@ -776,16 +776,22 @@ int cmd_chat(int argc, char** argv) {
       bool block = false;
       const std::string text = input.take(&block);
       const bool blank = text.find_first_not_of(" \t\r\n") == std::string::npos;
+      auto cmd = block || blank
+                     ? Result<ChatCommand>(ChatCommand{ChatCommandKind::Message, text, 0})
+                     : parse_chat_input(text);
+      bool edited = false;
       if (editing) {
+        // The replacement is read as any input is ("//text" is "/text"); a command, or an
+        // empty line, cancels the edit (the command then runs).
         const int64_t n = editing;
         editing = 0;
-        if (blank)
-          chat.note("(edit cancelled)");
+        edited = !blank && cmd.ok() && cmd->kind == ChatCommandKind::Message;
+        if (edited)
+          chat.edit(n, cmd->text);
         else
-          chat.edit(n, text);
-      } else if (!blank) {
-        auto cmd = block ? Result<ChatCommand>(ChatCommand{ChatCommandKind::Message, text, 0})
-                         : parse_chat_input(text);
+          chat.note("(edit cancelled)");
+      }
+      if (!blank && !edited) {
         if (!cmd.ok()) {
           chat.error(cmd.error_message());
         } else {
@@ -802,7 +808,7 @@ int cmd_chat(int argc, char** argv) {
               } else if (chat.can_edit(cmd->n)) {
                 editing = cmd->n;
                 chat.note("(the next input replaces message " + std::to_string(cmd->n) +
-                          "; an empty one or Ctrl-C cancels)");
+                          "; an empty one, a command or Ctrl-C cancels)");
                 const std::string& old = chat.user_text(cmd->n);
                 if (interactive && old.find('\n') == std::string::npos) reader->prefill(old);
               }

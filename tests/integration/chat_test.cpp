@@ -151,6 +151,21 @@ TEST(ChatPipe, MultiLineInputAndErrors) {
   EXPECT_FALSE(contains(err, "[")) << err;  // -q: no status lines
 }
 
+// The input after a bare /edit N is read as any input is: "//text" sends "/text", and a command
+// cancels the edit and runs (it used to become the message's new text).
+TEST(ChatPipe, BareEditReadsItsInputAsAnyInput) {
+  std::string err;
+  int rc = -1;
+  std::string out =
+      chat_pipe("-n 2 --temperature 0 -t 2 -q",
+                "one\n/edit 1\n//slash\n/edit 1\n/history\n/quit\nafter\n", &err, &rc);
+  EXPECT_EQ(rc, 0) << out << err;
+  EXPECT_TRUE(contains(out, "[1] user: /slash\n")) << out;
+  EXPECT_TRUE(contains(err, "(edit cancelled)")) << err;
+  EXPECT_FALSE(contains(out, "user: /history")) << out;
+  EXPECT_FALSE(contains(out, "after")) << out;  // /quit left before it
+}
+
 // With thinking on, the template's generation prompt opens <think>, so the reply is reasoning:
 // in a pipe it is written between <think> lines and kept apart from the (empty) content.
 TEST(ChatPipe, ReasoningBetweenThinkLines) {
