@@ -354,6 +354,15 @@ TEST(JsonSchema, PatternsBeyondTheSubsetAreRefused) {
   deep += "a";
   for (int k = 0; k < 70; ++k) deep += ")";
   EXPECT_NE(refusal(pattern_schema(deep)).find("groups nested deeper than 64"), std::string::npos);
+  // Nested repeats of items that can match nothing double the grammar at every level: refused
+  // at the cap, not written out (this one took 42 s and 888 MB before the cap).
+  std::string nested = "a?";
+  for (int k = 0; k < 22; ++k) nested = "(b?" + nested + ")*";
+  EXPECT_NE(refusal(pattern_schema(nested)).find("a pattern whose grammar passes 256 KiB"),
+            std::string::npos);
+  nested = "a?";  // a few levels still compile
+  for (int k = 0; k < 6; ++k) nested = "(b?" + nested + ")*";
+  EXPECT_TRUE(json_schema_text_to_gbnf(pattern_schema(nested)).ok());
   EXPECT_NE(refusal(R"({"type":"string","pattern":"a","maxLength":3})")
                 .find("'pattern' with 'maxLength' at #"),
             std::string::npos);
@@ -381,6 +390,12 @@ TEST(JsonSchema, NumberBoundsAreExactWithoutExponents) {
       {R"({"type":"number","minimum":1,"exclusiveMinimum":1,"maximum":2})",
        {"1.5", "2"},
        {"1", "1.0", "2.5"}},
+      // Trailing zeros next to an open end, as anywhere else.
+      {R"({"type":"number","exclusiveMinimum":0})",
+       {"0.10", "0.100", "0.50", "0.0000000000000010"},
+       {"0.00", "0.0000000000000000"}},
+      {R"({"type":"number","minimum":-5,"maximum":5})", {"-0.10", "0.10", "-4.50"}, {"-5.10"}},
+      {R"({"type":"number","exclusiveMaximum":0})", {"-0.10", "-0.50"}, {"-0.00", "0.10"}},
   };
   for (const Case& c : cases) {
     const Grammar g = compile(c.schema);
@@ -393,6 +408,38 @@ TEST(JsonSchema, NumberBoundsAreExactWithoutExponents) {
   EXPECT_NE(refusal(R"({"type":"number","minimum":3,"exclusiveMaximum":3})")
                 .find("no number within the bounds at #"),
             std::string::npos);
+}
+
+// Integer bounds written as integers are exact past 2^53, where a double rounds them.
+TEST(JsonSchema, IntegerBoundsPastADoublesPrecision) {
+  struct Case {
+    const char* schema;
+    std::vector<const char*> yes, no;
+  };
+  const Case cases[] = {
+      {R"({"type":"integer","minimum":9007199254740993})",
+       {"9007199254740993", "9007199254740994"},
+       {"9007199254740992"}},
+      {R"({"type":"integer","maximum":9007199254740995})",
+       {"9007199254740995", "-3"},
+       {"9007199254740996"}},
+      {R"({"type":"integer","exclusiveMaximum":9999999999999999})",
+       {"9999999999999998"},
+       {"9999999999999999"}},
+      {R"({"type":"integer","exclusiveMinimum":-9999999999999999})",
+       {"-9999999999999998", "0"},
+       {"-9999999999999999"}},
+      {R"({"type":"integer","minimum":18446744073709551615})", {}, {"9999999999999999"}},
+  };
+  for (const Case& c : cases) {
+    if (c.yes.empty()) {  // past the 16 digits the rule spells: nothing is left
+      EXPECT_NE(refusal(c.schema).find("within the bounds"), std::string::npos) << c.schema;
+      continue;
+    }
+    const Grammar g = compile(c.schema);
+    for (const char* y : c.yes) EXPECT_TRUE(accepts(g, y)) << c.schema << " " << y;
+    for (const char* n : c.no) EXPECT_FALSE(accepts(g, n)) << c.schema << " " << n;
+  }
 }
 
 TEST(JsonSchema, MultipleOf) {

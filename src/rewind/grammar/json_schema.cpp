@@ -222,23 +222,29 @@ Result<MultipleOf> multiple_of(const ojson& s, bool number, const std::string& p
                     "; 0.1, 0.01, ... on numbers)");
 }
 
-// The integers within a schema's bounds, clamped to what the integer rule spells (16 digits;
-// 1e16 is exact in a double, 10^16 - 1 is not); lo > hi when none.
+// The integers within a schema's bounds, clamped to what the integer rule spells (16 digits);
+// lo > hi when none. A bound written as an integer is taken exactly (a double holds integers
+// exactly only up to 2^53); one written with a fraction or an exponent is rounded up or down.
 Result<std::pair<int64_t, int64_t>> integer_bounds(const ojson& s, const std::string& path) {
-  auto to_int = [](double v) -> int64_t {
-    return v <= -1e16 ? -kMaxInteger - 1 : v >= 1e16 ? kMaxInteger + 1 : static_cast<int64_t>(v);
+  constexpr int64_t kPast = kMaxInteger + 1;  // 1e16: past the rule on either side
+  auto whole = [&](const ojson& v, bool up) -> int64_t {
+    if (v.is_number_unsigned())
+      return static_cast<int64_t>(std::min(v.get<uint64_t>(), static_cast<uint64_t>(kPast)));
+    if (v.is_number_integer()) return std::clamp<int64_t>(v.get<int64_t>(), -kPast, kPast);
+    const double x = up ? std::ceil(v.get<double>()) : std::floor(v.get<double>());
+    return x <= -1e16 ? -kPast : x >= 1e16 ? kPast : static_cast<int64_t>(x);
   };
   int64_t lo = -kMaxInteger, hi = kMaxInteger;
   for (const char* kw : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
     if (!s.contains(kw)) continue;
     const std::string k = kw;
-    if (!s[kw].is_number() || std::isnan(s[kw].get<double>()))
+    const ojson& v = s[kw];
+    if (!v.is_number() || std::isnan(v.get<double>()))
       return make_error("json_schema: '" + k + "' at " + path + " must be a number");
-    const double v = s[kw].get<double>();
-    if (k == "minimum") lo = std::max(lo, to_int(std::ceil(v)));
-    if (k == "exclusiveMinimum") lo = std::max(lo, to_int(std::floor(v)) + 1);
-    if (k == "maximum") hi = std::min(hi, to_int(std::floor(v)));
-    if (k == "exclusiveMaximum") hi = std::min(hi, to_int(std::ceil(v)) - 1);
+    if (k == "minimum") lo = std::max(lo, whole(v, true));
+    if (k == "exclusiveMinimum") lo = std::max(lo, whole(v, false) + 1);
+    if (k == "maximum") hi = std::min(hi, whole(v, false));
+    if (k == "exclusiveMaximum") hi = std::min(hi, whole(v, true) - 1);
   }
   return std::pair{lo, hi};
 }
@@ -627,9 +633,16 @@ Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::strin
   }
   const bool lo_inf = lo < -kMaxBound;
   const bool hi_inf = hi > kMaxBound;
-  const std::string f = std::to_string(frac_digits), f1 = std::to_string(frac_digits - 1);
-  const std::string frac = "( \".\" [0-9]{1," + f + "} )?",
-                    nonzero = "\".\" [0-9]{0," + f1 + "} [1-9]";
+  const std::string frac = "( \".\" [0-9]{1," + std::to_string(frac_digits) + "} )?";
+  // A fraction of at most frac_digits digits that are not all zeros (trailing zeros allowed, as
+  // in frac): k zeros, a non-zero digit, then any.
+  std::vector<std::string> nz;
+  for (int k = 0; k < frac_digits; ++k) {
+    std::string a = k ? "\"" + std::string(static_cast<size_t>(k), '0') + "\" [1-9]" : "[1-9]";
+    if (frac_digits - 1 - k > 0) a += " [0-9]{0," + std::to_string(frac_digits - 1 - k) + "}";
+    nz.push_back(std::move(a));
+  }
+  const std::string nonzero = "\".\" ( " + gbnf_alternatives(nz) + " )";
   // y in [p, q] (q_inf: no upper end), p and q whole and >= 0.
   auto side = [&](int64_t p, bool p_open, int64_t q, bool q_open, bool q_inf) {
     std::vector<std::string> alts;

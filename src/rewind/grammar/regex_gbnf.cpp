@@ -465,12 +465,27 @@ class Writer {
       if (!end) append_item(body, "char*");
       alts.push_back(body.empty() ? "\"\"" : body);
     }
-    return group(alts);
+    return bounded(group(alts), alt);
   }
 
  private:
+  // The most bytes a written expression may take: nested repeats of items that can match
+  // nothing ((b?(b?a?)*)*) write their non-empty strings out again at every level, doubling
+  // each time, so a short pattern could otherwise take minutes and gigabytes.
+  static constexpr size_t kMaxBytes = size_t{256} << 10;
+
   static Error fail(const std::string& what, size_t at) {
     return make_error("pattern: " + what + " at offset " + std::to_string(at));
+  }
+  static Error too_big(const Node& n) {
+    return fail(
+        "a pattern whose grammar passes 256 KiB (nested repeats of items that can "
+        "match nothing)",
+        n.offset);
+  }
+  static Result<std::string> bounded(std::string s, const Node& n) {
+    if (s.size() > kMaxBytes) return too_big(n);
+    return s;
   }
 
   // The sequence's items [b, e), consecutive single characters as one literal.
@@ -493,9 +508,10 @@ class Writer {
       flush();
       REWIND_TRY(const std::string x, node(n));
       append_item(out, x);
+      if (out.size() > kMaxBytes) return too_big(n);
     }
     flush();
-    return out;
+    return bounded(std::move(out), seq);
   }
 
   Result<std::string> node(const Node& n) {
@@ -513,11 +529,13 @@ class Writer {
       }
       case Node::kAlt: {
         std::vector<std::string> alts;
+        size_t bytes = 0;
         for (const Node& k : n.kids) {
           REWIND_TRY(const std::string x, node(k));
+          if ((bytes += x.size()) > kMaxBytes) return too_big(k);
           alts.push_back(x);
         }
-        return group(alts);
+        return bounded(group(alts), n);
       }
       case Node::kRepeat: {
         // An item that can match nothing is repeated as its other strings from zero times (the
@@ -569,15 +587,18 @@ class Writer {
       case Node::kSet:
       case Node::kStart:
       case Node::kEnd:
-        break;          // above
-      case Node::kSeq:  // every item nullable: the first non-empty one, then the rest as is
+        break;            // above
+      case Node::kSeq: {  // every item nullable: the first non-empty one, then the rest as is
+        size_t bytes = 0;
         for (size_t i = 0; i < n.kids.size(); ++i) {
           REWIND_TRY(const Out head, nonempty(n.kids[i]));
           if (!head) continue;
           REWIND_TRY(const std::string rest, items(n, i + 1, n.kids.size()));
           alts.push_back(rest.empty() ? *head : *head + " " + rest);
+          if ((bytes += alts.back().size()) > kMaxBytes) return too_big(n);
         }
         break;
+      }
       case Node::kAlt:
         for (const Node& k : n.kids) {
           REWIND_TRY(const Out e, nonempty(k));
@@ -591,7 +612,8 @@ class Writer {
       }
     }
     if (alts.empty()) return Out{};
-    return Out{"( " + gbnf_alternatives(alts) + " )"};
+    REWIND_TRY(std::string e, bounded("( " + gbnf_alternatives(alts) + " )", n));
+    return Out{std::move(e)};
   }
 
   // A set of code points: a class of those written as themselves, and each one JSON escapes.
