@@ -11,8 +11,10 @@
 // repeated item that can match nothing is repeated as its other strings, from zero times).
 // Refused with a message naming the offset: backreferences, lookaround, word boundaries,
 // Unicode property escapes, anchors elsewhere, counts past kGbnfMaxRepeat, nesting past 64,
-// a class that matches no character. Each character is written in one JSON spelling: the quote,
-// the backslash and control characters escaped (\b \f \n \r \t, else \u00XX), the rest as UTF-8.
+// a class that matches no character, an expression past 256 KiB (nested repeats of items that
+// can match nothing double it at every level). Each character is written in one JSON spelling: the
+// quote, the backslash and control characters escaped (\b \f \n \r \t, else \u00XX), the rest as
+// UTF-8.
 #pragma once
 
 #include <string>
