@@ -615,6 +615,20 @@ TEST(JsonSchema, ResponseFormat) {
   ASSERT_TRUE(g.ok());
   EXPECT_TRUE(accepts(*g, R"({"a":[1]})"));
   EXPECT_FALSE(accepts(*g, "[1]"));
+  // llama.cpp's json_object with a schema: the schema holds (relaxed, as it is not strict).
+  std::vector<std::string> notes;
+  auto objs = response_format_to_gbnf(
+      ojson::parse(R"({"type":"json_object","schema":{"type":"object","properties":)"
+                   R"({"n":{"type":"integer","multipleOf":0.5}},"required":["n"]}})"),
+      &notes);
+  ASSERT_TRUE(objs.ok() && objs->has_value()) << objs.error_message();
+  auto og = parse_gbnf(**objs);
+  ASSERT_TRUE(og.ok());
+  EXPECT_TRUE(accepts(*og, R"({"n":3})"));
+  EXPECT_FALSE(accepts(*og, R"({"a":[1]})"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("response_format: 'multipleOf'"), std::string::npos) << notes[0];
+  EXPECT_FALSE(response_format_to_gbnf(ojson::parse(R"({"type":"json_object","schema":1})")).ok());
   auto js = response_format_to_gbnf(ojson::parse(
       R"({"type":"json_schema","json_schema":{"name":"x","strict":true,"schema":{"type":"boolean"}}})"));
   ASSERT_TRUE(js.ok() && js->has_value()) << js.error_message();

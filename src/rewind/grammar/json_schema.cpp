@@ -1022,8 +1022,22 @@ Result<std::optional<std::string>> response_format_to_gbnf(const ojson& format,
   if (!format.contains("type") || !format["type"].is_string())
     return make_error("'response_format.type' must be a string");
   const std::string type = format["type"].get<std::string>();
+  // A schema not marked strict: relaxed to compile, each change named.
+  auto relaxed_schema = [&](const ojson& schema) -> Result<Out> {
+    std::vector<std::string> notes;
+    REWIND_TRY(std::string text, json_schema_to_gbnf(relax_json_schema(schema, &notes)));
+    if (relaxed)
+      for (std::string& n : notes) relaxed->push_back("response_format: " + std::move(n));
+    return Out{std::move(text)};
+  };
   if (type == "text") return Out{};
-  if (type == "json_object") return Out{json_object_gbnf()};
+  if (type == "json_object") {
+    if (!format.contains("schema")) return Out{json_object_gbnf()};
+    // llama.cpp's server takes a schema here too.
+    if (!format["schema"].is_object())
+      return make_error("'response_format.schema' must be an object");
+    return relaxed_schema(format["schema"]);
+  }
   if (type != "json_schema")
     return make_error("'response_format.type' '" + type +
                       "' is not one of text, json_object, json_schema");
@@ -1042,11 +1056,7 @@ Result<std::optional<std::string>> response_format_to_gbnf(const ojson& format,
     REWIND_TRY(std::string text, json_schema_to_gbnf(js["schema"]));
     return Out{std::move(text)};
   }
-  std::vector<std::string> notes;
-  REWIND_TRY(std::string text, json_schema_to_gbnf(relax_json_schema(js["schema"], &notes)));
-  if (relaxed)
-    for (std::string& n : notes) relaxed->push_back("response_format: " + std::move(n));
-  return Out{std::move(text)};
+  return relaxed_schema(js["schema"]);
 }
 
 }  // namespace rw

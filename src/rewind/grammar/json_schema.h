@@ -86,7 +86,8 @@ nlohmann::ordered_json relax_json_schema(const nlohmann::ordered_json& schema,
                                          std::vector<std::string>* relaxed);
 
 // OpenAI's response_format object: {"type": "text"} gives no grammar; {"type":
-// "json_object"} any JSON object; {"type": "json_schema", "json_schema": {"name": ...,
+// "json_object"} any JSON object (with llama.cpp's "schema": {...} beside the type, that
+// schema's grammar, not strict); {"type": "json_schema", "json_schema": {"name": ...,
 // "schema": {...}, "strict": ..., "description": ...}} the schema's grammar (no schema: any
 // JSON value). A schema without "strict": true is relaxed first (relax_json_schema; the
 // changes go to *relaxed when given); a strict one is compiled as it is, and what the compiler
