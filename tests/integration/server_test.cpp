@@ -616,6 +616,32 @@ TEST_F(ServerTest, LogprobsEndWithTheTextBeforeAStopSequence) {
   }
 }
 
+// text_offset counts characters; a byte-level token inside a character gets that character's
+// offset, so every offset lies within the returned text (a stop string cutting after "é" too).
+TEST_F(ServerTest, TextOffsetsOfTokensInsideCharacters) {
+  for (const json& stop : {json(nullptr), json::array({"\u20ac"})}) {
+    json req = completion_body("Spell it", 30, {{"logprobs", 1}});
+    req["grammar"] = "root ::= \"a\u00e9\u20ac\U0001F600b\"";
+    if (!stop.is_null()) req["stop"] = stop;
+    const Http h = post(s(), "/v1/completions", req);
+    ASSERT_EQ(h.status, 200) << h.body;
+    const json c = h.j()["choices"][0];
+    const std::string text = c["text"];
+    size_t chars = 0;  // code points
+    for (const char b : text) chars += (static_cast<unsigned char>(b) & 0xC0) != 0x80;
+    EXPECT_EQ(chars, stop.is_null() ? 5u : 2u) << text;
+    int64_t last = 0;
+    for (const json& o : c["logprobs"]["text_offset"]) {
+      EXPECT_GE(o.get<int64_t>(), last) << h.body;
+      EXPECT_LT(o.get<size_t>(), chars) << h.body;
+      last = o.get<int64_t>();
+    }
+    if (stop.is_null()) {
+      EXPECT_EQ(last, 4) << h.body;  // "b"
+    }
+  }
+}
+
 TEST_F(ServerTest, ChatToolsAreAccepted) {
   json req = chat_body("What is the weather in Paris?", 8);
   req["tools"] =

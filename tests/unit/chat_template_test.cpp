@@ -156,6 +156,11 @@ TEST(ChatTemplate, MentionsThink) {
       "{{ '<think>\\n' if enable_thinking else '' }}{{ messages[0].content }}", "", "");
   ASSERT_TRUE(reasoning.ok()) << reasoning.error_message();
   EXPECT_TRUE(reasoning->mentions_think());
+  // DeepSeek-R1's kind: only the closing tag, to strip earlier replies' reasoning.
+  auto closing = ChatTemplate::from_string(
+      "{{ messages[0].content.split('</think>')[-1] }}<|im_start|>assistant\n", "", "");
+  ASSERT_TRUE(closing.ok()) << closing.error_message();
+  EXPECT_TRUE(closing->mentions_think());
 }
 
 TEST(ChatTemplate, SystemAndTurnsWithBoundaries) {

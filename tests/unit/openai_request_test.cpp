@@ -870,17 +870,22 @@ TEST(ResponseJson, Logprobs) {
   EXPECT_EQ(t["text_offset"][1], static_cast<int64_t>(tok.token_bytes(ids[0]).size()));
   EXPECT_TRUE(completion_logprobs_json(tok, lps, false, 0)["top_logprobs"].is_null());
   // Offsets count characters, not bytes: "Grüße, 世界" is 9 of them (15 bytes), however its
-  // tokens cut it.
+  // tokens cut it; a token that begins inside a character gets that character's offset.
   const auto u = tok.encode("Grüße, 世界");
   std::vector<TokenLogprob> ul;
   for (const int32_t id : u) ul.push_back({id, -1.0f, {}});
   const json o = completion_logprobs_json(tok, ul, false, 3);
-  int64_t at = 3;
+  int64_t at = 3;  // characters started before token i
+  bool inside = false;
   for (size_t i = 0; i < u.size(); ++i) {
-    EXPECT_EQ(o["text_offset"][i], at) << i;
-    at += utf8_chars(tok.token_bytes(u[i]));
+    const std::string b = tok.token_bytes(u[i]);
+    const bool cont = (static_cast<unsigned char>(b[0]) & 0xC0) == 0x80;
+    inside |= cont;
+    EXPECT_EQ(o["text_offset"][i], at - (cont ? 1 : 0)) << i;
+    at += utf8_chars(b);
   }
   EXPECT_EQ(at, 3 + 9);
+  EXPECT_TRUE(inside) << "the tokenizer kept every character whole: the case is not covered";
 }
 
 // ---- metrics ----------------------------------------------------------------------------------

@@ -144,7 +144,8 @@ Result<ChatTemplate> ChatTemplate::from_string(const std::string& source,
   ct.impl_->tmpl = std::move(t).value();
   ct.impl_->bos = bos_token;
   ct.impl_->eos = eos_token;
-  ct.impl_->mentions_think = source.find("<think>") != std::string::npos;
+  ct.impl_->mentions_think =
+      source.find("<think>") != std::string::npos || source.find("</think>") != std::string::npos;
   return ct;
 }
 

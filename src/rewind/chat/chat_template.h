@@ -97,8 +97,9 @@ class ChatTemplate {
   // takes ~2 ms with the Qwen3.5 template).
   Result<RenderedChat> render(const std::vector<ChatMessage>& messages,
                               const ChatRenderOptions& opt) const;
-  // Whether the template's source mentions <think>: a template that never does writes no
-  // reasoning block, so a reply's start need not be held back to look for one.
+  // Whether the template's source mentions <think> or </think> (DeepSeek-R1's strips earlier
+  // replies' reasoning and leaves <think> to the model): a template that does neither has no
+  // reasoning blocks, so a reply's start need not be held back to look for one.
   bool mentions_think() const;
 
  private:

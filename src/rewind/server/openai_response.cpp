@@ -1,5 +1,6 @@
 #include "rewind/server/openai_response.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -107,7 +108,10 @@ json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogpr
     const std::string s = tok.token_bytes(lp.token);
     tokens.push_back(s);
     token_lps.push_back(lp.logprob);
-    offsets.push_back(off);
+    // The character its first byte belongs to: one that started in an earlier token when the
+    // token begins with a continuation byte (byte-level tokens split characters).
+    const bool cont = !s.empty() && (static_cast<unsigned char>(s[0]) & 0xC0) == 0x80;
+    offsets.push_back(std::max<int64_t>(0, off - (cont ? 1 : 0)));
     off += utf8_chars(s);
     if (with_top) {
       // Keyed by token text (dump_json replaces invalid UTF-8 in keys as in values). Two

@@ -71,9 +71,10 @@ struct TokenLogprob {
 // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token","logprob","bytes"}]}]}
 nlohmann::json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps);
 // Completions: {"tokens", "token_logprobs", "top_logprobs" ([{token: logprob}] or null when no
-// alternatives were asked for), "text_offset"}; `offset0` is the text offset of the first token.
-// Offsets count characters (code points, as a client's string indexes them) from the
-// completion's start, as vLLM's do without echo.
+// alternatives were asked for), "text_offset"}; `offset0`: the characters that started before
+// the first token. Offsets count characters (code points, as a client's string indexes them)
+// from the completion's start, as vLLM's do without echo; a token that begins inside a
+// character (byte-level tokens split them) gets that character's offset.
 int64_t utf8_chars(std::string_view bytes);  // the characters that start in `bytes`
 nlohmann::json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& lps,
                                         bool with_top, int64_t offset0);
