@@ -90,6 +90,42 @@ rw::DType dtype_named(const std::string& dt) {
   std::exit(2);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// --step-limits: per step size, the probe's buffer read in joined steps against whole-buffer
+// passes, the two alternating (A B B A ...) so that a drifting host hits both alike.
+void print_step_limits(rw::ThreadPool* pool, const rw::MachineLimits& lim,
+                       const std::vector<int64_t>& step_kib) {
+  rw::BandwidthProbe probe(pool, lim.probe_buffer_bytes);
+  const int v = std::max(lim.bandwidth_variant, 0);
+  constexpr int kRounds = 6;
+  std::printf("buffer %.0f MiB, stream variant %d, %d rounds\n",
+              static_cast<double>(probe.bytes()) / (1 << 20), v, kRounds);
+  std::printf("%10s %12s %12s %14s\n", "step KiB", "whole GB/s", "stepped GB/s", "stepped/whole");
+  for (int64_t kib : step_kib) {
+    std::vector<double> whole, stepped, ratio;
+    size_t used = 0;
+    for (int r = 0; r < kRounds; ++r) {
+      double w, s;
+      if (r % 2 == 0) {
+        w = probe.pass(v);
+        s = probe.pass_stepped(static_cast<size_t>(kib) << 10, v, &used);
+      } else {
+        s = probe.pass_stepped(static_cast<size_t>(kib) << 10, v, &used);
+        w = probe.pass(v);
+      }
+      whole.push_back(w);
+      stepped.push_back(s);
+      ratio.push_back(s / w);
+    }
+    std::printf("%10zu %12.1f %12.1f %9.1f%%\n", used >> 10, median(whole), median(stepped),
+                100 * median(ratio));
+  }
+}
+
 // --decode-panels / --decode-split: one pass (every cold copy once) per step, the settings
 // (set(i) selects the i-th) taking turns in the order A B .. B A (reversed every other round),
 // each pass timed; per setting the median pass, and the median over rounds of its pass time
@@ -110,10 +146,6 @@ void compare_settings(const char* what, const std::vector<std::string>& labels,
       times[i].push_back(now_s() - t0);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   std::printf("%-8s %6lld %7lld %5s %4lld  %s (%zu passes each):", s.name,
               static_cast<long long>(s.k), static_cast<long long>(s.n), dt.c_str(),
               static_cast<long long>(m), what, times[0].size());
@@ -282,36 +314,7 @@ int main(int argc, char** argv) {
       rw::quant_dot_name(kopt.quant_dot), rw::matmul_int8_isa(kopt.isa));
   if (limits_only) return 0;
   if (!step_kib.empty()) {
-    // Whole-buffer and stepped passes alternate (A B B A ...): a drifting host hits both alike.
-    rw::BandwidthProbe probe(&pool, lim.probe_buffer_bytes);
-    const int v = std::max(lim.bandwidth_variant, 0);
-    constexpr int kRounds = 6;
-    std::printf("buffer %.0f MiB, stream variant %d, %d rounds\n",
-                static_cast<double>(probe.bytes()) / (1 << 20), v, kRounds);
-    std::printf("%10s %12s %12s %14s\n", "step KiB", "whole GB/s", "stepped GB/s", "stepped/whole");
-    auto median = [](std::vector<double> x) {
-      std::sort(x.begin(), x.end());
-      return x[x.size() / 2];
-    };
-    for (int64_t kib : step_kib) {
-      std::vector<double> whole, stepped, ratio;
-      size_t used = 0;
-      for (int r = 0; r < kRounds; ++r) {
-        double w, s;
-        if (r % 2 == 0) {
-          w = probe.pass(v);
-          s = probe.pass_stepped(static_cast<size_t>(kib) << 10, v, &used);
-        } else {
-          s = probe.pass_stepped(static_cast<size_t>(kib) << 10, v, &used);
-          w = probe.pass(v);
-        }
-        whole.push_back(w);
-        stepped.push_back(s);
-        ratio.push_back(s / w);
-      }
-      std::printf("%10zu %12.1f %12.1f %9.1f%%\n", used >> 10, median(whole), median(stepped),
-                  100 * median(ratio));
-    }
+    print_step_limits(&pool, lim, step_kib);
     return 0;
   }
 

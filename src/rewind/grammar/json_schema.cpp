@@ -566,10 +566,6 @@ Result<std::string> SchemaCompiler::type_rule(const ojson& s, const std::string&
   return add_rule(hint, "\"\\\"\" char" + reps + " \"\\\"\"");
 }
 
-// Numbers within whole-number bounds, without exponents: "-"? y with y's integer part i and
-// fraction f. Each side of zero is an interval of y with integer ends p <= q, either end open:
-// i strictly between them with any fraction; i = p with any fraction (p closed) or one that
-// is not all zeros (p open); i = q with no fraction (q closed).
 // The multiples of k (2 <= k <= kMaxDigitRule) of the signs asked for, of at most 16 digits as
 // the integer rule: one rule per remainder and digit count from which a multiple can still end,
 // the digits grouped by the rule they lead to; never "-0".
@@ -607,6 +603,10 @@ std::string SchemaCompiler::multiple_rule(int64_t k, const std::string& hint, bo
   return add_rule(hint, (zero ? "\"0\" | " : "") + sign + "( " + moves(0, 0, 1) + " )");
 }
 
+// Numbers within whole-number bounds, without exponents: "-"? y with y's integer part i and
+// fraction f. Each side of zero is an interval of y with integer ends p <= q, either end open:
+// i strictly between them with any fraction; i = p with any fraction (p closed) or one that
+// is not all zeros (p open); i = q with no fraction (q closed).
 Result<std::string> SchemaCompiler::number_rule(const ojson& s, const std::string& path,
                                                 const std::string& hint, int frac_digits) {
   constexpr double kMaxBound = kMaxNumberBound;

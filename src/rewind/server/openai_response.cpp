@@ -93,9 +93,15 @@ json chat_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogprob>& l
   return {{"content", std::move(content)}};
 }
 
+namespace {
+bool utf8_continuation(char c) {
+  return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+}
+}  // namespace
+
 int64_t utf8_chars(std::string_view bytes) {
   int64_t n = 0;
-  for (const char c : bytes) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  for (const char c : bytes) n += !utf8_continuation(c);
   return n;
 }
 
@@ -110,8 +116,8 @@ json completion_logprobs_json(const Tokenizer& tok, const std::vector<TokenLogpr
     token_lps.push_back(lp.logprob);
     // The character its first byte belongs to: one that started in an earlier token when the
     // token begins with a continuation byte (byte-level tokens split characters).
-    const bool cont = !s.empty() && (static_cast<unsigned char>(s[0]) & 0xC0) == 0x80;
-    offsets.push_back(std::max<int64_t>(0, off - (cont ? 1 : 0)));
+    const bool inside = !s.empty() && utf8_continuation(s[0]);
+    offsets.push_back(std::max<int64_t>(0, off - (inside ? 1 : 0)));
     off += utf8_chars(s);
     if (with_top) {
       // Keyed by token text (dump_json replaces invalid UTF-8 in keys as in values). Two
