@@ -232,7 +232,8 @@ std::vector<CommandSpec> build_specs() {
            spec_opts()),
        "Routes: POST /v1/chat/completions, /v1/completions, /tokenize, /detokenize,\n"
        "/apply-template; GET /v1/models, /v1/models/{id}, /v1/cache, /v1/cache/tree, /props,\n"
-       "/metrics, /health and the web page at /; DELETE /v1/cache.\n"
+       "/metrics, /health and the web page at /; DELETE /v1/cache. /chat/completions,\n"
+       "/completions and /models (without /v1, as llama-server answers them) are the same.\n"
        "A request may pick its own drafter: \"speculative\": \"off\"|\"ngram\"|\"draft\"|\"mtp\"\n"
        "or {\"method\": ..., \"k\": K}. Without --alias any \"model\" is accepted.\n"
        "Several models: --model a=DIR1 --model b=DIR2; each has its own engine and prefix cache\n"

@@ -1778,6 +1778,31 @@ TEST_F(ServerTest, DeleteCacheEmptiesIt) {
   expect_error(curl(s(), "DELETE", "/v1/cache", "", ""), 401);
 }
 
+// llama-server's paths without /v1 answer as the /v1 routes, and count under them.
+TEST_F(ServerTest, PathsWithoutV1AreTheSameRoutes) {
+  auto count_200 = [&] {
+    return std::max(0.0, metric(s(),
+                                "rewind_http_responses_total{endpoint=\"/v1/chat/completions\","
+                                "status=\"200\"}"));
+  };
+  const double before = count_200();
+  const json req = chat_body("Paths without the version prefix.", 4);
+  const Http a = post(s(), "/v1/chat/completions", req), b = post(s(), "/chat/completions", req);
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(a.j()["choices"], b.j()["choices"]);
+  EXPECT_EQ(count_200(), before + 2);
+  const Http c = post(s(), "/completions", completion_body("x", 2));
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.j()["object"], "text_completion");
+  const Http m = curl(s(), "GET", "/models");
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(m.j()["data"][0]["id"], "tiny");
+  expect_error(curl(s(), "GET", "/models", "", ""), 401);
+  expect_error(curl(s(), "GET", "/chat/completions"), 405, "POST");
+  expect_error(curl(s(), "GET", "/models/tiny"), 404);
+}
+
 TEST_F(ServerTest, NotFound) {
   expect_error(curl(s(), "GET", "/nope"), 404, "/nope");
   expect_error(curl(s(), "POST", "/v1/nope", "{}"), 404);

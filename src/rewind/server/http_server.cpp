@@ -129,7 +129,21 @@ constexpr Route kAssetRoute = {"(web page)", "GET", false, false};
 constexpr std::string_view kModelPrefix = "/v1/models/";
 constexpr Route kModelRoute = {"/v1/models/{id}", "GET", true, false};
 
-const Route* find_route(const std::string& path) {
+// llama-server's spellings without /v1 (clients whose base URL lacks it): the same routes.
+constexpr std::pair<std::string_view, std::string_view> kRouteAliases[] = {
+    {"/chat/completions", "/v1/chat/completions"},
+    {"/completions", "/v1/completions"},
+    {"/models", "/v1/models"}};
+
+// The route's own path for an alias, else `path`.
+std::string_view canonical_path(std::string_view path) {
+  for (const auto& [alias, canonical] : kRouteAliases)
+    if (path == alias) return canonical;
+  return path;
+}
+
+const Route* find_route(const std::string& given) {
+  const std::string_view path = canonical_path(given);
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;
   if (path.size() > kModelPrefix.size() && path.starts_with(kModelPrefix)) return &kModelRoute;
@@ -855,7 +869,7 @@ struct HttpServer::Impl {
         [this](const HttpTransport::Answer& a) {
           // By route, so that the label takes a bounded set of values.
           const Route* r = find_route(a.path);
-          metrics.count_response(r == &kModelRoute ? r->path : r ? a.path : "other", a.status);
+          metrics.count_response(r == &kAssetRoute ? a.path : r ? r->path : "other", a.status);
           // The handler's answers are logged where they end (with their tokens); these are the
           // header checks' and the transport's own.
           if (!a.from_handler) log_plain(random_id("req-"), a.peer, a.method, a.path, a.status);
@@ -958,6 +972,7 @@ struct HttpServer::Impl {
 
   void handle(HttpRequest req, const std::shared_ptr<HttpExchange>& ex) {
     const Clock::time_point t0 = Clock::now();
+    req.path = std::string(canonical_path(req.path));
     const HttpHeaders cors = cors_headers(req);
     const Route* route = find_route(req.path);
     std::string log_model;  // the model a per-model route answered for

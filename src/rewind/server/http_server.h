@@ -19,7 +19,9 @@
 // calls carry the key): ETag with 304 for a current copy, Cache-Control no-cache, and on the
 // page a Content-Security-Policy that allows scripts, styles and fetches from this origin only.
 // Chat and completion answers' usage carries rewind's figures (openai_response.h, RewindUsage).
-// HEAD on a GET route answers as GET without the body. OPTIONS on a route answers 204 with Allow
+// llama-server's spellings without /v1 (/chat/completions, /completions, /models) are the same
+// routes, logged and counted under the /v1 path. HEAD on a GET route answers as GET without the
+// body. OPTIONS on a route answers 204 with Allow
 // (and the CORS preflight headers when the Origin is allowed).
 //
 // Every failure is a JSON body {"error": {"message", "type", "param", "code"}} whose message is
