@@ -67,6 +67,40 @@ std::vector<OptSpec> spec_opts() {
       {"--spec-fixed-k", "", "", "keep k fixed (default: shrink after rejections)", {}, false},
   };
 }
+// The sampling options of chat and serve, whose defaults are the model's
+// (generation_config.json).
+std::vector<OptSpec> sampling_default_opts() {
+  return {
+      {"--temperature", "", "T", "sampling temperature (default: the model's, else 1)", {"--temp"}},
+      {"--top-k", "", "K", "keep the K most likely tokens (default: the model's, else all)"},
+      {"--top-p", "", "P", "nucleus sampling mass, in (0, 1] (default: the model's, else 1)"},
+      {"--min-p", "", "P",
+       "drop tokens below P x the best one's probability (default: the model's, else 0)"},
+      {"--repeat-penalty", "", "R", "divide repeated tokens' positive logits by R (1: off)"},
+      {"--repeat-last-n", "", "N", "tokens --repeat-penalty looks back over (64; -1: all)"},
+      {"--presence-penalty", "", "P", "minus P for a token already generated (default 0)"},
+      {"--frequency-penalty", "", "F", "minus F x a token's count in the reply (default 0)"},
+  };
+}
+OptSpec template_file_opt() {
+  return {"--chat-template-file", "", "FILE",
+          "render with this Jinja chat template instead of the model's (its special tokens "
+          "stay the model's)"};
+}
+// llama.cpp's options that a CPU engine has no use for, so that its command lines run as they
+// are (llama_compat_from).
+std::vector<OptSpec> llama_compat_opts() {
+  return {
+      {"--jinja", "", "", "accepted for llama.cpp's command lines: templates are always Jinja"},
+      {"--n-gpu-layers",
+       "-ngl",
+       "N",
+       "accepted and ignored (with a note): rewind runs on the CPU",
+       {"--gpu-layers"}},
+      {"--flash-attn", "-fa", "on|off|auto",
+       "accepted and ignored: rewind's attention always runs in one pass over K/V"},
+  };
+}
 const char* kTypes =
     "f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|q4_0|q4_1|q5_0|q5_1|iq4_nl|"
     "q3_k|iq4_xs|q2_k";
@@ -94,7 +128,11 @@ std::vector<CommandSpec> build_specs() {
              {"--presence-penalty", "", "P", "minus P for a token already generated (default 0)"},
              {"--frequency-penalty", "", "F", "minus F x a token's count in the reply (default 0)"},
              threads_opt(),
-             {"--chunk", "", "N", "prefill chunk in tokens (default 512; same results)", {}, false},
+             {"--chunk",
+              "-b",
+              "N",
+              "prefill chunk in tokens (default 512; same results)",
+              {"--batch-size"}},
              weights_opt(),
              quant_dot_opt(),
              {"--ignore-eos", "", "", "keep generating past the end-of-sequence token", {}, false},
@@ -114,19 +152,7 @@ std::vector<CommandSpec> build_specs() {
         {"--system", "", "TEXT", "the system prompt (default none; /system changes it)", {}, false},
         {"--ctx-size", "-c", "N", "the conversation's context in tokens (default 4096)", {}, false},
         {"--n-predict", "-n", "N", "most tokens per reply (default -1: up to the context)"},
-        {"--temperature",
-         "",
-         "T",
-         "sampling temperature (default: the model's, else 1)",
-         {"--temp"}},
-        {"--top-k", "", "K", "keep the K most likely tokens (default: the model's, else all)"},
-        {"--top-p", "", "P", "nucleus sampling mass, in (0, 1] (default: the model's, else 1)"},
-        {"--min-p", "", "P", "drop tokens below P x the best one's probability (default 0)"},
         {"--seed", "-s", "S", "sampling seed; reply i uses S + i (default random)", {}, false},
-        {"--repeat-penalty", "", "R", "divide repeated tokens' positive logits by R (1: off)"},
-        {"--repeat-last-n", "", "N", "tokens --repeat-penalty looks back over (64; -1: all)"},
-        {"--presence-penalty", "", "P", "minus P for a token already generated (default 0)"},
-        {"--frequency-penalty", "", "F", "minus F x a token's count in the reply (default 0)"},
         {"--think", "", "on|off", "ask the template to turn reasoning on or off (its default)"},
         {"--ignore-eos", "", "", "keep generating past the end-of-sequence token", {}, false},
         threads_opt(),
@@ -175,7 +201,11 @@ std::vector<CommandSpec> build_specs() {
             {"--port", "", "N", "port (default 8080; 0 picks a free one, printed on start)"},
             {"--api-key", "", "KEY", "require 'Authorization: Bearer KEY' on /v1/* and /metrics"},
             {"--parallel", "-np", "N", "sequences decoding at once (default 4)", {}, false},
-            {"--chunk", "", "N", "a step's tokens: decode rows, then prefill (512)", {}, false},
+            {"--chunk",
+             "-b",
+             "N",
+             "a step's tokens: decode rows, then prefill (512)",
+             {"--batch-size"}},
             {"--mixed-chunk",
              "",
              "N",
@@ -243,8 +273,10 @@ std::vector<CommandSpec> build_specs() {
        "turns). Every option applies to every model, except that --model-opt NAME:OPT=V (or\n"
        "NAME:OPT for a flag) sets one for model NAME: ctx-size, parallel, chunk, mixed-chunk,\n"
        "itl-target, max-queue, checkpoint-interval, checkpoint-max, no-cache, spec, draft-k,\n"
-       "spec-fixed-k, weights, cache-type-k, cache-type-v (e.g. --model-opt\n"
-       "b:ctx-size=4096 --model-opt a:spec=ngram).\n"
+       "spec-fixed-k, weights, cache-type-k, cache-type-v, the sampling options and\n"
+       "chat-template-file (e.g. --model-opt b:ctx-size=4096 --model-opt a:temperature=0.6).\n"
+       "--temperature, --top-k, --top-p, --min-p and the penalties set what a request that\n"
+       "leaves them out gets, in place of the model's generation_config.json.\n"
        "A --spec draft:DIR is loaded once and shared by the models that use it; each must have\n"
        "the draft's vocabulary (else give the others their own --spec with --model-opt).\n"
        "Access log fields (docs/ARCHITECTURE.md, \"Access log\"): time, request id, client,\n"
@@ -356,6 +388,8 @@ std::vector<CommandSpec> build_specs() {
              "; f32 or bf16 keep full precision)",
          {"--outtype"}},
         {"--to", "", "gguf", "the output format; gguf (the default) is the only one", {}, false},
+        {"--chat-template-file", "", "FILE",
+         "write this Jinja chat template into the file instead of the checkpoint's"},
         {"--quiet", "-q", "", "no progress line", {}, false}},
        std::string("TYPE: ") + kTypes +
            ".\n"
@@ -431,16 +465,27 @@ std::vector<CommandSpec> build_specs() {
                "",
                {},
                "--model takes the name."});
-  // The KV cache types, after --quant-dot, wherever a model is loaded for running.
-  const std::vector<OptSpec> kv = kv_type_opts();
+  // Inserts `opts` after the option `after` of `cs` (at the end when it has none).
+  auto insert_after = [](CommandSpec& cs, const std::string& after,
+                         const std::vector<OptSpec>& opts) {
+    auto at = cs.options.end();
+    for (auto it = cs.options.begin(); it != cs.options.end(); ++it)
+      if (it->name == after) at = it + 1;
+    cs.options.insert(at, opts.begin(), opts.end());
+  };
+  // The KV cache types after --quant-dot, and llama.cpp's CPU-less options at the end, wherever
+  // a model is loaded for running; the model's sampling defaults and a template in chat and
+  // serve.
   for (CommandSpec& cs : c) {
     if (cs.name != "run" && cs.name != "chat" && cs.name != "serve" && cs.name != "bench" &&
         cs.name != "cache-bench" && cs.name != "spec-bench" && cs.name != "logits")
       continue;
-    auto at = cs.options.begin();
-    for (auto it = cs.options.begin(); it != cs.options.end(); ++it)
-      if (it->name == "--quant-dot") at = it + 1;
-    cs.options.insert(at, kv.begin(), kv.end());
+    insert_after(cs, "--quant-dot", kv_type_opts());
+    if (cs.name == "chat" || cs.name == "serve") {
+      insert_after(cs, cs.name == "chat" ? "--n-predict" : "--ctx-size", sampling_default_opts());
+      insert_after(cs, "--frequency-penalty", {template_file_opt()});
+    }
+    insert_after(cs, "", llama_compat_opts());
   }
   return c;
 }

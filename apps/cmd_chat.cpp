@@ -622,27 +622,20 @@ int cmd_chat(int argc, char** argv) {
   const std::string dir = model_arg.value();
   auto ctx = args->int_("--ctx-size", 4096);
   auto n_pred = args->int_("--n-predict", -1);
-  auto top_k = args->int_("--top-k", 0);
   auto seed = args->int_("--seed", 0);
   auto th = args->int_("--threads", default_threads());
   auto cache_ram = args->int_("--cache-ram", 1024);
-  for (auto* r : {&ctx, &n_pred, &top_k, &seed, &th, &cache_ram})
+  for (auto* r : {&ctx, &n_pred, &seed, &th, &cache_ram})
     if (!r->ok()) return fail(r->error_message());
-  auto temp = args->num("--temperature", 0.0);
-  auto top_p = args->num("--top-p", 1.0);
-  auto min_p = args->num("--min-p", 0.0);
-  for (auto* r : {&temp, &top_p, &min_p})
-    if (!r->ok()) return fail(r->error_message());
+  // The sampling options checked before the model loads (applied over its defaults below).
+  SamplingParams scratch;
+  if (Status ss = sampling_from(*args, &scratch); !ss.ok()) return fail(ss.error_message());
   if (ctx.value() < 2 || ctx.value() > (int64_t{1} << 31) - 1)
     return fail("-c/--ctx-size must be in [2, 2^31)");
   if (n_pred.value() != -1 && n_pred.value() < 1)
     return fail("-n/--n-predict must be >= 1, or -1 (up to the context)");
   if (th.value() < 1) return fail("--threads must be >= 1");
   if (cache_ram.value() < 1) return fail("--cache-ram must be >= 1 (MiB); --no-cache turns it off");
-  if (temp.value() < 0) return fail("--temperature must be >= 0");
-  if (top_p.value() <= 0 || top_p.value() > 1) return fail("--top-p must be in (0, 1]");
-  if (min_p.value() < 0 || min_p.value() > 1) return fail("--min-p must be in [0, 1]");
-  if (top_k.value() < 0) return fail("--top-k must be >= 0");
   int think = -1;
   if (args->has("--think")) {
     const std::string v = args->str("--think");
@@ -660,7 +653,7 @@ int cmd_chat(int argc, char** argv) {
 
   auto tok = load_tokenizer(dir);
   if (!tok.ok()) return fail(tok.error_message());
-  auto tmpl = load_chat_template(dir, tok.value());
+  auto tmpl = load_chat_template(dir, tok.value(), nullptr, args->str("--chat-template-file"));
   if (!tmpl.ok()) return fail(tmpl.error_message());
   // The pool's threads never take SIGINT: the main thread must, to interrupt its read.
   set_sigint_blocked(true);
@@ -684,11 +677,7 @@ int cmd_chat(int argc, char** argv) {
   co.ctx = ctx.value();
   co.n_predict = n_pred.value();
   co.sampling = defaults.sampling;
-  if (args->has("--temperature")) co.sampling.temperature = static_cast<float>(temp.value());
-  if (args->has("--top-k")) co.sampling.top_k = static_cast<int32_t>(top_k.value());
-  if (args->has("--top-p")) co.sampling.top_p = static_cast<float>(top_p.value());
-  if (args->has("--min-p")) co.sampling.min_p = static_cast<float>(min_p.value());
-  if (Status ps = penalties_from(*args, &co.sampling); !ps.ok()) return fail(ps.error_message());
+  if (Status ss = sampling_from(*args, &co.sampling); !ss.ok()) return fail(ss.error_message());
   co.seed = args->has("--seed")
                 ? static_cast<uint64_t>(seed.value())
                 : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();

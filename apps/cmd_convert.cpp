@@ -11,6 +11,7 @@
 #include "args.h"
 #include "cli.h"
 #include "commands.h"
+#include "rewind/chat/chat_template.h"
 #include "rewind/io/safetensors.h"
 #include "rewind/model/gguf_model.h"
 #include "rewind/tokenizer/gguf_vocab.h"
@@ -89,7 +90,8 @@ Status write_gguf_checkpoint(
 }
 
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
-                          const std::string& type, const std::string& name_in) {
+                          const std::string& type, const std::string& name_in,
+                          const std::string& template_text) {
   REWIND_TRY(DType t, parse_type(type));
   (void)t;  // checked before the checkpoint is read
   REWIND_TRY(ModelConfig cfg, load_model_config(hf_dir + "/config.json"));
@@ -97,24 +99,16 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
   REWIND_TRY(WeightSet ws, WeightSet::from_hf(ts, cfg));
   REWIND_TRY(Tokenizer tok, Tokenizer::load(hf_dir + "/tokenizer.json"));
 
-  // Chat template and special ids from tokenizer_config.json (or chat_template.jinja).
+  // Special ids from tokenizer_config.json; the template given, else the checkpoint's
+  // (chat_template.jinja, else tokenizer_config.json's).
   const std::string tc_path = hf_dir + "/tokenizer_config.json";
   nlohmann::json tc = nlohmann::json::object();
   if (std::filesystem::exists(tc_path)) {
     tc = nlohmann::json::parse(read_file(tc_path), nullptr, false);
     if (tc.is_discarded() || !tc.is_object()) return make_error(tc_path + ": not a JSON object");
   }
-  std::string chat_template;
-  if (tc.contains("chat_template") && tc["chat_template"].is_string()) {
-    chat_template = tc["chat_template"].get<std::string>();
-  } else if (tc.contains("chat_template") && tc["chat_template"].is_array()) {
-    for (auto& e : tc["chat_template"])
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-          e["template"].is_string())
-        chat_template = e["template"].get<std::string>();
-  } else if (std::filesystem::exists(hf_dir + "/chat_template.jinja")) {
-    chat_template = read_file(hf_dir + "/chat_template.jinja");
-  }
+  REWIND_TRY(std::string chat_template, chat_template_source(hf_dir));
+  if (!template_text.empty()) chat_template = template_text;
   const std::string name =
       name_in.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string()
                       : name_in;
@@ -154,8 +148,14 @@ int cmd_convert(int argc, char** argv) {
                  "rewind convert: no --type given; writing %s (--type f32 or bf16 keeps full "
                  "precision, q4_k_m is smaller)\n",
                  type.c_str());
+  std::string template_text;
+  if (args->has("--chat-template-file")) {
+    auto t = read_template_file(args->str("--chat-template-file"));
+    if (!t.ok()) return fail(t.error_message());
+    template_text = std::move(t).value();
+  }
   const double t0 = now_seconds();
-  Status st = convert_hf_to_gguf(in, out, type);
+  Status st = convert_hf_to_gguf(in, out, type, "", template_text);
   if (!st.ok()) return fail(st.error_message());
   const auto size = std::filesystem::file_size(out, ec);
   std::printf("wrote %s (%s, %.1f MB, %.1f s)\n", out.c_str(), type.c_str(),

@@ -123,7 +123,16 @@ const char* const kPerModelOptions[] = {"--ctx-size",
                                         "--spec-fixed-k",
                                         "--weights",
                                         "--cache-type-k",
-                                        "--cache-type-v"};
+                                        "--cache-type-v",
+                                        "--temperature",
+                                        "--top-k",
+                                        "--top-p",
+                                        "--min-p",
+                                        "--repeat-penalty",
+                                        "--repeat-last-n",
+                                        "--presence-penalty",
+                                        "--frequency-penalty",
+                                        "--chat-template-file"};
 
 // A step that decodes beside a prefill aims at 6 times a step of its decode rows alone.
 constexpr const char* kDefaultItlTarget = "6x";
@@ -158,6 +167,9 @@ Result<ModelSettings> model_settings(const Args& a) {
     return make_error("--checkpoint-max must be 0 (no limit) or >= 2");
   if (s.max_queue < 0 || s.max_queue > 65536)
     return make_error("--max-queue must be in [0, 65536]");
+  // The sampling defaults checked before any model loads (applied over the model's below).
+  SamplingParams scratch;
+  REWIND_TRY_STATUS(sampling_from(a, &scratch));
   return s;
 }
 
@@ -205,7 +217,7 @@ struct LoadedModel {
   ModelSettings settings;
   std::optional<Tokenizer> tok;
   std::optional<ChatTemplate> tmpl;
-  bool template_from_model = false;
+  std::string template_source;  // "model", "rewind-chatml" or "file"
   std::unique_ptr<ThreadPool> pool;
   std::optional<SpecSetup> spec;
   std::unique_ptr<Model> model;
@@ -369,7 +381,8 @@ int cmd_serve(int argc, char** argv) {
     const ModelSettings& ms = L.settings;
     REWIND_TRY(Tokenizer tok, load_tokenizer(dir));
     L.tok = std::move(tok);
-    REWIND_TRY(ChatTemplate tmpl, load_chat_template(dir, *L.tok, &L.template_from_model));
+    REWIND_TRY(ChatTemplate tmpl,
+               load_chat_template(dir, *L.tok, &L.template_source, a.str("--chat-template-file")));
     L.tmpl = std::move(tmpl);
     L.pool = workers.lane();
     REWIND_TRY(const KvTypes kv, kv_types_from(a));
@@ -502,6 +515,7 @@ int cmd_serve(int argc, char** argv) {
     }
     L.engine = std::make_unique<BatchEngine>(m, L.pool.get(), eo);
     L.defaults = load_generation_defaults(dir, m.config().eos_token_ids, *L.tok);
+    REWIND_TRY_STATUS(sampling_from(a, &L.defaults.sampling));  // the options over the model's
     for (const auto& w : L.defaults.warnings)
       std::fprintf(stderr, "rewind: warning: %s: %s\n", L.id.c_str(), w.c_str());
     if (L.defaults.stop_ids.empty())
@@ -608,7 +622,7 @@ int cmd_serve(int argc, char** argv) {
       sm.aliases = L.aliases;
       sm.grammar_cache_bytes = grammar_bytes;
       sm.model_path = L.dir;
-      sm.chat_template_source = L.template_from_model ? "model" : "rewind-chatml";
+      sm.chat_template_source = L.template_source;
       served.push_back(std::move(sm));
     }
   }

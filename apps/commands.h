@@ -78,6 +78,13 @@ Result<KernelOptions> kernel_options_from(const Args& a);
 // --repeat-penalty, --repeat-last-n, --presence-penalty, --frequency-penalty into *p (those
 // given); errors name the option.
 Status penalties_from(const Args& a, SamplingParams* p);
+// --temperature, --top-k, --top-p, --min-p and the penalties into *p (those given, checked);
+// errors name the option.
+Status sampling_from(const Args& a, SamplingParams* p);
+// llama.cpp's options that mean nothing on a CPU engine (cli.cpp, llama_compat_opts): -fa's
+// value checked, a note on stderr for -ngl other than 0. --jinja needs nothing: templates are
+// always rendered as Jinja.
+Status llama_compat_from(const Args& a);
 
 double now_seconds();
 
@@ -115,17 +122,24 @@ bool is_gguf_path(const std::string& model_path);  // a regular file (not a dire
 // `chat_template` or chat_template.jinja; a GGUF file's tokenizer.chat_template with its eos
 // token), else rewind's ChatML template, with a line on stderr that says so. Errors: a template
 // that is there but does not load, a malformed GGUF file.
-// `from_model` (may be null): set to whether the model has its own template (else rewind's
-// ChatML template is used).
+// `template_file` (--chat-template-file), when not empty, replaces the model's template (its
+// special tokens stay the model's); an unreadable or empty file or a template that does not parse
+// is an error naming the file. `source` (may be null): set to "model", "rewind-chatml" or "file".
 Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
-                                        bool* from_model = nullptr);
+                                        std::string* source = nullptr,
+                                        const std::string& template_file = "");
 
 // Writes the HF checkpoint in `hf_dir` (config.json, safetensors, tokenizer.json, chat template
 // in tokenizer_config.json or chat_template.jinja) as a GGUF file in llama.cpp's layout, with
 // matrices stored as `type` (convert's --type), with a progress line on stderr.
-// `name` goes to general.name ("" = the directory's name).
+// `name` goes to general.name ("" = the directory's name); `template_text`, when not empty,
+// is written as the chat template in place of the checkpoint's.
 Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
-                          const std::string& type, const std::string& name = "");
+                          const std::string& type, const std::string& name = "",
+                          const std::string& template_text = "");
+// The text of a --chat-template-file: errors name the option and the file (unreadable, empty,
+// or a template that does not parse).
+Result<std::string> read_template_file(const std::string& path);
 
 // The writing half of convert_hf_to_gguf, for a checkpoint already mapped: `tc` is the
 // tokenizer_config.json object (special tokens), `chat_template` the template ("" = none).

@@ -29,7 +29,9 @@ int fail(const std::string& msg) {
 Result<Args> parse_args(const std::string& command, int argc, char** argv) {
   const CommandSpec* spec = command_spec(command);
   if (!spec) return make_error("no option table for command '" + command + "'");
-  return Args::parse(argc, argv, *spec);
+  REWIND_TRY(Args a, Args::parse(argc, argv, *spec));
+  if (find_option(*spec, "--n-gpu-layers")) REWIND_TRY_STATUS(llama_compat_from(a));
+  return a;
 }
 
 int print_help(const std::string& command) {
@@ -143,8 +145,23 @@ bool has_chat_template(const std::string& dir) {
 }
 }  // namespace
 
+Result<std::string> read_template_file(const std::string& path) {
+  const std::string what = "--chat-template-file " + path;
+  std::error_code ec;
+  std::ifstream f(path, std::ios::binary);
+  if (!f || std::filesystem::is_directory(path, ec)) return make_error(what + ": cannot read it");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string text = ss.str();
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    return make_error(what + ": the file is empty");
+  auto t = ChatTemplate::from_string(text, "", "");
+  if (!t.ok()) return make_error(what + ": " + t.error_message());
+  return text;
+}
+
 Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
-                                        bool* from_model) {
+                                        std::string* source, const std::string& template_file) {
   // A GGUF file's template is tokenizer.chat_template (eos: tokenizer.ggml.eos_token_id).
   std::string gguf_template, gguf_eos = "<|im_end|>";
   const bool gguf = is_gguf_path(model_path);
@@ -155,14 +172,24 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
     if (eos >= 0 && !tok.token_text(static_cast<int32_t>(eos)).empty())
       gguf_eos = tok.token_text(static_cast<int32_t>(eos));
   }
+  if (!template_file.empty()) {
+    // The given template in place of the model's, with the model's special tokens.
+    REWIND_TRY(const std::string text, read_template_file(template_file));
+    if (source) *source = "file";
+    if (!gguf)
+      return ChatTemplate::load_dir(model_path, &text, "--chat-template-file " + template_file);
+    return ChatTemplate::from_string(text, "", gguf_eos);
+  }
   const bool has_template = gguf ? !gguf_template.empty() : has_chat_template(model_path);
-  if (from_model) *from_model = has_template;
+  if (source) *source = has_template ? "model" : "rewind-chatml";
   auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
               : gguf        ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
                             : ChatTemplate::load_dir(model_path);
   if (!tmpl.ok()) return make_error(tmpl.error_message());  // names the template
   if (!has_template)
-    std::fprintf(stderr, "rewind: %s has no chat template; using rewind's ChatML template\n",
+    std::fprintf(stderr,
+                 "rewind: %s has no chat template; using rewind's ChatML template "
+                 "(--chat-template-file gives another)\n",
                  model_path.c_str());
   return tmpl;
 }
@@ -181,6 +208,35 @@ Status penalties_from(const Args& a, SamplingParams* p) {
   p->repeat_last_n = static_cast<int32_t>(last_n);
   p->presence_penalty = static_cast<float>(pres);
   p->frequency_penalty = static_cast<float>(freq);
+  return Ok{};
+}
+
+Status sampling_from(const Args& a, SamplingParams* p) {
+  REWIND_TRY(double temp, a.num("--temperature", p->temperature));
+  REWIND_TRY(int64_t top_k, a.int_("--top-k", p->top_k));
+  REWIND_TRY(double top_p, a.num("--top-p", p->top_p));
+  REWIND_TRY(double min_p, a.num("--min-p", p->min_p));
+  if (!(temp >= 0 && temp <= 1e6)) return make_error("--temperature must be >= 0");
+  if (top_k < 0 || top_k > (int64_t{1} << 30)) return make_error("--top-k must be >= 0");
+  if (!(top_p > 0 && top_p <= 1)) return make_error("--top-p must be in (0, 1]");
+  if (!(min_p >= 0 && min_p <= 1)) return make_error("--min-p must be in [0, 1]");
+  p->temperature = static_cast<float>(temp);
+  p->top_k = static_cast<int32_t>(top_k);
+  p->top_p = static_cast<float>(top_p);
+  p->min_p = static_cast<float>(min_p);
+  return penalties_from(a, p);
+}
+
+Status llama_compat_from(const Args& a) {
+  REWIND_TRY(int64_t ngl, a.int_("--n-gpu-layers", 0));
+  if (ngl != 0)
+    std::fprintf(stderr, "rewind: note: -ngl %lld ignored: rewind runs on the CPU\n",
+                 static_cast<long long>(ngl));
+  if (a.has("--flash-attn")) {
+    const std::string fa = a.str("--flash-attn");
+    if (fa != "on" && fa != "off" && fa != "auto")
+      return make_error("-fa/--flash-attn must be on, off or auto (got '" + fa + "')");
+  }
   return Ok{};
 }
 

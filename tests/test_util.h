@@ -174,6 +174,12 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// Writes `bytes` to a file, replacing it.
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f << bytes;
+}
+
 // Runs a shell command, returns its stdout; *rc gets the exit status.
 inline std::string run_command(const std::string& cmd, int* rc) {
   std::string out;

@@ -324,8 +324,9 @@ TEST(GgufMamba2Exact, MoeRoutersStayF32) {
         EXPECT_EQ(t.type, GgmlType::F32) << preset << " " << t.name;
         ++routers;
       }
-      if (t.name.find("ffn_gate_exps.weight") != std::string::npos)
+      if (t.name.find("ffn_gate_exps.weight") != std::string::npos) {
         EXPECT_EQ(t.type, GgmlType::Q8_0) << preset << " " << t.name;
+      }
     }
     EXPECT_GT(routers, 0) << preset;
   }

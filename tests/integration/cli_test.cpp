@@ -196,6 +196,40 @@ TEST(Cli, ConvertDefaultsToQ8_0AndSaysSo) {
   EXPECT_FALSE(std::filesystem::exists(dir + ".tmp"));
 }
 
+// The checkpoint's template goes into the GGUF file, chat_template.jinja before the
+// tokenizer_config.json entry (as transformers and the HF loader read them), and
+// --chat-template-file replaces it; a template that does not parse is refused before writing.
+TEST(Cli, ConvertWritesTheTemplateTheModelRendersWith) {
+  const std::string dir = test::made_scratch_dir("cli_convert_template");
+  int rc = -1;
+  std::string out = rewind("make-model --preset tiny --out " + dir + "/hf", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto stored = [](const std::string& path) {
+    auto g = GgufFile::open(path);
+    EXPECT_TRUE(g.ok()) << g.error_message();
+    return g.ok() ? g->get_string_or("tokenizer.chat_template", "").value() : std::string();
+  };
+  const std::string jinja = "{{ messages[0].content }}(from the .jinja file)";
+  test::write_file(dir + "/hf/chat_template.jinja", jinja);
+  out = rewind("convert -q --in " + dir + "/hf -o " + dir + "/a.gguf --type f32", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(stored(dir + "/a.gguf"), jinja);
+  const std::string given = "{{ messages[0].content }}(given)";
+  test::write_file(dir + "/given.jinja", given);
+  out = rewind("convert -q --in " + dir + "/hf -o " + dir + "/b.gguf --type f32 " +
+                   "--chat-template-file " + dir + "/given.jinja",
+               &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(stored(dir + "/b.gguf"), given);
+  test::write_file(dir + "/bad.jinja", "{% if %}");
+  out = rewind("convert -q --in " + dir + "/hf -o " + dir + "/c.gguf --chat-template-file " + dir +
+                   "/bad.jinja",
+               &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "--chat-template-file " + dir + "/bad.jinja: chat template")) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/c.gguf"));
+}
+
 // What a user coming from llama.cpp mistypes gets a message that says what to do instead: a
 // GGUF given to convert (no requantising), --type on an HF make-model, a directory that is no
 // model, a draft that does not exist (named as the draft).

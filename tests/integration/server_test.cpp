@@ -49,11 +49,7 @@ using namespace std::chrono_literals;
 const char* kKey = "test-key-123";
 
 using test::read_file;
-
-void write_file(const std::string& path, const std::string& s) {
-  std::ofstream f(path, std::ios::binary);
-  f << s;
-}
+using test::write_file;
 
 using test::model_dir;
 using test::tmp_dir;
@@ -2115,6 +2111,64 @@ TEST(ServerLimits, SigtermStopsCleanly) {
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
   EXPECT_NE(srv->log().find("stopped"), std::string::npos) << srv->log();
+}
+
+// llama-server's command line runs as it is: --jinja, -ngl (noted on stderr) and -fa are
+// accepted, -b is --chunk, the sampling options set a request's defaults over the model's and
+// --chat-template-file (also per model) replaces the template.
+TEST(ServerLimits, LlamaServerCommandLine) {
+  const std::string tmpl = tmp_path("tmpl.jinja");
+  write_file(tmpl,
+             "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+             "{% if add_generation_prompt %}[assistant] {% endif %}");
+  auto srv = Server::start({"--api-key", kKey, "--jinja", "-ngl", "99", "-fa", "on", "--temp",
+                            "0.25", "--top-k", "7", "--repeat-penalty", "1.1", "-b", "256",
+                            "--chat-template-file", tmpl});
+  ASSERT_NE(srv, nullptr);
+  EXPECT_NE(srv->log().find("-ngl 99 ignored"), std::string::npos) << srv->log();
+  const json props = curl(*srv, "GET", "/props").j();
+  EXPECT_EQ(props["chat_template_source"], "file");
+  const json& p = props["default_generation_settings"]["params"];
+  EXPECT_FLOAT_EQ(p["temperature"].get<float>(), 0.25f) << p;
+  EXPECT_EQ(p["top_k"], 7) << p;
+  EXPECT_FLOAT_EQ(p["repeat_penalty"].get<float>(), 1.1f) << p;
+  const Http t = post(*srv, "/apply-template",
+                      {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(t.j()["prompt"], "[user] hi\n[assistant] ");
+  // A request's own value still wins, and a chat renders with the file's template.
+  const Http c = post(*srv, "/v1/chat/completions",
+                      {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+                       {"max_tokens", 3},
+                       {"temperature", 0}});
+  ASSERT_EQ(c.status, 200) << c.body;
+}
+
+// The template file and the sampling options are checked before any model loads; each error
+// names its option.
+TEST(ServerLimits, TemplateFileAndSamplingErrors) {
+  const std::string bad = tmp_path("bad.jinja"), empty = tmp_path("empty.jinja");
+  write_file(bad, "{% for m in messages %}{{ m.content }");
+  write_file(empty, "  \n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--chat-template-file " + bad, "--chat-template-file " + bad + ": chat template"},
+      {"--chat-template-file " + empty, "the file is empty"},
+      {"--chat-template-file /nonexistent/t.jinja", "cannot read it"},
+      {"--model-opt tiny:chat-template-file=" + bad, "chat template"},
+      {"--temp -1", "--temperature must be >= 0"},
+      {"--top-p 0", "--top-p must be in (0, 1]"},
+      {"--model-opt tiny:min-p=2", "--min-p must be in [0, 1]"},
+      {"-fa maybe", "-fa/--flash-attn must be on, off or auto"},
+  };
+  for (const auto& [opts, want] : cases) {
+    int rc = 0;
+    const std::string out =
+        test::run_command(std::string(REWIND_BINARY) + " serve --model tiny=" + model_dir() +
+                              " --port 0 " + opts + " 2>&1",
+                          &rc);
+    EXPECT_NE(rc, 0) << opts;
+    EXPECT_NE(out.find(want), std::string::npos) << opts << ": " << out;
+  }
 }
 
 TEST(ServerLimits, BadOptionsFail) {

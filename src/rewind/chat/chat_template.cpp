@@ -153,14 +153,21 @@ bool ChatTemplate::mentions_think() const {
   return impl_->mentions_think;
 }
 
-Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {
-  nlohmann::json cfg = nlohmann::json::object();
+namespace {
+// dir/tokenizer_config.json as an object (an empty one when the file is absent).
+Result<nlohmann::json> tokenizer_config(const std::string& dir) {
   const std::string cfg_path = dir + "/tokenizer_config.json";
   std::string text;
-  if (read_file(cfg_path, &text)) {
-    cfg = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (cfg.is_discarded() || !cfg.is_object()) return make_error(cfg_path + ": not a JSON object");
-  }
+  if (!read_file(cfg_path, &text)) return nlohmann::json::object();
+  nlohmann::json cfg = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (cfg.is_discarded() || !cfg.is_object()) return make_error(cfg_path + ": not a JSON object");
+  return cfg;
+}
+}  // namespace
+
+Result<std::string> chat_template_source(const std::string& dir, std::string* where_out) {
+  REWIND_TRY(const nlohmann::json cfg, tokenizer_config(dir));
+  const std::string cfg_path = dir + "/tokenizer_config.json";
   std::string source, where;
   const std::string jinja_path = dir + "/chat_template.jinja";
   if (read_file(jinja_path, &source)) {
@@ -186,9 +193,23 @@ Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir) {
     } else {
       return make_error(where + ": must be a string or a list of {name, template}");
     }
+  }
+  if (where_out) *where_out = where;
+  return source;
+}
+
+Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir, const std::string* given,
+                                            const std::string& given_where) {
+  REWIND_TRY(const nlohmann::json cfg, tokenizer_config(dir));
+  std::string source, where;
+  if (given) {
+    source = *given;
+    where = given_where;
   } else {
-    return make_error("no chat template in " + dir +
-                      " (no chat_template.jinja, no chat_template in tokenizer_config.json)");
+    REWIND_TRY(source, chat_template_source(dir, &where));
+    if (where.empty())
+      return make_error("no chat template in " + dir +
+                        " (no chat_template.jinja, no chat_template in tokenizer_config.json)");
   }
   auto t = from_string(source, special_token(cfg, "bos_token"), special_token(cfg, "eos_token"));
   if (!t.ok()) return make_error(where + ": " + t.error_message());

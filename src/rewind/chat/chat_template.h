@@ -79,12 +79,21 @@ struct RenderedChat {
   size_t system_end = std::string::npos;
 };
 
+// The chat template text of a checkpoint directory, where ChatTemplate::load_dir finds it:
+// chat_template.jinja, else tokenizer_config.json `chat_template` (a string, or the "default"
+// entry of a list of {name, template}); "" when there is neither. *where (may be null) names
+// the file it came from. Errors: a malformed tokenizer_config.json or chat_template entry.
+Result<std::string> chat_template_source(const std::string& dir, std::string* where = nullptr);
+
 class ChatTemplate {
  public:
   // From a checkpoint directory: tokenizer_config.json `chat_template` (string, or list of
   // {name, template} where "default" is used) or chat_template.jinja. Error if neither, or if
   // the template does not parse (with line and column).
-  static Result<ChatTemplate> load_dir(const std::string& dir);
+  // With `source` (not null): that template text, read from `where` (named in errors), with the
+  // directory's special tokens (a template given in place of the checkpoint's).
+  static Result<ChatTemplate> load_dir(const std::string& dir, const std::string* source = nullptr,
+                                       const std::string& where = "");
   static Result<ChatTemplate> from_string(const std::string& source, const std::string& bos_token,
                                           const std::string& eos_token);
   ChatTemplate(ChatTemplate&&) noexcept;
