@@ -487,7 +487,7 @@ int main(int argc, char** argv) {
   rw::ThreadPool mask_pool(mask_threads);
   rw::ThreadPool* mp = mask_threads > 1 ? &mask_pool : nullptr;
   std::printf("masks computed on %d thread(s)\n", mask_threads);
-  auto automaton = std::make_shared<rw::GrammarAutomaton>(grammar, trie);
+  auto automaton = rw::GrammarAutomaton::create(grammar, trie).value();
   auto replay = [&](const std::vector<int32_t>& doc, Figures& f) {
     rw::GrammarMatcher m(automaton);
     for (int32_t id : doc) {
@@ -569,10 +569,10 @@ int main(int argc, char** argv) {
       f.add(mask, ms_since(b));
     }
   };
-  automaton = std::make_shared<rw::GrammarAutomaton>(grammar, trie);
+  automaton = rw::GrammarAutomaton::create(grammar, trie).value();
   Figures b_cold_rows;
   batch(b_cold_rows, false);
-  automaton = std::make_shared<rw::GrammarAutomaton>(grammar, trie);
+  automaton = rw::GrammarAutomaton::create(grammar, trie).value();
   Figures b_cold, b_warm;
   batch(b_cold, true);
   batch(b_warm, true);
@@ -590,7 +590,7 @@ int main(int argc, char** argv) {
       st.split_bytes / 1048576.0, static_cast<long long>(st.split_hits));
   // Greedy rows, masked only when the argmax is refused: a fresh automaton each time.
   auto lazy = [&](int batch_size, Figures& f, bool together) {
-    automaton = std::make_shared<rw::GrammarAutomaton>(grammar, trie);
+    automaton = rw::GrammarAutomaton::create(grammar, trie).value();
     std::mt19937 rng(seed + 7);
     const int32_t V = trie->n_vocab();
     std::vector<rw::GrammarMatcher> ms;

@@ -581,8 +581,10 @@ TEST(Constrained, RowInABatchGivesTheSameTokensAsAlone) {
   std::map<const GrammarAutomaton*, std::shared_ptr<GrammarAutomaton>> fresh;
   for (const auto& c : cases)
     if (c.req.grammar && !fresh.count(c.req.grammar.get()))
-      fresh[c.req.grammar.get()] = std::make_shared<GrammarAutomaton>(
-          std::make_shared<const Grammar>(c.req.grammar->grammar()), fix().grammars->vocab_ptr());
+      fresh[c.req.grammar.get()] =
+          GrammarAutomaton::create(std::make_shared<const Grammar>(c.req.grammar->grammar()),
+                                   fix().grammars->vocab_ptr())
+              .value();
   for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
     BatchEngine eng(*fix().target, p, opt);
     test::Collector col;
@@ -780,7 +782,7 @@ TEST(Constrained, SubmitRefusesAGrammarOverALargerVocabulary) {
   Request r;
   r.prompt = chat_prompt("x");
   r.grammar =
-      std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
+      GrammarAutomaton::create(std::make_shared<Grammar>(std::move(g).value()), trie).value();
   auto out = e.generate(r);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.error_message().find("vocabulary"), std::string::npos) << out.error_message();

@@ -72,8 +72,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   rw::AutomatonLimits limits;
   limits.max_states = 2048;
   limits.max_stacks = 1 << 16;
-  auto a = std::make_shared<rw::GrammarAutomaton>(grammar, vocab(), limits);
-  rw::GrammarMatcher m(a);
+  auto a = rw::GrammarAutomaton::create(grammar, vocab(), limits);
+  if (!a.ok()) return 0;  // the initial state passed a limit: an error, fine
+  rw::GrammarMatcher m(a.value());
   const auto& v = *vocab();
   rw::TokenMask mask(static_cast<size_t>(v.n_words()));
   std::string text;

@@ -1542,7 +1542,17 @@ TEST_F(ServerTest, StructuredOutputErrorsAre400) {
   expect_error(post(s(), "/v1/chat/completions",
                     chat_body("x", 5, {{"tools", tools}, {"tool_choice", "required"}})),
                400, "'multipleOf' 0.25 at #/properties/n is not supported");
+  // A grammar whose first byte opens more alternatives than a state may hold (an enum of
+  // thousands of values): a 400, where it once ended the process.
+  json many = json::array();
+  for (int i = 0; i < 5000; ++i) many.push_back(i);
+  const json big_enum = {{"type", "json_schema"},
+                         {"json_schema", {{"name", "x"}, {"schema", {{"enum", many}}}}}};
+  expect_error(
+      post(s(), "/v1/chat/completions", chat_body("x", 5, {{"response_format", big_enum}})), 400,
+      "stacks in one state");
   EXPECT_EQ(metric(s(), "rewind_requests_submitted_total"), submitted0);
+  EXPECT_EQ(post(s(), "/v1/completions", completion_body("still here", 2)).status, 200);
 }
 
 // A schema or tool not marked strict (OpenAI's default) is relaxed where the subset lacks a

@@ -30,8 +30,11 @@ bool matches(const Grammar& g, const std::string& s) {
   const EarleyResult ref = earley_recognise(g, s);
   std::vector<std::string> bytes(256);
   for (int b = 0; b < 256; ++b) bytes[b] = std::string(1, static_cast<char>(b));
-  GrammarAutomaton a(std::make_shared<Grammar>(g),
-                     std::make_shared<VocabTrie>(bytes, std::vector<int32_t>{256}));
+  auto made = GrammarAutomaton::create(
+      std::make_shared<Grammar>(g), std::make_shared<VocabTrie>(bytes, std::vector<int32_t>{256}));
+  EXPECT_TRUE(made.ok()) << made.error_message();
+  if (!made.ok()) return false;
+  GrammarAutomaton& a = **made;
   auto st = a.step_bytes(a.initial_state(), s);
   EXPECT_TRUE(st.ok());
   const bool dfa = st.ok() && *st != GrammarAutomaton::kDead && a.is_accepting(*st);

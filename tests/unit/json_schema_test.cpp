@@ -295,7 +295,7 @@ TEST(JsonSchema, PatternRandomWalksMatchByAnotherEngine) {
   int walks = 0;
   for (const char* p : patterns) {
     const Grammar g = compile(pattern_schema(p));
-    auto a = std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(g), trie);
+    auto a = GrammarAutomaton::create(std::make_shared<Grammar>(g), trie).value();
     const std::regex re(p, std::regex::ECMAScript);
     std::mt19937 rng(static_cast<uint32_t>(std::hash<std::string>{}(p)));
     for (int walk = 0; walk < 20; ++walk) {
@@ -749,7 +749,7 @@ TEST(JsonSchema, RandomSchemasRandomWalksProduceValidJson) {
     auto g = parse_gbnf(*text);
     ASSERT_TRUE(g.ok()) << g.error_message() << "\n" << *text;
     auto a =
-        std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
+        GrammarAutomaton::create(std::make_shared<Grammar>(std::move(g).value()), trie).value();
     std::mt19937 rng(seed * 7919);
     for (int walk = 0; walk < 6; ++walk) {
       const std::string out = random_walk(a, eos, rng);

@@ -54,7 +54,7 @@ Fixture make(const std::string& gbnf, AutomatonLimits limits = {}) {
   const auto v = test_vocab();
   f.eos = static_cast<int32_t>(v.size());
   f.vocab = std::make_shared<VocabTrie>(v, std::vector<int32_t>{f.eos});
-  f.automaton = std::make_shared<GrammarAutomaton>(f.grammar, f.vocab, limits);
+  f.automaton = GrammarAutomaton::create(f.grammar, f.vocab, limits).value();
   return f;
 }
 
@@ -155,7 +155,7 @@ TEST(GrammarMatcher, CachedMasksEqualFreshOnes) {
       const std::vector<int32_t> warm = allowed_ids(m, *f.vocab);
       ASSERT_EQ(warm, allowed_ids(m, *f.vocab));  // the cache hit gives the same mask
       // A new automaton knows no state: it computes everything again from the same tokens.
-      GrammarMatcher cold(std::make_shared<GrammarAutomaton>(f.grammar, f.vocab));
+      GrammarMatcher cold(GrammarAutomaton::create(f.grammar, f.vocab).value());
       for (int32_t id : tokens) ASSERT_TRUE(cold.accept(id).ok());
       ASSERT_EQ(warm, allowed_ids(cold, *f.vocab));
       const int32_t id = warm[std::uniform_int_distribution<size_t>(0, warm.size() - 1)(rng)];
@@ -367,8 +367,8 @@ TEST(GrammarMatcher, MasksOnAThreadPoolEqualOneThreads) {
   std::shared_ptr<Grammar> grammar;
   std::shared_ptr<VocabTrie> vocab;
   ASSERT_NO_FATAL_FAILURE(nested_schema_and_big_vocab(rng, &grammar, &vocab));
-  auto one = std::make_shared<GrammarAutomaton>(grammar, vocab);
-  auto shared = std::make_shared<GrammarAutomaton>(grammar, vocab);
+  auto one = GrammarAutomaton::create(grammar, vocab).value();
+  auto shared = GrammarAutomaton::create(grammar, vocab).value();
   ThreadPool pool(3, 0);  // every job shared, however small
   TokenMask a(static_cast<size_t>(vocab->n_words())), b(a.size());
   int steps = 0;
@@ -402,8 +402,8 @@ TEST(GrammarMatcher, PrefetchedMasksOfARowBatchEqualOneThreads) {
   for (const size_t cache_bytes : {size_t{256} << 20, size_t{3} * vocab->n_words() * 8}) {
     AutomatonLimits lim;
     lim.mask_cache_bytes = cache_bytes;
-    auto one = std::make_shared<GrammarAutomaton>(grammar, vocab);
-    auto batch = std::make_shared<GrammarAutomaton>(grammar, vocab, lim);
+    auto one = GrammarAutomaton::create(grammar, vocab).value();
+    auto batch = GrammarAutomaton::create(grammar, vocab, lim).value();
     std::vector<GrammarMatcher> m1, m2;
     for (int s = 0; s < 8; ++s) {
       m1.emplace_back(one);
@@ -451,7 +451,7 @@ TEST(GrammarMatcher, PrefetchedMasksOfARowBatchEqualOneThreads) {
 // Random walks through `a`, each mask compared with a fresh automaton's (no budget).
 void walk_against_unbounded(const Fixture& f, std::shared_ptr<GrammarAutomaton> a, int walks,
                             uint32_t seed, size_t cap) {
-  auto ref = std::make_shared<GrammarAutomaton>(f.grammar, f.vocab);
+  auto ref = GrammarAutomaton::create(f.grammar, f.vocab).value();
   std::mt19937 rng(seed);
   for (int w = 0; w < walks; ++w) {
     GrammarMatcher m(a), r(ref);
@@ -477,7 +477,7 @@ TEST(GrammarMatcher, SharedBudgetCapsMemoryAndKeepsMasksExact) {
   const size_t cap = full - masks / 2;
   AutomatonLimits capped;
   capped.budget = std::make_shared<GrammarMemoryBudget>(cap);
-  auto a = std::make_shared<GrammarAutomaton>(f.grammar, f.vocab, capped);
+  auto a = GrammarAutomaton::create(f.grammar, f.vocab, capped).value();
   walk_against_unbounded(f, a, 4, 11, cap);
   EXPECT_EQ(capped.budget->used.load(), a->memory_bytes());  // the charge is the footprint
   EXPECT_LE(capped.budget->used.load(), cap);
@@ -487,11 +487,27 @@ TEST(GrammarMatcher, SharedBudgetCapsMemoryAndKeepsMasksExact) {
   EXPECT_EQ(capped.budget->used.load(), 0u);  // given back when the automaton goes
 }
 
+// An initial state past a limit (the first byte may start more alternatives than a state may
+// hold) is create()'s error, not a failed check: the grammar comes from a request.
+TEST(GrammarMatcher, InitialStatePastItsLimitIsAnError) {
+  std::string gbnf = "root ::= \"x0\"";
+  for (int i = 1; i < 40; ++i) gbnf += " | \"x" + std::to_string(i) + "\"";
+  Fixture f = make(gbnf);
+  AutomatonLimits small;
+  small.max_state_stacks = 39;
+  auto a = GrammarAutomaton::create(f.grammar, f.vocab, small);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.error_message().find("39 stacks in one state"), std::string::npos)
+      << a.error_message();
+  small.max_state_stacks = 40;
+  EXPECT_TRUE(GrammarAutomaton::create(f.grammar, f.vocab, small).ok());
+}
+
 TEST(GrammarMatcher, BudgetTooSmallForStatesIsAnError) {
   Fixture f = make(json_object_gbnf());
   AutomatonLimits capped;
   capped.budget = std::make_shared<GrammarMemoryBudget>(1);  // smaller than the first state
-  auto a = std::make_shared<GrammarAutomaton>(f.grammar, f.vocab, capped);
+  auto a = GrammarAutomaton::create(f.grammar, f.vocab, capped).value();
   GrammarMatcher m(a);
   std::string error;
   TokenMask mask(static_cast<size_t>(f.vocab->n_words()));
@@ -561,8 +577,7 @@ TEST(GrammarMatcher, VocabFromTokenizerLeavesOutSpecialTokens) {
   EXPECT_EQ(vocab->n_vocab(), tok->vocab_size());
   auto g = parse_gbnf("root ::= [^x]* \"x\"\n");
   ASSERT_TRUE(g.ok());
-  auto a =
-      std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), vocab);
+  auto a = GrammarAutomaton::create(std::make_shared<Grammar>(std::move(g).value()), vocab).value();
   GrammarMatcher m(a);
   TokenMask mask(static_cast<size_t>(vocab->n_words()));
   ASSERT_TRUE(m.allowed(mask.data()).ok());

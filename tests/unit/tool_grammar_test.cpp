@@ -228,8 +228,8 @@ TEST(ToolGrammar, LazyGrammarOpensOnTheTagWhenItIsASpecialToken) {
   auto g = parse_gbnf(*text);
   ASSERT_TRUE(g.ok()) << g.error_message();
   auto grammar = std::make_shared<const Grammar>(std::move(g).value());
-  auto with_tags = std::make_shared<GrammarAutomaton>(grammar, kept);
-  auto without = std::make_shared<GrammarAutomaton>(grammar, plain);
+  auto with_tags = GrammarAutomaton::create(grammar, kept).value();
+  auto without = GrammarAutomaton::create(grammar, plain).value();
   TokenMask mask(static_cast<size_t>(kept->n_words()));
   GrammarMatcher m(with_tags), w(without);
   ASSERT_TRUE(w.allowed(mask.data()).ok());
@@ -294,7 +294,7 @@ TEST(ToolGrammar, RandomWalksParseIntoValidCalls) {
     auto g = parse_gbnf(*text);
     ASSERT_TRUE(g.ok()) << g.error_message();
     auto a =
-        std::make_shared<GrammarAutomaton>(std::make_shared<Grammar>(std::move(g).value()), trie);
+        GrammarAutomaton::create(std::make_shared<Grammar>(std::move(g).value()), trie).value();
     std::mt19937 rng(static_cast<uint32_t>(f) + 5);
     for (int walk = 0; walk < 40; ++walk) {
       const std::string out = schema_test::random_walk(a, eos, rng);

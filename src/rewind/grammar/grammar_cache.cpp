@@ -36,8 +36,8 @@ Result<std::shared_ptr<GrammarAutomaton>> GrammarCache::get(const std::string& g
     }
   }
   REWIND_TRY(Grammar g, parse_gbnf(gbnf, root));
-  auto a = std::make_shared<GrammarAutomaton>(std::make_shared<const Grammar>(std::move(g)), vocab_,
-                                              limits_);
+  REWIND_TRY(auto a, GrammarAutomaton::create(std::make_shared<const Grammar>(std::move(g)), vocab_,
+                                              limits_));
   std::lock_guard<std::mutex> lock(mu_);
   ++misses_;
   auto it = map_.find(key);  // another thread may have compiled it meanwhile

@@ -174,9 +174,19 @@ bool grow(V& v, size_t extra, size_t step, size_t elem_bytes, Room&& room) {
 constexpr int32_t kHoleFrame = 1;  // a leaf of its own: accepts every byte, stays itself
 }  // namespace
 
-GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
+GrammarAutomaton::GrammarAutomaton(Key, std::shared_ptr<const Grammar> grammar,
                                    std::shared_ptr<const VocabTrie> vocab, AutomatonLimits limits)
-    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), limits_(limits) {
+    : grammar_(std::move(grammar)), vocab_(std::move(vocab)), limits_(limits) {}
+
+Result<std::shared_ptr<GrammarAutomaton>> GrammarAutomaton::create(
+    std::shared_ptr<const Grammar> grammar, std::shared_ptr<const VocabTrie> vocab,
+    AutomatonLimits limits) {
+  auto a = std::make_shared<GrammarAutomaton>(Key{}, std::move(grammar), std::move(vocab), limits);
+  REWIND_TRY_STATUS(a->init());
+  return a;
+}
+
+Status GrammarAutomaton::init() {
   frames_.push_back({-1, -1});  // kEmptyFrame: the root's rule finished
   frame_min_.push_back(0);
   frames_.push_back({-2, -1});  // kHoleFrame: what lies below a truncated stack
@@ -187,24 +197,27 @@ GrammarAutomaton::GrammarAutomaton(std::shared_ptr<const Grammar> grammar,
     trans_.insert(trans_.end(), 256, kDead);
   }
   walk_states_.resize(static_cast<size_t>(vocab_->max_depth_) + 1);
-  // The initial state is made whatever the shared budget holds (charged just after).
+  // The initial state is made whatever the shared budget holds (charged just after). Its
+  // limits still hold: an initial state of too many stacks (an enum of thousands of values)
+  // is an error for the request that asked for it.
   std::shared_ptr<GrammarMemoryBudget> budget = std::move(limits_.budget);
   std::vector<int32_t> leaves;
   bool accepting = false;
   new_epoch();
   Status st = Ok{};
   for (int32_t alt : grammar_->rules[grammar_->root].alts) {
-    auto f = frame(alt, 0);
-    REWIND_CHECK_MSG(f.ok(), f.error_message());
-    st = expand(*f, leaves, accepting);
-    REWIND_CHECK_MSG(st.ok(), st.error_message());
+    if (st.ok()) {
+      auto f = frame(alt, 0);
+      st = f.ok() ? expand(*f, leaves, accepting) : Status(f.error());
+    }
   }
-  auto s = intern_state(leaves, accepting);
-  REWIND_CHECK_MSG(s.ok(), s.error_message());
-  initial_ = *s;
+  Result<int32_t> s = st.ok() ? intern_state(leaves, accepting) : Result<int32_t>(st.error());
   limits_.budget = std::move(budget);
   charged_ = 0;
   sync_budget();
+  if (!s.ok()) return s.error();
+  initial_ = *s;
+  return Ok{};
 }
 
 GrammarAutomaton::~GrammarAutomaton() {

@@ -132,8 +132,19 @@ class GrammarAutomaton {
   // How deep split_state looks for the frame all stacks of a state share.
   static constexpr int kSplitSearch = 64;
 
-  GrammarAutomaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const VocabTrie> vocab,
-                   AutomatonLimits limits = {});
+  // The automaton of `grammar` over `vocab`, with its initial state made. Errors: a limit of
+  // `limits` passed by the initial state alone (such as max_state_stacks, for a grammar whose
+  // first byte may start thousands of alternatives).
+  static Result<std::shared_ptr<GrammarAutomaton>> create(std::shared_ptr<const Grammar> grammar,
+                                                          std::shared_ptr<const VocabTrie> vocab,
+                                                          AutomatonLimits limits = {});
+  struct Key {  // create()'s alone: make_shared needs a public constructor
+   private:
+    Key() = default;
+    friend class GrammarAutomaton;
+  };
+  GrammarAutomaton(Key, std::shared_ptr<const Grammar> grammar,
+                   std::shared_ptr<const VocabTrie> vocab, AutomatonLimits limits);
   ~GrammarAutomaton();
   GrammarAutomaton(const GrammarAutomaton&) = delete;
   GrammarAutomaton& operator=(const GrammarAutomaton&) = delete;
@@ -193,6 +204,7 @@ class GrammarAutomaton {
   };
 
   Result<int32_t> frame(int32_t pos, int32_t parent);
+  Status init();  // create()'s: the fixed frames and states, then the initial state
   Status expand(int32_t frame, std::vector<int32_t>& leaves, bool& accepting);
   Result<int32_t> intern_state(std::vector<int32_t>& leaves, bool accepting);
   Result<int32_t> transition(int32_t state, uint8_t byte);
