@@ -393,7 +393,9 @@ std::vector<CommandSpec> build_specs() {
         {"--quiet", "-q", "", "no progress line", {}, false}},
        std::string("TYPE: ") + kTypes +
            ".\n"
-           "A row length that is not a multiple of the type's block falls back to q8_0 or f32;\n"
+           "A row length that is not a multiple of the type's block falls back as llama-quantize\n"
+           "does (q4_k to q5_0, q5_k to q5_1, q6_k to q8_0, q2_k/q3_k to q4_0, iq4_xs to iq4_nl;\n"
+           "f16 when not a multiple of 32);\n"
            "norms, conv, ssm_a, dt bias and MoE routers stay f32. q4_k_m, q5_k_m: "
            "llama-quantize's\n"
            "mixtures (q6_k for output and, in some layers, attn_v and ffn_down). q4_0, q4_1, "

@@ -240,6 +240,20 @@ TEST(GgufQuantMtp, Q4KMTypesCountTheMtpBlock) {
   EXPECT_EQ(gguf_k_m_rule(cfg.value(), 0)("blk.3.ffn_down.weight"), DType::Q6_K);
 }
 
+// A row length that is not a multiple of the type's block: llama-quantize's fallback types.
+TEST(GgufQuant, ShortRowsFallBackAsLlamaQuantize) {
+  EXPECT_EQ(gguf_matrix_type(DType::Q4_K, 2688), DType::Q5_0);  // Nemotron-3-Nano's hidden
+  EXPECT_EQ(gguf_matrix_type(DType::Q4_K, 4096), DType::Q4_K);
+  EXPECT_EQ(gguf_matrix_type(DType::Q5_K, 4480), DType::Q5_1);
+  EXPECT_EQ(gguf_matrix_type(DType::Q6_K, 1856), DType::Q8_0);
+  EXPECT_EQ(gguf_matrix_type(DType::Q2_K, 96), DType::Q4_0);
+  EXPECT_EQ(gguf_matrix_type(DType::Q3_K, 96), DType::Q4_0);
+  EXPECT_EQ(gguf_matrix_type(DType::IQ4_XS, 96), DType::IQ4_NL);
+  EXPECT_EQ(gguf_matrix_type(DType::Q4_K, 48), DType::F16);  // not a multiple of 32
+  EXPECT_EQ(gguf_matrix_type(DType::Q8_0, 48), DType::F16);
+  EXPECT_EQ(gguf_matrix_type(DType::F32, 48), DType::F32);
+}
+
 // Q5_K_M: the same mixture on a Q5_K base, and llama.cpp's file type number for it (17).
 TEST(GgufQuant, Q5KMTypesAndFileType) {
   auto g = GgufFile::open(gguf("q5_k_m"));

@@ -207,22 +207,22 @@ TEST(LlamaCppTypes, KMixturesOnTheQwen35_08bShape) {
 
 // An 8-block model with an MTP block, written by `rewind make-model --format gguf --type
 // q4_k_m|q5_k_m`: every tensor (name, row length, type) as in llama-quantize's file.
-TEST(LlamaCppTypes, KMixturesWithAnMtpBlockWholeFile) {
+// make-model `args` written as GGUF of each K mixture has every tensor (name, row length,
+// type) as in llama-quantize's file of the same model (`<model>-<TYPE>.types`).
+void expect_llama_quantize_types(const std::string& model, const std::string& args) {
   for (const std::string q : {"Q4_K_M", "Q5_K_M"}) {
     std::string lower = q;
     for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    const std::string path = work_dir() + "/mtp8-" + lower + ".gguf";
+    const std::string path = work_dir() + "/" + model + "-" + lower + ".gguf";
     int rc = 0;
-    const std::string out = test::run_command(
-        std::string(REWIND_BINARY) +
-            " make-model --preset qwen3.5-tiny-256 --seed 3 --linear-heads 2,4,64,64 --layers 8"
-            " --mtp --format gguf --type " +
-            lower + " --out " + path + " 2>&1",
-        &rc);
+    const std::string out =
+        test::run_command(std::string(REWIND_BINARY) + " make-model " + args +
+                              " --format gguf --type " + lower + " --out " + path + " 2>&1",
+                          &rc);
     ASSERT_EQ(rc, 0) << out;
     auto g = GgufFile::open(path);
     ASSERT_TRUE(g.ok()) << g.error_message();
-    const auto lines = read_types(kDir + "/mtp8-" + q + ".types");
+    const auto lines = read_types(kDir + "/" + model + "-" + q + ".types");
     ASSERT_EQ(lines.size(), g->tensors().size()) << q;
     for (const TypeLine& t : lines) {
       const GgufTensor* mine = g->find(t.name);
@@ -231,6 +231,17 @@ TEST(LlamaCppTypes, KMixturesWithAnMtpBlockWholeFile) {
       EXPECT_EQ(ggml_type_name(static_cast<uint32_t>(mine->type)), t.type) << q << " " << t.name;
     }
   }
+}
+
+TEST(LlamaCppTypes, KMixturesWithAnMtpBlockWholeFile) {
+  expect_llama_quantize_types(
+      "mtp8", "--preset qwen3.5-tiny-256 --seed 3 --linear-heads 2,4,64,64 --layers 8 --mtp");
+}
+
+// Rows of 32-128 values, under a K-quant's 256: llama-quantize's fallbacks (Q4_K to Q5_0, Q5_K
+// to Q5_1, Q6_K to Q8_0).
+TEST(LlamaCppTypes, KMixturesOfShortRowsFallBackAsLlamaQuantize) {
+  expect_llama_quantize_types("tiny", "--preset tiny --seed 3 --linear-heads 2,4,16,16");
 }
 
 }  // namespace

@@ -109,8 +109,29 @@ std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& c, int
 
 DType gguf_matrix_type(DType want, int64_t ne0) {
   if (ne0 % dtype_block_elems(want) == 0) return want;
-  if (ne0 % 32 == 0) return DType::Q8_0;
-  return DType::F32;
+  // llama-quantize's tensor_type_fallback: a 256-block type's 32-block stand-in, else F16.
+  DType fallback = want;
+  switch (want) {
+    case DType::Q2_K:
+    case DType::Q3_K:
+      fallback = DType::Q4_0;
+      break;
+    case DType::Q4_K:
+      fallback = DType::Q5_0;
+      break;
+    case DType::Q5_K:
+      fallback = DType::Q5_1;
+      break;
+    case DType::Q6_K:
+      fallback = DType::Q8_0;
+      break;
+    case DType::IQ4_XS:
+      fallback = DType::IQ4_NL;
+      break;
+    default:
+      break;
+  }
+  return ne0 % dtype_block_elems(fallback) == 0 ? fallback : DType::F16;
 }
 
 namespace {

@@ -62,8 +62,8 @@ int64_t gguf_mtp_blocks(const ModelConfig& cfg, const WeightSet& ws);
 // head as gguf_mtp_blocks(cfg, ws) nextn blocks. Matrices are stored as `matrix_type` (F32, F16,
 // BF16, Q8_0, Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q3_K, IQ4_XS, Q2_K);
 // a matrix whose row
-// length is not a multiple of that type's block falls back to Q8_0 (if a multiple of 32) or F32, as
-// llama-quantize falls back. 1-D tensors, norms, ssm_conv1d, ssm_a and ssm_dt.bias are F32.
+// length is not a multiple of that type's block falls back as llama-quantize does
+// (gguf_matrix_type). 1-D tensors, norms, ssm_conv1d, ssm_a and ssm_dt.bias are F32.
 // Streams one tensor at a time. `name` goes to general.name.
 // `type_for` (optional) picks a matrix's type by tensor name instead (the fallback still
 // applies); `file_type` overrides general.file_type (llama.cpp's LLAMA_FTYPE number).
@@ -91,7 +91,9 @@ GgmlType ggml_from_dtype(DType t);
 std::function<DType(const std::string&)> gguf_k_m_rule(const ModelConfig& cfg, int64_t n_mtp = 0,
                                                        DType base = DType::Q4_K);
 
-// The type a matrix of row length ne0 gets when `want` is asked for (the fallback above).
+// The type a matrix of row length ne0 gets when `want` is asked for: `want` when ne0 is a
+// multiple of its block, else llama-quantize's fallback (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K ->
+// Q8_0, Q2_K and Q3_K -> Q4_0, IQ4_XS -> IQ4_NL) when ne0 is a multiple of 32, else F16.
 DType gguf_matrix_type(DType want, int64_t ne0);
 
 }  // namespace rw

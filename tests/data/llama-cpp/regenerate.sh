@@ -7,7 +7,8 @@
 #                    its logits at the last position (llama-debug --save-logits, fp32 K/V cache,
 #                    no flash attention, 2 threads)
 #   t2l-<TYPE>.gguf  llama-quantize's Q8_0 / Q4_K_M / Q5_K_M of the t2l F32 model
-#   <model>-<TYPE>.types  name, ne0 and type of every tensor llama-quantize wrote
+#   <model>-<TYPE>.types  name, ne0 and type of every tensor llama-quantize wrote (qwen3.5-0.8b,
+#                    mtp8 and tiny, whose rows under 256 take llama-quantize's fallback types)
 set -euo pipefail
 bin="$1"
 cd "$(dirname "$0")"
@@ -84,5 +85,8 @@ for q in Q4_K_M Q5_K_M; do
   rm -f "$tmp/08-$q.gguf"
   "$bin/llama-quantize" "$tmp/mtp8.gguf" "$tmp/mtp8-$q.gguf" $q 2 > "$tmp/q.log" 2>&1
   types "$tmp/q.log" "$here/mtp8-$q.types"
+  # Row lengths under 256 (the tiny model: 32-128): llama-quantize's fallback types.
+  "$bin/llama-quantize" "$tmp/tiny-F32.gguf" "$tmp/tiny-$q.gguf" $q 2 > "$tmp/q.log" 2>&1
+  types "$tmp/q.log" "$here/tiny-$q.types"
 done
 echo "fixtures written to $here"
