@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 
 #include "gguf_edit.h"
 #include "rewind/io/gguf.h"
@@ -83,6 +85,38 @@ void set(Kv& kv, const std::string& k, GgufValue v) {
 }
 void drop(Kv& kv, const std::string& k) {
   test::kv_drop(kv, k);
+}
+
+// A GGUF file's end-of-generation ids are found as llama.cpp finds them (its eos, eot and eom
+// keys and the tokens of end-of-turn texts), so a converted file stops where its checkpoint's
+// generation_config.json does; an eos id outside the vocabulary is dropped.
+TEST(GgufModel, EndOfGenerationIdsAsLlamaCpp) {
+  for (const char* preset : {"tiny", "granite-h-tiny", "nemotron-h-tiny"}) {
+    std::string hf;
+    const std::string path = made(preset, "f32", &hf);
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.ok()) << g.error_message();
+    auto c = config_from_gguf(g.value());
+    ASSERT_TRUE(c.ok()) << c.error_message();
+    const auto gen = nlohmann::json::parse(test::read_file(hf + "/generation_config.json"));
+    std::vector<int64_t> want = gen["eos_token_id"].get<std::vector<int64_t>>();
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(c->eos_token_ids, want) << preset;
+  }
+  const std::string src = made("tiny", "f32");
+  auto g0 = GgufFile::open(src);
+  ASSERT_TRUE(g0.ok());
+  const int64_t eot = config_from_gguf(g0.value())->eos_token_ids.front();
+  const std::string path = rewrite(src, "eog", [&](Kv& kv) {
+    set(kv, "tokenizer.ggml.eos_token_id", GgufValue::u32(99999));
+    set(kv, "tokenizer.ggml.eot_token_id", GgufValue::u32(static_cast<uint32_t>(eot)));
+    set(kv, "tokenizer.ggml.tokens", GgufValue::array_string({"a", "b"}));
+  });
+  auto g = GgufFile::open(path);
+  ASSERT_TRUE(g.ok());
+  auto c = config_from_gguf(g.value());
+  ASSERT_TRUE(c.ok()) << c.error_message();
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{eot});
 }
 
 TEST(GgufModel, ConfigMatchesHf) {
@@ -360,6 +394,54 @@ TEST(GgufVocab, EncodesLikeTokenizerJson) {
   ASSERT_TRUE(tmpl.ok());
   EXPECT_NE(tmpl->find("im_start"), std::string::npos);
   EXPECT_EQ(gguf_pre_name(a.value()).value(), "qwen35");
+}
+
+// tokenizer.ggml.pre names as llama.cpp reads them: Granite 4.0 files carry "dbrx" (Llama 3's
+// regex), Nemotron-H files "pixtral" (the same with ignore_merges); Tekken splits words at a
+// case change. gguf_pre_name gives back a name of the same regex and ignore_merges.
+TEST(GgufVocab, PreTokenizersAsLlamaCppReadsThem) {
+  const std::string src = made("tiny", "f32");
+  using Pieces = std::vector<std::string>;
+  struct Case {
+    std::string pre, back;
+    bool ignore_merges;
+    Pieces digits, camel, mark;
+  };
+  const Pieces singles = {"1", "2", "3", "4", "5"}, threes = {"123", "45"};
+  const Pieces word = {"helloWorld"}, split = {"hello", "World"};
+  const Pieces whole = {"x\xcc\x81y"}, cut = {"x", "\xcc\x81y"};
+  const std::vector<Case> cases = {
+      {"qwen35", "qwen35", false, singles, word, whole},
+      {"qwen2", "qwen2", false, singles, word, cut},
+      {"deepseek-r1-qwen", "qwen2", false, singles, word, cut},
+      {"dbrx", "dbrx", false, threes, word, cut},
+      {"llama-bpe", "llama-bpe", true, threes, word, cut},
+      {"pixtral", "llama-bpe", true, threes, word, cut},
+      {"tekken", "tekken", true, singles, split, whole},
+  };
+  for (const Case& c : cases) {
+    const std::string path = rewrite(src, "pre_" + c.pre, [&](Kv& kv) {
+      set(kv, "tokenizer.ggml.pre", GgufValue::string(c.pre));
+    });
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.ok()) << g.error_message();
+    auto t = tokenizer_from_gguf(g.value());
+    ASSERT_TRUE(t.ok()) << c.pre << ": " << t.error_message();
+    EXPECT_EQ(t->pre_tokenize("12345"), c.digits) << c.pre;
+    EXPECT_EQ(t->pre_tokenize("helloWorld"), c.camel) << c.pre;
+    EXPECT_EQ(t->pre_tokenize("x\xcc\x81y"), c.mark) << c.pre;
+    EXPECT_EQ(t->ignores_merges(), c.ignore_merges) << c.pre;
+    auto back = gguf_pre_name(t.value());
+    ASSERT_TRUE(back.ok()) << c.pre << ": " << back.error_message();
+    EXPECT_EQ(back.value(), c.back) << c.pre;
+  }
+  // A file without the key is read with the Qwen2 regex (and a warning on stderr).
+  const std::string none = rewrite(src, "pre_none", [](Kv& kv) { drop(kv, "tokenizer.ggml.pre"); });
+  auto g = GgufFile::open(none);
+  ASSERT_TRUE(g.ok());
+  auto t = tokenizer_from_gguf(g.value());
+  ASSERT_TRUE(t.ok()) << t.error_message();
+  EXPECT_EQ(gguf_pre_name(t.value()).value(), "qwen2");
 }
 
 TEST(GgufVocab, MalformedVocab) {

@@ -545,8 +545,7 @@ Result<ModelConfig> parse_gguf(const GgufFile& g) {
                         std::to_string(il) + " has a dense MLP");
   c.tie_word_embeddings = g.find("output.weight") == nullptr;
   REWIND_TRY(c.bos_token_id, g.get_int_or("tokenizer.ggml.bos_token_id", -1));
-  REWIND_TRY(int64_t eos, g.get_int_or("tokenizer.ggml.eos_token_id", -1));
-  if (eos >= 0) c.eos_token_ids = {eos};
+  REWIND_TRY(c.eos_token_ids, gguf_end_of_generation_ids(g, c.vocab_size));
   return c;
 }
 

@@ -2,6 +2,8 @@
 // (model/arch_granite.cpp, model/arch_nemotron_h.cpp); declarations and conventions in
 // model/gguf_resolver.h.
 #include <cmath>
+#include <cstdio>
+#include <set>
 
 #include "rewind/model/gguf_resolver.h"
 
@@ -107,9 +109,32 @@ Status hybrid_basics_from_gguf(const GgufKeys& k, ModelConfig* c, bool eps_fallb
   c->attn_qk_norm = false;
   c->tie_word_embeddings = g.find("output.weight") == nullptr;
   REWIND_TRY(c->bos_token_id, g.get_int_or("tokenizer.ggml.bos_token_id", -1));
-  REWIND_TRY(int64_t eos, g.get_int_or("tokenizer.ggml.eos_token_id", -1));
-  if (eos >= 0) c->eos_token_ids = {eos};
+  REWIND_TRY(c->eos_token_ids, gguf_end_of_generation_ids(g, c->vocab_size));
   return Ok{};
+}
+
+Result<std::vector<int64_t>> gguf_end_of_generation_ids(const GgufFile& g, int64_t vocab_size) {
+  std::set<int64_t> ids;
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
+    REWIND_TRY(int64_t id, g.get_int_or(key, -1));
+    if (id >= vocab_size)
+      std::fprintf(stderr, "rewind: warning: %s: %s = %lld is outside the vocabulary; ignored\n",
+                   g.path().c_str(), key, static_cast<long long>(id));
+    else if (id >= 0)
+      ids.insert(id);
+  }
+  // llama.cpp's llama_vocab::load: tokens ending a generation by their text.
+  static const std::set<std::string, std::less<>> kTexts = {
+      "<|eot_id|>",    "<|im_end|>",    "<|end|>", "<|return|>",      "<|call|>",
+      "<end_of_turn>", "<|endoftext|>", "</s>",    "<|eom_id|>",      "<EOT>",
+      "_<EOT>",        "[EOT]",         "[EOS]",   "<|end_of_text|>", "<end_of_utterance>"};
+  if (g.get("tokenizer.ggml.tokens")) {
+    REWIND_TRY(std::vector<std::string> tokens, g.get_strings("tokenizer.ggml.tokens"));
+    for (size_t id = 0; id < tokens.size() && static_cast<int64_t>(id) < vocab_size; ++id)
+      if (kTexts.count(tokens[id])) ids.insert(static_cast<int64_t>(id));
+  }
+  return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
 Status attention_sizes_from_gguf(const GgufKeys& k, const std::vector<int64_t>& kv,

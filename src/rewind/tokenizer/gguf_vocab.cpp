@@ -1,5 +1,7 @@
 #include "rewind/tokenizer/gguf_vocab.h"
 
+#include <cstdio>
+
 namespace rw {
 
 Result<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
@@ -8,16 +10,25 @@ Result<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
   if (model != "gpt2")
     return make_error(w + ": key 'tokenizer.ggml.model' is '" + model +
                       "': only 'gpt2' (byte-level BPE) is supported");
-  REWIND_TRY(std::string pre, g.get_string_or("tokenizer.ggml.pre", "qwen2"));
-  BpeVocab v;
-  if (pre == "qwen35") {
-    v.pre_regex = std::string(kQwen35PreTokenizerRegex);
-  } else if (pre == "qwen2") {
-    v.pre_regex = std::string(kQwen3PreTokenizerRegex);
-  } else {
-    return make_error(w + ": key 'tokenizer.ggml.pre' is '" + pre +
-                      "': supported are 'qwen35' and 'qwen2'");
+  REWIND_TRY(std::string pre, g.get_string_or("tokenizer.ggml.pre", ""));
+  if (pre.empty()) {
+    std::fprintf(stderr,
+                 "rewind: warning: %s has no tokenizer.ggml.pre; tokenizing with the Qwen2 "
+                 "pre-tokenizer, which may not be the model's (regenerate the file with a "
+                 "current converter)\n",
+                 w.c_str());
+    pre = "qwen2";
   }
+  const GgufPreTokenizer* p = find_gguf_pre_tokenizer(pre);
+  if (!p) {
+    std::string names;
+    for (const GgufPreTokenizer& k : kGgufPreTokenizers)
+      names += (names.empty() ? "'" : ", '") + std::string(k.name) + "'";
+    return make_error(w + ": key 'tokenizer.ggml.pre' is '" + pre + "': supported are " + names);
+  }
+  BpeVocab v;
+  v.pre_regex = std::string(p->regex);
+  v.ignore_merges = p->ignore_merges;
   REWIND_TRY(std::vector<std::string> tokens, g.get_strings("tokenizer.ggml.tokens"));
   std::vector<int64_t> types(tokens.size(), 1);
   if (g.get("tokenizer.ggml.token_type")) {
@@ -68,15 +79,34 @@ Result<std::string> chat_template_from_gguf(const GgufFile& g) {
   return g.get_string_or("tokenizer.chat_template", "");
 }
 
+const GgufPreTokenizer* find_gguf_pre_tokenizer(std::string_view name) {
+  for (const GgufPreTokenizer& p : kGgufPreTokenizers)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
 Result<std::string> gguf_pre_name(const Tokenizer& tok) {
-  // U+0301 (a combining mark with no precomposed form after 'x'): the Qwen3.5 regex keeps marks
-  // inside words, the Qwen2 one starts a new piece at the mark.
-  const auto pieces = tok.pre_tokenize("x\xcc\x81y");
-  if (pieces == std::vector<std::string>{"x\xcc\x81y"}) return std::string("qwen35");
-  if (pieces == std::vector<std::string>{"x", "\xcc\x81y"}) return std::string("qwen2");
-  return make_error(
-      "tokenizer: its pre-tokenizer is neither the Qwen3.5 nor the Qwen2 regex (GGUF needs one of "
-      "them)");
+  // Texts the four regexes split differently: a combining mark after a letter (U+0301; Qwen3.5
+  // and Tekken keep it in the word), a case change inside a word (Tekken splits it) and digits
+  // (Llama 3 takes three at a time).
+  using Pieces = std::vector<std::string>;
+  const Pieces mark = tok.pre_tokenize("x\xcc\x81y"), camel = tok.pre_tokenize("helloWorld"),
+               digits = tok.pre_tokenize("12345");
+  const Pieces whole = {"x\xcc\x81y"}, cut = {"x", "\xcc\x81y"}, word = {"helloWorld"};
+  const Pieces singles = {"1", "2", "3", "4", "5"}, threes = {"123", "45"};
+  std::string name;
+  if (mark == whole && camel == word && digits == singles) name = "qwen35";
+  if (mark == cut && camel == word && digits == singles) name = "qwen2";
+  if (mark == cut && camel == word && digits == threes)
+    name = tok.ignores_merges() ? "llama-bpe" : "dbrx";
+  if (mark == whole && camel == Pieces{"hello", "World"} && digits == singles &&
+      tok.ignores_merges())
+    name = "tekken";
+  if (name.empty())
+    return make_error(
+        "tokenizer: its pre-tokenizer is none of the Qwen3.5, Qwen2, Llama 3 and Tekken regexes "
+        "(one of those is what a GGUF file can name)");
+  return name;
 }
 
 }  // namespace rw

@@ -2,8 +2,9 @@
 // tokenizer.ggml.model "gpt2" (byte-level BPE), tokenizer.ggml.tokens / token_type / merges /
 // pre, tokenizer.chat_template. Token types: 1 normal, 2 unknown, 3 control (special added
 // token), 4 user-defined (non-special added token), 5 unused (a hole: padding rows), 6 byte.
-// Pre-tokenizers: "qwen35" (Qwen3.5 regex) and "qwen2" (the Qwen2/Qwen3 regex); others are
-// errors, as is any other tokenizer model.
+// Pre-tokenizers (tokenizer.ggml.pre) as llama.cpp reads them, for the byte-level BPE regexes
+// of the families rewind runs (kGgufPreTokenizers); others are errors, as is any other tokenizer
+// model. A file without one is read with the Qwen2 regex and a warning.
 #pragma once
 
 #include <string>
@@ -14,6 +15,31 @@
 
 namespace rw {
 
+// A tokenizer.ggml.pre name, its regex and whether the BPE model ignores merges for a pre-token
+// that is a vocab entry (llama.cpp's llama_vocab::load and llm_tokenizer_bpe).
+struct GgufPreTokenizer {
+  std::string_view name, regex;
+  bool ignore_merges;
+};
+inline constexpr GgufPreTokenizer kGgufPreTokenizers[] = {
+    {"qwen35", kQwen35PreTokenizerRegex, false},
+    {"qwen2", kQwen3PreTokenizerRegex, false},
+    {"deepseek-r1-qwen", kQwen3PreTokenizerRegex, false},
+    // Llama 3's regex, with ignore_merges (llama.cpp's LLAMA3 pre-type; Nemotron-H files carry
+    // "pixtral").
+    {"llama3", kLlama3PreTokenizerRegex, true},
+    {"llama-v3", kLlama3PreTokenizerRegex, true},
+    {"llama-bpe", kLlama3PreTokenizerRegex, true},
+    {"falcon3", kLlama3PreTokenizerRegex, true},
+    {"falcon-h1", kLlama3PreTokenizerRegex, true},
+    {"pixtral", kLlama3PreTokenizerRegex, true},
+    // The same regex without ignore_merges (DBRX's and Granite 4.0's GPT-4 style vocabulary).
+    {"dbrx", kLlama3PreTokenizerRegex, false},
+    {"smaug-bpe", kLlama3PreTokenizerRegex, false},
+    {"tekken", kTekkenPreTokenizerRegex, true},
+};
+const GgufPreTokenizer* find_gguf_pre_tokenizer(std::string_view name);
+
 // Errors name the file and key (missing tokens or merges, a merge without a space, a
 // token_type array of the wrong length, an unknown type or pre-tokenizer).
 Result<Tokenizer> tokenizer_from_gguf(const GgufFile& file);
@@ -21,8 +47,9 @@ Result<Tokenizer> tokenizer_from_gguf(const GgufFile& file);
 // tokenizer.chat_template, or "" when absent (an ill-typed value is an error).
 Result<std::string> chat_template_from_gguf(const GgufFile& file);
 
-// The pre-tokenizer name llama.cpp uses for `tok`'s pre-tokenizer regex ("qwen35" or "qwen2"),
-// found by probing a text the two regexes split differently; an error for anything else.
+// The tokenizer.ggml.pre name for `tok`'s pre-tokenizer ("qwen35", "qwen2", "llama-bpe" or
+// "dbrx" (Llama 3's regex with or without ignore_merges), "tekken"), found by probing texts the
+// regexes split differently; an error for anything else.
 Result<std::string> gguf_pre_name(const Tokenizer& tok);
 
 }  // namespace rw

@@ -780,6 +780,7 @@ Result<Tokenizer> Tokenizer::load(const std::string& path) {
 Result<Tokenizer> Tokenizer::from_vocab(const BpeVocab& v, const std::string& where) {
   Spec spec;
   spec.nfc = v.nfc;
+  spec.ignore_merges = v.ignore_merges;
   spec.vocab.reserve(v.tokens.size());
   for (size_t id = 0; id < v.tokens.size(); ++id)
     if (!v.tokens[id].empty()) spec.vocab.emplace_back(v.tokens[id], static_cast<int64_t>(id));
@@ -888,6 +889,10 @@ bool Tokenizer::is_special(int32_t id) const {
 bool Tokenizer::is_added(int32_t id) const {
   const Impl::Entry* e = impl_->entry(id);
   return e != nullptr && e->added;
+}
+
+bool Tokenizer::ignores_merges() const {
+  return impl_->ignore_merges;
 }
 
 // ---- streaming decode --------------------------------------------------------------------

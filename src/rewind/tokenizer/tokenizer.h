@@ -34,6 +34,12 @@ inline constexpr std::string_view kQwen35PreTokenizerRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view kQwen3PreTokenizerRegex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Llama 3's (also GPT-4's cl100k, DBRX's and Granite 4.0's): digits in threes.
+inline constexpr std::string_view kLlama3PreTokenizerRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// Mistral's Tekken: words split at a lower-to-upper case change, single digits.
+inline constexpr std::string_view kTekkenPreTokenizerRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 struct AddedToken {
   int32_t id = -1;
@@ -50,6 +56,7 @@ struct BpeVocab {
   std::vector<AddedToken> added;  // ids may point into `tokens` (that entry is replaced)
   std::string pre_regex = std::string(kQwen35PreTokenizerRegex);  // Split(Isolated); "" = none
   bool nfc = true;
+  bool ignore_merges = false;  // a pre-token that is a vocab entry is that token (BPE model's)
 };
 
 class Tokenizer {
@@ -93,6 +100,7 @@ class Tokenizer {
   int32_t token_id(std::string_view token_text) const;
   bool is_special(int32_t id) const;
   bool is_added(int32_t id) const;  // an added_tokens entry (special or not)
+  bool ignores_merges() const;      // the BPE model's ignore_merges
 
   struct Impl;  // opaque; named here so the implementation's helpers can build one
 
