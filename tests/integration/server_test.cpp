@@ -360,6 +360,11 @@ class Conn {
     return eof_;
   }
   const std::string& got() const { return got_; }
+  // Whether the server has sent anything not read yet (or closed), without waiting.
+  bool readable() const {
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -2152,6 +2157,37 @@ TEST(ServerLimits, LlamaServerCommandLine) {
                        {"max_tokens", 3},
                        {"temperature", 0}});
   ASSERT_EQ(c.status, 200) << c.body;
+}
+
+// Bodies that take long to parse and tokenize are prepared off the transport's threads: with
+// two 8 MB /tokenize bodies in the works (the transport has two threads) another connection is
+// still answered at once, before either of them.
+TEST(ServerLimits, LongPreparationLeavesTheTransportFree) {
+  auto srv = Server::start({"--api-key", kKey});
+  ASSERT_NE(srv, nullptr);
+  std::string text;
+  while (text.size() < 8000000) text += "lorem ipsum dolor sit amet, consectetur adipiscing ";
+  const std::string body = json{{"content", text}}.dump();
+  ASSERT_LT(body.size(), size_t{8} << 20);  // under --max-body
+  Conn a(srv->port()), b(srv->port());
+  for (Conn* c : {&a, &b}) {
+    ASSERT_TRUE(c->ok());
+    ASSERT_TRUE(c->send(post_head("/tokenize", "Content-Length: " + std::to_string(body.size()) +
+                                                   "\r\nConnection: close\r\n") +
+                        body));
+  }
+  std::this_thread::sleep_for(200ms);  // both bodies read, their tokenizing begun
+  Conn h(srv->port());
+  ASSERT_TRUE(h.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+  ASSERT_TRUE(h.read_to_eof(60s));
+  EXPECT_EQ(h.got().rfind("HTTP/1.1 200", 0), 0u) << h.got();
+  EXPECT_FALSE(a.readable());
+  EXPECT_FALSE(b.readable());
+  // Then each gets its answer: more tokens than the context holds.
+  for (Conn* c : {&a, &b}) {
+    ASSERT_TRUE(c->read_to_eof(120s));
+    EXPECT_EQ(c->got().rfind("HTTP/1.1 400", 0), 0u) << c->got().substr(0, 300);
+  }
 }
 
 // The template file and the sampling options are checked before any model loads; each error

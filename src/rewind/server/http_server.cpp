@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <deque>
@@ -11,6 +12,7 @@
 #include <random>
 #include <set>
 #include <string_view>
+#include <thread>
 #include <tuple>
 
 #include "rewind/chat/chat_template.h"
@@ -794,6 +796,52 @@ struct Served {
   }
 };
 
+// Threads for a request's work before the engine sees it (the JSON parse, the chat template,
+// the tokenizer): a body of megabytes takes a second there, which on the transport's threads
+// would hold every other connection. Tasks run in arrival order; the destructor runs what is
+// queued, then joins.
+class PrepThreads {
+ public:
+  explicit PrepThreads(int n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { loop(); });
+  }
+  ~PrepThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void run(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      fn();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -807,6 +855,8 @@ struct HttpServer::Impl {
   const int64_t started = static_cast<int64_t>(std::time(nullptr));
   std::atomic<int> in_flight{0};
   std::unique_ptr<HttpTransport> transport;
+  // Declared last, so destroyed first: its queued work still finds the rest.
+  std::unique_ptr<PrepThreads> prep = std::make_unique<PrepThreads>(2);
 
   // One generation request from submit to its final event; its events run on the
   // connection's strand, one at a time.
@@ -1063,34 +1113,66 @@ struct HttpServer::Impl {
         if (!m) return;
         return json_reply(dump_json(m->props_json(opt.build_info)) + "\n");
       }
-      if (req.path == "/tokenize" || req.path == "/detokenize" || req.path == "/apply-template") {
-        HttpError err;
-        const Served* m = find_model(strict ? peek_model_name(req.body) : "", &err);
-        if (!m) {
-          log_model = peek_model_name(req.body);
-          return send(error_reply(err));
-        }
-        log_model = m->names()[0];
-        std::vector<std::string> ignored;
-        auto body = req.path == "/tokenize"     ? m->tokenize(req.body, &ignored)
-                    : req.path == "/detokenize" ? m->detokenize(req.body, &ignored)
-                                                : m->apply_template(req.body, &ignored);
-        if (!body.ok()) return send(error_reply(bad_request(body.error_message())));
-        HttpReply r;
-        r.content_type = kJson;
-        r.body = dump_json(body.value()) + "\n";
-        add_ignored_header(&r.headers, ignored);
-        return send(std::move(r));
-      }
-      if (const WebAsset* a = find_web_asset(req.path)) return send(asset_reply(*a, req));
+      // The routes that parse, render or tokenize a body run on the preparation threads.
+      if (req.path == "/tokenize" || req.path == "/detokenize" || req.path == "/apply-template")
+        return prepare(std::move(req), t0, ex, cors, &Impl::utility);
       if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
-        return generation(req.path == "/v1/chat/completions", req, t0, ex, cors);
+        return prepare(std::move(req), t0, ex, cors, &Impl::generation);
+      if (const WebAsset* a = find_web_asset(req.path)) return send(asset_reply(*a, req));
       send(error_reply(
           {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"}));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(), e.what());
       send(error_reply({500, "internal error", "server_error", "internal_error"}));
     }
+  }
+
+  using Prepared = void (Impl::*)(const HttpRequest&, Clock::time_point,
+                                  const std::shared_ptr<HttpExchange>&, const HttpHeaders&);
+  // Runs `fn` on the preparation threads (an exception answers 500, as on the strand).
+  void prepare(HttpRequest req, Clock::time_point t0, const std::shared_ptr<HttpExchange>& ex,
+               const HttpHeaders& cors, Prepared fn) {
+    prep->run([this, req = std::move(req), t0, ex, cors, fn] {
+      try {
+        (this->*fn)(req, t0, ex, cors);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(),
+                     e.what());
+        HttpReply r = error_reply({500, "internal error", "server_error", "internal_error"});
+        for (const auto& h : cors) r.headers.push_back(h);
+        log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0));
+        ex->reply(std::move(r));
+      }
+    });
+  }
+
+  // POST /tokenize, /detokenize, /apply-template (on a preparation thread).
+  void utility(const HttpRequest& req, Clock::time_point t0,
+               const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
+    std::string log_model;
+    auto send = [&](HttpReply r) {
+      for (const auto& h : cors) r.headers.push_back(h);
+      log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0),
+                log_model);
+      ex->reply(std::move(r));
+    };
+    HttpError err;
+    const Served* m = find_model(strict ? peek_model_name(req.body) : "", &err);
+    if (!m) {
+      log_model = peek_model_name(req.body);
+      return send(error_reply(err));
+    }
+    log_model = m->names()[0];
+    std::vector<std::string> ignored;
+    auto body = req.path == "/tokenize"     ? m->tokenize(req.body, &ignored)
+                : req.path == "/detokenize" ? m->detokenize(req.body, &ignored)
+                                            : m->apply_template(req.body, &ignored);
+    if (!body.ok()) return send(error_reply(bad_request(body.error_message())));
+    HttpReply r;
+    r.content_type = kJson;
+    r.body = dump_json(body.value()) + "\n";
+    add_ignored_header(&r.headers, ignored);
+    send(std::move(r));
   }
 
   // The sender of an answer made later, on the connection's strand (after the engine thread
@@ -1157,17 +1239,24 @@ struct HttpServer::Impl {
 
   // ---- generation ----
 
-  void generation(bool chat, const HttpRequest& req, Clock::time_point t0,
+  // An error answer to a generation request (its plan names it and its model in the log).
+  void generation_error(const HttpRequest& req, const Plan& plan, Clock::time_point t0,
+                        const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors,
+                        const HttpError& e) {
+    HttpReply r = error_reply(e);
+    for (const auto& h : cors) r.headers.push_back(h);
+    log_plain(plan.id.empty() ? random_id("req-") : plan.id, req.peer, req.method, req.path,
+              r.status, ms_since(t0), plan.model_id.empty() ? plan.model_asked : plan.model_id);
+    ex->reply(std::move(r));
+  }
+
+  // POST /v1/chat/completions and /v1/completions: parsed, rendered and tokenized on a
+  // preparation thread, then submitted on the connection's strand.
+  void generation(const HttpRequest& req, Clock::time_point t0,
                   const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
+    const bool chat = req.path == "/v1/chat/completions";
     auto plan = std::make_shared<Plan>();
-    auto send = [&](const HttpError& e) {
-      HttpReply r = error_reply(e);
-      for (const auto& h : cors) r.headers.push_back(h);
-      log_plain(plan->id.empty() ? random_id("req-") : plan->id, req.peer, req.method, req.path,
-                r.status, ms_since(t0),
-                plan->model_id.empty() ? plan->model_asked : plan->model_id);
-      ex->reply(std::move(r));
-    };
+    auto send = [&](const HttpError& e) { generation_error(req, *plan, t0, ex, cors, e); };
     // Several models: the body's "model" picks one before the full parse (its limits apply).
     if (auto e = route(strict ? peek_model_name(req.body) : "", plan.get())) return send(*e);
     const Served& m = *plan->model;
@@ -1176,6 +1265,18 @@ struct HttpServer::Impl {
       metrics.count_outcome("rejected", m.label);  // refused before the engine saw it
       return send(*e);
     }
+    HttpRequest head = req;
+    head.body.clear();  // planned: only the request line and peer are needed from here
+    ex->post(
+        [this, head = std::move(head), t0, ex, cors, plan] { submit(head, t0, ex, cors, plan); });
+  }
+
+  // Submits a planned request (on the connection's strand, so that its events, posted there by
+  // the engine thread, run after the rest of this function: the stream's head first).
+  void submit(const HttpRequest& req, Clock::time_point t0, const std::shared_ptr<HttpExchange>& ex,
+              const HttpHeaders& cors, const std::shared_ptr<Plan>& plan) {
+    auto send = [&](const HttpError& e) { generation_error(req, *plan, t0, ex, cors, e); };
+    const Served& m = *plan->model;
     auto job = std::make_shared<Job>();
     job->plan = plan;
     job->ex = ex;
