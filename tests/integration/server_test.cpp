@@ -1911,6 +1911,8 @@ TEST_F(ServerTest, OptionsListsAllowWithoutCors) {
     EXPECT_EQ(c.got().rfind("HTTP/1.1 204", 0), 0u) << c.got();
     EXPECT_EQ(header_value(head_of(c.got()), "Allow"), allow) << c.got();
     EXPECT_EQ(c.got().find("Access-Control"), std::string::npos) << c.got();  // CORS is off
+    // A 204 carries no Content-Length (RFC 9110 8.6).
+    EXPECT_EQ(header_value(head_of(c.got()), "Content-Length"), "") << c.got();
   }
 }
 
@@ -2181,8 +2183,13 @@ TEST(ServerLimits, LongPreparationLeavesTheTransportFree) {
   ASSERT_TRUE(h.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
   ASSERT_TRUE(h.read_to_eof(60s));
   EXPECT_EQ(h.got().rfind("HTTP/1.1 200", 0), 0u) << h.got();
+  // Their bodies still count against --max-buffered while they wait to be answered.
+  const double held = metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}");
   EXPECT_FALSE(a.readable());
   EXPECT_FALSE(b.readable());
+  if (!a.readable() && !b.readable()) {
+    EXPECT_GE(held, 2.0 * static_cast<double>(body.size()));
+  }
   // Then each gets its answer: more tokens than the context holds.
   for (Conn* c : {&a, &b}) {
     ASSERT_TRUE(c->read_to_eof(120s));
@@ -2623,6 +2630,35 @@ TEST_F(ServerTest, SmugglingShapesAre400AtOnce) {
   c.send("GET /health HTTP/1.1\r\n\r\n");
   c.read_to_eof(20s);
   EXPECT_EQ(c.got().rfind("HTTP/1.1 400", 0), 0u) << c.got();
+  // A coding before chunked is one the server does not decode: 501, not a body read as plain.
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  Conn g(s().port());
+  g.send(post_head("/v1/completions", "Transfer-Encoding: gzip, chunked\r\n") + size + "\r\n" +
+         body + "\r\n0\r\n\r\n");
+  g.read_to_eof(20s);
+  EXPECT_EQ(g.got().rfind("HTTP/1.1 501", 0), 0u) << g.got();
+}
+
+// The absolute form of a request target (RFC 9112 3.2.2) is served as its path; a body with a
+// raw NUL byte is refused (the JSON parser would stop there and ignore the rest).
+TEST_F(ServerTest, AbsoluteTargetsAndNulBytes) {
+  for (const char* target : {"http://127.0.0.1/health", "HTTP://example.com/health?x=1"}) {
+    Conn c(s().port());
+    c.send(std::string("GET ") + target +
+           " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    ASSERT_TRUE(c.read_to_eof(20s));
+    EXPECT_EQ(c.got().rfind("HTTP/1.1 200", 0), 0u) << target << "\n" << c.got();
+  }
+  std::string body = completion_body("x", 2).dump();
+  body += std::string(1, '\0') + " not json {{{";
+  Conn c(s().port());
+  c.send(post_head("/v1/completions",
+                   "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n") +
+         body);
+  ASSERT_TRUE(c.read_to_eof(20s));
+  EXPECT_EQ(c.got().rfind("HTTP/1.1 400", 0), 0u) << c.got();
+  EXPECT_NE(c.got().find("NUL byte"), std::string::npos) << c.got();
 }
 
 // A chunked body is accepted wherever its Transfer-Encoding field falls among the others (the

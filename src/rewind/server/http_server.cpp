@@ -1055,6 +1055,10 @@ struct HttpServer::Impl {
       if (!m) send(error_reply(err));
       return m;
     };
+    // JSON text holds no raw NUL (RFC 8259: control characters only escaped); the parser would
+    // take one as the end of the text and ignore what follows, which a proxy would not.
+    if (route && route->json_body && req.body.find('\0') != std::string::npos)
+      return send(error_reply(bad_request("the body holds a NUL byte, which JSON does not allow")));
     try {
       if (req.path == "/health") return json_reply("{\"status\":\"ok\"}\n");
       if (req.path == "/metrics") {
@@ -1267,6 +1271,7 @@ struct HttpServer::Impl {
     }
     HttpRequest head = req;
     head.body.clear();  // planned: only the request line and peer are needed from here
+    head.body_hold.reset();
     ex->post(
         [this, head = std::move(head), t0, ex, cors, plan] { submit(head, t0, ex, cors, plan); });
   }

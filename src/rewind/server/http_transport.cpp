@@ -99,6 +99,12 @@ struct Counter {
     held = v;
     return true;
   }
+  // What is held, handed to a token that gives it back when the last copy goes.
+  std::shared_ptr<const void> hand_over() {
+    const int64_t v = held;
+    held = 0;
+    return std::shared_ptr<const void>(nullptr, [&total = n, v](const void*) { total -= v; });
+  }
   ~Counter() { n -= held; }
 };
 
@@ -300,6 +306,17 @@ class Session : public std::enable_shared_from_this<Session> {
     HttpRequest head;
     head.method = std::string(m.method_string());
     head.target = std::string(m.target());
+    // The absolute form (RFC 9112 3.2.2, "http://host/path?q", which a server must accept) is
+    // read as its origin form.
+    if (const size_t scheme = head.target.find("://");
+        scheme != std::string::npos && head.target[0] != '/' &&
+        (iequals(std::string_view(head.target).substr(0, scheme), "http") ||
+         iequals(std::string_view(head.target).substr(0, scheme), "https"))) {
+      const size_t slash = head.target.find_first_of("/?", scheme + 3);
+      head.target = slash == std::string::npos  ? "/"
+                    : head.target[slash] == '?' ? "/" + head.target.substr(slash)
+                                                : head.target.substr(slash);
+    }
     head.path = head.target.substr(0, head.target.find('?'));
     head.version = version_ >= 11 ? 11 : 10;
     head.peer = peer_;
@@ -328,13 +345,17 @@ class Session : public std::enable_shared_from_this<Session> {
     if (has_te) {
       if (version_ < 11)
         return fail(400, "Transfer-Encoding in an HTTP/1.0 request", "malformed_request");
-      // The last coding must be chunked, else the body's length is unknown (RFC 9112 6.3).
+      // The last coding must be chunked, else the body's length is unknown (RFC 9112 6.3);
+      // a coding before it is one this server does not decode (501, RFC 9112 6.1).
       std::string v = lower(te);
       const size_t comma = v.find_last_of(',');
       if (trim(comma == std::string::npos ? v : v.substr(comma + 1)) != "chunked" ||
           !parser_->chunked())
         return fail(400, "unsupported Transfer-Encoding (the last coding must be chunked)",
                     "malformed_request");
+      if (comma != std::string::npos)
+        return fail(501, "only the chunked transfer coding is supported (got '" + te + "')",
+                    "not_implemented");
     }
     if (version_ >= 11 && hosts != 1)
       return fail(400, hosts ? "more than one Host header" : "missing Host header",
@@ -418,12 +439,10 @@ class Session : public std::enable_shared_from_this<Session> {
       return send_reply(std::move(r), true);
     }
     request_.body = std::move(parser_->get().body());
+    request_.body_hold = body_bytes_.hand_over();  // the reservation ends with the request
     parser_.reset();
     watch();
-    // The handler consumes the request (its body and the parsed copy it makes) before it
-    // returns; the reservation ends with it.
     t_->handler(std::move(request_), make_exchange());
-    body_bytes_.set(0);
   }
 
   std::shared_ptr<HttpExchange> make_exchange();
@@ -507,9 +526,10 @@ class Session : public std::enable_shared_from_this<Session> {
     head_written_ = true;
     std::string out = status_line(r.status);
     if (!r.content_type.empty()) out += "Content-Type: " + r.content_type + "\r\n";
-    // 304 has no content and must not announce a length other than the full answer's (RFC 9110
-    // 8.6): none is sent.
-    if (r.status != 304) out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+    // 304 has no content and must not announce a length other than the full answer's, and 204
+    // must not carry the field at all (RFC 9110 8.6): none is sent for either.
+    if (r.status != 304 && r.status != 204)
+      out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
     out += connection_header();
     for (const auto& [k, v] : r.headers) out += k + ": " + v + "\r\n";
     out += "\r\n";

@@ -36,8 +36,9 @@
 //
 // Memory: the transport holds at most max_buffered bytes for request bodies, read buffers and
 // queued answers together. A request's body is reserved in full (Content-Length; chunked:
-// max_body) when its header arrives, before any of it is read, and released once the handler
-// has returned; a body that does not fit gets 503 (Retry-After) and the connection closes
+// max_body) when its header arrives, before any of it is read, and released once the request
+// given to the handler (HttpRequest::body_hold) and its copies are gone; a body that does not
+// fit gets 503 (Retry-After) and the connection closes
 // (its body unread). Answers count as they are queued but are never refused (their request was
 // admitted), so they make later bodies wait. A connection's read buffer is at most
 // max_header_bytes + 4 KiB; pipelined input beyond it stays in the socket.
@@ -81,6 +82,9 @@ struct HttpRequest {
   std::string body;     // empty in the header-only view given to the precheck
   std::string peer;     // the client's address
   bool expect_continue = false;
+  // The body's reservation against max_buffered: held while this request or a copy of it
+  // lives, so a handler that hands the request to another thread keeps it counted.
+  std::shared_ptr<const void> body_hold;
   // The first value of header `name` (lower case); nullptr when absent.
   const std::string* header(std::string_view name) const;
 };
