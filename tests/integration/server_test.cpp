@@ -2957,6 +2957,18 @@ TEST(HttpHostile, CacheBudgetAndCorsFromStart) {
   EXPECT_NE(pre.find("Access-Control-Allow-Methods: GET, HEAD, OPTIONS"), std::string::npos) << pre;
   EXPECT_NE(pre.find("Allow: GET, HEAD, OPTIONS"), std::string::npos) << pre;
   EXPECT_EQ(headers("OPTIONS", "http://evil.example").find("Access-Control"), std::string::npos);
+  // The headers a preflight asks for are allowed (OpenAI's SDKs send x-stainless-* headers from
+  // a page); a list that is not plain header names is not echoed.
+  auto preflight = [&](const std::string& asked) {
+    const std::string hdr = tmp_path("preflight");
+    curl(*srv, "OPTIONS", "/v1/chat/completions", "", kKey,
+         "-D " + hdr + " -H 'Origin: http://allowed.example' -H 'Access-Control-Request-Headers: " +
+             asked + "'");
+    return header_value(head_of(read_file(hdr)), "Access-Control-Allow-Headers");
+  };
+  EXPECT_EQ(preflight("authorization,content-type,x-stainless-os,x-stainless-lang"),
+            "authorization,content-type,x-stainless-os,x-stainless-lang");
+  EXPECT_EQ(preflight("x-a;y"), "Authorization, Content-Type");
 }
 
 TEST(HttpHostile, BufferCapRefusesBodiesBeyondIt) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -971,6 +972,19 @@ struct HttpServer::Impl {
             {"Vary", "Origin"}};
   }
 
+  // The headers a preflight from an allowed origin may send: those it asks for
+  // (Access-Control-Request-Headers, when a plain list of header names: OpenAI's SDKs send
+  // their own x-stainless-* headers from a page), else Authorization and Content-Type.
+  static std::string allowed_request_headers(const HttpRequest& req) {
+    const std::string* asked = req.header("access-control-request-headers");
+    const bool plain = asked && !trim(*asked).empty() && asked->size() <= 2048 &&
+                       std::all_of(asked->begin(), asked->end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' ||
+                                c == '_' || c == ',' || c == ' ';
+                       });
+    return plain ? std::string(trim(*asked)) : "Authorization, Content-Type";
+  }
+
   std::optional<HttpReply> precheck(const HttpRequest& req) {
     std::optional<HttpReply> r = precheck_plain(req);
     if (r)
@@ -991,7 +1005,7 @@ struct HttpServer::Impl {
       r.headers = {{"Allow", route->allow()}};
       if (!cors_headers(req).empty()) {
         r.headers.push_back({"Access-Control-Allow-Methods", route->allow()});
-        r.headers.push_back({"Access-Control-Allow-Headers", "Authorization, Content-Type"});
+        r.headers.push_back({"Access-Control-Allow-Headers", allowed_request_headers(req)});
         r.headers.push_back({"Access-Control-Max-Age", "600"});
       }
       return r;

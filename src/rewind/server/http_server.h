@@ -51,7 +51,7 @@
 //
 // CORS: off (no Access-Control-* headers) unless ServerOptions::cors_origins names the
 // request's Origin (or holds "*"); then answers carry Access-Control-Allow-Origin for it and
-// preflights get 204.
+// preflights get 204 allowing the headers they ask for (plain header names).
 //
 // Prompts: chat messages are rendered with the model's chat template and tokenized so that
 // message starts become checkpoint boundaries (tokenize_chat); a completions prompt is text
