@@ -3702,6 +3702,10 @@ TEST(SeveralModels, PerModelOptions) {
   EXPECT_NE(ok->log().find("shared by a\n"), std::string::npos) << ok->log();
   EXPECT_EQ(curl(*ok, "GET", "/props?model=k").j()["speculative"]["kind"], "ngram");
   EXPECT_EQ(curl(*ok, "GET", "/props?model=a").j()["speculative"]["kind"], "draft");
+  // A request that asks model k for the draft it was not given is told how to give it one.
+  expect_error(post(*ok, "/v1/completions",
+                    completion_body("x", 2, {{"model", "k"}, {"speculative", "draft"}})),
+               400, "--model-opt NAME:spec=draft:DIR");
 }
 
 }  // namespace

@@ -138,7 +138,8 @@ Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_def
   if (req.spec_k != 0) c.k = req.spec_k;
   if (c.kind == SpecKind::Draft && !c.draft)
     return make_error(
-        "speculative: this server has no draft model (start it with --spec draft:DIR)");
+        "speculative: this model is served without a draft model (--spec draft:DIR; with "
+        "several models, --model-opt NAME:spec=draft:DIR gives one its own)");
   REWIND_TRY_STATUS(spec_check(model, c));
   return c;
 }
