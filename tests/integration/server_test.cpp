@@ -2143,6 +2143,8 @@ TEST(ServerLimits, LlamaServerCommandLine) {
                             "--chat-template-file", tmpl});
   ASSERT_NE(srv, nullptr);
   EXPECT_NE(srv->log().find("-ngl 99 ignored"), std::string::npos) << srv->log();
+  EXPECT_NE(srv->log().find("a checkpoint of the recurrent state: "), std::string::npos)
+      << srv->log();
   const json props = curl(*srv, "GET", "/props").j();
   EXPECT_EQ(props["chat_template_source"], "file");
   const json& p = props["default_generation_settings"]["params"];

@@ -452,6 +452,25 @@ TEST(PrefixCache, SnapshotEvictedAloneBeforeItsNode) {
   EXPECT_EQ(fresh.bytes(), 0u);
 }
 
+// A budget that holds a fresh leaf's pages and one of its snapshots keeps the deepest one (a
+// Mamba2 state is tens of MiB: under a small --cache-ram the whole leaf used to go, as the
+// node came before its own snapshots of the same insert).
+TEST(PrefixCache, FreshLeafOverBudgetKeepsItsDeepestSnapshot) {
+  Sim sim(true);
+  PrefixCache cache(opts(true));
+  cache.set_budget_bytes(2 * page_bytes(sim) + snap_bytes(sim));
+  const Tokens a{1, 2, 3, 4, 5, 6, 7, 8};
+  insert_cold(sim, cache, a, {2, 4, 7});
+  cache.check_invariants();
+  const auto s = cache.stats();
+  EXPECT_EQ(s.evictions_snapshots, 2);
+  EXPECT_EQ(s.evictions_nodes, 0);
+  EXPECT_EQ(s.n_snapshots, 1);
+  const LookupResult r = cache.lookup(a);
+  EXPECT_EQ(r.resume_pos, 7);
+  sim.expect_exact(r, a);
+}
+
 TEST(PrefixCache, HybridLeafWithoutSnapshotIsEvictedFirst) {
   Sim sim(true);
   PrefixCache cache(opts(true));

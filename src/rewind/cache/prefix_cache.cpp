@@ -39,9 +39,12 @@ double now_ms() {
 
 namespace detail {
 
-// LRU order: (class, tick, id). Class 0: dead leaves (hybrid cache, no snapshot), evicted
-// first; class 1: everything else. Ids are unique, so keys are too.
-using LruKey = std::tuple<int, uint64_t, uint64_t>;
+// LRU order: (class, tick, kind, id). Class 0: dead leaves (hybrid cache, no snapshot), evicted
+// first; class 1: everything else. Kind 0 a snapshot, 1 a node: at one tick (what one insert or
+// lookup touched) snapshots go before nodes, the shallower first, so a leaf whose budget holds
+// only some of its snapshots keeps its deepest rather than going whole. Ids are unique, so keys
+// are too.
+using LruKey = std::tuple<int, uint64_t, int, uint64_t>;
 
 struct CacheSnap {
   std::shared_ptr<const Snapshot> snap;
@@ -140,14 +143,14 @@ struct CacheCore {
   void relist(CacheNode* c) {
     unlist(c);
     if (c == root.get() || c->pins > 0 || !c->children.empty()) return;
-    c->key = LruKey{dead(c) ? 0 : 1, c->tick, c->id};
+    c->key = LruKey{dead(c) ? 0 : 1, c->tick, 1, c->id};
     lru.emplace(c->key, Victim{c, nullptr});
     c->listed = true;
   }
   void relist(CacheSnap* s) {
     unlist(s);
     if (s->pins > 0) return;
-    s->key = LruKey{1, s->tick, s->id};
+    s->key = LruKey{1, s->tick, 0, s->id};
     lru.emplace(s->key, Victim{nullptr, s});
     s->listed = true;
   }
@@ -930,7 +933,7 @@ struct CacheCore {
         REWIND_CHECK(s->pins >= 0);
         REWIND_CHECK(s->listed == (s->pins == 0));
         if (s->listed) {
-          REWIND_CHECK(s->key == (LruKey{1, s->tick, s->id}));
+          REWIND_CHECK(s->key == (LruKey{1, s->tick, 0, s->id}));
           auto l = lru.find(s->key);
           REWIND_CHECK(l != lru.end() && l->second.snap == s.get() && !l->second.node);
           ++listed;
@@ -943,7 +946,7 @@ struct CacheCore {
       const bool cand = c->pins == 0 && c->children.empty();
       REWIND_CHECK(c->listed == cand);
       if (c->listed) {
-        REWIND_CHECK(c->key == (LruKey{dead(c) ? 0 : 1, c->tick, c->id}));
+        REWIND_CHECK(c->key == (LruKey{dead(c) ? 0 : 1, c->tick, 1, c->id}));
         auto l = lru.find(c->key);
         REWIND_CHECK(l != lru.end() && l->second.node == c && !l->second.snap);
         ++listed;

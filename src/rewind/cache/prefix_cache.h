@@ -25,7 +25,9 @@
 // Budget and eviction. One byte budget covers pages (KvPage::bytes(), counted once per
 // distinct page object the tree references) plus snapshots (Snapshot::bytes()). After each
 // insert (and when a lease is released) the cache evicts while over budget, least recently
-// used first, among unpinned leaves and unpinned snapshots. Evicting a snapshot frees its
+// used first, among unpinned leaves and unpinned snapshots (what one insert or lookup touched
+// goes snapshots first, the shallower first, then nodes: a fresh leaf over budget keeps its
+// deepest snapshot rather than going whole). Evicting a snapshot frees its
 // bytes; evicting a leaf frees its snapshots and the pages no other node references, and may
 // turn its parent into a leaf. With recurrent layers a leaf without snapshots can never be a
 // resume point (its pages lie past every snapshot on its path), so such dead leaves go first,
