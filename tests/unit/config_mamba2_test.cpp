@@ -169,6 +169,15 @@ TEST(ConfigMamba2, NemotronFixture) {
   EXPECT_EQ(c.attn_scale, 0.0);  // 1/sqrt(head_dim)
 }
 
+// Without head_dim a Nemotron-H config takes NemotronHConfig's default, 128 (not hidden / heads).
+TEST(ConfigMamba2, NemotronHeadDimDefaultsTo128) {
+  json j = fixture_json("nemotron_h");
+  j.erase("head_dim");
+  auto r = parse(j);
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(r->head_dim, 128);
+}
+
 // Python's json writes inf as the bare token Infinity (Nemotron-H configs carry
 // "time_step_limit": [0.0, Infinity]); it parses, and means no clamp.
 TEST(ConfigMamba2, NemotronInfinityToken) {

@@ -141,13 +141,8 @@ Result<ModelConfig> parse_hf(const json& root, const std::string& model_type,
   if (c.n_head % c.n_head_kv != 0)
     return f.err("num_attention_heads = " + std::to_string(c.n_head) +
                  " is not a multiple of num_key_value_heads = " + std::to_string(c.n_head_kv));
-  if (f.has("head_dim")) {
-    REWIND_TRY(c.head_dim, f.int_req("head_dim", 1, kMaxDim));
-  } else {
-    if (c.hidden_size % c.n_head != 0)
-      return f.err("missing field 'head_dim' and hidden_size is not a multiple of the heads");
-    c.head_dim = c.hidden_size / c.n_head;
-  }
+  // NemotronHConfig's default: 128, not hidden / heads (4480 / 40 = 112 for the 9B).
+  REWIND_TRY(c.head_dim, f.int_opt("head_dim", 128, 1, kMaxDim));
   c.rope_dim = 0;
   c.attn_output_gate = false;
   c.attn_qk_norm = false;
