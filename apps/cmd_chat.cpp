@@ -655,6 +655,11 @@ int cmd_chat(int argc, char** argv) {
   if (!tok.ok()) return fail(tok.error_message());
   auto tmpl = load_chat_template(dir, tok.value(), nullptr, args->str("--chat-template-file"));
   if (!tmpl.ok()) return fail(tmpl.error_message());
+  if (think >= 0 && !tmpl->reads_enable_thinking())
+    std::fprintf(stderr,
+                 "rewind: warning: this model's chat template does not read enable_thinking, so "
+                 "--think changes nothing (some templates read /think or /no_think in the system "
+                 "prompt)\n");
   // The pool's threads never take SIGINT: the main thread must, to interrupt its read.
   set_sigint_blocked(true);
   ThreadPool pool(static_cast<int>(th.value()));

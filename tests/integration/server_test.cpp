@@ -2155,6 +2155,12 @@ TEST(ServerLimits, LlamaServerCommandLine) {
                       {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}});
   ASSERT_EQ(t.status, 200) << t.body;
   EXPECT_EQ(t.j()["prompt"], "[user] hi\n[assistant] ");
+  // The file's template does not read enable_thinking: a request that sets it is told.
+  const HttpH ignored = post_h(*srv, "/apply-template",
+                               {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+                                {"chat_template_kwargs", {{"enable_thinking", false}}}});
+  ASSERT_EQ(ignored.status, 200) << ignored.body;
+  EXPECT_EQ(ignored.header("x-rewind-ignored-fields"), "chat_template_kwargs.enable_thinking");
   // A request's own value still wins, and a chat renders with the file's template.
   const Http c = post(*srv, "/v1/chat/completions",
                       {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},

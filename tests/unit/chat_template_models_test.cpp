@@ -429,6 +429,29 @@ void check_token_boundaries(const Tokenizer& tok, const RenderedChat& r, bool sa
   EXPECT_EQ(anchor, boundaries.at(0));                        // system_end = start of message 1
 }
 
+// Whether a template reads enable_thinking as a variable: Nemotron-Nano-v2's only has a
+// namespace attribute of that name (it reads /think or /no_think), Granite's has none.
+TEST(ModelTemplates, ReadsEnableThinking) {
+  EXPECT_TRUE(model_template(kNemotron3).reads_enable_thinking());
+  EXPECT_FALSE(model_template(kNanoV2).reads_enable_thinking());
+  EXPECT_FALSE(model_template(kGranite).reads_enable_thinking());
+  auto chatml = ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>");
+  ASSERT_TRUE(chatml.ok());
+  EXPECT_TRUE(chatml->reads_enable_thinking());
+  for (const char* src : {"{{ x.enable_thinking }}", "{% set ns = namespace(enable_thinking=1) %}",
+                          "{{ my_enable_thinking }}", "{{ enable_thinking_x }}"}) {
+    auto t = ChatTemplate::from_string(src, "", "");
+    ASSERT_TRUE(t.ok()) << src;
+    EXPECT_FALSE(t->reads_enable_thinking()) << src;
+  }
+  for (const char* src : {"{{ enable_thinking }}", "{% if enable_thinking == false %}x{% endif %}",
+                          "{% set e = enable_thinking %}"}) {
+    auto t = ChatTemplate::from_string(src, "", "");
+    ASSERT_TRUE(t.ok()) << src;
+    EXPECT_TRUE(t->reads_enable_thinking()) << src;
+  }
+}
+
 TEST(ModelTemplates, TokenizeChatBoundaries) {
   const Tokenizer granite =
       special_tokenizer({"<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<tool_call>",

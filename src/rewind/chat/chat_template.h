@@ -110,6 +110,9 @@ class ChatTemplate {
   // replies' reasoning and leaves <think> to the model): a template that does neither has no
   // reasoning blocks, so a reply's start need not be held back to look for one.
   bool mentions_think() const;
+  // Whether the template's source names enable_thinking: one that does not (Nemotron-Nano-v2's
+  // reads /think or /no_think in the system prompt instead) renders the same either way.
+  bool reads_enable_thinking() const;
 
  private:
   ChatTemplate();
