@@ -3,7 +3,9 @@
 // /metrics (text format 0.0.4) holds
 //   rewind_requests_total{outcome="stop|length|tool_calls|cancelled|failed|rejected"} (the
 //   server's count of how generation requests ended for their clients: a stop string is
-//   "stop", not "cancelled"), rewind_engine_requests_total{outcome="finished|cancelled|
+//   "stop", not "cancelled"; "rejected" counts errors after the body was parsed for a model,
+//   the header-only refusals are only in rewind_http_responses_total),
+//   rewind_engine_requests_total{outcome="finished|cancelled|
 //   rejected|failed"} (the engine's own count: a request the server ended at a stop string is
 //   "cancelled" there),
 //   rewind_requests_submitted_total, rewind_prompt_tokens_total, rewind_generated_tokens_total,
