@@ -429,6 +429,11 @@ TEST(GgufMamba2, TensorErrors) {
     if (std::string(n) == "output.weight") continue;  // absent output.weight means tied
     expect(nm, std::string("n_") + n, drop_tensor(n), std::string("missing tensor '") + n + "'");
   }
+  // A Nemotron-H MoE block without its router names the router (it once read as a dense MLP
+  // block of another width). The MoE fixture's blocks: M E M * E -.
+  expect(fixture_gguf("nemotron_h_moe"), "m_no_router", drop_tensor("blk.1.ffn_gate_inp.weight"),
+         "block 1 has routed experts ('blk.1.ffn_up_exps.weight') but no router (missing tensor "
+         "'blk.1.ffn_gate_inp.weight')");
   expect(gr, "a1d", reshape("blk.0.ssm_a", {8}),
          "tensor 'blk.0.ssm_a': shape [8] (ne reversed), expected [8, 1]");
   expect(gr, "d1d", reshape("blk.0.ssm_d", {8}),

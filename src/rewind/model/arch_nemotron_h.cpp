@@ -293,6 +293,10 @@ Result<ModelConfig> parse_gguf(const GgufFile& g) {
                      "and 'attention.head_count_kv' are both non-zero at block " + b +
                          " (a block is Mamba2, attention or an MLP)");
       const bool moe = g.find("blk." + b + ".ffn_gate_inp.weight") != nullptr;
+      if (!moe && g.find("blk." + b + ".ffn_up_exps.weight") != nullptr)
+        return make_error(g.path() + ": block " + b + " has routed experts ('blk." + b +
+                          ".ffn_up_exps.weight') but no router (missing tensor 'blk." + b +
+                          ".ffn_gate_inp.weight')");
       if (moe && !moe_arch)
         return make_error(g.path() + ": block " + b + " has MoE tensors ('blk." + b +
                           ".ffn_gate_inp.weight') but the architecture is 'nemotron_h' "
