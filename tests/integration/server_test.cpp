@@ -2130,6 +2130,32 @@ TEST(ServerLimits, SigtermStopsCleanly) {
   EXPECT_NE(srv->log().find("stopped"), std::string::npos) << srv->log();
 }
 
+// A request still waiting to be prepared when SIGTERM arrives counts as in flight: the drain
+// gives it its grace period (it used to be refused with 503 at once).
+TEST(ServerLimits, SigtermWaitsForRequestsBeingPrepared) {
+  auto srv = Server::start({"--api-key", kKey, "--shutdown-grace", "30"});
+  ASSERT_NE(srv, nullptr);
+  std::string text;
+  while (text.size() < 8000000) text += "lorem ipsum dolor sit amet, consectetur adipiscing ";
+  const std::string big = json{{"content", text}}.dump();
+  Conn a(srv->port()), b(srv->port()), c(srv->port());
+  for (Conn* x : {&a, &b})  // both preparation threads busy for a second or more
+    ASSERT_TRUE(x->send(post_head("/tokenize", "Content-Length: " + std::to_string(big.size()) +
+                                                   "\r\nConnection: close\r\n") +
+                        big));
+  std::this_thread::sleep_for(200ms);
+  const std::string small = completion_body("waiting its turn", 2).dump();
+  ASSERT_TRUE(
+      c.send(post_head("/v1/completions", "Content-Length: " + std::to_string(small.size()) +
+                                              "\r\nConnection: close\r\n") +
+             small));
+  std::this_thread::sleep_for(200ms);
+  std::thread stopper([&] { EXPECT_EQ(srv->stop(SIGTERM), 0) << srv->log(); });
+  ASSERT_TRUE(c.read_to_eof(60s));
+  stopper.join();
+  EXPECT_EQ(c.got().rfind("HTTP/1.1 200", 0), 0u) << c.got();
+}
+
 // llama-server's command line runs as it is: --jinja, -ngl (noted on stderr) and -fa are
 // accepted, -b is --chunk, the sampling options set a request's defaults over the model's and
 // --chat-template-file (also per model) replaces the template.

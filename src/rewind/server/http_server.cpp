@@ -859,6 +859,7 @@ struct HttpServer::Impl {
   // /v1/models' "created": when the server started, the same in every answer.
   const int64_t started = static_cast<int64_t>(std::time(nullptr));
   std::atomic<int> in_flight{0};
+  std::atomic<int> preparing{0};  // requests on the preparation threads, not yet submitted
   std::unique_ptr<HttpTransport> transport;
   // Declared last, so destroyed first: its queued work still finds the rest.
   std::unique_ptr<PrepThreads> prep = std::make_unique<PrepThreads>(2);
@@ -890,6 +891,10 @@ struct HttpServer::Impl {
     int status = 200;                // a whole reply's status
     bool client_gone = false;
   };
+
+  // The preparation threads go first (what they hold is answered through a live transport);
+  // handlers the transport runs as it closes then answer 503 (prepare).
+  ~Impl() { prep.reset(); }
 
   Impl(std::vector<ServedModel> served, ServerOptions o) : opt(std::move(o)) {
     REWIND_CHECK(!served.empty());
@@ -1149,28 +1154,45 @@ struct HttpServer::Impl {
     }
   }
 
+  // A prepared route; `hold` counts the request in in_flight() until it is submitted or
+  // answered, so a drain waits for it.
   using Prepared = void (Impl::*)(const HttpRequest&, Clock::time_point,
-                                  const std::shared_ptr<HttpExchange>&, const HttpHeaders&);
+                                  const std::shared_ptr<HttpExchange>&, const HttpHeaders&,
+                                  const std::shared_ptr<void>& hold);
   // Runs `fn` on the preparation threads (an exception answers 500, as on the strand).
   void prepare(HttpRequest req, Clock::time_point t0, const std::shared_ptr<HttpExchange>& ex,
                const HttpHeaders& cors, Prepared fn) {
-    prep->run([this, req = std::move(req), t0, ex, cors, fn] {
+    if (!prep) {  // the server is being destroyed: the transport's last handlers
+      HttpReply r =
+          error_reply({503, "the server is shutting down", "server_error", "shutting_down"});
+      for (const auto& h : cors) r.headers.push_back(h);
+      return ex->reply(std::move(r));
+    }
+    ++preparing;
+    std::shared_ptr<void> hold(nullptr, [this](void*) { --preparing; });
+    prep->run([this, req = std::move(req), t0, ex, cors, fn, hold = std::move(hold)] {
       try {
-        (this->*fn)(req, t0, ex, cors);
+        (this->*fn)(req, t0, ex, cors, hold);
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(),
-                     e.what());
-        HttpReply r = error_reply({500, "internal error", "server_error", "internal_error"});
-        for (const auto& h : cors) r.headers.push_back(h);
-        log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0));
-        ex->reply(std::move(r));
+        internal_error(req, t0, ex, cors, e);
       }
     });
   }
 
+  void internal_error(const HttpRequest& req, Clock::time_point t0,
+                      const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors,
+                      const std::exception& e) {
+    std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(), e.what());
+    HttpReply r = error_reply({500, "internal error", "server_error", "internal_error"});
+    for (const auto& h : cors) r.headers.push_back(h);
+    log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0));
+    ex->reply(std::move(r));
+  }
+
   // POST /tokenize, /detokenize, /apply-template (on a preparation thread).
   void utility(const HttpRequest& req, Clock::time_point t0,
-               const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
+               const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors,
+               const std::shared_ptr<void>& /*hold*/) {
     std::string log_model;
     auto send = [&](HttpReply r) {
       for (const auto& h : cors) r.headers.push_back(h);
@@ -1275,7 +1297,8 @@ struct HttpServer::Impl {
   // POST /v1/chat/completions and /v1/completions: parsed, rendered and tokenized on a
   // preparation thread, then submitted on the connection's strand.
   void generation(const HttpRequest& req, Clock::time_point t0,
-                  const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors) {
+                  const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors,
+                  const std::shared_ptr<void>& hold) {
     const bool chat = req.path == "/v1/chat/completions";
     auto plan = std::make_shared<Plan>();
     auto send = [&](const HttpError& e) { generation_error(req, *plan, t0, ex, cors, e); };
@@ -1287,11 +1310,19 @@ struct HttpServer::Impl {
       metrics.count_outcome("rejected", m.label);  // refused before the engine saw it
       return send(*e);
     }
-    HttpRequest head = req;
-    head.body.clear();  // planned: only the request line and peer are needed from here
-    head.body_hold.reset();
-    ex->post(
-        [this, head = std::move(head), t0, ex, cors, plan] { submit(head, t0, ex, cors, plan); });
+    // Planned: only the request line and peer are needed from here (not the body).
+    HttpRequest head;
+    head.method = req.method;
+    head.target = req.target;
+    head.path = req.path;
+    head.peer = req.peer;
+    ex->post([this, head = std::move(head), t0, ex, cors, plan, hold] {
+      try {
+        submit(head, t0, ex, cors, plan);
+      } catch (const std::exception& e) {
+        internal_error(head, t0, ex, cors, e);
+      }
+    });
   }
 
   // Submits a planned request (on the connection's strand, so that its events, posted there by
@@ -1672,7 +1703,7 @@ void HttpServer::stop() {
   impl_->transport->stop();
 }
 int HttpServer::in_flight() const {
-  return impl_->in_flight.load();
+  return impl_->in_flight.load() + impl_->preparing.load();
 }
 int64_t HttpServer::http_buffer_bytes() const {
   return impl_->transport->buffered_bytes();

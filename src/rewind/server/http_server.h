@@ -169,7 +169,8 @@ class HttpServer {
   void drain();
   // Thread-safe: drain() and close every connection now (their requests are cancelled).
   void stop();
-  // Generation requests (chat or completions) being served now. Thread-safe.
+  // Requests being served now: generation requests (chat or completions) and the requests still
+  // being prepared (parsed, rendered, tokenized). Thread-safe.
   int in_flight() const;
   // Bytes the HTTP layer holds now (read buffers, queued answers); for memory accounting.
   int64_t http_buffer_bytes() const;
