@@ -132,7 +132,9 @@ Result<Args> Args::parse(int argc, char** argv, const CommandSpec& spec) {
       a.flags_[o->name] = true;
       continue;
     }
-    if (!inline_value) {
+    if (!inline_value && !o->implicit_value.empty() && (i + 1 >= argc || argv[i + 1][0] == '-')) {
+      value = o->implicit_value;
+    } else if (!inline_value) {
       if (i + 1 >= argc) return make_error("option " + s + " needs a value (" + o->value + ")");
       value = argv[++i];
       // "--model --prompt x": a forgotten value, not a model named "--prompt".

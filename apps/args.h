@@ -32,6 +32,9 @@ struct OptSpec {
   std::string help;                  // one line
   std::vector<std::string> aliases;  // other long spellings ("--temp" for --temperature)
   bool repeatable = false;           // every occurrence is kept (Args::all); else the last wins
+  // Non-empty: the value may be left out (no argument follows, or the next one is an option),
+  // and then is this (llama.cpp's bare -fa is "-fa on").
+  std::string implicit_value;
 };
 
 struct CommandSpec {

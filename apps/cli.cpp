@@ -90,16 +90,18 @@ OptSpec template_file_opt() {
 // llama.cpp's options that a CPU engine has no use for, so that its command lines run as they
 // are (llama_compat_from).
 std::vector<OptSpec> llama_compat_opts() {
-  return {
+  std::vector<OptSpec> o = {
       {"--jinja", "", "", "accepted for llama.cpp's command lines: templates are always Jinja"},
       {"--n-gpu-layers",
        "-ngl",
-       "N",
+       "N|auto|all",
        "accepted and ignored (with a note): rewind runs on the CPU",
        {"--gpu-layers"}},
-      {"--flash-attn", "-fa", "on|off|auto",
+      {"--flash-attn", "-fa", "[on|off|auto]",
        "accepted and ignored: rewind's attention always runs in one pass over K/V"},
   };
+  o.back().implicit_value = "on";  // older llama.cpp's bare -fa
+  return o;
 }
 const char* kTypes =
     "f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|q4_0|q4_1|q5_0|q5_1|iq4_nl|"

@@ -107,8 +107,10 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
     tc = nlohmann::json::parse(read_file(tc_path), nullptr, false);
     if (tc.is_discarded() || !tc.is_object()) return make_error(tc_path + ": not a JSON object");
   }
-  REWIND_TRY(std::string chat_template, chat_template_source(hf_dir));
-  if (!template_text.empty()) chat_template = template_text;
+  std::string chat_template = template_text;  // the given one, else the checkpoint's
+  if (template_text.empty()) {
+    REWIND_TRY(chat_template, chat_template_source(hf_dir));
+  }
   const std::string name =
       name_in.empty() ? std::filesystem::path(hf_dir).lexically_normal().filename().string()
                       : name_in;

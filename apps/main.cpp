@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -228,13 +229,23 @@ Status sampling_from(const Args& a, SamplingParams* p) {
 }
 
 Status llama_compat_from(const Args& a) {
-  REWIND_TRY(int64_t ngl, a.int_("--n-gpu-layers", 0));
-  if (ngl != 0)
-    std::fprintf(stderr, "rewind: note: -ngl %lld ignored: rewind runs on the CPU\n",
-                 static_cast<long long>(ngl));
+  // llama.cpp's values: -ngl a count, auto or all; -fa on|off|auto or its truthy, falsey and
+  // auto spellings.
+  if (a.has("--n-gpu-layers")) {
+    const std::string ngl = a.str("--n-gpu-layers");
+    if (ngl != "auto" && ngl != "all") {
+      auto n = a.int_("--n-gpu-layers", 0);
+      if (!n.ok())
+        return make_error("-ngl/--n-gpu-layers must be a count, auto or all (got '" + ngl + "')");
+    }
+    if (ngl != "0")
+      std::fprintf(stderr, "rewind: note: -ngl %s ignored: rewind runs on the CPU\n", ngl.c_str());
+  }
   if (a.has("--flash-attn")) {
+    static const std::set<std::string> kValues = {
+        "on", "off", "auto", "1", "0", "-1", "true", "false", "yes", "no", "enabled", "disabled"};
     const std::string fa = a.str("--flash-attn");
-    if (fa != "on" && fa != "off" && fa != "auto")
+    if (!kValues.count(fa))
       return make_error("-fa/--flash-attn must be on, off or auto (got '" + fa + "')");
   }
   return Ok{};

@@ -59,6 +59,26 @@ TEST(CliArgs, ShortFormsReadAsTheirLongNames) {
   EXPECT_EQ(b->int_("--n-gen", 0).value(), 16);
 }
 
+// llama.cpp's options a CPU engine has no use for parse on every command that runs a model;
+// -fa may stand alone (older llama.cpp), then it means on.
+TEST(CliArgs, LlamaCppCompatOptions) {
+  for (const char* cmd : {"run", "chat", "serve", "bench", "logits"}) {
+    auto r = parse(cmd, {"--jinja", "-ngl", "all", "-fa"});
+    ASSERT_TRUE(r.ok()) << cmd << ": " << r.error_message();
+    EXPECT_TRUE(r->has("--jinja"));
+    EXPECT_EQ(r->str("--n-gpu-layers"), "all");
+    EXPECT_EQ(r->str("--flash-attn"), "on") << cmd;
+  }
+  auto r = parse("serve", {"-fa", "-c", "64", "--flash-attn=off"});
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(r->str("--flash-attn"), "off");
+  EXPECT_EQ(r->int_("--ctx-size", 0).value(), 64);
+  auto v = parse("serve", {"-fa", "auto", "-b", "256"});
+  ASSERT_TRUE(v.ok()) << v.error_message();
+  EXPECT_EQ(v->str("--flash-attn"), "auto");
+  EXPECT_EQ(v->int_("--chunk", 0).value(), 256);
+}
+
 // llama.cpp's short flags exist on every command that has their long form, and -h everywhere.
 TEST(CliArgs, ShortFlagsWhereverTheLongFormExists) {
   const std::vector<std::pair<std::string, std::string>> expected = {{"--model", "-m"},
