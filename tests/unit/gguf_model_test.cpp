@@ -431,6 +431,10 @@ TEST(GgufVocab, PreTokenizersAsLlamaCppReadsThem) {
     EXPECT_EQ(t->pre_tokenize("helloWorld"), c.camel) << c.pre;
     EXPECT_EQ(t->pre_tokenize("x\xcc\x81y"), c.mark) << c.pre;
     EXPECT_EQ(t->ignores_merges(), c.ignore_merges) << c.pre;
+    // Only the Qwen tokenizers normalise to NFC: e + U+0301 stays two characters elsewhere.
+    const bool qwen = c.back == "qwen35" || c.back == "qwen2";
+    EXPECT_EQ(t->normalizes_nfc(), qwen) << c.pre;
+    EXPECT_EQ(t->encode("e\xcc\x81") == t->encode("\xc3\xa9"), qwen) << c.pre;
     auto back = gguf_pre_name(t.value());
     ASSERT_TRUE(back.ok()) << c.pre << ": " << back.error_message();
     EXPECT_EQ(back.value(), c.back) << c.pre;

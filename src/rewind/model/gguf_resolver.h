@@ -166,10 +166,11 @@ Status mamba2_sizes_from_gguf(const GgufKeys& k, ModelConfig* c);
 // without attention.layer_norm_rms_epsilon, attention.layer_norm_epsilon is the epsilon.
 Status hybrid_basics_from_gguf(const GgufKeys& k, ModelConfig* c, bool eps_fallback = false);
 
-// The end-of-generation ids of a GGUF file, as llama.cpp finds them: tokenizer.ggml.eos_token_id,
-// eot_token_id and eom_token_id, and every token whose text is one of llama.cpp's
-// end-of-generation texts (<|im_end|>, <|endoftext|>, <|end_of_text|>, </s>, <|eot_id|>, ...),
-// ascending. An id outside [0, vocab_size) is dropped with a warning on stderr.
+// The end-of-generation ids of a GGUF file, as llama.cpp finds them for the vocabularies rewind
+// runs: tokenizer.ggml.eos_token_id, eot_token_id and eom_token_id, and every token whose text
+// is one of llama.cpp's end-of-turn texts (<|im_end|>, <|endoftext|>, <|end_of_text|>, </s>,
+// <|eot_id|>, ...), ascending. llama.cpp's FIM tokens (also ends there) and its gpt-oss and
+// Gemma exceptions are left out. An id outside [0, vocab_size) is dropped with a warning.
 Result<std::vector<int64_t>> gguf_end_of_generation_ids(const GgufFile& g, int64_t vocab_size);
 
 // One kv-head count for every attention layer from the per-layer head_count_kv (0 elsewhere; all

@@ -29,6 +29,7 @@ Result<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
   BpeVocab v;
   v.pre_regex = std::string(p->regex);
   v.ignore_merges = p->ignore_merges;
+  v.nfc = p->nfc;
   REWIND_TRY(std::vector<std::string> tokens, g.get_strings("tokenizer.ggml.tokens"));
   std::vector<int64_t> types(tokens.size(), 1);
   if (g.get("tokenizer.ggml.token_type")) {
@@ -102,6 +103,10 @@ Result<std::string> gguf_pre_name(const Tokenizer& tok) {
   if (mark == whole && camel == Pieces{"hello", "World"} && digits == singles &&
       tok.ignores_merges())
     name = "tekken";
+  if (!name.empty() && find_gguf_pre_tokenizer(name)->nfc != tok.normalizes_nfc())
+    return make_error(std::string("tokenizer: its pre-tokenizer is GGUF's '") + name + "' but it " +
+                      (tok.normalizes_nfc() ? "normalises" : "does not normalise") +
+                      " to NFC, which GGUF readers take the other way");
   if (name.empty())
     return make_error(
         "tokenizer: its pre-tokenizer is none of the Qwen3.5, Qwen2, Llama 3 and Tekken regexes "

@@ -895,6 +895,10 @@ bool Tokenizer::ignores_merges() const {
   return impl_->ignore_merges;
 }
 
+bool Tokenizer::normalizes_nfc() const {
+  return impl_->nfc;
+}
+
 // ---- streaming decode --------------------------------------------------------------------
 
 namespace {

@@ -101,6 +101,7 @@ class Tokenizer {
   bool is_special(int32_t id) const;
   bool is_added(int32_t id) const;  // an added_tokens entry (special or not)
   bool ignores_merges() const;      // the BPE model's ignore_merges
+  bool normalizes_nfc() const;      // an NFC normalizer runs first
 
   struct Impl;  // opaque; named here so the implementation's helpers can build one
 
