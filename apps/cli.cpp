@@ -67,20 +67,35 @@ std::vector<OptSpec> spec_opts() {
       {"--spec-fixed-k", "", "", "keep k fixed (default: shrink after rejections)", {}, false},
   };
 }
-// The sampling options of chat and serve, whose defaults are the model's
-// (generation_config.json).
-std::vector<OptSpec> sampling_default_opts() {
+std::vector<OptSpec> join(std::vector<OptSpec> a, const std::vector<OptSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+// The penalties (penalties_from), the same on run, chat and serve.
+std::vector<OptSpec> penalty_opts() {
   return {
-      {"--temperature", "", "T", "sampling temperature (default: the model's, else 1)", {"--temp"}},
-      {"--top-k", "", "K", "keep the K most likely tokens (default: the model's, else all)"},
-      {"--top-p", "", "P", "nucleus sampling mass, in (0, 1] (default: the model's, else 1)"},
-      {"--min-p", "", "P",
-       "drop tokens below P x the best one's probability (default: the model's, else 0)"},
       {"--repeat-penalty", "", "R", "divide repeated tokens' positive logits by R (1: off)"},
       {"--repeat-last-n", "", "N", "tokens --repeat-penalty looks back over (64; -1: all)"},
       {"--presence-penalty", "", "P", "minus P for a token already generated (default 0)"},
       {"--frequency-penalty", "", "F", "minus F x a token's count in the reply (default 0)"},
   };
+}
+// The sampling options of chat and serve, whose defaults are the model's
+// (generation_config.json).
+std::vector<OptSpec> sampling_default_opts() {
+  return join(
+      {
+          {"--temperature",
+           "",
+           "T",
+           "sampling temperature (default: the model's, else 1)",
+           {"--temp"}},
+          {"--top-k", "", "K", "keep the K most likely tokens (default: the model's, else all)"},
+          {"--top-p", "", "P", "nucleus sampling mass, in (0, 1] (default: the model's, else 1)"},
+          {"--min-p", "", "P",
+           "drop tokens below P x the best one's probability (default: the model's, else 0)"},
+      },
+      penalty_opts());
 }
 OptSpec template_file_opt() {
   return {"--chat-template-file", "", "FILE",
@@ -107,11 +122,6 @@ const char* kTypes =
     "f32|f16|bf16|q8_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k|q4_0|q4_1|q5_0|q5_1|iq4_nl|"
     "q3_k|iq4_xs|q2_k";
 
-std::vector<OptSpec> join(std::vector<OptSpec> a, const std::vector<OptSpec>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 std::vector<CommandSpec> build_specs() {
   std::vector<CommandSpec> c;
   c.push_back(
@@ -125,10 +135,6 @@ std::vector<CommandSpec> build_specs() {
              {"--top-p", "", "P", "nucleus sampling mass, in (0, 1] (default 1: off)", {}, false},
              {"--min-p", "", "P", "drop tokens below P x the best one's probability (default 0)"},
              {"--seed", "-s", "S", "sampling seed (default 0)", {}, false},
-             {"--repeat-penalty", "", "R", "divide repeated tokens' positive logits by R (1: off)"},
-             {"--repeat-last-n", "", "N", "tokens --repeat-penalty looks back over (64; -1: all)"},
-             {"--presence-penalty", "", "P", "minus P for a token already generated (default 0)"},
-             {"--frequency-penalty", "", "F", "minus F x a token's count in the reply (default 0)"},
              threads_opt(),
              {"--chunk",
               "-b",
@@ -485,6 +491,7 @@ std::vector<CommandSpec> build_specs() {
         cs.name != "cache-bench" && cs.name != "spec-bench" && cs.name != "logits")
       continue;
     insert_after(cs, "--quant-dot", kv_type_opts());
+    if (cs.name == "run") insert_after(cs, "--seed", penalty_opts());
     if (cs.name == "chat" || cs.name == "serve") {
       insert_after(cs, cs.name == "chat" ? "--n-predict" : "--ctx-size", sampling_default_opts());
       insert_after(cs, "--frequency-penalty", {template_file_opt()});

@@ -861,7 +861,7 @@ struct HttpServer::Impl {
   std::atomic<int> in_flight{0};
   std::atomic<int> preparing{0};  // requests on the preparation threads, not yet submitted
   std::unique_ptr<HttpTransport> transport;
-  // Declared last, so destroyed first: its queued work still finds the rest.
+  // The preparation threads (reset first by ~Impl: their queued work still finds the rest).
   std::unique_ptr<PrepThreads> prep = std::make_unique<PrepThreads>(2);
 
   // One generation request from submit to its final event; its events run on the
