@@ -345,6 +345,27 @@ TEST(SpecCheck, RefusesBeforeAnyRound) {
   EXPECT_EQ(e.last_state(), nullptr);
 }
 
+// A draft model catches up on the prompt when the target's prefill ends (warm), so that the
+// first round drafts from a lag of at most 2 * kMaxDraft tokens; other drafters do nothing.
+TEST(SpecWarm, DraftCatchesUpOnThePromptBeforeTheFirstRound) {
+  Model& m = test::cached_model(test::fixture_dir("qwen3_5"));
+  std::mt19937_64 rng(5);
+  const auto history = test::random_tokens(rng, 200, m.config().vocab_size);
+  SpecConfig sc;
+  sc.kind = SpecKind::Draft;
+  sc.draft = &m;
+  SpecSequence draft(m, sc);
+  EXPECT_EQ(draft.draft_consumed(), 0);
+  ASSERT_TRUE(draft.warm(history, nullptr).ok());
+  EXPECT_GE(draft.draft_consumed(), 200 - 2 * SpecConfig::kMaxDraft);
+  EXPECT_LE(draft.draft_consumed(), 200);
+  SpecConfig ng;
+  ng.kind = SpecKind::Ngram;
+  SpecSequence ngram(m, ng);
+  ASSERT_TRUE(ngram.warm(history, nullptr).ok());
+  EXPECT_EQ(ngram.draft_consumed(), 0);
+}
+
 TEST(NgramLookup, LongestSuffixMostRecentOccurrence) {
   const std::vector<int32_t> c = {1, 2, 3, 9, 1, 2, 3, 4, 5, 7, 2, 3};
   // Suffix [2,3] last occurred at 5..6, followed by 4, 5, 7.

@@ -765,6 +765,20 @@ void BatchEngine::step() {
         ev.top.push_back({idx[j], static_cast<float>(lg[idx[j]] - lse)});
     }
   };
+  // At the prompt's end a draft model catches up on it, so that its cost falls in the time to
+  // the first token, not between the first tokens (a failure here resurfaces, reported, in the
+  // first round's own catch-up).
+  auto warm_draft = [&](Seq& s) {
+    if (s.spec_cfg.kind != SpecKind::Draft) return;
+    if (!s.spec) {
+      s.spec.emplace(model_, s.spec_cfg);
+      if (s.grammar) s.spec->set_grammar(&*s.grammar);
+    }
+    try {
+      (void)s.spec->warm(s.history, pool_);
+    } catch (const std::exception&) {
+    }
+  };
   // Emits one sampled token; false when it ends the request (marked, finished after the step).
   auto emit = [&](Seq& s, const float* lg, int32_t tok) {
     TokenEvent ev;
@@ -912,15 +926,18 @@ void BatchEngine::step() {
             choice_row.assign(lg, lg + V);
             own = choice_row.data();
           }
+          warm_draft(f);
           const int32_t tok = pick(f, own);
           if (tok >= 0) emit(f, own, tok);
         }
         s.decoding = true;
+        warm_draft(s);
         const int32_t tok = pick(s, lg);
         if (tok >= 0) emit(s, lg, tok);
         continue;
       }
       s.decoding = true;
+      warm_draft(s);
     } else {
       s.history.push_back(s.out.back());
       // Grid checkpoints crossed while decoding.

@@ -155,11 +155,8 @@ Status SpecSequence::draft_ngram(const std::vector<int32_t>& history, int32_t la
   return Ok{};
 }
 
-Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t last, int32_t k,
-                                 const Sampler& sampler, ThreadPool* pool) {
+Status SpecSequence::draft_catch_up(const std::vector<int32_t>& history, ThreadPool* pool) {
   Model& D = *cfg_.draft;
-  std::unique_lock<std::mutex> shared;  // the draft's buffers, when other engines run it too
-  if (cfg_.draft_lock) shared = std::unique_lock<std::mutex>(*cfg_.draft_lock);
   if (!dstate_) {
     dstate_.emplace(D.new_state());
     d_consumed_ = 0;
@@ -173,14 +170,37 @@ Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t la
     const int64_t n = std::min(kChunk, H0 - d_consumed_);
     SeqInput in{&*dstate_, std::span<const int32_t>(history.data() + d_consumed_, n), {}, nullptr};
     try {
-      REWIND_TRY_STATUS(D.forward(std::span<SeqInput>(&in, 1), &logits, pool));
+      Status st = D.forward(std::span<SeqInput>(&in, 1), &logits, pool);
+      if (!st.ok()) {
+        dstate_.reset();  // no copy to go back to: rebuild from scratch next round
+        d_consumed_ = 0;
+        return st;
+      }
     } catch (...) {
-      dstate_.reset();  // no copy to go back to: rebuild from scratch next round
+      dstate_.reset();
       d_consumed_ = 0;
       throw;
     }
     d_consumed_ += n;
   }
+  return Ok{};
+}
+
+Status SpecSequence::warm(const std::vector<int32_t>& history, ThreadPool* pool) {
+  if (cfg_.kind != SpecKind::Draft || !cfg_.draft || open_) return Ok{};
+  std::unique_lock<std::mutex> shared;
+  if (cfg_.draft_lock) shared = std::unique_lock<std::mutex>(*cfg_.draft_lock);
+  return draft_catch_up(history, pool);
+}
+
+Status SpecSequence::draft_model(const std::vector<int32_t>& history, int32_t last, int32_t k,
+                                 const Sampler& sampler, ThreadPool* pool) {
+  Model& D = *cfg_.draft;
+  std::unique_lock<std::mutex> shared;  // the draft's buffers, when other engines run it too
+  if (cfg_.draft_lock) shared = std::unique_lock<std::mutex>(*cfg_.draft_lock);
+  REWIND_TRY_STATUS(draft_catch_up(history, pool));
+  const int64_t H0 = static_cast<int64_t>(history.size());
+  std::vector<float> logits;
   dp0_ = dstate_->n_pos();
   if (D.config().n_recurrent_layers() > 0) dstate_->save_recurrent(&dpre_);
   dcap_.clear();

@@ -142,10 +142,22 @@ class SpecSequence {
   // Bytes held for rollback now (pre-round copy + captures), for metrics.
   size_t rollback_bytes() const;
 
+  // A draft model's catch-up on `history` (what the target has consumed: at the prompt's end,
+  // the prompt), run when the target's prefill ends rather than inside the first round, so its
+  // cost falls in the time to the first token instead of between the first tokens. No-op for
+  // other drafters and with no round open only. An error leaves the draft to catch up in the
+  // first round, which then reports it.
+  Status warm(const std::vector<int32_t>& history, ThreadPool* pool);
+  // History tokens the draft model's state has consumed (0 for other drafters).
+  int64_t draft_consumed() const { return dstate_ ? d_consumed_ : 0; }
+
  private:
   Status draft_ngram(const std::vector<int32_t>& history, int32_t last, int32_t k);
   Status draft_model(const std::vector<int32_t>& history, int32_t last, int32_t k,
                      const Sampler& sampler, ThreadPool* pool);
+  // Runs the draft state over history[d_consumed_, ...) in chunks while it lags by more than
+  // 2 * kMaxDraft (committed work, uncaptured). The caller holds cfg_.draft_lock.
+  Status draft_catch_up(const std::vector<int32_t>& history, ThreadPool* pool);
   void commit_draft_model(int32_t keep, ThreadPool* pool);
   Status draft_mtp(int32_t last, int32_t k, ThreadPool* pool);
 
