@@ -32,8 +32,28 @@ struct ChatTemplate::Impl {
   jinja::Template tmpl;
   std::string bos, eos;
   bool mentions_think = false;
-  std::string source;
+  bool reads_enable_thinking = false;
 };
+
+namespace {
+// Whether `src` names enable_thinking as a variable: not an attribute (ns.enable_thinking) nor a
+// keyword argument or assignment target (namespace(enable_thinking=true)), which
+// Nemotron-Nano-v2's template has.
+bool names_enable_thinking(const std::string& src) {
+  constexpr std::string_view kName = "enable_thinking";
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = src.find(kName); at != std::string::npos; at = src.find(kName, at + 1)) {
+    if (at > 0 && (word(src[at - 1]) || src[at - 1] == '.')) continue;
+    size_t end = at + kName.size();
+    if (end < src.size() && word(src[end])) continue;
+    while (end < src.size() && (src[end] == ' ' || src[end] == '\t')) ++end;
+    if (end < src.size() && src[end] == '=' && (end + 1 >= src.size() || src[end + 1] != '='))
+      continue;
+    return true;
+  }
+  return false;
+}
+}  // namespace
 
 ChatTemplate::ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
@@ -148,7 +168,7 @@ Result<ChatTemplate> ChatTemplate::from_string(const std::string& source,
   ct.impl_->eos = eos_token;
   ct.impl_->mentions_think =
       source.find("<think>") != std::string::npos || source.find("</think>") != std::string::npos;
-  ct.impl_->source = source;
+  ct.impl_->reads_enable_thinking = names_enable_thinking(source);
   return ct;
 }
 
@@ -157,21 +177,7 @@ bool ChatTemplate::mentions_think() const {
 }
 
 bool ChatTemplate::reads_enable_thinking() const {
-  // The name as a variable: not an attribute (ns.enable_thinking) nor a keyword argument or
-  // assignment target (namespace(enable_thinking=true)), which Nemotron-Nano-v2's template has.
-  const std::string& src = impl_->source;
-  constexpr std::string_view kName = "enable_thinking";
-  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  for (size_t at = src.find(kName); at != std::string::npos; at = src.find(kName, at + 1)) {
-    if (at > 0 && (word(src[at - 1]) || src[at - 1] == '.')) continue;
-    size_t end = at + kName.size();
-    if (end < src.size() && word(src[end])) continue;
-    while (end < src.size() && (src[end] == ' ' || src[end] == '\t')) ++end;
-    if (end < src.size() && src[end] == '=' && (end + 1 >= src.size() || src[end + 1] != '='))
-      continue;
-    return true;
-  }
-  return false;
+  return impl_->reads_enable_thinking;
 }
 
 namespace {

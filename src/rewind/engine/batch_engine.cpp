@@ -580,16 +580,21 @@ void BatchEngine::finish_marked() {
   std::erase_if(running_, [](auto& p) { return !p; });
 }
 
+SpecSequence& BatchEngine::spec_of(Seq& s) {
+  if (!s.spec) {
+    s.spec.emplace(model_, s.spec_cfg);
+    if (s.grammar) s.spec->set_grammar(&*s.grammar);
+  }
+  return *s.spec;
+}
+
 void BatchEngine::open_spec_rounds() {
   int64_t failed = 0;
   for (auto& sp : running_) {
     Seq& s = *sp;
     if (!s.decoding || s.spec_cfg.kind == SpecKind::Off) continue;
     // A speculative round: [last, d1..dk] verified in this step's forward.
-    if (!s.spec) {
-      s.spec.emplace(model_, s.spec_cfg);
-      if (s.grammar) s.spec->set_grammar(&*s.grammar);
-    }
+    spec_of(s);
     const int32_t left = s.req.max_tokens - static_cast<int32_t>(s.out.size());
     Status bs = Ok{};
     try {
@@ -770,12 +775,8 @@ void BatchEngine::step() {
   // first round's own catch-up).
   auto warm_draft = [&](Seq& s) {
     if (s.spec_cfg.kind != SpecKind::Draft) return;
-    if (!s.spec) {
-      s.spec.emplace(model_, s.spec_cfg);
-      if (s.grammar) s.spec->set_grammar(&*s.grammar);
-    }
     try {
-      (void)s.spec->warm(s.history, pool_);
+      (void)spec_of(s).warm(s.history, pool_);
     } catch (const std::exception&) {
     }
   };

@@ -133,6 +133,8 @@ class BatchEngine {
   void admit(Seq& s);
   // Opens the speculative rounds of decoding sequences; those that fail to open finish.
   void open_spec_rounds();
+  // s's speculation state, made on first use (with s's grammar, when it has one).
+  SpecSequence& spec_of(Seq& s);
   // Ends a request: publishes what it consumed (unless it failed), releases its lease, counts
   // it and delivers its final event. Resets `sp`.
   void finish(std::unique_ptr<Seq>& sp, FinishReason why, std::string err, TokenEvent ev);

@@ -144,8 +144,8 @@ class SpecSequence {
 
   // A draft model's catch-up on `history` (what the target has consumed: at the prompt's end,
   // the prompt), run when the target's prefill ends rather than inside the first round, so its
-  // cost falls in the time to the first token instead of between the first tokens. No-op for
-  // other drafters and with no round open only. An error leaves the draft to catch up in the
+  // cost falls in the time to the first token instead of between the first tokens. A no-op
+  // for other drafters and while a round is open. An error leaves the draft to catch up in the
   // first round, which then reports it.
   Status warm(const std::vector<int32_t>& history, ThreadPool* pool);
   // History tokens the draft model's state has consumed (0 for other drafters).

@@ -206,10 +206,9 @@ Status GrammarAutomaton::init() {
   new_epoch();
   Status st = Ok{};
   for (int32_t alt : grammar_->rules[grammar_->root].alts) {
-    if (st.ok()) {
-      auto f = frame(alt, 0);
-      st = f.ok() ? expand(*f, leaves, accepting) : Status(f.error());
-    }
+    auto f = frame(alt, 0);
+    st = f.ok() ? expand(*f, leaves, accepting) : Status(f.error());
+    if (!st.ok()) break;
   }
   Result<int32_t> s = st.ok() ? intern_state(leaves, accepting) : Result<int32_t>(st.error());
   limits_.budget = std::move(budget);

@@ -1049,12 +1049,7 @@ struct HttpServer::Impl {
     const HttpHeaders cors = cors_headers(req);
     const Route* route = find_route(req.path);
     std::string log_model;  // the model a per-model route answered for
-    auto send = [&](HttpReply r) {
-      for (const auto& h : cors) r.headers.push_back(h);
-      log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0),
-                log_model);
-      ex->reply(std::move(r));
-    };
+    auto send = [&](HttpReply r) { answer(req, t0, ex, cors, std::move(r), log_model); };
     auto json_reply = [&](std::string body) {
       HttpReply r;
       r.content_type = kJson;
@@ -1149,8 +1144,7 @@ struct HttpServer::Impl {
       send(error_reply(
           {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"}));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(), e.what());
-      send(error_reply({500, "internal error", "server_error", "internal_error"}));
+      internal_error(req, t0, ex, cors, e, log_model);
     }
   }
 
@@ -1179,14 +1173,23 @@ struct HttpServer::Impl {
     });
   }
 
+  // Sends `r` to the request's client with the CORS headers, logged with `model` and `id` (a
+  // fresh request id when empty).
+  void answer(const HttpRequest& req, Clock::time_point t0, const std::shared_ptr<HttpExchange>& ex,
+              const HttpHeaders& cors, HttpReply r, const std::string& model = "",
+              const std::string& id = "") {
+    for (const auto& h : cors) r.headers.push_back(h);
+    log_plain(id.empty() ? random_id("req-") : id, req.peer, req.method, req.path, r.status,
+              ms_since(t0), model);
+    ex->reply(std::move(r));
+  }
+
   void internal_error(const HttpRequest& req, Clock::time_point t0,
                       const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors,
-                      const std::exception& e) {
+                      const std::exception& e, const std::string& model = "") {
     std::fprintf(stderr, "rewind serve: internal error on %s: %s\n", req.path.c_str(), e.what());
-    HttpReply r = error_reply({500, "internal error", "server_error", "internal_error"});
-    for (const auto& h : cors) r.headers.push_back(h);
-    log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0));
-    ex->reply(std::move(r));
+    answer(req, t0, ex, cors,
+           error_reply({500, "internal error", "server_error", "internal_error"}), model);
   }
 
   // POST /tokenize, /detokenize, /apply-template (on a preparation thread).
@@ -1194,12 +1197,7 @@ struct HttpServer::Impl {
                const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors,
                const std::shared_ptr<void>& /*hold*/) {
     std::string log_model;
-    auto send = [&](HttpReply r) {
-      for (const auto& h : cors) r.headers.push_back(h);
-      log_plain(random_id("req-"), req.peer, req.method, req.path, r.status, ms_since(t0),
-                log_model);
-      ex->reply(std::move(r));
-    };
+    auto send = [&](HttpReply r) { answer(req, t0, ex, cors, std::move(r), log_model); };
     HttpError err;
     const Served* m = find_model(strict ? peek_model_name(req.body) : "", &err);
     if (!m) {
@@ -1287,11 +1285,8 @@ struct HttpServer::Impl {
   void generation_error(const HttpRequest& req, const Plan& plan, Clock::time_point t0,
                         const std::shared_ptr<HttpExchange>& ex, const HttpHeaders& cors,
                         const HttpError& e) {
-    HttpReply r = error_reply(e);
-    for (const auto& h : cors) r.headers.push_back(h);
-    log_plain(plan.id.empty() ? random_id("req-") : plan.id, req.peer, req.method, req.path,
-              r.status, ms_since(t0), plan.model_id.empty() ? plan.model_asked : plan.model_id);
-    ex->reply(std::move(r));
+    answer(req, t0, ex, cors, error_reply(e),
+           plan.model_id.empty() ? plan.model_asked : plan.model_id, plan.id);
   }
 
   // POST /v1/chat/completions and /v1/completions: parsed, rendered and tokenized on a
