@@ -406,7 +406,9 @@ try {
     assert.ok(all.total_nodes >= 300, String(all.total_nodes));
     await page.click('#tab-cache');
     await page.select('#max-nodes', '100');
-    await page.waitForFunction(() => document.querySelectorAll('#cache-tree g.node.aggregate').length > 0, { timeout: 20000 });
+    // The 400-node view drawn before also has folded nodes: wait for the 100-node one.
+    await page.waitForFunction(() => document.querySelectorAll('#cache-tree g.node.aggregate').length > 0 &&
+      document.querySelectorAll('#cache-tree g.node:not(.aggregate)').length < 200, { timeout: 20000 });
     const drawn = await page.evaluate(() => ({
       nodes: document.querySelectorAll('#cache-tree g.node:not(.aggregate)').length,
       folded: [...document.querySelectorAll('#cache-tree g.node.aggregate')].reduce((a, g) => a + Number(g.dataset.nodes), 0),
