@@ -248,6 +248,26 @@ bool uses_amx(DType t, int64_t rows, IsaCap cap) {
 constexpr int vnni_decode_panels(DType t) {
   return quant_traits(t).vnni_decode_panels;
 }
+
+// AMD family 26 and later (Zen 5): CPUID's vendor and display family.
+bool amd_zen5_or_later() {
+  static const bool yes = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;
+    if (!amd || !__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+    const unsigned base = (eax >> 8) & 0xfu, ext = (eax >> 20) & 0xffu;
+    return (base == 0xfu ? base + ext : base) >= 26;
+  }();
+  return yes;
+}
+
+// The streams this host's decode tiles take: on Zen 5, Q6_K's and IQ4_XS's weights arrive
+// faster in one stream (docs/PERFORMANCE.md, "Decode panel streams on Zen 5").
+int host_decode_panels(DType t) {
+  if ((t == DType::Q6_K || t == DType::IQ4_XS) && amd_zen5_or_later()) return 1;
+  return vnni_decode_panels(t);
+}
 static_assert(
     [] {
       for (const QuantTraits& q : kQuantTraits)
@@ -359,7 +379,7 @@ void int8_dot_panels(DType t, const QuantizedActs& xa, int64_t r0, int64_t r1,
     // The type's own count, or the forced one (at most the path's own most).
     const int forced = opt.decode_panels;
     const int max_p = avx2 ? (forced ? std::min(forced, kAvx2MaxP) : kAvx2MaxP)
-                           : (forced ? forced : vnni_decode_panels(t));
+                           : (forced ? forced : host_decode_panels(t));
     // Decode: the panels are cut into max_p contiguous runs of q panels, and tile i reads
     // panel i of every run: each of the tile's streams walks its own run from start to end, so
     // its prefetch (a fixed distance ahead) runs on into its next panel instead of into a
