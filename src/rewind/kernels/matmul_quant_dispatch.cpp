@@ -248,6 +248,16 @@ bool uses_amx(DType t, int64_t rows, IsaCap cap) {
 constexpr int vnni_decode_panels(DType t) {
   return quant_traits(t).vnni_decode_panels;
 }
+static_assert(
+    [] {
+      for (const QuantTraits& q : kQuantTraits)
+        if (q.vnni_decode_panels < 1 || q.vnni_decode_panels > kInt8MaxP ||
+            q.vnni_prefill_rows < 1 || q.vnni_prefill_rows > kInt8MaxR ||
+            q.vnni_prefill_panels < 1 || q.vnni_prefill_panels > kInt8MaxP)
+          return false;
+      return true;
+    }(),
+    "kQuantTraits' VNNI tile shapes within kInt8Tiles");
 
 // AMD family 26 and later (Zen 5): CPUID's vendor and display family.
 bool amd_zen5_or_later() {
@@ -268,16 +278,7 @@ int host_decode_panels(DType t) {
   if ((t == DType::Q6_K || t == DType::IQ4_XS) && amd_zen5_or_later()) return 1;
   return vnni_decode_panels(t);
 }
-static_assert(
-    [] {
-      for (const QuantTraits& q : kQuantTraits)
-        if (q.vnni_decode_panels < 1 || q.vnni_decode_panels > kInt8MaxP ||
-            q.vnni_prefill_rows < 1 || q.vnni_prefill_rows > kInt8MaxR ||
-            q.vnni_prefill_panels < 1 || q.vnni_prefill_panels > kInt8MaxP)
-          return false;
-      return true;
-    }(),
-    "kQuantTraits' VNNI tile shapes within kInt8Tiles");
+
 // What a prefill does to a panel group once per row block before its row tiles run: fn writes
 // nb blocks of block_bytes each (null: the tiles read the packed panels), and the tiles of type
 // `tile` run on them with the `bytes` flag (Int8TileFn). Every expansion keeps the integers, so
