@@ -43,6 +43,7 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     std::vector<SequenceState> st;
     std::vector<int32_t> next;
     std::vector<double> fwd_s, step_s;
+    int64_t alone = 0;  // steps the pool ran on the calling thread alone
   };
   // A mixed set's prefilling sequence and its account.
   struct Mixed {
@@ -120,10 +121,12 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
         chunk = e - b;
         mix->chunk_tokens.push_back(static_cast<double>(chunk));
       }
+      const int64_t alone_before = pool ? pool->steps_alone() : 0;
       const double a = now_seconds();
       Status st = m.forward(in, &logits, pool);
       if (!st.ok()) return fail(st.error_message());
       const double b = now_seconds();
+      if (pool && pool->steps_alone() > alone_before) ++set.alone;
       for (int64_t r = 0; r < set.rows; ++r)
         set.next[static_cast<size_t>(r)] = argmax(logits.data() + r * V, static_cast<int32_t>(V));
       set.step_s.push_back(now_seconds() - a);
@@ -161,15 +164,19 @@ int bench_batch(Model& m, ThreadPool* pool, const std::vector<int64_t>& sizes, i
     if (json)
       std::printf(
           "%s{\"rows\":%lld,\"step_ms\":%.6f,\"forward_ms\":%.6f,\"tok_s\":%.3f,"
-          "\"ratio\":%.4f}",
+          "\"ratio\":%.4f,\"steps_alone\":%lld}",
           k ? "," : "", static_cast<long long>(set.rows), 1e3 * step, 1e3 * fwd, tps,
-          tps / base_tps);
+          tps / base_tps, static_cast<long long>(set.alone));
     else
       std::printf(
           "batch %3lld rows: median step %8.3f ms (forward %8.3f, argmax %6.3f)  %8.2f tok/s  "
-          "= %5.2fx %lld row%s\n",
+          "= %5.2fx %lld row%s%s\n",
           static_cast<long long>(set.rows), 1e3 * step, 1e3 * fwd, 1e3 * (step - fwd), tps,
-          tps / base_tps, static_cast<long long>(sets[0].rows), sets[0].rows == 1 ? "" : "s");
+          tps / base_tps, static_cast<long long>(sets[0].rows), sets[0].rows == 1 ? "" : "s",
+          set.alone > 0 ? ("  (" + std::to_string(set.alone) + " of " +
+                           std::to_string(set.step_s.size()) + " steps on one thread)")
+                              .c_str()
+                        : "");
   }
   if (json)
     std::printf("],\"prompt_tokens\":%lld,\"decode_tokens\":%lld", static_cast<long long>(p),

@@ -311,6 +311,9 @@ TEST(BenchCli, BatchSizesSideBySide) {
     expect_close(b["tok_s"].get<double>(), 1e3 * static_cast<double>(want_rows[i]) / step, 1e-3,
                  1e-3, "tok_s");
     expect_close(b["ratio"].get<double>(), b["tok_s"].get<double>() / base, 1e-3, 1e-4, "ratio");
+    // Steps the pool ran on one thread (the step chooser's trials, a back-off): 0 to n.
+    EXPECT_GE(b["steps_alone"].get<int64_t>(), 0);
+    EXPECT_LE(b["steps_alone"].get<int64_t>(), 3);
   }
   const json& m = j["mixed"];
   ASSERT_TRUE(m.is_object()) << j.dump();
