@@ -607,24 +607,23 @@ int cmd_serve(int argc, char** argv) {
     for (size_t k = 0; k < loaded.size(); ++k) {
       LoadedModel& L = *loaded[k];
       const StateShape sh = L.model->state_shape();
+      const std::string who = n_models > 1 ? L.id + ": " : "";  // which model a line is about
       std::fprintf(stderr,
-                   "rewind serve: %s%sKV cache K %s, V %s: %.1f KiB a token, %.1f KiB a page\n",
-                   n_models > 1 ? L.id.c_str() : "", n_models > 1 ? ": " : "",
-                   kv_type_name(sh.kv_types.k), kv_type_name(sh.kv_types.v),
+                   "rewind serve: %sKV cache K %s, V %s: %.1f KiB a token, %.1f KiB a page\n",
+                   who.c_str(), kv_type_name(sh.kv_types.k), kv_type_name(sh.kv_types.v),
                    sh.kv_bytes_per_token() / 1024.0, static_cast<double>(sh.page_bytes()) / 1024.0);
       // A recurrent state's checkpoint against the cache budget: one that holds only a few
       // resumes little (a Mamba2 model's checkpoint is tens of MiB).
       const double ck = static_cast<double>(sh.rec_floats()) * sizeof(float);
       if (ck > 0 && L.eo.cache_enabled) {
         const double fits = static_cast<double>(L.eo.cache.budget_bytes) / ck;
-        std::fprintf(stderr, "rewind serve: %s%sa checkpoint of the recurrent state: %.1f MiB\n",
-                     n_models > 1 ? L.id.c_str() : "", n_models > 1 ? ": " : "", ck / 1048576.0);
+        std::fprintf(stderr, "rewind serve: %sa checkpoint of the recurrent state: %.1f MiB\n",
+                     who.c_str(), ck / 1048576.0);
         if (fits < 4)
           std::fprintf(stderr,
-                       "rewind serve: warning: %s%sthe prefix cache's %.0f MiB hold %s, so few "
+                       "rewind serve: warning: %sthe prefix cache's %.0f MiB hold %s, so few "
                        "conversations resume from one (--cache-ram raises it)\n",
-                       n_models > 1 ? L.id.c_str() : "", n_models > 1 ? ": " : "",
-                       static_cast<double>(L.eo.cache.budget_bytes) / 1048576.0,
+                       who.c_str(), static_cast<double>(L.eo.cache.budget_bytes) / 1048576.0,
                        fits < 1 ? "no checkpoint of this model"
                                 : ("at most " + std::to_string(static_cast<int>(fits)) +
                                    " of its checkpoints")

@@ -166,20 +166,23 @@ Status SpecSequence::draft_catch_up(const std::vector<int32_t>& history, ThreadP
   std::vector<float> logits;
   // A long lag (the prompt, on the first round) is committed work: run it uncaptured.
   constexpr int64_t kChunk = 512;
+  auto drop = [&] {  // no copy to go back to: rebuild from scratch next round
+    dstate_.reset();
+    d_consumed_ = 0;
+  };
   while (H0 - d_consumed_ > 2 * SpecConfig::kMaxDraft) {
     const int64_t n = std::min(kChunk, H0 - d_consumed_);
     SeqInput in{&*dstate_, std::span<const int32_t>(history.data() + d_consumed_, n), {}, nullptr};
+    Status st = Ok{};
     try {
-      Status st = D.forward(std::span<SeqInput>(&in, 1), &logits, pool);
-      if (!st.ok()) {
-        dstate_.reset();  // no copy to go back to: rebuild from scratch next round
-        d_consumed_ = 0;
-        return st;
-      }
+      st = D.forward(std::span<SeqInput>(&in, 1), &logits, pool);
     } catch (...) {
-      dstate_.reset();
-      d_consumed_ = 0;
+      drop();
       throw;
+    }
+    if (!st.ok()) {
+      drop();
+      return st;
     }
     d_consumed_ += n;
   }

@@ -580,11 +580,16 @@ struct Served {
   }
 
   // POST /apply-template (llama.cpp's): a chat request's rendered prompt, {"prompt": text}.
+  // Appends to `ignored` the template kwargs a request set that the template never reads.
+  void note_unread_kwargs(const ParsedChatRequest& c, std::vector<std::string>* ignored) const {
+    if (c.enable_thinking >= 0 && !tmpl.reads_enable_thinking())
+      ignored->push_back("chat_template_kwargs.enable_thinking");
+  }
+
   Result<json> apply_template(const std::string& body, std::vector<std::string>* ignored) const {
     REWIND_TRY(ParsedChatRequest c, parse_chat_request(body, limits));
     *ignored = c.ignored_fields;
-    if (c.enable_thinking >= 0 && !tmpl.reads_enable_thinking())
-      ignored->push_back("chat_template_kwargs.enable_thinking");
+    note_unread_kwargs(c, ignored);
     REWIND_TRY(RenderedChat r, render_chat(c));
     return json{{"prompt", std::move(r.text)}};
   }
@@ -725,8 +730,7 @@ struct Served {
     p->think_open = prompt_opens_think(rendered->text);
     p->split_reasoning = p->think_open || tmpl.mentions_think();
     if (auto e = finish_plan(c, p)) return e;
-    if (c.enable_thinking >= 0 && !tmpl.reads_enable_thinking())
-      p->ignored_fields.push_back("chat_template_kwargs.enable_thinking");
+    note_unread_kwargs(c, &p->ignored_fields);
     if (c.tool_required) {
       if (!tool_format)
         return bad_request(
