@@ -62,14 +62,27 @@ Status write_gguf_checkpoint(
   for (auto& [a, b] : tok.merges()) v.merges.push_back(a + " " + b);
   REWIND_TRY(v.pre, gguf_pre_name(tok));
   v.chat_template = chat_template;
-  auto special_id = [&](const char* key) -> int64_t {
-    if (!tc.contains(key) || !tc[key].is_string()) return -1;
-    return tok.token_id(tc[key].get<std::string>());
+  auto special_id = [&](const char* key) -> int64_t {  // "text" or {"content": "text"}
+    const auto it = tc.find(key);
+    if (it == tc.end()) return -1;
+    const nlohmann::json& e = it->is_object() && it->contains("content") ? (*it)["content"] : *it;
+    return e.is_string() ? tok.token_id(e.get<std::string>()) : -1;
   };
   v.eos_id = special_id("eos_token");
   if (v.eos_id < 0 && !cfg.eos_token_ids.empty()) v.eos_id = cfg.eos_token_ids[0];
   v.pad_id = special_id("pad_token");
   v.bos_id = special_id("bos_token");
+  if (v.bos_id < 0 && tok.prefix_ids().size() == 1) v.bos_id = tok.prefix_ids()[0];
+  // What the tokenizer puts around a prompt, in GGUF's terms: a BOS first, an EOS last.
+  auto says = [&](const std::vector<int32_t>& ids, int64_t id, bool* add, const char* what) {
+    *add = !ids.empty();
+    if (ids.empty() || (ids.size() == 1 && ids[0] == id)) return Status(Ok{});
+    return Status(make_error("the tokenizer puts " + std::to_string(ids.size()) + " token(s) " +
+                             what + " a prompt (first id " + std::to_string(ids[0]) +
+                             "), which GGUF's add_bos_token / " + "add_eos_token cannot say"));
+  };
+  REWIND_TRY_STATUS(says(tok.prefix_ids(), v.bos_id, &v.add_bos, "before"));
+  REWIND_TRY_STATUS(says(tok.suffix_ids(), v.eos_id, &v.add_eos, "after"));
   if (ws.has_mtp() && gguf_mtp_blocks(cfg, ws) == 0)
     std::fprintf(stderr,
                  "rewind: note: the MTP head is not written (llama.cpp's qwen3next has no MTP "
@@ -97,7 +110,7 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
   REWIND_TRY(ModelConfig cfg, load_model_config(hf_dir + "/config.json"));
   REWIND_TRY(TensorSet ts, TensorSet::open_dir(hf_dir));
   REWIND_TRY(WeightSet ws, WeightSet::from_hf(ts, cfg));
-  REWIND_TRY(Tokenizer tok, Tokenizer::load(hf_dir + "/tokenizer.json"));
+  REWIND_TRY(Tokenizer tok, Tokenizer::load_dir(hf_dir));
 
   // Special ids from tokenizer_config.json; the template given, else the checkpoint's
   // (chat_template.jinja, else tokenizer_config.json's).

@@ -43,7 +43,7 @@ int cmd_logits(int argc, char** argv) {
   if (from_text) {
     auto tok = load_tokenizer(dir);
     if (!tok.ok()) return fail(tok.error_message());
-    for (int32_t t : tok->encode(args->str("--prompt"))) ids.push_back(t);
+    for (int32_t t : tok->encode_prompt(args->str("--prompt"))) ids.push_back(t);
     if (ids.empty()) return fail("the prompt encodes to no tokens");
   }
   std::vector<int32_t> tokens;

@@ -76,7 +76,7 @@ int cmd_run(int argc, char** argv) {
   Model& m = *model.value();
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());
 
-  std::vector<int32_t> prompt = tok->encode(args->str("--prompt"));
+  std::vector<int32_t> prompt = tok->encode_prompt(args->str("--prompt"));
   if (prompt.empty()) return fail("the prompt encodes to no tokens");
   for (int32_t t : prompt)
     if (t >= m.config().vocab_size)

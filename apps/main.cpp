@@ -126,7 +126,7 @@ bool is_gguf_path(const std::string& model_path) {
 }
 
 Result<Tokenizer> load_tokenizer(const std::string& model_path) {
-  if (!is_gguf_path(model_path)) return Tokenizer::load(model_path + "/tokenizer.json");
+  if (!is_gguf_path(model_path)) return Tokenizer::load_dir(model_path);
   REWIND_TRY(GgufFile g, GgufFile::open(model_path));
   return tokenizer_from_gguf(g);
 }
@@ -164,7 +164,8 @@ Result<std::string> read_template_file(const std::string& path) {
 Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
                                         std::string* source, const std::string& template_file) {
   // A GGUF file's template is tokenizer.chat_template (eos: tokenizer.ggml.eos_token_id).
-  std::string gguf_template, gguf_eos = "<|im_end|>";
+  // bos_token is the text of tokenizer.ggml.bos_token_id ("" without one), as llama.cpp's.
+  std::string gguf_template, gguf_eos = "<|im_end|>", gguf_bos;
   const bool gguf = is_gguf_path(model_path);
   if (gguf) {
     REWIND_TRY(GgufFile g, GgufFile::open(model_path));
@@ -172,6 +173,8 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
     REWIND_TRY(int64_t eos, g.get_int_or("tokenizer.ggml.eos_token_id", -1));
     if (eos >= 0 && !tok.token_text(static_cast<int32_t>(eos)).empty())
       gguf_eos = tok.token_text(static_cast<int32_t>(eos));
+    REWIND_TRY(int64_t bos, g.get_int_or("tokenizer.ggml.bos_token_id", -1));
+    if (bos >= 0) gguf_bos = tok.token_text(static_cast<int32_t>(bos));
   }
   if (!template_file.empty()) {
     // The given template in place of the model's, with the model's special tokens.
@@ -179,12 +182,12 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
     if (source) *source = "file";
     if (!gguf)
       return ChatTemplate::load_dir(model_path, &text, "--chat-template-file " + template_file);
-    return ChatTemplate::from_string(text, "", gguf_eos);
+    return ChatTemplate::from_string(text, gguf_bos, gguf_eos);
   }
   const bool has_template = gguf ? !gguf_template.empty() : has_chat_template(model_path);
   if (source) *source = has_template ? "model" : "rewind-chatml";
   auto tmpl = !has_template ? ChatTemplate::from_string(rewind_chatml_template(), "", "<|im_end|>")
-              : gguf        ? ChatTemplate::from_string(gguf_template, "", gguf_eos)
+              : gguf        ? ChatTemplate::from_string(gguf_template, gguf_bos, gguf_eos)
                             : ChatTemplate::load_dir(model_path);
   if (!tmpl.ok()) return make_error(tmpl.error_message());  // names the template
   if (!has_template)

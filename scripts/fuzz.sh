@@ -15,6 +15,7 @@ cp tests/data/qwen35-tiny/qwen3_5/model.safetensors "$seeds/safetensors/" 2>/dev
 cp tests/fuzz/seeds/gguf/*.gguf "$seeds/gguf/"
 cp tests/fuzz/seeds/tier/*.rwkt "$seeds/tier/"
 cp tests/fuzz/seeds/resp/* "$seeds/resp/"
+cp tests/fuzz/seeds/tokenizer/* "$seeds/tokenizer/"
 printf '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stop":["x"],"tools":[]}' \
   > "$seeds/openai/chat.json"
 printf '{"prompt":"hello","max_tokens":3,"logprobs":2}' > "$seeds/openai/completion.json"

@@ -1,7 +1,7 @@
 // libFuzzer target for the tokenizer: the input is parsed as tokenizer.json (any error must be
-// a Result, never a crash; a tokenizer that loads must encode and decode), and encoded with a
-// fixed tokenizer trained on the built-in text, where decode(encode(x)) must equal NFC(x) for
-// any bytes and the stream decoder must emit valid UTF-8.
+// a Result, never a crash; a tokenizer that loads must encode, wrap a prompt in tokens of its
+// vocab and decode), and encoded with a fixed tokenizer trained on the built-in text, where
+// decode(encode(x)) must equal NFC(x) for any bytes and the stream decoder must emit valid UTF-8.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -44,6 +44,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int32_t id : ids)
       if (id < 0 || id >= parsed->vocab_size()) std::abort();
     (void)parsed->decode(ids);
+    // A prompt is the text between the post_processor's tokens, every one in the vocab.
+    const auto prompt = parsed->encode_prompt(input);
+    const size_t np = parsed->prefix_ids().size(), ns = parsed->suffix_ids().size();
+    if (prompt.size() != np + ids.size() + ns) std::abort();
+    for (int32_t id : prompt)
+      if (parsed->token_text(id).empty()) std::abort();
   }
 
   const rw::Tokenizer& tok = fixed_tokenizer();

@@ -1318,7 +1318,8 @@ TEST_F(ServerTest, TokenizeAndDetokenize) {
   const Http d = post(s(), "/detokenize", {{"tokens", ids}});
   ASSERT_EQ(d.status, 200) << d.body;
   EXPECT_EQ(d.j(), json({{"content", "Hello world"}}));
-  // Pieces: one per id, concatenating to the text; add_special adds nothing.
+  // Pieces: one per id, concatenating to the text; add_special adds nothing (this tokenizer
+  // puts no BOS before a prompt).
   const Http p = post(s(), "/tokenize",
                       {{"content", "Hello world"}, {"with_pieces", true}, {"add_special", true}});
   ASSERT_EQ(p.status, 200) << p.body;
@@ -1368,6 +1369,75 @@ TEST_F(ServerTest, TokenizeAndDetokenize) {
   expect_error(post(s(), "/tokenize", {{"content", long_text}}), 400, "context size");
   expect_error(curl(s(), "GET", "/tokenize"), 405, "POST");
   expect_error(curl(s(), "POST", "/tokenize", "{}", ""), 401);
+}
+
+// A checkpoint whose tokenizer puts a BOS before a prompt (tokenizer_config.json's
+// add_bos_token, or Nemotron-H's TemplateProcessing): completion prompts and /tokenize with
+// add_special start with it, as Hugging Face's tokenizer(text) and llama.cpp's completions do;
+// chat prompts are the template's text alone, as apply_chat_template and vLLM tokenize them.
+TEST(ServerBos, CompletionPromptsStartWithTheTokenizersBos) {
+  const std::string dir = tmp_path("bos_model");
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(model_dir(), dir, std::filesystem::copy_options::recursive);
+  json cfg = json::parse(read_file(dir + "/tokenizer_config.json"));
+  cfg["add_bos_token"] = true;
+  cfg["bos_token"] = "<|endoftext|>";
+  test::write_file(dir + "/tokenizer_config.json", cfg.dump());
+  auto srv = Server::start({"--api-key", kKey}, dir);
+  ASSERT_NE(srv, nullptr);
+
+  const Http plain = post(*srv, "/tokenize", {{"content", "Hello world"}});
+  const Http bos = post(*srv, "/tokenize", {{"content", "Hello world"}, {"add_special", true}});
+  const Http eot = post(*srv, "/tokenize", {{"content", "<|endoftext|>"}});
+  ASSERT_EQ(bos.status, 200) << bos.body;
+  ASSERT_EQ(eot.j()["tokens"].size(), 1u) << eot.body;
+  const json plain_ids = plain.j()["tokens"];
+  json want = json::array({eot.j()["tokens"][0]});
+  for (const json& id : plain_ids) want.push_back(id);
+  EXPECT_EQ(bos.j()["tokens"], want);
+
+  const Http c = post(*srv, "/v1/completions", completion_body("Hello world", 1));
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.j()["usage"]["prompt_tokens"], want.size());
+  // Token prompts run as given.
+  const Http t = post(*srv, "/v1/completions",
+                      {{"prompt", plain.j()["tokens"]}, {"max_tokens", 1}, {"temperature", 0}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(t.j()["usage"]["prompt_tokens"], plain.j()["tokens"].size());
+
+  const json messages = json::array({{{"role", "user"}, {"content", "Hello world"}}});
+  const Http a = post(*srv, "/apply-template", {{"messages", messages}});
+  ASSERT_EQ(a.status, 200) << a.body;
+  const Http at = post(*srv, "/tokenize", {{"content", a.j()["prompt"]}});
+  const Http chat = post(*srv, "/v1/chat/completions", {{"messages", messages}, {"max_tokens", 1}});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  EXPECT_EQ(chat.j()["usage"]["prompt_tokens"], at.j()["tokens"].size());
+}
+
+// A GGUF file's template renders bos_token as the text of tokenizer.ggml.bos_token_id (as
+// llama.cpp's), the same as the checkpoint it was converted from.
+TEST(ServerBos, GgufTemplatesGetTheBosText) {
+  const std::string dir = tmp_path("bos_template");
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(model_dir(), dir, std::filesystem::copy_options::recursive);
+  json cfg = json::parse(read_file(dir + "/tokenizer_config.json"));
+  cfg["bos_token"] = "<|endoftext|>";
+  cfg.erase("chat_template");
+  test::write_file(dir + "/tokenizer_config.json", cfg.dump());
+  test::write_file(dir + "/chat_template.jinja", "{{ bos_token }}|{{ messages[0].content }}");
+  int rc = -1;
+  const std::string out = test::run_command(std::string(REWIND_BINARY) + " convert -q --in " + dir +
+                                                " -o " + dir + ".gguf --type f32 2>&1",
+                                            &rc);
+  ASSERT_EQ(rc, 0) << out;
+  for (const std::string& model : {dir, dir + ".gguf"}) {
+    auto srv = Server::start({"--api-key", kKey}, model);
+    ASSERT_NE(srv, nullptr);
+    const Http a = post(*srv, "/apply-template",
+                        {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}});
+    ASSERT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(a.j()["prompt"], "<|endoftext|>|hi") << model;
+  }
 }
 
 TEST_F(ServerTest, PropsDescribeTheServer) {

@@ -448,6 +448,127 @@ TEST(GgufVocab, PreTokenizersAsLlamaCppReadsThem) {
   EXPECT_EQ(gguf_pre_name(t.value()).value(), "qwen2");
 }
 
+// A completion prompt's BOS / EOS as llama.cpp adds them: add_bos_token, else the
+// pre-tokenizer's default (Llama 3's: yes) when the file names a BOS; add_eos_token.
+TEST(GgufVocab, AddBosAsLlamaCppReadsIt) {
+  using V = std::vector<int32_t>;
+  const std::string src = made("tiny", "f32");
+  auto g0 = GgufFile::open(src);
+  ASSERT_TRUE(g0.ok());
+  auto t0 = tokenizer_from_gguf(g0.value());
+  ASSERT_TRUE(t0.ok()) << t0.error_message();
+  const int32_t bos = t0->token_id("<|endoftext|>"), eos = t0->token_id("<|im_end|>");
+  ASSERT_GE(bos, 0);
+  ASSERT_GE(eos, 0);
+  const V body = t0->encode("Hello");
+  EXPECT_EQ(t0->encode_prompt("Hello"), body);  // rewind's files: add_bos_token false
+  auto concat = [](V a, const V& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  struct Case {
+    std::string tag, pre;
+    int bos_id;        // -1: no key
+    int add_bos = -1;  // -1: no key
+    int add_eos = -1;
+    V want;
+  };
+  const std::vector<Case> cases = {
+      {"qwen_default", "qwen35", bos, -1, -1, body},
+      {"llama_default", "llama-bpe", bos, -1, -1, concat({bos}, body)},
+      {"pixtral_no_id", "pixtral", -1, -1, -1, body},
+      {"llama_off", "llama-bpe", bos, 0, -1, body},
+      {"qwen_on", "qwen35", bos, 1, -1, concat({bos}, body)},
+      {"eos_on", "qwen35", bos, 0, 1, concat(body, {eos})},
+  };
+  for (const Case& c : cases) {
+    const std::string path = rewrite(src, "addbos_" + c.tag, [&](Kv& kv) {
+      set(kv, "tokenizer.ggml.pre", GgufValue::string(c.pre));
+      drop(kv, "tokenizer.ggml.add_bos_token");
+      drop(kv, "tokenizer.ggml.bos_token_id");
+      set(kv, "tokenizer.ggml.eos_token_id", GgufValue::u32(static_cast<uint32_t>(eos)));
+      if (c.bos_id >= 0)
+        set(kv, "tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(c.bos_id)));
+      if (c.add_bos >= 0) set(kv, "tokenizer.ggml.add_bos_token", GgufValue::boolean(c.add_bos));
+      if (c.add_eos >= 0) set(kv, "tokenizer.ggml.add_eos_token", GgufValue::boolean(c.add_eos));
+    });
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.ok());
+    auto t = tokenizer_from_gguf(g.value());
+    ASSERT_TRUE(t.ok()) << c.tag << ": " << t.error_message();
+    EXPECT_EQ(t->encode_prompt("Hello"), c.want) << c.tag;
+    EXPECT_EQ(t->encode("Hello"), body) << c.tag;
+  }
+  // Asked for, but no token named: an error naming the key.
+  for (const auto& [tag, id] :
+       std::vector<std::pair<std::string, int64_t>>{{"missing", -1}, {"outside", 1 << 20}}) {
+    const std::string path = rewrite(src, "addbos_bad_" + tag, [&](Kv& kv) {
+      drop(kv, "tokenizer.ggml.bos_token_id");
+      if (id >= 0) set(kv, "tokenizer.ggml.bos_token_id", GgufValue::u32(id));
+      set(kv, "tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
+    });
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.ok());
+    auto t = tokenizer_from_gguf(g.value());
+    ASSERT_FALSE(t.ok()) << tag;
+    EXPECT_NE(t.error_message().find("'tokenizer.ggml.add_bos_token' is true but "
+                                     "'tokenizer.ggml.bos_token_id' is " +
+                                     std::string(id < 0 ? "missing" : "not a token id")),
+              std::string::npos)
+        << t.error_message();
+  }
+}
+
+// convert writes what the checkpoint's tokenizer puts around a prompt (Nemotron-H's
+// TemplateProcessing BOS) as add_bos_token, so both files encode a prompt alike; what GGUF
+// cannot say is refused.
+TEST(GgufVocab, ConvertKeepsThePromptsBos) {
+  std::string hf;
+  made("tiny", "f32", &hf);
+  auto write_with = [&](const std::string& tag, const nlohmann::json& single) {
+    const std::string dir = work_dir() + "/bos_" + tag;
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(hf, dir, std::filesystem::copy_options::recursive);
+    auto j = nlohmann::json::parse(test::read_file(dir + "/tokenizer.json"));
+    j["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", single},
+                           {"pair", nlohmann::json::array()},
+                           {"special_tokens",
+                            {{"<|endoftext|>",
+                              {{"id", "<|endoftext|>"},
+                               {"ids", {Tokenizer::load_dir(hf)->token_id("<|endoftext|>")}},
+                               {"tokens", {"<|endoftext|>"}}}}}}};
+    test::write_file(dir + "/tokenizer.json", j.dump());
+    return dir;
+  };
+  const nlohmann::json bos = {{"SpecialToken", {{"id", "<|endoftext|>"}, {"type_id", 0}}}};
+  const nlohmann::json a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const std::string dir = write_with("one", nlohmann::json::array({bos, a}));
+  auto ht = Tokenizer::load_dir(dir);
+  ASSERT_TRUE(ht.ok()) << ht.error_message();
+  ASSERT_EQ(ht->prefix_ids().size(), 1u);
+  int rc = 0;
+  const std::string out = test::run_command(std::string(REWIND_BINARY) + " convert --in " + dir +
+                                                " --out " + dir + ".gguf --type f32 2>&1",
+                                            &rc);
+  ASSERT_EQ(rc, 0) << out;
+  auto g = GgufFile::open(dir + ".gguf");
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(g->get_bool_or("tokenizer.ggml.add_bos_token", false).value());
+  EXPECT_EQ(g->get_int_or("tokenizer.ggml.bos_token_id", -1).value(), ht->prefix_ids()[0]);
+  auto gt = tokenizer_from_gguf(g.value());
+  ASSERT_TRUE(gt.ok()) << gt.error_message();
+  for (const char* text : {"Hello", "", "<|im_start|>user\nx"})
+    EXPECT_EQ(gt->encode_prompt(text), ht->encode_prompt(text)) << text;
+
+  const std::string two = write_with("two", nlohmann::json::array({bos, bos, a}));
+  const std::string refused = test::run_command(std::string(REWIND_BINARY) + " convert --in " +
+                                                    two + " --out " + two + ".gguf --type f32 2>&1",
+                                                &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(refused.find("cannot say"), std::string::npos) << refused;
+}
+
 TEST(GgufVocab, MalformedVocab) {
   const std::string src = made("tiny", "f32");
   auto err = [&](const std::string& tag, const std::function<void(Kv&)>& edit,

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "rewind/tokenizer/text.h"
+#include "test_util.h"
 
 namespace rw {
 namespace {
@@ -277,6 +278,129 @@ TEST(Tokenizer, FromVocabMatchesFromJson) {
   const std::string s = "<|im_start|>user\nWhat's 12+30? caf\xC3\xA9 \xF0\x9F\x98\x80<|im_end|>";
   EXPECT_EQ(r->encode(s), tok.encode(s));
   EXPECT_EQ(r->vocab_size(), tok.vocab_size());
+}
+
+// ---- a prompt's wrapping: post_processor and tokenizer_config.json --------------------------
+
+// hand_json with <s> (id 10) added and `post` as the post_processor.
+json with_post(const json& post) {
+  json j = json::parse(hand_json(
+      json::array({"a b", "ab c"}),
+      json::array({{{"id", 10}, {"content", "<s>"}, {"special", true}, {"normalized", false}}})));
+  j["post_processor"] = post;
+  return j;
+}
+
+json template_processing(const json& single) {
+  return {{"type", "TemplateProcessing"},
+          {"single", single},
+          {"pair", json::array()},
+          {"special_tokens",
+           {{"<s>", {{"id", "<s>"}, {"ids", {10}}, {"tokens", {"<s>"}}}},
+            {"<eos>", {{"id", "<eos>"}, {"ids", {9}}, {"tokens", {"<eos>"}}}}}}};
+}
+
+json special(const char* id) {
+  return {{"SpecialToken", {{"id", id}, {"type_id", 0}}}};
+}
+const json kSeqA = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+
+TEST(Tokenizer, PostProcessorWrapsPrompts) {
+  using V = std::vector<int32_t>;
+  // Nemotron-H's shape: a BOS before $A, in a Sequence after ByteLevel.
+  const json bos_first = {
+      {"type", "Sequence"},
+      {"processors", json::array({{{"type", "ByteLevel"}, {"trim_offsets", false}},
+                                  template_processing(json::array({special("<s>"), kSeqA}))})}};
+  auto t = Tokenizer::from_json(with_post(bos_first).dump(), "bos.json");
+  ASSERT_TRUE(t.ok()) << t.error_message();
+  EXPECT_EQ(t->encode("abc"), (V{5}));  // encode never adds them
+  EXPECT_EQ(t->encode_prompt("abc"), (V{10, 5}));
+  EXPECT_EQ(t->encode_prompt(""), (V{10}));
+  EXPECT_EQ(t->prefix_ids(), (V{10}));
+  EXPECT_TRUE(t->suffix_ids().empty());
+
+  auto both = Tokenizer::from_json(
+      with_post(template_processing(json::array({special("<s>"), kSeqA, special("<eos>")}))).dump(),
+      "both.json");
+  ASSERT_TRUE(both.ok()) << both.error_message();
+  EXPECT_EQ(both->encode_prompt("abc<eos>"), (V{10, 5, 9, 9}));
+
+  // ByteLevel alone, or none: nothing around the text.
+  for (const json& none : {json(nullptr), json{{"type", "ByteLevel"}}}) {
+    auto plain = Tokenizer::from_json(with_post(none).dump(), "plain.json");
+    ASSERT_TRUE(plain.ok()) << plain.error_message();
+    EXPECT_EQ(plain->encode_prompt("abc"), (V{5}));
+  }
+
+  // Malformed: each an error naming the file and the post_processor.
+  auto err = [](const json& post) {
+    auto r = Tokenizer::from_json(with_post(post).dump(), "bad/tokenizer.json");
+    EXPECT_FALSE(r.ok());
+    if (r.ok()) return std::string();
+    EXPECT_NE(r.error_message().find("bad/tokenizer.json"), std::string::npos);
+    EXPECT_NE(r.error_message().find("post_processor"), std::string::npos) << r.error_message();
+    return r.error_message();
+  };
+  EXPECT_NE(err(template_processing("<s> $A")).find("not a list"), std::string::npos);
+  EXPECT_NE(err(template_processing(json::array({special("<s>")}))).find("no $A"),
+            std::string::npos);
+  EXPECT_NE(err(template_processing(json::array({kSeqA, kSeqA}))).find("twice"), std::string::npos);
+  EXPECT_NE(err(template_processing(json::array({{{"Sequence", {{"id", "B"}}}}}))).find("$A"),
+            std::string::npos);
+  EXPECT_NE(err(template_processing(json::array({special("<bos>"), kSeqA}))).find("no ids"),
+            std::string::npos);
+  EXPECT_NE(err(template_processing(json::array({json{{"Text", "x"}}, kSeqA})))
+                .find("neither a Sequence nor a SpecialToken"),
+            std::string::npos);
+  json far = template_processing(json::array({special("<s>"), kSeqA}));
+  far["special_tokens"]["<s>"]["ids"] = {500};
+  EXPECT_NE(err(far).find("not a token of the vocab"), std::string::npos);
+  far["special_tokens"]["<s>"]["ids"] = {"ten"};
+  EXPECT_NE(err(far).find("not a token id"), std::string::npos);
+  far["special_tokens"] = json::array();
+  EXPECT_NE(err(far).find("special_tokens is not an object"), std::string::npos);
+  EXPECT_NE(err(json{{"type", "RobertaProcessing"}}).find("RobertaProcessing"), std::string::npos);
+  const json tp = template_processing(json::array({special("<s>"), kSeqA}));
+  EXPECT_NE(err(json{{"type", "Sequence"}, {"processors", {tp, tp}}}).find("second"),
+            std::string::npos);
+  EXPECT_NE(err(json{{"type", "Sequence"}, {"processors", "x"}}).find("not a list"),
+            std::string::npos);
+}
+
+TEST(Tokenizer, TokenizerConfigDecidesBosAndEos) {
+  using V = std::vector<int32_t>;
+  const std::string dir = test::made_scratch_dir("tokenizer_config");
+  const json bos_first = template_processing(json::array({special("<s>"), kSeqA}));
+  auto load = [&](const json& post, const std::string& config) {
+    test::write_file(dir + "/tokenizer.json", with_post(post).dump());
+    std::filesystem::remove(dir + "/tokenizer_config.json");
+    if (!config.empty()) test::write_file(dir + "/tokenizer_config.json", config);
+    return Tokenizer::load_dir(dir);
+  };
+  auto prompt = [&](const json& post, const std::string& config) {
+    auto t = load(post, config);
+    EXPECT_TRUE(t.ok()) << t.error_message();
+    return t.ok() ? t->encode_prompt("abc") : V{};
+  };
+  // No config, or one without the flags: the post_processor decides.
+  EXPECT_EQ(prompt(bos_first, ""), (V{10, 5}));
+  EXPECT_EQ(prompt(bos_first, R"({"bos_token": "<s>"})"), (V{10, 5}));
+  // The flags win, as llama.cpp's converter reads them.
+  EXPECT_EQ(prompt(bos_first, R"({"add_bos_token": false, "bos_token": "<s>"})"), (V{5}));
+  EXPECT_EQ(prompt(nullptr, R"({"add_bos_token": true, "bos_token": {"content": "<s>"}})"),
+            (V{10, 5}));
+  EXPECT_EQ(prompt(nullptr, R"({"add_eos_token": true, "eos_token": "<eos>"})"), (V{5, 9}));
+  EXPECT_EQ(prompt(nullptr, R"({"add_bos_token": null})"), (V{5}));
+  // Malformed: errors naming tokenizer_config.json.
+  for (const char* bad : {R"({"add_bos_token": true})", R"({"add_bos_token": "yes"})",
+                          R"({"add_bos_token": true, "bos_token": "<unknown>"})",
+                          R"({"add_eos_token": true, "eos_token": 3})", "[1]", "{"}) {
+    auto t = load(nullptr, bad);
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_NE(t.error_message().find("tokenizer_config.json"), std::string::npos)
+        << t.error_message();
+  }
 }
 
 // ---- malformed files --------------------------------------------------------------------------

@@ -562,7 +562,8 @@ Status write_gguf_model(
   if (vocab.eos_id >= 0) u32("tokenizer.ggml.eos_token_id", vocab.eos_id);
   if (vocab.pad_id >= 0) u32("tokenizer.ggml.padding_token_id", vocab.pad_id);
   if (vocab.bos_id >= 0) u32("tokenizer.ggml.bos_token_id", vocab.bos_id);
-  kv.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(false));
+  kv.emplace_back("tokenizer.ggml.add_bos_token", GgufValue::boolean(vocab.add_bos));
+  if (vocab.add_eos) kv.emplace_back("tokenizer.ggml.add_eos_token", GgufValue::boolean(true));
   if (!vocab.chat_template.empty())
     kv.emplace_back("tokenizer.chat_template", GgufValue::string(vocab.chat_template));
 

@@ -52,6 +52,7 @@ struct GgufVocab {
   std::string pre = "qwen35";       // tokenizer.ggml.pre
   std::string chat_template;        // empty: not written
   int64_t eos_id = -1, pad_id = -1, bos_id = -1;
+  bool add_bos = false, add_eos = false;  // a completion prompt's BOS first / EOS last
 };
 
 // MTP blocks write_gguf_model writes: cfg.mtp_num_hidden_layers when ws has the MTP head; 0

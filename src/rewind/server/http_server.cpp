@@ -539,7 +539,11 @@ struct Served {
   Result<json> tokenize(const std::string& body, std::vector<std::string>* ignored) const {
     REWIND_TRY(TokenizeRequest t, parse_tokenize_request(body, limits));
     *ignored = t.ignored_fields;
-    const std::vector<int32_t> ids = tok.encode(t.content, t.parse_special);
+    std::vector<int32_t> ids = tok.encode(t.content, t.parse_special);
+    if (t.add_special) {
+      ids.insert(ids.begin(), tok.prefix_ids().begin(), tok.prefix_ids().end());
+      ids.insert(ids.end(), tok.suffix_ids().begin(), tok.suffix_ids().end());
+    }
     if (static_cast<int64_t>(ids.size()) > limits.ctx_size)
       return make_error("'content' encodes to " + std::to_string(ids.size()) + " tokens; at most " +
                         std::to_string(limits.ctx_size) + " (the context size) are allowed");
@@ -774,7 +778,7 @@ struct Served {
         p->echo.push_back(cp.tokens ? tok.decode(cp.ids) : cp.text);
     for (size_t i = c.prompts.size(); i-- > 0;) {
       const CompletionPrompt& cp = c.prompts[i];
-      p->sub.prompt = cp.tokens ? cp.ids : tok.encode(cp.text, true);
+      p->sub.prompt = cp.tokens ? cp.ids : tok.encode_prompt(cp.text);
       if (auto e = finish_plan(c, p)) {
         if (c.prompts.size() > 1) e->message = "prompt[" + std::to_string(i) + "]: " + e->message;
         return e;

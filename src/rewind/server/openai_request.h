@@ -131,9 +131,9 @@ struct ParsedCompletionRequest : CommonRequest {
 };
 
 // POST /tokenize (llama.cpp's shape): {"content": text, "add_special": bool, "parse_special":
-// bool, "with_pieces": bool}. add_special is accepted for llama.cpp's clients and adds nothing:
-// rewind's tokenizers never add BOS/EOS (prompts get special tokens from the chat template),
-// so the ids are what /v1/completions runs for the same text.
+// bool, "with_pieces": bool}. add_special (false by default, as llama.cpp's) adds the tokens the
+// model's tokenizer puts around a completion prompt (a BOS for some), so that with it the ids
+// are what /v1/completions runs for the same text.
 struct TokenizeRequest {
   std::string model;  // which served model's tokenizer ("" : the first); as a chat request's
   std::string content;

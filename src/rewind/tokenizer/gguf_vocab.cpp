@@ -73,6 +73,22 @@ Result<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
                         " is not two tokens separated by one space");
     v.merges.emplace_back(merges[i].substr(0, sp), merges[i].substr(sp + 1));
   }
+  // A completion prompt's BOS / EOS, as llama.cpp adds them: add_bos_token defaults by
+  // pre-tokenizer (Llama 3's add one), add_eos_token to false; a default never asks for a token
+  // the file does not name.
+  for (const bool bos : {true, false}) {
+    const std::string kind = bos ? "bos" : "eos";
+    const std::string flag = "tokenizer.ggml.add_" + kind + "_token";
+    const std::string id_key = "tokenizer.ggml." + kind + "_token_id";
+    REWIND_TRY(const int64_t id, g.get_int_or(id_key, -1));
+    const bool given = g.get(flag) != nullptr;
+    REWIND_TRY(const bool add, g.get_bool_or(flag, bos && p->add_bos));
+    if (!add || (!given && id < 0)) continue;
+    if (id < 0 || id >= static_cast<int64_t>(tokens.size()))
+      return make_error(w + ": key '" + flag + "' is true but '" + id_key + "' is " +
+                        (id < 0 ? std::string("missing") : "not a token id"));
+    (bos ? v.prefix : v.suffix).push_back(static_cast<int32_t>(id));
+  }
   return Tokenizer::from_vocab(v, w);
 }
 

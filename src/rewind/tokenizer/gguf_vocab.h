@@ -17,28 +17,29 @@ namespace rw {
 
 // A tokenizer.ggml.pre name, its regex and whether the BPE model ignores merges for a pre-token
 // that is a vocab entry (llama.cpp's llama_vocab::load and llm_tokenizer_bpe).
+// add_bos: a completion prompt starts with BOS when the file has no tokenizer.ggml.add_bos_token.
 // nfc: the text is NFC-normalised first, as the Qwen tokenizers' own normalizer does (the
 // others have none; llama.cpp normalises nothing).
 struct GgufPreTokenizer {
   std::string_view name, regex;
-  bool ignore_merges, nfc;
+  bool ignore_merges, nfc, add_bos;
 };
 inline constexpr GgufPreTokenizer kGgufPreTokenizers[] = {
-    {"qwen35", kQwen35PreTokenizerRegex, false, true},
-    {"qwen2", kQwen3PreTokenizerRegex, false, true},
-    {"deepseek-r1-qwen", kQwen3PreTokenizerRegex, false, true},
+    {"qwen35", kQwen35PreTokenizerRegex, false, true, false},
+    {"qwen2", kQwen3PreTokenizerRegex, false, true, false},
+    {"deepseek-r1-qwen", kQwen3PreTokenizerRegex, false, true, false},
     // Llama 3's regex, with ignore_merges (llama.cpp's LLAMA3 pre-type; Nemotron-H files carry
     // "pixtral").
-    {"llama3", kLlama3PreTokenizerRegex, true, false},
-    {"llama-v3", kLlama3PreTokenizerRegex, true, false},
-    {"llama-bpe", kLlama3PreTokenizerRegex, true, false},
-    {"falcon3", kLlama3PreTokenizerRegex, true, false},
-    {"falcon-h1", kLlama3PreTokenizerRegex, true, false},
-    {"pixtral", kLlama3PreTokenizerRegex, true, false},
+    {"llama3", kLlama3PreTokenizerRegex, true, false, true},
+    {"llama-v3", kLlama3PreTokenizerRegex, true, false, true},
+    {"llama-bpe", kLlama3PreTokenizerRegex, true, false, true},
+    {"falcon3", kLlama3PreTokenizerRegex, true, false, true},
+    {"falcon-h1", kLlama3PreTokenizerRegex, true, false, true},
+    {"pixtral", kLlama3PreTokenizerRegex, true, false, true},
     // The same regex without ignore_merges (DBRX's and Granite 4.0's GPT-4 style vocabulary).
-    {"dbrx", kLlama3PreTokenizerRegex, false, false},
-    {"smaug-bpe", kLlama3PreTokenizerRegex, false, false},
-    {"tekken", kTekkenPreTokenizerRegex, true, false},
+    {"dbrx", kLlama3PreTokenizerRegex, false, false, false},
+    {"smaug-bpe", kLlama3PreTokenizerRegex, false, false, false},
+    {"tekken", kTekkenPreTokenizerRegex, true, false, true},
 };
 const GgufPreTokenizer* find_gguf_pre_tokenizer(std::string_view name);
 

@@ -52,6 +52,8 @@ struct Spec {
   bool nfc = false;
   std::vector<StepSpec> steps;
   bool ignore_merges = false;
+  std::vector<int32_t> prefix, suffix;  // encode_prompt's wrapping
+  bool has_template = false;            // a TemplateProcessing was read
 };
 
 struct Step {
@@ -149,6 +151,7 @@ struct Tokenizer::Impl {
   bool nfc = false;
   bool ignore_merges = false;
   std::vector<Step> steps;
+  std::vector<int32_t> prefix, suffix;
 
   mutable std::mutex cache_mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
@@ -525,6 +528,13 @@ Result<std::unique_ptr<Tokenizer::Impl>> build(const Spec& spec, const std::stri
     }
     t.steps.push_back(std::move(step));
   }
+  for (const auto* ids : {&spec.prefix, &spec.suffix})
+    for (int32_t id : *ids)
+      if (t.entry(id) == nullptr)
+        return fail("post_processor: its special token id " + std::to_string(id) +
+                    " is not a token of the vocab");
+  t.prefix = spec.prefix;
+  t.suffix = spec.suffix;
   return impl;
 }
 
@@ -574,6 +584,68 @@ Status parse_normalizer(const json& n, Spec& spec, const std::string& ctx, int d
   }
   return make_error(ctx + ": unsupported normalizer type " + kind_of(n, type) +
                     " (supported: null, NFC, Sequence of NFC)");
+}
+
+// TemplateProcessing's `single` template: special tokens around the one sequence $A.
+Status parse_template_processing(const json& p, Spec& spec, const std::string& ctx) {
+  if (spec.has_template) return make_error(ctx + ": a second TemplateProcessing");
+  spec.has_template = true;
+  const json* single = field(p, "single");
+  if (single == nullptr || !single->is_array()) return make_error(ctx + ".single is not a list");
+  const json* specials = field(p, "special_tokens");
+  if (specials != nullptr && !specials->is_null() && !specials->is_object())
+    return make_error(ctx + ".special_tokens is not an object");
+  bool seen_a = false;
+  for (size_t i = 0; i < single->size(); ++i) {
+    const json& item = (*single)[i];
+    const std::string at = ctx + ".single[" + std::to_string(i) + "]";
+    if (const json* seq = field(item, "Sequence")) {
+      const json* id = field(*seq, "id");
+      if (id == nullptr || !id->is_string() || id->get_ref<const std::string&>() != "A")
+        return make_error(at + ": a single template's sequence is $A");
+      if (seen_a) return make_error(at + ": $A appears twice");
+      seen_a = true;
+      continue;
+    }
+    const json* sp = field(item, "SpecialToken");
+    const json* name = sp != nullptr ? field(*sp, "id") : nullptr;
+    if (name == nullptr || !name->is_string())
+      return make_error(at + " is neither a Sequence nor a SpecialToken with a string id");
+    const json* entry =
+        specials != nullptr ? field(*specials, name->get<std::string>().c_str()) : nullptr;
+    const json* ids = entry != nullptr ? field(*entry, "ids") : nullptr;
+    if (ids == nullptr || !ids->is_array() || ids->empty())
+      return make_error(at + ": special token " + quote(name->get<std::string>()) +
+                        " has no ids in " + ctx + ".special_tokens");
+    for (const json& v : *ids) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxTokenId)
+        return make_error(at + ": special token " + quote(name->get<std::string>()) +
+                          " has an id that is not a token id");
+      (seen_a ? spec.suffix : spec.prefix).push_back(static_cast<int32_t>(v.get<int64_t>()));
+    }
+  }
+  if (!seen_a) return make_error(ctx + ".single has no $A");
+  return Ok{};
+}
+
+// post_processor: only TemplateProcessing changes ids (ByteLevel's post-processing trims
+// offsets, which rewind does not report).
+Status parse_post_processor(const json& p, Spec& spec, const std::string& ctx, int depth = 0) {
+  if (p.is_null()) return Ok{};
+  if (depth > kMaxNesting) return make_error(ctx + ": Sequences nested too deeply");
+  const std::string type = type_of(p);
+  if (type == "ByteLevel") return Ok{};
+  if (type == "TemplateProcessing") return parse_template_processing(p, spec, ctx);
+  if (type == "Sequence") {
+    const json* list = field(p, "processors");
+    if (list == nullptr || !list->is_array()) return make_error(ctx + ".processors is not a list");
+    for (size_t i = 0; i < list->size(); ++i)
+      REWIND_TRY_STATUS(parse_post_processor(
+          (*list)[i], spec, ctx + ".processors[" + std::to_string(i) + "]", depth + 1));
+    return Ok{};
+  }
+  return make_error(ctx + ": unsupported post_processor type " + kind_of(p, type) +
+                    " (supported: null, ByteLevel, TemplateProcessing, Sequence of those)");
 }
 
 Status parse_pre_tokenizer(const json& p, Spec& spec, const std::string& ctx, int depth = 0) {
@@ -742,6 +814,8 @@ Result<Spec> parse_spec(const json& root) {
   }
   if (const json* a = field(root, "added_tokens"); a != nullptr)
     REWIND_TRY_STATUS(parse_added(*a, spec));
+  if (const json* pp = field(root, "post_processor"); pp != nullptr)
+    REWIND_TRY_STATUS(parse_post_processor(*pp, spec, "post_processor"));
   return spec;
 }
 
@@ -777,6 +851,40 @@ Result<Tokenizer> Tokenizer::load(const std::string& path) {
   return from_json(ss.str(), path);
 }
 
+Result<Tokenizer> Tokenizer::load_dir(const std::string& dir) {
+  REWIND_TRY(Tokenizer t, load(dir + "/tokenizer.json"));
+  const std::string path = dir + "/tokenizer_config.json";
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return t;  // no config: the post_processor decides
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  const json cfg = json::parse(ss.str(), nullptr, false);
+  if (cfg.is_discarded() || !cfg.is_object()) return make_error(path + ": not a JSON object");
+  // add_<kind>_token: true puts <kind>_token there (alone), false puts nothing.
+  auto apply = [&](const char* kind, std::vector<int32_t>* ids) -> Status {
+    const std::string flag = std::string("add_") + kind + "_token";
+    const json* add = field(cfg, flag.c_str());
+    if (add == nullptr || add->is_null()) return Ok{};
+    if (!add->is_boolean()) return make_error(path + ": " + flag + " is not a boolean");
+    ids->clear();
+    if (!add->get<bool>()) return Ok{};
+    const std::string key = std::string(kind) + "_token";
+    const json* tok = field(cfg, key.c_str());
+    if (tok != nullptr && tok->is_object()) tok = field(*tok, "content");
+    if (tok == nullptr || !tok->is_string())
+      return make_error(path + ": " + flag + " is true but " + key + " is not set");
+    const int32_t id = t.token_id(tok->get<std::string>());
+    if (id < 0)
+      return make_error(path + ": " + key + " " + quote(tok->get<std::string>()) +
+                        " is not a token of tokenizer.json");
+    ids->push_back(id);
+    return Ok{};
+  };
+  REWIND_TRY_STATUS(apply("bos", &t.impl_->prefix));
+  REWIND_TRY_STATUS(apply("eos", &t.impl_->suffix));
+  return t;
+}
+
 Result<Tokenizer> Tokenizer::from_vocab(const BpeVocab& v, const std::string& where) {
   Spec spec;
   spec.nfc = v.nfc;
@@ -794,6 +902,8 @@ Result<Tokenizer> Tokenizer::from_vocab(const BpeVocab& v, const std::string& wh
     }
   }
   spec.added = v.added;
+  spec.prefix = v.prefix;
+  spec.suffix = v.suffix;
   if (!v.pre_regex.empty()) {
     StepSpec split;
     split.pattern = v.pre_regex;
@@ -864,6 +974,22 @@ std::vector<std::pair<std::string, std::string>> Tokenizer::merges() const {
   out.reserve(impl_->merge_list.size());
   for (const auto& [a, b] : impl_->merge_list) out.emplace_back(token_text(a), token_text(b));
   return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text) const {
+  std::vector<int32_t> out = impl_->prefix;
+  const std::vector<int32_t> body = encode(text, true);
+  out.insert(out.end(), body.begin(), body.end());
+  out.insert(out.end(), impl_->suffix.begin(), impl_->suffix.end());
+  return out;
+}
+
+const std::vector<int32_t>& Tokenizer::prefix_ids() const {
+  return impl_->prefix;
+}
+
+const std::vector<int32_t>& Tokenizer::suffix_ids() const {
+  return impl_->suffix;
 }
 
 int32_t Tokenizer::vocab_size() const {

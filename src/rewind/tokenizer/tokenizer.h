@@ -10,7 +10,9 @@
 //                  invert)..., ByteLevel] with ByteLevel last
 //   model          BPE (vocab, merges as "a b" or ["a", "b"], ignore_merges; no dropout, no
 //                  subword prefix/suffix, no byte_fallback)
-//   decoder        null | ByteLevel;  post_processor is ignored (encode never adds tokens)
+//   decoder        null | ByteLevel
+//   post_processor null | ByteLevel | TemplateProcessing (its `single` template: the special
+//                  tokens before and after $A) | Sequence of those; only encode_prompt uses it
 //   added_tokens   id, content, special, normalized, lstrip, rstrip, single_word
 // Regexes are Oniguruma syntax as HF writes them; they run on PCRE2 with \s, \w, \h rewritten to
 // Oniguruma's meaning. Invalid UTF-8 in the input is kept byte for byte (it matches no regex
@@ -57,6 +59,8 @@ struct BpeVocab {
   std::string pre_regex = std::string(kQwen35PreTokenizerRegex);  // Split(Isolated); "" = none
   bool nfc = true;
   bool ignore_merges = false;  // a pre-token that is a vocab entry is that token (BPE model's)
+  // The tokens encode_prompt puts around a text (GGUF's add_bos_token / add_eos_token).
+  std::vector<int32_t> prefix, suffix;
 };
 
 class Tokenizer {
@@ -69,6 +73,10 @@ class Tokenizer {
   // unsupported model type (only BPE), bad merges, ids out of range, invalid regex.
   static Result<Tokenizer> from_json(const std::string& json_text, const std::string& where);
   static Result<Tokenizer> load(const std::string& tokenizer_json_path);
+  // A checkpoint directory's tokenizer.json, with tokenizer_config.json's boolean
+  // add_bos_token / add_eos_token (when given) in place of the post_processor's choice, as
+  // llama.cpp's converter reads them; the tokens are its bos_token / eos_token.
+  static Result<Tokenizer> load_dir(const std::string& dir);
   // Builds from parts (e.g. GGUF tokenizer.ggml.tokens / merges / token_type). Same checks.
   static Result<Tokenizer> from_vocab(const BpeVocab& vocab, const std::string& where);
 
@@ -78,6 +86,12 @@ class Tokenizer {
   // Thread-safe (the per-pre-token BPE cache is behind a mutex). Cost: linear in the text plus
   // O(n log n) BPE per uncached pre-token.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // A prompt's text as Hugging Face's tokenizer(text) and llama.cpp's completion prompts encode
+  // it: encode(text) between prefix_ids() and suffix_ids() (e.g. a BOS first). Chat prompts use
+  // encode alone: the template writes their special tokens (HF's apply_chat_template).
+  std::vector<int32_t> encode_prompt(std::string_view text) const;
+  const std::vector<int32_t>& prefix_ids() const;
+  const std::vector<int32_t>& suffix_ids() const;
 
   // The normalised pre-tokens of `text` (raw bytes, before the byte-level map), with no added
   // token matching. For tests and debugging.
