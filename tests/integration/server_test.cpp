@@ -2711,6 +2711,8 @@ TEST_F(ServerTest, SmugglingShapesAre400AtOnce) {
       {"Transfer-Encoding: chunked\r\nContent-Length: 2\r\n", ""},
       {"Transfer-Encoding: gzip\r\n", "Transfer-Encoding"},
       {"Transfer-Encoding: chunked, gzip\r\n", "Transfer-Encoding"},
+      {"Transfer-Encoding: chunked, chunked\r\n", "more than once"},
+      {"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", "Transfer-Encoding"},
   };
   for (const auto& [headers, needle] : cases) {
     Conn c(s().port());
@@ -2742,6 +2744,59 @@ TEST_F(ServerTest, SmugglingShapesAre400AtOnce) {
          body + "\r\n0\r\n\r\n");
   g.read_to_eof(20s);
   EXPECT_EQ(g.got().rfind("HTTP/1.1 501", 0), 0u) << g.got();
+  // The same with the codings in two fields (one list, RFC 9110 5.3).
+  Conn g2(s().port());
+  g2.send(
+      post_head("/v1/completions", "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n") +
+      size + "\r\n" + body + "\r\n0\r\n\r\n");
+  g2.read_to_eof(20s);
+  EXPECT_EQ(g2.got().rfind("HTTP/1.1 501", 0), 0u) << g2.got();
+}
+
+// Empty lines before a request line are ignored (RFC 9112 2.2), up to 64 bytes of them; a
+// newer HTTP/1.x is served as HTTP/1.1 (RFC 9110 2.5) and another major version is 505; the
+// asterisk form answers OPTIONS for the whole server and is refused for other methods.
+TEST_F(ServerTest, EmptyLinesNewerMinorVersionsAndTheAsteriskForm) {
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  Conn c(s().port());
+  c.send(
+      "\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n\r\nGET /health HTTP/1.1\r\nHost: "
+      "x\r\nConnection: close\r\n\r\n");
+  ASSERT_TRUE(c.read_to_eof(20s));
+  EXPECT_EQ(count(c.got(), "HTTP/1.1 200 OK"), 2u) << c.got();
+  EXPECT_EQ(count(c.got(), "HTTP/1.1 "), 2u) << c.got();
+
+  auto one = [&](const std::string& request) {
+    Conn k(s().port());
+    k.send(request);
+    EXPECT_TRUE(k.read_to_eof(20s)) << request;
+    return k.got();
+  };
+  std::string many;
+  for (int i = 0; i < 40; ++i) many += "\r\n";
+  EXPECT_EQ(one(many + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
+
+  const std::string newer = one("GET /health HTTP/1.2\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(newer.rfind("HTTP/1.1 200", 0), 0u) << newer;
+  for (const char* v : {"HTTP/2.0", "HTTP/3.0", "HTTP/0.9"}) {
+    const std::string r = one(std::string("GET /health ") + v + "\r\nHost: x\r\n\r\n");
+    EXPECT_NE(r.find(" 505 "), std::string::npos) << v << "\n" << r;
+  }
+  for (const char* v : {"HTTP/1.10", "HTTP/x.1", "HTTQ/1.1"}) {
+    const std::string r = one(std::string("GET /health ") + v + "\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << v << "\n" << r;
+  }
+
+  const std::string opt = one("OPTIONS * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(opt.rfind("HTTP/1.1 204", 0), 0u) << opt;
+  EXPECT_NE(opt.find("Allow: GET, HEAD, POST, DELETE, OPTIONS"), std::string::npos) << opt;
+  const std::string star = one("GET * HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(star.rfind("HTTP/1.1 400", 0), 0u) << star;
+  EXPECT_NE(star.find("only for OPTIONS"), std::string::npos) << star;
 }
 
 // The absolute form of a request target (RFC 9112 3.2.2) is served as its path; a body with a

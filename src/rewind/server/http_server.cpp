@@ -1010,6 +1010,12 @@ struct HttpServer::Impl {
   }
 
   std::optional<HttpReply> precheck_plain(const HttpRequest& req) {
+    if (req.target == "*") {  // the asterisk form: OPTIONS asks about the server as a whole
+      HttpReply r;
+      r.status = 204;
+      r.headers = {{"Allow", "GET, HEAD, POST, DELETE, OPTIONS"}};
+      return r;
+    }
     const Route* route = find_route(req.path);
     if (!route)
       return error_reply(

@@ -7,6 +7,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -237,6 +238,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (t_->draining.load()) return close();
     phase_ = Phase::Idle;
     if (peer_eof_ && buf_.size() == 0) return close();
+    blank_bytes_ = 0;
     if (first || buf_.size() > 0) return start_head();
     // Keep-alive: wait (idle timeout) for the next request's first byte.
     arm(t_->opt.idle_timeout_s);
@@ -245,6 +247,39 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec) return self->close();
       self->start_head();
     });
+  }
+
+  // RFC 9112 2.2: empty lines before a request line are ignored (a client may send a CRLF after
+  // a body). Consumes those at the buffer's start, at most kMaxBlankBytes per request; true
+  // when there were some.
+  static constexpr size_t kMaxBlankBytes = 64;
+  bool skip_blank_lines() {
+    const auto* p = static_cast<const char*>(buf_.data().data());
+    size_t n = 0;
+    while (n < buf_.size() && (p[n] == '\r' || p[n] == '\n')) ++n;
+    if (n == 0 || blank_bytes_ + n > kMaxBlankBytes) return false;
+    blank_bytes_ += n;
+    buf_.consume(n);
+    return true;
+  }
+
+  // The version of the buffered request line when it is well formed ("HTTP/" digit "." digit:
+  // 10 * major + minor), else -1. A 1.x newer than 1.1 is rewritten to 1.1 in the buffer, as
+  // RFC 9110 2.5 asks (a recipient processes a newer minor version as its own highest).
+  int request_line_version() {
+    auto* p = static_cast<char*>(buf_.data().data());
+    const std::string_view s(p, buf_.size());
+    const size_t eol = s.find('\n');
+    if (eol == std::string_view::npos) return -1;
+    const size_t end = eol > 0 && s[eol - 1] == '\r' ? eol - 1 : eol;
+    const size_t sp = s.rfind(' ', end);
+    if (sp == std::string_view::npos || end - sp != 9 || s.substr(sp + 1, 5) != "HTTP/" ||
+        !std::isdigit(static_cast<unsigned char>(s[sp + 6])) || s[sp + 7] != '.' ||
+        !std::isdigit(static_cast<unsigned char>(s[sp + 8])))
+      return -1;
+    const int v = 10 * (s[sp + 6] - '0') + (s[sp + 8] - '0');
+    if (v / 10 == 1 && v % 10 > 1) p[sp + 8] = '1';
+    return v;
   }
 
   void start_head() {
@@ -299,6 +334,13 @@ class Session : public std::enable_shared_from_this<Session> {
           &ec.category() != &http::make_error_code(http::error::end_of_stream).category() ||
           t_->stopping.load())
         return close();  // the client left (or the socket broke) before a whole header
+      if (skip_blank_lines()) return start_head();
+      if (ec == http::error::bad_version) {
+        const int v = request_line_version();
+        if (v / 10 == 1 && v % 10 > 1) return start_head();  // rewritten to HTTP/1.1
+        if (v >= 0)
+          return fail(505, "only HTTP/1.0 and HTTP/1.1 are served", "http_version_not_supported");
+      }
       return fail(400, parse_error_message(ec), "malformed_request");
     }
     const auto& m = parser_->get();
@@ -324,13 +366,13 @@ class Session : public std::enable_shared_from_this<Session> {
     method_ = head.method;
     head_only_ = head.method == "HEAD";
     int hosts = 0;
-    std::string te;  // the last Transfer-Encoding field (a copy: the vector grows below)
+    std::string te;  // every Transfer-Encoding field, joined as one list (RFC 9110 5.3)
     bool has_te = false;
     for (const auto& f : m) {
       head.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
       if (head.headers.back().first == "host") ++hosts;
       if (head.headers.back().first == "transfer-encoding") {
-        te = head.headers.back().second;
+        te += (has_te ? ", " : "") + head.headers.back().second;
         has_te = true;
       }
     }
@@ -347,16 +389,30 @@ class Session : public std::enable_shared_from_this<Session> {
         return fail(400, "Transfer-Encoding in an HTTP/1.0 request", "malformed_request");
       // The last coding must be chunked, else the body's length is unknown (RFC 9112 6.3);
       // a coding before it is one this server does not decode (501, RFC 9112 6.1).
+      // Chunked twice is a sender's error (RFC 9112 6.1: it MUST NOT), so 400 too.
       std::string v = lower(te);
       const size_t comma = v.find_last_of(',');
-      if (trim(comma == std::string::npos ? v : v.substr(comma + 1)) != "chunked" ||
-          !parser_->chunked())
+      if (trim(comma == std::string::npos ? v : v.substr(comma + 1)) != "chunked")
         return fail(400, "unsupported Transfer-Encoding (the last coding must be chunked)",
                     "malformed_request");
-      if (comma != std::string::npos)
+      if (comma != std::string::npos) {
+        for (size_t at = 0; at < comma;) {
+          const size_t next = std::min(v.find(',', at), comma);
+          if (trim(v.substr(at, next - at)) == "chunked")
+            return fail(400, "the chunked transfer coding is applied more than once",
+                        "malformed_request");
+          at = next + 1;
+        }
         return fail(501, "only the chunked transfer coding is supported (got '" + te + "')",
                     "not_implemented");
+      }
+      if (!parser_->chunked())
+        return fail(400, "unsupported Transfer-Encoding (the last coding must be chunked)",
+                    "malformed_request");
     }
+    // The asterisk form is only for a server-wide OPTIONS (RFC 9112 3.2.4).
+    if (head.target == "*" && head.method != "OPTIONS")
+      return fail(400, "the request target '*' is only for OPTIONS", "malformed_request");
     if (version_ >= 11 && hosts != 1)
       return fail(400, hosts ? "more than one Host header" : "missing Host header",
                   "malformed_request");
@@ -707,6 +763,7 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t timer_gen_ = 0;
   bool timed_out_ = false;
   beast::flat_buffer buf_;
+  size_t blank_bytes_ = 0;  // empty lines skipped before this request's line
   std::optional<http::request_parser<http::string_body>> parser_;
   std::array<char, 4096> rbuf_{};
   HttpRequest request_;

@@ -12,8 +12,10 @@
 //     Content-Length before reading, or when a chunked body passes it), all closing;
 //   - request smuggling: conflicting, repeated-different or invalid Content-Length,
 //     Transfer-Encoding together with Content-Length, a Transfer-Encoding whose last coding is
-//     not chunked, Transfer-Encoding in HTTP/1.0, a missing or repeated Host in HTTP/1.1: 400
-//     and close;
+//     not chunked or that applies chunked twice, Transfer-Encoding in HTTP/1.0, a missing or
+//     repeated Host in HTTP/1.1: 400 and close;
+//   - the request line: empty lines before it skipped (up to 64 bytes), a newer HTTP/1.x read
+//     as HTTP/1.1, another version 505, the target `*` only with OPTIONS;
 //   - pipelining: bytes that arrive while a reply is being produced are kept and the next
 //     request is parsed from them once the reply is written (answers keep the request order);
 //   - half-close: a client that sends its request and then shuts down its sending side still
