@@ -1,4 +1,6 @@
 // Packing of quantised weights: ggml's blocks re-laid per 16-row panel (matmul_quant.h).
+#include <type_traits>
+
 #include "rewind/base/check.h"
 #include "rewind/kernels/matmul_quant_internal.h"
 
@@ -131,16 +133,67 @@ void pack_q8_0_panel(const std::byte* const* rows, int n_rows, int64_t k, std::b
     }
   }
 }
+// pack_quant_panel_ref's layout for the 32-value blocks (Q4_0, IQ4_NL, Q4_1, Q5_0, Q5_1), one
+// lane at a time, four codes per word: nibble group g holds values 8g..8g+7 (low nibbles of
+// qs for g < 2, high ones after), and byte t of the fifth-bit word holds in bit i the fifth bit
+// of value 4i + t (q5k_hbit_byte, q5k_hbit_shift).
+template <class Block>
+void pack_32_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst) {
+  constexpr bool q5 = std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>;
+  constexpr bool has_m = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
+  const int64_t nb = k / kQK8_0, pb = quant_panel_block_bytes(t);
+  std::memset(dst, 0, static_cast<size_t>(nb * pb));
+  for (int j = 0; j < n_rows; ++j) {
+    for (int64_t b = 0; b < nb; ++b) {
+      Block x;
+      std::memcpy(&x, rows[j] + b * sizeof(Block), sizeof x);
+      auto* o = reinterpret_cast<uint8_t*>(dst + b * pb);
+      std::memcpy(o + 2 * j, &x.d, 2);
+      if constexpr (has_m) std::memcpy(o + min_offset(q5) + 2 * j, &x.m, 2);
+      for (int h = 0; h < 2; ++h) {  // qs[8h..8h+7]: values 8h.. (low), 16 + 8h.. (high)
+        const uint32_t a = load_u32(x.qs + 8 * h), c = load_u32(x.qs + 8 * h + 4);
+        store_u32(o + kQ8QOff + 64 * h + 4 * j, (a & 0x0F0F0F0Fu) | ((c & 0x0F0F0F0Fu) << 4));
+        store_u32(o + kQ8QOff + 64 * (2 + h) + 4 * j, ((a >> 4) & 0x0F0F0F0Fu) | (c & 0xF0F0F0F0u));
+      }
+      if constexpr (q5) {
+        const uint32_t qh = load_u32(x.qh);
+        uint32_t w = 0;
+        for (int tb = 0; tb < 4; ++tb) {  // bits tb, tb + 4, ..., tb + 28 gathered into a byte
+          uint32_t v = (qh >> tb) & 0x11111111u;
+          v = (v | v >> 3) & 0x03030303u;
+          v = (v | v >> 6) & 0x000F000Fu;
+          v = (v | v >> 12) & 0xFFu;
+          w |= v << (8 * tb);
+        }
+        store_u32(o + kQ51HOff + 4 * j, w);
+      }
+    }
+  }
+}
 }  // namespace
 
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
                       std::byte* dst) {
-  if (t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K)
-    pack_k_panel(t, rows, n_rows, k, dst);
-  else if (t == DType::Q8_0)
-    pack_q8_0_panel(rows, n_rows, k, dst);
-  else
-    pack_quant_panel_ref(t, rows, n_rows, k, dst);
+  switch (t) {
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return pack_k_panel(t, rows, n_rows, k, dst);
+    case DType::Q8_0:
+      return pack_q8_0_panel(rows, n_rows, k, dst);
+    case DType::Q4_0:
+      return pack_32_panel<BlockQ4_0>(t, rows, n_rows, k, dst);
+    case DType::IQ4_NL:
+      return pack_32_panel<BlockIQ4_NL>(t, rows, n_rows, k, dst);
+    case DType::Q4_1:
+      return pack_32_panel<BlockQ4_1>(t, rows, n_rows, k, dst);
+    case DType::Q5_0:
+      return pack_32_panel<BlockQ5_0>(t, rows, n_rows, k, dst);
+    case DType::Q5_1:
+      return pack_32_panel<BlockQ5_1>(t, rows, n_rows, k, dst);
+    default:
+      return pack_quant_panel_ref(t, rows, n_rows, k, dst);
+  }
 }
 
 void pack_quant_panel_ref(DType t, const std::byte* const* rows, int n_rows, int64_t k,
