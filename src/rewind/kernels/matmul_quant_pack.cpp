@@ -170,6 +170,72 @@ void pack_32_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
     }
   }
 }
+
+// Two-bit fields of the codes u[0..256) in Q6_K's high-bit layout (q6k_hi_byte, q6k_hi_shift):
+// group h's byte t holds in bits 2c..2c+1 bits `shift`, `shift` + 1 of code 16h + 4c + t.
+void store_2bit_groups(const uint8_t* u, int shift, int j, uint8_t* o) {
+  for (int h = 0; h < 16; ++h) {
+    uint32_t w = 0;
+    for (int c = 0; c < 4; ++c)
+      w |= ((load_u32(u + 16 * h + 4 * c) >> shift) & 0x03030303u) << (2 * c);
+    store_u32(o + 64 * h + 4 * j, w);
+  }
+}
+
+// pack_quant_panel_ref's layout for Q2_K, Q3_K and IQ4_XS, one lane at a time: each block's
+// codes decoded into bytes, then placed four at a time.
+template <class Block>
+void pack_small_k_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
+                        std::byte* dst) {
+  const int64_t nb = k / kQK_K, pb = quant_panel_block_bytes(t);
+  std::memset(dst, 0, static_cast<size_t>(nb * pb));
+  alignas(64) uint8_t u[kQK_K];
+  for (int j = 0; j < n_rows; ++j) {
+    for (int64_t b = 0; b < nb; ++b) {
+      Block x;
+      std::memcpy(&x, rows[j] + b * sizeof(Block), sizeof x);
+      auto* o = reinterpret_cast<uint8_t*>(dst + b * pb);
+      std::memcpy(o + 2 * j, &x.d, 2);
+      if constexpr (std::is_same_v<Block, BlockIQ4_XS>) {
+        for (int s = 0; s < 8; ++s) {
+          o[kIQ4XSScOff + s * kNR + j] =
+              static_cast<uint8_t>(static_cast<int8_t>(iq4xs_scale(x, s)));
+          for (int l = 0; l < 16; ++l) {
+            u[32 * s + l] = x.qs[16 * s + l] & 0xF;
+            u[32 * s + 16 + l] = x.qs[16 * s + l] >> 4;
+          }
+        }
+        for (int g = 0; g < 32; ++g) store_u32(o + kIQ4XSQOff + 64 * g + 4 * j, nibble_group(u, g));
+      } else {
+        // Value 128h + 32c + l: bits 2c..2c+1 of qs[32h + l]; Q3_K's bit 2 (hmask set: the code
+        // is value + 4) is bit (e / 32) of hmask[e % 32].
+        for (int h = 0; h < 2; ++h)
+          for (int c = 0; c < 4; ++c)
+            for (int l = 0; l < 32; ++l)
+              u[128 * h + 32 * c + l] = (x.qs[32 * h + l] >> (2 * c)) & 3;
+        if constexpr (std::is_same_v<Block, BlockQ2_K>) {
+          std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
+          for (int s = 0; s < 16; ++s) o[kQ2KScOff + s * kNR + j] = x.scales[s];
+          store_2bit_groups(u, 0, j, o + kQ2KQOff);
+        } else {
+          for (int s = 0; s < 16; ++s)
+            o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(q3k_scale(x, s)));
+          for (int m = 0; m < 8; ++m)
+            for (int l = 0; l < 32; ++l)
+              u[32 * m + l] |= static_cast<uint8_t>(((x.hmask[l] >> m) & 1) << 2);
+          store_2bit_groups(u, 0, j, o + kQ3KLoOff);
+          // Group h's byte t holds in bit i bit 2 of code 32h + 4i + t (q3k_hb_byte, _shift).
+          for (int h = 0; h < 8; ++h) {
+            uint32_t w = 0;
+            for (int i = 0; i < 8; ++i)
+              w |= ((load_u32(u + 32 * h + 4 * i) >> 2) & 0x01010101u) << i;
+            store_u32(o + kQ3KHiOff + 64 * h + 4 * j, w);
+          }
+        }
+      }
+    }
+  }
+}
 }  // namespace
 
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
@@ -191,6 +257,12 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
       return pack_32_panel<BlockQ5_0>(t, rows, n_rows, k, dst);
     case DType::Q5_1:
       return pack_32_panel<BlockQ5_1>(t, rows, n_rows, k, dst);
+    case DType::Q2_K:
+      return pack_small_k_panel<BlockQ2_K>(t, rows, n_rows, k, dst);
+    case DType::Q3_K:
+      return pack_small_k_panel<BlockQ3_K>(t, rows, n_rows, k, dst);
+    case DType::IQ4_XS:
+      return pack_small_k_panel<BlockIQ4_XS>(t, rows, n_rows, k, dst);
     default:
       return pack_quant_panel_ref(t, rows, n_rows, k, dst);
   }
