@@ -170,11 +170,13 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
   if (gguf) {
     REWIND_TRY(GgufFile g, GgufFile::open(model_path));
     REWIND_TRY(gguf_template, chat_template_from_gguf(g));
+    auto text_of = [&](int64_t id) {
+      return id >= 0 && id < tok.vocab_size() ? tok.token_text(static_cast<int32_t>(id)) : "";
+    };
     REWIND_TRY(int64_t eos, g.get_int_or("tokenizer.ggml.eos_token_id", -1));
-    if (eos >= 0 && !tok.token_text(static_cast<int32_t>(eos)).empty())
-      gguf_eos = tok.token_text(static_cast<int32_t>(eos));
+    if (!text_of(eos).empty()) gguf_eos = text_of(eos);
     REWIND_TRY(int64_t bos, g.get_int_or("tokenizer.ggml.bos_token_id", -1));
-    if (bos >= 0) gguf_bos = tok.token_text(static_cast<int32_t>(bos));
+    gguf_bos = text_of(bos);
   }
   if (!template_file.empty()) {
     // The given template in place of the model's, with the model's special tokens.

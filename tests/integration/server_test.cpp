@@ -2677,6 +2677,30 @@ TEST(HttpHostile, SlowHeadersHitTheDeadlineWhileHealthAnswers) {
   EXPECT_EQ(curl(*srv, "GET", "/health", "", "").status, 200);
 }
 
+// Empty lines before a request line do not restart the header deadline: a client sending a
+// CRLF now and then is cut at it like any slow header.
+TEST(HttpHostile, EmptyLinesDoNotExtendTheHeaderDeadline) {
+  auto srv = Server::start({"--api-key", kKey, "--header-timeout", "2"});
+  ASSERT_NE(srv, nullptr);
+  Conn c(srv->port());
+  ASSERT_TRUE(c.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    for (int i = 0; i < 28 && !done.load(); ++i) {  // 56 bytes in 14 s: under the 64-byte cap
+      c.send("\r\n");
+      std::this_thread::sleep_for(500ms);
+    }
+  });
+  const bool closed = c.read_to_eof(30s);
+  const double took = seconds_since(t0);
+  done.store(true);
+  trickle.join();
+  EXPECT_TRUE(closed);
+  EXPECT_LT(took, 8.0) << c.got();
+  EXPECT_GE(took, 1.5);
+}
+
 // An HTTP/1.0 client gets a stream without chunked framing: the connection's close ends it
 // (a proxy such as nginx speaks HTTP/1.0 to its upstream by default).
 TEST_F(ServerTest, StreamToHttp10IsNotChunked) {
@@ -2776,6 +2800,16 @@ TEST_F(ServerTest, EmptyLinesNewerMinorVersionsAndTheAsteriskForm) {
     EXPECT_TRUE(k.read_to_eof(20s)) << request;
     return k.got();
   };
+  // Only before the request line: an empty line inside the header is no new request (400, one
+  // answer), nor is a bare CR skipped.
+  for (const char* bad :
+       {"GET /health HTTP/1.1\r\nHost: x\r\n\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET /health HTTP/1.1\r\nHost: x\r\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+        "\rGET /health HTTP/1.1\r\nHost: x\r\n\r\n"}) {
+    const std::string r = one(bad);
+    EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << bad << "\n" << r;
+    EXPECT_EQ(count(r, "HTTP/1.1 "), 1u) << r;
+  }
   std::string many;
   for (int i = 0; i < 40; ++i) many += "\r\n";
   EXPECT_EQ(one(many + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
@@ -2786,6 +2820,9 @@ TEST_F(ServerTest, EmptyLinesNewerMinorVersionsAndTheAsteriskForm) {
     const std::string r = one(std::string("GET /health ") + v + "\r\nHost: x\r\n\r\n");
     EXPECT_NE(r.find(" 505 "), std::string::npos) << v << "\n" << r;
   }
+  // A bare LF after HTTP/1.1 is a malformed line, not another version.
+  const std::string lf = one("GET /health HTTP/1.1\nHost: x\n\n");
+  EXPECT_EQ(lf.rfind("HTTP/1.1 400", 0), 0u) << lf;
   for (const char* v : {"HTTP/1.10", "HTTP/x.1", "HTTQ/1.1"}) {
     const std::string r = one(std::string("GET /health ") + v + "\r\nHost: x\r\n\r\n");
     EXPECT_EQ(r.rfind("HTTP/1.1 400", 0), 0u) << v << "\n" << r;

@@ -499,13 +499,18 @@ TEST(GgufVocab, AddBosAsLlamaCppReadsIt) {
     EXPECT_EQ(t->encode_prompt("Hello"), c.want) << c.tag;
     EXPECT_EQ(t->encode("Hello"), body) << c.tag;
   }
-  // Asked for, but no token named: an error naming the key.
-  for (const auto& [tag, id] :
-       std::vector<std::pair<std::string, int64_t>>{{"missing", -1}, {"outside", 1 << 20}}) {
+  // Asked for, but no token named (none, past the vocab, or a hole): an error naming the key.
+  auto types = g0->get_ints("tokenizer.ggml.token_type").value();
+  const int64_t hole = static_cast<int64_t>(types.size()) - 1;
+  types.back() = 5;  // unused
+  for (const auto& [tag, id] : std::vector<std::pair<std::string, int64_t>>{
+           {"missing", -1}, {"outside", 1 << 20}, {"hole", hole}}) {
     const std::string path = rewrite(src, "addbos_bad_" + tag, [&](Kv& kv) {
       drop(kv, "tokenizer.ggml.bos_token_id");
-      if (id >= 0) set(kv, "tokenizer.ggml.bos_token_id", GgufValue::u32(id));
+      if (id >= 0)
+        set(kv, "tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(id)));
       set(kv, "tokenizer.ggml.add_bos_token", GgufValue::boolean(true));
+      set(kv, "tokenizer.ggml.token_type", GgufValue::array_i32(types));
     });
     auto g = GgufFile::open(path);
     ASSERT_TRUE(g.ok());

@@ -92,8 +92,7 @@ constexpr int64_t quant_panel_block_bytes(DType t) {
 // Re-lays the quantised rows [16 rows of one panel] (ggml blocks, row-major; rows past n_rows
 // are zero) into one panel of the layout above. dst holds (k / block) * block bytes.
 void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst);
-// The same layout one value at a time: the reference the tests hold pack_quant_panel to, and
-// pack_quant_panel itself for the types other than Q8_0, Q4_K, Q5_K and Q6_K.
+// The same layout one value at a time: the reference the tests hold pack_quant_panel to.
 void pack_quant_panel_ref(DType t, const std::byte* const* rows, int n_rows, int64_t k,
                           std::byte* dst);
 

@@ -133,106 +133,100 @@ void pack_q8_0_panel(const std::byte* const* rows, int n_rows, int64_t k, std::b
     }
   }
 }
-// pack_quant_panel_ref's layout for the 32-value blocks (Q4_0, IQ4_NL, Q4_1, Q5_0, Q5_1), one
-// lane at a time, four codes per word: nibble group g holds values 8g..8g+7 (low nibbles of
-// qs for g < 2, high ones after), and byte t of the fifth-bit word holds in bit i the fifth bit
-// of value 4i + t (q5k_hbit_byte, q5k_hbit_shift).
-template <class Block>
-void pack_32_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst) {
-  constexpr bool q5 = std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>;
-  constexpr bool has_m = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
-  const int64_t nb = k / kQK8_0, pb = quant_panel_block_bytes(t);
+
+// Zeroes a panel, then visits every lane's blocks a row at a time (the rows read in order):
+// place(x, j, o) writes lane j's share of packed block o from ggml block x.
+template <class Block, class Place>
+void pack_by_lane(DType t, const std::byte* const* rows, int n_rows, int64_t k, std::byte* dst,
+                  Place place) {
+  const int64_t nb = k / dtype_block_elems(t), pb = quant_panel_block_bytes(t);
   std::memset(dst, 0, static_cast<size_t>(nb * pb));
-  for (int j = 0; j < n_rows; ++j) {
+  for (int j = 0; j < n_rows; ++j)
     for (int64_t b = 0; b < nb; ++b) {
       Block x;
       std::memcpy(&x, rows[j] + b * sizeof(Block), sizeof x);
-      auto* o = reinterpret_cast<uint8_t*>(dst + b * pb);
-      std::memcpy(o + 2 * j, &x.d, 2);
-      if constexpr (has_m) std::memcpy(o + min_offset(q5) + 2 * j, &x.m, 2);
-      for (int h = 0; h < 2; ++h) {  // qs[8h..8h+7]: values 8h.. (low), 16 + 8h.. (high)
-        const uint32_t a = load_u32(x.qs + 8 * h), c = load_u32(x.qs + 8 * h + 4);
-        store_u32(o + kQ8QOff + 64 * h + 4 * j, (a & 0x0F0F0F0Fu) | ((c & 0x0F0F0F0Fu) << 4));
-        store_u32(o + kQ8QOff + 64 * (2 + h) + 4 * j, ((a >> 4) & 0x0F0F0F0Fu) | (c & 0xF0F0F0F0u));
-      }
-      if constexpr (q5) {
-        const uint32_t qh = load_u32(x.qh);
-        uint32_t w = 0;
-        for (int tb = 0; tb < 4; ++tb) {  // bits tb, tb + 4, ..., tb + 28 gathered into a byte
-          uint32_t v = (qh >> tb) & 0x11111111u;
-          v = (v | v >> 3) & 0x03030303u;
-          v = (v | v >> 6) & 0x000F000Fu;
-          v = (v | v >> 12) & 0xFFu;
-          w |= v << (8 * tb);
-        }
-        store_u32(o + kQ51HOff + 4 * j, w);
-      }
+      place(x, j, reinterpret_cast<uint8_t*>(dst + b * pb));
     }
+}
+
+// pack_quant_panel_ref's layout for the 32-value blocks (Q4_0, IQ4_NL, Q4_1, Q5_0, Q5_1), four
+// codes per word: nibble group g holds values 8g..8g+7 (low nibbles of qs for g < 2, high ones
+// after), and byte t of the fifth-bit word holds in bit i the fifth bit of value 4i + t
+// (q5k_hbit_byte, q5k_hbit_shift).
+template <class Block>
+void place_32(const Block& x, int j, uint8_t* o) {
+  constexpr bool q5 = std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ5_1>;
+  constexpr bool has_m = std::is_same_v<Block, BlockQ4_1> || std::is_same_v<Block, BlockQ5_1>;
+  std::memcpy(o + 2 * j, &x.d, 2);
+  if constexpr (has_m) std::memcpy(o + min_offset(q5) + 2 * j, &x.m, 2);
+  for (int h = 0; h < 2; ++h) {  // qs[8h..8h+7]: values 8h.. (low), 16 + 8h.. (high)
+    const uint32_t a = load_u32(x.qs + 8 * h), c = load_u32(x.qs + 8 * h + 4);
+    store_u32(o + kQ8QOff + 64 * h + 4 * j, (a & 0x0F0F0F0Fu) | ((c & 0x0F0F0F0Fu) << 4));
+    store_u32(o + kQ8QOff + 64 * (2 + h) + 4 * j, ((a >> 4) & 0x0F0F0F0Fu) | (c & 0xF0F0F0F0u));
+  }
+  if constexpr (q5) {
+    const uint32_t qh = load_u32(x.qh);
+    uint32_t w = 0;
+    for (int tb = 0; tb < 4; ++tb) {  // bits tb, tb + 4, ..., tb + 28 gathered into a byte
+      uint32_t v = (qh >> tb) & 0x11111111u;
+      v = (v | v >> 3) & 0x03030303u;
+      v = (v | v >> 6) & 0x000F000Fu;
+      v = (v | v >> 12) & 0xFFu;
+      w |= v << (8 * tb);
+    }
+    store_u32(o + kQ51HOff + 4 * j, w);
   }
 }
 
 // Two-bit fields of the codes u[0..256) in Q6_K's high-bit layout (q6k_hi_byte, q6k_hi_shift):
-// group h's byte t holds in bits 2c..2c+1 bits `shift`, `shift` + 1 of code 16h + 4c + t.
-void store_2bit_groups(const uint8_t* u, int shift, int j, uint8_t* o) {
+// group h's byte t holds in bits 2c..2c+1 the low two bits of code 16h + 4c + t.
+void store_2bit_groups(const uint8_t* u, int j, uint8_t* o) {
   for (int h = 0; h < 16; ++h) {
     uint32_t w = 0;
-    for (int c = 0; c < 4; ++c)
-      w |= ((load_u32(u + 16 * h + 4 * c) >> shift) & 0x03030303u) << (2 * c);
+    for (int c = 0; c < 4; ++c) w |= (load_u32(u + 16 * h + 4 * c) & 0x03030303u) << (2 * c);
     store_u32(o + 64 * h + 4 * j, w);
   }
 }
 
-// pack_quant_panel_ref's layout for Q2_K, Q3_K and IQ4_XS, one lane at a time: each block's
-// codes decoded into bytes, then placed four at a time.
+// pack_quant_panel_ref's layout for Q2_K, Q3_K and IQ4_XS: the block's codes decoded into
+// bytes, then placed four at a time.
 template <class Block>
-void pack_small_k_panel(DType t, const std::byte* const* rows, int n_rows, int64_t k,
-                        std::byte* dst) {
-  const int64_t nb = k / kQK_K, pb = quant_panel_block_bytes(t);
-  std::memset(dst, 0, static_cast<size_t>(nb * pb));
+void place_small_k(const Block& x, int j, uint8_t* o) {
   alignas(64) uint8_t u[kQK_K];
-  for (int j = 0; j < n_rows; ++j) {
-    for (int64_t b = 0; b < nb; ++b) {
-      Block x;
-      std::memcpy(&x, rows[j] + b * sizeof(Block), sizeof x);
-      auto* o = reinterpret_cast<uint8_t*>(dst + b * pb);
-      std::memcpy(o + 2 * j, &x.d, 2);
-      if constexpr (std::is_same_v<Block, BlockIQ4_XS>) {
-        for (int s = 0; s < 8; ++s) {
-          o[kIQ4XSScOff + s * kNR + j] =
-              static_cast<uint8_t>(static_cast<int8_t>(iq4xs_scale(x, s)));
-          for (int l = 0; l < 16; ++l) {
-            u[32 * s + l] = x.qs[16 * s + l] & 0xF;
-            u[32 * s + 16 + l] = x.qs[16 * s + l] >> 4;
-          }
-        }
-        for (int g = 0; g < 32; ++g) store_u32(o + kIQ4XSQOff + 64 * g + 4 * j, nibble_group(u, g));
-      } else {
-        // Value 128h + 32c + l: bits 2c..2c+1 of qs[32h + l]; Q3_K's bit 2 (hmask set: the code
-        // is value + 4) is bit (e / 32) of hmask[e % 32].
-        for (int h = 0; h < 2; ++h)
-          for (int c = 0; c < 4; ++c)
-            for (int l = 0; l < 32; ++l)
-              u[128 * h + 32 * c + l] = (x.qs[32 * h + l] >> (2 * c)) & 3;
-        if constexpr (std::is_same_v<Block, BlockQ2_K>) {
-          std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
-          for (int s = 0; s < 16; ++s) o[kQ2KScOff + s * kNR + j] = x.scales[s];
-          store_2bit_groups(u, 0, j, o + kQ2KQOff);
-        } else {
-          for (int s = 0; s < 16; ++s)
-            o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(q3k_scale(x, s)));
-          for (int m = 0; m < 8; ++m)
-            for (int l = 0; l < 32; ++l)
-              u[32 * m + l] |= static_cast<uint8_t>(((x.hmask[l] >> m) & 1) << 2);
-          store_2bit_groups(u, 0, j, o + kQ3KLoOff);
-          // Group h's byte t holds in bit i bit 2 of code 32h + 4i + t (q3k_hb_byte, _shift).
-          for (int h = 0; h < 8; ++h) {
-            uint32_t w = 0;
-            for (int i = 0; i < 8; ++i)
-              w |= ((load_u32(u + 32 * h + 4 * i) >> 2) & 0x01010101u) << i;
-            store_u32(o + kQ3KHiOff + 64 * h + 4 * j, w);
-          }
-        }
+  std::memcpy(o + 2 * j, &x.d, 2);
+  if constexpr (std::is_same_v<Block, BlockIQ4_XS>) {
+    for (int s = 0; s < 8; ++s) {
+      o[kIQ4XSScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(iq4xs_scale(x, s)));
+      for (int l = 0; l < 16; ++l) {
+        u[32 * s + l] = x.qs[16 * s + l] & 0xF;
+        u[32 * s + 16 + l] = x.qs[16 * s + l] >> 4;
       }
+    }
+    for (int g = 0; g < 32; ++g) store_u32(o + kIQ4XSQOff + 64 * g + 4 * j, nibble_group(u, g));
+    return;
+  } else {
+    // Value 128h + 32c + l: bits 2c..2c+1 of qs[32h + l]; Q3_K's bit 2 (hmask set: the code is
+    // value + 4) is bit (e / 32) of hmask[e % 32].
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l) u[128 * h + 32 * c + l] = (x.qs[32 * h + l] >> (2 * c)) & 3;
+  }
+  if constexpr (std::is_same_v<Block, BlockQ2_K>) {
+    std::memcpy(o + 32 + 2 * j, &x.dmin, 2);
+    for (int s = 0; s < 16; ++s) o[kQ2KScOff + s * kNR + j] = x.scales[s];
+    store_2bit_groups(u, j, o + kQ2KQOff);
+  } else if constexpr (std::is_same_v<Block, BlockQ3_K>) {
+    for (int s = 0; s < 16; ++s)
+      o[kQ6KScOff + s * kNR + j] = static_cast<uint8_t>(static_cast<int8_t>(q3k_scale(x, s)));
+    for (int m = 0; m < 8; ++m)
+      for (int l = 0; l < 32; ++l)
+        u[32 * m + l] |= static_cast<uint8_t>(((x.hmask[l] >> m) & 1) << 2);
+    store_2bit_groups(u, j, o + kQ3KLoOff);
+    // Group h's byte t holds in bit i bit 2 of code 32h + 4i + t (q3k_hb_byte, q3k_hb_shift).
+    for (int h = 0; h < 8; ++h) {
+      uint32_t w = 0;
+      for (int i = 0; i < 8; ++i) w |= ((load_u32(u + 32 * h + 4 * i) >> 2) & 0x01010101u) << i;
+      store_u32(o + kQ3KHiOff + 64 * h + 4 * j, w);
     }
   }
 }
@@ -248,21 +242,21 @@ void pack_quant_panel(DType t, const std::byte* const* rows, int n_rows, int64_t
     case DType::Q8_0:
       return pack_q8_0_panel(rows, n_rows, k, dst);
     case DType::Q4_0:
-      return pack_32_panel<BlockQ4_0>(t, rows, n_rows, k, dst);
+      return pack_by_lane<BlockQ4_0>(t, rows, n_rows, k, dst, place_32<BlockQ4_0>);
     case DType::IQ4_NL:
-      return pack_32_panel<BlockIQ4_NL>(t, rows, n_rows, k, dst);
+      return pack_by_lane<BlockIQ4_NL>(t, rows, n_rows, k, dst, place_32<BlockIQ4_NL>);
     case DType::Q4_1:
-      return pack_32_panel<BlockQ4_1>(t, rows, n_rows, k, dst);
+      return pack_by_lane<BlockQ4_1>(t, rows, n_rows, k, dst, place_32<BlockQ4_1>);
     case DType::Q5_0:
-      return pack_32_panel<BlockQ5_0>(t, rows, n_rows, k, dst);
+      return pack_by_lane<BlockQ5_0>(t, rows, n_rows, k, dst, place_32<BlockQ5_0>);
     case DType::Q5_1:
-      return pack_32_panel<BlockQ5_1>(t, rows, n_rows, k, dst);
+      return pack_by_lane<BlockQ5_1>(t, rows, n_rows, k, dst, place_32<BlockQ5_1>);
     case DType::Q2_K:
-      return pack_small_k_panel<BlockQ2_K>(t, rows, n_rows, k, dst);
+      return pack_by_lane<BlockQ2_K>(t, rows, n_rows, k, dst, place_small_k<BlockQ2_K>);
     case DType::Q3_K:
-      return pack_small_k_panel<BlockQ3_K>(t, rows, n_rows, k, dst);
+      return pack_by_lane<BlockQ3_K>(t, rows, n_rows, k, dst, place_small_k<BlockQ3_K>);
     case DType::IQ4_XS:
-      return pack_small_k_panel<BlockIQ4_XS>(t, rows, n_rows, k, dst);
+      return pack_by_lane<BlockIQ4_XS>(t, rows, n_rows, k, dst, place_small_k<BlockIQ4_XS>);
     default:
       return pack_quant_panel_ref(t, rows, n_rows, k, dst);
   }

@@ -249,14 +249,23 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  // RFC 9112 2.2: empty lines before a request line are ignored (a client may send a CRLF after
-  // a body). Consumes those at the buffer's start, at most kMaxBlankBytes per request; true
-  // when there were some.
+  // RFC 9112 2.2: empty lines (CRLF or LF) before a request line are ignored (a client may send
+  // a CRLF after a body). Called when the parser failed on the first byte of the method, so the
+  // buffer still starts where the request does; consumes those lines, at most kMaxBlankBytes
+  // between two requests; true when there were some.
   static constexpr size_t kMaxBlankBytes = 64;
   bool skip_blank_lines() {
     const auto* p = static_cast<const char*>(buf_.data().data());
     size_t n = 0;
-    while (n < buf_.size() && (p[n] == '\r' || p[n] == '\n')) ++n;
+    while (true) {
+      if (n < buf_.size() && p[n] == '\n') {
+        n += 1;
+      } else if (n + 1 < buf_.size() && p[n] == '\r' && p[n + 1] == '\n') {
+        n += 2;
+      } else {
+        break;
+      }
+    }
     if (n == 0 || blank_bytes_ + n > kMaxBlankBytes) return false;
     blank_bytes_ += n;
     buf_.consume(n);
@@ -264,14 +273,18 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // The version of the buffered request line when it is well formed ("HTTP/" digit "." digit:
-  // 10 * major + minor), else -1. A 1.x newer than 1.1 is rewritten to 1.1 in the buffer, as
-  // RFC 9110 2.5 asks (a recipient processes a newer minor version as its own highest).
+  // 10 * major + minor), else -1; a line not yet ended counts when it ends with the version (the
+  // parser may judge it before the CRLF arrives). A 1.x newer than 1.1 is rewritten to 1.1 in
+  // the buffer, as RFC 9110 2.5 asks (a recipient processes a newer minor version as its own
+  // highest).
   int request_line_version() {
     auto* p = static_cast<char*>(buf_.data().data());
     const std::string_view s(p, buf_.size());
     const size_t eol = s.find('\n');
-    if (eol == std::string_view::npos) return -1;
-    const size_t end = eol > 0 && s[eol - 1] == '\r' ? eol - 1 : eol;
+    const size_t end = eol == std::string_view::npos   ? s.size()
+                       : eol > 0 && s[eol - 1] == '\r' ? eol - 1
+                                                       : eol;
+    if (end < 9) return -1;
     const size_t sp = s.rfind(' ', end);
     if (sp == std::string_view::npos || end - sp != 9 || s.substr(sp + 1, 5) != "HTTP/" ||
         !std::isdigit(static_cast<unsigned char>(s[sp + 6])) || s[sp + 7] != '.' ||
@@ -282,7 +295,7 @@ class Session : public std::enable_shared_from_this<Session> {
     return v;
   }
 
-  void start_head() {
+  void start_head(bool arm_deadline = true) {
     phase_ = Phase::Head;
     method_.clear();
     path_.clear();
@@ -291,7 +304,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(t_->opt.max_header_bytes));
     parser_->body_limit(t_->opt.max_body);
-    arm(t_->opt.header_timeout_s);
+    if (arm_deadline) arm(t_->opt.header_timeout_s);
     http::async_read_header(
         sock_, buf_, *parser_,
         [self = shared_from_this()](error_code ec, size_t) { self->on_head(ec); });
@@ -334,11 +347,14 @@ class Session : public std::enable_shared_from_this<Session> {
           &ec.category() != &http::make_error_code(http::error::end_of_stream).category() ||
           t_->stopping.load())
         return close();  // the client left (or the socket broke) before a whole header
-      if (skip_blank_lines()) return start_head();
+      // A restart keeps the deadline armed at the request's first byte.
+      if (ec == http::error::bad_method && parser_->get().method_string().empty() &&
+          skip_blank_lines())
+        return start_head(false);
       if (ec == http::error::bad_version) {
         const int v = request_line_version();
-        if (v / 10 == 1 && v % 10 > 1) return start_head();  // rewritten to HTTP/1.1
-        if (v >= 0)
+        if (v / 10 == 1 && v % 10 > 1) return start_head(false);  // rewritten to HTTP/1.1
+        if (v >= 0 && v / 10 != 1)
           return fail(505, "only HTTP/1.0 and HTTP/1.1 are served", "http_version_not_supported");
       }
       return fail(400, parse_error_message(ec), "malformed_request");
