@@ -8,14 +8,15 @@ secs="${1:-15}"
 CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=Release -DREWIND_BUILD_FUZZ=ON \
   -DREWIND_BUILD_TESTS=OFF >/dev/null
 ninja -C build/fuzz fuzz_safetensors fuzz_gguf fuzz_tokenizer fuzz_openai_request fuzz_chat_template \
-  fuzz_grammar fuzz_tier_file fuzz_resp >/dev/null
+  fuzz_grammar fuzz_tier_file fuzz_resp fuzz_http_framing >/dev/null
 seeds=build/fuzz/seeds
-mkdir -p "$seeds"/{safetensors,gguf,tokenizer,openai,chat,grammar,tier,resp}
+mkdir -p "$seeds"/{safetensors,gguf,tokenizer,openai,chat,grammar,tier,resp,http}
 cp tests/data/qwen35-tiny/qwen3_5/model.safetensors "$seeds/safetensors/" 2>/dev/null || true
 cp tests/fuzz/seeds/gguf/*.gguf "$seeds/gguf/"
 cp tests/fuzz/seeds/tier/*.rwkt "$seeds/tier/"
 cp tests/fuzz/seeds/resp/* "$seeds/resp/"
 cp tests/fuzz/seeds/tokenizer/* "$seeds/tokenizer/"
+printf '\r\nGET http://h/p?q HTTP/1.2\r\nTransfer-Encoding: gzip, chunked\r\n\r\n' > "$seeds/http/request.txt"
 printf '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stop":["x"],"tools":[]}' \
   > "$seeds/openai/chat.json"
 printf '{"prompt":"hello","max_tokens":3,"logprobs":2}' > "$seeds/openai/completion.json"
@@ -46,7 +47,7 @@ fuzz_one() {
 status=0
 pids=()
 for t in safetensors:safetensors gguf:gguf tokenizer:tokenizer openai_request:openai chat_template:chat \
-    grammar:grammar tier_file:tier resp:resp; do
+    grammar:grammar tier_file:tier resp:resp http_framing:http; do
   fuzz_one "${t%%:*}" "${t##*:}" &
   pids+=($!)
   if [ ${#pids[@]} -ge 2 ]; then

@@ -7,7 +7,6 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -16,6 +15,8 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#include "rewind/server/http_framing.h"
 
 namespace rw {
 
@@ -255,43 +256,22 @@ class Session : public std::enable_shared_from_this<Session> {
   // between two requests; true when there were some.
   static constexpr size_t kMaxBlankBytes = 64;
   bool skip_blank_lines() {
-    const auto* p = static_cast<const char*>(buf_.data().data());
-    size_t n = 0;
-    while (true) {
-      if (n < buf_.size() && p[n] == '\n') {
-        n += 1;
-      } else if (n + 1 < buf_.size() && p[n] == '\r' && p[n + 1] == '\n') {
-        n += 2;
-      } else {
-        break;
-      }
-    }
+    const size_t n = http_framing::leading_empty_lines(
+        std::string_view(static_cast<const char*>(buf_.data().data()), buf_.size()));
     if (n == 0 || blank_bytes_ + n > kMaxBlankBytes) return false;
     blank_bytes_ += n;
     buf_.consume(n);
     return true;
   }
 
-  // The version of the buffered request line when it is well formed ("HTTP/" digit "." digit:
-  // 10 * major + minor), else -1; a line not yet ended counts when it ends with the version (the
-  // parser may judge it before the CRLF arrives). A 1.x newer than 1.1 is rewritten to 1.1 in
-  // the buffer, as RFC 9110 2.5 asks (a recipient processes a newer minor version as its own
-  // highest).
+  // The buffered request line's version (http_framing::request_line_version); a 1.x newer than
+  // 1.1 is rewritten to 1.1 in the buffer, as RFC 9110 2.5 asks (a recipient processes a newer
+  // minor version as its own highest).
   int request_line_version() {
     auto* p = static_cast<char*>(buf_.data().data());
-    const std::string_view s(p, buf_.size());
-    const size_t eol = s.find('\n');
-    const size_t end = eol == std::string_view::npos   ? s.size()
-                       : eol > 0 && s[eol - 1] == '\r' ? eol - 1
-                                                       : eol;
-    if (end < 9) return -1;
-    const size_t sp = s.rfind(' ', end);
-    if (sp == std::string_view::npos || end - sp != 9 || s.substr(sp + 1, 5) != "HTTP/" ||
-        !std::isdigit(static_cast<unsigned char>(s[sp + 6])) || s[sp + 7] != '.' ||
-        !std::isdigit(static_cast<unsigned char>(s[sp + 8])))
-      return -1;
-    const int v = 10 * (s[sp + 6] - '0') + (s[sp + 8] - '0');
-    if (v / 10 == 1 && v % 10 > 1) p[sp + 8] = '1';
+    size_t minor_at = 0;
+    const int v = http_framing::request_line_version(std::string_view(p, buf_.size()), &minor_at);
+    if (v / 10 == 1 && v % 10 > 1) p[minor_at] = '1';
     return v;
   }
 
@@ -363,18 +343,8 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = m.version();
     HttpRequest head;
     head.method = std::string(m.method_string());
-    head.target = std::string(m.target());
-    // The absolute form (RFC 9112 3.2.2, "http://host/path?q", which a server must accept) is
-    // read as its origin form.
-    if (const size_t scheme = head.target.find("://");
-        scheme != std::string::npos && head.target[0] != '/' &&
-        (iequals(std::string_view(head.target).substr(0, scheme), "http") ||
-         iequals(std::string_view(head.target).substr(0, scheme), "https"))) {
-      const size_t slash = head.target.find_first_of("/?", scheme + 3);
-      head.target = slash == std::string::npos  ? "/"
-                    : head.target[slash] == '?' ? "/" + head.target.substr(slash)
-                                                : head.target.substr(slash);
-    }
+    // The absolute form (RFC 9112 3.2.2), which a server must accept, read as its origin form.
+    head.target = http_framing::origin_form(m.target());
     head.path = head.target.substr(0, head.target.find('?'));
     head.version = version_ >= 11 ? 11 : 10;
     head.peer = peer_;
@@ -403,25 +373,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (has_te) {
       if (version_ < 11)
         return fail(400, "Transfer-Encoding in an HTTP/1.0 request", "malformed_request");
-      // The last coding must be chunked, else the body's length is unknown (RFC 9112 6.3);
-      // a coding before it is one this server does not decode (501, RFC 9112 6.1).
-      // Chunked twice is a sender's error (RFC 9112 6.1: it MUST NOT), so 400 too.
-      std::string v = lower(te);
-      const size_t comma = v.find_last_of(',');
-      if (trim(comma == std::string::npos ? v : v.substr(comma + 1)) != "chunked")
-        return fail(400, "unsupported Transfer-Encoding (the last coding must be chunked)",
-                    "malformed_request");
-      if (comma != std::string::npos) {
-        for (size_t at = 0; at < comma;) {
-          const size_t next = std::min(v.find(',', at), comma);
-          if (trim(v.substr(at, next - at)) == "chunked")
-            return fail(400, "the chunked transfer coding is applied more than once",
-                        "malformed_request");
-          at = next + 1;
-        }
-        return fail(501, "only the chunked transfer coding is supported (got '" + te + "')",
-                    "not_implemented");
-      }
+      const http_framing::TransferEncoding c = http_framing::check_transfer_encoding(te);
+      if (c.status != 0)
+        return fail(c.status, c.message, c.status == 501 ? "not_implemented" : "malformed_request");
       if (!parser_->chunked())
         return fail(400, "unsupported Transfer-Encoding (the last coding must be chunked)",
                     "malformed_request");
