@@ -99,7 +99,7 @@ int cmd_spec_bench(int argc, char** argv) {
                            : workload == "code"
                                ? code_prompt()
                                : std::string(builtin_training_text().substr(0, 1500));
-  std::vector<int32_t> prompt = tok->encode(text);
+  std::vector<int32_t> prompt = tok->encode_prompt(text);
   if (prompt.empty()) return fail("the prompt encodes to no tokens");
 
   EngineOptions eo;
