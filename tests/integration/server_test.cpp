@@ -2793,6 +2793,14 @@ TEST_F(ServerTest, EmptyLinesNewerMinorVersionsAndTheAsteriskForm) {
   ASSERT_TRUE(c.read_to_eof(20s));
   EXPECT_EQ(count(c.got(), "HTTP/1.1 200 OK"), 2u) << c.got();
   EXPECT_EQ(count(c.got(), "HTTP/1.1 "), 2u) << c.got();
+  // The CR and LF of an empty line in two reads.
+  Conn split(s().port());
+  split.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n\r");
+  std::this_thread::sleep_for(200ms);
+  split.send("\nGET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  ASSERT_TRUE(split.read_to_eof(20s));
+  EXPECT_EQ(count(split.got(), "HTTP/1.1 200 OK"), 2u) << split.got();
+  EXPECT_EQ(count(split.got(), "HTTP/1.1 "), 2u) << split.got();
 
   auto one = [&](const std::string& request) {
     Conn k(s().port());

@@ -499,10 +499,24 @@ TEST(GgufVocab, AddBosAsLlamaCppReadsIt) {
     EXPECT_EQ(t->encode_prompt("Hello"), c.want) << c.tag;
     EXPECT_EQ(t->encode("Hello"), body) << c.tag;
   }
-  // Asked for, but no token named (none, past the vocab, or a hole): an error naming the key.
+  // Asked for, but no token named (none, past the vocab, or a hole): an error naming the key;
+  // the pre-tokenizer's default asks for none then.
   auto types = g0->get_ints("tokenizer.ggml.token_type").value();
   const int64_t hole = static_cast<int64_t>(types.size()) - 1;
   types.back() = 5;  // unused
+  {
+    const std::string path = rewrite(src, "addbos_default_hole", [&](Kv& kv) {
+      set(kv, "tokenizer.ggml.pre", GgufValue::string("llama-bpe"));
+      drop(kv, "tokenizer.ggml.add_bos_token");
+      set(kv, "tokenizer.ggml.bos_token_id", GgufValue::u32(static_cast<uint32_t>(hole)));
+      set(kv, "tokenizer.ggml.token_type", GgufValue::array_i32(types));
+    });
+    auto g = GgufFile::open(path);
+    ASSERT_TRUE(g.ok());
+    auto t = tokenizer_from_gguf(g.value());
+    ASSERT_TRUE(t.ok()) << t.error_message();
+    EXPECT_EQ(t->encode_prompt("Hello"), body);
+  }
   for (const auto& [tag, id] : std::vector<std::pair<std::string, int64_t>>{
            {"missing", -1}, {"outside", 1 << 20}, {"hole", hole}}) {
     const std::string path = rewrite(src, "addbos_bad_" + tag, [&](Kv& kv) {

@@ -28,6 +28,8 @@ TEST(HttpFraming, RequestLineVersion) {
   EXPECT_EQ(at, 16u);
   EXPECT_EQ(request_line_version("GET / HTTP/2.0\n", &at), 20);
   EXPECT_EQ(request_line_version("GET / HTTP/1.1", &at), 11);  // not yet ended
+  EXPECT_EQ(request_line_version("GET / HTTP/1.2\r", &at), 12);
+  EXPECT_EQ(at, 13u);
   EXPECT_EQ(request_line_version("OPTIONS * HTTP/0.9\r\n", &at), 9);
   for (const char* bad :
        {"", "GET / HTTP/1.10\r\n", "GET / HTTP/x.1\r\n", "GET / HTTQ/1.1\r\n", "GET / HTTP/1.\r\n",

@@ -40,10 +40,9 @@ size_t leading_empty_lines(std::string_view s) {
 }
 
 int request_line_version(std::string_view s, size_t* minor_at) {
-  const size_t eol = s.find('\n');
-  const size_t end = eol == std::string_view::npos   ? s.size()
-                     : eol > 0 && s[eol - 1] == '\r' ? eol - 1
-                                                     : eol;
+  // The line's end: before its CR LF or LF, or, not yet ended, before a CR whose LF is to come.
+  const size_t eol = std::min(s.find('\n'), s.size());
+  const size_t end = eol > 0 && s[eol - 1] == '\r' ? eol - 1 : eol;
   if (end < 9) return -1;
   const size_t sp = s.rfind(' ', end - 1);
   if (sp == std::string_view::npos || end - sp != 9 || s.substr(sp + 1, 5) != "HTTP/" ||

@@ -254,13 +254,27 @@ class Session : public std::enable_shared_from_this<Session> {
   // a CRLF after a body). Called when the parser failed on the first byte of the method, so the
   // buffer still starts where the request does; consumes those lines, at most kMaxBlankBytes
   // between two requests; true when there were some.
+  // A CR alone at the end of the buffer may be an empty line whose LF has not arrived: then the
+  // parse restarts once more bytes are read (Beast refuses a lone CR at once).
   static constexpr size_t kMaxBlankBytes = 64;
   bool skip_blank_lines() {
-    const size_t n = http_framing::leading_empty_lines(
-        std::string_view(static_cast<const char*>(buf_.data().data()), buf_.size()));
-    if (n == 0 || blank_bytes_ + n > kMaxBlankBytes) return false;
+    const std::string_view s(static_cast<const char*>(buf_.data().data()), buf_.size());
+    const size_t n = http_framing::leading_empty_lines(s);
+    const bool cr_last = s.size() == n + 1 && s.back() == '\r';
+    if ((n == 0 && !cr_last) || blank_bytes_ + n + (cr_last ? 1 : 0) > kMaxBlankBytes) return false;
     blank_bytes_ += n;
     buf_.consume(n);
+    if (!cr_last) {
+      start_head(false);
+    } else {
+      sock_.async_read_some(buf_.prepare(std::min<size_t>(512, buf_.max_size() - buf_.size())),
+                            [self = shared_from_this()](error_code ec, size_t k) {
+                              if (self->phase_ != Phase::Head) return;
+                              if (ec) return self->on_head(ec);
+                              self->buf_.commit(k);
+                              self->start_head(false);
+                            });
+    }
     return true;
   }
 
@@ -330,7 +344,7 @@ class Session : public std::enable_shared_from_this<Session> {
       // A restart keeps the deadline armed at the request's first byte.
       if (ec == http::error::bad_method && parser_->get().method_string().empty() &&
           skip_blank_lines())
-        return start_head(false);
+        return;
       if (ec == http::error::bad_version) {
         const int v = request_line_version();
         if (v / 10 == 1 && v % 10 > 1) return start_head(false);  // rewritten to HTTP/1.1

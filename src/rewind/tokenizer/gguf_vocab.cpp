@@ -83,8 +83,11 @@ Result<Tokenizer> tokenizer_from_gguf(const GgufFile& g) {
     REWIND_TRY(const int64_t id, g.get_int_or(id_key, -1));
     const bool given = g.get(flag) != nullptr;
     REWIND_TRY(const bool add, g.get_bool_or(flag, bos && p->add_bos));
-    if (!add || (!given && id < 0)) continue;
-    if (id < 0 || id >= static_cast<int64_t>(tokens.size()) || types[id] == 2 || types[id] == 5)
+    if (!add) continue;
+    const bool usable =
+        id >= 0 && id < static_cast<int64_t>(tokens.size()) && types[id] != 2 && types[id] != 5;
+    if (!usable && !given) continue;  // the default asks only for a token the file has
+    if (!usable)
       return make_error(w + ": key '" + flag + "' is true but '" + id_key + "' is " +
                         (id < 0 ? std::string("missing") : "not a token id"));
     (bos ? v.prefix : v.suffix).push_back(static_cast<int32_t>(id));
