@@ -566,6 +566,18 @@ Result<bool> get_bool(const json& obj, const char* key, bool def, const std::str
   return f->get<bool>();
 }
 
+// A Sequence component's list `key`: each element through parse(element, spec, its ctx, depth).
+template <class Parse>
+Status each_in_sequence(const json& seq, const char* key, Spec& spec, const std::string& ctx,
+                        int depth, Parse parse) {
+  const json* list = field(seq, key);
+  if (list == nullptr || !list->is_array()) return make_error(ctx + "." + key + " is not a list");
+  for (size_t i = 0; i < list->size(); ++i)
+    REWIND_TRY_STATUS(
+        parse((*list)[i], spec, ctx + "." + key + "[" + std::to_string(i) + "]", depth + 1));
+  return Ok{};
+}
+
 Status parse_normalizer(const json& n, Spec& spec, const std::string& ctx, int depth = 0) {
   if (n.is_null()) return Ok{};
   if (depth > kMaxNesting) return make_error(ctx + ": Sequences nested too deeply");
@@ -574,14 +586,8 @@ Status parse_normalizer(const json& n, Spec& spec, const std::string& ctx, int d
     spec.nfc = true;
     return Ok{};
   }
-  if (type == "Sequence") {
-    const json* list = field(n, "normalizers");
-    if (list == nullptr || !list->is_array()) return make_error(ctx + ".normalizers is not a list");
-    for (size_t i = 0; i < list->size(); ++i)
-      REWIND_TRY_STATUS(parse_normalizer(
-          (*list)[i], spec, ctx + ".normalizers[" + std::to_string(i) + "]", depth + 1));
-    return Ok{};
-  }
+  if (type == "Sequence")
+    return each_in_sequence(n, "normalizers", spec, ctx, depth, parse_normalizer);
   return make_error(ctx + ": unsupported normalizer type " + kind_of(n, type) +
                     " (supported: null, NFC, Sequence of NFC)");
 }
@@ -636,14 +642,8 @@ Status parse_post_processor(const json& p, Spec& spec, const std::string& ctx, i
   const std::string type = type_of(p);
   if (type == "ByteLevel") return Ok{};
   if (type == "TemplateProcessing") return parse_template_processing(p, spec, ctx);
-  if (type == "Sequence") {
-    const json* list = field(p, "processors");
-    if (list == nullptr || !list->is_array()) return make_error(ctx + ".processors is not a list");
-    for (size_t i = 0; i < list->size(); ++i)
-      REWIND_TRY_STATUS(parse_post_processor(
-          (*list)[i], spec, ctx + ".processors[" + std::to_string(i) + "]", depth + 1));
-    return Ok{};
-  }
+  if (type == "Sequence")
+    return each_in_sequence(p, "processors", spec, ctx, depth, parse_post_processor);
   return make_error(ctx + ": unsupported post_processor type " + kind_of(p, type) +
                     " (supported: null, ByteLevel, TemplateProcessing, Sequence of those)");
 }
@@ -651,15 +651,8 @@ Status parse_post_processor(const json& p, Spec& spec, const std::string& ctx, i
 Status parse_pre_tokenizer(const json& p, Spec& spec, const std::string& ctx, int depth = 0) {
   if (depth > kMaxNesting) return make_error(ctx + ": Sequences nested too deeply");
   const std::string type = type_of(p);
-  if (type == "Sequence") {
-    const json* list = field(p, "pretokenizers");
-    if (list == nullptr || !list->is_array())
-      return make_error(ctx + ".pretokenizers is not a list");
-    for (size_t i = 0; i < list->size(); ++i)
-      REWIND_TRY_STATUS(parse_pre_tokenizer(
-          (*list)[i], spec, ctx + ".pretokenizers[" + std::to_string(i) + "]", depth + 1));
-    return Ok{};
-  }
+  if (type == "Sequence")
+    return each_in_sequence(p, "pretokenizers", spec, ctx, depth, parse_pre_tokenizer);
   StepSpec s;
   if (type == "ByteLevel") {
     s.byte_level = true;
