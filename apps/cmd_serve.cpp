@@ -629,6 +629,24 @@ int cmd_serve(int argc, char** argv) {
                                    " of its checkpoints")
                                       .c_str());
       }
+      // What the tokenizer puts around a completion prompt (chat prompts are the template's).
+      if (!L.tok->prefix_ids().empty() || !L.tok->suffix_ids().empty()) {
+        auto texts = [&](const std::vector<int32_t>& ids) {
+          std::string out;
+          for (int32_t id : ids) {
+            if (!out.empty()) out += ' ';
+            out.append(L.tok->token_text(id)).append(" (").append(std::to_string(id)).append(")");
+          }
+          return out;
+        };
+        const auto& pre = L.tok->prefix_ids();
+        const auto& suf = L.tok->suffix_ids();
+        const std::string what = (pre.empty() ? "" : texts(pre) + " before") +
+                                 (pre.empty() || suf.empty() ? "" : " and ") +
+                                 (suf.empty() ? "" : texts(suf) + " after");
+        std::fprintf(stderr, "rewind serve: %sthe tokenizer adds %s a completion prompt\n",
+                     who.c_str(), what.c_str());
+      }
       L.engine->set_memory_bound(std::move(bounds[k]));
       ServedModel sm;
       sm.engine = L.engine.get();

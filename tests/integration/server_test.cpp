@@ -1386,6 +1386,7 @@ TEST(ServerBos, CompletionPromptsStartWithTheTokenizersBos) {
   auto srv = Server::start({"--api-key", kKey}, dir);
   ASSERT_NE(srv, nullptr);
 
+  EXPECT_NE(srv->log().find("the tokenizer adds <|endoftext|> ("), std::string::npos) << srv->log();
   const Http plain = post(*srv, "/tokenize", {{"content", "Hello world"}});
   const Http bos = post(*srv, "/tokenize", {{"content", "Hello world"}, {"add_special", true}});
   const Http eot = post(*srv, "/tokenize", {{"content", "<|endoftext|>"}});
