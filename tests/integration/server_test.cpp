@@ -1387,6 +1387,9 @@ TEST(ServerBos, CompletionPromptsStartWithTheTokenizersBos) {
   ASSERT_NE(srv, nullptr);
 
   EXPECT_NE(srv->log().find("the tokenizer adds <|endoftext|> ("), std::string::npos) << srv->log();
+  const Http props = curl(*srv, "GET", "/props");
+  ASSERT_EQ(props.status, 200) << props.body;
+  EXPECT_EQ(props.j()["bos_token"], "<|endoftext|>");
   const Http plain = post(*srv, "/tokenize", {{"content", "Hello world"}});
   const Http bos = post(*srv, "/tokenize", {{"content", "Hello world"}, {"add_special", true}});
   const Http eot = post(*srv, "/tokenize", {{"content", "<|endoftext|>"}});
@@ -1396,6 +1399,7 @@ TEST(ServerBos, CompletionPromptsStartWithTheTokenizersBos) {
   json want = json::array({eot.j()["tokens"][0]});
   for (const json& id : plain_ids) want.push_back(id);
   EXPECT_EQ(bos.j()["tokens"], want);
+  EXPECT_EQ(props.j()["completion_prompt"]["prefix_ids"], json::array({want[0]}));
 
   const Http c = post(*srv, "/v1/completions", completion_body("Hello world", 1));
   ASSERT_EQ(c.status, 200) << c.body;
@@ -1453,6 +1457,9 @@ TEST_F(ServerTest, PropsDescribeTheServer) {
   EXPECT_EQ(j["default_generation_settings"]["params"]["repeat_last_n"], 64);
   EXPECT_NE(j["model_path"].get<std::string>().find("tiny"), std::string::npos);
   EXPECT_TRUE(j["chat_template_source"] == "model" || j["chat_template_source"] == "rewind-chatml");
+  EXPECT_TRUE(j["bos_token"].is_string() && j["eos_token"].is_string()) << h.body;
+  EXPECT_EQ(j["completion_prompt"]["prefix_ids"], json::array());
+  EXPECT_EQ(j["completion_prompt"]["suffix_ids"], json::array());
   EXPECT_EQ(j["cache"]["enabled"], true);
   EXPECT_GT(j["cache"]["budget_bytes"].get<int64_t>(), 0);
   EXPECT_GT(j["cache"]["checkpoint_interval"].get<int64_t>(), 0);

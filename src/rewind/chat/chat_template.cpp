@@ -172,6 +172,14 @@ Result<ChatTemplate> ChatTemplate::from_string(const std::string& source,
   return ct;
 }
 
+const std::string& ChatTemplate::bos_token() const {
+  return impl_->bos;
+}
+
+const std::string& ChatTemplate::eos_token() const {
+  return impl_->eos;
+}
+
 bool ChatTemplate::mentions_think() const {
   return impl_->mentions_think;
 }

@@ -113,6 +113,9 @@ class ChatTemplate {
   // Whether the template's source names enable_thinking: one that does not (Nemotron-Nano-v2's
   // reads /think or /no_think in the system prompt instead) renders the same either way.
   bool reads_enable_thinking() const;
+  // The bos_token / eos_token texts the template renders with ("" when the model names none).
+  const std::string& bos_token() const;
+  const std::string& eos_token() const;
 
  private:
   ChatTemplate();
