@@ -4,9 +4,7 @@
 // template in the metadata.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "args.h"
 #include "cli.h"
@@ -15,6 +13,7 @@
 #include "rewind/io/safetensors.h"
 #include "rewind/model/gguf_model.h"
 #include "rewind/tokenizer/gguf_vocab.h"
+#include "rewind/tokenizer/tokenizer_config.h"
 
 namespace rw::app {
 
@@ -31,13 +30,6 @@ Result<DType> parse_type(const std::string& s) {
   for (const QuantTraits& q : kQuantTraits)
     (types += &q == &kQuantTraits[kNumQuant - 1] ? " or " : ", ") += q.arg;
   return make_error("--type must be " + types + " (got '" + s + "')");
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -62,11 +54,9 @@ Status write_gguf_checkpoint(
   for (auto& [a, b] : tok.merges()) v.merges.push_back(a + " " + b);
   REWIND_TRY(v.pre, gguf_pre_name(tok));
   v.chat_template = chat_template;
-  auto special_id = [&](const char* key) -> int64_t {  // "text" or {"content": "text"}
-    const auto it = tc.find(key);
-    if (it == tc.end()) return -1;
-    const nlohmann::json& e = it->is_object() && it->contains("content") ? (*it)["content"] : *it;
-    return e.is_string() ? tok.token_id(e.get<std::string>()) : -1;
+  auto special_id = [&](const char* key) -> int64_t {
+    const std::string text = special_token_text(tc, key);
+    return text.empty() ? -1 : tok.token_id(text);
   };
   v.eos_id = special_id("eos_token");
   if (v.eos_id < 0 && !cfg.eos_token_ids.empty()) v.eos_id = cfg.eos_token_ids[0];
@@ -114,12 +104,7 @@ Status convert_hf_to_gguf(const std::string& hf_dir, const std::string& out,
 
   // Special ids from tokenizer_config.json; the template given, else the checkpoint's
   // (chat_template.jinja, else tokenizer_config.json's).
-  const std::string tc_path = hf_dir + "/tokenizer_config.json";
-  nlohmann::json tc = nlohmann::json::object();
-  if (std::filesystem::exists(tc_path)) {
-    tc = nlohmann::json::parse(read_file(tc_path), nullptr, false);
-    if (tc.is_discarded() || !tc.is_object()) return make_error(tc_path + ": not a JSON object");
-  }
+  REWIND_TRY(const nlohmann::json tc, read_tokenizer_config(hf_dir));
   std::string chat_template = template_text;  // the given one, else the checkpoint's
   if (template_text.empty()) {
     REWIND_TRY(chat_template, chat_template_source(hf_dir));

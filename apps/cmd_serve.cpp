@@ -630,7 +630,9 @@ int cmd_serve(int argc, char** argv) {
                                       .c_str());
       }
       // What the tokenizer puts around a completion prompt (chat prompts are the template's).
-      if (!L.tok->prefix_ids().empty() || !L.tok->suffix_ids().empty()) {
+      const auto& pre = L.tok->prefix_ids();
+      const auto& suf = L.tok->suffix_ids();
+      if (!pre.empty() || !suf.empty()) {
         auto texts = [&](const std::vector<int32_t>& ids) {
           std::string out;
           for (int32_t id : ids) {
@@ -639,8 +641,6 @@ int cmd_serve(int argc, char** argv) {
           }
           return out;
         };
-        const auto& pre = L.tok->prefix_ids();
-        const auto& suf = L.tok->suffix_ids();
         const std::string what = (pre.empty() ? "" : texts(pre) + " before") +
                                  (pre.empty() || suf.empty() ? "" : " and ") +
                                  (suf.empty() ? "" : texts(suf) + " after");

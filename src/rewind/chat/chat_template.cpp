@@ -23,6 +23,7 @@
 
 #include "rewind/chat/jinja.h"
 #include "rewind/tokenizer/tokenizer.h"
+#include "rewind/tokenizer/tokenizer_config.h"
 
 namespace rw {
 
@@ -69,18 +70,6 @@ bool read_file(const std::string& path, std::string* out) {
   ss << f.rdbuf();
   *out = ss.str();
   return static_cast<bool>(f) || f.eof();
-}
-
-// bos_token / eos_token in tokenizer_config.json: a string, {"content": ...}, or null.
-std::string special_token(const nlohmann::json& cfg, const char* key) {
-  auto it = cfg.find(key);
-  if (it == cfg.end()) return {};
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) {
-    auto c = it->find("content");
-    if (c != it->end() && c->is_string()) return c->get<std::string>();
-  }
-  return {};
 }
 
 ojson message_json(const ChatMessage& m) {
@@ -188,20 +177,8 @@ bool ChatTemplate::reads_enable_thinking() const {
   return impl_->reads_enable_thinking;
 }
 
-namespace {
-// dir/tokenizer_config.json as an object (an empty one when the file is absent).
-Result<nlohmann::json> tokenizer_config(const std::string& dir) {
-  const std::string cfg_path = dir + "/tokenizer_config.json";
-  std::string text;
-  if (!read_file(cfg_path, &text)) return nlohmann::json::object();
-  nlohmann::json cfg = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (cfg.is_discarded() || !cfg.is_object()) return make_error(cfg_path + ": not a JSON object");
-  return cfg;
-}
-}  // namespace
-
 Result<std::string> chat_template_source(const std::string& dir, std::string* where_out) {
-  REWIND_TRY(const nlohmann::json cfg, tokenizer_config(dir));
+  REWIND_TRY(const nlohmann::json cfg, read_tokenizer_config(dir));
   const std::string cfg_path = dir + "/tokenizer_config.json";
   std::string source, where;
   const std::string jinja_path = dir + "/chat_template.jinja";
@@ -235,7 +212,7 @@ Result<std::string> chat_template_source(const std::string& dir, std::string* wh
 
 Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir, const std::string* given,
                                             const std::string& given_where) {
-  REWIND_TRY(const nlohmann::json cfg, tokenizer_config(dir));
+  REWIND_TRY(const nlohmann::json cfg, read_tokenizer_config(dir));
   std::string source, where;
   if (given) {
     source = *given;
@@ -246,7 +223,8 @@ Result<ChatTemplate> ChatTemplate::load_dir(const std::string& dir, const std::s
       return make_error("no chat template in " + dir +
                         " (no chat_template.jinja, no chat_template in tokenizer_config.json)");
   }
-  auto t = from_string(source, special_token(cfg, "bos_token"), special_token(cfg, "eos_token"));
+  auto t = from_string(source, special_token_text(cfg, "bos_token"),
+                       special_token_text(cfg, "eos_token"));
   if (!t.ok()) return make_error(where + ": " + t.error_message());
   return t;
 }

@@ -539,11 +539,8 @@ struct Served {
   Result<json> tokenize(const std::string& body, std::vector<std::string>* ignored) const {
     REWIND_TRY(TokenizeRequest t, parse_tokenize_request(body, limits));
     *ignored = t.ignored_fields;
-    std::vector<int32_t> ids = tok.encode(t.content, t.parse_special);
-    if (t.add_special) {
-      ids.insert(ids.begin(), tok.prefix_ids().begin(), tok.prefix_ids().end());
-      ids.insert(ids.end(), tok.suffix_ids().begin(), tok.suffix_ids().end());
-    }
+    const std::vector<int32_t> ids = t.add_special ? tok.encode_prompt(t.content, t.parse_special)
+                                                   : tok.encode(t.content, t.parse_special);
     if (static_cast<int64_t>(ids.size()) > limits.ctx_size)
       return make_error("'content' encodes to " + std::to_string(ids.size()) + " tokens; at most " +
                         std::to_string(limits.ctx_size) + " (the context size) are allowed");

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "rewind/tokenizer/text.h"
+#include "rewind/tokenizer/tokenizer_config.h"
 
 namespace rw {
 
@@ -847,12 +848,7 @@ Result<Tokenizer> Tokenizer::load(const std::string& path) {
 Result<Tokenizer> Tokenizer::load_dir(const std::string& dir) {
   REWIND_TRY(Tokenizer t, load(dir + "/tokenizer.json"));
   const std::string path = dir + "/tokenizer_config.json";
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return t;  // no config: the post_processor decides
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  const json cfg = json::parse(ss.str(), nullptr, false);
-  if (cfg.is_discarded() || !cfg.is_object()) return make_error(path + ": not a JSON object");
+  REWIND_TRY(const json cfg, read_tokenizer_config(dir));  // none: the post_processor decides
   // add_<kind>_token: true puts <kind>_token there (alone), false puts nothing.
   auto apply = [&](const char* kind, std::vector<int32_t>* ids) -> Status {
     const std::string flag = std::string("add_") + kind + "_token";
@@ -862,13 +858,11 @@ Result<Tokenizer> Tokenizer::load_dir(const std::string& dir) {
     ids->clear();
     if (!add->get<bool>()) return Ok{};
     const std::string key = std::string(kind) + "_token";
-    const json* tok = field(cfg, key.c_str());
-    if (tok != nullptr && tok->is_object()) tok = field(*tok, "content");
-    if (tok == nullptr || !tok->is_string())
-      return make_error(path + ": " + flag + " is true but " + key + " is not set");
-    const int32_t id = t.token_id(tok->get<std::string>());
+    const std::string text = special_token_text(cfg, key.c_str());
+    if (text.empty()) return make_error(path + ": " + flag + " is true but " + key + " is not set");
+    const int32_t id = t.token_id(text);
     if (id < 0)
-      return make_error(path + ": " + key + " " + quote(tok->get<std::string>()) +
+      return make_error(path + ": " + key + " " + quote(text) +
                         " is not a token of tokenizer.json");
     ids->push_back(id);
     return Ok{};
@@ -969,9 +963,9 @@ std::vector<std::pair<std::string, std::string>> Tokenizer::merges() const {
   return out;
 }
 
-std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text) const {
+std::vector<int32_t> Tokenizer::encode_prompt(std::string_view text, bool parse_special) const {
   std::vector<int32_t> out = impl_->prefix;
-  const std::vector<int32_t> body = encode(text, true);
+  const std::vector<int32_t> body = encode(text, parse_special);
   out.insert(out.end(), body.begin(), body.end());
   out.insert(out.end(), impl_->suffix.begin(), impl_->suffix.end());
   return out;

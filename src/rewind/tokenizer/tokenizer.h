@@ -89,7 +89,7 @@ class Tokenizer {
   // A prompt's text as Hugging Face's tokenizer(text) and llama.cpp's completion prompts encode
   // it: encode(text) between prefix_ids() and suffix_ids() (e.g. a BOS first). Chat prompts use
   // encode alone: the template writes their special tokens (HF's apply_chat_template).
-  std::vector<int32_t> encode_prompt(std::string_view text) const;
+  std::vector<int32_t> encode_prompt(std::string_view text, bool parse_special = true) const;
   const std::vector<int32_t>& prefix_ids() const;
   const std::vector<int32_t>& suffix_ids() const;
 
