@@ -630,8 +630,8 @@ int cmd_chat(int argc, char** argv) {
   // The sampling options checked before the model loads (applied over its defaults below).
   SamplingParams scratch;
   if (Status ss = sampling_from(*args, &scratch); !ss.ok()) return fail(ss.error_message());
-  if (ctx.value() < 2 || ctx.value() > (int64_t{1} << 31) - 1)
-    return fail("-c/--ctx-size must be in [2, 2^31)");
+  if ((ctx.value() < 2 && ctx.value() != 0) || ctx.value() > (int64_t{1} << 31) - 1)
+    return fail("-c/--ctx-size must be in [2, 2^31), or 0 (the model's context length)");
   if (n_pred.value() != -1 && n_pred.value() < 1)
     return fail("-n/--n-predict must be >= 1, or -1 (up to the context)");
   if (th.value() < 1) return fail("--threads must be >= 1");
@@ -673,13 +673,19 @@ int cmd_chat(int argc, char** argv) {
   auto model = load_model(dir, store, kernels.value(), &pool, &load_s, false, kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
+  int64_t ctx_n = ctx.value();
+  if (ctx_n == 0) {
+    auto mc = model_context(m.config(), "-c 0");
+    if (!mc.ok()) return fail(mc.error_message());
+    ctx_n = mc.value();
+  }
 
   // Sampling: the model's generation_config.json, then the options given.
   GenerationDefaults defaults =
       load_generation_defaults(dir, m.config().eos_token_ids, tok.value());
   for (const auto& w : defaults.warnings) std::fprintf(stderr, "rewind: warning: %s\n", w.c_str());
   ChatOptions co;
-  co.ctx = ctx.value();
+  co.ctx = ctx_n;
   co.n_predict = n_pred.value();
   co.sampling = defaults.sampling;
   if (Status ss = sampling_from(*args, &co.sampling); !ss.ok()) return fail(ss.error_message());
@@ -693,7 +699,7 @@ int cmd_chat(int argc, char** argv) {
   co.quiet = args->has("--quiet");
 
   EngineOptions eo;
-  eo.ctx_size = ctx.value();
+  eo.ctx_size = ctx_n;
   eo.cache_enabled = !args->has("--no-cache");
   eo.cache.budget_bytes = static_cast<size_t>(cache_ram.value()) << 20;
   eo.cache.policy.size_by_state = true;
@@ -726,7 +732,7 @@ int cmd_chat(int argc, char** argv) {
     std::fprintf(stderr,
                  "rewind chat: %s (%s, loaded in %.2f s), context %lld tokens, cache %s; /help "
                  "lists the commands, Ctrl-D leaves\n",
-                 dir.c_str(), m.isa(), load_s, static_cast<long long>(ctx.value()),
+                 dir.c_str(), m.isa(), load_s, static_cast<long long>(ctx_n),
                  eo.cache_enabled ? (std::to_string(cache_ram.value()) + " MiB").c_str() : "off");
   ChatSession chat(engine, tok.value(), tmpl.value(), std::move(co), args->str("--system"));
   if (loaded) chat.restore(*loaded, args->str("--load"));

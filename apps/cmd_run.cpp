@@ -47,12 +47,12 @@ int cmd_run(int argc, char** argv) {
     if (!r->ok()) return fail(r->error_message());
   for (auto* r : {&temp, &top_p, &min_p})
     if (!r->ok()) return fail(r->error_message());
-  if (n_gen.value() < 1 || n_gen.value() > (int64_t{1} << 30))
-    return fail("-n/--n-predict must be >= 1");
+  if ((n_gen.value() < 1 && n_gen.value() != -1) || n_gen.value() > (int64_t{1} << 30))
+    return fail("-n/--n-predict must be >= 1, or -1 (up to the model's context length)");
   if (th.value() < 1) return fail("--threads must be >= 1");
   if (chunk.value() < 1) return fail("--chunk must be >= 1");
   if (temp.value() < 0) return fail("--temperature must be >= 0");
-  if (top_p.value() <= 0 || top_p.value() > 1) return fail("--top-p must be in (0, 1]");
+  if (!(top_p.value() >= 0 && top_p.value() <= 1)) return fail("--top-p must be in [0, 1]");
   if (min_p.value() < 0 || min_p.value() > 1) return fail("--min-p must be in [0, 1]");
   if (top_k.value() < 0) return fail("--top-k must be >= 0");
   const bool json = args->has("--json");
@@ -82,16 +82,26 @@ int cmd_run(int argc, char** argv) {
     if (t >= m.config().vocab_size)
       return fail("tokenizer id " + std::to_string(t) + " is outside the model's vocab");
 
+  int64_t n_new = n_gen.value();
+  if (n_new == -1) {  // llama.cpp's "until the end": what the model's context leaves
+    auto mc = model_context(m.config(), "-n -1");
+    if (!mc.ok()) return fail(mc.error_message());
+    n_new = mc.value() - static_cast<int64_t>(prompt.size());
+    if (n_new < 1)
+      return fail("the prompt (" + std::to_string(prompt.size()) +
+                  " tokens) fills the model's context length " + std::to_string(mc.value()));
+  }
+
   EngineOptions eo;
   eo.cache_enabled = false;
   eo.step_tokens = chunk.value();
-  eo.ctx_size = static_cast<int64_t>(prompt.size()) + n_gen.value();  // what this one request needs
+  eo.ctx_size = static_cast<int64_t>(prompt.size()) + n_new;  // what this one request needs
   // Ids past the tokenizer (padding rows of the embedding) are never sampled.
   eo.sample_vocab = std::min(static_cast<int32_t>(m.config().vocab_size), tok->vocab_size());
   Engine engine(m, &pool, eo);
   Request req;
   req.prompt = prompt;
-  req.max_tokens = static_cast<int32_t>(n_gen.value());
+  req.max_tokens = static_cast<int32_t>(n_new);
   req.sampling.temperature = static_cast<float>(temp.value());
   req.sampling.top_k = static_cast<int32_t>(top_k.value());
   req.sampling.top_p = static_cast<float>(top_p.value());

@@ -110,6 +110,7 @@ Result<ModelArg> parse_model_arg(const std::string& v) {
 // The options a served model may set for itself (--model-opt NAME:OPTION=VALUE); every other
 // option is the server's, or the same for every model.
 const char* const kPerModelOptions[] = {"--ctx-size",
+                                        "--n-predict",
                                         "--parallel",
                                         "--chunk",
                                         "--mixed-chunk",
@@ -140,12 +141,14 @@ constexpr const char* kDefaultItlTarget = "6x";
 // The engine's sizes from one model's options, checked.
 struct ModelSettings {
   int64_t parallel = 0, ctx = 0, chunk = 0, mixed_chunk = 0, max_queue = 0, ck_int = 0, ck_max = 0;
+  int64_t n_predict = -1;  // -1: up to the context
   StepTarget itl_target;
 };
 Result<ModelSettings> model_settings(const Args& a) {
   ModelSettings s;
   REWIND_TRY(s.parallel, a.int_("--parallel", 4));
   REWIND_TRY(s.ctx, a.int_("--ctx-size", 32768));
+  REWIND_TRY(s.n_predict, a.int_("--n-predict", -1));
   REWIND_TRY(s.chunk, a.int_("--chunk", 512));
   REWIND_TRY(s.mixed_chunk, a.int_("--mixed-chunk", s.chunk));
   REWIND_TRY(s.max_queue, a.int_("--max-queue", 64));
@@ -160,8 +163,11 @@ Result<ModelSettings> model_settings(const Args& a) {
   auto target = parse_step_target(a.str("--itl-target", kDefaultItlTarget));
   if (!target.ok()) return make_error("--itl-target: " + target.error_message());
   s.itl_target = target.value();
-  if (s.ctx < 2) return make_error("--ctx-size must be >= 2");
+  // 0: the model's context length, known once it loads (resolve_ctx).
+  if (s.ctx < 2 && s.ctx != 0) return make_error("--ctx-size must be >= 2, or 0 (the model's)");
   if (s.ctx > (int64_t{1} << 31) - 1) return make_error("--ctx-size must be < 2^31");
+  if (s.n_predict != -1 && (s.n_predict < 1 || (s.ctx > 0 && s.n_predict >= s.ctx)))
+    return make_error("-n/--n-predict must be -1 (up to the context) or in [1, --ctx-size)");
   if (s.ck_int < 0) return make_error("--checkpoint-interval must be >= 0");
   if (s.ck_max < 0 || s.ck_max == 1)
     return make_error("--checkpoint-max must be 0 (no limit) or >= 2");
@@ -171,6 +177,15 @@ Result<ModelSettings> model_settings(const Args& a) {
   SamplingParams scratch;
   REWIND_TRY_STATUS(sampling_from(a, &scratch));
   return s;
+}
+
+// --ctx-size 0 (llama.cpp's "from the model"): the model's max_position_embeddings.
+Status resolve_ctx(const ModelConfig& c, ModelSettings* s) {
+  if (s->ctx != 0) return Ok{};
+  REWIND_TRY(s->ctx, model_context(c, "--ctx-size 0"));
+  if (s->n_predict >= s->ctx)
+    return make_error("-n/--n-predict must be below the context size " + std::to_string(s->ctx));
+  return Ok{};
 }
 
 // One --model-opt value: "NAME:OPTION=VALUE", or "NAME:OPTION" for a flag (a name holds no '=',
@@ -408,6 +423,7 @@ int cmd_serve(int argc, char** argv) {
     REWIND_TRY(L.model, load_model(dir, store, kernels.value(), L.pool.get(), &L.load_s,
                                    L.spec->wants_mtp(), kv));
     Model& m = *L.model;
+    REWIND_TRY_STATUS(resolve_ctx(m.config(), &L.settings));
     if (m.config().max_position_embeddings > 0 && ms.ctx > m.config().max_position_embeddings)
       std::fprintf(stderr,
                    "rewind: warning: --ctx-size %lld exceeds %s's max_position_embeddings %lld\n",
@@ -515,6 +531,7 @@ int cmd_serve(int argc, char** argv) {
     }
     L.engine = std::make_unique<BatchEngine>(m, L.pool.get(), eo);
     L.defaults = load_generation_defaults(dir, m.config().eos_token_ids, *L.tok);
+    L.defaults.max_tokens = ms.n_predict > 0 ? static_cast<int32_t>(ms.n_predict) : 0;
     REWIND_TRY_STATUS(sampling_from(a, &L.defaults.sampling));  // the options over the model's
     for (const auto& w : L.defaults.warnings)
       std::fprintf(stderr, "rewind: warning: %s: %s\n", L.id.c_str(), w.c_str());
@@ -554,6 +571,7 @@ int cmd_serve(int argc, char** argv) {
   }
   so.access_log = access_log.get();
   so.cors_origins = split_commas(args->str("--cors-origin"));
+  so.web_page = !args->has("--no-webui");
   so.header_timeout_s = header_to.value();
   so.body_timeout_s = body_to.value();
   so.idle_timeout_s = idle_to.value();
@@ -604,6 +622,14 @@ int cmd_serve(int argc, char** argv) {
                    so.shared_memory_bound.kinds[i].first.c_str(),
                    so.shared_memory_bound.kinds[i].second / 1048576.0);
     std::fprintf(stderr, " MiB)\n");
+    // A bound past what the machine (or its cgroup) holds is a server that can be killed once
+    // its sequences and cache fill.
+    if (const int64_t usable = usable_memory_bytes(); usable > 0 && total > usable)
+      std::fprintf(stderr,
+                   "rewind serve: warning: the memory bound %.1f MiB exceeds the %.1f MiB this "
+                   "process may use; lower --parallel, --ctx-size or --cache-ram, or expect to "
+                   "run out of memory under full load\n",
+                   total / 1048576.0, static_cast<double>(usable) / 1048576.0);
     for (size_t k = 0; k < loaded.size(); ++k) {
       LoadedModel& L = *loaded[k];
       const StateShape sh = L.model->state_shape();
@@ -683,8 +709,11 @@ int cmd_serve(int argc, char** argv) {
   for (const auto& L : loaded)
     sizes += (sizes.empty() ? "" : "; ") + (n_models > 1 ? L->id + ": " : std::string()) +
              "parallel " + std::to_string(L->settings.parallel) + ", ctx " +
-             std::to_string(L->settings.ctx) + ", itl target " +
-             step_target_string(L->settings.itl_target);
+             std::to_string(L->settings.ctx) +
+             (L->settings.n_predict > 0
+                  ? ", at most " + std::to_string(L->settings.n_predict) + " tokens a reply"
+                  : std::string()) +
+             ", itl target " + step_target_string(L->settings.itl_target);
   std::printf(
       "rewind serve: listening on %s (model%s %s, %s, loaded in %.2f s; %s, cache %s%s)\n",
       url.c_str(), n_models > 1 ? "s" : "", names.c_str(), loaded[0]->model->isa(), load_s,

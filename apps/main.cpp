@@ -224,13 +224,20 @@ Status sampling_from(const Args& a, SamplingParams* p) {
   REWIND_TRY(double min_p, a.num("--min-p", p->min_p));
   if (!(temp >= 0 && temp <= 1e6)) return make_error("--temperature must be >= 0");
   if (top_k < 0 || top_k > (int64_t{1} << 30)) return make_error("--top-k must be >= 0");
-  if (!(top_p > 0 && top_p <= 1)) return make_error("--top-p must be in (0, 1]");
+  if (!(top_p >= 0 && top_p <= 1)) return make_error("--top-p must be in [0, 1]");
   if (!(min_p >= 0 && min_p <= 1)) return make_error("--min-p must be in [0, 1]");
   p->temperature = static_cast<float>(temp);
   p->top_k = static_cast<int32_t>(top_k);
   p->top_p = static_cast<float>(top_p);
   p->min_p = static_cast<float>(min_p);
   return penalties_from(a, p);
+}
+
+Result<int64_t> model_context(const ModelConfig& c, const std::string& what) {
+  if (c.max_position_embeddings < 2)
+    return make_error(what + " takes the model's context length, and its max_position_embeddings " +
+                      std::to_string(c.max_position_embeddings) + " is too small; give a size");
+  return std::min<int64_t>(c.max_position_embeddings, (int64_t{1} << 31) - 1);
 }
 
 Status llama_compat_from(const Args& a) {
@@ -252,6 +259,22 @@ Status llama_compat_from(const Args& a) {
     const std::string fa = a.str("--flash-attn");
     if (!kValues.count(fa))
       return make_error("-fa/--flash-attn must be on, off or auto (got '" + fa + "')");
+  }
+  if (a.has("--ubatch-size")) {
+    REWIND_TRY(int64_t ub, a.int_("--ubatch-size", 512));
+    if (ub < 1) return make_error("-ub/--ubatch-size must be >= 1");
+    std::fprintf(stderr, "rewind: note: -ub %lld ignored: rewind sizes its own matmul tiles\n",
+                 static_cast<long long>(ub));
+  }
+  if (a.has("--threads-batch")) {
+    REWIND_TRY(int64_t tb, a.int_("--threads-batch", 1));
+    if (tb < 1 && tb != -1) return make_error("-tb/--threads-batch must be >= 1, or -1");
+    REWIND_TRY(int64_t t, a.int_("--threads", default_threads()));
+    if (tb != -1 && tb != t)
+      std::fprintf(stderr,
+                   "rewind: note: -tb %lld ignored: the prefill runs on the --threads threads "
+                   "(%lld)\n",
+                   static_cast<long long>(tb), static_cast<long long>(t));
   }
   return Ok{};
 }

@@ -11,6 +11,7 @@
 //
 // Usage: kv_attention_bench [--ctx 4096,16384,32768] [--steps 20] [--threads N]
 //                           [--layers 6] [--heads 8] [--kv-heads 2] [--head-dim 256]
+//                           [--page-tokens 64]  (tokens per KV page: StateShape::page_tokens)
 //                           [--types f32,bf16,f16,q8_0] [--isa auto|avx512|avx2|scalar]
 //                           [--cpu-time]  (time each step by process CPU time, not wall time:
 //                                          with --threads 1, kernel tuning on a shared host)
@@ -113,6 +114,11 @@ int main(int argc, char** argv) {
   const int64_t nh = std::atoll(arg(argc, argv, "--heads", "8").c_str());
   const int64_t nkv = std::atoll(arg(argc, argv, "--kv-heads", "2").c_str());
   const int64_t D = std::atoll(arg(argc, argv, "--head-dim", "256").c_str());
+  const int64_t page_tokens = std::atoll(arg(argc, argv, "--page-tokens", "64").c_str());
+  if (page_tokens <= 0 || page_tokens % 32 != 0) {
+    std::fprintf(stderr, "kv_attention_bench: --page-tokens must be a positive multiple of 32\n");
+    return 1;
+  }
   bool hot = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--cpu-time") bench::bench_cpu_time = true;
@@ -157,6 +163,7 @@ int main(int argc, char** argv) {
       sh.kv_dim = nkv * D;
       sh.kv_head_dim = D;
       sh.kv_types = {t, t};
+      sh.page_tokens = page_tokens;
       states.emplace_back(sh);
     }
     std::vector<float> k(static_cast<size_t>(nkv * D)), v(k.size());

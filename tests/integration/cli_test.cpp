@@ -233,6 +233,40 @@ TEST(Cli, ConvertWritesTheTemplateTheModelRendersWith) {
 // What a user coming from llama.cpp mistypes gets a message that says what to do instead: a
 // GGUF given to convert (no requantising), --type on an HF make-model, a directory that is no
 // model, a draft that does not exist (named as the draft).
+// llama.cpp's "from the model": run -n -1 generates up to the model's context length, chat and
+// serve -c 0 take it as their context; one too short is refused, naming the option.
+TEST(Cli, ContextFromTheModel) {
+  const std::string dir = test::made_scratch_dir("cli_model_ctx");
+  int rc = -1;
+  std::string out = rewind("make-model --preset tiny --out " + dir + "/hf", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string cfg = dir + "/hf/config.json";
+  std::string text = test::read_file(cfg);
+  const std::regex mpe("\"max_position_embeddings\": *[0-9]+");
+  ASSERT_TRUE(std::regex_search(text, mpe)) << text;
+  test::write_file(cfg, std::regex_replace(text, mpe, "\"max_position_embeddings\": 24"));
+  out = rewind("run -m " + dir + "/hf -p 'And God said' -n -1 -t 1 --ignore-eos --json -q", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("\"prompt_tokens\":([0-9]+)"))) << out;
+  const int prompt = std::stoi(m[1]);
+  EXPECT_TRUE(contains(out, "\"generated_tokens\":" + std::to_string(24 - prompt))) << out;
+  out = rewind("chat -m " + dir + "/hf -c 0 -n 2 -t 1 < /dev/null", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "context 24 tokens")) << out;
+  out = rewind("serve -m " + dir + "/hf -c 0 -n 30 --port 0", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "-n/--n-predict must be below the context size 24")) << out;
+  // A length too short to hold a token after the prompt: refused, naming the option.
+  test::write_file(cfg, std::regex_replace(text, mpe, "\"max_position_embeddings\": 1"));
+  out = rewind("run -m " + dir + "/hf -p x -n -1 -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "-n -1 takes the model's context length")) << out;
+  out = rewind("run -p x -n -2 -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "-n/--n-predict must be >= 1, or -1")) << out;
+}
+
 TEST(Cli, MistakesSayWhatToDo) {
   const std::string dir = test::made_scratch_dir("cli_mistakes");
   int rc = -1;

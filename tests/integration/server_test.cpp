@@ -1031,7 +1031,7 @@ TEST_F(ServerTest, BadRequests) {
                                              {"image_url", {{"url", "http://x/y.png"}}}}})}}})}}),
       400, "image_url");
   expect_error(post(s(), "/v1/chat/completions", chat_body("x", 2, {{"n", 9}})), 400,
-               "'n' must be in [1, 8]");
+               "'n' must be in [1, 4]");
   // n above the server's parallel sequences (4 here).
   expect_error(post(s(), "/v1/chat/completions", chat_body("x", 2, {{"n", 5}})), 400, "--parallel");
   expect_error(
@@ -1835,10 +1835,9 @@ TEST_F(ServerTest, ModelById) {
     b.erase("created");
     EXPECT_EQ(a, b) << path;
   }
-  // Without --alias any name is served (AnyModelNameWithoutAlias), so any id answers the model.
-  const Http any = curl(s(), "GET", "/v1/models/gpt-4");
-  ASSERT_EQ(any.status, 200) << any.body;
-  EXPECT_EQ(any.j()["id"], "tiny");
+  // Without --alias a request may name any model (AnyModelNameWithoutAlias), but a lookup
+  // answers only the listed id, as OpenAI's retrieve does.
+  expect_error(curl(s(), "GET", "/v1/models/gpt-4"), 404, "does not exist");
   expect_error(curl(s(), "GET", "/v1/models/%zz"), 400, "bad percent escape");
   expect_error(curl(s(), "GET", "/v1/models/tiny", "", ""), 401);
   expect_error(curl(s(), "POST", "/v1/models/tiny", "{}"), 405);
@@ -2234,19 +2233,39 @@ TEST(ServerLimits, SigtermWaitsForRequestsBeingPrepared) {
   EXPECT_EQ(c.got().rfind("HTTP/1.1 200", 0), 0u) << c.got();
 }
 
-// llama-server's command line runs as it is: --jinja, -ngl (noted on stderr) and -fa are
-// accepted, -b is --chunk, the sampling options set a request's defaults over the model's and
-// --chat-template-file (also per model) replaces the template.
+// llama-server's command line runs as it is: --jinja, -ngl (noted on stderr), -fa, -cb,
+// --metrics, --no-mmap, -ub (noted) and -tb are accepted, -b is --chunk, -n caps a reply,
+// --no-webui leaves the page out, the
+// sampling options set a request's defaults over the model's and --chat-template-file (also
+// per model) replaces the template.
 TEST(ServerLimits, LlamaServerCommandLine) {
   const std::string tmpl = tmp_path("tmpl.jinja");
   write_file(tmpl,
              "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
              "{% if add_generation_prompt %}[assistant] {% endif %}");
-  auto srv = Server::start({"--api-key", kKey, "--jinja", "-ngl", "99", "-fa", "on", "--temp",
-                            "0.25", "--top-k", "7", "--repeat-penalty", "1.1", "-b", "256",
-                            "--chat-template-file", tmpl});
+  auto srv = Server::start({"--api-key", kKey,      "--jinja",   "-ngl",
+                            "99",        "-fa",     "on",        "--temp",
+                            "0.25",      "--top-k", "7",         "--repeat-penalty",
+                            "1.1",       "-b",      "256",       "--chat-template-file",
+                            tmpl,        "-cb",     "--metrics", "--no-mmap",
+                            "-ub",       "128",     "-tb",       "2",
+                            "-t",        "2",       "-n",        "5",
+                            "--no-webui"});
   ASSERT_NE(srv, nullptr);
   EXPECT_NE(srv->log().find("-ngl 99 ignored"), std::string::npos) << srv->log();
+  EXPECT_NE(srv->log().find("-ub 128 ignored"), std::string::npos) << srv->log();
+  EXPECT_EQ(srv->log().find("-tb 2"), std::string::npos) << srv->log();  // the same as -t
+  EXPECT_NE(srv->log().find("at most 5 tokens a reply"), std::string::npos) << srv->log();
+  // -n: the max_tokens of a request without one, and the cap of a larger one.
+  for (const auto& [asked, got] : std::vector<std::pair<int, int>>{{0, 5}, {9, 5}, {3, 3}}) {
+    json body = completion_body("x", asked);
+    if (asked == 0) body.erase("max_tokens");
+    body["ignore_eos"] = true;
+    const Http r = post(*srv, "/v1/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.j()["usage"]["completion_tokens"], got) << asked;
+    EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "length") << asked;
+  }
   EXPECT_NE(srv->log().find("a checkpoint of the recurrent state: "), std::string::npos)
       << srv->log();
   const json props = curl(*srv, "GET", "/props").j();
@@ -2255,6 +2274,10 @@ TEST(ServerLimits, LlamaServerCommandLine) {
   EXPECT_FLOAT_EQ(p["temperature"].get<float>(), 0.25f) << p;
   EXPECT_EQ(p["top_k"], 7) << p;
   EXPECT_FLOAT_EQ(p["repeat_penalty"].get<float>(), 1.1f) << p;
+  EXPECT_EQ(p["n_predict"], 5) << p;
+  // --no-webui: the API only.
+  expect_error(curl(*srv, "GET", "/", "", ""), 404);
+  expect_error(curl(*srv, "GET", "/assets/app.js", "", ""), 404);
   const Http t = post(*srv, "/apply-template",
                       {{"messages", json::array({{{"role", "user"}, {"content", "hi"}}})}});
   ASSERT_EQ(t.status, 200) << t.body;
@@ -2271,6 +2294,18 @@ TEST(ServerLimits, LlamaServerCommandLine) {
                        {"max_tokens", 3},
                        {"temperature", 0}});
   ASSERT_EQ(c.status, 200) << c.body;
+}
+
+// A memory bound past what the machine holds is said at start (the defaults on the tiny model
+// are far below it).
+TEST(ServerLimits, WarnsWhenTheMemoryBoundExceedsTheMachine) {
+  auto fits = Server::start({"--api-key", kKey});
+  ASSERT_NE(fits, nullptr);
+  EXPECT_EQ(fits->log().find("exceeds the"), std::string::npos) << fits->log();
+  auto huge = Server::start({"--api-key", kKey, "--cache-ram", "1000000000"});  // ~954 TiB
+  ASSERT_NE(huge, nullptr);
+  EXPECT_NE(huge->log().find("warning: the memory bound"), std::string::npos) << huge->log();
+  EXPECT_NE(huge->log().find("lower --parallel, --ctx-size or --cache-ram"), std::string::npos);
 }
 
 // Bodies that take long to parse and tokenize are prepared off the transport's threads: with
@@ -2321,9 +2356,13 @@ TEST(ServerLimits, TemplateFileAndSamplingErrors) {
       {"--chat-template-file /nonexistent/t.jinja", "cannot read it"},
       {"--model-opt tiny:chat-template-file=" + bad, "chat template"},
       {"--temp -1", "--temperature must be >= 0"},
-      {"--top-p 0", "--top-p must be in (0, 1]"},
+      {"--top-p 1.5", "--top-p must be in [0, 1]"},
       {"--model-opt tiny:min-p=2", "--min-p must be in [0, 1]"},
       {"-fa maybe", "-fa/--flash-attn must be on, off or auto"},
+      {"-n 0", "-n/--n-predict must be -1 (up to the context) or in [1, --ctx-size)"},
+      {"-c 64 -n 64", "-n/--n-predict must be -1"},
+      {"-ub 0", "-ub/--ubatch-size must be >= 1"},
+      {"-tb x", "--threads-batch"},
   };
   for (const auto& [opts, want] : cases) {
     int rc = 0;
@@ -3022,7 +3061,12 @@ TEST_F(ServerTest, PostMustBeJson) {
     const json j = body_of(got);
     EXPECT_EQ(j["error"]["type"], "invalid_request_error") << got;
     EXPECT_EQ(j["error"]["code"], "unsupported_media_type") << got;
-    EXPECT_NE(j["error"]["message"].get<std::string>().find("application/json"), std::string::npos);
+    const std::string msg = j["error"]["message"].get<std::string>();
+    EXPECT_NE(msg.find("application/json"), std::string::npos);
+    // curl -d's default type gets a hint at the header to add.
+    EXPECT_EQ(msg.find("curl -d") != std::string::npos,
+              std::string(ct).find("x-www-form-urlencoded") != std::string::npos)
+        << msg;
   }
   // With parameters, in any case: accepted.
   EXPECT_EQ(send("Content-Type: Application/JSON; charset=utf-8\r\n").rfind("HTTP/1.1 200", 0), 0u);
@@ -3877,7 +3921,7 @@ TEST(SeveralModels, PerModelOptions) {
            {"b", "expected NAME:OPTION=VALUE"},
            {":ctx-size=5", "expected NAME:OPTION=VALUE"},
            {"c:ctx-size=5", "no model is named 'c'"},
-           {"b:port=1", "a model may set only ctx-size, parallel"},
+           {"b:port=1", "a model may set only ctx-size, n-predict, parallel"},
            {"b:threads=1", "a model may set only"},
            {"b:nope=1", "a model may set only"},
            {"b:no-cache=1", "--no-cache takes no value"},

@@ -227,6 +227,42 @@ TEST(ChatRequest, MaxCompletionTokens) {
   EXPECT_TRUE(same.ok()) << same.error_message();
 }
 
+// llama.cpp's n_predict: a third spelling of max_tokens, -1 meaning unset.
+TEST(ChatRequest, NPredictIsMaxTokens) {
+  auto r = parse_chat_request(chat_with(R"("n_predict":7)"), limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(*r->max_tokens, 7);
+  EXPECT_TRUE(r->ignored_fields.empty());
+  auto unset = parse_chat_request(chat_with(R"("n_predict":-1)"), limits());
+  ASSERT_TRUE(unset.ok()) << unset.error_message();
+  EXPECT_FALSE(unset->max_tokens.has_value());
+  auto both = parse_chat_request(chat_with(R"("n_predict":-1,"max_tokens":5)"), limits());
+  ASSERT_TRUE(both.ok()) << both.error_message();
+  EXPECT_EQ(*both->max_tokens, 5);
+  auto c = parse_completion_request(R"({"prompt":"x","n_predict":3})", limits());
+  ASSERT_TRUE(c.ok()) << c.error_message();
+  EXPECT_EQ(*c->max_tokens, 3);
+  expect_chat_error(chat_with(R"("n_predict":0)"), "(or -1: the server's default)");
+  expect_chat_error(chat_with(R"("n_predict":-2)"), "'n_predict' must be in [1, 4096]");
+  expect_chat_error(chat_with(R"("n_predict":5000)"), "'n_predict' must be in [1, 4096]");
+  expect_chat_error(chat_with(R"("n_predict":"5")"), "'n_predict' must be an integer");
+  expect_chat_error(chat_with(R"("n_predict":4,"max_tokens":5)"), "disagree");
+}
+
+// n is capped by the server's --parallel as well as by 8.
+TEST(ChatRequest, ChoicesCappedByLimits) {
+  Limits l = limits();
+  l.max_choices = 4;
+  auto ok = parse_chat_request(chat_with(R"("n":4)"), l);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  auto r = parse_chat_request(chat_with(R"("n":5)"), l);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error_message().find("'n' must be in [1, 4] (got 5): the server runs 4 sequences at "
+                                   "once (--parallel)"),
+            std::string::npos)
+      << r.error_message();
+}
+
 TEST(ChatRequest, TopKMinusOneIsOff) {
   auto r = parse_chat_request(chat_with(R"("top_k":-1)"), limits());
   ASSERT_TRUE(r.ok()) << r.error_message();

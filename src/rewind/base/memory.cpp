@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -39,6 +41,55 @@ int64_t process_resident_bytes() {
   std::fclose(f);
   if (got != 2) return 0;
   return static_cast<int64_t>(resident) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+int64_t parse_cgroup_memory_limit(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) ++i;
+  size_t e = i;
+  uint64_t v = 0;
+  while (e < text.size() && text[e] >= '0' && text[e] <= '9' && e - i < 19)
+    v = v * 10 + static_cast<uint64_t>(text[e++] - '0');
+  if (e == i) return -1;  // "max" or not a number
+  for (size_t k = e; k < text.size(); ++k)
+    if (text[k] != '\n' && text[k] != ' ' && text[k] != '\t') return -1;
+  if (v >= (uint64_t{1} << 62)) return -1;  // v1's "no limit" (a page-rounded 2^63 - 1)
+  return static_cast<int64_t>(v);
+}
+
+namespace {
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return "";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int64_t usable_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  int64_t best = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  auto lower = [&](int64_t limit) {
+    if (limit > 0 && (best == 0 || limit < best)) best = limit;
+  };
+  // cgroup v2: the line "0::PATH" of /proc/self/cgroup names this process's group.
+  std::istringstream cg(read_small_file("/proc/self/cgroup"));
+  for (std::string line; std::getline(cg, line);)
+    if (line.rfind("0::", 0) == 0) {
+      std::string path = line.substr(3);
+      // The group's limit and its parents' (a limit set higher up binds too).
+      while (true) {
+        lower(parse_cgroup_memory_limit(read_small_file("/sys/fs/cgroup" + path + "/memory.max")));
+        if (path.empty() || path == "/") break;
+        const size_t s = path.find_last_of('/');
+        path = s == std::string::npos ? "" : path.substr(0, s);
+      }
+    }
+  lower(parse_cgroup_memory_limit(read_small_file("/sys/fs/cgroup/memory/memory.limit_in_bytes")));
+  return best;
 }
 
 void release_free_memory() {

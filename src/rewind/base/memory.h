@@ -39,6 +39,13 @@ class LiveBytes {
 // The process's resident set in bytes (/proc/self/statm; 0 where that cannot be read).
 int64_t process_resident_bytes();
 
+// The memory this process may use: the machine's physical memory, or its cgroup's limit when
+// lower (cgroup v2 memory.max, v1 memory.limit_in_bytes). 0 where nothing can be read.
+int64_t usable_memory_bytes();
+// A cgroup memory limit file's text: the limit in bytes, or -1 for "max", an unlimited v1
+// value (at least 2^62) or anything that is not a number.
+int64_t parse_cgroup_memory_limit(const std::string& text);
+
 // Hands free heap memory back to the system (glibc: malloc_trim(0), which also releases the
 // free pages inside the heap, in every arena). Costs a walk of the free lists: call it when
 // idle, after large frees. No-op elsewhere.

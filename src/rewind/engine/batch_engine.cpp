@@ -140,6 +140,10 @@ Result<SpecConfig> resolve_spec(const Model& model, const SpecConfig& engine_def
     return make_error(
         "speculative: this model is served without a draft model (--spec draft:DIR; with "
         "several models, --model-opt NAME:spec=draft:DIR gives one its own)");
+  if (c.kind == SpecKind::Mtp && !model.mtp_loaded() && model.weights().has_mtp())
+    return make_error(
+        "speculative: this model is served without its MTP head (--spec mtp loads it; with "
+        "several models, --model-opt NAME:spec=mtp)");
   REWIND_TRY_STATUS(spec_check(model, c));
   return c;
 }

@@ -27,6 +27,9 @@ class Tokenizer;
 struct GenerationDefaults {
   std::set<int32_t> stop_ids;
   SamplingParams sampling;  // seed unused (a request without a seed gets a random one)
+  // The most tokens of a reply (serve -n): a request's max_tokens when it gives none, and the
+  // cap of a larger one (as llama-server's -n); 0: up to what is left of the context.
+  int32_t max_tokens = 0;
   std::vector<std::string> warnings;
 };
 

@@ -145,12 +145,13 @@ std::string_view canonical_path(std::string_view path) {
   return path;
 }
 
-const Route* find_route(const std::string& given) {
+// web_page: the page's files are routes (ServerOptions::web_page).
+const Route* find_route(const std::string& given, bool web_page) {
   const std::string_view path = canonical_path(given);
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;
   if (path.size() > kModelPrefix.size() && path.starts_with(kModelPrefix)) return &kModelRoute;
-  if (find_web_asset(path)) return &kAssetRoute;
+  if (web_page && find_web_asset(path)) return &kAssetRoute;
   return nullptr;
 }
 
@@ -434,6 +435,7 @@ struct Served {
         label(std::move(label_)) {
     limits.ctx_size = engine.options().ctx_size;
     limits.vocab_size = engine.model().config().vocab_size;
+    limits.max_choices = std::min(Request::kMaxChoices, engine.options().max_running);
     tool_format = probe_tool_format();
   }
   BatchEngine& engine;
@@ -620,7 +622,7 @@ struct Served {
                    {"repeat_last_n", d.repeat_last_n},
                    {"presence_penalty", d.presence_penalty},
                    {"frequency_penalty", d.frequency_penalty},
-                   {"n_predict", -1},
+                   {"n_predict", defaults.max_tokens > 0 ? defaults.max_tokens : -1},
                    {"stop_token_ids", std::move(stops)},
                    {"speculative", spec_kind_name(sc.kind)},
                    {"speculative.n_max", sc.k}};
@@ -687,12 +689,18 @@ struct Served {
       return bad_request("the prompt has " + std::to_string(n) + " tokens; the context size is " +
                              std::to_string(ctx) + " (at least one token must be left to generate)",
                          "context_length_exceeded");
-    if (c.max_tokens && n + *c.max_tokens > ctx)
+    // The server's -n is the default and the cap.
+    std::optional<int32_t> want = c.max_tokens;
+    const int32_t cap = defaults.max_tokens;
+    if (cap > 0 && (!want || *want > cap)) want = cap;
+    if (c.max_tokens && n + *want > ctx)
       return bad_request("prompt (" + std::to_string(n) + " tokens) + max_tokens (" +
-                             std::to_string(*c.max_tokens) + ") exceed the context size " +
+                             std::to_string(*want) + ") exceed the context size " +
                              std::to_string(ctx),
                          "context_length_exceeded");
-    p->sub.max_tokens = c.max_tokens ? *c.max_tokens : static_cast<int32_t>(ctx - n);
+    // Without max_tokens the reply ends at the context's end at the latest.
+    p->sub.max_tokens = want ? std::min<int32_t>(*want, static_cast<int32_t>(ctx - n))
+                             : static_cast<int32_t>(ctx - n);
     p->sub.sampling = sampling_of(c.sampling);
     if (!c.ignore_eos) p->sub.stop_ids = defaults.stop_ids;
     p->sub.logprobs = c.logprobs;
@@ -936,7 +944,7 @@ struct HttpServer::Impl {
         },
         [this](const HttpTransport::Answer& a) {
           // By route, so that the label takes a bounded set of values.
-          const Route* r = find_route(a.path);
+          const Route* r = find_route(a.path, opt.web_page);
           metrics.count_response(r == &kAssetRoute ? a.path : r ? r->path : "other", a.status);
           // The handler's answers are logged where they end (with their tokens); these are the
           // header checks' and the transport's own.
@@ -1016,7 +1024,7 @@ struct HttpServer::Impl {
       r.headers = {{"Allow", "GET, HEAD, POST, DELETE, OPTIONS"}};
       return r;
     }
-    const Route* route = find_route(req.path);
+    const Route* route = find_route(req.path, opt.web_page);
     if (!route)
       return error_reply(
           {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"});
@@ -1049,7 +1057,11 @@ struct HttpServer::Impl {
         return error_reply({415,
                             "Content-Type must be application/json" +
                                 (ct ? " (got '" + std::string(trim(*ct)).substr(0, 100) + "')"
-                                    : std::string(" (none sent)")),
+                                    : std::string(" (none sent)")) +
+                                (media == "application/x-www-form-urlencoded"
+                                     ? "; curl -d sends that unless given -H 'Content-Type: "
+                                       "application/json'"
+                                     : ""),
                             "invalid_request_error", "unsupported_media_type"});
     }
     return std::nullopt;
@@ -1061,7 +1073,7 @@ struct HttpServer::Impl {
     const Clock::time_point t0 = Clock::now();
     req.path = std::string(canonical_path(req.path));
     const HttpHeaders cors = cors_headers(req);
-    const Route* route = find_route(req.path);
+    const Route* route = find_route(req.path, opt.web_page);
     std::string log_model;  // the model a per-model route answered for
     auto send = [&](HttpReply r) { answer(req, t0, ex, cors, std::move(r), log_model); };
     auto json_reply = [&](std::string body) {
@@ -1114,12 +1126,12 @@ struct HttpServer::Impl {
         if (route == &kModelRoute) {
           auto id = percent_decode(std::string_view(req.path).substr(kModelPrefix.size()), false);
           if (!id.ok()) return send(error_reply(bad_request("model id: " + id.error_message())));
-          // As a request's `model`: without names set any id is the one model (named by its
-          // id, as its answers are), else a listed name or 404.
+          // A listed id, else 404 (OpenAI's retrieve), even where a request's `model` may be
+          // any name (one model without names).
           HttpError err;
-          const Served* m = find_model(id.value(), &err);
+          const Served* m = find_model(id.value(), &err, /*listed_only=*/true);
           if (!m) return send(error_reply(err));
-          return json_reply(dump_json(entry(*m, strict ? id.value() : m->names()[0])) + "\n");
+          return json_reply(dump_json(entry(*m, id.value())) + "\n");
         }
         json data = json::array();
         for (const auto& m : models)
@@ -1154,7 +1166,8 @@ struct HttpServer::Impl {
         return prepare(std::move(req), t0, ex, cors, &Impl::utility);
       if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
         return prepare(std::move(req), t0, ex, cors, &Impl::generation);
-      if (const WebAsset* a = find_web_asset(req.path)) return send(asset_reply(*a, req));
+      if (const WebAsset* a = opt.web_page ? find_web_asset(req.path) : nullptr)
+        return send(asset_reply(*a, req));
       send(error_reply(
           {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"}));
     } catch (const std::exception& e) {
@@ -1553,8 +1566,10 @@ struct HttpServer::Impl {
   }
 
   // The model a request names ("": none), or 404 model_not_found (OpenAI's shape).
-  const Served* find_model(const std::string& asked, HttpError* err) const {
-    if (!strict || asked.empty()) return models[0].get();
+  // listed_only: the name must be one of /v1/models' ids even without names set.
+  const Served* find_model(const std::string& asked, HttpError* err,
+                           bool listed_only = false) const {
+    if (!listed_only && (!strict || asked.empty())) return models[0].get();
     for (const auto& m : models)
       for (const std::string& n : m->names())
         if (n == asked) return m.get();

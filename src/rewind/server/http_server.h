@@ -31,8 +31,8 @@
 //       HTTP (request smuggling shapes included: see http_transport.h), then the connection
 //       closes;
 //   401 authentication_error: --api-key set and `Authorization: Bearer KEY` missing or wrong
-//       (/v1/* and /metrics; the scheme is case-insensitive, the key compared in constant time;
-//       checked from the header, before the body is used);
+//       (every route but /health and the web page; the scheme is case-insensitive, the key
+//       compared in constant time; checked from the header, before the body is used);
 //   404 not_found_error: unknown route; 404 invalid_request_error model_not_found: a "model"
 //       that no served model has among its names, when names are set or several models are
 //       served (OpenAI's shape);
@@ -114,6 +114,7 @@ struct ServerOptions {
   AccessLog* access_log = nullptr;        // one line per request (access_log.h); null: none
   int http_threads = 0;                   // transport (io) threads; 0: 2
   std::vector<std::string> cors_origins;  // origins allowed by CORS ("*": any); empty: CORS off
+  bool web_page = true;                   // serve the web page at / (--no-webui: 404 there)
   double header_timeout_s = 10;           // the whole request header (408)
   double body_timeout_s = 30;             // the whole body, after the header (408)
   double idle_timeout_s = 5;              // a keep-alive connection between requests

@@ -176,11 +176,11 @@ std::vector<std::string> unknown_fields(const json& j, std::initializer_list<con
   return out;
 }
 
-#define REWIND_COMMON_FIELDS                                                                      \
-  "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "temperature",      \
-      "top_p", "top_k", "min_p", "seed", "n", "best_of", "presence_penalty", "frequency_penalty", \
-      "repetition_penalty", "repeat_last_n", "logit_bias", "stop", "speculative", "ignore_eos",   \
-      "logprobs", "top_logprobs", "response_format", "grammar"
+#define REWIND_COMMON_FIELDS                                                                \
+  "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict",  \
+      "temperature", "top_p", "top_k", "min_p", "seed", "n", "best_of", "presence_penalty", \
+      "frequency_penalty", "repetition_penalty", "repeat_last_n", "logit_bias", "stop",     \
+      "speculative", "ignore_eos", "logprobs", "top_logprobs", "response_format", "grammar"
 
 // Fields both endpoints share. `chat` selects the chat meaning of logprobs (a boolean plus
 // top_logprobs) over the completions one (an integer count of alternatives).
@@ -199,11 +199,17 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
     }
   }
   const int64_t max_tok_hi = std::min<int64_t>(lim.ctx_size, std::numeric_limits<int32_t>::max());
-  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+  // llama.cpp's n_predict is a third spelling; its -1 means unset.
+  for (const char* name : {"max_tokens", "max_completion_tokens", "n_predict"}) {
     if (const json* v = field(j, name)) {
-      REWIND_TRY(int64_t n, get_int(*v, name, 1, max_tok_hi));
+      const bool llama = std::string_view(name) == "n_predict";
+      if (llama && v->is_number_integer() && v->get<int64_t>() == -1) continue;
+      auto got = get_int(*v, name, 1, max_tok_hi);
+      if (!got.ok())
+        return make_error(got.error_message() + (llama ? " (or -1: the server's default)" : ""));
+      const int64_t n = got.value();
       if (out->max_tokens && *out->max_tokens != n)
-        return make_error("'max_tokens' and 'max_completion_tokens' disagree");
+        return make_error("'max_tokens', 'max_completion_tokens' and 'n_predict' disagree");
       out->max_tokens = static_cast<int32_t>(n);
     }
   }
@@ -231,7 +237,12 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
     }
   }
   if (const json* v = field(j, "n")) {
-    REWIND_TRY(int64_t n, get_int(*v, "n", 1, 8));
+    auto got = get_int(*v, "n", 1, lim.max_choices);
+    if (!got.ok() && lim.max_choices < 8 && v->is_number_integer() && v->get<int64_t>() > 1 &&
+        v->get<int64_t>() <= 8)
+      return make_error(got.error_message() + ": the server runs " +
+                        std::to_string(lim.max_choices) + " sequences at once (--parallel)");
+    REWIND_TRY(int64_t n, std::move(got));
     out->n = static_cast<int32_t>(n);
   }
   if (const json* v = field(j, "best_of")) {

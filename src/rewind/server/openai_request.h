@@ -41,6 +41,7 @@ struct Limits {
   int32_t max_stop = 4;           // stop sequences per request (OpenAI: 4)
   size_t max_stop_bytes = 1024;   // bytes of one stop sequence
   int32_t max_top_logprobs = 20;  // chat top_logprobs / completions logprobs upper bound
+  int32_t max_choices = 8;        // n: at most 8, and at most the server's --parallel
   size_t max_messages = 65536;    // messages per chat request
   int max_json_depth = 64;        // nesting depth of the request JSON
 };
@@ -75,8 +76,9 @@ struct SamplingOverrides {
 struct CommonRequest {
   std::string model;  // routes to a served model; checked when names are set (http_server.h)
   bool stream = false;
-  bool include_usage = false;         // stream_options.include_usage (stream only)
-  std::optional<int32_t> max_tokens;  // max_tokens or max_completion_tokens; >= 1
+  bool include_usage = false;  // stream_options.include_usage (stream only)
+  // max_tokens, max_completion_tokens or llama.cpp's n_predict (-1 there: unset); >= 1.
+  std::optional<int32_t> max_tokens;
   SamplingOverrides sampling;
   std::vector<std::string> stop;  // non-empty strings, at most Limits::max_stop
   bool logprobs = false;          // report the chosen tokens' log-probabilities
