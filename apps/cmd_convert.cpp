@@ -126,6 +126,10 @@ int cmd_convert(int argc, char** argv) {
     return fail("--in " + in +
                 " is a file: convert reads a Hugging Face directory (config.json and "
                 "*.safetensors); it does not requantise a GGUF file (llama-quantize does)");
+  if (std::error_code e; !std::filesystem::is_directory(in, e))
+    return fail("--in " + in + ": no such directory");
+  if (!std::filesystem::exists(std::filesystem::path(in) / "config.json"))
+    return fail("--in " + in + " is a directory without config.json: not a Hugging Face model");
   if (const std::string to = args->str("--to", "gguf"); to != "gguf")
     return fail("--to must be gguf: convert writes a Hugging Face checkpoint as GGUF (got '" + to +
                 "')");
@@ -143,6 +147,16 @@ int cmd_convert(int argc, char** argv) {
     if (std::error_code eq; std::filesystem::equivalent(e.path(), out, eq))
       return fail("-o/--out " + out + " is one of the checkpoint's files in " + in +
                   ": write the GGUF file elsewhere");
+  // The file is GGUF whatever its name: another format's extension would mislead every reader.
+  {
+    std::string ext = std::filesystem::path(out).extension().string();
+    for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (ext == ".safetensors" || ext == ".json" || ext == ".bin" || ext == ".pt" || ext == ".pth")
+      return fail("-o/--out " + out + ": convert writes a GGUF file; name it .gguf");
+    if (ext != ".gguf")
+      std::fprintf(stderr, "rewind convert: note: %s is a GGUF file, without the .gguf name\n",
+                   out.c_str());
+  }
   if (!args->has("--type"))
     std::fprintf(stderr,
                  "rewind convert: no --type given; writing %s (--type f32 or bf16 keeps full "

@@ -101,6 +101,15 @@ Result<std::string> model_path_or_stored(const std::string& given) {
     return make_error("'" + given +
                       "' is a directory without config.json, so not a Hugging Face model (a "
                       "model is such a directory, a .gguf file or a pulled name)");
+  // A file of a Hugging Face directory (config.json, a shard): the model is the directory.
+  if (std::filesystem::is_regular_file(given, ec)) {
+    const std::filesystem::path p(given);
+    const std::string ext = p.extension().string();
+    if (ext == ".json" || ext == ".safetensors" || ext == ".jinja")
+      return make_error("'" + given + "' is a file of a Hugging Face model: pass its directory (" +
+                        (p.has_parent_path() ? p.parent_path().string() : std::string(".")) +
+                        "), or a .gguf file");
+  }
   if (std::filesystem::exists(given, ec)) return given;
   REWIND_TRY(std::string root, hub::default_store_root());
   return hub::find_stored(root, given);

@@ -1138,6 +1138,10 @@ static int make_model(const Args& parsed) {
     return 0;
   }
   if (out.empty()) return fail("--out DIR is required");
+  if (std::error_code ec; std::filesystem::exists(out, ec) && !std::filesystem::is_directory(out))
+    return fail("--out " + out +
+                " is a file: an HF model is a directory (--format gguf --type TYPE writes one "
+                "GGUF file)");
   Status st = write_hf_files(&m, out);
   if (!st.ok()) return fail(st.error_message());
   std::printf("wrote %s (%s)\n", out.c_str(), m.label.c_str());

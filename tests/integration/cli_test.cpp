@@ -285,6 +285,36 @@ TEST(Cli, MistakesSayWhatToDo) {
   out = rewind("run -p x -n 1 -t 1 --spec draft:" + dir + "/nosuch", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(contains(out, "--spec draft:" + dir + "/nosuch: ")) << out;
+  // A file of an HF model where its directory is meant; an HF model onto an existing file.
+  out = rewind("make-model --preset tiny --out " + dir + "/hf", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  out = rewind("run -m " + dir + "/hf/config.json -p x -n 1 -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(
+      contains(out, "is a file of a Hugging Face model: pass its directory (" + dir + "/hf)"))
+      << out;
+  out = rewind("make-model --preset tiny --out " + dir + "/m.gguf", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "is a file: an HF model is a directory")) << out;
+  // convert: the input checked before the type note; GGUF written under another format's name
+  // refused, under an odd name noted.
+  out = rewind("convert --in " + dir + "/nosuch -o " + dir + "/x.gguf", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "no such directory")) << out;
+  EXPECT_FALSE(contains(out, "no --type given")) << out;
+  out = rewind("convert --in " + dir + " -o " + dir + "/x.gguf", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "is a directory without config.json")) << out;
+  out = rewind("convert --in " + dir + "/hf -o " + dir + "/x.safetensors", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "convert writes a GGUF file; name it .gguf")) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/x.safetensors"));
+  out = rewind("convert --in " + dir + "/hf -o " + dir + "/x.q8 --type q8_0", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "is a GGUF file, without the .gguf name")) << out;
+  out = rewind("run -m nosuch-model-xyz -p x -n 1 -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "is neither a file, a directory nor a model in the store")) << out;
 }
 
 }  // namespace

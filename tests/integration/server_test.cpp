@@ -2296,6 +2296,47 @@ TEST(ServerLimits, LlamaServerCommandLine) {
   ASSERT_EQ(c.status, 200) << c.body;
 }
 
+// A chat reply's reasoning tokens are counted in usage (completion_tokens_details, OpenAI's):
+// with a template whose generation prompt opens <think>, every token of a reply that never
+// closes it is reasoning; one whose template mentions <think> without opening it has none; a
+// template without <think> gives no such field.
+TEST(ServerLimits, UsageCountsReasoningTokens) {
+  const std::string opens = tmp_path("opens.jinja"), mentions = tmp_path("mentions.jinja"),
+                    plain = tmp_path("plain.jinja");
+  write_file(opens, "{% for m in messages %}{{ m.content }}\n{% endfor %}<think>\n");
+  write_file(mentions,
+             "{% for m in messages %}{{ m.content | replace('<think>', '') }}\n{% endfor %}");
+  write_file(plain, "{% for m in messages %}{{ m.content }}\n{% endfor %}");
+  for (const auto& [file, want] :
+       std::vector<std::pair<std::string, int>>{{opens, 5}, {mentions, 0}, {plain, -1}}) {
+    auto srv = Server::start({"--api-key", kKey, "--chat-template-file", file});
+    ASSERT_NE(srv, nullptr);
+    json body = chat_body("Hi", 5, {{"ignore_eos", true}, {"n", 2}});
+    const Http r = post(*srv, "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json u = r.j()["usage"];
+    EXPECT_EQ(u["completion_tokens"], 10) << u;
+    if (want < 0) {
+      EXPECT_FALSE(u.contains("completion_tokens_details")) << file << u;
+    } else {
+      EXPECT_EQ(u["completion_tokens_details"]["reasoning_tokens"], 2 * want) << file << u;
+    }
+    if (want == 5)
+      for (const json& c : r.j()["choices"]) EXPECT_EQ(c["message"]["content"], "") << c;
+    // A stream's usage chunk says the same.
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    const Http s = post(*srv, "/v1/chat/completions", body);
+    ASSERT_EQ(s.status, 200) << s.body;
+    const std::vector<std::string> data = sse_data(s.body);
+    ASSERT_GE(data.size(), 2u);
+    const json last = json::parse(data[data.size() - 2]);
+    EXPECT_EQ(last["usage"].value("completion_tokens_details", json()),
+              u.value("completion_tokens_details", json()))
+        << last;
+  }
+}
+
 // A memory bound past what the machine holds is said at start (the defaults on the tiny model
 // are far below it).
 TEST(ServerLimits, WarnsWhenTheMemoryBoundExceedsTheMachine) {

@@ -198,7 +198,7 @@ Result<std::string> find_stored(const std::string& root, const std::string& name
     repos[repo]++;
   }
   if (repo_models.empty())
-    return make_error("'" + name + "' is neither a file or directory nor a model in the store (" +
+    return make_error("'" + name + "' is neither a file, a directory nor a model in the store (" +
                       where + "); pull it with: rewind pull ORG/NAME" +
                       (all.empty() ? std::string() : "; the store has:" + names_of(all)));
   if (repos.size() > 1)

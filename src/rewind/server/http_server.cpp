@@ -305,7 +305,7 @@ class Generation {
     if (plan_.logprobs && !eos) lp = TokenLogprob{ev.token, ev.logprob, ev.top};
     if (!eos) piece = dec_.push(ev.token);
     if (done_) piece += dec_.flush();
-    add(piece, lp ? &*lp : nullptr, &p);
+    add(piece, lp ? &*lp : nullptr, &p, /*token=*/!eos);
     if (stop_.stopped()) {
       stopped_by_string_ = true;
       *cancel = !done_;
@@ -341,6 +341,7 @@ class Generation {
   UsageCounts usage(double queue_ms = 0) const {
     UsageCounts u = usage_;
     u.completion_tokens = completion_tokens_;
+    if (plan_.split_reasoning) u.reasoning_tokens = reasoning_tokens_;
     if (u.rewind && completion_tokens_ > 0) {
       u.rewind->ttft_ms = queue_ms + ttft_ms_;
       u.rewind->decode_ms = std::max(0.0, total_ms_ - ttft_ms_);
@@ -357,8 +358,9 @@ class Generation {
   // logprob goes with the content when the split gives content with it; it waits (held_lps_)
   // while its text is undecided (the reply's start held back, or part of a character still
   // being decoded), and goes with the reasoning, the tags and the newlines after </think> (no
-  // logprob). At the end, what the split held back.
-  void add(const std::string& text, const TokenLogprob* lp, Piece* p) {
+  // logprob). At the end, what the split held back. Generated tokens (`token`) are counted the
+  // same way: those that go with the reasoning are its tokens (usage's reasoning_tokens).
+  void add(const std::string& text, const TokenLogprob* lp, Piece* p, bool token = false) {
     if (!plan_.split_reasoning) {
       if (lp) held_lps_.push_back(*lp);
       feed(text, p);
@@ -371,11 +373,18 @@ class Generation {
       o.content += f.content;
     }
     if (lp) held_lps_.push_back(*lp);
+    if (token) ++held_tokens_;
     if (o.content.empty() && (done_ || !o.reasoning.empty() || split_.in_reasoning() ||
-                              !(text.empty() || split_.undecided())))
+                              !(text.empty() || split_.undecided()))) {
       held_lps_.clear();  // reasoning, tags, the newlines after </think>, or nothing more
+      reasoning_tokens_ += held_tokens_;
+      held_tokens_ = 0;
+    }
     p->reasoning += o.reasoning;
-    if (!o.content.empty()) feed(o.content, p);  // with the held tokens' logprobs
+    if (!o.content.empty()) {
+      held_tokens_ = 0;
+      feed(o.content, p);  // with the held tokens' logprobs
+    }
   }
   // Content into the stop matcher, with the held tokens' logprobs (held_lps_), which start at
   // its current end. A logprob goes out once the matcher has released a byte past its token's
@@ -416,6 +425,8 @@ class Generation {
   std::string error_;
   UsageCounts usage_;
   int64_t completion_tokens_ = 0, rerun_tokens_ = 0;
+  // Tokens whose text went to the reasoning, and those whose text is still undecided.
+  int64_t reasoning_tokens_ = 0, held_tokens_ = 0;
   double ttft_ms_ = 0, total_ms_ = 0;
 };
 
@@ -1501,7 +1512,13 @@ struct HttpServer::Impl {
   static UsageCounts usage_of(const Job& j) {
     UsageCounts u = j.choices[0].gen->usage(queue_ms(j));
     u.completion_tokens = 0;
-    for (const Job::Choice& c : j.choices) u.completion_tokens += c.gen->usage().completion_tokens;
+    u.reasoning_tokens.reset();
+    for (const Job::Choice& c : j.choices) {
+      const UsageCounts cu = c.gen->usage();
+      u.completion_tokens += cu.completion_tokens;
+      if (cu.reasoning_tokens)
+        u.reasoning_tokens = u.reasoning_tokens.value_or(0) + *cu.reasoning_tokens;
+    }
     // A batch: every prompt's tokens (its first choice's report), as OpenAI counts them.
     for (size_t k = 1; k < j.ids.size(); ++k) {
       const UsageCounts o = j.choices[k * static_cast<size_t>(j.plan->n)].gen->usage();

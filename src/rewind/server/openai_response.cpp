@@ -49,6 +49,8 @@ json usage_json(const UsageCounts& u) {
             {"completion_tokens", u.completion_tokens},
             {"total_tokens", u.prompt_tokens + u.completion_tokens},
             {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.reasoning_tokens)
+    j["completion_tokens_details"] = {{"reasoning_tokens", *u.reasoning_tokens}};
   if (u.rewind) {
     const RewindUsage& r = *u.rewind;
     // Milliseconds to 0.01: enough for a person, and short.

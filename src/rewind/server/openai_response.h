@@ -54,10 +54,14 @@ struct UsageCounts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  // Chat replies whose reasoning is split off: the completion tokens that went to it (its tags
+  // included), completion_tokens_details.reasoning_tokens as OpenAI reports them.
+  std::optional<int64_t> reasoning_tokens;
   std::optional<RewindUsage> rewind;  // set: usage.rewind
 };
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
-// {"cached_tokens"}}, and when u.rewind is set "rewind": {"cached_tokens", "rerun_tokens",
+// {"cached_tokens"}}, "completion_tokens_details": {"reasoning_tokens"} when that is set, and
+// when u.rewind is set "rewind": {"cached_tokens", "rerun_tokens",
 // "diverged_at", "resumed_at", "lost_to_spacing", "tier_tokens", "hit", "ttft_ms", "decode_ms"}
 nlohmann::json usage_json(const UsageCounts& u);
 
