@@ -123,7 +123,8 @@ std::vector<OptSpec> llama_compat_opts() {
       {"--threads-batch", "-tb", "N",
        "accepted: --threads runs the prefill too (another N is noted and ignored)"},
   };
-  o[2].implicit_value = "on";  // older llama.cpp's bare -fa
+  for (OptSpec& s : o)
+    if (s.name == "--flash-attn") s.implicit_value = "on";  // older llama.cpp's bare -fa
   return o;
 }
 const char* kTypes =
@@ -259,7 +260,7 @@ std::vector<CommandSpec> build_specs() {
              "prompt + max_tokens limit per request (default 32768; 0: the model's)"},
             {"--n-predict", "-n", "N",
              "most tokens per reply: the max_tokens of a request that gives none, and the cap "
-             "of a larger one (default -1: up to the context)"},
+             "of a larger one (default -1: up to the context; -2 the same)"},
             {"--cache-ram", "", "MiB", "prefix cache budget: KV pages + checkpoints (4096)"},
             {"--grammar-cache-ram", "", "MiB",
              "compiled grammars of structured output and their cached masks (256)"},

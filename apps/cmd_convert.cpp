@@ -128,7 +128,7 @@ int cmd_convert(int argc, char** argv) {
                 "*.safetensors); it does not requantise a GGUF file (llama-quantize does)");
   if (std::error_code e; !std::filesystem::is_directory(in, e))
     return fail("--in " + in + ": no such directory");
-  if (!std::filesystem::exists(std::filesystem::path(in) / "config.json"))
+  if (std::error_code e; !std::filesystem::exists(std::filesystem::path(in) / "config.json", e))
     return fail("--in " + in + " is a directory without config.json: not a Hugging Face model");
   if (const std::string to = args->str("--to", "gguf"); to != "gguf")
     return fail("--to must be gguf: convert writes a Hugging Face checkpoint as GGUF (got '" + to +

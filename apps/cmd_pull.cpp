@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -104,7 +105,8 @@ Result<std::string> model_path_or_stored(const std::string& given) {
   // A file of a Hugging Face directory (config.json, a shard): the model is the directory.
   if (std::filesystem::is_regular_file(given, ec)) {
     const std::filesystem::path p(given);
-    const std::string ext = p.extension().string();
+    std::string ext = p.extension().string();
+    for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (ext == ".json" || ext == ".safetensors" || ext == ".jinja")
       return make_error("'" + given + "' is a file of a Hugging Face model: pass its directory (" +
                         (p.has_parent_path() ? p.parent_path().string() : std::string(".")) +

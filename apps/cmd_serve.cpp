@@ -166,8 +166,11 @@ Result<ModelSettings> model_settings(const Args& a) {
   // 0: the model's context length, known once it loads (resolve_ctx).
   if (s.ctx < 2 && s.ctx != 0) return make_error("--ctx-size must be >= 2, or 0 (the model's)");
   if (s.ctx > (int64_t{1} << 31) - 1) return make_error("--ctx-size must be < 2^31");
-  if (s.n_predict != -1 && (s.n_predict < 1 || (s.ctx > 0 && s.n_predict >= s.ctx)))
-    return make_error("-n/--n-predict must be -1 (up to the context) or in [1, --ctx-size)");
+  // llama-server's -1 and -2 (until the context is full) are the same here; a cap past the
+  // context never binds.
+  if (s.n_predict == -2) s.n_predict = -1;
+  if (s.n_predict != -1 && (s.n_predict < 1 || s.n_predict > (int64_t{1} << 31) - 1))
+    return make_error("-n/--n-predict must be >= 1, or -1 (up to the context)");
   if (s.ck_int < 0) return make_error("--checkpoint-interval must be >= 0");
   if (s.ck_max < 0 || s.ck_max == 1)
     return make_error("--checkpoint-max must be 0 (no limit) or >= 2");
@@ -183,8 +186,6 @@ Result<ModelSettings> model_settings(const Args& a) {
 Status resolve_ctx(const ModelConfig& c, ModelSettings* s) {
   if (s->ctx != 0) return Ok{};
   REWIND_TRY(s->ctx, model_context(c, "--ctx-size 0"));
-  if (s->n_predict >= s->ctx)
-    return make_error("-n/--n-predict must be below the context size " + std::to_string(s->ctx));
   return Ok{};
 }
 
@@ -627,8 +628,8 @@ int cmd_serve(int argc, char** argv) {
     if (const int64_t usable = usable_memory_bytes(); usable > 0 && total > usable)
       std::fprintf(stderr,
                    "rewind serve: warning: the memory bound %.1f MiB exceeds the %.1f MiB this "
-                   "process may use; lower --parallel, --ctx-size or --cache-ram, or expect to "
-                   "run out of memory under full load\n",
+                   "process may use; lower --parallel, --ctx-size, --cache-ram or "
+                   "--grammar-cache-ram, or expect to run out of memory under full load\n",
                    total / 1048576.0, static_cast<double>(usable) / 1048576.0);
     for (size_t k = 0; k < loaded.size(); ++k) {
       LoadedModel& L = *loaded[k];

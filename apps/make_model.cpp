@@ -1138,7 +1138,8 @@ static int make_model(const Args& parsed) {
     return 0;
   }
   if (out.empty()) return fail("--out DIR is required");
-  if (std::error_code ec; std::filesystem::exists(out, ec) && !std::filesystem::is_directory(out))
+  if (std::error_code ec;
+      std::filesystem::exists(out, ec) && !std::filesystem::is_directory(out, ec))
     return fail("--out " + out +
                 " is a file: an HF model is a directory (--format gguf --type TYPE writes one "
                 "GGUF file)");

@@ -233,8 +233,9 @@ TEST(Cli, ConvertWritesTheTemplateTheModelRendersWith) {
 // What a user coming from llama.cpp mistypes gets a message that says what to do instead: a
 // GGUF given to convert (no requantising), --type on an HF make-model, a directory that is no
 // model, a draft that does not exist (named as the draft).
-// llama.cpp's "from the model": run -n -1 generates up to the model's context length, chat and
-// serve -c 0 take it as their context; one too short is refused, naming the option.
+// llama.cpp's "from the model": run -n -1 generates up to the model's context length, chat -c 0
+// takes it as its context (serve -c 0: ServerLimits.LlamaServerCommandLine); one too short is
+// refused, naming the option.
 TEST(Cli, ContextFromTheModel) {
   const std::string dir = test::made_scratch_dir("cli_model_ctx");
   int rc = -1;
@@ -254,9 +255,6 @@ TEST(Cli, ContextFromTheModel) {
   out = rewind("chat -m " + dir + "/hf -c 0 -n 2 -t 1 < /dev/null", &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_TRUE(contains(out, "context 24 tokens")) << out;
-  out = rewind("serve -m " + dir + "/hf -c 0 -n 30 --port 0", &rc);
-  EXPECT_EQ(rc, 1);
-  EXPECT_TRUE(contains(out, "-n/--n-predict must be below the context size 24")) << out;
   // A length too short to hold a token after the prompt: refused, naming the option.
   test::write_file(cfg, std::regex_replace(text, mpe, "\"max_position_embeddings\": 1"));
   out = rewind("run -m " + dir + "/hf -p x -n -1 -t 1", &rc);

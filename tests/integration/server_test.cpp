@@ -2243,28 +2243,36 @@ TEST(ServerLimits, LlamaServerCommandLine) {
   write_file(tmpl,
              "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
              "{% if add_generation_prompt %}[assistant] {% endif %}");
-  auto srv = Server::start({"--api-key", kKey,      "--jinja",   "-ngl",
-                            "99",        "-fa",     "on",        "--temp",
-                            "0.25",      "--top-k", "7",         "--repeat-penalty",
-                            "1.1",       "-b",      "256",       "--chat-template-file",
-                            tmpl,        "-cb",     "--metrics", "--no-mmap",
-                            "-ub",       "128",     "-tb",       "2",
-                            "-t",        "2",       "-n",        "5",
-                            "--no-webui"});
+  auto srv = Server::start({"--api-key",  kKey,      "--jinja",   "-ngl",
+                            "99",         "-fa",     "on",        "--temp",
+                            "0.25",       "--top-k", "7",         "--repeat-penalty",
+                            "1.1",        "-b",      "256",       "--chat-template-file",
+                            tmpl,         "-cb",     "--metrics", "--no-mmap",
+                            "-ub",        "128",     "-tb",       "2",
+                            "-t",         "2",       "-n",        "5",
+                            "--no-webui", "-c",      "0"});
   ASSERT_NE(srv, nullptr);
   EXPECT_NE(srv->log().find("-ngl 99 ignored"), std::string::npos) << srv->log();
   EXPECT_NE(srv->log().find("-ub 128 ignored"), std::string::npos) << srv->log();
   EXPECT_EQ(srv->log().find("-tb 2"), std::string::npos) << srv->log();  // the same as -t
   EXPECT_NE(srv->log().find("at most 5 tokens a reply"), std::string::npos) << srv->log();
-  // -n: the max_tokens of a request without one, and the cap of a larger one.
-  for (const auto& [asked, got] : std::vector<std::pair<int, int>>{{0, 5}, {9, 5}, {3, 3}}) {
-    json body = completion_body("x", asked);
-    if (asked == 0) body.erase("max_tokens");
-    body["ignore_eos"] = true;
+  // -n: the max_tokens of a request without one, and the cap of a larger one, also one past
+  // the context (llama-server's -n caps, as some clients send a model's whole length); the
+  // request's n_predict (llama.cpp's field) is max_tokens.
+  for (const auto& [field, asked, got] :
+       std::vector<std::tuple<std::string, int, int>>{{"", 0, 5},
+                                                      {"max_tokens", 9, 5},
+                                                      {"max_tokens", 3, 3},
+                                                      {"max_tokens", 1 << 20, 5},
+                                                      {"n_predict", 4, 4},
+                                                      {"n_predict", -1, 5}}) {
+    json body = completion_body("x", 1, {{"ignore_eos", true}});
+    body.erase("max_tokens");
+    if (!field.empty()) body[field] = asked;
     const Http r = post(*srv, "/v1/completions", body);
     ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(r.j()["usage"]["completion_tokens"], got) << asked;
-    EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "length") << asked;
+    EXPECT_EQ(r.j()["usage"]["completion_tokens"], got) << field << " " << asked;
+    EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "length") << field << " " << asked;
   }
   EXPECT_NE(srv->log().find("a checkpoint of the recurrent state: "), std::string::npos)
       << srv->log();
@@ -2275,6 +2283,10 @@ TEST(ServerLimits, LlamaServerCommandLine) {
   EXPECT_EQ(p["top_k"], 7) << p;
   EXPECT_FLOAT_EQ(p["repeat_penalty"].get<float>(), 1.1f) << p;
   EXPECT_EQ(p["n_predict"], 5) << p;
+  // -c 0: the model's context length.
+  const json cfg = json::parse(read_file(model_dir() + "/config.json"));
+  const json& text_cfg = cfg.contains("text_config") ? cfg["text_config"] : cfg;
+  EXPECT_EQ(props["n_ctx"], text_cfg["max_position_embeddings"]) << props;
   // --no-webui: the API only.
   expect_error(curl(*srv, "GET", "/", "", ""), 404);
   expect_error(curl(*srv, "GET", "/assets/app.js", "", ""), 404);
@@ -2337,16 +2349,16 @@ TEST(ServerLimits, UsageCountsReasoningTokens) {
   }
 }
 
-// A memory bound past what the machine holds is said at start (the defaults on the tiny model
-// are far below it).
+// A memory bound past what the machine holds is said at start (a small cache on the tiny model
+// is far below it).
 TEST(ServerLimits, WarnsWhenTheMemoryBoundExceedsTheMachine) {
-  auto fits = Server::start({"--api-key", kKey});
+  auto fits = Server::start({"--api-key", kKey, "--cache-ram", "64", "--grammar-cache-ram", "16"});
   ASSERT_NE(fits, nullptr);
   EXPECT_EQ(fits->log().find("exceeds the"), std::string::npos) << fits->log();
   auto huge = Server::start({"--api-key", kKey, "--cache-ram", "1000000000"});  // ~954 TiB
   ASSERT_NE(huge, nullptr);
   EXPECT_NE(huge->log().find("warning: the memory bound"), std::string::npos) << huge->log();
-  EXPECT_NE(huge->log().find("lower --parallel, --ctx-size or --cache-ram"), std::string::npos);
+  EXPECT_NE(huge->log().find("lower --parallel, --ctx-size, --cache-ram or"), std::string::npos);
 }
 
 // Bodies that take long to parse and tokenize are prepared off the transport's threads: with
@@ -2400,8 +2412,8 @@ TEST(ServerLimits, TemplateFileAndSamplingErrors) {
       {"--top-p 1.5", "--top-p must be in [0, 1]"},
       {"--model-opt tiny:min-p=2", "--min-p must be in [0, 1]"},
       {"-fa maybe", "-fa/--flash-attn must be on, off or auto"},
-      {"-n 0", "-n/--n-predict must be -1 (up to the context) or in [1, --ctx-size)"},
-      {"-c 64 -n 64", "-n/--n-predict must be -1"},
+      {"-n 0", "-n/--n-predict must be >= 1, or -1 (up to the context)"},
+      {"-c 1", "--ctx-size must be >= 2, or 0 (the model's)"},
       {"-ub 0", "-ub/--ubatch-size must be >= 1"},
       {"-tb x", "--threads-batch"},
   };

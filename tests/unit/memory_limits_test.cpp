@@ -2,6 +2,9 @@
 // and the machine's figure.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "rewind/base/memory.h"
 
 namespace rw {
@@ -18,6 +21,31 @@ TEST(CgroupMemoryLimit, NumbersAndNoLimit) {
 TEST(CgroupMemoryLimit, MalformedTextIsNoLimit) {
   for (const char* t : {"", "\n", "12ab", "-5", "1.5e9", "99999999999999999999999", "0x1000"})
     EXPECT_EQ(parse_cgroup_memory_limit(t), -1) << t;
+}
+
+// The group's files and its parents', through a fake file system.
+TEST(CgroupMemoryLimit, WalksTheGroupAndItsParents) {
+  std::map<std::string, std::string> fs;
+  auto read = [&](const std::string& p) { return fs.count(p) ? fs[p] : std::string(); };
+  EXPECT_EQ(cgroup_memory_limit("", read), -1);
+  EXPECT_EQ(cgroup_memory_limit("0::/a/b\n", read), -1);  // no files: no limit
+  fs["/sys/fs/cgroup/a/b/memory.max"] = "max\n";
+  fs["/sys/fs/cgroup/a/memory.max"] = "2000\n";
+  fs["/sys/fs/cgroup/memory.max"] = "5000\n";  // a container's own group mounted as the root
+  EXPECT_EQ(cgroup_memory_limit("0::/a/b\n", read), 2000);
+  fs["/sys/fs/cgroup/a/b/memory.max"] = "1000\n";
+  EXPECT_EQ(cgroup_memory_limit("0::/a/b\n", read), 1000);
+  // v1: the memory controller's line, among others; a slice's limit binds its services.
+  fs.clear();
+  fs["/sys/fs/cgroup/memory/system.slice/memory.limit_in_bytes"] = "3000\n";
+  fs["/sys/fs/cgroup/memory/memory.limit_in_bytes"] = "9223372036854771712\n";
+  const std::string v1 =
+      "12:cpu,cpuacct:/system.slice/x.service\n"
+      "4:memory:/system.slice/x.service\n"
+      "1:name=systemd:/system.slice/x.service\n";
+  EXPECT_EQ(cgroup_memory_limit(v1, read), 3000);
+  EXPECT_EQ(cgroup_memory_limit("4:memory:/\n", read), -1);  // the root: no limit
+  EXPECT_EQ(cgroup_memory_limit("garbage\n::\n0:memory\n", read), -1);
 }
 
 TEST(UsableMemory, IsThisMachinesOrLess) {

@@ -227,7 +227,7 @@ TEST(ChatRequest, MaxCompletionTokens) {
   EXPECT_TRUE(same.ok()) << same.error_message();
 }
 
-// llama.cpp's n_predict: a third spelling of max_tokens, -1 meaning unset.
+// llama.cpp's n_predict: a third spelling of max_tokens, -1 and -2 meaning unset.
 TEST(ChatRequest, NPredictIsMaxTokens) {
   auto r = parse_chat_request(chat_with(R"("n_predict":7)"), limits());
   ASSERT_TRUE(r.ok()) << r.error_message();
@@ -243,10 +243,23 @@ TEST(ChatRequest, NPredictIsMaxTokens) {
   ASSERT_TRUE(c.ok()) << c.error_message();
   EXPECT_EQ(*c->max_tokens, 3);
   expect_chat_error(chat_with(R"("n_predict":0)"), "(or -1: the server's default)");
-  expect_chat_error(chat_with(R"("n_predict":-2)"), "'n_predict' must be in [1, 4096]");
+  auto to_end = parse_chat_request(chat_with(R"("n_predict":-2)"), limits());
+  ASSERT_TRUE(to_end.ok()) << to_end.error_message();
+  EXPECT_FALSE(to_end->max_tokens.has_value());
+  expect_chat_error(chat_with(R"("n_predict":-3)"), "'n_predict' must be in [1, 4096]");
   expect_chat_error(chat_with(R"("n_predict":5000)"), "'n_predict' must be in [1, 4096]");
   expect_chat_error(chat_with(R"("n_predict":"5")"), "'n_predict' must be an integer");
   expect_chat_error(chat_with(R"("n_predict":4,"max_tokens":5)"), "disagree");
+}
+
+// With a server cap (serve -n) a max_tokens past the context parses (the server caps it).
+TEST(ChatRequest, MaxTokensPastTheContextWithACap) {
+  expect_chat_error(chat_with(R"("max_tokens":5000)"), "'max_tokens' must be in [1, 4096]");
+  Limits l = limits();
+  l.max_tokens = std::numeric_limits<int32_t>::max();
+  auto r = parse_chat_request(chat_with(R"("max_tokens":65536)"), l);
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  EXPECT_EQ(*r->max_tokens, 65536);
 }
 
 // n is capped by the server's --parallel as well as by 8.
@@ -832,7 +845,8 @@ TEST(ToolCalls, Json) {
   EXPECT_EQ(j[0]["function"]["name"], "f");
   EXPECT_EQ(j[0]["function"]["arguments"], "{\"x\":1}");
   EXPECT_EQ(j[0]["index"], 0);
-  json resp = chat_completion_json("id", 1, "m", "", calls, "tool_calls", nullptr, {3, 2, 1, {}});
+  json resp =
+      chat_completion_json("id", 1, "m", "", calls, "tool_calls", nullptr, {3, 2, 1, {}, {}});
   EXPECT_TRUE(resp["choices"][0]["message"]["content"].is_null());
   EXPECT_EQ(resp["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(resp["choices"][0]["message"]["tool_calls"].size(), 1u);
@@ -841,11 +855,15 @@ TEST(ToolCalls, Json) {
 // ---- JSON shapes ------------------------------------------------------------------------------
 
 TEST(ResponseJson, UsageAndErrors) {
-  json u = usage_json({10, 4, 6, {}});
+  json u = usage_json({10, 4, 6, {}, {}});
   EXPECT_EQ(u["prompt_tokens"], 10);
   EXPECT_EQ(u["completion_tokens"], 4);
   EXPECT_EQ(u["total_tokens"], 14);
   EXPECT_EQ(u["prompt_tokens_details"]["cached_tokens"], 6);
+  EXPECT_FALSE(u.contains("completion_tokens_details"));
+  // A reply whose reasoning is split off says how many of its tokens went to it.
+  EXPECT_EQ(usage_json({10, 4, 6, {}, 3})["completion_tokens_details"]["reasoning_tokens"], 3);
+  EXPECT_EQ(usage_json({10, 4, 6, {}, 0})["completion_tokens_details"]["reasoning_tokens"], 0);
   json e = error_json("bad", "invalid_request_error", "x");
   EXPECT_EQ(e["error"]["message"], "bad");
   EXPECT_EQ(e["error"]["type"], "invalid_request_error");
@@ -865,10 +883,10 @@ TEST(ResponseJson, ChunksAndIds) {
   EXPECT_EQ(c["object"], "chat.completion.chunk");
   EXPECT_EQ(c["choices"][0]["delta"]["content"], "x");
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
-  json u = chat_usage_chunk_json("id", 5, "m", {1, 2, 0, {}});
+  json u = chat_usage_chunk_json("id", 5, "m", {1, 2, 0, {}, {}});
   EXPECT_TRUE(u["choices"].empty());
   EXPECT_EQ(u["usage"]["total_tokens"], 3);
-  json t = completion_json("id", 5, "m", "txt", "length", nullptr, {1, 1, 0, {}});
+  json t = completion_json("id", 5, "m", "txt", "length", nullptr, {1, 1, 0, {}, {}});
   EXPECT_EQ(t["object"], "text_completion");
   EXPECT_EQ(t["choices"][0]["text"], "txt");
   EXPECT_NE(random_id("chatcmpl-"), random_id("chatcmpl-"));

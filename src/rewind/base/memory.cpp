@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #if defined(__GLIBC__)
@@ -57,6 +58,38 @@ int64_t parse_cgroup_memory_limit(const std::string& text) {
   return static_cast<int64_t>(v);
 }
 
+int64_t cgroup_memory_limit(const std::string& proc_self_cgroup,
+                            const std::function<std::string(const std::string&)>& read) {
+  int64_t best = -1;
+  auto lower = [&](int64_t limit) {
+    if (limit > 0 && (best < 0 || limit < best)) best = limit;
+  };
+  // A group's limit and its parents' (a limit set higher up binds too), up to the root.
+  auto walk = [&](std::string path, const std::string& mount, const char* file) {
+    while (true) {
+      lower(parse_cgroup_memory_limit(read(mount + path + "/" + file)));
+      if (path.empty() || path == "/") break;
+      const size_t s = path.find_last_of('/');
+      path = s == std::string::npos ? "" : path.substr(0, s);
+    }
+  };
+  // Lines "ID:CONTROLLERS:PATH": v2's "0::PATH", v1's with "memory" among the controllers.
+  std::istringstream lines(proc_self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (line.compare(0, a, "0") == 0 && controllers.empty()) {
+      walk(path, "/sys/fs/cgroup", "memory.max");
+    } else {
+      std::istringstream cs(controllers);
+      for (std::string c; std::getline(cs, c, ',');)
+        if (c == "memory") walk(path, "/sys/fs/cgroup/memory", "memory.limit_in_bytes");
+    }
+  }
+  return best;
+}
+
 namespace {
 
 std::string read_small_file(const std::string& path) {
@@ -71,25 +104,9 @@ std::string read_small_file(const std::string& path) {
 
 int64_t usable_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  int64_t best = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
-  auto lower = [&](int64_t limit) {
-    if (limit > 0 && (best == 0 || limit < best)) best = limit;
-  };
-  // cgroup v2: the line "0::PATH" of /proc/self/cgroup names this process's group.
-  std::istringstream cg(read_small_file("/proc/self/cgroup"));
-  for (std::string line; std::getline(cg, line);)
-    if (line.rfind("0::", 0) == 0) {
-      std::string path = line.substr(3);
-      // The group's limit and its parents' (a limit set higher up binds too).
-      while (true) {
-        lower(parse_cgroup_memory_limit(read_small_file("/sys/fs/cgroup" + path + "/memory.max")));
-        if (path.empty() || path == "/") break;
-        const size_t s = path.find_last_of('/');
-        path = s == std::string::npos ? "" : path.substr(0, s);
-      }
-    }
-  lower(parse_cgroup_memory_limit(read_small_file("/sys/fs/cgroup/memory/memory.limit_in_bytes")));
-  return best;
+  const int64_t phys = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  const int64_t cg = cgroup_memory_limit(read_small_file("/proc/self/cgroup"), read_small_file);
+  return cg > 0 && (phys == 0 || cg < phys) ? cg : phys;
 }
 
 void release_free_memory() {

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,12 @@ int64_t usable_memory_bytes();
 // A cgroup memory limit file's text: the limit in bytes, or -1 for "max", an unlimited v1
 // value (at least 2^62) or anything that is not a number.
 int64_t parse_cgroup_memory_limit(const std::string& text);
+// The lowest memory limit of this process's cgroups, from /proc/self/cgroup's text: v2's
+// "0::PATH" (memory.max under /sys/fs/cgroup) and v1's memory controller line
+// (memory.limit_in_bytes under /sys/fs/cgroup/memory), each group's file and its parents' up to
+// the mount's root, read through `read` ("" for a file that is not there). -1: no limit.
+int64_t cgroup_memory_limit(const std::string& proc_self_cgroup,
+                            const std::function<std::string(const std::string&)>& read);
 
 // Hands free heap memory back to the system (glibc: malloc_trim(0), which also releases the
 // free pages inside the heap, in every arena). Costs a walk of the free lists: call it when

@@ -446,7 +446,10 @@ struct Served {
         label(std::move(label_)) {
     limits.ctx_size = engine.options().ctx_size;
     limits.vocab_size = engine.model().config().vocab_size;
+    static_assert(Limits::kMaxChoices == Request::kMaxChoices);
     limits.max_choices = std::min(Request::kMaxChoices, engine.options().max_running);
+    // With serve -n a larger max_tokens is capped, not refused (as llama-server's -n).
+    if (defaults.max_tokens > 0) limits.max_tokens = std::numeric_limits<int32_t>::max();
     tool_format = probe_tool_format();
   }
   BatchEngine& engine;
@@ -642,7 +645,7 @@ struct Served {
         {"model_path", model_path},
         {"n_ctx", eo.ctx_size},
         {"total_slots", eo.max_running},
-        {"max_choices", std::min(Request::kMaxChoices, eo.max_running)},
+        {"max_choices", limits.max_choices},
         {"vocab_size", engine.model().config().vocab_size},
         {"default_generation_settings", {{"n_ctx", eo.ctx_size}, {"params", std::move(params)}}},
         {"chat_template_source", chat_template_source},
@@ -700,18 +703,18 @@ struct Served {
       return bad_request("the prompt has " + std::to_string(n) + " tokens; the context size is " +
                              std::to_string(ctx) + " (at least one token must be left to generate)",
                          "context_length_exceeded");
-    // The server's -n is the default and the cap.
-    std::optional<int32_t> want = c.max_tokens;
+    // The server's -n is the default and the cap: a max_tokens it replaced is the server's
+    // choice, which the context's end bounds as when none is given; only the client's own
+    // max_tokens must fit.
     const int32_t cap = defaults.max_tokens;
-    if (cap > 0 && (!want || *want > cap)) want = cap;
-    if (c.max_tokens && n + *want > ctx)
+    const bool own = c.max_tokens && (cap == 0 || *c.max_tokens <= cap);
+    if (own && n + *c.max_tokens > ctx)
       return bad_request("prompt (" + std::to_string(n) + " tokens) + max_tokens (" +
-                             std::to_string(*want) + ") exceed the context size " +
+                             std::to_string(*c.max_tokens) + ") exceed the context size " +
                              std::to_string(ctx),
                          "context_length_exceeded");
-    // Without max_tokens the reply ends at the context's end at the latest.
-    p->sub.max_tokens = want ? std::min<int32_t>(*want, static_cast<int32_t>(ctx - n))
-                             : static_cast<int32_t>(ctx - n);
+    const int64_t want = own ? *c.max_tokens : cap > 0 ? cap : ctx - n;
+    p->sub.max_tokens = static_cast<int32_t>(std::min<int64_t>(want, ctx - n));
     p->sub.sampling = sampling_of(c.sampling);
     if (!c.ignore_eos) p->sub.stop_ids = defaults.stop_ids;
     p->sub.logprobs = c.logprobs;
@@ -1177,8 +1180,7 @@ struct HttpServer::Impl {
         return prepare(std::move(req), t0, ex, cors, &Impl::utility);
       if (req.path == "/v1/chat/completions" || req.path == "/v1/completions")
         return prepare(std::move(req), t0, ex, cors, &Impl::generation);
-      if (const WebAsset* a = opt.web_page ? find_web_asset(req.path) : nullptr)
-        return send(asset_reply(*a, req));
+      if (route == &kAssetRoute) return send(asset_reply(*find_web_asset(req.path), req));
       send(error_reply(
           {404, "no route for " + req.method + " " + req.path, "not_found_error", "not_found"}));
     } catch (const std::exception& e) {

@@ -35,7 +35,7 @@
 //       compared in constant time; checked from the header, before the body is used);
 //   404 not_found_error: unknown route; 404 invalid_request_error model_not_found: a "model"
 //       that no served model has among its names, when names are set or several models are
-//       served (OpenAI's shape);
+//       served (OpenAI's shape), and GET /v1/models/{id} for any id /v1/models does not list;
 //   405 invalid_request_error: a route with a method it does not answer (with Allow);
 //   408 invalid_request_error: the header or body did not arrive within its deadline;
 //   413 / 414 / 431 invalid_request_error: body over max_body (from Content-Length before
@@ -57,7 +57,8 @@
 // message starts become checkpoint boundaries (tokenize_chat); a completions prompt is text
 // (special tokens such as <|im_start|> are recognised) or token ids. Unset sampling fields take
 // the model's defaults (generation_defaults.h); a request without a seed gets a random one;
-// max_tokens defaults to what is left of the context.
+// max_tokens defaults to the server's -n (GenerationDefaults::max_tokens, also the cap of a
+// larger one), else to what is left of the context.
 //
 // Generation: the engine's token events are handed (on the engine thread, nothing more) to the
 // connection's strand, where they go through a StreamDecoder (valid UTF-8), then the stop

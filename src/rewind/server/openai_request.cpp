@@ -198,12 +198,14 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
       REWIND_TRY(out->include_usage, get_bool(*u, "stream_options.include_usage"));
     }
   }
-  const int64_t max_tok_hi = std::min<int64_t>(lim.ctx_size, std::numeric_limits<int32_t>::max());
-  // llama.cpp's n_predict is a third spelling; its -1 means unset.
+  const int64_t max_tok_hi = std::min<int64_t>(lim.max_tokens > 0 ? lim.max_tokens : lim.ctx_size,
+                                               std::numeric_limits<int32_t>::max());
+  // llama.cpp's n_predict is a third spelling; its -1 and -2 (to the context's end) mean unset.
   for (const char* name : {"max_tokens", "max_completion_tokens", "n_predict"}) {
     if (const json* v = field(j, name)) {
       const bool llama = std::string_view(name) == "n_predict";
-      if (llama && v->is_number_integer() && v->get<int64_t>() == -1) continue;
+      if (llama && v->is_number_integer() && (v->get<int64_t>() == -1 || v->get<int64_t>() == -2))
+        continue;
       auto got = get_int(*v, name, 1, max_tok_hi);
       if (!got.ok())
         return make_error(got.error_message() + (llama ? " (or -1: the server's default)" : ""));
@@ -238,10 +240,13 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
   }
   if (const json* v = field(j, "n")) {
     auto got = get_int(*v, "n", 1, lim.max_choices);
-    if (!got.ok() && lim.max_choices < 8 && v->is_number_integer() && v->get<int64_t>() > 1 &&
-        v->get<int64_t>() <= 8)
-      return make_error(got.error_message() + ": the server runs " +
-                        std::to_string(lim.max_choices) + " sequences at once (--parallel)");
+    if (!got.ok() && lim.max_choices < Limits::kMaxChoices && v->is_number_integer() &&
+        v->get<int64_t>() > 1 && v->get<int64_t>() <= Limits::kMaxChoices) {
+      std::string m = got.error_message();
+      m.append(": the server runs ").append(std::to_string(lim.max_choices));
+      m.append(lim.max_choices == 1 ? " sequence" : " sequences").append(" at once (--parallel)");
+      return make_error(m);
+    }
     REWIND_TRY(int64_t n, std::move(got));
     out->n = static_cast<int32_t>(n);
   }

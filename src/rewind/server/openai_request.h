@@ -36,14 +36,16 @@ namespace rw {
 
 // What a request may ask for. Defaults are the server's (see `rewind serve --help`).
 struct Limits {
-  int64_t ctx_size = 32768;       // max_tokens must not exceed it; prompt + max_tokens must fit
+  int64_t ctx_size = 32768;       // prompt + max_tokens must fit (checked by the server)
+  int64_t max_tokens = 0;         // the most a request's max_tokens may be; 0: ctx_size
   int64_t vocab_size = 0;         // token-id prompts must be in [0, vocab_size); 0: unchecked
   int32_t max_stop = 4;           // stop sequences per request (OpenAI: 4)
   size_t max_stop_bytes = 1024;   // bytes of one stop sequence
   int32_t max_top_logprobs = 20;  // chat top_logprobs / completions logprobs upper bound
-  int32_t max_choices = 8;        // n: at most 8, and at most the server's --parallel
-  size_t max_messages = 65536;    // messages per chat request
-  int max_json_depth = 64;        // nesting depth of the request JSON
+  static constexpr int32_t kMaxChoices = 8;  // n: at most this (the engine's Request too)
+  int32_t max_choices = kMaxChoices;         // and at most the server's --parallel
+  size_t max_messages = 65536;               // messages per chat request
+  int max_json_depth = 64;                   // nesting depth of the request JSON
 };
 
 // The parsed tree of a request body is bounded by its size: at most 1024 + bytes / 4 values

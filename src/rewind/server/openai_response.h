@@ -54,10 +54,10 @@ struct UsageCounts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  std::optional<RewindUsage> rewind;  // set: usage.rewind
   // Chat replies whose reasoning is split off: the completion tokens that went to it (its tags
   // included), completion_tokens_details.reasoning_tokens as OpenAI reports them.
   std::optional<int64_t> reasoning_tokens;
-  std::optional<RewindUsage> rewind;  // set: usage.rewind
 };
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":
 // {"cached_tokens"}}, "completion_tokens_details": {"reasoning_tokens"} when that is set, and
