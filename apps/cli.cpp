@@ -296,6 +296,9 @@ std::vector<CommandSpec> build_specs() {
              "open connections from one address (64; 503 beyond)"},
             {"--cors-origin", "", "LIST", "origins allowed by CORS, comma list or * (default off)"},
             {"--no-webui", "", "", "no web page at / (the API only)"},
+            {"--reasoning-format", "", "FORMAT",
+             "a chat reply's <think> block: deepseek or auto (default) in reasoning_content, "
+             "none left in the content (a request's reasoning_format wins)"},
             {"--metrics", "", "",
              "accepted for llama-server's command lines: /metrics is always on"},
             {"--log-format", "", "text|json", "access log: one line per request (default text)"},

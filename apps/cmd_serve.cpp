@@ -133,7 +133,8 @@ const char* const kPerModelOptions[] = {"--ctx-size",
                                         "--repeat-last-n",
                                         "--presence-penalty",
                                         "--frequency-penalty",
-                                        "--chat-template-file"};
+                                        "--chat-template-file",
+                                        "--reasoning-format"};
 
 // A step that decodes beside a prefill aims at 6 times a step of its decode rows alone.
 constexpr const char* kDefaultItlTarget = "6x";
@@ -142,6 +143,7 @@ constexpr const char* kDefaultItlTarget = "6x";
 struct ModelSettings {
   int64_t parallel = 0, ctx = 0, chunk = 0, mixed_chunk = 0, max_queue = 0, ck_int = 0, ck_max = 0;
   int64_t n_predict = -1;  // -1: up to the context
+  bool split_reasoning = true;
   StepTarget itl_target;
 };
 Result<ModelSettings> model_settings(const Args& a) {
@@ -176,6 +178,9 @@ Result<ModelSettings> model_settings(const Args& a) {
     return make_error("--checkpoint-max must be 0 (no limit) or >= 2");
   if (s.max_queue < 0 || s.max_queue > 65536)
     return make_error("--max-queue must be in [0, 65536]");
+  if (const std::string f = a.str("--reasoning-format", "auto");
+      !parse_reasoning_format(f, &s.split_reasoning))
+    return make_error("--reasoning-format must be none, deepseek or auto (got '" + f + "')");
   // The sampling defaults checked before any model loads (applied over the model's below).
   SamplingParams scratch;
   REWIND_TRY_STATUS(sampling_from(a, &scratch));
@@ -533,6 +538,7 @@ int cmd_serve(int argc, char** argv) {
     L.engine = std::make_unique<BatchEngine>(m, L.pool.get(), eo);
     L.defaults = load_generation_defaults(dir, m.config().eos_token_ids, *L.tok);
     L.defaults.max_tokens = ms.n_predict > 0 ? static_cast<int32_t>(ms.n_predict) : 0;
+    L.defaults.split_reasoning = ms.split_reasoning;
     REWIND_TRY_STATUS(sampling_from(a, &L.defaults.sampling));  // the options over the model's
     for (const auto& w : L.defaults.warnings)
       std::fprintf(stderr, "rewind: warning: %s: %s\n", L.id.c_str(), w.c_str());

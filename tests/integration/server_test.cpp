@@ -2333,8 +2333,10 @@ TEST(ServerLimits, UsageCountsReasoningTokens) {
     } else {
       EXPECT_EQ(u["completion_tokens_details"]["reasoning_tokens"], 2 * want) << file << u;
     }
-    if (want == 5)
-      for (const json& c : r.j()["choices"]) EXPECT_EQ(c["message"]["content"], "") << c;
+    if (want == 5) {
+      const json rj = r.j();
+      for (const json& c : rj["choices"]) EXPECT_EQ(c["message"]["content"], "") << c;
+    }
     // A stream's usage chunk says the same.
     body["stream"] = true;
     body["stream_options"] = {{"include_usage", true}};
@@ -2347,6 +2349,44 @@ TEST(ServerLimits, UsageCountsReasoningTokens) {
               u.value("completion_tokens_details", json()))
         << last;
   }
+}
+
+// --reasoning-format none (llama-server's) leaves the <think> block in the content, and a
+// request's reasoning_format wins over the server's.
+TEST(ServerLimits, ReasoningFormatNone) {
+  const std::string opens = tmp_path("opens.jinja");
+  write_file(opens, "{% for m in messages %}{{ m.content }}\n{% endfor %}<think>\n");
+  auto srv = Server::start(
+      {"--api-key", kKey, "--chat-template-file", opens, "--reasoning-format", "none"});
+  ASSERT_NE(srv, nullptr);
+  const json body = chat_body("Hi", 5, {{"ignore_eos", true}});
+  const Http kept = post(*srv, "/v1/chat/completions", body);
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  const json kj = kept.j(), km = kj["choices"][0]["message"];
+  EXPECT_FALSE(km.contains("reasoning_content")) << km;
+  EXPECT_FALSE(kj["usage"].contains("completion_tokens_details")) << kept.body;
+  json split_body = body;
+  split_body["reasoning_format"] = "deepseek";
+  const Http split = post(*srv, "/v1/chat/completions", split_body);
+  ASSERT_EQ(split.status, 200) << split.body;
+  const json sj = split.j(), sm = sj["choices"][0]["message"];
+  EXPECT_EQ(sm["content"], "") << sm;
+  EXPECT_EQ(sj["usage"]["completion_tokens_details"]["reasoning_tokens"], 5);
+  // The same tokens: what one split off the other keeps (up to the whitespace the split drops).
+  std::string r = sm.value("reasoning_content", std::string()), k = km["content"];
+  auto trim = [](std::string s) {
+    s.erase(0, s.find_first_not_of(" \n"));
+    s.erase(s.find_last_not_of(" \n") + 1);
+    return s;
+  };
+  EXPECT_EQ(trim(r), trim(k));
+  int rc = 0;
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --reasoning-format xml 2>&1",
+      &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--reasoning-format must be none, deepseek or auto"), std::string::npos)
+      << out;
 }
 
 // A memory bound past what the machine holds is said at start (a small cache on the tiny model

@@ -252,6 +252,23 @@ TEST(ChatRequest, NPredictIsMaxTokens) {
   expect_chat_error(chat_with(R"("n_predict":4,"max_tokens":5)"), "disagree");
 }
 
+// llama-server's reasoning_format: none keeps a <think> block in the content.
+TEST(ChatRequest, ReasoningFormat) {
+  auto absent = parse_chat_request(chat_with(""), limits());
+  ASSERT_TRUE(absent.ok()) << absent.error_message();
+  EXPECT_EQ(absent->split_reasoning, -1);
+  for (const auto& [f, want] :
+       std::vector<std::pair<std::string, int>>{{"none", 0}, {"deepseek", 1}, {"auto", 1}}) {
+    auto r = parse_chat_request(chat_with(R"("reasoning_format":")" + f + R"(")"), limits());
+    ASSERT_TRUE(r.ok()) << r.error_message();
+    EXPECT_EQ(r->split_reasoning, want) << f;
+    EXPECT_TRUE(r->ignored_fields.empty()) << f;
+  }
+  expect_chat_error(chat_with(R"("reasoning_format":"deepseek-legacy")"),
+                    "'reasoning_format' must be none, deepseek or auto");
+  expect_chat_error(chat_with(R"("reasoning_format":1)"), "'reasoning_format' must be a string");
+}
+
 // With a server cap (serve -n) a max_tokens past the context parses (the server caps it).
 TEST(ChatRequest, MaxTokensPastTheContextWithACap) {
   expect_chat_error(chat_with(R"("max_tokens":5000)"), "'max_tokens' must be in [1, 4096]");

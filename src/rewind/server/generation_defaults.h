@@ -30,6 +30,9 @@ struct GenerationDefaults {
   // The most tokens of a reply (serve -n): a request's max_tokens when it gives none, and the
   // cap of a larger one (as llama-server's -n); 0: up to what is left of the context.
   int32_t max_tokens = 0;
+  // A chat reply's <think> block goes to reasoning_content (serve --reasoning-format deepseek
+  // or auto); false: it stays in the content (none).
+  bool split_reasoning = true;
   std::vector<std::string> warnings;
 };
 

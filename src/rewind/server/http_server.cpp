@@ -754,7 +754,9 @@ struct Served {
     p->parse_tools = c.parse_tools;
     if (c.parse_tools) p->tools = json::parse(c.tools.dump());
     p->think_open = prompt_opens_think(rendered->text);
-    p->split_reasoning = p->think_open || tmpl.mentions_think();
+    p->split_reasoning =
+        (c.split_reasoning >= 0 ? c.split_reasoning == 1 : defaults.split_reasoning) &&
+        (p->think_open || tmpl.mentions_think());
     if (auto e = finish_plan(c, p)) return e;
     note_unread_kwargs(c, &p->ignored_fields);
     if (c.tool_required) {

@@ -589,7 +589,15 @@ Result<ParsedChatRequest> parse_chat_request(std::string_view body, const Limits
                       out.grammar_from + "'");
   out.ignored_fields = unknown_fields(
       j, {REWIND_COMMON_FIELDS, "messages", "modalities", "audio", "tools", "tool_choice",
-          "parallel_tool_calls", "response_format", "chat_template_kwargs"});
+          "parallel_tool_calls", "response_format", "chat_template_kwargs", "reasoning_format"});
+  if (const json* v = field(j, "reasoning_format")) {
+    REWIND_TRY(std::string f, get_str(*v, "reasoning_format"));
+    bool split = true;
+    if (!parse_reasoning_format(f, &split))
+      return make_error("'reasoning_format' must be none, deepseek or auto (got '" +
+                        f.substr(0, 40) + "')");
+    out.split_reasoning = split ? 1 : 0;
+  }
   if (const json* k = field(j, "chat_template_kwargs")) {
     if (!k->is_object()) return type_error("chat_template_kwargs", "an object", *k);
     for (auto it = k->begin(); it != k->end(); ++it) {
@@ -829,6 +837,12 @@ Result<ModelQuery> split_model_query(std::string_view query) {
     out.model = std::move(name);
   }
   return out;
+}
+
+bool parse_reasoning_format(const std::string& name, bool* split) {
+  if (name != "none" && name != "deepseek" && name != "auto") return false;
+  *split = name != "none";
+  return true;
 }
 
 }  // namespace rw

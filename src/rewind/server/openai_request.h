@@ -115,7 +115,14 @@ struct ParsedChatRequest : CommonRequest {
   std::string tool_choice_name;
   bool parallel_tool_calls = true;
   int enable_thinking = -1;  // chat_template_kwargs.enable_thinking: -1 absent, 0/1
+  // llama-server's reasoning_format: "none" leaves a <think> block in the content (0),
+  // "deepseek" / "auto" split it into reasoning_content (1); -1 absent (the server's).
+  int split_reasoning = -1;
 };
+
+// llama-server's reasoning formats: "none" (false), "deepseek" and "auto" (true); false when
+// the name is none of them.
+bool parse_reasoning_format(const std::string& name, bool* split);
 
 // One prompt of a completion request: text (to be tokenized, special tokens recognised) or
 // token ids.
