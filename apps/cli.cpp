@@ -99,6 +99,11 @@ std::vector<OptSpec> sampling_default_opts() {
       },
       penalty_opts());
 }
+OptSpec template_opt() {
+  return {"--chat-template", "", "JINJA|chatml",
+          "render with this Jinja template text (or rewind's ChatML) instead of the model's, as "
+          "llama-server's"};
+}
 OptSpec template_file_opt() {
   return {"--chat-template-file", "", "FILE",
           "render with this Jinja chat template instead of the model's (its special tokens "
@@ -531,7 +536,7 @@ std::vector<CommandSpec> build_specs() {
     if (cs.name == "run") insert_after(cs, "--seed", penalty_opts());
     if (cs.name == "chat" || cs.name == "serve") {
       insert_after(cs, cs.name == "chat" ? "--n-predict" : "--ctx-size", sampling_default_opts());
-      insert_after(cs, "--frequency-penalty", {template_file_opt()});
+      insert_after(cs, "--frequency-penalty", {template_file_opt(), template_opt()});
     }
     insert_after(cs, "", llama_compat_opts());
   }

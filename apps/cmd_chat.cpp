@@ -653,7 +653,8 @@ int cmd_chat(int argc, char** argv) {
 
   auto tok = load_tokenizer(dir);
   if (!tok.ok()) return fail(tok.error_message());
-  auto tmpl = load_chat_template(dir, tok.value(), nullptr, args->str("--chat-template-file"));
+  auto tmpl = load_chat_template(dir, tok.value(), nullptr, args->str("--chat-template-file"),
+                                 args->str("--chat-template"));
   if (!tmpl.ok()) return fail(tmpl.error_message());
   if (think >= 0 && !tmpl->reads_enable_thinking())
     std::fprintf(stderr,

@@ -134,6 +134,7 @@ const char* const kPerModelOptions[] = {"--ctx-size",
                                         "--presence-penalty",
                                         "--frequency-penalty",
                                         "--chat-template-file",
+                                        "--chat-template",
                                         "--reasoning-format"};
 
 // A step that decodes beside a prefill aims at 6 times a step of its decode rows alone.
@@ -403,7 +404,8 @@ int cmd_serve(int argc, char** argv) {
     REWIND_TRY(Tokenizer tok, load_tokenizer(dir));
     L.tok = std::move(tok);
     REWIND_TRY(ChatTemplate tmpl,
-               load_chat_template(dir, *L.tok, &L.template_source, a.str("--chat-template-file")));
+               load_chat_template(dir, *L.tok, &L.template_source, a.str("--chat-template-file"),
+                                  a.str("--chat-template")));
     L.tmpl = std::move(tmpl);
     L.pool = workers.lane();
     REWIND_TRY(const KvTypes kv, kv_types_from(a));

@@ -128,10 +128,13 @@ bool is_gguf_path(const std::string& model_path);  // a regular file (not a dire
 // that is there but does not load, a malformed GGUF file.
 // `template_file` (--chat-template-file), when not empty, replaces the model's template (its
 // special tokens stay the model's); an unreadable or empty file or a template that does not parse
-// is an error naming the file. `source` (may be null): set to "model", "rewind-chatml" or "file".
+// is an error naming the file. `template_option` (--chat-template, llama-server's) the same
+// with the template given as text, or "chatml" for rewind's ChatML template; not with a file.
+// `source` (may be null): set to "model", "rewind-chatml", "file" or "option".
 Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
                                         std::string* source = nullptr,
-                                        const std::string& template_file = "");
+                                        const std::string& template_file = "",
+                                        const std::string& template_option = "");
 
 // Writes the HF checkpoint in `hf_dir` (config.json, safetensors, tokenizer.json, chat template
 // in tokenizer_config.json or chat_template.jinja) as a GGUF file in llama.cpp's layout, with

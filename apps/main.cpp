@@ -162,7 +162,10 @@ Result<std::string> read_template_file(const std::string& path) {
 }
 
 Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tokenizer& tok,
-                                        std::string* source, const std::string& template_file) {
+                                        std::string* source, const std::string& template_file,
+                                        const std::string& template_option) {
+  if (!template_file.empty() && !template_option.empty())
+    return make_error("--chat-template and --chat-template-file both give a template; keep one");
   // A GGUF file's template is tokenizer.chat_template (eos: tokenizer.ggml.eos_token_id).
   // bos_token is the text of tokenizer.ggml.bos_token_id ("" without one), as llama.cpp's.
   std::string gguf_template, gguf_eos = "<|im_end|>", gguf_bos;
@@ -178,12 +181,29 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
     REWIND_TRY(int64_t bos, g.get_int_or("tokenizer.ggml.bos_token_id", -1));
     gguf_bos = text_of(bos);
   }
-  if (!template_file.empty()) {
+  if (!template_file.empty() || !template_option.empty()) {
     // The given template in place of the model's, with the model's special tokens.
-    REWIND_TRY(const std::string text, read_template_file(template_file));
-    if (source) *source = "file";
-    if (!gguf)
-      return ChatTemplate::load_dir(model_path, &text, "--chat-template-file " + template_file);
+    std::string text, what;
+    if (!template_file.empty()) {
+      REWIND_TRY(text, read_template_file(template_file));
+      what = "--chat-template-file " + template_file;
+    } else {
+      // llama-server's --chat-template: Jinja text (as with --jinja), or a built-in name, of
+      // which rewind has ChatML.
+      what = "--chat-template";
+      text = template_option == "chatml" ? rewind_chatml_template() : template_option;
+      if (text.find("{{") == std::string::npos && text.find("{%") == std::string::npos) {
+        std::string m = "--chat-template '";
+        m.append(template_option.substr(0, 40))
+            .append("': neither a Jinja template nor a built-in name (rewind has chatml); ")
+            .append("--chat-template-file reads one from a file");
+        return make_error(m);
+      }
+      if (auto t = ChatTemplate::from_string(text, "", ""); !t.ok())
+        return make_error(what + ": " + t.error_message());
+    }
+    if (source) *source = template_file.empty() ? "option" : "file";
+    if (!gguf) return ChatTemplate::load_dir(model_path, &text, what);
     return ChatTemplate::from_string(text, gguf_bos, gguf_eos);
   }
   const bool has_template = gguf ? !gguf_template.empty() : has_chat_template(model_path);

@@ -2308,6 +2308,25 @@ TEST(ServerLimits, LlamaServerCommandLine) {
   ASSERT_EQ(c.status, 200) << c.body;
 }
 
+// llama-server's --chat-template: Jinja text in place of the model's template, or chatml.
+TEST(ServerLimits, ChatTemplateOption) {
+  auto srv = Server::start({"--api-key", kKey, "--chat-template",
+                            "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"});
+  ASSERT_NE(srv, nullptr);
+  EXPECT_EQ(curl(*srv, "GET", "/props").j()["chat_template_source"], "option");
+  const json msgs = json::array({{{"role", "user"}, {"content", "hi"}}});
+  const Http t = post(*srv, "/apply-template", {{"messages", msgs}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(t.j()["prompt"], "<user>hi");
+  auto chatml = Server::start({"--api-key", kKey, "--chat-template", "chatml"});
+  ASSERT_NE(chatml, nullptr);
+  const Http c = post(*chatml, "/apply-template", {{"messages", msgs}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_NE(c.j()["prompt"].get<std::string>().find("<|im_start|>user\nhi<|im_end|>"),
+            std::string::npos)
+      << c.body;
+}
+
 // A chat reply's reasoning tokens are counted in usage (completion_tokens_details, OpenAI's):
 // with a template whose generation prompt opens <think>, every token of a reply that never
 // closes it is reasoning; one whose template mentions <think> without opening it has none; a
@@ -2448,6 +2467,10 @@ TEST(ServerLimits, TemplateFileAndSamplingErrors) {
       {"--chat-template-file " + empty, "the file is empty"},
       {"--chat-template-file /nonexistent/t.jinja", "cannot read it"},
       {"--model-opt tiny:chat-template-file=" + bad, "chat template"},
+      {"--chat-template llama2",
+       "neither a Jinja template nor a built-in name (rewind has chatml)"},
+      {"--chat-template '{% if %}'", "--chat-template: "},
+      {"--chat-template chatml --chat-template-file " + empty, "both give a template"},
       {"--temp -1", "--temperature must be >= 0"},
       {"--top-p 1.5", "--top-p must be in [0, 1]"},
       {"--model-opt tiny:min-p=2", "--min-p must be in [0, 1]"},

@@ -147,7 +147,8 @@ struct ServedModel {
   // Byte cap of the compiled grammars and their cached masks (grammar/grammar_cache.h).
   size_t grammar_cache_bytes = size_t{256} << 20;
   // Reported by GET /props: the model's path and where the chat template came from ("model",
-  // or "rewind-chatml" when the model has none).
+  // "rewind-chatml" when the model has none, "file" or "option": --chat-template-file or
+  // --chat-template).
   std::string model_path;
   std::string chat_template_source;
 };
