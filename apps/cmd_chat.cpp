@@ -674,12 +674,9 @@ int cmd_chat(int argc, char** argv) {
   auto model = load_model(dir, store, kernels.value(), &pool, &load_s, false, kv.value());
   if (!model.ok()) return fail(model.error_message());
   Model& m = *model.value();
-  int64_t ctx_n = ctx.value();
-  if (ctx_n == 0) {
-    auto mc = model_context(m.config(), "-c 0");
-    if (!mc.ok()) return fail(mc.error_message());
-    ctx_n = mc.value();
-  }
+  auto ctx_r = ctx_or_model(ctx.value(), m.config(), "-c 0");
+  if (!ctx_r.ok()) return fail(ctx_r.error_message());
+  const int64_t ctx_n = ctx_r.value();
 
   // Sampling: the model's generation_config.json, then the options given.
   GenerationDefaults defaults =

@@ -149,8 +149,7 @@ int cmd_convert(int argc, char** argv) {
                   ": write the GGUF file elsewhere");
   // The file is GGUF whatever its name: another format's extension would mislead every reader.
   {
-    std::string ext = std::filesystem::path(out).extension().string();
-    for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const std::string ext = lower_extension(out);
     if (ext == ".safetensors" || ext == ".json" || ext == ".bin" || ext == ".pt" || ext == ".pth")
       return fail("-o/--out " + out + ": convert writes a GGUF file; name it .gguf");
     if (ext != ".gguf")

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -105,12 +104,13 @@ Result<std::string> model_path_or_stored(const std::string& given) {
   // A file of a Hugging Face directory (config.json, a shard): the model is the directory.
   if (std::filesystem::is_regular_file(given, ec)) {
     const std::filesystem::path p(given);
-    std::string ext = p.extension().string();
-    for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (ext == ".json" || ext == ".safetensors" || ext == ".jinja")
-      return make_error("'" + given + "' is a file of a Hugging Face model: pass its directory (" +
-                        (p.has_parent_path() ? p.parent_path().string() : std::string(".")) +
-                        "), or a .gguf file");
+    const std::string ext = lower_extension(given);
+    if (ext == ".json" || ext == ".safetensors" || ext == ".jinja") {
+      std::string m = "'";
+      m.append(given).append("' is a file of a Hugging Face model: pass its directory (");
+      m.append(p.has_parent_path() ? p.parent_path().string() : std::string("."));
+      return make_error(m.append("), or a .gguf file"));
+    }
   }
   if (std::filesystem::exists(given, ec)) return given;
   REWIND_TRY(std::string root, hub::default_store_root());

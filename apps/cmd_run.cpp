@@ -84,7 +84,7 @@ int cmd_run(int argc, char** argv) {
 
   int64_t n_new = n_gen.value();
   if (n_new == -1) {  // llama.cpp's "until the end": what the model's context leaves
-    auto mc = model_context(m.config(), "-n -1");
+    auto mc = ctx_or_model(0, m.config(), "-n -1");
     if (!mc.ok()) return fail(mc.error_message());
     n_new = mc.value() - static_cast<int64_t>(prompt.size());
     if (n_new < 1)

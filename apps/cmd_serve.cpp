@@ -166,7 +166,7 @@ Result<ModelSettings> model_settings(const Args& a) {
   auto target = parse_step_target(a.str("--itl-target", kDefaultItlTarget));
   if (!target.ok()) return make_error("--itl-target: " + target.error_message());
   s.itl_target = target.value();
-  // 0: the model's context length, known once it loads (resolve_ctx).
+  // 0: the model's context length, known once it loads (ctx_or_model).
   if (s.ctx < 2 && s.ctx != 0) return make_error("--ctx-size must be >= 2, or 0 (the model's)");
   if (s.ctx > (int64_t{1} << 31) - 1) return make_error("--ctx-size must be < 2^31");
   // llama-server's -1 and -2 (until the context is full) are the same here; a cap past the
@@ -186,13 +186,6 @@ Result<ModelSettings> model_settings(const Args& a) {
   SamplingParams scratch;
   REWIND_TRY_STATUS(sampling_from(a, &scratch));
   return s;
-}
-
-// --ctx-size 0 (llama.cpp's "from the model"): the model's max_position_embeddings.
-Status resolve_ctx(const ModelConfig& c, ModelSettings* s) {
-  if (s->ctx != 0) return Ok{};
-  REWIND_TRY(s->ctx, model_context(c, "--ctx-size 0"));
-  return Ok{};
 }
 
 // One --model-opt value: "NAME:OPTION=VALUE", or "NAME:OPTION" for a flag (a name holds no '=',
@@ -431,7 +424,7 @@ int cmd_serve(int argc, char** argv) {
     REWIND_TRY(L.model, load_model(dir, store, kernels.value(), L.pool.get(), &L.load_s,
                                    L.spec->wants_mtp(), kv));
     Model& m = *L.model;
-    REWIND_TRY_STATUS(resolve_ctx(m.config(), &L.settings));
+    REWIND_TRY(L.settings.ctx, ctx_or_model(L.settings.ctx, m.config(), "--ctx-size 0"));
     if (m.config().max_position_embeddings > 0 && ms.ctx > m.config().max_position_embeddings)
       std::fprintf(stderr,
                    "rewind: warning: --ctx-size %lld exceeds %s's max_position_embeddings %lld\n",

@@ -85,10 +85,12 @@ Status sampling_from(const Args& a, SamplingParams* p);
 // value checked, a note on stderr for -ngl other than 0. --jinja needs nothing: templates are
 // always rendered as Jinja.
 Status llama_compat_from(const Args& a);
-// The model's context length (max_position_embeddings, below 2^31), for `-c 0` and `run -n -1`
-// (llama.cpp's "from the model"; a config without the field has the library default, as in
-// transformers); an error naming `what` when it is below 2.
-Result<int64_t> model_context(const ModelConfig& c, const std::string& what);
+// `given` when not 0, else the model's context length (max_position_embeddings, below 2^31):
+// `-c 0` and `run -n -1`, llama.cpp's "from the model" (a config without the field has the
+// library default, as in transformers); an error naming `what` when that is below 2.
+Result<int64_t> ctx_or_model(int64_t given, const ModelConfig& c, const std::string& what);
+// The extension of a path's file name in lower case (".gguf"; "" without one).
+std::string lower_extension(const std::string& path);
 
 double now_seconds();
 

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -199,12 +200,12 @@ Result<ChatTemplate> load_chat_template(const std::string& model_path, const Tok
             .append("--chat-template-file reads one from a file");
         return make_error(m);
       }
-      if (auto t = ChatTemplate::from_string(text, "", ""); !t.ok())
-        return make_error(what + ": " + t.error_message());
     }
     if (source) *source = template_file.empty() ? "option" : "file";
     if (!gguf) return ChatTemplate::load_dir(model_path, &text, what);
-    return ChatTemplate::from_string(text, gguf_bos, gguf_eos);
+    auto t = ChatTemplate::from_string(text, gguf_bos, gguf_eos);
+    if (!t.ok()) return make_error(what + ": " + t.error_message());
+    return t;
   }
   const bool has_template = gguf ? !gguf_template.empty() : has_chat_template(model_path);
   if (source) *source = has_template ? "model" : "rewind-chatml";
@@ -253,11 +254,18 @@ Status sampling_from(const Args& a, SamplingParams* p) {
   return penalties_from(a, p);
 }
 
-Result<int64_t> model_context(const ModelConfig& c, const std::string& what) {
+Result<int64_t> ctx_or_model(int64_t given, const ModelConfig& c, const std::string& what) {
+  if (given != 0) return given;
   if (c.max_position_embeddings < 2)
     return make_error(what + " takes the model's context length, and its max_position_embeddings " +
                       std::to_string(c.max_position_embeddings) + " is too small; give a size");
   return std::min<int64_t>(c.max_position_embeddings, (int64_t{1} << 31) - 1);
+}
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return ext;
 }
 
 Status llama_compat_from(const Args& a) {

@@ -1,6 +1,7 @@
 // The memory a process may use (base/memory.h): cgroup limit files as the kernel writes them,
 // and the machine's figure.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <map>
 #include <string>
@@ -52,6 +53,7 @@ TEST(UsableMemory, IsThisMachinesOrLess) {
   const int64_t b = usable_memory_bytes();
   EXPECT_GT(b, int64_t{64} << 20);  // any machine that runs the tests has more than 64 MiB
   EXPECT_GE(b, process_resident_bytes());
+  EXPECT_LE(b, static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace
