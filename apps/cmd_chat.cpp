@@ -39,6 +39,7 @@
 #include "args.h"
 #include "chat_input.h"
 #include "commands.h"
+#include "rewind/base/file.h"
 #include "rewind/chat/chat_template.h"
 #include "rewind/chat/text_stream.h"
 #include "rewind/engine/engine.h"
@@ -302,15 +303,7 @@ struct ChatOptions {
 
 // A conversation saved by /save (or written by hand): the file's errors name the file.
 Result<SavedConversation> read_conversation(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return make_error("cannot read " + path + ": " + std::strerror(errno));
-  std::string text;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return make_error("cannot read " + path);
+  REWIND_TRY(const std::string text, read_whole_file(path));
   auto c = parse_conversation(text);
   if (!c.ok()) return make_error(path + ": " + c.error_message());
   return c;

@@ -7,16 +7,15 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli.h"
 #include "commands.h"
+#include "rewind/base/file.h"
 #include "rewind/io/gguf.h"
 #include "rewind/kernels/matmul.h"
 #include "rewind/tokenizer/gguf_vocab.h"
@@ -136,12 +135,11 @@ namespace {
 // True when the checkpoint directory ships a chat template (tokenizer_config.json
 // `chat_template` or chat_template.jinja); then it must load.
 bool has_chat_template(const std::string& dir) {
-  if (std::ifstream(dir + "/chat_template.jinja")) return true;
-  std::ifstream f(dir + "/tokenizer_config.json");
-  if (!f) return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  std::error_code ec;
+  if (std::filesystem::exists(dir + "/chat_template.jinja", ec)) return true;
+  auto text = read_whole_file(dir + "/tokenizer_config.json");
+  if (!text.ok()) return false;
+  auto j = nlohmann::json::parse(text.value(), nullptr, false);
   return !j.is_discarded() && j.is_object() && j.contains("chat_template") &&
          !j["chat_template"].is_null();
 }
@@ -149,12 +147,9 @@ bool has_chat_template(const std::string& dir) {
 
 Result<std::string> read_template_file(const std::string& path) {
   const std::string what = "--chat-template-file " + path;
-  std::error_code ec;
-  std::ifstream f(path, std::ios::binary);
-  if (!f || std::filesystem::is_directory(path, ec)) return make_error(what + ": cannot read it");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  auto read = read_whole_file(path);
+  if (!read.ok()) return make_error("--chat-template-file: " + read.error_message());
+  const std::string text = std::move(read).value();
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     return make_error(what + ": the file is empty");
   auto t = ChatTemplate::from_string(text, "", "");

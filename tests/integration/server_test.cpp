@@ -2465,7 +2465,8 @@ TEST(ServerLimits, TemplateFileAndSamplingErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--chat-template-file " + bad, "--chat-template-file " + bad + ": chat template"},
       {"--chat-template-file " + empty, "the file is empty"},
-      {"--chat-template-file /nonexistent/t.jinja", "cannot read it"},
+      {"--chat-template-file /nonexistent/t.jinja",
+       "--chat-template-file: cannot read /nonexistent/t.jinja: No such file or directory"},
       {"--model-opt tiny:chat-template-file=" + bad, "chat template"},
       {"--chat-template llama2",
        "neither a Jinja template nor a built-in name (rewind has chatml)"},

@@ -822,6 +822,16 @@ TEST_F(LoadDir, Errors) {
   EXPECT_NE(bad.error_message().find("chat_template.jinja: chat template: line 2, column 1"),
             std::string::npos)
       << bad.error_message();
+  // A chat_template.jinja that is there but cannot be read is an error, not a fall-back to
+  // tokenizer_config.json's template.
+  std::filesystem::remove(dir_ / "chat_template.jinja");
+  std::filesystem::create_directory(dir_ / "chat_template.jinja");
+  write("tokenizer_config.json", R"({"chat_template": "D"})");
+  auto unreadable = ChatTemplate::load_dir(dir_.string());
+  ASSERT_FALSE(unreadable.ok());
+  EXPECT_NE(unreadable.error_message().find("chat_template.jinja: Is a directory"),
+            std::string::npos)
+      << unreadable.error_message();
 }
 
 // A template's own error (raise_exception) reads "chat template: ..." once: the server and the

@@ -3,13 +3,14 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <sstream>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+
+#include "rewind/base/file.h"
 
 namespace rw {
 
@@ -93,11 +94,8 @@ int64_t cgroup_memory_limit(const std::string& proc_self_cgroup,
 namespace {
 
 std::string read_small_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return "";
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  auto text = read_whole_file(path);
+  return text.ok() ? std::move(text).value() : std::string();
 }
 
 }  // namespace

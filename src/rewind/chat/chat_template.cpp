@@ -18,9 +18,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
-#include <sstream>
 
+#include "rewind/base/file.h"
 #include "rewind/chat/jinja.h"
 #include "rewind/tokenizer/tokenizer.h"
 #include "rewind/tokenizer/tokenizer_config.h"
@@ -62,15 +61,6 @@ ChatTemplate& ChatTemplate::operator=(ChatTemplate&&) noexcept = default;
 ChatTemplate::~ChatTemplate() = default;
 
 namespace {
-
-bool read_file(const std::string& path, std::string* out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  *out = ss.str();
-  return static_cast<bool>(f) || f.eof();
-}
 
 ojson message_json(const ChatMessage& m) {
   ojson j = ojson::object();
@@ -182,8 +172,12 @@ Result<std::string> chat_template_source(const std::string& dir, std::string* wh
   const std::string cfg_path = dir + "/tokenizer_config.json";
   std::string source, where;
   const std::string jinja_path = dir + "/chat_template.jinja";
-  if (read_file(jinja_path, &source)) {
+  bool missing = false;
+  if (auto jinja = read_whole_file(jinja_path, &missing); jinja.ok()) {
+    source = std::move(jinja).value();
     where = jinja_path;  // as in transformers, the separate file wins over the config entry
+  } else if (!missing) {
+    return jinja.error();
   } else if (auto it = cfg.find("chat_template"); it != cfg.end() && !it->is_null()) {
     where = cfg_path + " chat_template";
     if (it->is_string()) {

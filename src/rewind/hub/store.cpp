@@ -4,9 +4,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+
+#include "rewind/base/file.h"
 
 namespace rw::hub {
 
@@ -21,9 +22,7 @@ std::string base_name(const std::string& path) {
 }
 
 Result<json> read_manifest(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return make_error(file.string() + ": cannot be read");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REWIND_TRY(const std::string text, read_whole_file(file.string()));
   json j;
   try {
     j = json::parse(text);

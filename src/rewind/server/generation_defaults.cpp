@@ -1,9 +1,8 @@
 #include "rewind/server/generation_defaults.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "rewind/base/file.h"
 #include "rewind/tokenizer/tokenizer.h"
 
 namespace rw {
@@ -15,14 +14,15 @@ GenerationDefaults load_generation_defaults(const std::string& dir,
   d.sampling.temperature = 1.0f;
   const std::string path = dir + "/generation_config.json";
   nlohmann::json j = nlohmann::json::object();
-  if (std::ifstream f(path); f) {
-    std::stringstream ss;
-    ss << f.rdbuf();
-    j = nlohmann::json::parse(ss.str(), nullptr, false);
+  bool missing = false;
+  if (auto text = read_whole_file(path, &missing); text.ok()) {
+    j = nlohmann::json::parse(text.value(), nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
       d.warnings.push_back(path + " is not a JSON object; ignored");
       j = nlohmann::json::object();
     }
+  } else if (!missing) {
+    d.warnings.push_back(text.error_message() + "; ignored");
   }
   if (auto it = j.find("eos_token_id"); it != j.end()) {
     if (it->is_number_integer()) d.stop_ids.insert(it->get<int32_t>());

@@ -8,9 +8,9 @@
 // Sampling: generation_config.json `do_sample: false` means greedy (temperature 0); otherwise
 // the file's temperature / top_p / top_k / min_p where present, and OpenAI's defaults where not
 // (temperature 1, top_p 1, top_k off, min_p off). A request's own fields override these.
-// A missing generation_config.json is not an error (every field falls back); a malformed one,
-// or a sampling value out of range in it, is ignored with a line in `warnings` (which
-// `rewind serve` prints), never clamped.
+// A missing generation_config.json is not an error (every field falls back); an unreadable or
+// malformed one, or a sampling value out of range in it, is ignored with a line in `warnings`
+// (which `rewind serve` prints), never clamped.
 #pragma once
 
 #include <cstdint>

@@ -6,13 +6,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
-#include <sstream>
 #include <unordered_map>
 
+#include "rewind/base/file.h"
 #include "rewind/tokenizer/text.h"
 #include "rewind/tokenizer/tokenizer_config.h"
 
@@ -837,12 +836,8 @@ Result<Tokenizer> Tokenizer::from_json(const std::string& json_text, const std::
 }
 
 Result<Tokenizer> Tokenizer::load(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return make_error(path + ": cannot open tokenizer.json");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return make_error(path + ": read error");
-  return from_json(ss.str(), path);
+  REWIND_TRY(const std::string text, read_whole_file(path));
+  return from_json(text, path);
 }
 
 Result<Tokenizer> Tokenizer::load_dir(const std::string& dir) {

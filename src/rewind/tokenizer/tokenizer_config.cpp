@@ -1,18 +1,19 @@
 // tokenizer_config.h: a checkpoint's tokenizer_config.json.
 #include "rewind/tokenizer/tokenizer_config.h"
 
-#include <fstream>
-#include <sstream>
+#include "rewind/base/file.h"
 
 namespace rw {
 
 Result<nlohmann::json> read_tokenizer_config(const std::string& dir) {
   const std::string path = dir + "/tokenizer_config.json";
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return nlohmann::json::object();
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  nlohmann::json cfg = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  bool missing = false;
+  auto text = read_whole_file(path, &missing);
+  if (!text.ok()) {
+    if (missing) return nlohmann::json::object();
+    return text.error();
+  }
+  nlohmann::json cfg = nlohmann::json::parse(text.value(), nullptr, /*allow_exceptions=*/false);
   if (cfg.is_discarded() || !cfg.is_object()) return make_error(path + ": not a JSON object");
   return cfg;
 }
