@@ -7,6 +7,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "rewind/base/file.h"
 #include "rewind/engine/engine.h"
 #include "rewind/sample/sampler.h"
 #include "rewind/server/generation_defaults.h"
@@ -31,7 +32,16 @@ int cmd_run(int argc, char** argv) {
   auto args = parse_args("run", argc, argv);
   if (!args.ok()) return fail(args.error_message());
   if (args->has("--help")) return print_help("run");
-  if (!args->has("--prompt")) return fail("-p/--prompt TEXT is required (rewind run --help)");
+  if (args->has("--prompt") == args->has("--file"))
+    return fail(args->has("--prompt") ? "-p/--prompt and -f/--file both give the prompt; keep one"
+                                      : "-p/--prompt TEXT or -f/--file FILE is required (rewind "
+                                        "run --help)");
+  std::string prompt_text = args->str("--prompt");
+  if (args->has("--file")) {
+    auto text = read_whole_file(args->str("--file"));
+    if (!text.ok()) return fail("-f/--file: " + text.error_message());
+    prompt_text = std::move(text).value();
+  }
   auto model_arg = model_or_builtin(args->str("--model"), args->has("--quiet"));
   if (!model_arg.ok()) return fail(model_arg.error_message());
   const std::string dir = model_arg.value();
@@ -43,12 +53,15 @@ int cmd_run(int argc, char** argv) {
   auto seed = args->int_("--seed", 0);
   auto th = args->int_("--threads", default_threads());
   auto chunk = args->int_("--chunk", 512);
-  for (auto* r : {&n_gen, &top_k, &seed, &th, &chunk})
+  auto ctx = args->int_("--ctx-size", -1);  // -1: not given
+  for (auto* r : {&n_gen, &top_k, &seed, &th, &chunk, &ctx})
     if (!r->ok()) return fail(r->error_message());
   for (auto* r : {&temp, &top_p, &min_p})
     if (!r->ok()) return fail(r->error_message());
   if ((n_gen.value() < 1 && n_gen.value() != -1) || n_gen.value() > (int64_t{1} << 30))
     return fail("-n/--n-predict must be >= 1, or -1 (up to the model's context length)");
+  if (args->has("--ctx-size") && (ctx.value() == 1 || ctx.value() < 0))
+    return fail("-c/--ctx-size must be >= 2, or 0 (the model's)");
   if (th.value() < 1) return fail("--threads must be >= 1");
   if (chunk.value() < 1) return fail("--chunk must be >= 1");
   if (temp.value() < 0) return fail("--temperature must be >= 0");
@@ -76,20 +89,25 @@ int cmd_run(int argc, char** argv) {
   Model& m = *model.value();
   if (Status sc = spec_check(m, spec->cfg); !sc.ok()) return fail(sc.error_message());
 
-  std::vector<int32_t> prompt = tok->encode_prompt(args->str("--prompt"));
+  std::vector<int32_t> prompt = tok->encode_prompt(prompt_text);
   if (prompt.empty()) return fail("the prompt encodes to no tokens");
   for (int32_t t : prompt)
     if (t >= m.config().vocab_size)
       return fail("tokenizer id " + std::to_string(t) + " is outside the model's vocab");
 
+  // The context: -c (0: the model's), else with -n -1 (llama.cpp's "until the end") the model's;
+  // generation stops where it is full.
   int64_t n_new = n_gen.value();
-  if (n_new == -1) {  // llama.cpp's "until the end": what the model's context leaves
-    auto mc = ctx_or_model(0, m.config(), "-n -1");
+  if (ctx.value() >= 0 || n_new == -1) {
+    const bool given = ctx.value() >= 0;
+    auto mc = ctx_or_model(given ? ctx.value() : 0, m.config(), given ? "-c 0" : "-n -1");
     if (!mc.ok()) return fail(mc.error_message());
-    n_new = mc.value() - static_cast<int64_t>(prompt.size());
-    if (n_new < 1)
-      return fail("the prompt (" + std::to_string(prompt.size()) +
-                  " tokens) fills the model's context length " + std::to_string(mc.value()));
+    const int64_t left = mc.value() - static_cast<int64_t>(prompt.size());
+    if (left < 1)
+      return fail("the prompt (" + std::to_string(prompt.size()) + " tokens) fills " +
+                  (given && ctx.value() > 0 ? "--ctx-size " : "the model's context length ") +
+                  std::to_string(mc.value()));
+    n_new = n_new == -1 ? left : std::min(n_new, left);
   }
 
   EngineOptions eo;

@@ -32,6 +32,7 @@
 #include "args.h"
 #include "cli.h"
 #include "commands.h"
+#include "rewind/base/file.h"
 #include "rewind/base/memory.h"
 #include "rewind/cache/disk_tier.h"
 #include "rewind/cache/redis_tier.h"
@@ -42,6 +43,7 @@
 #include "rewind/server/access_log.h"
 #include "rewind/server/generation_defaults.h"
 #include "rewind/server/http_server.h"
+#include "rewind/server/http_transport.h"
 #include "rewind/server/openai_request.h"
 #include "rewind/tokenizer/tokenizer.h"
 #include "spec_args.h"
@@ -120,6 +122,7 @@ const char* const kPerModelOptions[] = {"--ctx-size",
                                         "--checkpoint-max",
                                         "--no-cache",
                                         "--spec",
+                                        "--model-draft",
                                         "--draft-k",
                                         "--spec-fixed-k",
                                         "--weights",
@@ -383,6 +386,9 @@ int cmd_serve(int argc, char** argv) {
   if (!args->has("--cache-redis") &&
       (args->has("--cache-redis-timeout") || args->has("--cache-redis-ttl")))
     return fail("--cache-redis-timeout and --cache-redis-ttl need --cache-redis");
+  // A port another server holds is said now, not after minutes of loading models.
+  if (Status st = check_bindable(host, static_cast<int>(port.value())); !st.ok())
+    return fail(st.error_message());
   // Several models share the cache budgets evenly.
   const uint64_t cache_budget = (static_cast<uint64_t>(cache_ram.value()) << 20) / n_models;
   // One set of --threads threads for every model: each engine calls through its own lane, and
@@ -564,7 +570,33 @@ int cmd_serve(int argc, char** argv) {
   ServerOptions so;
   so.host = host;
   so.port = static_cast<int>(port.value());
-  so.api_key = args->str("--api-key");
+  // --api-key KEY (a comma list, repeatable) and --api-key-file FILE (a key a line), as
+  // llama-server's: a request may give any of them.
+  for (const std::string& v : args->all("--api-key"))
+    for (size_t b = 0; b <= v.size();) {
+      const size_t e = std::min(v.find(',', b), v.size());
+      if (e > b) so.api_keys.push_back(v.substr(b, e - b));
+      b = e + 1;
+    }
+  for (const std::string& f : args->all("--api-key-file")) {
+    auto text = read_whole_file(f);
+    if (!text.ok()) return fail("--api-key-file: " + text.error_message());
+    size_t n = 0;
+    for (size_t b = 0; b < text.value().size();) {
+      const size_t e = std::min(text.value().find('\n', b), text.value().size());
+      std::string key = text.value().substr(b, e - b);
+      while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t'))
+        key.pop_back();
+      while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.erase(0, 1);
+      if (!key.empty()) {
+        so.api_keys.push_back(std::move(key));
+        ++n;
+      }
+      b = e + 1;
+    }
+    if (n == 0) return fail("--api-key-file " + f + ": no key in it (one a line)");
+  }
+  if (args->has("--api-key") && so.api_keys.empty()) return fail("--api-key: an empty key");
   so.max_body = static_cast<size_t>(max_body.value());
   so.max_buffered = static_cast<size_t>(buffered_cap);
   {
@@ -627,11 +659,12 @@ int cmd_serve(int argc, char** argv) {
     // A bound past what the machine (or its cgroup) holds is a server that can be killed once
     // its sequences and cache fill.
     if (const int64_t usable = usable_memory_bytes(); usable > 0 && total > usable)
-      std::fprintf(stderr,
-                   "rewind serve: warning: the memory bound %.1f MiB exceeds the %.1f MiB this "
-                   "process may use; lower --parallel, --ctx-size, --cache-ram or "
-                   "--grammar-cache-ram, or expect to run out of memory under full load\n",
-                   total / 1048576.0, static_cast<double>(usable) / 1048576.0);
+      std::fprintf(
+          stderr,
+          "rewind serve: warning: the memory bound %.1f MiB exceeds the %.1f MiB this "
+          "process may use; lower --parallel, --ctx-size, --checkpoint-max, --cache-ram or "
+          "--grammar-cache-ram, or expect to run out of memory under full load\n",
+          total / 1048576.0, static_cast<double>(usable) / 1048576.0);
     for (size_t k = 0; k < loaded.size(); ++k) {
       LoadedModel& L = *loaded[k];
       const StateShape sh = L.model->state_shape();
@@ -695,7 +728,10 @@ int cmd_serve(int argc, char** argv) {
     shutdown_all();
     return fail(bound.error_message());
   }
-  const std::string url = "http://" + host + ":" + std::to_string(bound.value());
+  // An IPv6 literal goes in brackets in a URL (RFC 3986: http://[::1]:8080).
+  const std::string url = "http://" +
+                          (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                          std::to_string(bound.value());
   std::string names;
   double load_s = 0;
   for (const auto& L : loaded) {
@@ -725,7 +761,7 @@ int cmd_serve(int argc, char** argv) {
   std::printf(
       "try: curl %s/v1/chat/completions -H 'Content-Type: application/json'%s "
       "-d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'\n",
-      url.c_str(), so.api_key.empty() ? "" : " -H 'Authorization: Bearer <api-key>'");
+      url.c_str(), so.api_keys.empty() ? "" : " -H 'Authorization: Bearer <api-key>'");
   std::printf("web page: %s/ (chat and the prefix cache's tree)\n", url.c_str());
   std::fflush(stdout);
 

@@ -8,7 +8,14 @@ Result<SpecSetup> spec_from_args(const Args& a, const std::string& store,
                                  const KernelOptions& kernels, ThreadPool* pool,
                                  const SharedDraftLoader& shared) {
   SpecSetup s;
-  const std::string m = a.str("--spec", "off");
+  std::string m = a.str("--spec", "off");
+  // llama-server's -md FILE: a draft model, as --spec draft:FILE.
+  if (a.has("--model-draft")) {
+    const std::string d = "draft:" + a.str("--model-draft");
+    if (a.has("--spec") && m != d)
+      return make_error("--model-draft and --spec " + m + " both choose the speculation; keep one");
+    m = d;
+  }
   REWIND_TRY(int64_t k, a.int_("--draft-k", 4));
   if (k < 1 || k > SpecConfig::kMaxDraft)
     return make_error("--draft-k must be in [1, " + std::to_string(SpecConfig::kMaxDraft) + "]");

@@ -53,5 +53,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                             s.substr(s.size() - (o.size() - 1)) == o.substr(1);
     if (!is_tail && !slash_tail) std::abort();
   }
+
+  // A valid Host holds no byte a URI authority cannot (controls, space inside, / ? # @ " \).
+  if (hf::valid_host(s)) {
+    std::string_view t = s;
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+    for (char c : t)
+      if (static_cast<unsigned char>(c) <= ' ' || static_cast<unsigned char>(c) >= 0x7f ||
+          std::string_view("/?#@\"\\<>^`{|}").find(c) != std::string_view::npos)
+        std::abort();
+  }
+  // A method too long: no space among the first kMaxMethodBytes + 1 bytes.
+  if (hf::method_too_long(s) &&
+      (s.size() <= hf::kMaxMethodBytes ||
+       s.substr(0, hf::kMaxMethodBytes + 1).find(' ') != std::string_view::npos))
+    std::abort();
   return 0;
 }

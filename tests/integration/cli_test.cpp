@@ -263,6 +263,34 @@ TEST(Cli, ContextFromTheModel) {
   out = rewind("run -p x -n -2 -t 1", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(contains(out, "-n/--n-predict must be >= 1, or -1")) << out;
+  // -c caps the prompt and the reply together (0: the model's), and -f reads the prompt.
+  test::write_file(cfg, std::regex_replace(text, mpe, "\"max_position_embeddings\": 24"));
+  test::write_file(dir + "/prompt.txt", "And God said");
+  out = rewind("run -m " + dir + "/hf -f " + dir + "/prompt.txt -c " + std::to_string(prompt + 3) +
+                   " -n 50 -t 1 --ignore-eos --json -q",
+               &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "\"prompt_tokens\":" + std::to_string(prompt))) << out;
+  EXPECT_TRUE(contains(out, "\"generated_tokens\":3")) << out;
+  out = rewind("run -m " + dir + "/hf -f " + dir +
+                   "/prompt.txt -c 0 -n 50 -t 1 --ignore-eos "
+                   "--json -q",
+               &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(contains(out, "\"generated_tokens\":" + std::to_string(24 - prompt))) << out;
+  out =
+      rewind("run -m " + dir + "/hf -p 'And God said' -c " + std::to_string(prompt) + " -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "fills --ctx-size " + std::to_string(prompt))) << out;
+  out = rewind("run -p x -f " + dir + "/prompt.txt -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "-p/--prompt and -f/--file both give the prompt")) << out;
+  out = rewind("run -f " + dir + "/none.txt -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "-f/--file: cannot read " + dir + "/none.txt")) << out;
+  out = rewind("run -p x -c 1 -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "-c/--ctx-size must be >= 2, or 0")) << out;
 }
 
 TEST(Cli, MistakesSayWhatToDo) {
@@ -283,6 +311,16 @@ TEST(Cli, MistakesSayWhatToDo) {
   out = rewind("run -p x -n 1 -t 1 --spec draft:" + dir + "/nosuch", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(contains(out, "--spec draft:" + dir + "/nosuch: ")) << out;
+  // llama-server's -md is --spec draft:, and conflicts with another --spec.
+  out = rewind("run -p x -n 1 -t 1 -md " + dir + "/nosuch", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "--spec draft:" + dir + "/nosuch: ")) << out;
+  out = rewind("run -p x -n 1 -t 1 --spec ngram --model-draft " + dir + "/nosuch", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "--model-draft and --spec ngram both choose the speculation")) << out;
+  out = rewind("run -p x -n 1 -t 1 --spec ngram --draft-max 99", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "--draft-k must be in [1, 16]")) << out;
   // A file of an HF model where its directory is meant; an HF model onto an existing file.
   out = rewind("make-model --preset tiny --out " + dir + "/hf", &rc);
   ASSERT_EQ(rc, 0) << out;

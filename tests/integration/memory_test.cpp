@@ -142,6 +142,31 @@ TEST(MemoryAccounting, EngineReportsWhatIsAliveAndStaysUnderItsBound) {
   EXPECT_EQ(StateBufferPool::pooled_bytes(), 0);
 }
 
+// The bound counts the grid checkpoints of the grid the engine will run: widened for a large
+// recurrent state (size_by_state, as serve sets it) before the engine is made, as after.
+TEST(MemoryAccounting, BoundUsesTheSizedGrid) {
+  Model& m = test::cached_model(test::fixture_dir("granitemoehybrid"));
+  const StateShape sh = m.state_shape();
+  EngineOptions opt;
+  opt.ctx_size = 4096;
+  opt.cache.policy.interval = 16;
+  opt.cache.policy.size_by_state = true;
+  const int64_t sized =
+      CheckpointPolicy::size_grid(16, static_cast<size_t>(sh.rec_floats()) * sizeof(float),
+                                  static_cast<size_t>(sh.kv_bytes_per_token()));
+  ASSERT_GT(sized, 16);  // the fixture's state outweighs 16 tokens of KV
+  EngineOptions as_set = opt, unsized = opt;
+  as_set.cache.policy.size_by_state = unsized.cache.policy.size_by_state = false;
+  as_set.cache.policy.interval = sized;
+  const int64_t slots = engine_memory_bound(m, opt, 1).get("slots");
+  EXPECT_EQ(slots, engine_memory_bound(m, as_set, 1).get("slots"));
+  EXPECT_GT(engine_memory_bound(m, unsized, 1).get("slots"), slots);
+  ThreadPool pool(1);
+  BatchEngine eng(m, &pool, opt);
+  EXPECT_EQ(eng.options().cache.policy.interval, sized);
+  EXPECT_EQ(engine_memory_bound(m, eng.options(), 1).get("slots"), slots);
+}
+
 TEST(MemoryAccounting, ScratchBoundCoversTheLargestStep) {
   for (const std::string& fam : test::fixture_variants()) {
     Model& m = test::cached_model(test::fixture_dir(fam));

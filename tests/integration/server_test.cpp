@@ -70,16 +70,21 @@ class Server {
       args.push_back(model);
     }
     for (auto& e : extra) args.push_back(e);
+    // The address in the URLs serve prints: --host's (an IPv6 literal in brackets).
+    std::string host = "127.0.0.1";
+    for (size_t i = 0; i + 1 < extra.size(); ++i)
+      if (extra[i] == "--host") host = extra[i + 1];
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
     const pid_t pid = test::spawn_logged(args, s->log_);
     s->pid_ = pid;
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (std::chrono::steady_clock::now() < deadline) {
       const std::string log = read_file(s->log_);
-      const std::string marker = "listening on http://127.0.0.1:";
+      const std::string marker = "listening on http://" + host + ":";
       const size_t at = log.find(marker);
       if (at != std::string::npos) {
         s->port_ = std::atoi(log.c_str() + at + marker.size());
-        s->url_ = "http://127.0.0.1:" + std::to_string(s->port_);
+        s->url_ = "http://" + host + ":" + std::to_string(s->port_);
         return s;
       }
       int st = 0;
@@ -1889,6 +1894,10 @@ TEST_F(ServerTest, PathsWithoutV1AreTheSameRoutes) {
   expect_error(curl(s(), "GET", "/models", "", ""), 401);
   expect_error(curl(s(), "GET", "/chat/completions"), 405, "POST");
   expect_error(curl(s(), "GET", "/models/tiny"), 404);
+  // llama-server's /v1/health: /health, without the key.
+  const Http h = curl(s(), "GET", "/v1/health", "", "");
+  ASSERT_EQ(h.status, 200) << h.body;
+  EXPECT_EQ(h.j()["status"], "ok");
 }
 
 TEST_F(ServerTest, NotFound) {
@@ -2417,7 +2426,8 @@ TEST(ServerLimits, WarnsWhenTheMemoryBoundExceedsTheMachine) {
   auto huge = Server::start({"--api-key", kKey, "--cache-ram", "1000000000"});  // ~954 TiB
   ASSERT_NE(huge, nullptr);
   EXPECT_NE(huge->log().find("warning: the memory bound"), std::string::npos) << huge->log();
-  EXPECT_NE(huge->log().find("lower --parallel, --ctx-size, --cache-ram or"), std::string::npos);
+  EXPECT_NE(huge->log().find("lower --parallel, --ctx-size, --checkpoint-max, --cache-ram or"),
+            std::string::npos);
 }
 
 // Bodies that take long to parse and tokenize are prepared off the transport's threads: with
@@ -2490,6 +2500,49 @@ TEST(ServerLimits, TemplateFileAndSamplingErrors) {
     EXPECT_NE(rc, 0) << opts;
     EXPECT_NE(out.find(want), std::string::npos) << opts << ": " << out;
   }
+}
+
+// A port another process listens on is reported before any model loads (the memory bound,
+// printed after loading, never appears).
+TEST(ServerLimits, BusyPortFailsBeforeLoading) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  int rc = 0;
+  const std::string out = test::run_command(
+      std::string(REWIND_BINARY) + " serve --model " + model_dir() + " --port " + port + " 2>&1",
+      &rc);
+  ::close(fd);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("cannot bind 127.0.0.1:" + port + ": the address is already in use"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("memory bound"), std::string::npos) << out;
+}
+
+// An IPv6 address is printed in brackets in the URLs serve suggests.
+TEST(ServerLimits, Ipv6UrlsInBrackets) {
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool v6 = probe >= 0 && ::bind(probe, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  if (probe >= 0) ::close(probe);
+  if (!v6) GTEST_SKIP() << "no IPv6 loopback here";
+  auto srv = Server::start({"--host", "::1"});
+  ASSERT_TRUE(srv);
+  EXPECT_EQ(srv->url().rfind("http://[::1]:", 0), 0u);
+  EXPECT_NE(srv->log().find("web page: " + srv->url() + "/"), std::string::npos) << srv->log();
+  EXPECT_NE(srv->log().find("try: curl " + srv->url() + "/v1/chat/completions"), std::string::npos)
+      << srv->log();
 }
 
 TEST(ServerLimits, BadOptionsFail) {
@@ -3082,6 +3135,70 @@ TEST_F(ServerTest, PipelinedRequestsAreAllAnswered) {
   EXPECT_TRUE(a < b && b < m) << c.got();
 }
 
+// HTTP/1.0 has no 1xx to probe a whole reply with: the end of the client's input cancels it.
+TEST_F(ServerTest, Http10EndOfInputCancelsAWholeReply) {
+  const double cancelled0 = metric(s(), "rewind_requests_total{outcome=\"cancelled\"}");
+  const double steps0 = metric(s(), "rewind_engine_steps_total");
+  const std::string body =
+      completion_body("An HTTP/1.0 story", 30000, {{"ignore_eos", true}}).dump();
+  Conn c(s().port());
+  ASSERT_TRUE(c.ok());
+  c.send("POST /v1/completions HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+         std::string(kKey) + "\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body);
+  ASSERT_TRUE(wait_for([&] {
+    return metric(s(), "rewind_requests_running") >= 1 &&
+           metric(s(), "rewind_engine_steps_total") >= steps0 + 8;
+  })) << "the long request did not start decoding";
+  c.shut_wr();
+  EXPECT_TRUE(wait_for([&] {
+    return metric(s(), "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
+  })) << "the HTTP/1.0 client's end of input was not taken as gone";
+  EXPECT_TRUE(wait_for([&] { return metric(s(), "rewind_requests_running") == 0; }));
+}
+
+// Host values that are not host[:port], two Authorization or Content-Type fields, a method longer
+// than any, and malformed chunked trailers or extensions: each answered (not a silent close).
+TEST_F(ServerTest, HostSingletonFieldsMethodAndTrailers) {
+  auto answer = [&](const std::string& raw) {
+    Conn c(s().port());
+    c.send(raw);
+    c.read_to_eof(20s);
+    return c.got();
+  };
+  for (const char* host : {"a b/c@d", "ex ample.com", "host:80x", "[::1", "a\"b", "h%zz"}) {
+    const std::string got =
+        answer(std::string("GET /health HTTP/1.1\r\nHost: ") + host + "\r\n\r\n");
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << host << "\n" << got;
+    EXPECT_NE(got.find("the Host header is not a valid host"), std::string::npos) << got;
+  }
+  for (const char* host : {"127.0.0.1:8080", "[::1]:80", "example.com", "", "x-y.z_~%41"}) {
+    const std::string got =
+        answer(std::string("GET /health HTTP/1.1\r\nHost: ") + host + "\r\n\r\n");
+    EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << host << "\n" << got;
+  }
+  const std::string gen = completion_body("x", 1).dump();
+  const std::string len = "Content-Length: " + std::to_string(gen.size()) + "\r\n";
+  std::string got =
+      answer(post_head("/v1/completions", "Authorization: Bearer wrong\r\n" + len) + gen);
+  EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << got;
+  EXPECT_NE(got.find("more than one Authorization header"), std::string::npos) << got;
+  got = answer(post_head("/v1/completions", "Content-Type: text/plain\r\n" + len) + gen);
+  EXPECT_NE(got.find("more than one Content-Type header"), std::string::npos) << got;
+  got = answer(std::string(20000, 'A') + " /health HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(got.rfind("HTTP/1.1 501", 0), 0u) << got.substr(0, 300);
+  EXPECT_NE(got.find("the method is longer than any"), std::string::npos) << got.substr(0, 300);
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", gen.size());
+  for (const std::string& tail :
+       {std::string("0\r\nX Y: z\r\n\r\n"), std::string("0\r\nContent-Length: 5\r\n\r\n"),
+        std::string("0;") + std::string(25000, 'e') + "\r\n\r\n"}) {
+    got = answer(post_head("/v1/completions", "Transfer-Encoding: chunked\r\n") + size + "\r\n" +
+                 gen + "\r\n" + tail);
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << tail.substr(0, 40) << "\n" << got;
+  }
+}
+
 TEST_F(ServerTest, HalfClosedClientGetsItsAnswer) {
   for (const bool stream : {false, true}) {
     Conn c(s().port());
@@ -3199,6 +3316,31 @@ TEST_F(ServerTest, AuthSchemeIsCaseInsensitive) {
         << scheme;
   expect_error(curl(s(), "GET", "/v1/models", "", "", "-H 'Authorization: Basic dGVzdA=='"), 401);
   expect_error(curl(s(), "GET", "/v1/models", "", "", "-H 'Authorization: bearer'"), 401);
+}
+
+// Several keys (a comma list, --api-key again, --api-key-file's lines): any of them works.
+TEST(ServerLimits, SeveralApiKeys) {
+  const std::string file = tmp_path("keys.txt");
+  write_file(file, "kc\r\n\n  kd \n");
+  auto srv = Server::start({"--api-key", "ka,kb", "--api-key", "ke", "--api-key-file", file});
+  ASSERT_TRUE(srv);
+  for (const char* k : {"ka", "kb", "kc", "kd", "ke"})
+    EXPECT_EQ(curl(*srv, "GET", "/v1/models", "", k).status, 200) << k;
+  for (const char* k : {"k", "kz", "ka,kb", "kdd"})
+    EXPECT_EQ(curl(*srv, "GET", "/v1/models", "", k).status, 401) << k;
+  int rc = 0;
+  const std::string empty = tmp_path("nokeys.txt");
+  write_file(empty, "\n \n");
+  for (const auto& [opts, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--api-key-file " + empty, "--api-key-file " + empty + ": no key in it"},
+           {"--api-key-file /nonexistent/k", "--api-key-file: cannot read /nonexistent/k"},
+           {"--api-key ,", "--api-key: an empty key"}}) {
+    const std::string out = test::run_command(std::string(REWIND_BINARY) + " serve --model " +
+                                                  model_dir() + " --port 0 " + opts + " 2>&1",
+                                              &rc);
+    EXPECT_NE(rc, 0) << opts;
+    EXPECT_NE(out.find(want), std::string::npos) << opts << ": " << out;
+  }
 }
 
 TEST_F(ServerTest, LongTargetAndHeaderAre414And431) {
@@ -3344,8 +3486,9 @@ TEST(HttpHostile, CacheBudgetAndCorsFromStart) {
   EXPECT_EQ(preflight("x-a;y"), "Authorization, Content-Type");
 }
 
-TEST(HttpHostile, BufferCapRefusesBodiesBeyondIt) {
-  // Room for one 90000-byte body at a time.
+// Bodies are reserved as their bytes arrive: clients that announce bodies and send nothing hold
+// no room, and the cap refuses the body whose bytes would pass it.
+TEST(HttpHostile, BufferCapCountsBodyBytesAsTheyArrive) {
   auto srv = Server::start(
       {"--api-key", kKey, "--max-body", "100000", "--max-buffered", "150000", "--parallel", "1"});
   ASSERT_NE(srv, nullptr);
@@ -3354,18 +3497,26 @@ TEST(HttpHostile, BufferCapRefusesBodiesBeyondIt) {
   body.resize(90000, ' ');
   const std::string head =
       post_head("/v1/completions", "Content-Length: " + std::to_string(body.size()) + "\r\n");
-  // A sends its header and part of its body, then stalls: its body is reserved in full.
+  // Ten clients announce 90000-byte bodies (more than the cap together) and send none of them.
+  std::vector<std::unique_ptr<Conn>> idle;
+  for (int i = 0; i < 10; ++i) {
+    idle.push_back(std::make_unique<Conn>(srv->port()));
+    ASSERT_TRUE(idle.back()->ok());
+    idle.back()->send(head);
+  }
+  // A sends 80000 bytes of its body and stalls: its buffer holds them (up to its length).
   Conn a(srv->port());
   ASSERT_TRUE(a.ok());
-  a.send(head + body.substr(0, 1000));
+  a.send(head + body.substr(0, 80000));
   ASSERT_TRUE(wait_for([&] {
-    return metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}") >= 90000;
+    return metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}") >= 80000;
   })) << "the stalled body is not accounted";
-  // B's body does not fit beside A's: 503 with Retry-After at once, its body unread.
+  EXPECT_LT(metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}"), 120000.0);
+  // B's body does not fit beside A's: 503 with Retry-After once its bytes pass the cap.
   const auto t0 = std::chrono::steady_clock::now();
   Conn b(srv->port());
   ASSERT_TRUE(b.ok());
-  b.send(head);
+  b.send(head + body);
   ASSERT_TRUE(b.read_to_eof(20s));
   EXPECT_LT(seconds_since(t0), 5.0);
   EXPECT_EQ(b.got().rfind("HTTP/1.1 503", 0), 0u) << b.got();
@@ -3373,11 +3524,12 @@ TEST(HttpHostile, BufferCapRefusesBodiesBeyondIt) {
   EXPECT_EQ(body_of(b.got())["error"]["code"], "server_busy") << b.got();
   // Requests without a body are still served meanwhile.
   EXPECT_EQ(curl(*srv, "GET", "/health", "", "").status, 200);
-  // A finishes its body and gets its answer; then the room is free again.
-  a.send(body.substr(1000));
+  // A finishes its body and gets its answer; then the room is free again, the ten idle
+  // announcers still open.
+  a.send(body.substr(80000));
   EXPECT_NE(a.read_until("text_completion").find("HTTP/1.1 200"), std::string::npos) << a.got();
   ASSERT_TRUE(
-      wait_for([&] { return metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}") < 90000; }));
+      wait_for([&] { return metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}") < 80000; }));
   Conn c(srv->port());
   c.send(head + body);
   EXPECT_NE(c.read_until("text_completion").find("HTTP/1.1 200"), std::string::npos) << c.got();

@@ -37,9 +37,17 @@ TEST(ReadWholeFile, AbsentAndDirectoryAreErrorsThatSayWhich) {
   ASSERT_FALSE(d.ok());
   EXPECT_FALSE(missing);  // there, but not a file
   EXPECT_EQ(d.error_message(), "cannot read " + dir + ": Is a directory");
-  auto under_file = read_whole_file(dir + "/none.json/x", &missing);
+  auto under_absent = read_whole_file(dir + "/none.json/x", &missing);
+  ASSERT_FALSE(under_absent.ok());
+  EXPECT_TRUE(missing);
+  // A path through a file (a GGUF file's "directory"): nothing there either.
+  test::write_file(dir + "/model.gguf", "x");
+  missing = false;
+  auto under_file = read_whole_file(dir + "/model.gguf/generation_config.json", &missing);
   ASSERT_FALSE(under_file.ok());
   EXPECT_TRUE(missing);
+  EXPECT_EQ(under_file.error_message(),
+            "cannot read " + dir + "/model.gguf/generation_config.json: Not a directory");
 }
 
 // /proc files report a size of 0; their text is still read to the end.

@@ -68,5 +68,23 @@ TEST(HttpFraming, OriginForm) {
   EXPECT_EQ(origin_form("/p?u=http://x/y"), "/p?u=http://x/y");
 }
 
+TEST(HttpFraming, ValidHost) {
+  for (const char* ok :
+       {"", "example.com", "example.com:8080", "127.0.0.1", "127.0.0.1:80", "[::1]", "[::1]:8080",
+        "[fe80::1%25eth0]", " x.y ", "a-b_c~d.e", "%41bc", "h:", "sub!$&'()*+,;=delims"})
+    EXPECT_TRUE(valid_host(ok)) << ok;
+  for (const char* bad : {"a b", "a/b", "a@b", "a?b", "a#b", "[::1", "[]", "[::1]x", "h:8o",
+                          "h:80:81", "%4", "%zz", "\"q\"", "a\\b", "\x01", "[a b]"})
+    EXPECT_FALSE(valid_host(bad)) << bad;
+}
+
+TEST(HttpFraming, MethodTooLong) {
+  EXPECT_FALSE(method_too_long("GET / HTTP/1.1\r\n"));
+  EXPECT_FALSE(method_too_long("AAAA"));  // not yet known
+  EXPECT_FALSE(method_too_long(std::string(kMaxMethodBytes, 'A') + " /"));
+  EXPECT_TRUE(method_too_long(std::string(kMaxMethodBytes + 1, 'A')));
+  EXPECT_TRUE(method_too_long(std::string(20000, 'A') + " /health HTTP/1.1"));
+}
+
 }  // namespace
 }  // namespace rw::http_framing

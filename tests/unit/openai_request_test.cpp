@@ -482,6 +482,16 @@ TEST(ChatRequest, FieldTypesAndRanges) {
   expect_chat_error(chat_with(R"("repetition_penalty":11)"), "'repetition_penalty' must be in");
   expect_chat_error(chat_with(R"("repeat_last_n":-2)"), "'repeat_last_n' must be in [-1");
   expect_chat_error(chat_with(R"("repeat_last_n":1.5)"), "'repeat_last_n' must be an integer");
+  // An integer written as a float (3.0, 1e2) is that integer, as in pydantic's and llama.cpp's
+  // parsers; a fraction is not.
+  auto whole = parse_chat_request(
+      chat_with(R"("max_tokens":3.0,"top_logprobs":2e0,"logprobs":true)"), limits());
+  ASSERT_TRUE(whole.ok()) << whole.error_message();
+  EXPECT_EQ(whole->max_tokens, 3);
+  EXPECT_EQ(whole->top_logprobs, 2);
+  expect_chat_error(chat_with(R"("max_tokens":3.5)"), "'max_tokens' must be an integer");
+  expect_chat_error(chat_with(R"("max_tokens":1e30)"), "'max_tokens' must be an integer");
+  expect_chat_error(chat_with(R"("max_tokens":-0.0)"), "'max_tokens' must be in [1,");
   expect_chat_error(chat_with(R"("logit_bias":[1])"), "'logit_bias' must be an object");
   expect_chat_error(chat_with(R"("logit_bias":"5")"), "'logit_bias' must be an object");
   expect_chat_error(chat_with(R"("logit_bias":{"512":1})"), "token id 512 is out of range");
@@ -596,7 +606,7 @@ TEST(ChatRequest, ResponseFormatAndTemplateKwargs) {
                     "unknown field 'response_format.json_schema.extra'");
   expect_chat_error(
       chat_with(R"("response_format":{"type":"json_object"},"grammar":"root ::= \"a\"")"),
-      "'grammar' and a 'response_format' other than text cannot be combined");
+      "'grammar' cannot be combined with 'response_format' (one constraint a request)");
   expect_chat_error(chat_with(R"("grammar":1)"), "'grammar' must be a string");
   auto text = parse_chat_request(chat_with(R"("response_format":{"type":"text"})"), limits());
   ASSERT_TRUE(text.ok()) << text.error_message();
@@ -705,6 +715,67 @@ TEST(CompletionRequest, GrammarAndResponseFormat) {
   EXPECT_EQ(loose->schema_relaxed,
             std::vector<std::string>{"response_format: 'patternProperties' at #"});
   expect_completion_error(R"({"prompt":"x","grammar":["root"]})", "'grammar' must be a string");
+}
+
+// llama.cpp's top-level json_schema: the schema as response_format json_object's, relaxed where
+// it must be, one constraint a request; on both endpoints.
+TEST(CompletionRequest, TopLevelJsonSchema) {
+  auto c = parse_completion_request(
+      R"({"prompt":"x","json_schema":{"type":"array","items":{"type":"integer"}}})", limits());
+  ASSERT_TRUE(c.ok()) << c.error_message();
+  EXPECT_EQ(c->grammar_from, "json_schema");
+  auto via_rf =
+      parse_completion_request(R"({"prompt":"x","response_format":{"type":"json_object","schema":)"
+                               R"({"type":"array","items":{"type":"integer"}}}})",
+                               limits());
+  ASSERT_TRUE(via_rf.ok()) << via_rf.error_message();
+  EXPECT_EQ(c->grammar, via_rf->grammar);
+  auto chat = parse_chat_request(
+      chat_with(R"("json_schema":{"type":"object","properties":{"b":{"type":"boolean"}},)"
+                R"("required":["b"]})"),
+      limits());
+  ASSERT_TRUE(chat.ok()) << chat.error_message();
+  EXPECT_NE(chat->grammar.find("\"\\\"b\\\"\""), std::string::npos) << chat->grammar;
+  EXPECT_TRUE(chat->ignored_fields.empty());
+  auto loose = parse_completion_request(
+      R"({"prompt":"x","json_schema":{"type":"object","patternProperties":{}}})", limits());
+  ASSERT_TRUE(loose.ok()) << loose.error_message();
+  EXPECT_EQ(loose->schema_relaxed,
+            std::vector<std::string>{"json_schema: 'patternProperties' at #"});
+  expect_completion_error(R"({"prompt":"x","json_schema":"{}"})",
+                          "'json_schema' must be an object");
+  expect_completion_error(R"({"prompt":"x","json_schema":{"type":"nope"}})",
+                          "json_schema: unknown type 'nope' at #");
+  expect_completion_error(
+      R"({"prompt":"x","json_schema":{},"response_format":{"type":"json_object"}})",
+      "'json_schema' and a 'response_format' other than text cannot be combined");
+  expect_completion_error(R"({"prompt":"x","json_schema":{},"grammar":"root ::= \"a\""})",
+                          "'grammar' cannot be combined with 'json_schema'");
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}}],)";
+  expect_chat_error(chat_with(tools + R"("tool_choice":"required","json_schema":{})"),
+                    "cannot be combined with 'json_schema'");
+  auto text_rf = parse_completion_request(
+      R"({"prompt":"x","json_schema":{},"response_format":{"type":"text"}})", limits());
+  ASSERT_TRUE(text_rf.ok()) << text_rf.error_message();
+  EXPECT_EQ(text_rf->grammar_from, "json_schema");
+}
+
+// llama.cpp's repeat_penalty is a second spelling of repetition_penalty.
+TEST(ChatRequest, RepeatPenaltySpelling) {
+  auto r = parse_chat_request(chat_with(R"("repeat_penalty":1.3)"), limits());
+  ASSERT_TRUE(r.ok()) << r.error_message();
+  ASSERT_TRUE(r->sampling.repetition_penalty);
+  EXPECT_DOUBLE_EQ(*r->sampling.repetition_penalty, 1.3);
+  EXPECT_TRUE(r->ignored_fields.empty());
+  auto both =
+      parse_chat_request(chat_with(R"("repeat_penalty":1.3,"repetition_penalty":1.3)"), limits());
+  ASSERT_TRUE(both.ok()) << both.error_message();
+  expect_chat_error(chat_with(R"("repeat_penalty":1.3,"repetition_penalty":1.2)"),
+                    "'repetition_penalty' and 'repeat_penalty' disagree");
+  expect_chat_error(chat_with(R"("repeat_penalty":0)"), "'repeat_penalty' must be in (0");
+  auto c = parse_completion_request(R"({"prompt":"x","repeat_penalty":2})", limits());
+  ASSERT_TRUE(c.ok()) << c.error_message();
+  EXPECT_DOUBLE_EQ(*c->sampling.repetition_penalty, 2.0);
 }
 
 TEST(CompletionRequest, Malformed) {

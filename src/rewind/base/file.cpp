@@ -12,7 +12,7 @@ namespace rw {
 Result<std::string> read_whole_file(const std::string& path, bool* missing) {
   if (missing) *missing = false;
   auto fail = [&](int err) {
-    if (missing) *missing = err == ENOENT;
+    if (missing) *missing = err == ENOENT || err == ENOTDIR;
     return make_error("cannot read " + path + ": " + std::strerror(err));
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

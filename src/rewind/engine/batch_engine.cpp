@@ -38,6 +38,23 @@ std::vector<int64_t> cap_cuts(std::vector<int64_t> cuts, int64_t anchor, int64_t
   return out;
 }
 
+namespace {
+// The checkpoint grid the engine runs: widened for a large recurrent state when size_by_state
+// asks (CheckpointPolicy::size_grid), which is then done.
+CheckpointPolicy sized_policy(const Model& model, CheckpointPolicy pol) {
+  const StateShape sh = model.state_shape();
+  const size_t snap = static_cast<size_t>(sh.rec_floats()) * sizeof(float);
+  const size_t kv_tok = static_cast<size_t>(sh.kv_bytes_per_token());
+  if (pol.interval > 0 && pol.size_by_state)
+    pol.interval = CheckpointPolicy::size_grid(pol.interval, snap, kv_tok, &pol.grid_note);
+  else if (pol.grid_note.empty())
+    pol.grid_note = pol.interval > 0 ? "interval " + std::to_string(pol.interval) + " as set"
+                                     : "no grid (interval 0): boundaries and prompt ends only";
+  pol.size_by_state = false;
+  return pol;
+}
+}  // namespace
+
 MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, int threads) {
   const StateShape sh = model.state_shape();
   const int64_t V = model.config().vocab_size;
@@ -53,7 +70,7 @@ MemoryReport engine_memory_bound(const Model& model, const EngineOptions& opt, i
   // request's copy), its logit adjuster's tokens and two count maps (at most one entry per
   // token, some 64 bytes each with the hash table's node and bucket) and first logits.
   const int64_t pages = (ctx + k1 + sh.page_tokens - 1) / sh.page_tokens + 1;
-  const int64_t interval = opt.cache.policy.interval;
+  const int64_t interval = sized_policy(model, opt.cache.policy).interval;  // as the engine runs
   const int64_t cap = opt.cache.policy.max_per_branch > 0
                           ? std::max<int64_t>(opt.cache.policy.max_per_branch, 2)
                           : ctx;
@@ -164,18 +181,7 @@ BatchEngine::BatchEngine(Model& model, ThreadPool* pool, const EngineOptions& op
   opt_.cache.page_tokens = model.state_shape().page_tokens;
   opt_.cache.kv_types = model.state_shape().kv_types;
   opt_.cache.page_bytes = static_cast<size_t>(model.state_shape().page_bytes());
-  {
-    // The checkpoint grid, widened for a large recurrent state (CheckpointPolicy::size_grid).
-    CheckpointPolicy& pol = opt_.cache.policy;
-    const StateShape sh = model.state_shape();
-    const size_t snap = static_cast<size_t>(sh.rec_floats()) * sizeof(float);
-    const size_t kv_tok = static_cast<size_t>(sh.kv_bytes_per_token());
-    if (pol.interval > 0 && pol.size_by_state)
-      pol.interval = CheckpointPolicy::size_grid(pol.interval, snap, kv_tok, &pol.grid_note);
-    else
-      pol.grid_note = pol.interval > 0 ? "interval " + std::to_string(pol.interval) + " as set"
-                                       : "no grid (interval 0): boundaries and prompt ends only";
-  }
+  opt_.cache.policy = sized_policy(model, opt_.cache.policy);
   if (opt_.cache_enabled) cache_ = std::make_unique<PrefixCache>(opt_.cache);
   {
     // Freed states, snapshots and pages are kept for the next request within what the memory

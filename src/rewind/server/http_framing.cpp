@@ -81,4 +81,47 @@ std::string origin_form(std::string_view target) {
   return out;
 }
 
+namespace {
+bool hex(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+bool reg_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("-._~!$&'()*+,;=").find(c) != std::string_view::npos;
+}
+}  // namespace
+
+bool valid_host(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  size_t i = 0;
+  if (!v.empty() && v[0] == '[') {  // IP-literal: IPv6 or IPvFuture, checked loosely
+    const size_t close = v.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (size_t k = 1; k < close; ++k)
+      if (v[k] != ':' && v[k] != '%' && !reg_name_char(v[k])) return false;
+    i = close + 1;
+  } else {
+    while (i < v.size() && v[i] != ':') {
+      if (v[i] == '%') {
+        if (i + 2 >= v.size() || !hex(v[i + 1]) || !hex(v[i + 2])) return false;
+        i += 3;
+        continue;
+      }
+      if (!reg_name_char(v[i])) return false;
+      ++i;
+    }
+  }
+  if (i == v.size()) return true;
+  if (v[i] != ':') return false;
+  for (size_t k = i + 1; k < v.size(); ++k)
+    if (v[k] < '0' || v[k] > '9') return false;
+  return true;
+}
+
+bool method_too_long(std::string_view s) {
+  const size_t n = std::min(s.size(), kMaxMethodBytes + 1);
+  return s.size() > kMaxMethodBytes && s.substr(0, n).find(' ') == std::string_view::npos;
+}
+
 }  // namespace rw::http_framing

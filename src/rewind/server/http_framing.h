@@ -1,7 +1,8 @@
 // The parts of HTTP/1.1 request framing the transport decides around Boost.Beast's parser, as
 // pure functions over bytes (unit tested and fuzzed): empty lines before a request line (RFC
 // 9112 2.2), the request line's version (RFC 9110 2.5), the Transfer-Encoding list (RFC 9112
-// 6.1, 6.3) and the absolute-form target (RFC 9112 3.2.2).
+// 6.1, 6.3), the absolute-form target (RFC 9112 3.2.2), the Host field's syntax (RFC 9112 3.2)
+// and an over-long method (RFC 9112 3).
 #pragma once
 
 #include <cstddef>
@@ -31,5 +32,16 @@ TransferEncoding check_transfer_encoding(std::string_view value);
 // The origin form of a request target: "http://host/p?q" (scheme case-insensitive, http or
 // https) is "/p?q", "http://host" is "/"; any other target is returned as it is.
 std::string origin_form(std::string_view target);
+
+// Whether a Host field's value is uri-host [":" port] (RFC 3986 3.2.2: a reg-name of unreserved,
+// percent-encoded and sub-delims characters, an IPv4 address, or an IP literal in brackets),
+// optional whitespace around it allowed; empty is valid (RFC 9112 3.2: a target without an
+// authority).
+bool valid_host(std::string_view value);
+
+// The longest method rewind implements is 7 bytes (OPTIONS, CONNECT); a request line whose
+// first kMaxMethodBytes bytes hold no space has a method longer than any (501, RFC 9112 3).
+inline constexpr size_t kMaxMethodBytes = 32;
+bool method_too_long(std::string_view request_start);
 
 }  // namespace rw::http_framing

@@ -132,11 +132,13 @@ constexpr Route kAssetRoute = {"(web page)", "GET", false, false};
 constexpr std::string_view kModelPrefix = "/v1/models/";
 constexpr Route kModelRoute = {"/v1/models/{id}", "GET", true, false};
 
-// llama-server's spellings without /v1 (clients whose base URL lacks it): the same routes.
+// llama-server's spellings without /v1 (clients whose base URL lacks it), and its /v1/health:
+// the same routes.
 constexpr std::pair<std::string_view, std::string_view> kRouteAliases[] = {
     {"/chat/completions", "/v1/chat/completions"},
     {"/completions", "/v1/completions"},
-    {"/models", "/v1/models"}};
+    {"/models", "/v1/models"},
+    {"/v1/health", "/health"}};
 
 // The route's own path for an alias, else `path`.
 std::string_view canonical_path(std::string_view path) {
@@ -982,14 +984,17 @@ struct HttpServer::Impl {
   // ---- checks on the header alone ----
 
   bool authorized(const HttpRequest& req) const {
-    if (opt.api_key.empty()) return true;
+    if (opt.api_keys.empty()) return true;
     const std::string* h = req.header("authorization");
     if (!h) return false;
     // credentials = auth-scheme 1*SP token68; the scheme is case-insensitive (RFC 9110 11.1).
     const std::string_view v = trim(*h);
     const size_t sp = v.find_first_of(" \t");
     if (sp == std::string_view::npos || lower(v.substr(0, sp)) != "bearer") return false;
-    return constant_time_equal(std::string(trim(v.substr(sp))), opt.api_key);
+    const std::string given(trim(v.substr(sp)));
+    bool ok = false;  // every key compared, so the time says nothing of which one matched
+    for (const std::string& k : opt.api_keys) ok = constant_time_equal(given, k) || ok;
+    return ok;
   }
 
   static HttpError unauthorized() {

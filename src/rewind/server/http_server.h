@@ -86,7 +86,8 @@
 //
 // Metrics: rewind_requests_total{outcome} counts generation requests by how they ended for the
 // client: stop, length, tool_calls (finish reasons), cancelled (client gone, or cut by
-// shutdown), failed (engine error), rejected (queue full or shutting down at submit).
+// shutdown), failed (engine error), rejected (any error answer to a request whose body named
+// or defaulted to a served model: a malformed field, a full queue, a shutdown at submit).
 #pragma once
 
 #include <cstddef>
@@ -109,7 +110,7 @@ class Tokenizer;
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                        // 0: an ephemeral port (bind() returns it)
-  std::string api_key;                    // empty: no authentication
+  std::vector<std::string> api_keys;      // any of them authorises; none: no authentication
   size_t max_body = 8u << 20;             // bytes of a request body (413)
   size_t max_buffered = 64u << 20;        // bodies + read buffers + answers held (503 beyond)
   AccessLog* access_log = nullptr;        // one line per request (access_log.h); null: none

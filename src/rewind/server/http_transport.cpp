@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio.hpp>
@@ -11,6 +12,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -91,13 +94,12 @@ struct Counter {
     n += v - held;
     held = v;
   }
-  // Adds v to the total only when the total stays within cap (a body's reservation); held
-  // must be 0.
-  bool try_reserve(int64_t v, int64_t cap) {
+  // Moves what is held to v when the total stays within cap (a body's growing reservation).
+  bool try_grow(int64_t v, int64_t cap) {
     int64_t cur = n.load();
     do {
-      if (cur + v > cap) return false;
-    } while (!n.compare_exchange_weak(cur, cur + v));
+      if (cur + (v - held) > cap) return false;
+    } while (!n.compare_exchange_weak(cur, cur + (v - held)));
     held = v;
     return true;
   }
@@ -108,6 +110,52 @@ struct Counter {
     return std::shared_ptr<const void>(nullptr, [&total = n, v](const void*) { total -= v; });
   }
   ~Counter() { n -= held; }
+};
+
+// A request body whose buffer is reserved against the transport's memory cap as its bytes
+// arrive, never ahead of them: a Content-Length alone (or a chunked header) holds nothing, so
+// idle clients that announce large bodies cannot take the cap. `grow(to)` asks for the
+// buffer's capacity to become `to` (false: no room; the read then fails with no_buffer_space).
+// The buffer grows by doubling from kBodyStep, up to the Content-Length: a body of n bytes
+// holds less than 2n (chunked) or n.
+constexpr size_t kBodyStep = 4096;
+struct BudgetedBody {
+  struct value_type {
+    std::string data;
+    std::function<bool(size_t)> grow;
+  };
+  static std::uint64_t size(const value_type& b) { return b.data.size(); }
+  class reader {
+   public:
+    template <bool isRequest, class Fields>
+    reader(http::header<isRequest, Fields>&, value_type& b) : b_(b) {}
+    void init(const boost::optional<std::uint64_t>& length, error_code& ec) {
+      ec = {};
+      if (length) limit_ = static_cast<size_t>(*length);
+    }
+    template <class Buffers>
+    size_t put(const Buffers& buffers, error_code& ec) {
+      ec = {};
+      const size_t n = asio::buffer_size(buffers), at = b_.data.size();
+      const size_t cap = b_.data.capacity();
+      if (at + n > cap) {
+        const size_t to = std::max(at + n, std::min(limit_, std::max(2 * cap, kBodyStep)));
+        if (!b_.grow || !b_.grow(to)) {
+          ec = asio::error::no_buffer_space;
+          return 0;
+        }
+        b_.data.reserve(to);
+      }
+      b_.data.resize(at + n);
+      asio::buffer_copy(asio::buffer(b_.data.data() + at, n), buffers);
+      return n;
+    }
+    void finish(error_code& ec) { ec = {}; }
+
+   private:
+    value_type& b_;
+    size_t limit_ = std::numeric_limits<size_t>::max();  // the Content-Length, when given
+  };
 };
 
 // Bytes read from a socket at once beyond a full header: a connection's read buffer holds at
@@ -296,6 +344,12 @@ class Session : public std::enable_shared_from_this<Session> {
     timed_out_ = false;
     head_only_ = false;
     parser_.emplace();
+    // The body's buffer is reserved as its bytes arrive (BudgetedBody): past max_buffered, 503
+    // and close instead of growing memory.
+    parser_->get().body().grow = [this](size_t to) {
+      return body_bytes_.try_grow(static_cast<int64_t>(to),
+                                  static_cast<int64_t>(t_->opt.max_buffered));
+    };
     parser_->header_limit(static_cast<uint32_t>(t_->opt.max_header_bytes));
     parser_->body_limit(t_->opt.max_body);
     if (arm_deadline) arm(t_->opt.header_timeout_s);
@@ -318,6 +372,10 @@ class Session : public std::enable_shared_from_this<Session> {
         // 414 when the request line alone did not fit (the parser had no target yet) or its
         // target is too long, else 431.
         const size_t target = parser_->get().target().size();
+        if (target == 0 && http_framing::method_too_long(std::string_view(
+                               static_cast<const char*>(buf_.data().data()), buf_.size())))
+          return fail(501, "the method is longer than any this server implements",
+                      "not_implemented");
         if (target == 0 || target > t_->opt.max_target_bytes)
           return fail(414,
                       "the request target is longer than " +
@@ -336,6 +394,9 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         return too_large();
       }
+      if (ec == asio::error::no_buffer_space)  // the body's first bytes found no room
+        return fail(503, "the server holds too many request bodies and answers; retry later",
+                    "server_busy");
       if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
           ec == asio::error::eof ||
           &ec.category() != &http::make_error_code(http::error::end_of_stream).category() ||
@@ -365,12 +426,19 @@ class Session : public std::enable_shared_from_this<Session> {
     path_ = head.path;
     method_ = head.method;
     head_only_ = head.method == "HEAD";
-    int hosts = 0;
+    int hosts = 0, auths = 0, types = 0;
+    bool bad_host = false;
     std::string te;  // every Transfer-Encoding field, joined as one list (RFC 9110 5.3)
     bool has_te = false;
     for (const auto& f : m) {
       head.headers.emplace_back(lower(f.name_string()), std::string(f.value()));
-      if (head.headers.back().first == "host") ++hosts;
+      const std::string& name = head.headers.back().first;
+      if (name == "host") {
+        ++hosts;
+        bad_host = bad_host || !http_framing::valid_host(head.headers.back().second);
+      }
+      auths += name == "authorization";
+      types += name == "content-type";
       if (head.headers.back().first == "transfer-encoding") {
         te += (has_te ? ", " : "") + head.headers.back().second;
         has_te = true;
@@ -400,23 +468,15 @@ class Session : public std::enable_shared_from_this<Session> {
     if (version_ >= 11 && hosts != 1)
       return fail(400, hosts ? "more than one Host header" : "missing Host header",
                   "malformed_request");
+    if (bad_host) return fail(400, "the Host header is not a valid host", "malformed_request");
+    // Fields that hold one value: two of them leave the request ambiguous (RFC 9110 5.3), and
+    // which credentials or media type counts must not depend on a proxy's choice.
+    if (auths > 1) return fail(400, "more than one Authorization header", "malformed_request");
+    if (types > 1) return fail(400, "more than one Content-Type header", "malformed_request");
     if (const std::string* e = head.header("expect")) {
       if (!iequals(trim(*e), "100-continue"))
         return fail(417, "unsupported Expect header", "expectation_failed");
       head.expect_continue = version_ >= 11;
-    }
-    // The body is reserved in full before a byte of it is read (chunked: max_body, which its
-    // buffer is sized to): past max_buffered, 503 and close instead of growing memory.
-    int64_t need = 0;
-    if (parser_->chunked())
-      need = static_cast<int64_t>(t_->opt.max_body);
-    else if (const auto len = parser_->content_length())
-      need = static_cast<int64_t>(*len);
-    if (need > 0) {
-      if (!body_bytes_.try_reserve(need, static_cast<int64_t>(t_->opt.max_buffered)))
-        return fail(503, "the server holds too many request bodies and answers; retry later",
-                    "server_busy");
-      if (parser_->chunked()) parser_->get().body().reserve(t_->opt.max_body);
     }
     pending_.reset();
     if (t_->precheck) pending_ = t_->precheck(head);
@@ -462,9 +522,17 @@ class Session : public std::enable_shared_from_this<Session> {
                     "the request body did not arrive within " + num(t_->opt.body_timeout_s) + " s",
                     "request_timeout");
       if (ec == http::error::body_limit) return too_large();
-      if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
+      if (ec == asio::error::no_buffer_space)
+        return fail(503, "the server holds too many request bodies and answers; retry later",
+                    "server_busy");
+      // A parser error (a malformed chunk, extension or trailer) is the client's: 400. The end
+      // of the stream before the body's end, or a broken socket: the client left.
+      if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
+        return fail(400, "a chunk line or trailer of the body is too long", "malformed_request");
+      if (&ec.category() == &http::make_error_code(http::error::end_of_stream).category() &&
+          ec != http::error::end_of_stream && ec != http::error::partial_message)
         return fail(400, parse_error_message(ec), "malformed_request");
-      return close();  // the client left mid-body
+      return close();
     }
     disarm();
     phase_ = Phase::Busy;
@@ -478,7 +546,7 @@ class Session : public std::enable_shared_from_this<Session> {
       body_bytes_.set(0);
       return send_reply(std::move(r), true);
     }
-    request_.body = std::move(parser_->get().body());
+    request_.body = std::move(parser_->get().body().data);
     request_.body_hold = body_bytes_.hand_over();  // the reservation ends with the request
     parser_.reset();
     watch();
@@ -524,6 +592,9 @@ class Session : public std::enable_shared_from_this<Session> {
     static constexpr double kAt[] = {0, 0.25, 1, 3};
     if (n >= 4 || phase_ != Phase::Busy) return;
     const bool can = streaming_ ? !heartbeat_.empty() : (!head_written_ && version_ >= 11);
+    // HTTP/1.0 has no interim answer to probe a whole reply with: its end of input means the
+    // client left (a 1.0 client cannot half-close and still read).
+    if (!can && !streaming_ && !head_written_ && version_ < 11 && peer_eof_) return gone();
     if (!can) return;
     probe_timer_.expires_after(secs(n == 0 ? 0 : kAt[n] - kAt[n - 1]));
     probe_timer_.async_wait([self = shared_from_this(), n](error_code ec) {
@@ -748,7 +819,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool timed_out_ = false;
   beast::flat_buffer buf_;
   size_t blank_bytes_ = 0;  // empty lines skipped before this request's line
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<BudgetedBody>> parser_;
   std::array<char, 4096> rbuf_{};
   HttpRequest request_;
   std::optional<HttpReply> pending_;
@@ -881,27 +952,46 @@ HttpTransport::~HttpTransport() {
   s.ioc.run_for(std::chrono::seconds(2));
 }
 
-Result<int> HttpTransport::bind() {
-  Impl& s = *impl_;
+namespace {
+// Resolves host (numeric service: port), opens `acceptor` and binds it; the errors name the
+// address.
+Status open_and_bind(asio::io_context& ioc, tcp::acceptor& acceptor, const std::string& host,
+                     int port) {
   error_code ec;
-  tcp::resolver res(s.ioc);
-  auto eps = res.resolve(s.opt.host, std::to_string(s.opt.port),
+  tcp::resolver res(ioc);
+  auto eps = res.resolve(host, std::to_string(port),
                          tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || eps.empty()) return make_error("cannot resolve host '" + s.opt.host + "'");
+  if (ec || eps.empty()) return make_error("cannot resolve host '" + host + "'");
   const tcp::endpoint ep = eps.begin()->endpoint();
-  const std::string where = s.opt.host + ":" + std::to_string(s.opt.port);
-  s.acceptor.open(ep.protocol(), ec);
+  const std::string where = host + ":" + std::to_string(port);
+  acceptor.open(ep.protocol(), ec);
   if (ec) return make_error("cannot open a socket for " + where + ": " + ec.message());
   // SO_REUSEADDR only lets a restarted server bind over connections in TIME_WAIT; unlike
   // SO_REUSEPORT it never lets two listeners share the port.
-  s.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  s.acceptor.bind(ep, ec);
+  acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  acceptor.bind(ep, ec);
   if (ec == asio::error::address_in_use)
     return make_error("cannot bind " + where + ": the address is already in use");
   if (ec) return make_error("cannot bind " + where + ": " + ec.message());
+  return Ok{};
+}
+}  // namespace
+
+Status check_bindable(const std::string& host, int port) {
+  asio::io_context ioc;
+  tcp::acceptor acceptor(ioc);
+  return open_and_bind(ioc, acceptor, host, port);  // closed again as acceptor goes
+}
+
+Result<int> HttpTransport::bind() {
+  Impl& s = *impl_;
+  REWIND_TRY_STATUS(open_and_bind(s.ioc, s.acceptor, s.opt.host, s.opt.port));
+  error_code ec;
   s.acceptor.listen(s.opt.backlog > 0 ? s.opt.backlog : asio::socket_base::max_listen_connections,
                     ec);
-  if (ec) return make_error("cannot listen on " + where + ": " + ec.message());
+  if (ec)
+    return make_error("cannot listen on " + s.opt.host + ":" + std::to_string(s.opt.port) + ": " +
+                      ec.message());
   return static_cast<int>(s.acceptor.local_endpoint().port());
 }
 

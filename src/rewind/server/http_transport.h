@@ -34,14 +34,16 @@
 // `100 Continue` (RFC 9110 15.2: a client must accept unexpected 1xx; never sent to HTTP/1.0).
 // A client that closed entirely answers the first probe with a reset, so the next one fails:
 // the exchange's on_gone callback runs. A client that only half-closed reads the probes and
-// gets its answer. An HTTP/1.0 client's whole reply is not probed (it runs to its end).
+// gets its answer. An HTTP/1.0 client's whole reply cannot be probed (no 1xx in 1.0): the end of
+// its input is taken as the client gone.
 //
 // Memory: the transport holds at most max_buffered bytes for request bodies, read buffers and
-// queued answers together. A request's body is reserved in full (Content-Length; chunked:
-// max_body) when its header arrives, before any of it is read, and released once the request
-// given to the handler (HttpRequest::body_hold) and its copies are gone; a body that does not
-// fit gets 503 (Retry-After) and the connection closes
-// (its body unread). Answers count as they are queued but are never refused (their request was
+// queued answers together. A request's body buffer is reserved as its bytes arrive (64 KiB
+// ahead at most, then doubling: a body of n bytes holds under 2n), never in full from a
+// Content-Length, so clients that announce large bodies and send nothing hold nothing; it is
+// released once the request given to the handler (HttpRequest::body_hold) and its copies are
+// gone. A body that does not fit gets 503 (Retry-After) and the connection closes (the rest of
+// it unread). Answers count as they are queued but are never refused (their request was
 // admitted), so they make later bodies wait. A connection's read buffer is at most
 // max_header_bytes + 4 KiB; pipelined input beyond it stays in the socket.
 //
@@ -133,6 +135,11 @@ struct TransportOptions {
   int max_connections = 512;            // open connections in total
   int max_connections_per_client = 64;  // open connections from one client address
 };
+
+// Whether a server could bind host:port now (the same resolution, options and errors as
+// HttpTransport::bind), checked and released: `serve` asks before it spends minutes loading
+// models. Another process may still take the port before the real bind.
+Status check_bindable(const std::string& host, int port);
 
 class HttpTransport {
  public:

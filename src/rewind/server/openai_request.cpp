@@ -109,6 +109,9 @@ Result<int64_t> get_int(const json& v, const std::string& name, int64_t lo, int6
     x = static_cast<int64_t>(u);
   } else if (v.is_number_integer()) {
     x = v.get<int64_t>();
+  } else if (v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>() &&
+             std::fabs(v.get<double>()) < 9.2e18) {
+    x = static_cast<int64_t>(v.get<double>());  // 3.0 or 1e3: an integer written as a float
   } else {
     return type_error(name, "an integer", v);
   }
@@ -176,11 +179,12 @@ std::vector<std::string> unknown_fields(const json& j, std::initializer_list<con
   return out;
 }
 
-#define REWIND_COMMON_FIELDS                                                                \
-  "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict",  \
-      "temperature", "top_p", "top_k", "min_p", "seed", "n", "best_of", "presence_penalty", \
-      "frequency_penalty", "repetition_penalty", "repeat_last_n", "logit_bias", "stop",     \
-      "speculative", "ignore_eos", "logprobs", "top_logprobs", "response_format", "grammar"
+#define REWIND_COMMON_FIELDS                                                                      \
+  "model", "stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict",        \
+      "temperature", "top_p", "top_k", "min_p", "seed", "n", "best_of", "presence_penalty",       \
+      "frequency_penalty", "repetition_penalty", "repeat_penalty", "repeat_last_n", "logit_bias", \
+      "stop", "speculative", "ignore_eos", "logprobs", "top_logprobs", "response_format",         \
+      "grammar", "json_schema"
 
 // Fields both endpoints share. `chat` selects the chat meaning of logprobs (a boolean plus
 // top_logprobs) over the completions one (an integer count of alternatives).
@@ -260,8 +264,14 @@ Status parse_common(const json& j, const Limits& lim, bool chat, CommonRequest* 
   if (const json* v = field(j, "frequency_penalty")) {
     REWIND_TRY(s.frequency_penalty, get_num(*v, "frequency_penalty", -2.0, 2.0));
   }
-  if (const json* v = field(j, "repetition_penalty")) {
-    REWIND_TRY(s.repetition_penalty, get_num(*v, "repetition_penalty", 0.0, 10.0, true));
+  // llama.cpp's request spells it repeat_penalty (the same penalty over repeat_last_n tokens).
+  for (const char* name : {"repetition_penalty", "repeat_penalty"}) {
+    if (const json* v = field(j, name)) {
+      const auto before = s.repetition_penalty;
+      REWIND_TRY(s.repetition_penalty, get_num(*v, name, 0.0, 10.0, true));
+      if (before && *before != *s.repetition_penalty)
+        return make_error("'repetition_penalty' and 'repeat_penalty' disagree");
+    }
   }
   if (const json* v = field(j, "repeat_last_n")) {
     REWIND_TRY(int64_t n, get_int(*v, "repeat_last_n", -1, std::numeric_limits<int32_t>::max()));
@@ -542,11 +552,32 @@ Status parse_structured(const json& j, CommonRequest* out) {
       out->grammar_from = "response_format";
     }
   }
+  // llama.cpp's json_schema: a schema at the top level, as response_format json_object with
+  // that schema.
+  if (const json* js = field(j, "json_schema")) {
+    if (!js->is_object()) return type_error("json_schema", "an object", *js);
+    if (!out->grammar.empty())
+      return make_error("'json_schema' and a 'response_format' other than text cannot be combined");
+    std::vector<std::string> notes;
+    auto gbnf = response_format_to_gbnf(json{{"type", "json_object"}, {"schema", *js}}, &notes);
+    if (!gbnf.ok()) {
+      std::string m = gbnf.error_message();
+      if (m.rfind("response_format: ", 0) == 0) m.replace(0, 17, "json_schema: ");
+      return make_error(m);
+    }
+    for (std::string& n : notes) {
+      if (n.rfind("response_format: ", 0) == 0) n.replace(0, 17, "json_schema: ");
+      out->schema_relaxed.push_back(std::move(n));
+    }
+    out->grammar = std::move(*gbnf.value());
+    out->grammar_from = "json_schema";
+  }
   if (g) {
     REWIND_TRY(std::string text, get_str(*g, "grammar"));
     if (!text.empty()) {
       if (!out->grammar.empty())
-        return make_error("'grammar' and a 'response_format' other than text cannot be combined");
+        return make_error("'grammar' cannot be combined with '" + out->grammar_from +
+                          "' (one constraint a request)");
       out->grammar = std::move(text);
       out->grammar_from = "grammar";
     }

@@ -4,14 +4,15 @@
 // range, and features rewind does not serve (image/audio/video content parts, echo, suffix,
 // best_of; JSON Schema keywords outside the structured-outputs subset of grammar/json_schema.h).
 // Nothing is clamped or dropped silently: a field that rewind knows is either honoured or
-// refused.
+// refused. An integer field takes an integer written as a float (3.0, 1e3), never a fraction.
 // Unknown top-level fields (OpenAI clients send new ones often, e.g. `user`, `store`,
 // `metadata`) are ignored and listed in the request's `ignored_fields`, which the server
 // returns in the answer's X-Rewind-Ignored-Fields header; the same rule holds on every
 // endpoint with a JSON body (/v1/chat/completions, /v1/completions, /tokenize, /detokenize).
 // JSON null counts as an absent optional field. Extensions beyond OpenAI's schema: top_k, min_p,
-// repetition_penalty and repeat_last_n (llama.cpp's), ignore_eos (as vLLM), speculative,
-// chat_template_kwargs.enable_thinking, grammar (GBNF, as llama.cpp; both endpoints); top-level
+// repetition_penalty (or repeat_penalty) and repeat_last_n (llama.cpp's), ignore_eos (as vLLM),
+// speculative, chat_template_kwargs.enable_thinking, grammar (GBNF, as llama.cpp) and a top-level
+// json_schema (llama.cpp's; both endpoints); top-level
 // and `developer` role names follow OpenAI (developer is rendered as system).
 //
 // The parsers are pure functions of (body, limits): no model, no tokenizer, no engine. That
