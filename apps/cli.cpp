@@ -334,6 +334,12 @@ std::vector<CommandSpec> build_specs() {
             {"--reasoning-format", "", "FORMAT",
              "a chat reply's <think> block: deepseek or auto (default) in reasoning_content, "
              "none left in the content (a request's reasoning_format wins)"},
+            {"--chat-template-kwargs", "", "JSON",
+             "the template's enable_thinking when a request gives none, as "
+             "{\"enable_thinking\": false} (llama-server's)"},
+            {"--reasoning-budget", "", "N",
+             "-1 (default) lets the model think, 0 renders with enable_thinking false "
+             "(llama-server's)"},
             {"--metrics", "", "",
              "accepted for llama-server's command lines: /metrics is always on"},
             {"--log-format", "", "text|json", "access log: one line per request (default text)"},

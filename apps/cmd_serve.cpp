@@ -138,7 +138,9 @@ const char* const kPerModelOptions[] = {"--ctx-size",
                                         "--frequency-penalty",
                                         "--chat-template-file",
                                         "--chat-template",
-                                        "--reasoning-format"};
+                                        "--reasoning-format",
+                                        "--chat-template-kwargs",
+                                        "--reasoning-budget"};
 
 // A step that decodes beside a prefill aims at 6 times a step of its decode rows alone.
 constexpr const char* kDefaultItlTarget = "6x";
@@ -148,6 +150,7 @@ struct ModelSettings {
   int64_t parallel = 0, ctx = 0, chunk = 0, mixed_chunk = 0, max_queue = 0, ck_int = 0, ck_max = 0;
   int64_t n_predict = -1;  // -1: up to the context
   bool split_reasoning = true;
+  int enable_thinking = -1;  // GenerationDefaults::enable_thinking
   StepTarget itl_target;
 };
 Result<ModelSettings> model_settings(const Args& a) {
@@ -185,6 +188,36 @@ Result<ModelSettings> model_settings(const Args& a) {
   if (const std::string f = a.str("--reasoning-format", "auto");
       !parse_reasoning_format(f, &s.split_reasoning))
     return make_error("--reasoning-format must be none, deepseek or auto (got '" + f + "')");
+  // llama-server's --chat-template-kwargs JSON (enable_thinking, as a request's) and
+  // --reasoning-budget (-1 unrestricted, 0 no thinking): a request's own kwargs win.
+  if (a.has("--chat-template-kwargs")) {
+    const auto k = nlohmann::json::parse(a.str("--chat-template-kwargs"), nullptr, false);
+    if (k.is_discarded() || !k.is_object())
+      return make_error(
+          "--chat-template-kwargs must be a JSON object, as {\"enable_thinking\": false}");
+    for (auto it = k.begin(); it != k.end(); ++it) {
+      if (it.key() != "enable_thinking")
+        return make_error("--chat-template-kwargs: '" + it.key() +
+                          "' is not supported (only enable_thinking)");
+      if (!it->is_boolean())
+        return make_error("--chat-template-kwargs: enable_thinking must be true or false");
+      s.enable_thinking = it->get<bool>() ? 1 : 0;
+    }
+  }
+  if (a.has("--reasoning-budget")) {
+    REWIND_TRY(const int64_t b, a.int_("--reasoning-budget", -1));
+    if (b != -1 && b != 0)
+      return make_error(
+          "--reasoning-budget must be -1 (unrestricted) or 0 (no thinking), as "
+          "llama-server's");
+    if (b == 0) {
+      if (s.enable_thinking == 1)
+        return make_error(
+            "--reasoning-budget 0 and --chat-template-kwargs enable_thinking true "
+            "disagree");
+      s.enable_thinking = 0;
+    }
+  }
   // The sampling defaults checked before any model loads (applied over the model's below).
   SamplingParams scratch;
   REWIND_TRY_STATUS(sampling_from(a, &scratch));
@@ -540,6 +573,11 @@ int cmd_serve(int argc, char** argv) {
     L.defaults = load_generation_defaults(dir, m.config().eos_token_ids, *L.tok);
     L.defaults.max_tokens = ms.n_predict > 0 ? static_cast<int32_t>(ms.n_predict) : 0;
     L.defaults.split_reasoning = ms.split_reasoning;
+    L.defaults.enable_thinking = ms.enable_thinking;
+    if (ms.enable_thinking >= 0 && !L.tmpl->reads_enable_thinking())
+      L.defaults.warnings.push_back(
+          "the chat template never reads enable_thinking: --chat-template-kwargs / "
+          "--reasoning-budget change nothing for this model");
     REWIND_TRY_STATUS(sampling_from(a, &L.defaults.sampling));  // the options over the model's
     for (const auto& w : L.defaults.warnings)
       std::fprintf(stderr, "rewind: warning: %s: %s\n", L.id.c_str(), w.c_str());

@@ -3343,6 +3343,50 @@ TEST(ServerLimits, SeveralApiKeys) {
   }
 }
 
+// llama-server's --chat-template-kwargs and --reasoning-budget 0: the template's enable_thinking
+// when a request gives none; a request's own value wins.
+TEST(ServerLimits, ServerWideEnableThinking) {
+  const json hi = json::array({{{"role", "user"}, {"content", "hi"}}});
+  auto prompt_of = [&](const Server& srv, const json& extra) {
+    json body = {{"messages", hi}};
+    body.update(extra);
+    const Http h = post(srv, "/apply-template", body);
+    EXPECT_EQ(h.status, 200) << h.body;
+    return h.status == 200 ? h.j()["prompt"].get<std::string>() : std::string();
+  };
+  auto plain = Server::start({"--api-key", kKey});
+  ASSERT_TRUE(plain);
+  const json on = {{"chat_template_kwargs", {{"enable_thinking", true}}}};
+  const json off = {{"chat_template_kwargs", {{"enable_thinking", false}}}};
+  const std::string thinking = prompt_of(*plain, on), not_thinking = prompt_of(*plain, off);
+  ASSERT_NE(thinking, not_thinking);  // the tiny model's template reads enable_thinking
+  ASSERT_NE(prompt_of(*plain, json::object()), not_thinking);
+  for (const std::vector<std::string>& opts :
+       {std::vector<std::string>{"--chat-template-kwargs", "{\"enable_thinking\": false}"},
+        std::vector<std::string>{"--reasoning-budget", "0"}}) {
+    std::vector<std::string> args = {"--api-key", kKey};
+    args.insert(args.end(), opts.begin(), opts.end());
+    auto srv = Server::start(args);
+    ASSERT_TRUE(srv);
+    EXPECT_EQ(prompt_of(*srv, json::object()), not_thinking) << opts[0];
+    EXPECT_EQ(prompt_of(*srv, on), thinking) << opts[0];
+  }
+  int rc = 0;
+  for (const auto& [opts, want] : std::vector<std::pair<std::string, std::string>>{
+           {"--chat-template-kwargs '[1]'", "--chat-template-kwargs must be a JSON object"},
+           {"--chat-template-kwargs '{\"x\": 1}'", "'x' is not supported (only enable_thinking)"},
+           {"--chat-template-kwargs '{\"enable_thinking\": 1}'", "must be true or false"},
+           {"--reasoning-budget 100", "--reasoning-budget must be -1 (unrestricted) or 0"},
+           {"--reasoning-budget 0 --chat-template-kwargs '{\"enable_thinking\": true}'",
+            "disagree"}}) {
+    const std::string out = test::run_command(std::string(REWIND_BINARY) + " serve --model " +
+                                                  model_dir() + " --port 0 " + opts + " 2>&1",
+                                              &rc);
+    EXPECT_NE(rc, 0) << opts;
+    EXPECT_NE(out.find(want), std::string::npos) << opts << ": " << out;
+  }
+}
+
 TEST_F(ServerTest, LongTargetAndHeaderAre414And431) {
   const Http a = curl(s(), "GET", "/health?pad=" + std::string(10000, 'a'), "", "");
   expect_error(a, 414);

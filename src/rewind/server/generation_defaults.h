@@ -33,6 +33,9 @@ struct GenerationDefaults {
   // A chat reply's <think> block goes to reasoning_content (serve --reasoning-format deepseek
   // or auto); false: it stays in the content (none).
   bool split_reasoning = true;
+  // The chat template's enable_thinking when a request sets none (serve --chat-template-kwargs
+  // or --reasoning-budget 0): -1 the template's own default, 0 false, 1 true.
+  int enable_thinking = -1;
   std::vector<std::string> warnings;
 };
 

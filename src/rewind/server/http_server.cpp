@@ -593,7 +593,7 @@ struct Served {
     ChatRenderOptions ro;
     ro.add_generation_prompt = true;
     ro.continue_final_message = final_message_continuable(c.messages);
-    ro.enable_thinking = c.enable_thinking;
+    ro.enable_thinking = c.enable_thinking >= 0 ? c.enable_thinking : defaults.enable_thinking;
     if (c.parse_tools) ro.tools_ordered = c.tools;
     return tmpl.render(c.messages, ro);
   }
