@@ -62,6 +62,7 @@ int cmd_run(int argc, char** argv) {
     return fail("-n/--n-predict must be >= 1, or -1 (up to the model's context length)");
   if (args->has("--ctx-size") && (ctx.value() == 1 || ctx.value() < 0))
     return fail("-c/--ctx-size must be >= 2, or 0 (the model's)");
+  if (ctx.value() > (int64_t{1} << 31) - 1) return fail("-c/--ctx-size must be < 2^31");
   if (th.value() < 1) return fail("--threads must be >= 1");
   if (chunk.value() < 1) return fail("--chunk must be >= 1");
   if (temp.value() < 0) return fail("--temperature must be >= 0");

@@ -17,6 +17,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -610,29 +611,30 @@ int cmd_serve(int argc, char** argv) {
   so.port = static_cast<int>(port.value());
   // --api-key KEY (a comma list, repeatable) and --api-key-file FILE (a key a line), as
   // llama-server's: a request may give any of them.
-  for (const std::string& v : args->all("--api-key"))
-    for (size_t b = 0; b <= v.size();) {
-      const size_t e = std::min(v.find(',', b), v.size());
-      if (e > b) so.api_keys.push_back(v.substr(b, e - b));
-      b = e + 1;
-    }
-  for (const std::string& f : args->all("--api-key-file")) {
-    auto text = read_whole_file(f);
-    if (!text.ok()) return fail("--api-key-file: " + text.error_message());
+  // A key is a token68 (RFC 9110 11.2): blanks around one are dropped.
+  auto add_keys = [&](const std::string& text, char sep) {
     size_t n = 0;
-    for (size_t b = 0; b < text.value().size();) {
-      const size_t e = std::min(text.value().find('\n', b), text.value().size());
-      std::string key = text.value().substr(b, e - b);
-      while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t'))
-        key.pop_back();
-      while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.erase(0, 1);
-      if (!key.empty()) {
-        so.api_keys.push_back(std::move(key));
+    for (size_t b = 0; b < text.size();) {
+      const size_t e = std::min(text.find(sep, b), text.size());
+      std::string key = text.substr(b, e - b);
+      while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+      size_t lead = 0;
+      while (lead < key.size() && std::isspace(static_cast<unsigned char>(key[lead]))) ++lead;
+      if (lead < key.size()) {
+        so.api_keys.push_back(key.substr(lead));
         ++n;
       }
       b = e + 1;
     }
-    if (n == 0) return fail("--api-key-file " + f + ": no key in it (one a line)");
+    return n;
+  };
+  for (const std::string& v : args->all("--api-key")) add_keys(v, ',');
+  for (const std::string& f : args->all("--api-key-file")) {
+    auto text = read_whole_file(f);
+    if (!text.ok()) return fail("--api-key-file: " + text.error_message());
+    std::string t = std::move(text).value();
+    if (t.rfind("\xEF\xBB\xBF", 0) == 0) t.erase(0, 3);  // a UTF-8 BOM
+    if (add_keys(t, '\n') == 0) return fail("--api-key-file " + f + ": no key in it (one a line)");
   }
   if (args->has("--api-key") && so.api_keys.empty()) return fail("--api-key: an empty key");
   so.max_body = static_cast<size_t>(max_body.value());

@@ -64,10 +64,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           std::string_view("/?#@\"\\<>^`{|}").find(c) != std::string_view::npos)
         std::abort();
   }
-  // A method too long: no space among the first kMaxMethodBytes + 1 bytes.
-  if (hf::method_too_long(s) &&
-      (s.size() <= hf::kMaxMethodBytes ||
-       s.substr(0, hf::kMaxMethodBytes + 1).find(' ') != std::string_view::npos))
-    std::abort();
+  // A method too long: the verdict holds for any continuation of the bytes, and no prefix of
+  // kMaxMethodBytes bytes or fewer gets it.
+  if (hf::method_too_long(s)) {
+    if (!hf::method_too_long(std::string(s) + " / HTTP/1.1\r\n") ||
+        hf::method_too_long(s.substr(0, hf::kMaxMethodBytes)))
+      std::abort();
+  }
   return 0;
 }

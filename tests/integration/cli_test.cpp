@@ -288,6 +288,9 @@ TEST(Cli, ContextFromTheModel) {
   out = rewind("run -f " + dir + "/none.txt -t 1", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(contains(out, "-f/--file: cannot read " + dir + "/none.txt")) << out;
+  out = rewind("run -p x -c 5000000000 -n -1 -t 1", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_TRUE(contains(out, "-c/--ctx-size must be < 2^31")) << out;
   out = rewind("run -p x -c 1 -t 1", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_TRUE(contains(out, "-c/--ctx-size must be >= 2, or 0")) << out;

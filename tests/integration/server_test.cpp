@@ -3321,8 +3321,8 @@ TEST_F(ServerTest, AuthSchemeIsCaseInsensitive) {
 // Several keys (a comma list, --api-key again, --api-key-file's lines): any of them works.
 TEST(ServerLimits, SeveralApiKeys) {
   const std::string file = tmp_path("keys.txt");
-  write_file(file, "kc\r\n\n  kd \n");
-  auto srv = Server::start({"--api-key", "ka,kb", "--api-key", "ke", "--api-key-file", file});
+  write_file(file, "\xEF\xBB\xBFkc\r\n\n  kd \n");
+  auto srv = Server::start({"--api-key", "ka, kb", "--api-key", "ke", "--api-key-file", file});
   ASSERT_TRUE(srv);
   for (const char* k : {"ka", "kb", "kc", "kd", "ke"})
     EXPECT_EQ(curl(*srv, "GET", "/v1/models", "", k).status, 200) << k;
@@ -3556,16 +3556,36 @@ TEST(HttpHostile, BufferCapCountsBodyBytesAsTheyArrive) {
     return metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}") >= 80000;
   })) << "the stalled body is not accounted";
   EXPECT_LT(metric(*srv, "rewind_memory_bytes{kind=\"http_buffers\"}"), 120000.0);
-  // B's body does not fit beside A's: 503 with Retry-After once its bytes pass the cap.
+  // B's body does not fit beside A's: 503 with Retry-After at once, from its Content-Length
+  // (before a 100 Continue when it asks for one).
   const auto t0 = std::chrono::steady_clock::now();
   Conn b(srv->port());
   ASSERT_TRUE(b.ok());
-  b.send(head + body);
+  b.send(post_head("/v1/completions", "Content-Length: " + std::to_string(body.size()) +
+                                          "\r\nExpect: 100-continue\r\n"));
   ASSERT_TRUE(b.read_to_eof(20s));
   EXPECT_LT(seconds_since(t0), 5.0);
   EXPECT_EQ(b.got().rfind("HTTP/1.1 503", 0), 0u) << b.got();
+  EXPECT_EQ(b.got().find("100 Continue"), std::string::npos) << b.got();
   EXPECT_NE(b.got().find("Retry-After: 1"), std::string::npos) << b.got();
   EXPECT_EQ(body_of(b.got())["error"]["code"], "server_busy") << b.got();
+  // A chunked body (no length to judge) gets the 503 once its bytes pass the cap.
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  const std::string chunked = std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n";
+  Conn b2(srv->port());
+  b2.send(post_head("/v1/completions", "Transfer-Encoding: chunked\r\n") + chunked);
+  ASSERT_TRUE(b2.read_to_eof(20s));
+  EXPECT_EQ(b2.got().rfind("HTTP/1.1 503", 0), 0u) << b2.got();
+  // The body of a request answered from its header (401 here) is read and dropped: it needs
+  // no room.
+  Conn b3(srv->port());
+  b3.send(
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n" +
+      chunked);
+  ASSERT_TRUE(b3.read_to_eof(20s));
+  EXPECT_EQ(b3.got().rfind("HTTP/1.1 401", 0), 0u) << b3.got();
   // Requests without a body are still served meanwhile.
   EXPECT_EQ(curl(*srv, "GET", "/health", "", "").status, 200);
   // A finishes its body and gets its answer; then the room is free again, the ten idle

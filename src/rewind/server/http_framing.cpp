@@ -92,8 +92,7 @@ bool reg_name_char(char c) {
 }  // namespace
 
 bool valid_host(std::string_view v) {
-  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  v = trim(v);
   size_t i = 0;
   if (!v.empty() && v[0] == '[') {  // IP-literal: IPv6 or IPvFuture, checked loosely
     const size_t close = v.find(']');
@@ -115,7 +114,7 @@ bool valid_host(std::string_view v) {
   if (i == v.size()) return true;
   if (v[i] != ':') return false;
   for (size_t k = i + 1; k < v.size(); ++k)
-    if (v[k] < '0' || v[k] > '9') return false;
+    if (!digit(v[k])) return false;
   return true;
 }
 

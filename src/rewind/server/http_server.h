@@ -19,10 +19,10 @@
 // calls carry the key): ETag with 304 for a current copy, Cache-Control no-cache, and on the
 // page a Content-Security-Policy that allows scripts, styles and fetches from this origin only.
 // Chat and completion answers' usage carries rewind's figures (openai_response.h, RewindUsage).
-// llama-server's spellings without /v1 (/chat/completions, /completions, /models) are the same
-// routes, logged and counted under the /v1 path. HEAD on a GET route answers as GET without the
-// body. OPTIONS on a route answers 204 with Allow
-// (and the CORS preflight headers when the Origin is allowed).
+// llama-server's spellings without /v1 (/chat/completions, /completions, /models) and its
+// /v1/health are the same routes, logged and counted under the route's own path. HEAD on a GET
+// route answers as GET without the body. OPTIONS on a route answers 204 with Allow (and the CORS
+// preflight headers when the Origin is allowed).
 //
 // Every failure is a JSON body {"error": {"message", "type", "param", "code"}} whose message is
 // ours (no parser or library internals):
@@ -43,6 +43,8 @@
 //   415 invalid_request_error: a POST whose Content-Type is not application/json (a web page
 //       can POST text/plain to a local server without a CORS preflight; this refuses it);
 //   429 rate_limit_error: the engine's queue is full (Retry-After: 1);
+//   501 invalid_request_error: a transfer coding before chunked, or a method longer than any
+//       (not_implemented);
 //   503 server_error: shutting down, over the connection caps, or the request bodies and
 //       answers held would pass max_buffered (Retry-After: 1);
 //   500 server_error: anything else.
@@ -70,7 +72,8 @@
 // A client that goes away is noticed from its socket (http_transport.h: a reset, a failed or
 // stalled write, or a FIN followed by write probes that fail) and its request is cancelled,
 // which frees its sequence at the next engine step; this holds for whole replies as for
-// streams. A client that only half-closed after sending its request gets its answer.
+// streams. An HTTP/1.1 client that only half-closed after sending its request gets its answer
+// (an HTTP/1.0 one's end of input cancels a whole reply: http_transport.h).
 //
 // Shutdown (drain(), then the caller shuts the engine down): stop accepting; connections with
 // no request in progress close; running requests go on. When the engine then cancels what is

@@ -113,16 +113,20 @@ struct Counter {
 };
 
 // A request body whose buffer is reserved against the transport's memory cap as its bytes
-// arrive, never ahead of them: a Content-Length alone (or a chunked header) holds nothing, so
-// idle clients that announce large bodies cannot take the cap. `grow(to)` asks for the
-// buffer's capacity to become `to` (false: no room; the read then fails with no_buffer_space).
-// The buffer grows by doubling from kBodyStep, up to the Content-Length: a body of n bytes
-// holds less than 2n (chunked) or n.
+// arrive, never ahead of them beyond kBodyStep or its own size: a Content-Length alone (or a
+// chunked header) holds nothing, so idle clients that announce large bodies cannot take the
+// cap. The buffer doubles from kBodyStep up to the Content-Length (chunked: up to `max`, the
+// body limit), each time into a new allocation of exactly that size; `grow(to)` asks for the
+// room (false: none, the read fails). The old buffer lives on only while it is copied (at most
+// half the new one, for microseconds). A body the server has already answered (`discard`) is
+// read and dropped.
 constexpr size_t kBodyStep = 4096;
 struct BudgetedBody {
   struct value_type {
     std::string data;
     std::function<bool(size_t)> grow;
+    size_t max = std::numeric_limits<size_t>::max();
+    bool discard = false;
   };
   static std::uint64_t size(const value_type& b) { return b.data.size(); }
   class reader {
@@ -131,20 +135,24 @@ struct BudgetedBody {
     reader(http::header<isRequest, Fields>&, value_type& b) : b_(b) {}
     void init(const boost::optional<std::uint64_t>& length, error_code& ec) {
       ec = {};
-      if (length) limit_ = static_cast<size_t>(*length);
+      limit_ = length ? static_cast<size_t>(*length) : b_.max;
     }
     template <class Buffers>
     size_t put(const Buffers& buffers, error_code& ec) {
       ec = {};
       const size_t n = asio::buffer_size(buffers), at = b_.data.size();
-      const size_t cap = b_.data.capacity();
+      if (b_.discard) return n;
+      const size_t cap = at == 0 ? 0 : b_.data.capacity();
       if (at + n > cap) {
         const size_t to = std::max(at + n, std::min(limit_, std::max(2 * cap, kBodyStep)));
         if (!b_.grow || !b_.grow(to)) {
-          ec = asio::error::no_buffer_space;
+          ec = http::error::buffer_overflow;  // the session knows it refused (body_refused_)
           return 0;
         }
-        b_.data.reserve(to);
+        std::string fresh;
+        fresh.reserve(to);  // from empty: exactly `to` (libstdc++ grows a used buffer 2x)
+        fresh.append(b_.data);
+        b_.data.swap(fresh);
       }
       b_.data.resize(at + n);
       asio::buffer_copy(asio::buffer(b_.data.data() + at, n), buffers);
@@ -154,7 +162,7 @@ struct BudgetedBody {
 
    private:
     value_type& b_;
-    size_t limit_ = std::numeric_limits<size_t>::max();  // the Content-Length, when given
+    size_t limit_ = 0;  // the Content-Length, or the body limit
   };
 };
 
@@ -346,9 +354,15 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     // The body's buffer is reserved as its bytes arrive (BudgetedBody): past max_buffered, 503
     // and close instead of growing memory.
+    body_refused_ = false;
+    parser_->get().body().max = t_->opt.max_body;
     parser_->get().body().grow = [this](size_t to) {
-      return body_bytes_.try_grow(static_cast<int64_t>(to),
-                                  static_cast<int64_t>(t_->opt.max_buffered));
+      if (phase_ != Phase::Closed &&
+          body_bytes_.try_grow(static_cast<int64_t>(to),
+                               static_cast<int64_t>(t_->opt.max_buffered)))
+        return true;
+      body_refused_ = true;
+      return false;
     };
     parser_->header_limit(static_cast<uint32_t>(t_->opt.max_header_bytes));
     parser_->body_limit(t_->opt.max_body);
@@ -394,9 +408,6 @@ class Session : public std::enable_shared_from_this<Session> {
         }
         return too_large();
       }
-      if (ec == asio::error::no_buffer_space)  // the body's first bytes found no room
-        return fail(503, "the server holds too many request bodies and answers; retry later",
-                    "server_busy");
       if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
           ec == asio::error::eof ||
           &ec.category() != &http::make_error_code(http::error::end_of_stream).category() ||
@@ -447,6 +458,8 @@ class Session : public std::enable_shared_from_this<Session> {
     keep_alive_ = m.keep_alive();
     if (version_ != 10 && version_ != 11)
       return fail(505, "only HTTP/1.0 and HTTP/1.1 are served", "http_version_not_supported");
+    if (head.method.size() > http_framing::kMaxMethodBytes)
+      return fail(501, "the method is longer than any this server implements", "not_implemented");
     if (head.target.size() > t_->opt.max_target_bytes)
       return fail(414,
                   "the request target is longer than " + std::to_string(t_->opt.max_target_bytes) +
@@ -478,8 +491,16 @@ class Session : public std::enable_shared_from_this<Session> {
         return fail(417, "unsupported Expect header", "expectation_failed");
       head.expect_continue = version_ >= 11;
     }
+    // A body whose announced length does not fit beside what is held now is refused before
+    // any of it is read (before a 100 Continue); nothing is reserved for it yet.
+    if (const auto len = parser_->content_length();
+        len && static_cast<int64_t>(*len) >
+                   static_cast<int64_t>(t_->opt.max_buffered) - body_bytes_.n.load())
+      return server_busy();
     pending_.reset();
     if (t_->precheck) pending_ = t_->precheck(head);
+    // Answered already (401, 404, 415...): the body is read and dropped, holding no room.
+    if (pending_) parser_->get().body().discard = true;
     if (pending_ && head.expect_continue && !parser_->is_done()) {
       // The client waits before sending the body: answer now and close.
       keep_alive_ = false;
@@ -522,9 +543,7 @@ class Session : public std::enable_shared_from_this<Session> {
                     "the request body did not arrive within " + num(t_->opt.body_timeout_s) + " s",
                     "request_timeout");
       if (ec == http::error::body_limit) return too_large();
-      if (ec == asio::error::no_buffer_space)
-        return fail(503, "the server holds too many request bodies and answers; retry later",
-                    "server_busy");
+      if (body_refused_) return server_busy();
       // A parser error (a malformed chunk, extension or trailer) is the client's: 400. The end
       // of the stream before the body's end, or a broken socket: the client left.
       if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
@@ -717,6 +736,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (status == 503) add_retry_after(r);
     send_reply(std::move(r), true);
   }
+  void server_busy() {
+    fail(503, "the server holds too many request bodies and answers; retry later", "server_busy");
+  }
   void too_large() {
     fail(413, "request body is larger than " + std::to_string(t_->opt.max_body) + " bytes",
          "request_too_large");
@@ -783,7 +805,8 @@ class Session : public std::enable_shared_from_this<Session> {
     outq_.clear();
     buf_.clear();
     buf_.shrink_to_fit();
-    parser_.reset();
+    // parser_ stays: a read completing after the close still writes into it (the session,
+    // which a pending read keeps alive, frees it).
     read_bytes_.set(0);
     write_bytes_.set(0);
     body_bytes_.set(0);
@@ -813,6 +836,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string peer_;
   bool reject_ = false;
   Counter read_bytes_, write_bytes_, body_bytes_;
+  bool body_refused_ = false;  // the body's buffer found no room under max_buffered
 
   Phase phase_ = Phase::Idle;
   uint64_t timer_gen_ = 0;

@@ -13,13 +13,16 @@
 //   - request smuggling: conflicting, repeated-different or invalid Content-Length,
 //     Transfer-Encoding together with Content-Length, a Transfer-Encoding whose last coding is
 //     not chunked or that applies chunked twice, Transfer-Encoding in HTTP/1.0, a missing or
-//     repeated Host in HTTP/1.1: 400 and close;
+//     repeated Host in HTTP/1.1, a Host value that is not host[:port], two Authorization or
+//     Content-Type fields, a malformed chunk, chunk extension or trailer: 400 and close;
 //   - the request line: empty lines before it skipped (up to 64 bytes), a newer HTTP/1.x read
-//     as HTTP/1.1, another version 505, the target `*` only with OPTIONS;
+//     as HTTP/1.1, another version 505, a method over 32 bytes 501, the target `*` only with
+//     OPTIONS;
 //   - pipelining: bytes that arrive while a reply is being produced are kept and the next
 //     request is parsed from them once the reply is written (answers keep the request order);
-//   - half-close: a client that sends its request and then shuts down its sending side still
-//     gets its answer (and any pipelined ones); the connection closes after them;
+//   - half-close: an HTTP/1.1 client that sends its request and then shuts down its sending
+//     side still gets its answer (and any pipelined ones); the connection closes after them
+//     (HTTP/1.0: below);
 //   - a closing answer (Connection: close, errors that close) is followed by a lingering close:
 //     our side shuts down writing and discards what the client still sends for up to
 //     linger_timeout, so that its unread request bytes cannot turn into a reset that destroys
@@ -34,17 +37,22 @@
 // `100 Continue` (RFC 9110 15.2: a client must accept unexpected 1xx; never sent to HTTP/1.0).
 // A client that closed entirely answers the first probe with a reset, so the next one fails:
 // the exchange's on_gone callback runs. A client that only half-closed reads the probes and
-// gets its answer. An HTTP/1.0 client's whole reply cannot be probed (no 1xx in 1.0): the end of
-// its input is taken as the client gone.
+// gets its answer. An HTTP/1.0 whole reply cannot be probed (1.0 has no 1xx), so there the end of
+// the client's input is taken as the client gone, as llama-server takes it (else a client could
+// send a long request and leave it holding a sequence to its end): a 1.0 client that
+// half-closes and waits gets no whole reply (it may stream, or speak HTTP/1.1).
 //
 // Memory: the transport holds at most max_buffered bytes for request bodies, read buffers and
-// queued answers together. A request's body buffer is reserved as its bytes arrive (64 KiB
-// ahead at most, then doubling: a body of n bytes holds under 2n), never in full from a
-// Content-Length, so clients that announce large bodies and send nothing hold nothing; it is
-// released once the request given to the handler (HttpRequest::body_hold) and its copies are
-// gone. A body that does not fit gets 503 (Retry-After) and the connection closes (the rest of
-// it unread). Answers count as they are queued but are never refused (their request was
-// admitted), so they make later bodies wait. A connection's read buffer is at most
+// queued answers together. A request's body buffer is reserved as its bytes arrive (from 4 KiB,
+// doubling up to its Content-Length or max_body, each buffer allocated at exactly its size),
+// never in full from a Content-Length, so
+// clients that announce large bodies and send nothing hold nothing; it is released once the
+// request given to the handler (HttpRequest::body_hold) and its copies are gone. A
+// Content-Length that does not fit beside what is held gets 503 (Retry-After) at once (before
+// a 100 Continue), a body whose bytes stop fitting gets it then, and the connection closes (the
+// rest unread). A body whose request was already answered from its header (401, 404, 415) is
+// read and dropped, holding nothing. Answers count as they are queued but are never refused (their
+// request was admitted), so they make later bodies wait. A connection's read buffer is at most
 // max_header_bytes + 4 KiB; pipelined input beyond it stays in the socket.
 //
 // HEAD: an answer to a HEAD request is written without its body (Content-Length as for GET).
