@@ -402,6 +402,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// `rewind serve` on the tiny model with these options (shell words) exits non-zero, and its
+// output says `want`.
+void expect_serve_refuses(const std::string& opts, const std::string& want) {
+  int rc = 0;
+  const std::string out =
+      test::run_command(std::string(REWIND_BINARY) + " serve --model tiny=" + model_dir() +
+                            " --port 0 " + opts + " 2>&1",
+                        &rc);
+  EXPECT_NE(rc, 0) << opts;
+  EXPECT_NE(out.find(want), std::string::npos) << opts << ": " << out;
+}
+
 // One server for most tests of this process (ctest runs each TEST in a process of its own).
 class ServerTest : public ::testing::Test {
  protected:
@@ -2491,15 +2503,7 @@ TEST(ServerLimits, TemplateFileAndSamplingErrors) {
       {"-ub 0", "-ub/--ubatch-size must be >= 1"},
       {"-tb x", "--threads-batch"},
   };
-  for (const auto& [opts, want] : cases) {
-    int rc = 0;
-    const std::string out =
-        test::run_command(std::string(REWIND_BINARY) + " serve --model tiny=" + model_dir() +
-                              " --port 0 " + opts + " 2>&1",
-                          &rc);
-    EXPECT_NE(rc, 0) << opts;
-    EXPECT_NE(out.find(want), std::string::npos) << opts << ": " << out;
-  }
+  for (const auto& [opts, want] : cases) expect_serve_refuses(opts, want);
 }
 
 // A port another process listens on is reported before any model loads (the memory bound,
@@ -3328,19 +3332,12 @@ TEST(ServerLimits, SeveralApiKeys) {
     EXPECT_EQ(curl(*srv, "GET", "/v1/models", "", k).status, 200) << k;
   for (const char* k : {"k", "kz", "ka,kb", "kdd"})
     EXPECT_EQ(curl(*srv, "GET", "/v1/models", "", k).status, 401) << k;
-  int rc = 0;
   const std::string empty = tmp_path("nokeys.txt");
   write_file(empty, "\n \n");
-  for (const auto& [opts, want] : std::vector<std::pair<std::string, std::string>>{
-           {"--api-key-file " + empty, "--api-key-file " + empty + ": no key in it"},
-           {"--api-key-file /nonexistent/k", "--api-key-file: cannot read /nonexistent/k"},
-           {"--api-key ,", "--api-key: an empty key"}}) {
-    const std::string out = test::run_command(std::string(REWIND_BINARY) + " serve --model " +
-                                                  model_dir() + " --port 0 " + opts + " 2>&1",
-                                              &rc);
-    EXPECT_NE(rc, 0) << opts;
-    EXPECT_NE(out.find(want), std::string::npos) << opts << ": " << out;
-  }
+  expect_serve_refuses("--api-key-file " + empty, "--api-key-file " + empty + ": no key in it");
+  expect_serve_refuses("--api-key-file /nonexistent/k",
+                       "--api-key-file: cannot read /nonexistent/k");
+  expect_serve_refuses("--api-key ,", "--api-key: an empty key");
 }
 
 // llama-server's --chat-template-kwargs and --reasoning-budget 0: the template's enable_thinking
@@ -3371,20 +3368,14 @@ TEST(ServerLimits, ServerWideEnableThinking) {
     EXPECT_EQ(prompt_of(*srv, json::object()), not_thinking) << opts[0];
     EXPECT_EQ(prompt_of(*srv, on), thinking) << opts[0];
   }
-  int rc = 0;
   for (const auto& [opts, want] : std::vector<std::pair<std::string, std::string>>{
            {"--chat-template-kwargs '[1]'", "--chat-template-kwargs must be a JSON object"},
            {"--chat-template-kwargs '{\"x\": 1}'", "'x' is not supported (only enable_thinking)"},
            {"--chat-template-kwargs '{\"enable_thinking\": 1}'", "must be true or false"},
            {"--reasoning-budget 100", "--reasoning-budget must be -1 (unrestricted) or 0"},
            {"--reasoning-budget 0 --chat-template-kwargs '{\"enable_thinking\": true}'",
-            "disagree"}}) {
-    const std::string out = test::run_command(std::string(REWIND_BINARY) + " serve --model " +
-                                                  model_dir() + " --port 0 " + opts + " 2>&1",
-                                              &rc);
-    EXPECT_NE(rc, 0) << opts;
-    EXPECT_NE(out.find(want), std::string::npos) << opts << ": " << out;
-  }
+            "disagree"}})
+    expect_serve_refuses(opts, want);
 }
 
 TEST_F(ServerTest, LongTargetAndHeaderAre414And431) {
