@@ -611,8 +611,8 @@ class Session : public std::enable_shared_from_this<Session> {
     static constexpr double kAt[] = {0, 0.25, 1, 3};
     if (n >= 4 || phase_ != Phase::Busy) return;
     const bool can = streaming_ ? !heartbeat_.empty() : (!head_written_ && version_ >= 11);
-    // HTTP/1.0 has no interim answer to probe a whole reply with: its end of input means the
-    // client left (a 1.0 client cannot half-close and still read).
+    // HTTP/1.0 has no interim answer to probe a whole reply with: its end of input is taken as
+    // the client gone, as llama-server takes it (http_transport.h, the half-close rule).
     if (!can && !streaming_ && !head_written_ && version_ < 11 && peer_eof_) return gone();
     if (!can) return;
     probe_timer_.expires_after(secs(n == 0 ? 0 : kAt[n] - kAt[n - 1]));
