@@ -318,7 +318,7 @@ std::vector<CommandSpec> build_specs() {
             {"--max-body", "", "BYTES", "request body limit, 413 beyond (8388608)", {}, false},
             {"--max-buffered", "", "BYTES",
              "request bodies + answers the HTTP layer may hold at once (64 MiB, at least "
-             "--max-body; a body past it gets 503)"},
+             "--max-body; a body past it gets 503, a whole answer past it 400)"},
             weights_opt(),
             quant_dot_opt(),
             {"--shutdown-grace", "", "S",

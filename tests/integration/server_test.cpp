@@ -3521,6 +3521,26 @@ TEST(HttpHostile, CacheBudgetAndCorsFromStart) {
   EXPECT_EQ(preflight("x-a;y"), "Authorization, Content-Type");
 }
 
+// A whole answer whose JSON would pass --max-buffered ends with a 400 that says to stream; the
+// same request streamed, and a small whole one, are answered.
+TEST(HttpHostile, WholeAnswerBeyondTheBufferCapIsRefused) {
+  auto srv = Server::start(
+      {"--api-key", kKey, "--max-body", "50000", "--max-buffered", "60000", "--parallel", "2"});
+  ASSERT_NE(srv, nullptr);
+  const json big = completion_body("x", 200, {{"logprobs", 5}, {"n", 2}, {"ignore_eos", true}});
+  const Http h = post(*srv, "/v1/completions", big);
+  expect_error(h, 400, "ask with \"stream\": true");
+  EXPECT_EQ(h.j()["error"]["code"], "answer_too_large") << h.body;
+  EXPECT_EQ(metric(*srv, "rewind_requests_total{outcome=\"rejected\"}"), 1.0);
+  json streamed = big;
+  streamed["stream"] = true;
+  const Http st = post(*srv, "/v1/completions", streamed);
+  ASSERT_EQ(st.status, 200) << st.body.substr(0, 300);
+  EXPECT_NE(st.body.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(post(*srv, "/v1/completions", completion_body("x", 8)).status, 200);
+  EXPECT_TRUE(wait_for([&] { return metric(*srv, "rewind_requests_running") == 0; }));
+}
+
 // Bodies are reserved as their bytes arrive: clients that announce bodies and send nothing hold
 // no room, and the cap refuses the body whose bytes would pass it.
 TEST(HttpHostile, BufferCapCountsBodyBytesAsTheyArrive) {

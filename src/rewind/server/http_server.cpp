@@ -924,6 +924,10 @@ struct HttpServer::Impl {
     Clock::time_point t0, t_submit;  // the request complete; its submission to the engine
     int status = 200;                // a whole reply's status
     bool client_gone = false;
+    // Whole replies: an upper bound of the answer's JSON text so far (answer_bytes_bound);
+    // past max_buffered the request ends with a 400 (too_large).
+    int64_t answer_bytes = 0;
+    bool too_large = false;
   };
 
   // The preparation threads go first (what they hold is answered through a live transport);
@@ -1487,18 +1491,32 @@ struct HttpServer::Impl {
       }
       j.ex->send_chunk(std::move(out));
       if (j.ended) j.ex->end_stream();
-    } else {
-      c.text += p.text;
-      c.reasoning += p.reasoning;
-      for (auto& lp : p.lps) c.lps.push_back(std::move(lp));
-      if (all) {
-        whole(j);
-        j.ended = true;
+    } else if (!j.too_large) {
+      j.answer_bytes += answer_bytes_bound(j.plan->model->tok, p);
+      if (j.answer_bytes > static_cast<int64_t>(std::max(opt.max_buffered, opt.max_body))) {
+        // Held whole, the answer would pass what the server holds for answers: end every
+        // choice now; the last final event answers 400.
+        j.too_large = true;
+        for (int32_t o = 0; o < static_cast<int32_t>(j.choices.size()); ++o)
+          if (!j.choices[static_cast<size_t>(o)].gen->done()) engine.cancel(engine_id(j, o));
+        for (Job::Choice& o : j.choices) {
+          o.text.clear();
+          o.reasoning.clear();
+          o.lps.clear();
+        }
+      } else {
+        c.text += p.text;
+        c.reasoning += p.reasoning;
+        for (auto& lp : p.lps) c.lps.push_back(std::move(lp));
       }
+    }
+    if (!j.plan->stream && all) {
+      whole(j);
+      j.ended = true;
     }
     if (!j.ended) return;
     --in_flight;
-    const std::string outcome = outcome_of(j);
+    const std::string outcome = j.too_large ? "rejected" : outcome_of(j);
     metrics.count_outcome(outcome, j.plan->model->label);
     const Generation& g = *j.choices[0].gen;
     if (outcome != "failed" && outcome != "cancelled")
@@ -1623,11 +1641,32 @@ struct HttpServer::Impl {
     return std::chrono::duration<double, std::milli>(j.t_submit - j.t0).count();
   }
 
+  // At least the bytes a piece adds to a whole answer's JSON: its text escaped (6 bytes a byte at
+  // most, \u00XX), and per logprob entry, the chosen token's and each alternative's, the token
+  // escaped, its bytes as numbers (4 a byte) and 64 for the rest.
+  static int64_t answer_bytes_bound(const Tokenizer& tok, const Generation::Piece& p) {
+    int64_t n = 6 * static_cast<int64_t>(p.text.size() + p.reasoning.size());
+    auto entry = [&](int32_t id) {
+      return 10 * static_cast<int64_t>(tok.token_bytes(id).size()) + 64;
+    };
+    for (const TokenLogprob& l : p.lps) {
+      n += entry(l.token);
+      for (const auto& [id, lp] : l.top) n += entry(id);
+    }
+    return n;
+  }
+
   void whole(Job& j) {
     const Plan& plan = *j.plan;
     const Tokenizer& tok = plan.model->tok;
     HttpReply r;
     std::optional<HttpError> err;
+    if (j.too_large)
+      err = bad_request("the whole answer would pass " +
+                            std::to_string(std::max(opt.max_buffered, opt.max_body)) +
+                            " bytes (--max-buffered): ask with \"stream\": true, or for fewer "
+                            "tokens, choices or logprobs",
+                        "answer_too_large");
     for (const Job::Choice& c : j.choices)
       if (!err) err = c.gen->failure();
     if (err) {

@@ -29,7 +29,8 @@
 //   400 invalid_request_error: malformed JSON, wrong types, missing fields, unsupported
 //       features, prompt + max_tokens over the context size, chat template errors; malformed
 //       HTTP (request smuggling shapes included: see http_transport.h), then the connection
-//       closes;
+//       closes; a whole (not streamed) answer whose JSON would pass max_buffered
+//       (answer_too_large: every choice ends at once);
 //   401 authentication_error: --api-key set and `Authorization: Bearer KEY` missing or wrong
 //       (every route but /health and the web page; the scheme is case-insensitive, the key
 //       compared in constant time; checked from the header, before the body is used);
