@@ -17,7 +17,6 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -53,17 +52,20 @@ namespace rw::app {
 
 namespace {
 
-// Splits "a,b,c" (empty items dropped).
-std::vector<std::string> split_commas(const std::string& s) {
+// Splits "a,b,c" at sep (empty items dropped).
+std::vector<std::string> split_at(const std::string& s, char sep) {
   std::vector<std::string> out;
   size_t i = 0;
   while (i <= s.size()) {
-    size_t e = s.find(',', i);
+    size_t e = s.find(sep, i);
     if (e == std::string::npos) e = s.size();
     if (e > i) out.push_back(s.substr(i, e - i));
     i = e + 1;
   }
   return out;
+}
+std::vector<std::string> split_commas(const std::string& s) {
+  return split_at(s, ',');
 }
 // The memory bound's fixed term: code and libraries, the tokenizer and chat template, allocator
 // bookkeeping (docs/ARCHITECTURE.md, "Memory"), plus each thread's stack and arena share.
@@ -614,17 +616,11 @@ int cmd_serve(int argc, char** argv) {
   // A key is a token68 (RFC 9110 11.2): blanks around one are dropped.
   auto add_keys = [&](const std::string& text, char sep) {
     size_t n = 0;
-    for (size_t b = 0; b < text.size();) {
-      const size_t e = std::min(text.find(sep, b), text.size());
-      std::string key = text.substr(b, e - b);
-      while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
-      size_t lead = 0;
-      while (lead < key.size() && std::isspace(static_cast<unsigned char>(key[lead]))) ++lead;
-      if (lead < key.size()) {
-        so.api_keys.push_back(key.substr(lead));
-        ++n;
-      }
-      b = e + 1;
+    for (const std::string& item : split_at(text, sep)) {
+      const size_t b = item.find_first_not_of(" \t\r\n\v\f");
+      if (b == std::string::npos) continue;
+      so.api_keys.push_back(item.substr(b, item.find_last_not_of(" \t\r\n\v\f") + 1 - b));
+      ++n;
     }
     return n;
   };

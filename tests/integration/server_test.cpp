@@ -2096,6 +2096,21 @@ TEST_F(ServerTest, DisconnectMidStreamCancels) {
 
 // ---- queue limits and shutdown (servers of their own) -------------------------------------------
 
+// Waits until a request runs and the engine has taken steps since steps0 (its prefill and some
+// tokens): a reply in progress for a client to abandon.
+bool wait_decoding(const Server& srv, double steps0) {
+  return wait_for([&] {
+    return metric(srv, "rewind_requests_running") >= 1 &&
+           metric(srv, "rewind_engine_steps_total") >= steps0 + 8;
+  });
+}
+// Waits until a request was counted cancelled since cancelled0.
+bool wait_cancelled(const Server& srv, double cancelled0) {
+  return wait_for([&] {
+    return metric(srv, "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
+  });
+}
+
 TEST_F(ServerTest, DisconnectDuringWholeReplyCancels) {
   const double cancelled0 = metric(s(), "rewind_requests_total{outcome=\"cancelled\"}");
   const double generated0 = metric(s(), "rewind_generated_tokens_total");
@@ -2107,14 +2122,9 @@ TEST_F(ServerTest, DisconnectDuringWholeReplyCancels) {
   ASSERT_TRUE(c.ok());
   // Hang up once the request is decoding (running, and the engine has taken steps since it
   // arrived: its prefill and some tokens), so the server has a reply in progress to abandon.
-  ASSERT_TRUE(wait_for([&] {
-    return metric(s(), "rewind_requests_running") >= 1 &&
-           metric(s(), "rewind_engine_steps_total") >= steps0 + 8;
-  })) << "the long request did not start decoding";
+  ASSERT_TRUE(wait_decoding(s(), steps0)) << "the long request did not start decoding";
   c.close();
-  EXPECT_TRUE(wait_for([&] {
-    return metric(s(), "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
-  })) << "the client that left was not noticed";
+  EXPECT_TRUE(wait_cancelled(s(), cancelled0)) << "the client that left was not noticed";
   EXPECT_TRUE(wait_for([&] { return metric(s(), "rewind_requests_running") == 0; }));
   EXPECT_LT(metric(s(), "rewind_generated_tokens_total") - generated0, 25000);
   // The server still serves.
@@ -3150,14 +3160,10 @@ TEST_F(ServerTest, Http10EndOfInputCancelsAWholeReply) {
   c.send("POST /v1/completions HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
          std::string(kKey) + "\r\nContent-Type: application/json\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\n\r\n" + body);
-  ASSERT_TRUE(wait_for([&] {
-    return metric(s(), "rewind_requests_running") >= 1 &&
-           metric(s(), "rewind_engine_steps_total") >= steps0 + 8;
-  })) << "the long request did not start decoding";
+  ASSERT_TRUE(wait_decoding(s(), steps0)) << "the long request did not start decoding";
   c.shut_wr();
-  EXPECT_TRUE(wait_for([&] {
-    return metric(s(), "rewind_requests_total{outcome=\"cancelled\"}") >= cancelled0 + 1;
-  })) << "the HTTP/1.0 client's end of input was not taken as gone";
+  EXPECT_TRUE(wait_cancelled(s(), cancelled0))
+      << "the HTTP/1.0 client's end of input was not taken as gone";
   EXPECT_TRUE(wait_for([&] { return metric(s(), "rewind_requests_running") == 0; }));
 }
 

@@ -930,6 +930,9 @@ struct HttpServer::Impl {
     bool too_large = false;
   };
 
+  // What the HTTP layer holds at most: request bodies, buffers and answers (at least one body).
+  size_t buffered_cap() const { return std::max(opt.max_buffered, opt.max_body); }
+
   // The preparation threads go first (what they hold is answered through a live transport);
   // handlers the transport runs as it closes then answer 503 (prepare).
   ~Impl() { prep.reset(); }
@@ -955,7 +958,7 @@ struct HttpServer::Impl {
     to.max_header_bytes = opt.max_header_bytes;
     to.max_target_bytes = opt.max_target_bytes;
     to.max_body = opt.max_body;
-    to.max_buffered = std::max(opt.max_buffered, opt.max_body);
+    to.max_buffered = buffered_cap();
     to.max_connections = opt.max_connections;
     to.max_connections_per_client = opt.max_connections_per_client;
     transport = std::make_unique<HttpTransport>(
@@ -1493,7 +1496,7 @@ struct HttpServer::Impl {
       if (j.ended) j.ex->end_stream();
     } else if (!j.too_large) {
       j.answer_bytes += answer_bytes_bound(j.plan->model->tok, p);
-      if (j.answer_bytes > static_cast<int64_t>(std::max(opt.max_buffered, opt.max_body))) {
+      if (j.answer_bytes > static_cast<int64_t>(buffered_cap())) {
         // Held whole, the answer would pass what the server holds for answers: end every
         // choice now; the last final event answers 400.
         j.too_large = true;
@@ -1662,8 +1665,7 @@ struct HttpServer::Impl {
     HttpReply r;
     std::optional<HttpError> err;
     if (j.too_large)
-      err = bad_request("the whole answer would pass " +
-                            std::to_string(std::max(opt.max_buffered, opt.max_body)) +
+      err = bad_request("the whole answer would pass " + std::to_string(buffered_cap()) +
                             " bytes (--max-buffered): ask with \"stream\": true, or for fewer "
                             "tokens, choices or logprobs",
                         "answer_too_large");

@@ -558,18 +558,9 @@ Status parse_structured(const json& j, CommonRequest* out) {
     if (!js->is_object()) return type_error("json_schema", "an object", *js);
     if (!out->grammar.empty())
       return make_error("'json_schema' and a 'response_format' other than text cannot be combined");
-    std::vector<std::string> notes;
-    auto gbnf = response_format_to_gbnf(json{{"type", "json_object"}, {"schema", *js}}, &notes);
-    if (!gbnf.ok()) {
-      std::string m = gbnf.error_message();
-      if (m.rfind("response_format: ", 0) == 0) m.replace(0, 17, "json_schema: ");
-      return make_error(m);
-    }
-    for (std::string& n : notes) {
-      if (n.rfind("response_format: ", 0) == 0) n.replace(0, 17, "json_schema: ");
-      out->schema_relaxed.push_back(std::move(n));
-    }
-    out->grammar = std::move(*gbnf.value());
+    std::vector<std::string> notes;  // relaxed as response_format json_object's schema is
+    REWIND_TRY(out->grammar, json_schema_to_gbnf(relax_json_schema(*js, &notes)));
+    for (std::string& n : notes) out->schema_relaxed.push_back("json_schema: " + std::move(n));
     out->grammar_from = "json_schema";
   }
   if (g) {
